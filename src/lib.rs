@@ -1,0 +1,30 @@
+//! A Postgres operator, hand-rolled over the Kubernetes REST API: the 2017 "Building a Kubernetes
+//! Operator" workshop (itself cut down from CoreOS etcd-operator), rewritten in Rust.
+//!
+//! # Module map
+//!
+//! Each module names the WORKSHOP.md section that explains it. Read them in this order:
+//!
+//! | module | what it holds | WORKSHOP.md |
+//! |---|---|---|
+//! | [`api`] | our resource's names, REST paths and typed `PostgresCluster` | Step 01 |
+//! | [`status`] | the Kubernetes `Status` error body | Step 01 |
+//! | [`config`] | where the API server is and how to authenticate: flags, in-cluster, kubeconfig | Set-up |
+//! | [`client`] | the HTTP client: JSON verbs, typed errors, retries, the raw watch stream | Step 01 |
+//! | [`crd`] | the CustomResourceDefinition, built in Rust, and registering it | Step 01 |
+//! | [`watch`] | bytes → lines → typed events, and list-then-watch that never loses its place | Step 02 |
+//! | [`controller`] | one task per cluster, its own channel, and a reconcile timer | Step 03 |
+//! | [`sandbox`] | an embedded, in-memory API server that kubectl accepts; what the tests run on | Set-up |
+//! | [`process`] | logging set-up and the stop signal, shared by every binary | Set-up |
+//!
+//! The binaries in `stages/` are the workshop's steps; each is a short `main` over this library.
+
+pub mod api;
+pub mod client;
+pub mod config;
+pub mod controller;
+pub mod crd;
+pub mod process;
+pub mod sandbox;
+pub mod status;
+pub mod watch;
