@@ -586,6 +586,7 @@ impl Client {
 
         self.inner.http.request(request).await.map_err(|error| {
             let reason = error_chain(&error);
+            tracing::debug!(method = %method, path, error = %reason, "request failed");
             if error.is_connect() {
                 ClientError::Connect {
                     method: method.to_string(),
