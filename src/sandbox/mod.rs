@@ -1,1 +1,7 @@
 //! (in progress)
+
+pub mod names;
+pub mod patch;
+pub mod schema;
+pub mod selector;
+pub mod timefmt;
