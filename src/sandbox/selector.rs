@@ -644,12 +644,12 @@ fn split_unescaped_commas(selector: &str) -> Vec<&str> {
 /// Finds the first operator, trying `!=` and `==` before `=` at each position, as upstream does.
 fn split_field_term(term: &str) -> Option<(&str, FieldOperator, &str)> {
     let mut escaped = false;
-    for (index, byte) in term.bytes().enumerate() {
+    for (index, character) in term.char_indices() {
         if escaped {
             escaped = false;
             continue;
         }
-        if byte == b'\\' {
+        if character == '\\' {
             escaped = true;
             continue;
         }
@@ -659,8 +659,8 @@ fn split_field_term(term: &str) -> Option<(&str, FieldOperator, &str)> {
             ("==", FieldOperator::Equals),
             ("=", FieldOperator::Equals),
         ] {
-            if rest.starts_with(symbol) {
-                return Some((&term[..index], operator, &rest[symbol.len()..]));
+            if let Some(value) = rest.strip_prefix(symbol) {
+                return Some((&term[..index], operator, value));
             }
         }
     }
