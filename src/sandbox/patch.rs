@@ -461,12 +461,14 @@ fn merge_map(
                 *original = strip_directives_from_map(patch);
                 return Ok(MapOutcome::Keep);
             }
-            other => return Err(smp_error(
-                path,
-                format!(
+            other => {
+                return Err(smp_error(
+                    path,
+                    format!(
                     "unknown \"$patch\" directive \"{other}\" (expected replace, merge or delete)"
                 ),
-            )),
+                ))
+            }
         },
         Some(other) => {
             return Err(smp_error(
@@ -708,9 +710,10 @@ fn strip_directives_from_list(items: &[Value]) -> Vec<Value> {
             // Drop directive-only elements and items marked for deletion: there is nothing for
             // them to act on in a list that is being replaced.
             let directive = item.get(PATCH_DIRECTIVE).and_then(Value::as_str);
-            !matches!(directive, Some("delete"))
-                && !(directive.is_some()
-                    && item.as_object().is_some_and(|fields| fields.len() == 1))
+            let marked_for_deletion = directive == Some("delete");
+            let directive_only =
+                directive.is_some() && item.as_object().is_some_and(|fields| fields.len() == 1);
+            !marked_for_deletion && !directive_only
         })
         .map(strip_directives)
         .collect()
