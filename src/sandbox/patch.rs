@@ -402,6 +402,11 @@ fn is_directive_key(key: &str) -> bool {
 /// a list item, `{"$patch": "replace"}` as a list element, `$retainKeys`,
 /// `$setElementOrder/<list>` and `$deleteFromPrimitiveList/<list>`. No directive key survives
 /// into the result. Atomic: on error `target` is unchanged.
+///
+/// Ported from apimachinery's `strategicpatch.StrategicMergeMapPatch`, with three deliberate
+/// differences: merge keys come from [`merge_key_for`] instead of Go struct tags; `$patch: merge`
+/// is accepted everywhere (upstream rejects it in places kubectl never sends it); and directive
+/// keys inside brand-new content are applied rather than stored verbatim.
 pub fn strategic_merge_patch(target: &mut Value, patch: &Value) -> Result<(), PatchError> {
     let Value::Object(patch_fields) = patch else {
         return Err(PatchError::StrategicMerge {
@@ -428,7 +433,7 @@ pub fn strategic_merge_patch(target: &mut Value, patch: &Value) -> Result<(), Pa
 
 enum MapOutcome {
     Keep,
-    /// The patch said `$patch: delete` for this map: the caller removes it.
+    /// The patch said `$patch: delete` for this map.
     Delete,
 }
 
@@ -461,14 +466,12 @@ fn merge_map(
                 *original = strip_directives_from_map(patch);
                 return Ok(MapOutcome::Keep);
             }
-            other => {
-                return Err(smp_error(
-                    path,
-                    format!(
+            other => return Err(smp_error(
+                path,
+                format!(
                     "unknown \"$patch\" directive \"{other}\" (expected replace, merge or delete)"
                 ),
-                ))
-            }
+            )),
         },
         Some(other) => {
             return Err(smp_error(
@@ -478,8 +481,14 @@ fn merge_map(
         }
     }
 
+    if let Some(retain) = patch.get(RETAIN_KEYS_DIRECTIVE) {
+        apply_retain_keys(original, patch, retain, path)?;
+    }
+
+    let ordered_lists = merge_lists_with_element_order(original, patch, path)?;
+
     for (key, patch_value) in patch {
-        if is_directive_key(key) {
+        if is_directive_key(key) || ordered_lists.contains(&key.as_str()) {
             continue;
         }
         let field = child_path(path, key);
@@ -490,7 +499,8 @@ fn merge_map(
             Value::Object(patch_map) => match original.get_mut(key) {
                 Some(Value::Object(original_map)) => {
                     if let MapOutcome::Delete = merge_map(original_map, patch_map, &field)? {
-                        original.remove(key);
+                        // Upstream empties the map rather than removing the field.
+                        original_map.clear();
                     }
                 }
                 _ => {
@@ -499,9 +509,7 @@ fn merge_map(
                         MapOutcome::Keep => {
                             original.insert(key.clone(), Value::Object(fresh));
                         }
-                        MapOutcome::Delete => {
-                            original.remove(key);
-                        }
+                        MapOutcome::Delete => {}
                     }
                 }
             },
@@ -530,44 +538,148 @@ fn merge_map(
             }
         }
     }
+    Ok(MapOutcome::Keep)
+}
 
-    for (key, directive_value) in patch {
-        if let Some(list_field) = key.strip_prefix(SET_ELEMENT_ORDER_PREFIX) {
-            let field = child_path(path, list_field);
-            let Value::Array(order) = directive_value else {
-                return Err(smp_error(&field, format!("\"{key}\" must be a list")));
-            };
-            if let Some(Value::Array(items)) = original.get_mut(list_field) {
-                apply_element_order(list_field, items, order, &field)?;
-            }
+/// `$retainKeys` lists the only fields this map may keep. Fields with
+/// `patchStrategy:"retainKeys"` (a volume's source, a Deployment's strategy) use it so that
+/// switching `hostPath` to `emptyDir` also clears `hostPath`.
+fn apply_retain_keys(
+    original: &mut Map<String, Value>,
+    patch: &Map<String, Value>,
+    retain: &Value,
+    path: &str,
+) -> Result<(), PatchError> {
+    let malformed = || smp_error(path, "\"$retainKeys\" must be a list of field names");
+    let keep: Vec<&str> = retain
+        .as_array()
+        .ok_or_else(malformed)?
+        .iter()
+        .map(|name| name.as_str().ok_or_else(malformed))
+        .collect::<Result<_, _>>()?;
+    for (key, value) in patch {
+        if value.is_null() || is_directive_key(key) {
+            continue;
         }
-    }
-
-    if let Some(retain) = patch.get(RETAIN_KEYS_DIRECTIVE) {
-        let Some(retain) = retain.as_array() else {
+        if !keep.contains(&key.as_str()) {
             return Err(smp_error(
                 path,
-                "\"$retainKeys\" must be a list of field names",
+                format!("the patch sets \"{key}\", which \"$retainKeys\" does not list"),
             ));
-        };
-        let mut keep = Vec::with_capacity(retain.len());
-        for name in retain {
-            match name.as_str() {
-                Some(name) => keep.push(name),
-                None => {
-                    return Err(smp_error(
-                        path,
-                        "\"$retainKeys\" must be a list of field names",
-                    ))
-                }
-            }
         }
-        // $retainKeys lists the only fields this map may keep: used by fields with
-        // `patchStrategy:"retainKeys"` (a volume's source, a Deployment's strategy) so that
-        // switching `hostPath` to `emptyDir` also clears `hostPath`.
-        original.retain(|key, _| keep.contains(&key.as_str()));
     }
-    Ok(MapOutcome::Keep)
+    original.retain(|key, _| keep.contains(&key.as_str()));
+    Ok(())
+}
+
+/// Handles every `$setElementOrder/<list>` in `patch`: merges that list (if the patch has it)
+/// and then orders it as the directive says. Returns the list fields it took care of, so the
+/// main loop leaves them alone.
+fn merge_lists_with_element_order<'p>(
+    original: &mut Map<String, Value>,
+    patch: &'p Map<String, Value>,
+    path: &str,
+) -> Result<Vec<&'p str>, PatchError> {
+    let mut handled = Vec::new();
+    for (key, order) in patch {
+        let Some(list_field) = key.strip_prefix(SET_ELEMENT_ORDER_PREFIX) else {
+            continue;
+        };
+        let field = child_path(path, list_field);
+        let Value::Array(order) = order else {
+            return Err(smp_error(&field, format!("\"{key}\" must be a list")));
+        };
+        let patch_list = match patch.get(list_field) {
+            Some(Value::Array(items)) => Some(items.as_slice()),
+            // The patch replaces or deletes the list outright; the main loop does that.
+            Some(_) => continue,
+            None => None,
+        };
+        let original_list = match original.get(list_field) {
+            Some(Value::Array(items)) => Some(items.clone()),
+            _ => None,
+        };
+        let server_order = original_list.clone().unwrap_or_default();
+        let merge_key = merge_key_for(list_field, &server_order, patch_list.unwrap_or(&[]));
+        check_patch_follows_order(
+            list_field,
+            patch_list.unwrap_or(&[]),
+            order,
+            merge_key,
+            &field,
+        )?;
+        let merged = match (original_list, patch_list) {
+            (Some(mut items), Some(patch_items)) => {
+                merge_list(list_field, &mut items, patch_items, &field)?;
+                items
+            }
+            (None, Some(patch_items)) => {
+                let mut items = Vec::new();
+                merge_list(list_field, &mut items, patch_items, &field)?;
+                items
+            }
+            (Some(items), None) => items,
+            (None, None) => continue,
+        };
+        let ordered = normalize_element_order(merged, order, &server_order, merge_key);
+        original.insert(list_field.to_string(), Value::Array(ordered));
+        handled.push(list_field);
+    }
+    Ok(handled)
+}
+
+/// Upstream's `validatePatchWithSetOrderList`: the patch's items (deletions aside) must appear
+/// in the same relative order as in `$setElementOrder`, and every entry must carry the merge key.
+fn check_patch_follows_order(
+    list_field: &str,
+    patch_items: &[Value],
+    order: &[Value],
+    merge_key: Option<&str>,
+    path: &str,
+) -> Result<(), PatchError> {
+    if let Some(key) = merge_key {
+        if order.iter().any(|entry| entry.get(key).is_none()) {
+            return Err(smp_error(
+                path,
+                format!(
+                    "\"$setElementOrder/{list_field}\" entries must carry the merge key \"{key}\""
+                ),
+            ));
+        }
+    }
+    let identity = |item: &Value| -> Value {
+        match merge_key {
+            Some(key) => item.get(key).cloned().unwrap_or(Value::Null),
+            None => item.clone(),
+        }
+    };
+    let is_deletion =
+        |item: &Value| item.get(PATCH_DIRECTIVE).and_then(Value::as_str) == Some("delete");
+    let listed: Vec<&Value> = patch_items
+        .iter()
+        .filter(|item| merge_key.is_none() || !is_deletion(item))
+        .collect();
+    let (mut patch_index, mut order_index) = (0, 0);
+    while patch_index < listed.len() && order_index < order.len() {
+        if merge_key.is_some() && listed[patch_index].get(PATCH_DIRECTIVE).is_some() {
+            patch_index += 1;
+            continue;
+        }
+        if json_equal(
+            &identity(listed[patch_index]),
+            &identity(&order[order_index]),
+        ) {
+            patch_index += 1;
+        }
+        order_index += 1;
+    }
+    if patch_index < listed.len() {
+        return Err(smp_error(
+            path,
+            format!("the items of \"{list_field}\" are not in the order \"$setElementOrder/{list_field}\" gives"),
+        ));
+    }
+    Ok(())
 }
 
 fn merge_list(
@@ -576,33 +688,33 @@ fn merge_list(
     patch: &[Value],
     path: &str,
 ) -> Result<(), PatchError> {
-    // {"$patch": "replace"} as a list element: the patch's other elements become the list.
-    let replace_whole_list = patch.iter().any(|item| {
-        item.get(PATCH_DIRECTIVE).and_then(Value::as_str) == Some("replace")
-            && item.as_object().is_some_and(|fields| fields.len() == 1)
-    });
-    if replace_whole_list {
-        *original = strip_directives_from_list(patch);
-        return Ok(());
-    }
-
-    let all_scalars = patch
+    let merge_key = merge_key_for(list_field, original, patch);
+    let all_scalars = original
         .iter()
+        .chain(patch)
         .all(|item| !item.is_object() && !item.is_array());
+
     if all_scalars && is_merged_primitive_list(list_field) {
+        // A set of scalars (finalizers): union, then upstream's ordering rules.
+        let server_order = original.clone();
+        let mut merged = std::mem::take(original);
         for item in patch {
-            if !original.iter().any(|existing| json_equal(existing, item)) {
-                original.push(item.clone());
+            if !merged.iter().any(|existing| json_equal(existing, item)) {
+                merged.push(item.clone());
             }
         }
+        *original = normalize_element_order(merged, patch, &server_order, None);
         return Ok(());
     }
-
-    let Some(merge_key) = merge_key_for(list_field, original, patch) else {
+    let Some(merge_key) = merge_key else {
+        // No merge strategy for this field: the patch's list replaces the live one.
         *original = strip_directives_from_list(patch);
         return Ok(());
     };
 
+    // First the special elements: deletions by key, and a whole-list replace.
+    let mut replace_whole_list = false;
+    let mut regular: Vec<(usize, &Map<String, Value>)> = Vec::new();
     for (position, patch_item) in patch.iter().enumerate() {
         let item_path = format!("{path}[{position}]");
         let Value::Object(patch_fields) = patch_item else {
@@ -611,88 +723,130 @@ fn merge_list(
                 format!("items of \"{list_field}\" must be objects merged by \"{merge_key}\""),
             ));
         };
+        match patch_fields.get(PATCH_DIRECTIVE) {
+            None => regular.push((position, patch_fields)),
+            Some(Value::String(directive)) => match directive.as_str() {
+                "delete" => {
+                    let Some(key_value) = patch_fields.get(merge_key) else {
+                        return Err(missing_merge_key(&item_path, merge_key));
+                    };
+                    // Every live item with this key goes, as upstream's deleteMatchingEntries.
+                    original.retain(|item| {
+                        !item.get(merge_key).is_some_and(|v| json_equal(v, key_value))
+                    });
+                }
+                "replace" => replace_whole_list = true,
+                "merge" => regular.push((position, patch_fields)),
+                other => {
+                    return Err(smp_error(
+                        &item_path,
+                        format!("unknown \"$patch\" directive \"{other}\" (expected replace, merge or delete)"),
+                    ))
+                }
+            },
+            Some(other) => {
+                return Err(smp_error(
+                    &item_path,
+                    format!("\"$patch\" must be a string, not {other}"),
+                ))
+            }
+        }
+    }
+    if replace_whole_list {
+        *original = regular
+            .iter()
+            .map(|(_, fields)| Value::Object(strip_directives_from_map(fields)))
+            .collect();
+        return Ok(());
+    }
+
+    // Then merge each remaining item into the live item with the same key, or append it.
+    let server_order = original.clone();
+    for (position, patch_fields) in &regular {
+        let item_path = format!("{path}[{position}]");
         let Some(key_value) = patch_fields.get(merge_key) else {
-            return Err(smp_error(
-                &item_path,
-                format!("list item does not contain the merge key \"{merge_key}\""),
-            ));
+            return Err(missing_merge_key(&item_path, merge_key));
         };
         let existing = original.iter().position(|item| {
             item.get(merge_key)
                 .is_some_and(|v| json_equal(v, key_value))
         });
         match existing {
-            Some(index) => {
-                let outcome = match &mut original[index] {
-                    Value::Object(original_fields) => {
-                        merge_map(original_fields, patch_fields, &item_path)?
-                    }
-                    other => {
-                        *other = Value::Object(strip_directives_from_map(patch_fields));
-                        MapOutcome::Keep
-                    }
-                };
-                if let MapOutcome::Delete = outcome {
-                    // `$patch: delete` removes every item with this key.
-                    original.retain(|item| {
-                        !item
-                            .get(merge_key)
-                            .is_some_and(|v| json_equal(v, key_value))
-                    });
+            Some(index) => match &mut original[index] {
+                Value::Object(original_fields) => {
+                    merge_map(original_fields, patch_fields, &item_path)?;
                 }
-            }
+                other => *other = Value::Object(strip_directives_from_map(patch_fields)),
+            },
             None => {
                 let mut fresh = Map::new();
-                if let MapOutcome::Keep = merge_map(&mut fresh, patch_fields, &item_path)? {
-                    original.push(Value::Object(fresh));
-                }
+                merge_map(&mut fresh, patch_fields, &item_path)?;
+                original.push(Value::Object(fresh));
             }
         }
     }
+    let patch_order: Vec<Value> = regular
+        .iter()
+        .map(|(_, fields)| Value::Object((*fields).clone()))
+        .collect();
+    let merged = std::mem::take(original);
+    *original = normalize_element_order(merged, &patch_order, &server_order, Some(merge_key));
     Ok(())
 }
 
-/// Reorders a merged list by `$setElementOrder/<list>`. Items named in the order take the
-/// positions such items already occupy, in the given order; items only the server has keep
-/// their places. (The real server interleaves server-only items by their original positions,
-/// which gives the same answer in the cases kubectl produces.)
-fn apply_element_order(
-    list_field: &str,
-    items: &mut [Value],
-    order: &[Value],
-    path: &str,
-) -> Result<(), PatchError> {
-    let merge_key = merge_key_for(list_field, items, &[]);
-    let identity = |item: &Value| -> Option<Value> {
+fn missing_merge_key(item_path: &str, merge_key: &str) -> PatchError {
+    smp_error(
+        item_path,
+        format!("list item does not contain the merge key \"{merge_key}\""),
+    )
+}
+
+/// Upstream's `normalizeElementOrder`: items named in `patch_order` come in that order, items
+/// only the server has keep their live order, and the two are interleaved by their positions in
+/// the live list (`server_order`). So a patch that changes one container keeps the others where
+/// they were, and `$setElementOrder` can reorder the whole list.
+fn normalize_element_order(
+    merged: Vec<Value>,
+    patch_order: &[Value],
+    server_order: &[Value],
+    merge_key: Option<&str>,
+) -> Vec<Value> {
+    let identity = |item: &Value| -> Value {
         match merge_key {
-            Some(key) => item.get(key).cloned(),
-            None => Some(item.clone()),
+            Some(key) => item.get(key).cloned().unwrap_or(Value::Null),
+            None => item.clone(),
         }
     };
-    let mut wanted = Vec::with_capacity(order.len());
-    for entry in order {
-        let id = match merge_key {
-            Some(key) => entry.get(key).cloned().ok_or_else(|| {
-                smp_error(
-                    path,
-                    format!("\"$setElementOrder/{list_field}\" entries must carry the merge key \"{key}\""),
-                )
-            })?,
-            None => entry.clone(),
+    let position_in = |list: &[Value], item: &Value| -> Option<usize> {
+        let wanted = identity(item);
+        list.iter()
+            .position(|entry| json_equal(&identity(entry), &wanted))
+    };
+    let (mut from_patch, mut server_only): (Vec<Value>, Vec<Value>) = merged
+        .into_iter()
+        .partition(|item| position_in(patch_order, item).is_some());
+    from_patch.sort_by_key(|item| position_in(patch_order, item).unwrap_or(usize::MAX));
+    server_only.sort_by_key(|item| position_in(server_order, item).unwrap_or(usize::MAX));
+
+    // mergeSortedSlice: take the server-only item first only when both items are in the live
+    // list and the server-only one came earlier there.
+    let mut result = Vec::with_capacity(from_patch.len() + server_only.len());
+    let mut left = server_only.into_iter().peekable();
+    let mut right = from_patch.into_iter().peekable();
+    loop {
+        let take_left = match (left.peek(), right.peek()) {
+            (None, None) => break,
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (Some(l), Some(r)) => matches!(
+                (position_in(server_order, l), position_in(server_order, r)),
+                (Some(li), Some(ri)) if li < ri
+            ),
         };
-        wanted.push(id);
+        let next = if take_left { left.next() } else { right.next() };
+        result.extend(next);
     }
-    let rank =
-        |item: &Value| identity(item).and_then(|id| wanted.iter().position(|w| json_equal(w, &id)));
-    let slots: Vec<usize> = (0..items.len())
-        .filter(|&i| rank(&items[i]).is_some())
-        .collect();
-    let mut ordered: Vec<Value> = slots.iter().map(|&i| items[i].clone()).collect();
-    ordered.sort_by_key(|item| rank(item));
-    for (slot, item) in slots.into_iter().zip(ordered) {
-        items[slot] = item;
-    }
-    Ok(())
+    result
 }
 
 fn strip_directives_from_map(fields: &Map<String, Value>) -> Map<String, Value> {
@@ -1045,8 +1199,9 @@ mod tests {
             containers[0]["ports"],
             json!([{"containerPort":80,"protocol":"TCP","name":"http"}])
         );
-        assert_eq!(containers[1]["image"], "busybox");
-        assert_eq!(containers[2], json!({"name":"new","image":"redis"}));
+        // Upstream's ordering: patch items in patch order, then the live-only "side".
+        assert_eq!(containers[1], json!({"name":"new","image":"redis"}));
+        assert_eq!(containers[2]["image"], "busybox");
     }
 
     /// Lists without a merge key (args, command) are replaced outright.
@@ -1077,11 +1232,16 @@ mod tests {
         );
     }
 
-    /// `$patch: delete` on a map removes that field.
+    /// `$patch: delete` on a map empties it (upstream keeps the field as `{}`); on a missing
+    /// field it adds nothing.
     #[test]
     fn smp_delete_map_directive() {
-        let result = strategic(pod(), json!({"metadata":{"labels":{"$patch":"delete"}}}));
-        assert!(result["metadata"].get("labels").is_none(), "{result}");
+        let result = strategic(
+            pod(),
+            json!({"metadata":{"labels":{"$patch":"delete"},"annotations":{"$patch":"delete"}}}),
+        );
+        assert_eq!(result["metadata"]["labels"], json!({}));
+        assert!(result["metadata"].get("annotations").is_none(), "{result}");
     }
 
     /// `$retainKeys` clears fields it does not list (switching a volume source).
@@ -1097,17 +1257,19 @@ mod tests {
         );
     }
 
-    /// `$deleteFromPrimitiveList` removes values; finalizers merge as a set.
+    /// `$deleteFromPrimitiveList` removes values; finalizers merge as a set, patch values first
+    /// (upstream's order: [a,b,c] + [d,a] - [b] = [d,a,c]).
     #[test]
     fn smp_primitive_lists() {
         let result = strategic(
             json!({"metadata":{"finalizers":["a","b","c"]}}),
             json!({"metadata":{"$deleteFromPrimitiveList/finalizers":["b"],"finalizers":["d","a"]}}),
         );
-        assert_eq!(result["metadata"]["finalizers"], json!(["a", "c", "d"]));
+        assert_eq!(result["metadata"]["finalizers"], json!(["d", "a", "c"]));
     }
 
-    /// `$setElementOrder` reorders merged items; server-only items keep their places.
+    /// `$setElementOrder` reorders the listed items; a live-only item is slotted in by its live
+    /// position (worked through upstream's mergeSortedSlice by hand).
     #[test]
     fn smp_set_element_order() {
         let result = strategic(
@@ -1121,14 +1283,103 @@ mod tests {
             .iter()
             .map(|c| c["name"].as_str().unwrap())
             .collect();
-        assert_eq!(names, vec!["c", "a", "server-only", "b"]);
-        assert_eq!(result["spec"]["containers"][1]["image"], "x");
+        assert_eq!(names, vec!["server-only", "c", "a", "b"]);
+        assert_eq!(result["spec"]["containers"][2]["image"], "x");
 
         let primitive = strategic(
             json!({"metadata":{"finalizers":["x","y","z"]}}),
             json!({"metadata":{"$setElementOrder/finalizers":["z","y","x"]}}),
         );
         assert_eq!(primitive["metadata"]["finalizers"], json!(["z", "y", "x"]));
+    }
+
+    /// Patching one item of a keyed list leaves the others where they were.
+    #[test]
+    fn smp_keeps_live_order_of_untouched_items() {
+        let names = |value: &Value| -> Vec<String> {
+            value["spec"]["containers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| c["name"].as_str().unwrap().to_string())
+                .collect()
+        };
+        let first = strategic(
+            pod(),
+            json!({"spec":{"containers":[{"name":"c","image":"x"}]}}),
+        );
+        assert_eq!(names(&first), vec!["c", "side"]);
+        let second = strategic(
+            pod(),
+            json!({"spec":{"containers":[{"name":"side","image":"x"}]}}),
+        );
+        assert_eq!(names(&second), vec!["c", "side"]);
+        assert_eq!(second["spec"]["containers"][1]["image"], "x");
+    }
+
+    /// A `{"$patch":"replace"}` element may sit anywhere in the list; deletions beside it vanish.
+    #[test]
+    fn smp_list_replace_ignores_other_directives() {
+        let result = strategic(
+            pod(),
+            json!({"spec":{"volumes":[{"$patch":"replace"},{"name":"new","emptyDir":{}},{"name":"data","$patch":"delete"}]}}),
+        );
+        assert_eq!(
+            result["spec"]["volumes"],
+            json!([{"name":"new","emptyDir":{}}])
+        );
+    }
+
+    /// `$retainKeys` must list every field the patch sets, as upstream checks.
+    #[test]
+    fn smp_retain_keys_must_cover_the_patch() {
+        let mut target = json!({"spec":{"strategy":{"type":"Recreate"}}});
+        let error = strategic_merge_patch(
+            &mut target,
+            &json!({"spec":{"strategy":{"$retainKeys":["type"],"type":"RollingUpdate","rollingUpdate":{"maxSurge":1}}}}),
+        )
+        .unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "strategic merge patch at spec.strategy: the patch sets \"rollingUpdate\", which \"$retainKeys\" does not list"
+        );
+    }
+
+    /// A patch list whose order contradicts `$setElementOrder` is rejected.
+    #[test]
+    fn smp_set_element_order_must_agree_with_the_patch() {
+        let mut target = pod();
+        let error = strategic_merge_patch(
+            &mut target,
+            &json!({"spec":{"$setElementOrder/containers":[{"name":"c"},{"name":"side"}],
+                            "containers":[{"name":"side"},{"name":"c"}]}}),
+        )
+        .unwrap_err();
+        assert!(error.to_string().contains("not in the order"), "{error}");
+        let missing_key = strategic_merge_patch(
+            &mut target,
+            &json!({"spec":{"$setElementOrder/containers":[{"image":"c"}]}}),
+        )
+        .unwrap_err();
+        assert!(
+            missing_key
+                .to_string()
+                .contains("must carry the merge key \"name\""),
+            "{missing_key}"
+        );
+    }
+
+    /// Service ports merge by `port`, container ports by `containerPort`.
+    #[test]
+    fn smp_ports_pick_their_merge_key() {
+        let service = strategic(
+            json!({"spec":{"ports":[{"port":80,"targetPort":8080},{"port":443}]}}),
+            json!({"spec":{"ports":[{"port":80,"targetPort":9090}]}}),
+        );
+        assert_eq!(
+            service["spec"]["ports"],
+            json!([{"port":80,"targetPort":9090},{"port":443}])
+        );
     }
 
     /// Conditions merge by type and ownerReferences by uid.
