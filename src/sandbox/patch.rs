@@ -466,12 +466,14 @@ fn merge_map(
                 *original = strip_directives_from_map(patch);
                 return Ok(MapOutcome::Keep);
             }
-            other => return Err(smp_error(
-                path,
-                format!(
+            other => {
+                return Err(smp_error(
+                    path,
+                    format!(
                     "unknown \"$patch\" directive \"{other}\" (expected replace, merge or delete)"
                 ),
-            )),
+                ))
+            }
         },
         Some(other) => {
             return Err(smp_error(

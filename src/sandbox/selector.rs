@@ -471,52 +471,16 @@ fn lex_label_selector(selector: &str) -> Vec<(Token, usize)> {
     tokens
 }
 
-/// `([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]`, at most 63 characters.
-fn is_qualified_name_part(text: &str) -> bool {
-    let bytes = text.as_bytes();
-    match (bytes.first(), bytes.last()) {
-        (Some(first), Some(last)) => {
-            bytes.len() <= 63
-                && first.is_ascii_alphanumeric()
-                && last.is_ascii_alphanumeric()
-                && bytes
-                    .iter()
-                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-        }
-        _ => false,
-    }
-}
-
-/// Label keys are `[prefix/]name`: the prefix a DNS subdomain, the name a qualified name part.
+/// Label keys are qualified names (`[prefix/]name`), checked with apimachinery's wording.
 fn validate_label_key(key: &str) -> Result<(), String> {
-    let (prefix, name) = match key.split_once('/') {
-        Some((prefix, name)) => (Some(prefix), name),
-        None => (None, key),
-    };
-    if let Some(prefix) = prefix {
-        if super::names::validate_dns1123_subdomain(prefix).is_err() {
-            return Err(format!(
-                "invalid label key '{key}': the prefix before '/' must be a DNS subdomain"
-            ));
-        }
-    }
-    if !is_qualified_name_part(name) {
-        return Err(format!(
-            "invalid label key '{key}': name part must be 63 characters or less, consist of alphanumeric characters, '-', '_' or '.', and start and end with an alphanumeric character"
-        ));
-    }
-    Ok(())
+    super::names::validate_qualified_name(key)
+        .map_err(|problem| format!("invalid label key \"{key}\": {problem}"))
 }
 
 /// Label values are empty or a qualified name part.
 fn validate_label_value(value: &str) -> Result<(), String> {
-    if value.is_empty() || is_qualified_name_part(value) {
-        Ok(())
-    } else {
-        Err(format!(
-            "invalid label value '{value}': must be 63 characters or less, empty or consist of alphanumeric characters, '-', '_' or '.', and start and end with an alphanumeric character"
-        ))
-    }
+    super::names::validate_label_value(value)
+        .map_err(|problem| format!("invalid label value \"{value}\": {problem}"))
 }
 
 /// How one field requirement compares.
@@ -691,6 +655,7 @@ fn unescape_field_value(raw: &str) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
     use serde_json::json;
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
@@ -897,6 +862,71 @@ mod tests {
                     assert!(problem.contains(expected_problem), "{input}: {problem}");
                 }
                 other => panic!("{input}: {other:?}"),
+            }
+        }
+    }
+
+    /// Non-ASCII values are fine in field selectors (no byte-slicing mid-character).
+    #[test]
+    fn field_selector_unicode_values() {
+        let selector = FieldSelector::parse("metadata.name=żółw,spec.x!=é").unwrap();
+        assert!(selector.matches(&json!({"metadata": {"name": "żółw"}})));
+        assert!(LabelSelector::parse("a=żółw").is_err());
+    }
+
+    /// Error messages carry apimachinery's wording for bad keys and values.
+    #[test]
+    fn label_errors_use_kubernetes_wording() {
+        let error = LabelSelector::parse("tier=-db").unwrap_err().to_string();
+        assert!(
+            error.contains("invalid label value \"-db\": a valid label must be an empty string"),
+            "{error}"
+        );
+        let error = LabelSelector::parse("/x").unwrap_err().to_string();
+        assert!(
+            error.contains("invalid label key \"/x\": prefix part must be non-empty"),
+            "{error}"
+        );
+    }
+
+    fn requirement() -> impl Strategy<Value = LabelRequirement> {
+        let key = "([a-z]{1,3}\\.)?[a-z]{1,3}(/[A-Za-z0-9]{1,3})?";
+        let value = "[A-Za-z0-9]([-A-Za-z0-9_.]{0,3}[A-Za-z0-9])?";
+        (key, prop::collection::vec(value, 1..4), 0..8u8).prop_map(|(key, values, pick)| {
+            let (operator, values) = match pick {
+                0 => (LabelOperator::Equals, vec![values[0].clone()]),
+                1 => (LabelOperator::NotEquals, vec![values[0].clone()]),
+                2 => (LabelOperator::In, values),
+                3 => (LabelOperator::NotIn, values),
+                4 => (LabelOperator::Exists, vec![]),
+                5 => (LabelOperator::DoesNotExist, vec![]),
+                6 => (LabelOperator::GreaterThan, vec![values.len().to_string()]),
+                _ => (LabelOperator::LessThan, vec![values.len().to_string()]),
+            };
+            LabelRequirement {
+                key,
+                operator,
+                values,
+            }
+        })
+    }
+
+    proptest! {
+        /// Printing a selector and parsing it back gives the same selector.
+        #[test]
+        fn label_selector_display_round_trips(requirements in prop::collection::vec(requirement(), 0..5)) {
+            let selector = LabelSelector { requirements };
+            let text = selector.to_string();
+            prop_assert_eq!(LabelSelector::parse(&text), Ok(selector), "{}", text);
+        }
+
+        /// A selector never panics on arbitrary input; it parses or names a term.
+        #[test]
+        fn label_selector_total_on_garbage(text in "[a-z!=(), <>in]{0,24}") {
+            match LabelSelector::parse(&text) {
+                Ok(_) => {}
+                Err(SelectorError::LabelTerm { selector, .. }) => prop_assert_eq!(selector, text),
+                Err(other) => prop_assert!(false, "{:?}", other),
             }
         }
     }
