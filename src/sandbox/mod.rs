@@ -31,7 +31,6 @@ mod body;
 mod controllers;
 mod errors;
 mod faults;
-mod interim;
 pub mod names;
 mod objects;
 pub mod patch;
