@@ -688,6 +688,16 @@ impl Config {
                 "cluster {cluster_name:?} is https but has no certificate-authority(-data)"
             )));
         }
+        for ignored in ["proxy-url", "tls-server-name"] {
+            if cluster[ignored].is_string() {
+                // Not implemented here; `kubectl proxy` honours both.
+                tracing::warn!(
+                    cluster = cluster_name,
+                    field = ignored,
+                    "kubeconfig field is ignored by this client; if connecting fails, use `kubectl proxy`"
+                );
+            }
+        }
         if tls.insecure_skip_verify {
             tracing::warn!(
                 cluster = cluster_name,
@@ -866,6 +876,27 @@ mod tests {
             error.to_string().starts_with("--namespace needs a value"),
             "{error}"
         );
+    }
+
+    proptest::proptest! {
+        /// Arguments that are not connection flags come back untouched and in order.
+        #[test]
+        fn other_arguments_pass_through_in_order(
+            words in proptest::collection::vec("[a-z0-9=./-]{1,12}", 0..8)
+        ) {
+            let others: Vec<String> = words
+                .into_iter()
+                .filter(|word| {
+                    let flag = word.split('=').next().unwrap_or_default();
+                    !CONFIG_FLAGS.contains(&flag)
+                })
+                .collect();
+            let mut args = vec!["--server".to_string(), "http://127.0.0.1:1".to_string()];
+            args.extend(others.iter().cloned());
+            let (parsed, rest) = ConfigArgs::parse(args).unwrap();
+            proptest::prop_assert_eq!(parsed.server.as_deref(), Some("http://127.0.0.1:1"));
+            proptest::prop_assert_eq!(rest, others);
+        }
     }
 
     #[test]
