@@ -309,12 +309,12 @@ pub enum ConfigError {
     ConflictingFlags { flags: &'static str },
     /// The server URL does not parse or is not http/https.
     InvalidServerUrl {
-        source: String,
+        origin: String,
         url: String,
         reason: String,
     },
     /// An `https://` server with no CA to verify it against.
-    MissingCertificateAuthority { source: String, server: String },
+    MissingCertificateAuthority { origin: String, server: String },
     /// A file we were pointed at could not be read.
     ReadFile {
         what: &'static str,
@@ -339,16 +339,16 @@ impl fmt::Display for ConfigError {
                 write!(f, "{flags} cannot be used together; pick one")
             }
             ConfigError::InvalidServerUrl {
-                source,
+                origin,
                 url,
                 reason,
             } => write!(
                 f,
-                "{source}: server {url:?} is not a usable URL ({reason}); expected http://HOST:PORT or https://HOST:PORT"
+                "{origin}: server {url:?} is not a usable URL ({reason}); expected http://HOST:PORT or https://HOST:PORT"
             ),
-            ConfigError::MissingCertificateAuthority { source, server } => write!(
+            ConfigError::MissingCertificateAuthority { origin, server } => write!(
                 f,
-                "{source}: {server} is https but no certificate authority was given to verify it; \
+                "{origin}: {server} is https but no certificate authority was given to verify it; \
                  pass --certificate-authority FILE (for the sandbox: its ca.crt), or use an http:// server such as `kubectl proxy`"
             ),
             ConfigError::ReadFile { what, path, reason } => {
@@ -461,7 +461,7 @@ impl Config {
         let server = parse_server_url(server, "URL")?;
         if server.scheme() == "https" {
             return Err(ConfigError::MissingCertificateAuthority {
-                source: "Config::from_url".into(),
+                origin: "Config::from_url".into(),
                 server: server.to_string(),
             });
         }
@@ -492,7 +492,7 @@ impl Config {
             }
             None if server.scheme() == "https" => {
                 return Err(ConfigError::MissingCertificateAuthority {
-                    source: label,
+                    origin: label,
                     server: server.to_string(),
                 })
             }
@@ -770,9 +770,9 @@ impl Config {
     }
 }
 
-fn parse_server_url(server: &str, source: &str) -> Result<url::Url, ConfigError> {
+fn parse_server_url(server: &str, origin: &str) -> Result<url::Url, ConfigError> {
     let invalid = |reason: String| ConfigError::InvalidServerUrl {
-        source: source.to_string(),
+        origin: origin.to_string(),
         url: server.to_string(),
         reason,
     };
