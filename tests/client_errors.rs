@@ -337,3 +337,28 @@ async fn a_stream_cut_mid_body_is_a_transport_error() {
         "{error}"
     );
 }
+
+/// Headers arrive but the body stalls: a non-watch request still ends with Timeout, not a hang.
+#[tokio::test(start_paused = true)]
+async fn a_stalled_body_times_out() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        let (mut socket, _) = listener.accept().await.unwrap();
+        let mut request = vec![0u8; 4096];
+        let _ = socket.read(&mut request).await.unwrap();
+        socket
+            .write_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"kind\":")
+            .await
+            .unwrap();
+        // Hold the connection open without sending the rest.
+        std::future::pending::<()>().await;
+        drop(socket);
+    });
+    let client = plain_client(&url);
+    let started = tokio::time::Instant::now();
+    let error = client.get::<Value>("/api/v1/pods").await.unwrap_err();
+    assert!(matches!(error, ClientError::Timeout { .. }), "{error:?}");
+    assert_eq!(started.elapsed().as_secs(), 30);
+}
