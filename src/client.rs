@@ -3,7 +3,7 @@
 //!
 //! WORKSHOP.md, step 01 ("Talking to the API server" and "When the server says no"). Built on
 //! hyper-util's pooled client over a rustls connector (ring provider), verifying the server
-//! against the CA the [`Config`](crate::config::Config) names and nothing else.
+//! against the CA the [`crate::config::Config`] names and nothing else.
 //!
 //! What it does for you, because Kubernetes says so:
 //! - every error body is a `Status`: decoded into [`ClientError::Api`]; a body that is not one (a
