@@ -13,10 +13,12 @@ use serde_json::{json, Map, Value};
 use crate::status::StatusCause;
 
 use super::errors::ApiError;
-use super::interim;
+use super::names;
 use super::random::Xorshift;
 use super::resources::ResourceType;
+use super::schema;
 use super::store::StoreState;
+use super::timefmt;
 
 /// `?fieldValidation=`: what to do with fields the schema does not know.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -214,7 +216,7 @@ pub(crate) fn create(
     }
     let uid = options.random.uuid();
     metadata["uid"] = json!(uid);
-    metadata["creationTimestamp"] = json!(interim::now_rfc3339());
+    metadata["creationTimestamp"] = json!(timefmt::now_rfc3339());
     metadata["generation"] = json!(1);
 
     let mut follow_ups = Vec::new();
@@ -275,18 +277,13 @@ fn validate_name(resource: &ResourceType, name: &str) -> Result<(), ApiError> {
     // names are DNS-1123 subdomains.
     let label_only = resource.group.is_empty()
         && (resource.plural == "namespaces" || resource.plural == "services");
-    let valid = if label_only {
-        interim::is_dns1123_label(name)
+    let checked = if label_only {
+        names::validate_dns1123_label(name)
     } else {
-        interim::is_dns1123_subdomain(name)
+        names::validate_dns1123_subdomain(name)
     };
-    if valid {
+    let Err(rule) = checked else {
         return Ok(());
-    }
-    let rule = if label_only {
-        "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
-    } else {
-        "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
     };
     Err(ApiError::invalid_field(
         resource,
@@ -307,11 +304,19 @@ fn validate_custom(
     let Some(schema) = &resource.schema else {
         return Ok(Vec::new());
     };
-    let errors = interim::validate_schema(schema, object);
+    let errors = schema::validate(schema, object);
     if !errors.is_empty() {
-        return Err(ApiError::invalid(resource, name, errors));
+        let causes = errors
+            .into_iter()
+            .map(|e| StatusCause {
+                reason: e.reason,
+                message: e.message,
+                field: e.field,
+            })
+            .collect();
+        return Err(ApiError::invalid(resource, name, causes));
     }
-    let unknown = interim::prune(schema, object);
+    let unknown = schema::prune(schema, object);
     if unknown.is_empty() {
         return Ok(Vec::new());
     }
@@ -485,10 +490,12 @@ pub(crate) fn update(
     }
     // The last finalizer removed from an object being deleted: now it really goes.
     if !next["metadata"]["deletionTimestamp"].is_null() && finalizers_of(&next) == 0 {
-        state.commit_modified(&resource.store_key(), next);
-        let removed = remove(state, resource, &namespace_of(old), &name, false);
+        // kube-apiserver does not store this update: it deletes the object instead, so
+        // watchers see one DELETED (here carrying the state without finalizers).
+        let removed = state.commit_deleted_as(&resource.store_key(), next);
+        after_removal(state, resource, &removed, false);
         return Ok(WriteOutcome {
-            object: removed.unwrap_or_else(|| old.clone()),
+            object: removed,
             code: 200,
             follow_ups: Vec::new(),
             warnings,
@@ -577,7 +584,7 @@ pub(crate) fn delete(
             return Ok(old);
         }
         let mut marked = (*old).clone();
-        marked["metadata"]["deletionTimestamp"] = json!(interim::now_rfc3339());
+        marked["metadata"]["deletionTimestamp"] = json!(timefmt::now_rfc3339());
         marked["metadata"]["deletionGracePeriodSeconds"] = json!(0);
         return Ok(state.commit_modified(&resource.store_key(), marked));
     }
@@ -604,6 +611,18 @@ pub(crate) fn remove(
         }
     }
     let removed = state.commit_deleted(&store_key, namespace, name);
+    after_removal(state, resource, &object, orphan_dependents);
+    removed
+}
+
+/// What the controllers do once an object is gone: a CRD takes its objects and endpoints with
+/// it, and the garbage collector looks for dependents.
+fn after_removal(
+    state: &mut StoreState,
+    resource: &ResourceType,
+    object: &Value,
+    orphan_dependents: bool,
+) {
     if resource.group == "apiextensions.k8s.io" {
         let group = object["spec"]["group"].as_str().unwrap_or_default();
         let plural = object["spec"]["names"]["plural"]
@@ -614,12 +633,11 @@ pub(crate) fn remove(
             state.commit_deleted(&custom_key, &namespace_of(&inner), &name_of(&inner));
         }
         state.end_watchers_of(&custom_key);
-        state.registry.unregister_crd(&object);
+        state.registry.unregister_crd(object);
     }
     if !orphan_dependents {
-        collect_garbage(state, &uid_of(&object));
+        collect_garbage(state, &uid_of(object));
     }
-    removed
 }
 
 /// Background garbage collection: dependents that name `owner_uid` in ownerReferences are
@@ -660,7 +678,7 @@ fn collect_garbage(state: &mut StoreState, owner_uid: &str) {
         } else if finalizers_of(&dependent) > 0 {
             if dependent["metadata"]["deletionTimestamp"].is_null() {
                 let mut marked = (*dependent).clone();
-                marked["metadata"]["deletionTimestamp"] = json!(interim::now_rfc3339());
+                marked["metadata"]["deletionTimestamp"] = json!(timefmt::now_rfc3339());
                 state.commit_modified(&store_key, marked);
             }
         } else {
@@ -681,7 +699,7 @@ fn default_namespace(object: &mut Value, name: &str) {
 pub(crate) fn initial_namespace(name: &str, uid: String) -> Value {
     let mut object = json!({
         "apiVersion": "v1", "kind": "Namespace",
-        "metadata": {"name": name, "uid": uid, "creationTimestamp": interim::now_rfc3339()}
+        "metadata": {"name": name, "uid": uid, "creationTimestamp": timefmt::now_rfc3339()}
     });
     default_namespace(&mut object, name);
     object
@@ -730,7 +748,7 @@ fn default_pod(resource: &ResourceType, object: &mut Value, name: &str) -> Resul
         "phase": "Pending",
         "qosClass": "BestEffort",
         "conditions": [{"type": "PodScheduled", "status": "True",
-                        "lastTransitionTime": interim::now_rfc3339()}]
+                        "lastTransitionTime": timefmt::now_rfc3339()}]
     });
     Ok(())
 }
@@ -892,7 +910,7 @@ fn default_crd(crd: &mut Value) {
     let established = crd["status"]["conditions"]
         .as_array()
         .and_then(|c| c.iter().find(|c| c["type"] == "Established").cloned());
-    let now = interim::now_rfc3339();
+    let now = timefmt::now_rfc3339();
     let mut conditions = vec![json!({
         "type": "NamesAccepted", "status": "True", "reason": "NoConflicts",
         "message": "no conflicts found", "lastTransitionTime": now
@@ -908,12 +926,12 @@ fn default_crd(crd: &mut Value) {
 pub(crate) fn established_condition() -> Value {
     json!({"type": "Established", "status": "True", "reason": "InitialNamesAccepted",
            "message": "the initial names have been accepted",
-           "lastTransitionTime": interim::now_rfc3339()})
+           "lastTransitionTime": timefmt::now_rfc3339()})
 }
 
 /// The status the simulated kubelet writes once a pod "starts". Nothing runs: this is a record.
 pub(crate) fn running_pod_status(pod: &Value, random: &mut Xorshift) -> Value {
-    let now = interim::now_rfc3339();
+    let now = timefmt::now_rfc3339();
     let statuses: Vec<Value> = pod["spec"]["containers"]
         .as_array()
         .map(|containers| {

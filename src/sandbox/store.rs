@@ -15,8 +15,8 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-use super::interim;
 use super::resources::Registry;
+use super::selector::{FieldSelector, LabelSelector};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum EventType {
@@ -77,8 +77,8 @@ pub(crate) enum WatchMessage {
 pub(crate) struct Filter {
     pub(crate) store_key: String,
     pub(crate) namespace: Option<String>,
-    pub(crate) label_selector: Option<String>,
-    pub(crate) field_selector: Option<String>,
+    pub(crate) label_selector: Option<LabelSelector>,
+    pub(crate) field_selector: Option<FieldSelector>,
 }
 
 impl Filter {
@@ -90,12 +90,12 @@ impl Filter {
             }
         }
         if let Some(selector) = &self.label_selector {
-            if !interim::label_selector_matches(selector, metadata.get("labels")) {
+            if !selector.matches_object(object) {
                 return false;
             }
         }
         if let Some(selector) = &self.field_selector {
-            if !interim::field_selector_matches(selector, object) {
+            if !selector.matches(object) {
                 return false;
             }
         }
@@ -269,6 +269,14 @@ impl StoreState {
         let previous = self.get(store_key, namespace, name)?;
         let last = (*previous).clone();
         Some(self.commit(store_key, EventType::Deleted, last, Some(previous)))
+    }
+
+    /// Remove an object whose final state is `last` (an update that emptied its finalizers):
+    /// one DELETED event, no MODIFIED before it.
+    pub(crate) fn commit_deleted_as(&mut self, store_key: &str, last: Value) -> Arc<Value> {
+        let (ns, name) = key_of(&last);
+        let previous = self.get(store_key, &ns, &name);
+        self.commit(store_key, EventType::Deleted, last, previous)
     }
 
     fn commit(
