@@ -1,23 +1,30 @@
 //! Every shell transcript in WORKSHOP.md is re-run here, against the sandbox, so the text cannot
 //! drift from the code.
 //!
-//! A transcript is a fenced block tagged `console`. Inside it:
-//! - `$ COMMAND` runs a command. `cargo run --bin NAME -- ARGS` runs the built binary, `cargo run`
-//!   the tour, `kubectl ARGS` the real kubectl (with a fresh `--cache-dir` and no kubeconfig).
-//! - `$ COMMAND &` starts it in the background, as in a second terminal. Its expected lines follow
-//!   it; they are checked, in order, once the block's other commands have run (the operator's
-//!   output usually reacts to them). At the end of the block it gets SIGTERM and must exit 0.
-//! - Other lines are the expected output of the command above them: for a foreground command,
-//!   all of its output lines, in order (`...` stands for any number of lines).
-//! - Lines starting with `#` are comments.
+//! A transcript is a fenced block tagged `console`, written as a learner sees their terminals:
+//! - `$ COMMAND` runs a command to completion. `cargo run --bin NAME -- ARGS` runs the built binary,
+//!   `cargo run` the tour, `kubectl ARGS` the real kubectl (with a fresh `--cache-dir` and no
+//!   kubeconfig). The lines after it are everything it prints, in order (`...` stands for any
+//!   number of lines).
+//! - `$ COMMAND &` starts a long-running command (the sandbox, an operator) in the current
+//!   terminal. The lines after it are what it prints on its own; they must appear before the
+//!   transcript goes on. At the end of the block it gets SIGTERM and must exit 0 (the sandbox
+//!   instead keeps serving the rest of the document).
+//! - `# terminal NAME` switches terminal. Lines after it, before the next `$`, are what the command
+//!   running in that terminal prints next, in reaction to what came before: the test waits for
+//!   them, in order, continuing from the last line it matched there.
+//! - Other lines starting with `#` are comments.
 //!
 //! Output is compared after normalising what changes from run to run: every run of digits becomes
 //! `N` (resourceVersions, ages, ports, uids) and runs of spaces become one (kubectl aligns columns).
 //!
 //! `127.0.0.1:8001` in a command is the sandbox the test runs: `cargo run --bin sandbox -- --listen
 //! 127.0.0.1:8001 &` starts it for real on a free port; a transcript that does not start one gets
-//! a sandbox started before its first block. Blocks run in document order against the same sandbox,
+//! a sandbox started before its first use. Blocks run in document order against the same sandbox,
 //! as a learner working through the text would.
+//!
+//! Shell sessions outside `console` blocks are not allowed: a test below checks that no other
+//! fenced block holds a `$ ` prompt, so every transcript in the text is one this test runs.
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
@@ -29,58 +36,115 @@ const DOC_ADDRESS: &str = "127.0.0.1:8001";
 const BACKGROUND_DEADLINE: Duration = Duration::from_secs(40);
 const FOREGROUND_DEADLINE: Duration = Duration::from_secs(60);
 
+/// One thing a transcript does, in document order.
 #[derive(Debug, PartialEq)]
-struct Step {
-    command: String,
-    background: bool,
-    expected: Vec<String>,
-    line: usize,
+enum Action {
+    /// `$ COMMAND`: run to completion; it prints exactly `expected`.
+    Run {
+        command: String,
+        expected: Vec<String>,
+        line: usize,
+    },
+    /// `$ COMMAND &`: start in `terminal`; it prints `expected` before the transcript goes on.
+    Start {
+        command: String,
+        terminal: String,
+        expected: Vec<String>,
+        line: usize,
+    },
+    /// Lines under `# terminal NAME`: the job there prints these next.
+    Expect {
+        terminal: String,
+        expected: Vec<String>,
+        line: usize,
+    },
+}
+
+impl Action {
+    fn expected_mut(&mut self) -> &mut Vec<String> {
+        match self {
+            Action::Run { expected, .. }
+            | Action::Start { expected, .. }
+            | Action::Expect { expected, .. } => expected,
+        }
+    }
 }
 
 #[derive(Debug, PartialEq)]
 struct Transcript {
     line: usize,
-    steps: Vec<Step>,
+    actions: Vec<Action>,
 }
 
 fn parse_transcripts(markdown: &str) -> Vec<Transcript> {
     let mut transcripts = Vec::new();
     let mut current: Option<Transcript> = None;
+    let mut terminal = String::from("1");
+    // Output lines go to the last action, unless a `# terminal` line opened a new Expect.
+    let mut expecting_terminal: Option<String> = None;
     for (index, raw) in markdown.lines().enumerate() {
-        let line_number = index + 1;
+        let line = index + 1;
         let trimmed = raw.trim_end();
-        match current.as_mut() {
-            None => {
-                if trimmed.trim_start() == "```console" {
-                    current = Some(Transcript {
-                        line: line_number,
-                        steps: Vec::new(),
-                    });
-                }
+        let Some(transcript) = current.as_mut() else {
+            if trimmed.trim_start() == "```console" {
+                current = Some(Transcript {
+                    line,
+                    actions: Vec::new(),
+                });
+                terminal = String::from("1");
+                expecting_terminal = None;
             }
-            Some(transcript) => {
-                if trimmed.trim_start() == "```" {
-                    transcripts.extend(current.take());
-                } else if let Some(command) = trimmed.strip_prefix("$ ") {
-                    let (command, background) = match command.strip_suffix(" &") {
-                        Some(foreground) => (foreground.trim().to_string(), true),
-                        None => (command.trim().to_string(), false),
-                    };
-                    transcript.steps.push(Step {
-                        command,
-                        background,
-                        expected: Vec::new(),
-                        line: line_number,
-                    });
-                } else if trimmed.starts_with('#') {
-                    continue;
-                } else if let Some(step) = transcript.steps.last_mut() {
-                    step.expected.push(trimmed.to_string());
-                }
-            }
+            continue;
+        };
+        if trimmed.trim_start() == "```" {
+            transcripts.extend(current.take());
+        } else if let Some(command) = trimmed.strip_prefix("$ ") {
+            expecting_terminal = None;
+            transcript.actions.push(match command.strip_suffix(" &") {
+                Some(command) => Action::Start {
+                    command: command.trim().to_string(),
+                    terminal: terminal.clone(),
+                    expected: Vec::new(),
+                    line,
+                },
+                None => Action::Run {
+                    command: command.trim().to_string(),
+                    expected: Vec::new(),
+                    line,
+                },
+            });
+        } else if let Some(name) = trimmed.strip_prefix("# terminal ") {
+            terminal = name.trim().to_string();
+            expecting_terminal = Some(terminal.clone());
+        } else if trimmed.starts_with('#') {
+            continue;
+        } else if let Some(name) = expecting_terminal.take() {
+            transcript.actions.push(Action::Expect {
+                terminal: name,
+                expected: vec![trimmed.to_string()],
+                line,
+            });
+        } else if let Some(action) = transcript.actions.last_mut() {
+            action.expected_mut().push(trimmed.to_string());
         }
     }
     transcripts
+}
+
+/// Fenced blocks that are not `console` but hold a `$ ` prompt: transcripts nobody re-runs.
+fn untested_transcripts(markdown: &str) -> Vec<usize> {
+    let mut found = Vec::new();
+    let mut fence: Option<String> = None;
+    for (index, line) in markdown.lines().enumerate() {
+        let trimmed = line.trim_start();
+        match &fence {
+            None if trimmed.starts_with("```") => fence = Some(trimmed[3..].trim().to_string()),
+            Some(_) if trimmed.starts_with("```") => fence = None,
+            Some(tag) if tag != "console" && trimmed.starts_with("$ ") => found.push(index + 1),
+            _ => {}
+        }
+    }
+    found
 }
 
 fn normalise(line: &str) -> String {
@@ -128,27 +192,34 @@ fn matches_exactly(expected: &[String], actual: &[String]) -> bool {
     }
 }
 
-/// Does every expected line appear in `actual`, in order (other lines in between allowed)?
-fn appears_in_order(expected: &[String], actual: &[String]) -> Result<(), String> {
-    let mut actual_lines = actual.iter().map(|line| normalise(line));
+/// Find the expected lines in `actual[from..]`, in order (other lines in between allowed).
+/// Returns the index just past the last one matched, or the first line not found.
+fn find_in_order(expected: &[String], actual: &[String], from: usize) -> Result<usize, String> {
+    let mut position = from;
     for wanted in expected
         .iter()
         .filter(|l| l.trim() != "..." && !l.trim().is_empty())
     {
         let wanted = normalise(wanted);
-        if !actual_lines.any(|line| line == wanted) {
-            return Err(wanted);
+        match actual[position.min(actual.len())..]
+            .iter()
+            .position(|line| normalise(line) == wanted)
+        {
+            Some(offset) => position += offset + 1,
+            None => return Err(wanted),
         }
     }
-    Ok(())
+    Ok(position)
 }
 
+/// A long-running command from a transcript, with what it has printed so far.
 struct Background {
-    step_line: usize,
+    terminal: String,
     command: String,
-    expected: Vec<String>,
     child: Child,
     output: Arc<Mutex<Vec<String>>>,
+    /// Lines before this index have been matched by the transcript already.
+    cursor: usize,
 }
 
 impl Background {
@@ -158,13 +229,71 @@ impl Background {
             .map(|lines| lines.clone())
             .unwrap_or_default()
     }
+
+    /// Wait (with a deadline) until the job prints `expected`, in order, after what was matched.
+    fn wait_for(&mut self, expected: &[String], line: usize) {
+        let deadline = Instant::now() + BACKGROUND_DEADLINE;
+        loop {
+            let lines = self.lines();
+            match find_in_order(expected, &lines, self.cursor) {
+                Ok(position) => {
+                    self.cursor = position;
+                    return;
+                }
+                Err(missing) if Instant::now() > deadline => panic!(
+                    "WORKSHOP.md line {line}: `{}` never printed `{missing}`; it printed:\n{}",
+                    self.command,
+                    lines.join("\n")
+                ),
+                Err(_) => std::thread::sleep(Duration::from_millis(25)),
+            }
+        }
+    }
+
+    fn is_sandbox(&self) -> bool {
+        self.command.starts_with("cargo run --bin sandbox")
+    }
+
+    /// SIGTERM, as Kubernetes sends it, then the exit status within a deadline.
+    fn terminate(mut self) -> Option<std::process::ExitStatus> {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// Collect a child's stdout lines on a thread, so the test can look at them while it runs.
+fn collect_lines(stdout: std::process::ChildStdout) -> Arc<Mutex<Vec<String>>> {
+    let output = Arc::new(Mutex::new(Vec::new()));
+    let sink = Arc::clone(&output);
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if let Ok(mut lines) = sink.lock() {
+                lines.push(line);
+            }
+        }
+    });
+    output
 }
 
 struct Runner {
     repo: PathBuf,
     cache_dir: tempfile::TempDir,
     server: Option<String>,
-    sandbox: Option<Child>,
+    sandbox: Option<Background>,
 }
 
 impl Runner {
@@ -177,8 +306,10 @@ impl Runner {
         }
     }
 
-    /// Start the sandbox binary on a free port and remember its address.
-    fn start_sandbox(&mut self, args: &[String]) -> (Child, Arc<Mutex<Vec<String>>>) {
+    /// Start the sandbox binary on a free port, and use it for every later command.
+    fn start_sandbox(&mut self, command: &str, terminal: &str) -> Background {
+        let words: Vec<String> = command.split_whitespace().map(str::to_string).collect();
+        let (_, args) = binary_and_args(&words[2..]);
         let args: Vec<String> = args
             .iter()
             .map(|arg| arg.replace(DOC_ADDRESS, "127.0.0.1:0"))
@@ -190,35 +321,36 @@ impl Runner {
             .stderr(Stdio::null())
             .spawn()
             .expect("start the sandbox binary");
-        let stdout = child.stdout.take().expect("sandbox stdout");
-        let output = Arc::new(Mutex::new(Vec::new()));
-        let (address_tx, address_rx) = std::sync::mpsc::channel();
-        let sink = Arc::clone(&output);
-        std::thread::spawn(move || {
-            let mut sent = false;
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if !sent {
-                    if let Some(address) = find_http_address(&line) {
-                        let _ = address_tx.send(address);
-                        sent = true;
-                    }
+        let output = collect_lines(child.stdout.take().expect("sandbox stdout"));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let address = loop {
+            let found = output
+                .lock()
+                .ok()
+                .and_then(|lines| lines.iter().find_map(|line| find_http_address(line)));
+            match found {
+                Some(address) => break address,
+                None if Instant::now() > deadline => {
+                    panic!("the sandbox never printed its http://127.0.0.1:PORT address")
                 }
-                if let Ok(mut lines) = sink.lock() {
-                    lines.push(line);
-                }
+                None => std::thread::sleep(Duration::from_millis(20)),
             }
-        });
-        let address = address_rx
-            .recv_timeout(Duration::from_secs(30))
-            .expect("the sandbox prints its http://127.0.0.1:PORT address");
+        };
         self.server = Some(address);
-        (child, output)
+        Background {
+            terminal: terminal.to_string(),
+            command: command.to_string(),
+            child,
+            output,
+            cursor: 0,
+        }
     }
 
     fn server_address(&mut self) -> String {
         if self.server.is_none() {
-            let (child, _) = self.start_sandbox(&["--listen".into(), DOC_ADDRESS.into()]);
-            self.sandbox = Some(child);
+            let command = format!("cargo run --bin sandbox -- --listen {DOC_ADDRESS}");
+            let sandbox = self.start_sandbox(&command, "sandbox");
+            self.sandbox = Some(sandbox);
         }
         self.server.clone().unwrap_or_default()
     }
@@ -259,8 +391,8 @@ impl Runner {
 impl Drop for Runner {
     fn drop(&mut self) {
         if let Some(mut sandbox) = self.sandbox.take() {
-            let _ = sandbox.kill();
-            let _ = sandbox.wait();
+            let _ = sandbox.child.kill();
+            let _ = sandbox.child.wait();
         }
     }
 }
@@ -341,124 +473,88 @@ fn run_foreground(command: &mut Command, with_stderr: bool) -> (bool, Vec<String
     (status.success(), lines)
 }
 
-fn start_background(runner: &mut Runner, step: &Step) -> Background {
-    let output = Arc::new(Mutex::new(Vec::new()));
-    if step.command.starts_with("cargo run --bin sandbox") {
-        let words: Vec<String> = step
-            .command
-            .split_whitespace()
-            .map(str::to_string)
-            .collect();
-        let (_, args) = binary_and_args(&words[2..]);
-        let (child, output) = runner.start_sandbox(&args);
-        return Background {
-            step_line: step.line,
-            command: step.command.clone(),
-            expected: step.expected.clone(),
-            child,
-            output,
-        };
+fn start_background(runner: &mut Runner, command: &str, terminal: &str) -> Background {
+    if command.starts_with("cargo run --bin sandbox") {
+        return runner.start_sandbox(command, terminal);
     }
     let mut child = runner
-        .command_for(&step.command)
+        .command_for(command)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .expect("start a background transcript command");
-    let stdout = child.stdout.take().expect("stdout");
-    let sink = Arc::clone(&output);
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if let Ok(mut lines) = sink.lock() {
-                lines.push(line);
-            }
-        }
-    });
+    let output = collect_lines(child.stdout.take().expect("stdout"));
     Background {
-        step_line: step.line,
-        command: step.command.clone(),
-        expected: step.expected.clone(),
+        terminal: terminal.to_string(),
+        command: command.to_string(),
         child,
         output,
+        cursor: 0,
     }
 }
 
 fn run_transcript(runner: &mut Runner, transcript: &Transcript) {
-    let mut background: Vec<Background> = Vec::new();
-    for step in &transcript.steps {
-        if step.background {
-            background.push(start_background(runner, step));
-            // Let a background operator reach its watch before the next command changes things,
-            // by waiting (with a deadline) for its first expected line.
-            if let (Some(job), Some(first)) = (background.last(), step.expected.first()) {
-                wait_for_lines(job, std::slice::from_ref(first));
+    let mut jobs: Vec<Background> = Vec::new();
+    for action in &transcript.actions {
+        match action {
+            Action::Start {
+                command,
+                terminal,
+                expected,
+                line,
+            } => {
+                let mut job = start_background(runner, command, terminal);
+                job.wait_for(expected, *line);
+                jobs.push(job);
             }
-            continue;
+            Action::Expect {
+                terminal,
+                expected,
+                line,
+            } => {
+                let job = jobs
+                    .iter_mut()
+                    .rev()
+                    .find(|job| &job.terminal == terminal)
+                    .unwrap_or_else(|| {
+                        panic!("WORKSHOP.md line {line}: nothing runs in terminal {terminal}")
+                    });
+                job.wait_for(expected, *line);
+            }
+            Action::Run {
+                command,
+                expected,
+                line,
+            } => {
+                let with_stderr = command.starts_with("kubectl");
+                let (success, lines) =
+                    run_foreground(&mut runner.command_for(command), with_stderr);
+                assert!(
+                    success,
+                    "WORKSHOP.md line {line}: `{command}` failed:\n{}",
+                    lines.join("\n")
+                );
+                assert!(
+                    matches_exactly(expected, &lines),
+                    "WORKSHOP.md line {line}: `{command}` printed\n{}\nbut the text says\n{}",
+                    lines.join("\n"),
+                    expected.join("\n")
+                );
+            }
         }
-        let with_stderr = step.command.starts_with("kubectl");
-        let (success, lines) = run_foreground(&mut runner.command_for(&step.command), with_stderr);
-        assert!(
-            success,
-            "WORKSHOP.md line {}: `{}` failed:\n{}",
-            step.line,
-            step.command,
-            lines.join("\n")
-        );
-        assert!(
-            matches_exactly(&step.expected, &lines),
-            "WORKSHOP.md line {}: `{}` printed\n{}\nbut the text says\n{}",
-            step.line,
-            step.command,
-            lines.join("\n"),
-            step.expected.join("\n")
-        );
     }
-    for mut job in background {
-        wait_for_lines(&job, &job.expected);
-        if job.command.starts_with("cargo run --bin sandbox") {
-            // The sandbox keeps serving the rest of the document.
-            runner.sandbox = Some(job.child);
+    for job in jobs {
+        if job.is_sandbox() {
+            runner.sandbox = Some(job);
             continue;
         }
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(job.child.id().to_string())
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(15);
-        let status = loop {
-            if let Ok(Some(status)) = job.child.try_wait() {
-                break Some(status);
-            }
-            if Instant::now() > deadline {
-                let _ = job.child.kill();
-                break None;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
+        let command = job.command.clone();
+        let status = job.terminate();
         assert!(
             status.is_some_and(|s| s.success()),
-            "WORKSHOP.md line {}: `{}` did not exit 0 within 15 s of SIGTERM",
-            job.step_line,
-            job.command
+            "WORKSHOP.md transcript at line {}: `{command}` did not exit 0 within 15 s of SIGTERM ({status:?})",
+            transcript.line
         );
-    }
-}
-
-fn wait_for_lines(job: &Background, expected: &[String]) {
-    let deadline = Instant::now() + BACKGROUND_DEADLINE;
-    loop {
-        let lines = job.lines();
-        match appears_in_order(expected, &lines) {
-            Ok(()) => return,
-            Err(missing) if Instant::now() > deadline => panic!(
-                "WORKSHOP.md line {}: `{}` never printed `{}`; it printed:\n{}",
-                job.step_line,
-                job.command,
-                missing,
-                lines.join("\n")
-            ),
-            Err(_) => std::thread::sleep(Duration::from_millis(25)),
-        }
     }
 }
 
@@ -469,8 +565,8 @@ fn workshop_transcripts_match_the_code() {
     let markdown = std::fs::read_to_string(repo.join("WORKSHOP.md")).expect("read WORKSHOP.md");
     let transcripts = parse_transcripts(&markdown);
     assert!(
-        transcripts.len() >= 3,
-        "WORKSHOP.md should carry a transcript for each of steps 01-03, found {}",
+        transcripts.len() >= 4,
+        "WORKSHOP.md should carry transcripts for set-up and steps 01-03, found {}",
         transcripts.len()
     );
     let mut runner = Runner::new();
@@ -479,18 +575,37 @@ fn workshop_transcripts_match_the_code() {
     }
 }
 
-/// The transcript parser splits commands, background jobs, expected lines and comments.
+/// No shell session hides in a block this test does not run.
 #[test]
-fn parser_reads_commands_background_jobs_and_output() {
-    let markdown = "text\n```console\n# terminal 1\n$ cargo run --bin stage02 -- --server http://127.0.0.1:8001 &\nWatch version: 12\n$ kubectl get pgc\nNAME   SIZE\n```\n```sh\n$ not a transcript\n```\n";
+fn every_shell_session_in_the_workshop_is_a_console_block() {
+    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let markdown = std::fs::read_to_string(repo.join("WORKSHOP.md")).expect("read WORKSHOP.md");
+    assert_eq!(
+        untested_transcripts(&markdown),
+        Vec::<usize>::new(),
+        "these WORKSHOP.md lines hold `$ ` prompts outside a console block"
+    );
+}
+
+/// The parser reads commands, background jobs, terminal switches and expected output.
+#[test]
+fn parser_reads_commands_background_jobs_and_terminals() {
+    let markdown = "text\n```console\n# terminal 1\n$ cargo run --bin stage02 -- --server http://127.0.0.1:8001 &\nWatch version: 12\n# terminal 2\n$ kubectl get pgc\nNAME   SIZE\n# terminal 1\nPostgresCluster event: ADDED\n# a comment\n```\n```sh\n$ not a transcript\n```\n";
     let transcripts = parse_transcripts(markdown);
     assert_eq!(transcripts.len(), 1);
-    let steps = &transcripts[0].steps;
-    assert_eq!(steps.len(), 2);
-    assert!(steps[0].background);
-    assert_eq!(steps[0].expected, vec!["Watch version: 12".to_string()]);
-    assert_eq!(steps[1].command, "kubectl get pgc");
-    assert!(!steps[1].background);
+    let actions = &transcripts[0].actions;
+    assert_eq!(actions.len(), 3, "{actions:?}");
+    assert!(
+        matches!(&actions[0], Action::Start { terminal, expected, .. }
+        if terminal == "1" && expected == &vec!["Watch version: 12".to_string()])
+    );
+    assert!(matches!(&actions[1], Action::Run { command, expected, .. }
+        if command == "kubectl get pgc" && expected == &vec!["NAME   SIZE".to_string()]));
+    assert!(
+        matches!(&actions[2], Action::Expect { terminal, expected, .. }
+        if terminal == "1" && expected == &vec!["PostgresCluster event: ADDED".to_string()])
+    );
+    assert_eq!(untested_transcripts(markdown), vec![14]);
 }
 
 /// Numbers and column alignment may change between runs; words may not.
@@ -507,6 +622,9 @@ fn comparison_ignores_numbers_and_alignment_but_not_words() {
         .map(|s| s.to_string())
         .collect();
     assert!(matches_exactly(&elided, &many));
-    assert!(appears_in_order(&elided, &many).is_ok());
-    assert!(appears_in_order(&["y".to_string(), "x".to_string()], &many).is_err());
+    assert_eq!(find_in_order(&elided, &many, 0), Ok(4));
+    assert_eq!(
+        find_in_order(&["x".to_string()], &many, 2),
+        Err("x".to_string())
+    );
 }
