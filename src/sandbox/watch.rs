@@ -26,6 +26,9 @@ use super::server::Shared;
 use super::store::{Filter, Registration, WatchMessage, WatchStart};
 use super::table::{self, IncludeObject};
 
+/// Upper bound on how many bytes of already-queued events share one HTTP chunk.
+const COALESCE_BYTES: usize = 64 * 1024;
+
 /// What the client asked for in the query string.
 pub(crate) struct WatchParams {
     pub(crate) resource: ResourceType,
@@ -88,11 +91,20 @@ pub(crate) fn start(shared: &Arc<Shared>, params: WatchParams) -> Result<Respons
     Ok(ResponseBody::Stream(body_receiver))
 }
 
+/// `{"type":"ADDED","object":{...}}\n`, with `type` first as kube-apiserver writes it.
 fn event_line(event_type: &str, object: &Value) -> Bytes {
-    let mut line =
-        serde_json::to_vec(&json!({"type": event_type, "object": object})).unwrap_or_default();
-    line.push(b'\n');
-    Bytes::from(line)
+    let object = serde_json::to_vec(object).unwrap_or_default();
+    splice_event(event_type, &object)
+}
+
+fn splice_event(event_type: &str, object_json: &[u8]) -> Bytes {
+    let mut line = BytesMut::with_capacity(object_json.len() + 32);
+    line.extend_from_slice(b"{\"type\":\"");
+    line.extend_from_slice(event_type.as_bytes());
+    line.extend_from_slice(b"\",\"object\":");
+    line.extend_from_slice(object_json);
+    line.extend_from_slice(b"}\n");
+    line.freeze()
 }
 
 /// Headers sent, then silence until the client leaves or the sandbox stops.
@@ -127,14 +139,7 @@ impl Output {
             WatchMessage::Event(event) => {
                 if self.table.is_none() {
                     // The hot path: splice the object's shared JSON into the event line.
-                    let json = event.object_json();
-                    let mut line = BytesMut::with_capacity(json.len() + 32);
-                    line.extend_from_slice(b"{\"type\":\"");
-                    line.extend_from_slice(event.event_type.as_str().as_bytes());
-                    line.extend_from_slice(b"\",\"object\":");
-                    line.extend_from_slice(&json);
-                    line.extend_from_slice(b"}\n");
-                    return line.freeze();
+                    return splice_event(event.event_type.as_str(), &event.object_json());
                 }
                 (event.event_type, event.object.clone())
             }
@@ -234,19 +239,33 @@ async fn pump(
                 _ = output.sender.closed() => break 'watch,
             },
         };
-        let is_event = !matches!(message, WatchMessage::Bookmark(_));
-        let line = output.render(&message);
+        if !matches!(message, WatchMessage::Bookmark(_)) {
+            sent += 1;
+        }
+        let mut batch = BytesMut::from(&output.render(&message)[..]);
+        // Events already waiting go out in the same HTTP chunk: nothing is held back to fill
+        // it, but a backlog costs one write instead of hundreds. (Clients must accept several
+        // events per chunk anyway.) Not while a fault asks for tiny chunks.
+        while output.chunk_size.is_none()
+            && batch.len() < COALESCE_BYTES
+            && event_limit.is_none_or(|limit| sent < limit)
+        {
+            let Some(more) = pending.pop_front().or_else(|| receiver.try_recv().ok()) else {
+                break;
+            };
+            if !matches!(more, WatchMessage::Bookmark(_)) {
+                sent += 1;
+            }
+            batch.extend_from_slice(&output.render(&more));
+        }
         let delivered = tokio::select! {
-            delivered = output.send(line) => delivered,
+            delivered = output.send(batch.freeze()) => delivered,
             _ = tokio::time::sleep_until(deadline) => false,
             _ = super::stopping(&mut shutdown) => false,
             _ = epoch.changed() => false,
         };
         if !delivered {
             break;
-        }
-        if is_event {
-            sent += 1;
         }
     }
     shared.store.lock().remove_watcher(id);
