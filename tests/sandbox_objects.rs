@@ -578,6 +578,19 @@ async fn lists_page_and_filter() {
     assert_eq!(even["items"].as_array().map(Vec::len), Some(3));
     let bad = http.get(&format!("{secrets}?labelSelector=%3D%3D")).await;
     assert_eq!(bad.status, 400);
+    let by_name = http
+        .get(&format!("{secrets}?fieldSelector=metadata.name%3Ds3"))
+        .await
+        .json();
+    assert_eq!(by_name["items"].as_array().map(Vec::len), Some(1));
+    let unsupported = http
+        .get(&format!("{secrets}?fieldSelector=data.k%3Dv"))
+        .await;
+    assert_eq!(unsupported.status, 400);
+    assert_eq!(
+        unsupported.json()["message"],
+        "field label not supported: data.k"
+    );
 }
 
 /// TLS mode: the files of a service-account directory, 401 without the right token, and a

@@ -653,10 +653,23 @@ fn filter_for(
         None => None,
     };
     let field_selector = match non_empty("fieldSelector") {
-        Some(text) => Some(
-            FieldSelector::parse(&text)
-                .map_err(|e| ApiError::bad_request(format!("invalid field selector: {e}")))?,
-        ),
+        Some(text) => {
+            let selector = FieldSelector::parse(&text)
+                .map_err(|e| ApiError::bad_request(format!("invalid field selector: {e}")))?;
+            let supported = resource.selectable_fields();
+            if let Some(unsupported) = selector
+                .requirements
+                .iter()
+                .find(|r| !supported.contains(&r.field.as_str()))
+            {
+                // Each kind indexes only a few fields; anything else is refused, not scanned.
+                return Err(ApiError::bad_request(format!(
+                    "field label not supported: {}",
+                    unsupported.field
+                )));
+            }
+            Some(selector)
+        }
         None => None,
     };
     Ok(Filter {
