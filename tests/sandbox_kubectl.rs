@@ -269,3 +269,106 @@ async fn get_pods_watch_prints_each_change() {
     );
     child.kill().await.ok();
 }
+
+/// The rest of kubectl's everyday commands on built-in kinds: `create namespace` and
+/// `create secret` (protobuf bodies), `apply` of a pod twice and with a changed label
+/// (strategic merge), `get all`, `logs`, `describe` (events by field selector), `delete`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn everyday_commands_on_built_in_kinds() {
+    let sandbox = common::start_sandbox().await;
+    let kubectl = Kubectl::new(&sandbox.url());
+    assert!(kubectl
+        .ok(&["create", "namespace", "demo"])
+        .await
+        .contains("namespace/demo created"));
+    assert!(kubectl
+        .ok(&[
+            "create",
+            "secret",
+            "generic",
+            "creds",
+            "--from-literal=password=hunter2",
+            "-n",
+            "demo"
+        ])
+        .await
+        .contains("secret/creds created"));
+    let password = kubectl
+        .ok(&[
+            "get",
+            "secret",
+            "creds",
+            "-n",
+            "demo",
+            "-o",
+            "jsonpath={.data.password}",
+        ])
+        .await;
+    assert_eq!(password, "aHVudGVyMg==");
+
+    let pod_file = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/pod.yaml");
+    assert!(kubectl
+        .ok(&["apply", "-f", pod_file])
+        .await
+        .contains("pod/web created"));
+    assert!(kubectl
+        .ok(&["apply", "-f", pod_file])
+        .await
+        .contains("pod/web unchanged"));
+    let relabelled = std::fs::read_to_string(pod_file)
+        .expect("fixture")
+        .replace("app: web", "app: web2");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let changed = dir.path().join("pod.yaml");
+    std::fs::write(&changed, relabelled).expect("write");
+    let changed = changed.to_string_lossy().to_string();
+    assert!(kubectl
+        .ok(&["apply", "-f", &changed])
+        .await
+        .contains("pod/web configured"));
+    assert_eq!(
+        kubectl
+            .ok(&["get", "pod", "web", "-o", "jsonpath={.metadata.labels.app}"])
+            .await,
+        "web2"
+    );
+
+    let all = kubectl.ok(&["get", "all"]).await;
+    assert!(all.contains("pod/web"), "{all}");
+    let log = kubectl.ok(&["logs", "web"]).await;
+    assert!(log.contains("no container runs here"), "{log}");
+
+    let http = Http::new(&sandbox.url());
+    let uid =
+        http.get("/api/v1/namespaces/default/pods/web").await.json()["metadata"]["uid"].clone();
+    // describe finds events by involvedObject name, namespace and uid.
+    let event = serde_json::json!({
+        "metadata": {"name": "web.1"}, "type": "Normal", "reason": "Started",
+        "message": "simulated start",
+        "involvedObject": {"kind": "Pod", "name": "web", "namespace": "default", "uid": uid},
+        "source": {"component": "sandbox-test"}, "lastTimestamp": "2026-01-01T00:00:00Z"
+    });
+    assert_eq!(
+        http.post("/api/v1/namespaces/default/events", &event)
+            .await
+            .status,
+        201
+    );
+    let described = kubectl.ok(&["describe", "pod", "web"]).await;
+    assert!(described.contains("simulated start"), "{described}");
+
+    assert!(kubectl
+        .ok(&["delete", "pod", "web"])
+        .await
+        .contains("pod \"web\" deleted"));
+    assert!(kubectl
+        .ok(&["delete", "namespace", "demo"])
+        .await
+        .contains("namespace \"demo\" deleted"));
+    let out = kubectl.run(&["get", "secret", "creds", "-n", "demo"]).await;
+    assert!(
+        out.stderr.contains("NotFound"),
+        "the namespace took its secret: {}",
+        out.stderr
+    );
+}

@@ -16,6 +16,7 @@
 //! | `watch.rs` | one streaming response per watch: framing, bookmarks, timeouts, slow watchers |
 //! | `table.rs` | `kubectl get` tables: printer columns and ages |
 //! | `controllers.rs` | the simulated kubelet, CRD establishment, garbage collection |
+//! | `protobuf.rs` | decoding the protobuf bodies `kubectl create namespace/secret/configmap` send |
 //! | `tls.rs` | the generated CA, serving certificate and bearer token |
 //! | `faults.rs` | the [`Faults`] handle tests use to break things on purpose |
 //! | [`selector`], [`patch`], [`schema`], [`timefmt`], [`names`] | pure helpers: label/field selectors, the three patch kinds, CRD schema validation and pruning, RFC 3339 and ages, DNS-1123 names |
@@ -34,6 +35,7 @@ mod faults;
 pub mod names;
 mod objects;
 pub mod patch;
+mod protobuf;
 mod random;
 mod resources;
 pub mod schema;

@@ -4,7 +4,6 @@
 //! WORKSHOP.md, "Set-up: the sandbox". Every function here runs under the store lock, so a write
 //! is one atomic step, like one etcd transaction.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
 use base64::Engine;
@@ -646,24 +645,17 @@ fn collect_garbage(state: &mut StoreState, owner_uid: &str) {
     if owner_uid.is_empty() {
         return;
     }
-    let everything = state.all_objects();
-    let live_uids: HashSet<String> = everything.iter().map(|(_, o)| uid_of(o)).collect();
-    for (store_key, dependent) in everything {
-        let Some(references) = dependent["metadata"]["ownerReferences"].as_array() else {
-            continue;
-        };
-        if !references
-            .iter()
-            .any(|r| r["uid"].as_str() == Some(owner_uid))
-        {
-            continue;
-        }
+    for (store_key, dependent) in state.dependents_of(owner_uid) {
+        let references = dependent["metadata"]["ownerReferences"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
         let Some(resource) = state.registry.find_by_store_key(&store_key).cloned() else {
             continue;
         };
         let others_alive = references.iter().any(|r| {
             let uid = r["uid"].as_str().unwrap_or_default();
-            uid != owner_uid && live_uids.contains(uid)
+            uid != owner_uid && state.uid_exists(uid)
         });
         let (namespace, name) = (namespace_of(&dependent), name_of(&dependent));
         if others_alive {

@@ -225,6 +225,7 @@ impl Registry {
                 pods,
                 services,
                 ResourceType::builtin("", "secrets", "Secret", true, &[]),
+                ResourceType::builtin("", "configmaps", "ConfigMap", true, &["cm"]),
                 ResourceType::builtin("", "events", "Event", true, &["ev"]),
                 crds,
                 ResourceType::builtin("coordination.k8s.io", "leases", "Lease", true, &[]),

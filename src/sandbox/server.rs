@@ -437,13 +437,19 @@ fn content_type(parts: &http::request::Parts) -> String {
         .unwrap_or_default()
 }
 
-/// POST/PUT bodies must be JSON (no Content-Type is read as JSON, as for kubectl's scale PUT).
+/// POST/PUT bodies are JSON (no Content-Type is read as JSON, as for kubectl's scale PUT), or
+/// the protobuf kubectl's `create namespace|secret|configmap` send.
 fn parse_json_body(parts: &http::request::Parts, body: &[u8]) -> Result<Value, ApiError> {
     let kind = content_type(parts);
+    if kind == "application/vnd.kubernetes.protobuf" {
+        return super::protobuf::decode_object(body).map_err(|problem| {
+            ApiError::unsupported_media_type(&format!("{kind}: {problem}"), &["application/json"])
+        });
+    }
     if !(kind.is_empty() || kind == "application/json" || kind == "*/*") {
         return Err(ApiError::unsupported_media_type(
             &kind,
-            &["application/json"],
+            &["application/json", "application/vnd.kubernetes.protobuf"],
         ));
     }
     serde_json::from_slice(body).map_err(|error| {

@@ -8,7 +8,7 @@
 //! is full the watcher is dropped and its stream ends, as kube-apiserver ends watchers that fall
 //! behind (the client re-watches from its last RV).
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use bytes::Bytes;
@@ -170,6 +170,25 @@ pub(crate) struct StoreState {
     watchers: Vec<Watcher>,
     next_watcher_id: u64,
     queue_capacity: usize,
+    /// uid → where the object lives, so owners can be found by uid as the garbage collector does.
+    uids: HashMap<String, ObjectKey>,
+    /// owner uid → the objects naming it in `metadata.ownerReferences`.
+    dependents: HashMap<String, BTreeSet<ObjectKey>>,
+}
+
+/// (store key, namespace, name)
+type ObjectKey = (String, String, String);
+
+fn uid_of(object: &Value) -> Option<&str> {
+    object["metadata"]["uid"].as_str().filter(|u| !u.is_empty())
+}
+
+fn owner_uids(object: &Value) -> impl Iterator<Item = &str> {
+    object["metadata"]["ownerReferences"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|reference| reference["uid"].as_str())
 }
 
 pub(crate) struct Store {
@@ -189,6 +208,8 @@ impl Store {
                 watchers: Vec::new(),
                 next_watcher_id: 1,
                 queue_capacity: queue_capacity.max(1),
+                uids: HashMap::new(),
+                dependents: HashMap::new(),
             }),
         }
     }
@@ -240,7 +261,52 @@ impl StoreState {
         }
     }
 
-    /// Every object of every collection (garbage collection looks for owner references).
+    /// Does an object with this uid exist (in any collection)?
+    pub(crate) fn uid_exists(&self, uid: &str) -> bool {
+        self.uids.contains_key(uid)
+    }
+
+    /// The objects that name `owner_uid` in their ownerReferences.
+    pub(crate) fn dependents_of(&self, owner_uid: &str) -> Vec<(String, Arc<Value>)> {
+        self.dependents
+            .get(owner_uid)
+            .into_iter()
+            .flatten()
+            .filter_map(|(key, ns, name)| Some((key.clone(), self.get(key, ns, name)?)))
+            .collect()
+    }
+
+    fn index(&mut self, store_key: &str, object: &Value) {
+        let (ns, name) = key_of(object);
+        let key = (store_key.to_string(), ns, name);
+        if let Some(uid) = uid_of(object) {
+            self.uids.insert(uid.to_string(), key.clone());
+        }
+        for owner in owner_uids(object) {
+            self.dependents
+                .entry(owner.to_string())
+                .or_default()
+                .insert(key.clone());
+        }
+    }
+
+    fn unindex(&mut self, store_key: &str, object: &Value) {
+        let (ns, name) = key_of(object);
+        let key = (store_key.to_string(), ns, name);
+        if let Some(uid) = uid_of(object) {
+            self.uids.remove(uid);
+        }
+        for owner in owner_uids(object) {
+            if let Some(set) = self.dependents.get_mut(owner) {
+                set.remove(&key);
+                if set.is_empty() {
+                    self.dependents.remove(owner);
+                }
+            }
+        }
+    }
+
+    /// Every object of every collection (a namespace's deletion takes its contents).
     pub(crate) fn all_objects(&self) -> Vec<(String, Arc<Value>)> {
         self.collections
             .iter()
@@ -291,6 +357,12 @@ impl StoreState {
         object["metadata"]["resourceVersion"] = json!(revision.to_string());
         let object = Arc::new(object);
         let key = key_of(&object);
+        if let Some(previous) = &previous {
+            self.unindex(store_key, previous);
+        }
+        if event_type != EventType::Deleted {
+            self.index(store_key, &object);
+        }
         let collection = self.collections.entry(store_key.to_string()).or_default();
         if event_type == EventType::Deleted {
             collection.remove(&key);
