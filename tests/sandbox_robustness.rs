@@ -281,13 +281,13 @@ async fn a_storm_of_random_requests_leaves_it_serving() {
     ];
     let queries = [
         "",
-        "?watch=true&timeoutSeconds=0",
+        "?watch=true&timeoutSeconds=1&resourceVersion=1",
         "?watch=1&resourceVersion=99999999999999999999",
         "?labelSelector=a%20in%20(",
         "?fieldSelector=x",
         "?limit=-1",
         "?continue=%%%",
-        "?resourceVersion=0&watch=true&timeoutSeconds=0",
+        "?resourceVersion=0&watch=true&timeoutSeconds=1",
         "?dryRun=All",
         "?fieldValidation=Strict",
     ];

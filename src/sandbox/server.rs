@@ -511,9 +511,11 @@ async fn serve_resource(
                 filter: filter_for(&resource, target.namespace.clone(), &query)?,
                 resource,
                 resource_version: query.get("resourceVersion").cloned(),
+                // timeoutSeconds=0 (or unparsable) means "the server's default", as upstream.
                 timeout: query
                     .get("timeoutSeconds")
                     .and_then(|t| t.parse::<u64>().ok())
+                    .filter(|t| *t > 0)
                     .map(Duration::from_secs),
                 bookmarks: query.get("allowWatchBookmarks").map(String::as_str) == Some("true"),
                 table,
