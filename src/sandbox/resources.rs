@@ -219,6 +219,18 @@ impl Registry {
             &["crd", "crds"],
         );
         crds.status_subresource = true;
+        let mut deployments =
+            ResourceType::builtin("apps", "deployments", "Deployment", true, &["deploy"]);
+        deployments.status_subresource = true;
+        deployments.categories = vec!["all".into()];
+        deployments.scale = Some(ScalePaths {
+            spec_replicas: ".spec.replicas".into(),
+            status_replicas: Some(".status.replicas".into()),
+            label_selector: None,
+        });
+        let rbac = |plural: &str, kind: &str, namespaced: bool| {
+            ResourceType::builtin("rbac.authorization.k8s.io", plural, kind, namespaced, &[])
+        };
         Registry {
             resources: vec![
                 namespaces,
@@ -229,6 +241,14 @@ impl Registry {
                 ResourceType::builtin("", "events", "Event", true, &["ev"]),
                 crds,
                 ResourceType::builtin("coordination.k8s.io", "leases", "Lease", true, &[]),
+                // Stored only, for `kubectl apply -f` of an operator's own manifests: no
+                // controller acts on these (a Deployment never makes pods here).
+                ResourceType::builtin("", "serviceaccounts", "ServiceAccount", true, &["sa"]),
+                deployments,
+                rbac("roles", "Role", true),
+                rbac("rolebindings", "RoleBinding", true),
+                rbac("clusterroles", "ClusterRole", false),
+                rbac("clusterrolebindings", "ClusterRoleBinding", false),
             ],
             generation: 1,
         }
