@@ -212,6 +212,7 @@ pub(crate) fn decode_object(body: &[u8]) -> Result<Value, String> {
 mod tests {
     use super::*;
 
+    /// The exact bytes `kubectl create secret generic s1 --from-literal=a=b` POSTs.
     #[test]
     fn decodes_what_kubectl_create_secret_sends() {
         let body = b"k8s\x00\n\x0c\n\x02v1\x12\x06Secret\x12\x1e\n\x12\n\x02s1\x12\x00\x1a\x00\"\x00*\x002\x008\x00B\x00\x12\x06\n\x01a\x12\x01b\x1a\x00\x1a\x00\"\x00";
@@ -221,6 +222,7 @@ mod tests {
         assert_eq!(secret["data"]["a"], "Yg==");
     }
 
+    /// The exact bytes `kubectl create namespace demo` POSTs.
     #[test]
     fn decodes_what_kubectl_create_namespace_sends() {
         let body = b"k8s\x00\n\x0f\n\x02v1\x12\tNamespace\x12\x1c\n\x14\n\x04demo\x12\x00\x1a\x00\"\x00*\x002\x008\x00B\x00\x12\x00\x1a\x02\n\x00\x1a\x00\"\x00";
@@ -229,6 +231,7 @@ mod tests {
         assert_eq!(namespace["kind"], "Namespace");
     }
 
+    /// Anything else is an error that says to send JSON, never a panic.
     #[test]
     fn refuses_garbage_and_other_kinds_clearly() {
         assert!(decode_object(b"{}").is_err());

@@ -250,3 +250,18 @@ pub(crate) fn table(
         "rows": rows
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Only kubectl's Table media range (first in its Accept) turns a response into a Table.
+    #[test]
+    fn table_is_chosen_by_the_first_accepted_media_range() {
+        assert!(wants_table(
+            "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json"
+        ));
+        assert!(!wants_table("application/json"));
+        assert!(!wants_table("application/json, */*"));
+    }
+}
