@@ -1178,12 +1178,6 @@ impl RegexParser {
                 },
                 _ => return Some(node),
             };
-            if matches!(
-                node,
-                Node::TextStart | Node::TextEnd | Node::WordBoundary(_)
-            ) {
-                return None;
-            }
             if self.peek() == Some('?') {
                 self.position += 1; // lazy: same match/no-match answer
             }
