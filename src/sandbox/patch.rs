@@ -1473,6 +1473,23 @@ mod tests {
             prop_assert_eq!(result, modified);
         }
 
+        /// Without keyed lists or directives, a strategic merge patch is exactly a merge patch
+        /// (field names a-d have no merge key, so their lists are replaced).
+        #[test]
+        fn strategic_equals_merge_patch_without_keyed_lists(
+            original in prop::collection::btree_map("[a-d]", json_without_nulls(), 0..4),
+            modified in prop::collection::btree_map("[a-d]", json_without_nulls(), 0..4),
+        ) {
+            let original = Value::Object(original.into_iter().collect());
+            let modified = Value::Object(modified.into_iter().collect());
+            let patch = create_merge_patch(&original, &modified);
+            let mut by_merge = original.clone();
+            merge_patch(&mut by_merge, &patch);
+            let mut by_strategic = original.clone();
+            strategic_merge_patch(&mut by_strategic, &patch).unwrap();
+            prop_assert_eq!(by_strategic, by_merge);
+        }
+
         /// A json patch that fails midway never changes the target.
         #[test]
         fn json_patch_is_atomic(original in json_without_nulls(), value in json_without_nulls()) {
