@@ -404,7 +404,7 @@ fn is_directive_key(key: &str) -> bool {
 /// into the result. Atomic: on error `target` is unchanged.
 ///
 /// Ported from apimachinery's `strategicpatch.StrategicMergeMapPatch`, with three deliberate
-/// differences: merge keys come from [`merge_key_for`] instead of Go struct tags; `$patch: merge`
+/// differences: merge keys come from a table of field names (`merge_key_for`) instead of Go struct tags; `$patch: merge`
 /// is accepted everywhere (upstream rejects it in places kubectl never sends it); and directive
 /// keys inside brand-new content are applied rather than stored verbatim.
 pub fn strategic_merge_patch(target: &mut Value, patch: &Value) -> Result<(), PatchError> {

@@ -14,7 +14,12 @@
 //! `maxProperties`, `enum`, `pattern` (a small regex engine below), `nullable`,
 //! `x-kubernetes-preserve-unknown-fields`, `x-kubernetes-int-or-string`,
 //! `x-kubernetes-embedded-resource`. Ignored: `format`, `allOf`/`anyOf`/`oneOf`/`not`,
-//! `uniqueItems`, `x-kubernetes-validations` (CEL), defaults.
+//! `uniqueItems`, `x-kubernetes-validations` (CEL), `default`, `additionalProperties: false`.
+//!
+//! Also here for `fieldValidation`: [`duplicate_fields`] (serde_json keeps the last of two equal
+//! keys, so duplicates must be found in the raw body), [`drop_null_fields`], and the exact
+//! message helpers [`unknown_field_message`], [`duplicate_field_message`],
+//! [`strict_decoding_message`] and [`invalid_status_message`].
 
 use serde_json::{Map, Value};
 
