@@ -354,7 +354,9 @@ fn merge_key_for(field: &str, original: &[Value], patch: &[Value]) -> Option<&'s
         | "volumes"
         | "env"
         | "imagePullSecrets"
-        | "resourceClaims" => Some("name"),
+        | "resourceClaims"
+        | "schedulingGates" => Some("name"),
+        "podIPs" | "hostIPs" => Some("ip"),
         "volumeMounts" => Some("mountPath"),
         "volumeDevices" => Some("devicePath"),
         "conditions" => Some("type"),
