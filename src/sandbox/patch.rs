@@ -194,7 +194,10 @@ fn apply_operation(document: &mut Value, operation: &Value) -> Result<(), String
         "move" => {
             let from = parse_pointer(string_member("from")?)?;
             if from == path {
-                return Ok(());
+                // Moving a value onto itself changes nothing, but the value must exist.
+                return pointer(document, &from)
+                    .map(drop)
+                    .ok_or_else(|| "from: path not found".into());
             }
             if path.len() > from.len() && path[..from.len()] == from[..] {
                 return Err("cannot move a value into one of its own children".into());
@@ -1109,6 +1112,10 @@ mod tests {
                 "own children",
             ),
             (json!([{"op":"remove","path":""}]), "whole document"),
+            (
+                json!([{"op":"move","from":"/nope","path":"/nope"}]),
+                "from: path not found",
+            ),
             (json!({"op":"add"}), "must be a JSON array"),
         ];
         for (operations, expected) in cases {
