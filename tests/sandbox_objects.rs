@@ -243,10 +243,28 @@ async fn custom_objects_are_validated_and_pruned_by_schema() {
         .post(&format!("{PGC}?fieldValidation=Strict"), &extra)
         .await;
     assert_eq!(strict.status, 400);
+    assert_eq!(
+        strict.json()["message"],
+        "PostgresCluster in version \"v1\" cannot be handled as a PostgresCluster: strict decoding error: unknown field \"spec.colour\""
+    );
+    let duplicated = br#"{"apiVersion":"workshop.example.com/v1","kind":"PostgresCluster","metadata":{"name":"dup"},"spec":{"size":1,"size":2,"version":"1"}}"#;
+    let answer = http
+        .send(
+            Method::POST,
+            &format!("{PGC}?fieldValidation=Strict"),
+            Some("application/json"),
+            duplicated.to_vec(),
+            &[],
+        )
+        .await;
+    assert_eq!(answer.status, 400);
     assert!(
-        strict.text().contains("unknown field \\\"spec.colour\\\""),
+        answer.json()["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("duplicate field \"spec.size\""),
         "{}",
-        strict.text()
+        answer.text()
     );
 
     let warned = http.post(PGC, &extra).await;

@@ -49,6 +49,8 @@ pub(crate) struct WriteOptions<'a> {
     /// `?dryRun=All`: do everything but store the result.
     pub(crate) dry_run: bool,
     pub(crate) random: &'a mut Xorshift,
+    /// Fields the raw JSON body gave twice (serde_json keeps the last one silently).
+    pub(crate) duplicate_fields: Vec<String>,
 }
 
 /// Work to start once the store lock is released (timers, simulated controllers).
@@ -219,7 +221,6 @@ pub(crate) fn create(
     metadata["generation"] = json!(1);
 
     let mut follow_ups = Vec::new();
-    let mut warnings = Vec::new();
     if resource.custom && resource.status_subresource {
         // With a status subresource, POST/PUT/PATCH of the main resource ignore status.
         if let Some(map) = body.as_object_mut() {
@@ -248,9 +249,7 @@ pub(crate) fn create(
         }
         _ => {}
     }
-    if resource.custom {
-        warnings = validate_custom(resource, &name, &mut body, options.field_validation)?;
-    }
+    let warnings = check_fields(resource, &name, &mut body, &options)?;
     if options.dry_run {
         return Ok(WriteOutcome {
             object: Arc::new(body),
@@ -293,49 +292,54 @@ fn validate_name(resource: &ResourceType, name: &str) -> Result<(), ApiError> {
     ))
 }
 
-/// Schema validation and pruning of a custom object (root apiVersion/kind/metadata excepted).
-fn validate_custom(
+/// What kube-apiserver does while decoding a body: fields the schema does not know are pruned
+/// and fields given twice are noticed; `fieldValidation` decides whether that is an error
+/// (Strict: 400), a `Warning` header each (Warn) or nothing (Ignore). Then a custom object is
+/// validated against its CRD's schema (422 Invalid naming each field).
+fn check_fields(
     resource: &ResourceType,
     name: &str,
     object: &mut Value,
-    field_validation: FieldValidation,
+    options: &WriteOptions<'_>,
 ) -> Result<Vec<String>, ApiError> {
-    let Some(schema) = &resource.schema else {
-        return Ok(Vec::new());
-    };
-    let errors = schema::validate(schema, object);
-    if !errors.is_empty() {
-        let causes = errors
-            .into_iter()
-            .map(|e| StatusCause {
-                reason: e.reason,
-                message: e.message,
-                field: e.field,
-            })
-            .collect();
-        return Err(ApiError::invalid(resource, name, causes));
-    }
-    let unknown = schema::prune(schema, object);
-    if unknown.is_empty() {
-        return Ok(Vec::new());
-    }
-    match field_validation {
-        FieldValidation::Strict => {
-            let listed: Vec<String> = unknown
+    let mut problems: Vec<String> = options
+        .duplicate_fields
+        .iter()
+        .map(|f| schema::duplicate_field_message(f))
+        .collect();
+    if let (true, Some(schema)) = (resource.custom, &resource.schema) {
+        problems.extend(
+            schema::prune(schema, object)
                 .iter()
-                .map(|f| format!("unknown field \"{f}\""))
-                .collect();
-            Err(ApiError::bad_request(format!(
-                "strict decoding error: {}",
-                listed.join(", ")
+                .map(|f| schema::unknown_field_message(f)),
+        );
+    }
+    let warnings = match options.field_validation {
+        FieldValidation::Strict if !problems.is_empty() => {
+            return Err(ApiError::bad_request(schema::strict_decoding_message(
+                &resource.kind,
+                &resource.version,
+                &problems,
             )))
         }
-        FieldValidation::Warn => Ok(unknown
-            .iter()
-            .map(|f| format!("unknown field \"{f}\""))
-            .collect()),
-        FieldValidation::Ignore => Ok(Vec::new()),
+        FieldValidation::Strict | FieldValidation::Ignore => Vec::new(),
+        FieldValidation::Warn => problems,
+    };
+    if let (true, Some(schema)) = (resource.custom, &resource.schema) {
+        let errors = schema::validate(schema, object);
+        if !errors.is_empty() {
+            let causes = errors
+                .into_iter()
+                .map(|e| StatusCause {
+                    reason: e.reason,
+                    message: e.message,
+                    field: e.field,
+                })
+                .collect();
+            return Err(ApiError::invalid(resource, name, causes));
+        }
     }
+    Ok(warnings)
 }
 
 /// PUT, PATCH (after the patch is applied) and `/status` writes: `new` replaces `old`.
@@ -451,10 +455,7 @@ pub(crate) fn update(
         }
         _ => {}
     }
-    let mut warnings = Vec::new();
-    if resource.custom {
-        warnings = validate_custom(resource, &name, &mut next, options.field_validation)?;
-    }
+    let warnings = check_fields(resource, &name, &mut next, &options)?;
 
     // generation counts changes of what the user asked for: everything but metadata and status.
     let desired = |v: &Value| {

@@ -30,6 +30,7 @@ use super::objects::{self, DeleteOptions, FieldValidation, Part, WriteOptions, W
 use super::patch as patching;
 use super::random::Xorshift;
 use super::resources::ResourceType;
+use super::schema;
 use super::selector::{FieldSelector, LabelSelector};
 use super::store::{Filter, Store};
 use super::table::{self, IncludeObject};
@@ -462,6 +463,7 @@ fn parse_json_body(parts: &http::request::Parts, body: &[u8]) -> Result<Value, A
 fn write_options<'a>(
     query: &HashMap<String, String>,
     random: &'a mut Xorshift,
+    raw_body: Option<&[u8]>,
 ) -> Result<WriteOptions<'a>, ApiError> {
     let dry_run = match query.get("dryRun").map(String::as_str) {
         None | Some("") => false,
@@ -472,12 +474,17 @@ fn write_options<'a>(
             )))
         }
     };
+    let field_validation =
+        FieldValidation::from_query(query.get("fieldValidation").map(String::as_str))?;
+    let duplicate_fields = match (field_validation, raw_body) {
+        (FieldValidation::Ignore, _) | (_, None) => Vec::new(),
+        (_, Some(raw)) => schema::duplicate_fields(std::str::from_utf8(raw).unwrap_or_default()),
+    };
     Ok(WriteOptions {
-        field_validation: FieldValidation::from_query(
-            query.get("fieldValidation").map(String::as_str),
-        )?,
+        field_validation,
         dry_run,
         random,
+        duplicate_fields,
     })
 }
 
@@ -550,12 +557,12 @@ async fn serve_resource(
             if resource.namespaced && target.namespace.is_none() {
                 return Err(ApiError::path_not_found());
             }
-            let (parts, body) = read_body(request).await?;
-            let body = parse_json_body(&parts, &body)?;
+            let (parts, raw) = read_body(request).await?;
+            let body = parse_json_body(&parts, &raw)?;
             let outcome = {
                 let mut state = shared.store.lock();
                 let mut random = lock(&shared.random);
-                let options = write_options(&query, &mut random)?;
+                let options = write_options(&query, &mut random, Some(&raw))?;
                 objects::create(
                     &mut state,
                     &resource,
@@ -568,15 +575,15 @@ async fn serve_resource(
         }
         (&Method::PUT, Some(name), sub) => {
             record.verb = "update".into();
-            let (parts, body) = read_body(request).await?;
-            let body = parse_json_body(&parts, &body)?;
+            let (parts, raw) = read_body(request).await?;
+            let body = parse_json_body(&parts, &raw)?;
             let outcome = {
                 let mut state = shared.store.lock();
                 let old = state
                     .get(&resource.store_key(), &namespace, name)
                     .ok_or_else(|| ApiError::not_found(&resource, name))?;
                 let mut random = lock(&shared.random);
-                let options = write_options(&query, &mut random)?;
+                let options = write_options(&query, &mut random, Some(&raw))?;
                 match sub {
                     Some("scale") => {
                         let outcome = write_scale(&mut state, &resource, &old, body, options)?;
@@ -794,7 +801,7 @@ fn patch(
     })?;
     let mut state = shared.store.lock();
     let mut random = lock(&shared.random);
-    let options = write_options(query, &mut random)?;
+    let options = write_options(query, &mut random, None)?;
     let old = match state.get(&resource.store_key(), namespace, name) {
         Some(old) => old,
         None if is_apply && subresource.is_none() => {
