@@ -488,3 +488,37 @@ async fn a_watcher_that_falls_behind_is_ended_not_waited_for() {
         "the slow watcher was ended early (got {received} events)"
     );
 }
+
+/// go_offline: connections drop and the port refuses connections for the downtime, then the
+/// same address serves again with the same objects and resourceVersion.
+#[tokio::test]
+async fn going_offline_drops_connections_then_serves_the_same_store() {
+    let sandbox = common::start_sandbox().await;
+    let http = Http::new(&sandbox.url());
+    let secrets = "/api/v1/namespaces/default/secrets";
+    http.post(secrets, &json!({"metadata": {"name": "kept"}}))
+        .await;
+    let before = sandbox.resource_version();
+    let mut watch = http
+        .stream(&format!("{secrets}?watch=true&resourceVersion={before}"))
+        .await;
+
+    sandbox.faults().go_offline(Duration::from_millis(500));
+    assert!(watch.ends_within(WAIT).await, "the open watch is cut");
+    common::eventually(WAIT, "the port to refuse connections", || async {
+        tokio::net::TcpStream::connect(sandbox.addr())
+            .await
+            .is_err()
+            .then_some(())
+    })
+    .await;
+    common::eventually(WAIT, "the port to listen again", || async {
+        tokio::net::TcpStream::connect(sandbox.addr())
+            .await
+            .ok()
+            .map(|_| ())
+    })
+    .await;
+    assert_eq!(sandbox.resource_version(), before);
+    assert_eq!(http.get(&format!("{secrets}/kept")).await.status, 200);
+}

@@ -115,6 +115,16 @@ impl Faults {
         lock(&self.shared.faults).watch_chunk_size = bytes.map(|b| b.max(1));
     }
 
+    /// Simulate an API server restart: close the port and every open connection (watches end
+    /// mid-stream, new connections are refused), then listen again on the same address after
+    /// `downtime`. Unlike a real restart, the objects and the resourceVersion survive.
+    pub fn go_offline(&self, downtime: Duration) {
+        self.shared.outage.send_modify(|(count, duration)| {
+            *count += 1;
+            *duration = downtime;
+        });
+    }
+
     /// Delay before a newly created CRD turns Established.
     pub fn set_established_delay(&self, d: Duration) {
         *lock(&self.shared.established_delay) = d;

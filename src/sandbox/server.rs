@@ -61,6 +61,8 @@ pub(crate) struct Shared {
     /// Bumped by `Faults::end_all_watches_now`: every open watch ends.
     pub(crate) watch_epoch: watch::Sender<u64>,
     pub(crate) shutdown: watch::Sender<bool>,
+    /// Bumped by `Faults::go_offline`: (count, how long to stay offline).
+    pub(crate) outage: watch::Sender<(u64, Duration)>,
 }
 
 impl Shared {
@@ -92,6 +94,7 @@ impl Shared {
             random: Mutex::new(random),
             watch_epoch: watch::channel(0).0,
             shutdown: watch::channel(false).0,
+            outage: watch::channel((0, Duration::ZERO)).0,
         })
     }
 
@@ -103,10 +106,15 @@ impl Shared {
 /// Accept connections until shutdown, then give open ones a moment to finish.
 pub(crate) async fn serve(listener: tokio::net::TcpListener, shared: Arc<Shared>) {
     let mut shutdown = shared.shutdown.subscribe();
+    let mut outages = shared.outage.subscribe();
+    let mut listener = Some(listener);
     let mut connections = tokio::task::JoinSet::new();
     loop {
+        let Some(accepting) = listener.as_ref() else {
+            break;
+        };
         tokio::select! {
-            accepted = listener.accept() => match accepted {
+            accepted = accepting.accept() => match accepted {
                 Ok((stream, _peer)) => {
                     connections.spawn(serve_connection(stream, shared.clone()));
                 }
@@ -117,6 +125,25 @@ pub(crate) async fn serve(listener: tokio::net::TcpListener, shared: Arc<Shared>
                 }
             },
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            changed = outages.changed() => {
+                if changed.is_err() {
+                    continue;
+                }
+                let downtime = outages.borrow_and_update().1;
+                // A simulated restart: close the port and every connection, keep the store.
+                listener = None;
+                connections.abort_all();
+                tracing::info!(?downtime, "fault: API server offline");
+                tokio::select! {
+                    _ = tokio::time::sleep(downtime) => {}
+                    _ = super::stopping(&mut shutdown) => break,
+                }
+                match tokio::net::TcpListener::bind(shared.addr).await {
+                    Ok(rebound) => listener = Some(rebound),
+                    Err(error) => tracing::warn!(%error, "could not listen again after the outage"),
+                }
+                tracing::info!("fault: API server back online");
+            }
             _ = super::stopping(&mut shutdown) => break,
         }
     }

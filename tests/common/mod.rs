@@ -409,6 +409,19 @@ impl Stream {
         Some(serde_json::from_str(&line).unwrap_or_else(|e| panic!("bad event {line:?}: {e}")))
     }
 
+    /// Read until the stream ends, cleanly or not (a dropped connection is an error frame);
+    /// true if that happens within `within`.
+    pub async fn ends_within(&mut self, within: Duration) -> bool {
+        let end = Instant::now() + within;
+        loop {
+            match tokio::time::timeout_at(end, self.body.frame()).await {
+                Err(_) => return false,
+                Ok(None) | Ok(Some(Err(_))) => return true,
+                Ok(Some(Ok(_))) => {}
+            }
+        }
+    }
+
     /// True if nothing at all arrives for `quiet` (the stream stays open and silent).
     pub async fn is_silent_for(&mut self, quiet: Duration) -> bool {
         tokio::time::timeout(quiet, self.body.frame())
