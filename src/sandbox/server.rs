@@ -109,10 +109,8 @@ pub(crate) async fn serve(listener: tokio::net::TcpListener, shared: Arc<Shared>
     let mut outages = shared.outage.subscribe();
     let mut listener = Some(listener);
     let mut connections = tokio::task::JoinSet::new();
-    loop {
-        let Some(accepting) = listener.as_ref() else {
-            break;
-        };
+    // The loop ends on shutdown, or if the port cannot be bound again after an outage.
+    while let Some(accepting) = listener.as_ref() {
         tokio::select! {
             accepted = accepting.accept() => match accepted {
                 Ok((stream, _peer)) => {
