@@ -182,7 +182,9 @@ where
     });
     let connection = hyper::server::conn::http1::Builder::new()
         .timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(Duration::from_secs(30))
+        // hyper's default (30 s) also closes idle keep-alive connections; kube-apiserver keeps
+        // them, and clients with connection pools would see spurious "connection closed".
+        .header_read_timeout(None)
         .serve_connection(io, service);
     tokio::pin!(connection);
     tokio::select! {

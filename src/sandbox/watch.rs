@@ -54,7 +54,7 @@ pub(crate) fn start(shared: &Arc<Shared>, params: WatchParams) -> Result<Respons
         },
     };
     let settings = lock(&shared.faults).clone();
-    let (body_sender, body_receiver) = mpsc::channel::<Bytes>(64);
+    let (body_sender, body_receiver) = mpsc::channel::<Bytes>(16);
     if settings.stall_watches {
         tokio::spawn(stall(shared.clone(), body_sender));
         return Ok(ResponseBody::Stream(body_receiver));
