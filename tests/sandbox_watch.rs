@@ -404,6 +404,11 @@ async fn injected_failures_have_proper_bodies_and_headers() {
     );
     let answer = http.get(&format!("{PODS}?watch=true")).await;
     assert_eq!(answer.status, 429);
+    let logged = sandbox.requests().pop().expect("logged");
+    assert_eq!(
+        (logged.verb.as_str(), logged.resource.as_str(), logged.code),
+        ("watch", "pods", 429)
+    );
     assert_eq!(answer.header("retry-after").as_deref(), Some("3"));
     let status = answer.json();
     assert_eq!(status["reason"], "TooManyRequests");

@@ -259,7 +259,7 @@ pub(crate) fn create(
         });
     }
     if resource.group == "apiextensions.k8s.io" {
-        state.registry.register_crd(&body);
+        Arc::make_mut(&mut state.registry).register_crd(&body);
     }
     let object = state.commit_added(&resource.store_key(), body);
     Ok(WriteOutcome {
@@ -502,7 +502,7 @@ pub(crate) fn update(
         });
     }
     if resource.group == "apiextensions.k8s.io" && part == Part::Main {
-        state.registry.register_crd(&next);
+        Arc::make_mut(&mut state.registry).register_crd(&next);
     }
     let object = state.commit_modified(&resource.store_key(), next);
     Ok(WriteOutcome {
@@ -633,7 +633,7 @@ fn after_removal(
             state.commit_deleted(&custom_key, &namespace_of(&inner), &name_of(&inner));
         }
         state.end_watchers_of(&custom_key);
-        state.registry.unregister_crd(object);
+        Arc::make_mut(&mut state.registry).unregister_crd(object);
     }
     if !orphan_dependents {
         collect_garbage(state, &uid_of(object));

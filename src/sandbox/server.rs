@@ -259,11 +259,6 @@ async fn answer(
             return Err(ApiError::unauthorized());
         }
     }
-    let injected = lock(&shared.faults).take_failure(&record.path);
-    if let Some(fault) = injected {
-        return Ok(injected_response(fault));
-    }
-
     let query: HashMap<String, String> =
         url::form_urlencoded::parse(request.uri().query().unwrap_or_default().as_bytes())
             .into_owned()
@@ -289,6 +284,11 @@ async fn answer(
         }
     };
     let registry = shared.store.lock().registry.clone();
+    classify(&registry, &method, &segments, &query, record);
+    let injected = lock(&shared.faults).take_failure(&record.path);
+    if let Some(fault) = injected {
+        return Ok(injected_response(fault));
+    }
     match segments.as_slice() {
         ["version"] => read_only(json_response(200, &version_document())),
         ["healthz"] | ["livez"] | ["readyz"] => read_only(text_response(200, "ok")),
@@ -336,11 +336,11 @@ async fn answer(
         }
         ["api", "v1", rest @ ..] => {
             let target = Target::parse(&registry, "", "v1", rest)?;
-            serve_resource(shared, request, target, query, &accept, record).await
+            serve_resource(shared, request, target, query, &accept).await
         }
         ["apis", group, version, rest @ ..] => {
             let target = Target::parse(&registry, group, version, rest)?;
-            serve_resource(shared, request, target, query, &accept, record).await
+            serve_resource(shared, request, target, query, &accept).await
         }
         _ => Err(ApiError::path_not_found()),
     }
@@ -364,6 +364,42 @@ fn wants_aggregated(accept: &str) -> bool {
             && params.iter().any(|p| p == "v=v2")
             && params.iter().any(|p| p == "as=APIGroupDiscoveryList")
     })
+}
+
+/// Fill in the request log's verb, resource, namespace and name (before any fault is injected,
+/// so a test can count, say, how many watches a client retried).
+fn classify(
+    registry: &super::resources::Registry,
+    method: &Method,
+    segments: &[&str],
+    query: &HashMap<String, String>,
+    record: &mut RequestRecord,
+) {
+    let (group, version, rest) = match segments {
+        ["api", "v1", rest @ ..] if !rest.is_empty() => ("", "v1", rest),
+        ["apis", group, version, rest @ ..] if !rest.is_empty() => (*group, *version, rest),
+        _ => return,
+    };
+    let Ok(target) = Target::parse(registry, group, version, rest) else {
+        return;
+    };
+    let watch = matches!(query.get("watch").map(String::as_str), Some("true" | "1"));
+    let verb = match (method, target.name.is_some()) {
+        (&Method::GET, false) if watch => "watch",
+        (&Method::GET, false) => "list",
+        (&Method::GET, true) => "get",
+        (&Method::POST, false) => "create",
+        (&Method::PUT, true) => "update",
+        (&Method::PATCH, true) => "patch",
+        (&Method::DELETE, true) => "delete",
+        (&Method::DELETE, false) => "deletecollection",
+        _ => return,
+    };
+    record.verb = verb.to_string();
+    record.resource = target.resource.plural;
+    record.subresource = target.subresource.unwrap_or_default();
+    record.namespace = target.namespace.unwrap_or_default();
+    record.name = target.name.unwrap_or_default();
 }
 
 /// The resource a URL names.
@@ -521,13 +557,8 @@ async fn serve_resource(
     target: Target,
     query: HashMap<String, String>,
     accept: &str,
-    record: &mut RequestRecord,
 ) -> Result<Response<ResponseBody>, ApiError> {
     let resource = target.resource.clone();
-    record.resource = resource.plural.clone();
-    record.subresource = target.subresource.clone().unwrap_or_default();
-    record.namespace = target.namespace.clone().unwrap_or_default();
-    record.name = target.name.clone().unwrap_or_default();
     let namespace = target.namespace.clone().unwrap_or_default();
     let method = request.method().clone();
     let table = table::wants_table(accept)
@@ -540,7 +571,6 @@ async fn serve_resource(
         target.subresource.as_deref(),
     ) {
         (&Method::GET, None, None) if watch_requested => {
-            record.verb = "watch".into();
             let params = WatchParams {
                 filter: filter_for(&resource, target.namespace.clone(), &query)?,
                 resource,
@@ -562,12 +592,10 @@ async fn serve_resource(
                 .unwrap_or_else(|_| Response::new(ResponseBody::empty())))
         }
         (&Method::GET, None, None) => {
-            record.verb = "list".into();
             let filter = filter_for(&resource, target.namespace.clone(), &query)?;
             list(shared, &resource, &filter, &query, table)
         }
         (&Method::GET, Some(name), sub) => {
-            record.verb = "get".into();
             let object = shared
                 .store
                 .lock()
@@ -580,7 +608,6 @@ async fn serve_resource(
             }
         }
         (&Method::POST, None, None) => {
-            record.verb = "create".into();
             if resource.namespaced && target.namespace.is_none() {
                 return Err(ApiError::path_not_found());
             }
@@ -601,7 +628,6 @@ async fn serve_resource(
             Ok(finish_write(shared, &resource, outcome, table))
         }
         (&Method::PUT, Some(name), sub) => {
-            record.verb = "update".into();
             let (parts, raw) = read_body(request).await?;
             let body = parse_json_body(&parts, &raw)?;
             let outcome = {
@@ -625,7 +651,6 @@ async fn serve_resource(
             Ok(finish_write(shared, &resource, outcome, table))
         }
         (&Method::PATCH, Some(name), sub) => {
-            record.verb = "patch".into();
             let (parts, body) = read_body(request).await?;
             let patch_type = content_type(&parts);
             patch(
@@ -641,7 +666,6 @@ async fn serve_resource(
             )
         }
         (&Method::DELETE, Some(name), None) => {
-            record.verb = "delete".into();
             let (_, body) = read_body(request).await?;
             let options = DeleteOptions::from_body(&body)?;
             let dry_run = query.get("dryRun").map(String::as_str) == Some("All");
@@ -652,7 +676,6 @@ async fn serve_resource(
             Ok(object_response(200, &resource, &object, None, &[]))
         }
         (&Method::DELETE, None, None) => {
-            record.verb = "deletecollection".into();
             let (_, body) = read_body(request).await?;
             let options = DeleteOptions::from_body(&body)?;
             let filter = filter_for(&resource, target.namespace.clone(), &query)?;

@@ -162,7 +162,8 @@ pub(crate) struct Registration {
 pub(crate) struct StoreState {
     revision: u64,
     collections: HashMap<String, BTreeMap<(String, String), Arc<Value>>>,
-    pub(crate) registry: Registry,
+    /// Shared copy-on-write: every request clones the Arc, a CRD change clones the Registry.
+    pub(crate) registry: Arc<Registry>,
     history: VecDeque<Arc<StoredEvent>>,
     history_window: usize,
     /// Every event up to and including this revision is gone from the history.
@@ -201,7 +202,7 @@ impl Store {
             state: Mutex::new(StoreState {
                 revision: 0,
                 collections: HashMap::new(),
-                registry: Registry::with_builtins(),
+                registry: Arc::new(Registry::with_builtins()),
                 history: VecDeque::new(),
                 history_window: history_window.max(1),
                 compacted_through: 0,
