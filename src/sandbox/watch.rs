@@ -26,9 +26,6 @@ use super::server::Shared;
 use super::store::{Filter, Registration, WatchMessage, WatchStart};
 use super::table::{self, IncludeObject};
 
-/// Upper bound on how many bytes of already-queued events share one HTTP chunk.
-const COALESCE_BYTES: usize = 64 * 1024;
-
 /// What the client asked for in the query string.
 pub(crate) struct WatchParams {
     pub(crate) resource: ResourceType,
@@ -242,24 +239,9 @@ async fn pump(
         if !matches!(message, WatchMessage::Bookmark(_)) {
             sent += 1;
         }
-        let mut batch = BytesMut::from(&output.render(&message)[..]);
-        // Events already waiting go out in the same HTTP chunk: nothing is held back to fill
-        // it, but a backlog costs one write instead of hundreds. (Clients must accept several
-        // events per chunk anyway.) Not while a fault asks for tiny chunks.
-        while output.chunk_size.is_none()
-            && batch.len() < COALESCE_BYTES
-            && event_limit.is_none_or(|limit| sent < limit)
-        {
-            let Some(more) = pending.pop_front().or_else(|| receiver.try_recv().ok()) else {
-                break;
-            };
-            if !matches!(more, WatchMessage::Bookmark(_)) {
-                sent += 1;
-            }
-            batch.extend_from_slice(&output.render(&more));
-        }
+        let line = output.render(&message);
         let delivered = tokio::select! {
-            delivered = output.send(batch.freeze()) => delivered,
+            delivered = output.send(line) => delivered,
             _ = tokio::time::sleep_until(deadline) => false,
             _ = super::stopping(&mut shutdown) => false,
             _ = epoch.changed() => false,
