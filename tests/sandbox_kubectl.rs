@@ -372,3 +372,40 @@ async fn everyday_commands_on_built_in_kinds() {
         out.stderr
     );
 }
+
+/// kubectl over HTTPS with the sandbox's CA and bearer token; a wrong token is Unauthorized.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_over_tls_with_a_bearer_token() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sandbox = common::start_sandbox_with(postgres_operator::sandbox::SandboxOptions {
+        credentials_dir: Some(dir.path().to_path_buf()),
+        ..Default::default()
+    })
+    .await;
+    let ca = dir.path().join("ca.crt").to_string_lossy().to_string();
+    let token = sandbox.token().expect("a token in TLS mode");
+    let kubectl = Kubectl::new(&sandbox.url()).with_flags(&[
+        "--certificate-authority",
+        &ca,
+        "--token",
+        &token,
+    ]);
+    let namespaces = kubectl.ok(&["get", "namespaces"]).await;
+    assert!(namespaces.contains("kube-system"), "{namespaces}");
+
+    let wrong = Kubectl::new(&sandbox.url()).with_flags(&[
+        "--certificate-authority",
+        &ca,
+        "--token",
+        "wrong",
+    ]);
+    let out = wrong.run(&["get", "namespaces"]).await;
+    assert!(!out.success);
+    // kubectl words a 401 during discovery as "the server has asked for the client to provide
+    // credentials", and a 401 on the request itself as "Unauthorized".
+    assert!(
+        out.stderr.contains("provide credentials") || out.stderr.contains("Unauthorized"),
+        "{}",
+        out.stderr
+    );
+}
