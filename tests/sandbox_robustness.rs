@@ -146,6 +146,15 @@ async fn bad_requests_get_the_right_status() {
             .status,
         400
     );
+    let protected = http.delete("/api/v1/namespaces/default").await;
+    assert_eq!(
+        (protected.status.as_u16(), reason(&protected).as_str()),
+        (403, "Forbidden")
+    );
+    assert_eq!(
+        protected.json()["message"],
+        "namespaces \"default\" is forbidden: this namespace may not be deleted"
+    );
 }
 
 /// The other patch types: JSON patch, strategic merge on a pod, and server-side apply (JSON body)

@@ -177,6 +177,26 @@ impl ApiError {
         )
     }
 
+    /// 403: `namespaces "default" is forbidden: this namespace may not be deleted`.
+    pub(crate) fn forbidden(resource: &ResourceType, name: &str, why: &str) -> ApiError {
+        with_details(
+            Status::failure(
+                403,
+                "Forbidden",
+                format!(
+                    "{} \"{name}\" is forbidden: {why}",
+                    resource.qualified_plural()
+                ),
+            ),
+            StatusDetails {
+                name: name.into(),
+                group: resource.group.clone(),
+                kind: resource.plural.clone(),
+                ..Default::default()
+            },
+        )
+    }
+
     pub(crate) fn bad_request(message: impl Into<String>) -> ApiError {
         Status::failure(400, "BadRequest", message).into()
     }

@@ -559,6 +559,17 @@ pub(crate) fn delete(
     let Some(old) = state.get(&resource.store_key(), namespace, name) else {
         return Err(ApiError::not_found(resource, name));
     };
+    // The NamespaceLifecycle admission plugin protects the namespaces the system relies on.
+    if resource.group.is_empty()
+        && resource.plural == "namespaces"
+        && ["default", "kube-system", "kube-public"].contains(&name)
+    {
+        return Err(ApiError::forbidden(
+            resource,
+            name,
+            "this namespace may not be deleted",
+        ));
+    }
     if let Some(uid) = &options.precondition_uid {
         if *uid != uid_of(&old) {
             return Err(ApiError::conflict(
