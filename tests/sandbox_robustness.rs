@@ -146,6 +146,31 @@ async fn bad_requests_get_the_right_status() {
             .status,
         400
     );
+    let mut bad_label = cluster("labelled", 1);
+    bad_label["metadata"]["labels"] = json!({"tier": "not a valid value!"});
+    let answer = http.post(PGC, &bad_label).await;
+    assert_eq!(
+        (answer.status.as_u16(), reason(&answer).as_str()),
+        (422, "Invalid")
+    );
+    assert_eq!(
+        answer.json()["details"]["causes"][0]["field"],
+        "metadata.labels"
+    );
+    bad_label["metadata"]["labels"] = json!({"tier": 5});
+    assert_eq!(
+        http.post(PGC, &bad_label).await.status,
+        400,
+        "a number is not a label value"
+    );
+    let mut orphan = cluster("orphan", 1);
+    orphan["metadata"]["ownerReferences"] = json!([{"kind": "PostgresCluster", "name": "x"}]);
+    let answer = http.post(PGC, &orphan).await;
+    assert_eq!(answer.status, 422);
+    assert_eq!(
+        answer.json()["details"]["causes"][0]["field"],
+        "metadata.ownerReferences[0].apiVersion"
+    );
     let protected = http.delete("/api/v1/namespaces/default").await;
     assert_eq!(
         (protected.status.as_u16(), reason(&protected).as_str()),

@@ -196,6 +196,7 @@ pub(crate) fn create(
         map.remove("namespace");
     }
     validate_name(resource, &name)?;
+    validate_metadata(resource, &name, &body)?;
     let namespace = namespace_of(&body);
     if state
         .get(&resource.store_key(), &namespace, &name)
@@ -268,6 +269,93 @@ pub(crate) fn create(
         follow_ups,
         warnings,
     })
+}
+
+/// The metadata rules every kind shares: label and annotation keys are qualified names, label
+/// values are short names, finalizers are qualified names, owner references name their owner.
+/// A field of the wrong JSON type is a decoding error (400), as in kube-apiserver.
+fn validate_metadata(resource: &ResourceType, name: &str, object: &Value) -> Result<(), ApiError> {
+    let metadata = &object["metadata"];
+    let mut causes = Vec::new();
+    let mut invalid = |field: String, value: &str, problem: String| {
+        causes.push(StatusCause {
+            reason: "FieldValueInvalid".into(),
+            message: format!("Invalid value: {}: {problem}", json!(value)),
+            field,
+        })
+    };
+    for map in ["labels", "annotations"] {
+        match &metadata[map] {
+            Value::Null => {}
+            Value::Object(entries) => {
+                for (key, value) in entries {
+                    let Some(text) = value.as_str() else {
+                        return Err(ApiError::bad_request(format!(
+                            "metadata.{map}.{key}: must be a string, not {value}"
+                        )));
+                    };
+                    if let Err(problem) = names::validate_qualified_name(key) {
+                        invalid(format!("metadata.{map}"), key, problem);
+                    }
+                    if map == "labels" {
+                        if let Err(problem) = names::validate_label_value(text) {
+                            invalid("metadata.labels".to_string(), text, problem);
+                        }
+                    }
+                }
+            }
+            other => {
+                return Err(ApiError::bad_request(format!(
+                    "metadata.{map} must be a map of strings, not {other}"
+                )))
+            }
+        }
+    }
+    match &metadata["finalizers"] {
+        Value::Null => {}
+        Value::Array(finalizers) => {
+            for (i, finalizer) in finalizers.iter().enumerate() {
+                let Some(text) = finalizer.as_str() else {
+                    return Err(ApiError::bad_request("metadata.finalizers must be strings"));
+                };
+                if let Err(problem) = names::validate_qualified_name(text) {
+                    invalid(format!("metadata.finalizers[{i}]"), text, problem);
+                }
+            }
+        }
+        _ => return Err(ApiError::bad_request("metadata.finalizers must be a list")),
+    }
+    match &metadata["ownerReferences"] {
+        Value::Null => {}
+        Value::Array(references) => {
+            for (i, reference) in references.iter().enumerate() {
+                if !reference.is_object() {
+                    return Err(ApiError::bad_request(
+                        "metadata.ownerReferences must be a list of objects",
+                    ));
+                }
+                for field in ["apiVersion", "kind", "name", "uid"] {
+                    if reference[field].as_str().unwrap_or_default().is_empty() {
+                        causes.push(StatusCause {
+                            reason: "FieldValueRequired".into(),
+                            message: "Required value".into(),
+                            field: format!("metadata.ownerReferences[{i}].{field}"),
+                        });
+                    }
+                }
+            }
+        }
+        _ => {
+            return Err(ApiError::bad_request(
+                "metadata.ownerReferences must be a list",
+            ))
+        }
+    }
+    if causes.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(resource, name, causes))
+    }
 }
 
 fn validate_name(resource: &ResourceType, name: &str) -> Result<(), ApiError> {
@@ -442,6 +530,7 @@ pub(crate) fn update(
         }
     };
     next["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"].clone();
+    validate_metadata(resource, &name, &next)?;
 
     match (resource.group.as_str(), resource.plural.as_str()) {
         ("", "secrets") => default_secret(resource, &mut next, &name)?,
