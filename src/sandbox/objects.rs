@@ -238,7 +238,20 @@ pub(crate) fn create(
                 uid: uid.clone(),
             });
         }
-        ("", "services") => default_service(&mut body, options.random),
+        ("", "services") => {
+            let headless = body["spec"]["clusterIP"].as_str() == Some("None");
+            let has_ports = body["spec"]["ports"].as_array().is_some_and(|p| !p.is_empty());
+            if !headless && !has_ports {
+                return Err(ApiError::invalid_field(
+                    resource,
+                    &name,
+                    "FieldValueRequired",
+                    "spec.ports",
+                    "Required value",
+                ));
+            }
+            default_service(&mut body, options.random)
+        }
         ("", "secrets") => default_secret(resource, &mut body, &name)?,
         ("apiextensions.k8s.io", "customresourcedefinitions") => {
             check_crd(resource, &body, &name)?;
