@@ -652,3 +652,47 @@ async fn tls_mode_requires_the_current_bearer_token() {
     let fresh = Http::with_tls(&sandbox.url(), &ca, Some(rotated));
     assert_eq!(fresh.get(PODS).await.status, 200);
 }
+
+/// Built-in defaulting: a Service gets a cluster IP and TCP ports, needs ports unless headless;
+/// a Secret's stringData is base64-encoded into data.
+#[tokio::test]
+async fn built_in_kinds_get_their_defaults() {
+    let sandbox = common::start_sandbox().await;
+    let http = Http::new(&sandbox.url());
+    let services = "/api/v1/namespaces/default/services";
+    let service = http
+        .post(
+            services,
+            &json!({"metadata": {"name": "db1"}, "spec": {"selector": {"app": "db1"},
+                                "ports": [{"name": "postgres", "port": 5432}]}}),
+        )
+        .await
+        .json();
+    assert!(service["spec"]["clusterIP"]
+        .as_str()
+        .is_some_and(|ip| ip.starts_with("10.96.")));
+    assert_eq!(service["spec"]["ports"][0]["protocol"], "TCP");
+    assert_eq!(service["spec"]["ports"][0]["targetPort"], 5432);
+    let portless = http
+        .post(services, &json!({"metadata": {"name": "x"}, "spec": {}}))
+        .await;
+    assert_eq!(portless.status, 422);
+    let headless = http
+        .post(
+            services,
+            &json!({"metadata": {"name": "h"}, "spec": {"clusterIP": "None"}}),
+        )
+        .await;
+    assert_eq!(headless.status, 201);
+
+    let secret = http
+        .post(
+            "/api/v1/namespaces/default/secrets",
+            &json!({"metadata": {"name": "pw"}, "stringData": {"password": "hunter2"}}),
+        )
+        .await
+        .json();
+    assert_eq!(secret["data"]["password"], "aHVudGVyMg==");
+    assert!(secret.get("stringData").is_none());
+    assert_eq!(secret["type"], "Opaque");
+}
