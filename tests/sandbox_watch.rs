@@ -527,3 +527,22 @@ async fn going_offline_drops_connections_then_serves_the_same_store() {
     assert_eq!(sandbox.resource_version(), before);
     assert_eq!(http.get(&format!("{secrets}/kept")).await.status, 200);
 }
+
+/// A watch from a resourceVersion the store has not reached (say, from before a restart) is
+/// refused with 504 "Too large resource version", so the client relists.
+#[tokio::test]
+async fn a_resource_version_from_the_future_is_refused() {
+    let sandbox = common::start_sandbox().await;
+    let http = Http::new(&sandbox.url());
+    let answer = http
+        .get(&format!("{PODS}?watch=true&resourceVersion=999999"))
+        .await;
+    assert_eq!(answer.status, 504);
+    let status = answer.json();
+    assert_eq!(status["reason"], "Timeout");
+    assert_eq!(
+        status["details"]["causes"][0]["reason"],
+        "ResourceVersionTooLarge"
+    );
+    assert_eq!(answer.header("retry-after").as_deref(), Some("1"));
+}

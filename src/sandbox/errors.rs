@@ -197,6 +197,28 @@ impl ApiError {
         )
     }
 
+    /// 504 Timeout for a watch from a resourceVersion the store has not reached.
+    pub(crate) fn too_large_resource_version(requested: u64, current: u64) -> ApiError {
+        let mut error: ApiError = with_details(
+            Status::failure(
+                504,
+                "Timeout",
+                format!("Too large resource version: {requested}, current: {current}"),
+            ),
+            StatusDetails {
+                causes: vec![StatusCause {
+                    reason: "ResourceVersionTooLarge".into(),
+                    message: "Too large resource version".into(),
+                    field: String::new(),
+                }],
+                retry_after_seconds: Some(1),
+                ..Default::default()
+            },
+        );
+        error.retry_after = Some(1);
+        error
+    }
+
     pub(crate) fn bad_request(message: impl Into<String>) -> ApiError {
         Status::failure(400, "BadRequest", message).into()
     }

@@ -240,7 +240,9 @@ pub(crate) fn create(
         }
         ("", "services") => {
             let headless = body["spec"]["clusterIP"].as_str() == Some("None");
-            let has_ports = body["spec"]["ports"].as_array().is_some_and(|p| !p.is_empty());
+            let has_ports = body["spec"]["ports"]
+                .as_array()
+                .is_some_and(|p| !p.is_empty());
             if !headless && !has_ports {
                 return Err(ApiError::invalid_field(
                     resource,

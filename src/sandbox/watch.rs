@@ -50,6 +50,15 @@ pub(crate) fn start(shared: &Arc<Shared>, params: WatchParams) -> Result<Respons
             }
         },
     };
+    if let WatchStart::After(requested) = start {
+        let current = shared.store.revision();
+        if requested > current {
+            // An RV from the future: typically from before a restart of a server whose revision
+            // started again from zero. kube-apiserver answers 504 with this wording; the
+            // client must relist.
+            return Err(ApiError::too_large_resource_version(requested, current));
+        }
+    }
     let settings = lock(&shared.faults).clone();
     let (body_sender, body_receiver) = mpsc::channel::<Bytes>(16);
     if settings.stall_watches {
