@@ -546,3 +546,31 @@ async fn a_resource_version_from_the_future_is_refused() {
     );
     assert_eq!(answer.header("retry-after").as_deref(), Some("1"));
 }
+
+/// Streaming lists (`sendInitialEvents=true`): ADDED for every object, then a BOOKMARK
+/// annotated `k8s.io/initial-events-end`, then live events.
+#[tokio::test]
+async fn send_initial_events_ends_with_an_annotated_bookmark() {
+    let sandbox = common::start_sandbox().await;
+    let http = Http::new(&sandbox.url());
+    let secrets = "/api/v1/namespaces/default/secrets";
+    http.post(secrets, &json!({"metadata": {"name": "a"}}))
+        .await;
+    let at = sandbox.resource_version();
+    let mut watch = http
+        .stream(&format!(
+            "{secrets}?watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true"
+        ))
+        .await;
+    assert_eq!(
+        watch.next_event(WAIT).await.expect("ADDED")["type"],
+        "ADDED"
+    );
+    let end = watch.next_event(WAIT).await.expect("BOOKMARK");
+    assert_eq!(end["type"], "BOOKMARK");
+    assert_eq!(
+        end["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"],
+        "true"
+    );
+    assert_eq!(end["object"]["metadata"]["resourceVersion"], at.as_str());
+}

@@ -582,6 +582,8 @@ async fn serve_resource(
                     .filter(|t| *t > 0)
                     .map(Duration::from_secs),
                 bookmarks: query.get("allowWatchBookmarks").map(String::as_str) == Some("true"),
+                send_initial_events: query.get("sendInitialEvents").map(String::as_str)
+                    == Some("true"),
                 table,
             };
             let body = watching::start(shared, params)?;

@@ -70,6 +70,8 @@ pub(crate) enum WatchMessage {
     },
     /// The store has reached this revision; nothing this watcher wants happened up to it.
     Bookmark(u64),
+    /// The end of the initial ADDED events of a `sendInitialEvents=true` watch, at this revision.
+    InitialEventsEnd(u64),
 }
 
 /// Which objects a watch or list wants.
@@ -154,6 +156,8 @@ pub(crate) struct Expired {
 
 pub(crate) struct Registration {
     pub(crate) id: u64,
+    /// The store's revision when the watch started (what the initial events are "as of").
+    pub(crate) revision: u64,
     pub(crate) initial: Vec<WatchMessage>,
     pub(crate) receiver: mpsc::Receiver<WatchMessage>,
 }
@@ -438,6 +442,7 @@ impl StoreState {
         self.watchers.push(Watcher { id, filter, sender });
         Ok(Registration {
             id,
+            revision: self.revision,
             initial,
             receiver,
         })
@@ -498,7 +503,7 @@ mod tests {
             .map(|m| match m {
                 WatchMessage::Event(e) => e.event_type.as_str(),
                 WatchMessage::Adjusted { event_type, .. } => event_type.as_str(),
-                WatchMessage::Bookmark(_) => "BOOKMARK",
+                WatchMessage::Bookmark(_) | WatchMessage::InitialEventsEnd(_) => "BOOKMARK",
             })
             .collect()
     }

@@ -33,6 +33,9 @@ pub(crate) struct WatchParams {
     pub(crate) resource_version: Option<String>,
     pub(crate) timeout: Option<Duration>,
     pub(crate) bookmarks: bool,
+    /// `sendInitialEvents=true` (streaming lists): ADDED for every object, then a BOOKMARK
+    /// annotated `k8s.io/initial-events-end: "true"` marking where the "list" ends.
+    pub(crate) send_initial_events: bool,
     /// Some: the client's Accept asked for Tables (`kubectl get -w`).
     pub(crate) table: Option<IncludeObject>,
 }
@@ -40,6 +43,7 @@ pub(crate) struct WatchParams {
 /// Start a watch and return the streaming body for its response.
 pub(crate) fn start(shared: &Arc<Shared>, params: WatchParams) -> Result<ResponseBody, ApiError> {
     let start = match params.resource_version.as_deref() {
+        _ if params.send_initial_events => WatchStart::Current,
         None | Some("") | Some("0") => WatchStart::Current,
         Some(text) => match text.parse::<u64>() {
             Ok(revision) => WatchStart::After(revision),
@@ -136,6 +140,13 @@ struct Output {
 impl Output {
     fn render(&mut self, message: &WatchMessage) -> Bytes {
         let (event_type, object) = match message {
+            WatchMessage::InitialEventsEnd(revision) => {
+                let bookmark = json!({"kind": self.resource.kind,
+                    "apiVersion": self.resource.api_version(),
+                    "metadata": {"resourceVersion": revision.to_string(),
+                                 "annotations": {"k8s.io/initial-events-end": "true"}}});
+                return event_line("BOOKMARK", &bookmark);
+            }
             WatchMessage::Bookmark(revision) => {
                 let bookmark = json!({"kind": self.resource.kind,
                     "apiVersion": self.resource.api_version(),
@@ -195,9 +206,13 @@ async fn pump(
 ) {
     let Registration {
         id,
-        initial,
+        revision,
+        mut initial,
         mut receiver,
     } = registration;
+    if params.send_initial_events && params.bookmarks {
+        initial.push(WatchMessage::InitialEventsEnd(revision));
+    }
     let mut timeout = params
         .timeout
         .unwrap_or(shared.options.default_watch_timeout);
@@ -245,7 +260,10 @@ async fn pump(
                 _ = output.sender.closed() => break 'watch,
             },
         };
-        if !matches!(message, WatchMessage::Bookmark(_)) {
+        if !matches!(
+            message,
+            WatchMessage::Bookmark(_) | WatchMessage::InitialEventsEnd(_)
+        ) {
             sent += 1;
         }
         let line = output.render(&message);
