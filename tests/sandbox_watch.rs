@@ -299,6 +299,15 @@ async fn deleted_arrives_only_after_finalizers_are_cleared() {
         "still there"
     );
 
+    let more = http
+        .merge_patch(&format!("{path}/held"), &json!({"metadata": {"finalizers": ["a.example.com/x", "workshop.example.com/cleanup"]}}))
+        .await;
+    assert_eq!(
+        more.status,
+        422,
+        "no new finalizers once deleting: {}",
+        more.text()
+    );
     let cleared = http
         .merge_patch(
             &format!("{path}/held"),

@@ -546,6 +546,30 @@ pub(crate) fn update(
     };
     next["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"].clone();
     validate_metadata(resource, &name, &next)?;
+    if !old["metadata"]["deletionTimestamp"].is_null() {
+        let had = old["metadata"]["finalizers"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let added: Vec<&Value> = next["metadata"]["finalizers"]
+            .as_array()
+            .map(|now| now.iter().filter(|f| !had.contains(f)).collect())
+            .unwrap_or_default();
+        if !added.is_empty() {
+            return Err(ApiError::invalid(
+                resource,
+                &name,
+                vec![StatusCause {
+                    reason: "FieldValueForbidden".into(),
+                    message: format!(
+                        "Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers {}",
+                        json!(added)
+                    ),
+                    field: "metadata.finalizers".into(),
+                }],
+            ));
+        }
+    }
 
     match (resource.group.as_str(), resource.plural.as_str()) {
         ("", "secrets") => default_secret(resource, &mut next, &name)?,
