@@ -696,3 +696,22 @@ async fn built_in_kinds_get_their_defaults() {
     assert!(secret.get("stringData").is_none());
     assert_eq!(secret["type"], "Opaque");
 }
+
+/// `default:` values in a CRD schema are filled in on create, as kube-apiserver does.
+#[tokio::test]
+async fn schema_defaults_are_applied() {
+    let sandbox = common::start_sandbox().await;
+    let http = Http::new(&sandbox.url());
+    let mut crd = common::crd_json();
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+        ["paused"]["default"] = json!(false);
+    let answer = http
+        .post(
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+            &crd,
+        )
+        .await;
+    assert_eq!(answer.status, 201);
+    let created = http.post(PGC, &cluster("db1", 1)).await.json();
+    assert_eq!(created["spec"]["paused"], false);
+}

@@ -429,6 +429,7 @@ fn check_fields(
         FieldValidation::Warn => problems,
     };
     if let (true, Some(schema)) = (resource.custom, &resource.schema) {
+        apply_defaults(schema, object);
         let errors = schema::validate(schema, object);
         if !errors.is_empty() {
             let causes = errors
@@ -443,6 +444,30 @@ fn check_fields(
         }
     }
     Ok(warnings)
+}
+
+/// Structural defaulting: a missing field whose schema has `default` gets that value, at every
+/// level that exists (kube-apiserver does this when it decodes a request, before validation).
+fn apply_defaults(schema: &Value, value: &mut Value) {
+    if let (Some(properties), Some(fields)) =
+        (schema["properties"].as_object(), value.as_object_mut())
+    {
+        for (name, property) in properties {
+            if !fields.contains_key(name) {
+                if let Some(default) = property.get("default") {
+                    fields.insert(name.clone(), default.clone());
+                }
+            }
+            if let Some(inner) = fields.get_mut(name) {
+                apply_defaults(property, inner);
+            }
+        }
+    }
+    if let (Some(items), Some(values)) = (schema.get("items"), value.as_array_mut()) {
+        for item in values {
+            apply_defaults(items, item);
+        }
+    }
 }
 
 /// PUT, PATCH (after the patch is applied) and `/status` writes: `new` replaces `old`.
