@@ -9,7 +9,9 @@
 //!
 //! | module | what it holds |
 //! |---|---|
-//! | `server.rs` | the hyper server: TLS, bearer tokens, routing, one handler per verb |
+//! | `server.rs` | the hyper server: connections, TLS, bearer tokens, routing, discovery |
+//! | `handlers.rs` | what each verb does on resource URLs, and the status/scale/log subresources |
+//! | `responses.rs` | JSON, Table, text and Status responses; injected-fault answers |
 //! | `store.rs` | objects, the global resourceVersion, the bounded event history, watcher fan-out |
 //! | `resources.rs` | built-in kinds, kinds learnt from CRDs, discovery and OpenAPI documents |
 //! | `objects.rs` | what the server does to an object on each write (defaults, generation, status) |
@@ -44,12 +46,14 @@ mod body;
 mod controllers;
 mod errors;
 mod faults;
+mod handlers;
 pub mod names;
 mod objects;
 pub mod patch;
 mod protobuf;
 mod random;
 mod resources;
+mod responses;
 pub mod schema;
 pub mod selector;
 mod server;
