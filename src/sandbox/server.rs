@@ -1,6 +1,6 @@
 //! The HTTP side of the sandbox: accept connections (TLS optional), check the bearer token,
-//! route each request like kube-apiserver and answer with JSON objects, lists, Tables, Status
-//! errors or a watch stream.
+//! log each request, and route it: discovery and OpenAPI documents are answered here, resource
+//! URLs go to `handlers.rs`.
 //!
 //! WORKSHOP.md, "Set-up: the sandbox". URL layout: `/api/v1/...` for the core group,
 //! `/apis/GROUP/VERSION/...` for the rest; then `namespaces/NS/PLURAL[/NAME[/SUBRESOURCE]]` for
