@@ -852,6 +852,29 @@ fn default_namespace(object: &mut Value, name: &str) {
     object["status"] = json!({"phase": "Active"});
 }
 
+/// The one node every pod is "scheduled" to. It is Ready, and runs nothing.
+pub(crate) fn initial_node(uid: String) -> Value {
+    let now = timefmt::now_rfc3339();
+    json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": SANDBOX_NODE, "uid": uid, "creationTimestamp": now,
+                     "labels": {"kubernetes.io/hostname": SANDBOX_NODE, "kubernetes.io/os": "linux"}},
+        "spec": {"podCIDR": "10.244.0.0/16"},
+        "status": {
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                            "message": "simulated by the sandbox: no container runtime",
+                            "lastHeartbeatTime": now, "lastTransitionTime": now}],
+            "addresses": [{"type": "InternalIP", "address": "10.0.0.1"},
+                          {"type": "Hostname", "address": SANDBOX_NODE}],
+            "nodeInfo": {"kubeletVersion": super::server::GIT_VERSION, "containerRuntimeVersion": "none://sandbox",
+                         "operatingSystem": "linux", "architecture": "amd64"}
+        }
+    })
+}
+
+/// The node name pods get in `spec.nodeName`.
+pub(crate) const SANDBOX_NODE: &str = "sandbox-node";
+
 /// A namespace object as the sandbox starts with (`default`, `kube-system`, ...).
 pub(crate) fn initial_namespace(name: &str, uid: String) -> Value {
     let mut object = json!({
@@ -895,7 +918,7 @@ fn default_pod(resource: &ResourceType, object: &mut Value, name: &str) -> Resul
         ("dnsPolicy", json!("ClusterFirst")),
         ("schedulerName", json!("default-scheduler")),
         // The sandbox "schedules" every pod at once onto its one imaginary node.
-        ("nodeName", json!("sandbox-node")),
+        ("nodeName", json!(SANDBOX_NODE)),
     ] {
         if spec[field].is_null() {
             spec[field] = value;

@@ -208,6 +208,8 @@ impl Registry {
         let mut pods = ResourceType::builtin("", "pods", "Pod", true, &["po"]);
         pods.status_subresource = true;
         pods.categories = vec!["all".into()];
+        let mut nodes = ResourceType::builtin("", "nodes", "Node", false, &["no"]);
+        nodes.status_subresource = true;
         let mut services = ResourceType::builtin("", "services", "Service", true, &["svc"]);
         services.status_subresource = true;
         services.categories = vec!["all".into()];
@@ -234,6 +236,7 @@ impl Registry {
         Registry {
             resources: vec![
                 namespaces,
+                nodes,
                 pods,
                 services,
                 ResourceType::builtin("", "secrets", "Secret", true, &[]),

@@ -74,6 +74,7 @@ impl Shared {
                     objects::initial_namespace(name, random.uuid()),
                 );
             }
+            state.commit_added("/nodes", objects::initial_node(random.uuid()));
         }
         Arc::new(Shared {
             store,

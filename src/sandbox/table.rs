@@ -141,6 +141,20 @@ fn columns_for(resource: &ResourceType) -> Vec<Column> {
             }));
             columns.push(text_column("Node", 1, |o| o["spec"]["nodeName"].clone()));
         }
+        ("", "nodes") => {
+            columns.push(text_column("Status", 0, |o| {
+                let ready = o["status"]["conditions"].as_array().is_some_and(|c| {
+                    c.iter()
+                        .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                });
+                json!(if ready { "Ready" } else { "NotReady" })
+            }));
+            columns.push(text_column("Roles", 0, |_| json!("<none>")));
+            columns.push(age_column());
+            columns.push(text_column("Version", 0, |o| {
+                o["status"]["nodeInfo"]["kubeletVersion"].clone()
+            }));
+        }
         ("", "namespaces") => {
             columns.push(text_column("Status", 0, |o| o["status"]["phase"].clone()));
             columns.push(age_column());
