@@ -378,6 +378,14 @@ async fn watch_faults_cut_split_stall_and_end_streams() {
     assert_eq!(split.frames, line.len() + 1, "one frame per byte");
     faults.watch_chunk_size(None);
 
+    faults.watch_events_per_chunk(Some(3));
+    let mut grouped = http.stream(&format!("{secrets}?watch=true")).await;
+    for _ in 0..3 {
+        assert!(grouped.next_line(WAIT).await.is_some());
+    }
+    assert_eq!(grouped.frames, 1, "three events in one chunk");
+    faults.watch_events_per_chunk(None);
+
     faults.stall_watches(true);
     let mut stalled = http.stream(&format!("{secrets}?watch=true")).await;
     assert_eq!(stalled.status, 200);

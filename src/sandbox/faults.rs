@@ -35,6 +35,7 @@ pub(crate) struct FaultSettings {
     pub(crate) end_watches_after: Option<Duration>,
     pub(crate) stall_watches: bool,
     pub(crate) watch_chunk_size: Option<usize>,
+    pub(crate) watch_events_per_chunk: Option<usize>,
     pub(crate) pending_failures: Vec<PendingFailure>,
 }
 
@@ -123,6 +124,13 @@ impl Faults {
             *count += 1;
             *duration = downtime;
         });
+    }
+
+    /// Send up to `events` already-waiting events in one HTTP chunk (new watches), instead of one
+    /// chunk per event: a watch from RV 0 then delivers its synthetic ADDED events in groups, so
+    /// a client's decoder sees several events in one chunk.
+    pub fn watch_events_per_chunk(&self, events: Option<usize>) {
+        lock(&self.shared.faults).watch_events_per_chunk = events.map(|e| e.max(1));
     }
 
     /// Delay before a newly created CRD turns Established.

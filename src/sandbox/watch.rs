@@ -266,7 +266,27 @@ async fn pump(
         ) {
             sent += 1;
         }
-        let line = output.render(&message);
+        let mut line = output.render(&message);
+        if let Some(group) = settings.watch_events_per_chunk {
+            // Fault: several events per chunk, taking only what is already waiting.
+            let mut batch = bytes::BytesMut::from(&line[..]);
+            for _ in 1..group {
+                if event_limit.is_some_and(|limit| sent >= limit) {
+                    break;
+                }
+                let Some(more) = pending.pop_front().or_else(|| receiver.try_recv().ok()) else {
+                    break;
+                };
+                if !matches!(
+                    more,
+                    WatchMessage::Bookmark(_) | WatchMessage::InitialEventsEnd(_)
+                ) {
+                    sent += 1;
+                }
+                batch.extend_from_slice(&output.render(&more));
+            }
+            line = batch.freeze();
+        }
         let delivered = tokio::select! {
             delivered = output.send(line) => delivered,
             _ = tokio::time::sleep_until(deadline) => false,
