@@ -409,3 +409,69 @@ async fn kubectl_over_tls_with_a_bearer_token() {
         out.stderr
     );
 }
+
+/// The rest of kubectl-needs.md's checklist on a custom resource: `apply --server-side`,
+/// `patch --type=json`, `describe`, and `get pgc NAME -w` (which throws away the first event of
+/// its RV-0 watch, so the server must send the synthetic ADDED).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_side_apply_json_patch_describe_and_watch_one_object() {
+    let sandbox = common::start_sandbox().await;
+    Http::new(&sandbox.url()).install_crd().await;
+    let kubectl = Kubectl::new(&sandbox.url());
+    let out = kubectl
+        .ok(&["apply", "--server-side", "-f", EXAMPLE_FIXTURE])
+        .await;
+    assert!(out.contains("serverside-applied"), "{out}");
+    let out = kubectl
+        .ok(&[
+            "patch",
+            "pgc",
+            "example-postgresql-cluster",
+            "--type=json",
+            "-p",
+            r#"[{"op":"replace","path":"/spec/size","value":2}]"#,
+        ])
+        .await;
+    assert!(out.contains("patched"), "{out}");
+    let described = kubectl
+        .ok(&["describe", "pgc", "example-postgresql-cluster"])
+        .await;
+    assert!(
+        described.contains("Size:") && described.contains("Events:"),
+        "{described}"
+    );
+
+    let mut child = kubectl
+        .command(&["get", "pgc", "example-postgresql-cluster", "-w"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("kubectl starts");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let header = lines.next_line().await.expect("read").expect("header");
+    assert!(header.starts_with("NAME"), "{header}");
+    let first = lines.next_line().await.expect("read").expect("row");
+    assert!(first.contains(" 2 "), "{first}");
+    common::eventually(Duration::from_secs(15), "kubectl's watch", || {
+        let requests = sandbox.requests();
+        async move {
+            requests
+                .iter()
+                .any(|r| r.verb == "watch" && r.resource == "postgresclusters")
+                .then_some(())
+        }
+    })
+    .await;
+    Http::new(&sandbox.url())
+        .merge_patch(
+            "/apis/workshop.example.com/v1/namespaces/default/postgresclusters/example-postgresql-cluster",
+            &serde_json::json!({"spec": {"size": 7}}),
+        )
+        .await;
+    let changed = tokio::time::timeout(Duration::from_secs(10), lines.next_line())
+        .await
+        .expect("a row for the change")
+        .expect("read")
+        .expect("row");
+    assert!(changed.contains(" 7 "), "{changed}");
+    child.kill().await.ok();
+}
