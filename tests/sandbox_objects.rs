@@ -289,6 +289,13 @@ async fn deleting_a_crd_removes_its_api() {
         .map(|c| c.iter().filter_map(|c| c["type"].as_str()).collect())
         .unwrap_or_default();
     assert_eq!(types, ["NamesAccepted", "Established"]);
+    let replaced = http.put(CRD, &crd).await;
+    assert_eq!(replaced.status, 200, "{}", replaced.text());
+    assert_eq!(
+        replaced.json()["metadata"]["resourceVersion"],
+        crd["metadata"]["resourceVersion"],
+        "an unchanged CRD is a no-op write"
+    );
     assert_eq!(
         http.post(
             "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",

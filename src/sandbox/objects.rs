@@ -1087,15 +1087,20 @@ fn default_crd(crd: &mut Value) {
                 .collect()
         })
         .unwrap_or_default();
-    let established = crd["status"]["conditions"]
-        .as_array()
-        .and_then(|c| c.iter().find(|c| c["type"] == "Established").cloned());
-    let now = timefmt::now_rfc3339();
-    let mut conditions = vec![json!({
-        "type": "NamesAccepted", "status": "True", "reason": "NoConflicts",
-        "message": "no conflicts found", "lastTransitionTime": now
-    })];
-    if let Some(established) = established {
+    let existing = |kind: &str| {
+        crd["status"]["conditions"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["type"] == kind).cloned())
+    };
+    // Conditions keep their lastTransitionTime while their status stays the same.
+    let names_accepted = existing("NamesAccepted").unwrap_or_else(|| {
+        json!({
+            "type": "NamesAccepted", "status": "True", "reason": "NoConflicts",
+            "message": "no conflicts found", "lastTransitionTime": timefmt::now_rfc3339()
+        })
+    });
+    let mut conditions = vec![names_accepted];
+    if let Some(established) = existing("Established") {
         conditions.push(established);
     }
     crd["status"] =
