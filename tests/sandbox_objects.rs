@@ -84,6 +84,20 @@ async fn updates_are_optimistic_and_generation_tracks_spec() {
     assert_eq!(updated.status, 200, "{}", updated.text());
     assert_eq!(updated.json()["metadata"]["generation"], 2);
 
+    let mut unconditional = changed.clone();
+    unconditional["metadata"]
+        .as_object_mut()
+        .map(|m| m.remove("resourceVersion"));
+    let refused = http.put(&format!("{PGC}/db1"), &unconditional).await;
+    assert_eq!(
+        refused.status, 422,
+        "custom objects need a resourceVersion on PUT"
+    );
+    assert_eq!(
+        refused.json()["details"]["causes"][0]["field"],
+        "metadata.resourceVersion"
+    );
+
     let stale = http.put(&format!("{PGC}/db1"), &changed).await;
     assert_eq!(stale.status, 409);
     let status = stale.json();

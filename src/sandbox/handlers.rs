@@ -298,6 +298,9 @@ pub(crate) async fn serve_resource(
         (&Method::PUT, Some(name), sub) => {
             let (parts, raw) = read_body(request).await?;
             let body = parse_json_body(&parts, &raw)?;
+            if sub != Some("scale") {
+                objects::require_resource_version(&resource, name, &body)?;
+            }
             let outcome = {
                 let mut state = shared.store.lock();
                 let old = state

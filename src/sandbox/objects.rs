@@ -666,6 +666,29 @@ pub(crate) fn update(
     })
 }
 
+/// A PUT of a custom object or a CRD must name the resourceVersion it replaces: their
+/// strategies do not allow unconditional updates (pods, services, secrets... do).
+pub(crate) fn require_resource_version(
+    resource: &ResourceType,
+    name: &str,
+    body: &Value,
+) -> Result<(), ApiError> {
+    let unconditional_allowed = !resource.custom && resource.group != "apiextensions.k8s.io";
+    let given = body["metadata"]["resourceVersion"]
+        .as_str()
+        .is_some_and(|rv| !rv.is_empty());
+    if unconditional_allowed || given {
+        return Ok(());
+    }
+    Err(ApiError::invalid_field(
+        resource,
+        name,
+        "FieldValueInvalid",
+        "metadata.resourceVersion",
+        "Invalid value: 0x0: must be specified for an update",
+    ))
+}
+
 /// The DeleteOptions body kubectl sends: `{"propagationPolicy":"Background"}` and friends.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct DeleteOptions {
