@@ -269,3 +269,209 @@ async fn get_pods_watch_prints_each_change() {
     );
     child.kill().await.ok();
 }
+
+/// The rest of kubectl's everyday commands on built-in kinds: `create namespace` and
+/// `create secret` (protobuf bodies), `apply` of a pod twice and with a changed label
+/// (strategic merge), `get all`, `logs`, `describe` (events by field selector), `delete`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn everyday_commands_on_built_in_kinds() {
+    let sandbox = common::start_sandbox().await;
+    let kubectl = Kubectl::new(&sandbox.url());
+    assert!(kubectl
+        .ok(&["create", "namespace", "demo"])
+        .await
+        .contains("namespace/demo created"));
+    assert!(kubectl
+        .ok(&[
+            "create",
+            "secret",
+            "generic",
+            "creds",
+            "--from-literal=password=hunter2",
+            "-n",
+            "demo"
+        ])
+        .await
+        .contains("secret/creds created"));
+    let password = kubectl
+        .ok(&[
+            "get",
+            "secret",
+            "creds",
+            "-n",
+            "demo",
+            "-o",
+            "jsonpath={.data.password}",
+        ])
+        .await;
+    assert_eq!(password, "aHVudGVyMg==");
+
+    let pod_file = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/pod.yaml");
+    assert!(kubectl
+        .ok(&["apply", "-f", pod_file])
+        .await
+        .contains("pod/web created"));
+    assert!(kubectl
+        .ok(&["apply", "-f", pod_file])
+        .await
+        .contains("pod/web unchanged"));
+    let relabelled = std::fs::read_to_string(pod_file)
+        .expect("fixture")
+        .replace("app: web", "app: web2");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let changed = dir.path().join("pod.yaml");
+    std::fs::write(&changed, relabelled).expect("write");
+    let changed = changed.to_string_lossy().to_string();
+    assert!(kubectl
+        .ok(&["apply", "-f", &changed])
+        .await
+        .contains("pod/web configured"));
+    assert_eq!(
+        kubectl
+            .ok(&["get", "pod", "web", "-o", "jsonpath={.metadata.labels.app}"])
+            .await,
+        "web2"
+    );
+
+    let all = kubectl.ok(&["get", "all"]).await;
+    assert!(all.contains("pod/web"), "{all}");
+    let log = kubectl.ok(&["logs", "web"]).await;
+    assert!(log.contains("no container runs here"), "{log}");
+
+    let http = Http::new(&sandbox.url());
+    let uid =
+        http.get("/api/v1/namespaces/default/pods/web").await.json()["metadata"]["uid"].clone();
+    // describe finds events by involvedObject name, namespace and uid.
+    let event = serde_json::json!({
+        "metadata": {"name": "web.1"}, "type": "Normal", "reason": "Started",
+        "message": "simulated start",
+        "involvedObject": {"kind": "Pod", "name": "web", "namespace": "default", "uid": uid},
+        "source": {"component": "sandbox-test"}, "lastTimestamp": "2026-01-01T00:00:00Z"
+    });
+    assert_eq!(
+        http.post("/api/v1/namespaces/default/events", &event)
+            .await
+            .status,
+        201
+    );
+    let described = kubectl.ok(&["describe", "pod", "web"]).await;
+    assert!(described.contains("simulated start"), "{described}");
+
+    assert!(kubectl
+        .ok(&["delete", "pod", "web"])
+        .await
+        .contains("pod \"web\" deleted"));
+    assert!(kubectl
+        .ok(&["delete", "namespace", "demo"])
+        .await
+        .contains("namespace \"demo\" deleted"));
+    let out = kubectl.run(&["get", "secret", "creds", "-n", "demo"]).await;
+    assert!(
+        out.stderr.contains("NotFound"),
+        "the namespace took its secret: {}",
+        out.stderr
+    );
+}
+
+/// kubectl over HTTPS with the sandbox's CA and bearer token; a wrong token is Unauthorized.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_over_tls_with_a_bearer_token() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sandbox = common::start_sandbox_with(postgres_operator::sandbox::SandboxOptions {
+        credentials_dir: Some(dir.path().to_path_buf()),
+        ..Default::default()
+    })
+    .await;
+    let ca = dir.path().join("ca.crt").to_string_lossy().to_string();
+    let token = sandbox.token().expect("a token in TLS mode");
+    let kubectl = Kubectl::new(&sandbox.url()).with_flags(&[
+        "--certificate-authority",
+        &ca,
+        "--token",
+        &token,
+    ]);
+    let namespaces = kubectl.ok(&["get", "namespaces"]).await;
+    assert!(namespaces.contains("kube-system"), "{namespaces}");
+
+    let wrong = Kubectl::new(&sandbox.url()).with_flags(&[
+        "--certificate-authority",
+        &ca,
+        "--token",
+        "wrong",
+    ]);
+    let out = wrong.run(&["get", "namespaces"]).await;
+    assert!(!out.success);
+    // kubectl words a 401 during discovery as "the server has asked for the client to provide
+    // credentials", and a 401 on the request itself as "Unauthorized".
+    assert!(
+        out.stderr.contains("provide credentials") || out.stderr.contains("Unauthorized"),
+        "{}",
+        out.stderr
+    );
+}
+
+/// The rest of kubectl-needs.md's checklist on a custom resource: `apply --server-side`,
+/// `patch --type=json`, `describe`, and `get pgc NAME -w` (which throws away the first event of
+/// its RV-0 watch, so the server must send the synthetic ADDED).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_side_apply_json_patch_describe_and_watch_one_object() {
+    let sandbox = common::start_sandbox().await;
+    Http::new(&sandbox.url()).install_crd().await;
+    let kubectl = Kubectl::new(&sandbox.url());
+    let out = kubectl
+        .ok(&["apply", "--server-side", "-f", EXAMPLE_FIXTURE])
+        .await;
+    assert!(out.contains("serverside-applied"), "{out}");
+    let out = kubectl
+        .ok(&[
+            "patch",
+            "pgc",
+            "example-postgresql-cluster",
+            "--type=json",
+            "-p",
+            r#"[{"op":"replace","path":"/spec/size","value":2}]"#,
+        ])
+        .await;
+    assert!(out.contains("patched"), "{out}");
+    let described = kubectl
+        .ok(&["describe", "pgc", "example-postgresql-cluster"])
+        .await;
+    assert!(
+        described.contains("Size:") && described.contains("Events:"),
+        "{described}"
+    );
+
+    let mut child = kubectl
+        .command(&["get", "pgc", "example-postgresql-cluster", "-w"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("kubectl starts");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let header = lines.next_line().await.expect("read").expect("header");
+    assert!(header.starts_with("NAME"), "{header}");
+    let first = lines.next_line().await.expect("read").expect("row");
+    assert!(first.contains(" 2 "), "{first}");
+    common::eventually(Duration::from_secs(15), "kubectl's watch", || {
+        let requests = sandbox.requests();
+        async move {
+            requests
+                .iter()
+                .any(|r| r.verb == "watch" && r.resource == "postgresclusters")
+                .then_some(())
+        }
+    })
+    .await;
+    Http::new(&sandbox.url())
+        .merge_patch(
+            "/apis/workshop.example.com/v1/namespaces/default/postgresclusters/example-postgresql-cluster",
+            &serde_json::json!({"spec": {"size": 7}}),
+        )
+        .await;
+    let changed = tokio::time::timeout(Duration::from_secs(10), lines.next_line())
+        .await
+        .expect("a row for the change")
+        .expect("read")
+        .expect("row");
+    assert!(changed.contains(" 7 "), "{changed}");
+    child.kill().await.ok();
+}

@@ -84,6 +84,20 @@ async fn updates_are_optimistic_and_generation_tracks_spec() {
     assert_eq!(updated.status, 200, "{}", updated.text());
     assert_eq!(updated.json()["metadata"]["generation"], 2);
 
+    let mut unconditional = changed.clone();
+    unconditional["metadata"]
+        .as_object_mut()
+        .map(|m| m.remove("resourceVersion"));
+    let refused = http.put(&format!("{PGC}/db1"), &unconditional).await;
+    assert_eq!(
+        refused.status, 422,
+        "custom objects need a resourceVersion on PUT"
+    );
+    assert_eq!(
+        refused.json()["details"]["causes"][0]["field"],
+        "metadata.resourceVersion"
+    );
+
     let stale = http.put(&format!("{PGC}/db1"), &changed).await;
     assert_eq!(stale.status, 409);
     let status = stale.json();
@@ -243,10 +257,28 @@ async fn custom_objects_are_validated_and_pruned_by_schema() {
         .post(&format!("{PGC}?fieldValidation=Strict"), &extra)
         .await;
     assert_eq!(strict.status, 400);
+    assert_eq!(
+        strict.json()["message"],
+        "PostgresCluster in version \"v1\" cannot be handled as a PostgresCluster: strict decoding error: unknown field \"spec.colour\""
+    );
+    let duplicated = br#"{"apiVersion":"workshop.example.com/v1","kind":"PostgresCluster","metadata":{"name":"dup"},"spec":{"size":1,"size":2,"version":"1"}}"#;
+    let answer = http
+        .send(
+            Method::POST,
+            &format!("{PGC}?fieldValidation=Strict"),
+            Some("application/json"),
+            duplicated.to_vec(),
+            &[],
+        )
+        .await;
+    assert_eq!(answer.status, 400);
     assert!(
-        strict.text().contains("unknown field \\\"spec.colour\\\""),
+        answer.json()["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("duplicate field \"spec.size\""),
         "{}",
-        strict.text()
+        answer.text()
     );
 
     let warned = http.post(PGC, &extra).await;
@@ -271,6 +303,13 @@ async fn deleting_a_crd_removes_its_api() {
         .map(|c| c.iter().filter_map(|c| c["type"].as_str()).collect())
         .unwrap_or_default();
     assert_eq!(types, ["NamesAccepted", "Established"]);
+    let replaced = http.put(CRD, &crd).await;
+    assert_eq!(replaced.status, 200, "{}", replaced.text());
+    assert_eq!(
+        replaced.json()["metadata"]["resourceVersion"],
+        crd["metadata"]["resourceVersion"],
+        "an unchanged CRD is a no-op write"
+    );
     assert_eq!(
         http.post(
             "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
@@ -578,6 +617,19 @@ async fn lists_page_and_filter() {
     assert_eq!(even["items"].as_array().map(Vec::len), Some(3));
     let bad = http.get(&format!("{secrets}?labelSelector=%3D%3D")).await;
     assert_eq!(bad.status, 400);
+    let by_name = http
+        .get(&format!("{secrets}?fieldSelector=metadata.name%3Ds3"))
+        .await
+        .json();
+    assert_eq!(by_name["items"].as_array().map(Vec::len), Some(1));
+    let unsupported = http
+        .get(&format!("{secrets}?fieldSelector=data.k%3Dv"))
+        .await;
+    assert_eq!(unsupported.status, 400);
+    assert_eq!(
+        unsupported.json()["message"],
+        "field label not supported: data.k"
+    );
 }
 
 /// TLS mode: the files of a service-account directory, 401 without the right token, and a
@@ -620,4 +672,67 @@ async fn tls_mode_requires_the_current_bearer_token() {
     );
     let fresh = Http::with_tls(&sandbox.url(), &ca, Some(rotated));
     assert_eq!(fresh.get(PODS).await.status, 200);
+}
+
+/// Built-in defaulting: a Service gets a cluster IP and TCP ports, needs ports unless headless;
+/// a Secret's stringData is base64-encoded into data.
+#[tokio::test]
+async fn built_in_kinds_get_their_defaults() {
+    let sandbox = common::start_sandbox().await;
+    let http = Http::new(&sandbox.url());
+    let services = "/api/v1/namespaces/default/services";
+    let service = http
+        .post(
+            services,
+            &json!({"metadata": {"name": "db1"}, "spec": {"selector": {"app": "db1"},
+                                "ports": [{"name": "postgres", "port": 5432}]}}),
+        )
+        .await
+        .json();
+    assert!(service["spec"]["clusterIP"]
+        .as_str()
+        .is_some_and(|ip| ip.starts_with("10.96.")));
+    assert_eq!(service["spec"]["ports"][0]["protocol"], "TCP");
+    assert_eq!(service["spec"]["ports"][0]["targetPort"], 5432);
+    let portless = http
+        .post(services, &json!({"metadata": {"name": "x"}, "spec": {}}))
+        .await;
+    assert_eq!(portless.status, 422);
+    let headless = http
+        .post(
+            services,
+            &json!({"metadata": {"name": "h"}, "spec": {"clusterIP": "None"}}),
+        )
+        .await;
+    assert_eq!(headless.status, 201);
+
+    let secret = http
+        .post(
+            "/api/v1/namespaces/default/secrets",
+            &json!({"metadata": {"name": "pw"}, "stringData": {"password": "hunter2"}}),
+        )
+        .await
+        .json();
+    assert_eq!(secret["data"]["password"], "aHVudGVyMg==");
+    assert!(secret.get("stringData").is_none());
+    assert_eq!(secret["type"], "Opaque");
+}
+
+/// `default:` values in a CRD schema are filled in on create, as kube-apiserver does.
+#[tokio::test]
+async fn schema_defaults_are_applied() {
+    let sandbox = common::start_sandbox().await;
+    let http = Http::new(&sandbox.url());
+    let mut crd = common::crd_json();
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+        ["paused"]["default"] = json!(false);
+    let answer = http
+        .post(
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+            &crd,
+        )
+        .await;
+    assert_eq!(answer.status, 201);
+    let created = http.post(PGC, &cluster("db1", 1)).await.json();
+    assert_eq!(created["spec"]["paused"], false);
 }

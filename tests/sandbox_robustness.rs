@@ -146,6 +146,40 @@ async fn bad_requests_get_the_right_status() {
             .status,
         400
     );
+    let mut bad_label = cluster("labelled", 1);
+    bad_label["metadata"]["labels"] = json!({"tier": "not a valid value!"});
+    let answer = http.post(PGC, &bad_label).await;
+    assert_eq!(
+        (answer.status.as_u16(), reason(&answer).as_str()),
+        (422, "Invalid")
+    );
+    assert_eq!(
+        answer.json()["details"]["causes"][0]["field"],
+        "metadata.labels"
+    );
+    bad_label["metadata"]["labels"] = json!({"tier": 5});
+    assert_eq!(
+        http.post(PGC, &bad_label).await.status,
+        400,
+        "a number is not a label value"
+    );
+    let mut orphan = cluster("orphan", 1);
+    orphan["metadata"]["ownerReferences"] = json!([{"kind": "PostgresCluster", "name": "x"}]);
+    let answer = http.post(PGC, &orphan).await;
+    assert_eq!(answer.status, 422);
+    assert_eq!(
+        answer.json()["details"]["causes"][0]["field"],
+        "metadata.ownerReferences[0].apiVersion"
+    );
+    let protected = http.delete("/api/v1/namespaces/default").await;
+    assert_eq!(
+        (protected.status.as_u16(), reason(&protected).as_str()),
+        (403, "Forbidden")
+    );
+    assert_eq!(
+        protected.json()["message"],
+        "namespaces \"default\" is forbidden: this namespace may not be deleted"
+    );
 }
 
 /// The other patch types: JSON patch, strategic merge on a pod, and server-side apply (JSON body)
@@ -281,13 +315,13 @@ async fn a_storm_of_random_requests_leaves_it_serving() {
     ];
     let queries = [
         "",
-        "?watch=true&timeoutSeconds=0",
+        "?watch=true&timeoutSeconds=1&resourceVersion=1",
         "?watch=1&resourceVersion=99999999999999999999",
         "?labelSelector=a%20in%20(",
         "?fieldSelector=x",
         "?limit=-1",
         "?continue=%%%",
-        "?resourceVersion=0&watch=true&timeoutSeconds=0",
+        "?resourceVersion=0&watch=true&timeoutSeconds=1",
         "?dryRun=All",
         "?fieldValidation=Strict",
     ];

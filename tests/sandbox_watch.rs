@@ -299,6 +299,15 @@ async fn deleted_arrives_only_after_finalizers_are_cleared() {
         "still there"
     );
 
+    let more = http
+        .merge_patch(&format!("{path}/held"), &json!({"metadata": {"finalizers": ["a.example.com/x", "workshop.example.com/cleanup"]}}))
+        .await;
+    assert_eq!(
+        more.status,
+        422,
+        "no new finalizers once deleting: {}",
+        more.text()
+    );
     let cleared = http
         .merge_patch(
             &format!("{path}/held"),
@@ -369,6 +378,14 @@ async fn watch_faults_cut_split_stall_and_end_streams() {
     assert_eq!(split.frames, line.len() + 1, "one frame per byte");
     faults.watch_chunk_size(None);
 
+    faults.watch_events_per_chunk(Some(3));
+    let mut grouped = http.stream(&format!("{secrets}?watch=true")).await;
+    for _ in 0..3 {
+        assert!(grouped.next_line(WAIT).await.is_some());
+    }
+    assert_eq!(grouped.frames, 1, "three events in one chunk");
+    faults.watch_events_per_chunk(None);
+
     faults.stall_watches(true);
     let mut stalled = http.stream(&format!("{secrets}?watch=true")).await;
     assert_eq!(stalled.status, 200);
@@ -404,6 +421,11 @@ async fn injected_failures_have_proper_bodies_and_headers() {
     );
     let answer = http.get(&format!("{PODS}?watch=true")).await;
     assert_eq!(answer.status, 429);
+    let logged = sandbox.requests().pop().expect("logged");
+    assert_eq!(
+        (logged.verb.as_str(), logged.resource.as_str(), logged.code),
+        ("watch", "pods", 429)
+    );
     assert_eq!(answer.header("retry-after").as_deref(), Some("3"));
     let status = answer.json();
     assert_eq!(status["reason"], "TooManyRequests");
@@ -462,11 +484,11 @@ async fn a_watcher_that_falls_behind_is_ended_not_waited_for() {
     let mut slow = http
         .stream(&format!("{secrets}?watch=true&resourceVersion={current}"))
         .await;
-    // ~40 MB of events: far more than the socket buffers and the queue hold while nobody reads.
+    // ~24 MB of events: more than the socket buffers and the queues hold while nobody reads.
     let big = "x".repeat(200_000);
     let mut connection = http.connect().await;
     let started = std::time::Instant::now();
-    for i in 0..200 {
+    for i in 0..120 {
         let answer = connection
             .post(
                 secrets,
@@ -487,4 +509,85 @@ async fn a_watcher_that_falls_behind_is_ended_not_waited_for() {
         received < 200,
         "the slow watcher was ended early (got {received} events)"
     );
+}
+
+/// go_offline: connections drop and the port refuses connections for the downtime, then the
+/// same address serves again with the same objects and resourceVersion.
+#[tokio::test]
+async fn going_offline_drops_connections_then_serves_the_same_store() {
+    let sandbox = common::start_sandbox().await;
+    let http = Http::new(&sandbox.url());
+    let secrets = "/api/v1/namespaces/default/secrets";
+    http.post(secrets, &json!({"metadata": {"name": "kept"}}))
+        .await;
+    let before = sandbox.resource_version();
+    let mut watch = http
+        .stream(&format!("{secrets}?watch=true&resourceVersion={before}"))
+        .await;
+
+    sandbox.faults().go_offline(Duration::from_millis(500));
+    assert!(watch.ends_within(WAIT).await, "the open watch is cut");
+    common::eventually(WAIT, "the port to refuse connections", || async {
+        tokio::net::TcpStream::connect(sandbox.addr())
+            .await
+            .is_err()
+            .then_some(())
+    })
+    .await;
+    common::eventually(WAIT, "the port to listen again", || async {
+        tokio::net::TcpStream::connect(sandbox.addr())
+            .await
+            .ok()
+            .map(|_| ())
+    })
+    .await;
+    assert_eq!(sandbox.resource_version(), before);
+    assert_eq!(http.get(&format!("{secrets}/kept")).await.status, 200);
+}
+
+/// A watch from a resourceVersion the store has not reached (say, from before a restart) is
+/// refused with 504 "Too large resource version", so the client relists.
+#[tokio::test]
+async fn a_resource_version_from_the_future_is_refused() {
+    let sandbox = common::start_sandbox().await;
+    let http = Http::new(&sandbox.url());
+    let answer = http
+        .get(&format!("{PODS}?watch=true&resourceVersion=999999"))
+        .await;
+    assert_eq!(answer.status, 504);
+    let status = answer.json();
+    assert_eq!(status["reason"], "Timeout");
+    assert_eq!(
+        status["details"]["causes"][0]["reason"],
+        "ResourceVersionTooLarge"
+    );
+    assert_eq!(answer.header("retry-after").as_deref(), Some("1"));
+}
+
+/// Streaming lists (`sendInitialEvents=true`): ADDED for every object, then a BOOKMARK
+/// annotated `k8s.io/initial-events-end`, then live events.
+#[tokio::test]
+async fn send_initial_events_ends_with_an_annotated_bookmark() {
+    let sandbox = common::start_sandbox().await;
+    let http = Http::new(&sandbox.url());
+    let secrets = "/api/v1/namespaces/default/secrets";
+    http.post(secrets, &json!({"metadata": {"name": "a"}}))
+        .await;
+    let at = sandbox.resource_version();
+    let mut watch = http
+        .stream(&format!(
+            "{secrets}?watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true"
+        ))
+        .await;
+    assert_eq!(
+        watch.next_event(WAIT).await.expect("ADDED")["type"],
+        "ADDED"
+    );
+    let end = watch.next_event(WAIT).await.expect("BOOKMARK");
+    assert_eq!(end["type"], "BOOKMARK");
+    assert_eq!(
+        end["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"],
+        "true"
+    );
+    assert_eq!(end["object"]["metadata"]["resourceVersion"], at.as_str());
 }

@@ -177,6 +177,48 @@ impl ApiError {
         )
     }
 
+    /// 403: `namespaces "default" is forbidden: this namespace may not be deleted`.
+    pub(crate) fn forbidden(resource: &ResourceType, name: &str, why: &str) -> ApiError {
+        with_details(
+            Status::failure(
+                403,
+                "Forbidden",
+                format!(
+                    "{} \"{name}\" is forbidden: {why}",
+                    resource.qualified_plural()
+                ),
+            ),
+            StatusDetails {
+                name: name.into(),
+                group: resource.group.clone(),
+                kind: resource.plural.clone(),
+                ..Default::default()
+            },
+        )
+    }
+
+    /// 504 Timeout for a watch from a resourceVersion the store has not reached.
+    pub(crate) fn too_large_resource_version(requested: u64, current: u64) -> ApiError {
+        let mut error: ApiError = with_details(
+            Status::failure(
+                504,
+                "Timeout",
+                format!("Too large resource version: {requested}, current: {current}"),
+            ),
+            StatusDetails {
+                causes: vec![StatusCause {
+                    reason: "ResourceVersionTooLarge".into(),
+                    message: "Too large resource version".into(),
+                    field: String::new(),
+                }],
+                retry_after_seconds: Some(1),
+                ..Default::default()
+            },
+        );
+        error.retry_after = Some(1);
+        error
+    }
+
     pub(crate) fn bad_request(message: impl Into<String>) -> ApiError {
         Status::failure(400, "BadRequest", message).into()
     }

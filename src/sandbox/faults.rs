@@ -35,6 +35,7 @@ pub(crate) struct FaultSettings {
     pub(crate) end_watches_after: Option<Duration>,
     pub(crate) stall_watches: bool,
     pub(crate) watch_chunk_size: Option<usize>,
+    pub(crate) watch_events_per_chunk: Option<usize>,
     pub(crate) pending_failures: Vec<PendingFailure>,
 }
 
@@ -113,6 +114,23 @@ impl Faults {
     /// so events arrive cut at arbitrary points, UTF-8 characters included.
     pub fn watch_chunk_size(&self, bytes: Option<usize>) {
         lock(&self.shared.faults).watch_chunk_size = bytes.map(|b| b.max(1));
+    }
+
+    /// Simulate an API server restart: close the port and every open connection (watches end
+    /// mid-stream, new connections are refused), then listen again on the same address after
+    /// `downtime`. Unlike a real restart, the objects and the resourceVersion survive.
+    pub fn go_offline(&self, downtime: Duration) {
+        self.shared.outage.send_modify(|(count, duration)| {
+            *count += 1;
+            *duration = downtime;
+        });
+    }
+
+    /// Send up to `events` already-waiting events in one HTTP chunk (new watches), instead of one
+    /// chunk per event: a watch from RV 0 then delivers its synthetic ADDED events in groups, so
+    /// a client's decoder sees several events in one chunk.
+    pub fn watch_events_per_chunk(&self, events: Option<usize>) {
+        lock(&self.shared.faults).watch_events_per_chunk = events.map(|e| e.max(1));
     }
 
     /// Delay before a newly created CRD turns Established.

@@ -9,16 +9,31 @@
 //!
 //! | module | what it holds |
 //! |---|---|
-//! | [`server`](self) (`server.rs`) | the hyper server: TLS, bearer tokens, routing, one handler per verb |
+//! | `server.rs` | the hyper server: connections, TLS, bearer tokens, routing, discovery |
+//! | `handlers.rs` | what each verb does on resource URLs, and the status/scale/log subresources |
+//! | `responses.rs` | JSON, Table, text and Status responses; injected-fault answers |
 //! | `store.rs` | objects, the global resourceVersion, the bounded event history, watcher fan-out |
 //! | `resources.rs` | built-in kinds, kinds learnt from CRDs, discovery and OpenAPI documents |
 //! | `objects.rs` | what the server does to an object on each write (defaults, generation, status) |
 //! | `watch.rs` | one streaming response per watch: framing, bookmarks, timeouts, slow watchers |
 //! | `table.rs` | `kubectl get` tables: printer columns and ages |
-//! | `controllers.rs` | the simulated kubelet, CRD establishment, garbage collection |
+//! | `controllers.rs` | the simulated kubelet and CRD establishment (garbage collection is in `objects.rs`) |
+//! | `protobuf.rs` | decoding the protobuf bodies `kubectl create namespace/secret/configmap` send |
 //! | `tls.rs` | the generated CA, serving certificate and bearer token |
 //! | `faults.rs` | the [`Faults`] handle tests use to break things on purpose |
+//! | `errors.rs`, `body.rs`, `random.rs` | Status error answers, the response body type, xorshift |
 //! | [`selector`], [`patch`], [`schema`], [`timefmt`], [`names`] | pure helpers: label/field selectors, the three patch kinds, CRD schema validation and pruning, RFC 3339 and ages, DNS-1123 names |
+//!
+//! # Where it simplifies
+//!
+//! - Watches never block writers: each watcher has a bounded queue
+//!   ([`SandboxOptions::watch_queue_capacity`]); a watcher whose queue is full is ended (its
+//!   stream closes cleanly after what was queued), as kube-apiserver ends watchers that fall
+//!   behind. The client re-watches from its last resourceVersion.
+//! - Pods are deleted at once (as with `--grace-period=0`), a namespace goes at once with its
+//!   contents, and garbage collection runs inside the owner's DELETE.
+//! - Server-side apply is a merge of the applied object; no field ownership is tracked.
+//! - No RBAC, admission, scheduler or container runtime; Deployments are stored, not run.
 //!
 //! # Start it
 //!
@@ -31,11 +46,14 @@ mod body;
 mod controllers;
 mod errors;
 mod faults;
+mod handlers;
 pub mod names;
 mod objects;
 pub mod patch;
+mod protobuf;
 mod random;
 mod resources;
+mod responses;
 pub mod schema;
 pub mod selector;
 mod server;

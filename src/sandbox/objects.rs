@@ -4,7 +4,6 @@
 //! WORKSHOP.md, "Set-up: the sandbox". Every function here runs under the store lock, so a write
 //! is one atomic step, like one etcd transaction.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
 use base64::Engine;
@@ -50,6 +49,8 @@ pub(crate) struct WriteOptions<'a> {
     /// `?dryRun=All`: do everything but store the result.
     pub(crate) dry_run: bool,
     pub(crate) random: &'a mut Xorshift,
+    /// Fields the raw JSON body gave twice (serde_json keeps the last one silently).
+    pub(crate) duplicate_fields: Vec<String>,
 }
 
 /// Work to start once the store lock is released (timers, simulated controllers).
@@ -195,6 +196,7 @@ pub(crate) fn create(
         map.remove("namespace");
     }
     validate_name(resource, &name)?;
+    validate_metadata(resource, &name, &body)?;
     let namespace = namespace_of(&body);
     if state
         .get(&resource.store_key(), &namespace, &name)
@@ -220,7 +222,6 @@ pub(crate) fn create(
     metadata["generation"] = json!(1);
 
     let mut follow_ups = Vec::new();
-    let mut warnings = Vec::new();
     if resource.custom && resource.status_subresource {
         // With a status subresource, POST/PUT/PATCH of the main resource ignore status.
         if let Some(map) = body.as_object_mut() {
@@ -237,7 +238,22 @@ pub(crate) fn create(
                 uid: uid.clone(),
             });
         }
-        ("", "services") => default_service(&mut body, options.random),
+        ("", "services") => {
+            let headless = body["spec"]["clusterIP"].as_str() == Some("None");
+            let has_ports = body["spec"]["ports"]
+                .as_array()
+                .is_some_and(|p| !p.is_empty());
+            if !headless && !has_ports {
+                return Err(ApiError::invalid_field(
+                    resource,
+                    &name,
+                    "FieldValueRequired",
+                    "spec.ports",
+                    "Required value",
+                ));
+            }
+            default_service(&mut body, options.random)
+        }
         ("", "secrets") => default_secret(resource, &mut body, &name)?,
         ("apiextensions.k8s.io", "customresourcedefinitions") => {
             check_crd(resource, &body, &name)?;
@@ -249,9 +265,7 @@ pub(crate) fn create(
         }
         _ => {}
     }
-    if resource.custom {
-        warnings = validate_custom(resource, &name, &mut body, options.field_validation)?;
-    }
+    let warnings = check_fields(resource, &name, &mut body, &options)?;
     if options.dry_run {
         return Ok(WriteOutcome {
             object: Arc::new(body),
@@ -261,7 +275,7 @@ pub(crate) fn create(
         });
     }
     if resource.group == "apiextensions.k8s.io" {
-        state.registry.register_crd(&body);
+        Arc::make_mut(&mut state.registry).register_crd(&body);
     }
     let object = state.commit_added(&resource.store_key(), body);
     Ok(WriteOutcome {
@@ -270,6 +284,93 @@ pub(crate) fn create(
         follow_ups,
         warnings,
     })
+}
+
+/// The metadata rules every kind shares: label and annotation keys are qualified names, label
+/// values are short names, finalizers are qualified names, owner references name their owner.
+/// A field of the wrong JSON type is a decoding error (400), as in kube-apiserver.
+fn validate_metadata(resource: &ResourceType, name: &str, object: &Value) -> Result<(), ApiError> {
+    let metadata = &object["metadata"];
+    let mut causes = Vec::new();
+    let mut invalid = |field: String, value: &str, problem: String| {
+        causes.push(StatusCause {
+            reason: "FieldValueInvalid".into(),
+            message: format!("Invalid value: {}: {problem}", json!(value)),
+            field,
+        })
+    };
+    for map in ["labels", "annotations"] {
+        match &metadata[map] {
+            Value::Null => {}
+            Value::Object(entries) => {
+                for (key, value) in entries {
+                    let Some(text) = value.as_str() else {
+                        return Err(ApiError::bad_request(format!(
+                            "metadata.{map}.{key}: must be a string, not {value}"
+                        )));
+                    };
+                    if let Err(problem) = names::validate_qualified_name(key) {
+                        invalid(format!("metadata.{map}"), key, problem);
+                    }
+                    if map == "labels" {
+                        if let Err(problem) = names::validate_label_value(text) {
+                            invalid("metadata.labels".to_string(), text, problem);
+                        }
+                    }
+                }
+            }
+            other => {
+                return Err(ApiError::bad_request(format!(
+                    "metadata.{map} must be a map of strings, not {other}"
+                )))
+            }
+        }
+    }
+    match &metadata["finalizers"] {
+        Value::Null => {}
+        Value::Array(finalizers) => {
+            for (i, finalizer) in finalizers.iter().enumerate() {
+                let Some(text) = finalizer.as_str() else {
+                    return Err(ApiError::bad_request("metadata.finalizers must be strings"));
+                };
+                if let Err(problem) = names::validate_qualified_name(text) {
+                    invalid(format!("metadata.finalizers[{i}]"), text, problem);
+                }
+            }
+        }
+        _ => return Err(ApiError::bad_request("metadata.finalizers must be a list")),
+    }
+    match &metadata["ownerReferences"] {
+        Value::Null => {}
+        Value::Array(references) => {
+            for (i, reference) in references.iter().enumerate() {
+                if !reference.is_object() {
+                    return Err(ApiError::bad_request(
+                        "metadata.ownerReferences must be a list of objects",
+                    ));
+                }
+                for field in ["apiVersion", "kind", "name", "uid"] {
+                    if reference[field].as_str().unwrap_or_default().is_empty() {
+                        causes.push(StatusCause {
+                            reason: "FieldValueRequired".into(),
+                            message: "Required value".into(),
+                            field: format!("metadata.ownerReferences[{i}].{field}"),
+                        });
+                    }
+                }
+            }
+        }
+        _ => {
+            return Err(ApiError::bad_request(
+                "metadata.ownerReferences must be a list",
+            ))
+        }
+    }
+    if causes.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(resource, name, causes))
+    }
 }
 
 fn validate_name(resource: &ResourceType, name: &str) -> Result<(), ApiError> {
@@ -294,48 +395,78 @@ fn validate_name(resource: &ResourceType, name: &str) -> Result<(), ApiError> {
     ))
 }
 
-/// Schema validation and pruning of a custom object (root apiVersion/kind/metadata excepted).
-fn validate_custom(
+/// What kube-apiserver does while decoding a body: fields the schema does not know are pruned
+/// and fields given twice are noticed; `fieldValidation` decides whether that is an error
+/// (Strict: 400), a `Warning` header each (Warn) or nothing (Ignore). Then a custom object is
+/// validated against its CRD's schema (422 Invalid naming each field).
+fn check_fields(
     resource: &ResourceType,
     name: &str,
     object: &mut Value,
-    field_validation: FieldValidation,
+    options: &WriteOptions<'_>,
 ) -> Result<Vec<String>, ApiError> {
-    let Some(schema) = &resource.schema else {
-        return Ok(Vec::new());
-    };
-    let errors = schema::validate(schema, object);
-    if !errors.is_empty() {
-        let causes = errors
-            .into_iter()
-            .map(|e| StatusCause {
-                reason: e.reason,
-                message: e.message,
-                field: e.field,
-            })
-            .collect();
-        return Err(ApiError::invalid(resource, name, causes));
-    }
-    let unknown = schema::prune(schema, object);
-    if unknown.is_empty() {
-        return Ok(Vec::new());
-    }
-    match field_validation {
-        FieldValidation::Strict => {
-            let listed: Vec<String> = unknown
+    let mut problems: Vec<String> = options
+        .duplicate_fields
+        .iter()
+        .map(|f| schema::duplicate_field_message(f))
+        .collect();
+    if let (true, Some(schema)) = (resource.custom, &resource.schema) {
+        problems.extend(
+            schema::prune(schema, object)
                 .iter()
-                .map(|f| format!("unknown field \"{f}\""))
-                .collect();
-            Err(ApiError::bad_request(format!(
-                "strict decoding error: {}",
-                listed.join(", ")
+                .map(|f| schema::unknown_field_message(f)),
+        );
+    }
+    let warnings = match options.field_validation {
+        FieldValidation::Strict if !problems.is_empty() => {
+            return Err(ApiError::bad_request(schema::strict_decoding_message(
+                &resource.kind,
+                &resource.version,
+                &problems,
             )))
         }
-        FieldValidation::Warn => Ok(unknown
-            .iter()
-            .map(|f| format!("unknown field \"{f}\""))
-            .collect()),
-        FieldValidation::Ignore => Ok(Vec::new()),
+        FieldValidation::Strict | FieldValidation::Ignore => Vec::new(),
+        FieldValidation::Warn => problems,
+    };
+    if let (true, Some(schema)) = (resource.custom, &resource.schema) {
+        apply_defaults(schema, object);
+        let errors = schema::validate(schema, object);
+        if !errors.is_empty() {
+            let causes = errors
+                .into_iter()
+                .map(|e| StatusCause {
+                    reason: e.reason,
+                    message: e.message,
+                    field: e.field,
+                })
+                .collect();
+            return Err(ApiError::invalid(resource, name, causes));
+        }
+    }
+    Ok(warnings)
+}
+
+/// Structural defaulting: a missing field whose schema has `default` gets that value, at every
+/// level that exists (kube-apiserver does this when it decodes a request, before validation).
+fn apply_defaults(schema: &Value, value: &mut Value) {
+    if let (Some(properties), Some(fields)) =
+        (schema["properties"].as_object(), value.as_object_mut())
+    {
+        for (name, property) in properties {
+            if !fields.contains_key(name) {
+                if let Some(default) = property.get("default") {
+                    fields.insert(name.clone(), default.clone());
+                }
+            }
+            if let Some(inner) = fields.get_mut(name) {
+                apply_defaults(property, inner);
+            }
+        }
+    }
+    if let (Some(items), Some(values)) = (schema.get("items"), value.as_array_mut()) {
+        for item in values {
+            apply_defaults(items, item);
+        }
     }
 }
 
@@ -439,6 +570,31 @@ pub(crate) fn update(
         }
     };
     next["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"].clone();
+    validate_metadata(resource, &name, &next)?;
+    if !old["metadata"]["deletionTimestamp"].is_null() {
+        let had = old["metadata"]["finalizers"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let added: Vec<&Value> = next["metadata"]["finalizers"]
+            .as_array()
+            .map(|now| now.iter().filter(|f| !had.contains(f)).collect())
+            .unwrap_or_default();
+        if !added.is_empty() {
+            return Err(ApiError::invalid(
+                resource,
+                &name,
+                vec![StatusCause {
+                    reason: "FieldValueForbidden".into(),
+                    message: format!(
+                        "Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers {}",
+                        json!(added)
+                    ),
+                    field: "metadata.finalizers".into(),
+                }],
+            ));
+        }
+    }
 
     match (resource.group.as_str(), resource.plural.as_str()) {
         ("", "secrets") => default_secret(resource, &mut next, &name)?,
@@ -452,10 +608,7 @@ pub(crate) fn update(
         }
         _ => {}
     }
-    let mut warnings = Vec::new();
-    if resource.custom {
-        warnings = validate_custom(resource, &name, &mut next, options.field_validation)?;
-    }
+    let warnings = check_fields(resource, &name, &mut next, &options)?;
 
     // generation counts changes of what the user asked for: everything but metadata and status.
     let desired = |v: &Value| {
@@ -502,7 +655,7 @@ pub(crate) fn update(
         });
     }
     if resource.group == "apiextensions.k8s.io" && part == Part::Main {
-        state.registry.register_crd(&next);
+        Arc::make_mut(&mut state.registry).register_crd(&next);
     }
     let object = state.commit_modified(&resource.store_key(), next);
     Ok(WriteOutcome {
@@ -511,6 +664,29 @@ pub(crate) fn update(
         follow_ups: Vec::new(),
         warnings,
     })
+}
+
+/// A PUT of a custom object or a CRD must name the resourceVersion it replaces: their
+/// strategies do not allow unconditional updates (pods, services, secrets... do).
+pub(crate) fn require_resource_version(
+    resource: &ResourceType,
+    name: &str,
+    body: &Value,
+) -> Result<(), ApiError> {
+    let unconditional_allowed = !resource.custom && resource.group != "apiextensions.k8s.io";
+    let given = body["metadata"]["resourceVersion"]
+        .as_str()
+        .is_some_and(|rv| !rv.is_empty());
+    if unconditional_allowed || given {
+        return Ok(());
+    }
+    Err(ApiError::invalid_field(
+        resource,
+        name,
+        "FieldValueInvalid",
+        "metadata.resourceVersion",
+        "Invalid value: 0x0: must be specified for an update",
+    ))
 }
 
 /// The DeleteOptions body kubectl sends: `{"propagationPolicy":"Background"}` and friends.
@@ -559,6 +735,17 @@ pub(crate) fn delete(
     let Some(old) = state.get(&resource.store_key(), namespace, name) else {
         return Err(ApiError::not_found(resource, name));
     };
+    // The NamespaceLifecycle admission plugin protects the namespaces the system relies on.
+    if resource.group.is_empty()
+        && resource.plural == "namespaces"
+        && ["default", "kube-system", "kube-public"].contains(&name)
+    {
+        return Err(ApiError::forbidden(
+            resource,
+            name,
+            "this namespace may not be deleted",
+        ));
+    }
     if let Some(uid) = &options.precondition_uid {
         if *uid != uid_of(&old) {
             return Err(ApiError::conflict(
@@ -633,7 +820,7 @@ fn after_removal(
             state.commit_deleted(&custom_key, &namespace_of(&inner), &name_of(&inner));
         }
         state.end_watchers_of(&custom_key);
-        state.registry.unregister_crd(object);
+        Arc::make_mut(&mut state.registry).unregister_crd(object);
     }
     if !orphan_dependents {
         collect_garbage(state, &uid_of(object));
@@ -646,24 +833,17 @@ fn collect_garbage(state: &mut StoreState, owner_uid: &str) {
     if owner_uid.is_empty() {
         return;
     }
-    let everything = state.all_objects();
-    let live_uids: HashSet<String> = everything.iter().map(|(_, o)| uid_of(o)).collect();
-    for (store_key, dependent) in everything {
-        let Some(references) = dependent["metadata"]["ownerReferences"].as_array() else {
-            continue;
-        };
-        if !references
-            .iter()
-            .any(|r| r["uid"].as_str() == Some(owner_uid))
-        {
-            continue;
-        }
+    for (store_key, dependent) in state.dependents_of(owner_uid) {
+        let references = dependent["metadata"]["ownerReferences"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
         let Some(resource) = state.registry.find_by_store_key(&store_key).cloned() else {
             continue;
         };
         let others_alive = references.iter().any(|r| {
             let uid = r["uid"].as_str().unwrap_or_default();
-            uid != owner_uid && live_uids.contains(uid)
+            uid != owner_uid && state.uid_exists(uid)
         });
         let (namespace, name) = (namespace_of(&dependent), name_of(&dependent));
         if others_alive {
@@ -694,6 +874,29 @@ fn default_namespace(object: &mut Value, name: &str) {
     object["spec"]["finalizers"] = json!(["kubernetes"]);
     object["status"] = json!({"phase": "Active"});
 }
+
+/// The one node every pod is "scheduled" to. It is Ready, and runs nothing.
+pub(crate) fn initial_node(uid: String) -> Value {
+    let now = timefmt::now_rfc3339();
+    json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": SANDBOX_NODE, "uid": uid, "creationTimestamp": now,
+                     "labels": {"kubernetes.io/hostname": SANDBOX_NODE, "kubernetes.io/os": "linux"}},
+        "spec": {"podCIDR": "10.244.0.0/16"},
+        "status": {
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                            "message": "simulated by the sandbox: no container runtime",
+                            "lastHeartbeatTime": now, "lastTransitionTime": now}],
+            "addresses": [{"type": "InternalIP", "address": "10.0.0.1"},
+                          {"type": "Hostname", "address": SANDBOX_NODE}],
+            "nodeInfo": {"kubeletVersion": super::server::GIT_VERSION, "containerRuntimeVersion": "none://sandbox",
+                         "operatingSystem": "linux", "architecture": "amd64"}
+        }
+    })
+}
+
+/// The node name pods get in `spec.nodeName`.
+pub(crate) const SANDBOX_NODE: &str = "sandbox-node";
 
 /// A namespace object as the sandbox starts with (`default`, `kube-system`, ...).
 pub(crate) fn initial_namespace(name: &str, uid: String) -> Value {
@@ -738,7 +941,7 @@ fn default_pod(resource: &ResourceType, object: &mut Value, name: &str) -> Resul
         ("dnsPolicy", json!("ClusterFirst")),
         ("schedulerName", json!("default-scheduler")),
         // The sandbox "schedules" every pod at once onto its one imaginary node.
-        ("nodeName", json!("sandbox-node")),
+        ("nodeName", json!(SANDBOX_NODE)),
     ] {
         if spec[field].is_null() {
             spec[field] = value;
@@ -907,15 +1110,20 @@ fn default_crd(crd: &mut Value) {
                 .collect()
         })
         .unwrap_or_default();
-    let established = crd["status"]["conditions"]
-        .as_array()
-        .and_then(|c| c.iter().find(|c| c["type"] == "Established").cloned());
-    let now = timefmt::now_rfc3339();
-    let mut conditions = vec![json!({
-        "type": "NamesAccepted", "status": "True", "reason": "NoConflicts",
-        "message": "no conflicts found", "lastTransitionTime": now
-    })];
-    if let Some(established) = established {
+    let existing = |kind: &str| {
+        crd["status"]["conditions"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["type"] == kind).cloned())
+    };
+    // Conditions keep their lastTransitionTime while their status stays the same.
+    let names_accepted = existing("NamesAccepted").unwrap_or_else(|| {
+        json!({
+            "type": "NamesAccepted", "status": "True", "reason": "NoConflicts",
+            "message": "no conflicts found", "lastTransitionTime": timefmt::now_rfc3339()
+        })
+    });
+    let mut conditions = vec![names_accepted];
+    if let Some(established) = existing("Established") {
         conditions.push(established);
     }
     crd["status"] =

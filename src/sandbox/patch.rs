@@ -194,7 +194,10 @@ fn apply_operation(document: &mut Value, operation: &Value) -> Result<(), String
         "move" => {
             let from = parse_pointer(string_member("from")?)?;
             if from == path {
-                return Ok(());
+                // Moving a value onto itself changes nothing, but the value must exist.
+                return pointer(document, &from)
+                    .map(drop)
+                    .ok_or_else(|| "from: path not found".into());
             }
             if path.len() > from.len() && path[..from.len()] == from[..] {
                 return Err("cannot move a value into one of its own children".into());
@@ -354,7 +357,9 @@ fn merge_key_for(field: &str, original: &[Value], patch: &[Value]) -> Option<&'s
         | "volumes"
         | "env"
         | "imagePullSecrets"
-        | "resourceClaims" => Some("name"),
+        | "resourceClaims"
+        | "schedulingGates" => Some("name"),
+        "podIPs" | "hostIPs" => Some("ip"),
         "volumeMounts" => Some("mountPath"),
         "volumeDevices" => Some("devicePath"),
         "conditions" => Some("type"),
@@ -404,7 +409,7 @@ fn is_directive_key(key: &str) -> bool {
 /// into the result. Atomic: on error `target` is unchanged.
 ///
 /// Ported from apimachinery's `strategicpatch.StrategicMergeMapPatch`, with three deliberate
-/// differences: merge keys come from [`merge_key_for`] instead of Go struct tags; `$patch: merge`
+/// differences: merge keys come from a table of field names (`merge_key_for`) instead of Go struct tags; `$patch: merge`
 /// is accepted everywhere (upstream rejects it in places kubectl never sends it); and directive
 /// keys inside brand-new content are applied rather than stored verbatim.
 pub fn strategic_merge_patch(target: &mut Value, patch: &Value) -> Result<(), PatchError> {
@@ -1107,6 +1112,10 @@ mod tests {
                 "own children",
             ),
             (json!([{"op":"remove","path":""}]), "whole document"),
+            (
+                json!([{"op":"move","from":"/nope","path":"/nope"}]),
+                "from: path not found",
+            ),
             (json!({"op":"add"}), "must be a JSON array"),
         ];
         for (operations, expected) in cases {
@@ -1471,6 +1480,23 @@ mod tests {
             let mut result = original.clone();
             merge_patch(&mut result, &patch);
             prop_assert_eq!(result, modified);
+        }
+
+        /// Without keyed lists or directives, a strategic merge patch is exactly a merge patch
+        /// (field names a-d have no merge key, so their lists are replaced).
+        #[test]
+        fn strategic_equals_merge_patch_without_keyed_lists(
+            original in prop::collection::btree_map("[a-d]", json_without_nulls(), 0..4),
+            modified in prop::collection::btree_map("[a-d]", json_without_nulls(), 0..4),
+        ) {
+            let original = Value::Object(original.into_iter().collect());
+            let modified = Value::Object(modified.into_iter().collect());
+            let patch = create_merge_patch(&original, &modified);
+            let mut by_merge = original.clone();
+            merge_patch(&mut by_merge, &patch);
+            let mut by_strategic = original.clone();
+            strategic_merge_patch(&mut by_strategic, &patch).unwrap();
+            prop_assert_eq!(by_strategic, by_merge);
         }
 
         /// A json patch that fails midway never changes the target.

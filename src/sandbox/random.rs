@@ -82,6 +82,7 @@ impl Xorshift {
 mod tests {
     use super::*;
 
+    /// Seeded faults must pick the same pods every run.
     #[test]
     fn same_seed_same_sequence() {
         let mut a = Xorshift::from_seed(7);
@@ -93,6 +94,7 @@ mod tests {
         );
     }
 
+    /// uids look like UUIDs and generateName suffixes avoid vowels and look-alikes.
     #[test]
     fn uuid_and_suffix_have_kubernetes_shapes() {
         let mut r = Xorshift::from_seed(1);

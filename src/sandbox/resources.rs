@@ -39,6 +39,8 @@ pub(crate) struct ResourceType {
     pub(crate) kind: String,
     pub(crate) namespaced: bool,
     pub(crate) short_names: Vec<String>,
+    /// Groups of kinds kubectl can name at once: `kubectl get all` means every kind in "all".
+    pub(crate) categories: Vec<String>,
     pub(crate) status_subresource: bool,
     pub(crate) scale: Option<ScalePaths>,
     /// The CRD's `openAPIV3Schema` for this version (custom resources only).
@@ -58,6 +60,7 @@ impl ResourceType {
             kind: kind.into(),
             namespaced,
             short_names: short.iter().map(|s| s.to_string()).collect(),
+            categories: Vec::new(),
             status_subresource: false,
             scale: None,
             schema: None,
@@ -109,6 +112,44 @@ impl ResourceType {
         } else {
             format!("/apis/{}/{}", self.group, self.version)
         }
+    }
+
+    /// The fields a `fieldSelector` may name for this kind, as kube-apiserver registers them.
+    pub(crate) fn selectable_fields(&self) -> Vec<&'static str> {
+        let mut fields = vec!["metadata.name", "metadata.namespace"];
+        if !self.group.is_empty() {
+            return fields;
+        }
+        fields.extend(match self.plural.as_str() {
+            "pods" => &[
+                "spec.nodeName",
+                "spec.restartPolicy",
+                "spec.schedulerName",
+                "spec.serviceAccountName",
+                "spec.hostNetwork",
+                "status.phase",
+                "status.podIP",
+                "status.nominatedNodeName",
+            ][..],
+            "events" => &[
+                "involvedObject.kind",
+                "involvedObject.namespace",
+                "involvedObject.name",
+                "involvedObject.uid",
+                "involvedObject.apiVersion",
+                "involvedObject.resourceVersion",
+                "involvedObject.fieldPath",
+                "reason",
+                "reportingComponent",
+                "source",
+                "type",
+            ][..],
+            "secrets" => &["type"][..],
+            "namespaces" => &["status.phase"][..],
+            "services" => &["spec.clusterIP", "spec.type"][..],
+            _ => &[][..],
+        });
+        fields
     }
 
     pub(crate) fn verbs(&self) -> Value {
@@ -166,8 +207,12 @@ impl Registry {
         namespaces.status_subresource = true;
         let mut pods = ResourceType::builtin("", "pods", "Pod", true, &["po"]);
         pods.status_subresource = true;
+        pods.categories = vec!["all".into()];
+        let mut nodes = ResourceType::builtin("", "nodes", "Node", false, &["no"]);
+        nodes.status_subresource = true;
         let mut services = ResourceType::builtin("", "services", "Service", true, &["svc"]);
         services.status_subresource = true;
+        services.categories = vec!["all".into()];
         let mut crds = ResourceType::builtin(
             "apiextensions.k8s.io",
             "customresourcedefinitions",
@@ -176,15 +221,37 @@ impl Registry {
             &["crd", "crds"],
         );
         crds.status_subresource = true;
+        let mut deployments =
+            ResourceType::builtin("apps", "deployments", "Deployment", true, &["deploy"]);
+        deployments.status_subresource = true;
+        deployments.categories = vec!["all".into()];
+        deployments.scale = Some(ScalePaths {
+            spec_replicas: ".spec.replicas".into(),
+            status_replicas: Some(".status.replicas".into()),
+            label_selector: None,
+        });
+        let rbac = |plural: &str, kind: &str, namespaced: bool| {
+            ResourceType::builtin("rbac.authorization.k8s.io", plural, kind, namespaced, &[])
+        };
         Registry {
             resources: vec![
                 namespaces,
+                nodes,
                 pods,
                 services,
                 ResourceType::builtin("", "secrets", "Secret", true, &[]),
+                ResourceType::builtin("", "configmaps", "ConfigMap", true, &["cm"]),
                 ResourceType::builtin("", "events", "Event", true, &["ev"]),
                 crds,
                 ResourceType::builtin("coordination.k8s.io", "leases", "Lease", true, &[]),
+                // Stored only, for `kubectl apply -f` of an operator's own manifests: no
+                // controller acts on these (a Deployment never makes pods here).
+                ResourceType::builtin("", "serviceaccounts", "ServiceAccount", true, &["sa"]),
+                deployments,
+                rbac("roles", "Role", true),
+                rbac("rolebindings", "RoleBinding", true),
+                rbac("clusterroles", "ClusterRole", false),
+                rbac("clusterrolebindings", "ClusterRoleBinding", false),
             ],
             generation: 1,
         }
@@ -294,6 +361,9 @@ impl Registry {
                 "namespaced": r.namespaced, "kind": r.kind, "verbs": r.verbs()});
             if !r.short_names.is_empty() {
                 entry["shortNames"] = json!(r.short_names);
+            }
+            if !r.categories.is_empty() {
+                entry["categories"] = json!(r.categories);
             }
             entries.push(entry);
             for (sub, kind_group, kind_version, kind, verbs) in r.subresources() {
@@ -461,6 +531,9 @@ fn aggregated_resource(r: &ResourceType) -> Value {
     if !r.short_names.is_empty() {
         entry["shortNames"] = json!(r.short_names);
     }
+    if !r.categories.is_empty() {
+        entry["categories"] = json!(r.categories);
+    }
     if !subresources.is_empty() {
         entry["subresources"] = json!(subresources);
     }
@@ -477,14 +550,17 @@ fn resources_from_crd(crd: &Value) -> Vec<ResourceType> {
         Some(s) if !s.is_empty() => s.to_string(),
         _ => kind.to_lowercase(),
     };
-    let short_names: Vec<String> = names["shortNames"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|s| s.as_str().map(String::from))
-                .collect()
-        })
-        .unwrap_or_default();
+    let strings = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|s| s.as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let short_names = strings(&names["shortNames"]);
+    let categories = strings(&names["categories"]);
     let versions = spec["versions"].as_array().cloned().unwrap_or_default();
     versions
         .iter()
@@ -520,6 +596,7 @@ fn resources_from_crd(crd: &Value) -> Vec<ResourceType> {
                 kind: kind.clone(),
                 namespaced: spec["scope"].as_str() != Some("Cluster"),
                 short_names: short_names.clone(),
+                categories: categories.clone(),
                 status_subresource: subresources.get("status").is_some(),
                 scale,
                 schema: v["schema"].get("openAPIV3Schema").cloned(),

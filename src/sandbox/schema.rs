@@ -14,7 +14,12 @@
 //! `maxProperties`, `enum`, `pattern` (a small regex engine below), `nullable`,
 //! `x-kubernetes-preserve-unknown-fields`, `x-kubernetes-int-or-string`,
 //! `x-kubernetes-embedded-resource`. Ignored: `format`, `allOf`/`anyOf`/`oneOf`/`not`,
-//! `uniqueItems`, `x-kubernetes-validations` (CEL), defaults.
+//! `uniqueItems`, `x-kubernetes-validations` (CEL), `default`, `additionalProperties: false`.
+//!
+//! Also here for `fieldValidation`: [`duplicate_fields`] (serde_json keeps the last of two equal
+//! keys, so duplicates must be found in the raw body), [`drop_null_fields`], and the exact
+//! message helpers [`unknown_field_message`], [`duplicate_field_message`],
+//! [`strict_decoding_message`] and [`invalid_status_message`].
 
 use serde_json::{Map, Value};
 
@@ -437,8 +442,8 @@ fn validate_object(
 /// per path, under `Ignore` the fields vanish silently.
 ///
 /// Never prunes `apiVersion`, `kind` or `metadata` at the root (or inside an
-/// `x-kubernetes-embedded-resource`), and keeps everything under
-/// `x-kubernetes-preserve-unknown-fields: true`.
+/// `x-kubernetes-embedded-resource`); inside `metadata` only fields that `ObjectMeta` lacks go
+/// (`metadata.colour`). Keeps everything under `x-kubernetes-preserve-unknown-fields: true`.
 pub fn prune(schema: &Value, object: &mut Value) -> Vec<String> {
     let mut removed = Vec::new();
     prune_node(schema, object, "", true, &mut removed);
@@ -462,10 +467,14 @@ fn prune_node(
                 .filter(|extra| extra.is_object());
             let mut unknown = Vec::new();
             for (key, field_value) in fields.iter_mut() {
-                if keeps_metadata && matches!(key.as_str(), "apiVersion" | "kind" | "metadata") {
+                let field_path = child_path(path, key);
+                if keeps_metadata && matches!(key.as_str(), "apiVersion" | "kind") {
                     continue;
                 }
-                let field_path = child_path(path, key);
+                if keeps_metadata && key == "metadata" {
+                    prune_object_meta(field_value, &field_path, removed);
+                    continue;
+                }
                 if let Some(field_schema) = properties.and_then(|p| p.get(key)) {
                     prune_node(field_schema, field_value, &field_path, false, removed);
                 } else if let Some(extra_schema) = additional {
@@ -493,6 +502,190 @@ fn prune_node(
             }
         }
         _ => {}
+    }
+}
+
+/// The fields of `ObjectMeta`. Anything else under `metadata` is dropped, and reported like any
+/// unknown field, because the API server decodes metadata into this fixed Go struct.
+const OBJECT_META_FIELDS: &[&str] = &[
+    "name",
+    "generateName",
+    "namespace",
+    "selfLink",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "labels",
+    "annotations",
+    "ownerReferences",
+    "finalizers",
+    "managedFields",
+];
+
+fn prune_object_meta(metadata: &mut Value, path: &str, removed: &mut Vec<String>) {
+    if let Value::Object(fields) = metadata {
+        let unknown: Vec<String> = fields
+            .keys()
+            .filter(|key| !OBJECT_META_FIELDS.contains(&key.as_str()))
+            .cloned()
+            .collect();
+        for key in unknown {
+            fields.remove(&key);
+            removed.push(child_path(path, &key));
+        }
+    }
+}
+
+/// The warning (under `fieldValidation=Warn`) or error fragment for one pruned field:
+/// `unknown field "spec.colour"`.
+pub fn unknown_field_message(path: &str) -> String {
+    format!("unknown field \"{path}\"")
+}
+
+/// The warning or error fragment for a field given twice in the request body:
+/// `duplicate field "spec.size"`.
+pub fn duplicate_field_message(path: &str) -> String {
+    format!("duplicate field \"{path}\"")
+}
+
+/// The message of the 400 BadRequest that `fieldValidation=Strict` produces, e.g.
+/// `PostgresCluster in version "v1" cannot be handled as a PostgresCluster: strict decoding
+/// error: unknown field "spec.colour", duplicate field "spec.size"`.
+pub fn strict_decoding_message(kind: &str, version: &str, problems: &[String]) -> String {
+    format!(
+        "{kind} in version \"{version}\" cannot be handled as a {kind}: strict decoding error: {}",
+        problems.join(", ")
+    )
+}
+
+/// Fields that appear more than once in one JSON object of `body` (serde_json silently keeps
+/// the last, so Strict validation has to look at the raw text). Paths as in [`prune`]:
+/// `spec.size`, `spec.databases[0].name`. Malformed JSON yields whatever was found before
+/// the error; the caller's real parse reports the syntax error.
+pub fn duplicate_fields(body: &str) -> Vec<String> {
+    let mut scanner = DuplicateScanner {
+        text: body,
+        position: 0,
+        duplicates: Vec::new(),
+    };
+    scanner.value("");
+    scanner.duplicates
+}
+
+struct DuplicateScanner<'a> {
+    text: &'a str,
+    position: usize,
+    duplicates: Vec<String>,
+}
+
+impl DuplicateScanner<'_> {
+    fn peek(&self) -> Option<u8> {
+        self.text.as_bytes().get(self.position).copied()
+    }
+
+    fn skip_whitespace(&mut self) {
+        while matches!(self.peek(), Some(b' ' | b'\t' | b'\r' | b'\n')) {
+            self.position += 1;
+        }
+    }
+
+    fn value(&mut self, path: &str) -> Option<()> {
+        self.skip_whitespace();
+        match self.peek()? {
+            b'{' => self.object(path),
+            b'[' => self.array(path),
+            b'"' => self.string().map(drop),
+            _ => {
+                while !matches!(
+                    self.peek(),
+                    None | Some(b',' | b']' | b'}' | b' ' | b'\t' | b'\r' | b'\n')
+                ) {
+                    self.position += 1;
+                }
+                Some(())
+            }
+        }
+    }
+
+    fn object(&mut self, path: &str) -> Option<()> {
+        self.position += 1;
+        let mut seen: Vec<String> = Vec::new();
+        loop {
+            self.skip_whitespace();
+            if self.peek()? == b'}' {
+                self.position += 1;
+                return Some(());
+            }
+            let key = self.string()?;
+            let field_path = child_path(path, &key);
+            if seen.contains(&key) {
+                if !self.duplicates.contains(&field_path) {
+                    self.duplicates.push(field_path.clone());
+                }
+            } else {
+                seen.push(key);
+            }
+            self.skip_whitespace();
+            if self.peek()? != b':' {
+                return None;
+            }
+            self.position += 1;
+            self.value(&field_path)?;
+            self.skip_whitespace();
+            match self.peek()? {
+                b',' => self.position += 1,
+                b'}' => {
+                    self.position += 1;
+                    return Some(());
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    fn array(&mut self, path: &str) -> Option<()> {
+        self.position += 1;
+        let mut index = 0;
+        loop {
+            self.skip_whitespace();
+            if self.peek()? == b']' {
+                self.position += 1;
+                return Some(());
+            }
+            self.value(&format!("{path}[{index}]"))?;
+            index += 1;
+            self.skip_whitespace();
+            match self.peek()? {
+                b',' => self.position += 1,
+                b']' => {
+                    self.position += 1;
+                    return Some(());
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// Reads a string token and decodes its escapes with serde_json.
+    fn string(&mut self) -> Option<String> {
+        if self.peek()? != b'"' {
+            return None;
+        }
+        let start = self.position;
+        self.position += 1;
+        loop {
+            match self.peek()? {
+                b'\\' => self.position += 2,
+                b'"' => {
+                    self.position += 1;
+                    return serde_json::from_str(self.text.get(start..self.position)?).ok();
+                }
+                _ => self.position += 1,
+            }
+        }
     }
 }
 
@@ -990,12 +1183,6 @@ impl RegexParser {
                 },
                 _ => return Some(node),
             };
-            if matches!(
-                node,
-                Node::TextStart | Node::TextEnd | Node::WordBoundary(_)
-            ) {
-                return None;
-            }
             if self.peek() == Some('?') {
                 self.position += 1; // lazy: same match/no-match answer
             }
@@ -1313,9 +1500,14 @@ mod tests {
         let removed = prune(&cluster_schema(), &mut candidate);
         assert_eq!(
             removed,
-            vec!["spec.colour", "spec.databases[0].owner", "topLevel"]
+            vec![
+                "metadata.anything",
+                "spec.colour",
+                "spec.databases[0].owner",
+                "topLevel"
+            ]
         );
-        assert_eq!(candidate["metadata"]["anything"], json!({"goes": true}));
+        assert_eq!(candidate["metadata"], json!({"name": "db1"}));
         assert_eq!(candidate["spec"]["extra"]["anything"], json!({"at": "all"}));
         assert_eq!(candidate["spec"]["labels"], json!({"free": "form"}));
         assert!(candidate["spec"].get("colour").is_none());
@@ -1399,5 +1591,44 @@ mod tests {
         }
         let schema = json!({"type": "string", "pattern": "(?i)^abc$"});
         assert_eq!(validate(&schema, &json!("ABC")), vec![]);
+    }
+
+    /// Unknown metadata fields are pruned too; known ones stay.
+    #[test]
+    fn prune_drops_unknown_metadata_fields() {
+        let mut candidate = object(json!({"size": 1}));
+        let removed = prune(&cluster_schema(), &mut candidate);
+        assert_eq!(removed, vec!["metadata.anything"]);
+        assert_eq!(candidate["metadata"], json!({"name": "db1"}));
+    }
+
+    /// Duplicate keys are found at any depth, once each, with list indices in the path.
+    #[test]
+    fn finds_duplicate_fields() {
+        let body = r#"{"spec": {"size": 1, "size": 2, "size": 3, "dbs": [{"n": "a", "n": "b"}, {"n": "c"}],
+                       "s\u0069ze": 4}, "kind": "X", "x": "{\"a\":1,\"a\":2}", "kind": "Y"}"#;
+        assert_eq!(
+            duplicate_fields(body),
+            vec!["spec.size", "spec.dbs[0].n", "kind"]
+        );
+        assert_eq!(
+            duplicate_fields(r#"{"a": [1, 2, {"b": true}], "c": null}"#),
+            Vec::<String>::new()
+        );
+        assert_eq!(duplicate_fields(r#"{"a": 1, "a": "#), vec!["a"]);
+        assert_eq!(duplicate_fields(""), Vec::<String>::new());
+    }
+
+    /// The Strict 400 message names the kind, version and every problem.
+    #[test]
+    fn strict_message_format() {
+        let problems = vec![
+            unknown_field_message("spec.colour"),
+            duplicate_field_message("spec.size"),
+        ];
+        assert_eq!(
+            strict_decoding_message("PostgresCluster", "v1", &problems),
+            "PostgresCluster in version \"v1\" cannot be handled as a PostgresCluster: strict decoding error: unknown field \"spec.colour\", duplicate field \"spec.size\""
+        );
     }
 }

@@ -1,6 +1,6 @@
 //! The HTTP side of the sandbox: accept connections (TLS optional), check the bearer token,
-//! route each request like kube-apiserver and answer with JSON objects, lists, Tables, Status
-//! errors or a watch stream.
+//! log each request, and route it: discovery and OpenAPI documents are answered here, resource
+//! URLs go to `handlers.rs`.
 //!
 //! WORKSHOP.md, "Set-up: the sandbox". URL layout: `/api/v1/...` for the core group,
 //! `/apis/GROUP/VERSION/...` for the rest; then `namespaces/NS/PLURAL[/NAME[/SUBRESOURCE]]` for
@@ -12,9 +12,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http::{header, HeaderValue, Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Limited};
+use http::{header, Method, Request, Response};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
@@ -22,28 +20,23 @@ use serde_json::{json, Value};
 use tokio::sync::watch;
 
 use super::body::ResponseBody;
-use super::controllers;
 use super::errors::ApiError;
-use super::faults::{FaultSettings, InjectedFault};
+use super::faults::FaultSettings;
+use super::handlers::{classify, serve_resource, Target};
 use super::lock;
-use super::objects::{self, DeleteOptions, FieldValidation, Part, WriteOptions, WriteOutcome};
-use super::patch as patching;
+use super::objects;
 use super::random::Xorshift;
-use super::resources::ResourceType;
-use super::selector::{FieldSelector, LabelSelector};
-use super::store::{Filter, Store};
-use super::table::{self, IncludeObject};
+use super::responses::{
+    aggregated_response, error_response, injected_response, json_response, text_response,
+};
+use super::store::Store;
 use super::tls::Security;
-use super::watch::{self as watching, WatchParams};
 use super::{RequestRecord, SandboxOptions};
 
 /// What `/version` reports. kubectl here is a dispatcher that picks its real binary by `minor`.
 pub(crate) const GIT_VERSION: &str = "v1.32.4+sandbox";
 /// kube-apiserver refuses request bodies over 3 MiB.
 pub(crate) const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
-/// The media type aggregated discovery must be answered with, byte for byte.
-const AGGREGATED_DISCOVERY: &str =
-    "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
 /// Keep the request log bounded in a long-running sandbox.
 const MAX_RECORDED_REQUESTS: usize = 100_000;
 
@@ -60,6 +53,8 @@ pub(crate) struct Shared {
     /// Bumped by `Faults::end_all_watches_now`: every open watch ends.
     pub(crate) watch_epoch: watch::Sender<u64>,
     pub(crate) shutdown: watch::Sender<bool>,
+    /// Bumped by `Faults::go_offline`: (count, how long to stay offline).
+    pub(crate) outage: watch::Sender<(u64, Duration)>,
 }
 
 impl Shared {
@@ -79,6 +74,7 @@ impl Shared {
                     objects::initial_namespace(name, random.uuid()),
                 );
             }
+            state.commit_added("/nodes", objects::initial_node(random.uuid()));
         }
         Arc::new(Shared {
             store,
@@ -91,6 +87,7 @@ impl Shared {
             random: Mutex::new(random),
             watch_epoch: watch::channel(0).0,
             shutdown: watch::channel(false).0,
+            outage: watch::channel((0, Duration::ZERO)).0,
         })
     }
 
@@ -102,10 +99,13 @@ impl Shared {
 /// Accept connections until shutdown, then give open ones a moment to finish.
 pub(crate) async fn serve(listener: tokio::net::TcpListener, shared: Arc<Shared>) {
     let mut shutdown = shared.shutdown.subscribe();
+    let mut outages = shared.outage.subscribe();
+    let mut listener = Some(listener);
     let mut connections = tokio::task::JoinSet::new();
-    loop {
+    // The loop ends on shutdown, or if the port cannot be bound again after an outage.
+    while let Some(accepting) = listener.as_ref() {
         tokio::select! {
-            accepted = listener.accept() => match accepted {
+            accepted = accepting.accept() => match accepted {
                 Ok((stream, _peer)) => {
                     connections.spawn(serve_connection(stream, shared.clone()));
                 }
@@ -116,6 +116,25 @@ pub(crate) async fn serve(listener: tokio::net::TcpListener, shared: Arc<Shared>
                 }
             },
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            changed = outages.changed() => {
+                if changed.is_err() {
+                    continue;
+                }
+                let downtime = outages.borrow_and_update().1;
+                // A simulated restart: close the port and every connection, keep the store.
+                listener = None;
+                connections.abort_all();
+                tracing::info!(?downtime, "fault: API server offline");
+                tokio::select! {
+                    _ = tokio::time::sleep(downtime) => {}
+                    _ = super::stopping(&mut shutdown) => break,
+                }
+                match tokio::net::TcpListener::bind(shared.addr).await {
+                    Ok(rebound) => listener = Some(rebound),
+                    Err(error) => tracing::warn!(%error, "could not listen again after the outage"),
+                }
+                tracing::info!("fault: API server back online");
+            }
             _ = super::stopping(&mut shutdown) => break,
         }
     }
@@ -156,7 +175,9 @@ where
     });
     let connection = hyper::server::conn::http1::Builder::new()
         .timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(Duration::from_secs(30))
+        // hyper's default (30 s) also closes idle keep-alive connections; kube-apiserver keeps
+        // them, and clients with connection pools would see spurious "connection closed".
+        .header_read_timeout(None)
         .serve_connection(io, service);
     tokio::pin!(connection);
     tokio::select! {
@@ -231,11 +252,6 @@ async fn answer(
             return Err(ApiError::unauthorized());
         }
     }
-    let injected = lock(&shared.faults).take_failure(&record.path);
-    if let Some(fault) = injected {
-        return Ok(injected_response(fault));
-    }
-
     let query: HashMap<String, String> =
         url::form_urlencoded::parse(request.uri().query().unwrap_or_default().as_bytes())
             .into_owned()
@@ -261,6 +277,11 @@ async fn answer(
         }
     };
     let registry = shared.store.lock().registry.clone();
+    classify(&registry, &method, &segments, &query, record);
+    let injected = lock(&shared.faults).take_failure(&record.path);
+    if let Some(fault) = injected {
+        return Ok(injected_response(fault));
+    }
     match segments.as_slice() {
         ["version"] => read_only(json_response(200, &version_document())),
         ["healthz"] | ["livez"] | ["readyz"] => read_only(text_response(200, "ok")),
@@ -308,11 +329,11 @@ async fn answer(
         }
         ["api", "v1", rest @ ..] => {
             let target = Target::parse(&registry, "", "v1", rest)?;
-            serve_resource(shared, request, target, query, &accept, record).await
+            serve_resource(shared, request, target, query, &accept).await
         }
         ["apis", group, version, rest @ ..] => {
             let target = Target::parse(&registry, group, version, rest)?;
-            serve_resource(shared, request, target, query, &accept, record).await
+            serve_resource(shared, request, target, query, &accept).await
         }
         _ => Err(ApiError::path_not_found()),
     }
@@ -336,762 +357,4 @@ fn wants_aggregated(accept: &str) -> bool {
             && params.iter().any(|p| p == "v=v2")
             && params.iter().any(|p| p == "as=APIGroupDiscoveryList")
     })
-}
-
-/// The resource a URL names.
-struct Target {
-    resource: ResourceType,
-    namespace: Option<String>,
-    name: Option<String>,
-    subresource: Option<String>,
-}
-
-impl Target {
-    fn parse(
-        registry: &super::resources::Registry,
-        group: &str,
-        version: &str,
-        rest: &[&str],
-    ) -> Result<Target, ApiError> {
-        let namespaced_plural = |plural: &str| {
-            registry
-                .find(group, version, plural)
-                .is_some_and(|r| r.namespaced)
-        };
-        let (namespace, rest) = match rest {
-            ["namespaces", namespace, plural, ..] if namespaced_plural(plural) => {
-                (Some(namespace.to_string()), &rest[2..])
-            }
-            _ => (None, rest),
-        };
-        let (plural, name, subresource) = match rest {
-            [plural] => (*plural, None, None),
-            [plural, name] => (*plural, Some(name.to_string()), None),
-            [plural, name, sub] => (*plural, Some(name.to_string()), Some(sub.to_string())),
-            _ => return Err(ApiError::path_not_found()),
-        };
-        let resource = registry
-            .find(group, version, plural)
-            .cloned()
-            .ok_or_else(ApiError::path_not_found)?;
-        // A namespaced object is only reachable through its namespace.
-        if resource.namespaced && namespace.is_none() && name.is_some() {
-            return Err(ApiError::path_not_found());
-        }
-        if let Some(sub) = &subresource {
-            let known = match sub.as_str() {
-                "status" => resource.status_subresource,
-                "scale" => resource.scale.is_some(),
-                "log" => resource.group.is_empty() && resource.plural == "pods",
-                _ => false,
-            };
-            if !known {
-                return Err(ApiError::path_not_found());
-            }
-        }
-        Ok(Target {
-            resource,
-            namespace,
-            name,
-            subresource,
-        })
-    }
-}
-
-async fn read_body(request: Request<Incoming>) -> Result<(http::request::Parts, Bytes), ApiError> {
-    let (parts, body) = request.into_parts();
-    let declared = parts
-        .headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|h| h.to_str().ok())
-        .and_then(|h| h.parse::<usize>().ok());
-    if declared.is_some_and(|length| length > MAX_BODY_BYTES) {
-        return Err(ApiError::too_large(MAX_BODY_BYTES));
-    }
-    match Limited::new(body, MAX_BODY_BYTES).collect().await {
-        Ok(collected) => Ok((parts, collected.to_bytes())),
-        Err(error) => {
-            if error.is::<http_body_util::LengthLimitError>() {
-                Err(ApiError::too_large(MAX_BODY_BYTES))
-            } else {
-                Err(ApiError::bad_request(format!(
-                    "reading the request body failed: {error}"
-                )))
-            }
-        }
-    }
-}
-
-fn content_type(parts: &http::request::Parts) -> String {
-    parts
-        .headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|h| h.to_str().ok())
-        .map(|h| {
-            h.split(';')
-                .next()
-                .unwrap_or_default()
-                .trim()
-                .to_lowercase()
-        })
-        .unwrap_or_default()
-}
-
-/// POST/PUT bodies must be JSON (no Content-Type is read as JSON, as for kubectl's scale PUT).
-fn parse_json_body(parts: &http::request::Parts, body: &[u8]) -> Result<Value, ApiError> {
-    let kind = content_type(parts);
-    if !(kind.is_empty() || kind == "application/json" || kind == "*/*") {
-        return Err(ApiError::unsupported_media_type(
-            &kind,
-            &["application/json"],
-        ));
-    }
-    serde_json::from_slice(body).map_err(|error| {
-        ApiError::bad_request(format!(
-            "couldn't get version/kind; json parse error: {error}"
-        ))
-    })
-}
-
-fn write_options<'a>(
-    query: &HashMap<String, String>,
-    random: &'a mut Xorshift,
-) -> Result<WriteOptions<'a>, ApiError> {
-    let dry_run = match query.get("dryRun").map(String::as_str) {
-        None | Some("") => false,
-        Some("All") => true,
-        Some(other) => {
-            return Err(ApiError::bad_request(format!(
-                "dryRun: Unsupported value: {other:?}: supported values: \"All\""
-            )))
-        }
-    };
-    Ok(WriteOptions {
-        field_validation: FieldValidation::from_query(
-            query.get("fieldValidation").map(String::as_str),
-        )?,
-        dry_run,
-        random,
-    })
-}
-
-async fn serve_resource(
-    shared: &Arc<Shared>,
-    request: Request<Incoming>,
-    target: Target,
-    query: HashMap<String, String>,
-    accept: &str,
-    record: &mut RequestRecord,
-) -> Result<Response<ResponseBody>, ApiError> {
-    let resource = target.resource.clone();
-    record.resource = resource.plural.clone();
-    record.subresource = target.subresource.clone().unwrap_or_default();
-    record.namespace = target.namespace.clone().unwrap_or_default();
-    record.name = target.name.clone().unwrap_or_default();
-    let namespace = target.namespace.clone().unwrap_or_default();
-    let method = request.method().clone();
-    let table = table::wants_table(accept)
-        .then(|| IncludeObject::from_query(query.get("includeObject").map(String::as_str)));
-    let watch_requested = matches!(query.get("watch").map(String::as_str), Some("true" | "1"));
-
-    match (
-        &method,
-        target.name.as_deref(),
-        target.subresource.as_deref(),
-    ) {
-        (&Method::GET, None, None) if watch_requested => {
-            record.verb = "watch".into();
-            let params = WatchParams {
-                filter: filter_for(&resource, target.namespace.clone(), &query)?,
-                resource,
-                resource_version: query.get("resourceVersion").cloned(),
-                timeout: query
-                    .get("timeoutSeconds")
-                    .and_then(|t| t.parse::<u64>().ok())
-                    .map(Duration::from_secs),
-                bookmarks: query.get("allowWatchBookmarks").map(String::as_str) == Some("true"),
-                table,
-            };
-            let body = watching::start(shared, params)?;
-            Ok(Response::builder()
-                .status(200)
-                .header(header::CONTENT_TYPE, "application/json")
-                .body(body)
-                .unwrap_or_else(|_| Response::new(ResponseBody::empty())))
-        }
-        (&Method::GET, None, None) => {
-            record.verb = "list".into();
-            let filter = filter_for(&resource, target.namespace.clone(), &query)?;
-            list(shared, &resource, &filter, &query, table)
-        }
-        (&Method::GET, Some(name), sub) => {
-            record.verb = "get".into();
-            let object = shared
-                .store
-                .lock()
-                .get(&resource.store_key(), &namespace, name)
-                .ok_or_else(|| ApiError::not_found(&resource, name))?;
-            match sub {
-                Some("scale") => Ok(json_response(200, &scale_of(&resource, &object))),
-                Some("log") => Ok(text_response(200, &pod_log(&object, &query))),
-                _ => Ok(object_response(200, &resource, &object, table, &[])),
-            }
-        }
-        (&Method::POST, None, None) => {
-            record.verb = "create".into();
-            if resource.namespaced && target.namespace.is_none() {
-                return Err(ApiError::path_not_found());
-            }
-            let (parts, body) = read_body(request).await?;
-            let body = parse_json_body(&parts, &body)?;
-            let outcome = {
-                let mut state = shared.store.lock();
-                let mut random = lock(&shared.random);
-                let options = write_options(&query, &mut random)?;
-                objects::create(
-                    &mut state,
-                    &resource,
-                    target.namespace.as_deref(),
-                    body,
-                    options,
-                )?
-            };
-            Ok(finish_write(shared, &resource, outcome, table))
-        }
-        (&Method::PUT, Some(name), sub) => {
-            record.verb = "update".into();
-            let (parts, body) = read_body(request).await?;
-            let body = parse_json_body(&parts, &body)?;
-            let outcome = {
-                let mut state = shared.store.lock();
-                let old = state
-                    .get(&resource.store_key(), &namespace, name)
-                    .ok_or_else(|| ApiError::not_found(&resource, name))?;
-                let mut random = lock(&shared.random);
-                let options = write_options(&query, &mut random)?;
-                match sub {
-                    Some("scale") => {
-                        let outcome = write_scale(&mut state, &resource, &old, body, options)?;
-                        return Ok(json_response(200, &scale_of(&resource, &outcome.object)));
-                    }
-                    Some("status") => {
-                        objects::update(&mut state, &resource, &old, body, Part::Status, options)?
-                    }
-                    _ => objects::update(&mut state, &resource, &old, body, Part::Main, options)?,
-                }
-            };
-            Ok(finish_write(shared, &resource, outcome, table))
-        }
-        (&Method::PATCH, Some(name), sub) => {
-            record.verb = "patch".into();
-            let (parts, body) = read_body(request).await?;
-            let patch_type = content_type(&parts);
-            patch(
-                shared,
-                &resource,
-                &namespace,
-                name,
-                sub,
-                &patch_type,
-                &body,
-                &query,
-                table,
-            )
-        }
-        (&Method::DELETE, Some(name), None) => {
-            record.verb = "delete".into();
-            let (_, body) = read_body(request).await?;
-            let options = DeleteOptions::from_body(&body)?;
-            let dry_run = query.get("dryRun").map(String::as_str) == Some("All");
-            let object = {
-                let mut state = shared.store.lock();
-                objects::delete(&mut state, &resource, &namespace, name, &options, dry_run)?
-            };
-            Ok(object_response(200, &resource, &object, None, &[]))
-        }
-        (&Method::DELETE, None, None) => {
-            record.verb = "deletecollection".into();
-            let (_, body) = read_body(request).await?;
-            let options = DeleteOptions::from_body(&body)?;
-            let filter = filter_for(&resource, target.namespace.clone(), &query)?;
-            let mut state = shared.store.lock();
-            let doomed: Vec<Arc<Value>> = state
-                .list(&resource.store_key(), filter.namespace.as_deref())
-                .into_iter()
-                .filter(|o| filter.matches(o))
-                .collect();
-            let mut items = Vec::new();
-            for object in doomed {
-                let ns = object["metadata"]["namespace"].as_str().unwrap_or_default();
-                let name = object["metadata"]["name"].as_str().unwrap_or_default();
-                if let Ok(deleted) =
-                    objects::delete(&mut state, &resource, ns, name, &options, false)
-                {
-                    items.push((*deleted).clone());
-                }
-            }
-            let list = json!({"kind": resource.list_kind(), "apiVersion": resource.api_version(),
-                              "metadata": {"resourceVersion": state.revision().to_string()},
-                              "items": items});
-            Ok(json_response(200, &list))
-        }
-        _ => Err(ApiError::method_not_allowed()),
-    }
-}
-
-fn filter_for(
-    resource: &ResourceType,
-    namespace: Option<String>,
-    query: &HashMap<String, String>,
-) -> Result<Filter, ApiError> {
-    let non_empty = |key: &str| query.get(key).filter(|v| !v.trim().is_empty()).cloned();
-    let label_selector = match non_empty("labelSelector") {
-        Some(text) => Some(
-            LabelSelector::parse(&text)
-                .map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}")))?,
-        ),
-        None => None,
-    };
-    let field_selector = match non_empty("fieldSelector") {
-        Some(text) => Some(
-            FieldSelector::parse(&text)
-                .map_err(|e| ApiError::bad_request(format!("invalid field selector: {e}")))?,
-        ),
-        None => None,
-    };
-    Ok(Filter {
-        store_key: resource.store_key(),
-        namespace,
-        label_selector,
-        field_selector,
-    })
-}
-
-/// LIST, with `limit`/`continue` paging: the continue token is the last (namespace, name) sent.
-fn list(
-    shared: &Arc<Shared>,
-    resource: &ResourceType,
-    filter: &Filter,
-    query: &HashMap<String, String>,
-    table: Option<IncludeObject>,
-) -> Result<Response<ResponseBody>, ApiError> {
-    let limit = query
-        .get("limit")
-        .and_then(|l| l.parse::<usize>().ok())
-        .filter(|l| *l > 0);
-    let after = match query.get("continue").filter(|c| !c.is_empty()) {
-        Some(token) => {
-            let decoded =
-                base64::Engine::decode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, token)
-                    .ok()
-                    .and_then(|b| String::from_utf8(b).ok())
-                    .ok_or_else(|| {
-                        ApiError::bad_request(
-                    "continue: Invalid value: the continue token is not one this server issued",
-                )
-                    })?;
-            Some(decoded)
-        }
-        None => None,
-    };
-    let state = shared.store.lock();
-    let revision = state.revision().to_string();
-    let key_of = |o: &Value| {
-        format!(
-            "{}/{}",
-            o["metadata"]["namespace"].as_str().unwrap_or_default(),
-            o["metadata"]["name"].as_str().unwrap_or_default()
-        )
-    };
-    let mut matching: Vec<Arc<Value>> = state
-        .list(&resource.store_key(), filter.namespace.as_deref())
-        .into_iter()
-        .filter(|o| filter.matches(o))
-        .filter(|o| after.as_ref().is_none_or(|a| key_of(o) > *a))
-        .collect();
-    drop(state);
-    let mut metadata = json!({ "resourceVersion": revision });
-    if let Some(limit) = limit {
-        if matching.len() > limit {
-            let remaining = matching.len() - limit;
-            matching.truncate(limit);
-            if let Some(last) = matching.last() {
-                metadata["continue"] = json!(base64::Engine::encode(
-                    &base64::engine::general_purpose::URL_SAFE_NO_PAD,
-                    key_of(last)
-                ));
-                metadata["remainingItemCount"] = json!(remaining);
-            }
-        }
-    }
-    if let Some(include) = table {
-        let objects: Vec<&Value> = matching.iter().map(|o| &**o).collect();
-        let mut doc = table::table(resource, &objects, &revision, include, true);
-        doc["metadata"] = metadata;
-        return Ok(json_response(200, &doc));
-    }
-    let items: Vec<&Value> = matching.iter().map(|o| &**o).collect();
-    let doc = json!({"kind": resource.list_kind(), "apiVersion": resource.api_version(),
-                     "metadata": metadata, "items": items});
-    Ok(json_response(200, &doc))
-}
-
-#[allow(clippy::too_many_arguments)]
-fn patch(
-    shared: &Arc<Shared>,
-    resource: &ResourceType,
-    namespace: &str,
-    name: &str,
-    subresource: Option<&str>,
-    patch_type: &str,
-    body: &[u8],
-    query: &HashMap<String, String>,
-    table: Option<IncludeObject>,
-) -> Result<Response<ResponseBody>, ApiError> {
-    const ACCEPTED: &[&str] = &[
-        "application/json-patch+json",
-        "application/merge-patch+json",
-        "application/apply-patch+yaml",
-    ];
-    let is_apply = patch_type == "application/apply-patch+yaml";
-    match patch_type {
-        "application/json-patch+json" | "application/merge-patch+json" => {}
-        "application/apply-patch+yaml" => {}
-        // Strategic merge needs patch directives compiled into the kind: built-ins only.
-        "application/strategic-merge-patch+json" if !resource.custom => {}
-        other => return Err(ApiError::unsupported_media_type(other, ACCEPTED)),
-    }
-    let document: Value = serde_json::from_slice(body).map_err(|error| {
-        if is_apply {
-            ApiError::unsupported_media_type(
-                "application/apply-patch+yaml (YAML)",
-                &["application/apply-patch+yaml with a JSON body"],
-            )
-        } else {
-            ApiError::bad_request(format!("error decoding patch: {error}"))
-        }
-    })?;
-    let mut state = shared.store.lock();
-    let mut random = lock(&shared.random);
-    let options = write_options(query, &mut random)?;
-    let old = match state.get(&resource.store_key(), namespace, name) {
-        Some(old) => old,
-        None if is_apply && subresource.is_none() => {
-            // Server-side apply of an object that does not exist yet creates it.
-            let mut document = document;
-            if !document["metadata"].is_object() {
-                document["metadata"] = json!({});
-            }
-            document["metadata"]["name"] = json!(name);
-            let ns = resource.namespaced.then_some(namespace);
-            let outcome = objects::create(&mut state, resource, ns, document, options)?;
-            drop(random);
-            drop(state);
-            return Ok(finish_write(shared, resource, outcome, table));
-        }
-        None => return Err(ApiError::not_found(resource, name)),
-    };
-    let base = match subresource {
-        Some("scale") => scale_of(resource, &old),
-        _ => (*old).clone(),
-    };
-    let patched = apply_patch(patch_type, base, &document)?;
-    let outcome = match subresource {
-        Some("scale") => {
-            let outcome = write_scale(&mut state, resource, &old, patched, options)?;
-            return Ok(json_response(200, &scale_of(resource, &outcome.object)));
-        }
-        Some("status") => {
-            objects::update(&mut state, resource, &old, patched, Part::Status, options)?
-        }
-        _ => objects::update(&mut state, resource, &old, patched, Part::Main, options)?,
-    };
-    drop(random);
-    drop(state);
-    Ok(finish_write(shared, resource, outcome, table))
-}
-
-fn apply_patch(patch_type: &str, mut base: Value, document: &Value) -> Result<Value, ApiError> {
-    match patch_type {
-        "application/json-patch+json" => {
-            patching::json_patch(&mut base, document).map_err(|e| {
-                // kube-apiserver answers a failed operation (a `test`, a missing path) with 422.
-                ApiError::from(crate::status::Status::failure(
-                    422,
-                    "Invalid",
-                    e.to_string(),
-                ))
-            })?;
-            Ok(base)
-        }
-        "application/strategic-merge-patch+json" => {
-            patching::strategic_merge_patch(&mut base, document)
-                .map_err(|e| ApiError::bad_request(e.to_string()))?;
-            Ok(base)
-        }
-        _ => {
-            // Merge patch (RFC 7386); server-side apply is served as a merge of the applied
-            // configuration (no field ownership is tracked).
-            if !document.is_object() {
-                return Err(ApiError::bad_request("a merge patch must be a JSON object"));
-            }
-            patching::merge_patch(&mut base, document);
-            Ok(base)
-        }
-    }
-}
-
-/// `autoscaling/v1` Scale built from the CRD's specReplicasPath/statusReplicasPath.
-fn scale_of(resource: &ResourceType, object: &Value) -> Value {
-    let paths = resource
-        .scale
-        .clone()
-        .unwrap_or(super::resources::ScalePaths {
-            spec_replicas: ".spec.replicas".into(),
-            status_replicas: None,
-            label_selector: None,
-        });
-    let metadata = &object["metadata"];
-    let spec_replicas = objects::read_path(object, &paths.spec_replicas)
-        .and_then(Value::as_i64)
-        .unwrap_or(0);
-    let status_replicas = paths
-        .status_replicas
-        .as_deref()
-        .and_then(|p| objects::read_path(object, p))
-        .and_then(Value::as_i64)
-        .unwrap_or(0);
-    let mut status = json!({ "replicas": status_replicas });
-    if let Some(selector) = paths
-        .label_selector
-        .as_deref()
-        .and_then(|p| objects::read_path(object, p))
-        .and_then(Value::as_str)
-    {
-        status["selector"] = json!(selector);
-    }
-    json!({
-        "kind": "Scale", "apiVersion": "autoscaling/v1",
-        "metadata": {"name": metadata["name"], "namespace": metadata["namespace"],
-                     "uid": metadata["uid"], "resourceVersion": metadata["resourceVersion"],
-                     "creationTimestamp": metadata["creationTimestamp"]},
-        "spec": {"replicas": spec_replicas},
-        "status": status
-    })
-}
-
-/// PUT/PATCH of `/scale`: only `spec.replicas` is taken, written to the CRD's specReplicasPath.
-fn write_scale(
-    state: &mut super::store::StoreState,
-    resource: &ResourceType,
-    old: &Arc<Value>,
-    scale: Value,
-    options: WriteOptions<'_>,
-) -> Result<WriteOutcome, ApiError> {
-    let name = old["metadata"]["name"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
-    if let Some(kind) = scale["kind"].as_str() {
-        if kind != "Scale" {
-            return Err(ApiError::bad_request(format!(
-                "the kind in the data ({kind}) does not match Scale"
-            )));
-        }
-    }
-    match scale["metadata"]["resourceVersion"].as_str() {
-        Some(rv) if !rv.is_empty() && Some(rv) != old["metadata"]["resourceVersion"].as_str() => {
-            return Err(ApiError::stale_resource_version(resource, &name));
-        }
-        _ => {}
-    }
-    let replicas = match scale["spec"]["replicas"].as_i64() {
-        Some(r) if r >= 0 => r,
-        _ => {
-            let scale_kind = ResourceType {
-                group: "autoscaling".into(),
-                kind: "Scale".into(),
-                ..resource.clone()
-            };
-            return Err(ApiError::invalid_field(
-                &scale_kind,
-                &name,
-                "FieldValueInvalid",
-                "spec.replicas",
-                format!(
-                    "Invalid value: {}: must be greater than or equal to 0",
-                    scale["spec"]["replicas"]
-                ),
-            ));
-        }
-    };
-    let Some(paths) = &resource.scale else {
-        return Err(ApiError::path_not_found());
-    };
-    let mut next = (**old).clone();
-    objects::write_path(&mut next, &paths.spec_replicas, json!(replicas));
-    objects::update(state, resource, old, next, Part::Main, options)
-}
-
-fn pod_log(pod: &Value, query: &HashMap<String, String>) -> String {
-    let container = query.get("container").cloned().unwrap_or_else(|| {
-        pod["spec"]["containers"][0]["name"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string()
-    });
-    let image = pod["spec"]["containers"]
-        .as_array()
-        .and_then(|cs| cs.iter().find(|c| c["name"] == container.as_str()))
-        .and_then(|c| c["image"].as_str())
-        .unwrap_or("?");
-    format!(
-        "sandbox: no container runs here; pod {} container {container} (image {image}) is simulated\n",
-        pod["metadata"]["name"].as_str().unwrap_or_default()
-    )
-}
-
-/// After a write: start follow-up timers, then answer with the object (or its Table row).
-fn finish_write(
-    shared: &Arc<Shared>,
-    resource: &ResourceType,
-    outcome: WriteOutcome,
-    table: Option<IncludeObject>,
-) -> Response<ResponseBody> {
-    controllers::spawn_follow_ups(shared, outcome.follow_ups);
-    object_response(
-        outcome.code,
-        resource,
-        &outcome.object,
-        table,
-        &outcome.warnings,
-    )
-}
-
-fn object_response(
-    code: u16,
-    resource: &ResourceType,
-    object: &Value,
-    table: Option<IncludeObject>,
-    warnings: &[String],
-) -> Response<ResponseBody> {
-    let mut response = match table {
-        Some(include) => {
-            let rv = object["metadata"]["resourceVersion"]
-                .as_str()
-                .unwrap_or_default();
-            json_response(code, &table::table(resource, &[object], rv, include, true))
-        }
-        None => json_response(code, object),
-    };
-    for warning in warnings {
-        // kubectl prints `Warning: 299 - "text"` headers as `Warning: text`.
-        let text = format!(
-            "299 - \"{}\"",
-            warning.replace('\\', "\\\\").replace('"', "\\\"")
-        );
-        if let Ok(value) = HeaderValue::from_str(&text) {
-            response.headers_mut().append(header::WARNING, value);
-        }
-    }
-    response
-}
-
-fn json_response(code: u16, value: &Value) -> Response<ResponseBody> {
-    let body = serde_json::to_vec(value).unwrap_or_default();
-    Response::builder()
-        .status(StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR))
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(ResponseBody::full(body))
-        .unwrap_or_else(|_| Response::new(ResponseBody::empty()))
-}
-
-fn aggregated_response(value: &Value) -> Response<ResponseBody> {
-    let mut response = json_response(200, value);
-    // kubectl reads the body as aggregated discovery only if the Content-Type says so.
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static(AGGREGATED_DISCOVERY),
-    );
-    response
-}
-
-fn text_response(code: u16, text: &str) -> Response<ResponseBody> {
-    Response::builder()
-        .status(StatusCode::from_u16(code).unwrap_or(StatusCode::OK))
-        .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
-        .body(ResponseBody::full(text.to_string()))
-        .unwrap_or_else(|_| Response::new(ResponseBody::empty()))
-}
-
-fn error_response(error: &ApiError) -> Response<ResponseBody> {
-    let mut status = (*error.status).clone();
-    if let Some(seconds) = error.retry_after {
-        status
-            .details
-            .get_or_insert_with(Default::default)
-            .retry_after_seconds = Some(seconds);
-    }
-    let mut value = serde_json::to_value(&status).unwrap_or_default();
-    // The real Status always carries an (empty) metadata object.
-    value["metadata"] = json!({});
-    let mut response = json_response(error.code(), &value);
-    if let Some(seconds) = error.retry_after {
-        if let Ok(v) = HeaderValue::from_str(&seconds.to_string()) {
-            response.headers_mut().insert(header::RETRY_AFTER, v);
-        }
-    }
-    response
-}
-
-fn injected_response(fault: InjectedFault) -> Response<ResponseBody> {
-    match fault {
-        InjectedFault::Status {
-            code,
-            reason,
-            retry_after_seconds,
-        } => {
-            let reason = if reason.is_empty() {
-                default_reason(code).to_string()
-            } else {
-                reason
-            };
-            let mut status =
-                crate::status::Status::failure(code, &reason, format!("injected fault: {reason}"));
-            if retry_after_seconds.is_some() {
-                status.details = Some(crate::status::StatusDetails {
-                    retry_after_seconds,
-                    ..Default::default()
-                });
-            }
-            error_response(&ApiError::from(status))
-        }
-        InjectedFault::NonJson { code, body } => Response::builder()
-            .status(StatusCode::from_u16(code).unwrap_or(StatusCode::BAD_GATEWAY))
-            .header(header::CONTENT_TYPE, "text/html")
-            .body(ResponseBody::full(body))
-            .unwrap_or_else(|_| Response::new(ResponseBody::empty())),
-        InjectedFault::EmptyOk => Response::builder()
-            .status(200)
-            .header(header::CONNECTION, "close")
-            .header(header::CONTENT_TYPE, "application/json")
-            .body(ResponseBody::empty())
-            .unwrap_or_else(|_| Response::new(ResponseBody::empty())),
-    }
-}
-
-fn default_reason(code: u16) -> &'static str {
-    match code {
-        400 => "BadRequest",
-        401 => "Unauthorized",
-        403 => "Forbidden",
-        404 => "NotFound",
-        409 => "Conflict",
-        410 => "Expired",
-        422 => "Invalid",
-        429 => "TooManyRequests",
-        503 => "ServiceUnavailable",
-        504 => "Timeout",
-        _ => "InternalError",
-    }
 }

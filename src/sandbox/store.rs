@@ -8,7 +8,7 @@
 //! is full the watcher is dropped and its stream ends, as kube-apiserver ends watchers that fall
 //! behind (the client re-watches from its last RV).
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use bytes::Bytes;
@@ -70,6 +70,8 @@ pub(crate) enum WatchMessage {
     },
     /// The store has reached this revision; nothing this watcher wants happened up to it.
     Bookmark(u64),
+    /// The end of the initial ADDED events of a `sendInitialEvents=true` watch, at this revision.
+    InitialEventsEnd(u64),
 }
 
 /// Which objects a watch or list wants.
@@ -154,6 +156,8 @@ pub(crate) struct Expired {
 
 pub(crate) struct Registration {
     pub(crate) id: u64,
+    /// The store's revision when the watch started (what the initial events are "as of").
+    pub(crate) revision: u64,
     pub(crate) initial: Vec<WatchMessage>,
     pub(crate) receiver: mpsc::Receiver<WatchMessage>,
 }
@@ -162,7 +166,8 @@ pub(crate) struct Registration {
 pub(crate) struct StoreState {
     revision: u64,
     collections: HashMap<String, BTreeMap<(String, String), Arc<Value>>>,
-    pub(crate) registry: Registry,
+    /// Shared copy-on-write: every request clones the Arc, a CRD change clones the Registry.
+    pub(crate) registry: Arc<Registry>,
     history: VecDeque<Arc<StoredEvent>>,
     history_window: usize,
     /// Every event up to and including this revision is gone from the history.
@@ -170,6 +175,25 @@ pub(crate) struct StoreState {
     watchers: Vec<Watcher>,
     next_watcher_id: u64,
     queue_capacity: usize,
+    /// uid → where the object lives, so owners can be found by uid as the garbage collector does.
+    uids: HashMap<String, ObjectKey>,
+    /// owner uid → the objects naming it in `metadata.ownerReferences`.
+    dependents: HashMap<String, BTreeSet<ObjectKey>>,
+}
+
+/// (store key, namespace, name)
+type ObjectKey = (String, String, String);
+
+fn uid_of(object: &Value) -> Option<&str> {
+    object["metadata"]["uid"].as_str().filter(|u| !u.is_empty())
+}
+
+fn owner_uids(object: &Value) -> impl Iterator<Item = &str> {
+    object["metadata"]["ownerReferences"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|reference| reference["uid"].as_str())
 }
 
 pub(crate) struct Store {
@@ -182,13 +206,15 @@ impl Store {
             state: Mutex::new(StoreState {
                 revision: 0,
                 collections: HashMap::new(),
-                registry: Registry::with_builtins(),
+                registry: Arc::new(Registry::with_builtins()),
                 history: VecDeque::new(),
                 history_window: history_window.max(1),
                 compacted_through: 0,
                 watchers: Vec::new(),
                 next_watcher_id: 1,
                 queue_capacity: queue_capacity.max(1),
+                uids: HashMap::new(),
+                dependents: HashMap::new(),
             }),
         }
     }
@@ -240,7 +266,52 @@ impl StoreState {
         }
     }
 
-    /// Every object of every collection (garbage collection looks for owner references).
+    /// Does an object with this uid exist (in any collection)?
+    pub(crate) fn uid_exists(&self, uid: &str) -> bool {
+        self.uids.contains_key(uid)
+    }
+
+    /// The objects that name `owner_uid` in their ownerReferences.
+    pub(crate) fn dependents_of(&self, owner_uid: &str) -> Vec<(String, Arc<Value>)> {
+        self.dependents
+            .get(owner_uid)
+            .into_iter()
+            .flatten()
+            .filter_map(|(key, ns, name)| Some((key.clone(), self.get(key, ns, name)?)))
+            .collect()
+    }
+
+    fn index(&mut self, store_key: &str, object: &Value) {
+        let (ns, name) = key_of(object);
+        let key = (store_key.to_string(), ns, name);
+        if let Some(uid) = uid_of(object) {
+            self.uids.insert(uid.to_string(), key.clone());
+        }
+        for owner in owner_uids(object) {
+            self.dependents
+                .entry(owner.to_string())
+                .or_default()
+                .insert(key.clone());
+        }
+    }
+
+    fn unindex(&mut self, store_key: &str, object: &Value) {
+        let (ns, name) = key_of(object);
+        let key = (store_key.to_string(), ns, name);
+        if let Some(uid) = uid_of(object) {
+            self.uids.remove(uid);
+        }
+        for owner in owner_uids(object) {
+            if let Some(set) = self.dependents.get_mut(owner) {
+                set.remove(&key);
+                if set.is_empty() {
+                    self.dependents.remove(owner);
+                }
+            }
+        }
+    }
+
+    /// Every object of every collection (a namespace's deletion takes its contents).
     pub(crate) fn all_objects(&self) -> Vec<(String, Arc<Value>)> {
         self.collections
             .iter()
@@ -291,6 +362,12 @@ impl StoreState {
         object["metadata"]["resourceVersion"] = json!(revision.to_string());
         let object = Arc::new(object);
         let key = key_of(&object);
+        if let Some(previous) = &previous {
+            self.unindex(store_key, previous);
+        }
+        if event_type != EventType::Deleted {
+            self.index(store_key, &object);
+        }
         let collection = self.collections.entry(store_key.to_string()).or_default();
         if event_type == EventType::Deleted {
             collection.remove(&key);
@@ -365,6 +442,7 @@ impl StoreState {
         self.watchers.push(Watcher { id, filter, sender });
         Ok(Registration {
             id,
+            revision: self.revision,
             initial,
             receiver,
         })
@@ -397,5 +475,145 @@ impl StoreState {
     /// End the watchers of one collection (its CRD was deleted).
     pub(crate) fn end_watchers_of(&mut self, store_key: &str) {
         self.watchers.retain(|w| w.filter.store_key != store_key);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secret(name: &str, labels: Value) -> Value {
+        json!({"apiVersion": "v1", "kind": "Secret",
+               "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}"),
+                            "labels": labels}})
+    }
+
+    fn filter(label_selector: Option<&str>) -> Filter {
+        Filter {
+            store_key: "/secrets".into(),
+            namespace: Some("default".into()),
+            label_selector: label_selector.map(|s| LabelSelector::parse(s).expect("selector")),
+            field_selector: None,
+        }
+    }
+
+    fn kinds(messages: &[WatchMessage]) -> Vec<&'static str> {
+        messages
+            .iter()
+            .map(|m| match m {
+                WatchMessage::Event(e) => e.event_type.as_str(),
+                WatchMessage::Adjusted { event_type, .. } => event_type.as_str(),
+                WatchMessage::Bookmark(_) | WatchMessage::InitialEventsEnd(_) => "BOOKMARK",
+            })
+            .collect()
+    }
+
+    /// Like etcd's revision, one counter orders writes of every kind; a deletion gets its own RV.
+    #[test]
+    fn every_write_moves_the_one_global_revision() {
+        let store = Store::new(10, 10);
+        let mut state = store.lock();
+        let a = state.commit_added("/secrets", secret("a", json!({})));
+        let b = state.commit_added("/pods", secret("b", json!({})));
+        assert_eq!(a["metadata"]["resourceVersion"], "1");
+        assert_eq!(b["metadata"]["resourceVersion"], "2");
+        let gone = state
+            .commit_deleted("/secrets", "default", "a")
+            .expect("deleted");
+        assert_eq!(
+            gone["metadata"]["resourceVersion"], "3",
+            "DELETED carries a new RV"
+        );
+        assert!(state.get("/secrets", "default", "a").is_none());
+    }
+
+    /// Resuming inside the window replays later events; older RVs and compacted ones expire.
+    #[test]
+    fn history_replays_after_an_rv_and_expires_beyond_the_window() {
+        let store = Store::new(3, 10);
+        let mut state = store.lock();
+        for name in ["a", "b", "c", "d", "e"] {
+            state.commit_added("/secrets", secret(name, json!({})));
+        }
+        // Events 3, 4, 5 are kept; resuming from 2 needs 3.. : fine. From 1 needs 2: gone.
+        let resumed = state
+            .register_watcher(filter(None), WatchStart::After(3))
+            .map_err(|e| e.requested)
+            .expect("within the window");
+        assert_eq!(kinds(&resumed.initial), ["ADDED", "ADDED"]);
+        assert!(state
+            .register_watcher(filter(None), WatchStart::After(2))
+            .is_ok());
+        let expired = state
+            .register_watcher(filter(None), WatchStart::After(1))
+            .err()
+            .expect("expired");
+        assert_eq!((expired.requested, expired.oldest), (1, 2));
+        state.compact();
+        assert!(state
+            .register_watcher(filter(None), WatchStart::After(4))
+            .is_err());
+        assert!(state
+            .register_watcher(filter(None), WatchStart::After(5))
+            .is_ok());
+    }
+
+    /// A relabelled object leaves a selector as DELETED and comes back as ADDED.
+    #[test]
+    fn leaving_and_joining_a_selector_become_deleted_and_added() {
+        let store = Store::new(10, 10);
+        let mut state = store.lock();
+        state.commit_added("/secrets", secret("a", json!({"app": "db"})));
+        let mut watcher = state
+            .register_watcher(filter(Some("app=db")), WatchStart::Current)
+            .map_err(|e| e.requested)
+            .expect("registered");
+        assert_eq!(kinds(&watcher.initial), ["ADDED"]);
+        state.commit_modified("/secrets", secret("a", json!({"app": "web"})));
+        state.commit_modified("/secrets", secret("a", json!({"app": "db"})));
+        state.commit_added("/secrets", secret("other", json!({"app": "web"})));
+        let mut received = Vec::new();
+        while let Ok(message) = watcher.receiver.try_recv() {
+            received.push(message);
+        }
+        assert_eq!(kinds(&received), ["DELETED", "ADDED"]);
+    }
+
+    /// A watcher whose queue is full is dropped: its stream ends after what was queued.
+    #[test]
+    fn a_full_watcher_queue_ends_that_watcher_only() {
+        let store = Store::new(100, 2);
+        let mut state = store.lock();
+        let slow = state
+            .register_watcher(filter(None), WatchStart::Current)
+            .map_err(|e| e.requested)
+            .expect("registered");
+        for name in ["a", "b", "c"] {
+            state.commit_added("/secrets", secret(name, json!({})));
+        }
+        assert_eq!(state.watchers.len(), 0, "dropped on the third event");
+        let mut receiver = slow.receiver;
+        assert!(receiver.try_recv().is_ok() && receiver.try_recv().is_ok());
+        assert!(matches!(
+            receiver.try_recv(),
+            Err(mpsc::error::TryRecvError::Disconnected)
+        ));
+    }
+
+    /// The garbage collector's index: dependents by owner uid, kept current on every write.
+    #[test]
+    fn dependents_are_found_by_owner_uid() {
+        let store = Store::new(10, 10);
+        let mut state = store.lock();
+        let mut child = secret("child", json!({}));
+        child["metadata"]["ownerReferences"] = json!([{"uid": "uid-owner"}]);
+        state.commit_added("/secrets", child);
+        state.commit_added("/secrets", secret("owner", json!({})));
+        assert!(state.uid_exists("uid-owner"));
+        let dependents = state.dependents_of("uid-owner");
+        assert_eq!(dependents.len(), 1);
+        assert_eq!(dependents[0].1["metadata"]["name"], "child");
+        state.commit_deleted("/secrets", "default", "child");
+        assert!(state.dependents_of("uid-owner").is_empty());
     }
 }

@@ -141,6 +141,20 @@ fn columns_for(resource: &ResourceType) -> Vec<Column> {
             }));
             columns.push(text_column("Node", 1, |o| o["spec"]["nodeName"].clone()));
         }
+        ("", "nodes") => {
+            columns.push(text_column("Status", 0, |o| {
+                let ready = o["status"]["conditions"].as_array().is_some_and(|c| {
+                    c.iter()
+                        .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                });
+                json!(if ready { "Ready" } else { "NotReady" })
+            }));
+            columns.push(text_column("Roles", 0, |_| json!("<none>")));
+            columns.push(age_column());
+            columns.push(text_column("Version", 0, |o| {
+                o["status"]["nodeInfo"]["kubeletVersion"].clone()
+            }));
+        }
         ("", "namespaces") => {
             columns.push(text_column("Status", 0, |o| o["status"]["phase"].clone()));
             columns.push(age_column());
@@ -151,6 +165,55 @@ fn columns_for(resource: &ResourceType) -> Vec<Column> {
                 o["spec"]["clusterIP"].clone()
             }));
             columns.push(age_column());
+        }
+        ("", "secrets") => {
+            columns.push(text_column("Type", 0, |o| o["type"].clone()));
+            columns.push(Column {
+                definition: json!({"name": "Data", "type": "integer", "format": "",
+                                   "description": "", "priority": 0}),
+                cell: Box::new(|o, _| json!(o["data"].as_object().map_or(0, |d| d.len()))),
+            });
+            columns.push(age_column());
+        }
+        ("", "events") => {
+            // kubectl's event columns: Last Seen, Type, Reason, Object, Message; Name is wide-only.
+            let mut name = columns.remove(0);
+            name.definition["priority"] = json!(1);
+            columns.push(Column {
+                definition: json!({"name": "Last Seen", "type": "string", "format": "",
+                                   "description": "", "priority": 0}),
+                cell: Box::new(|o, now| {
+                    let seen = ["lastTimestamp", "eventTime", "firstTimestamp"]
+                        .iter()
+                        .find_map(|f| o[*f].as_str())
+                        .or(o["metadata"]["creationTimestamp"].as_str())
+                        .unwrap_or_default();
+                    json!(timefmt::format_age_of_timestamp(seen, now))
+                }),
+            });
+            columns.push(text_column("Type", 0, |o| o["type"].clone()));
+            columns.push(text_column("Reason", 0, |o| o["reason"].clone()));
+            columns.push(text_column("Object", 0, |o| {
+                let involved = &o["involvedObject"];
+                json!(format!(
+                    "{}/{}",
+                    involved["kind"].as_str().unwrap_or_default().to_lowercase(),
+                    involved["name"].as_str().unwrap_or_default()
+                ))
+            }));
+            columns.push(text_column("Message", 0, |o| o["message"].clone()));
+            columns.push(name);
+        }
+        ("coordination.k8s.io", "leases") => {
+            columns.push(text_column("Holder", 0, |o| {
+                o["spec"]["holderIdentity"].clone()
+            }));
+            columns.push(age_column());
+        }
+        ("apiextensions.k8s.io", "customresourcedefinitions") => {
+            columns.push(text_column("Created At", 0, |o| {
+                o["metadata"]["creationTimestamp"].clone()
+            }));
         }
         _ => columns.push(age_column()),
     }
@@ -200,4 +263,19 @@ pub(crate) fn table(
         "columnDefinitions": definitions,
         "rows": rows
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Only kubectl's Table media range (first in its Accept) turns a response into a Table.
+    #[test]
+    fn table_is_chosen_by_the_first_accepted_media_range() {
+        assert!(wants_table(
+            "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json"
+        ));
+        assert!(!wants_table("application/json"));
+        assert!(!wants_table("application/json, */*"));
+    }
 }

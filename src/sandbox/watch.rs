@@ -33,6 +33,9 @@ pub(crate) struct WatchParams {
     pub(crate) resource_version: Option<String>,
     pub(crate) timeout: Option<Duration>,
     pub(crate) bookmarks: bool,
+    /// `sendInitialEvents=true` (streaming lists): ADDED for every object, then a BOOKMARK
+    /// annotated `k8s.io/initial-events-end: "true"` marking where the "list" ends.
+    pub(crate) send_initial_events: bool,
     /// Some: the client's Accept asked for Tables (`kubectl get -w`).
     pub(crate) table: Option<IncludeObject>,
 }
@@ -40,6 +43,7 @@ pub(crate) struct WatchParams {
 /// Start a watch and return the streaming body for its response.
 pub(crate) fn start(shared: &Arc<Shared>, params: WatchParams) -> Result<ResponseBody, ApiError> {
     let start = match params.resource_version.as_deref() {
+        _ if params.send_initial_events => WatchStart::Current,
         None | Some("") | Some("0") => WatchStart::Current,
         Some(text) => match text.parse::<u64>() {
             Ok(revision) => WatchStart::After(revision),
@@ -50,8 +54,17 @@ pub(crate) fn start(shared: &Arc<Shared>, params: WatchParams) -> Result<Respons
             }
         },
     };
+    if let WatchStart::After(requested) = start {
+        let current = shared.store.revision();
+        if requested > current {
+            // An RV from the future: typically from before a restart of a server whose revision
+            // started again from zero. kube-apiserver answers 504 with this wording; the
+            // client must relist.
+            return Err(ApiError::too_large_resource_version(requested, current));
+        }
+    }
     let settings = lock(&shared.faults).clone();
-    let (body_sender, body_receiver) = mpsc::channel::<Bytes>(64);
+    let (body_sender, body_receiver) = mpsc::channel::<Bytes>(16);
     if settings.stall_watches {
         tokio::spawn(stall(shared.clone(), body_sender));
         return Ok(ResponseBody::Stream(body_receiver));
@@ -88,11 +101,20 @@ pub(crate) fn start(shared: &Arc<Shared>, params: WatchParams) -> Result<Respons
     Ok(ResponseBody::Stream(body_receiver))
 }
 
+/// `{"type":"ADDED","object":{...}}\n`, with `type` first as kube-apiserver writes it.
 fn event_line(event_type: &str, object: &Value) -> Bytes {
-    let mut line =
-        serde_json::to_vec(&json!({"type": event_type, "object": object})).unwrap_or_default();
-    line.push(b'\n');
-    Bytes::from(line)
+    let object = serde_json::to_vec(object).unwrap_or_default();
+    splice_event(event_type, &object)
+}
+
+fn splice_event(event_type: &str, object_json: &[u8]) -> Bytes {
+    let mut line = BytesMut::with_capacity(object_json.len() + 32);
+    line.extend_from_slice(b"{\"type\":\"");
+    line.extend_from_slice(event_type.as_bytes());
+    line.extend_from_slice(b"\",\"object\":");
+    line.extend_from_slice(object_json);
+    line.extend_from_slice(b"}\n");
+    line.freeze()
 }
 
 /// Headers sent, then silence until the client leaves or the sandbox stops.
@@ -118,6 +140,13 @@ struct Output {
 impl Output {
     fn render(&mut self, message: &WatchMessage) -> Bytes {
         let (event_type, object) = match message {
+            WatchMessage::InitialEventsEnd(revision) => {
+                let bookmark = json!({"kind": self.resource.kind,
+                    "apiVersion": self.resource.api_version(),
+                    "metadata": {"resourceVersion": revision.to_string(),
+                                 "annotations": {"k8s.io/initial-events-end": "true"}}});
+                return event_line("BOOKMARK", &bookmark);
+            }
             WatchMessage::Bookmark(revision) => {
                 let bookmark = json!({"kind": self.resource.kind,
                     "apiVersion": self.resource.api_version(),
@@ -127,14 +156,7 @@ impl Output {
             WatchMessage::Event(event) => {
                 if self.table.is_none() {
                     // The hot path: splice the object's shared JSON into the event line.
-                    let json = event.object_json();
-                    let mut line = BytesMut::with_capacity(json.len() + 32);
-                    line.extend_from_slice(b"{\"type\":\"");
-                    line.extend_from_slice(event.event_type.as_str().as_bytes());
-                    line.extend_from_slice(b"\",\"object\":");
-                    line.extend_from_slice(&json);
-                    line.extend_from_slice(b"}\n");
-                    return line.freeze();
+                    return splice_event(event.event_type.as_str(), &event.object_json());
                 }
                 (event.event_type, event.object.clone())
             }
@@ -184,9 +206,13 @@ async fn pump(
 ) {
     let Registration {
         id,
-        initial,
+        revision,
+        mut initial,
         mut receiver,
     } = registration;
+    if params.send_initial_events && params.bookmarks {
+        initial.push(WatchMessage::InitialEventsEnd(revision));
+    }
     let mut timeout = params
         .timeout
         .unwrap_or(shared.options.default_watch_timeout);
@@ -234,8 +260,33 @@ async fn pump(
                 _ = output.sender.closed() => break 'watch,
             },
         };
-        let is_event = !matches!(message, WatchMessage::Bookmark(_));
-        let line = output.render(&message);
+        if !matches!(
+            message,
+            WatchMessage::Bookmark(_) | WatchMessage::InitialEventsEnd(_)
+        ) {
+            sent += 1;
+        }
+        let mut line = output.render(&message);
+        if let Some(group) = settings.watch_events_per_chunk {
+            // Fault: several events per chunk, taking only what is already waiting.
+            let mut batch = bytes::BytesMut::from(&line[..]);
+            for _ in 1..group {
+                if event_limit.is_some_and(|limit| sent >= limit) {
+                    break;
+                }
+                let Some(more) = pending.pop_front().or_else(|| receiver.try_recv().ok()) else {
+                    break;
+                };
+                if !matches!(
+                    more,
+                    WatchMessage::Bookmark(_) | WatchMessage::InitialEventsEnd(_)
+                ) {
+                    sent += 1;
+                }
+                batch.extend_from_slice(&output.render(&more));
+            }
+            line = batch.freeze();
+        }
         let delivered = tokio::select! {
             delivered = output.send(line) => delivered,
             _ = tokio::time::sleep_until(deadline) => false,
@@ -244,9 +295,6 @@ async fn pump(
         };
         if !delivered {
             break;
-        }
-        if is_event {
-            sent += 1;
         }
     }
     shared.store.lock().remove_watcher(id);

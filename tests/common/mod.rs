@@ -257,6 +257,7 @@ impl Http {
             status: parts.status,
             body,
             buffer: Vec::new(),
+            start: 0,
             ended: false,
             frames: 0,
         }
@@ -363,6 +364,8 @@ pub struct Stream {
     pub status: StatusCode,
     body: Incoming,
     buffer: Vec<u8>,
+    /// Bytes before this offset were already returned as lines.
+    start: usize,
     ended: bool,
     /// How many body frames (HTTP chunks) arrived so far.
     pub frames: usize,
@@ -373,14 +376,17 @@ impl Stream {
     pub async fn next_line(&mut self, within: Duration) -> Option<String> {
         let end = Instant::now() + within;
         loop {
-            if let Some(pos) = self.buffer.iter().position(|b| *b == b'\n') {
-                let line: Vec<u8> = self.buffer.drain(..=pos).collect();
-                return Some(
-                    String::from_utf8(line[..line.len() - 1].to_vec()).expect("UTF-8 line"),
-                );
+            if let Some(pos) = self.buffer[self.start..].iter().position(|b| *b == b'\n') {
+                let line = self.buffer[self.start..self.start + pos].to_vec();
+                self.start += pos + 1;
+                if self.start > 64 * 1024 {
+                    self.buffer.drain(..self.start);
+                    self.start = 0;
+                }
+                return Some(String::from_utf8(line).expect("UTF-8 line"));
             }
             if self.ended {
-                assert!(self.buffer.is_empty(), "stream ended inside a line");
+                assert_eq!(self.start, self.buffer.len(), "stream ended inside a line");
                 return None;
             }
             match tokio::time::timeout_at(end, self.body.frame()).await {
@@ -401,6 +407,19 @@ impl Stream {
     pub async fn next_event(&mut self, within: Duration) -> Option<Value> {
         let line = self.next_line(within).await?;
         Some(serde_json::from_str(&line).unwrap_or_else(|e| panic!("bad event {line:?}: {e}")))
+    }
+
+    /// Read until the stream ends, cleanly or not (a dropped connection is an error frame);
+    /// true if that happens within `within`.
+    pub async fn ends_within(&mut self, within: Duration) -> bool {
+        let end = Instant::now() + within;
+        loop {
+            match tokio::time::timeout_at(end, self.body.frame()).await {
+                Err(_) => return false,
+                Ok(None) | Ok(Some(Err(_))) => return true,
+                Ok(Some(Ok(_))) => {}
+            }
+        }
     }
 
     /// True if nothing at all arrives for `quiet` (the stream stays open and silent).

@@ -1,0 +1,145 @@
+//! Building responses: JSON documents, objects (or their Table row), text, Status errors with
+//! their headers, and the answers of injected faults.
+//!
+//! WORKSHOP.md, "Set-up: the sandbox".
+
+use http::{header, HeaderValue, Response, StatusCode};
+use serde_json::{json, Value};
+
+use super::body::ResponseBody;
+use super::errors::ApiError;
+use super::faults::InjectedFault;
+use super::resources::ResourceType;
+use super::table::{self, IncludeObject};
+
+/// The media type aggregated discovery must be answered with, byte for byte.
+const AGGREGATED_DISCOVERY: &str =
+    "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
+
+pub(crate) fn object_response(
+    code: u16,
+    resource: &ResourceType,
+    object: &Value,
+    table: Option<IncludeObject>,
+    warnings: &[String],
+) -> Response<ResponseBody> {
+    let mut response = match table {
+        Some(include) => {
+            let rv = object["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap_or_default();
+            json_response(code, &table::table(resource, &[object], rv, include, true))
+        }
+        None => json_response(code, object),
+    };
+    for warning in warnings {
+        // kubectl prints `Warning: 299 - "text"` headers as `Warning: text`.
+        let text = format!(
+            "299 - \"{}\"",
+            warning.replace('\\', "\\\\").replace('"', "\\\"")
+        );
+        if let Ok(value) = HeaderValue::from_str(&text) {
+            response.headers_mut().append(header::WARNING, value);
+        }
+    }
+    response
+}
+
+pub(crate) fn json_response(code: u16, value: &Value) -> Response<ResponseBody> {
+    let body = serde_json::to_vec(value).unwrap_or_default();
+    Response::builder()
+        .status(StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR))
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(ResponseBody::full(body))
+        .unwrap_or_else(|_| Response::new(ResponseBody::empty()))
+}
+
+pub(crate) fn aggregated_response(value: &Value) -> Response<ResponseBody> {
+    let mut response = json_response(200, value);
+    // kubectl reads the body as aggregated discovery only if the Content-Type says so.
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(AGGREGATED_DISCOVERY),
+    );
+    response
+}
+
+pub(crate) fn text_response(code: u16, text: &str) -> Response<ResponseBody> {
+    Response::builder()
+        .status(StatusCode::from_u16(code).unwrap_or(StatusCode::OK))
+        .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
+        .body(ResponseBody::full(text.to_string()))
+        .unwrap_or_else(|_| Response::new(ResponseBody::empty()))
+}
+
+pub(crate) fn error_response(error: &ApiError) -> Response<ResponseBody> {
+    let mut status = (*error.status).clone();
+    if let Some(seconds) = error.retry_after {
+        status
+            .details
+            .get_or_insert_with(Default::default)
+            .retry_after_seconds = Some(seconds);
+    }
+    let mut value = serde_json::to_value(&status).unwrap_or_default();
+    // The real Status always carries an (empty) metadata object.
+    value["metadata"] = json!({});
+    let mut response = json_response(error.code(), &value);
+    if let Some(seconds) = error.retry_after {
+        if let Ok(v) = HeaderValue::from_str(&seconds.to_string()) {
+            response.headers_mut().insert(header::RETRY_AFTER, v);
+        }
+    }
+    response
+}
+
+pub(crate) fn injected_response(fault: InjectedFault) -> Response<ResponseBody> {
+    match fault {
+        InjectedFault::Status {
+            code,
+            reason,
+            retry_after_seconds,
+        } => {
+            let reason = if reason.is_empty() {
+                default_reason(code).to_string()
+            } else {
+                reason
+            };
+            let mut status =
+                crate::status::Status::failure(code, &reason, format!("injected fault: {reason}"));
+            if retry_after_seconds.is_some() {
+                status.details = Some(crate::status::StatusDetails {
+                    retry_after_seconds,
+                    ..Default::default()
+                });
+            }
+            error_response(&ApiError::from(status))
+        }
+        InjectedFault::NonJson { code, body } => Response::builder()
+            .status(StatusCode::from_u16(code).unwrap_or(StatusCode::BAD_GATEWAY))
+            .header(header::CONTENT_TYPE, "text/html")
+            .body(ResponseBody::full(body))
+            .unwrap_or_else(|_| Response::new(ResponseBody::empty())),
+        InjectedFault::EmptyOk => Response::builder()
+            .status(200)
+            .header(header::CONNECTION, "close")
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(ResponseBody::empty())
+            .unwrap_or_else(|_| Response::new(ResponseBody::empty())),
+    }
+}
+
+fn default_reason(code: u16) -> &'static str {
+    match code {
+        400 => "BadRequest",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "NotFound",
+        409 => "Conflict",
+        410 => "Expired",
+        422 => "Invalid",
+        429 => "TooManyRequests",
+        503 => "ServiceUnavailable",
+        504 => "Timeout",
+        _ => "InternalError",
+    }
+}

@@ -1,0 +1,139 @@
+//! The `sandbox` program: prints its URL and the kubectl line to use, logs requests, stops
+//! cleanly on SIGTERM, and refuses bad flags with exit code 2.
+//!
+//! WORKSHOP.md, "Set-up: the sandbox". Run: `cargo test --test sandbox_binary`.
+
+mod common;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+use tokio::process::Command;
+
+const BINARY: &str = env!("CARGO_BIN_EXE_sandbox");
+
+/// It starts on a free port, prints the URL and a kubectl command line, answers, and exits 0
+/// on SIGTERM after logging the request.
+#[tokio::test]
+async fn prints_its_url_serves_and_stops_on_sigterm() {
+    let mut child = Command::new(BINARY)
+        .args(["--listen", "127.0.0.1:0", "--kubelet-delay-ms", "50"])
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("sandbox starts");
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let first = tokio::time::timeout(Duration::from_secs(10), stdout.next_line())
+        .await
+        .expect("prints within 10 s")
+        .expect("read")
+        .expect("a line");
+    let url = first
+        .strip_prefix("sandbox API server at ")
+        .unwrap_or_else(|| panic!("unexpected first line {first:?}"))
+        .to_string();
+    let mut rest = String::new();
+    for _ in 0..2 {
+        rest.push_str(&stdout.next_line().await.expect("read").unwrap_or_default());
+    }
+    assert!(
+        rest.contains(&format!("kubectl --server {url} get pgc")),
+        "{rest}"
+    );
+
+    let version = common::Http::new(&url).get("/version").await;
+    assert_eq!(version.json()["minor"], "32");
+
+    let pid = child.id().expect("pid").to_string();
+    let killed = Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .await
+        .expect("kill runs");
+    assert!(killed.success());
+    let status = tokio::time::timeout(Duration::from_secs(10), child.wait())
+        .await
+        .expect("stops within 10 s")
+        .expect("exit status");
+    assert!(status.success(), "{status:?}");
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut stderr)
+        .await
+        .expect("stderr");
+    let stderr = strip_ansi(&stderr);
+    assert!(
+        stderr.contains("path=/version") && stderr.contains("status=200"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("SIGTERM"), "{stderr}");
+}
+
+/// A bad flag or value gets a clear message and exit code 2.
+#[tokio::test]
+async fn bad_flags_exit_2_with_a_message() {
+    for (args, expected) in [
+        (vec!["--listen", "nonsense"], "--listen wants ADDRESS:PORT"),
+        (
+            vec!["--kubelet-delay-ms", "soon"],
+            "wants a number of milliseconds",
+        ),
+        (vec!["--frobnicate"], "unknown argument"),
+        (vec!["--tls-dir"], "--tls-dir needs a value"),
+    ] {
+        let output = Command::new(BINARY)
+            .args(&args)
+            .output()
+            .await
+            .expect("runs");
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.contains(expected) && stderr.contains("usage:"),
+            "{args:?}: {stderr}"
+        );
+    }
+}
+
+/// `Sandbox::shutdown` ends open watches and stops accepting connections.
+#[tokio::test]
+async fn shutdown_ends_watches_and_closes_the_port() {
+    let sandbox = common::start_sandbox().await;
+    let http = common::Http::new(&sandbox.url());
+    let mut watch = http
+        .stream("/api/v1/namespaces/default/pods?watch=true")
+        .await;
+    let addr = sandbox.addr();
+    tokio::time::timeout(Duration::from_secs(10), sandbox.shutdown())
+        .await
+        .expect("shutdown finishes");
+    assert_eq!(watch.next_line(Duration::from_secs(5)).await, None);
+    assert!(
+        tokio::net::TcpStream::connect(addr).await.is_err(),
+        "no longer listening"
+    );
+}
+
+/// The log subscriber colours its output; compare the plain text.
+fn strip_ansi(text: &str) -> String {
+    let mut plain = String::new();
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for inner in chars.by_ref() {
+                if inner == 'm' {
+                    break;
+                }
+            }
+        } else {
+            plain.push(c);
+        }
+    }
+    plain
+}
