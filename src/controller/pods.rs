@@ -2,7 +2,7 @@
 //! checked, and the two calls a task makes (list, delete) behind a small trait.
 //!
 //! WORKSHOP.md, step 03 ("What a cluster task asks Kubernetes"). The trait exists so the reconcile
-//! loop can be unit-tested with a fake in memory; `PodApi` for `crate::client::Client` is the real thing.
+//! loop can be unit-tested with a fake in memory; [`PodApi`] for [`Client`] is the real thing.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -10,6 +10,7 @@ use std::future::Future;
 use serde::{Deserialize, Serialize};
 
 use crate::api::PostgresCluster;
+use crate::client::Client;
 
 /// Every Postgres pod this operator makes carries this label (value [`APP_LABEL_VALUE`]).
 /// `app.kubernetes.io/name` is the recommended label for "which application is this".
@@ -92,7 +93,6 @@ pub struct PodStatus {
 
 /// `GET .../pods` returns a PodList; only its items matter here.
 #[derive(Deserialize)]
-#[allow(dead_code)] // read by the `Client` implementation, added with the client module
 struct PodList {
     #[serde(default)]
     items: Vec<Pod>,
@@ -114,7 +114,7 @@ impl Pod {
     }
 }
 
-/// The pod calls a cluster task makes. Real: `crate::client::Client`. Tests: a fake holding a `Vec<Pod>`.
+/// The pod calls a cluster task makes. Real: [`Client`]. Tests: a fake holding a `Vec<Pod>`.
 ///
 /// Written as `fn .. -> impl Future + Send` (rather than `async fn`) so the futures are known to be
 /// `Send` and a cluster task can run on any runtime thread; implementations may still use `async fn`.
@@ -175,6 +175,38 @@ pub fn pods_path(namespace: &str, label_selector: &str) -> String {
     let selector: String =
         url::form_urlencoded::byte_serialize(label_selector.as_bytes()).collect();
     format!("/api/v1/namespaces/{namespace}/pods?labelSelector={selector}")
+}
+
+impl PodApi for Client {
+    async fn list_pods(
+        &self,
+        namespace: &str,
+        label_selector: &str,
+    ) -> Result<Vec<Pod>, PodApiError> {
+        let list: PodList = self
+            .get(&pods_path(namespace, label_selector))
+            .await
+            .map_err(|error| PodApiError::ListPods {
+                namespace: namespace.to_string(),
+                label_selector: label_selector.to_string(),
+                reason: error.to_string(),
+            })?;
+        Ok(list.items)
+    }
+
+    async fn delete_pod(&self, namespace: &str, name: &str) -> Result<(), PodApiError> {
+        let path = format!("/api/v1/namespaces/{namespace}/pods/{name}");
+        match self.delete::<serde_json::Value>(&path).await {
+            Ok(_) => Ok(()),
+            // 404: someone (the garbage collector, a user) deleted it first. That is what we wanted.
+            Err(error) if error.status_code() == Some(404) => Ok(()),
+            Err(error) => Err(PodApiError::DeletePod {
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+                reason: error.to_string(),
+            }),
+        }
+    }
 }
 
 #[cfg(test)]

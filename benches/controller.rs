@@ -1,0 +1,126 @@
+//! Step 03's numbers: how much memory the controller needs per live cluster, and how long a
+//! change takes to go from the API server to the cluster task. WORKSHOP.md, step 03 ("What it costs").
+//!
+//! ```text
+//! cargo bench --bench controller
+//! ```
+//!
+//! Memory: this process runs only the controller (pods from an in-memory fake, no HTTP), reads
+//! its own VmRSS/VmHWM from /proc/self/status with 0 clusters, then with 1,000 live cluster tasks
+//! (each one through setup and at least one reconcile tick). Targets: ≤ 10 MB and ≤ 30 MB.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use postgres_operator::api::{ObjectMeta, PostgresCluster, PostgresClusterSpec};
+use postgres_operator::controller::pods::{Pod, PodApi, PodApiError};
+use postgres_operator::controller::{ClusterLog, Controller, ControllerOptions, Reporter};
+use postgres_operator::watch::Event;
+use tokio::sync::mpsc;
+
+const CLUSTERS: usize = 1_000;
+
+/// Every pod list answers "no pods", at once.
+#[derive(Clone)]
+struct NoPods;
+
+impl PodApi for NoPods {
+    async fn list_pods(&self, _: &str, _: &str) -> Result<Vec<Pod>, PodApiError> {
+        Ok(Vec::new())
+    }
+    async fn delete_pod(&self, _: &str, _: &str) -> Result<(), PodApiError> {
+        Ok(())
+    }
+}
+
+fn memory_kib(field: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find(|line| line.starts_with(field))
+        .and_then(|line| line.split_whitespace().nth(1))
+        .and_then(|kib| kib.parse().ok())
+        .unwrap_or(0)
+}
+
+fn print_memory(label: &str) {
+    println!(
+        "{label:<34} VmRSS {:>6.1} MB   VmHWM {:>6.1} MB",
+        memory_kib("VmRSS:") as f64 / 1024.0,
+        memory_kib("VmHWM:") as f64 / 1024.0
+    );
+}
+
+fn cluster(index: usize) -> PostgresCluster {
+    PostgresCluster {
+        api_version: postgres_operator::api::API_VERSION.into(),
+        kind: postgres_operator::api::KIND.into(),
+        metadata: ObjectMeta {
+            name: format!("db-{index:04}"),
+            namespace: "default".into(),
+            uid: format!("uid-{index}"),
+            ..Default::default()
+        },
+        spec: PostgresClusterSpec {
+            size: 3,
+            version: "9.6.3".into(),
+            paused: false,
+        },
+        status: None,
+    }
+}
+
+async fn wait_for_lines(
+    lines: &mut mpsc::UnboundedReceiver<ClusterLog>,
+    needle: &str,
+    count: usize,
+) {
+    let mut found = 0;
+    while found < count {
+        match tokio::time::timeout(Duration::from_secs(30), lines.recv()).await {
+            Ok(Some(line)) if line.line.contains(needle) => found += 1,
+            Ok(Some(_)) => {}
+            _ => panic!("only {found} of {count} lines containing {needle:?}"),
+        }
+    }
+}
+
+async fn memory_with_live_clusters() {
+    print_memory("runtime started, no controller");
+    let (reporter, mut lines) = Reporter::channel();
+    let options = ControllerOptions {
+        reconcile_interval: Duration::from_millis(500),
+        ..Default::default()
+    };
+    let (events, event_receiver) = mpsc::channel(64);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let controller = Controller::new(NoPods, options, reporter);
+    let running = tokio::spawn(controller.run(event_receiver, async {
+        let _ = stopped.await;
+    }));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    print_memory("controller running, 0 clusters");
+
+    for index in 0..CLUSTERS {
+        let _ = events.send(Event::Added(cluster(index))).await;
+    }
+    wait_for_lines(&mut lines, "PLACEHOLDER: Start cluster!", CLUSTERS).await;
+    // Every task through one reconcile round too (a pod list and its lines).
+    wait_for_lines(&mut lines, "PLACEHOLDER: disaster recovery!", CLUSTERS).await;
+    print_memory(&format!("controller running, {CLUSTERS} clusters"));
+
+    let _ = stop.send(());
+    let summary = running.await;
+    println!("stopped: {summary:?}");
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; nothing to parse.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    let _keep = Arc::new(());
+    runtime.block_on(memory_with_live_clusters());
+}
