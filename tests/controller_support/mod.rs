@@ -120,3 +120,68 @@ pub fn drain(lines: &mut mpsc::UnboundedReceiver<ClusterLog>, seen: &mut Vec<Clu
         seen.push(line);
     }
 }
+
+/// A sandbox on 127.0.0.1:0 with the CRD registered and Established, and a client for it.
+pub async fn sandbox_with_crd(
+    kubelet_delay: Duration,
+) -> (
+    postgres_operator::sandbox::Sandbox,
+    postgres_operator::client::Client,
+) {
+    use postgres_operator::sandbox::{Sandbox, SandboxOptions};
+    let sandbox = Sandbox::start(SandboxOptions {
+        kubelet_delay,
+        ..SandboxOptions::default()
+    })
+    .await
+    .expect("sandbox starts");
+    let config = postgres_operator::config::Config::from_url(&sandbox.url()).expect("sandbox url");
+    let client = postgres_operator::client::Client::new(config).expect("client");
+    postgres_operator::crd::register(&client)
+        .await
+        .expect("CRD registered");
+    postgres_operator::crd::wait_established(&client, Duration::from_secs(10))
+        .await
+        .expect("CRD established");
+    (sandbox, client)
+}
+
+/// POST a PostgresCluster and return it as the server stored it (with its uid).
+pub async fn create_cluster(
+    client: &postgres_operator::client::Client,
+    namespace: &str,
+    name: &str,
+    size: i64,
+) -> PostgresCluster {
+    let mut body = cluster(namespace, name, size);
+    body.metadata.uid.clear();
+    client
+        .create(&postgres_operator::api::collection_path(namespace), &body)
+        .await
+        .expect("cluster created")
+}
+
+/// POST a pod owned by `owner`, carrying the operator's labels (what a finished operator would do).
+pub async fn create_owned_pod(
+    client: &postgres_operator::client::Client,
+    owner: &PostgresCluster,
+    name: &str,
+) {
+    let body = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "labels": pod_labels(&owner.metadata.name),
+            "ownerReferences": [owner_reference(owner)],
+        },
+        "spec": {"containers": [{"name": "postgres", "image": format!("postgres:{}", owner.spec.version)}]},
+    });
+    let _: serde_json::Value = client
+        .create(
+            &format!("/api/v1/namespaces/{}/pods", owner.metadata.namespace),
+            &body,
+        )
+        .await
+        .expect("pod created");
+}

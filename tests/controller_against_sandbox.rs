@@ -1,0 +1,158 @@
+//! The controller over real HTTP: cluster tasks list and delete pods through the client against
+//! the sandbox API server on 127.0.0.1:0, and (end to end) take their events from list-then-watch.
+//! WORKSHOP.md step 03.
+
+mod controller_support;
+
+use std::time::Duration;
+
+use controller_support::{create_cluster, create_owned_pod, sandbox_with_crd, wait_for_line};
+use postgres_operator::controller::pods::{label_selector, PodApi};
+use postgres_operator::controller::{Controller, ControllerOptions, Reporter};
+use postgres_operator::watch::Event;
+
+fn options(reconcile_interval: Duration) -> ControllerOptions {
+    ControllerOptions {
+        reconcile_interval,
+        ..Default::default()
+    }
+}
+
+/// A tick lists pods by label selector over HTTP and keeps only those the cluster owns: the
+/// sandbox's kubelet moves them from pending to running between two ticks.
+#[tokio::test]
+async fn reconcile_sees_owned_pods_go_from_pending_to_running() {
+    let (_sandbox, client) = sandbox_with_crd(Duration::from_millis(1500)).await;
+    let db = create_cluster(&client, "default", "db", 3).await;
+    let impostor = create_cluster(&client, "default", "impostor", 1).await;
+    create_owned_pod(&client, &db, "db-0000").await;
+    create_owned_pod(&client, &db, "db-0001").await;
+    // Carries db's labels but another owner: the uid check must leave it out.
+    let mut labelled_alike = impostor.clone();
+    labelled_alike.metadata.name = "db".into();
+    create_owned_pod(&client, &labelled_alike, "not-db-0000").await;
+
+    let (reporter, mut lines) = Reporter::channel();
+    let mut controller = Controller::new(
+        client.clone(),
+        options(Duration::from_millis(300)),
+        reporter,
+    );
+    controller.handle_event(Event::Added(db));
+    let mut seen = Vec::new();
+    let first = wait_for_line(
+        &mut lines,
+        &mut seen,
+        "default/db",
+        "Running:",
+        Duration::from_secs(5),
+    )
+    .await;
+    assert_eq!(first.line, "Running: [], pending: [db-0000, db-0001]");
+    wait_for_line(
+        &mut lines,
+        &mut seen,
+        "default/db",
+        "Running: [db-0000, db-0001], pending: []",
+        Duration::from_secs(10),
+    )
+    .await;
+    wait_for_line(
+        &mut lines,
+        &mut seen,
+        "default/db",
+        "PLACEHOLDER: resize from 2 to 3 pods",
+        Duration::from_secs(1),
+    )
+    .await;
+    controller.shutdown().await;
+}
+
+/// Deleting a cluster makes its task delete the pods it owns, through the API, before it ends.
+#[tokio::test]
+async fn delete_removes_the_clusters_pods_through_the_api() {
+    let (_sandbox, client) = sandbox_with_crd(Duration::ZERO).await;
+    let db = create_cluster(&client, "default", "db", 1).await;
+    create_owned_pod(&client, &db, "db-0000").await;
+    let selector = label_selector("db");
+    assert_eq!(
+        client.list_pods("default", &selector).await.unwrap().len(),
+        1
+    );
+
+    let (reporter, mut lines) = Reporter::channel();
+    let mut controller = Controller::new(client.clone(), ControllerOptions::default(), reporter);
+    controller.handle_event(Event::Added(db.clone()));
+    // Only the operator hears of this delete: the object is still in the sandbox, so the garbage
+    // collector has no reason to touch the pod. Any deletion is the task's doing.
+    controller.handle_event(Event::Deleted(db));
+    let mut seen = Vec::new();
+    wait_for_line(
+        &mut lines,
+        &mut seen,
+        "default/db",
+        "cluster is deleted by the user",
+        Duration::from_secs(5),
+    )
+    .await;
+    wait_for_line(
+        &mut lines,
+        &mut seen,
+        "default/db",
+        "cluster task ended",
+        Duration::from_secs(5),
+    )
+    .await;
+    assert!(client
+        .list_pods("default", &selector)
+        .await
+        .unwrap()
+        .is_empty());
+    controller.shutdown().await;
+}
+
+/// An API server that refuses the pod list does not kill the task: it says so and tries next tick.
+#[tokio::test]
+async fn failed_pod_list_is_reported_and_retried_next_tick() {
+    let (sandbox, client) = sandbox_with_crd(Duration::ZERO).await;
+    let db = create_cluster(&client, "default", "db", 1).await;
+    sandbox.faults().fail_next(
+        1,
+        "/pods",
+        postgres_operator::sandbox::InjectedFault::Status {
+            code: 403,
+            reason: "Forbidden".into(),
+            retry_after_seconds: None,
+        },
+    );
+    let (reporter, mut lines) = Reporter::channel();
+    let mut controller = Controller::new(
+        client.clone(),
+        options(Duration::from_millis(200)),
+        reporter,
+    );
+    controller.handle_event(Event::Added(db));
+    let mut seen = Vec::new();
+    let refused = wait_for_line(
+        &mut lines,
+        &mut seen,
+        "default/db",
+        "reconcile skipped",
+        Duration::from_secs(5),
+    )
+    .await;
+    assert!(
+        refused.line.contains("403") || refused.line.contains("Forbidden"),
+        "{}",
+        refused.line
+    );
+    wait_for_line(
+        &mut lines,
+        &mut seen,
+        "default/db",
+        "Running: [], pending: []",
+        Duration::from_secs(5),
+    )
+    .await;
+    controller.shutdown().await;
+}
