@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use postgres_operator::api::{ObjectMeta, PostgresCluster, PostgresClusterSpec};
 use postgres_operator::controller::pods::{Pod, PodApi, PodApiError};
-use postgres_operator::controller::{ClusterLog, Controller, ControllerOptions, Reporter};
+use postgres_operator::controller::{Controller, ControllerOptions, LogLine, Reporter};
 use postgres_operator::watch::Event;
 use tokio::sync::mpsc;
 
@@ -70,11 +70,7 @@ fn cluster(index: usize) -> PostgresCluster {
     }
 }
 
-async fn wait_for_lines(
-    lines: &mut mpsc::UnboundedReceiver<ClusterLog>,
-    needle: &str,
-    count: usize,
-) {
+async fn wait_for_lines(lines: &mut mpsc::UnboundedReceiver<LogLine>, needle: &str, count: usize) {
     let mut found = 0;
     while found < count {
         match tokio::time::timeout(Duration::from_secs(30), lines.recv()).await {

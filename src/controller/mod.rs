@@ -74,35 +74,46 @@ impl Default for ControllerOptions {
     }
 }
 
-/// One line of a cluster's story: `[default/db] spec update: from … to …`.
+/// One line of the operator's story. Lines about one cluster name it: `[default/db] spec update: ..`;
+/// lines about the operator as a whole (step 02's "Watch version: 4566") have no cluster.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ClusterLog {
-    /// `namespace/name`
-    pub cluster: String,
+pub struct LogLine {
+    /// `namespace/name`, or `None` for the operator as a whole.
+    pub cluster: Option<String>,
     pub line: String,
 }
 
-impl std::fmt::Display for ClusterLog {
+impl LogLine {
+    pub fn is_about(&self, cluster: &str) -> bool {
+        self.cluster.as_deref() == Some(cluster)
+    }
+}
+
+impl std::fmt::Display for LogLine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "[{}] {}", self.cluster, self.line)
+        match &self.cluster {
+            Some(cluster) => write!(f, "[{cluster}] {}", self.line),
+            None => f.write_str(&self.line),
+        }
     }
 }
 
 /// Where the controller and its tasks tell their story. Cheap to clone: every task holds one.
 #[derive(Clone, Debug)]
 pub struct Reporter {
-    lines: Option<mpsc::UnboundedSender<ClusterLog>>,
+    lines: Option<mpsc::UnboundedSender<LogLine>>,
 }
 
 impl Reporter {
-    /// Story lines become `tracing` info events with a `cluster` field: what a deployed operator wants.
+    /// Story lines become `tracing` info events (with a `cluster` field when they are about one):
+    /// what a deployed operator wants in `kubectl logs`.
     pub fn tracing() -> Reporter {
         Reporter { lines: None }
     }
 
     /// Story lines go to the returned receiver, in order. Unbounded because a line must never
     /// block a cluster task; the receiver (stage03's printer, a test) keeps up easily.
-    pub fn channel() -> (Reporter, mpsc::UnboundedReceiver<ClusterLog>) {
+    pub fn channel() -> (Reporter, mpsc::UnboundedReceiver<LogLine>) {
         let (sender, receiver) = mpsc::unbounded_channel();
         (
             Reporter {
@@ -112,18 +123,33 @@ impl Reporter {
         )
     }
 
+    /// A line about one cluster, `namespace/name`.
     pub fn report(&self, cluster: &str, line: impl Into<String>) {
-        let log = ClusterLog {
-            cluster: cluster.to_string(),
+        self.send(LogLine {
+            cluster: Some(cluster.to_string()),
             line: line.into(),
-        };
+        });
+    }
+
+    /// A line about the operator as a whole.
+    pub fn report_operator(&self, line: impl Into<String>) {
+        self.send(LogLine {
+            cluster: None,
+            line: line.into(),
+        });
+    }
+
+    fn send(&self, log: LogLine) {
         let unsent = match &self.lines {
             Some(sender) => sender.send(log).err().map(|error| error.0),
             None => Some(log),
         };
         // No channel, or its receiver has gone away: the line still reaches the log.
         if let Some(log) = unsent {
-            tracing::info!(cluster = %log.cluster, "{}", log.line);
+            match &log.cluster {
+                Some(cluster) => tracing::info!(cluster = %cluster, "{}", log.line),
+                None => tracing::info!("{}", log.line),
+            }
         }
     }
 }

@@ -9,7 +9,7 @@ use postgres_operator::api::{ObjectMeta, PostgresCluster, PostgresClusterSpec};
 use postgres_operator::controller::pods::{
     owner_reference, pod_labels, Pod, PodApi, PodApiError, PodMeta, PodStatus,
 };
-use postgres_operator::controller::ClusterLog;
+use postgres_operator::controller::LogLine;
 use tokio::sync::mpsc;
 
 pub fn cluster(namespace: &str, name: &str, size: i64) -> PostgresCluster {
@@ -80,22 +80,22 @@ impl PodApi for FakePods {
 /// Every line received so far plus the new ones, until one for `cluster` contains `needle`.
 /// Panics with the whole transcript when `deadline` passes first.
 pub async fn wait_for_line(
-    lines: &mut mpsc::UnboundedReceiver<ClusterLog>,
-    seen: &mut Vec<ClusterLog>,
+    lines: &mut mpsc::UnboundedReceiver<LogLine>,
+    seen: &mut Vec<LogLine>,
     cluster: &str,
     needle: &str,
     deadline: Duration,
-) -> ClusterLog {
+) -> LogLine {
     if let Some(found) = seen
         .iter()
-        .find(|l| l.cluster == cluster && l.line.contains(needle))
+        .find(|l| l.is_about(cluster) && l.line.contains(needle))
     {
         return found.clone();
     }
     let waited = tokio::time::timeout(deadline, async {
         while let Some(line) = lines.recv().await {
             seen.push(line.clone());
-            if line.cluster == cluster && line.line.contains(needle) {
+            if line.is_about(cluster) && line.line.contains(needle) {
                 return Some(line);
             }
         }
@@ -115,7 +115,7 @@ pub async fn wait_for_line(
 }
 
 /// Whatever lines are already waiting, without blocking.
-pub fn drain(lines: &mut mpsc::UnboundedReceiver<ClusterLog>, seen: &mut Vec<ClusterLog>) {
+pub fn drain(lines: &mut mpsc::UnboundedReceiver<LogLine>, seen: &mut Vec<LogLine>) {
     while let Ok(line) = lines.try_recv() {
         seen.push(line);
     }
