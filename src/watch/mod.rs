@@ -1,5 +1,8 @@
 //! Step 02: list, then watch. (Being built: framing, decoding and `list_then_watch` land here.)
 
+pub mod event;
+pub mod frame;
+
 /// What `list_then_watch` hands to its consumer: one change to one object.
 ///
 /// After a relist (a 410, or an oversize event) the consumer is told what changed while the watch
