@@ -1,1 +1,849 @@
-//! (in progress)
+//! The HTTP client every stage talks to the API server with: JSON verbs over hyper, typed errors,
+//! the retries Kubernetes asks for, and the raw byte stream a watch reads.
+//!
+//! WORKSHOP.md, step 01 ("Talking to the API server" and "When the server says no"). Built on
+//! hyper-util's pooled client over a rustls connector (ring provider), verifying the server
+//! against the CA the [`Config`](crate::config::Config) names and nothing else.
+//!
+//! What it does for you, because Kubernetes says so:
+//! - every error body is a `Status`: decoded into [`ClientError::Api`]; a body that is not one (a
+//!   proxy's HTML page) still becomes a readable [`ClientError::Http`];
+//! - 401: the token file may have been rotated: re-read it and retry once;
+//! - 429 and 503: wait for `Retry-After` (or `details.retryAfterSeconds`), bounded, then retry;
+//! - a file-backed token is re-read at least every minute (bound tokens expire in about an hour).
+
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{header, HeaderMap, HeaderValue, Method, Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tokio::time::Instant;
+
+use crate::config::{Config, SecretString, TokenSource};
+use crate::status::Status;
+
+/// Sent with every request, so API server audit logs say who called.
+pub const USER_AGENT: &str = concat!("postgres-operator/", env!("CARGO_PKG_VERSION"));
+/// A file-backed token older than this is re-read before use. The kubelet refreshes projected
+/// tokens well before they expire; client-go re-reads every minute too.
+pub const TOKEN_REREAD_INTERVAL: Duration = Duration::from_secs(60);
+/// Most times one request is retried after 429/503.
+pub const MAX_THROTTLE_RETRIES: u32 = 3;
+/// Longest single wait after 429/503, whatever the server asks for: a stage should not hang
+/// silently for minutes because a proxy sent `Retry-After: 3600`.
+pub const MAX_RETRY_WAIT: Duration = Duration::from_secs(10);
+/// The wait after 429/503 when the server did not say how long.
+pub const DEFAULT_RETRY_WAIT: Duration = Duration::from_secs(1);
+/// How much of a non-Status error body goes into an error message.
+const SNIPPET_CHARS: usize = 200;
+
+/// The body of a JSON patch request; the variant picks the `Content-Type`, which is how the API
+/// server knows which patch semantics to apply.
+#[derive(Clone, Debug)]
+pub enum Patch {
+    /// RFC 7386 JSON merge patch: `{"spec":{"size":5}}`; `null` deletes a field.
+    Merge(serde_json::Value),
+    /// RFC 6902 JSON patch: `[{"op":"replace","path":"/spec/size","value":5}]`.
+    Json(serde_json::Value),
+    /// Kubernetes' strategic merge patch: built-in types only (not custom resources).
+    Strategic(serde_json::Value),
+}
+
+impl Patch {
+    pub fn content_type(&self) -> &'static str {
+        match self {
+            Patch::Merge(_) => "application/merge-patch+json",
+            Patch::Json(_) => "application/json-patch+json",
+            Patch::Strategic(_) => "application/strategic-merge-patch+json",
+        }
+    }
+
+    fn value(&self) -> &serde_json::Value {
+        match self {
+            Patch::Merge(value) | Patch::Json(value) | Patch::Strategic(value) => value,
+        }
+    }
+}
+
+/// What went wrong with one request. Every variant past `Setup` names the method and path.
+#[derive(Clone, Debug)]
+pub enum ClientError {
+    /// Building the client failed (TLS configuration, unreadable token file).
+    Setup { reason: String },
+    /// The path cannot be joined to the server URL.
+    InvalidPath { path: String, reason: String },
+    /// The request body could not be serialized.
+    Encode {
+        method: String,
+        path: String,
+        reason: String,
+    },
+    /// No connection: refused, DNS, TLS handshake (wrong CA?).
+    Connect {
+        method: String,
+        path: String,
+        reason: String,
+    },
+    /// The connection broke while sending or receiving.
+    Transport {
+        method: String,
+        path: String,
+        reason: String,
+    },
+    /// No complete response within the request timeout.
+    Timeout {
+        method: String,
+        path: String,
+        after: Duration,
+    },
+    /// The API server said no, with a `Status` body: code, reason, message, causes.
+    Api {
+        method: String,
+        path: String,
+        status: Box<Status>,
+    },
+    /// A non-2xx response whose body is not a `Status` (an HTML page from a proxy or load balancer).
+    Http {
+        method: String,
+        path: String,
+        code: u16,
+        body: String,
+    },
+    /// A 2xx response whose body is not the JSON we expected.
+    Decode {
+        method: String,
+        path: String,
+        code: u16,
+        reason: String,
+        snippet: String,
+    },
+}
+
+impl ClientError {
+    /// The HTTP status code, when the server answered.
+    pub fn status_code(&self) -> Option<u16> {
+        match self {
+            ClientError::Api { status, .. } => Some(status.code),
+            ClientError::Http { code, .. } | ClientError::Decode { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+
+    /// The server's `Status`, when it sent one.
+    pub fn api_status(&self) -> Option<&Status> {
+        match self {
+            ClientError::Api { status, .. } => Some(status),
+            _ => None,
+        }
+    }
+
+    /// The `Status` reason (`AlreadyExists`, `NotFound`, `Forbidden`...), when there is one.
+    pub fn reason(&self) -> Option<&str> {
+        self.api_status().map(|status| status.reason.as_str())
+    }
+}
+
+impl fmt::Display for ClientError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ClientError::Setup { reason } => write!(f, "setting up the HTTP client: {reason}"),
+            ClientError::InvalidPath { path, reason } => write!(f, "invalid request path {path:?}: {reason}"),
+            ClientError::Encode { method, path, reason } => {
+                write!(f, "{method} {path}: cannot encode the request body: {reason}")
+            }
+            ClientError::Connect { method, path, reason } => {
+                write!(f, "{method} {path}: cannot connect to the API server: {reason}")
+            }
+            ClientError::Transport { method, path, reason } => {
+                write!(f, "{method} {path}: connection failed mid-request: {reason}")
+            }
+            ClientError::Timeout { method, path, after } => {
+                write!(f, "{method} {path}: no complete response within {}s", after.as_secs_f64())
+            }
+            ClientError::Api { method, path, status } => write!(f, "{method} {path}: {status}"),
+            ClientError::Http { method, path, code, body } => write!(
+                f,
+                "{method} {path}: HTTP {code} {} and the body is not a Kubernetes Status (a proxy in the way?): {body}",
+                StatusCode::from_u16(*code).ok().and_then(|c| c.canonical_reason()).unwrap_or("")
+            ),
+            ClientError::Decode { method, path, code, reason, snippet } => write!(
+                f,
+                "{method} {path}: HTTP {code} but the body is not the JSON expected: {reason}; body starts: {snippet}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ClientError {}
+
+/// Where the bearer token comes from, and the last good copy of a file-backed one.
+enum TokenState {
+    None,
+    Inline(SecretString),
+    File {
+        path: std::path::PathBuf,
+        cache: Mutex<CachedToken>,
+    },
+}
+
+struct CachedToken {
+    token: Option<SecretString>,
+    read_at: Instant,
+}
+
+impl TokenState {
+    /// The token to send now; a file-backed one is re-read when older than a minute.
+    fn current(&self) -> Option<SecretString> {
+        match self {
+            TokenState::None => None,
+            TokenState::Inline(token) => Some(token.clone()),
+            TokenState::File { path, cache } => {
+                let mut cache = cache
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+                if cache.read_at.elapsed() >= TOKEN_REREAD_INTERVAL {
+                    reread_token(path, &mut cache);
+                }
+                cache.token.clone()
+            }
+        }
+    }
+
+    /// After a 401: re-read now. True when the token is file-backed (a retry can help).
+    fn reload(&self) -> bool {
+        match self {
+            TokenState::File { path, cache } => {
+                let mut cache = cache
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+                reread_token(path, &mut cache);
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+/// Read the token file; on failure keep the last good token (the kubelet may be mid-rewrite).
+fn reread_token(path: &std::path::Path, cache: &mut CachedToken) {
+    cache.read_at = Instant::now();
+    match std::fs::read_to_string(path) {
+        Ok(text) if !text.trim().is_empty() => {
+            cache.token = Some(SecretString::new(text.trim()));
+        }
+        Ok(_) => {
+            tracing::warn!(path = %path.display(), "token file is empty; keeping the last token")
+        }
+        Err(error) => {
+            tracing::warn!(path = %path.display(), %error, "cannot re-read token file; keeping the last token")
+        }
+    }
+}
+
+type HyperClient = hyper_util::client::legacy::Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+
+struct Inner {
+    http: HyperClient,
+    /// The server URL without a trailing slash; paths start with `/`.
+    base: String,
+    namespace: String,
+    token: TokenState,
+    request_timeout: Duration,
+}
+
+/// A cheap-to-clone handle to one API server (the connection pool is shared).
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let token = match &self.inner.token {
+            TokenState::None => "none".to_string(),
+            TokenState::Inline(_) => "inline <redacted>".to_string(),
+            TokenState::File { path, .. } => format!("file {} <redacted>", path.display()),
+        };
+        f.debug_struct("Client")
+            .field("server", &self.inner.base)
+            .field("namespace", &self.inner.namespace)
+            .field("token", &token)
+            .field("request_timeout", &self.inner.request_timeout)
+            .finish()
+    }
+}
+
+/// The body of a streaming response (a watch), read chunk by chunk as it arrives.
+pub struct ByteStream {
+    body: Incoming,
+    path: String,
+}
+
+impl fmt::Debug for ByteStream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ByteStream")
+            .field("path", &self.path)
+            .finish()
+    }
+}
+
+impl ByteStream {
+    /// The next chunk of bytes as the server sent them; `None` at a clean end of stream. Chunk
+    /// boundaries mean nothing: an event can be split anywhere, several can share a chunk.
+    pub async fn next_chunk(&mut self) -> Option<Result<Bytes, ClientError>> {
+        loop {
+            match self.body.frame().await? {
+                Ok(frame) => {
+                    // Trailers and empty data frames carry no event bytes.
+                    if let Ok(data) = frame.into_data() {
+                        if !data.is_empty() {
+                            return Some(Ok(data));
+                        }
+                    }
+                }
+                Err(error) => {
+                    return Some(Err(ClientError::Transport {
+                        method: "GET".into(),
+                        path: self.path.clone(),
+                        reason: error_chain(&error),
+                    }))
+                }
+            }
+        }
+    }
+}
+
+/// The response head and the full body of one attempt.
+struct Answer {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: Bytes,
+}
+
+impl Client {
+    /// Build the TLS configuration and the connection pool. No request is sent yet.
+    pub fn new(config: Config) -> Result<Client, ClientError> {
+        let tls = tls_client_config(&config)?;
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_http1()
+            .build();
+        let http = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+            .pool_timer(TokioTimer::new())
+            .pool_idle_timeout(Duration::from_secs(90))
+            .build(connector);
+        let token = match &config.auth.token {
+            None => TokenState::None,
+            Some(TokenSource::Inline(token)) => TokenState::Inline(token.clone()),
+            Some(TokenSource::File(path)) => {
+                let text = std::fs::read_to_string(path).map_err(|error| ClientError::Setup {
+                    reason: format!("cannot read token file {}: {error}", path.display()),
+                })?;
+                TokenState::File {
+                    path: path.clone(),
+                    cache: Mutex::new(CachedToken {
+                        token: Some(SecretString::new(text.trim())),
+                        read_at: Instant::now(),
+                    }),
+                }
+            }
+        };
+        Ok(Client {
+            inner: Arc::new(Inner {
+                http,
+                base: config.server.as_str().trim_end_matches('/').to_string(),
+                namespace: config.namespace,
+                token,
+                request_timeout: config.request_timeout,
+            }),
+        })
+    }
+
+    /// The namespace from the configuration (flag, in-cluster file, kubeconfig, or `default`).
+    pub fn namespace(&self) -> &str {
+        &self.inner.namespace
+    }
+
+    /// The server URL requests go to.
+    pub fn server(&self) -> &str {
+        &self.inner.base
+    }
+
+    /// GET a JSON object. `path` may carry a `?query`.
+    pub async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
+        self.json(Method::GET, path, None).await
+    }
+
+    /// POST a new object to a collection.
+    pub async fn create<B: Serialize, T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> Result<T, ClientError> {
+        let body = encode(&Method::POST, path, body)?;
+        self.json(Method::POST, path, Some((body, "application/json")))
+            .await
+    }
+
+    /// PUT a whole object. The body's `metadata.resourceVersion` makes it conditional: a stale
+    /// one gets 409 Conflict.
+    pub async fn replace<B: Serialize, T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> Result<T, ClientError> {
+        let body = encode(&Method::PUT, path, body)?;
+        self.json(Method::PUT, path, Some((body, "application/json")))
+            .await
+    }
+
+    /// PATCH an object; the [`Patch`] variant says which kind.
+    pub async fn patch<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        patch: &Patch,
+    ) -> Result<T, ClientError> {
+        let body = encode(&Method::PATCH, path, patch.value())?;
+        self.json(Method::PATCH, path, Some((body, patch.content_type())))
+            .await
+    }
+
+    /// DELETE an object. The answer is the object (with a deletionTimestamp) or a Success Status.
+    pub async fn delete<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
+        self.json(Method::DELETE, path, None).await
+    }
+
+    /// GET with no overall timeout; returns once the response headers are in and 2xx. Only
+    /// getting the headers is bounded by the request timeout: a watch then stays open for minutes.
+    pub async fn stream(&self, path_and_query: &str) -> Result<ByteStream, ClientError> {
+        let method = Method::GET;
+        let mut retries = Retries::default();
+        loop {
+            let started = Instant::now();
+            let head = tokio::time::timeout(
+                self.inner.request_timeout,
+                self.send(&method, path_and_query, None),
+            )
+            .await
+            .map_err(|_| self.timeout_error(&method, path_and_query))??;
+            let status = head.status();
+            if status.is_success() {
+                log_request(&method, path_and_query, status, started);
+                return Ok(ByteStream {
+                    body: head.into_body(),
+                    path: path_and_query.to_string(),
+                });
+            }
+            let headers = head.headers().clone();
+            let body = tokio::time::timeout(
+                self.inner.request_timeout,
+                read_body(&method, path_and_query, head.into_body()),
+            )
+            .await
+            .map_err(|_| self.timeout_error(&method, path_and_query))??;
+            log_request(&method, path_and_query, status, started);
+            let answer = Answer {
+                status,
+                headers,
+                body,
+            };
+            let error = error_from_answer(&method, path_and_query, &answer);
+            match self.retry_wait(&answer, &mut retries) {
+                Some(wait) => {
+                    tracing::info!(
+                        path = path_and_query,
+                        code = status.as_u16(),
+                        wait_ms = wait.as_millis() as u64,
+                        "retrying watch request"
+                    );
+                    tokio::time::sleep(wait).await;
+                }
+                None => return Err(error),
+            }
+        }
+    }
+
+    /// One JSON request with the retries Kubernetes asks for; decodes a 2xx body into `T`.
+    async fn json<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<(Bytes, &'static str)>,
+    ) -> Result<T, ClientError> {
+        let mut retries = Retries::default();
+        loop {
+            let started = Instant::now();
+            let answer = tokio::time::timeout(self.inner.request_timeout, async {
+                let response = self.send(&method, path, body.clone()).await?;
+                let status = response.status();
+                let headers = response.headers().clone();
+                let body = read_body(&method, path, response.into_body()).await?;
+                Ok::<_, ClientError>(Answer {
+                    status,
+                    headers,
+                    body,
+                })
+            })
+            .await
+            .map_err(|_| self.timeout_error(&method, path))??;
+            log_request(&method, path, answer.status, started);
+
+            if answer.status.is_success() {
+                return serde_json::from_slice(&answer.body).map_err(|error| ClientError::Decode {
+                    method: method.to_string(),
+                    path: path.to_string(),
+                    code: answer.status.as_u16(),
+                    reason: error.to_string(),
+                    snippet: snippet(&answer.body),
+                });
+            }
+            let error = error_from_answer(&method, path, &answer);
+            match self.retry_wait(&answer, &mut retries) {
+                Some(wait) => {
+                    tracing::info!(method = %method, path, code = answer.status.as_u16(), wait_ms = wait.as_millis() as u64, "retrying request");
+                    tokio::time::sleep(wait).await;
+                }
+                None => return Err(error),
+            }
+        }
+    }
+
+    /// Whether (and after how long) to retry after this error answer.
+    fn retry_wait(&self, answer: &Answer, retries: &mut Retries) -> Option<Duration> {
+        match answer.status {
+            // 401: a bound token expired and the kubelet wrote a new one; try it, once.
+            StatusCode::UNAUTHORIZED if !retries.reloaded_token => {
+                retries.reloaded_token = true;
+                self.inner.token.reload().then_some(Duration::ZERO)
+            }
+            // 429 (API priority and fairness) and 503 (apiserver starting, or overloaded): the
+            // server says how long to wait; respect it, within bounds.
+            StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE
+                if retries.throttled < MAX_THROTTLE_RETRIES =>
+            {
+                retries.throttled += 1;
+                Some(retry_after(answer).min(MAX_RETRY_WAIT))
+            }
+            _ => None,
+        }
+    }
+
+    /// Send one request and wait for the response head.
+    async fn send(
+        &self,
+        method: &Method,
+        path: &str,
+        body: Option<(Bytes, &'static str)>,
+    ) -> Result<hyper::Response<Incoming>, ClientError> {
+        if !path.starts_with('/') {
+            return Err(ClientError::InvalidPath {
+                path: path.to_string(),
+                reason: "must start with /".into(),
+            });
+        }
+        let uri: http::Uri = format!("{}{path}", self.inner.base).parse().map_err(
+            |error: http::uri::InvalidUri| ClientError::InvalidPath {
+                path: path.to_string(),
+                reason: error.to_string(),
+            },
+        )?;
+        let mut builder = Request::builder()
+            .method(method.clone())
+            .uri(uri)
+            .header(header::ACCEPT, "application/json")
+            .header(header::USER_AGENT, USER_AGENT);
+        if let Some(token) = self.inner.token.current() {
+            let mut value =
+                HeaderValue::from_str(&format!("Bearer {}", token.expose())).map_err(|_| {
+                    ClientError::Setup {
+                        reason: "the bearer token contains characters not allowed in a header"
+                            .into(),
+                    }
+                })?;
+            // Keeps the token out of any header dump hyper or a proxy layer might log.
+            value.set_sensitive(true);
+            builder = builder.header(header::AUTHORIZATION, value);
+        }
+        let request = match body {
+            Some((bytes, content_type)) => builder
+                .header(header::CONTENT_TYPE, content_type)
+                .body(Full::new(bytes)),
+            None => builder.body(Full::new(Bytes::new())),
+        }
+        .map_err(|error| ClientError::InvalidPath {
+            path: path.to_string(),
+            reason: error.to_string(),
+        })?;
+
+        self.inner.http.request(request).await.map_err(|error| {
+            let reason = error_chain(&error);
+            if error.is_connect() {
+                ClientError::Connect {
+                    method: method.to_string(),
+                    path: path.to_string(),
+                    reason: format!("{reason} (server {})", self.inner.base),
+                }
+            } else {
+                ClientError::Transport {
+                    method: method.to_string(),
+                    path: path.to_string(),
+                    reason,
+                }
+            }
+        })
+    }
+
+    fn timeout_error(&self, method: &Method, path: &str) -> ClientError {
+        ClientError::Timeout {
+            method: method.to_string(),
+            path: path.to_string(),
+            after: self.inner.request_timeout,
+        }
+    }
+}
+
+#[derive(Default)]
+struct Retries {
+    reloaded_token: bool,
+    throttled: u32,
+}
+
+fn encode<B: Serialize + ?Sized>(
+    method: &Method,
+    path: &str,
+    body: &B,
+) -> Result<Bytes, ClientError> {
+    serde_json::to_vec(body)
+        .map(Bytes::from)
+        .map_err(|error| ClientError::Encode {
+            method: method.to_string(),
+            path: path.to_string(),
+            reason: error.to_string(),
+        })
+}
+
+async fn read_body(method: &Method, path: &str, body: Incoming) -> Result<Bytes, ClientError> {
+    body.collect()
+        .await
+        .map(|collected| collected.to_bytes())
+        .map_err(|error| ClientError::Transport {
+            method: method.to_string(),
+            path: path.to_string(),
+            reason: error_chain(&error),
+        })
+}
+
+/// Method, path, status and time; never headers (they carry the token).
+fn log_request(method: &Method, path: &str, status: StatusCode, started: Instant) {
+    tracing::debug!(
+        method = %method,
+        path,
+        status = status.as_u16(),
+        ms = started.elapsed().as_millis() as u64,
+        "request"
+    );
+}
+
+/// A non-2xx answer as an error: the `Status` if the body is one, otherwise the code and a snippet.
+fn error_from_answer(method: &Method, path: &str, answer: &Answer) -> ClientError {
+    match Status::from_body(&answer.body) {
+        Some(mut status) => {
+            if status.code == 0 {
+                status.code = answer.status.as_u16();
+            }
+            ClientError::Api {
+                method: method.to_string(),
+                path: path.to_string(),
+                status: Box::new(status),
+            }
+        }
+        None => ClientError::Http {
+            method: method.to_string(),
+            path: path.to_string(),
+            code: answer.status.as_u16(),
+            body: snippet(&answer.body),
+        },
+    }
+}
+
+/// `Retry-After: N` (seconds), else the Status's `details.retryAfterSeconds`, else a default.
+fn retry_after(answer: &Answer) -> Duration {
+    let from_header = answer
+        .headers
+        .get(header::RETRY_AFTER)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.trim().parse::<u64>().ok());
+    let from_status = || {
+        Status::from_body(&answer.body)
+            .and_then(|status| status.details)
+            .and_then(|details| details.retry_after_seconds)
+            .map(u64::from)
+    };
+    from_header
+        .or_else(from_status)
+        .map(Duration::from_secs)
+        .unwrap_or(DEFAULT_RETRY_WAIT)
+}
+
+/// The start of a body, whitespace collapsed, for error messages.
+fn snippet(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(body);
+    let collapsed = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if collapsed.is_empty() {
+        return "(empty body)".into();
+    }
+    let mut cut: String = collapsed.chars().take(SNIPPET_CHARS).collect();
+    if collapsed.chars().count() > SNIPPET_CHARS {
+        cut.push_str("...");
+    }
+    cut
+}
+
+/// An error and its sources, so "connection refused" is not hidden behind "client error (Connect)".
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+/// rustls with the ring provider, trusting only the configured CAs (or nothing checked at all,
+/// if and only if the kubeconfig says `insecure-skip-tls-verify`).
+fn tls_client_config(config: &Config) -> Result<rustls::ClientConfig, ClientError> {
+    let setup = |reason: String| ClientError::Setup { reason };
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|error| setup(format!("TLS protocol versions: {error}")))?;
+    let builder = if config.tls.insecure_skip_verify {
+        tracing::warn!(
+            server = %config.server,
+            "TLS verification is OFF (insecure-skip-tls-verify): anyone between us and the server can read and change our traffic"
+        );
+        builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(AcceptAnyServerCertificate { provider }))
+    } else {
+        let mut roots = rustls::RootCertStore::empty();
+        for certificate in &config.tls.root_certificates {
+            roots
+                .add(certificate.clone())
+                .map_err(|error| setup(format!("certificate authority not usable: {error}")))?;
+        }
+        builder.with_root_certificates(roots)
+    };
+    match &config.auth.client_identity {
+        Some(identity) => builder
+            .with_client_auth_cert(identity.certificate_chain.clone(), identity.key.clone_key())
+            .map_err(|error| setup(format!("client certificate or key not usable: {error}"))),
+        None => Ok(builder.with_no_client_auth()),
+    }
+}
+
+/// Accepts any server certificate. Used only when the kubeconfig says
+/// `insecure-skip-tls-verify: true`; handshake signatures are still checked, so the connection is
+/// encrypted, but to whoever answers.
+#[derive(Debug)]
+struct AcceptAnyServerCertificate {
+    provider: Arc<rustls::crypto::CryptoProvider>,
+}
+
+impl rustls::client::danger::ServerCertVerifier for AcceptAnyServerCertificate {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &rustls_pki_types::CertificateDer<'_>,
+        _intermediates: &[rustls_pki_types::CertificateDer<'_>],
+        _server_name: &rustls_pki_types::ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: rustls_pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls_pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls_pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snippets_are_short_and_single_line() {
+        let html = format!("<html>\n  <body>{}</body></html>", "x".repeat(500));
+        let text = snippet(html.as_bytes());
+        assert!(text.starts_with("<html> <body>xxx"), "{text}");
+        assert!(text.ends_with("..."));
+        assert_eq!(snippet(b""), "(empty body)");
+    }
+
+    #[test]
+    fn retry_after_prefers_the_header_then_the_status() {
+        let mut status = Status::failure(429, "TooManyRequests", "slow down");
+        status.details = Some(crate::status::StatusDetails {
+            retry_after_seconds: Some(4),
+            ..Default::default()
+        });
+        let body = Bytes::from(serde_json::to_vec(&status).unwrap());
+        let mut answer = Answer {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            headers: HeaderMap::new(),
+            body,
+        };
+        assert_eq!(retry_after(&answer), Duration::from_secs(4));
+        answer
+            .headers
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("2"));
+        assert_eq!(retry_after(&answer), Duration::from_secs(2));
+        answer.body = Bytes::new();
+        answer.headers.clear();
+        assert_eq!(retry_after(&answer), DEFAULT_RETRY_WAIT);
+    }
+}

@@ -1,0 +1,83 @@
+//! The few controllers an operator relies on, simulated: the CRD controller that marks a new
+//! CRD Established, and a kubelet that marks a new pod Running. (Garbage collection runs inline
+//! with each deletion, in `objects.rs`.) Nothing is executed: no image is pulled, no process runs.
+//!
+//! WORKSHOP.md, "Set-up: the sandbox" ("what it is and is not").
+
+use std::sync::Arc;
+
+use serde_json::json;
+
+use super::lock;
+use super::objects::{self, FollowUp};
+use super::server::Shared;
+
+/// Start the timers that finish what a write began (after the store lock is released).
+pub(crate) fn spawn_follow_ups(shared: &Arc<Shared>, follow_ups: Vec<FollowUp>) {
+    for follow_up in follow_ups {
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let delay = match &follow_up {
+                FollowUp::StartPod { .. } => shared.options.kubelet_delay,
+                FollowUp::EstablishCrd { .. } => *lock(&shared.established_delay),
+            };
+            let mut shutdown = shared.shutdown.subscribe();
+            tokio::select! {
+                _ = tokio::time::sleep(delay) => {}
+                _ = super::stopping(&mut shutdown) => return,
+            }
+            match follow_up {
+                FollowUp::StartPod {
+                    namespace,
+                    name,
+                    uid,
+                } => start_pod(&shared, &namespace, &name, &uid),
+                FollowUp::EstablishCrd { name, uid } => establish_crd(&shared, &name, &uid),
+            }
+        });
+    }
+}
+
+/// The kubelet's part: Pending → Running, with an IP, Ready conditions and container statuses.
+fn start_pod(shared: &Shared, namespace: &str, name: &str, uid: &str) {
+    let mut state = shared.store.lock();
+    let Some(pod) = state.get("/pods", namespace, name) else {
+        return;
+    };
+    // The pod may have been deleted and re-created under the same name meanwhile.
+    if pod["metadata"]["uid"].as_str() != Some(uid)
+        || pod["status"]["phase"].as_str() != Some("Pending")
+        || !pod["metadata"]["deletionTimestamp"].is_null()
+    {
+        return;
+    }
+    let mut running = (*pod).clone();
+    running["status"] = objects::running_pod_status(&pod, &mut lock(&shared.random));
+    state.commit_modified("/pods", running);
+    tracing::debug!(namespace, name, "simulated kubelet: pod Running");
+}
+
+/// The apiextensions controller's part: add `Established=True` (a MODIFIED on CRD watches).
+fn establish_crd(shared: &Shared, name: &str, uid: &str) {
+    let mut state = shared.store.lock();
+    let key = "apiextensions.k8s.io/customresourcedefinitions";
+    let Some(crd) = state.get(key, "", name) else {
+        return;
+    };
+    if crd["metadata"]["uid"].as_str() != Some(uid) {
+        return;
+    }
+    let conditions = crd["status"]["conditions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    if conditions.iter().any(|c| c["type"] == "Established") {
+        return;
+    }
+    let mut established = (*crd).clone();
+    let mut conditions = conditions;
+    conditions.push(objects::established_condition());
+    established["status"]["conditions"] = json!(conditions);
+    state.commit_modified(key, established);
+    tracing::debug!(name, "CRD established");
+}

@@ -1,0 +1,217 @@
+//! The error answers the sandbox gives, each a `Status` body with the reason, code and details
+//! kube-apiserver would send, so clients (and kubectl's error printer) see the real thing.
+//!
+//! WORKSHOP.md, "Set-up: the sandbox" and step 01 ("When the server says no").
+
+use crate::status::{Status, StatusCause, StatusDetails};
+
+use super::resources::ResourceType;
+
+/// A request the sandbox refuses: the Status to send, plus optional extra headers.
+#[derive(Clone, Debug)]
+pub(crate) struct ApiError {
+    /// Boxed: an error travels through many `Result`s and should stay small.
+    pub(crate) status: Box<Status>,
+    /// `Retry-After` seconds (429/503), sent as a header and in `details.retryAfterSeconds`.
+    pub(crate) retry_after: Option<u32>,
+}
+
+impl From<Status> for ApiError {
+    fn from(status: Status) -> Self {
+        let retry_after = status.details.as_ref().and_then(|d| d.retry_after_seconds);
+        ApiError {
+            status: Box::new(status),
+            retry_after,
+        }
+    }
+}
+
+fn with_details(mut status: Status, details: StatusDetails) -> ApiError {
+    status.details = Some(details);
+    status.into()
+}
+
+impl ApiError {
+    pub(crate) fn code(&self) -> u16 {
+        self.status.code
+    }
+
+    /// `postgresclusters.workshop.example.com "nope" not found` (core kinds: `pods "nope" not found`).
+    pub(crate) fn not_found(resource: &ResourceType, name: &str) -> ApiError {
+        with_details(
+            Status::failure(
+                404,
+                "NotFound",
+                format!("{} \"{name}\" not found", resource.qualified_plural()),
+            ),
+            StatusDetails {
+                name: name.into(),
+                group: resource.group.clone(),
+                kind: resource.plural.clone(),
+                ..Default::default()
+            },
+        )
+    }
+
+    /// A URL that names nothing the server serves.
+    pub(crate) fn path_not_found() -> ApiError {
+        with_details(
+            Status::failure(
+                404,
+                "NotFound",
+                "the server could not find the requested resource",
+            ),
+            StatusDetails::default(),
+        )
+    }
+
+    pub(crate) fn namespace_not_found(namespace: &str) -> ApiError {
+        with_details(
+            Status::failure(
+                404,
+                "NotFound",
+                format!("namespaces \"{namespace}\" not found"),
+            ),
+            StatusDetails {
+                name: namespace.into(),
+                kind: "namespaces".into(),
+                ..Default::default()
+            },
+        )
+    }
+
+    pub(crate) fn already_exists(resource: &ResourceType, name: &str) -> ApiError {
+        with_details(
+            Status::failure(
+                409,
+                "AlreadyExists",
+                format!("{} \"{name}\" already exists", resource.qualified_plural()),
+            ),
+            StatusDetails {
+                name: name.into(),
+                group: resource.group.clone(),
+                kind: resource.plural.clone(),
+                ..Default::default()
+            },
+        )
+    }
+
+    /// 409 Conflict: the write named a resourceVersion that is no longer current.
+    pub(crate) fn conflict(resource: &ResourceType, name: &str, why: &str) -> ApiError {
+        with_details(
+            Status::failure(
+                409,
+                "Conflict",
+                format!(
+                    "Operation cannot be fulfilled on {} \"{name}\": {why}",
+                    resource.qualified_plural()
+                ),
+            ),
+            StatusDetails {
+                name: name.into(),
+                group: resource.group.clone(),
+                kind: resource.plural.clone(),
+                ..Default::default()
+            },
+        )
+    }
+
+    pub(crate) fn stale_resource_version(resource: &ResourceType, name: &str) -> ApiError {
+        ApiError::conflict(
+            resource,
+            name,
+            "the object has been modified; please apply your changes to the latest version and try again",
+        )
+    }
+
+    /// 422 Invalid with one cause per field, e.g. `spec.size: Invalid value: "three": ...`.
+    pub(crate) fn invalid(
+        resource: &ResourceType,
+        name: &str,
+        causes: Vec<StatusCause>,
+    ) -> ApiError {
+        let listed: Vec<String> = causes
+            .iter()
+            .map(|c| format!("{}: {}", c.field, c.message))
+            .collect();
+        let summary = if listed.len() == 1 {
+            listed[0].clone()
+        } else {
+            format!("[{}]", listed.join(", "))
+        };
+        with_details(
+            Status::failure(
+                422,
+                "Invalid",
+                format!(
+                    "{} \"{name}\" is invalid: {summary}",
+                    resource.qualified_kind()
+                ),
+            ),
+            StatusDetails {
+                name: name.into(),
+                group: resource.group.clone(),
+                kind: resource.kind.clone(),
+                causes,
+                ..Default::default()
+            },
+        )
+    }
+
+    /// A single-field 422 (the common case).
+    pub(crate) fn invalid_field(
+        resource: &ResourceType,
+        name: &str,
+        reason: &str,
+        field: &str,
+        message: impl Into<String>,
+    ) -> ApiError {
+        ApiError::invalid(
+            resource,
+            name,
+            vec![StatusCause {
+                reason: reason.into(),
+                message: message.into(),
+                field: field.into(),
+            }],
+        )
+    }
+
+    pub(crate) fn bad_request(message: impl Into<String>) -> ApiError {
+        Status::failure(400, "BadRequest", message).into()
+    }
+
+    pub(crate) fn method_not_allowed() -> ApiError {
+        Status::failure(
+            405,
+            "MethodNotAllowed",
+            "the server does not allow this method on the requested resource",
+        )
+        .into()
+    }
+
+    pub(crate) fn unsupported_media_type(content_type: &str, accepted: &[&str]) -> ApiError {
+        Status::failure(
+            415,
+            "UnsupportedMediaType",
+            format!(
+                "the body of the request was in an unknown format ({content_type}) - accepted media types include: {}",
+                accepted.join(", ")
+            ),
+        )
+        .into()
+    }
+
+    pub(crate) fn too_large(limit: usize) -> ApiError {
+        Status::failure(
+            413,
+            "RequestEntityTooLarge",
+            format!("Request entity too large: limit is {limit}"),
+        )
+        .into()
+    }
+
+    pub(crate) fn unauthorized() -> ApiError {
+        Status::failure(401, "Unauthorized", "Unauthorized").into()
+    }
+}

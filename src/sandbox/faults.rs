@@ -1,0 +1,152 @@
+//! Breaking the sandbox on purpose: every failure a watch client must survive (see
+//! /work/shared/reference/watch-semantics.md, "Fault cases worth a test each") on one handle.
+//!
+//! WORKSHOP.md, "Set-up: the sandbox" and step 02 (testing list-then-watch against faults).
+//! Each setting applies to requests that start after it is made.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::lock;
+use super::objects::{self, DeleteOptions};
+use super::random::Xorshift;
+use super::server::Shared;
+
+/// A failure to answer instead of the real response.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum InjectedFault {
+    /// A proper Status body with this code and reason (+ a `Retry-After` header if set).
+    /// 410 comes out as reason `Expired`, the way a watch start can fail.
+    Status {
+        code: u16,
+        reason: String,
+        retry_after_seconds: Option<u32>,
+    },
+    /// A body that is not JSON at all, e.g. an HTML error page from a proxy.
+    NonJson { code: u16, body: String },
+    /// 200 with an empty body, connection closed at once.
+    EmptyOk,
+}
+
+/// The current fault settings, read by each request as it starts.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct FaultSettings {
+    pub(crate) end_watches_after_events: Option<usize>,
+    pub(crate) end_watches_after: Option<Duration>,
+    pub(crate) stall_watches: bool,
+    pub(crate) watch_chunk_size: Option<usize>,
+    pub(crate) pending_failures: Vec<PendingFailure>,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct PendingFailure {
+    pub(crate) remaining: usize,
+    pub(crate) path_contains: String,
+    pub(crate) fault: InjectedFault,
+}
+
+impl FaultSettings {
+    /// The fault to answer a request for `path` with, if one is pending (and count it used).
+    pub(crate) fn take_failure(&mut self, path: &str) -> Option<InjectedFault> {
+        let pending = self
+            .pending_failures
+            .iter_mut()
+            .find(|p| p.remaining > 0 && path.contains(&p.path_contains))?;
+        pending.remaining -= 1;
+        let fault = pending.fault.clone();
+        self.pending_failures.retain(|p| p.remaining > 0);
+        Some(fault)
+    }
+}
+
+/// A handle on the running sandbox's fault switches. Cheap to clone.
+#[derive(Clone)]
+pub struct Faults {
+    shared: Arc<Shared>,
+}
+
+impl Faults {
+    pub(crate) fn new(shared: Arc<Shared>) -> Faults {
+        Faults { shared }
+    }
+
+    /// End every new watch after it has sent `n` events (None: no limit).
+    pub fn end_watches_after_events(&self, n: Option<usize>) {
+        lock(&self.shared.faults).end_watches_after_events = n;
+    }
+
+    /// End every new watch after `d` (a clean end of stream, like a server-side timeout).
+    pub fn end_watches_after(&self, d: Option<Duration>) {
+        lock(&self.shared.faults).end_watches_after = d;
+    }
+
+    /// End every open watch now, cleanly (as an API server restart or a load balancer would).
+    pub fn end_all_watches_now(&self) {
+        self.shared.store.lock().end_all_watchers();
+        self.shared.watch_epoch.send_modify(|epoch| *epoch += 1);
+    }
+
+    /// Forget the event history: a watch from any resourceVersion older than now gets an
+    /// in-stream `410 Expired`, as after etcd compaction.
+    pub fn compact_history(&self) {
+        self.shared.store.lock().compact();
+    }
+
+    /// Answer the next `n` requests whose path (with query) contains `path_contains` with `fault`.
+    pub fn fail_next(&self, n: usize, path_contains: &str, fault: InjectedFault) {
+        lock(&self.shared.faults)
+            .pending_failures
+            .push(PendingFailure {
+                remaining: n,
+                path_contains: path_contains.to_string(),
+                fault,
+            });
+    }
+
+    /// New watches send their headers, then nothing, and keep the connection open: a silent
+    /// stall, as when a load balancer drops an idle connection without telling anyone.
+    pub fn stall_watches(&self, stall: bool) {
+        lock(&self.shared.faults).stall_watches = stall;
+    }
+
+    /// Split the output of new watches into HTTP chunks of at most `bytes` bytes (down to 1),
+    /// so events arrive cut at arbitrary points, UTF-8 characters included.
+    pub fn watch_chunk_size(&self, bytes: Option<usize>) {
+        lock(&self.shared.faults).watch_chunk_size = bytes.map(|b| b.max(1));
+    }
+
+    /// Delay before a newly created CRD turns Established.
+    pub fn set_established_delay(&self, d: Duration) {
+        *lock(&self.shared.established_delay) = d;
+    }
+
+    /// Delete `count` pods picked with a seeded xorshift (same seed, same pods), as a node
+    /// failure would. Returns their names.
+    pub fn kill_random_pods(&self, seed: u64, count: usize) -> Vec<String> {
+        let mut state = self.shared.store.lock();
+        let Some(pods) = state.registry.find("", "v1", "pods").cloned() else {
+            return Vec::new();
+        };
+        let mut candidates = state.list(&pods.store_key(), None);
+        let mut random = Xorshift::from_seed(seed);
+        let mut killed = Vec::new();
+        while killed.len() < count && !candidates.is_empty() {
+            let pod = candidates.remove(random.below(candidates.len() as u64) as usize);
+            let namespace = pod["metadata"]["namespace"].as_str().unwrap_or_default();
+            let name = pod["metadata"]["name"].as_str().unwrap_or_default();
+            let deleted = objects::delete(
+                &mut state,
+                &pods,
+                namespace,
+                name,
+                &DeleteOptions::default(),
+                false,
+            );
+            if deleted.is_ok() {
+                tracing::info!(namespace, name, "fault: killed pod");
+                killed.push(name.to_string());
+            }
+        }
+        killed
+    }
+}

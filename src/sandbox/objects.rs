@@ -1,0 +1,977 @@
+//! What the API server does to an object on each write: names, uid, timestamps, generation,
+//! the status subresource rule, finalizers, garbage collection and each built-in kind's defaults.
+//!
+//! WORKSHOP.md, "Set-up: the sandbox". Every function here runs under the store lock, so a write
+//! is one atomic step, like one etcd transaction.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use base64::Engine;
+use serde_json::{json, Map, Value};
+
+use crate::status::StatusCause;
+
+use super::errors::ApiError;
+use super::interim;
+use super::random::Xorshift;
+use super::resources::ResourceType;
+use super::store::StoreState;
+
+/// `?fieldValidation=`: what to do with fields the schema does not know.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FieldValidation {
+    /// Drop them silently (the pruning every structural CRD gets).
+    Ignore,
+    /// Drop them and say so in `Warning` headers (kube-apiserver's default).
+    Warn,
+    /// Refuse the request: 400 BadRequest naming every unknown field.
+    Strict,
+}
+
+impl FieldValidation {
+    pub(crate) fn from_query(value: Option<&str>) -> Result<FieldValidation, ApiError> {
+        match value {
+            None | Some("") | Some("Warn") => Ok(FieldValidation::Warn),
+            Some("Ignore") => Ok(FieldValidation::Ignore),
+            Some("Strict") => Ok(FieldValidation::Strict),
+            Some(other) => Err(ApiError::bad_request(format!(
+                "fieldValidation must be one of Ignore, Warn or Strict, not {other:?}"
+            ))),
+        }
+    }
+}
+
+/// Options every write shares.
+pub(crate) struct WriteOptions<'a> {
+    pub(crate) field_validation: FieldValidation,
+    /// `?dryRun=All`: do everything but store the result.
+    pub(crate) dry_run: bool,
+    pub(crate) random: &'a mut Xorshift,
+}
+
+/// Work to start once the store lock is released (timers, simulated controllers).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum FollowUp {
+    /// The simulated kubelet: mark this pod Running after `kubelet_delay`.
+    StartPod {
+        namespace: String,
+        name: String,
+        uid: String,
+    },
+    /// The CRD controller: set Established after `established_delay`.
+    EstablishCrd { name: String, uid: String },
+}
+
+/// A successful write.
+pub(crate) struct WriteOutcome {
+    pub(crate) object: Arc<Value>,
+    /// 201 for a create, 200 otherwise.
+    pub(crate) code: u16,
+    pub(crate) follow_ups: Vec<FollowUp>,
+    /// `Warning` header texts (unknown fields under fieldValidation=Warn).
+    pub(crate) warnings: Vec<String>,
+}
+
+/// Which part of an object a write may change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Part {
+    /// The main resource: with a status subresource, status changes are ignored.
+    Main,
+    /// `/status`: only status changes are kept.
+    Status,
+}
+
+fn name_of(object: &Value) -> String {
+    object["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+fn namespace_of(object: &Value) -> String {
+    object["metadata"]["namespace"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+fn uid_of(object: &Value) -> String {
+    object["metadata"]["uid"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+fn finalizers_of(object: &Value) -> usize {
+    object["metadata"]["finalizers"]
+        .as_array()
+        .map(Vec::len)
+        .unwrap_or(0)
+}
+
+/// The body must be a JSON object whose kind/apiVersion, if given, match the URL.
+pub(crate) fn check_body(resource: &ResourceType, body: &mut Value) -> Result<(), ApiError> {
+    let Some(fields) = body.as_object_mut() else {
+        return Err(ApiError::bad_request(
+            "the request body must be a JSON object",
+        ));
+    };
+    match fields.get("apiVersion").and_then(Value::as_str) {
+        Some(v) if v != resource.api_version() => {
+            return Err(ApiError::bad_request(format!(
+                "the API version in the data ({v}) does not match the expected API version ({})",
+                resource.api_version()
+            )))
+        }
+        _ => {}
+    }
+    match fields.get("kind").and_then(Value::as_str) {
+        Some(k) if k != resource.kind => {
+            return Err(ApiError::bad_request(format!(
+                "the kind in the data ({k}) does not match the kind this URL serves ({})",
+                resource.kind
+            )))
+        }
+        _ => {}
+    }
+    // kubectl needs kind and apiVersion on every object it gets back.
+    fields.insert("apiVersion".into(), json!(resource.api_version()));
+    fields.insert("kind".into(), json!(resource.kind));
+    match fields.get("metadata") {
+        None | Some(Value::Null) => {
+            fields.insert("metadata".into(), json!({}));
+        }
+        Some(Value::Object(_)) => {}
+        Some(_) => return Err(ApiError::bad_request("metadata must be a JSON object")),
+    }
+    Ok(())
+}
+
+/// POST to a collection.
+pub(crate) fn create(
+    state: &mut StoreState,
+    resource: &ResourceType,
+    namespace: Option<&str>,
+    mut body: Value,
+    options: WriteOptions<'_>,
+) -> Result<WriteOutcome, ApiError> {
+    check_body(resource, &mut body)?;
+    let metadata = &mut body["metadata"];
+    let mut name = metadata["name"].as_str().unwrap_or_default().to_string();
+    if name.is_empty() {
+        match metadata["generateName"].as_str() {
+            Some(prefix) if !prefix.is_empty() => {
+                name = format!("{prefix}{}", options.random.name_suffix());
+                metadata["name"] = json!(name);
+            }
+            _ => {
+                return Err(ApiError::invalid_field(
+                    resource,
+                    "",
+                    "FieldValueRequired",
+                    "metadata.name",
+                    "Required value: name or generateName is required",
+                ))
+            }
+        }
+    }
+    if resource.namespaced {
+        let url_namespace = namespace.unwrap_or_default();
+        match metadata["namespace"].as_str() {
+            Some(ns) if !ns.is_empty() && ns != url_namespace => {
+                return Err(ApiError::bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request",
+                ))
+            }
+            _ => metadata["namespace"] = json!(url_namespace),
+        }
+        if state.get("/namespaces", "", url_namespace).is_none() {
+            return Err(ApiError::namespace_not_found(url_namespace));
+        }
+    } else if let Some(map) = metadata.as_object_mut() {
+        map.remove("namespace");
+    }
+    validate_name(resource, &name)?;
+    let namespace = namespace_of(&body);
+    if state
+        .get(&resource.store_key(), &namespace, &name)
+        .is_some()
+    {
+        return Err(ApiError::already_exists(resource, &name));
+    }
+
+    let metadata = &mut body["metadata"];
+    if let Some(map) = metadata.as_object_mut() {
+        for server_owned in [
+            "resourceVersion",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "selfLink",
+        ] {
+            map.remove(server_owned);
+        }
+    }
+    let uid = options.random.uuid();
+    metadata["uid"] = json!(uid);
+    metadata["creationTimestamp"] = json!(interim::now_rfc3339());
+    metadata["generation"] = json!(1);
+
+    let mut follow_ups = Vec::new();
+    let mut warnings = Vec::new();
+    if resource.custom && resource.status_subresource {
+        // With a status subresource, POST/PUT/PATCH of the main resource ignore status.
+        if let Some(map) = body.as_object_mut() {
+            map.remove("status");
+        }
+    }
+    match (resource.group.as_str(), resource.plural.as_str()) {
+        ("", "namespaces") => default_namespace(&mut body, &name),
+        ("", "pods") => {
+            default_pod(resource, &mut body, &name)?;
+            follow_ups.push(FollowUp::StartPod {
+                namespace: namespace.clone(),
+                name: name.clone(),
+                uid: uid.clone(),
+            });
+        }
+        ("", "services") => default_service(&mut body, options.random),
+        ("", "secrets") => default_secret(resource, &mut body, &name)?,
+        ("apiextensions.k8s.io", "customresourcedefinitions") => {
+            check_crd(resource, &body, &name)?;
+            default_crd(&mut body);
+            follow_ups.push(FollowUp::EstablishCrd {
+                name: name.clone(),
+                uid: uid.clone(),
+            });
+        }
+        _ => {}
+    }
+    if resource.custom {
+        warnings = validate_custom(resource, &name, &mut body, options.field_validation)?;
+    }
+    if options.dry_run {
+        return Ok(WriteOutcome {
+            object: Arc::new(body),
+            code: 201,
+            follow_ups: Vec::new(),
+            warnings,
+        });
+    }
+    if resource.group == "apiextensions.k8s.io" {
+        state.registry.register_crd(&body);
+    }
+    let object = state.commit_added(&resource.store_key(), body);
+    Ok(WriteOutcome {
+        object,
+        code: 201,
+        follow_ups,
+        warnings,
+    })
+}
+
+fn validate_name(resource: &ResourceType, name: &str) -> Result<(), ApiError> {
+    // Namespaces (and services) must be DNS-1123 labels: they become DNS names; most other
+    // names are DNS-1123 subdomains.
+    let label_only = resource.group.is_empty()
+        && (resource.plural == "namespaces" || resource.plural == "services");
+    let valid = if label_only {
+        interim::is_dns1123_label(name)
+    } else {
+        interim::is_dns1123_subdomain(name)
+    };
+    if valid {
+        return Ok(());
+    }
+    let rule = if label_only {
+        "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
+    } else {
+        "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+    };
+    Err(ApiError::invalid_field(
+        resource,
+        name,
+        "FieldValueInvalid",
+        "metadata.name",
+        format!("Invalid value: {}: {rule}", json!(name)),
+    ))
+}
+
+/// Schema validation and pruning of a custom object (root apiVersion/kind/metadata excepted).
+fn validate_custom(
+    resource: &ResourceType,
+    name: &str,
+    object: &mut Value,
+    field_validation: FieldValidation,
+) -> Result<Vec<String>, ApiError> {
+    let Some(schema) = &resource.schema else {
+        return Ok(Vec::new());
+    };
+    let errors = interim::validate_schema(schema, object);
+    if !errors.is_empty() {
+        return Err(ApiError::invalid(resource, name, errors));
+    }
+    let unknown = interim::prune(schema, object);
+    if unknown.is_empty() {
+        return Ok(Vec::new());
+    }
+    match field_validation {
+        FieldValidation::Strict => {
+            let listed: Vec<String> = unknown
+                .iter()
+                .map(|f| format!("unknown field \"{f}\""))
+                .collect();
+            Err(ApiError::bad_request(format!(
+                "strict decoding error: {}",
+                listed.join(", ")
+            )))
+        }
+        FieldValidation::Warn => Ok(unknown
+            .iter()
+            .map(|f| format!("unknown field \"{f}\""))
+            .collect()),
+        FieldValidation::Ignore => Ok(Vec::new()),
+    }
+}
+
+/// PUT, PATCH (after the patch is applied) and `/status` writes: `new` replaces `old`.
+pub(crate) fn update(
+    state: &mut StoreState,
+    resource: &ResourceType,
+    old: &Arc<Value>,
+    mut new: Value,
+    part: Part,
+    options: WriteOptions<'_>,
+) -> Result<WriteOutcome, ApiError> {
+    check_body(resource, &mut new)?;
+    let name = name_of(old);
+    match new["metadata"]["name"].as_str() {
+        Some(n) if n != name => {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({n}) does not match the name on the URL ({name})"
+            )))
+        }
+        _ => {}
+    }
+    if resource.namespaced {
+        match new["metadata"]["namespace"].as_str() {
+            Some(ns) if !ns.is_empty() && ns != namespace_of(old) => {
+                return Err(ApiError::bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request",
+                ))
+            }
+            _ => {}
+        }
+    }
+    // An update that names a resourceVersion is conditional on it being current (optimistic
+    // concurrency: whoever read an older version must re-read and retry).
+    match new["metadata"]["resourceVersion"].as_str() {
+        Some(rv) if !rv.is_empty() && Some(rv) != old["metadata"]["resourceVersion"].as_str() => {
+            return Err(ApiError::stale_resource_version(resource, &name));
+        }
+        _ => {}
+    }
+    match new["metadata"]["uid"].as_str() {
+        Some(uid) if !uid.is_empty() && uid != uid_of(old) => {
+            return Err(ApiError::conflict(
+                resource,
+                &name,
+                &format!(
+                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                    uid_of(old)
+                ),
+            ));
+        }
+        _ => {}
+    }
+
+    let mut next = match part {
+        Part::Status => {
+            // /status changes status and nothing else.
+            let mut next = (**old).clone();
+            match new.get("status") {
+                Some(status) => next["status"] = status.clone(),
+                None => {
+                    if let Some(map) = next.as_object_mut() {
+                        map.remove("status");
+                    }
+                }
+            }
+            next
+        }
+        Part::Main => {
+            let mut next = new;
+            if resource.status_subresource {
+                match old.get("status") {
+                    Some(status) => next["status"] = status.clone(),
+                    None => {
+                        if let Some(map) = next.as_object_mut() {
+                            map.remove("status");
+                        }
+                    }
+                }
+            }
+            // Server-owned metadata always comes from the stored object.
+            for field in [
+                "uid",
+                "creationTimestamp",
+                "deletionTimestamp",
+                "deletionGracePeriodSeconds",
+                "generation",
+                "namespace",
+                "name",
+            ] {
+                match old["metadata"].get(field) {
+                    Some(value) => next["metadata"][field] = value.clone(),
+                    None => {
+                        if let Some(map) = next["metadata"].as_object_mut() {
+                            map.remove(field);
+                        }
+                    }
+                }
+            }
+            next
+        }
+    };
+    next["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"].clone();
+
+    match (resource.group.as_str(), resource.plural.as_str()) {
+        ("", "secrets") => default_secret(resource, &mut next, &name)?,
+        ("", "services") if next["spec"]["clusterIP"].is_null() => {
+            next["spec"]["clusterIP"] = old["spec"]["clusterIP"].clone();
+            next["spec"]["clusterIPs"] = old["spec"]["clusterIPs"].clone();
+        }
+        ("apiextensions.k8s.io", "customresourcedefinitions") if part == Part::Main => {
+            check_crd(resource, &next, &name)?;
+            default_crd(&mut next);
+        }
+        _ => {}
+    }
+    let mut warnings = Vec::new();
+    if resource.custom {
+        warnings = validate_custom(resource, &name, &mut next, options.field_validation)?;
+    }
+
+    // generation counts changes of what the user asked for: everything but metadata and status.
+    let desired = |v: &Value| {
+        let mut v = v.clone();
+        if let Some(map) = v.as_object_mut() {
+            map.remove("metadata");
+            map.remove("status");
+        }
+        v
+    };
+    if desired(&next) != desired(old) {
+        let generation = old["metadata"]["generation"].as_i64().unwrap_or(1);
+        next["metadata"]["generation"] = json!(generation + 1);
+    }
+
+    // A no-op write stores nothing and keeps the resourceVersion (kubectl: "patched (no change)").
+    if next == **old {
+        return Ok(WriteOutcome {
+            object: old.clone(),
+            code: 200,
+            follow_ups: Vec::new(),
+            warnings,
+        });
+    }
+    if options.dry_run {
+        return Ok(WriteOutcome {
+            object: Arc::new(next),
+            code: 200,
+            follow_ups: Vec::new(),
+            warnings,
+        });
+    }
+    // The last finalizer removed from an object being deleted: now it really goes.
+    if !next["metadata"]["deletionTimestamp"].is_null() && finalizers_of(&next) == 0 {
+        state.commit_modified(&resource.store_key(), next);
+        let removed = remove(state, resource, &namespace_of(old), &name, false);
+        return Ok(WriteOutcome {
+            object: removed.unwrap_or_else(|| old.clone()),
+            code: 200,
+            follow_ups: Vec::new(),
+            warnings,
+        });
+    }
+    if resource.group == "apiextensions.k8s.io" && part == Part::Main {
+        state.registry.register_crd(&next);
+    }
+    let object = state.commit_modified(&resource.store_key(), next);
+    Ok(WriteOutcome {
+        object,
+        code: 200,
+        follow_ups: Vec::new(),
+        warnings,
+    })
+}
+
+/// The DeleteOptions body kubectl sends: `{"propagationPolicy":"Background"}` and friends.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct DeleteOptions {
+    /// Orphan: leave dependents alone. Background and Foreground both delete them here.
+    pub(crate) orphan: bool,
+    pub(crate) precondition_uid: Option<String>,
+    pub(crate) precondition_resource_version: Option<String>,
+}
+
+impl DeleteOptions {
+    pub(crate) fn from_body(body: &[u8]) -> Result<DeleteOptions, ApiError> {
+        if body.iter().all(u8::is_ascii_whitespace) {
+            return Ok(DeleteOptions::default());
+        }
+        let value: Value = serde_json::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("malformed DeleteOptions body: {e}")))?;
+        let policy = value["propagationPolicy"].as_str().unwrap_or("Background");
+        if !["Background", "Foreground", "Orphan"].contains(&policy) {
+            return Err(ApiError::bad_request(format!(
+                "propagationPolicy must be Orphan, Background or Foreground, not {policy:?}"
+            )));
+        }
+        let orphan = policy == "Orphan" || value["orphanDependents"].as_bool() == Some(true);
+        Ok(DeleteOptions {
+            orphan,
+            precondition_uid: value["preconditions"]["uid"].as_str().map(String::from),
+            precondition_resource_version: value["preconditions"]["resourceVersion"]
+                .as_str()
+                .map(String::from),
+        })
+    }
+}
+
+/// DELETE of one object. With finalizers the object only gets a deletionTimestamp (MODIFIED)
+/// and stays until an update empties its finalizers.
+pub(crate) fn delete(
+    state: &mut StoreState,
+    resource: &ResourceType,
+    namespace: &str,
+    name: &str,
+    options: &DeleteOptions,
+    dry_run: bool,
+) -> Result<Arc<Value>, ApiError> {
+    let Some(old) = state.get(&resource.store_key(), namespace, name) else {
+        return Err(ApiError::not_found(resource, name));
+    };
+    if let Some(uid) = &options.precondition_uid {
+        if *uid != uid_of(&old) {
+            return Err(ApiError::conflict(
+                resource,
+                name,
+                &format!(
+                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                    uid_of(&old)
+                ),
+            ));
+        }
+    }
+    if let Some(rv) = &options.precondition_resource_version {
+        if Some(rv.as_str()) != old["metadata"]["resourceVersion"].as_str() {
+            return Err(ApiError::stale_resource_version(resource, name));
+        }
+    }
+    if dry_run {
+        return Ok(old);
+    }
+    if finalizers_of(&old) > 0 {
+        if !old["metadata"]["deletionTimestamp"].is_null() {
+            return Ok(old);
+        }
+        let mut marked = (*old).clone();
+        marked["metadata"]["deletionTimestamp"] = json!(interim::now_rfc3339());
+        marked["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+        return Ok(state.commit_modified(&resource.store_key(), marked));
+    }
+    Ok(remove(state, resource, namespace, name, options.orphan).unwrap_or(old))
+}
+
+/// Take an object out of the store for good, then do what controllers do after a deletion:
+/// a namespace takes its contents with it, a CRD its custom objects and endpoints, and the
+/// garbage collector deletes dependents whose every owner is gone.
+pub(crate) fn remove(
+    state: &mut StoreState,
+    resource: &ResourceType,
+    namespace: &str,
+    name: &str,
+    orphan_dependents: bool,
+) -> Option<Arc<Value>> {
+    let store_key = resource.store_key();
+    let object = state.get(&store_key, namespace, name)?;
+    if resource.group.is_empty() && resource.plural == "namespaces" {
+        for (key, inner) in state.all_objects() {
+            if namespace_of(&inner) == name {
+                state.commit_deleted(&key, name, &name_of(&inner));
+            }
+        }
+    }
+    let removed = state.commit_deleted(&store_key, namespace, name);
+    if resource.group == "apiextensions.k8s.io" {
+        let group = object["spec"]["group"].as_str().unwrap_or_default();
+        let plural = object["spec"]["names"]["plural"]
+            .as_str()
+            .unwrap_or_default();
+        let custom_key = format!("{group}/{plural}");
+        for inner in state.list(&custom_key, None) {
+            state.commit_deleted(&custom_key, &namespace_of(&inner), &name_of(&inner));
+        }
+        state.end_watchers_of(&custom_key);
+        state.registry.unregister_crd(&object);
+    }
+    if !orphan_dependents {
+        collect_garbage(state, &uid_of(&object));
+    }
+    removed
+}
+
+/// Background garbage collection: dependents that name `owner_uid` in ownerReferences are
+/// deleted once none of their owners exists; those with other live owners only lose the reference.
+fn collect_garbage(state: &mut StoreState, owner_uid: &str) {
+    if owner_uid.is_empty() {
+        return;
+    }
+    let everything = state.all_objects();
+    let live_uids: HashSet<String> = everything.iter().map(|(_, o)| uid_of(o)).collect();
+    for (store_key, dependent) in everything {
+        let Some(references) = dependent["metadata"]["ownerReferences"].as_array() else {
+            continue;
+        };
+        if !references
+            .iter()
+            .any(|r| r["uid"].as_str() == Some(owner_uid))
+        {
+            continue;
+        }
+        let Some(resource) = state.registry.find_by_store_key(&store_key).cloned() else {
+            continue;
+        };
+        let others_alive = references.iter().any(|r| {
+            let uid = r["uid"].as_str().unwrap_or_default();
+            uid != owner_uid && live_uids.contains(uid)
+        });
+        let (namespace, name) = (namespace_of(&dependent), name_of(&dependent));
+        if others_alive {
+            let mut kept = (*dependent).clone();
+            let remaining: Vec<Value> = references
+                .iter()
+                .filter(|r| r["uid"].as_str() != Some(owner_uid))
+                .cloned()
+                .collect();
+            kept["metadata"]["ownerReferences"] = json!(remaining);
+            state.commit_modified(&store_key, kept);
+        } else if finalizers_of(&dependent) > 0 {
+            if dependent["metadata"]["deletionTimestamp"].is_null() {
+                let mut marked = (*dependent).clone();
+                marked["metadata"]["deletionTimestamp"] = json!(interim::now_rfc3339());
+                state.commit_modified(&store_key, marked);
+            }
+        } else {
+            remove(state, &resource, &namespace, &name, false);
+        }
+    }
+}
+
+// ---- built-in kinds: what their controllers and defaulting would fill in ----
+
+fn default_namespace(object: &mut Value, name: &str) {
+    object["metadata"]["labels"]["kubernetes.io/metadata.name"] = json!(name);
+    object["spec"]["finalizers"] = json!(["kubernetes"]);
+    object["status"] = json!({"phase": "Active"});
+}
+
+/// A namespace object as the sandbox starts with (`default`, `kube-system`, ...).
+pub(crate) fn initial_namespace(name: &str, uid: String) -> Value {
+    let mut object = json!({
+        "apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": name, "uid": uid, "creationTimestamp": interim::now_rfc3339()}
+    });
+    default_namespace(&mut object, name);
+    object
+}
+
+fn default_pod(resource: &ResourceType, object: &mut Value, name: &str) -> Result<(), ApiError> {
+    let containers = object["spec"]["containers"].as_array().cloned();
+    let Some(containers) = containers.filter(|c| !c.is_empty()) else {
+        return Err(ApiError::invalid_field(
+            resource,
+            name,
+            "FieldValueRequired",
+            "spec.containers",
+            "Required value",
+        ));
+    };
+    let mut causes = Vec::new();
+    for (i, container) in containers.iter().enumerate() {
+        for field in ["name", "image"] {
+            if container[field].as_str().unwrap_or_default().is_empty() {
+                causes.push(StatusCause {
+                    reason: "FieldValueRequired".into(),
+                    message: "Required value".into(),
+                    field: format!("spec.containers[{i}].{field}"),
+                });
+            }
+        }
+    }
+    if !causes.is_empty() {
+        return Err(ApiError::invalid(resource, name, causes));
+    }
+    let spec = &mut object["spec"];
+    for (field, value) in [
+        ("restartPolicy", json!("Always")),
+        ("terminationGracePeriodSeconds", json!(30)),
+        ("dnsPolicy", json!("ClusterFirst")),
+        ("schedulerName", json!("default-scheduler")),
+        // The sandbox "schedules" every pod at once onto its one imaginary node.
+        ("nodeName", json!("sandbox-node")),
+    ] {
+        if spec[field].is_null() {
+            spec[field] = value;
+        }
+    }
+    object["status"] = json!({
+        "phase": "Pending",
+        "qosClass": "BestEffort",
+        "conditions": [{"type": "PodScheduled", "status": "True",
+                        "lastTransitionTime": interim::now_rfc3339()}]
+    });
+    Ok(())
+}
+
+fn default_service(object: &mut Value, random: &mut Xorshift) {
+    let spec = &mut object["spec"];
+    if spec["type"].is_null() {
+        spec["type"] = json!("ClusterIP");
+    }
+    if spec["clusterIP"].is_null() {
+        let ip = format!("10.96.{}.{}", random.below(256), 1 + random.below(254));
+        spec["clusterIP"] = json!(ip);
+        spec["clusterIPs"] = json!([ip]);
+    }
+    if let Some(ports) = spec["ports"].as_array_mut() {
+        for port in ports {
+            if port["protocol"].is_null() {
+                port["protocol"] = json!("TCP");
+            }
+            if port["targetPort"].is_null() {
+                port["targetPort"] = port["port"].clone();
+            }
+        }
+    }
+    if spec["sessionAffinity"].is_null() {
+        spec["sessionAffinity"] = json!("None");
+    }
+    object["status"] = json!({"loadBalancer": {}});
+}
+
+/// `stringData` is write-only: the API server base64-encodes it into `data`.
+fn default_secret(resource: &ResourceType, object: &mut Value, name: &str) -> Result<(), ApiError> {
+    if object["type"].is_null() {
+        object["type"] = json!("Opaque");
+    }
+    let string_data = object
+        .as_object_mut()
+        .and_then(|map| map.remove("stringData"));
+    if let Some(Value::Object(entries)) = string_data {
+        if !object["data"].is_object() {
+            object["data"] = json!({});
+        }
+        for (key, value) in entries {
+            let text = value.as_str().unwrap_or_default();
+            object["data"][key] =
+                json!(base64::engine::general_purpose::STANDARD.encode(text.as_bytes()));
+        }
+    }
+    if let Some(data) = object["data"].as_object() {
+        for (key, value) in data {
+            let decodes = value
+                .as_str()
+                .map(|s| base64::engine::general_purpose::STANDARD.decode(s).is_ok())
+                .unwrap_or(false);
+            if !decodes {
+                return Err(ApiError::invalid_field(
+                    resource,
+                    name,
+                    "FieldValueInvalid",
+                    &format!("data[{key}]"),
+                    "Invalid value: must be a base64-encoded string",
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn check_crd(resource: &ResourceType, crd: &Value, name: &str) -> Result<(), ApiError> {
+    let spec = &crd["spec"];
+    let mut causes = Vec::new();
+    let mut require = |field: &str, value: &Value| {
+        if value.as_str().unwrap_or_default().is_empty() {
+            causes.push(StatusCause {
+                reason: "FieldValueRequired".into(),
+                message: "Required value".into(),
+                field: field.into(),
+            });
+        }
+    };
+    require("spec.group", &spec["group"]);
+    require("spec.names.plural", &spec["names"]["plural"]);
+    require("spec.names.kind", &spec["names"]["kind"]);
+    let group = spec["group"].as_str().unwrap_or_default();
+    let plural = spec["names"]["plural"].as_str().unwrap_or_default();
+    if name != format!("{plural}.{group}") {
+        causes.push(StatusCause {
+            reason: "FieldValueInvalid".into(),
+            message: format!(
+                "Invalid value: {}: must be spec.names.plural+\".\"+spec.group",
+                json!(name)
+            ),
+            field: "metadata.name".into(),
+        });
+    }
+    if !matches!(spec["scope"].as_str(), Some("Namespaced") | Some("Cluster")) {
+        causes.push(StatusCause {
+            reason: "FieldValueNotSupported".into(),
+            message: format!(
+                "Unsupported value: {}: supported values: \"Cluster\", \"Namespaced\"",
+                spec["scope"]
+            ),
+            field: "spec.scope".into(),
+        });
+    }
+    let versions = spec["versions"].as_array().cloned().unwrap_or_default();
+    if versions.is_empty() {
+        causes.push(StatusCause {
+            reason: "FieldValueRequired".into(),
+            message: "Required value: must have exactly one version marked as storage version"
+                .into(),
+            field: "spec.versions".into(),
+        });
+    } else if versions
+        .iter()
+        .filter(|v| v["storage"].as_bool() == Some(true))
+        .count()
+        != 1
+    {
+        causes.push(StatusCause {
+            reason: "FieldValueInvalid".into(),
+            message: "Invalid value: must have exactly one version marked as storage version"
+                .into(),
+            field: "spec.versions".into(),
+        });
+    }
+    if causes.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(resource, name, causes))
+    }
+}
+
+/// What the CRD's names controller fills in at once: defaults, acceptedNames, NamesAccepted.
+/// `Established` comes later, from the follow-up timer.
+fn default_crd(crd: &mut Value) {
+    let kind = crd["spec"]["names"]["kind"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let names = &mut crd["spec"]["names"];
+    if names["singular"].is_null() {
+        names["singular"] = json!(kind.to_lowercase());
+    }
+    if names["listKind"].is_null() {
+        names["listKind"] = json!(format!("{kind}List"));
+    }
+    let accepted = crd["spec"]["names"].clone();
+    let stored: Vec<Value> = crd["spec"]["versions"]
+        .as_array()
+        .map(|versions| {
+            versions
+                .iter()
+                .filter(|v| v["storage"].as_bool() == Some(true))
+                .map(|v| v["name"].clone())
+                .collect()
+        })
+        .unwrap_or_default();
+    let established = crd["status"]["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == "Established").cloned());
+    let now = interim::now_rfc3339();
+    let mut conditions = vec![json!({
+        "type": "NamesAccepted", "status": "True", "reason": "NoConflicts",
+        "message": "no conflicts found", "lastTransitionTime": now
+    })];
+    if let Some(established) = established {
+        conditions.push(established);
+    }
+    crd["status"] =
+        json!({"acceptedNames": accepted, "conditions": conditions, "storedVersions": stored});
+}
+
+/// The CRD's Established condition, as the apiextensions controller sets it.
+pub(crate) fn established_condition() -> Value {
+    json!({"type": "Established", "status": "True", "reason": "InitialNamesAccepted",
+           "message": "the initial names have been accepted",
+           "lastTransitionTime": interim::now_rfc3339()})
+}
+
+/// The status the simulated kubelet writes once a pod "starts". Nothing runs: this is a record.
+pub(crate) fn running_pod_status(pod: &Value, random: &mut Xorshift) -> Value {
+    let now = interim::now_rfc3339();
+    let statuses: Vec<Value> = pod["spec"]["containers"]
+        .as_array()
+        .map(|containers| {
+            containers
+                .iter()
+                .map(|c| {
+                    json!({
+                        "name": c["name"], "image": c["image"],
+                        "imageID": format!("sandbox://{}", c["image"].as_str().unwrap_or_default()),
+                        "containerID": format!("sandbox://{}", random.hex(16)),
+                        "ready": true, "started": true, "restartCount": 0,
+                        "state": {"running": {"startedAt": now}}
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let condition = |kind: &str| json!({"type": kind, "status": "True", "lastTransitionTime": now});
+    let ip = format!("10.244.{}.{}", random.below(256), 2 + random.below(250));
+    json!({
+        "phase": "Running",
+        "hostIP": "10.0.0.1",
+        "podIP": ip,
+        "podIPs": [{"ip": ip}],
+        "startTime": now,
+        "qosClass": "BestEffort",
+        "conditions": [condition("PodReadyToStartContainers"), condition("Initialized"),
+                       condition("Ready"), condition("ContainersReady"), condition("PodScheduled")],
+        "containerStatuses": statuses
+    })
+}
+
+/// Read a simple `.a.b.c` path (printer columns, scale paths).
+pub(crate) fn read_path<'v>(object: &'v Value, path: &str) -> Option<&'v Value> {
+    let mut current = object;
+    for part in path
+        .trim_start_matches('.')
+        .split('.')
+        .filter(|p| !p.is_empty())
+    {
+        current = current.get(part)?;
+    }
+    Some(current)
+}
+
+/// Write a simple `.a.b.c` path, creating objects on the way.
+pub(crate) fn write_path(object: &mut Value, path: &str, value: Value) {
+    let parts: Vec<&str> = path
+        .trim_start_matches('.')
+        .split('.')
+        .filter(|p| !p.is_empty())
+        .collect();
+    let mut current = object;
+    for part in &parts {
+        if !current.is_object() {
+            *current = Value::Object(Map::new());
+        }
+        current = &mut current[*part];
+    }
+    *current = value;
+}

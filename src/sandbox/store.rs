@@ -1,0 +1,393 @@
+//! The sandbox's etcd: every object, one global revision (the resourceVersion), a bounded
+//! history of events for watches that resume, and the fan-out of each event to every watcher.
+//!
+//! WORKSHOP.md, "Set-up: the sandbox" and step 02 (what a resourceVersion is). As in etcd, the
+//! revision counts writes to *any* object, so RVs of one kind jump; clients must treat them as
+//! opaque. The store lock is a plain `std::sync::Mutex` held only for in-memory work, never
+//! across an `.await`: a watcher never blocks a write. Each watcher has a bounded queue; when it
+//! is full the watcher is dropped and its stream ends, as kube-apiserver ends watchers that fall
+//! behind (the client re-watches from its last RV).
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use bytes::Bytes;
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+use super::interim;
+use super::resources::Registry;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum EventType {
+    Added,
+    Modified,
+    Deleted,
+}
+
+impl EventType {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            EventType::Added => "ADDED",
+            EventType::Modified => "MODIFIED",
+            EventType::Deleted => "DELETED",
+        }
+    }
+}
+
+/// One committed change, as kept in the history window.
+#[derive(Debug)]
+pub(crate) struct StoredEvent {
+    pub(crate) revision: u64,
+    pub(crate) store_key: String,
+    pub(crate) event_type: EventType,
+    /// The new state; for DELETED the last state, carrying the deletion's own resourceVersion.
+    pub(crate) object: Arc<Value>,
+    /// The state before a MODIFIED or DELETED: selectors are checked against both.
+    pub(crate) previous: Option<Arc<Value>>,
+    /// `object` serialised once and shared by every watcher that gets it unchanged.
+    json: OnceLock<Bytes>,
+}
+
+impl StoredEvent {
+    pub(crate) fn object_json(&self) -> Bytes {
+        self.json
+            .get_or_init(|| Bytes::from(serde_json::to_vec(&*self.object).unwrap_or_default()))
+            .clone()
+    }
+}
+
+/// What one watcher receives through its queue.
+#[derive(Clone, Debug)]
+pub(crate) enum WatchMessage {
+    /// An event exactly as committed (the common case: the object JSON is shared).
+    Event(Arc<StoredEvent>),
+    /// An event adjusted for this watcher: an object that stopped matching its selector becomes
+    /// DELETED, one that started matching becomes ADDED (kube-apiserver's watch cache does this).
+    Adjusted {
+        event_type: EventType,
+        object: Arc<Value>,
+    },
+    /// The store has reached this revision; nothing this watcher wants happened up to it.
+    Bookmark(u64),
+}
+
+/// Which objects a watch or list wants.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Filter {
+    pub(crate) store_key: String,
+    pub(crate) namespace: Option<String>,
+    pub(crate) label_selector: Option<String>,
+    pub(crate) field_selector: Option<String>,
+}
+
+impl Filter {
+    pub(crate) fn matches(&self, object: &Value) -> bool {
+        let metadata = &object["metadata"];
+        if let Some(namespace) = &self.namespace {
+            if metadata["namespace"].as_str().unwrap_or_default() != namespace {
+                return false;
+            }
+        }
+        if let Some(selector) = &self.label_selector {
+            if !interim::label_selector_matches(selector, metadata.get("labels")) {
+                return false;
+            }
+        }
+        if let Some(selector) = &self.field_selector {
+            if !interim::field_selector_matches(selector, object) {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// What this filter's watcher should see of `event`, if anything.
+    fn deliver(&self, event: &Arc<StoredEvent>) -> Option<WatchMessage> {
+        if self.store_key != event.store_key {
+            return None;
+        }
+        let now = self.matches(&event.object);
+        let before = event.previous.as_deref().map(|p| self.matches(p));
+        match (event.event_type, before, now) {
+            (EventType::Added, _, true) => Some(WatchMessage::Event(event.clone())),
+            (EventType::Deleted, _, true) => Some(WatchMessage::Event(event.clone())),
+            (EventType::Modified, Some(true), true) => Some(WatchMessage::Event(event.clone())),
+            (EventType::Modified, Some(false), true) => Some(WatchMessage::Adjusted {
+                event_type: EventType::Added,
+                object: event.object.clone(),
+            }),
+            (EventType::Modified, Some(true), false) => {
+                // Left the selector: DELETED with the last matching state at this event's RV.
+                let mut last = event.previous.as_deref().cloned().unwrap_or_default();
+                last["metadata"]["resourceVersion"] = json!(event.revision.to_string());
+                Some(WatchMessage::Adjusted {
+                    event_type: EventType::Deleted,
+                    object: Arc::new(last),
+                })
+            }
+            _ => None,
+        }
+    }
+}
+
+struct Watcher {
+    id: u64,
+    filter: Filter,
+    sender: mpsc::Sender<WatchMessage>,
+}
+
+/// Where a new watch starts.
+pub(crate) enum WatchStart {
+    /// RV unset or "0": a synthetic ADDED for every matching object, then live events.
+    Current,
+    /// Only events after this revision, replayed from the history window.
+    After(u64),
+}
+
+/// The requested revision is older than the history window (or was compacted away).
+#[derive(Debug)]
+pub(crate) struct Expired {
+    pub(crate) requested: u64,
+    pub(crate) oldest: u64,
+}
+
+pub(crate) struct Registration {
+    pub(crate) id: u64,
+    pub(crate) initial: Vec<WatchMessage>,
+    pub(crate) receiver: mpsc::Receiver<WatchMessage>,
+}
+
+/// The state behind the store lock.
+pub(crate) struct StoreState {
+    revision: u64,
+    collections: HashMap<String, BTreeMap<(String, String), Arc<Value>>>,
+    pub(crate) registry: Registry,
+    history: VecDeque<Arc<StoredEvent>>,
+    history_window: usize,
+    /// Every event up to and including this revision is gone from the history.
+    compacted_through: u64,
+    watchers: Vec<Watcher>,
+    next_watcher_id: u64,
+    queue_capacity: usize,
+}
+
+pub(crate) struct Store {
+    state: Mutex<StoreState>,
+}
+
+impl Store {
+    pub(crate) fn new(history_window: usize, queue_capacity: usize) -> Store {
+        Store {
+            state: Mutex::new(StoreState {
+                revision: 0,
+                collections: HashMap::new(),
+                registry: Registry::with_builtins(),
+                history: VecDeque::new(),
+                history_window: history_window.max(1),
+                compacted_through: 0,
+                watchers: Vec::new(),
+                next_watcher_id: 1,
+                queue_capacity: queue_capacity.max(1),
+            }),
+        }
+    }
+
+    pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, StoreState> {
+        super::lock(&self.state)
+    }
+
+    pub(crate) fn revision(&self) -> u64 {
+        self.lock().revision
+    }
+}
+
+fn key_of(object: &Value) -> (String, String) {
+    let metadata = &object["metadata"];
+    (
+        metadata["namespace"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        metadata["name"].as_str().unwrap_or_default().to_string(),
+    )
+}
+
+impl StoreState {
+    pub(crate) fn revision(&self) -> u64 {
+        self.revision
+    }
+
+    pub(crate) fn get(&self, store_key: &str, namespace: &str, name: &str) -> Option<Arc<Value>> {
+        self.collections
+            .get(store_key)?
+            .get(&(namespace.to_string(), name.to_string()))
+            .cloned()
+    }
+
+    /// Objects of one collection in (namespace, name) order, optionally one namespace only.
+    pub(crate) fn list(&self, store_key: &str, namespace: Option<&str>) -> Vec<Arc<Value>> {
+        let Some(collection) = self.collections.get(store_key) else {
+            return Vec::new();
+        };
+        match namespace {
+            Some(ns) => collection
+                .range((ns.to_string(), String::new())..)
+                .take_while(|((n, _), _)| n == ns)
+                .map(|(_, v)| v.clone())
+                .collect(),
+            None => collection.values().cloned().collect(),
+        }
+    }
+
+    /// Every object of every collection (garbage collection looks for owner references).
+    pub(crate) fn all_objects(&self) -> Vec<(String, Arc<Value>)> {
+        self.collections
+            .iter()
+            .flat_map(|(key, c)| c.values().map(move |v| (key.clone(), v.clone())))
+            .collect()
+    }
+
+    /// Store a new object at the next revision and tell the watchers.
+    pub(crate) fn commit_added(&mut self, store_key: &str, object: Value) -> Arc<Value> {
+        self.commit(store_key, EventType::Added, object, None)
+    }
+
+    pub(crate) fn commit_modified(&mut self, store_key: &str, object: Value) -> Arc<Value> {
+        let (ns, name) = key_of(&object);
+        let previous = self.get(store_key, &ns, &name);
+        self.commit(store_key, EventType::Modified, object, previous)
+    }
+
+    /// Remove an object; the DELETED event carries its last state with a new resourceVersion.
+    pub(crate) fn commit_deleted(
+        &mut self,
+        store_key: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Option<Arc<Value>> {
+        let previous = self.get(store_key, namespace, name)?;
+        let last = (*previous).clone();
+        Some(self.commit(store_key, EventType::Deleted, last, Some(previous)))
+    }
+
+    fn commit(
+        &mut self,
+        store_key: &str,
+        event_type: EventType,
+        mut object: Value,
+        previous: Option<Arc<Value>>,
+    ) -> Arc<Value> {
+        self.revision += 1;
+        let revision = self.revision;
+        object["metadata"]["resourceVersion"] = json!(revision.to_string());
+        let object = Arc::new(object);
+        let key = key_of(&object);
+        let collection = self.collections.entry(store_key.to_string()).or_default();
+        if event_type == EventType::Deleted {
+            collection.remove(&key);
+        } else {
+            collection.insert(key, object.clone());
+        }
+        let event = Arc::new(StoredEvent {
+            revision,
+            store_key: store_key.to_string(),
+            event_type,
+            object: object.clone(),
+            previous,
+            json: OnceLock::new(),
+        });
+        self.history.push_back(event.clone());
+        while self.history.len() > self.history_window {
+            if let Some(dropped) = self.history.pop_front() {
+                self.compacted_through = dropped.revision;
+            }
+        }
+        self.watchers.retain(|watcher| {
+            let Some(message) = watcher.filter.deliver(&event) else {
+                return true;
+            };
+            match watcher.sender.try_send(message) {
+                Ok(()) => true,
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    // kube-apiserver ends a watcher whose buffer is full rather than slow every
+                    // writer down; the client re-watches from the last RV it saw.
+                    tracing::warn!(watcher = watcher.id, "watcher too slow, ending its watch");
+                    false
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => false,
+            }
+        });
+        object
+    }
+
+    /// Register a watcher and compute what it must be sent before live events.
+    pub(crate) fn register_watcher(
+        &mut self,
+        filter: Filter,
+        start: WatchStart,
+    ) -> Result<Registration, Expired> {
+        let initial = match start {
+            WatchStart::Current => self
+                .list(&filter.store_key, filter.namespace.as_deref())
+                .into_iter()
+                .filter(|o| filter.matches(o))
+                .map(|object| WatchMessage::Adjusted {
+                    event_type: EventType::Added,
+                    object,
+                })
+                .collect(),
+            WatchStart::After(requested) => {
+                if requested < self.compacted_through {
+                    return Err(Expired {
+                        requested,
+                        oldest: self.compacted_through,
+                    });
+                }
+                let first = self.history.partition_point(|e| e.revision <= requested);
+                self.history
+                    .range(first..)
+                    .filter_map(|e| filter.deliver(e))
+                    .collect()
+            }
+        };
+        let (sender, receiver) = mpsc::channel(self.queue_capacity);
+        let id = self.next_watcher_id;
+        self.next_watcher_id += 1;
+        self.watchers.push(Watcher { id, filter, sender });
+        Ok(Registration {
+            id,
+            initial,
+            receiver,
+        })
+    }
+
+    pub(crate) fn remove_watcher(&mut self, id: u64) {
+        self.watchers.retain(|w| w.id != id);
+    }
+
+    /// Queue a BOOKMARK at the current revision behind the events already queued, so its RV is
+    /// never ahead of an event the watcher has not received yet.
+    pub(crate) fn queue_bookmark(&mut self, id: u64) {
+        let revision = self.revision;
+        if let Some(watcher) = self.watchers.iter().find(|w| w.id == id) {
+            let _ = watcher.sender.try_send(WatchMessage::Bookmark(revision));
+        }
+    }
+
+    /// Forget all history: a watch from any RV older than now gets 410 Expired.
+    pub(crate) fn compact(&mut self) {
+        self.history.clear();
+        self.compacted_through = self.revision;
+    }
+
+    /// Drop every watcher: each stream ends once its queue is drained.
+    pub(crate) fn end_all_watchers(&mut self) {
+        self.watchers.clear();
+    }
+
+    /// End the watchers of one collection (its CRD was deleted).
+    pub(crate) fn end_watchers_of(&mut self, store_key: &str) {
+        self.watchers.retain(|w| w.filter.store_key != store_key);
+    }
+}

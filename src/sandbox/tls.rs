@@ -1,0 +1,130 @@
+//! The sandbox's security when started with a credentials directory: a freshly generated CA, a
+//! serving certificate for 127.0.0.1/localhost signed by it, and a bearer token — written to
+//! `ca.crt`, `token` and `namespace` exactly as a pod's service-account directory
+//! (`/var/run/secrets/kubernetes.io/serviceaccount/`), so the in-cluster code path can be tested.
+//!
+//! WORKSHOP.md, "Set-up: the sandbox" (and "Configuration: in-cluster").
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+
+use super::random::Xorshift;
+use super::SandboxError;
+
+pub(crate) struct Security {
+    pub(crate) tls_config: Arc<rustls::ServerConfig>,
+    token: Mutex<String>,
+    dir: PathBuf,
+    random: Mutex<Xorshift>,
+}
+
+impl Security {
+    /// Generate the CA, the serving certificate and the first token, and write the files.
+    pub(crate) fn generate(dir: &Path) -> Result<Security, SandboxError> {
+        std::fs::create_dir_all(dir).map_err(|source| SandboxError::WriteCredentials {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        let ca_key = KeyPair::generate().map_err(SandboxError::Certificates)?;
+        let mut ca_params =
+            CertificateParams::new(Vec::<String>::new()).map_err(SandboxError::Certificates)?;
+        ca_params
+            .distinguished_name
+            .push(DnType::CommonName, "sandbox-ca");
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca_params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let ca_cert = ca_params
+            .self_signed(&ca_key)
+            .map_err(SandboxError::Certificates)?;
+        let issuer = Issuer::new(ca_params, ca_key);
+
+        // Clients connect to https://127.0.0.1:PORT, so the certificate needs an IP address SAN;
+        // a DNS SAN "127.0.0.1" would not match (in-cluster configs use the service IP the same way).
+        let server_key = KeyPair::generate().map_err(SandboxError::Certificates)?;
+        let mut server_params = CertificateParams::new(vec![
+            "127.0.0.1".to_string(),
+            "::1".to_string(),
+            "localhost".to_string(),
+            "kubernetes.default.svc".to_string(),
+        ])
+        .map_err(SandboxError::Certificates)?;
+        server_params
+            .distinguished_name
+            .push(DnType::CommonName, "sandbox-apiserver");
+        let server_cert = server_params
+            .signed_by(&server_key, &issuer)
+            .map_err(SandboxError::Certificates)?;
+
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(SandboxError::TlsConfig)?
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![CertificateDer::from(server_cert.der().to_vec())],
+                PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(server_key.serialize_der())),
+            )
+            .map_err(SandboxError::TlsConfig)?;
+        // The sandbox speaks HTTP/1.1 only; advertising h2 would make clients try it.
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+
+        let mut random = Xorshift::from_entropy();
+        let token = random.hex(32);
+        write_atomically(&dir.join("ca.crt"), ca_cert.pem().as_bytes())?;
+        write_atomically(&dir.join("namespace"), b"default")?;
+        write_atomically(&dir.join("token"), token.as_bytes())?;
+        Ok(Security {
+            tls_config: Arc::new(config),
+            token: Mutex::new(token),
+            dir: dir.to_path_buf(),
+            random: Mutex::new(random),
+        })
+    }
+
+    pub(crate) fn current_token(&self) -> String {
+        super::lock(&self.token).clone()
+    }
+
+    /// Compare the `Authorization` header against the current token.
+    pub(crate) fn accepts(&self, authorization: Option<&str>) -> bool {
+        let Some(presented) = authorization.and_then(|h| h.strip_prefix("Bearer ")) else {
+            return false;
+        };
+        let current = super::lock(&self.token);
+        // Constant-time comparison: a token check should not leak how many bytes matched.
+        presented.len() == current.len()
+            && presented
+                .bytes()
+                .zip(current.bytes())
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                == 0
+    }
+
+    /// A new token; the old one is refused from now on. The file is replaced atomically (write a
+    /// temporary file, then rename), as the kubelet does when it refreshes a projected token.
+    pub(crate) fn rotate_token(&self) -> String {
+        let token = super::lock(&self.random).hex(32);
+        *super::lock(&self.token) = token.clone();
+        if let Err(error) = write_atomically(&self.dir.join("token"), token.as_bytes()) {
+            tracing::warn!(%error, "could not rewrite the token file");
+        }
+        token
+    }
+}
+
+fn write_atomically(path: &Path, contents: &[u8]) -> Result<(), SandboxError> {
+    let temporary = path.with_extension("tmp");
+    let result =
+        std::fs::write(&temporary, contents).and_then(|()| std::fs::rename(&temporary, path));
+    result.map_err(|source| SandboxError::WriteCredentials {
+        path: path.to_path_buf(),
+        source,
+    })
+}

@@ -1,0 +1,253 @@
+//! One watch: a streaming response of newline-separated JSON events.
+//!
+//! WORKSHOP.md, "Set-up: the sandbox" and step 02. Each event is one compact JSON object and a
+//! `\n`, sent as its own HTTP chunk and flushed at once. A watch ends cleanly (end of stream)
+//! at `timeoutSeconds`, at the server's default timeout, when it falls too far behind (its
+//! queue in the store fills up), or when a fault says so. A resourceVersion older than the
+//! history window is answered with HTTP 200 and an in-stream `ERROR` event carrying a 410
+//! `Expired` Status, exactly as kube-apiserver does.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use crate::status::Status;
+
+use super::body::ResponseBody;
+use super::errors::ApiError;
+use super::faults::FaultSettings;
+use super::lock;
+use super::resources::ResourceType;
+use super::server::Shared;
+use super::store::{Filter, Registration, WatchMessage, WatchStart};
+use super::table::{self, IncludeObject};
+
+/// What the client asked for in the query string.
+pub(crate) struct WatchParams {
+    pub(crate) resource: ResourceType,
+    pub(crate) filter: Filter,
+    pub(crate) resource_version: Option<String>,
+    pub(crate) timeout: Option<Duration>,
+    pub(crate) bookmarks: bool,
+    /// Some: the client's Accept asked for Tables (`kubectl get -w`).
+    pub(crate) table: Option<IncludeObject>,
+}
+
+/// Start a watch and return the streaming body for its response.
+pub(crate) fn start(shared: &Arc<Shared>, params: WatchParams) -> Result<ResponseBody, ApiError> {
+    let start = match params.resource_version.as_deref() {
+        None | Some("") | Some("0") => WatchStart::Current,
+        Some(text) => match text.parse::<u64>() {
+            Ok(revision) => WatchStart::After(revision),
+            Err(_) => {
+                return Err(ApiError::bad_request(format!(
+                    "resourceVersion: Invalid value: {text:?}: must be a resourceVersion this server returned"
+                )))
+            }
+        },
+    };
+    let settings = lock(&shared.faults).clone();
+    let (body_sender, body_receiver) = mpsc::channel::<Bytes>(64);
+    if settings.stall_watches {
+        tokio::spawn(stall(shared.clone(), body_sender));
+        return Ok(ResponseBody::Stream(body_receiver));
+    }
+    let registration = shared
+        .store
+        .lock()
+        .register_watcher(params.filter.clone(), start);
+    match registration {
+        Ok(registration) => {
+            tokio::spawn(pump(
+                shared.clone(),
+                registration,
+                params,
+                settings,
+                body_sender,
+            ));
+        }
+        Err(expired) => {
+            let mut status = Status::failure(
+                410,
+                "Expired",
+                format!(
+                    "too old resource version: {} ({})",
+                    expired.requested, expired.oldest
+                ),
+            );
+            status.details = None;
+            let line = event_line("ERROR", &serde_json::to_value(&status).unwrap_or_default());
+            // The sender is dropped right after: the stream ends after this one event.
+            let _ = body_sender.try_send(line);
+        }
+    }
+    Ok(ResponseBody::Stream(body_receiver))
+}
+
+fn event_line(event_type: &str, object: &Value) -> Bytes {
+    let mut line =
+        serde_json::to_vec(&json!({"type": event_type, "object": object})).unwrap_or_default();
+    line.push(b'\n');
+    Bytes::from(line)
+}
+
+/// Headers sent, then silence until the client leaves or the sandbox stops.
+async fn stall(shared: Arc<Shared>, body_sender: mpsc::Sender<Bytes>) {
+    let mut shutdown = shared.shutdown.subscribe();
+    let mut epoch = shared.watch_epoch.subscribe();
+    tokio::select! {
+        _ = body_sender.closed() => {}
+        _ = super::stopping(&mut shutdown) => {}
+        _ = epoch.changed() => {}
+    }
+}
+
+struct Output {
+    sender: mpsc::Sender<Bytes>,
+    chunk_size: Option<usize>,
+    resource: ResourceType,
+    table: Option<IncludeObject>,
+    /// kube-apiserver sends column definitions with the first Table event only.
+    first_table_sent: bool,
+}
+
+impl Output {
+    fn render(&mut self, message: &WatchMessage) -> Bytes {
+        let (event_type, object) = match message {
+            WatchMessage::Bookmark(revision) => {
+                let bookmark = json!({"kind": self.resource.kind,
+                    "apiVersion": self.resource.api_version(),
+                    "metadata": {"resourceVersion": revision.to_string()}});
+                return event_line("BOOKMARK", &bookmark);
+            }
+            WatchMessage::Event(event) => {
+                if self.table.is_none() {
+                    // The hot path: splice the object's shared JSON into the event line.
+                    let json = event.object_json();
+                    let mut line = BytesMut::with_capacity(json.len() + 32);
+                    line.extend_from_slice(b"{\"type\":\"");
+                    line.extend_from_slice(event.event_type.as_str().as_bytes());
+                    line.extend_from_slice(b"\",\"object\":");
+                    line.extend_from_slice(&json);
+                    line.extend_from_slice(b"}\n");
+                    return line.freeze();
+                }
+                (event.event_type, event.object.clone())
+            }
+            WatchMessage::Adjusted { event_type, object } => (*event_type, object.clone()),
+        };
+        match self.table {
+            Some(include) => {
+                let rv = object["metadata"]["resourceVersion"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string();
+                let with_definitions = !self.first_table_sent;
+                self.first_table_sent = true;
+                let table =
+                    table::table(&self.resource, &[&*object], &rv, include, with_definitions);
+                event_line(event_type.as_str(), &table)
+            }
+            None => event_line(event_type.as_str(), &object),
+        }
+    }
+
+    /// Send one rendered event, in pieces if a fault asks for it. False: the client is gone.
+    async fn send(&self, line: Bytes) -> bool {
+        match self.chunk_size {
+            None => self.sender.send(line).await.is_ok(),
+            Some(size) => {
+                let mut rest = line;
+                while !rest.is_empty() {
+                    let piece = rest.split_to(size.min(rest.len()));
+                    if self.sender.send(piece).await.is_err() {
+                        return false;
+                    }
+                }
+                true
+            }
+        }
+    }
+}
+
+/// Move events from the watcher's queue in the store to the HTTP response, until the watch ends.
+async fn pump(
+    shared: Arc<Shared>,
+    registration: Registration,
+    params: WatchParams,
+    settings: FaultSettings,
+    body_sender: mpsc::Sender<Bytes>,
+) {
+    let Registration {
+        id,
+        initial,
+        mut receiver,
+    } = registration;
+    let mut timeout = params
+        .timeout
+        .unwrap_or(shared.options.default_watch_timeout);
+    if let Some(limit) = settings.end_watches_after {
+        timeout = timeout.min(limit);
+    }
+    let deadline = Instant::now() + timeout;
+    let event_limit = settings.end_watches_after_events;
+    let interval = shared
+        .options
+        .bookmark_interval
+        .max(Duration::from_millis(10));
+    let mut bookmark_timer = tokio::time::interval_at(Instant::now() + interval, interval);
+    let mut shutdown = shared.shutdown.subscribe();
+    let mut epoch = shared.watch_epoch.subscribe();
+    let mut output = Output {
+        sender: body_sender,
+        chunk_size: settings.watch_chunk_size,
+        resource: params.resource.clone(),
+        table: params.table,
+        first_table_sent: false,
+    };
+    let mut sent = 0usize;
+    let mut pending = std::collections::VecDeque::from(initial);
+
+    'watch: loop {
+        if event_limit.is_some_and(|limit| sent >= limit) {
+            break;
+        }
+        let message = match pending.pop_front() {
+            Some(message) => message,
+            None => tokio::select! {
+                message = receiver.recv() => match message {
+                    Some(message) => message,
+                    // The store dropped us: too slow, all watches ended, or the CRD is gone.
+                    None => break 'watch,
+                },
+                _ = bookmark_timer.tick(), if params.bookmarks => {
+                    shared.store.lock().queue_bookmark(id);
+                    continue;
+                }
+                _ = tokio::time::sleep_until(deadline) => break 'watch,
+                _ = super::stopping(&mut shutdown) => break 'watch,
+                _ = epoch.changed() => break 'watch,
+                _ = output.sender.closed() => break 'watch,
+            },
+        };
+        let is_event = !matches!(message, WatchMessage::Bookmark(_));
+        let line = output.render(&message);
+        let delivered = tokio::select! {
+            delivered = output.send(line) => delivered,
+            _ = tokio::time::sleep_until(deadline) => false,
+            _ = super::stopping(&mut shutdown) => false,
+            _ = epoch.changed() => false,
+        };
+        if !delivered {
+            break;
+        }
+        if is_event {
+            sent += 1;
+        }
+    }
+    shared.store.lock().remove_watcher(id);
+}

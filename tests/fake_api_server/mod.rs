@@ -1,0 +1,260 @@
+//! A purpose-built, scriptable API server for the client's tests: each test decides what every
+//! request gets, so each error class of `client.rs` can be provoked exactly. Plain HTTP or HTTPS
+//! with a freshly generated CA (optionally requiring a client certificate), bound to 127.0.0.1:0.
+//!
+//! The full in-memory API server that kubectl accepts is `postgres_operator::sandbox`; this one is
+//! deliberately dumber so a test can say "the third request gets a 503".
+
+#![allow(dead_code)] // each test file uses a different part
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+
+/// One request as the server saw it.
+#[derive(Clone, Debug)]
+pub struct Recorded {
+    pub method: String,
+    pub path: String,
+    pub authorization: Option<String>,
+    pub user_agent: Option<String>,
+    pub accept: Option<String>,
+    pub content_type: Option<String>,
+    pub body: Vec<u8>,
+}
+
+pub type Reply = Pin<Box<dyn Future<Output = Response<Full<Bytes>>> + Send>>;
+type Handler = Arc<dyn Fn(Recorded, usize) -> Reply + Send + Sync>;
+
+/// A running fake server; stops when dropped.
+pub struct FakeServer {
+    pub url: String,
+    requests: Arc<Mutex<Vec<Recorded>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for FakeServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl FakeServer {
+    /// Plain HTTP. `handler(request, index)` answers; `index` counts requests from 0.
+    pub async fn http(
+        handler: impl Fn(Recorded, usize) -> Reply + Send + Sync + 'static,
+    ) -> FakeServer {
+        FakeServer::start(None, Arc::new(handler)).await
+    }
+
+    /// HTTPS with the given server configuration (see [`TestPki`]).
+    pub async fn https(
+        tls: Arc<rustls::ServerConfig>,
+        handler: impl Fn(Recorded, usize) -> Reply + Send + Sync + 'static,
+    ) -> FakeServer {
+        FakeServer::start(Some(tls), Arc::new(handler)).await
+    }
+
+    async fn start(tls: Option<Arc<rustls::ServerConfig>>, handler: Handler) -> FakeServer {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let recorded = requests.clone();
+        let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    return;
+                };
+                let handler = handler.clone();
+                let recorded = recorded.clone();
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(
+                        move |request: Request<hyper::body::Incoming>| {
+                            let handler = handler.clone();
+                            let recorded = recorded.clone();
+                            async move {
+                                let header = |name: &str| {
+                                    request
+                                        .headers()
+                                        .get(name)
+                                        .and_then(|v| v.to_str().ok())
+                                        .map(str::to_string)
+                                };
+                                let mut seen = Recorded {
+                                    method: request.method().to_string(),
+                                    path: request
+                                        .uri()
+                                        .path_and_query()
+                                        .map(|p| p.to_string())
+                                        .unwrap_or_default(),
+                                    authorization: header("authorization"),
+                                    user_agent: header("user-agent"),
+                                    accept: header("accept"),
+                                    content_type: header("content-type"),
+                                    body: Vec::new(),
+                                };
+                                seen.body = request
+                                    .into_body()
+                                    .collect()
+                                    .await
+                                    .map(|b| b.to_bytes().to_vec())
+                                    .unwrap_or_default();
+                                let index = {
+                                    let mut all = recorded.lock().unwrap();
+                                    all.push(seen.clone());
+                                    all.len() - 1
+                                };
+                                Ok::<_, Infallible>(handler(seen, index).await)
+                            }
+                        },
+                    );
+                    let builder = hyper::server::conn::http1::Builder::new();
+                    match acceptor {
+                        Some(acceptor) => {
+                            if let Ok(stream) = acceptor.accept(stream).await {
+                                let _ = builder
+                                    .serve_connection(TokioIo::new(stream), service)
+                                    .await;
+                            }
+                        }
+                        None => {
+                            let _ = builder
+                                .serve_connection(TokioIo::new(stream), service)
+                                .await;
+                        }
+                    }
+                });
+            }
+        });
+        FakeServer {
+            url: format!("{scheme}://{addr}"),
+            requests,
+            task,
+        }
+    }
+
+    /// Every request so far, in order.
+    pub fn requests(&self) -> Vec<Recorded> {
+        self.requests.lock().unwrap().clone()
+    }
+}
+
+/// An answer, ready now.
+pub fn ready(response: Response<Full<Bytes>>) -> Reply {
+    Box::pin(async move { response })
+}
+
+/// A JSON body with this code.
+pub fn json(code: u16, body: serde_json::Value) -> Response<Full<Bytes>> {
+    Response::builder()
+        .status(code)
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body.to_string())))
+        .unwrap()
+}
+
+/// A Kubernetes Failure `Status` body, as the API server writes errors.
+pub fn status(code: u16, reason: &str, message: &str) -> Response<Full<Bytes>> {
+    json(
+        code,
+        serde_json::json!({
+            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": message, "reason": reason, "code": code,
+        }),
+    )
+}
+
+/// Any body and content type.
+pub fn raw(code: u16, content_type: &str, body: &str) -> Response<Full<Bytes>> {
+    Response::builder()
+        .status(code)
+        .header("content-type", content_type)
+        .body(Full::new(Bytes::from(body.to_string())))
+        .unwrap()
+}
+
+/// A CA, a server certificate for 127.0.0.1 signed by it, and a client certificate signed by it.
+pub struct TestPki {
+    pub ca_pem: String,
+    pub server_cert_pem: String,
+    pub server_key_pem: String,
+    pub client_cert_pem: String,
+    pub client_key_pem: String,
+}
+
+impl TestPki {
+    pub fn generate() -> TestPki {
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        ca_params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "test CA");
+        let ca = rcgen::CertifiedIssuer::self_signed(ca_params, ca_key).unwrap();
+
+        let server_key = rcgen::KeyPair::generate().unwrap();
+        let server_params =
+            rcgen::CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".into()])
+                .unwrap();
+        let server_cert = server_params.signed_by(&server_key, &ca).unwrap();
+
+        let client_key = rcgen::KeyPair::generate().unwrap();
+        let mut client_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        client_params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "workshop-admin");
+        client_params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+        let client_cert = client_params.signed_by(&client_key, &ca).unwrap();
+
+        TestPki {
+            ca_pem: ca.pem(),
+            server_cert_pem: server_cert.pem(),
+            server_key_pem: server_key.serialize_pem(),
+            client_cert_pem: client_cert.pem(),
+            client_key_pem: client_key.serialize_pem(),
+        }
+    }
+
+    /// The server side; with `require_client_certificate`, a handshake without one fails.
+    pub fn server_config(&self, require_client_certificate: bool) -> Arc<rustls::ServerConfig> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .unwrap();
+        let builder = if require_client_certificate {
+            let mut roots = rustls::RootCertStore::empty();
+            roots
+                .add(CertificateDer::from_pem_slice(self.ca_pem.as_bytes()).unwrap())
+                .unwrap();
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider,
+            )
+            .build()
+            .unwrap();
+            builder.with_client_cert_verifier(verifier)
+        } else {
+            builder.with_no_client_auth()
+        };
+        let chain = vec![CertificateDer::from_pem_slice(self.server_cert_pem.as_bytes()).unwrap()];
+        let key = PrivateKeyDer::from_pem_slice(self.server_key_pem.as_bytes()).unwrap();
+        Arc::new(builder.with_single_cert(chain, key).unwrap())
+    }
+}
+
+/// A client for `url` with the given request timeout and no auth (plain http).
+pub fn plain_client(url: &str) -> postgres_operator::client::Client {
+    let config = postgres_operator::config::Config::from_url(url).unwrap();
+    postgres_operator::client::Client::new(config).unwrap()
+}

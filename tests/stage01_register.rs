@@ -1,0 +1,270 @@
+//! Stage 01 end to end: the real `stage01` binary registers the CRD with the sandbox over HTTPS,
+//! authenticating with a token file exactly as in a pod (the in-cluster configuration), waits for
+//! Established, and prints what discovery serves; a second run finds it already there. Real
+//! kubectl then sees what stage 01 registered. Failures exit non-zero with the Status and a hint.
+
+mod common;
+
+use std::process::Output;
+use std::time::Duration;
+
+use common::{start_sandbox_with, Kubectl};
+use postgres_operator::api::CRD_NAME;
+use postgres_operator::sandbox::{InjectedFault, Sandbox, SandboxOptions};
+
+/// An HTTPS sandbox whose service-account style credentials are written to a temp dir, with a
+/// CRD Established delay so the wait is observable.
+async fn tls_sandbox(established_delay: Duration) -> (Sandbox, tempfile::TempDir) {
+    let credentials = tempfile::tempdir().unwrap();
+    let sandbox = start_sandbox_with(SandboxOptions {
+        credentials_dir: Some(credentials.path().to_path_buf()),
+        established_delay,
+        ..SandboxOptions::default()
+    })
+    .await;
+    (sandbox, credentials)
+}
+
+/// The stage01 binary, configured only through the in-cluster environment: service host/port
+/// pointing at the sandbox, and the service-account directory pointing at its credentials.
+fn stage01_in_cluster(sandbox: &Sandbox, credentials: &std::path::Path) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_stage01"));
+    command
+        .env_remove("KUBE_SERVER")
+        .env("KUBECONFIG", "/dev/null")
+        .env("KUBERNETES_SERVICE_HOST", sandbox.addr().ip().to_string())
+        .env("KUBERNETES_SERVICE_PORT", sandbox.addr().port().to_string())
+        .env("POSTGRES_OPERATOR_SERVICEACCOUNT_DIR", credentials)
+        .env("RUST_LOG", "info")
+        .kill_on_drop(true);
+    command
+}
+
+async fn run(mut command: tokio::process::Command) -> (Output, String, String) {
+    let output = tokio::time::timeout(Duration::from_secs(60), command.output())
+        .await
+        .expect("stage01 finishes within 60 s")
+        .expect("stage01 runs");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    (output, stdout, stderr)
+}
+
+/// First run registers and waits for Established; the second says "already exists; continuing".
+/// Both exit 0 and print what discovery serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stage01_registers_then_continues_when_it_already_exists() {
+    let (sandbox, credentials) = tls_sandbox(Duration::from_millis(700)).await;
+
+    let (output, stdout, stderr) = run(stage01_in_cluster(&sandbox, credentials.path())).await;
+    assert!(
+        output.status.success(),
+        "stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(
+        lines[0],
+        "registered CustomResourceDefinition postgresclusters.workshop.example.com"
+    );
+    assert_eq!(lines[1], "waiting for Established ...");
+    assert_eq!(lines[2], "CustomResourceDefinition is Established");
+    let served = lines
+        .iter()
+        .find(|line| line.starts_with("served: postgresclusters (PostgresCluster) verbs: "))
+        .unwrap_or_else(|| panic!("no served line in:\n{stdout}"));
+    for verb in [
+        "get", "list", "watch", "create", "update", "patch", "delete",
+    ] {
+        assert!(
+            served.split(' ').any(|word| word == verb),
+            "{verb} missing: {served}"
+        );
+    }
+    assert!(
+        stderr.contains("in-cluster service account"),
+        "config source logged: {stderr}"
+    );
+
+    // The 700 ms delay means several polls of the CRD before it was Established.
+    let polls = sandbox
+        .requests()
+        .iter()
+        .filter(|r| {
+            r.method == "GET" && r.resource == "customresourcedefinitions" && r.name == CRD_NAME
+        })
+        .count();
+    assert!(
+        polls >= 3,
+        "expected the CRD to be polled while not Established, saw {polls} GETs"
+    );
+
+    let (output, stdout, stderr) = run(stage01_in_cluster(&sandbox, credentials.path())).await;
+    assert!(
+        output.status.success(),
+        "stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    assert_eq!(
+        stdout.lines().next(),
+        Some("CustomResourceDefinition already exists; continuing")
+    );
+    assert!(
+        stdout.contains("CustomResourceDefinition is Established"),
+        "{stdout}"
+    );
+}
+
+/// Real kubectl (HTTPS, CA and token as flags, fresh cache dir, no kubeconfig) sees the CRD that
+/// stage01 registered, and `api-resources` lists the new resource with its short name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_sees_what_stage01_registered() {
+    let (sandbox, credentials) = tls_sandbox(Duration::ZERO).await;
+    let (output, stdout, stderr) = run(stage01_in_cluster(&sandbox, credentials.path())).await;
+    assert!(
+        output.status.success(),
+        "stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+
+    let ca = credentials.path().join("ca.crt").display().to_string();
+    let token = sandbox.token().expect("TLS mode has a token");
+    let kubectl = Kubectl::new(&sandbox.url()).with_flags(&[
+        "--certificate-authority",
+        &ca,
+        "--token",
+        &token,
+    ]);
+
+    let crd = kubectl.ok(&["get", "crd", CRD_NAME, "-o", "json"]).await;
+    let crd: serde_json::Value = serde_json::from_str(&crd).unwrap();
+    assert_eq!(crd["spec"]["names"]["shortNames"][0], "pgc");
+    let established = crd["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|c| c["type"] == "Established" && c["status"] == "True");
+    assert!(established, "{crd}");
+
+    let resources = kubectl
+        .ok(&["api-resources", "--api-group", "workshop.example.com"])
+        .await;
+    let line = resources
+        .lines()
+        .find(|line| line.starts_with("postgresclusters"))
+        .unwrap_or_else(|| panic!("no postgresclusters in:\n{resources}"));
+    let columns: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(
+        columns,
+        [
+            "postgresclusters",
+            "pgc",
+            "workshop.example.com/v1",
+            "true",
+            "PostgresCluster"
+        ]
+    );
+}
+
+/// `--server http://...` (the sandbox's plain mode, or `kubectl proxy`) works too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stage01_works_through_a_plain_http_server_flag() {
+    let sandbox = start_sandbox_with(SandboxOptions::default()).await;
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_stage01"));
+    command
+        .args(["--server", &sandbox.url(), "--established-timeout", "10"])
+        .env("KUBECONFIG", "/dev/null")
+        .kill_on_drop(true);
+    let (output, stdout, stderr) = run(command).await;
+    assert!(
+        output.status.success(),
+        "stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    assert!(
+        stdout.starts_with("registered CustomResourceDefinition"),
+        "{stdout}"
+    );
+}
+
+/// A 403 on the CRD POST: exit 1, the Status message, and a hint naming the verb, the resource
+/// and kube/rbac.yaml.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stage01_reports_forbidden_with_an_rbac_hint() {
+    let (sandbox, credentials) = tls_sandbox(Duration::ZERO).await;
+    sandbox.faults().fail_next(
+        1,
+        "customresourcedefinitions",
+        InjectedFault::Status {
+            code: 403,
+            reason: "Forbidden".into(),
+            retry_after_seconds: None,
+        },
+    );
+    let (output, stdout, stderr) = run(stage01_in_cluster(&sandbox, credentials.path())).await;
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    assert!(stderr.contains("error: registering CustomResourceDefinition postgresclusters.workshop.example.com: POST /apis/apiextensions.k8s.io/v1/customresourcedefinitions: Forbidden (403)"), "{stderr}");
+    assert!(stderr.contains("hint: the service account may not create customresourcedefinitions.apiextensions.k8s.io"), "{stderr}");
+    assert!(stderr.contains("kube/rbac.yaml"), "{stderr}");
+}
+
+/// A token the server does not accept: exit 1 with the 401 and a hint about credentials.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stage01_reports_a_rejected_token() {
+    let (sandbox, credentials) = tls_sandbox(Duration::ZERO).await;
+    let ca = credentials.path().join("ca.crt").display().to_string();
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_stage01"));
+    command
+        .args([
+            "--server",
+            &sandbox.url(),
+            "--certificate-authority",
+            &ca,
+            "--token",
+            "not-the-token",
+        ])
+        .env("KUBECONFIG", "/dev/null")
+        .kill_on_drop(true);
+    let (output, _, stderr) = run(command).await;
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("(401)"), "{stderr}");
+    assert!(
+        stderr.contains("hint: the API server did not accept our credentials"),
+        "{stderr}"
+    );
+}
+
+/// No configuration at all: exit 1 with the one message listing what was tried and both fixes;
+/// a flag without its value or an unknown flag: exit 2.
+#[tokio::test]
+async fn stage01_config_errors_are_clear() {
+    let home = tempfile::tempdir().unwrap();
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_stage01"));
+    command
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", home.path())
+        .env("KUBECONFIG", home.path().join("missing"));
+    let (output, _, stderr) = run(command).await;
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("no usable Kubernetes API server configuration"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("cargo run --bin sandbox"), "{stderr}");
+
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_stage01"));
+    command.arg("--server");
+    let (output, _, stderr) = run(command).await;
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--server needs a value"), "{stderr}");
+
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_stage01"));
+    command.args(["--server", "http://127.0.0.1:1", "--frobnicate"]);
+    let (output, _, stderr) = run(command).await;
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("unknown argument \"--frobnicate\""),
+        "{stderr}"
+    );
+}
