@@ -485,10 +485,12 @@ pub(crate) fn update(
     }
     // The last finalizer removed from an object being deleted: now it really goes.
     if !next["metadata"]["deletionTimestamp"].is_null() && finalizers_of(&next) == 0 {
-        state.commit_modified(&resource.store_key(), next);
-        let removed = remove(state, resource, &namespace_of(old), &name, false);
+        // kube-apiserver does not store this update: it deletes the object instead, so
+        // watchers see one DELETED (here carrying the state without finalizers).
+        let removed = state.commit_deleted_as(&resource.store_key(), next);
+        after_removal(state, resource, &removed, false);
         return Ok(WriteOutcome {
-            object: removed.unwrap_or_else(|| old.clone()),
+            object: removed,
             code: 200,
             follow_ups: Vec::new(),
             warnings,
@@ -604,6 +606,18 @@ pub(crate) fn remove(
         }
     }
     let removed = state.commit_deleted(&store_key, namespace, name);
+    after_removal(state, resource, &object, orphan_dependents);
+    removed
+}
+
+/// What the controllers do once an object is gone: a CRD takes its objects and endpoints with
+/// it, and the garbage collector looks for dependents.
+fn after_removal(
+    state: &mut StoreState,
+    resource: &ResourceType,
+    object: &Value,
+    orphan_dependents: bool,
+) {
     if resource.group == "apiextensions.k8s.io" {
         let group = object["spec"]["group"].as_str().unwrap_or_default();
         let plural = object["spec"]["names"]["plural"]
@@ -614,12 +628,11 @@ pub(crate) fn remove(
             state.commit_deleted(&custom_key, &namespace_of(&inner), &name_of(&inner));
         }
         state.end_watchers_of(&custom_key);
-        state.registry.unregister_crd(&object);
+        state.registry.unregister_crd(object);
     }
     if !orphan_dependents {
-        collect_garbage(state, &uid_of(&object));
+        collect_garbage(state, &uid_of(object));
     }
-    removed
 }
 
 /// Background garbage collection: dependents that name `owner_uid` in ownerReferences are

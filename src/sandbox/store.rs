@@ -271,6 +271,14 @@ impl StoreState {
         Some(self.commit(store_key, EventType::Deleted, last, Some(previous)))
     }
 
+    /// Remove an object whose final state is `last` (an update that emptied its finalizers):
+    /// one DELETED event, no MODIFIED before it.
+    pub(crate) fn commit_deleted_as(&mut self, store_key: &str, last: Value) -> Arc<Value> {
+        let (ns, name) = key_of(&last);
+        let previous = self.get(store_key, &ns, &name);
+        self.commit(store_key, EventType::Deleted, last, previous)
+    }
+
     fn commit(
         &mut self,
         store_key: &str,
