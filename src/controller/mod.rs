@@ -37,6 +37,7 @@
 //! delete, a spec that did not change) always go to `tracing`, inside a span carrying `cluster`.
 
 pub mod cluster;
+pub mod operator;
 pub mod pods;
 
 use std::collections::HashMap;
@@ -50,6 +51,7 @@ use tracing::Instrument;
 use crate::api::PostgresCluster;
 use crate::watch::Event;
 use cluster::{run_cluster, TaskEnd, Wanted};
+pub use operator::{run_operator, OperatorError};
 pub use pods::PodApi;
 
 /// How often each cluster task reconciles, unless told otherwise. The original used 8 s.
@@ -203,7 +205,7 @@ impl<P: PodApi> Controller<P> {
         mut events: mpsc::Receiver<Event<PostgresCluster>>,
         shutdown: impl Future<Output = ()>,
     ) -> ControllerStopped {
-        tracing::info!("Controller initialised");
+        tracing::debug!("controller running");
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
