@@ -156,3 +156,94 @@ async fn failed_pod_list_is_reported_and_retried_next_tick() {
     .await;
     controller.shutdown().await;
 }
+
+/// End to end through `run_operator` (what stage03 and the tour run): register, list, watch, and
+/// one task per cluster — create, resize, delete of one cluster while a second one lives on.
+#[tokio::test]
+async fn operator_follows_create_resize_delete_end_to_end() {
+    let (_sandbox, client) = sandbox_with_crd(Duration::ZERO).await;
+    // Exists before the operator starts: it arrives through the list, not the watch.
+    let early = create_cluster(&client, "default", "early", 1).await;
+    let (reporter, mut lines) = Reporter::channel();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let operator = tokio::spawn(postgres_operator::controller::run_operator(
+        client.clone(),
+        options(Duration::from_millis(500)),
+        reporter,
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    let mut seen = Vec::new();
+    let deadline = Duration::from_secs(10);
+    wait_for_line(
+        &mut lines,
+        &mut seen,
+        "default/early",
+        "creating cluster",
+        deadline,
+    )
+    .await;
+    assert!(seen
+        .iter()
+        .any(|l| l.cluster.is_none() && l.line.starts_with("Watch version: ")));
+
+    let db = create_cluster(&client, "default", "db", 3).await;
+    wait_for_line(
+        &mut lines,
+        &mut seen,
+        "default/db",
+        "creating cluster with Spec {size: 3",
+        deadline,
+    )
+    .await;
+    let resize = postgres_operator::client::Patch::Merge(serde_json::json!({"spec": {"size": 5}}));
+    let _: serde_json::Value = client
+        .patch(
+            &postgres_operator::api::object_path("default", "db"),
+            &resize,
+        )
+        .await
+        .unwrap();
+    wait_for_line(
+        &mut lines,
+        &mut seen,
+        "default/db",
+        "spec update: from {size: 3, version: 9.6.3, paused: false} to {size: 5",
+        deadline,
+    )
+    .await;
+    let _: serde_json::Value = client
+        .delete(&postgres_operator::api::object_path("default", "db"))
+        .await
+        .unwrap();
+    wait_for_line(
+        &mut lines,
+        &mut seen,
+        "default/db",
+        "cluster task ended",
+        deadline,
+    )
+    .await;
+
+    // The other cluster still ticks after its neighbour is gone.
+    let index = seen.len();
+    wait_for_line(
+        &mut lines,
+        &mut seen,
+        "default/early",
+        "Running: [], pending: []",
+        deadline,
+    )
+    .await;
+    assert!(seen[index..].iter().all(|l| !l.is_about("default/db")));
+
+    let _ = stop.send(());
+    let summary = tokio::time::timeout(deadline, operator)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(summary.tasks_stopped, 1, "only `early` was still running");
+    drop((db, early));
+}
