@@ -8,13 +8,23 @@
 //! Memory: this process runs only the controller (pods from an in-memory fake, no HTTP), reads
 //! its own VmRSS/VmHWM from /proc/self/status with 0 clusters, then with 1,000 live cluster tasks
 //! (each one through setup and at least one reconcile tick). Targets: ≤ 10 MB and ≤ 30 MB.
+//!
+//! Latency: a sandbox API server in this process on 127.0.0.1, the real operator
+//! ([`run_operator`]: client, list-then-watch over HTTP, controller, cluster task) against it. Each
+//! round resizes one cluster with a PATCH and waits for its task's "spec update" line. Two figures:
+//! from the moment the PATCH returns (the change is committed) to the line, and from the moment
+//! the PATCH is sent (an upper bound that includes the write's own round trip). Target p99 ≤ 5 ms.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use postgres_operator::api::{ObjectMeta, PostgresCluster, PostgresClusterSpec};
+use postgres_operator::client::{Client, Patch};
+use postgres_operator::config::Config;
 use postgres_operator::controller::pods::{Pod, PodApi, PodApiError};
-use postgres_operator::controller::{Controller, ControllerOptions, LogLine, Reporter};
+use postgres_operator::controller::{
+    run_operator, Controller, ControllerOptions, LogLine, Reporter,
+};
+use postgres_operator::sandbox::{Sandbox, SandboxOptions};
 use postgres_operator::watch::Event;
 use tokio::sync::mpsc;
 
@@ -110,6 +120,72 @@ async fn memory_with_live_clusters() {
     println!("stopped: {summary:?}");
 }
 
+const LATENCY_ROUNDS: usize = 1_000;
+
+async fn latency_from_commit_to_task() {
+    let sandbox = Sandbox::start(SandboxOptions::default())
+        .await
+        .expect("sandbox starts");
+    let client = Client::new(Config::from_url(&sandbox.url()).expect("url")).expect("client");
+    let (reporter, mut lines) = Reporter::channel();
+    let options = ControllerOptions {
+        // No ticks during the measurement: only the event path is timed.
+        reconcile_interval: Duration::from_secs(3600),
+        ..Default::default()
+    };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let operator = tokio::spawn(run_operator(client.clone(), options, reporter, async {
+        let _ = stopped.await;
+    }));
+    wait_for_lines(&mut lines, "Starting at watchVersion", 1).await;
+
+    let collection = postgres_operator::api::collection_path("default");
+    let path = postgres_operator::api::object_path("default", "db-0000");
+    let _: serde_json::Value = client
+        .create(&collection, &cluster(0))
+        .await
+        .expect("cluster created");
+    wait_for_lines(&mut lines, "PLACEHOLDER: Start cluster!", 1).await;
+
+    let mut from_commit = Vec::with_capacity(LATENCY_ROUNDS);
+    let mut from_send = Vec::with_capacity(LATENCY_ROUNDS);
+    for round in 0..LATENCY_ROUNDS {
+        let size = 4 + (round % 2) as i64;
+        let resize = Patch::Merge(serde_json::json!({"spec": {"size": size}}));
+        let sent = std::time::Instant::now();
+        let _: serde_json::Value = client.patch(&path, &resize).await.expect("patch");
+        let committed = std::time::Instant::now();
+        let wanted = format!("to {{size: {size},");
+        loop {
+            let line = lines.recv().await.expect("operator running");
+            if line.line.starts_with("spec update") && line.line.contains(&wanted) {
+                break;
+            }
+        }
+        let received = std::time::Instant::now();
+        from_commit.push(received.saturating_duration_since(committed));
+        from_send.push(received - sent);
+    }
+    report_latency("PATCH returned -> task logged it", &mut from_commit);
+    report_latency("PATCH sent     -> task logged it", &mut from_send);
+
+    let _ = stop.send(());
+    let _ = operator.await;
+    sandbox.shutdown().await;
+}
+
+fn report_latency(label: &str, samples: &mut [Duration]) {
+    samples.sort();
+    let at = |fraction: f64| samples[((samples.len() - 1) as f64 * fraction).round() as usize];
+    println!(
+        "{label}: p50 {:>7.3} ms   p99 {:>7.3} ms   max {:>7.3} ms   ({} rounds)",
+        at(0.50).as_secs_f64() * 1e3,
+        at(0.99).as_secs_f64() * 1e3,
+        at(1.0).as_secs_f64() * 1e3,
+        samples.len()
+    );
+}
+
 fn main() {
     // `cargo bench` passes `--bench`; nothing to parse.
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -117,6 +193,6 @@ fn main() {
         .enable_all()
         .build()
         .expect("a tokio runtime");
-    let _keep = Arc::new(());
     runtime.block_on(memory_with_live_clusters());
+    runtime.block_on(latency_from_commit_to_task());
 }
