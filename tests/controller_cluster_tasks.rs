@@ -550,3 +550,37 @@ async fn relisted_cluster_is_updated_and_a_new_uid_replaces_the_task() {
     assert_eq!(controller.cluster_keys(), vec![DB.to_string()]);
     controller.shutdown().await;
 }
+
+/// A cluster whose status says an earlier run got it Running is adopted, not created again.
+#[tokio::test(start_paused = true)]
+async fn running_cluster_is_adopted_not_created_again() {
+    let mut db = cluster(NS, "db", 3);
+    db.status = Some(postgres_operator::api::PostgresClusterStatus {
+        phase: Some("Running".into()),
+        size: Some(3),
+        ..Default::default()
+    });
+    let (reporter, mut lines) = Reporter::channel();
+    let mut controller =
+        Controller::new(FakePods::default(), ControllerOptions::default(), reporter);
+    controller.handle_event(Event::Added(db));
+    let mut seen = Vec::new();
+    let line = wait_for_line(
+        &mut lines,
+        &mut seen,
+        DB,
+        "adopting",
+        Duration::from_secs(1),
+    )
+    .await;
+    assert_eq!(
+        line.line,
+        "adopting running cluster with Spec {size: 3, version: 9.6.3, paused: false}, Status {phase: Running, size: 3}"
+    );
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    drain(&mut lines, &mut seen);
+    assert!(seen
+        .iter()
+        .all(|l| !l.line.contains("PLACEHOLDER: Launch seed")));
+    controller.shutdown().await;
+}
