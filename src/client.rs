@@ -3,7 +3,7 @@
 //!
 //! WORKSHOP.md, step 01 ("Talking to the API server" and "When the server says no"). Built on
 //! hyper-util's pooled client over a rustls connector (ring provider), verifying the server
-//! against the CA the [`Config`](crate::config::Config) names and nothing else.
+//! against the CA the [`crate::config::Config`] names and nothing else.
 //!
 //! What it does for you, because Kubernetes says so:
 //! - every error body is a `Status`: decoded into [`ClientError::Api`]; a body that is not one (a
@@ -425,51 +425,13 @@ impl Client {
     /// GET with no overall timeout; returns once the response headers are in and 2xx. Only
     /// getting the headers is bounded by the request timeout: a watch then stays open for minutes.
     pub async fn stream(&self, path_and_query: &str) -> Result<ByteStream, ClientError> {
-        let method = Method::GET;
-        let mut retries = Retries::default();
-        loop {
-            let started = Instant::now();
-            let head = tokio::time::timeout(
-                self.inner.request_timeout,
-                self.send(&method, path_and_query, None),
-            )
-            .await
-            .map_err(|_| self.timeout_error(&method, path_and_query))??;
-            let status = head.status();
-            if status.is_success() {
-                log_request(&method, path_and_query, status, started);
-                return Ok(ByteStream {
-                    body: head.into_body(),
-                    path: path_and_query.to_string(),
-                });
-            }
-            let headers = head.headers().clone();
-            let body = tokio::time::timeout(
-                self.inner.request_timeout,
-                read_body(&method, path_and_query, head.into_body()),
-            )
-            .await
-            .map_err(|_| self.timeout_error(&method, path_and_query))??;
-            log_request(&method, path_and_query, status, started);
-            let answer = Answer {
-                status,
-                headers,
-                body,
-            };
-            let error = error_from_answer(&method, path_and_query, &answer);
-            match self.retry_wait(&answer, &mut retries) {
-                Some(wait) => {
-                    tracing::info!(
-                        path = path_and_query,
-                        code = status.as_u16(),
-                        wait_ms = wait.as_millis() as u64,
-                        "retrying watch request"
-                    );
-                    tokio::time::sleep(wait).await;
-                }
-                None => return Err(error),
-            }
-        }
+        let response = self
+            .send_with_retries(&Method::GET, path_and_query, None)
+            .await?;
+        Ok(ByteStream {
+            body: response.into_body(),
+            path: path_and_query.to_string(),
+        })
     }
 
     /// One JSON request with the retries Kubernetes asks for; decodes a 2xx body into `T`.
@@ -479,42 +441,76 @@ impl Client {
         path: &str,
         body: Option<(Bytes, &'static str)>,
     ) -> Result<T, ClientError> {
+        let response = self.send_with_retries(&method, path, body).await?;
+        let code = response.status().as_u16();
+        let body = self.read_body_in_time(&method, path, response).await?;
+        serde_json::from_slice(&body).map_err(|error| ClientError::Decode {
+            method: method.to_string(),
+            path: path.to_string(),
+            code,
+            reason: error.to_string(),
+            snippet: snippet(&body),
+        })
+    }
+
+    /// Send until the answer is 2xx (returned with its body still unread, so a watch can stream
+    /// it) or an error not worth retrying. Each attempt's wait for the response head is bounded
+    /// by the request timeout.
+    async fn send_with_retries(
+        &self,
+        method: &Method,
+        path: &str,
+        body: Option<(Bytes, &'static str)>,
+    ) -> Result<hyper::Response<Incoming>, ClientError> {
         let mut retries = Retries::default();
         loop {
             let started = Instant::now();
-            let answer = tokio::time::timeout(self.inner.request_timeout, async {
-                let response = self.send(&method, path, body.clone()).await?;
-                let status = response.status();
-                let headers = response.headers().clone();
-                let body = read_body(&method, path, response.into_body()).await?;
-                Ok::<_, ClientError>(Answer {
-                    status,
-                    headers,
-                    body,
-                })
-            })
+            let response = tokio::time::timeout(
+                self.inner.request_timeout,
+                self.send(method, path, body.clone()),
+            )
             .await
-            .map_err(|_| self.timeout_error(&method, path))??;
-            log_request(&method, path, answer.status, started);
-
-            if answer.status.is_success() {
-                return serde_json::from_slice(&answer.body).map_err(|error| ClientError::Decode {
-                    method: method.to_string(),
-                    path: path.to_string(),
-                    code: answer.status.as_u16(),
-                    reason: error.to_string(),
-                    snippet: snippet(&answer.body),
-                });
+            .map_err(|_| self.timeout_error(method, path))??;
+            let status = response.status();
+            log_request(method, path, status, started);
+            if status.is_success() {
+                return Ok(response);
             }
-            let error = error_from_answer(&method, path, &answer);
+            let headers = response.headers().clone();
+            let answer = Answer {
+                status,
+                headers,
+                body: self.read_body_in_time(method, path, response).await?,
+            };
             match self.retry_wait(&answer, &mut retries) {
                 Some(wait) => {
-                    tracing::info!(method = %method, path, code = answer.status.as_u16(), wait_ms = wait.as_millis() as u64, "retrying request");
+                    tracing::info!(
+                        method = %method,
+                        path,
+                        code = status.as_u16(),
+                        wait_ms = wait.as_millis() as u64,
+                        "retrying request"
+                    );
                     tokio::time::sleep(wait).await;
                 }
-                None => return Err(error),
+                None => return Err(error_from_answer(method, path, &answer)),
             }
         }
+    }
+
+    /// The whole body of a (non-watch) response, bounded by the request timeout.
+    async fn read_body_in_time(
+        &self,
+        method: &Method,
+        path: &str,
+        response: hyper::Response<Incoming>,
+    ) -> Result<Bytes, ClientError> {
+        tokio::time::timeout(
+            self.inner.request_timeout,
+            read_body(method, path, response.into_body()),
+        )
+        .await
+        .map_err(|_| self.timeout_error(method, path))?
     }
 
     /// Whether (and after how long) to retry after this error answer.
@@ -586,6 +582,7 @@ impl Client {
 
         self.inner.http.request(request).await.map_err(|error| {
             let reason = error_chain(&error);
+            tracing::debug!(method = %method, path, error = %reason, "request failed");
             if error.is_connect() {
                 ClientError::Connect {
                     method: method.to_string(),

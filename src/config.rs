@@ -309,12 +309,12 @@ pub enum ConfigError {
     ConflictingFlags { flags: &'static str },
     /// The server URL does not parse or is not http/https.
     InvalidServerUrl {
-        source: String,
+        origin: String,
         url: String,
         reason: String,
     },
     /// An `https://` server with no CA to verify it against.
-    MissingCertificateAuthority { source: String, server: String },
+    MissingCertificateAuthority { origin: String, server: String },
     /// A file we were pointed at could not be read.
     ReadFile {
         what: &'static str,
@@ -339,16 +339,16 @@ impl fmt::Display for ConfigError {
                 write!(f, "{flags} cannot be used together; pick one")
             }
             ConfigError::InvalidServerUrl {
-                source,
+                origin,
                 url,
                 reason,
             } => write!(
                 f,
-                "{source}: server {url:?} is not a usable URL ({reason}); expected http://HOST:PORT or https://HOST:PORT"
+                "{origin}: server {url:?} is not a usable URL ({reason}); expected http://HOST:PORT or https://HOST:PORT"
             ),
-            ConfigError::MissingCertificateAuthority { source, server } => write!(
+            ConfigError::MissingCertificateAuthority { origin, server } => write!(
                 f,
-                "{source}: {server} is https but no certificate authority was given to verify it; \
+                "{origin}: {server} is https but no certificate authority was given to verify it; \
                  pass --certificate-authority FILE (for the sandbox: its ca.crt), or use an http:// server such as `kubectl proxy`"
             ),
             ConfigError::ReadFile { what, path, reason } => {
@@ -461,7 +461,7 @@ impl Config {
         let server = parse_server_url(server, "URL")?;
         if server.scheme() == "https" {
             return Err(ConfigError::MissingCertificateAuthority {
-                source: "Config::from_url".into(),
+                origin: "Config::from_url".into(),
                 server: server.to_string(),
             });
         }
@@ -492,7 +492,7 @@ impl Config {
             }
             None if server.scheme() == "https" => {
                 return Err(ConfigError::MissingCertificateAuthority {
-                    source: label,
+                    origin: label,
                     server: server.to_string(),
                 })
             }
@@ -688,6 +688,16 @@ impl Config {
                 "cluster {cluster_name:?} is https but has no certificate-authority(-data)"
             )));
         }
+        for ignored in ["proxy-url", "tls-server-name"] {
+            if cluster[ignored].is_string() {
+                // Not implemented here; `kubectl proxy` honours both.
+                tracing::warn!(
+                    cluster = cluster_name,
+                    field = ignored,
+                    "kubeconfig field is ignored by this client; if connecting fails, use `kubectl proxy`"
+                );
+            }
+        }
         if tls.insecure_skip_verify {
             tracing::warn!(
                 cluster = cluster_name,
@@ -760,9 +770,9 @@ impl Config {
     }
 }
 
-fn parse_server_url(server: &str, source: &str) -> Result<url::Url, ConfigError> {
+fn parse_server_url(server: &str, origin: &str) -> Result<url::Url, ConfigError> {
     let invalid = |reason: String| ConfigError::InvalidServerUrl {
-        source: source.to_string(),
+        origin: origin.to_string(),
         url: server.to_string(),
         reason,
     };
@@ -866,6 +876,27 @@ mod tests {
             error.to_string().starts_with("--namespace needs a value"),
             "{error}"
         );
+    }
+
+    proptest::proptest! {
+        /// Arguments that are not connection flags come back untouched and in order.
+        #[test]
+        fn other_arguments_pass_through_in_order(
+            words in proptest::collection::vec("[a-z0-9=./-]{1,12}", 0..8)
+        ) {
+            let others: Vec<String> = words
+                .into_iter()
+                .filter(|word| {
+                    let flag = word.split('=').next().unwrap_or_default();
+                    !CONFIG_FLAGS.contains(&flag)
+                })
+                .collect();
+            let mut args = vec!["--server".to_string(), "http://127.0.0.1:1".to_string()];
+            args.extend(others.iter().cloned());
+            let (parsed, rest) = ConfigArgs::parse(args).unwrap();
+            proptest::prop_assert_eq!(parsed.server.as_deref(), Some("http://127.0.0.1:1"));
+            proptest::prop_assert_eq!(rest, others);
+        }
     }
 
     #[test]

@@ -249,9 +249,16 @@ pub async fn register(client: &Client) -> Result<Registration, CrdError> {
 /// `/apis/workshop.example.com/v1/...`. Bounded by `timeout`.
 pub async fn wait_established(client: &Client, timeout: Duration) -> Result<(), CrdError> {
     let started = tokio::time::Instant::now();
-    let mut last_conditions: String;
+    let deadline = started + timeout;
+    let mut last_conditions = "no answer yet".to_string();
     loop {
-        match client.get::<Value>(&crd_path()).await {
+        // Each GET is bounded by what is left of the wait, not by the client's 30 s default.
+        let answer = match tokio::time::timeout_at(deadline, client.get::<Value>(&crd_path())).await
+        {
+            Ok(answer) => answer,
+            Err(_) => break,
+        };
+        match answer {
             Ok(crd) => {
                 let conditions = crd["status"]["conditions"]
                     .as_array()
@@ -284,14 +291,15 @@ pub async fn wait_established(client: &Client, timeout: Duration) -> Result<(), 
             }
             Err(error) => return Err(CrdError::WaitEstablished(error)),
         }
-        if started.elapsed() + ESTABLISHED_POLL_INTERVAL > timeout {
-            return Err(CrdError::NotEstablished {
-                waited: started.elapsed(),
-                conditions: last_conditions,
-            });
+        if tokio::time::Instant::now() + ESTABLISHED_POLL_INTERVAL > deadline {
+            break;
         }
         tokio::time::sleep(ESTABLISHED_POLL_INTERVAL).await;
     }
+    Err(CrdError::NotEstablished {
+        waited: started.elapsed(),
+        conditions: last_conditions,
+    })
 }
 
 /// `Established=False (Installing), NamesAccepted=True (NoConflicts)`.

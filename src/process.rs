@@ -3,6 +3,8 @@
 //! WORKSHOP.md, "Set-up". The library itself only emits `tracing` events; only binaries call
 //! [`init_logging`], so tests and embedders choose their own subscriber.
 
+use std::io::IsTerminal;
+
 use tracing_subscriber::EnvFilter;
 
 /// Log to stderr, filtered by `RUST_LOG` (default `info`). In a pod, `kubectl logs` shows stderr.
@@ -12,6 +14,8 @@ pub fn init_logging() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        // Colour only for a person at a terminal: `kubectl logs` would show raw escape codes.
+        .with_ansi(std::io::stderr().is_terminal())
         .with_target(false)
         .try_init();
 }

@@ -47,9 +47,12 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let client = match Config::infer(&config_args).map(Client::new) {
-        Ok(Ok(client)) => client,
-        Ok(Err(error)) => return fail(&error.to_string(), None),
+    let config = match Config::infer(&config_args) {
+        Ok(config) => config,
+        Err(error) => return fail(&error.to_string(), None),
+    };
+    let client = match Client::new(config) {
+        Ok(client) => client,
         Err(error) => return fail(&error.to_string(), None),
     };
 

@@ -301,3 +301,64 @@ async fn stream_yields_bytes_then_ends_and_reports_errors_at_start() {
     let error = client.stream("/forbidden?watch=true").await.unwrap_err();
     assert_eq!(error.status_code(), Some(403));
 }
+
+/// A watch connection that drops mid-body is a Transport error, not a clean end of stream: the
+/// watch must not mistake a broken connection for the server's normal timeout.
+#[tokio::test]
+async fn a_stream_cut_mid_body_is_a_transport_error() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        let (mut socket, _) = listener.accept().await.unwrap();
+        let mut request = vec![0u8; 4096];
+        let _ = socket.read(&mut request).await.unwrap();
+        // One complete chunk, then the connection closes without the terminating 0-chunk.
+        socket
+            .write_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n11\r\n{\"type\":\"ADDED\"}\n\r\n")
+            .await
+            .unwrap();
+        socket.shutdown().await.unwrap();
+    });
+    let client = plain_client(&url);
+    let mut stream = client.stream("/api/v1/pods?watch=true").await.unwrap();
+    let first = stream.next_chunk().await.unwrap().unwrap();
+    assert_eq!(&first[..], b"{\"type\":\"ADDED\"}\n");
+    let error = stream
+        .next_chunk()
+        .await
+        .expect("an error, not a clean end")
+        .unwrap_err();
+    assert!(matches!(error, ClientError::Transport { .. }), "{error:?}");
+    assert!(
+        error
+            .to_string()
+            .starts_with("GET /api/v1/pods?watch=true: connection failed mid-request"),
+        "{error}"
+    );
+}
+
+/// Headers arrive but the body stalls: a non-watch request still ends with Timeout, not a hang.
+#[tokio::test(start_paused = true)]
+async fn a_stalled_body_times_out() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        let (mut socket, _) = listener.accept().await.unwrap();
+        let mut request = vec![0u8; 4096];
+        let _ = socket.read(&mut request).await.unwrap();
+        socket
+            .write_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"kind\":")
+            .await
+            .unwrap();
+        // Hold the connection open without sending the rest.
+        std::future::pending::<()>().await;
+        drop(socket);
+    });
+    let client = plain_client(&url);
+    let started = tokio::time::Instant::now();
+    let error = client.get::<Value>("/api/v1/pods").await.unwrap_err();
+    assert!(matches!(error, ClientError::Timeout { .. }), "{error:?}");
+    assert_eq!(started.elapsed().as_secs(), 30);
+}

@@ -208,3 +208,31 @@ async fn served_resources_reads_the_group_version_discovery() {
     assert!(resources[0].verbs.contains(&"watch".to_string()));
     assert_eq!(resources[1].name, "postgresclusters/status");
 }
+
+/// A server that stops answering mid-wait cannot stretch the wait past its timeout (each poll is
+/// bounded by the time left, not by the client's 30 s request timeout).
+#[tokio::test(start_paused = true)]
+async fn a_hanging_poll_does_not_stretch_the_wait() {
+    let server = FakeServer::http(|_, index| {
+        if index == 0 {
+            ready(json(
+                200,
+                crd_with_conditions(
+                    json!([{"type": "Established", "status": "False", "reason": "Installing"}]),
+                ),
+            ))
+        } else {
+            Box::pin(std::future::pending())
+        }
+    })
+    .await;
+    let started = tokio::time::Instant::now();
+    let error = crd::wait_established(&plain_client(&server.url), Duration::from_secs(2))
+        .await
+        .unwrap_err();
+    assert_eq!(started.elapsed(), Duration::from_secs(2));
+    assert!(
+        error.to_string().contains("Established=False (Installing)"),
+        "{error}"
+    );
+}

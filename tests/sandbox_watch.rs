@@ -93,12 +93,14 @@ async fn resource_version_zero_starts_with_synthetic_added_events() {
 async fn compacted_history_gives_an_in_stream_410_expired() {
     let sandbox = common::start_sandbox().await;
     let http = Http::new(&sandbox.url());
+    let secrets = "/api/v1/namespaces/default/secrets";
     let old_rv = sandbox.resource_version();
-    http.post(PODS, &pod("a", json!({}))).await;
+    http.post(secrets, &json!({"metadata": {"name": "a"}}))
+        .await;
     sandbox.faults().compact_history();
 
     let mut watch = http
-        .stream(&format!("{PODS}?watch=true&resourceVersion={old_rv}"))
+        .stream(&format!("{secrets}?watch=true&resourceVersion={old_rv}"))
         .await;
     assert_eq!(watch.status, 200);
     let error = watch.next_event(WAIT).await.expect("an ERROR event");
@@ -120,9 +122,10 @@ async fn compacted_history_gives_an_in_stream_410_expired() {
     // The current RV is still fine to watch from.
     let current = sandbox.resource_version();
     let mut watch = http
-        .stream(&format!("{PODS}?watch=true&resourceVersion={current}"))
+        .stream(&format!("{secrets}?watch=true&resourceVersion={current}"))
         .await;
-    http.post(PODS, &pod("b", json!({}))).await;
+    http.post(secrets, &json!({"metadata": {"name": "b"}}))
+        .await;
     let event = watch.next_event(WAIT).await.expect("live event");
     assert_eq!(event["object"]["metadata"]["name"], "b");
 }

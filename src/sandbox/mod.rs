@@ -18,6 +18,7 @@
 //! | `controllers.rs` | the simulated kubelet, CRD establishment, garbage collection |
 //! | `tls.rs` | the generated CA, serving certificate and bearer token |
 //! | `faults.rs` | the [`Faults`] handle tests use to break things on purpose |
+//! | [`selector`], [`patch`], [`schema`], [`timefmt`], [`names`] | pure helpers: label/field selectors, the three patch kinds, CRD schema validation and pruning, RFC 3339 and ages, DNS-1123 names |
 //!
 //! # Start it
 //!
@@ -30,13 +31,17 @@ mod body;
 mod controllers;
 mod errors;
 mod faults;
-mod interim;
+pub mod names;
 mod objects;
+pub mod patch;
 mod random;
 mod resources;
+pub mod schema;
+pub mod selector;
 mod server;
 mod store;
 mod table;
+pub mod timefmt;
 mod tls;
 mod watch;
 

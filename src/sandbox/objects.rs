@@ -13,10 +13,12 @@ use serde_json::{json, Map, Value};
 use crate::status::StatusCause;
 
 use super::errors::ApiError;
-use super::interim;
+use super::names;
 use super::random::Xorshift;
 use super::resources::ResourceType;
+use super::schema;
 use super::store::StoreState;
+use super::timefmt;
 
 /// `?fieldValidation=`: what to do with fields the schema does not know.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -214,7 +216,7 @@ pub(crate) fn create(
     }
     let uid = options.random.uuid();
     metadata["uid"] = json!(uid);
-    metadata["creationTimestamp"] = json!(interim::now_rfc3339());
+    metadata["creationTimestamp"] = json!(timefmt::now_rfc3339());
     metadata["generation"] = json!(1);
 
     let mut follow_ups = Vec::new();
@@ -275,18 +277,13 @@ fn validate_name(resource: &ResourceType, name: &str) -> Result<(), ApiError> {
     // names are DNS-1123 subdomains.
     let label_only = resource.group.is_empty()
         && (resource.plural == "namespaces" || resource.plural == "services");
-    let valid = if label_only {
-        interim::is_dns1123_label(name)
+    let checked = if label_only {
+        names::validate_dns1123_label(name)
     } else {
-        interim::is_dns1123_subdomain(name)
+        names::validate_dns1123_subdomain(name)
     };
-    if valid {
+    let Err(rule) = checked else {
         return Ok(());
-    }
-    let rule = if label_only {
-        "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
-    } else {
-        "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
     };
     Err(ApiError::invalid_field(
         resource,
@@ -307,11 +304,19 @@ fn validate_custom(
     let Some(schema) = &resource.schema else {
         return Ok(Vec::new());
     };
-    let errors = interim::validate_schema(schema, object);
+    let errors = schema::validate(schema, object);
     if !errors.is_empty() {
-        return Err(ApiError::invalid(resource, name, errors));
+        let causes = errors
+            .into_iter()
+            .map(|e| StatusCause {
+                reason: e.reason,
+                message: e.message,
+                field: e.field,
+            })
+            .collect();
+        return Err(ApiError::invalid(resource, name, causes));
     }
-    let unknown = interim::prune(schema, object);
+    let unknown = schema::prune(schema, object);
     if unknown.is_empty() {
         return Ok(Vec::new());
     }
@@ -579,7 +584,7 @@ pub(crate) fn delete(
             return Ok(old);
         }
         let mut marked = (*old).clone();
-        marked["metadata"]["deletionTimestamp"] = json!(interim::now_rfc3339());
+        marked["metadata"]["deletionTimestamp"] = json!(timefmt::now_rfc3339());
         marked["metadata"]["deletionGracePeriodSeconds"] = json!(0);
         return Ok(state.commit_modified(&resource.store_key(), marked));
     }
@@ -673,7 +678,7 @@ fn collect_garbage(state: &mut StoreState, owner_uid: &str) {
         } else if finalizers_of(&dependent) > 0 {
             if dependent["metadata"]["deletionTimestamp"].is_null() {
                 let mut marked = (*dependent).clone();
-                marked["metadata"]["deletionTimestamp"] = json!(interim::now_rfc3339());
+                marked["metadata"]["deletionTimestamp"] = json!(timefmt::now_rfc3339());
                 state.commit_modified(&store_key, marked);
             }
         } else {
@@ -694,7 +699,7 @@ fn default_namespace(object: &mut Value, name: &str) {
 pub(crate) fn initial_namespace(name: &str, uid: String) -> Value {
     let mut object = json!({
         "apiVersion": "v1", "kind": "Namespace",
-        "metadata": {"name": name, "uid": uid, "creationTimestamp": interim::now_rfc3339()}
+        "metadata": {"name": name, "uid": uid, "creationTimestamp": timefmt::now_rfc3339()}
     });
     default_namespace(&mut object, name);
     object
@@ -743,7 +748,7 @@ fn default_pod(resource: &ResourceType, object: &mut Value, name: &str) -> Resul
         "phase": "Pending",
         "qosClass": "BestEffort",
         "conditions": [{"type": "PodScheduled", "status": "True",
-                        "lastTransitionTime": interim::now_rfc3339()}]
+                        "lastTransitionTime": timefmt::now_rfc3339()}]
     });
     Ok(())
 }
@@ -905,7 +910,7 @@ fn default_crd(crd: &mut Value) {
     let established = crd["status"]["conditions"]
         .as_array()
         .and_then(|c| c.iter().find(|c| c["type"] == "Established").cloned());
-    let now = interim::now_rfc3339();
+    let now = timefmt::now_rfc3339();
     let mut conditions = vec![json!({
         "type": "NamesAccepted", "status": "True", "reason": "NoConflicts",
         "message": "no conflicts found", "lastTransitionTime": now
@@ -921,12 +926,12 @@ fn default_crd(crd: &mut Value) {
 pub(crate) fn established_condition() -> Value {
     json!({"type": "Established", "status": "True", "reason": "InitialNamesAccepted",
            "message": "the initial names have been accepted",
-           "lastTransitionTime": interim::now_rfc3339()})
+           "lastTransitionTime": timefmt::now_rfc3339()})
 }
 
 /// The status the simulated kubelet writes once a pod "starts". Nothing runs: this is a record.
 pub(crate) fn running_pod_status(pod: &Value, random: &mut Xorshift) -> Value {
-    let now = interim::now_rfc3339();
+    let now = timefmt::now_rfc3339();
     let statuses: Vec<Value> = pod["spec"]["containers"]
         .as_array()
         .map(|containers| {

@@ -27,13 +27,15 @@ use super::errors::ApiError;
 use super::faults::{FaultSettings, InjectedFault};
 use super::lock;
 use super::objects::{self, DeleteOptions, FieldValidation, Part, WriteOptions, WriteOutcome};
+use super::patch as patching;
 use super::random::Xorshift;
 use super::resources::ResourceType;
+use super::selector::{FieldSelector, LabelSelector};
 use super::store::{Filter, Store};
 use super::table::{self, IncludeObject};
 use super::tls::Security;
 use super::watch::{self as watching, WatchParams};
-use super::{interim, RequestRecord, SandboxOptions};
+use super::{RequestRecord, SandboxOptions};
 
 /// What `/version` reports. kubectl here is a dispatcher that picks its real binary by `minor`.
 pub(crate) const GIT_VERSION: &str = "v1.32.4+sandbox";
@@ -643,11 +645,25 @@ fn filter_for(
     query: &HashMap<String, String>,
 ) -> Result<Filter, ApiError> {
     let non_empty = |key: &str| query.get(key).filter(|v| !v.trim().is_empty()).cloned();
+    let label_selector = match non_empty("labelSelector") {
+        Some(text) => Some(
+            LabelSelector::parse(&text)
+                .map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}")))?,
+        ),
+        None => None,
+    };
+    let field_selector = match non_empty("fieldSelector") {
+        Some(text) => Some(
+            FieldSelector::parse(&text)
+                .map_err(|e| ApiError::bad_request(format!("invalid field selector: {e}")))?,
+        ),
+        None => None,
+    };
     Ok(Filter {
         store_key: resource.store_key(),
         namespace,
-        label_selector: non_empty("labelSelector"),
-        field_selector: non_empty("fieldSelector"),
+        label_selector,
+        field_selector,
     })
 }
 
@@ -797,16 +813,29 @@ fn patch(
 
 fn apply_patch(patch_type: &str, mut base: Value, document: &Value) -> Result<Value, ApiError> {
     match patch_type {
-        "application/json-patch+json" => Err(ApiError::unsupported_media_type(
-            patch_type,
-            &["application/merge-patch+json"],
-        )),
+        "application/json-patch+json" => {
+            patching::json_patch(&mut base, document).map_err(|e| {
+                // kube-apiserver answers a failed operation (a `test`, a missing path) with 422.
+                ApiError::from(crate::status::Status::failure(
+                    422,
+                    "Invalid",
+                    e.to_string(),
+                ))
+            })?;
+            Ok(base)
+        }
+        "application/strategic-merge-patch+json" => {
+            patching::strategic_merge_patch(&mut base, document)
+                .map_err(|e| ApiError::bad_request(e.to_string()))?;
+            Ok(base)
+        }
         _ => {
-            // merge, strategic (for built-ins, as a merge until patch.rs lands) and apply.
+            // Merge patch (RFC 7386); server-side apply is served as a merge of the applied
+            // configuration (no field ownership is tracked).
             if !document.is_object() {
                 return Err(ApiError::bad_request("a merge patch must be a JSON object"));
             }
-            interim::merge_patch(&mut base, document);
+            patching::merge_patch(&mut base, document);
             Ok(base)
         }
     }

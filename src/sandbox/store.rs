@@ -15,8 +15,8 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-use super::interim;
 use super::resources::Registry;
+use super::selector::{FieldSelector, LabelSelector};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum EventType {
@@ -77,8 +77,8 @@ pub(crate) enum WatchMessage {
 pub(crate) struct Filter {
     pub(crate) store_key: String,
     pub(crate) namespace: Option<String>,
-    pub(crate) label_selector: Option<String>,
-    pub(crate) field_selector: Option<String>,
+    pub(crate) label_selector: Option<LabelSelector>,
+    pub(crate) field_selector: Option<FieldSelector>,
 }
 
 impl Filter {
@@ -90,12 +90,12 @@ impl Filter {
             }
         }
         if let Some(selector) = &self.label_selector {
-            if !interim::label_selector_matches(selector, metadata.get("labels")) {
+            if !selector.matches_object(object) {
                 return false;
             }
         }
         if let Some(selector) = &self.field_selector {
-            if !interim::field_selector_matches(selector, object) {
+            if !selector.matches(object) {
                 return false;
             }
         }

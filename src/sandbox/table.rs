@@ -7,9 +7,11 @@
 
 use serde_json::{json, Value};
 
-use super::interim;
+use std::time::SystemTime;
+
 use super::objects::read_path;
 use super::resources::ResourceType;
+use super::timefmt;
 
 /// What `row.object` carries: `?includeObject=None|Metadata|Object` (default Metadata).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,21 +40,18 @@ pub(crate) fn wants_table(accept: &str) -> bool {
 }
 
 /// Computes one cell from the object and the current time (for ages).
-type CellFn = Box<dyn Fn(&Value, i64) -> Value>;
+type CellFn = Box<dyn Fn(&Value, SystemTime) -> Value>;
 
 struct Column {
     definition: Value,
     cell: CellFn,
 }
 
-fn age_of(object: &Value, now: i64) -> Value {
-    match object["metadata"]["creationTimestamp"]
+fn age_of(object: &Value, now: SystemTime) -> Value {
+    let created = object["metadata"]["creationTimestamp"]
         .as_str()
-        .and_then(interim::parse_rfc3339)
-    {
-        Some(created) => json!(interim::format_age(now - created)),
-        None => json!("<unknown>"),
-    }
+        .unwrap_or_default();
+    json!(timefmt::format_age_of_timestamp(created, now))
 }
 
 fn name_column() -> Column {
@@ -95,8 +94,9 @@ fn columns_for(resource: &ResourceType) -> Vec<Column> {
                     "priority": printer.priority}),
                 cell: Box::new(move |o, now| {
                     let value = read_path(o, &path).cloned().unwrap_or(Value::Null);
-                    match (is_date, value.as_str().and_then(interim::parse_rfc3339)) {
-                        (true, Some(time)) => json!(interim::format_age(now - time)),
+                    match (is_date, value.as_str()) {
+                        // A `date` column prints as an age, as kube-apiserver's convertor does.
+                        (true, Some(time)) => json!(timefmt::format_age_of_timestamp(time, now)),
                         _ => value,
                     }
                 }),
@@ -176,7 +176,7 @@ pub(crate) fn table(
     include: IncludeObject,
     with_column_definitions: bool,
 ) -> Value {
-    let now = interim::unix_now();
+    let now = SystemTime::now();
     let columns = columns_for(resource);
     let rows: Vec<Value> = objects
         .iter()

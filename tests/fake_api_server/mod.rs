@@ -38,6 +38,7 @@ type Handler = Arc<dyn Fn(Recorded, usize) -> Reply + Send + Sync>;
 pub struct FakeServer {
     pub url: String,
     requests: Arc<Mutex<Vec<Recorded>>>,
+    connections: Arc<std::sync::atomic::AtomicUsize>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -70,11 +71,14 @@ impl FakeServer {
         let requests = Arc::new(Mutex::new(Vec::new()));
         let recorded = requests.clone();
         let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
+        let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let accepted = connections.clone();
         let task = tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
                     return;
                 };
+                accepted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 let handler = handler.clone();
                 let recorded = recorded.clone();
                 let acceptor = acceptor.clone();
@@ -140,8 +144,14 @@ impl FakeServer {
         FakeServer {
             url: format!("{scheme}://{addr}"),
             requests,
+            connections,
             task,
         }
+    }
+
+    /// How many TCP connections were accepted so far.
+    pub fn connections(&self) -> usize {
+        self.connections.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Every request so far, in order.
