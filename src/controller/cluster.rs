@@ -139,13 +139,11 @@ pub(crate) async fn run_cluster<P: PodApi>(
     reconcile.set_missed_tick_behavior(MissedTickBehavior::Delay);
 
     loop {
-        if *stop.borrow() {
-            task.say("cluster task stopped: the operator is shutting down");
-            return TaskEnd::Stopped;
-        }
         tokio::select! {
-            // Err means the controller is gone: stop just the same.
-            _ = stop.changed() => continue,
+            () = stop_requested(&mut stop) => {
+                task.say("cluster task stopped: the operator is shutting down");
+                return TaskEnd::Stopped;
+            }
             changed = wanted.changed() => {
                 if changed.is_err() {
                     // The controller dropped our channel without a Deleted: it is going away.
@@ -164,6 +162,12 @@ pub(crate) async fn run_cluster<P: PodApi>(
             _ = reconcile.tick() => task.reconcile().await,
         }
     }
+}
+
+/// Resolves once `stop` is true, or once its sender is gone (the controller was dropped without
+/// shutting down): a task stops either way.
+async fn stop_requested(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|stop| *stop).await;
 }
 
 impl<P: PodApi> ClusterTask<P> {
