@@ -345,6 +345,7 @@ mod tests {
         }
     }
 
+    /// setup refuses size 0 and a blank version, naming the field.
     #[test]
     fn setup_rejects_size_below_one_and_an_empty_version() {
         assert_eq!(validate_spec(&spec(3, "9.6.3")), Ok(()));
@@ -358,6 +359,7 @@ mod tests {
         );
     }
 
+    /// A missing or empty status prints as the workshop's `<none>`; otherwise only set fields.
     #[test]
     fn status_prints_none_or_its_set_fields() {
         assert_eq!(describe_status(None), "<none>");
@@ -373,6 +375,7 @@ mod tests {
         assert_eq!(describe_status(Some(&status)), "{phase: Running, size: 3}");
     }
 
+    /// Running and Pending pods are listed apart, sorted; Failed ones are neither.
     #[test]
     fn pods_split_into_running_and_pending_by_phase() {
         let pod = |name: &str, phase: &str| Pod {

@@ -213,6 +213,7 @@ impl PodApi for Client {
 mod tests {
     use super::*;
 
+    /// The selector's `/`, `=` and `,` are percent-encoded in the query string.
     #[test]
     fn selector_is_percent_encoded_in_the_path() {
         assert_eq!(
@@ -221,6 +222,7 @@ mod tests {
         );
     }
 
+    /// A pod is ours only if an ownerReference carries our uid.
     #[test]
     fn ownership_is_by_uid_not_by_name() {
         let pod: Pod = serde_json::from_value(serde_json::json!({
