@@ -152,7 +152,7 @@ pub enum ResumeReason {
 #[derive(Clone, Debug, PartialEq)]
 pub enum RelistReason {
     /// 410: our resourceVersion is older than the server's history (etcd compaction).
-    Expired { status: Status },
+    Expired { status: Box<Status> },
     /// An event was larger than the configured maximum and was dropped.
     EventTooLarge { limit: usize },
     /// A line of the stream could not be decoded, so we do not know what it said.
@@ -523,7 +523,9 @@ impl<T: WatchedObject> ListWatch<T> {
                         .await?;
                 }
                 Some(Phase::Listing {
-                    why: Some(RelistReason::Expired { status }),
+                    why: Some(RelistReason::Expired {
+                        status: Box::new(status),
+                    }),
                 })
             }
             WatchEnd::LostPlace(why) => {
@@ -706,7 +708,10 @@ mod tests {
     fn reasons_read_well_in_a_log_line() {
         let status = Status::failure(410, "Expired", "too old resource version: 1 (5)");
         assert_eq!(
-            RelistReason::Expired { status }.to_string(),
+            RelistReason::Expired {
+                status: Box::new(status)
+            }
+            .to_string(),
             "resourceVersion too old (410 Expired: too old resource version: 1 (5))"
         );
         assert_eq!(
