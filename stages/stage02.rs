@@ -26,7 +26,7 @@ use postgres_operator::client::Client;
 use postgres_operator::config::{Config, ConfigArgs};
 use postgres_operator::crd::{self, Registration, DEFAULT_ESTABLISHED_TIMEOUT};
 use postgres_operator::process::{init_logging, shutdown_signal};
-use postgres_operator::watch::{list_then_watch, WatchNotice, WatchOptions};
+use postgres_operator::watch::{list_then_watch, WatchItem, WatchNotice, WatchOptions};
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -70,38 +70,53 @@ async fn main() -> ExitCode {
         shutdown_signal(),
     );
     let mut started = false;
-    loop {
-        tokio::select! {
-            // Notices first: one sent before an event is then printed before it.
-            biased;
-            Some(notice) = watcher.notices.recv() => match notice {
-                WatchNotice::Listed { resource_version, .. } => {
-                    println!("Watch version: {resource_version}");
-                    println!("Controller initialised");
-                }
-                WatchNotice::Watching { resource_version } if !started => {
-                    started = true;
-                    println!("Starting at watchVersion {resource_version}");
-                }
-                WatchNotice::Watching { .. } => {}
-                WatchNotice::Resumed { resource_version, why } => {
-                    println!("Watch resumed at watchVersion {resource_version}: {why}");
-                }
-                WatchNotice::Relisted { why, resource_version, added, modified, deleted } => println!(
-                    "Relisted at watchVersion {resource_version} ({why}): {added} added, {modified} modified, {deleted} deleted while away"
-                ),
-                WatchNotice::Retrying { after, error } => {
-                    println!("Watch failed, retrying in {:.1}s: {error}", after.as_secs_f64())
-                }
-            },
-            event = watcher.events.recv() => match event {
-                Some(event) => {
-                    let cluster = event.object();
-                    println!("PostgresCluster event: {} {} {}", event.type_name(), cluster.key(), cluster.spec);
-                }
-                // The watch task ends only on shutdown.
-                None => break,
-            },
+    // Ends when the watch task stops, which it does on SIGTERM/Ctrl-C.
+    while let Some(item) = watcher.items.recv().await {
+        match item {
+            WatchItem::Event(event) => {
+                let cluster = event.object();
+                println!(
+                    "PostgresCluster event: {} {} {}",
+                    event.type_name(),
+                    cluster.key(),
+                    cluster.spec
+                );
+            }
+            WatchItem::Notice(WatchNotice::Listed {
+                resource_version, ..
+            }) => {
+                println!("Watch version: {resource_version}");
+                println!("Controller initialised");
+            }
+            WatchItem::Notice(WatchNotice::Watching { resource_version }) if !started => {
+                started = true;
+                println!("Starting at watchVersion {resource_version}");
+            }
+            WatchItem::Notice(WatchNotice::Watching { .. }) => {}
+            WatchItem::Notice(WatchNotice::Resumed {
+                resource_version,
+                why,
+            }) => {
+                println!("Watch resumed at watchVersion {resource_version}: {why}");
+            }
+            WatchItem::Notice(WatchNotice::Relisted {
+                why,
+                resource_version,
+                added,
+                modified,
+                deleted,
+            }) => {
+                println!(
+                    "Relisted at watchVersion {resource_version} ({why}): \
+                     {added} added, {modified} modified, {deleted} deleted while away"
+                );
+            }
+            WatchItem::Notice(WatchNotice::Retrying { after, error }) => {
+                println!(
+                    "Watch failed, retrying in {:.1}s: {error}",
+                    after.as_secs_f64()
+                );
+            }
         }
     }
     ExitCode::SUCCESS

@@ -222,7 +222,16 @@ async fn in_stream_gone_relists_and_hands_over_the_difference() {
         running.next_summaries(2, WITHIN).await,
         vec!["ADDED default/a size=3", "ADDED default/c size=1"]
     );
-    let mut after = running.next_summaries(3, WITHIN).await;
+    let first_after = summary(&running.next_event(WITHIN).await);
+    assert!(
+        running
+            .notices
+            .iter()
+            .any(|n| matches!(n, WatchNotice::Relisted { .. })),
+        "the Relisted notice arrives before the events it explains"
+    );
+    let mut after = running.next_summaries(2, WITHIN).await;
+    after.push(first_after);
     after.sort();
     assert_eq!(
         after,

@@ -18,10 +18,14 @@ use watch_support::*;
 const WITHIN: Duration = Duration::from_secs(10);
 
 async fn sandbox_with_crd() -> (Sandbox, Client) {
-    let sandbox = Sandbox::start(SandboxOptions::default()).await.expect("sandbox starts");
+    let sandbox = Sandbox::start(SandboxOptions::default())
+        .await
+        .expect("sandbox starts");
     let client = plain_client(&sandbox.url());
     crd::register(&client).await.expect("CRD registered");
-    crd::wait_established(&client, WITHIN).await.expect("CRD established");
+    crd::wait_established(&client, WITHIN)
+        .await
+        .expect("CRD established");
     (sandbox, client)
 }
 
@@ -37,7 +41,11 @@ fn slow_backoff() -> WatchOptions {
 }
 
 fn server_error(code: u16, reason: &str) -> InjectedFault {
-    InjectedFault::Status { code, reason: reason.into(), retry_after_seconds: None }
+    InjectedFault::Status {
+        code,
+        reason: reason.into(),
+        retry_after_seconds: None,
+    }
 }
 
 /// Changes made while the watch is down — a delete, an update, a create — come out after the
@@ -51,15 +59,34 @@ async fn deletes_during_an_outage_are_reported_after_the_expired_relist() {
     let mut running = start_watch(client.clone(), slow_backoff());
     let mut initial = running.next_summaries(3, WITHIN).await;
     initial.sort();
-    assert_eq!(initial, vec!["ADDED default/a size=3", "ADDED default/b size=1", "ADDED default/c size=2"]);
-    running.notice(WITHIN, "watching", |n| matches!(n, WatchNotice::Watching { .. })).await;
+    assert_eq!(
+        initial,
+        vec![
+            "ADDED default/a size=3",
+            "ADDED default/b size=1",
+            "ADDED default/c size=2"
+        ]
+    );
+    running
+        .notice(WITHIN, "watching", |n| {
+            matches!(n, WatchNotice::Watching { .. })
+        })
+        .await;
 
     // Outage: the next two watch attempts fail (300 ms + 600 ms of backoff), and meanwhile ...
-    sandbox.faults().fail_next(2, "watch=true", server_error(500, "InternalError"));
+    sandbox
+        .faults()
+        .fail_next(2, "watch=true", server_error(500, "InternalError"));
     sandbox.faults().end_all_watches_now();
-    let _: serde_json::Value = client.delete(&object_path("default", "b")).await.expect("delete b");
     let _: serde_json::Value = client
-        .patch(&object_path("default", "a"), &Patch::Merge(serde_json::json!({"spec": {"size": 5}})))
+        .delete(&object_path("default", "b"))
+        .await
+        .expect("delete b");
+    let _: serde_json::Value = client
+        .patch(
+            &object_path("default", "a"),
+            &Patch::Merge(serde_json::json!({"spec": {"size": 5}})),
+        )
         .await
         .expect("resize a");
     create_cluster(&client, "d", 4).await;
@@ -68,15 +95,40 @@ async fn deletes_during_an_outage_are_reported_after_the_expired_relist() {
 
     let mut changes = running.next_summaries(3, WITHIN).await;
     changes.sort();
-    assert_eq!(changes, vec!["ADDED default/d size=4", "DELETED default/b size=1", "MODIFIED default/a size=5"]);
-    let relisted = running.notice(WITHIN, "relisted", |n| matches!(n, WatchNotice::Relisted { .. })).await;
-    let WatchNotice::Relisted { why: RelistReason::Expired { status }, added, modified, deleted, .. } = relisted else {
+    assert_eq!(
+        changes,
+        vec![
+            "ADDED default/d size=4",
+            "DELETED default/b size=1",
+            "MODIFIED default/a size=5"
+        ]
+    );
+    let relisted = running
+        .notice(WITHIN, "relisted", |n| {
+            matches!(n, WatchNotice::Relisted { .. })
+        })
+        .await;
+    let WatchNotice::Relisted {
+        why: RelistReason::Expired { status },
+        added,
+        modified,
+        deleted,
+        ..
+    } = relisted
+    else {
         panic!("expected an Expired relist, got {relisted:?}")
     };
     assert_eq!((status.code, status.reason.as_str()), (410, "Expired"));
     assert_eq!((added, modified, deleted), (1, 1, 1));
-    assert!(running.count_notices(|n| matches!(n, WatchNotice::Retrying { error, .. } if error.contains("500"))) >= 2);
-    assert!(running.no_event_for(Duration::from_millis(300)).await, "nothing handed over twice");
+    assert!(
+        running.count_notices(
+            |n| matches!(n, WatchNotice::Retrying { error, .. } if error.contains("500"))
+        ) >= 2
+    );
+    assert!(
+        running.no_event_for(Duration::from_millis(300)).await,
+        "nothing handed over twice"
+    );
     running.stop().await;
 }
 
@@ -85,8 +137,14 @@ async fn deletes_during_an_outage_are_reported_after_the_expired_relist() {
 async fn http_410_from_the_api_server_relists() {
     let (sandbox, client) = sandbox_with_crd().await;
     let mut running = start_watch(client.clone(), test_options());
-    running.notice(WITHIN, "watching", |n| matches!(n, WatchNotice::Watching { .. })).await;
-    sandbox.faults().fail_next(1, "watch=true", server_error(410, "Expired"));
+    running
+        .notice(WITHIN, "watching", |n| {
+            matches!(n, WatchNotice::Watching { .. })
+        })
+        .await;
+    sandbox
+        .faults()
+        .fail_next(1, "watch=true", server_error(410, "Expired"));
     sandbox.faults().end_all_watches_now();
     running
         .notice(WITHIN, "relisted", |n| {
@@ -94,7 +152,10 @@ async fn http_410_from_the_api_server_relists() {
         })
         .await;
     create_cluster(&client, "after", 2).await;
-    assert_eq!(summary(&running.next_event(WITHIN).await), "ADDED default/after size=2");
+    assert_eq!(
+        summary(&running.next_event(WITHIN).await),
+        "ADDED default/after size=2"
+    );
     running.stop().await;
 }
 
@@ -103,19 +164,40 @@ async fn http_410_from_the_api_server_relists() {
 #[tokio::test]
 async fn an_oversize_event_relists_and_the_object_arrives_through_the_list() {
     let (_sandbox, client) = sandbox_with_crd().await;
-    let options = WatchOptions { max_event_bytes: 4096, ..test_options() };
+    let options = WatchOptions {
+        max_event_bytes: 4096,
+        ..test_options()
+    };
     let mut running = start_watch(client.clone(), options);
-    running.notice(WITHIN, "watching", |n| matches!(n, WatchNotice::Watching { .. })).await;
+    running
+        .notice(WITHIN, "watching", |n| {
+            matches!(n, WatchNotice::Watching { .. })
+        })
+        .await;
     let mut body = cluster_json("big", 3);
     body["metadata"]["annotations"]["blob"] = serde_json::Value::String("é".repeat(8000));
     let _: serde_json::Value = client
         .create(&postgres_operator::api::collection_path("default"), &body)
         .await
         .expect("create big");
-    assert_eq!(summary(&running.next_event(WITHIN).await), "ADDED default/big size=3");
-    let relisted = running.notice(WITHIN, "relisted", |n| matches!(n, WatchNotice::Relisted { .. })).await;
+    assert_eq!(
+        summary(&running.next_event(WITHIN).await),
+        "ADDED default/big size=3"
+    );
+    let relisted = running
+        .notice(WITHIN, "relisted", |n| {
+            matches!(n, WatchNotice::Relisted { .. })
+        })
+        .await;
     assert!(
-        matches!(relisted, WatchNotice::Relisted { why: RelistReason::EventTooLarge { limit: 4096 }, added: 1, .. }),
+        matches!(
+            relisted,
+            WatchNotice::Relisted {
+                why: RelistReason::EventTooLarge { limit: 4096 },
+                added: 1,
+                ..
+            }
+        ),
         "{relisted:?}"
     );
     running.stop().await;
@@ -127,7 +209,11 @@ async fn one_byte_chunks_from_the_api_server_arrive_whole() {
     let (sandbox, client) = sandbox_with_crd().await;
     sandbox.faults().watch_chunk_size(Some(1));
     let mut running = start_watch(client.clone(), test_options());
-    running.notice(WITHIN, "watching", |n| matches!(n, WatchNotice::Watching { .. })).await;
+    running
+        .notice(WITHIN, "watching", |n| {
+            matches!(n, WatchNotice::Watching { .. })
+        })
+        .await;
     create_cluster(&client, "tiny-chunks", 3).await;
     let event = running.next_event(WITHIN).await;
     assert_eq!(summary(&event), "ADDED default/tiny-chunks size=3");

@@ -227,3 +227,40 @@ async fn shutdown_ends_the_watch_task() {
         .await;
     running.stop().await;
 }
+
+/// `into_events` hands a consumer such as the controller a plain `Receiver<Event<T>>`; dropping it
+/// stops the watch task.
+#[tokio::test]
+async fn into_events_gives_a_plain_event_receiver() {
+    let (_sandbox, client) = sandbox_with_crd(SandboxOptions::default()).await;
+    create_cluster(&client, "seen", 2).await;
+    let watcher =
+        postgres_operator::watch::list_then_watch::<postgres_operator::api::PostgresCluster>(
+            client.clone(),
+            collection_path("default"),
+            test_options(),
+            std::future::pending(),
+        );
+    let task_done = watcher.task.abort_handle();
+    let mut events = watcher.into_events();
+    let first = tokio::time::timeout(WITHIN, events.recv())
+        .await
+        .expect("an event")
+        .expect("open");
+    assert_eq!(summary(&first), "ADDED default/seen size=2");
+    create_cluster(&client, "next", 1).await;
+    let second = tokio::time::timeout(WITHIN, events.recv())
+        .await
+        .expect("an event")
+        .expect("open");
+    assert_eq!(summary(&second), "ADDED default/next size=1");
+    drop(events);
+    let deadline = tokio::time::Instant::now() + WITHIN;
+    while !task_done.is_finished() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the watch task ends once nobody listens"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}

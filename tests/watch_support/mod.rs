@@ -4,6 +4,7 @@
 //! WORKSHOP.md, step 02 ("Testing against faults").
 #![allow(dead_code)] // each test file uses a different part
 
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -12,9 +13,12 @@ use postgres_operator::api::{collection_path, PostgresCluster};
 use postgres_operator::client::Client;
 use postgres_operator::config::Config;
 use postgres_operator::watch::backoff::BackoffPolicy;
-use postgres_operator::watch::{list_then_watch, Event, WatchNotice, WatchOptions, Watcher};
+use postgres_operator::watch::{
+    list_then_watch, Event, WatchItem, WatchNotice, WatchOptions, Watcher,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::oneshot;
+use tokio::time::Instant;
 
 /// Short timers for tests: watches of 5 s, a quick backoff.
 pub fn test_options() -> WatchOptions {
@@ -41,6 +45,8 @@ pub struct Running {
     stop: Option<oneshot::Sender<()>>,
     /// Every notice seen so far, in order (read while waiting for events too).
     pub notices: Vec<WatchNotice>,
+    /// Events read while looking for a notice, not yet taken by `next_event`.
+    pending: VecDeque<Event<PostgresCluster>>,
 }
 
 pub fn start_watch(client: Client, options: WatchOptions) -> Running {
@@ -57,10 +63,11 @@ pub fn start_watch(client: Client, options: WatchOptions) -> Running {
         watcher,
         stop: Some(stop),
         notices: Vec::new(),
+        pending: VecDeque::new(),
     }
 }
 
-/// `ADDED default/a size=3 rv=12`: an event in one comparable line.
+/// `ADDED default/a size=3`: an event in one comparable line.
 pub fn summary(event: &Event<PostgresCluster>) -> String {
     let object = event.object();
     format!(
@@ -72,20 +79,41 @@ pub fn summary(event: &Event<PostgresCluster>) -> String {
 }
 
 impl Running {
-    fn drain_notices(&mut self) {
-        while let Ok(notice) = self.watcher.notices.try_recv() {
-            self.notices.push(notice);
+    fn record(&mut self, item: WatchItem<PostgresCluster>) {
+        match item {
+            WatchItem::Event(event) => self.pending.push_back(event),
+            WatchItem::Notice(notice) => self.notices.push(notice),
         }
+    }
+
+    /// Take in whatever has arrived, without waiting.
+    fn drain(&mut self) {
+        while let Ok(item) = self.watcher.items.try_recv() {
+            self.record(item);
+        }
+    }
+
+    /// Read one item, or None when `deadline` passes.
+    async fn read_until(&mut self, deadline: Instant) -> Option<()> {
+        let item = tokio::time::timeout_at(deadline, self.watcher.items.recv())
+            .await
+            .ok()?
+            .expect("the watch task is running");
+        self.record(item);
+        Some(())
     }
 
     /// The next event, or panic after `within`.
     pub async fn next_event(&mut self, within: Duration) -> Event<PostgresCluster> {
-        let event = tokio::time::timeout(within, self.watcher.events.recv())
-            .await
-            .unwrap_or_else(|_| panic!("no event within {within:?}; notices: {:#?}", self.notices))
-            .expect("the watch task is running");
-        self.drain_notices();
-        event
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(event) = self.pending.pop_front() {
+                return event;
+            }
+            if self.read_until(deadline).await.is_none() {
+                panic!("no event within {within:?}; notices: {:#?}", self.notices);
+            }
+        }
     }
 
     /// The next `count` events as summaries.
@@ -97,11 +125,21 @@ impl Running {
         out
     }
 
-    /// True if no event arrives for `quiet`.
+    /// Events already received, without waiting.
+    pub fn take_available_events(&mut self) -> Vec<Event<PostgresCluster>> {
+        self.drain();
+        self.pending.drain(..).collect()
+    }
+
+    /// True if no event arrives for `quiet` (notices may).
     pub async fn no_event_for(&mut self, quiet: Duration) -> bool {
-        let result = tokio::time::timeout(quiet, self.watcher.events.recv()).await;
-        self.drain_notices();
-        result.is_err()
+        let deadline = Instant::now() + quiet;
+        while self.pending.is_empty() {
+            if self.read_until(deadline).await.is_none() {
+                return true;
+            }
+        }
+        false
     }
 
     /// Wait for a notice matching `wanted` (earlier ones included), or panic after `within`.
@@ -111,30 +149,25 @@ impl Running {
         what: &str,
         wanted: impl Fn(&WatchNotice) -> bool,
     ) -> WatchNotice {
-        self.drain_notices();
-        if let Some(found) = self.notices.iter().find(|n| wanted(n)) {
-            return found.clone();
-        }
-        let deadline = tokio::time::Instant::now() + within;
+        self.drain();
+        let deadline = Instant::now() + within;
+        let mut checked = 0;
         loop {
-            let notice = tokio::time::timeout_at(deadline, self.watcher.notices.recv())
-                .await
-                .unwrap_or_else(|_| {
-                    panic!(
-                        "no notice '{what}' within {within:?}; seen: {:#?}",
-                        self.notices
-                    )
-                })
-                .expect("the watch task is running");
-            self.notices.push(notice.clone());
-            if wanted(&notice) {
-                return notice;
+            if let Some(found) = self.notices[checked..].iter().find(|n| wanted(n)) {
+                return found.clone();
+            }
+            checked = self.notices.len();
+            if self.read_until(deadline).await.is_none() {
+                panic!(
+                    "no notice '{what}' within {within:?}; seen: {:#?}",
+                    self.notices
+                );
             }
         }
     }
 
     pub fn count_notices(&mut self, wanted: impl Fn(&WatchNotice) -> bool) -> usize {
-        self.drain_notices();
+        self.drain();
         self.notices.iter().filter(|n| wanted(n)).count()
     }
 
