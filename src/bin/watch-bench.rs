@@ -16,6 +16,9 @@
 //! # feed a separate sandbox, so max_rss_kb is the watcher's (plus the feeding client's) alone:
 //! cargo run --release --bin sandbox -- --listen 127.0.0.1:8001 &
 //! cargo run --release --bin watch-bench -- --server http://127.0.0.1:8001 --feed 20000
+//! # the client alone, not bounded by a server's write rate: an in-process replay server sends
+//! # N recorded ~2 KB events in 16 KB chunks as fast as the watch takes them:
+//! cargo run --release --bin watch-bench -- --replay 50000
 //! ```
 //!
 //! `max_rss_kb` is the process's peak resident set (VmHWM in /proc/self/status); with the
@@ -35,16 +38,18 @@ use postgres_operator::sandbox::{Sandbox, SandboxOptions};
 use postgres_operator::watch::{list_then_watch, WatchItem, WatchNotice, WatchOptions};
 use tokio::time::Instant;
 
-const USAGE: &str = "usage: watch-bench [--server URL] [--expect N] [--feed N] [--writers W]
+const USAGE: &str = "usage: watch-bench [--server URL] [--expect N] [--feed N] [--writers W] [--replay N]
   --server URL   a plain-http API server (kubectl proxy, the sandbox); default: an in-process sandbox
-  --expect N     stop after N events were handed to the consumer (default: --feed)
-  --feed N       create N PostgresClusters while watching (16 concurrent writers; --writers W)";
+  --expect N     stop after N events were handed to the consumer (default: --feed or --replay)
+  --feed N       create N PostgresClusters while watching (16 concurrent writers; --writers W)
+  --replay N     no API server: an in-process replay server streams N recorded events at once";
 
 struct Flags {
     server: Option<String>,
     expect: usize,
     feed: usize,
     writers: usize,
+    replay: usize,
 }
 
 fn parse_flags(args: impl Iterator<Item = String>) -> Result<Flags, String> {
@@ -53,6 +58,7 @@ fn parse_flags(args: impl Iterator<Item = String>) -> Result<Flags, String> {
         expect: 0,
         feed: 0,
         writers: 16,
+        replay: 0,
     };
     let mut args = args.peekable();
     while let Some(arg) = args.next() {
@@ -71,11 +77,12 @@ fn parse_flags(args: impl Iterator<Item = String>) -> Result<Flags, String> {
             "--expect" => flags.expect = number()?,
             "--feed" => flags.feed = number()?,
             "--writers" => flags.writers = number()?.max(1),
+            "--replay" => flags.replay = number()?,
             _ => return Err(format!("unknown argument {arg:?}\n{USAGE}")),
         }
     }
     if flags.expect == 0 {
-        flags.expect = flags.feed;
+        flags.expect = flags.feed.max(flags.replay);
     }
     if flags.expect == 0 {
         return Err(format!(
@@ -166,6 +173,10 @@ async fn main() -> ExitCode {
     let mut _sandbox = None;
     let server = match &flags.server {
         Some(server) => server.clone(),
+        None if flags.replay > 0 => match replay_server(flags.replay).await {
+            Ok(url) => url,
+            Err(error) => return fail(&format!("starting the replay server: {error}")),
+        },
         None => match Sandbox::start(SandboxOptions::default()).await {
             Ok(sandbox) => {
                 let url = sandbox.url();
@@ -183,12 +194,15 @@ async fn main() -> ExitCode {
         Ok(Err(error)) => return fail(&error.to_string()),
         Err(error) => return fail(&error.to_string()),
     };
-    if let Err(error) = crd::register(&client).await {
-        return fail(&error.to_string());
+    if flags.replay == 0 {
+        if let Err(error) = crd::register(&client).await {
+            return fail(&error.to_string());
+        }
+        if let Err(error) = crd::wait_established(&client, Duration::from_secs(30)).await {
+            return fail(&error.to_string());
+        }
     }
-    if let Err(error) = crd::wait_established(&client, Duration::from_secs(30)).await {
-        return fail(&error.to_string());
-    }
+    tracing::info!(rss_kb_before_watching = max_rss_kb(), "starting the watch");
 
     let started = Instant::now();
     let mut watcher = list_then_watch::<PostgresCluster>(
@@ -230,6 +244,63 @@ async fn main() -> ExitCode {
         max_rss_kb()
     );
     ExitCode::SUCCESS
+}
+
+/// A minimal HTTP/1.1 server: the list is empty at resourceVersion 1; the first watch streams
+/// `count` recorded ADDED events in 16 KB chunks, then stays open. Later watches get nothing.
+async fn replay_server(count: usize) -> std::io::Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = Vec::with_capacity(count * 2200);
+    for index in 0..count {
+        let mut object = bench_object("replay", index);
+        object["metadata"]["namespace"] = "default".into();
+        object["metadata"]["uid"] = format!("00000000-0000-4000-8000-{index:012}").into();
+        object["metadata"]["resourceVersion"] = (index + 2).to_string().into();
+        stream.extend_from_slice(b"{\"type\":\"ADDED\",\"object\":");
+        serde_json::to_writer(&mut stream, &object).map_err(std::io::Error::other)?;
+        stream.extend_from_slice(b"}\n");
+    }
+    let stream = Arc::new(stream);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}", listener.local_addr()?);
+    let served_once = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let (stream, served_once) = (stream.clone(), served_once.clone());
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buffer = [0u8; 4096];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match socket.read(&mut buffer).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buffer[..n]),
+                    }
+                }
+                if !String::from_utf8_lossy(&head).contains("watch=true") {
+                    let body = r#"{"kind":"PostgresClusterList","apiVersion":"workshop.example.com/v1","metadata":{"resourceVersion":"1"},"items":[]}"#;
+                    let response = format!("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len());
+                    let _ = socket.write_all(response.as_bytes()).await;
+                    return;
+                }
+                let head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n";
+                if socket.write_all(head.as_bytes()).await.is_err() {
+                    return;
+                }
+                if !served_once.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                    for chunk in stream.chunks(16 * 1024) {
+                        let mut frame = format!("{:x}\r\n", chunk.len()).into_bytes();
+                        frame.extend_from_slice(chunk);
+                        frame.extend_from_slice(b"\r\n");
+                        if socket.write_all(&frame).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+                std::future::pending::<()>().await;
+            });
+        }
+    });
+    Ok(url)
 }
 
 fn fail(message: &str) -> ExitCode {

@@ -47,6 +47,13 @@
 //!
 //! The 2017 workshop had an event channel and a separate error channel; an error channel nobody
 //! drained blocked the watch, and the order between the two was lost.
+//!
+//! # What it costs, and where it simplifies
+//!
+//! To diff after a relist, the loop keeps the last state of every object it handed over (as
+//! client-go's informer store does): memory grows with the collection, not with the stream. The
+//! list is one request; a real operator over tens of thousands of objects would page it with
+//! `limit`/`continue` (and relist on a 410 for an expired `continue` token too).
 
 pub mod backoff;
 pub mod event;
@@ -142,7 +149,8 @@ pub enum WatchNotice {
 /// Why a watch was reopened from the same resourceVersion.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ResumeReason {
-    /// The server closed the stream cleanly (its `timeoutSeconds`, a restart, a proxy).
+    /// The server closed the stream cleanly (its `timeoutSeconds`, a restart, a proxy) after
+    /// `events` lines (bookmarks included).
     EndOfStream { events: usize },
     /// No byte arrived for this long: the connection was presumed dead.
     Idle { silent_for: Duration },
