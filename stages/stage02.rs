@@ -24,9 +24,9 @@ use std::process::ExitCode;
 use postgres_operator::api::{collection_path, PostgresCluster, CRD_NAME};
 use postgres_operator::client::Client;
 use postgres_operator::config::{Config, ConfigArgs};
-use postgres_operator::crd::{self, Registration, DEFAULT_ESTABLISHED_TIMEOUT};
+use postgres_operator::crd::{self, CrdError, Registration, DEFAULT_ESTABLISHED_TIMEOUT};
 use postgres_operator::process::{init_logging, shutdown_signal};
-use postgres_operator::watch::{list_then_watch, WatchNotice, WatchOptions};
+use postgres_operator::watch::{list_then_watch, WatchItem, WatchNotice, WatchOptions};
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -50,61 +50,92 @@ async fn main() -> ExitCode {
         Err(error) => return fail(&error.to_string()),
     };
 
-    match crd::register(&client).await {
-        Ok(Registration::Created) => println!("registered CustomResourceDefinition {CRD_NAME}"),
-        Ok(Registration::AlreadyExisted) => {
-            println!("CustomResourceDefinition already exists; continuing")
+    // Listen for SIGTERM/Ctrl-C from the start: a stop during start-up is a clean stop too.
+    let (stop_sender, stop) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        let _ = stop_sender.send(true);
+    });
+    let stopped = move || {
+        let mut stop = stop.clone();
+        async move {
+            let _ = stop.wait_for(|stopped| *stopped).await;
         }
-        Err(error) => return fail(&error.to_string()),
-    }
-    if let Err(error) = crd::wait_established(&client, DEFAULT_ESTABLISHED_TIMEOUT).await {
-        return fail(&error.to_string());
+    };
+
+    tokio::select! {
+        registered = register_crd(&client) => if let Err(error) = registered {
+            return fail(&error.to_string());
+        },
+        () = stopped() => return ExitCode::SUCCESS,
     }
 
     println!("Finding existing clusters...");
     let path = collection_path(client.namespace());
-    let mut watcher = list_then_watch::<PostgresCluster>(
-        client,
-        path,
-        WatchOptions::default(),
-        shutdown_signal(),
-    );
+    let mut watcher =
+        list_then_watch::<PostgresCluster>(client, path, WatchOptions::default(), stopped());
     let mut started = false;
-    loop {
-        tokio::select! {
-            // Notices first: one sent before an event is then printed before it.
-            biased;
-            Some(notice) = watcher.notices.recv() => match notice {
-                WatchNotice::Listed { resource_version, .. } => {
-                    println!("Watch version: {resource_version}");
-                    println!("Controller initialised");
-                }
-                WatchNotice::Watching { resource_version } if !started => {
-                    started = true;
-                    println!("Starting at watchVersion {resource_version}");
-                }
-                WatchNotice::Watching { .. } => {}
-                WatchNotice::Resumed { resource_version, why } => {
-                    println!("Watch resumed at watchVersion {resource_version}: {why}");
-                }
-                WatchNotice::Relisted { why, resource_version, added, modified, deleted } => println!(
-                    "Relisted at watchVersion {resource_version} ({why}): {added} added, {modified} modified, {deleted} deleted while away"
-                ),
-                WatchNotice::Retrying { after, error } => {
-                    println!("Watch failed, retrying in {:.1}s: {error}", after.as_secs_f64())
-                }
-            },
-            event = watcher.events.recv() => match event {
-                Some(event) => {
-                    let cluster = event.object();
-                    println!("PostgresCluster event: {} {} {}", event.type_name(), cluster.key(), cluster.spec);
-                }
-                // The watch task ends only on shutdown.
-                None => break,
-            },
+    // Ends when the watch task stops, which it does on SIGTERM/Ctrl-C.
+    while let Some(item) = watcher.items.recv().await {
+        match item {
+            WatchItem::Event(event) => {
+                let cluster = event.object();
+                println!(
+                    "PostgresCluster event: {} {} {}",
+                    event.type_name(),
+                    cluster.key(),
+                    cluster.spec
+                );
+            }
+            WatchItem::Notice(WatchNotice::Listed {
+                resource_version, ..
+            }) => {
+                println!("Watch version: {resource_version}");
+                println!("Controller initialised");
+            }
+            WatchItem::Notice(WatchNotice::Watching { resource_version }) if !started => {
+                started = true;
+                println!("Starting at watchVersion {resource_version}");
+            }
+            WatchItem::Notice(WatchNotice::Watching { .. }) => {}
+            WatchItem::Notice(WatchNotice::Resumed {
+                resource_version,
+                why,
+            }) => {
+                println!("Watch resumed at watchVersion {resource_version}: {why}");
+            }
+            WatchItem::Notice(WatchNotice::Relisted {
+                why,
+                resource_version,
+                added,
+                modified,
+                deleted,
+            }) => {
+                println!(
+                    "Relisted at watchVersion {resource_version} ({why}): \
+                     {added} added, {modified} modified, {deleted} deleted while away"
+                );
+            }
+            WatchItem::Notice(WatchNotice::Retrying { after, error }) => {
+                println!(
+                    "Watch failed, retrying in {:.1}s: {error}",
+                    after.as_secs_f64()
+                );
+            }
         }
     }
     ExitCode::SUCCESS
+}
+
+/// Stage 01's step, reused: make sure our resource type exists and is served.
+async fn register_crd(client: &Client) -> Result<(), CrdError> {
+    match crd::register(client).await? {
+        Registration::Created => println!("registered CustomResourceDefinition {CRD_NAME}"),
+        Registration::AlreadyExisted => {
+            println!("CustomResourceDefinition already exists; continuing")
+        }
+    }
+    crd::wait_established(client, DEFAULT_ESTABLISHED_TIMEOUT).await
 }
 
 fn fail(message: &str) -> ExitCode {

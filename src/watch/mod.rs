@@ -36,17 +36,24 @@
 //!
 //! # What the consumer receives
 //!
-//! Two channels, because they have different guarantees:
+//! One ordered channel of [`WatchItem`]s: the [`Event`]s, and between them [`WatchNotice`]s that
+//! say what the watch is doing (listed, watching, resumed, relisted, retrying). One channel, so a
+//! notice always arrives before the events it explains ("relisted because 410" comes before the
+//! DELETED it found), which two channels cannot promise. It is lossless: when the consumer is
+//! slow the watch waits (backpressure) rather than drop anything.
 //!
-//! - [`Watcher::events`] — `mpsc::Receiver<Event<T>>`, **lossless and ordered**: the watch waits
-//!   for the consumer (backpressure) rather than drop an event. The controller only needs this one.
-//! - [`Watcher::notices`] — `mpsc::Receiver<WatchNotice>`, **best effort**: what the watch is doing
-//!   (listed, watching, resumed, relisted, retrying). Never waited on: if nobody reads it, notices
-//!   are dropped (they are logged anyway). A notice is sent before the events it explains, so a
-//!   consumer that `select!`s with `biased;` and the notices branch first sees them in order.
+//! A consumer that only wants the events — the controller — calls [`Watcher::into_events`] and
+//! gets a plain `mpsc::Receiver<Event<T>>`; the notices are still in the logs.
 //!
-//! The 2017 workshop had an event channel and an error channel, and a full error channel or an
-//! unread one blocked or killed the watch; here only the consumer's own pace can slow it down.
+//! The 2017 workshop had an event channel and a separate error channel; an error channel nobody
+//! drained blocked the watch, and the order between the two was lost.
+//!
+//! # What it costs, and where it simplifies
+//!
+//! To diff after a relist, the loop keeps the last state of every object it handed over (as
+//! client-go's informer store does): memory grows with the collection, not with the stream. The
+//! list is one request; a real operator over tens of thousands of objects would page it with
+//! `limit`/`continue` (and relist on a 410 for an expired `continue` token too).
 
 pub mod backoff;
 pub mod event;
@@ -142,7 +149,8 @@ pub enum WatchNotice {
 /// Why a watch was reopened from the same resourceVersion.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ResumeReason {
-    /// The server closed the stream cleanly (its `timeoutSeconds`, a restart, a proxy).
+    /// The server closed the stream cleanly (its `timeoutSeconds`, a restart, a proxy) after
+    /// `events` lines (bookmarks included).
     EndOfStream { events: usize },
     /// No byte arrived for this long: the connection was presumed dead.
     Idle { silent_for: Duration },
@@ -152,7 +160,7 @@ pub enum ResumeReason {
 #[derive(Clone, Debug, PartialEq)]
 pub enum RelistReason {
     /// 410: our resourceVersion is older than the server's history (etcd compaction).
-    Expired { status: Status },
+    Expired { status: Box<Status> },
     /// An event was larger than the configured maximum and was dropped.
     EventTooLarge { limit: usize },
     /// A line of the stream could not be decoded, so we do not know what it said.
@@ -219,12 +227,46 @@ impl Default for WatchOptions {
     }
 }
 
-/// A running list-then-watch: the two receivers and the task that feeds them.
+/// One thing the consumer is handed, in order.
+#[derive(Clone, Debug, PartialEq)]
+pub enum WatchItem<T> {
+    Event(Event<T>),
+    Notice(WatchNotice),
+}
+
+/// A running list-then-watch: the receiving end and the task that feeds it.
 pub struct Watcher<T> {
-    pub events: mpsc::Receiver<Event<T>>,
-    pub notices: mpsc::Receiver<WatchNotice>,
-    /// Ends when `shutdown` resolves or `events` is dropped.
+    pub items: mpsc::Receiver<WatchItem<T>>,
+    /// Ends when `shutdown` resolves or `items` is dropped.
     pub task: JoinHandle<()>,
+}
+
+impl<T: Send + 'static> Watcher<T> {
+    /// Just the events, for a consumer that needs nothing else. A small task forwards them and
+    /// drops the notices; dropping the returned receiver stops the watch.
+    pub fn into_events(self) -> mpsc::Receiver<Event<T>> {
+        let Watcher { mut items, task: _ } = self;
+        let (sender, events) = mpsc::channel(1);
+        tokio::spawn(async move {
+            loop {
+                let item = tokio::select! {
+                    item = items.recv() => item,
+                    // The consumer dropped its receiver: dropping `items` in turn stops the watch.
+                    () = sender.closed() => return,
+                };
+                match item {
+                    Some(WatchItem::Event(event)) => {
+                        if sender.send(event).await.is_err() {
+                            return;
+                        }
+                    }
+                    Some(WatchItem::Notice(_)) => {}
+                    None => return,
+                }
+            }
+        });
+        events
+    }
 }
 
 /// Start listing and watching `collection_path` (e.g. [`crate::api::collection_path`]) in a task.
@@ -232,15 +274,18 @@ pub struct Watcher<T> {
 /// ```no_run
 /// # async fn example(client: postgres_operator::client::Client) {
 /// use postgres_operator::api::{collection_path, PostgresCluster};
-/// use postgres_operator::watch::{list_then_watch, WatchOptions};
+/// use postgres_operator::watch::{list_then_watch, WatchItem, WatchOptions};
 /// let mut watcher = list_then_watch::<PostgresCluster>(
 ///     client,
 ///     collection_path("default"),
 ///     WatchOptions::default(),
 ///     postgres_operator::process::shutdown_signal(),
 /// );
-/// while let Some(event) = watcher.events.recv().await {
-///     println!("{} {}", event.type_name(), event.object().key());
+/// while let Some(item) = watcher.items.recv().await {
+///     match item {
+///         WatchItem::Event(event) => println!("{} {}", event.type_name(), event.object().key()),
+///         WatchItem::Notice(notice) => println!("{notice:?}"),
+///     }
 /// }
 /// # }
 /// ```
@@ -250,31 +295,24 @@ pub fn list_then_watch<T: WatchedObject>(
     options: WatchOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Watcher<T> {
-    let (event_sender, events) = mpsc::channel(options.event_buffer.max(1));
-    let (notice_sender, notices) = mpsc::channel(64);
+    let (sender, items) = mpsc::channel(options.event_buffer.max(1));
     let task = tokio::spawn(run_list_then_watch(
         client,
         collection_path,
         options,
-        event_sender,
-        notice_sender,
+        sender,
         shutdown,
     ));
-    Watcher {
-        events,
-        notices,
-        task,
-    }
+    Watcher { items, task }
 }
 
-/// The loop behind [`list_then_watch`], for callers that own the channels. Returns when `shutdown`
-/// resolves or the event receiver is dropped; it never gives up on its own.
+/// The loop behind [`list_then_watch`], for callers that own the channel. Returns when `shutdown`
+/// resolves or the receiver is dropped; it never gives up on its own.
 pub async fn run_list_then_watch<T: WatchedObject>(
     client: Client,
     collection_path: String,
     options: WatchOptions,
-    events: mpsc::Sender<Event<T>>,
-    notices: mpsc::Sender<WatchNotice>,
+    items: mpsc::Sender<WatchItem<T>>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
     let mut shutdown = std::pin::pin!(shutdown);
@@ -284,8 +322,7 @@ pub async fn run_list_then_watch<T: WatchedObject>(
         backoff: Backoff::new(options.backoff.clone()),
         random: Xorshift::seed_from_process(),
         options,
-        events,
-        notices,
+        items,
         known: BTreeMap::new(),
     };
     let mut phase = Phase::Listing { why: None };
@@ -361,8 +398,7 @@ struct ListWatch<T> {
     options: WatchOptions,
     backoff: Backoff,
     random: Xorshift,
-    events: mpsc::Sender<Event<T>>,
-    notices: mpsc::Sender<WatchNotice>,
+    items: mpsc::Sender<WatchItem<T>>,
     /// What the consumer has been told, by `namespace/name`: the state a relist is compared with.
     known: BTreeMap<String, T>,
 }
@@ -372,9 +408,9 @@ fn key_of(meta: &ObjectMeta) -> String {
 }
 
 impl<T: WatchedObject> ListWatch<T> {
-    fn notify(&self, notice: WatchNotice) {
-        // Best effort by design: a consumer that does not read notices must not stall the watch.
-        let _ = self.notices.try_send(notice);
+    /// Tell the consumer what the watch is doing. None: the consumer is gone.
+    async fn notify(&self, notice: WatchNotice) -> Option<()> {
+        self.items.send(WatchItem::Notice(notice)).await.ok()
     }
 
     /// Hand one event to the consumer, remembering what it now believes. False: consumer gone.
@@ -388,7 +424,7 @@ impl<T: WatchedObject> ListWatch<T> {
                 self.known.remove(&key);
             }
         }
-        self.events.send(event).await.is_ok()
+        self.items.send(WatchItem::Event(event)).await.is_ok()
     }
 
     /// Wait out a backoff delay after `error`. None: the consumer left meanwhile.
@@ -398,10 +434,11 @@ impl<T: WatchedObject> ListWatch<T> {
         self.notify(WatchNotice::Retrying {
             after: delay,
             error,
-        });
+        })
+        .await?;
         tokio::select! {
             () = tokio::time::sleep(delay) => Some(()),
-            () = self.events.closed() => None,
+            () = self.items.closed() => None,
         }
     }
 
@@ -460,7 +497,8 @@ impl<T: WatchedObject> ListWatch<T> {
                 self.notify(WatchNotice::Listed {
                     resource_version: resource_version.clone(),
                     count,
-                });
+                })
+                .await?;
             }
             Some(why) => {
                 tracing::warn!(path = %self.collection_path, %resource_version, %why, added, modified, deleted, "relisted");
@@ -470,7 +508,8 @@ impl<T: WatchedObject> ListWatch<T> {
                     added,
                     modified,
                     deleted,
-                });
+                })
+                .await?;
             }
         }
         for change in changes {
@@ -504,7 +543,8 @@ impl<T: WatchedObject> ListWatch<T> {
                 self.notify(WatchNotice::Resumed {
                     resource_version: resource_version.clone(),
                     why,
-                });
+                })
+                .await?;
                 Some(Phase::Watching { resource_version })
             }
             WatchEnd::Idle(silent_for) => {
@@ -513,7 +553,8 @@ impl<T: WatchedObject> ListWatch<T> {
                 self.notify(WatchNotice::Resumed {
                     resource_version: resource_version.clone(),
                     why,
-                });
+                })
+                .await?;
                 Some(Phase::Watching { resource_version })
             }
             WatchEnd::Expired(status) => {
@@ -523,7 +564,9 @@ impl<T: WatchedObject> ListWatch<T> {
                         .await?;
                 }
                 Some(Phase::Listing {
-                    why: Some(RelistReason::Expired { status }),
+                    why: Some(RelistReason::Expired {
+                        status: Box::new(status),
+                    }),
                 })
             }
             WatchEnd::LostPlace(why) => {
@@ -585,16 +628,19 @@ impl<T: WatchedObject> ListWatch<T> {
             Err(error) => return WatchEnd::Failed(error),
         };
         tracing::debug!(path = %self.collection_path, %resource_version, timeout, "watching");
-        self.notify(WatchNotice::Watching {
+        let watching = WatchNotice::Watching {
             resource_version: resource_version.clone(),
-        });
+        };
+        if self.notify(watching).await.is_none() {
+            return WatchEnd::ConsumerGone;
+        }
 
         let idle_limit = Duration::from_secs(timeout) + self.options.idle_margin;
         let mut framer = LineFramer::new(self.options.max_event_bytes);
         loop {
             let chunk = tokio::select! {
                 chunk = tokio::time::timeout(idle_limit, stream.next_chunk()) => chunk,
-                () = self.events.closed() => return WatchEnd::ConsumerGone,
+                () = self.items.closed() => return WatchEnd::ConsumerGone,
             };
             let at_end = match chunk {
                 Err(_elapsed) => return WatchEnd::Idle(idle_limit),
@@ -706,7 +752,10 @@ mod tests {
     fn reasons_read_well_in_a_log_line() {
         let status = Status::failure(410, "Expired", "too old resource version: 1 (5)");
         assert_eq!(
-            RelistReason::Expired { status }.to_string(),
+            RelistReason::Expired {
+                status: Box::new(status)
+            }
+            .to_string(),
             "resourceVersion too old (410 Expired: too old resource version: 1 (5))"
         );
         assert_eq!(
