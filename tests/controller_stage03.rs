@@ -156,3 +156,41 @@ fn stage03_rejects_a_bad_reconcile_interval() {
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("--reconcile-interval"));
 }
+
+/// SIGTERM while stage03 still waits for its CRD to be Established (start-up) is a clean exit 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stage03_stops_cleanly_during_start_up() {
+    use postgres_operator::sandbox::{Sandbox, SandboxOptions};
+    let sandbox = Sandbox::start(SandboxOptions {
+        established_delay: Duration::from_secs(120),
+        ..SandboxOptions::default()
+    })
+    .await
+    .unwrap();
+    let url = sandbox.url();
+    let (status, took) = tokio::task::spawn_blocking(move || {
+        let mut stage = Stage03::start(&url, &[]);
+        stage.expect("registered CustomResourceDefinition postgresclusters.workshop.example.com");
+        let asked = Instant::now();
+        let killed = Command::new("kill")
+            .args(["-TERM", &stage.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+        loop {
+            if let Some(status) = stage.child.try_wait().unwrap() {
+                return (status, asked.elapsed());
+            }
+            assert!(
+                asked.elapsed() < DEADLINE,
+                "stage03 ignored SIGTERM during start-up"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    })
+    .await
+    .unwrap();
+    assert!(status.success(), "exit {status:?}");
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+    sandbox.shutdown().await;
+}

@@ -7,8 +7,9 @@
 //! ```text
 //! run_operator ── crd::register, crd::wait_established
 //!      │
-//!      ├── list_then_watch ──events──▶ narrate ("PostgresCluster event: ADDED ..") ──▶ Controller::run
-//!      │                   ──notices─▶ narrate ("Watch version: 4566", ...)
+//!      ├── list_then_watch ──items──▶ narrate: notices ("Watch version: 4566", ...) are told,
+//!      │                                events are told ("PostgresCluster event: ADDED ..")
+//!      │                                and passed on ──▶ Controller::run
 //!      └── shutdown: stop the watch; the controller sees its input end and stops every task
 //! ```
 
@@ -20,7 +21,7 @@ use super::{Controller, ControllerOptions, ControllerStopped, Reporter};
 use crate::api::{collection_path, PostgresCluster, CRD_NAME};
 use crate::client::Client;
 use crate::crd::{self, CrdError, Registration, DEFAULT_ESTABLISHED_TIMEOUT};
-use crate::watch::{list_then_watch, Event, WatchNotice, WatchOptions};
+use crate::watch::{list_then_watch, Event, WatchItem, WatchNotice, WatchOptions};
 
 /// Which step of starting the operator failed.
 #[derive(Debug)]
@@ -59,20 +60,17 @@ pub async fn run_operator(
     reporter: Reporter,
     shutdown: impl Future<Output = ()>,
 ) -> Result<ControllerStopped, OperatorError> {
-    match crd::register(&client)
-        .await
-        .map_err(OperatorError::RegisterResource)?
-    {
-        Registration::Created => {
-            reporter.report_operator(format!("registered CustomResourceDefinition {CRD_NAME}"))
-        }
-        Registration::AlreadyExisted => {
-            reporter.report_operator("CustomResourceDefinition already exists; continuing")
+    // A stop during start-up (the CRD wait can take 30 s) must be as clean as one later on.
+    tokio::pin!(shutdown);
+    tokio::select! {
+        registered = register_resource(&client, &reporter) => registered?,
+        () = &mut shutdown => {
+            return Ok(ControllerStopped {
+                tasks_stopped: 0,
+                tasks_aborted: 0,
+            })
         }
     }
-    crd::wait_established(&client, DEFAULT_ESTABLISHED_TIMEOUT)
-        .await
-        .map_err(OperatorError::RegisterResource)?;
 
     reporter.report_operator("Finding existing clusters...");
     // `list_then_watch` wants a shutdown it can move into its task; ours may borrow, so relay it.
@@ -89,8 +87,7 @@ pub async fn run_operator(
 
     let (to_controller, controller_events) = mpsc::channel(1);
     let narrator = tokio::spawn(narrate_and_forward(
-        watcher.events,
-        watcher.notices,
+        watcher.items,
         to_controller,
         reporter.clone(),
     ));
@@ -104,25 +101,40 @@ pub async fn run_operator(
     Ok(stopped)
 }
 
-/// Tell step 02's story, then hand each event to the controller. Notices first (`biased`): the
-/// watch sends a notice before the events it explains.
+/// Step 01, reused: make sure our resource type exists and is served.
+async fn register_resource(client: &Client, reporter: &Reporter) -> Result<(), OperatorError> {
+    match crd::register(client)
+        .await
+        .map_err(OperatorError::RegisterResource)?
+    {
+        Registration::Created => {
+            reporter.report_operator(format!("registered CustomResourceDefinition {CRD_NAME}"))
+        }
+        Registration::AlreadyExisted => {
+            reporter.report_operator("CustomResourceDefinition already exists; continuing")
+        }
+    }
+    crd::wait_established(client, DEFAULT_ESTABLISHED_TIMEOUT)
+        .await
+        .map_err(OperatorError::RegisterResource)
+}
+
+/// Tell step 02's story, then hand each event to the controller. Items arrive in order: a notice
+/// comes before the events it explains.
 async fn narrate_and_forward(
-    mut events: mpsc::Receiver<Event<PostgresCluster>>,
-    mut notices: mpsc::Receiver<WatchNotice>,
+    mut items: mpsc::Receiver<WatchItem<PostgresCluster>>,
     to_controller: mpsc::Sender<Event<PostgresCluster>>,
     reporter: Reporter,
 ) {
     let mut first_watch = true;
-    loop {
-        tokio::select! {
-            biased;
-            Some(notice) = notices.recv() => {
+    while let Some(item) = items.recv().await {
+        match item {
+            WatchItem::Notice(notice) => {
                 for line in watch_notice_lines(&notice, &mut first_watch) {
                     reporter.report_operator(line);
                 }
             }
-            event = events.recv() => {
-                let Some(event) = event else { return };
+            WatchItem::Event(event) => {
                 reporter.report_operator(event_line(&event));
                 if to_controller.send(event).await.is_err() {
                     return; // the controller has stopped
