@@ -213,3 +213,56 @@ fn tour_rejects_unknown_flags() {
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("--frobnicate"));
 }
+
+/// Stopped half-way with SIGTERM (here while waiting for a 60 s tick), the tour deletes the
+/// example object it created and exits 130.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tour_interrupted_half_way_removes_its_example() {
+    use std::io::{BufRead, BufReader};
+    let sandbox = Sandbox::start(SandboxOptions::default()).await.unwrap();
+    let url = sandbox.url();
+    let (code, stdout) = tokio::task::spawn_blocking(move || {
+        let mut child = tour_command(&["--server", &url, "--reconcile-interval", "60"])
+            .spawn()
+            .expect("tour starts");
+        let stdout = child.stdout.take().unwrap();
+        let (sender, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = sender.send(line);
+            }
+        });
+        let mut seen = Vec::new();
+        let deadline = Instant::now() + TOUR_DEADLINE;
+        while !seen.iter().any(|l: &String| l.starts_with("== Interlude")) {
+            assert!(
+                Instant::now() < deadline,
+                "no interlude:\n{}",
+                seen.join("\n")
+            );
+            if let Ok(line) = lines.recv_timeout(Duration::from_millis(100)) {
+                seen.push(line);
+            }
+        }
+        let killed = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+        let status = child.wait().unwrap();
+        (status.code(), seen.join("\n"))
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, Some(130), "{stdout}");
+    let client = Client::new(Config::from_url(&sandbox.url()).unwrap()).unwrap();
+    let gone = client
+        .get::<serde_json::Value>(&object_path("default", "example-postgresql-cluster"))
+        .await;
+    assert_eq!(
+        gone.unwrap_err().status_code(),
+        Some(404),
+        "the example was left behind"
+    );
+    sandbox.shutdown().await;
+}

@@ -220,8 +220,13 @@ async fn play(
         "== Interlude: the reconcile timer fires every {} s, whatever else happens",
         flags.reconcile_interval.as_secs_f64()
     );
+    // A tick can be up to one interval away.
     story
-        .until(Some(&key), "PLACEHOLDER: disaster recovery!")
+        .until_within(
+            Some(&key),
+            "PLACEHOLDER: disaster recovery!",
+            flags.reconcile_interval + ACT_DEADLINE,
+        )
         .await?;
 
     println!(
@@ -284,6 +289,15 @@ impl Story {
     /// in milliseconds; the deadline is there so a broken operator fails the tour instead of
     /// hanging it.
     async fn until(&mut self, cluster: Option<&str>, needle: &str) -> Result<(), TourEnd> {
+        self.until_within(cluster, needle, ACT_DEADLINE).await
+    }
+
+    async fn until_within(
+        &mut self,
+        cluster: Option<&str>,
+        needle: &str,
+        deadline: Duration,
+    ) -> Result<(), TourEnd> {
         let wait = async {
             while let Some(log) = self.lines.recv().await {
                 println!("{log}");
@@ -293,14 +307,14 @@ impl Story {
             }
             false
         };
-        match tokio::time::timeout(ACT_DEADLINE, wait).await {
+        match tokio::time::timeout(deadline, wait).await {
             Ok(true) => Ok(()),
             Ok(false) => Err(TourEnd::Failed(format!(
                 "the operator stopped before saying {needle:?}"
             ))),
             Err(_) => Err(TourEnd::Failed(format!(
                 "the operator did not say {needle:?} within {} s",
-                ACT_DEADLINE.as_secs()
+                deadline.as_secs()
             ))),
         }
     }
