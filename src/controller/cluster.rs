@@ -2,7 +2,7 @@
 //! reconcile" until the cluster is deleted or the operator stops.
 //!
 //! WORKSHOP.md, step 03 ("A cluster task"). The controller in `mod.rs` starts one of these per
-//! cluster with [`run_cluster`]; nothing in here knows about the other clusters.
+//! cluster with `run_cluster`; nothing in here knows about the other clusters.
 
 use std::time::Duration;
 

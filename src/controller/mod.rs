@@ -23,7 +23,7 @@
 //! - it is bounded by construction (one slot) and `send_replace` never blocks and never fails;
 //! - a newer object supersedes an unread older one: ten quick resizes 3→4→…→13 reach the task as
 //!   one update to 13;
-//! - a delete is the value [`cluster::Wanted::Deleted`], which supersedes any pending update (nothing
+//! - a delete is the value `cluster::Wanted::Deleted`, which supersedes any pending update (nothing
 //!   matters after a delete);
 //! - when a task has ended, its receiver is gone and the controller sees `is_closed()`: it stops
 //!   sending and, for a task whose setup failed, starts a fresh one when a corrected spec arrives.
