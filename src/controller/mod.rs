@@ -374,3 +374,26 @@ impl<P: PodApi> Controller<P> {
         stopped
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// stage03 prints cluster lines with a `[namespace/name]` prefix and operator lines bare.
+    #[test]
+    fn log_lines_print_with_their_cluster_prefix() {
+        let (reporter, mut lines) = Reporter::channel();
+        reporter.report("default/db", "Running: [], pending: []");
+        reporter.report_operator("Watch version: 4566");
+        let printed: Vec<String> = std::iter::from_fn(|| lines.try_recv().ok())
+            .map(|line| line.to_string())
+            .collect();
+        assert_eq!(
+            printed,
+            [
+                "[default/db] Running: [], pending: []",
+                "Watch version: 4566"
+            ]
+        );
+    }
+}
