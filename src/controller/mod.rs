@@ -1,1 +1,399 @@
-//! (in progress)
+//! Step 03: one task per cluster, each with its own channel and its own reconcile timer.
+//!
+//! WORKSHOP.md, step 03. The watch (step 02) turns the API server's stream into
+//! [`Event`]s; the [`Controller`] routes each one to the task that owns that cluster:
+//!
+//! ```text
+//!   list_then_watch ──mpsc──▶ Controller ── map "namespace/name" → ClusterHandle
+//!                                 │
+//!          Added ─ start a task   ├──watch channel──▶ task default/db-a ── select { stop, wanted, tick }
+//!       Modified ─ send object    ├──watch channel──▶ task default/db-b ── select { stop, wanted, tick }
+//!        Deleted ─ send Deleted,  └──watch channel──▶ task prod/db-c    ── select { stop, wanted, tick }
+//!                  forget it               ▲
+//!                                 stop (one watch<bool> shared by all tasks)
+//! ```
+//!
+//! # Why a `watch` channel per cluster, not a queue
+//!
+//! The original gave each cluster a Go channel of 100 events; when a task was not reading (its
+//! setup had failed) the 101st send blocked the controller, and sending on it after it was closed
+//! panicked. A cluster task does not need every intermediate spec: it needs the *latest* one,
+//! because reconciliation compares what exists with what is wanted now ("level-triggered").
+//! A `tokio::sync::watch` channel holds exactly one value, so:
+//! - it is bounded by construction (one slot) and `send_replace` never blocks and never fails;
+//! - a newer object supersedes an unread older one: ten quick resizes 3→4→…→13 reach the task as
+//!   one update to 13;
+//! - a delete is the value `cluster::Wanted::Deleted`, which supersedes any pending update (nothing
+//!   matters after a delete);
+//! - when a task has ended, its receiver is gone and the controller sees `is_closed()`: it stops
+//!   sending and, for a task whose setup failed, starts a fresh one when a corrected spec arrives.
+//!
+//! # Where the story lines go
+//!
+//! Each task tells what it does ("creating cluster with Spec …", "Running: [], pending: []") through
+//! a [`Reporter`], tagged with the cluster's `namespace/name`. [`Reporter::tracing`] makes them
+//! `tracing` events (field `cluster`); [`Reporter::channel`] hands them to a receiver instead, which
+//! is how `stage03` prints them on stdout and how the tests read them. Diagnostics (a failed pod
+//! delete, a spec that did not change) always go to `tracing`, inside a span carrying `cluster`.
+
+pub mod cluster;
+pub mod operator;
+pub mod pods;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+use tracing::Instrument;
+
+use crate::api::PostgresCluster;
+use crate::watch::Event;
+use cluster::{run_cluster, TaskEnd, Wanted};
+pub use operator::{run_operator, OperatorError};
+pub use pods::PodApi;
+
+/// How often each cluster task reconciles, unless told otherwise. The original used 8 s.
+pub const DEFAULT_RECONCILE_INTERVAL: Duration = Duration::from_secs(8);
+/// How long shutdown waits for cluster tasks to finish their current step before aborting them.
+/// Kubernetes sends SIGKILL 30 s after SIGTERM by default; we stay well inside that.
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+#[derive(Clone, Debug)]
+pub struct ControllerOptions {
+    /// Time between two reconcile rounds of one cluster. Events do not reset it.
+    pub reconcile_interval: Duration,
+    pub shutdown_grace: Duration,
+}
+
+impl Default for ControllerOptions {
+    fn default() -> Self {
+        ControllerOptions {
+            reconcile_interval: DEFAULT_RECONCILE_INTERVAL,
+            shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+        }
+    }
+}
+
+/// One line of the operator's story. Lines about one cluster name it: `[default/db] spec update: ..`;
+/// lines about the operator as a whole (step 02's "Watch version: 4566") have no cluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogLine {
+    /// `namespace/name`, or `None` for the operator as a whole.
+    pub cluster: Option<String>,
+    pub line: String,
+}
+
+impl LogLine {
+    pub fn is_about(&self, cluster: &str) -> bool {
+        self.cluster.as_deref() == Some(cluster)
+    }
+}
+
+impl std::fmt::Display for LogLine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.cluster {
+            Some(cluster) => write!(f, "[{cluster}] {}", self.line),
+            None => f.write_str(&self.line),
+        }
+    }
+}
+
+/// Where the controller and its tasks tell their story. Cheap to clone: every task holds one.
+#[derive(Clone, Debug)]
+pub struct Reporter {
+    lines: Option<mpsc::UnboundedSender<LogLine>>,
+}
+
+impl Reporter {
+    /// Story lines become `tracing` info events (with a `cluster` field when they are about one):
+    /// what a deployed operator wants in `kubectl logs`.
+    pub fn tracing() -> Reporter {
+        Reporter { lines: None }
+    }
+
+    /// Story lines go to the returned receiver, in order. Unbounded because a line must never
+    /// block a cluster task; the receiver (stage03's printer, a test) keeps up easily.
+    pub fn channel() -> (Reporter, mpsc::UnboundedReceiver<LogLine>) {
+        let (sender, receiver) = mpsc::unbounded_channel();
+        (
+            Reporter {
+                lines: Some(sender),
+            },
+            receiver,
+        )
+    }
+
+    /// A line about one cluster, `namespace/name`.
+    pub fn report(&self, cluster: &str, line: impl Into<String>) {
+        self.send(LogLine {
+            cluster: Some(cluster.to_string()),
+            line: line.into(),
+        });
+    }
+
+    /// A line about the operator as a whole.
+    pub fn report_operator(&self, line: impl Into<String>) {
+        self.send(LogLine {
+            cluster: None,
+            line: line.into(),
+        });
+    }
+
+    fn send(&self, log: LogLine) {
+        let unsent = match &self.lines {
+            Some(sender) => sender.send(log).err().map(|error| error.0),
+            None => Some(log),
+        };
+        // No channel, or its receiver has gone away: the line still reaches the log.
+        if let Some(log) = unsent {
+            match &log.cluster {
+                Some(cluster) => tracing::info!(cluster = %cluster, "{}", log.line),
+                None => tracing::info!("{}", log.line),
+            }
+        }
+    }
+}
+
+/// The controller's hold on one cluster task.
+struct ClusterHandle {
+    /// A cluster deleted and re-created under the same name is a new cluster: new uid.
+    uid: String,
+    /// The last object sent (or started with); used to skip restarting a failed setup for an
+    /// unchanged spec.
+    last_sent: PostgresCluster,
+    wanted: watch::Sender<Wanted>,
+}
+
+/// How `Controller::run` ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ControllerStopped {
+    /// Tasks that ended on their own once told to stop.
+    pub tasks_stopped: usize,
+    /// Tasks still busy after the grace period, aborted.
+    pub tasks_aborted: usize,
+}
+
+/// Routes watch events to per-cluster tasks. See the module docs for the picture.
+pub struct Controller<P: PodApi> {
+    pods: P,
+    options: ControllerOptions,
+    reporter: Reporter,
+    clusters: HashMap<String, ClusterHandle>,
+    tasks: JoinSet<(String, TaskEnd)>,
+    stop: watch::Sender<bool>,
+}
+
+impl<P: PodApi> Controller<P> {
+    pub fn new(pods: P, options: ControllerOptions, reporter: Reporter) -> Controller<P> {
+        let (stop, _) = watch::channel(false);
+        Controller {
+            pods,
+            options,
+            reporter,
+            clusters: HashMap::new(),
+            tasks: JoinSet::new(),
+            stop,
+        }
+    }
+
+    /// Handle events until `shutdown` resolves or the event channel closes (the watch ended), then
+    /// stop every cluster task and wait for them.
+    pub async fn run(
+        mut self,
+        mut events: mpsc::Receiver<Event<PostgresCluster>>,
+        shutdown: impl Future<Output = ()>,
+    ) -> ControllerStopped {
+        tracing::debug!("controller running");
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                _ = &mut shutdown => break,
+                event = events.recv() => match event {
+                    Some(event) => self.handle_event(event),
+                    None => {
+                        tracing::info!("the event channel closed (the watch ended); stopping");
+                        break;
+                    }
+                },
+                // Collect ended tasks as they end, so the JoinSet does not grow without bound.
+                Some(ended) = self.tasks.join_next(), if !self.tasks.is_empty() => {
+                    self.task_ended(ended);
+                }
+            }
+        }
+        self.shutdown().await
+    }
+
+    /// Route one event. Never blocks: every send is `watch::Sender::send_replace`.
+    pub fn handle_event(&mut self, event: Event<PostgresCluster>) {
+        match event {
+            Event::Added(cluster) => {
+                if self.clusters.contains_key(&cluster.key()) {
+                    // A relist announces every object again as Added: an update, not a new cluster.
+                    self.update(cluster);
+                } else {
+                    self.start(cluster);
+                }
+            }
+            Event::Modified(cluster) => {
+                if self.clusters.contains_key(&cluster.key()) {
+                    self.update(cluster);
+                } else {
+                    // The original dereferenced nil here (bug 4). An unknown cluster that exists
+                    // is one we should be running: adopt it.
+                    self.reporter.report(
+                        &cluster.key(),
+                        "Modified event for a cluster this controller did not know; adopting it",
+                    );
+                    self.start(cluster);
+                }
+            }
+            Event::Deleted(cluster) => {
+                let key = cluster.key();
+                match self.clusters.remove(&key) {
+                    // If the task already ended (failed setup) nobody is listening; that is fine.
+                    Some(handle) => {
+                        handle.wanted.send_replace(Wanted::Deleted);
+                    }
+                    None => self.reporter.report(
+                        &key,
+                        "Deleted event for a cluster this controller did not know; nothing to do",
+                    ),
+                }
+            }
+        }
+    }
+
+    /// `namespace/name` of every cluster the controller currently tracks, sorted.
+    pub fn cluster_keys(&self) -> Vec<String> {
+        let mut keys: Vec<String> = self.clusters.keys().cloned().collect();
+        keys.sort();
+        keys
+    }
+
+    /// Cluster tasks started and not yet collected.
+    pub fn task_count(&self) -> usize {
+        self.tasks.len()
+    }
+
+    fn start(&mut self, cluster: PostgresCluster) {
+        let key = cluster.key();
+        let (wanted, wanted_receiver) = watch::channel(Wanted::Object(Box::new(cluster.clone())));
+        let span = tracing::info_span!("cluster", cluster = %key);
+        let task = run_cluster(
+            cluster.clone(),
+            self.pods.clone(),
+            self.reporter.clone(),
+            self.options.reconcile_interval,
+            wanted_receiver,
+            self.stop.subscribe(),
+        );
+        let task_key = key.clone();
+        self.tasks
+            .spawn(async move { (task_key, task.await) }.instrument(span));
+        self.clusters.insert(
+            key,
+            ClusterHandle {
+                uid: cluster.metadata.uid.clone(),
+                last_sent: cluster,
+                wanted,
+            },
+        );
+    }
+
+    fn update(&mut self, cluster: PostgresCluster) {
+        let key = cluster.key();
+        let Some(handle) = self.clusters.get_mut(&key) else {
+            return self.start(cluster);
+        };
+        if handle.uid != cluster.metadata.uid {
+            // Same name, new uid: the old cluster was deleted and a new one created while we were
+            // not watching (a relist shows only the new one). End the old task, start the new one.
+            self.reporter.report(
+                &key,
+                "the cluster was re-created under the same name (new uid); replacing its task",
+            );
+            if let Some(old) = self.clusters.remove(&key) {
+                old.wanted.send_replace(Wanted::Deleted);
+            }
+            return self.start(cluster);
+        }
+        if handle.wanted.is_closed() {
+            // The task ended on a failed setup. Try again only if the spec changed.
+            if handle.last_sent.spec == cluster.spec {
+                tracing::debug!(cluster = %key, "spec unchanged since setup failed; not restarting");
+                handle.last_sent = cluster;
+                return;
+            }
+            self.clusters.remove(&key);
+            return self.start(cluster);
+        }
+        handle.last_sent = cluster.clone();
+        // Replaces any update the task has not read yet: the newest object wins.
+        handle
+            .wanted
+            .send_replace(Wanted::Object(Box::new(cluster)));
+    }
+
+    fn task_ended(&mut self, ended: Result<(String, TaskEnd), tokio::task::JoinError>) {
+        match ended {
+            Ok((key, reason)) => tracing::debug!(cluster = %key, ?reason, "cluster task ended"),
+            // Its channel is now closed, so `update` will start a new task on the next spec change.
+            Err(error) => tracing::error!(%error, "a cluster task panicked"),
+        }
+    }
+
+    /// Tell every task to stop, wait up to the grace period, abort what is left.
+    /// [`Controller::run`] ends with this; call it yourself when driving [`Controller::handle_event`].
+    pub async fn shutdown(mut self) -> ControllerStopped {
+        self.stop.send_replace(true);
+        let mut stopped = ControllerStopped {
+            tasks_stopped: 0,
+            tasks_aborted: 0,
+        };
+        let deadline = tokio::time::Instant::now() + self.options.shutdown_grace;
+        while !self.tasks.is_empty() {
+            match tokio::time::timeout_at(deadline, self.tasks.join_next()).await {
+                Ok(Some(Ok((_, TaskEnd::Stopped)))) => stopped.tasks_stopped += 1,
+                Ok(Some(ended)) => self.task_ended(ended),
+                Ok(None) => break,
+                Err(_) => {
+                    stopped.tasks_aborted = self.tasks.len();
+                    tracing::warn!(
+                        tasks = self.tasks.len(),
+                        "cluster tasks still busy after the grace period; aborting them"
+                    );
+                    self.tasks.abort_all();
+                    while self.tasks.join_next().await.is_some() {}
+                    break;
+                }
+            }
+        }
+        stopped
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// stage03 prints cluster lines with a `[namespace/name]` prefix and operator lines bare.
+    #[test]
+    fn log_lines_print_with_their_cluster_prefix() {
+        let (reporter, mut lines) = Reporter::channel();
+        reporter.report("default/db", "Running: [], pending: []");
+        reporter.report_operator("Watch version: 4566");
+        let printed: Vec<String> = std::iter::from_fn(|| lines.try_recv().ok())
+            .map(|line| line.to_string())
+            .collect();
+        assert_eq!(
+            printed,
+            [
+                "[default/db] Running: [], pending: []",
+                "Watch version: 4566"
+            ]
+        );
+    }
+}

@@ -1,0 +1,309 @@
+//! How fast does `list_then_watch` hand events to a consumer, end to end over HTTP, and with how
+//! much memory? Prints exactly one line:
+//!
+//! ```text
+//! watch-bench events=N seconds=S events_per_s=R max_rss_kb=K
+//! ```
+//!
+//! WORKSHOP.md, step 02 ("How fast is it?"). The watch is the library's, unchanged: list, then
+//! watch `default/postgresclusters`, counting events handed over until `--expect N` have arrived.
+//!
+//! ```text
+//! # against any API server (someone else creates the objects):
+//! cargo run --release --bin watch-bench -- --server http://127.0.0.1:8001 --expect 10000
+//! # self-contained: start an in-process sandbox and create N objects (16 writers) while watching:
+//! cargo run --release --bin watch-bench -- --feed 20000
+//! # feed a separate sandbox, so max_rss_kb is the watcher's (plus the feeding client's) alone:
+//! cargo run --release --bin sandbox -- --listen 127.0.0.1:8001 &
+//! cargo run --release --bin watch-bench -- --server http://127.0.0.1:8001 --feed 20000
+//! # the client alone, not bounded by a server's write rate: an in-process replay server sends
+//! # N recorded ~2 KB events in 16 KB chunks as fast as the watch takes them:
+//! cargo run --release --bin watch-bench -- --replay 50000
+//! ```
+//!
+//! `max_rss_kb` is the process's peak resident set (VmHWM in /proc/self/status); with the
+//! in-process sandbox it includes the sandbox's copy of every object. Each fed object carries
+//! ~1.5 KB of annotations, the size of a typical object with kubectl's last-applied annotation.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use postgres_operator::api::{collection_path, PostgresCluster};
+use postgres_operator::client::Client;
+use postgres_operator::config::Config;
+use postgres_operator::crd;
+use postgres_operator::process::init_logging;
+use postgres_operator::sandbox::{Sandbox, SandboxOptions};
+use postgres_operator::watch::{list_then_watch, WatchItem, WatchNotice, WatchOptions};
+use tokio::time::Instant;
+
+const USAGE: &str = "usage: watch-bench [--server URL] [--expect N] [--feed N] [--writers W] [--replay N]
+  --server URL   a plain-http API server (kubectl proxy, the sandbox); default: an in-process sandbox
+  --expect N     stop after N events were handed to the consumer (default: --feed or --replay)
+  --feed N       create N PostgresClusters while watching (16 concurrent writers; --writers W)
+  --replay N     no API server: an in-process replay server streams N recorded events at once";
+
+struct Flags {
+    server: Option<String>,
+    expect: usize,
+    feed: usize,
+    writers: usize,
+    replay: usize,
+}
+
+fn parse_flags(args: impl Iterator<Item = String>) -> Result<Flags, String> {
+    let mut flags = Flags {
+        server: None,
+        expect: 0,
+        feed: 0,
+        writers: 16,
+        replay: 0,
+    };
+    let mut args = args.peekable();
+    while let Some(arg) = args.next() {
+        let (flag, value) = match arg.split_once('=') {
+            Some((flag, value)) => (flag.to_string(), Some(value.to_string())),
+            None => (arg.clone(), args.next()),
+        };
+        let value = value.ok_or_else(|| format!("{flag} needs a value\n{USAGE}"))?;
+        let number = || {
+            value
+                .parse::<usize>()
+                .map_err(|_| format!("{flag} needs a number, got {value:?}\n{USAGE}"))
+        };
+        match flag.as_str() {
+            "--server" => flags.server = Some(value.clone()),
+            "--expect" => flags.expect = number()?,
+            "--feed" => flags.feed = number()?,
+            "--writers" => flags.writers = number()?.max(1),
+            "--replay" => flags.replay = number()?,
+            _ => return Err(format!("unknown argument {arg:?}\n{USAGE}")),
+        }
+    }
+    if flags.expect == 0 {
+        flags.expect = flags.feed.max(flags.replay);
+    }
+    if flags.expect == 0 {
+        return Err(format!(
+            "say how many events to wait for: --expect N or --feed N\n{USAGE}"
+        ));
+    }
+    Ok(flags)
+}
+
+/// Peak resident set size in kB, from the kernel's own bookkeeping.
+fn max_rss_kb() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status.lines().find_map(|line| {
+                line.strip_prefix("VmHWM:")
+                    .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+            })
+        })
+        .unwrap_or(0)
+}
+
+fn bench_object(prefix: &str, index: usize) -> serde_json::Value {
+    let name = format!("{prefix}-{index:06}");
+    let last_applied = serde_json::json!({
+        "apiVersion": "workshop.example.com/v1", "kind": "PostgresCluster",
+        "metadata": {"annotations": {}, "name": name, "namespace": "default"},
+        "spec": {"size": 3, "version": "9.6.3"}
+    })
+    .to_string();
+    serde_json::json!({
+        "apiVersion": "workshop.example.com/v1", "kind": "PostgresCluster",
+        "metadata": {
+            "name": name,
+            "labels": {"app": "postgres", "bench": prefix},
+            "annotations": {
+                "kubectl.kubernetes.io/last-applied-configuration": last_applied,
+                "workshop.example.com/notes": "x".repeat(1100),
+            }
+        },
+        "spec": {"size": 3, "version": "9.6.3"}
+    })
+}
+
+/// Create `count` objects with `writers` concurrent tasks. Returns how many were created.
+async fn feed(client: Client, count: usize, writers: usize) -> usize {
+    let prefix = format!("bench-{}", std::process::id());
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..writers {
+        let (client, next, prefix) = (client.clone(), next.clone(), prefix.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut created = 0;
+            loop {
+                let index = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if index >= count {
+                    return created;
+                }
+                let body = bench_object(&prefix, index);
+                match client
+                    .create::<_, serde_json::Value>(&collection_path("default"), &body)
+                    .await
+                {
+                    Ok(_) => created += 1,
+                    Err(error) => tracing::warn!(%error, "feeding: create failed"),
+                }
+            }
+        }));
+    }
+    let mut created = 0;
+    for task in tasks {
+        created += task.await.unwrap_or(0);
+    }
+    created
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    init_logging();
+    let flags = match parse_flags(std::env::args().skip(1)) {
+        Ok(flags) => flags,
+        Err(message) => {
+            eprintln!("error: {message}");
+            return ExitCode::from(2);
+        }
+    };
+    // Keeps the in-process sandbox alive for the whole run.
+    let mut _sandbox = None;
+    let server = match &flags.server {
+        Some(server) => server.clone(),
+        None if flags.replay > 0 => match replay_server(flags.replay).await {
+            Ok(url) => url,
+            Err(error) => return fail(&format!("starting the replay server: {error}")),
+        },
+        None => match Sandbox::start(SandboxOptions::default()).await {
+            Ok(sandbox) => {
+                let url = sandbox.url();
+                _sandbox = Some(sandbox);
+                url
+            }
+            Err(error) => {
+                eprintln!("error: starting the in-process sandbox: {error}");
+                return ExitCode::FAILURE;
+            }
+        },
+    };
+    let client = match Config::from_url(&server).map(Client::new) {
+        Ok(Ok(client)) => client,
+        Ok(Err(error)) => return fail(&error.to_string()),
+        Err(error) => return fail(&error.to_string()),
+    };
+    if flags.replay == 0 {
+        if let Err(error) = crd::register(&client).await {
+            return fail(&error.to_string());
+        }
+        if let Err(error) = crd::wait_established(&client, Duration::from_secs(30)).await {
+            return fail(&error.to_string());
+        }
+    }
+    tracing::info!(rss_kb_before_watching = max_rss_kb(), "starting the watch");
+
+    let started = Instant::now();
+    let mut watcher = list_then_watch::<PostgresCluster>(
+        client.clone(),
+        collection_path("default"),
+        WatchOptions::default(),
+        std::future::pending(),
+    );
+    let mut feeder = None;
+    let mut events = 0usize;
+    while events < flags.expect {
+        match watcher.items.recv().await {
+            Some(WatchItem::Event(event)) => {
+                std::hint::black_box(&event);
+                events += 1;
+            }
+            // Feed only once the watch is open, so the events come through the watch.
+            Some(WatchItem::Notice(WatchNotice::Watching { .. }))
+                if feeder.is_none() && flags.feed > 0 =>
+            {
+                feeder = Some(tokio::spawn(feed(
+                    client.clone(),
+                    flags.feed,
+                    flags.writers,
+                )));
+            }
+            Some(WatchItem::Notice(notice)) => tracing::debug!(?notice, "watch notice"),
+            None => return fail("the watch task ended early"),
+        }
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    if let Some(feeder) = feeder {
+        let created = feeder.await.unwrap_or(0);
+        tracing::info!(created, "feeding done");
+    }
+    println!(
+        "watch-bench events={events} seconds={seconds:.3} events_per_s={:.0} max_rss_kb={}",
+        events as f64 / seconds,
+        max_rss_kb()
+    );
+    ExitCode::SUCCESS
+}
+
+/// A minimal HTTP/1.1 server: the list is empty at resourceVersion 1; the first watch streams
+/// `count` recorded ADDED events in 16 KB chunks, then stays open. Later watches get nothing.
+async fn replay_server(count: usize) -> std::io::Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = Vec::with_capacity(count * 2200);
+    for index in 0..count {
+        let mut object = bench_object("replay", index);
+        object["metadata"]["namespace"] = "default".into();
+        object["metadata"]["uid"] = format!("00000000-0000-4000-8000-{index:012}").into();
+        object["metadata"]["resourceVersion"] = (index + 2).to_string().into();
+        stream.extend_from_slice(b"{\"type\":\"ADDED\",\"object\":");
+        serde_json::to_writer(&mut stream, &object).map_err(std::io::Error::other)?;
+        stream.extend_from_slice(b"}\n");
+    }
+    let stream = Arc::new(stream);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}", listener.local_addr()?);
+    let served_once = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let (stream, served_once) = (stream.clone(), served_once.clone());
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buffer = [0u8; 4096];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match socket.read(&mut buffer).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buffer[..n]),
+                    }
+                }
+                if !String::from_utf8_lossy(&head).contains("watch=true") {
+                    let body = r#"{"kind":"PostgresClusterList","apiVersion":"workshop.example.com/v1","metadata":{"resourceVersion":"1"},"items":[]}"#;
+                    let response = format!("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len());
+                    let _ = socket.write_all(response.as_bytes()).await;
+                    return;
+                }
+                let head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n";
+                if socket.write_all(head.as_bytes()).await.is_err() {
+                    return;
+                }
+                if !served_once.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                    for chunk in stream.chunks(16 * 1024) {
+                        let mut frame = format!("{:x}\r\n", chunk.len()).into_bytes();
+                        frame.extend_from_slice(chunk);
+                        frame.extend_from_slice(b"\r\n");
+                        if socket.write_all(&frame).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+                std::future::pending::<()>().await;
+            });
+        }
+    });
+    Ok(url)
+}
+
+fn fail(message: &str) -> ExitCode {
+    eprintln!("error: {message}");
+    ExitCode::FAILURE
+}

@@ -1,0 +1,400 @@
+//! One `PostgresCluster`'s task: set up, then loop over "stop", "the spec changed" and "time to
+//! reconcile" until the cluster is deleted or the operator stops.
+//!
+//! WORKSHOP.md, step 03 ("A cluster task"). The controller in `mod.rs` starts one of these per
+//! cluster with `run_cluster`; nothing in here knows about the other clusters.
+
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::{Instant, MissedTickBehavior};
+
+use super::pods::{label_selector, Pod, PodApi, PodApiError};
+use super::Reporter;
+use crate::api::{PostgresCluster, PostgresClusterSpec, PostgresClusterStatus};
+
+/// What the controller wants a cluster to be. Sent over a `tokio::sync::watch` channel, which
+/// holds one value: a newer `Wanted` replaces an unread older one (see the module docs of
+/// `controller` for why that is right here).
+#[derive(Clone, Debug)]
+pub(crate) enum Wanted {
+    /// The latest object from the API server (spec and metadata).
+    Object(Box<PostgresCluster>),
+    /// The user deleted the cluster. Nothing can follow this, so it may replace any pending object.
+    Deleted,
+}
+
+/// Why a cluster task ended; the controller logs it when it collects the task.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TaskEnd {
+    /// The spec was invalid; a corrected spec (a Modified event) starts a new task.
+    SetupFailed,
+    /// The user deleted the cluster and we cleaned up.
+    Deleted,
+    /// The operator is shutting down.
+    Stopped,
+}
+
+/// What `setup` checks before touching anything. The CRD's schema enforces the same rules on the
+/// server, so these fire only when the CRD is old or was registered by someone else.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SetupError {
+    SizeBelowOne { size: i64 },
+    VersionMissing,
+}
+
+impl std::fmt::Display for SetupError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SetupError::SizeBelowOne { size } => {
+                write!(f, "spec.size must be at least 1, got {size}")
+            }
+            SetupError::VersionMissing => {
+                write!(
+                    f,
+                    "spec.version must name a Postgres version, e.g. \"9.6.3\""
+                )
+            }
+        }
+    }
+}
+
+impl std::error::Error for SetupError {}
+
+/// The checks `setup` runs on a spec (and that a spec update must pass to be accepted).
+pub fn validate_spec(spec: &PostgresClusterSpec) -> Result<(), SetupError> {
+    if spec.size < 1 {
+        return Err(SetupError::SizeBelowOne { size: spec.size });
+    }
+    if spec.version.trim().is_empty() {
+        return Err(SetupError::VersionMissing);
+    }
+    Ok(())
+}
+
+/// `{phase: Running, size: 3}` with the fields that are set, or `<none>` (the workshop's word).
+pub fn describe_status(status: Option<&PostgresClusterStatus>) -> String {
+    let Some(status) = status else {
+        return "<none>".to_string();
+    };
+    let mut fields = Vec::new();
+    if let Some(phase) = &status.phase {
+        fields.push(format!("phase: {phase}"));
+    }
+    if let Some(size) = status.size {
+        fields.push(format!("size: {size}"));
+    }
+    if let Some(ready) = status.ready_replicas {
+        fields.push(format!("readyReplicas: {ready}"));
+    }
+    if fields.is_empty() {
+        "<none>".to_string()
+    } else {
+        format!("{{{}}}", fields.join(", "))
+    }
+}
+
+/// One cluster's state, as its task sees it.
+struct ClusterTask<P> {
+    /// The newest object we accepted. Its `spec` is what reconcile works towards.
+    cluster: PostgresCluster,
+    key: String,
+    pods: P,
+    reporter: Reporter,
+}
+
+/// The task body the controller spawns for one cluster. Returns when the cluster is deleted, when
+/// `stop` turns true (or its sender is gone), or at once if setup fails.
+pub(crate) async fn run_cluster<P: PodApi>(
+    cluster: PostgresCluster,
+    pods: P,
+    reporter: Reporter,
+    reconcile_interval: Duration,
+    mut wanted: watch::Receiver<Wanted>,
+    mut stop: watch::Receiver<bool>,
+) -> TaskEnd {
+    let mut task = ClusterTask {
+        key: cluster.key(),
+        cluster,
+        pods,
+        reporter,
+    };
+
+    if let Err(error) = task.setup() {
+        // Returning drops `wanted`; the controller sees the channel closed and stops sending to it
+        // (the original's bug 5: its channel filled up and the next send panicked).
+        task.say(format!(
+            "setup failed: {error}; cluster task ended (fix the spec and it starts again)"
+        ));
+        return TaskEnd::SetupFailed;
+    }
+
+    // Created once, outside the loop, so an event never resets it: a steady stream of events
+    // cannot starve reconciliation (the original re-armed `time.After` inside select: bug 6).
+    // The first tick comes one interval after setup, as the original's 8 s timer did.
+    let mut reconcile =
+        tokio::time::interval_at(Instant::now() + reconcile_interval, reconcile_interval);
+    // After a slow round (a slow API server), wait a full interval again instead of firing
+    // the missed ticks back to back.
+    reconcile.set_missed_tick_behavior(MissedTickBehavior::Delay);
+
+    loop {
+        tokio::select! {
+            () = stop_requested(&mut stop) => {
+                task.say("cluster task stopped: the operator is shutting down");
+                return TaskEnd::Stopped;
+            }
+            changed = wanted.changed() => {
+                if changed.is_err() {
+                    // The controller dropped our channel without a Deleted: it is going away.
+                    task.say("cluster task stopped: the controller let go of it");
+                    return TaskEnd::Stopped;
+                }
+                let latest = wanted.borrow_and_update().clone();
+                match latest {
+                    Wanted::Object(cluster) => task.modify(*cluster),
+                    Wanted::Deleted => {
+                        task.delete().await;
+                        return TaskEnd::Deleted;
+                    }
+                }
+            }
+            _ = reconcile.tick() => task.reconcile().await,
+        }
+    }
+}
+
+/// Resolves once `stop` is true, or once its sender is gone (the controller was dropped without
+/// shutting down): a task stops either way.
+async fn stop_requested(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|stop| *stop).await;
+}
+
+impl<P: PodApi> ClusterTask<P> {
+    fn say(&self, line: impl Into<String>) {
+        self.reporter.report(&self.key, line);
+    }
+
+    /// Validate, then create a new cluster or adopt one a previous operator already started.
+    fn setup(&self) -> Result<(), SetupError> {
+        validate_spec(&self.cluster.spec)?;
+        let phase = self
+            .cluster
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.as_deref());
+        // `status.phase` is written by an operator only, so "Running" means an earlier run of this
+        // operator got the cluster going: take it over rather than seeding it a second time.
+        if phase == Some("Running") {
+            self.adopt();
+        } else {
+            self.create();
+        }
+        Ok(())
+    }
+
+    fn create(&self) {
+        self.say(format!(
+            "creating cluster with Spec {}, Status {}",
+            self.cluster.spec,
+            describe_status(self.cluster.status.as_ref())
+        ));
+        // The workshop stops here; launching the seed pod is its homework. A pod created for this
+        // cluster should carry `pods::pod_labels` and `pods::owner_reference`.
+        self.say("PLACEHOLDER: Launch seed Postgres node!");
+        self.say("PLACEHOLDER: Start cluster!");
+    }
+
+    fn adopt(&self) {
+        self.say(format!(
+            "adopting running cluster with Spec {}, Status {}",
+            self.cluster.spec,
+            describe_status(self.cluster.status.as_ref())
+        ));
+    }
+
+    /// A newer object arrived. Only size, version and paused matter to us: a status write or a
+    /// label change bumps the resourceVersion too, and must not look like a spec update.
+    fn modify(&mut self, newer: PostgresCluster) {
+        if newer.spec == self.cluster.spec {
+            tracing::debug!(resource_version = %newer.metadata.resource_version, "spec unchanged; ignoring");
+            self.cluster = newer;
+            return;
+        }
+        if let Err(error) = validate_spec(&newer.spec) {
+            self.say(format!(
+                "ignoring spec update to {}: {error}; keeping {}",
+                newer.spec, self.cluster.spec
+            ));
+            return;
+        }
+        self.say(format!(
+            "spec update: from {} to {}",
+            self.cluster.spec, newer.spec
+        ));
+        self.cluster = newer;
+    }
+
+    /// The user deleted the cluster: delete its pods and end. The pods carry ownerReferences, so
+    /// the garbage collector would delete them anyway (even while the operator is down); deleting
+    /// them here just makes it happen now.
+    async fn delete(&self) {
+        self.say("cluster is deleted by the user");
+        match self.owned_pods().await {
+            Ok(pods) => {
+                for pod in pods {
+                    if let Err(error) = self
+                        .pods
+                        .delete_pod(&self.cluster.metadata.namespace, &pod.metadata.name)
+                        .await
+                    {
+                        tracing::warn!(%error, "could not delete pod; the garbage collector will");
+                    }
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%error, "could not list pods to clean up; the garbage collector will")
+            }
+        }
+        self.say("cluster task ended");
+    }
+
+    /// Pods carrying our labels in our namespace, keeping only those whose ownerReference is this
+    /// cluster's uid.
+    async fn owned_pods(&self) -> Result<Vec<Pod>, PodApiError> {
+        let selector = label_selector(&self.cluster.metadata.name);
+        let pods = self
+            .pods
+            .list_pods(&self.cluster.metadata.namespace, &selector)
+            .await?;
+        let uid = &self.cluster.metadata.uid;
+        Ok(pods
+            .into_iter()
+            .filter(|pod| pod.is_owned_by(uid))
+            .collect())
+    }
+
+    /// One reconcile round: compare the pods that exist with the spec.
+    async fn reconcile(&self) {
+        if self.cluster.spec.paused {
+            tracing::debug!("cluster is paused; skipping reconcile");
+            return;
+        }
+        let pods = match self.owned_pods().await {
+            Ok(pods) => pods,
+            Err(error) => {
+                self.say(format!(
+                    "reconcile skipped: {error}; trying again next tick"
+                ));
+                return;
+            }
+        };
+        let (running, pending) = split_running_pending(&pods);
+        self.say(format!(
+            "Running: [{}], pending: [{}]",
+            running.join(", "),
+            pending.join(", ")
+        ));
+        if !pending.is_empty() {
+            // A pod still starting may be the member we added last round: wait for it to settle.
+            tracing::debug!(pending = pending.len(), "pods pending; skipping this round");
+            return;
+        }
+        if running.is_empty() {
+            self.say("All Postgres pods are dead. Trying to recover from a previous backup");
+            self.say("PLACEHOLDER: disaster recovery!");
+            return;
+        }
+        let size = usize::try_from(self.cluster.spec.size).unwrap_or(0);
+        if running.len() != size {
+            self.say(format!(
+                "PLACEHOLDER: resize from {} to {} pods, one pod per tick!",
+                running.len(),
+                size
+            ));
+        }
+    }
+}
+
+/// Names of the Running pods and of the Pending pods, sorted. Succeeded/Failed/Unknown pods are
+/// neither: they will never serve again.
+fn split_running_pending(pods: &[Pod]) -> (Vec<String>, Vec<String>) {
+    let mut running = Vec::new();
+    let mut pending = Vec::new();
+    for pod in pods {
+        match pod.phase() {
+            "Running" => running.push(pod.metadata.name.clone()),
+            "Pending" => pending.push(pod.metadata.name.clone()),
+            _ => {}
+        }
+    }
+    running.sort();
+    pending.sort();
+    (running, pending)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(size: i64, version: &str) -> PostgresClusterSpec {
+        PostgresClusterSpec {
+            size,
+            version: version.to_string(),
+            paused: false,
+        }
+    }
+
+    /// setup refuses size 0 and a blank version, naming the field.
+    #[test]
+    fn setup_rejects_size_below_one_and_an_empty_version() {
+        assert_eq!(validate_spec(&spec(3, "9.6.3")), Ok(()));
+        assert_eq!(
+            validate_spec(&spec(0, "9.6.3")),
+            Err(SetupError::SizeBelowOne { size: 0 })
+        );
+        assert_eq!(
+            validate_spec(&spec(1, " ")),
+            Err(SetupError::VersionMissing)
+        );
+    }
+
+    /// A missing or empty status prints as the workshop's `<none>`; otherwise only set fields.
+    #[test]
+    fn status_prints_none_or_its_set_fields() {
+        assert_eq!(describe_status(None), "<none>");
+        assert_eq!(
+            describe_status(Some(&PostgresClusterStatus::default())),
+            "<none>"
+        );
+        let status = PostgresClusterStatus {
+            phase: Some("Running".into()),
+            size: Some(3),
+            ..Default::default()
+        };
+        assert_eq!(describe_status(Some(&status)), "{phase: Running, size: 3}");
+    }
+
+    /// Running and Pending pods are listed apart, sorted; Failed ones are neither.
+    #[test]
+    fn pods_split_into_running_and_pending_by_phase() {
+        let pod = |name: &str, phase: &str| Pod {
+            metadata: super::super::pods::PodMeta {
+                name: name.into(),
+                ..Default::default()
+            },
+            status: super::super::pods::PodStatus {
+                phase: Some(phase.into()),
+            },
+        };
+        let pods = [
+            pod("db-2", "Running"),
+            pod("db-1", "Running"),
+            pod("db-3", "Pending"),
+            pod("db-4", "Failed"),
+        ];
+        let (running, pending) = split_running_pending(&pods);
+        assert_eq!(running, ["db-1", "db-2"]);
+        assert_eq!(pending, ["db-3"]);
+    }
+}

@@ -1,0 +1,193 @@
+//! The whole step-03 operator in one call: register the type (step 01), list then watch it (step
+//! 02), and route every event to a cluster task (step 03). `stages/stage03.rs` and the tour
+//! (`src/bin/tour.rs`) both run exactly this.
+//!
+//! WORKSHOP.md, step 03 ("Putting it together").
+//!
+//! ```text
+//! run_operator ── crd::register, crd::wait_established
+//!      │
+//!      ├── list_then_watch ──items──▶ narrate: notices ("Watch version: 4566", ...) are told,
+//!      │                                events are told ("PostgresCluster event: ADDED ..")
+//!      │                                and passed on ──▶ Controller::run
+//!      └── shutdown: stop the watch; the controller sees its input end and stops every task
+//! ```
+
+use std::future::Future;
+
+use tokio::sync::{mpsc, watch};
+
+use super::{Controller, ControllerOptions, ControllerStopped, Reporter};
+use crate::api::{collection_path, PostgresCluster, CRD_NAME};
+use crate::client::Client;
+use crate::crd::{self, CrdError, Registration, DEFAULT_ESTABLISHED_TIMEOUT};
+use crate::watch::{list_then_watch, Event, WatchItem, WatchNotice, WatchOptions};
+
+/// Which step of starting the operator failed.
+#[derive(Debug)]
+pub enum OperatorError {
+    /// Registering the CRD, or waiting for it to be Established (the error says which).
+    RegisterResource(CrdError),
+}
+
+impl std::fmt::Display for OperatorError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OperatorError::RegisterResource(error) => {
+                write!(f, "registering the PostgresCluster resource: {error}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for OperatorError {}
+
+impl OperatorError {
+    /// What to do about it, when the CRD step knows (e.g. RBAC is missing).
+    pub fn hint(&self) -> Option<String> {
+        match self {
+            OperatorError::RegisterResource(error) => error.hint(),
+        }
+    }
+}
+
+/// Run the operator on the client's namespace until `shutdown` resolves. Every story line —
+/// step 02's and each cluster's — goes to `reporter`. Returns once every cluster task has stopped.
+/// The watch never gives up on its own (it backs off and retries), so the only errors are at start.
+pub async fn run_operator(
+    client: Client,
+    options: ControllerOptions,
+    reporter: Reporter,
+    shutdown: impl Future<Output = ()>,
+) -> Result<ControllerStopped, OperatorError> {
+    // A stop during start-up (the CRD wait can take 30 s) must be as clean as one later on.
+    tokio::pin!(shutdown);
+    tokio::select! {
+        registered = register_resource(&client, &reporter) => registered?,
+        () = &mut shutdown => {
+            return Ok(ControllerStopped {
+                tasks_stopped: 0,
+                tasks_aborted: 0,
+            })
+        }
+    }
+
+    reporter.report_operator("Finding existing clusters...");
+    // `list_then_watch` wants a shutdown it can move into its task; ours may borrow, so relay it.
+    let (stop_watch, watch_stopped) = watch::channel(false);
+    let watcher = list_then_watch::<PostgresCluster>(
+        client.clone(),
+        collection_path(client.namespace()),
+        WatchOptions::default(),
+        async move {
+            let mut watch_stopped = watch_stopped;
+            let _ = watch_stopped.wait_for(|stop| *stop).await;
+        },
+    );
+
+    let (to_controller, controller_events) = mpsc::channel(1);
+    let narrator = tokio::spawn(narrate_and_forward(
+        watcher.items,
+        to_controller,
+        reporter.clone(),
+    ));
+    let controller = Controller::new(client, options, reporter);
+    // Ends on `shutdown`, or if the narrator stops forwarding (the watch task is gone).
+    let stopped = controller.run(controller_events, shutdown).await;
+    stop_watch.send_replace(true);
+    // Both end promptly once the watch is told to stop.
+    let _ = watcher.task.await;
+    let _ = narrator.await;
+    Ok(stopped)
+}
+
+/// Step 01, reused: make sure our resource type exists and is served.
+async fn register_resource(client: &Client, reporter: &Reporter) -> Result<(), OperatorError> {
+    match crd::register(client)
+        .await
+        .map_err(OperatorError::RegisterResource)?
+    {
+        Registration::Created => {
+            reporter.report_operator(format!("registered CustomResourceDefinition {CRD_NAME}"))
+        }
+        Registration::AlreadyExisted => {
+            reporter.report_operator("CustomResourceDefinition already exists; continuing")
+        }
+    }
+    crd::wait_established(client, DEFAULT_ESTABLISHED_TIMEOUT)
+        .await
+        .map_err(OperatorError::RegisterResource)
+}
+
+/// Tell step 02's story, then hand each event to the controller. Items arrive in order: a notice
+/// comes before the events it explains.
+async fn narrate_and_forward(
+    mut items: mpsc::Receiver<WatchItem<PostgresCluster>>,
+    to_controller: mpsc::Sender<Event<PostgresCluster>>,
+    reporter: Reporter,
+) {
+    let mut first_watch = true;
+    while let Some(item) = items.recv().await {
+        match item {
+            WatchItem::Notice(notice) => {
+                for line in watch_notice_lines(&notice, &mut first_watch) {
+                    reporter.report_operator(line);
+                }
+            }
+            WatchItem::Event(event) => {
+                reporter.report_operator(event_line(&event));
+                if to_controller.send(event).await.is_err() {
+                    return; // the controller has stopped
+                }
+            }
+        }
+    }
+}
+
+/// `PostgresCluster event: ADDED default/db {size: 3, version: 9.6.3, paused: false}` (step 02's line).
+pub fn event_line(event: &Event<PostgresCluster>) -> String {
+    let cluster = event.object();
+    format!(
+        "PostgresCluster event: {} {} {}",
+        event.type_name(),
+        cluster.key(),
+        cluster.spec
+    )
+}
+
+/// Step 02's lines for a notice: `Watch version: 4566` and `Controller initialised` after the first
+/// list, `Starting at watchVersion 4566` for the first watch, one line per resume/relist/retry.
+pub fn watch_notice_lines(notice: &WatchNotice, first_watch: &mut bool) -> Vec<String> {
+    match notice {
+        WatchNotice::Listed {
+            resource_version, ..
+        } => vec![
+            format!("Watch version: {resource_version}"),
+            "Controller initialised".to_string(),
+        ],
+        WatchNotice::Watching { resource_version } if *first_watch => {
+            *first_watch = false;
+            vec![format!("Starting at watchVersion {resource_version}")]
+        }
+        WatchNotice::Watching { .. } => Vec::new(),
+        WatchNotice::Resumed {
+            resource_version,
+            why,
+        } => vec![format!(
+            "Watch resumed at watchVersion {resource_version}: {why}"
+        )],
+        WatchNotice::Relisted {
+            why,
+            resource_version,
+            added,
+            modified,
+            deleted,
+        } => vec![format!(
+            "Relisted at watchVersion {resource_version} ({why}): {added} added, {modified} modified, {deleted} deleted while away"
+        )],
+        WatchNotice::Retrying { after, error } => vec![format!(
+            "Watch failed, retrying in {:.1}s: {error}",
+            after.as_secs_f64()
+        )],
+    }
+}

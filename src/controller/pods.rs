@@ -1,0 +1,239 @@
+//! The cluster tasks' view of Pods: which labels mark a Postgres pod as ours, how ownership is
+//! checked, and the two calls a task makes (list, delete) behind a small trait.
+//!
+//! WORKSHOP.md, step 03 ("What a cluster task asks Kubernetes"). The trait exists so the reconcile
+//! loop can be unit-tested with a fake in memory; [`PodApi`] for [`Client`] is the real thing.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+
+use serde::{Deserialize, Serialize};
+
+use crate::api::PostgresCluster;
+use crate::client::Client;
+
+/// Every Postgres pod this operator makes carries this label (value [`APP_LABEL_VALUE`]).
+/// `app.kubernetes.io/name` is the recommended label for "which application is this".
+pub const APP_LABEL: &str = "app.kubernetes.io/name";
+pub const APP_LABEL_VALUE: &str = "postgres";
+/// ...and this one, naming the `PostgresCluster` it belongs to. Prefixed with our API group so it
+/// cannot clash with anyone else's `cluster` label.
+pub const CLUSTER_LABEL: &str = "workshop.example.com/cluster";
+
+/// The labels a pod of `cluster_name` carries (what a homework solution puts on the pods it creates).
+pub fn pod_labels(cluster_name: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (APP_LABEL.to_string(), APP_LABEL_VALUE.to_string()),
+        (CLUSTER_LABEL.to_string(), cluster_name.to_string()),
+    ])
+}
+
+/// `app.kubernetes.io/name=postgres,workshop.example.com/cluster=<name>`: the server-side filter.
+/// Comma means AND in a Kubernetes equality-based label selector.
+pub fn label_selector(cluster_name: &str) -> String {
+    format!("{APP_LABEL}={APP_LABEL_VALUE},{CLUSTER_LABEL}={cluster_name}")
+}
+
+/// The ownerReference a pod of `cluster` carries. With it, deleting the `PostgresCluster` makes
+/// the garbage collector delete its pods even if the operator is down at the time.
+pub fn owner_reference(cluster: &PostgresCluster) -> OwnerReference {
+    OwnerReference {
+        api_version: crate::api::API_VERSION.to_string(),
+        kind: crate::api::KIND.to_string(),
+        name: cluster.metadata.name.clone(),
+        uid: cluster.metadata.uid.clone(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }
+}
+
+/// The fields of a Pod the reconcile loop reads. Everything else the server sends is ignored.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Pod {
+    #[serde(default)]
+    pub metadata: PodMeta,
+    #[serde(default)]
+    pub status: PodStatus,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodMeta {
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub namespace: String,
+    #[serde(default)]
+    pub uid: String,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default)]
+    pub owner_references: Vec<OwnerReference>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OwnerReference {
+    pub api_version: String,
+    pub kind: String,
+    pub name: String,
+    pub uid: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub controller: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub block_owner_deletion: Option<bool>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PodStatus {
+    /// Pending, Running, Succeeded, Failed or Unknown.
+    #[serde(default)]
+    pub phase: Option<String>,
+}
+
+/// `GET .../pods` returns a PodList; only its items matter here.
+#[derive(Deserialize)]
+struct PodList {
+    #[serde(default)]
+    items: Vec<Pod>,
+}
+
+impl Pod {
+    /// Labels can be copied onto any pod by anyone; the owner's uid cannot be faked by accident.
+    /// A cluster deleted and re-created under the same name gets a new uid, so the old
+    /// incarnation's pods (still being garbage-collected) are not counted as the new one's.
+    pub fn is_owned_by(&self, cluster_uid: &str) -> bool {
+        self.metadata
+            .owner_references
+            .iter()
+            .any(|owner| owner.uid == cluster_uid)
+    }
+
+    pub fn phase(&self) -> &str {
+        self.status.phase.as_deref().unwrap_or("")
+    }
+}
+
+/// The pod calls a cluster task makes. Real: [`Client`]. Tests: a fake holding a `Vec<Pod>`.
+///
+/// Written as `fn .. -> impl Future + Send` (rather than `async fn`) so the futures are known to be
+/// `Send` and a cluster task can run on any runtime thread; implementations may still use `async fn`.
+pub trait PodApi: Clone + Send + Sync + 'static {
+    fn list_pods(
+        &self,
+        namespace: &str,
+        label_selector: &str,
+    ) -> impl Future<Output = Result<Vec<Pod>, PodApiError>> + Send;
+
+    /// Deleting a pod that is already gone is success.
+    fn delete_pod(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<(), PodApiError>> + Send;
+}
+
+/// Which pod call failed, and why (the underlying client error's text).
+#[derive(Debug)]
+pub enum PodApiError {
+    ListPods {
+        namespace: String,
+        label_selector: String,
+        reason: String,
+    },
+    DeletePod {
+        namespace: String,
+        name: String,
+        reason: String,
+    },
+}
+
+impl std::fmt::Display for PodApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PodApiError::ListPods {
+                namespace,
+                label_selector,
+                reason,
+            } => write!(
+                f,
+                "listing pods in namespace {namespace} with selector {label_selector}: {reason}"
+            ),
+            PodApiError::DeletePod {
+                namespace,
+                name,
+                reason,
+            } => write!(f, "deleting pod {namespace}/{name}: {reason}"),
+        }
+    }
+}
+
+impl std::error::Error for PodApiError {}
+
+/// `/api/v1/namespaces/NS/pods?labelSelector=...` (the selector percent-encoded: it holds `/`, `=`, `,`).
+pub fn pods_path(namespace: &str, label_selector: &str) -> String {
+    let selector: String =
+        url::form_urlencoded::byte_serialize(label_selector.as_bytes()).collect();
+    format!("/api/v1/namespaces/{namespace}/pods?labelSelector={selector}")
+}
+
+impl PodApi for Client {
+    async fn list_pods(
+        &self,
+        namespace: &str,
+        label_selector: &str,
+    ) -> Result<Vec<Pod>, PodApiError> {
+        let list: PodList = self
+            .get(&pods_path(namespace, label_selector))
+            .await
+            .map_err(|error| PodApiError::ListPods {
+                namespace: namespace.to_string(),
+                label_selector: label_selector.to_string(),
+                reason: error.to_string(),
+            })?;
+        Ok(list.items)
+    }
+
+    async fn delete_pod(&self, namespace: &str, name: &str) -> Result<(), PodApiError> {
+        let path = format!("/api/v1/namespaces/{namespace}/pods/{name}");
+        match self.delete::<serde_json::Value>(&path).await {
+            Ok(_) => Ok(()),
+            // 404: someone (the garbage collector, a user) deleted it first. That is what we wanted.
+            Err(error) if error.status_code() == Some(404) => Ok(()),
+            Err(error) => Err(PodApiError::DeletePod {
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+                reason: error.to_string(),
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The selector's `/`, `=` and `,` are percent-encoded in the query string.
+    #[test]
+    fn selector_is_percent_encoded_in_the_path() {
+        assert_eq!(
+            pods_path("default", &label_selector("db")),
+            "/api/v1/namespaces/default/pods?labelSelector=app.kubernetes.io%2Fname%3Dpostgres%2Cworkshop.example.com%2Fcluster%3Ddb"
+        );
+    }
+
+    /// A pod is ours only if an ownerReference carries our uid.
+    #[test]
+    fn ownership_is_by_uid_not_by_name() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "db-0000", "ownerReferences": [
+                {"apiVersion": "workshop.example.com/v1", "kind": "PostgresCluster", "name": "db", "uid": "uid-1"}
+            ]},
+            "status": {"phase": "Running"}
+        }))
+        .unwrap();
+        assert!(pod.is_owned_by("uid-1"));
+        assert!(!pod.is_owned_by("uid-2"));
+        assert_eq!(pod.phase(), "Running");
+    }
+}

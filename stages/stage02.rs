@@ -1,0 +1,144 @@
+//! Stage 02 of the workshop: list the existing PostgresClusters, then watch for changes, and print
+//! each one — until SIGTERM or Ctrl-C.
+//!
+//! WORKSHOP.md, "Step 02". New since stage 01: `watch/` — bytes → lines (`frame.rs`), lines →
+//! typed events (`event.rs`), and `list_then_watch` (`watch/mod.rs`), which resumes from the last
+//! resourceVersion when a watch ends, relists after a 410, and backs off on failures. Registering
+//! the CRD is stage 01's library code, called again here (the CRD may already exist: fine).
+//!
+//! ```text
+//! cargo run --bin sandbox                                      # terminal 1: prints its URL
+//! cargo run --bin stage02 -- --server http://127.0.0.1:8001    # terminal 2
+//! kubectl --server http://127.0.0.1:8001 apply -f kube/example-postgres-cluster.yaml   # terminal 3
+//! kubectl --server http://127.0.0.1:8001 patch pgc example-postgresql-cluster --type merge -p '{"spec":{"size":5}}'
+//! kubectl --server http://127.0.0.1:8001 delete pgc example-postgresql-cluster
+//! ```
+//!
+//! Story lines go to stdout, diagnostics (`RUST_LOG=debug` for more) to stderr.
+//! Flags: the connection flags of every stage (`--server`, `--certificate-authority`,
+//! `--token-file`, `--token`, `--namespace`). Exit status: 0 stopped by a signal, 1 the API server
+//! or configuration said no, 2 bad flags.
+
+use std::process::ExitCode;
+
+use postgres_operator::api::{collection_path, PostgresCluster, CRD_NAME};
+use postgres_operator::client::Client;
+use postgres_operator::config::{Config, ConfigArgs};
+use postgres_operator::crd::{self, CrdError, Registration, DEFAULT_ESTABLISHED_TIMEOUT};
+use postgres_operator::process::{init_logging, shutdown_signal};
+use postgres_operator::watch::{list_then_watch, WatchItem, WatchNotice, WatchOptions};
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    init_logging();
+    let config_args = match ConfigArgs::parse(std::env::args().skip(1)) {
+        Ok((config_args, rest)) if rest.is_empty() => config_args,
+        Ok((_, rest)) => {
+            eprintln!(
+                "error: unknown arguments {rest:?} (see the //! header of stages/stage02.rs)"
+            );
+            return ExitCode::from(2);
+        }
+        Err(error) => {
+            eprintln!("error: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let client = match Config::infer(&config_args).map(Client::new) {
+        Ok(Ok(client)) => client,
+        Ok(Err(error)) => return fail(&error.to_string()),
+        Err(error) => return fail(&error.to_string()),
+    };
+
+    // Listen for SIGTERM/Ctrl-C from the start: a stop during start-up is a clean stop too.
+    let (stop_sender, stop) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        let _ = stop_sender.send(true);
+    });
+    let stopped = move || {
+        let mut stop = stop.clone();
+        async move {
+            let _ = stop.wait_for(|stopped| *stopped).await;
+        }
+    };
+
+    tokio::select! {
+        registered = register_crd(&client) => if let Err(error) = registered {
+            return fail(&error.to_string());
+        },
+        () = stopped() => return ExitCode::SUCCESS,
+    }
+
+    println!("Finding existing clusters...");
+    let path = collection_path(client.namespace());
+    let mut watcher =
+        list_then_watch::<PostgresCluster>(client, path, WatchOptions::default(), stopped());
+    let mut started = false;
+    // Ends when the watch task stops, which it does on SIGTERM/Ctrl-C.
+    while let Some(item) = watcher.items.recv().await {
+        match item {
+            WatchItem::Event(event) => {
+                let cluster = event.object();
+                println!(
+                    "PostgresCluster event: {} {} {}",
+                    event.type_name(),
+                    cluster.key(),
+                    cluster.spec
+                );
+            }
+            WatchItem::Notice(WatchNotice::Listed {
+                resource_version, ..
+            }) => {
+                println!("Watch version: {resource_version}");
+                println!("Controller initialised");
+            }
+            WatchItem::Notice(WatchNotice::Watching { resource_version }) if !started => {
+                started = true;
+                println!("Starting at watchVersion {resource_version}");
+            }
+            WatchItem::Notice(WatchNotice::Watching { .. }) => {}
+            WatchItem::Notice(WatchNotice::Resumed {
+                resource_version,
+                why,
+            }) => {
+                println!("Watch resumed at watchVersion {resource_version}: {why}");
+            }
+            WatchItem::Notice(WatchNotice::Relisted {
+                why,
+                resource_version,
+                added,
+                modified,
+                deleted,
+            }) => {
+                println!(
+                    "Relisted at watchVersion {resource_version} ({why}): \
+                     {added} added, {modified} modified, {deleted} deleted while away"
+                );
+            }
+            WatchItem::Notice(WatchNotice::Retrying { after, error }) => {
+                println!(
+                    "Watch failed, retrying in {:.1}s: {error}",
+                    after.as_secs_f64()
+                );
+            }
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+/// Stage 01's step, reused: make sure our resource type exists and is served.
+async fn register_crd(client: &Client) -> Result<(), CrdError> {
+    match crd::register(client).await? {
+        Registration::Created => println!("registered CustomResourceDefinition {CRD_NAME}"),
+        Registration::AlreadyExisted => {
+            println!("CustomResourceDefinition already exists; continuing")
+        }
+    }
+    crd::wait_established(client, DEFAULT_ESTABLISHED_TIMEOUT).await
+}
+
+fn fail(message: &str) -> ExitCode {
+    eprintln!("error: {message}");
+    ExitCode::FAILURE
+}

@@ -1,0 +1,175 @@
+//! The stage02 binary tells the workshop's story: list, then watch, one line per change made with
+//! the real kubectl — and it stops cleanly (exit 0) on SIGTERM.
+//!
+//! WORKSHOP.md, step 02 (the transcript). Runs the built binary against the sandbox.
+
+mod common;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::{Kubectl, EXAMPLE_FIXTURE};
+use postgres_operator::sandbox::{Sandbox, SandboxOptions};
+use tokio::io::{AsyncBufReadExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdout, Command};
+
+const WITHIN: Duration = Duration::from_secs(20);
+
+struct Stage02 {
+    child: Child,
+    stdout: Lines<BufReader<ChildStdout>>,
+    seen: Vec<String>,
+}
+
+impl Stage02 {
+    fn start(server: &str) -> Stage02 {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_stage02"))
+            .args(["--server", server])
+            .env("KUBECONFIG", "/dev/null")
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("stage02 starts");
+        let stdout = BufReader::new(child.stdout.take().expect("piped stdout")).lines();
+        Stage02 {
+            child,
+            stdout,
+            seen: Vec::new(),
+        }
+    }
+
+    /// The next stdout line, or panic after WITHIN.
+    async fn line(&mut self) -> String {
+        let line = tokio::time::timeout(WITHIN, self.stdout.next_line())
+            .await
+            .unwrap_or_else(|_| {
+                panic!("no output line within {WITHIN:?}; so far: {:#?}", self.seen)
+            })
+            .expect("read stdout")
+            .unwrap_or_else(|| panic!("stage02 exited early; output: {:#?}", self.seen));
+        self.seen.push(line.clone());
+        line
+    }
+
+    async fn expect_lines(&mut self, expected: &[String]) {
+        for wanted in expected {
+            assert_eq!(
+                &self.line().await,
+                wanted,
+                "output so far: {:#?}",
+                self.seen
+            );
+        }
+    }
+
+    /// SIGTERM, as the kubelet sends; then the exit status and any output not read yet.
+    async fn terminate(mut self) -> (std::process::ExitStatus, Vec<String>) {
+        let pid = self.child.id().expect("running").to_string();
+        let status = std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("kill runs");
+        assert!(status.success());
+        let exit = tokio::time::timeout(Duration::from_secs(10), self.child.wait())
+            .await
+            .expect("stage02 exits within 10 s of SIGTERM")
+            .expect("wait");
+        let mut rest = Vec::new();
+        while let Ok(Some(line)) = self.stdout.next_line().await {
+            rest.push(line);
+        }
+        (exit, rest)
+    }
+}
+
+fn event_line(kind: &str, size: i64) -> String {
+    format!("PostgresCluster event: {kind} default/example-postgresql-cluster {{size: {size}, version: 9.6.3, paused: false}}")
+}
+
+/// Create → resize 3→5 → delete with kubectl prints ADDED, MODIFIED, DELETED after the list/watch
+/// preamble; a second run finds the CRD and the existing cluster, and watches from the list's
+/// resourceVersion (no replay). Both runs exit 0 on SIGTERM.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stage02_prints_the_workshop_story_and_stops_on_sigterm() {
+    let sandbox = Sandbox::start(SandboxOptions::default())
+        .await
+        .expect("sandbox");
+    let kubectl = Kubectl::new(&sandbox.url());
+
+    let mut stage = Stage02::start(&sandbox.url());
+    assert_eq!(
+        stage.line().await,
+        "registered CustomResourceDefinition postgresclusters.workshop.example.com"
+    );
+    assert_eq!(stage.line().await, "Finding existing clusters...");
+    let version_line = stage.line().await;
+    let version = version_line
+        .strip_prefix("Watch version: ")
+        .unwrap_or_else(|| panic!("{version_line}"))
+        .to_string();
+    assert!(
+        !version.is_empty() && version != "0",
+        "watch from the list's RV, never 0"
+    );
+    stage
+        .expect_lines(&[
+            "Controller initialised".into(),
+            format!("Starting at watchVersion {version}"),
+        ])
+        .await;
+
+    kubectl.ok(&["apply", "-f", EXAMPLE_FIXTURE]).await;
+    stage.expect_lines(&[event_line("ADDED", 3)]).await;
+    kubectl
+        .ok(&[
+            "patch",
+            "pgc",
+            "example-postgresql-cluster",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"size":5}}"#,
+        ])
+        .await;
+    stage.expect_lines(&[event_line("MODIFIED", 5)]).await;
+    kubectl
+        .ok(&["delete", "pgc", "example-postgresql-cluster"])
+        .await;
+    stage.expect_lines(&[event_line("DELETED", 5)]).await;
+    kubectl.ok(&["apply", "-f", EXAMPLE_FIXTURE]).await;
+    stage.expect_lines(&[event_line("ADDED", 3)]).await;
+    let (status, _) = stage.terminate().await;
+    assert_eq!(status.code(), Some(0), "SIGTERM is a clean stop");
+
+    // Second run: the CRD is there, the cluster is listed (once), then the watch starts after it.
+    let mut again = Stage02::start(&sandbox.url());
+    again
+        .expect_lines(&[
+            "CustomResourceDefinition already exists; continuing".into(),
+            "Finding existing clusters...".into(),
+        ])
+        .await;
+    let version_line = again.line().await;
+    let version = version_line
+        .strip_prefix("Watch version: ")
+        .unwrap_or_else(|| panic!("{version_line}"))
+        .to_string();
+    again
+        .expect_lines(&[
+            "Controller initialised".into(),
+            event_line("ADDED", 3),
+            format!("Starting at watchVersion {version}"),
+        ])
+        .await;
+    let (status, rest) = again.terminate().await;
+    assert_eq!(status.code(), Some(0));
+    assert!(
+        rest.iter()
+            .all(|line| !line.starts_with("PostgresCluster event")),
+        "no replay: {rest:?}"
+    );
+}

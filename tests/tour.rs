@@ -1,0 +1,268 @@
+//! The one-command tour (`cargo run`, `src/bin/tour.rs`) runs to the end on its own in-process
+//! sandbox, and against a named API server writes only what it announced. WORKSHOP.md, "The tour".
+
+use std::io::Read;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use postgres_operator::api::{object_path, PostgresCluster};
+use postgres_operator::client::Client;
+use postgres_operator::config::Config;
+use postgres_operator::sandbox::{Sandbox, SandboxOptions};
+
+const TOUR_DEADLINE: Duration = Duration::from_secs(60);
+
+/// The tour binary, isolated from any real cluster configuration on this machine.
+fn tour_command(args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_tour"));
+    command
+        .args(args)
+        .env("KUBECONFIG", "/dev/null")
+        .env_remove("KUBE_SERVER")
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    command
+}
+
+/// Run to completion, killing it if it outlives the deadline. Blocking: call via spawn_blocking
+/// when a sandbox in this process must keep serving meanwhile.
+fn run_with_deadline(mut command: Command) -> (Output, Duration) {
+    let started = Instant::now();
+    let mut child = command.spawn().expect("tour starts");
+    let mut stdout = child.stdout.take().expect("stdout");
+    let mut stderr = child.stderr.take().expect("stderr");
+    let out_reader = std::thread::spawn(move || {
+        let mut text = Vec::new();
+        let _ = stdout.read_to_end(&mut text);
+        text
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut text = Vec::new();
+        let _ = stderr.read_to_end(&mut text);
+        text
+    });
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if started.elapsed() > TOUR_DEADLINE {
+            let _ = child.kill();
+            panic!("the tour ran longer than {TOUR_DEADLINE:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let output = Output {
+        status,
+        stdout: out_reader.join().unwrap(),
+        stderr: err_reader.join().unwrap(),
+    };
+    (output, started.elapsed())
+}
+
+/// Every `expected` line is found in `text`, in this order, as a substring of some line.
+fn assert_in_order(text: &str, expected: &[&str]) {
+    let mut lines = text.lines();
+    for wanted in expected {
+        assert!(
+            lines.any(|line| line.contains(wanted)),
+            "missing (in order) {wanted:?} in:\n{text}"
+        );
+    }
+}
+
+/// `cargo run` with no flags: sandbox in-process, captions before each act, the operator's own
+/// create / tick / spec update / delete lines, exit 0, in seconds.
+#[test]
+fn tour_plays_the_workshop_on_an_in_process_sandbox() {
+    let (output, took) = run_with_deadline(tour_command(&[]));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "exit {:?}\n{stdout}\n{stderr}",
+        output.status
+    );
+    assert!(took < Duration::from_secs(30), "took {took:?}");
+    let key = "[default/example-postgresql-cluster]";
+    assert_in_order(
+        &stdout,
+        &[
+            "== The stage: a sandbox API server in this process at http://127.0.0.1:",
+            "== Step 01: kubectl apply -f kube/crd.yaml",
+            "CustomResourceDefinition is Established",
+            "== Step 03: cargo run --bin stage03",
+            "Finding existing clusters...",
+            "Watch version: ",
+            "Controller initialised",
+            "== Act 1: kubectl create -f kube/example-postgres-cluster.yaml",
+            "PostgresCluster event: ADDED default/example-postgresql-cluster {size: 3, version: 9.6.3, paused: false}",
+            &format!("{key} creating cluster with Spec {{size: 3, version: 9.6.3, paused: false}}, Status <none>"),
+            &format!("{key} PLACEHOLDER: Launch seed Postgres node!"),
+            &format!("{key} PLACEHOLDER: Start cluster!"),
+            "== Interlude: the reconcile timer fires every 2 s",
+            &format!("{key} Running: [], pending: []"),
+            &format!("{key} All Postgres pods are dead. Trying to recover from a previous backup"),
+            &format!("{key} PLACEHOLDER: disaster recovery!"),
+            "== Act 2: kubectl patch pgc example-postgresql-cluster",
+            "PostgresCluster event: MODIFIED",
+            &format!("{key} spec update: from {{size: 3, version: 9.6.3, paused: false}} to {{size: 5, version: 9.6.3, paused: false}}"),
+            "== Act 3: kubectl delete pgc example-postgresql-cluster",
+            "PostgresCluster event: DELETED",
+            &format!("{key} cluster is deleted by the user"),
+            &format!("{key} cluster task ended"),
+            "== Curtain: stopping the operator",
+        ],
+    );
+    assert!(
+        stderr.trim().is_empty(),
+        "stderr is quiet by default:\n{stderr}"
+    );
+}
+
+/// Pointed at an API server (`--server`), the tour first says what it will do, then its writes
+/// are exactly those: the CRD (missing here), the example object, its resize and its deletion.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tour_against_a_named_server_writes_only_what_it_announces() {
+    let sandbox = Sandbox::start(SandboxOptions::default()).await.unwrap();
+    let url = sandbox.url();
+    let (output, _) =
+        tokio::task::spawn_blocking(move || run_with_deadline(tour_command(&["--server", &url])))
+            .await
+            .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_in_order(
+        &stdout,
+        &[
+            &format!("== The stage: the API server at {}", sandbox.url()),
+            "register the CustomResourceDefinition postgresclusters.workshop.example.com if it is missing",
+            "create the PostgresCluster default/example-postgresql-cluster, resize it, and delete it.",
+            "Nothing else is created",
+            "== Act 3: kubectl delete pgc example-postgresql-cluster",
+        ],
+    );
+    let writes: Vec<(String, String, String)> = sandbox
+        .requests()
+        .into_iter()
+        .filter(|r| !matches!(r.verb.as_str(), "get" | "list" | "watch"))
+        .map(|r| (r.verb, r.resource, r.name))
+        .collect();
+    let expected = [
+        ("create", "customresourcedefinitions", ""),
+        ("create", "customresourcedefinitions", ""), // the operator's own register: 409, fine
+        ("create", "postgresclusters", ""),
+        ("patch", "postgresclusters", "example-postgresql-cluster"),
+        ("delete", "postgresclusters", "example-postgresql-cluster"),
+    ]
+    .map(|(verb, resource, name)| (verb.to_string(), resource.to_string(), name.to_string()));
+    assert_eq!(writes, expected);
+    sandbox.shutdown().await;
+}
+
+/// If the example object already exists on the named server, the tour leaves it alone and says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tour_refuses_to_touch_an_existing_example() {
+    let sandbox = Sandbox::start(SandboxOptions::default()).await.unwrap();
+    let client = Client::new(Config::from_url(&sandbox.url()).unwrap()).unwrap();
+    postgres_operator::crd::register(&client).await.unwrap();
+    postgres_operator::crd::wait_established(&client, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let example = serde_json::json!({
+        "apiVersion": "workshop.example.com/v1", "kind": "PostgresCluster",
+        "metadata": {"name": "example-postgresql-cluster"},
+        "spec": {"size": 2, "version": "16.4"}
+    });
+    let _: serde_json::Value = client
+        .create(
+            &postgres_operator::api::collection_path("default"),
+            &example,
+        )
+        .await
+        .unwrap();
+
+    let url = sandbox.url();
+    let (output, _) =
+        tokio::task::spawn_blocking(move || run_with_deadline(tour_command(&["--server", &url])))
+            .await
+            .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("already exists; the tour will not touch it"),
+        "{stderr}"
+    );
+    let kept: PostgresCluster = client
+        .get(&object_path("default", "example-postgresql-cluster"))
+        .await
+        .unwrap();
+    assert_eq!((kept.spec.size, kept.spec.version.as_str()), (2, "16.4"));
+    sandbox.shutdown().await;
+}
+
+/// A flag the tour does not know is a usage error (exit 2) naming the flag.
+#[test]
+fn tour_rejects_unknown_flags() {
+    let (output, _) = run_with_deadline(tour_command(&["--frobnicate"]));
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("--frobnicate"));
+}
+
+/// Stopped half-way with SIGTERM (here while waiting for a 60 s tick), the tour deletes the
+/// example object it created and exits 130.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tour_interrupted_half_way_removes_its_example() {
+    use std::io::{BufRead, BufReader};
+    let sandbox = Sandbox::start(SandboxOptions::default()).await.unwrap();
+    let url = sandbox.url();
+    let (code, stdout) = tokio::task::spawn_blocking(move || {
+        let mut child = tour_command(&["--server", &url, "--reconcile-interval", "60"])
+            .spawn()
+            .expect("tour starts");
+        let stdout = child.stdout.take().unwrap();
+        let (sender, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = sender.send(line);
+            }
+        });
+        let mut seen = Vec::new();
+        let deadline = Instant::now() + TOUR_DEADLINE;
+        while !seen.iter().any(|l: &String| l.starts_with("== Interlude")) {
+            assert!(
+                Instant::now() < deadline,
+                "no interlude:\n{}",
+                seen.join("\n")
+            );
+            if let Ok(line) = lines.recv_timeout(Duration::from_millis(100)) {
+                seen.push(line);
+            }
+        }
+        let killed = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+        let status = child.wait().unwrap();
+        (status.code(), seen.join("\n"))
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, Some(130), "{stdout}");
+    let client = Client::new(Config::from_url(&sandbox.url()).unwrap()).unwrap();
+    let gone = client
+        .get::<serde_json::Value>(&object_path("default", "example-postgresql-cluster"))
+        .await;
+    assert_eq!(
+        gone.unwrap_err().status_code(),
+        Some(404),
+        "the example was left behind"
+    );
+    sandbox.shutdown().await;
+}

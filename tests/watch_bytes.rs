@@ -1,0 +1,440 @@
+//! list_then_watch over real HTTP against a server that controls every byte: how events are cut
+//! into chunks, lines without `\n`, old-style `Gone`, bare Status lines and garbage.
+//!
+//! WORKSHOP.md, step 02 ("Chunks are not events" and "When the watch loses its place").
+
+mod watch_support;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use postgres_operator::watch::{RelistReason, ResumeReason, WatchNotice};
+use watch_support::*;
+
+const WITHIN: Duration = Duration::from_secs(10);
+
+fn chunks_of(text: &str, size: usize) -> Vec<Bytes> {
+    text.as_bytes()
+        .chunks(size)
+        .map(Bytes::copy_from_slice)
+        .collect()
+}
+
+fn is_watch(path: &str) -> bool {
+    path.contains("watch=true")
+}
+
+/// Events split into 1-byte HTTP chunks (inside `é` and `日本` too) arrive whole, and the next
+/// watch starts from the last event's resourceVersion.
+#[tokio::test]
+async fn one_byte_chunks_over_http_yield_whole_events() {
+    let stream = [
+        event_line("ADDED", &object("a", "uid-a", "11", 3)),
+        event_line("MODIFIED", &object("a", "uid-a", "12", 5)),
+        event_line("ADDED", &object("b-日本", "uid-b", "13", 1)),
+    ]
+    .concat();
+    let server = ScriptedServer::start(move |index, path| match (index, is_watch(path)) {
+        (_, false) => Reply::Json {
+            code: 200,
+            body: list_body("10", &[]),
+        },
+        (1, true) => Reply::Chunks {
+            chunks: chunks_of(&stream, 1),
+            hold_open: false,
+        },
+        _ => Reply::Chunks {
+            chunks: vec![],
+            hold_open: true,
+        },
+    })
+    .await;
+    let mut running = start_watch(plain_client(&server.url), test_options());
+    assert_eq!(
+        running.next_summaries(3, WITHIN).await,
+        vec![
+            "ADDED default/a size=3",
+            "MODIFIED default/a size=5",
+            "ADDED default/b-日本 size=1"
+        ]
+    );
+    running
+        .notice(WITHIN, "resumed at 13", |n| {
+            matches!(n, WatchNotice::Resumed { resource_version, why: ResumeReason::EndOfStream { events: 3 } } if resource_version == "13")
+        })
+        .await;
+    running
+        .notice(
+            WITHIN,
+            "watching from 13",
+            |n| matches!(n, WatchNotice::Watching { resource_version } if resource_version == "13"),
+        )
+        .await;
+    let paths = server.paths();
+    assert!(paths[1].contains("resourceVersion=10"), "{paths:?}");
+    assert!(paths[1].contains("allowWatchBookmarks=true") && paths[1].contains("timeoutSeconds=5"));
+    assert!(!paths[1].contains("pretty"), "never pretty=true on a watch");
+    assert!(paths[2].contains("resourceVersion=13"), "{paths:?}");
+    assert_eq!(
+        paths.iter().filter(|p| !is_watch(p)).count(),
+        1,
+        "no relist: {paths:?}"
+    );
+    running.stop().await;
+}
+
+/// Hundreds of events in one HTTP chunk all come out, in order.
+#[tokio::test]
+async fn many_events_in_one_chunk_all_arrive_in_order() {
+    let stream: String = (0..300)
+        .map(|i| {
+            event_line(
+                "MODIFIED",
+                &object("a", "uid-a", &(100 + i).to_string(), i % 9 + 1),
+            )
+        })
+        .collect();
+    let server = ScriptedServer::start(move |index, path| match (index, is_watch(path)) {
+        (_, false) => Reply::Json {
+            code: 200,
+            body: list_body("99", &[]),
+        },
+        (1, true) => Reply::Chunks {
+            chunks: vec![Bytes::from(stream.clone())],
+            hold_open: true,
+        },
+        _ => Reply::Chunks {
+            chunks: vec![],
+            hold_open: true,
+        },
+    })
+    .await;
+    let mut running = start_watch(plain_client(&server.url), test_options());
+    for i in 0..300 {
+        let event = running.next_event(WITHIN).await;
+        assert_eq!(
+            event.object().metadata.resource_version,
+            (100 + i).to_string()
+        );
+    }
+    running.stop().await;
+}
+
+/// A 5 MB event, in 16 KB chunks, is delivered whole with the default 16 MiB limit.
+#[tokio::test]
+async fn a_five_megabyte_event_is_delivered() {
+    let mut big = object("big", "uid-big", "11", 3);
+    big["metadata"]["annotations"]["blob"] = serde_json::Value::String("日本é".repeat(700_000));
+    let line = event_line("ADDED", &big);
+    assert!(line.len() > 5_000_000);
+    let server = ScriptedServer::start(move |index, path| match (index, is_watch(path)) {
+        (_, false) => Reply::Json {
+            code: 200,
+            body: list_body("10", &[]),
+        },
+        (1, true) => Reply::Chunks {
+            chunks: chunks_of(&line, 16 * 1024),
+            hold_open: true,
+        },
+        _ => Reply::Chunks {
+            chunks: vec![],
+            hold_open: true,
+        },
+    })
+    .await;
+    let mut running = start_watch(plain_client(&server.url), test_options());
+    let event = running.next_event(WITHIN).await;
+    assert_eq!(summary(&event), "ADDED default/big size=3");
+    running.stop().await;
+}
+
+/// A server that closes right after the last event, without its `\n`, still delivers it, and the
+/// watch resumes from it.
+#[tokio::test]
+async fn the_last_line_without_a_newline_is_delivered() {
+    let mut stream = event_line("ADDED", &object("a", "uid-a", "11", 3));
+    stream.push_str(event_line("ADDED", &object("b", "uid-b", "12", 2)).trim_end());
+    let server = ScriptedServer::start(move |index, path| match (index, is_watch(path)) {
+        (_, false) => Reply::Json {
+            code: 200,
+            body: list_body("10", &[]),
+        },
+        (1, true) => Reply::Chunks {
+            chunks: chunks_of(&stream, 100),
+            hold_open: false,
+        },
+        _ => Reply::Chunks {
+            chunks: vec![],
+            hold_open: true,
+        },
+    })
+    .await;
+    let mut running = start_watch(plain_client(&server.url), test_options());
+    assert_eq!(
+        running.next_summaries(2, WITHIN).await,
+        vec!["ADDED default/a size=3", "ADDED default/b size=2"]
+    );
+    running
+        .notice(
+            WITHIN,
+            "watching from 12",
+            |n| matches!(n, WatchNotice::Watching { resource_version } if resource_version == "12"),
+        )
+        .await;
+    running.stop().await;
+}
+
+/// An in-stream ERROR with the pre-1.18 reason `Gone` relists, and the consumer is told what
+/// changed while away: Modified for a moved object, Added for a new one, Deleted for a gone one.
+#[tokio::test]
+async fn in_stream_gone_relists_and_hands_over_the_difference() {
+    let gone = r#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"too old resource version: 11 (40)","reason":"Gone","code":410}}"#;
+    let first = [
+        event_line("ADDED", &object("a", "uid-a", "11", 3)),
+        event_line("ADDED", &object("c", "uid-c", "12", 1)),
+        format!("{gone}\n"),
+    ]
+    .concat();
+    let server = ScriptedServer::start(move |index, path| match (index, is_watch(path)) {
+        (0, false) => Reply::Json {
+            code: 200,
+            body: list_body("10", &[]),
+        },
+        (_, false) => Reply::Json {
+            code: 200,
+            body: list_body(
+                "40",
+                &[object("a", "uid-a", "30", 5), object("b", "uid-b", "31", 2)],
+            ),
+        },
+        (1, true) => Reply::Chunks {
+            chunks: vec![Bytes::from(first.clone())],
+            hold_open: true,
+        },
+        _ => Reply::Chunks {
+            chunks: vec![],
+            hold_open: true,
+        },
+    })
+    .await;
+    let mut running = start_watch(plain_client(&server.url), test_options());
+    assert_eq!(
+        running.next_summaries(2, WITHIN).await,
+        vec!["ADDED default/a size=3", "ADDED default/c size=1"]
+    );
+    let first_after = summary(&running.next_event(WITHIN).await);
+    assert!(
+        running
+            .notices
+            .iter()
+            .any(|n| matches!(n, WatchNotice::Relisted { .. })),
+        "the Relisted notice arrives before the events it explains"
+    );
+    let mut after = running.next_summaries(2, WITHIN).await;
+    after.push(first_after);
+    after.sort();
+    assert_eq!(
+        after,
+        vec![
+            "ADDED default/b size=2",
+            "DELETED default/c size=1",
+            "MODIFIED default/a size=5"
+        ]
+    );
+    let relisted = running
+        .notice(WITHIN, "relisted", |n| {
+            matches!(n, WatchNotice::Relisted { .. })
+        })
+        .await;
+    let WatchNotice::Relisted {
+        why: RelistReason::Expired { status },
+        resource_version,
+        added,
+        modified,
+        deleted,
+    } = relisted
+    else {
+        panic!("expected a relist for Expired, got {relisted:?}")
+    };
+    assert_eq!((status.reason.as_str(), status.code), ("Gone", 410));
+    assert_eq!(
+        (resource_version.as_str(), added, modified, deleted),
+        ("40", 1, 1, 1)
+    );
+    running
+        .notice(
+            WITHIN,
+            "watching from 40",
+            |n| matches!(n, WatchNotice::Watching { resource_version } if resource_version == "40"),
+        )
+        .await;
+    assert!(
+        !server
+            .paths()
+            .iter()
+            .any(|p| is_watch(p) && p.contains("resourceVersion=12")),
+        "the stale RV is never reused"
+    );
+    running.stop().await;
+}
+
+/// A bare Status line (no `type`) that says 410 is treated like an in-stream 410: relist.
+#[tokio::test]
+async fn a_bare_status_line_saying_410_relists() {
+    let bare = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"expired","reason":"Expired","code":410}"#;
+    let server = ScriptedServer::start(move |index, path| match (index, is_watch(path)) {
+        (_, false) => Reply::Json {
+            code: 200,
+            body: list_body(&format!("{}", 10 + index), &[]),
+        },
+        (1, true) => Reply::Chunks {
+            chunks: vec![Bytes::from(format!("{bare}\n"))],
+            hold_open: true,
+        },
+        _ => Reply::Chunks {
+            chunks: vec![],
+            hold_open: true,
+        },
+    })
+    .await;
+    let mut running = start_watch(plain_client(&server.url), test_options());
+    running
+        .notice(WITHIN, "relisted after a bare Status", |n| {
+            matches!(
+                n,
+                WatchNotice::Relisted {
+                    why: RelistReason::Expired { .. },
+                    ..
+                }
+            )
+        })
+        .await;
+    running.stop().await;
+}
+
+/// A line that does not decode means we missed a change: relist (not fatal, unlike the original).
+#[tokio::test]
+async fn an_undecodable_line_relists_instead_of_dying() {
+    let stream = format!(
+        "{}{{\"type\":\"ADDED\",\"object\":{{\"metadata\":{{\"name\":\"x\"}}}}}}\n",
+        event_line("ADDED", &object("a", "uid-a", "11", 3))
+    );
+    let server = ScriptedServer::start(move |index, path| match (index, is_watch(path)) {
+        (0, false) => Reply::Json {
+            code: 200,
+            body: list_body("10", &[]),
+        },
+        (_, false) => Reply::Json {
+            code: 200,
+            body: list_body("20", &[object("a", "uid-a", "11", 3)]),
+        },
+        (1, true) => Reply::Chunks {
+            chunks: vec![Bytes::from(stream.clone())],
+            hold_open: true,
+        },
+        _ => Reply::Chunks {
+            chunks: vec![],
+            hold_open: true,
+        },
+    })
+    .await;
+    let mut running = start_watch(plain_client(&server.url), test_options());
+    assert_eq!(
+        summary(&running.next_event(WITHIN).await),
+        "ADDED default/a size=3"
+    );
+    let relisted = running
+        .notice(WITHIN, "relisted", |n| {
+            matches!(n, WatchNotice::Relisted { .. })
+        })
+        .await;
+    let WatchNotice::Relisted {
+        why: RelistReason::Undecodable { error },
+        added,
+        modified,
+        deleted,
+        ..
+    } = relisted
+    else {
+        panic!("expected an Undecodable relist, got {relisted:?}")
+    };
+    assert!(error.contains("missing field `spec`"), "{error}");
+    assert_eq!(
+        (added, modified, deleted),
+        (0, 0, 0),
+        "a is unchanged: no duplicate event"
+    );
+    assert!(running.no_event_for(Duration::from_millis(300)).await);
+    running.stop().await;
+}
+
+/// HTTP 410 with a Status body at watch start relists, too.
+#[tokio::test]
+async fn http_410_at_watch_start_relists() {
+    let expired = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"too old resource version: 10 (20)","reason":"Expired","code":410}"#;
+    let server = ScriptedServer::start(move |index, path| match (index, is_watch(path)) {
+        (0, false) => Reply::Json {
+            code: 200,
+            body: list_body("10", &[]),
+        },
+        (_, false) => Reply::Json {
+            code: 200,
+            body: list_body("20", &[object("n", "uid-n", "19", 4)]),
+        },
+        (1, true) => Reply::Json {
+            code: 410,
+            body: expired.to_string(),
+        },
+        _ => Reply::Chunks {
+            chunks: vec![],
+            hold_open: true,
+        },
+    })
+    .await;
+    let mut running = start_watch(plain_client(&server.url), test_options());
+    assert_eq!(
+        summary(&running.next_event(WITHIN).await),
+        "ADDED default/n size=4"
+    );
+    running
+        .notice(WITHIN, "relisted", |n| matches!(n, WatchNotice::Relisted { why: RelistReason::Expired { status }, .. } if status.reason == "Expired"))
+        .await;
+    running.stop().await;
+}
+
+/// 200 with an empty body, over and over: the watch backs off instead of spinning.
+#[tokio::test]
+async fn empty_200_bodies_back_off_instead_of_busy_looping() {
+    let server = ScriptedServer::start(move |_, path| match is_watch(path) {
+        false => Reply::Json {
+            code: 200,
+            body: list_body("10", &[]),
+        },
+        true => Reply::Chunks {
+            chunks: vec![],
+            hold_open: false,
+        },
+    })
+    .await;
+    let mut running = start_watch(plain_client(&server.url), test_options());
+    running
+        .notice(
+            WITHIN,
+            "retrying",
+            |n| matches!(n, WatchNotice::Retrying { error, .. } if error.contains("ended at once")),
+        )
+        .await;
+    tokio::time::sleep(Duration::from_secs(2)).await; // the measurement window, not synchronisation
+    let watches = server.paths().iter().filter(|p| is_watch(p)).count();
+    // Backoff 100 ms, 200, 400, 800, 1000 (±20 %): about 6 attempts in 2 s; a busy loop makes thousands.
+    assert!(
+        (3..=9).contains(&watches),
+        "{watches} watch requests in ~2 s"
+    );
+    assert_eq!(
+        server.paths().iter().filter(|p| !is_watch(p)).count(),
+        1,
+        "no relist"
+    );
+    running.stop().await;
+}

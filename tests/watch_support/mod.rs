@@ -1,0 +1,328 @@
+//! Helpers for the watch tests: run `list_then_watch` against a server and read what the consumer
+//! gets, with deadlines instead of sleeps; plus a scripted raw-HTTP server for byte-level cases.
+//!
+//! WORKSHOP.md, step 02 ("Testing against faults").
+#![allow(dead_code)] // each test file uses a different part
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use postgres_operator::api::{collection_path, PostgresCluster};
+use postgres_operator::client::Client;
+use postgres_operator::config::Config;
+use postgres_operator::watch::backoff::BackoffPolicy;
+use postgres_operator::watch::{
+    list_then_watch, Event, WatchItem, WatchNotice, WatchOptions, Watcher,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+/// Short timers for tests: watches of 5 s, a quick backoff.
+pub fn test_options() -> WatchOptions {
+    WatchOptions {
+        watch_timeout_min: Duration::from_secs(5),
+        watch_timeout_max: Duration::from_secs(5),
+        idle_margin: Duration::from_secs(2),
+        backoff: BackoffPolicy {
+            initial: Duration::from_millis(100),
+            max: Duration::from_secs(1),
+            ..BackoffPolicy::default()
+        },
+        ..WatchOptions::default()
+    }
+}
+
+pub fn plain_client(url: &str) -> Client {
+    Client::new(Config::from_url(url).expect("plain http URL")).expect("client")
+}
+
+/// A running watch over `default/postgresclusters`, with everything it hands over recorded.
+pub struct Running {
+    pub watcher: Watcher<PostgresCluster>,
+    stop: Option<oneshot::Sender<()>>,
+    /// Every notice seen so far, in order (read while waiting for events too).
+    pub notices: Vec<WatchNotice>,
+    /// Events read while looking for a notice, not yet taken by `next_event`.
+    pending: VecDeque<Event<PostgresCluster>>,
+}
+
+pub fn start_watch(client: Client, options: WatchOptions) -> Running {
+    let (stop, stopped) = oneshot::channel::<()>();
+    let watcher = list_then_watch::<PostgresCluster>(
+        client,
+        collection_path("default"),
+        options,
+        async move {
+            let _ = stopped.await;
+        },
+    );
+    Running {
+        watcher,
+        stop: Some(stop),
+        notices: Vec::new(),
+        pending: VecDeque::new(),
+    }
+}
+
+/// `ADDED default/a size=3`: an event in one comparable line.
+pub fn summary(event: &Event<PostgresCluster>) -> String {
+    let object = event.object();
+    format!(
+        "{} {} size={}",
+        event.type_name(),
+        object.key(),
+        object.spec.size
+    )
+}
+
+impl Running {
+    fn record(&mut self, item: WatchItem<PostgresCluster>) {
+        match item {
+            WatchItem::Event(event) => self.pending.push_back(event),
+            WatchItem::Notice(notice) => self.notices.push(notice),
+        }
+    }
+
+    /// Take in whatever has arrived, without waiting.
+    fn drain(&mut self) {
+        while let Ok(item) = self.watcher.items.try_recv() {
+            self.record(item);
+        }
+    }
+
+    /// Read one item, or None when `deadline` passes.
+    async fn read_until(&mut self, deadline: Instant) -> Option<()> {
+        let item = tokio::time::timeout_at(deadline, self.watcher.items.recv())
+            .await
+            .ok()?
+            .expect("the watch task is running");
+        self.record(item);
+        Some(())
+    }
+
+    /// The next event, or panic after `within`.
+    pub async fn next_event(&mut self, within: Duration) -> Event<PostgresCluster> {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(event) = self.pending.pop_front() {
+                return event;
+            }
+            if self.read_until(deadline).await.is_none() {
+                panic!("no event within {within:?}; notices: {:#?}", self.notices);
+            }
+        }
+    }
+
+    /// The next `count` events as summaries.
+    pub async fn next_summaries(&mut self, count: usize, within: Duration) -> Vec<String> {
+        let mut out = Vec::new();
+        for _ in 0..count {
+            out.push(summary(&self.next_event(within).await));
+        }
+        out
+    }
+
+    /// Events already received, without waiting.
+    pub fn take_available_events(&mut self) -> Vec<Event<PostgresCluster>> {
+        self.drain();
+        self.pending.drain(..).collect()
+    }
+
+    /// True if no event arrives for `quiet` (notices may).
+    pub async fn no_event_for(&mut self, quiet: Duration) -> bool {
+        let deadline = Instant::now() + quiet;
+        while self.pending.is_empty() {
+            if self.read_until(deadline).await.is_none() {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Wait for a notice matching `wanted` (earlier ones included), or panic after `within`.
+    pub async fn notice(
+        &mut self,
+        within: Duration,
+        what: &str,
+        wanted: impl Fn(&WatchNotice) -> bool,
+    ) -> WatchNotice {
+        self.drain();
+        let deadline = Instant::now() + within;
+        let mut checked = 0;
+        loop {
+            if let Some(found) = self.notices[checked..].iter().find(|n| wanted(n)) {
+                return found.clone();
+            }
+            checked = self.notices.len();
+            if self.read_until(deadline).await.is_none() {
+                panic!(
+                    "no notice '{what}' within {within:?}; seen: {:#?}",
+                    self.notices
+                );
+            }
+        }
+    }
+
+    pub fn count_notices(&mut self, wanted: impl Fn(&WatchNotice) -> bool) -> usize {
+        self.drain();
+        self.notices.iter().filter(|n| wanted(n)).count()
+    }
+
+    /// Send the shutdown signal and wait for the task to end (within 5 s).
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        tokio::time::timeout(Duration::from_secs(5), &mut self.watcher.task)
+            .await
+            .expect("the watch task stops promptly on shutdown")
+            .expect("the watch task did not panic");
+    }
+}
+
+/// Create `default/name` with `size`, through the library's client.
+pub async fn create_cluster(client: &Client, name: &str, size: i64) -> PostgresCluster {
+    client
+        .create(&collection_path("default"), &cluster_json(name, size))
+        .await
+        .expect("create PostgresCluster")
+}
+
+pub fn cluster_json(name: &str, size: i64) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "workshop.example.com/v1", "kind": "PostgresCluster",
+        "metadata": {"name": name, "annotations": {"note": "café 日本"}},
+        "spec": {"size": size, "version": "9.6.3"}
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// A scripted API server that writes HTTP/1.1 by hand, so a test controls every byte and chunk.
+// ---------------------------------------------------------------------------------------------
+
+/// What one request gets.
+#[derive(Clone, Debug)]
+pub enum Reply {
+    /// A complete JSON body with Content-Length.
+    Json { code: u16, body: String },
+    /// Chunked transfer: each element is one HTTP chunk; then the terminating chunk, unless
+    /// `hold_open` (then the connection stays silent until the server is dropped).
+    Chunks { chunks: Vec<Bytes>, hold_open: bool },
+}
+
+pub type Script = Arc<dyn Fn(usize, &str) -> Reply + Send + Sync>;
+
+pub struct ScriptedServer {
+    pub url: String,
+    pub paths: Arc<Mutex<Vec<String>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for ScriptedServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl ScriptedServer {
+    /// `script(index, path)` decides the answer to the index-th request (from 0).
+    pub async fn start(
+        script: impl Fn(usize, &str) -> Reply + Send + Sync + 'static,
+    ) -> ScriptedServer {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        let paths = Arc::new(Mutex::new(Vec::new()));
+        let script: Script = Arc::new(script);
+        let recorded = paths.clone();
+        let task = tokio::spawn(async move {
+            let mut held = Vec::new();
+            loop {
+                let Ok((mut socket, _)) = listener.accept().await else {
+                    return;
+                };
+                let script = script.clone();
+                let recorded = recorded.clone();
+                held.push(tokio::spawn(async move {
+                    let mut head = Vec::new();
+                    let mut byte = [0u8; 1024];
+                    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match socket.read(&mut byte).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => head.extend_from_slice(&byte[..n]),
+                        }
+                    }
+                    let text = String::from_utf8_lossy(&head).into_owned();
+                    let path = text.split(' ').nth(1).unwrap_or("").to_string();
+                    let index = {
+                        let mut paths = recorded.lock().unwrap();
+                        paths.push(path.clone());
+                        paths.len() - 1
+                    };
+                    match script(index, &path) {
+                        Reply::Json { code, body } => {
+                            let response = format!(
+                                "HTTP/1.1 {code} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                                body.len()
+                            );
+                            let _ = socket.write_all(response.as_bytes()).await;
+                        }
+                        Reply::Chunks { chunks, hold_open } => {
+                            let head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n";
+                            if socket.write_all(head.as_bytes()).await.is_err() {
+                                return;
+                            }
+                            for chunk in chunks {
+                                let mut frame = format!("{:x}\r\n", chunk.len()).into_bytes();
+                                frame.extend_from_slice(&chunk);
+                                frame.extend_from_slice(b"\r\n");
+                                if socket.write_all(&frame).await.is_err() {
+                                    return;
+                                }
+                                let _ = socket.flush().await;
+                            }
+                            if hold_open {
+                                std::future::pending::<()>().await;
+                            }
+                            let _ = socket.write_all(b"0\r\n\r\n").await;
+                        }
+                    }
+                    let _ = socket.shutdown().await;
+                }));
+            }
+        });
+        ScriptedServer { url, paths, task }
+    }
+
+    pub fn paths(&self) -> Vec<String> {
+        self.paths.lock().unwrap().clone()
+    }
+}
+
+/// A list body: `items` as JSON objects, current at `rv`.
+pub fn list_body(rv: &str, items: &[serde_json::Value]) -> String {
+    serde_json::json!({
+        "apiVersion": "workshop.example.com/v1", "kind": "PostgresClusterList",
+        "metadata": {"resourceVersion": rv}, "items": items
+    })
+    .to_string()
+}
+
+/// A PostgresCluster as the server would send it.
+pub fn object(name: &str, uid: &str, rv: &str, size: i64) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "workshop.example.com/v1", "kind": "PostgresCluster",
+        "metadata": {"name": name, "namespace": "default", "uid": uid, "resourceVersion": rv,
+                     "labels": {"team": "cafe"}, "annotations": {"note": "café — 日本"}},
+        "spec": {"size": size, "version": "9.6.3"}
+    })
+}
+
+/// One watch line, `{"type":..,"object":..}\n`, `type` first as the API server writes it.
+pub fn event_line(event_type: &str, object: &serde_json::Value) -> String {
+    format!("{{\"type\":\"{event_type}\",\"object\":{object}}}\n")
+}
