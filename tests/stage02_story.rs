@@ -9,7 +9,10 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use common::{Kubectl, EXAMPLE_FIXTURE};
-use postgres_operator::sandbox::{Sandbox, SandboxOptions};
+use postgres_operator::api::object_path;
+use postgres_operator::client::Client;
+use postgres_operator::config::Config;
+use postgres_operator::sandbox::{InjectedFault, Sandbox, SandboxOptions};
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout, Command};
 
@@ -91,8 +94,9 @@ fn event_line(kind: &str, size: i64) -> String {
 }
 
 /// Create → resize 3→5 → delete with kubectl prints ADDED, MODIFIED, DELETED after the list/watch
-/// preamble; a second run finds the CRD and the existing cluster, and watches from the list's
-/// resourceVersion (no replay). Both runs exit 0 on SIGTERM.
+/// preamble; an ended watch prints a resume line; a delete during an outage with compaction prints
+/// a relist line and the DELETED it found; a second run finds the CRD and the existing cluster and
+/// watches from the list's resourceVersion (no replay). Both runs exit 0 on SIGTERM.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stage02_prints_the_workshop_story_and_stops_on_sigterm() {
     let sandbox = Sandbox::start(SandboxOptions::default())
@@ -142,8 +146,62 @@ async fn stage02_prints_the_workshop_story_and_stops_on_sigterm() {
     stage.expect_lines(&[event_line("DELETED", 5)]).await;
     kubectl.ok(&["apply", "-f", EXAMPLE_FIXTURE]).await;
     stage.expect_lines(&[event_line("ADDED", 3)]).await;
+
+    // The server ends the watch: stage02 says so and resumes from where it was.
+    // Then an outage (two 500s) during which the cluster is deleted and etcd compacts:
+    // the resumed watch gets 410 Expired, relists, and reports the deletion it missed.
+    let faults = sandbox.faults();
+    faults.fail_next(
+        2,
+        "watch=true",
+        InjectedFault::Status {
+            code: 500,
+            reason: "InternalError".into(),
+            retry_after_seconds: None,
+        },
+    );
+    faults.end_all_watches_now();
+    let client = Client::new(Config::from_url(&sandbox.url()).expect("url")).expect("client");
+    let _: serde_json::Value = client
+        .delete(&object_path("default", "example-postgresql-cluster"))
+        .await
+        .expect("delete");
+    faults.compact_history();
+    let resumed = stage.line().await;
+    assert!(
+        resumed.starts_with("Watch resumed at watchVersion ")
+            && resumed.ends_with(": the server ended the watch after 4 events"),
+        "{resumed}"
+    );
+    let mut retries = 0;
+    let relisted = loop {
+        let line = stage.line().await;
+        if line.starts_with("Watch failed, retrying in ") && line.contains("InternalError (500)") {
+            retries += 1;
+            continue;
+        }
+        break line;
+    };
+    assert_eq!(retries, 2, "{:#?}", stage.seen);
+    assert!(
+        relisted.starts_with("Relisted at watchVersion "),
+        "{relisted}"
+    );
+    assert!(
+        relisted.contains("(resourceVersion too old (410 Expired: too old resource version"),
+        "{relisted}"
+    );
+    assert!(
+        relisted.ends_with("0 added, 0 modified, 1 deleted while away"),
+        "{relisted}"
+    );
+    stage.expect_lines(&[event_line("DELETED", 3)]).await;
+    kubectl.ok(&["apply", "-f", EXAMPLE_FIXTURE]).await;
+    stage.expect_lines(&[event_line("ADDED", 3)]).await;
+    let transcript = stage.seen.join("\n");
     let (status, _) = stage.terminate().await;
     assert_eq!(status.code(), Some(0), "SIGTERM is a clean stop");
+    println!("first run (cargo test -- --nocapture shows it):\n{transcript}");
 
     // Second run: the CRD is there, the cluster is listed (once), then the watch starts after it.
     let mut again = Stage02::start(&sandbox.url());

@@ -96,11 +96,16 @@ pub(crate) struct Xorshift(u64);
 
 impl Xorshift {
     pub(crate) fn new(seed: u64) -> Xorshift {
-        // Zero is xorshift's one fixed point.
-        Xorshift(if seed == 0 {
+        // One splitmix64 step spreads small seeds (1, 2, 3 ...) over all 64 bits; otherwise the
+        // first numbers of nearby seeds are all tiny. Zero is xorshift's one fixed point.
+        let mut mixed = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        mixed = (mixed ^ (mixed >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        mixed = (mixed ^ (mixed >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        mixed ^= mixed >> 31;
+        Xorshift(if mixed == 0 {
             0x9E37_79B9_7F4A_7C15
         } else {
-            seed
+            mixed
         })
     }
 
@@ -165,7 +170,8 @@ mod tests {
             let delay = backoff.next_delay(Instant::now());
             tokio::time::advance(delay).await;
         }
-        tokio::time::advance(Duration::from_secs(119)).await;
+        // 6.4 s (the last delay) + 100 s since the last failure: still the same incident.
+        tokio::time::advance(Duration::from_secs(100)).await;
         assert_eq!(
             backoff.next_delay(Instant::now()),
             Duration::from_millis(12800)

@@ -87,6 +87,9 @@ impl LineFramer {
     /// Add the next chunk of the body, copying it. [`push_bytes`](Self::push_bytes) avoids the copy
     /// when the chunk is already `Bytes` (as hyper hands it over).
     pub fn push(&mut self, chunk: &[u8]) -> Result<(), FrameError> {
+        if self.append_if_unterminated(chunk) {
+            return Ok(());
+        }
         self.push_bytes(Bytes::copy_from_slice(chunk))
     }
 
@@ -98,6 +101,9 @@ impl LineFramer {
     /// it are still delivered, so the framer itself stays usable. A watch should still relist:
     /// the dropped event changed something it now does not know about.
     pub fn push_bytes(&mut self, chunk: Bytes) -> Result<(), FrameError> {
+        if self.append_if_unterminated(&chunk) {
+            return Ok(());
+        }
         let mut dropped_a_line = false;
         let mut start = 0;
         if self.discarding {
@@ -183,6 +189,23 @@ impl LineFramer {
     /// The largest the buffers ever were, counting spare capacity of the tail buffer.
     pub fn peak_capacity(&self) -> usize {
         self.peak_capacity
+    }
+
+    /// The common case for small chunks and the middle of a big event: no `\n` in the chunk, so
+    /// it only extends the unfinished line. False: take the general path.
+    fn append_if_unterminated(&mut self, chunk: &[u8]) -> bool {
+        if self.discarding
+            || self.partial.len() + chunk.len() > self.max_event_bytes
+            || find_newline(chunk).is_some()
+        {
+            return false;
+        }
+        self.partial.extend_from_slice(chunk);
+        self.peak_buffered_bytes = self.peak_buffered_bytes.max(self.buffered_bytes());
+        self.peak_capacity = self
+            .peak_capacity
+            .max(self.partial.capacity() + self.ready_bytes);
+        true
     }
 
     fn push_ready(&mut self, mut line: Bytes) {
