@@ -542,3 +542,35 @@ async fn a_storm_of_random_requests_leaves_it_serving() {
     let list = http.get(secrets).await.json();
     assert_eq!(list["items"][0]["metadata"]["name"], "s");
 }
+
+/// Garbage on the socket (not HTTP at all, a truncated request, a huge header) closes that
+/// connection only; the sandbox keeps serving everyone else.
+#[tokio::test]
+async fn garbage_on_the_wire_only_costs_that_connection() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let sandbox = common::start_sandbox().await;
+    let huge_header = format!(
+        "GET /version HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
+        "a".repeat(1 << 20)
+    );
+    for garbage in [
+        b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03 not http at all\r\n\r\n".to_vec(),
+        b"POST /api/v1/namespaces/default/pods HTTP/1.1\r\nContent-Length: 100\r\n\r\n{".to_vec(),
+        huge_header.into_bytes(),
+    ] {
+        let mut stream = tokio::net::TcpStream::connect(sandbox.addr())
+            .await
+            .expect("connect");
+        let _ = stream.write_all(&garbage).await;
+        let _ = stream.shutdown().await;
+        let mut reply = Vec::new();
+        let _ = tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            stream.read_to_end(&mut reply),
+        )
+        .await;
+    }
+    let http = Http::new(&sandbox.url());
+    assert_eq!(http.get("/version").await.status, 200);
+    assert_eq!(http.post(PODS, &pod("after", json!({}))).await.status, 201);
+}
