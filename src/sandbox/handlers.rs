@@ -528,9 +528,7 @@ fn patch(
         None if is_apply && subresource.is_none() => {
             // Server-side apply of an object that does not exist yet creates it.
             let mut document = document;
-            if !document["metadata"].is_object() {
-                document["metadata"] = json!({});
-            }
+            objects::check_body(resource, &mut document)?;
             document["metadata"]["name"] = json!(name);
             let ns = resource.namespaced.then_some(namespace);
             let outcome = objects::create(&mut state, resource, ns, document, options)?;

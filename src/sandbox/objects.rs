@@ -138,6 +138,17 @@ pub(crate) fn check_body(resource: &ResourceType, body: &mut Value) -> Result<()
         }
         _ => {}
     }
+    // The built-in kinds' Go types make a non-object `spec` a decoding error.
+    if !resource.custom
+        && fields
+            .get("spec")
+            .is_some_and(|spec| !spec.is_object() && !spec.is_null())
+    {
+        return Err(ApiError::bad_request(format!(
+            "{} in version \"{}\" cannot be handled as a {}: spec must be a JSON object",
+            resource.kind, resource.version, resource.kind
+        )));
+    }
     // kubectl needs kind and apiVersion on every object it gets back.
     fields.insert("apiVersion".into(), json!(resource.api_version()));
     fields.insert("kind".into(), json!(resource.kind));

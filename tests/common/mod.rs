@@ -17,13 +17,12 @@ use postgres_operator::sandbox::{Sandbox, SandboxOptions};
 use serde_json::Value;
 use tokio::time::Instant;
 
-pub const CRD_FIXTURE: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/tests/fixtures/postgrescluster-crd.yaml"
-);
+/// The CRD manifest users apply (`kube/crd.yaml`); `crd_json()` is the same CRD built in Rust.
+pub const CRD_FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/kube/crd.yaml");
+/// The workshop's example cluster: example-postgresql-cluster, size 3, version "9.6.3".
 pub const EXAMPLE_FIXTURE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/tests/fixtures/example-postgrescluster.yaml"
+    "/kube/example-postgres-cluster.yaml"
 );
 
 /// A sandbox on 127.0.0.1:0 with default options.
@@ -430,49 +429,9 @@ impl Stream {
     }
 }
 
-/// The fixture CRD as JSON (the tests have no YAML parser; this mirrors the YAML file).
+/// The PostgresCluster CRD as JSON, exactly as the operator registers it (`src/crd.rs`).
 pub fn crd_json() -> Value {
-    serde_json::json!({
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": "postgresclusters.workshop.example.com"},
-        "spec": {
-            "group": "workshop.example.com",
-            "scope": "Namespaced",
-            "names": {"plural": "postgresclusters", "singular": "postgrescluster",
-                      "kind": "PostgresCluster", "listKind": "PostgresClusterList",
-                      "shortNames": ["pgc"]},
-            "versions": [{
-                "name": "v1", "served": true, "storage": true,
-                "subresources": {"status": {}, "scale": {"specReplicasPath": ".spec.size",
-                                                        "statusReplicasPath": ".status.readyReplicas"}},
-                "additionalPrinterColumns": [
-                    {"name": "Size", "type": "integer", "jsonPath": ".spec.size"},
-                    {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
-                    {"name": "Version", "type": "string", "jsonPath": ".spec.version"},
-                    {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
-                    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
-                ],
-                "schema": {"openAPIV3Schema": {
-                    "type": "object",
-                    "properties": {
-                        "spec": {"type": "object", "required": ["size", "version"],
-                                 "properties": {"size": {"type": "integer", "minimum": 1},
-                                                "version": {"type": "string"},
-                                                "paused": {"type": "boolean"}}},
-                        "status": {"type": "object",
-                                   "properties": {"phase": {"type": "string"},
-                                                  "size": {"type": "integer"},
-                                                  "readyReplicas": {"type": "integer"},
-                                                  "observedGeneration": {"type": "integer"},
-                                                  "conditions": {"type": "array", "items": {
-                                                      "type": "object",
-                                                      "x-kubernetes-preserve-unknown-fields": true}}}}
-                    }
-                }}
-            }]
-        }
-    })
+    postgres_operator::crd::postgres_cluster_crd()
 }
 
 /// A PostgresCluster object body.
