@@ -139,6 +139,18 @@ pub enum Registration {
     AlreadyExisted,
 }
 
+impl std::fmt::Display for Registration {
+    /// The workshop's log line for each outcome.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Registration::Created => write!(f, "registered CustomResourceDefinition {CRD_NAME}"),
+            Registration::AlreadyExisted => {
+                write!(f, "CustomResourceDefinition already exists; continuing")
+            }
+        }
+    }
+}
+
 /// One resource discovery serves under our group/version.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase")]

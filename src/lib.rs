@@ -13,6 +13,7 @@
 //! | [`client`] | the HTTP client: JSON verbs, typed errors, retries, the raw watch stream | Step 01 |
 //! | [`crd`] | the CustomResourceDefinition, built in Rust, and registering it | Step 01 |
 //! | [`watch`] | bytes → lines → typed events, and list-then-watch that never loses its place | Step 02 |
+//! | [`story`] | the workshop's log lines for the watch, shared by stage02, stage03 and the tour | Step 02 |
 //! | [`controller`] | one task per cluster, its own channel, and a reconcile timer | Step 03 |
 //! | [`sandbox`] | an embedded, in-memory API server that kubectl accepts; what the tests run on | Set-up |
 //! | [`process`] | logging set-up and the stop signal, shared by every binary | Set-up |
@@ -27,4 +28,5 @@ pub mod crd;
 pub mod process;
 pub mod sandbox;
 pub mod status;
+pub mod story;
 pub mod watch;

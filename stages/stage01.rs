@@ -31,10 +31,9 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use postgres_operator::api::CRD_NAME;
 use postgres_operator::client::Client;
 use postgres_operator::config::{Config, ConfigArgs};
-use postgres_operator::crd::{self, CrdError, Registration, DEFAULT_ESTABLISHED_TIMEOUT};
+use postgres_operator::crd::{self, CrdError, DEFAULT_ESTABLISHED_TIMEOUT};
 use postgres_operator::process::{init_logging, shutdown_signal};
 
 #[tokio::main]
@@ -70,12 +69,8 @@ async fn register_and_describe(
     client: &Client,
     established_timeout: Duration,
 ) -> Result<(), CrdError> {
-    match crd::register(client).await? {
-        Registration::Created => println!("registered CustomResourceDefinition {CRD_NAME}"),
-        Registration::AlreadyExisted => {
-            println!("CustomResourceDefinition already exists; continuing")
-        }
-    }
+    let registration = crd::register(client).await?;
+    println!("{registration}");
     println!("waiting for Established ...");
     crd::wait_established(client, established_timeout).await?;
     println!("CustomResourceDefinition is Established");

@@ -21,12 +21,13 @@
 
 use std::process::ExitCode;
 
-use postgres_operator::api::{collection_path, PostgresCluster, CRD_NAME};
+use postgres_operator::api::{collection_path, PostgresCluster};
 use postgres_operator::client::Client;
 use postgres_operator::config::{Config, ConfigArgs};
-use postgres_operator::crd::{self, CrdError, Registration, DEFAULT_ESTABLISHED_TIMEOUT};
+use postgres_operator::crd::{self, CrdError, DEFAULT_ESTABLISHED_TIMEOUT};
 use postgres_operator::process::{init_logging, shutdown_signal};
-use postgres_operator::watch::{list_then_watch, WatchItem, WatchNotice, WatchOptions};
+use postgres_operator::story::{event_line, watch_notice_lines};
+use postgres_operator::watch::{list_then_watch, WatchItem, WatchOptions};
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -74,53 +75,15 @@ async fn main() -> ExitCode {
     let path = collection_path(client.namespace());
     let mut watcher =
         list_then_watch::<PostgresCluster>(client, path, WatchOptions::default(), stopped());
-    let mut started = false;
+    let mut first_watch = true;
     // Ends when the watch task stops, which it does on SIGTERM/Ctrl-C.
     while let Some(item) = watcher.items.recv().await {
         match item {
-            WatchItem::Event(event) => {
-                let cluster = event.object();
-                println!(
-                    "PostgresCluster event: {} {} {}",
-                    event.type_name(),
-                    cluster.key(),
-                    cluster.spec
-                );
-            }
-            WatchItem::Notice(WatchNotice::Listed {
-                resource_version, ..
-            }) => {
-                println!("Watch version: {resource_version}");
-                println!("Controller initialised");
-            }
-            WatchItem::Notice(WatchNotice::Watching { resource_version }) if !started => {
-                started = true;
-                println!("Starting at watchVersion {resource_version}");
-            }
-            WatchItem::Notice(WatchNotice::Watching { .. }) => {}
-            WatchItem::Notice(WatchNotice::Resumed {
-                resource_version,
-                why,
-            }) => {
-                println!("Watch resumed at watchVersion {resource_version}: {why}");
-            }
-            WatchItem::Notice(WatchNotice::Relisted {
-                why,
-                resource_version,
-                added,
-                modified,
-                deleted,
-            }) => {
-                println!(
-                    "Relisted at watchVersion {resource_version} ({why}): \
-                     {added} added, {modified} modified, {deleted} deleted while away"
-                );
-            }
-            WatchItem::Notice(WatchNotice::Retrying { after, error }) => {
-                println!(
-                    "Watch failed, retrying in {:.1}s: {error}",
-                    after.as_secs_f64()
-                );
+            WatchItem::Event(event) => println!("{}", event_line(&event)),
+            WatchItem::Notice(notice) => {
+                for line in watch_notice_lines(&notice, &mut first_watch) {
+                    println!("{line}");
+                }
             }
         }
     }
@@ -129,12 +92,7 @@ async fn main() -> ExitCode {
 
 /// Stage 01's step, reused: make sure our resource type exists and is served.
 async fn register_crd(client: &Client) -> Result<(), CrdError> {
-    match crd::register(client).await? {
-        Registration::Created => println!("registered CustomResourceDefinition {CRD_NAME}"),
-        Registration::AlreadyExisted => {
-            println!("CustomResourceDefinition already exists; continuing")
-        }
-    }
+    println!("{}", crd::register(client).await?);
     crd::wait_established(client, DEFAULT_ESTABLISHED_TIMEOUT).await
 }
 

@@ -39,7 +39,7 @@ use postgres_operator::api::{
 use postgres_operator::client::{Client, Patch};
 use postgres_operator::config::{Config, ConfigArgs};
 use postgres_operator::controller::{run_operator, ControllerOptions, LogLine, Reporter};
-use postgres_operator::crd::{self, Registration, DEFAULT_ESTABLISHED_TIMEOUT};
+use postgres_operator::crd::{self, DEFAULT_ESTABLISHED_TIMEOUT};
 use postgres_operator::process::{init_logging, shutdown_signal};
 use postgres_operator::sandbox::{Sandbox, SandboxOptions};
 use tokio::sync::mpsc;
@@ -169,12 +169,7 @@ async fn play(
     let key = format!("{namespace}/{EXAMPLE_NAME}");
 
     println!("== Step 01: kubectl apply -f kube/crd.yaml   (register the PostgresCluster type)");
-    match crd::register(client).await.map_err(failed)? {
-        Registration::Created => println!("registered CustomResourceDefinition {CRD_NAME}"),
-        Registration::AlreadyExisted => {
-            println!("CustomResourceDefinition already exists; continuing")
-        }
-    }
+    println!("{}", crd::register(client).await.map_err(failed)?);
     crd::wait_established(client, DEFAULT_ESTABLISHED_TIMEOUT)
         .await
         .map_err(failed)?;

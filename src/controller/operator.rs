@@ -18,10 +18,11 @@ use std::future::Future;
 use tokio::sync::{mpsc, watch};
 
 use super::{Controller, ControllerOptions, ControllerStopped, Reporter};
-use crate::api::{collection_path, PostgresCluster, CRD_NAME};
+use crate::api::{collection_path, PostgresCluster};
 use crate::client::Client;
-use crate::crd::{self, CrdError, Registration, DEFAULT_ESTABLISHED_TIMEOUT};
-use crate::watch::{list_then_watch, Event, WatchItem, WatchNotice, WatchOptions};
+use crate::crd::{self, CrdError, DEFAULT_ESTABLISHED_TIMEOUT};
+use crate::story::{event_line, watch_notice_lines};
+use crate::watch::{list_then_watch, Event, WatchItem, WatchOptions};
 
 /// Which step of starting the operator failed.
 #[derive(Debug)]
@@ -103,17 +104,10 @@ pub async fn run_operator(
 
 /// Step 01, reused: make sure our resource type exists and is served.
 async fn register_resource(client: &Client, reporter: &Reporter) -> Result<(), OperatorError> {
-    match crd::register(client)
+    let registration = crd::register(client)
         .await
-        .map_err(OperatorError::RegisterResource)?
-    {
-        Registration::Created => {
-            reporter.report_operator(format!("registered CustomResourceDefinition {CRD_NAME}"))
-        }
-        Registration::AlreadyExisted => {
-            reporter.report_operator("CustomResourceDefinition already exists; continuing")
-        }
-    }
+        .map_err(OperatorError::RegisterResource)?;
+    reporter.report_operator(registration.to_string());
     crd::wait_established(client, DEFAULT_ESTABLISHED_TIMEOUT)
         .await
         .map_err(OperatorError::RegisterResource)
@@ -141,53 +135,5 @@ async fn narrate_and_forward(
                 }
             }
         }
-    }
-}
-
-/// `PostgresCluster event: ADDED default/db {size: 3, version: 9.6.3, paused: false}` (step 02's line).
-pub fn event_line(event: &Event<PostgresCluster>) -> String {
-    let cluster = event.object();
-    format!(
-        "PostgresCluster event: {} {} {}",
-        event.type_name(),
-        cluster.key(),
-        cluster.spec
-    )
-}
-
-/// Step 02's lines for a notice: `Watch version: 4566` and `Controller initialised` after the first
-/// list, `Starting at watchVersion 4566` for the first watch, one line per resume/relist/retry.
-pub fn watch_notice_lines(notice: &WatchNotice, first_watch: &mut bool) -> Vec<String> {
-    match notice {
-        WatchNotice::Listed {
-            resource_version, ..
-        } => vec![
-            format!("Watch version: {resource_version}"),
-            "Controller initialised".to_string(),
-        ],
-        WatchNotice::Watching { resource_version } if *first_watch => {
-            *first_watch = false;
-            vec![format!("Starting at watchVersion {resource_version}")]
-        }
-        WatchNotice::Watching { .. } => Vec::new(),
-        WatchNotice::Resumed {
-            resource_version,
-            why,
-        } => vec![format!(
-            "Watch resumed at watchVersion {resource_version}: {why}"
-        )],
-        WatchNotice::Relisted {
-            why,
-            resource_version,
-            added,
-            modified,
-            deleted,
-        } => vec![format!(
-            "Relisted at watchVersion {resource_version} ({why}): {added} added, {modified} modified, {deleted} deleted while away"
-        )],
-        WatchNotice::Retrying { after, error } => vec![format!(
-            "Watch failed, retrying in {:.1}s: {error}",
-            after.as_secs_f64()
-        )],
     }
 }
