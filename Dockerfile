@@ -23,4 +23,5 @@ RUN cargo build --release --bins --locked \
 FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=build /out/ /
 USER 65532:65532
-ENTRYPOINT ["/stage01"]
+# kube/deployment.yaml overrides this with the stage it runs.
+ENTRYPOINT ["/stage03"]

@@ -58,7 +58,7 @@ fn the_deployment_is_hardened_and_gets_its_namespace() {
         "type: RuntimeDefault",
         "fieldPath: metadata.namespace",
         "--namespace=$(NAMESPACE)",
-        "command:\n        - /stage01",
+        "command:\n        - /stage03",
         "replicas: 1",
         "memory: 64Mi",
         "cpu: 10m",
