@@ -465,6 +465,19 @@ async fn pods_go_pending_then_running_without_running_anything() {
         .is_some_and(|t| t.starts_with("text/plain")));
     assert!(log.text().contains("simulated"));
 
+    let failed = sandbox.faults().fail_random_pods(7, 1);
+    assert_eq!(failed, ["web"]);
+    let crashed = http.get(&format!("{PODS}/web")).await.json();
+    assert_eq!(crashed["status"]["phase"], "Failed");
+    assert_eq!(
+        crashed["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"],
+        137
+    );
+    assert!(
+        sandbox.faults().fail_random_pods(7, 1).is_empty(),
+        "only Running pods fail"
+    );
+
     let killed = sandbox.faults().kill_random_pods(42, 1);
     assert_eq!(killed, ["web"]);
     assert_eq!(http.get(&format!("{PODS}/web")).await.status, 404);

@@ -167,4 +167,31 @@ impl Faults {
         }
         killed
     }
+
+    /// Mark `count` Running pods (seeded pick) as crashed without deleting them: phase Failed,
+    /// Ready False, containers terminated with exit code 137 — what an operator's health check
+    /// sees when a database process dies. Returns their names.
+    pub fn fail_random_pods(&self, seed: u64, count: usize) -> Vec<String> {
+        let mut state = self.shared.store.lock();
+        let mut candidates: Vec<_> = state
+            .list("/pods", None)
+            .into_iter()
+            .filter(|p| p["status"]["phase"] == "Running")
+            .collect();
+        let mut random = Xorshift::from_seed(seed);
+        let mut failed = Vec::new();
+        while failed.len() < count && !candidates.is_empty() {
+            let pod = candidates.remove(random.below(candidates.len() as u64) as usize);
+            let mut crashed = (*pod).clone();
+            crashed["status"] = objects::failed_pod_status(&pod);
+            let name = pod["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            state.commit_modified("/pods", crashed);
+            tracing::info!(name, "fault: pod failed");
+            failed.push(name);
+        }
+        failed
+    }
 }

@@ -1183,6 +1183,30 @@ pub(crate) fn running_pod_status(pod: &Value, random: &mut Xorshift) -> Value {
     })
 }
 
+/// A crashed pod's status: Failed, not Ready, every container terminated (SIGKILL, 137).
+pub(crate) fn failed_pod_status(pod: &Value) -> Value {
+    let now = timefmt::now_rfc3339();
+    let mut status = pod["status"].clone();
+    if !status.is_object() {
+        status = json!({});
+    }
+    status["phase"] = json!("Failed");
+    status["conditions"] = json!([
+        {"type": "Ready", "status": "False", "reason": "PodFailed", "lastTransitionTime": now},
+        {"type": "ContainersReady", "status": "False", "reason": "PodFailed", "lastTransitionTime": now},
+        {"type": "PodScheduled", "status": "True", "lastTransitionTime": now}
+    ]);
+    if let Some(containers) = status["containerStatuses"].as_array_mut() {
+        for container in containers {
+            container["ready"] = json!(false);
+            container["started"] = json!(false);
+            container["state"] = json!({"terminated": {"exitCode": 137, "reason": "Error",
+                                                      "finishedAt": now}});
+        }
+    }
+    status
+}
+
 /// Read a simple `.a.b.c` path (printer columns, scale paths).
 pub(crate) fn read_path<'v>(object: &'v Value, path: &str) -> Option<&'v Value> {
     let mut current = object;
