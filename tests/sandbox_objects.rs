@@ -749,3 +749,59 @@ async fn schema_defaults_are_applied() {
     let created = http.post(PGC, &cluster("db1", 1)).await.json();
     assert_eq!(created["spec"]["paused"], false);
 }
+
+/// With a pod termination delay, a deleted pod is Terminating (MODIFIED with a
+/// deletionTimestamp) and then DELETED once the simulated kubelet has "stopped" it;
+/// gracePeriodSeconds=0 deletes at once.
+#[tokio::test]
+async fn pods_terminate_gracefully_when_asked_to() {
+    let sandbox = common::start_sandbox_with(SandboxOptions {
+        pod_termination_delay: Duration::from_millis(300),
+        ..Default::default()
+    })
+    .await;
+    let http = Http::new(&sandbox.url());
+    http.post(PODS, &pod("web", json!({}))).await;
+    let mut watch = http
+        .stream(&format!(
+            "{PODS}?watch=true&resourceVersion={}",
+            sandbox.resource_version()
+        ))
+        .await;
+    let deleted = http.delete(&format!("{PODS}/web")).await.json();
+    assert!(deleted["metadata"]["deletionTimestamp"].is_string());
+    assert_eq!(
+        http.get(&format!("{PODS}/web")).await.status,
+        200,
+        "still Terminating"
+    );
+    let mut kinds = Vec::new();
+    while let Some(event) = watch.next_event(Duration::from_secs(5)).await {
+        kinds.push(event["type"].as_str().unwrap_or_default().to_string());
+        if event["type"] == "DELETED" {
+            break;
+        }
+    }
+    assert_eq!(
+        kinds.last().map(String::as_str),
+        Some("DELETED"),
+        "{kinds:?}"
+    );
+    assert!(kinds.contains(&"MODIFIED".to_string()), "{kinds:?}");
+    assert_eq!(http.get(&format!("{PODS}/web")).await.status, 404);
+
+    http.post(PODS, &pod("now", json!({}))).await;
+    http.send(
+        Method::DELETE,
+        &format!("{PODS}/now"),
+        Some("application/json"),
+        br#"{"gracePeriodSeconds":0}"#.to_vec(),
+        &[],
+    )
+    .await;
+    assert_eq!(
+        http.get(&format!("{PODS}/now")).await.status,
+        404,
+        "grace period 0 is immediate"
+    );
+}

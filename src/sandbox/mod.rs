@@ -81,6 +81,9 @@ pub struct SandboxOptions {
     pub established_delay: Duration,
     /// How long a new pod stays Pending before the simulated kubelet marks it Running.
     pub kubelet_delay: Duration,
+    /// How long a deleted pod stays Terminating (deletionTimestamp set) before it is gone.
+    /// Zero (the default) deletes pods at once, as `--grace-period=0` does.
+    pub pod_termination_delay: Duration,
     /// Log one line per request (method, path, status, milliseconds) through `tracing`.
     pub log_requests: bool,
     /// How many past events the store keeps for watches that resume from a resourceVersion.
@@ -101,6 +104,7 @@ impl Default for SandboxOptions {
             credentials_dir: None,
             established_delay: Duration::ZERO,
             kubelet_delay: Duration::ZERO,
+            pod_termination_delay: Duration::ZERO,
             log_requests: false,
             history_window: 1000,
             bookmark_interval: Duration::from_secs(60),

@@ -64,6 +64,12 @@ pub(crate) enum FollowUp {
     },
     /// The CRD controller: set Established after `established_delay`.
     EstablishCrd { name: String, uid: String },
+    /// The kubelet again: a pod in graceful termination is gone after `pod_termination_delay`.
+    RemovePod {
+        namespace: String,
+        name: String,
+        uid: String,
+    },
 }
 
 /// A successful write.
@@ -653,7 +659,14 @@ pub(crate) fn update(
         });
     }
     // The last finalizer removed from an object being deleted: now it really goes.
-    if !next["metadata"]["deletionTimestamp"].is_null() && finalizers_of(&next) == 0 {
+    // (A pod still in its grace period is removed by the kubelet, not by this update.)
+    if !next["metadata"]["deletionTimestamp"].is_null()
+        && finalizers_of(&next) == 0
+        && next["metadata"]["deletionGracePeriodSeconds"]
+            .as_i64()
+            .unwrap_or(0)
+            == 0
+    {
         // kube-apiserver does not store this update: it deletes the object instead, so
         // watchers see one DELETED (here carrying the state without finalizers).
         let removed = state.commit_deleted_as(&resource.store_key(), next);
@@ -707,6 +720,10 @@ pub(crate) struct DeleteOptions {
     pub(crate) orphan: bool,
     pub(crate) precondition_uid: Option<String>,
     pub(crate) precondition_resource_version: Option<String>,
+    /// `gracePeriodSeconds` (body or query); 0 means "now", as `kubectl delete --force --grace-period=0`.
+    pub(crate) grace_period_seconds: Option<i64>,
+    /// How long the simulated kubelet takes to stop a pod (`SandboxOptions::pod_termination_delay`).
+    pub(crate) pod_termination_delay: std::time::Duration,
 }
 
 impl DeleteOptions {
@@ -724,6 +741,8 @@ impl DeleteOptions {
         }
         let orphan = policy == "Orphan" || value["orphanDependents"].as_bool() == Some(true);
         Ok(DeleteOptions {
+            grace_period_seconds: value["gracePeriodSeconds"].as_i64(),
+            pod_termination_delay: std::time::Duration::ZERO,
             orphan,
             precondition_uid: value["preconditions"]["uid"].as_str().map(String::from),
             precondition_resource_version: value["preconditions"]["resourceVersion"]
@@ -776,6 +795,23 @@ pub(crate) fn delete(
     }
     if dry_run {
         return Ok(old);
+    }
+    // Pods terminate gracefully: deletionTimestamp now, gone once the kubelet has stopped them.
+    let graceful = resource.group.is_empty()
+        && resource.plural == "pods"
+        && !options.pod_termination_delay.is_zero()
+        && options.grace_period_seconds != Some(0);
+    if graceful {
+        if !old["metadata"]["deletionTimestamp"].is_null() {
+            return Ok(old);
+        }
+        let delay = options.pod_termination_delay;
+        let mut marked = (*old).clone();
+        marked["metadata"]["deletionTimestamp"] = json!(timefmt::format_rfc3339(
+            std::time::SystemTime::now() + delay
+        ));
+        marked["metadata"]["deletionGracePeriodSeconds"] = json!(delay.as_secs().max(1));
+        return Ok(state.commit_modified(&resource.store_key(), marked));
     }
     if finalizers_of(&old) > 0 {
         if !old["metadata"]["deletionTimestamp"].is_null() {
