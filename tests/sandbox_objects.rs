@@ -805,3 +805,53 @@ async fn pods_terminate_gracefully_when_asked_to() {
         "grace period 0 is immediate"
     );
 }
+
+/// propagationPolicy=Foreground: the owner gets a deletionTimestamp and the `foregroundDeletion`
+/// finalizer, stays while a dependent is held by its own finalizer, and goes once that clears.
+#[tokio::test]
+async fn foreground_deletion_waits_for_dependents() {
+    let sandbox = common::start_sandbox().await;
+    let http = Http::new(&sandbox.url());
+    http.install_crd().await;
+    let owner = http.post(PGC, &cluster("db1", 1)).await.json();
+    let mut held = pod("db1-0", json!({}));
+    held["metadata"]["ownerReferences"] = json!([{"apiVersion": "workshop.example.com/v1",
+        "kind": "PostgresCluster", "name": "db1", "uid": owner["metadata"]["uid"],
+        "blockOwnerDeletion": true}]);
+    held["metadata"]["finalizers"] = json!(["example.com/keep"]);
+    http.post(PODS, &held).await;
+
+    let answer = http
+        .send(
+            Method::DELETE,
+            &format!("{PGC}/db1"),
+            Some("application/json"),
+            br#"{"propagationPolicy":"Foreground"}"#.to_vec(),
+            &[],
+        )
+        .await;
+    assert_eq!(answer.status, 200);
+    let waiting = http.get(&format!("{PGC}/db1")).await.json();
+    assert_eq!(
+        waiting["metadata"]["finalizers"],
+        json!(["foregroundDeletion"])
+    );
+    assert!(
+        http.get(&format!("{PODS}/db1-0")).await.json()["metadata"]["deletionTimestamp"]
+            .is_string()
+    );
+
+    let released = http
+        .merge_patch(
+            &format!("{PODS}/db1-0"),
+            &json!({"metadata": {"finalizers": null}}),
+        )
+        .await;
+    assert_eq!(released.status, 200, "{}", released.text());
+    assert_eq!(http.get(&format!("{PODS}/db1-0")).await.status, 404);
+    assert_eq!(
+        http.get(&format!("{PGC}/db1")).await.status,
+        404,
+        "the owner went last"
+    );
+}

@@ -716,8 +716,10 @@ pub(crate) fn require_resource_version(
 /// The DeleteOptions body kubectl sends: `{"propagationPolicy":"Background"}` and friends.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct DeleteOptions {
-    /// Orphan: leave dependents alone. Background and Foreground both delete them here.
+    /// Orphan: leave dependents alone.
     pub(crate) orphan: bool,
+    /// Foreground: the owner stays (finalizer `foregroundDeletion`) until its dependents are gone.
+    pub(crate) foreground: bool,
     pub(crate) precondition_uid: Option<String>,
     pub(crate) precondition_resource_version: Option<String>,
     /// `gracePeriodSeconds` (body or query); 0 means "now", as `kubectl delete --force --grace-period=0`.
@@ -741,6 +743,7 @@ impl DeleteOptions {
         }
         let orphan = policy == "Orphan" || value["orphanDependents"].as_bool() == Some(true);
         Ok(DeleteOptions {
+            foreground: policy == "Foreground" && !orphan,
             grace_period_seconds: value["gracePeriodSeconds"].as_i64(),
             pod_termination_delay: std::time::Duration::ZERO,
             orphan,
@@ -813,6 +816,26 @@ pub(crate) fn delete(
         marked["metadata"]["deletionGracePeriodSeconds"] = json!(delay.as_secs().max(1));
         return Ok(state.commit_modified(&resource.store_key(), marked));
     }
+    let uid = uid_of(&old);
+    if options.foreground && !state.dependents_of(&uid).is_empty() {
+        if old["metadata"]["deletionTimestamp"].is_null() {
+            let mut marked = (*old).clone();
+            marked["metadata"]["deletionTimestamp"] = json!(timefmt::now_rfc3339());
+            marked["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+            let mut finalizers = marked["metadata"]["finalizers"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            finalizers.push(json!(FOREGROUND_DELETION));
+            marked["metadata"]["finalizers"] = json!(finalizers);
+            state.commit_modified(&resource.store_key(), marked);
+        }
+        collect_garbage(state, &uid);
+        finish_foreground_deletion(state, &uid);
+        return Ok(state
+            .get(&resource.store_key(), namespace, name)
+            .unwrap_or(old));
+    }
     if finalizers_of(&old) > 0 {
         if !old["metadata"]["deletionTimestamp"].is_null() {
             return Ok(old);
@@ -871,6 +894,52 @@ fn after_removal(
     }
     if !orphan_dependents {
         collect_garbage(state, &uid_of(object));
+    }
+    // An owner waiting in foreground deletion may have just lost its last dependent.
+    let owners: Vec<String> = object["metadata"]["ownerReferences"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r["uid"].as_str().map(String::from))
+        .collect();
+    for owner in owners {
+        finish_foreground_deletion(state, &owner);
+    }
+}
+
+/// The finalizer the garbage collector puts on an owner deleted with propagationPolicy=Foreground.
+const FOREGROUND_DELETION: &str = "foregroundDeletion";
+
+/// Once an owner in foreground deletion has no dependents left, the garbage collector removes
+/// its `foregroundDeletion` finalizer, which (with no other finalizer) deletes it.
+fn finish_foreground_deletion(state: &mut StoreState, owner_uid: &str) {
+    let Some((store_key, owner)) = state.object_by_uid(owner_uid) else {
+        return;
+    };
+    let finalizers = owner["metadata"]["finalizers"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    if !finalizers.iter().any(|f| f == FOREGROUND_DELETION)
+        || !state.dependents_of(owner_uid).is_empty()
+    {
+        return;
+    }
+    let Some(resource) = state.registry.find_by_store_key(&store_key).cloned() else {
+        return;
+    };
+    let mut next = (*owner).clone();
+    let remaining: Vec<Value> = finalizers
+        .into_iter()
+        .filter(|f| f != FOREGROUND_DELETION)
+        .collect();
+    let empty = remaining.is_empty();
+    next["metadata"]["finalizers"] = json!(remaining);
+    if empty {
+        let removed = state.commit_deleted_as(&store_key, next);
+        after_removal(state, &resource, &removed, false);
+    } else {
+        state.commit_modified(&store_key, next);
     }
 }
 
