@@ -30,8 +30,9 @@
 //!   ([`SandboxOptions::watch_queue_capacity`]); a watcher whose queue is full is ended (its
 //!   stream closes cleanly after what was queued), as kube-apiserver ends watchers that fall
 //!   behind. The client re-watches from its last resourceVersion.
-//! - Pods are deleted at once (as with `--grace-period=0`), a namespace goes at once with its
-//!   contents, and garbage collection runs inside the owner's DELETE.
+//! - Pods are deleted at once (as with `--grace-period=0`) unless
+//!   [`SandboxOptions::pod_termination_delay`] is set; a namespace goes at once with its
+//!   contents; garbage collection (background and foreground) runs inside the owner's DELETE.
 //! - Server-side apply is a merge of the applied object; no field ownership is tracked.
 //! - No RBAC, admission, scheduler or container runtime; Deployments are stored, not run.
 //!
