@@ -465,6 +465,18 @@ async fn pods_go_pending_then_running_without_running_anything() {
         .is_some_and(|t| t.starts_with("text/plain")));
     assert!(log.text().contains("simulated"));
 
+    sandbox
+        .faults()
+        .set_kubelet_delay(Duration::from_secs(3600));
+    let stuck = http.post(PODS, &pod("stuck", json!({}))).await.json();
+    assert_eq!(stuck["status"]["phase"], "Pending");
+    tokio::time::sleep(Duration::from_millis(300)).await; // proving an absence: nothing may happen
+    assert_eq!(
+        http.get(&format!("{PODS}/stuck")).await.json()["status"]["phase"],
+        "Pending"
+    );
+    http.delete(&format!("{PODS}/stuck")).await;
+
     let failed = sandbox.faults().fail_random_pods(7, 1);
     assert_eq!(failed, ["web"]);
     let crashed = http.get(&format!("{PODS}/web")).await.json();

@@ -18,7 +18,7 @@ pub(crate) fn spawn_follow_ups(shared: &Arc<Shared>, follow_ups: Vec<FollowUp>) 
         let shared = shared.clone();
         tokio::spawn(async move {
             let delay = match &follow_up {
-                FollowUp::StartPod { .. } => shared.options.kubelet_delay,
+                FollowUp::StartPod { .. } => *lock(&shared.kubelet_delay),
                 FollowUp::EstablishCrd { .. } => *lock(&shared.established_delay),
                 FollowUp::RemovePod { .. } => shared.options.pod_termination_delay,
             };

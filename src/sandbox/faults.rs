@@ -133,6 +133,12 @@ impl Faults {
         lock(&self.shared.faults).watch_events_per_chunk = events.map(|e| e.max(1));
     }
 
+    /// Delay before newly created pods turn Running (a long one keeps them Pending, as when
+    /// images are slow to pull).
+    pub fn set_kubelet_delay(&self, d: Duration) {
+        *lock(&self.shared.kubelet_delay) = d;
+    }
+
     /// Delay before a newly created CRD turns Established.
     pub fn set_established_delay(&self, d: Duration) {
         *lock(&self.shared.established_delay) = d;

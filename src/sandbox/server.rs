@@ -49,6 +49,8 @@ pub(crate) struct Shared {
     pub(crate) faults: Mutex<FaultSettings>,
     pub(crate) requests: Mutex<Vec<RequestRecord>>,
     pub(crate) established_delay: Mutex<Duration>,
+    /// Starts as `options.kubelet_delay`; `Faults::set_kubelet_delay` changes it.
+    pub(crate) kubelet_delay: Mutex<Duration>,
     pub(crate) random: Mutex<Xorshift>,
     /// Bumped by `Faults::end_all_watches_now`: every open watch ends.
     pub(crate) watch_epoch: watch::Sender<u64>,
@@ -79,6 +81,7 @@ impl Shared {
         Arc::new(Shared {
             store,
             established_delay: Mutex::new(options.established_delay),
+            kubelet_delay: Mutex::new(options.kubelet_delay),
             options,
             addr,
             security,
