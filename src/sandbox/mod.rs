@@ -266,6 +266,22 @@ impl Sandbox {
     }
 }
 
+impl std::fmt::Debug for Sandbox {
+    /// `Sandbox { url: "http://127.0.0.1:PORT", resource_version: "42" }` (never the token).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sandbox")
+            .field("url", &self.url())
+            .field("resource_version", &self.resource_version())
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for Faults {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Faults")
+    }
+}
+
 impl Drop for Sandbox {
     fn drop(&mut self) {
         self.shared.begin_shutdown();
