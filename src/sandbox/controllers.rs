@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use serde_json::json;
 
+use super::builtins;
 use super::lock;
 use super::objects::{self, FollowUp};
 use super::server::Shared;
@@ -58,7 +59,7 @@ fn start_pod(shared: &Shared, namespace: &str, name: &str, uid: &str) {
         return;
     }
     let mut running = (*pod).clone();
-    running["status"] = objects::running_pod_status(&pod, &mut lock(&shared.random));
+    running["status"] = builtins::running_pod_status(&pod, &mut lock(&shared.random));
     state.commit_modified("/pods", running);
     tracing::debug!(namespace, name, "simulated kubelet: pod Running");
 }
@@ -109,7 +110,7 @@ fn establish_crd(shared: &Shared, name: &str, uid: &str) {
     }
     let mut established = (*crd).clone();
     let mut conditions = conditions;
-    conditions.push(objects::established_condition());
+    conditions.push(builtins::established_condition());
     established["status"]["conditions"] = json!(conditions);
     state.commit_modified(key, established);
     tracing::debug!(name, "CRD established");

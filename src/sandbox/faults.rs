@@ -7,6 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::builtins;
 use super::lock;
 use super::objects::{self, DeleteOptions};
 use super::random::Xorshift;
@@ -189,7 +190,7 @@ impl Faults {
         while failed.len() < count && !candidates.is_empty() {
             let pod = candidates.remove(random.below(candidates.len() as u64) as usize);
             let mut crashed = (*pod).clone();
-            crashed["status"] = objects::failed_pod_status(&pod);
+            crashed["status"] = builtins::failed_pod_status(&pod);
             let name = pod["metadata"]["name"]
                 .as_str()
                 .unwrap_or_default()

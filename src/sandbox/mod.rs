@@ -14,7 +14,8 @@
 //! | `responses.rs` | JSON, Table, text and Status responses; injected-fault answers |
 //! | `store.rs` | objects, the global resourceVersion, the bounded event history, watcher fan-out |
 //! | `resources.rs` | built-in kinds, kinds learnt from CRDs, discovery and OpenAPI documents |
-//! | `objects.rs` | what the server does to an object on each write (defaults, generation, status) |
+//! | `objects.rs` | what the server does to an object on each write: metadata, generation, status, finalizers, garbage collection |
+//! | `builtins.rs` | each built-in kind's defaults and checks; the kubelet's pod statuses; CRD names and conditions |
 //! | `watch.rs` | one streaming response per watch: framing, bookmarks, timeouts, slow watchers |
 //! | `table.rs` | `kubectl get` tables: printer columns and ages |
 //! | `controllers.rs` | the simulated kubelet and CRD establishment (garbage collection is in `objects.rs`) |
@@ -44,6 +45,7 @@
 //! ```
 
 mod body;
+mod builtins;
 mod controllers;
 mod errors;
 mod faults;

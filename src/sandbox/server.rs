@@ -20,11 +20,11 @@ use serde_json::{json, Value};
 use tokio::sync::watch;
 
 use super::body::ResponseBody;
+use super::builtins;
 use super::errors::ApiError;
 use super::faults::FaultSettings;
 use super::handlers::{classify, serve_resource, Target};
 use super::lock;
-use super::objects;
 use super::random::Xorshift;
 use super::responses::{
     aggregated_response, error_response, injected_response, json_response, text_response,
@@ -73,10 +73,10 @@ impl Shared {
             for name in ["default", "kube-system", "kube-public", "kube-node-lease"] {
                 state.commit_added(
                     "/namespaces",
-                    objects::initial_namespace(name, random.uuid()),
+                    builtins::initial_namespace(name, random.uuid()),
                 );
             }
-            state.commit_added("/nodes", objects::initial_node(random.uuid()));
+            state.commit_added("/nodes", builtins::initial_node(random.uuid()));
         }
         Arc::new(Shared {
             store,
