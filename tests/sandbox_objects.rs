@@ -465,6 +465,31 @@ async fn pods_go_pending_then_running_without_running_anything() {
         .is_some_and(|t| t.starts_with("text/plain")));
     assert!(log.text().contains("simulated"));
 
+    sandbox
+        .faults()
+        .set_kubelet_delay(Duration::from_secs(3600));
+    let stuck = http.post(PODS, &pod("stuck", json!({}))).await.json();
+    assert_eq!(stuck["status"]["phase"], "Pending");
+    tokio::time::sleep(Duration::from_millis(300)).await; // proving an absence: nothing may happen
+    assert_eq!(
+        http.get(&format!("{PODS}/stuck")).await.json()["status"]["phase"],
+        "Pending"
+    );
+    http.delete(&format!("{PODS}/stuck")).await;
+
+    let failed = sandbox.faults().fail_random_pods(7, 1);
+    assert_eq!(failed, ["web"]);
+    let crashed = http.get(&format!("{PODS}/web")).await.json();
+    assert_eq!(crashed["status"]["phase"], "Failed");
+    assert_eq!(
+        crashed["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"],
+        137
+    );
+    assert!(
+        sandbox.faults().fail_random_pods(7, 1).is_empty(),
+        "only Running pods fail"
+    );
+
     let killed = sandbox.faults().kill_random_pods(42, 1);
     assert_eq!(killed, ["web"]);
     assert_eq!(http.get(&format!("{PODS}/web")).await.status, 404);
@@ -735,4 +760,110 @@ async fn schema_defaults_are_applied() {
     assert_eq!(answer.status, 201);
     let created = http.post(PGC, &cluster("db1", 1)).await.json();
     assert_eq!(created["spec"]["paused"], false);
+}
+
+/// With a pod termination delay, a deleted pod is Terminating (MODIFIED with a
+/// deletionTimestamp) and then DELETED once the simulated kubelet has "stopped" it;
+/// gracePeriodSeconds=0 deletes at once.
+#[tokio::test]
+async fn pods_terminate_gracefully_when_asked_to() {
+    let sandbox = common::start_sandbox_with(SandboxOptions {
+        pod_termination_delay: Duration::from_millis(300),
+        ..Default::default()
+    })
+    .await;
+    let http = Http::new(&sandbox.url());
+    http.post(PODS, &pod("web", json!({}))).await;
+    let mut watch = http
+        .stream(&format!(
+            "{PODS}?watch=true&resourceVersion={}",
+            sandbox.resource_version()
+        ))
+        .await;
+    let deleted = http.delete(&format!("{PODS}/web")).await.json();
+    assert!(deleted["metadata"]["deletionTimestamp"].is_string());
+    assert_eq!(
+        http.get(&format!("{PODS}/web")).await.status,
+        200,
+        "still Terminating"
+    );
+    let mut kinds = Vec::new();
+    while let Some(event) = watch.next_event(Duration::from_secs(5)).await {
+        kinds.push(event["type"].as_str().unwrap_or_default().to_string());
+        if event["type"] == "DELETED" {
+            break;
+        }
+    }
+    assert_eq!(
+        kinds.last().map(String::as_str),
+        Some("DELETED"),
+        "{kinds:?}"
+    );
+    assert!(kinds.contains(&"MODIFIED".to_string()), "{kinds:?}");
+    assert_eq!(http.get(&format!("{PODS}/web")).await.status, 404);
+
+    http.post(PODS, &pod("now", json!({}))).await;
+    http.send(
+        Method::DELETE,
+        &format!("{PODS}/now"),
+        Some("application/json"),
+        br#"{"gracePeriodSeconds":0}"#.to_vec(),
+        &[],
+    )
+    .await;
+    assert_eq!(
+        http.get(&format!("{PODS}/now")).await.status,
+        404,
+        "grace period 0 is immediate"
+    );
+}
+
+/// propagationPolicy=Foreground: the owner gets a deletionTimestamp and the `foregroundDeletion`
+/// finalizer, stays while a dependent is held by its own finalizer, and goes once that clears.
+#[tokio::test]
+async fn foreground_deletion_waits_for_dependents() {
+    let sandbox = common::start_sandbox().await;
+    let http = Http::new(&sandbox.url());
+    http.install_crd().await;
+    let owner = http.post(PGC, &cluster("db1", 1)).await.json();
+    let mut held = pod("db1-0", json!({}));
+    held["metadata"]["ownerReferences"] = json!([{"apiVersion": "workshop.example.com/v1",
+        "kind": "PostgresCluster", "name": "db1", "uid": owner["metadata"]["uid"],
+        "blockOwnerDeletion": true}]);
+    held["metadata"]["finalizers"] = json!(["example.com/keep"]);
+    http.post(PODS, &held).await;
+
+    let answer = http
+        .send(
+            Method::DELETE,
+            &format!("{PGC}/db1"),
+            Some("application/json"),
+            br#"{"propagationPolicy":"Foreground"}"#.to_vec(),
+            &[],
+        )
+        .await;
+    assert_eq!(answer.status, 200);
+    let waiting = http.get(&format!("{PGC}/db1")).await.json();
+    assert_eq!(
+        waiting["metadata"]["finalizers"],
+        json!(["foregroundDeletion"])
+    );
+    assert!(
+        http.get(&format!("{PODS}/db1-0")).await.json()["metadata"]["deletionTimestamp"]
+            .is_string()
+    );
+
+    let released = http
+        .merge_patch(
+            &format!("{PODS}/db1-0"),
+            &json!({"metadata": {"finalizers": null}}),
+        )
+        .await;
+    assert_eq!(released.status, 200, "{}", released.text());
+    assert_eq!(http.get(&format!("{PODS}/db1-0")).await.status, 404);
+    assert_eq!(
+        http.get(&format!("{PGC}/db1")).await.status,
+        404,
+        "the owner went last"
+    );
 }

@@ -3,7 +3,7 @@
 //!
 //! WORKSHOP.md, "Set-up: the sandbox". Run: `cargo test --test sandbox_scale -- --nocapture`
 //! (prints the timings). Sizes are chosen to finish in seconds in a debug build on 2 cores:
-//! 10,000 creates, then 500 updates fanned out to 100 watchers (50,000 deliveries), plus one
+//! 10,000 creates, then 1,000 updates fanned out to 100 watchers (100,000 deliveries), plus one
 //! watch from RV 0 that receives all 10,000 objects as synthetic ADDED events.
 
 mod common;
@@ -15,7 +15,7 @@ use postgres_operator::sandbox::SandboxOptions;
 use serde_json::json;
 
 const OBJECTS: usize = 10_000;
-const UPDATES: usize = 500;
+const UPDATES: usize = 1_000;
 const WATCHERS: usize = 100;
 const WRITERS: usize = 4;
 const SECRETS: &str = "/api/v1/namespaces/default/secrets";
@@ -58,8 +58,8 @@ async fn write_all(
     }
 }
 
-/// 10,000 objects, 100 watches from the list's RV, 500 updates by 4 writers: every watcher
-/// receives all 500 MODIFIED events with strictly increasing resourceVersions; a watch from
+/// 10,000 objects, 100 watches from the list's RV, 1,000 updates by 4 writers: every watcher
+/// receives all 1,000 MODIFIED events with strictly increasing resourceVersions; a watch from
 /// RV 0 receives all 10,000 objects.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_watcher_sees_every_event_in_order() {

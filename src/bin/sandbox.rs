@@ -16,13 +16,14 @@ use std::time::Duration;
 use postgres_operator::process;
 use postgres_operator::sandbox::{Sandbox, SandboxOptions};
 
-const USAGE: &str = "usage: sandbox [--listen ADDR:PORT] [--tls-dir DIR] [--established-delay-ms N] [--kubelet-delay-ms N]
+const USAGE: &str = "usage: sandbox [--listen ADDR:PORT] [--tls-dir DIR] [--established-delay-ms N] [--kubelet-delay-ms N] [--pod-termination-delay-ms N]
 
   --listen ADDR:PORT          where to listen (default 127.0.0.1:8001; port 0 picks a free one)
   --tls-dir DIR               serve HTTPS with a generated CA, require a bearer token, and write
                               DIR/ca.crt, DIR/token and DIR/namespace (a service-account directory)
   --established-delay-ms N    how long a new CRD waits before it is Established (default 0)
-  --kubelet-delay-ms N        how long a new pod stays Pending before it is Running (default 0)";
+  --kubelet-delay-ms N        how long a new pod stays Pending before it is Running (default 0)
+  --pod-termination-delay-ms N  how long a deleted pod stays Terminating (default 0: gone at once)";
 
 fn parse_args(args: Vec<String>) -> Result<SandboxOptions, String> {
     let mut options = SandboxOptions {
@@ -62,6 +63,9 @@ fn parse_args(args: Vec<String>) -> Result<SandboxOptions, String> {
             "--tls-dir" => options.credentials_dir = Some(PathBuf::from(value()?)),
             "--established-delay-ms" => options.established_delay = millis(value()?, &flag)?,
             "--kubelet-delay-ms" => options.kubelet_delay = millis(value()?, &flag)?,
+            "--pod-termination-delay-ms" => {
+                options.pod_termination_delay = millis(value()?, &flag)?
+            }
             other => return Err(format!("unknown argument {other:?}")),
         }
     }

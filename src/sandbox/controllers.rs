@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use serde_json::json;
 
+use super::builtins;
 use super::lock;
 use super::objects::{self, FollowUp};
 use super::server::Shared;
@@ -18,8 +19,9 @@ pub(crate) fn spawn_follow_ups(shared: &Arc<Shared>, follow_ups: Vec<FollowUp>) 
         let shared = shared.clone();
         tokio::spawn(async move {
             let delay = match &follow_up {
-                FollowUp::StartPod { .. } => shared.options.kubelet_delay,
+                FollowUp::StartPod { .. } => *lock(&shared.kubelet_delay),
                 FollowUp::EstablishCrd { .. } => *lock(&shared.established_delay),
+                FollowUp::RemovePod { .. } => shared.options.pod_termination_delay,
             };
             let mut shutdown = shared.shutdown.subscribe();
             tokio::select! {
@@ -33,6 +35,11 @@ pub(crate) fn spawn_follow_ups(shared: &Arc<Shared>, follow_ups: Vec<FollowUp>) 
                     uid,
                 } => start_pod(&shared, &namespace, &name, &uid),
                 FollowUp::EstablishCrd { name, uid } => establish_crd(&shared, &name, &uid),
+                FollowUp::RemovePod {
+                    namespace,
+                    name,
+                    uid,
+                } => remove_pod(&shared, &namespace, &name, &uid),
             }
         });
     }
@@ -52,9 +59,36 @@ fn start_pod(shared: &Shared, namespace: &str, name: &str, uid: &str) {
         return;
     }
     let mut running = (*pod).clone();
-    running["status"] = objects::running_pod_status(&pod, &mut lock(&shared.random));
+    running["status"] = builtins::running_pod_status(&pod, &mut lock(&shared.random));
     state.commit_modified("/pods", running);
     tracing::debug!(namespace, name, "simulated kubelet: pod Running");
+}
+
+/// The kubelet has "stopped" a terminating pod: remove it, unless finalizers still hold it (then
+/// its grace period is over, and removing the last finalizer deletes it).
+fn remove_pod(shared: &Shared, namespace: &str, name: &str, uid: &str) {
+    let mut state = shared.store.lock();
+    let Some(pod) = state.get("/pods", namespace, name) else {
+        return;
+    };
+    if pod["metadata"]["uid"].as_str() != Some(uid)
+        || pod["metadata"]["deletionTimestamp"].is_null()
+    {
+        return;
+    }
+    let Some(pods) = state.registry.find("", "v1", "pods").cloned() else {
+        return;
+    };
+    let held = pod["metadata"]["finalizers"]
+        .as_array()
+        .is_some_and(|f| !f.is_empty());
+    if held {
+        let mut ended = (*pod).clone();
+        ended["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+        state.commit_modified("/pods", ended);
+    } else {
+        objects::remove(&mut state, &pods, namespace, name, false);
+    }
 }
 
 /// The apiextensions controller's part: add `Established=True` (a MODIFIED on CRD watches).
@@ -76,7 +110,7 @@ fn establish_crd(shared: &Shared, name: &str, uid: &str) {
     }
     let mut established = (*crd).clone();
     let mut conditions = conditions;
-    conditions.push(objects::established_condition());
+    conditions.push(builtins::established_condition());
     established["status"]["conditions"] = json!(conditions);
     state.commit_modified(key, established);
     tracing::debug!(name, "CRD established");

@@ -7,6 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::builtins;
 use super::lock;
 use super::objects::{self, DeleteOptions};
 use super::random::Xorshift;
@@ -133,6 +134,12 @@ impl Faults {
         lock(&self.shared.faults).watch_events_per_chunk = events.map(|e| e.max(1));
     }
 
+    /// Delay before newly created pods turn Running (a long one keeps them Pending, as when
+    /// images are slow to pull).
+    pub fn set_kubelet_delay(&self, d: Duration) {
+        *lock(&self.shared.kubelet_delay) = d;
+    }
+
     /// Delay before a newly created CRD turns Established.
     pub fn set_established_delay(&self, d: Duration) {
         *lock(&self.shared.established_delay) = d;
@@ -166,5 +173,32 @@ impl Faults {
             }
         }
         killed
+    }
+
+    /// Mark `count` Running pods (seeded pick) as crashed without deleting them: phase Failed,
+    /// Ready False, containers terminated with exit code 137 — what an operator's health check
+    /// sees when a database process dies. Returns their names.
+    pub fn fail_random_pods(&self, seed: u64, count: usize) -> Vec<String> {
+        let mut state = self.shared.store.lock();
+        let mut candidates: Vec<_> = state
+            .list("/pods", None)
+            .into_iter()
+            .filter(|p| p["status"]["phase"] == "Running")
+            .collect();
+        let mut random = Xorshift::from_seed(seed);
+        let mut failed = Vec::new();
+        while failed.len() < count && !candidates.is_empty() {
+            let pod = candidates.remove(random.below(candidates.len() as u64) as usize);
+            let mut crashed = (*pod).clone();
+            crashed["status"] = builtins::failed_pod_status(&pod);
+            let name = pod["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            state.commit_modified("/pods", crashed);
+            tracing::info!(name, "fault: pod failed");
+            failed.push(name);
+        }
+        failed
     }
 }

@@ -338,17 +338,18 @@ pub(crate) async fn serve_resource(
         }
         (&Method::DELETE, Some(name), None) => {
             let (_, body) = read_body(request).await?;
-            let options = DeleteOptions::from_body(&body)?;
+            let options = delete_options(shared, &body, &query)?;
             let dry_run = query.get("dryRun").map(String::as_str) == Some("All");
             let object = {
                 let mut state = shared.store.lock();
                 objects::delete(&mut state, &resource, &namespace, name, &options, dry_run)?
             };
+            start_pod_termination(shared, &object);
             Ok(object_response(200, &resource, &object, None, &[]))
         }
         (&Method::DELETE, None, None) => {
             let (_, body) = read_body(request).await?;
-            let options = DeleteOptions::from_body(&body)?;
+            let options = delete_options(shared, &body, &query)?;
             let filter = filter_for(&resource, target.namespace.clone(), &query)?;
             let mut state = shared.store.lock();
             let doomed: Vec<Arc<Value>> = state
@@ -363,6 +364,7 @@ pub(crate) async fn serve_resource(
                 if let Ok(deleted) =
                     objects::delete(&mut state, &resource, ns, name, &options, false)
                 {
+                    start_pod_termination(shared, &deleted);
                     items.push((*deleted).clone());
                 }
             }
@@ -372,6 +374,39 @@ pub(crate) async fn serve_resource(
             Ok(json_response(200, &list))
         }
         _ => Err(ApiError::method_not_allowed()),
+    }
+}
+
+/// DeleteOptions from the body, `gracePeriodSeconds` from the query too, and the sandbox's
+/// pod termination delay.
+fn delete_options(
+    shared: &Arc<Shared>,
+    body: &[u8],
+    query: &HashMap<String, String>,
+) -> Result<DeleteOptions, ApiError> {
+    let mut options = DeleteOptions::from_body(body)?;
+    if let Some(seconds) = query.get("gracePeriodSeconds").and_then(|s| s.parse().ok()) {
+        options.grace_period_seconds = Some(seconds);
+    }
+    options.pod_termination_delay = shared.options.pod_termination_delay;
+    Ok(options)
+}
+
+/// A pod that `delete` left Terminating is removed later by the simulated kubelet.
+fn start_pod_termination(shared: &Arc<Shared>, object: &Value) {
+    let metadata = &object["metadata"];
+    let terminating = object["kind"] == "Pod"
+        && !metadata["deletionTimestamp"].is_null()
+        && metadata["deletionGracePeriodSeconds"].as_i64().unwrap_or(0) > 0;
+    if terminating {
+        controllers::spawn_follow_ups(
+            shared,
+            vec![objects::FollowUp::RemovePod {
+                namespace: metadata["namespace"].as_str().unwrap_or_default().into(),
+                name: metadata["name"].as_str().unwrap_or_default().into(),
+                uid: metadata["uid"].as_str().unwrap_or_default().into(),
+            }],
+        );
     }
 }
 

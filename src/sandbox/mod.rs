@@ -14,7 +14,8 @@
 //! | `responses.rs` | JSON, Table, text and Status responses; injected-fault answers |
 //! | `store.rs` | objects, the global resourceVersion, the bounded event history, watcher fan-out |
 //! | `resources.rs` | built-in kinds, kinds learnt from CRDs, discovery and OpenAPI documents |
-//! | `objects.rs` | what the server does to an object on each write (defaults, generation, status) |
+//! | `objects.rs` | what the server does to an object on each write: metadata, generation, status, finalizers, garbage collection |
+//! | `builtins.rs` | each built-in kind's defaults and checks; the kubelet's pod statuses; CRD names and conditions |
 //! | `watch.rs` | one streaming response per watch: framing, bookmarks, timeouts, slow watchers |
 //! | `table.rs` | `kubectl get` tables: printer columns and ages |
 //! | `controllers.rs` | the simulated kubelet and CRD establishment (garbage collection is in `objects.rs`) |
@@ -30,8 +31,9 @@
 //!   ([`SandboxOptions::watch_queue_capacity`]); a watcher whose queue is full is ended (its
 //!   stream closes cleanly after what was queued), as kube-apiserver ends watchers that fall
 //!   behind. The client re-watches from its last resourceVersion.
-//! - Pods are deleted at once (as with `--grace-period=0`), a namespace goes at once with its
-//!   contents, and garbage collection runs inside the owner's DELETE.
+//! - Pods are deleted at once (as with `--grace-period=0`) unless
+//!   [`SandboxOptions::pod_termination_delay`] is set; a namespace goes at once with its
+//!   contents; garbage collection (background and foreground) runs inside the owner's DELETE.
 //! - Server-side apply is a merge of the applied object; no field ownership is tracked.
 //! - No RBAC, admission, scheduler or container runtime; Deployments are stored, not run.
 //!
@@ -43,6 +45,7 @@
 //! ```
 
 mod body;
+mod builtins;
 mod controllers;
 mod errors;
 mod faults;
@@ -81,6 +84,9 @@ pub struct SandboxOptions {
     pub established_delay: Duration,
     /// How long a new pod stays Pending before the simulated kubelet marks it Running.
     pub kubelet_delay: Duration,
+    /// How long a deleted pod stays Terminating (deletionTimestamp set) before it is gone.
+    /// Zero (the default) deletes pods at once, as `--grace-period=0` does.
+    pub pod_termination_delay: Duration,
     /// Log one line per request (method, path, status, milliseconds) through `tracing`.
     pub log_requests: bool,
     /// How many past events the store keeps for watches that resume from a resourceVersion.
@@ -101,6 +107,7 @@ impl Default for SandboxOptions {
             credentials_dir: None,
             established_delay: Duration::ZERO,
             kubelet_delay: Duration::ZERO,
+            pod_termination_delay: Duration::ZERO,
             log_requests: false,
             history_window: 1000,
             bookmark_interval: Duration::from_secs(60),
@@ -258,6 +265,22 @@ impl Sandbox {
         if let Some(task) = self.server_task.take() {
             let _ = task.await;
         }
+    }
+}
+
+impl std::fmt::Debug for Sandbox {
+    /// `Sandbox { url: "http://127.0.0.1:PORT", resource_version: "42" }` (never the token).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sandbox")
+            .field("url", &self.url())
+            .field("resource_version", &self.resource_version())
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for Faults {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Faults")
     }
 }
 

@@ -6,11 +6,13 @@
 
 use std::sync::Arc;
 
-use base64::Engine;
 use serde_json::{json, Map, Value};
 
 use crate::status::StatusCause;
 
+use super::builtins::{
+    check_crd, default_crd, default_namespace, default_pod, default_secret, default_service,
+};
 use super::errors::ApiError;
 use super::names;
 use super::random::Xorshift;
@@ -64,6 +66,12 @@ pub(crate) enum FollowUp {
     },
     /// The CRD controller: set Established after `established_delay`.
     EstablishCrd { name: String, uid: String },
+    /// The kubelet again: a pod in graceful termination is gone after `pod_termination_delay`.
+    RemovePod {
+        namespace: String,
+        name: String,
+        uid: String,
+    },
 }
 
 /// A successful write.
@@ -653,7 +661,14 @@ pub(crate) fn update(
         });
     }
     // The last finalizer removed from an object being deleted: now it really goes.
-    if !next["metadata"]["deletionTimestamp"].is_null() && finalizers_of(&next) == 0 {
+    // (A pod still in its grace period is removed by the kubelet, not by this update.)
+    if !next["metadata"]["deletionTimestamp"].is_null()
+        && finalizers_of(&next) == 0
+        && next["metadata"]["deletionGracePeriodSeconds"]
+            .as_i64()
+            .unwrap_or(0)
+            == 0
+    {
         // kube-apiserver does not store this update: it deletes the object instead, so
         // watchers see one DELETED (here carrying the state without finalizers).
         let removed = state.commit_deleted_as(&resource.store_key(), next);
@@ -703,10 +718,16 @@ pub(crate) fn require_resource_version(
 /// The DeleteOptions body kubectl sends: `{"propagationPolicy":"Background"}` and friends.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct DeleteOptions {
-    /// Orphan: leave dependents alone. Background and Foreground both delete them here.
+    /// Orphan: leave dependents alone.
     pub(crate) orphan: bool,
+    /// Foreground: the owner stays (finalizer `foregroundDeletion`) until its dependents are gone.
+    pub(crate) foreground: bool,
     pub(crate) precondition_uid: Option<String>,
     pub(crate) precondition_resource_version: Option<String>,
+    /// `gracePeriodSeconds` (body or query); 0 means "now", as `kubectl delete --force --grace-period=0`.
+    pub(crate) grace_period_seconds: Option<i64>,
+    /// How long the simulated kubelet takes to stop a pod (`SandboxOptions::pod_termination_delay`).
+    pub(crate) pod_termination_delay: std::time::Duration,
 }
 
 impl DeleteOptions {
@@ -724,6 +745,9 @@ impl DeleteOptions {
         }
         let orphan = policy == "Orphan" || value["orphanDependents"].as_bool() == Some(true);
         Ok(DeleteOptions {
+            foreground: policy == "Foreground" && !orphan,
+            grace_period_seconds: value["gracePeriodSeconds"].as_i64(),
+            pod_termination_delay: std::time::Duration::ZERO,
             orphan,
             precondition_uid: value["preconditions"]["uid"].as_str().map(String::from),
             precondition_resource_version: value["preconditions"]["resourceVersion"]
@@ -776,6 +800,43 @@ pub(crate) fn delete(
     }
     if dry_run {
         return Ok(old);
+    }
+    // Pods terminate gracefully: deletionTimestamp now, gone once the kubelet has stopped them.
+    let graceful = resource.group.is_empty()
+        && resource.plural == "pods"
+        && !options.pod_termination_delay.is_zero()
+        && options.grace_period_seconds != Some(0);
+    if graceful {
+        if !old["metadata"]["deletionTimestamp"].is_null() {
+            return Ok(old);
+        }
+        let delay = options.pod_termination_delay;
+        let mut marked = (*old).clone();
+        marked["metadata"]["deletionTimestamp"] = json!(timefmt::format_rfc3339(
+            std::time::SystemTime::now() + delay
+        ));
+        marked["metadata"]["deletionGracePeriodSeconds"] = json!(delay.as_secs().max(1));
+        return Ok(state.commit_modified(&resource.store_key(), marked));
+    }
+    let uid = uid_of(&old);
+    if options.foreground && !state.dependents_of(&uid).is_empty() {
+        if old["metadata"]["deletionTimestamp"].is_null() {
+            let mut marked = (*old).clone();
+            marked["metadata"]["deletionTimestamp"] = json!(timefmt::now_rfc3339());
+            marked["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+            let mut finalizers = marked["metadata"]["finalizers"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            finalizers.push(json!(FOREGROUND_DELETION));
+            marked["metadata"]["finalizers"] = json!(finalizers);
+            state.commit_modified(&resource.store_key(), marked);
+        }
+        collect_garbage(state, &uid);
+        finish_foreground_deletion(state, &uid);
+        return Ok(state
+            .get(&resource.store_key(), namespace, name)
+            .unwrap_or(old));
     }
     if finalizers_of(&old) > 0 {
         if !old["metadata"]["deletionTimestamp"].is_null() {
@@ -836,6 +897,52 @@ fn after_removal(
     if !orphan_dependents {
         collect_garbage(state, &uid_of(object));
     }
+    // An owner waiting in foreground deletion may have just lost its last dependent.
+    let owners: Vec<String> = object["metadata"]["ownerReferences"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r["uid"].as_str().map(String::from))
+        .collect();
+    for owner in owners {
+        finish_foreground_deletion(state, &owner);
+    }
+}
+
+/// The finalizer the garbage collector puts on an owner deleted with propagationPolicy=Foreground.
+const FOREGROUND_DELETION: &str = "foregroundDeletion";
+
+/// Once an owner in foreground deletion has no dependents left, the garbage collector removes
+/// its `foregroundDeletion` finalizer, which (with no other finalizer) deletes it.
+fn finish_foreground_deletion(state: &mut StoreState, owner_uid: &str) {
+    let Some((store_key, owner)) = state.object_by_uid(owner_uid) else {
+        return;
+    };
+    let finalizers = owner["metadata"]["finalizers"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    if !finalizers.iter().any(|f| f == FOREGROUND_DELETION)
+        || !state.dependents_of(owner_uid).is_empty()
+    {
+        return;
+    }
+    let Some(resource) = state.registry.find_by_store_key(&store_key).cloned() else {
+        return;
+    };
+    let mut next = (*owner).clone();
+    let remaining: Vec<Value> = finalizers
+        .into_iter()
+        .filter(|f| f != FOREGROUND_DELETION)
+        .collect();
+    let empty = remaining.is_empty();
+    next["metadata"]["finalizers"] = json!(remaining);
+    if empty {
+        let removed = state.commit_deleted_as(&store_key, next);
+        after_removal(state, &resource, &removed, false);
+    } else {
+        state.commit_modified(&store_key, next);
+    }
 }
 
 /// Background garbage collection: dependents that name `owner_uid` in ownerReferences are
@@ -876,311 +983,6 @@ fn collect_garbage(state: &mut StoreState, owner_uid: &str) {
             remove(state, &resource, &namespace, &name, false);
         }
     }
-}
-
-// ---- built-in kinds: what their controllers and defaulting would fill in ----
-
-fn default_namespace(object: &mut Value, name: &str) {
-    object["metadata"]["labels"]["kubernetes.io/metadata.name"] = json!(name);
-    object["spec"]["finalizers"] = json!(["kubernetes"]);
-    object["status"] = json!({"phase": "Active"});
-}
-
-/// The one node every pod is "scheduled" to. It is Ready, and runs nothing.
-pub(crate) fn initial_node(uid: String) -> Value {
-    let now = timefmt::now_rfc3339();
-    json!({
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": SANDBOX_NODE, "uid": uid, "creationTimestamp": now,
-                     "labels": {"kubernetes.io/hostname": SANDBOX_NODE, "kubernetes.io/os": "linux"}},
-        "spec": {"podCIDR": "10.244.0.0/16"},
-        "status": {
-            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-                            "message": "simulated by the sandbox: no container runtime",
-                            "lastHeartbeatTime": now, "lastTransitionTime": now}],
-            "addresses": [{"type": "InternalIP", "address": "10.0.0.1"},
-                          {"type": "Hostname", "address": SANDBOX_NODE}],
-            "nodeInfo": {"kubeletVersion": super::server::GIT_VERSION, "containerRuntimeVersion": "none://sandbox",
-                         "operatingSystem": "linux", "architecture": "amd64"}
-        }
-    })
-}
-
-/// The node name pods get in `spec.nodeName`.
-pub(crate) const SANDBOX_NODE: &str = "sandbox-node";
-
-/// A namespace object as the sandbox starts with (`default`, `kube-system`, ...).
-pub(crate) fn initial_namespace(name: &str, uid: String) -> Value {
-    let mut object = json!({
-        "apiVersion": "v1", "kind": "Namespace",
-        "metadata": {"name": name, "uid": uid, "creationTimestamp": timefmt::now_rfc3339()}
-    });
-    default_namespace(&mut object, name);
-    object
-}
-
-fn default_pod(resource: &ResourceType, object: &mut Value, name: &str) -> Result<(), ApiError> {
-    let containers = object["spec"]["containers"].as_array().cloned();
-    let Some(containers) = containers.filter(|c| !c.is_empty()) else {
-        return Err(ApiError::invalid_field(
-            resource,
-            name,
-            "FieldValueRequired",
-            "spec.containers",
-            "Required value",
-        ));
-    };
-    let mut causes = Vec::new();
-    for (i, container) in containers.iter().enumerate() {
-        for field in ["name", "image"] {
-            if container[field].as_str().unwrap_or_default().is_empty() {
-                causes.push(StatusCause {
-                    reason: "FieldValueRequired".into(),
-                    message: "Required value".into(),
-                    field: format!("spec.containers[{i}].{field}"),
-                });
-            }
-        }
-    }
-    if !causes.is_empty() {
-        return Err(ApiError::invalid(resource, name, causes));
-    }
-    let spec = &mut object["spec"];
-    for (field, value) in [
-        ("restartPolicy", json!("Always")),
-        ("terminationGracePeriodSeconds", json!(30)),
-        ("dnsPolicy", json!("ClusterFirst")),
-        ("schedulerName", json!("default-scheduler")),
-        // The sandbox "schedules" every pod at once onto its one imaginary node.
-        ("nodeName", json!(SANDBOX_NODE)),
-    ] {
-        if spec[field].is_null() {
-            spec[field] = value;
-        }
-    }
-    object["status"] = json!({
-        "phase": "Pending",
-        "qosClass": "BestEffort",
-        "conditions": [{"type": "PodScheduled", "status": "True",
-                        "lastTransitionTime": timefmt::now_rfc3339()}]
-    });
-    Ok(())
-}
-
-fn default_service(object: &mut Value, random: &mut Xorshift) {
-    let spec = &mut object["spec"];
-    if spec["type"].is_null() {
-        spec["type"] = json!("ClusterIP");
-    }
-    if spec["clusterIP"].is_null() {
-        let ip = format!("10.96.{}.{}", random.below(256), 1 + random.below(254));
-        spec["clusterIP"] = json!(ip);
-        spec["clusterIPs"] = json!([ip]);
-    }
-    if let Some(ports) = spec["ports"].as_array_mut() {
-        for port in ports {
-            if port["protocol"].is_null() {
-                port["protocol"] = json!("TCP");
-            }
-            if port["targetPort"].is_null() {
-                port["targetPort"] = port["port"].clone();
-            }
-        }
-    }
-    if spec["sessionAffinity"].is_null() {
-        spec["sessionAffinity"] = json!("None");
-    }
-    object["status"] = json!({"loadBalancer": {}});
-}
-
-/// `stringData` is write-only: the API server base64-encodes it into `data`.
-fn default_secret(resource: &ResourceType, object: &mut Value, name: &str) -> Result<(), ApiError> {
-    if object["type"].is_null() {
-        object["type"] = json!("Opaque");
-    }
-    let string_data = object
-        .as_object_mut()
-        .and_then(|map| map.remove("stringData"));
-    if let Some(Value::Object(entries)) = string_data {
-        if !object["data"].is_object() {
-            object["data"] = json!({});
-        }
-        for (key, value) in entries {
-            let text = value.as_str().unwrap_or_default();
-            object["data"][key] =
-                json!(base64::engine::general_purpose::STANDARD.encode(text.as_bytes()));
-        }
-    }
-    if let Some(data) = object["data"].as_object() {
-        for (key, value) in data {
-            let decodes = value
-                .as_str()
-                .map(|s| base64::engine::general_purpose::STANDARD.decode(s).is_ok())
-                .unwrap_or(false);
-            if !decodes {
-                return Err(ApiError::invalid_field(
-                    resource,
-                    name,
-                    "FieldValueInvalid",
-                    &format!("data[{key}]"),
-                    "Invalid value: must be a base64-encoded string",
-                ));
-            }
-        }
-    }
-    Ok(())
-}
-
-fn check_crd(resource: &ResourceType, crd: &Value, name: &str) -> Result<(), ApiError> {
-    let spec = &crd["spec"];
-    let mut causes = Vec::new();
-    let mut require = |field: &str, value: &Value| {
-        if value.as_str().unwrap_or_default().is_empty() {
-            causes.push(StatusCause {
-                reason: "FieldValueRequired".into(),
-                message: "Required value".into(),
-                field: field.into(),
-            });
-        }
-    };
-    require("spec.group", &spec["group"]);
-    require("spec.names.plural", &spec["names"]["plural"]);
-    require("spec.names.kind", &spec["names"]["kind"]);
-    let group = spec["group"].as_str().unwrap_or_default();
-    let plural = spec["names"]["plural"].as_str().unwrap_or_default();
-    if name != format!("{plural}.{group}") {
-        causes.push(StatusCause {
-            reason: "FieldValueInvalid".into(),
-            message: format!(
-                "Invalid value: {}: must be spec.names.plural+\".\"+spec.group",
-                json!(name)
-            ),
-            field: "metadata.name".into(),
-        });
-    }
-    if !matches!(spec["scope"].as_str(), Some("Namespaced") | Some("Cluster")) {
-        causes.push(StatusCause {
-            reason: "FieldValueNotSupported".into(),
-            message: format!(
-                "Unsupported value: {}: supported values: \"Cluster\", \"Namespaced\"",
-                spec["scope"]
-            ),
-            field: "spec.scope".into(),
-        });
-    }
-    let versions = spec["versions"].as_array().cloned().unwrap_or_default();
-    if versions.is_empty() {
-        causes.push(StatusCause {
-            reason: "FieldValueRequired".into(),
-            message: "Required value: must have exactly one version marked as storage version"
-                .into(),
-            field: "spec.versions".into(),
-        });
-    } else if versions
-        .iter()
-        .filter(|v| v["storage"].as_bool() == Some(true))
-        .count()
-        != 1
-    {
-        causes.push(StatusCause {
-            reason: "FieldValueInvalid".into(),
-            message: "Invalid value: must have exactly one version marked as storage version"
-                .into(),
-            field: "spec.versions".into(),
-        });
-    }
-    if causes.is_empty() {
-        Ok(())
-    } else {
-        Err(ApiError::invalid(resource, name, causes))
-    }
-}
-
-/// What the CRD's names controller fills in at once: defaults, acceptedNames, NamesAccepted.
-/// `Established` comes later, from the follow-up timer.
-fn default_crd(crd: &mut Value) {
-    let kind = crd["spec"]["names"]["kind"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
-    let names = &mut crd["spec"]["names"];
-    if names["singular"].is_null() {
-        names["singular"] = json!(kind.to_lowercase());
-    }
-    if names["listKind"].is_null() {
-        names["listKind"] = json!(format!("{kind}List"));
-    }
-    let accepted = crd["spec"]["names"].clone();
-    let stored: Vec<Value> = crd["spec"]["versions"]
-        .as_array()
-        .map(|versions| {
-            versions
-                .iter()
-                .filter(|v| v["storage"].as_bool() == Some(true))
-                .map(|v| v["name"].clone())
-                .collect()
-        })
-        .unwrap_or_default();
-    let existing = |kind: &str| {
-        crd["status"]["conditions"]
-            .as_array()
-            .and_then(|c| c.iter().find(|c| c["type"] == kind).cloned())
-    };
-    // Conditions keep their lastTransitionTime while their status stays the same.
-    let names_accepted = existing("NamesAccepted").unwrap_or_else(|| {
-        json!({
-            "type": "NamesAccepted", "status": "True", "reason": "NoConflicts",
-            "message": "no conflicts found", "lastTransitionTime": timefmt::now_rfc3339()
-        })
-    });
-    let mut conditions = vec![names_accepted];
-    if let Some(established) = existing("Established") {
-        conditions.push(established);
-    }
-    crd["status"] =
-        json!({"acceptedNames": accepted, "conditions": conditions, "storedVersions": stored});
-}
-
-/// The CRD's Established condition, as the apiextensions controller sets it.
-pub(crate) fn established_condition() -> Value {
-    json!({"type": "Established", "status": "True", "reason": "InitialNamesAccepted",
-           "message": "the initial names have been accepted",
-           "lastTransitionTime": timefmt::now_rfc3339()})
-}
-
-/// The status the simulated kubelet writes once a pod "starts". Nothing runs: this is a record.
-pub(crate) fn running_pod_status(pod: &Value, random: &mut Xorshift) -> Value {
-    let now = timefmt::now_rfc3339();
-    let statuses: Vec<Value> = pod["spec"]["containers"]
-        .as_array()
-        .map(|containers| {
-            containers
-                .iter()
-                .map(|c| {
-                    json!({
-                        "name": c["name"], "image": c["image"],
-                        "imageID": format!("sandbox://{}", c["image"].as_str().unwrap_or_default()),
-                        "containerID": format!("sandbox://{}", random.hex(16)),
-                        "ready": true, "started": true, "restartCount": 0,
-                        "state": {"running": {"startedAt": now}}
-                    })
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    let condition = |kind: &str| json!({"type": kind, "status": "True", "lastTransitionTime": now});
-    let ip = format!("10.244.{}.{}", random.below(256), 2 + random.below(250));
-    json!({
-        "phase": "Running",
-        "hostIP": "10.0.0.1",
-        "podIP": ip,
-        "podIPs": [{"ip": ip}],
-        "startTime": now,
-        "qosClass": "BestEffort",
-        "conditions": [condition("PodReadyToStartContainers"), condition("Initialized"),
-                       condition("Ready"), condition("ContainersReady"), condition("PodScheduled")],
-        "containerStatuses": statuses
-    })
 }
 
 /// Read a simple `.a.b.c` path (printer columns, scale paths).

@@ -20,11 +20,11 @@ use serde_json::{json, Value};
 use tokio::sync::watch;
 
 use super::body::ResponseBody;
+use super::builtins;
 use super::errors::ApiError;
 use super::faults::FaultSettings;
 use super::handlers::{classify, serve_resource, Target};
 use super::lock;
-use super::objects;
 use super::random::Xorshift;
 use super::responses::{
     aggregated_response, error_response, injected_response, json_response, text_response,
@@ -49,6 +49,8 @@ pub(crate) struct Shared {
     pub(crate) faults: Mutex<FaultSettings>,
     pub(crate) requests: Mutex<Vec<RequestRecord>>,
     pub(crate) established_delay: Mutex<Duration>,
+    /// Starts as `options.kubelet_delay`; `Faults::set_kubelet_delay` changes it.
+    pub(crate) kubelet_delay: Mutex<Duration>,
     pub(crate) random: Mutex<Xorshift>,
     /// Bumped by `Faults::end_all_watches_now`: every open watch ends.
     pub(crate) watch_epoch: watch::Sender<u64>,
@@ -71,14 +73,15 @@ impl Shared {
             for name in ["default", "kube-system", "kube-public", "kube-node-lease"] {
                 state.commit_added(
                     "/namespaces",
-                    objects::initial_namespace(name, random.uuid()),
+                    builtins::initial_namespace(name, random.uuid()),
                 );
             }
-            state.commit_added("/nodes", objects::initial_node(random.uuid()));
+            state.commit_added("/nodes", builtins::initial_node(random.uuid()));
         }
         Arc::new(Shared {
             store,
             established_delay: Mutex::new(options.established_delay),
+            kubelet_delay: Mutex::new(options.kubelet_delay),
             options,
             addr,
             security,

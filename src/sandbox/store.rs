@@ -271,6 +271,12 @@ impl StoreState {
         self.uids.contains_key(uid)
     }
 
+    /// The object with this uid, and the collection it is in.
+    pub(crate) fn object_by_uid(&self, uid: &str) -> Option<(String, Arc<Value>)> {
+        let (key, ns, name) = self.uids.get(uid)?;
+        Some((key.clone(), self.get(key, ns, name)?))
+    }
+
     /// The objects that name `owner_uid` in their ownerReferences.
     pub(crate) fn dependents_of(&self, owner_uid: &str) -> Vec<(String, Arc<Value>)> {
         self.dependents

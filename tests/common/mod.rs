@@ -3,6 +3,15 @@
 //!
 //! WORKSHOP.md, "Set-up: the sandbox" (how the tests drive it). Each test file does
 //! `mod common;` and uses what it needs, hence the `dead_code` allowance.
+//!
+//! ```text
+//! let sandbox = common::start_sandbox().await;             // 127.0.0.1:0, plain HTTP
+//! let http = common::Http::new(&sandbox.url());
+//! http.install_crd().await;                                 // PostgresCluster, Established
+//! let created = http.post(PATH, &common::cluster("db1", 3)).await;   // Answer {status, headers, body}
+//! let mut watch = http.stream("...?watch=true").await;      // Stream: next_event / next_line
+//! let out = common::Kubectl::new(&sandbox.url()).ok(&["get", "pgc"]).await;
+//! ```
 #![allow(dead_code)]
 
 use std::sync::Arc;

@@ -1,0 +1,350 @@
+//! The built-in kinds: what their defaulting, validation and controllers fill in — namespaces,
+//! the one node, pods (and the simulated kubelet's Running and Failed statuses), services,
+//! secrets, and CustomResourceDefinitions (names, acceptedNames, conditions).
+//!
+//! WORKSHOP.md, "Set-up: the sandbox". `objects.rs` calls these from create and update.
+
+use base64::Engine;
+use serde_json::{json, Value};
+
+use crate::status::StatusCause;
+
+use super::errors::ApiError;
+use super::random::Xorshift;
+use super::resources::ResourceType;
+use super::timefmt;
+
+pub(crate) fn default_namespace(object: &mut Value, name: &str) {
+    object["metadata"]["labels"]["kubernetes.io/metadata.name"] = json!(name);
+    object["spec"]["finalizers"] = json!(["kubernetes"]);
+    object["status"] = json!({"phase": "Active"});
+}
+
+/// The one node every pod is "scheduled" to. It is Ready, and runs nothing.
+pub(crate) fn initial_node(uid: String) -> Value {
+    let now = timefmt::now_rfc3339();
+    json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": SANDBOX_NODE, "uid": uid, "creationTimestamp": now,
+                     "labels": {"kubernetes.io/hostname": SANDBOX_NODE, "kubernetes.io/os": "linux"}},
+        "spec": {"podCIDR": "10.244.0.0/16"},
+        "status": {
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                            "message": "simulated by the sandbox: no container runtime",
+                            "lastHeartbeatTime": now, "lastTransitionTime": now}],
+            "addresses": [{"type": "InternalIP", "address": "10.0.0.1"},
+                          {"type": "Hostname", "address": SANDBOX_NODE}],
+            "nodeInfo": {"kubeletVersion": super::server::GIT_VERSION, "containerRuntimeVersion": "none://sandbox",
+                         "operatingSystem": "linux", "architecture": "amd64"}
+        }
+    })
+}
+
+/// The node name pods get in `spec.nodeName`.
+pub(crate) const SANDBOX_NODE: &str = "sandbox-node";
+
+/// A namespace object as the sandbox starts with (`default`, `kube-system`, ...).
+pub(crate) fn initial_namespace(name: &str, uid: String) -> Value {
+    let mut object = json!({
+        "apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": name, "uid": uid, "creationTimestamp": timefmt::now_rfc3339()}
+    });
+    default_namespace(&mut object, name);
+    object
+}
+
+pub(crate) fn default_pod(
+    resource: &ResourceType,
+    object: &mut Value,
+    name: &str,
+) -> Result<(), ApiError> {
+    let containers = object["spec"]["containers"].as_array().cloned();
+    let Some(containers) = containers.filter(|c| !c.is_empty()) else {
+        return Err(ApiError::invalid_field(
+            resource,
+            name,
+            "FieldValueRequired",
+            "spec.containers",
+            "Required value",
+        ));
+    };
+    let mut causes = Vec::new();
+    for (i, container) in containers.iter().enumerate() {
+        for field in ["name", "image"] {
+            if container[field].as_str().unwrap_or_default().is_empty() {
+                causes.push(StatusCause {
+                    reason: "FieldValueRequired".into(),
+                    message: "Required value".into(),
+                    field: format!("spec.containers[{i}].{field}"),
+                });
+            }
+        }
+    }
+    if !causes.is_empty() {
+        return Err(ApiError::invalid(resource, name, causes));
+    }
+    let spec = &mut object["spec"];
+    for (field, value) in [
+        ("restartPolicy", json!("Always")),
+        ("terminationGracePeriodSeconds", json!(30)),
+        ("dnsPolicy", json!("ClusterFirst")),
+        ("schedulerName", json!("default-scheduler")),
+        // The sandbox "schedules" every pod at once onto its one imaginary node.
+        ("nodeName", json!(SANDBOX_NODE)),
+    ] {
+        if spec[field].is_null() {
+            spec[field] = value;
+        }
+    }
+    object["status"] = json!({
+        "phase": "Pending",
+        "qosClass": "BestEffort",
+        "conditions": [{"type": "PodScheduled", "status": "True",
+                        "lastTransitionTime": timefmt::now_rfc3339()}]
+    });
+    Ok(())
+}
+
+pub(crate) fn default_service(object: &mut Value, random: &mut Xorshift) {
+    let spec = &mut object["spec"];
+    if spec["type"].is_null() {
+        spec["type"] = json!("ClusterIP");
+    }
+    if spec["clusterIP"].is_null() {
+        let ip = format!("10.96.{}.{}", random.below(256), 1 + random.below(254));
+        spec["clusterIP"] = json!(ip);
+        spec["clusterIPs"] = json!([ip]);
+    }
+    if let Some(ports) = spec["ports"].as_array_mut() {
+        for port in ports {
+            if port["protocol"].is_null() {
+                port["protocol"] = json!("TCP");
+            }
+            if port["targetPort"].is_null() {
+                port["targetPort"] = port["port"].clone();
+            }
+        }
+    }
+    if spec["sessionAffinity"].is_null() {
+        spec["sessionAffinity"] = json!("None");
+    }
+    object["status"] = json!({"loadBalancer": {}});
+}
+
+/// `stringData` is write-only: the API server base64-encodes it into `data`.
+pub(crate) fn default_secret(
+    resource: &ResourceType,
+    object: &mut Value,
+    name: &str,
+) -> Result<(), ApiError> {
+    if object["type"].is_null() {
+        object["type"] = json!("Opaque");
+    }
+    let string_data = object
+        .as_object_mut()
+        .and_then(|map| map.remove("stringData"));
+    if let Some(Value::Object(entries)) = string_data {
+        if !object["data"].is_object() {
+            object["data"] = json!({});
+        }
+        for (key, value) in entries {
+            let text = value.as_str().unwrap_or_default();
+            object["data"][key] =
+                json!(base64::engine::general_purpose::STANDARD.encode(text.as_bytes()));
+        }
+    }
+    if let Some(data) = object["data"].as_object() {
+        for (key, value) in data {
+            let decodes = value
+                .as_str()
+                .map(|s| base64::engine::general_purpose::STANDARD.decode(s).is_ok())
+                .unwrap_or(false);
+            if !decodes {
+                return Err(ApiError::invalid_field(
+                    resource,
+                    name,
+                    "FieldValueInvalid",
+                    &format!("data[{key}]"),
+                    "Invalid value: must be a base64-encoded string",
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn check_crd(resource: &ResourceType, crd: &Value, name: &str) -> Result<(), ApiError> {
+    let spec = &crd["spec"];
+    let mut causes = Vec::new();
+    let mut require = |field: &str, value: &Value| {
+        if value.as_str().unwrap_or_default().is_empty() {
+            causes.push(StatusCause {
+                reason: "FieldValueRequired".into(),
+                message: "Required value".into(),
+                field: field.into(),
+            });
+        }
+    };
+    require("spec.group", &spec["group"]);
+    require("spec.names.plural", &spec["names"]["plural"]);
+    require("spec.names.kind", &spec["names"]["kind"]);
+    let group = spec["group"].as_str().unwrap_or_default();
+    let plural = spec["names"]["plural"].as_str().unwrap_or_default();
+    if name != format!("{plural}.{group}") {
+        causes.push(StatusCause {
+            reason: "FieldValueInvalid".into(),
+            message: format!(
+                "Invalid value: {}: must be spec.names.plural+\".\"+spec.group",
+                json!(name)
+            ),
+            field: "metadata.name".into(),
+        });
+    }
+    if !matches!(spec["scope"].as_str(), Some("Namespaced") | Some("Cluster")) {
+        causes.push(StatusCause {
+            reason: "FieldValueNotSupported".into(),
+            message: format!(
+                "Unsupported value: {}: supported values: \"Cluster\", \"Namespaced\"",
+                spec["scope"]
+            ),
+            field: "spec.scope".into(),
+        });
+    }
+    let versions = spec["versions"].as_array().cloned().unwrap_or_default();
+    if versions.is_empty() {
+        causes.push(StatusCause {
+            reason: "FieldValueRequired".into(),
+            message: "Required value: must have exactly one version marked as storage version"
+                .into(),
+            field: "spec.versions".into(),
+        });
+    } else if versions
+        .iter()
+        .filter(|v| v["storage"].as_bool() == Some(true))
+        .count()
+        != 1
+    {
+        causes.push(StatusCause {
+            reason: "FieldValueInvalid".into(),
+            message: "Invalid value: must have exactly one version marked as storage version"
+                .into(),
+            field: "spec.versions".into(),
+        });
+    }
+    if causes.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(resource, name, causes))
+    }
+}
+
+/// What the CRD's names controller fills in at once: defaults, acceptedNames, NamesAccepted.
+/// `Established` comes later, from the follow-up timer.
+pub(crate) fn default_crd(crd: &mut Value) {
+    let kind = crd["spec"]["names"]["kind"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let names = &mut crd["spec"]["names"];
+    if names["singular"].is_null() {
+        names["singular"] = json!(kind.to_lowercase());
+    }
+    if names["listKind"].is_null() {
+        names["listKind"] = json!(format!("{kind}List"));
+    }
+    let accepted = crd["spec"]["names"].clone();
+    let stored: Vec<Value> = crd["spec"]["versions"]
+        .as_array()
+        .map(|versions| {
+            versions
+                .iter()
+                .filter(|v| v["storage"].as_bool() == Some(true))
+                .map(|v| v["name"].clone())
+                .collect()
+        })
+        .unwrap_or_default();
+    let existing = |kind: &str| {
+        crd["status"]["conditions"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["type"] == kind).cloned())
+    };
+    // Conditions keep their lastTransitionTime while their status stays the same.
+    let names_accepted = existing("NamesAccepted").unwrap_or_else(|| {
+        json!({
+            "type": "NamesAccepted", "status": "True", "reason": "NoConflicts",
+            "message": "no conflicts found", "lastTransitionTime": timefmt::now_rfc3339()
+        })
+    });
+    let mut conditions = vec![names_accepted];
+    if let Some(established) = existing("Established") {
+        conditions.push(established);
+    }
+    crd["status"] =
+        json!({"acceptedNames": accepted, "conditions": conditions, "storedVersions": stored});
+}
+
+/// The CRD's Established condition, as the apiextensions controller sets it.
+pub(crate) fn established_condition() -> Value {
+    json!({"type": "Established", "status": "True", "reason": "InitialNamesAccepted",
+           "message": "the initial names have been accepted",
+           "lastTransitionTime": timefmt::now_rfc3339()})
+}
+
+/// The status the simulated kubelet writes once a pod "starts". Nothing runs: this is a record.
+pub(crate) fn running_pod_status(pod: &Value, random: &mut Xorshift) -> Value {
+    let now = timefmt::now_rfc3339();
+    let statuses: Vec<Value> = pod["spec"]["containers"]
+        .as_array()
+        .map(|containers| {
+            containers
+                .iter()
+                .map(|c| {
+                    json!({
+                        "name": c["name"], "image": c["image"],
+                        "imageID": format!("sandbox://{}", c["image"].as_str().unwrap_or_default()),
+                        "containerID": format!("sandbox://{}", random.hex(16)),
+                        "ready": true, "started": true, "restartCount": 0,
+                        "state": {"running": {"startedAt": now}}
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let condition = |kind: &str| json!({"type": kind, "status": "True", "lastTransitionTime": now});
+    let ip = format!("10.244.{}.{}", random.below(256), 2 + random.below(250));
+    json!({
+        "phase": "Running",
+        "hostIP": "10.0.0.1",
+        "podIP": ip,
+        "podIPs": [{"ip": ip}],
+        "startTime": now,
+        "qosClass": "BestEffort",
+        "conditions": [condition("PodReadyToStartContainers"), condition("Initialized"),
+                       condition("Ready"), condition("ContainersReady"), condition("PodScheduled")],
+        "containerStatuses": statuses
+    })
+}
+
+/// A crashed pod's status: Failed, not Ready, every container terminated (SIGKILL, 137).
+pub(crate) fn failed_pod_status(pod: &Value) -> Value {
+    let now = timefmt::now_rfc3339();
+    let mut status = pod["status"].clone();
+    if !status.is_object() {
+        status = json!({});
+    }
+    status["phase"] = json!("Failed");
+    status["conditions"] = json!([
+        {"type": "Ready", "status": "False", "reason": "PodFailed", "lastTransitionTime": now},
+        {"type": "ContainersReady", "status": "False", "reason": "PodFailed", "lastTransitionTime": now},
+        {"type": "PodScheduled", "status": "True", "lastTransitionTime": now}
+    ]);
+    if let Some(containers) = status["containerStatuses"].as_array_mut() {
+        for container in containers {
+            container["ready"] = json!(false);
+            container["started"] = json!(false);
+            container["state"] = json!({"terminated": {"exitCode": 137, "reason": "Error",
+                                                      "finishedAt": now}});
+        }
+    }
+    status
+}
