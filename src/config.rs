@@ -163,6 +163,39 @@ const CONFIG_FLAGS: &[&str] = &[
     "-n",
 ];
 
+/// The `--help` lines for the flags above, as `(flag and value, what it means)`, and how
+/// [`Config::infer`] chooses without them. Every binary that takes these flags shows them through
+/// `process::Usage`, so no stage repeats them.
+pub const CONNECTION_FLAGS_HELP: &[(&str, &str)] = &[
+    (
+        "--server URL",
+        "the API server: http:// for `kubectl proxy` or the sandbox,\n\
+         https:// with the two flags below (env: KUBE_SERVER)",
+    ),
+    (
+        "--certificate-authority FILE",
+        "PEM file of the CA that signed an https:// server's certificate",
+    ),
+    (
+        "--token-file FILE",
+        "bearer token, re-read when the file changes (a service account's)",
+    ),
+    (
+        "--token TOKEN",
+        "bearer token given inline (not with --token-file)",
+    ),
+    (
+        "-n, --namespace NS",
+        "namespace to work in (default: the source's, else \"default\")",
+    ),
+];
+
+/// What [`Config::infer`] does when `--server` is not given, for `--help`.
+pub const CONNECTION_ORDER_HELP: &str = "\
+Without --server the first usable source wins: the KUBE_SERVER variable, then in-cluster
+(KUBERNETES_SERVICE_HOST/PORT and the service account's token, ca.crt and namespace files),
+then the current kubeconfig context (read through `kubectl config view`).";
+
 impl ConfigArgs {
     /// Takes `--server`, `--certificate-authority`, `--token-file`, `--token` and `--namespace`
     /// (`-n`), each as `--flag value` or `--flag=value`, out of `args` (without the program name:
@@ -876,6 +909,19 @@ mod tests {
             error.to_string().starts_with("--namespace needs a value"),
             "{error}"
         );
+    }
+
+    /// `--help` documents every flag `ConfigArgs::parse` takes, so the two cannot drift apart.
+    #[test]
+    fn every_connection_flag_has_help() {
+        for flag in CONFIG_FLAGS {
+            assert!(
+                CONNECTION_FLAGS_HELP
+                    .iter()
+                    .any(|(names, _)| names.split([',', ' ']).any(|name| name == *flag)),
+                "{flag} has no help line"
+            );
+        }
     }
 
     proptest::proptest! {

@@ -25,8 +25,8 @@
 //! `kubectl apply -k kube/ && kubectl logs deploy/postgres-operator`.
 //!
 //! Flags: the connection flags of every stage (`--server`, `--certificate-authority`,
-//! `--token-file`, `--token`, `--namespace`) and `--established-timeout SECS` (default 30).
-//! Exit status: 0 done, 1 the API server or configuration said no, 2 bad flags.
+//! `--token-file`, `--token`, `--namespace`) and `--established-timeout SECS` (default 30);
+//! `stage01 --help` lists them (the text is [`USAGE`] below).
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -34,17 +34,39 @@ use std::time::Duration;
 use postgres_operator::client::Client;
 use postgres_operator::config::{Config, ConfigArgs};
 use postgres_operator::crd::{self, CrdError, DEFAULT_ESTABLISHED_TIMEOUT};
-use postgres_operator::process::{init_logging, shutdown_signal};
+use postgres_operator::process::{
+    help_requested, init_logging, shutdown_signal, usage_error, Usage,
+};
+
+const USAGE: Usage = Usage {
+    name: "stage01",
+    about: "stage01: workshop step 01. Registers the PostgresCluster CustomResourceDefinition over raw\n\
+            REST, waits until the API server serves it (Established), prints what discovery lists, and\n\
+            stops. Running it again is fine: the CRD \"already exists; continuing\".",
+    flags: &[(
+        "--established-timeout SECS",
+        "how long to wait for Established (default 30)",
+    )],
+    connection_flags: true,
+    examples: &[
+        "stage01 --server http://127.0.0.1:8001     # the sandbox, or a cluster through kubectl proxy",
+        "stage01 --established-timeout 60           # the cluster your kubeconfig points at",
+        "KUBE_SERVER=http://127.0.0.1:8001 stage01  # the same as --server",
+    ],
+    exit_status: "0 done, 1 the API server or configuration said no, 2 bad flags, 130 stopped by a signal",
+};
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if help_requested(&args) {
+        println!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
     init_logging();
-    let (config_args, established_timeout) = match parse_flags() {
+    let (config_args, established_timeout) = match parse_flags(args) {
         Ok(flags) => flags,
-        Err(message) => {
-            eprintln!("error: {message}");
-            return ExitCode::from(2);
-        }
+        Err(message) => return usage_error(message),
     };
     let config = match Config::infer(&config_args) {
         Ok(config) => config,
@@ -86,20 +108,15 @@ async fn register_and_describe(
 }
 
 /// The connection flags, then our own `--established-timeout SECS`.
-fn parse_flags() -> Result<(ConfigArgs, Duration), String> {
-    let (config_args, rest) =
-        ConfigArgs::parse(std::env::args().skip(1)).map_err(|error| error.to_string())?;
+fn parse_flags(args: Vec<String>) -> Result<(ConfigArgs, Duration), String> {
+    let (config_args, rest) = ConfigArgs::parse(args).map_err(|error| error.to_string())?;
     let mut established_timeout = DEFAULT_ESTABLISHED_TIMEOUT;
     let mut rest = rest.into_iter();
     while let Some(arg) = rest.next() {
         let value = match arg.split_once('=') {
             Some(("--established-timeout", value)) => Some(value.to_string()),
             None if arg == "--established-timeout" => rest.next(),
-            _ => {
-                return Err(format!(
-                    "unknown argument {arg:?} (see the //! header of stages/stage01.rs)"
-                ))
-            }
+            _ => return Err(format!("unknown argument {arg:?}")),
         };
         let seconds: f64 = value
             .as_deref()

@@ -16,8 +16,8 @@
 //!
 //! Story lines go to stdout, diagnostics (`RUST_LOG=debug` for more) to stderr.
 //! Flags: the connection flags of every stage (`--server`, `--certificate-authority`,
-//! `--token-file`, `--token`, `--namespace`). Exit status: 0 stopped by a signal, 1 the API server
-//! or configuration said no, 2 bad flags.
+//! `--token-file`, `--token`, `--namespace`); `stage02 --help` lists them (the text is [`USAGE`]
+//! below).
 
 use std::process::ExitCode;
 
@@ -25,25 +25,39 @@ use postgres_operator::api::{collection_path, PostgresCluster};
 use postgres_operator::client::Client;
 use postgres_operator::config::{Config, ConfigArgs};
 use postgres_operator::crd::{self, CrdError, DEFAULT_ESTABLISHED_TIMEOUT};
-use postgres_operator::process::{init_logging, shutdown_signal};
+use postgres_operator::process::{
+    help_requested, init_logging, shutdown_signal, usage_error, Usage,
+};
 use postgres_operator::story::{event_line, watch_notice_lines};
 use postgres_operator::watch::{list_then_watch, WatchItem, WatchOptions};
 
+const USAGE: Usage = Usage {
+    name: "stage02",
+    about: "stage02: workshop step 02. Lists the PostgresClusters, then watches for changes and prints\n\
+            each one, resuming, relisting and backing off as Kubernetes requires, until SIGTERM or\n\
+            Ctrl-C. Registers the CustomResourceDefinition first, as stage01 does.",
+    flags: &[],
+    connection_flags: true,
+    examples: &[
+        "stage02 --server http://127.0.0.1:8001     # the sandbox, or a cluster through kubectl proxy",
+        "stage02 --namespace team-a                 # the cluster your kubeconfig points at",
+        "RUST_LOG=debug stage02 --server http://127.0.0.1:8001   # and every request on stderr",
+    ],
+    exit_status: "0 stopped by SIGTERM or Ctrl-C, 1 the API server or configuration said no, 2 bad flags",
+};
+
 #[tokio::main]
 async fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if help_requested(&args) {
+        println!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
     init_logging();
-    let config_args = match ConfigArgs::parse(std::env::args().skip(1)) {
+    let config_args = match ConfigArgs::parse(args) {
         Ok((config_args, rest)) if rest.is_empty() => config_args,
-        Ok((_, rest)) => {
-            eprintln!(
-                "error: unknown arguments {rest:?} (see the //! header of stages/stage02.rs)"
-            );
-            return ExitCode::from(2);
-        }
-        Err(error) => {
-            eprintln!("error: {error}");
-            return ExitCode::from(2);
-        }
+        Ok((_, rest)) => return usage_error(format!("unknown argument {:?}", rest[0])),
+        Err(error) => return usage_error(error),
     };
     let client = match Config::infer(&config_args).map(Client::new) {
         Ok(Ok(client)) => client,

@@ -18,8 +18,7 @@
 //! Story lines go to stdout, diagnostics (`RUST_LOG=debug` for more) to stderr.
 //! Flags: the connection flags of every stage (`--server`, `--certificate-authority`,
 //! `--token-file`, `--token`, `--namespace`) and `--reconcile-interval SECS` (default 8, as in the
-//! original). Exit status: 0 stopped by a signal, 1 the API server or configuration said no,
-//! 2 bad flags.
+//! original); `stage03 --help` lists them (the text is [`USAGE`] below).
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -27,17 +26,39 @@ use std::time::Duration;
 use postgres_operator::client::Client;
 use postgres_operator::config::{Config, ConfigArgs};
 use postgres_operator::controller::{run_operator, ControllerOptions, Reporter};
-use postgres_operator::process::{init_logging, shutdown_signal};
+use postgres_operator::process::{
+    help_requested, init_logging, shutdown_signal, usage_error, Usage,
+};
+
+const USAGE: Usage = Usage {
+    name: "stage03",
+    about: "stage03: workshop step 03. The operator: lists and watches the PostgresClusters and hands\n\
+            each cluster's events to its own task, with its own channel and a reconcile timer, until\n\
+            SIGTERM or Ctrl-C. Lines about one cluster start with [namespace/name].",
+    flags: &[(
+        "--reconcile-interval SECS",
+        "how often each cluster's task reconciles (default 8, as the original)",
+    )],
+    connection_flags: true,
+    examples: &[
+        "stage03 --server http://127.0.0.1:8001     # the sandbox, or a cluster through kubectl proxy",
+        "stage03 --reconcile-interval 2             # the cluster your kubeconfig points at",
+        "stage03 --server https://127.0.0.1:8443 --certificate-authority creds/ca.crt --token-file creds/token",
+    ],
+    exit_status: "0 stopped by SIGTERM or Ctrl-C, 1 the API server or configuration said no, 2 bad flags",
+};
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if help_requested(&args) {
+        println!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
     init_logging();
-    let (config_args, options) = match parse_flags(std::env::args().skip(1)) {
+    let (config_args, options) = match parse_flags(args) {
         Ok(flags) => flags,
-        Err(message) => {
-            eprintln!("error: {message}");
-            return ExitCode::from(2);
-        }
+        Err(message) => return usage_error(message),
     };
     let client = match Config::infer(&config_args).map(Client::new) {
         Ok(Ok(client)) => client,
@@ -77,11 +98,7 @@ fn parse_flags(
             None if arg == "--reconcile-interval" => rest
                 .next()
                 .ok_or("--reconcile-interval needs a number of seconds")?,
-            _ => {
-                return Err(format!(
-                    "unknown argument {arg:?} (see the //! header of stages/stage03.rs)"
-                ))
-            }
+            _ => return Err(format!("unknown argument {arg:?}")),
         };
         options.reconcile_interval = value
             .parse::<f64>()

@@ -95,7 +95,7 @@ async fn bad_flags_exit_2_with_a_message() {
         assert_eq!(output.status.code(), Some(2), "{args:?}");
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(
-            stderr.contains(expected) && stderr.contains("usage:"),
+            stderr.contains(expected) && stderr.contains("(try --help)"),
             "{args:?}: {stderr}"
         );
     }

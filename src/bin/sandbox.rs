@@ -13,17 +13,45 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use postgres_operator::process;
+use postgres_operator::process::{self, Usage};
 use postgres_operator::sandbox::{Sandbox, SandboxOptions};
 
-const USAGE: &str = "usage: sandbox [--listen ADDR:PORT] [--tls-dir DIR] [--established-delay-ms N] [--kubelet-delay-ms N] [--pod-termination-delay-ms N]
-
-  --listen ADDR:PORT          where to listen (default 127.0.0.1:8001; port 0 picks a free one)
-  --tls-dir DIR               serve HTTPS with a generated CA, require a bearer token, and write
-                              DIR/ca.crt, DIR/token and DIR/namespace (a service-account directory)
-  --established-delay-ms N    how long a new CRD waits before it is Established (default 0)
-  --kubelet-delay-ms N        how long a new pod stays Pending before it is Running (default 0)
-  --pod-termination-delay-ms N  how long a deleted pod stays Terminating (default 0: gone at once)";
+const USAGE: Usage = Usage {
+    name: "sandbox",
+    about: "sandbox: the workshop's set-up. An in-memory Kubernetes API server for kubectl and the\n\
+            operator stages. No containers run: pods only get a simulated status. Stops on SIGTERM\n\
+            or Ctrl-C, and forgets everything.",
+    flags: &[
+        (
+            "--listen ADDR:PORT",
+            "where to listen (default 127.0.0.1:8001; port 0 picks a free one)",
+        ),
+        (
+            "--tls-dir DIR",
+            "serve HTTPS with a generated CA, require a bearer token, and write\n\
+             DIR/ca.crt, DIR/token and DIR/namespace (a service-account directory)",
+        ),
+        (
+            "--established-delay-ms N",
+            "how long a new CRD waits before it is Established (default 0)",
+        ),
+        (
+            "--kubelet-delay-ms N",
+            "how long a new pod stays Pending before it is Running (default 0)",
+        ),
+        (
+            "--pod-termination-delay-ms N",
+            "how long a deleted pod stays Terminating (default 0: gone at once)",
+        ),
+    ],
+    connection_flags: false,
+    examples: &[
+        "sandbox                                   # then: kubectl --server http://127.0.0.1:8001 get pgc",
+        "sandbox --listen 127.0.0.1:8443 --tls-dir /tmp/sandbox-creds   # HTTPS with a token, like a cluster",
+        "sandbox --established-delay-ms 2000 --kubelet-delay-ms 1000    # slower, like a real cluster",
+    ],
+    exit_status: "0 stopped by SIGTERM or Ctrl-C, 1 could not start (is the port taken?), 2 bad flags",
+};
 
 fn parse_args(args: Vec<String>) -> Result<SandboxOptions, String> {
     let mut options = SandboxOptions {
@@ -39,9 +67,6 @@ fn parse_args(args: Vec<String>) -> Result<SandboxOptions, String> {
             }
             _ => (arg.clone(), None),
         };
-        if flag == "--help" || flag == "-h" {
-            return Err(String::new());
-        }
         let mut value = || {
             inline
                 .clone()
@@ -74,16 +99,14 @@ fn parse_args(args: Vec<String>) -> Result<SandboxOptions, String> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let options = match parse_args(std::env::args().skip(1).collect()) {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if process::help_requested(&args) {
+        println!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
+    let options = match parse_args(args) {
         Ok(options) => options,
-        Err(message) if message.is_empty() => {
-            println!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
-        Err(message) => {
-            eprintln!("sandbox: {message}\n\n{USAGE}");
-            return ExitCode::from(2);
-        }
+        Err(message) => return process::usage_error(message),
     };
     process::init_logging();
     let tls_dir = options.credentials_dir.clone();

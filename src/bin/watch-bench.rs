@@ -33,16 +33,43 @@ use postgres_operator::api::{collection_path, PostgresCluster};
 use postgres_operator::client::Client;
 use postgres_operator::config::Config;
 use postgres_operator::crd;
-use postgres_operator::process::init_logging;
+use postgres_operator::process::{help_requested, init_logging, usage_error, Usage};
 use postgres_operator::sandbox::{Sandbox, SandboxOptions};
 use postgres_operator::watch::{list_then_watch, WatchItem, WatchNotice, WatchOptions};
 use tokio::time::Instant;
 
-const USAGE: &str = "usage: watch-bench [--server URL] [--expect N] [--feed N] [--writers W] [--replay N]
-  --server URL   a plain-http API server (kubectl proxy, the sandbox); default: an in-process sandbox
-  --expect N     stop after N events were handed to the consumer (default: --feed or --replay)
-  --feed N       create N PostgresClusters while watching (16 concurrent writers; --writers W)
-  --replay N     no API server: an in-process replay server streams N recorded events at once";
+const USAGE: Usage = Usage {
+    name: "watch-bench",
+    about: "watch-bench: workshop step 02, \"How fast is it?\". Measures how fast list_then_watch hands\n\
+            events to a consumer over HTTP, and with how much memory. Prints one line:\n\
+            watch-bench events=N seconds=S events_per_s=R max_rss_kb=K",
+    flags: &[
+        (
+            "--server URL",
+            "a plain-http API server (kubectl proxy, the sandbox);\n\
+             default: a sandbox in this process",
+        ),
+        (
+            "--expect N",
+            "stop after N events reached the consumer (default: --feed or --replay)",
+        ),
+        ("--feed N", "create N PostgresClusters while watching"),
+        ("--writers W", "how many concurrent writers --feed uses (default 16)"),
+        (
+            "--replay N",
+            "no API server: a replay server in this process streams N recorded\n\
+             events as fast as the watch takes them (the client alone)",
+        ),
+    ],
+    connection_flags: false,
+    examples: &[
+        "watch-bench --feed 20000                                    # self-contained",
+        "watch-bench --server http://127.0.0.1:8001 --feed 20000     # feed a separate sandbox",
+        "watch-bench --server http://127.0.0.1:8001 --expect 10000   # someone else creates them",
+        "watch-bench --replay 50000",
+    ],
+    exit_status: "0 measured, 1 the API server or the watch failed, 2 bad flags",
+};
 
 struct Flags {
     server: Option<String>,
@@ -52,7 +79,7 @@ struct Flags {
     replay: usize,
 }
 
-fn parse_flags(args: impl Iterator<Item = String>) -> Result<Flags, String> {
+fn parse_flags(args: Vec<String>) -> Result<Flags, String> {
     let mut flags = Flags {
         server: None,
         expect: 0,
@@ -60,34 +87,37 @@ fn parse_flags(args: impl Iterator<Item = String>) -> Result<Flags, String> {
         writers: 16,
         replay: 0,
     };
-    let mut args = args.peekable();
+    let mut args = args.into_iter();
     while let Some(arg) = args.next() {
-        let (flag, value) = match arg.split_once('=') {
+        let (flag, inline) = match arg.split_once('=') {
             Some((flag, value)) => (flag.to_string(), Some(value.to_string())),
-            None => (arg.clone(), args.next()),
+            None => (arg.clone(), None),
         };
-        let value = value.ok_or_else(|| format!("{flag} needs a value\n{USAGE}"))?;
-        let number = || {
+        let mut value = || {
+            inline
+                .clone()
+                .or_else(|| args.next())
+                .ok_or_else(|| format!("{flag} needs a value"))
+        };
+        let number = |value: String| {
             value
                 .parse::<usize>()
-                .map_err(|_| format!("{flag} needs a number, got {value:?}\n{USAGE}"))
+                .map_err(|_| format!("{flag} needs a number, got {value:?}"))
         };
         match flag.as_str() {
-            "--server" => flags.server = Some(value.clone()),
-            "--expect" => flags.expect = number()?,
-            "--feed" => flags.feed = number()?,
-            "--writers" => flags.writers = number()?.max(1),
-            "--replay" => flags.replay = number()?,
-            _ => return Err(format!("unknown argument {arg:?}\n{USAGE}")),
+            "--server" => flags.server = Some(value()?),
+            "--expect" => flags.expect = number(value()?)?,
+            "--feed" => flags.feed = number(value()?)?,
+            "--writers" => flags.writers = number(value()?)?.max(1),
+            "--replay" => flags.replay = number(value()?)?,
+            _ => return Err(format!("unknown argument {arg:?}")),
         }
     }
     if flags.expect == 0 {
         flags.expect = flags.feed.max(flags.replay);
     }
     if flags.expect == 0 {
-        return Err(format!(
-            "say how many events to wait for: --expect N or --feed N\n{USAGE}"
-        ));
+        return Err("say how many events to wait for: --expect N, --feed N or --replay N".into());
     }
     Ok(flags)
 }
@@ -161,13 +191,15 @@ async fn feed(client: Client, count: usize, writers: usize) -> usize {
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if help_requested(&args) {
+        println!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
     init_logging();
-    let flags = match parse_flags(std::env::args().skip(1)) {
+    let flags = match parse_flags(args) {
         Ok(flags) => flags,
-        Err(message) => {
-            eprintln!("error: {message}");
-            return ExitCode::from(2);
-        }
+        Err(message) => return usage_error(message),
     };
     // Keeps the in-process sandbox alive for the whole run.
     let mut _sandbox = None;
