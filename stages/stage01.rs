@@ -26,7 +26,7 @@
 //!
 //! Flags: the connection flags of every stage (`--server`, `--certificate-authority`,
 //! `--token-file`, `--token`, `--namespace`) and `--established-timeout SECS` (default 30);
-//! `stage01 --help` lists them (the text is [`USAGE`] below).
+//! `stage01 --help` lists them (the text is `USAGE` below).
 
 use std::process::ExitCode;
 use std::time::Duration;

@@ -18,7 +18,7 @@
 //! Story lines go to stdout, diagnostics (`RUST_LOG=debug` for more) to stderr.
 //! Flags: the connection flags of every stage (`--server`, `--certificate-authority`,
 //! `--token-file`, `--token`, `--namespace`) and `--reconcile-interval SECS` (default 8, as in the
-//! original); `stage03 --help` lists them (the text is [`USAGE`] below).
+//! original); `stage03 --help` lists them (the text is `USAGE` below).
 
 use std::process::ExitCode;
 use std::time::Duration;

@@ -24,7 +24,7 @@
 //!
 //! Flags: the connection flags of every stage (`--server`, `--certificate-authority`,
 //! `--token-file`, `--token`, `--namespace`), `--real-cluster`, `--reconcile-interval SECS`;
-//! `cargo run -- --help` lists them (the text is [`USAGE`] below).
+//! `cargo run -- --help` lists them (the text is `USAGE` below).
 
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
