@@ -16,7 +16,7 @@
 //!
 //! Story lines go to stdout, diagnostics (`RUST_LOG=debug` for more) to stderr.
 //! Flags: the connection flags of every stage (`--server`, `--certificate-authority`,
-//! `--token-file`, `--token`, `--namespace`); `stage02 --help` lists them (the text is [`USAGE`]
+//! `--token-file`, `--token`, `--namespace`); `stage02 --help` lists them (the text is `USAGE`
 //! below).
 
 use std::process::ExitCode;
