@@ -16,9 +16,11 @@
 //! | [`story`] | the workshop's log lines for the watch, shared by stage02, stage03 and the tour | Step 02 |
 //! | [`controller`] | one task per cluster, its own channel, and a reconcile timer | Step 03 |
 //! | [`sandbox`] | an embedded, in-memory API server that kubectl accepts; what the tests run on | Set-up |
-//! | [`process`] | logging set-up and the stop signal, shared by every binary | Set-up |
+//! | [`process`] | logging set-up, the stop signal and `--help` texts, shared by every binary | Set-up |
 //!
 //! The binaries in `stages/` are the workshop's steps; each is a short `main` over this library.
+//! `src/bin/` holds the rest: `sandbox` (the API server as a program), `tour` (`cargo run`: the
+//! whole workshop on an in-process sandbox) and `watch-bench` (list-then-watch throughput).
 
 pub mod api;
 pub mod client;
