@@ -351,9 +351,9 @@ async fn events_for_unknown_clusters_are_adopted_or_ignored() {
 }
 
 /// The original's bug 5: a failed setup left a channel nobody read, which filled and panicked.
-/// Here the task ends, further unchanged updates are dropped, and a fixed spec starts a new task.
+/// Here the task waits, unchanged updates are taken in silently, and a fixed spec sets it up.
 #[tokio::test(start_paused = true)]
-async fn failed_setup_ends_the_task_and_a_fixed_spec_starts_it_again() {
+async fn failed_setup_waits_and_a_fixed_spec_starts_the_cluster() {
     let broken = cluster(NS, "db", 0);
     let (reporter, mut lines) = Reporter::channel();
     let mut controller =
@@ -387,6 +387,29 @@ async fn failed_setup_ends_the_task_and_a_fixed_spec_starts_it_again() {
     );
 
     controller.handle_event(Event::Modified(resized(&broken, 3)));
+    wait_for_line(
+        &mut lines,
+        &mut seen,
+        DB,
+        "creating cluster with Spec {size: 3",
+        Duration::from_secs(1),
+    )
+    .await;
+    controller.shutdown().await;
+}
+
+/// A fix that arrives before the task has even run its (failing) setup is not lost: the task
+/// waits for a corrected spec instead of ending, so no send can fall into a closing channel.
+#[tokio::test(start_paused = true)]
+async fn a_fix_sent_while_setup_is_failing_still_starts_the_cluster() {
+    let broken = cluster(NS, "db", 0);
+    let (reporter, mut lines) = Reporter::channel();
+    let mut controller =
+        Controller::new(FakePods::default(), ControllerOptions::default(), reporter);
+    // Synchronous, on one thread: the task sets up only after both events are in its channel.
+    controller.handle_event(Event::Added(broken.clone()));
+    controller.handle_event(Event::Modified(resized(&broken, 3)));
+    let mut seen = Vec::new();
     wait_for_line(
         &mut lines,
         &mut seen,

@@ -25,8 +25,9 @@
 //!   one update to 13;
 //! - a delete is the value `cluster::Wanted::Deleted`, which supersedes any pending update (nothing
 //!   matters after a delete);
-//! - when a task has ended, its receiver is gone and the controller sees `is_closed()`: it stops
-//!   sending and, for a task whose setup failed, starts a fresh one when a corrected spec arrives.
+//! - a task whose setup failed does not end: it keeps reading, waiting for a corrected spec, so a
+//!   fix sent while it was failing is never lost. Should a task end anyway (it panicked), its
+//!   receiver is gone, the controller sees `is_closed()`, and a changed spec starts a fresh task.
 //!
 //! # Where the story lines go
 //!
@@ -160,8 +161,8 @@ impl Reporter {
 struct ClusterHandle {
     /// A cluster deleted and re-created under the same name is a new cluster: new uid.
     uid: String,
-    /// The last object sent (or started with); used to skip restarting a failed setup for an
-    /// unchanged spec.
+    /// The last object sent (or started with); used to skip restarting a task that panicked for
+    /// an unchanged spec.
     last_sent: PostgresCluster,
     wanted: watch::Sender<Wanted>,
 }
@@ -253,7 +254,7 @@ impl<P: PodApi> Controller<P> {
             Event::Deleted(cluster) => {
                 let key = cluster.key();
                 match self.clusters.remove(&key) {
-                    // If the task already ended (failed setup) nobody is listening; that is fine.
+                    // If the task already ended (it panicked) nobody is listening; that is fine.
                     Some(handle) => {
                         handle.wanted.send_replace(Wanted::Deleted);
                     }
@@ -321,9 +322,10 @@ impl<P: PodApi> Controller<P> {
             return self.start(cluster);
         }
         if handle.wanted.is_closed() {
-            // The task ended on a failed setup. Try again only if the spec changed.
+            // The task is gone: it panicked (a failed setup waits instead of ending). Start a
+            // fresh one only if the spec changed; the same spec would likely fail the same way.
             if handle.last_sent.spec == cluster.spec {
-                tracing::debug!(cluster = %key, "spec unchanged since setup failed; not restarting");
+                tracing::debug!(cluster = %key, "spec unchanged since the task ended; not restarting");
                 handle.last_sent = cluster;
                 return;
             }
