@@ -438,3 +438,34 @@ async fn empty_200_bodies_back_off_instead_of_busy_looping() {
     );
     running.stop().await;
 }
+
+/// A server that answers every watch with an in-stream 410 at once: relisting does not help, so
+/// the loop backs off between rounds instead of hammering list + watch.
+#[tokio::test]
+async fn an_in_stream_410_at_once_every_time_backs_off() {
+    let expired = r#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"too old resource version: 10 (20)","reason":"Expired","code":410}}"#;
+    let server = ScriptedServer::start(move |_, path| match is_watch(path) {
+        false => Reply::Json {
+            code: 200,
+            body: list_body("10", &[]),
+        },
+        true => Reply::Chunks {
+            chunks: vec![Bytes::from(format!("{expired}\n"))],
+            hold_open: false,
+        },
+    })
+    .await;
+    let mut running = start_watch(plain_client(&server.url), test_options());
+    running
+        .notice(
+            WITHIN,
+            "retrying",
+            |n| matches!(n, WatchNotice::Retrying { error, .. } if error.contains("expired at once")),
+        )
+        .await;
+    tokio::time::sleep(Duration::from_secs(2)).await; // the measurement window, not synchronisation
+    let lists = server.paths().iter().filter(|p| !is_watch(p)).count();
+    // Backoff 100 ms, 200, 400, 800, 1000 (±20 %): about 6 rounds in 2 s; a hot loop makes hundreds.
+    assert!((3..=10).contains(&lists), "{lists} lists in ~2 s");
+    running.stop().await;
+}

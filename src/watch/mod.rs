@@ -692,7 +692,6 @@ impl<T: WatchedObject> ListWatch<T> {
                 return Err(WatchEnd::LostPlace(RelistReason::Undecodable { error }));
             }
         };
-        *delivered += 1;
         let change = match event {
             WatchEvent::Added(object) => Event::Added(object),
             WatchEvent::Modified(object) => Event::Modified(object),
@@ -702,6 +701,7 @@ impl<T: WatchedObject> ListWatch<T> {
             } => {
                 // Only the RV is meaningful in a bookmark: we are up to date as of it.
                 *resource_version = bookmark;
+                *delivered += 1;
                 return Ok(());
             }
             // 410 in-stream: reason Expired (Gone before Kubernetes 1.18).
@@ -710,6 +710,9 @@ impl<T: WatchedObject> ListWatch<T> {
             }
             WatchEvent::Error(status) => return Err(WatchEnd::ServerError(status)),
         };
+        // Counted only for lines that move the RV: an ERROR is no progress, and a watch whose
+        // only line is an immediate 410 must count as "ended at once" (see `watch`).
+        *delivered += 1;
         let object_version = &change.object().metadata().resource_version;
         if !object_version.is_empty() {
             resource_version.clone_from(object_version);
