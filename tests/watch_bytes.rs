@@ -469,3 +469,41 @@ async fn an_in_stream_410_at_once_every_time_backs_off() {
     assert!((3..=10).contains(&lists), "{lists} lists in ~2 s");
     running.stop().await;
 }
+
+/// A server asking for an absurd wait (`retryAfterSeconds` of days) is obeyed only up to the
+/// backoff's own maximum: a bad proxy or server cannot park the operator for good.
+#[tokio::test]
+async fn a_huge_retry_after_is_capped_at_the_backoff_maximum() {
+    let too_long = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"busy","reason":"InternalError","details":{"retryAfterSeconds":4000000000},"code":500}"#;
+    let added = event_line("ADDED", &object("later", "uid-l", "11", 2));
+    let server = ScriptedServer::start(move |index, path| match (index, is_watch(path)) {
+        (_, false) => Reply::Json {
+            code: 200,
+            body: list_body("10", &[]),
+        },
+        (1, true) => Reply::Json {
+            code: 500,
+            body: too_long.to_string(),
+        },
+        _ => Reply::Chunks {
+            chunks: vec![Bytes::from(added.clone())],
+            hold_open: true,
+        },
+    })
+    .await;
+    let options = test_options();
+    let longest = options.backoff.max.mul_f64(1.0 + options.backoff.jitter);
+    let mut running = start_watch(plain_client(&server.url), options);
+    running
+        .notice(
+            WITHIN,
+            "retrying",
+            |n| matches!(n, WatchNotice::Retrying { after, .. } if *after <= longest),
+        )
+        .await;
+    assert_eq!(
+        summary(&running.next_event(WITHIN).await),
+        "ADDED default/later size=2"
+    );
+    running.stop().await;
+}

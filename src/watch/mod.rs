@@ -427,8 +427,12 @@ impl<T: WatchedObject> ListWatch<T> {
         self.items.send(WatchItem::Event(event)).await.is_ok()
     }
 
-    /// Wait out a backoff delay after `error`. None: the consumer left meanwhile.
+    /// Wait out a backoff delay after `error`, and at least `at_least` (the server's
+    /// `retryAfterSeconds`) up to the backoff's maximum. None: the consumer left meanwhile.
     async fn back_off(&mut self, error: String, at_least: Duration) -> Option<()> {
+        // Honour the server's wish, but a proxy or server asking for days must not park the
+        // operator for good: never wait longer than our own longest backoff.
+        let at_least = at_least.min(self.options.backoff.max);
         let delay = self.backoff.next_delay(Instant::now()).max(at_least);
         tracing::warn!(path = %self.collection_path, %error, retry_in_ms = delay.as_millis() as u64, "watch: retrying after failure");
         self.notify(WatchNotice::Retrying {
