@@ -439,8 +439,8 @@ async fn empty_200_bodies_back_off_instead_of_busy_looping() {
     running.stop().await;
 }
 
-/// A server that answers every watch with an in-stream 410 at once: relisting does not help, so
-/// the loop backs off between rounds instead of hammering list + watch.
+/// A server that answers every watch with an in-stream 410 at once, even from the RV it just
+/// listed: relisting does not help, so the loop backs off between rounds instead of hammering.
 #[tokio::test]
 async fn an_in_stream_410_at_once_every_time_backs_off() {
     let expired = r#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"too old resource version: 10 (20)","reason":"Expired","code":410}}"#;
@@ -460,7 +460,7 @@ async fn an_in_stream_410_at_once_every_time_backs_off() {
         .notice(
             WITHIN,
             "retrying",
-            |n| matches!(n, WatchNotice::Retrying { error, .. } if error.contains("expired at once")),
+            |n| matches!(n, WatchNotice::Retrying { error, .. } if error.contains("fresh list expired at once")),
         )
         .await;
     tokio::time::sleep(Duration::from_secs(2)).await; // the measurement window, not synchronisation

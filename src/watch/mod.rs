@@ -32,7 +32,8 @@
 //!   - anything else (refused, 5xx, 401/403, broken connection) → backoff → **Watching(rv)**.
 //!
 //!   A watch that ends within a second having delivered nothing counts as a failure too, so a
-//!   server that closes at once is not hammered.
+//!   server that closes at once is not hammered; so does a 410 at once for the very RV the last
+//!   list returned (relisting cannot help there). A 410 for an RV held a while relists at once.
 //!
 //! # What the consumer receives
 //!
@@ -324,6 +325,7 @@ pub async fn run_list_then_watch<T: WatchedObject>(
         options,
         items,
         known: BTreeMap::new(),
+        listed_resource_version: None,
     };
     let mut phase = Phase::Listing { why: None };
     loop {
@@ -401,6 +403,8 @@ struct ListWatch<T> {
     items: mpsc::Sender<WatchItem<T>>,
     /// What the consumer has been told, by `namespace/name`: the state a relist is compared with.
     known: BTreeMap<String, T>,
+    /// The resourceVersion of the last successful list.
+    listed_resource_version: Option<String>,
 }
 
 fn key_of(meta: &ObjectMeta) -> String {
@@ -459,6 +463,7 @@ impl<T: WatchedObject> ListWatch<T> {
             }
         };
         let resource_version = list.metadata.resource_version;
+        self.listed_resource_version = Some(resource_version.clone());
         let mut listed: BTreeMap<String, T> = BTreeMap::new();
         for item in list.items {
             listed.insert(key_of(item.metadata()), item);
@@ -527,6 +532,7 @@ impl<T: WatchedObject> ListWatch<T> {
     /// Watching: one watch request, then decide where to go from how it ended.
     async fn watch(&mut self, mut resource_version: String) -> Option<Phase> {
         let started = Instant::now();
+        let started_from = resource_version.clone();
         let mut delivered = 0usize;
         let end = self.watch_once(&mut resource_version, &mut delivered).await;
         // A server that accepts and closes at once must not be hammered (client-go, kube-rs).
@@ -562,10 +568,17 @@ impl<T: WatchedObject> ListWatch<T> {
                 Some(Phase::Watching { resource_version })
             }
             WatchEnd::Expired(status) => {
-                if ended_at_once {
-                    // Relisting does not help a server that expires every watch at once.
-                    self.back_off(format!("watch expired at once: {status}"), Duration::ZERO)
-                        .await?;
+                // Compaction expires an RV we have held for a while: relist at once. But a 410 at
+                // once for the RV the last list just gave us means relisting gets the same answer
+                // (a server or proxy that expires every watch): back off, or we would hammer it.
+                let fresh_from_list =
+                    self.listed_resource_version.as_deref() == Some(started_from.as_str());
+                if ended_at_once && fresh_from_list {
+                    self.back_off(
+                        format!("watch from a fresh list expired at once: {status}"),
+                        Duration::ZERO,
+                    )
+                    .await?;
                 }
                 Some(Phase::Listing {
                     why: Some(RelistReason::Expired {
