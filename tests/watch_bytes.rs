@@ -507,3 +507,79 @@ async fn a_huge_retry_after_is_capped_at_the_backoff_maximum() {
     );
     running.stop().await;
 }
+
+/// A relist that finds a name deleted and re-created while away (new uid) hands over DELETED for
+/// the old object before ADDED for the new one; an object whose RV did not move is not repeated.
+#[tokio::test]
+async fn a_relist_reports_a_recreated_name_as_deleted_then_added_and_skips_unchanged() {
+    let expired = r#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"too old resource version: 10 (30)","reason":"Expired","code":410}}"#;
+    let server = ScriptedServer::start(move |index, path| match (index, is_watch(path)) {
+        (0, false) => Reply::Json {
+            code: 200,
+            body: list_body(
+                "10",
+                &[object("a", "uid-a", "5", 3), object("b", "uid-b", "6", 1)],
+            ),
+        },
+        (_, false) => Reply::Json {
+            code: 200,
+            body: list_body(
+                "30",
+                &[object("a", "uid-a2", "25", 7), object("b", "uid-b", "6", 1)],
+            ),
+        },
+        (1, true) => Reply::Chunks {
+            chunks: vec![Bytes::from(format!("{expired}\n"))],
+            hold_open: false,
+        },
+        _ => Reply::Chunks {
+            chunks: vec![],
+            hold_open: true,
+        },
+    })
+    .await;
+    let mut running = start_watch(plain_client(&server.url), test_options());
+    assert_eq!(
+        running.next_summaries(2, WITHIN).await,
+        vec!["ADDED default/a size=3", "ADDED default/b size=1"]
+    );
+    let gone = running.next_event(WITHIN).await;
+    let reborn = running.next_event(WITHIN).await;
+    assert_eq!(
+        (summary(&gone), gone.object().metadata.uid.as_str()),
+        ("DELETED default/a size=3".to_string(), "uid-a")
+    );
+    assert_eq!(
+        (summary(&reborn), reborn.object().metadata.uid.as_str()),
+        ("ADDED default/a size=7".to_string(), "uid-a2")
+    );
+    let relisted = running
+        .notice(WITHIN, "relisted", |n| {
+            matches!(n, WatchNotice::Relisted { .. })
+        })
+        .await;
+    assert!(
+        matches!(
+            relisted,
+            WatchNotice::Relisted {
+                added: 1,
+                modified: 0,
+                deleted: 1,
+                ..
+            }
+        ),
+        "{relisted:?}"
+    );
+    running
+        .notice(
+            WITHIN,
+            "watching from 30",
+            |n| matches!(n, WatchNotice::Watching { resource_version } if resource_version == "30"),
+        )
+        .await;
+    assert!(
+        running.take_available_events().is_empty(),
+        "b did not change: nothing more"
+    );
+    running.stop().await;
+}
