@@ -583,3 +583,22 @@ async fn a_relist_reports_a_recreated_name_as_deleted_then_added_and_skips_uncha
     );
     running.stop().await;
 }
+
+/// The consumer drops its receiver while the list hangs (no answer at all): the watch task ends
+/// at once, not when the client's request timeout finally fires.
+#[tokio::test]
+async fn dropping_the_receiver_during_a_hung_list_ends_the_task_promptly() {
+    let server = ScriptedServer::start(|_, _| Reply::Silent).await;
+    let running = start_watch(plain_client(&server.url), test_options());
+    let deadline = tokio::time::Instant::now() + WITHIN;
+    while server.paths().is_empty() {
+        assert!(tokio::time::Instant::now() < deadline, "no list request");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let postgres_operator::watch::Watcher { items, task } = running.watcher;
+    drop(items);
+    tokio::time::timeout(Duration::from_secs(2), task)
+        .await
+        .expect("the watch task ends promptly once its consumer is gone")
+        .expect("no panic");
+}

@@ -327,6 +327,9 @@ pub async fn run_list_then_watch<T: WatchedObject>(
         known: BTreeMap::new(),
         listed_resource_version: None,
     };
+    // A list or a watch request can hang until the client's request timeout (30 s); noticing
+    // the consumer leave must not wait for it.
+    let consumer = state.items.clone();
     let mut phase = Phase::Listing { why: None };
     loop {
         let step = async {
@@ -344,6 +347,7 @@ pub async fn run_list_then_watch<T: WatchedObject>(
                 tracing::info!(path = %state.collection_path, "watch stopped on shutdown");
                 return;
             }
+            () = consumer.closed() => return,
         };
     }
 }
