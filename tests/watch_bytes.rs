@@ -602,3 +602,91 @@ async fn dropping_the_receiver_during_a_hung_list_ends_the_task_promptly() {
         .expect("the watch task ends promptly once its consumer is gone")
         .expect("no panic");
 }
+
+/// A BOOKMARK with an empty resourceVersion (a broken server) does not reset the RV: an empty RV
+/// would ask for every object again as ADDED. The next watch starts from the last event's RV.
+#[tokio::test]
+async fn a_bookmark_without_a_resource_version_keeps_the_last_one() {
+    let first = [
+        event_line("ADDED", &object("a", "uid-a", "11", 3)),
+        r#"{"type":"BOOKMARK","object":{"kind":"PostgresCluster","apiVersion":"workshop.example.com/v1","metadata":{"resourceVersion":""}}}"#.to_string(),
+        "\n".to_string(),
+    ]
+    .concat();
+    let server = ScriptedServer::start(move |index, path| match (index, is_watch(path)) {
+        (_, false) => Reply::Json {
+            code: 200,
+            body: list_body("10", &[]),
+        },
+        (1, true) => Reply::Chunks {
+            chunks: vec![Bytes::from(first.clone())],
+            hold_open: false,
+        },
+        _ => Reply::Chunks {
+            chunks: vec![],
+            hold_open: true,
+        },
+    })
+    .await;
+    let mut running = start_watch(plain_client(&server.url), test_options());
+    assert_eq!(
+        summary(&running.next_event(WITHIN).await),
+        "ADDED default/a size=3"
+    );
+    let resumed = running
+        .notice(WITHIN, "resumed", |n| {
+            matches!(n, WatchNotice::Resumed { .. })
+        })
+        .await;
+    assert!(
+        matches!(&resumed, WatchNotice::Resumed { resource_version, .. } if resource_version == "11"),
+        "{resumed:?}"
+    );
+    running.stop().await;
+}
+
+/// A list without `metadata.resourceVersion` is retried rather than watched from RV "", which
+/// would replay every listed object as a second ADDED.
+#[tokio::test]
+async fn a_list_without_a_resource_version_is_retried() {
+    let server = ScriptedServer::start(move |index, path| match (index, is_watch(path)) {
+        (0, false) => Reply::Json {
+            code: 200,
+            body: list_body("", &[object("a", "uid-a", "5", 3)]),
+        },
+        (_, false) => Reply::Json {
+            code: 200,
+            body: list_body("10", &[object("a", "uid-a", "5", 3)]),
+        },
+        _ => Reply::Chunks {
+            chunks: vec![],
+            hold_open: true,
+        },
+    })
+    .await;
+    let mut running = start_watch(plain_client(&server.url), test_options());
+    assert_eq!(
+        summary(&running.next_event(WITHIN).await),
+        "ADDED default/a size=3"
+    );
+    running
+        .notice(
+            WITHIN,
+            "watching from 10",
+            |n| matches!(n, WatchNotice::Watching { resource_version } if resource_version == "10"),
+        )
+        .await;
+    assert_eq!(
+        running.count_notices(|n| matches!(n, WatchNotice::Retrying { error, .. } if error.contains("resourceVersion"))),
+        1
+    );
+    assert!(
+        server
+            .paths()
+            .iter()
+            .all(|p| !p.contains("resourceVersion=&")),
+        "never a watch from RV \"\": {:?}",
+        server.paths()
+    );
+    running.stop().await;
+}

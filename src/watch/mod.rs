@@ -467,6 +467,16 @@ impl<T: WatchedObject> ListWatch<T> {
             }
         };
         let resource_version = list.metadata.resource_version;
+        if resource_version.is_empty() {
+            // A watch from RV "" would start with a synthetic ADDED for every object, all of which
+            // this list is about to hand over already. Every real API server sets it; try again.
+            self.back_off(
+                "the list carried no metadata.resourceVersion to watch from".into(),
+                Duration::ZERO,
+            )
+            .await?;
+            return Some(Phase::Listing { why });
+        }
         self.listed_resource_version = Some(resource_version.clone());
         let mut listed: BTreeMap<String, T> = BTreeMap::new();
         for item in list.items {
@@ -720,8 +730,11 @@ impl<T: WatchedObject> ListWatch<T> {
             WatchEvent::Bookmark {
                 resource_version: bookmark,
             } => {
-                // Only the RV is meaningful in a bookmark: we are up to date as of it.
-                *resource_version = bookmark;
+                // Only the RV is meaningful in a bookmark: we are up to date as of it. Never take
+                // an empty one: a watch from RV "" would replay every object as ADDED.
+                if !bookmark.is_empty() {
+                    *resource_version = bookmark;
+                }
                 *delivered += 1;
                 return Ok(());
             }
