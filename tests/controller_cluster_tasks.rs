@@ -517,8 +517,8 @@ async fn shutdown_ends_every_cluster_task() {
     );
 }
 
-/// A relist announces known clusters again as Added: that is an update, not a second task; and a
-/// new uid under the same name (deleted and re-created while away) replaces the old task.
+/// Added for a known cluster (a watch restarted from scratch announces everything so) is an
+/// update, not a second task; a new uid under the same name (re-created while away) replaces it.
 #[tokio::test(start_paused = true)]
 async fn relisted_cluster_is_updated_and_a_new_uid_replaces_the_task() {
     let db = cluster(NS, "db", 3);

@@ -232,7 +232,9 @@ impl<P: PodApi> Controller<P> {
         match event {
             Event::Added(cluster) => {
                 if self.clusters.contains_key(&cluster.key()) {
-                    // A relist announces every object again as Added: an update, not a new cluster.
+                    // Our watch's relist says Modified for a known cluster, but a source without
+                    // memory (a watch restarted from scratch) announces everything as Added: for
+                    // a cluster we already run, that is an update, not a second task.
                     self.update(cluster);
                 } else {
                     self.start(cluster);
@@ -311,7 +313,8 @@ impl<P: PodApi> Controller<P> {
         };
         if handle.uid != cluster.metadata.uid {
             // Same name, new uid: the old cluster was deleted and a new one created while we were
-            // not watching (a relist shows only the new one). End the old task, start the new one.
+            // not watching. Our watch's relist sends Deleted for the old one first; a source that
+            // only lists shows just the new one. End the old task, start the new one.
             self.reporter.report(
                 &key,
                 "the cluster was re-created under the same name (new uid); replacing its task",
