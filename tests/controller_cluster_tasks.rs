@@ -607,3 +607,56 @@ async fn running_cluster_is_adopted_not_created_again() {
         .all(|l| !l.line.contains("PLACEHOLDER: Launch seed")));
     controller.shutdown().await;
 }
+
+/// Deleted and re-created under the same name while the watch was down: the relist hands over
+/// DELETED (old uid) then ADDED (new uid). The old task cleans up only its own pods and ends; a
+/// new task sets up the new cluster, and its pods are left alone.
+#[tokio::test(start_paused = true)]
+async fn recreated_cluster_old_task_cleans_its_own_pods_and_a_new_task_starts() {
+    let old = cluster(NS, "db", 3);
+    let mut new = resized(&old, 2);
+    new.metadata.uid = "uid-reborn".into();
+    let pods = FakePods::default();
+    pods.pods.lock().unwrap().extend([
+        owned_pod(&old, "db-old", "Running"),
+        owned_pod(&new, "db-new", "Running"),
+    ]);
+    let (reporter, mut lines) = Reporter::channel();
+    let mut controller = Controller::new(pods.clone(), ControllerOptions::default(), reporter);
+    controller.handle_event(Event::Added(old.clone()));
+    let mut seen = Vec::new();
+    wait_for_line(
+        &mut lines,
+        &mut seen,
+        DB,
+        "creating cluster with Spec {size: 3",
+        Duration::from_secs(1),
+    )
+    .await;
+    controller.handle_event(Event::Deleted(old));
+    controller.handle_event(Event::Added(new));
+    wait_for_line(
+        &mut lines,
+        &mut seen,
+        DB,
+        "cluster task ended",
+        Duration::from_secs(1),
+    )
+    .await;
+    wait_for_line(
+        &mut lines,
+        &mut seen,
+        DB,
+        "creating cluster with Spec {size: 2",
+        Duration::from_secs(1),
+    )
+    .await;
+    assert_eq!(*pods.deleted.lock().unwrap(), ["db-old"]);
+    assert_eq!(controller.cluster_keys(), vec![DB.to_string()]);
+    assert_eq!(
+        controller.task_count(),
+        2,
+        "the old task may not be collected yet"
+    );
+    controller.shutdown().await;
+}
