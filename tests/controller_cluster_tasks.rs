@@ -655,3 +655,23 @@ async fn recreated_cluster_old_task_cleans_its_own_pods_and_a_new_task_starts() 
     assert_eq!(controller.cluster_keys(), vec![DB.to_string()]);
     controller.shutdown().await;
 }
+
+/// A zero reconcile interval (a library caller's mistake) does not panic the cluster task: tokio
+/// intervals refuse a zero period, so the task uses the smallest one it allows instead.
+#[tokio::test(start_paused = true)]
+async fn a_zero_reconcile_interval_does_not_panic_the_task() {
+    let (reporter, mut lines) = Reporter::channel();
+    let mut controller = Controller::new(FakePods::default(), options(Duration::ZERO), reporter);
+    controller.handle_event(Event::Added(cluster(NS, "db", 1)));
+    let mut seen = Vec::new();
+    wait_for_line(
+        &mut lines,
+        &mut seen,
+        DB,
+        "Running: [], pending: []",
+        Duration::from_secs(1),
+    )
+    .await;
+    let stopped = controller.shutdown().await;
+    assert_eq!(stopped.tasks_stopped, 1, "the task was alive to be stopped");
+}

@@ -132,6 +132,8 @@ pub(crate) async fn run_cluster<P: PodApi>(
         }
     }
 
+    // tokio panics on a zero period; a caller's zero becomes the smallest sensible one.
+    let reconcile_interval = reconcile_interval.max(Duration::from_millis(1));
     // Created once, outside the loop, so an event never resets it: a steady stream of events
     // cannot starve reconciliation (the original re-armed `time.After` inside select: bug 6).
     // The first tick comes one interval after setup, as the original's 8 s timer did.
