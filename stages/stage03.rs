@@ -103,8 +103,10 @@ fn parse_flags(
         options.reconcile_interval = value
             .parse::<f64>()
             .ok()
-            .filter(|seconds| seconds.is_finite() && *seconds > 0.0)
-            .map(Duration::from_secs_f64)
+            // `try_`: a value too large for a Duration (1e30) is an error, not a panic; and a
+            // tokio interval panics on a zero period, which 1e-12 s rounds to.
+            .and_then(|seconds| Duration::try_from_secs_f64(seconds).ok())
+            .filter(|interval| !interval.is_zero())
             .ok_or_else(|| {
                 format!("--reconcile-interval: {value:?} is not a positive number of seconds")
             })?;

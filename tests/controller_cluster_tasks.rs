@@ -351,9 +351,9 @@ async fn events_for_unknown_clusters_are_adopted_or_ignored() {
 }
 
 /// The original's bug 5: a failed setup left a channel nobody read, which filled and panicked.
-/// Here the task ends, further unchanged updates are dropped, and a fixed spec starts a new task.
+/// Here the task waits, unchanged updates are taken in silently, and a fixed spec sets it up.
 #[tokio::test(start_paused = true)]
-async fn failed_setup_ends_the_task_and_a_fixed_spec_starts_it_again() {
+async fn failed_setup_waits_and_a_fixed_spec_starts_the_cluster() {
     let broken = cluster(NS, "db", 0);
     let (reporter, mut lines) = Reporter::channel();
     let mut controller =
@@ -387,6 +387,29 @@ async fn failed_setup_ends_the_task_and_a_fixed_spec_starts_it_again() {
     );
 
     controller.handle_event(Event::Modified(resized(&broken, 3)));
+    wait_for_line(
+        &mut lines,
+        &mut seen,
+        DB,
+        "creating cluster with Spec {size: 3",
+        Duration::from_secs(1),
+    )
+    .await;
+    controller.shutdown().await;
+}
+
+/// A fix that arrives before the task has even run its (failing) setup is not lost: the task
+/// waits for a corrected spec instead of ending, so no send can fall into a closing channel.
+#[tokio::test(start_paused = true)]
+async fn a_fix_sent_while_setup_is_failing_still_starts_the_cluster() {
+    let broken = cluster(NS, "db", 0);
+    let (reporter, mut lines) = Reporter::channel();
+    let mut controller =
+        Controller::new(FakePods::default(), ControllerOptions::default(), reporter);
+    // Synchronous, on one thread: the task sets up only after both events are in its channel.
+    controller.handle_event(Event::Added(broken.clone()));
+    controller.handle_event(Event::Modified(resized(&broken, 3)));
+    let mut seen = Vec::new();
     wait_for_line(
         &mut lines,
         &mut seen,
@@ -494,8 +517,8 @@ async fn shutdown_ends_every_cluster_task() {
     );
 }
 
-/// A relist announces known clusters again as Added: that is an update, not a second task; and a
-/// new uid under the same name (deleted and re-created while away) replaces the old task.
+/// Added for a known cluster (a watch restarted from scratch announces everything so) is an
+/// update, not a second task; a new uid under the same name (re-created while away) replaces it.
 #[tokio::test(start_paused = true)]
 async fn relisted_cluster_is_updated_and_a_new_uid_replaces_the_task() {
     let db = cluster(NS, "db", 3);
@@ -583,4 +606,72 @@ async fn running_cluster_is_adopted_not_created_again() {
         .iter()
         .all(|l| !l.line.contains("PLACEHOLDER: Launch seed")));
     controller.shutdown().await;
+}
+
+/// Deleted and re-created under the same name while the watch was down: the relist hands over
+/// DELETED (old uid) then ADDED (new uid). The old task cleans up only its own pods and ends; a
+/// new task sets up the new cluster, and its pods are left alone.
+#[tokio::test(start_paused = true)]
+async fn recreated_cluster_old_task_cleans_its_own_pods_and_a_new_task_starts() {
+    let old = cluster(NS, "db", 3);
+    let mut new = resized(&old, 2);
+    new.metadata.uid = "uid-reborn".into();
+    let pods = FakePods::default();
+    pods.pods.lock().unwrap().extend([
+        owned_pod(&old, "db-old", "Running"),
+        owned_pod(&new, "db-new", "Running"),
+    ]);
+    let (reporter, mut lines) = Reporter::channel();
+    let mut controller = Controller::new(pods.clone(), ControllerOptions::default(), reporter);
+    controller.handle_event(Event::Added(old.clone()));
+    let mut seen = Vec::new();
+    wait_for_line(
+        &mut lines,
+        &mut seen,
+        DB,
+        "creating cluster with Spec {size: 3",
+        Duration::from_secs(1),
+    )
+    .await;
+    controller.handle_event(Event::Deleted(old));
+    controller.handle_event(Event::Added(new));
+    wait_for_line(
+        &mut lines,
+        &mut seen,
+        DB,
+        "cluster task ended",
+        Duration::from_secs(1),
+    )
+    .await;
+    wait_for_line(
+        &mut lines,
+        &mut seen,
+        DB,
+        "creating cluster with Spec {size: 2",
+        Duration::from_secs(1),
+    )
+    .await;
+    assert_eq!(*pods.deleted.lock().unwrap(), ["db-old"]);
+    assert_eq!(controller.cluster_keys(), vec![DB.to_string()]);
+    controller.shutdown().await;
+}
+
+/// A zero reconcile interval (a library caller's mistake) does not panic the cluster task: tokio
+/// intervals refuse a zero period, so the task uses the smallest one it allows instead.
+#[tokio::test(start_paused = true)]
+async fn a_zero_reconcile_interval_does_not_panic_the_task() {
+    let (reporter, mut lines) = Reporter::channel();
+    let mut controller = Controller::new(FakePods::default(), options(Duration::ZERO), reporter);
+    controller.handle_event(Event::Added(cluster(NS, "db", 1)));
+    let mut seen = Vec::new();
+    wait_for_line(
+        &mut lines,
+        &mut seen,
+        DB,
+        "Running: [], pending: []",
+        Duration::from_secs(1),
+    )
+    .await;
+    let stopped = controller.shutdown().await;
+    assert_eq!(stopped.tasks_stopped, 1, "the task was alive to be stopped");
 }

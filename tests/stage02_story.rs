@@ -231,3 +231,45 @@ async fn stage02_prints_the_workshop_story_and_stops_on_sigterm() {
         "no replay: {rest:?}"
     );
 }
+
+/// SIGTERM while the first list keeps failing (the watch is backing off) is still a clean stop:
+/// exit 0, promptly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stage02_exits_0_on_sigterm_while_the_list_is_failing() {
+    let sandbox = Sandbox::start(SandboxOptions::default())
+        .await
+        .expect("sandbox");
+    sandbox.faults().fail_next(
+        1000,
+        "namespaces/default/postgresclusters",
+        InjectedFault::Status {
+            code: 500,
+            reason: "InternalError".into(),
+            retry_after_seconds: None,
+        },
+    );
+    let mut stage = Stage02::start(&sandbox.url());
+    loop {
+        let line = stage.line().await;
+        if line.starts_with("Watch failed, retrying in ") && line.contains("InternalError (500)") {
+            break;
+        }
+        assert!(
+            !line.starts_with("Watch version"),
+            "the list cannot succeed: {:#?}",
+            stage.seen
+        );
+    }
+    let asked = std::time::Instant::now();
+    let (status, _) = stage.terminate().await;
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "SIGTERM during backoff is a clean stop"
+    );
+    assert!(
+        asked.elapsed() < Duration::from_secs(3),
+        "stopped in {:?}",
+        asked.elapsed()
+    );
+}

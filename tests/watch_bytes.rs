@@ -438,3 +438,255 @@ async fn empty_200_bodies_back_off_instead_of_busy_looping() {
     );
     running.stop().await;
 }
+
+/// A server that answers every watch with an in-stream 410 at once, even from the RV it just
+/// listed: relisting does not help, so the loop backs off between rounds instead of hammering.
+#[tokio::test]
+async fn an_in_stream_410_at_once_every_time_backs_off() {
+    let expired = r#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"too old resource version: 10 (20)","reason":"Expired","code":410}}"#;
+    let server = ScriptedServer::start(move |_, path| match is_watch(path) {
+        false => Reply::Json {
+            code: 200,
+            body: list_body("10", &[]),
+        },
+        true => Reply::Chunks {
+            chunks: vec![Bytes::from(format!("{expired}\n"))],
+            hold_open: false,
+        },
+    })
+    .await;
+    let mut running = start_watch(plain_client(&server.url), test_options());
+    running
+        .notice(
+            WITHIN,
+            "retrying",
+            |n| matches!(n, WatchNotice::Retrying { error, .. } if error.contains("fresh list expired at once")),
+        )
+        .await;
+    tokio::time::sleep(Duration::from_secs(2)).await; // the measurement window, not synchronisation
+    let lists = server.paths().iter().filter(|p| !is_watch(p)).count();
+    // Backoff 100 ms, 200, 400, 800, 1000 (±20 %): about 6 rounds in 2 s; a hot loop makes hundreds.
+    assert!((3..=10).contains(&lists), "{lists} lists in ~2 s");
+    running.stop().await;
+}
+
+/// A server asking for an absurd wait (`retryAfterSeconds` of days) is obeyed only up to the
+/// backoff's own maximum: a bad proxy or server cannot park the operator for good.
+#[tokio::test]
+async fn a_huge_retry_after_is_capped_at_the_backoff_maximum() {
+    let too_long = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"busy","reason":"InternalError","details":{"retryAfterSeconds":4000000000},"code":500}"#;
+    let added = event_line("ADDED", &object("later", "uid-l", "11", 2));
+    let server = ScriptedServer::start(move |index, path| match (index, is_watch(path)) {
+        (_, false) => Reply::Json {
+            code: 200,
+            body: list_body("10", &[]),
+        },
+        (1, true) => Reply::Json {
+            code: 500,
+            body: too_long.to_string(),
+        },
+        _ => Reply::Chunks {
+            chunks: vec![Bytes::from(added.clone())],
+            hold_open: true,
+        },
+    })
+    .await;
+    let options = test_options();
+    let longest = options.backoff.max.mul_f64(1.0 + options.backoff.jitter);
+    let mut running = start_watch(plain_client(&server.url), options);
+    running
+        .notice(
+            WITHIN,
+            "retrying",
+            |n| matches!(n, WatchNotice::Retrying { after, .. } if *after <= longest),
+        )
+        .await;
+    assert_eq!(
+        summary(&running.next_event(WITHIN).await),
+        "ADDED default/later size=2"
+    );
+    running.stop().await;
+}
+
+/// A relist that finds a name deleted and re-created while away (new uid) hands over DELETED for
+/// the old object before ADDED for the new one; an object whose RV did not move is not repeated.
+#[tokio::test]
+async fn a_relist_reports_a_recreated_name_as_deleted_then_added_and_skips_unchanged() {
+    let expired = r#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"too old resource version: 10 (30)","reason":"Expired","code":410}}"#;
+    let server = ScriptedServer::start(move |index, path| match (index, is_watch(path)) {
+        (0, false) => Reply::Json {
+            code: 200,
+            body: list_body(
+                "10",
+                &[object("a", "uid-a", "5", 3), object("b", "uid-b", "6", 1)],
+            ),
+        },
+        (_, false) => Reply::Json {
+            code: 200,
+            body: list_body(
+                "30",
+                &[object("a", "uid-a2", "25", 7), object("b", "uid-b", "6", 1)],
+            ),
+        },
+        (1, true) => Reply::Chunks {
+            chunks: vec![Bytes::from(format!("{expired}\n"))],
+            hold_open: false,
+        },
+        _ => Reply::Chunks {
+            chunks: vec![],
+            hold_open: true,
+        },
+    })
+    .await;
+    let mut running = start_watch(plain_client(&server.url), test_options());
+    assert_eq!(
+        running.next_summaries(2, WITHIN).await,
+        vec!["ADDED default/a size=3", "ADDED default/b size=1"]
+    );
+    let gone = running.next_event(WITHIN).await;
+    let reborn = running.next_event(WITHIN).await;
+    assert_eq!(
+        (summary(&gone), gone.object().metadata.uid.as_str()),
+        ("DELETED default/a size=3".to_string(), "uid-a")
+    );
+    assert_eq!(
+        (summary(&reborn), reborn.object().metadata.uid.as_str()),
+        ("ADDED default/a size=7".to_string(), "uid-a2")
+    );
+    let relisted = running
+        .notice(WITHIN, "relisted", |n| {
+            matches!(n, WatchNotice::Relisted { .. })
+        })
+        .await;
+    assert!(
+        matches!(
+            relisted,
+            WatchNotice::Relisted {
+                added: 1,
+                modified: 0,
+                deleted: 1,
+                ..
+            }
+        ),
+        "{relisted:?}"
+    );
+    running
+        .notice(
+            WITHIN,
+            "watching from 30",
+            |n| matches!(n, WatchNotice::Watching { resource_version } if resource_version == "30"),
+        )
+        .await;
+    assert!(
+        running.take_available_events().is_empty(),
+        "b did not change: nothing more"
+    );
+    running.stop().await;
+}
+
+/// The consumer drops its receiver while the list hangs (no answer at all): the watch task ends
+/// at once, not when the client's request timeout finally fires.
+#[tokio::test]
+async fn dropping_the_receiver_during_a_hung_list_ends_the_task_promptly() {
+    let server = ScriptedServer::start(|_, _| Reply::Silent).await;
+    let running = start_watch(plain_client(&server.url), test_options());
+    let deadline = tokio::time::Instant::now() + WITHIN;
+    while server.paths().is_empty() {
+        assert!(tokio::time::Instant::now() < deadline, "no list request");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let postgres_operator::watch::Watcher { items, task } = running.watcher;
+    drop(items);
+    tokio::time::timeout(Duration::from_secs(2), task)
+        .await
+        .expect("the watch task ends promptly once its consumer is gone")
+        .expect("no panic");
+}
+
+/// A BOOKMARK with an empty resourceVersion (a broken server) does not reset the RV: an empty RV
+/// would ask for every object again as ADDED. The next watch starts from the last event's RV.
+#[tokio::test]
+async fn a_bookmark_without_a_resource_version_keeps_the_last_one() {
+    let first = [
+        event_line("ADDED", &object("a", "uid-a", "11", 3)),
+        r#"{"type":"BOOKMARK","object":{"kind":"PostgresCluster","apiVersion":"workshop.example.com/v1","metadata":{"resourceVersion":""}}}"#.to_string(),
+        "\n".to_string(),
+    ]
+    .concat();
+    let server = ScriptedServer::start(move |index, path| match (index, is_watch(path)) {
+        (_, false) => Reply::Json {
+            code: 200,
+            body: list_body("10", &[]),
+        },
+        (1, true) => Reply::Chunks {
+            chunks: vec![Bytes::from(first.clone())],
+            hold_open: false,
+        },
+        _ => Reply::Chunks {
+            chunks: vec![],
+            hold_open: true,
+        },
+    })
+    .await;
+    let mut running = start_watch(plain_client(&server.url), test_options());
+    assert_eq!(
+        summary(&running.next_event(WITHIN).await),
+        "ADDED default/a size=3"
+    );
+    let resumed = running
+        .notice(WITHIN, "resumed", |n| {
+            matches!(n, WatchNotice::Resumed { .. })
+        })
+        .await;
+    assert!(
+        matches!(&resumed, WatchNotice::Resumed { resource_version, .. } if resource_version == "11"),
+        "{resumed:?}"
+    );
+    running.stop().await;
+}
+
+/// A list without `metadata.resourceVersion` is retried rather than watched from RV "", which
+/// would replay every listed object as a second ADDED.
+#[tokio::test]
+async fn a_list_without_a_resource_version_is_retried() {
+    let server = ScriptedServer::start(move |index, path| match (index, is_watch(path)) {
+        (0, false) => Reply::Json {
+            code: 200,
+            body: list_body("", &[object("a", "uid-a", "5", 3)]),
+        },
+        (_, false) => Reply::Json {
+            code: 200,
+            body: list_body("10", &[object("a", "uid-a", "5", 3)]),
+        },
+        _ => Reply::Chunks {
+            chunks: vec![],
+            hold_open: true,
+        },
+    })
+    .await;
+    let mut running = start_watch(plain_client(&server.url), test_options());
+    assert_eq!(
+        summary(&running.next_event(WITHIN).await),
+        "ADDED default/a size=3"
+    );
+    running
+        .notice(
+            WITHIN,
+            "watching from 10",
+            |n| matches!(n, WatchNotice::Watching { resource_version } if resource_version == "10"),
+        )
+        .await;
+    assert_eq!(
+        running.count_notices(|n| matches!(n, WatchNotice::Retrying { error, .. } if error.contains("resourceVersion"))),
+        1
+    );
+    assert!(
+        server
+            .paths()
+            .iter()
+            .all(|p| !p.contains("resourceVersion=&")),
+        "never a watch from RV \"\": {:?}",
+        server.paths()
+    );
+    running.stop().await;
+}

@@ -27,8 +27,6 @@ pub(crate) enum Wanted {
 /// Why a cluster task ended; the controller logs it when it collects the task.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TaskEnd {
-    /// The spec was invalid; a corrected spec (a Modified event) starts a new task.
-    SetupFailed,
     /// The user deleted the cluster and we cleaned up.
     Deleted,
     /// The operator is shutting down.
@@ -103,8 +101,9 @@ struct ClusterTask<P> {
     reporter: Reporter,
 }
 
-/// The task body the controller spawns for one cluster. Returns when the cluster is deleted, when
-/// `stop` turns true (or its sender is gone), or at once if setup fails.
+/// The task body the controller spawns for one cluster. Returns when the cluster is deleted, or
+/// when `stop` turns true (or its sender is gone). A failed setup does not end it: it waits for a
+/// corrected spec.
 pub(crate) async fn run_cluster<P: PodApi>(
     cluster: PostgresCluster,
     pods: P,
@@ -120,15 +119,21 @@ pub(crate) async fn run_cluster<P: PodApi>(
         reporter,
     };
 
-    if let Err(error) = task.setup() {
-        // Returning drops `wanted`; the controller sees the channel closed and stops sending to it
-        // (the original's bug 5: its channel filled up and the next send panicked).
+    // The original's goroutine ended on a failed setup and nobody read its channel again: it
+    // filled up and the next send panicked (bug 5). Ending here would still lose a fix the
+    // controller sends while we fail (it cannot know we are about to stop reading), so stay and
+    // keep reading until a corrected spec, a delete or a stop arrives.
+    while let Err(error) = task.setup() {
         task.say(format!(
-            "setup failed: {error}; cluster task ended (fix the spec and it starts again)"
+            "setup failed: {error}; waiting for a corrected spec"
         ));
-        return TaskEnd::SetupFailed;
+        if let Err(end) = task.wait_for_changed_spec(&mut wanted, &mut stop).await {
+            return end;
+        }
     }
 
+    // tokio panics on a zero period; a caller's zero becomes the smallest sensible one.
+    let reconcile_interval = reconcile_interval.max(Duration::from_millis(1));
     // Created once, outside the loop, so an event never resets it: a steady stream of events
     // cannot starve reconciliation (the original re-armed `time.After` inside select: bug 6).
     // The first tick comes one interval after setup, as the original's 8 s timer did.
@@ -191,6 +196,44 @@ impl<P: PodApi> ClusterTask<P> {
             self.create();
         }
         Ok(())
+    }
+
+    /// After a failed setup: wait until the spec changes (→ Ok, try setup again), the cluster is
+    /// deleted or the operator stops (→ Err with how the task ends). Objects with the same spec (a
+    /// label or status change) are taken in silently: they would fail the same way.
+    async fn wait_for_changed_spec(
+        &mut self,
+        wanted: &mut watch::Receiver<Wanted>,
+        stop: &mut watch::Receiver<bool>,
+    ) -> Result<(), TaskEnd> {
+        loop {
+            tokio::select! {
+                () = stop_requested(stop) => {
+                    self.say("cluster task stopped: the operator is shutting down");
+                    return Err(TaskEnd::Stopped);
+                }
+                changed = wanted.changed() => {
+                    if changed.is_err() {
+                        self.say("cluster task stopped: the controller let go of it");
+                        return Err(TaskEnd::Stopped);
+                    }
+                    let latest = wanted.borrow_and_update().clone();
+                    match latest {
+                        Wanted::Object(newer) => {
+                            let spec_changed = newer.spec != self.cluster.spec;
+                            self.cluster = *newer;
+                            if spec_changed {
+                                return Ok(());
+                            }
+                        }
+                        Wanted::Deleted => {
+                            self.delete().await;
+                            return Err(TaskEnd::Deleted);
+                        }
+                    }
+                }
+            }
+        }
     }
 
     fn create(&self) {

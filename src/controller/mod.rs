@@ -25,8 +25,9 @@
 //!   one update to 13;
 //! - a delete is the value `cluster::Wanted::Deleted`, which supersedes any pending update (nothing
 //!   matters after a delete);
-//! - when a task has ended, its receiver is gone and the controller sees `is_closed()`: it stops
-//!   sending and, for a task whose setup failed, starts a fresh one when a corrected spec arrives.
+//! - a task whose setup failed does not end: it keeps reading, waiting for a corrected spec, so a
+//!   fix sent while it was failing is never lost. Should a task end anyway (it panicked), its
+//!   receiver is gone, the controller sees `is_closed()`, and a changed spec starts a fresh task.
 //!
 //! # Where the story lines go
 //!
@@ -160,8 +161,8 @@ impl Reporter {
 struct ClusterHandle {
     /// A cluster deleted and re-created under the same name is a new cluster: new uid.
     uid: String,
-    /// The last object sent (or started with); used to skip restarting a failed setup for an
-    /// unchanged spec.
+    /// The last object sent (or started with); used to skip restarting a task that panicked for
+    /// an unchanged spec.
     last_sent: PostgresCluster,
     wanted: watch::Sender<Wanted>,
 }
@@ -231,7 +232,9 @@ impl<P: PodApi> Controller<P> {
         match event {
             Event::Added(cluster) => {
                 if self.clusters.contains_key(&cluster.key()) {
-                    // A relist announces every object again as Added: an update, not a new cluster.
+                    // Our watch's relist says Modified for a known cluster, but a source without
+                    // memory (a watch restarted from scratch) announces everything as Added: for
+                    // a cluster we already run, that is an update, not a second task.
                     self.update(cluster);
                 } else {
                     self.start(cluster);
@@ -253,7 +256,7 @@ impl<P: PodApi> Controller<P> {
             Event::Deleted(cluster) => {
                 let key = cluster.key();
                 match self.clusters.remove(&key) {
-                    // If the task already ended (failed setup) nobody is listening; that is fine.
+                    // If the task already ended (it panicked) nobody is listening; that is fine.
                     Some(handle) => {
                         handle.wanted.send_replace(Wanted::Deleted);
                     }
@@ -310,7 +313,8 @@ impl<P: PodApi> Controller<P> {
         };
         if handle.uid != cluster.metadata.uid {
             // Same name, new uid: the old cluster was deleted and a new one created while we were
-            // not watching (a relist shows only the new one). End the old task, start the new one.
+            // not watching. Our watch's relist sends Deleted for the old one first; a source that
+            // only lists shows just the new one. End the old task, start the new one.
             self.reporter.report(
                 &key,
                 "the cluster was re-created under the same name (new uid); replacing its task",
@@ -321,9 +325,10 @@ impl<P: PodApi> Controller<P> {
             return self.start(cluster);
         }
         if handle.wanted.is_closed() {
-            // The task ended on a failed setup. Try again only if the spec changed.
+            // The task is gone: it panicked (a failed setup waits instead of ending). Start a
+            // fresh one only if the spec changed; the same spec would likely fail the same way.
             if handle.last_sent.spec == cluster.spec {
-                tracing::debug!(cluster = %key, "spec unchanged since setup failed; not restarting");
+                tracing::debug!(cluster = %key, "spec unchanged since the task ended; not restarting");
                 handle.last_sent = cluster;
                 return;
             }

@@ -32,7 +32,8 @@
 //!   - anything else (refused, 5xx, 401/403, broken connection) → backoff → **Watching(rv)**.
 //!
 //!   A watch that ends within a second having delivered nothing counts as a failure too, so a
-//!   server that closes at once is not hammered.
+//!   server that closes at once is not hammered; so does a 410 at once for the very RV the last
+//!   list returned (relisting cannot help there). A 410 for an RV held a while relists at once.
 //!
 //! # What the consumer receives
 //!
@@ -324,7 +325,11 @@ pub async fn run_list_then_watch<T: WatchedObject>(
         options,
         items,
         known: BTreeMap::new(),
+        listed_resource_version: None,
     };
+    // A list or a watch request can hang until the client's request timeout (30 s); noticing
+    // the consumer leave must not wait for it.
+    let consumer = state.items.clone();
     let mut phase = Phase::Listing { why: None };
     loop {
         let step = async {
@@ -342,6 +347,7 @@ pub async fn run_list_then_watch<T: WatchedObject>(
                 tracing::info!(path = %state.collection_path, "watch stopped on shutdown");
                 return;
             }
+            () = consumer.closed() => return,
         };
     }
 }
@@ -401,6 +407,8 @@ struct ListWatch<T> {
     items: mpsc::Sender<WatchItem<T>>,
     /// What the consumer has been told, by `namespace/name`: the state a relist is compared with.
     known: BTreeMap<String, T>,
+    /// The resourceVersion of the last successful list.
+    listed_resource_version: Option<String>,
 }
 
 fn key_of(meta: &ObjectMeta) -> String {
@@ -427,8 +435,12 @@ impl<T: WatchedObject> ListWatch<T> {
         self.items.send(WatchItem::Event(event)).await.is_ok()
     }
 
-    /// Wait out a backoff delay after `error`. None: the consumer left meanwhile.
+    /// Wait out a backoff delay after `error`, and at least `at_least` (the server's
+    /// `retryAfterSeconds`) up to the backoff's maximum. None: the consumer left meanwhile.
     async fn back_off(&mut self, error: String, at_least: Duration) -> Option<()> {
+        // Honour the server's wish, but a proxy or server asking for days must not park the
+        // operator for good: never wait longer than our own longest backoff.
+        let at_least = at_least.min(self.options.backoff.max);
         let delay = self.backoff.next_delay(Instant::now()).max(at_least);
         tracing::warn!(path = %self.collection_path, %error, retry_in_ms = delay.as_millis() as u64, "watch: retrying after failure");
         self.notify(WatchNotice::Retrying {
@@ -455,6 +467,17 @@ impl<T: WatchedObject> ListWatch<T> {
             }
         };
         let resource_version = list.metadata.resource_version;
+        if resource_version.is_empty() {
+            // A watch from RV "" would start with a synthetic ADDED for every object, all of which
+            // this list is about to hand over already. Every real API server sets it; try again.
+            self.back_off(
+                "the list carried no metadata.resourceVersion to watch from".into(),
+                Duration::ZERO,
+            )
+            .await?;
+            return Some(Phase::Listing { why });
+        }
+        self.listed_resource_version = Some(resource_version.clone());
         let mut listed: BTreeMap<String, T> = BTreeMap::new();
         for item in list.items {
             listed.insert(key_of(item.metadata()), item);
@@ -523,6 +546,7 @@ impl<T: WatchedObject> ListWatch<T> {
     /// Watching: one watch request, then decide where to go from how it ended.
     async fn watch(&mut self, mut resource_version: String) -> Option<Phase> {
         let started = Instant::now();
+        let started_from = resource_version.clone();
         let mut delivered = 0usize;
         let end = self.watch_once(&mut resource_version, &mut delivered).await;
         // A server that accepts and closes at once must not be hammered (client-go, kube-rs).
@@ -558,10 +582,17 @@ impl<T: WatchedObject> ListWatch<T> {
                 Some(Phase::Watching { resource_version })
             }
             WatchEnd::Expired(status) => {
-                if ended_at_once {
-                    // Relisting does not help a server that expires every watch at once.
-                    self.back_off(format!("watch expired at once: {status}"), Duration::ZERO)
-                        .await?;
+                // Compaction expires an RV we have held for a while: relist at once. But a 410 at
+                // once for the RV the last list just gave us means relisting gets the same answer
+                // (a server or proxy that expires every watch): back off, or we would hammer it.
+                let fresh_from_list =
+                    self.listed_resource_version.as_deref() == Some(started_from.as_str());
+                if ended_at_once && fresh_from_list {
+                    self.back_off(
+                        format!("watch from a fresh list expired at once: {status}"),
+                        Duration::ZERO,
+                    )
+                    .await?;
                 }
                 Some(Phase::Listing {
                     why: Some(RelistReason::Expired {
@@ -692,7 +723,6 @@ impl<T: WatchedObject> ListWatch<T> {
                 return Err(WatchEnd::LostPlace(RelistReason::Undecodable { error }));
             }
         };
-        *delivered += 1;
         let change = match event {
             WatchEvent::Added(object) => Event::Added(object),
             WatchEvent::Modified(object) => Event::Modified(object),
@@ -700,8 +730,12 @@ impl<T: WatchedObject> ListWatch<T> {
             WatchEvent::Bookmark {
                 resource_version: bookmark,
             } => {
-                // Only the RV is meaningful in a bookmark: we are up to date as of it.
-                *resource_version = bookmark;
+                // Only the RV is meaningful in a bookmark: we are up to date as of it. Never take
+                // an empty one: a watch from RV "" would replay every object as ADDED.
+                if !bookmark.is_empty() {
+                    *resource_version = bookmark;
+                }
+                *delivered += 1;
                 return Ok(());
             }
             // 410 in-stream: reason Expired (Gone before Kubernetes 1.18).
@@ -710,6 +744,9 @@ impl<T: WatchedObject> ListWatch<T> {
             }
             WatchEvent::Error(status) => return Err(WatchEnd::ServerError(status)),
         };
+        // Counted only for lines that move the RV: an ERROR is no progress, and a watch whose
+        // only line is an immediate 410 must count as "ended at once" (see `watch`).
+        *delivered += 1;
         let object_version = &change.object().metadata().resource_version;
         if !object_version.is_empty() {
             resource_version.clone_from(object_version);

@@ -211,6 +211,8 @@ pub enum Reply {
     /// Chunked transfer: each element is one HTTP chunk; then the terminating chunk, unless
     /// `hold_open` (then the connection stays silent until the server is dropped).
     Chunks { chunks: Vec<Bytes>, hold_open: bool },
+    /// Read the request and never answer (a hung server or proxy).
+    Silent,
 }
 
 pub type Script = Arc<dyn Fn(usize, &str) -> Reply + Send + Sync>;
@@ -271,6 +273,7 @@ impl ScriptedServer {
                             );
                             let _ = socket.write_all(response.as_bytes()).await;
                         }
+                        Reply::Silent => std::future::pending::<()>().await,
                         Reply::Chunks { chunks, hold_open } => {
                             let head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n";
                             if socket.write_all(head.as_bytes()).await.is_err() {
