@@ -1,0 +1,131 @@
+//! More of real kubectl against the sandbox, beyond kubectl-needs.md's checklist: what a learner
+//! types next (`explain`, `label`/`annotate` and their removal, `get pods -w` while deleting).
+//! Each test pins a difference from kube-apiserver found by running kubectl by hand.
+//!
+//! WORKSHOP.md, "Set-up: the sandbox". Run: `cargo test --test sandbox_kubectl_more`.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Http, Kubectl, EXAMPLE_FIXTURE};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+const CLUSTER: &str = "example-postgresql-cluster";
+
+/// `kubectl explain pgc` lists apiVersion, kind and metadata besides the CRD's own fields, and
+/// `explain pgc.metadata.labels` follows the ObjectMeta reference, as kube-apiserver publishes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_describes_metadata_of_custom_and_built_in_kinds() {
+    let sandbox = common::start_sandbox().await;
+    Http::new(&sandbox.url()).install_crd().await;
+    let kubectl = Kubectl::new(&sandbox.url());
+
+    let top = kubectl.ok(&["explain", "pgc"]).await;
+    for field in [
+        "apiVersion\t<string>",
+        "kind\t<string>",
+        "metadata\t<ObjectMeta>",
+        "spec\t<Object> -required-",
+    ] {
+        assert!(top.contains(field), "no {field:?} in:\n{top}");
+    }
+    let spec = kubectl.ok(&["explain", "pgc.spec"]).await;
+    assert!(spec.contains("Number of Postgres pods."), "{spec}");
+    let labels = kubectl.ok(&["explain", "pgc.metadata.labels"]).await;
+    assert!(labels.contains("<map[string]string>"), "{labels}");
+    let owners = kubectl
+        .ok(&["explain", "pgc.metadata.ownerReferences"])
+        .await;
+    assert!(owners.contains("uid\t<string> -required-"), "{owners}");
+
+    // Built-in kinds: metadata is described, and the description says where the rest is.
+    let pod = kubectl.ok(&["explain", "pods"]).await;
+    assert!(
+        pod.contains("metadata\t<ObjectMeta>") && pod.contains("kubernetes.io/docs/reference"),
+        "{pod}"
+    );
+}
+
+/// `kubectl label pgc NAME tier-` removing the last label leaves no `labels: {}` behind (nor
+/// does removing the last annotation), as Go's `omitempty` ObjectMeta does in kube-apiserver.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn removing_the_last_label_or_annotation_removes_the_map() {
+    let sandbox = common::start_sandbox().await;
+    Http::new(&sandbox.url()).install_crd().await;
+    let kubectl = Kubectl::new(&sandbox.url());
+    kubectl.ok(&["create", "-f", EXAMPLE_FIXTURE]).await;
+
+    let out = kubectl.ok(&["label", "pgc", CLUSTER, "tier=db"]).await;
+    assert!(out.contains("labeled"), "{out}");
+    let shown = kubectl.ok(&["get", "pgc", "--show-labels"]).await;
+    assert!(shown.contains("tier=db"), "{shown}");
+    kubectl
+        .ok(&["annotate", "pgc", CLUSTER, "note=hello"])
+        .await;
+
+    let out = kubectl.ok(&["label", "pgc", CLUSTER, "tier-"]).await;
+    assert!(out.contains("unlabeled"), "{out}");
+    kubectl.ok(&["annotate", "pgc", CLUSTER, "note-"]).await;
+    let object: serde_json::Value =
+        serde_json::from_str(&kubectl.ok(&["get", "pgc", CLUSTER, "-o", "json"]).await)
+            .expect("JSON");
+    let metadata = &object["metadata"];
+    assert!(metadata.get("labels").is_none(), "{metadata}");
+    assert!(metadata.get("annotations").is_none(), "{metadata}");
+}
+
+/// `kubectl get pods -w` prints a force-deleted pod as Terminating: the DELETED event's pod
+/// carries a deletionTimestamp, as kube-apiserver's always-graceful pod deletion leaves it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_pods_watch_shows_a_deleted_pod_as_terminating() {
+    let sandbox = common::start_sandbox().await;
+    let kubectl = Kubectl::new(&sandbox.url());
+    let pod_file = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/pod.yaml");
+    kubectl.ok(&["apply", "-f", pod_file]).await;
+    let http = Http::new(&sandbox.url());
+    common::eventually(Duration::from_secs(5), "pod Running", || {
+        let http = http.clone();
+        async move {
+            let pod = http.get("/api/v1/namespaces/default/pods/web").await.json();
+            (pod["status"]["phase"] == "Running").then_some(())
+        }
+    })
+    .await;
+
+    let mut child = kubectl
+        .command(&["get", "pods", "-w"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("kubectl starts");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let header = lines.next_line().await.expect("read").expect("header");
+    assert!(header.starts_with("NAME"), "{header}");
+    let running = lines.next_line().await.expect("read").expect("row");
+    assert!(running.contains("Running"), "{running}");
+    common::eventually(Duration::from_secs(15), "kubectl's watch", || {
+        let requests = sandbox.requests();
+        async move {
+            requests
+                .iter()
+                .any(|r| r.verb == "watch" && r.resource == "pods")
+                .then_some(())
+        }
+    })
+    .await;
+
+    let out = kubectl
+        .ok(&["delete", "pod", "web", "--grace-period=0", "--force"])
+        .await;
+    assert!(out.contains("pod \"web\" force deleted"), "{out}");
+    let deleted = tokio::time::timeout(Duration::from_secs(10), lines.next_line())
+        .await
+        .expect("a row for the deletion")
+        .expect("read")
+        .expect("row");
+    assert!(
+        deleted.starts_with("web") && deleted.contains("Terminating"),
+        "{deleted}"
+    );
+    child.kill().await.ok();
+}
