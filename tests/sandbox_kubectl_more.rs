@@ -129,3 +129,139 @@ async fn get_pods_watch_shows_a_deleted_pod_as_terminating() {
     );
     child.kill().await.ok();
 }
+
+/// `kubectl auth can-i` gets "yes" (there is no RBAC here) with a warning saying so, and
+/// `--list` shows one rule allowing everything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auth_can_i_says_yes_and_warns_that_there_is_no_rbac() {
+    let sandbox = common::start_sandbox().await;
+    let kubectl = Kubectl::new(&sandbox.url());
+    let out = kubectl.run(&["auth", "can-i", "delete", "pods"]).await;
+    assert!(out.success, "{out:?}");
+    assert_eq!(out.stdout.trim(), "yes");
+    assert!(
+        out.stderr.contains("the sandbox has no RBAC"),
+        "{}",
+        out.stderr
+    );
+    let rules = kubectl.ok(&["auth", "can-i", "--list"]).await;
+    assert!(rules.lines().any(|l| l.starts_with("*.*")), "{rules}");
+}
+
+/// The imperative `kubectl create deployment|service|serviceaccount|role|rolebinding` (protobuf
+/// bodies) work, and `get` prints kube-apiserver's columns for them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn imperative_creates_and_their_get_columns() {
+    let sandbox = common::start_sandbox().await;
+    let kubectl = Kubectl::new(&sandbox.url());
+    for (args, printed) in [
+        (
+            &[
+                "create",
+                "deployment",
+                "web",
+                "--image=nginx:1.27",
+                "--replicas=2",
+            ][..],
+            "deployment.apps/web created",
+        ),
+        (
+            &["create", "service", "nodeport", "web", "--tcp=80:8080"][..],
+            "service/web created",
+        ),
+        (
+            &[
+                "create",
+                "service",
+                "externalname",
+                "db",
+                "--external-name=db.example.com",
+            ][..],
+            "service/db created",
+        ),
+        (
+            &["create", "serviceaccount", "postgres-operator"][..],
+            "serviceaccount/postgres-operator created",
+        ),
+        (
+            &[
+                "create",
+                "role",
+                "pods-reader",
+                "--verb=get,list",
+                "--resource=pods",
+            ][..],
+            "role.rbac.authorization.k8s.io/pods-reader created",
+        ),
+        (
+            &[
+                "create",
+                "rolebinding",
+                "pods-reader",
+                "--role=pods-reader",
+                "--serviceaccount=default:postgres-operator",
+            ][..],
+            "rolebinding.rbac.authorization.k8s.io/pods-reader created",
+        ),
+    ] {
+        let out = kubectl.ok(args).await;
+        assert!(out.contains(printed), "{args:?}: {out}");
+    }
+
+    let deployments = kubectl.ok(&["get", "deployments", "-o", "wide"]).await;
+    let header: Vec<&str> = deployments
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        header,
+        [
+            "NAME",
+            "READY",
+            "UP-TO-DATE",
+            "AVAILABLE",
+            "AGE",
+            "CONTAINERS",
+            "IMAGES",
+            "SELECTOR"
+        ],
+        "{deployments}"
+    );
+    assert!(
+        deployments.contains("0/2") && deployments.contains("nginx:1.27"),
+        "nothing runs a deployment here, so none of its 2 replicas is ready: {deployments}"
+    );
+
+    let services = kubectl.ok(&["get", "services"]).await;
+    let web = services
+        .lines()
+        .find(|l| l.starts_with("web "))
+        .unwrap_or_else(|| panic!("{services}"));
+    assert!(web.contains("NodePort") && web.contains("80:3"), "{web}");
+    let db = services
+        .lines()
+        .find(|l| l.starts_with("db "))
+        .unwrap_or_else(|| panic!("{services}"));
+    assert!(db.contains("db.example.com"), "{db}");
+
+    let rules = kubectl
+        .ok(&[
+            "get",
+            "role",
+            "pods-reader",
+            "-o",
+            "jsonpath={.rules[0].apiGroups}",
+        ])
+        .await;
+    assert_eq!(
+        rules, r#"[""]"#,
+        "the core group survives protobuf decoding"
+    );
+    let binding = kubectl.ok(&["get", "rolebinding", "-o", "wide"]).await;
+    assert!(
+        binding.contains("Role/pods-reader") && binding.contains("default/postgres-operator"),
+        "{binding}"
+    );
+}

@@ -110,11 +110,15 @@ pub(crate) fn default_service(object: &mut Value, random: &mut Xorshift) {
     if spec["type"].is_null() {
         spec["type"] = json!("ClusterIP");
     }
-    if spec["clusterIP"].is_null() {
+    // An ExternalName service is only a DNS alias: no cluster IP, no ports needed.
+    let external_name = spec["type"] == "ExternalName";
+    if spec["clusterIP"].is_null() && !external_name {
         let ip = format!("10.96.{}.{}", random.below(256), 1 + random.below(254));
         spec["clusterIP"] = json!(ip);
         spec["clusterIPs"] = json!([ip]);
     }
+    // NodePort and LoadBalancer services get a port on every node, from 30000-32767.
+    let node_ports = matches!(spec["type"].as_str(), Some("NodePort" | "LoadBalancer"));
     if let Some(ports) = spec["ports"].as_array_mut() {
         for port in ports {
             if port["protocol"].is_null() {
@@ -122,6 +126,9 @@ pub(crate) fn default_service(object: &mut Value, random: &mut Xorshift) {
             }
             if port["targetPort"].is_null() {
                 port["targetPort"] = port["port"].clone();
+            }
+            if node_ports && port["nodePort"].is_null() {
+                port["nodePort"] = json!(30000 + random.below(2768));
             }
         }
     }

@@ -11,6 +11,7 @@
 //! |---|---|
 //! | `server.rs` | the hyper server: connections, TLS, bearer tokens, routing, discovery |
 //! | `handlers.rs` | what each verb does on resource URLs, and the status/scale/log subresources |
+//! | `access.rs` | `kubectl auth can-i`: access reviews, always allowed (there is no RBAC), with a warning |
 //! | `responses.rs` | JSON, Table, text and Status responses; injected-fault answers |
 //! | `store.rs` | objects, the global resourceVersion, the bounded event history, watcher fan-out |
 //! | `resources.rs` | built-in kinds, kinds learnt from CRDs, discovery and OpenAPI documents |
@@ -44,6 +45,7 @@
 //! kubectl --server http://127.0.0.1:8001 api-resources
 //! ```
 
+mod access;
 mod body;
 mod builtins;
 mod controllers;

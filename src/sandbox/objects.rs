@@ -275,11 +275,13 @@ pub(crate) fn create(
             });
         }
         ("", "services") => {
-            let headless = body["spec"]["clusterIP"].as_str() == Some("None");
+            // Headless services and ExternalName aliases may have no ports.
+            let portless_allowed = body["spec"]["clusterIP"].as_str() == Some("None")
+                || body["spec"]["type"] == "ExternalName";
             let has_ports = body["spec"]["ports"]
                 .as_array()
                 .is_some_and(|p| !p.is_empty());
-            if !headless && !has_ports {
+            if !portless_allowed && !has_ports {
                 return Err(ApiError::invalid_field(
                     resource,
                     &name,

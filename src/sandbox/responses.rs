@@ -23,7 +23,7 @@ pub(crate) fn object_response(
     table: Option<IncludeObject>,
     warnings: &[String],
 ) -> Response<ResponseBody> {
-    let mut response = match table {
+    let response = match table {
         Some(include) => {
             let rv = object["metadata"]["resourceVersion"]
                 .as_str()
@@ -32,6 +32,14 @@ pub(crate) fn object_response(
         }
         None => json_response(code, object),
     };
+    with_warnings(response, warnings)
+}
+
+/// Add one `Warning` header per text.
+pub(crate) fn with_warnings(
+    mut response: Response<ResponseBody>,
+    warnings: &[String],
+) -> Response<ResponseBody> {
     for warning in warnings {
         // kubectl prints `Warning: 299 - "text"` headers as `Warning: text`.
         let text = format!(
