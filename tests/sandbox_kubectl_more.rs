@@ -265,3 +265,37 @@ async fn imperative_creates_and_their_get_columns() {
         "{binding}"
     );
 }
+
+/// With `pod_events` (the `sandbox` binary's setting) `kubectl describe pod` lists the
+/// scheduler's and kubelet's Events; `kubectl describe node` has allocatable resources to
+/// divide by (no `-9223372036854775808%`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn describe_shows_pod_events_and_node_allocations() {
+    let sandbox = common::start_sandbox_with(postgres_operator::sandbox::SandboxOptions {
+        pod_events: true,
+        ..Default::default()
+    })
+    .await;
+    let kubectl = Kubectl::new(&sandbox.url());
+    let pod_file = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/pod.yaml");
+    kubectl.ok(&["apply", "-f", pod_file]).await;
+    let events = common::eventually(Duration::from_secs(5), "the pod's events", || {
+        let kubectl = &kubectl;
+        async move {
+            let out = kubectl.ok(&["get", "events"]).await;
+            out.contains("Started").then_some(out)
+        }
+    })
+    .await;
+    assert!(events.contains("pod/web"), "{events}");
+    let described = kubectl.ok(&["describe", "pod", "web"]).await;
+    assert!(
+        described.contains("Successfully assigned default/web to sandbox-node")
+            && described.contains("Started container c"),
+        "{described}"
+    );
+
+    let node = kubectl.ok(&["describe", "node", "sandbox-node"]).await;
+    assert!(node.contains("Allocatable:"), "{node}");
+    assert!(!node.contains("-9223372036854775808"), "{node}");
+}

@@ -32,11 +32,42 @@ pub(crate) fn initial_node(uid: String) -> Value {
             "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
                             "message": "simulated by the sandbox: no container runtime",
                             "lastHeartbeatTime": now, "lastTransitionTime": now}],
+            // `kubectl describe node` divides pod requests by allocatable; without it, it
+            // prints percentages like -9223372036854775808%. The sizes are made up.
+            "capacity": {"cpu": "4", "memory": "8Gi", "pods": "110", "ephemeral-storage": "20Gi"},
+            "allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110", "ephemeral-storage": "20Gi"},
             "addresses": [{"type": "InternalIP", "address": "10.0.0.1"},
                           {"type": "Hostname", "address": SANDBOX_NODE}],
             "nodeInfo": {"kubeletVersion": super::server::GIT_VERSION, "containerRuntimeVersion": "none://sandbox",
                          "operatingSystem": "linux", "architecture": "amd64"}
         }
+    })
+}
+
+/// A core/v1 Event about `pod` from `component` (`default-scheduler`, `kubelet`), as
+/// `kubectl describe pod` finds them: by involvedObject name, namespace and uid.
+pub(crate) fn pod_event(
+    pod: &Value,
+    random: &mut Xorshift,
+    component: &str,
+    reason: &str,
+    message: String,
+) -> Value {
+    let metadata = &pod["metadata"];
+    let name = metadata["name"].as_str().unwrap_or_default();
+    let now = timefmt::now_rfc3339();
+    json!({
+        "apiVersion": "v1", "kind": "Event",
+        // Real event names are the object's name and a unique hex suffix.
+        "metadata": {"name": format!("{name}.{}", random.hex(8)),
+                     "namespace": metadata["namespace"], "creationTimestamp": now},
+        "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": name,
+                           "namespace": metadata["namespace"], "uid": metadata["uid"],
+                           "resourceVersion": metadata["resourceVersion"]},
+        "type": "Normal", "reason": reason, "message": message,
+        "source": {"component": component},
+        "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+        "reportingComponent": component, "reportingInstance": ""
     })
 }
 
