@@ -299,3 +299,35 @@ async fn describe_shows_pod_events_and_node_allocations() {
     assert!(node.contains("Allocatable:"), "{node}");
     assert!(!node.contains("-9223372036854775808"), "{node}");
 }
+
+/// `kubectl apply -k kube/` on an empty sandbox creates everything but the example cluster and
+/// says why in kube-apiserver's words ("ensure CRDs are installed first"); applied again, it
+/// creates the cluster. (Before /openapi/v2 was served, kubectl failed the whole apply with
+/// "error validating data: the server could not find the requested resource".)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apply_k_on_an_empty_sandbox_asks_for_the_crd_first() {
+    let sandbox = common::start_sandbox().await;
+    let kubectl = Kubectl::new(&sandbox.url());
+    let kustomization = concat!(env!("CARGO_MANIFEST_DIR"), "/kube");
+    let first = kubectl.run(&["apply", "-k", kustomization]).await;
+    assert!(!first.success);
+    assert!(
+        first
+            .stdout
+            .contains("deployment.apps/postgres-operator created"),
+        "{first:?}"
+    );
+    assert!(
+        first
+            .stderr
+            .contains("no matches for kind \"PostgresCluster\"")
+            && first.stderr.contains("ensure CRDs are installed first"),
+        "{}",
+        first.stderr
+    );
+    let second = kubectl.ok(&["apply", "-k", kustomization]).await;
+    assert!(
+        second.contains("postgrescluster.workshop.example.com/example-postgresql-cluster created"),
+        "{second}"
+    );
+}

@@ -28,8 +28,8 @@ use super::handlers::{classify, read_body, serve_resource, Target};
 use super::lock;
 use super::random::Xorshift;
 use super::responses::{
-    aggregated_response, error_response, injected_response, json_response, text_response,
-    with_warnings,
+    aggregated_response, error_response, injected_response, json_response, openapi_v2_response,
+    text_response, with_warnings,
 };
 use super::store::Store;
 use super::tls::Security;
@@ -319,8 +319,7 @@ async fn answer(
             Some(doc) => read_only(json_response(200, &doc)),
             None => Err(ApiError::path_not_found()),
         },
-        // kubectl asks for v2 only as protobuf; a 404 makes it carry on without it.
-        ["openapi", "v2"] => Err(ApiError::path_not_found()),
+        ["openapi", "v2"] => read_only(openapi_v2_response(GIT_VERSION)),
         ["openapi", "v3"] => read_only(json_response(200, &registry.openapi_index())),
         ["openapi", "v3", "api", "v1"] => match registry.openapi_document("", "v1") {
             Some(doc) => read_only(json_response(200, &doc)),
