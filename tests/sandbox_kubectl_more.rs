@@ -331,3 +331,22 @@ async fn apply_k_on_an_empty_sandbox_asks_for_the_crd_first() {
         "{second}"
     );
 }
+
+/// With an empty cache the /usr/bin/kubectl dispatcher first asks `/version` and, for minor
+/// "32", runs its built-in v1.32 client: `kubectl version` shows both sides at 1.32.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kubectl_dispatcher_picks_v1_32() {
+    let sandbox = common::start_sandbox().await;
+    let kubectl = Kubectl::new(&sandbox.url());
+    let versions: serde_json::Value =
+        serde_json::from_str(&kubectl.ok(&["version", "-o", "json"]).await).expect("JSON");
+    assert!(
+        versions["clientVersion"]["gitVersion"]
+            .as_str()
+            .is_some_and(|v| v.starts_with("v1.32.")),
+        "{versions}"
+    );
+    assert_eq!(versions["serverVersion"]["minor"], "32", "{versions}");
+    let first = sandbox.requests().into_iter().next().expect("a request");
+    assert!(first.path.starts_with("/version"), "{first:?}");
+}

@@ -435,7 +435,9 @@ impl Registry {
 
     /// `GET /openapi/v3/api/v1` or `/openapi/v3/apis/G/V`: a `patch` operation per kind that lists
     /// the `fieldValidation` parameter. kubectl looks for exactly that before it lets the server
-    /// validate fields; without it, kubectl wants the protobuf-only /openapi/v2 and gives up.
+    /// validate fields; without it, kubectl falls back to the protobuf-only /openapi/v2 (served
+    /// empty, see `responses::openapi_v2_response`) and validates nothing itself. Every kind also
+    /// gets `apiVersion`, `kind` and `metadata` (an ObjectMeta reference) for `kubectl explain`.
     pub(crate) fn openapi_document(&self, group: &str, version: &str) -> Option<Value> {
         if !self.serves_group_version(group, version) {
             return None;
