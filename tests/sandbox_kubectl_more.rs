@@ -350,3 +350,52 @@ async fn the_kubectl_dispatcher_picks_v1_32() {
     let first = sandbox.requests().into_iter().next().expect("a request");
     assert!(first.path.starts_with("/version"), "{first:?}");
 }
+
+/// A pod's spec is fixed once created, except container images: `kubectl apply` of a new
+/// image works, renaming a container is Forbidden in kube-apiserver's words, and
+/// `kubectl replace --force` (delete, then create) is the way out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_specs_are_immutable_except_images() {
+    let sandbox = common::start_sandbox().await;
+    let kubectl = Kubectl::new(&sandbox.url());
+    let pod_file = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/pod.yaml");
+    let original = std::fs::read_to_string(pod_file).expect("fixture");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let write = |name: &str, text: String| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).expect("write");
+        path.to_string_lossy().to_string()
+    };
+    let new_image = write("image.yaml", original.replace("nginx:1.27", "nginx:1.28"));
+    let renamed = write("renamed.yaml", original.replace("name: c\n", "name: d\n"));
+
+    kubectl.ok(&["apply", "-f", pod_file]).await;
+    kubectl.ok(&["label", "pod", "web", "tier=web"]).await;
+    assert!(kubectl
+        .ok(&["apply", "-f", &new_image])
+        .await
+        .contains("pod/web configured"));
+    let out = kubectl.run(&["apply", "-f", &renamed]).await;
+    assert!(!out.success);
+    assert!(
+        out.stderr.contains(
+            "The Pod \"web\" is invalid: spec: Forbidden: pod updates may not change fields other than `spec.containers[*].image`"
+        ),
+        "{}",
+        out.stderr
+    );
+    let out = kubectl.ok(&["replace", "--force", "-f", &renamed]).await;
+    assert!(out.contains("pod/web replaced"), "{out}");
+    assert_eq!(
+        kubectl
+            .ok(&[
+                "get",
+                "pod",
+                "web",
+                "-o",
+                "jsonpath={.spec.containers[0].name}"
+            ])
+            .await,
+        "d"
+    );
+}

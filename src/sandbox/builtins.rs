@@ -44,6 +44,78 @@ pub(crate) fn initial_node(uid: String) -> Value {
     })
 }
 
+/// The pod spec defaults kube-apiserver fills in on every write (create or update).
+fn default_pod_spec(spec: &mut Value) {
+    for (field, value) in [
+        ("restartPolicy", json!("Always")),
+        ("terminationGracePeriodSeconds", json!(30)),
+        ("dnsPolicy", json!("ClusterFirst")),
+        ("schedulerName", json!("default-scheduler")),
+    ] {
+        if spec[field].is_null() {
+            spec[field] = value;
+        }
+    }
+}
+
+/// What may change in a pod's spec after creation, in kube-apiserver's words.
+const POD_UPDATABLE_FIELDS: &str = "`spec.containers[*].image`,`spec.initContainers[*].image`,\
+`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),\
+`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)";
+
+/// A pod's spec is fixed once it exists, except for container images and a few timing fields
+/// (kube-apiserver's ValidatePodUpdate): to change anything else, delete and re-create the pod,
+/// which is what an operator does.
+pub(crate) fn check_pod_update(
+    resource: &ResourceType,
+    name: &str,
+    old: &Value,
+    next: &mut Value,
+) -> Result<(), ApiError> {
+    default_pod_spec(&mut next["spec"]);
+    let mut munged = next["spec"].clone();
+    for list in ["containers", "initContainers"] {
+        let old_images: Vec<Value> = old["spec"][list]
+            .as_array()
+            .map(|c| c.iter().map(|c| c["image"].clone()).collect())
+            .unwrap_or_default();
+        // `get_mut`, not `[list]`: indexing would insert a `null` list and spoil the comparison.
+        if let Some(containers) = munged.get_mut(list).and_then(Value::as_array_mut) {
+            for (container, image) in containers.iter_mut().zip(old_images) {
+                container["image"] = image;
+            }
+        }
+    }
+    for field in [
+        "activeDeadlineSeconds",
+        "tolerations",
+        "terminationGracePeriodSeconds",
+    ] {
+        match old["spec"].get(field) {
+            Some(value) => munged[field] = value.clone(),
+            None => {
+                if let Some(map) = munged.as_object_mut() {
+                    map.remove(field);
+                }
+            }
+        }
+    }
+    if munged == old["spec"] {
+        return Ok(());
+    }
+    Err(ApiError::invalid(
+        resource,
+        name,
+        vec![StatusCause {
+            reason: "FieldValueForbidden".into(),
+            message: format!(
+                "Forbidden: pod updates may not change fields other than {POD_UPDATABLE_FIELDS}"
+            ),
+            field: "spec".into(),
+        }],
+    ))
+}
+
 /// A core/v1 Event about `pod` from `component` (`default-scheduler`, `kubelet`), as
 /// `kubectl describe pod` finds them: by involvedObject name, namespace and uid.
 pub(crate) fn pod_event(
@@ -115,17 +187,10 @@ pub(crate) fn default_pod(
         return Err(ApiError::invalid(resource, name, causes));
     }
     let spec = &mut object["spec"];
-    for (field, value) in [
-        ("restartPolicy", json!("Always")),
-        ("terminationGracePeriodSeconds", json!(30)),
-        ("dnsPolicy", json!("ClusterFirst")),
-        ("schedulerName", json!("default-scheduler")),
-        // The sandbox "schedules" every pod at once onto its one imaginary node.
-        ("nodeName", json!(SANDBOX_NODE)),
-    ] {
-        if spec[field].is_null() {
-            spec[field] = value;
-        }
+    default_pod_spec(spec);
+    // The sandbox "schedules" every pod at once onto its one imaginary node.
+    if spec["nodeName"].is_null() {
+        spec["nodeName"] = json!(SANDBOX_NODE);
     }
     object["status"] = json!({
         "phase": "Pending",

@@ -635,6 +635,9 @@ pub(crate) fn update(
     }
 
     match (resource.group.as_str(), resource.plural.as_str()) {
+        ("", "pods") if part == Part::Main => {
+            super::builtins::check_pod_update(resource, &name, old, &mut next)?
+        }
         ("", "secrets") => default_secret(resource, &mut next, &name)?,
         ("", "services") if next["spec"]["clusterIP"].is_null() => {
             next["spec"]["clusterIP"] = old["spec"]["clusterIP"].clone();
