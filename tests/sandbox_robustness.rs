@@ -199,8 +199,8 @@ async fn bad_requests_get_the_right_status() {
     );
 }
 
-/// The other patch types: JSON patch, strategic merge on a pod, and server-side apply (JSON body)
-/// creating then merging.
+/// The other patch types: JSON patch, strategic merge on a pod and a deployment, and server-side
+/// apply (JSON body) creating then merging.
 #[tokio::test]
 async fn json_strategic_and_apply_patches_work() {
     let sandbox = common::start_sandbox().await;
@@ -232,7 +232,48 @@ async fn json_strategic_and_apply_patches_work() {
     web["spec"]["containers"] =
         json!([{"name": "c", "image": "nginx"}, {"name": "side", "image": "busybox"}]);
     http.post(PODS, &web).await;
+    // Containers merge by name: only `side` gets the new image (a pod's one mutable field).
     let strategic = http
+        .send(
+            Method::PATCH,
+            &format!("{PODS}/web"),
+            Some("application/strategic-merge-patch+json"),
+            br#"{"spec":{"containers":[{"name":"side","image":"busybox:2"}]}}"#.to_vec(),
+            &[],
+        )
+        .await;
+    assert_eq!(strategic.status, 200, "{}", strategic.text());
+    assert_eq!(
+        strategic.json()["spec"]["containers"],
+        json!([{"name": "c", "image": "nginx"}, {"name": "side", "image": "busybox:2"}])
+    );
+    // `$patch: delete` removes a container, which only a pod template may do: a pod's
+    // container list is fixed once it exists.
+    let deployment = json!({
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+        "spec": {"selector": {"matchLabels": {"a": "1"}},
+                 "template": {"metadata": {"labels": {"a": "1"}}, "spec": {"containers":
+                     [{"name": "c", "image": "nginx"}, {"name": "side", "image": "busybox"}]}}}
+    });
+    let deployments = "/apis/apps/v1/namespaces/default/deployments";
+    assert_eq!(http.post(deployments, &deployment).await.status, 201);
+    let removal =
+        br#"{"spec":{"template":{"spec":{"containers":[{"name":"side","$patch":"delete"}]}}}}"#;
+    let strategic = http
+        .send(
+            Method::PATCH,
+            &format!("{deployments}/web"),
+            Some("application/strategic-merge-patch+json"),
+            removal.to_vec(),
+            &[],
+        )
+        .await;
+    assert_eq!(strategic.status, 200, "{}", strategic.text());
+    assert_eq!(
+        strategic.json()["spec"]["template"]["spec"]["containers"],
+        json!([{"name": "c", "image": "nginx"}])
+    );
+    let refused = http
         .send(
             Method::PATCH,
             &format!("{PODS}/web"),
@@ -241,11 +282,7 @@ async fn json_strategic_and_apply_patches_work() {
             &[],
         )
         .await;
-    assert_eq!(strategic.status, 200, "{}", strategic.text());
-    assert_eq!(
-        strategic.json()["spec"]["containers"],
-        json!([{"name": "c", "image": "nginx"}])
-    );
+    assert_eq!(refused.status, 422, "{}", refused.text());
 
     let apply = serde_json::to_vec(&cluster("applied", 2)).expect("json");
     let created = http

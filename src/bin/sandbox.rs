@@ -57,6 +57,8 @@ fn parse_args(args: Vec<String>) -> Result<SandboxOptions, String> {
     let mut options = SandboxOptions {
         listen: ([127, 0, 0, 1], 8001).into(),
         log_requests: true,
+        // What a learner sees in `kubectl describe pod`: the scheduler's and kubelet's Events.
+        pod_events: true,
         ..SandboxOptions::default()
     };
     let mut args = args.into_iter();

@@ -32,11 +32,114 @@ pub(crate) fn initial_node(uid: String) -> Value {
             "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
                             "message": "simulated by the sandbox: no container runtime",
                             "lastHeartbeatTime": now, "lastTransitionTime": now}],
+            // `kubectl describe node` divides pod requests by allocatable; without it, it
+            // prints percentages like -9223372036854775808%. The sizes are made up.
+            "capacity": {"cpu": "4", "memory": "8Gi", "pods": "110", "ephemeral-storage": "20Gi"},
+            "allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110", "ephemeral-storage": "20Gi"},
             "addresses": [{"type": "InternalIP", "address": "10.0.0.1"},
                           {"type": "Hostname", "address": SANDBOX_NODE}],
             "nodeInfo": {"kubeletVersion": super::server::GIT_VERSION, "containerRuntimeVersion": "none://sandbox",
                          "operatingSystem": "linux", "architecture": "amd64"}
         }
+    })
+}
+
+/// The pod spec defaults kube-apiserver fills in on every write (create or update).
+fn default_pod_spec(spec: &mut Value) {
+    for (field, value) in [
+        ("restartPolicy", json!("Always")),
+        ("terminationGracePeriodSeconds", json!(30)),
+        ("dnsPolicy", json!("ClusterFirst")),
+        ("schedulerName", json!("default-scheduler")),
+    ] {
+        if spec[field].is_null() {
+            spec[field] = value;
+        }
+    }
+}
+
+/// What may change in a pod's spec after creation, in kube-apiserver's words.
+const POD_UPDATABLE_FIELDS: &str = "`spec.containers[*].image`,`spec.initContainers[*].image`,\
+`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),\
+`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)";
+
+/// A pod's spec is fixed once it exists, except for container images and a few timing fields
+/// (kube-apiserver's ValidatePodUpdate): to change anything else, delete and re-create the pod,
+/// which is what an operator does.
+pub(crate) fn check_pod_update(
+    resource: &ResourceType,
+    name: &str,
+    old: &Value,
+    next: &mut Value,
+) -> Result<(), ApiError> {
+    default_pod_spec(&mut next["spec"]);
+    let mut munged = next["spec"].clone();
+    for list in ["containers", "initContainers"] {
+        let old_images: Vec<Value> = old["spec"][list]
+            .as_array()
+            .map(|c| c.iter().map(|c| c["image"].clone()).collect())
+            .unwrap_or_default();
+        // `get_mut`, not `[list]`: indexing would insert a `null` list and spoil the comparison.
+        if let Some(containers) = munged.get_mut(list).and_then(Value::as_array_mut) {
+            for (container, image) in containers.iter_mut().zip(old_images) {
+                container["image"] = image;
+            }
+        }
+    }
+    for field in [
+        "activeDeadlineSeconds",
+        "tolerations",
+        "terminationGracePeriodSeconds",
+    ] {
+        match old["spec"].get(field) {
+            Some(value) => munged[field] = value.clone(),
+            None => {
+                if let Some(map) = munged.as_object_mut() {
+                    map.remove(field);
+                }
+            }
+        }
+    }
+    if munged == old["spec"] {
+        return Ok(());
+    }
+    Err(ApiError::invalid(
+        resource,
+        name,
+        vec![StatusCause {
+            reason: "FieldValueForbidden".into(),
+            message: format!(
+                "Forbidden: pod updates may not change fields other than {POD_UPDATABLE_FIELDS}"
+            ),
+            field: "spec".into(),
+        }],
+    ))
+}
+
+/// A core/v1 Event about `pod` from `component` (`default-scheduler`, `kubelet`), as
+/// `kubectl describe pod` finds them: by involvedObject name, namespace and uid.
+pub(crate) fn pod_event(
+    pod: &Value,
+    random: &mut Xorshift,
+    component: &str,
+    reason: &str,
+    message: String,
+) -> Value {
+    let metadata = &pod["metadata"];
+    let name = metadata["name"].as_str().unwrap_or_default();
+    let now = timefmt::now_rfc3339();
+    json!({
+        "apiVersion": "v1", "kind": "Event",
+        // Real event names are the object's name and a unique hex suffix.
+        "metadata": {"name": format!("{name}.{}", random.hex(8)),
+                     "namespace": metadata["namespace"], "creationTimestamp": now},
+        "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": name,
+                           "namespace": metadata["namespace"], "uid": metadata["uid"],
+                           "resourceVersion": metadata["resourceVersion"]},
+        "type": "Normal", "reason": reason, "message": message,
+        "source": {"component": component},
+        "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+        "reportingComponent": component, "reportingInstance": ""
     })
 }
 
@@ -84,17 +187,10 @@ pub(crate) fn default_pod(
         return Err(ApiError::invalid(resource, name, causes));
     }
     let spec = &mut object["spec"];
-    for (field, value) in [
-        ("restartPolicy", json!("Always")),
-        ("terminationGracePeriodSeconds", json!(30)),
-        ("dnsPolicy", json!("ClusterFirst")),
-        ("schedulerName", json!("default-scheduler")),
-        // The sandbox "schedules" every pod at once onto its one imaginary node.
-        ("nodeName", json!(SANDBOX_NODE)),
-    ] {
-        if spec[field].is_null() {
-            spec[field] = value;
-        }
+    default_pod_spec(spec);
+    // The sandbox "schedules" every pod at once onto its one imaginary node.
+    if spec["nodeName"].is_null() {
+        spec["nodeName"] = json!(SANDBOX_NODE);
     }
     object["status"] = json!({
         "phase": "Pending",
@@ -110,11 +206,15 @@ pub(crate) fn default_service(object: &mut Value, random: &mut Xorshift) {
     if spec["type"].is_null() {
         spec["type"] = json!("ClusterIP");
     }
-    if spec["clusterIP"].is_null() {
+    // An ExternalName service is only a DNS alias: no cluster IP, no ports needed.
+    let external_name = spec["type"] == "ExternalName";
+    if spec["clusterIP"].is_null() && !external_name {
         let ip = format!("10.96.{}.{}", random.below(256), 1 + random.below(254));
         spec["clusterIP"] = json!(ip);
         spec["clusterIPs"] = json!([ip]);
     }
+    // NodePort and LoadBalancer services get a port on every node, from 30000-32767.
+    let node_ports = matches!(spec["type"].as_str(), Some("NodePort" | "LoadBalancer"));
     if let Some(ports) = spec["ports"].as_array_mut() {
         for port in ports {
             if port["protocol"].is_null() {
@@ -122,6 +222,9 @@ pub(crate) fn default_service(object: &mut Value, random: &mut Xorshift) {
             }
             if port["targetPort"].is_null() {
                 port["targetPort"] = port["port"].clone();
+            }
+            if node_ports && port["nodePort"].is_null() {
+                port["nodePort"] = json!(30000 + random.below(2768));
             }
         }
     }

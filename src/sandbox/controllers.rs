@@ -62,6 +62,30 @@ fn start_pod(shared: &Shared, namespace: &str, name: &str, uid: &str) {
     running["status"] = builtins::running_pod_status(&pod, &mut lock(&shared.random));
     state.commit_modified("/pods", running);
     tracing::debug!(namespace, name, "simulated kubelet: pod Running");
+    if shared.options.pod_events {
+        let mut random = lock(&shared.random);
+        let node = pod["spec"]["nodeName"].as_str().unwrap_or_default();
+        let mut events = vec![builtins::pod_event(
+            &pod,
+            &mut random,
+            "default-scheduler",
+            "Scheduled",
+            format!("Successfully assigned {namespace}/{name} to {node}"),
+        )];
+        for container in pod["spec"]["containers"].as_array().into_iter().flatten() {
+            let container = container["name"].as_str().unwrap_or_default();
+            events.push(builtins::pod_event(
+                &pod,
+                &mut random,
+                "kubelet",
+                "Started",
+                format!("Started container {container} (simulated: no process runs)"),
+            ));
+        }
+        for event in events {
+            state.commit_added("/events", event);
+        }
+    }
 }
 
 /// The kubelet has "stopped" a terminating pod: remove it, unless finalizers still hold it (then

@@ -128,7 +128,9 @@ impl Target {
     }
 }
 
-async fn read_body(request: Request<Incoming>) -> Result<(http::request::Parts, Bytes), ApiError> {
+pub(crate) async fn read_body(
+    request: Request<Incoming>,
+) -> Result<(http::request::Parts, Bytes), ApiError> {
     let (parts, body) = request.into_parts();
     let declared = parts
         .headers

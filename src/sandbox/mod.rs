@@ -11,6 +11,7 @@
 //! |---|---|
 //! | `server.rs` | the hyper server: connections, TLS, bearer tokens, routing, discovery |
 //! | `handlers.rs` | what each verb does on resource URLs, and the status/scale/log subresources |
+//! | `access.rs` | `kubectl auth can-i`: access reviews, always allowed (there is no RBAC), with a warning |
 //! | `responses.rs` | JSON, Table, text and Status responses; injected-fault answers |
 //! | `store.rs` | objects, the global resourceVersion, the bounded event history, watcher fan-out |
 //! | `resources.rs` | built-in kinds, kinds learnt from CRDs, discovery and OpenAPI documents |
@@ -44,6 +45,7 @@
 //! kubectl --server http://127.0.0.1:8001 api-resources
 //! ```
 
+mod access;
 mod body;
 mod builtins;
 mod controllers;
@@ -89,6 +91,10 @@ pub struct SandboxOptions {
     pub pod_termination_delay: Duration,
     /// Log one line per request (method, path, status, milliseconds) through `tracing`.
     pub log_requests: bool,
+    /// Record the Events a scheduler and kubelet would (`Scheduled`, `Started`) when a pod
+    /// starts, so `kubectl describe pod` and `kubectl get events` show them. Off by default:
+    /// tests then see only the objects they make (the `sandbox` binary turns it on).
+    pub pod_events: bool,
     /// How many past events the store keeps for watches that resume from a resourceVersion.
     /// Older resourceVersions get `410 Expired`, as etcd compaction does.
     pub history_window: usize,
@@ -109,6 +115,7 @@ impl Default for SandboxOptions {
             kubelet_delay: Duration::ZERO,
             pod_termination_delay: Duration::ZERO,
             log_requests: false,
+            pod_events: false,
             history_window: 1000,
             bookmark_interval: Duration::from_secs(60),
             default_watch_timeout: Duration::from_secs(30 * 60),

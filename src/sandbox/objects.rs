@@ -167,6 +167,23 @@ pub(crate) fn check_body(resource: &ResourceType, body: &mut Value) -> Result<()
         Some(Value::Object(_)) => {}
         Some(_) => return Err(ApiError::bad_request("metadata must be a JSON object")),
     }
+    // ObjectMeta's maps and lists are `omitempty` in Go: after `kubectl label pgc db1 tier-`
+    // removed the last label, kube-apiserver stores no `labels` at all, not `labels: {}`.
+    if let Some(Value::Object(metadata)) = fields.get_mut("metadata") {
+        metadata.retain(|field, value| {
+            let omitted_when_empty = matches!(
+                field.as_str(),
+                "labels" | "annotations" | "finalizers" | "ownerReferences" | "managedFields"
+            );
+            let empty = match value {
+                Value::Null => true,
+                Value::Object(map) => map.is_empty(),
+                Value::Array(list) => list.is_empty(),
+                _ => false,
+            };
+            !(omitted_when_empty && empty)
+        });
+    }
     Ok(())
 }
 
@@ -258,11 +275,13 @@ pub(crate) fn create(
             });
         }
         ("", "services") => {
-            let headless = body["spec"]["clusterIP"].as_str() == Some("None");
+            // Headless services and ExternalName aliases may have no ports.
+            let portless_allowed = body["spec"]["clusterIP"].as_str() == Some("None")
+                || body["spec"]["type"] == "ExternalName";
             let has_ports = body["spec"]["ports"]
                 .as_array()
                 .is_some_and(|p| !p.is_empty());
-            if !headless && !has_ports {
+            if !portless_allowed && !has_ports {
                 return Err(ApiError::invalid_field(
                     resource,
                     &name,
@@ -616,6 +635,9 @@ pub(crate) fn update(
     }
 
     match (resource.group.as_str(), resource.plural.as_str()) {
+        ("", "pods") if part == Part::Main => {
+            super::builtins::check_pod_update(resource, &name, old, &mut next)?
+        }
         ("", "secrets") => default_secret(resource, &mut next, &name)?,
         ("", "services") if next["spec"]["clusterIP"].is_null() => {
             next["spec"]["clusterIP"] = old["spec"]["clusterIP"].clone();
@@ -869,7 +891,17 @@ pub(crate) fn remove(
             }
         }
     }
-    let removed = state.commit_deleted(&store_key, namespace, name);
+    let is_pod = resource.group.is_empty() && resource.plural == "pods";
+    let removed = if is_pod && object["metadata"]["deletionTimestamp"].is_null() {
+        // A pod is always deleted gracefully, even with `--force --grace-period=0`: its last
+        // state carries deletionTimestamp, so `kubectl get pods -w` prints it as Terminating.
+        let mut last = (*object).clone();
+        last["metadata"]["deletionTimestamp"] = json!(timefmt::now_rfc3339());
+        last["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+        Some(state.commit_deleted_as(&store_key, last))
+    } else {
+        state.commit_deleted(&store_key, namespace, name)
+    };
     after_removal(state, resource, &object, orphan_dependents);
     removed
 }

@@ -1,7 +1,9 @@
-//! Reading the few protobuf bodies kubectl sends. `kubectl create namespace|secret|configmap`
-//! POST the object as Kubernetes protobuf (`application/vnd.kubernetes.protobuf`), with no JSON
-//! fallback; everything else kubectl sends is JSON. This decodes just those three kinds into
-//! the JSON the rest of the sandbox works on (answers stay JSON: kubectl's Accept allows it).
+//! Reading the protobuf bodies kubectl sends. `kubectl create namespace|secret|configmap|
+//! serviceaccount|service|deployment|role|rolebinding|clusterrole|clusterrolebinding` POST the
+//! object as Kubernetes protobuf (`application/vnd.kubernetes.protobuf`), with no JSON fallback;
+//! everything else kubectl sends is JSON. This decodes those kinds (the fields those commands
+//! set) into the JSON the rest of the sandbox works on (answers stay JSON: kubectl's Accept
+//! allows it).
 //!
 //! WORKSHOP.md, "Set-up: the sandbox". The wire format: the 4 bytes `k8s\0`, then a
 //! `runtime.Unknown` message {1: TypeMeta{1: apiVersion, 2: kind}, 2: raw object bytes}; field
@@ -134,6 +136,291 @@ fn object_meta(bytes: &[u8]) -> Result<Value, String> {
     Ok(Value::Object(metadata))
 }
 
+// ---- Kinds described by field tables -------------------------------------------------------
+//
+// Field numbers come from k8s.io/api's generated.proto files, checked against the bytes
+// kubectl v1.32 sends. Go's protobuf encoder writes every non-pointer field, zero or not, so a
+// zero `Text`/`Number`/`Flag` means "unset" (JSON's omitempty); pointer fields keep their zeros.
+
+/// How one field's bytes become JSON.
+#[derive(Clone, Copy)]
+enum Shape {
+    /// A string; "" is dropped.
+    Text,
+    /// An int32/int64; 0 is dropped.
+    Number,
+    /// A bool; false is dropped.
+    Flag,
+    /// A pointer to an integer in Go (`replicas`): 0 is a value.
+    OptionalNumber,
+    /// A pointer to a bool in Go: false is a value.
+    OptionalFlag,
+    /// `repeated string`, kept as sent: `apiGroups: [""]` names the core group.
+    Texts,
+    /// `map<string, string>`.
+    TextMap,
+    /// `map<string, Quantity>` (resource requests and limits); a Quantity is {1: string}.
+    Quantities,
+    /// ObjectMeta.
+    Metadata,
+    /// IntOrString {1: type (0 int, 1 string), 2: intVal, 3: strVal}.
+    IntOrString,
+    /// One nested message; dropped if nothing in it is set.
+    Message(&'static [FieldSpec]),
+    /// `repeated` nested message.
+    Messages(&'static [FieldSpec]),
+}
+
+struct FieldSpec {
+    number: u64,
+    name: &'static str,
+    shape: Shape,
+}
+
+const fn field(number: u64, name: &'static str, shape: Shape) -> FieldSpec {
+    FieldSpec {
+        number,
+        name,
+        shape,
+    }
+}
+
+use Shape::*;
+
+const LABEL_SELECTOR_REQUIREMENT: &[FieldSpec] = &[
+    field(1, "key", Text),
+    field(2, "operator", Text),
+    field(3, "values", Texts),
+];
+const LABEL_SELECTOR: &[FieldSpec] = &[
+    field(1, "matchLabels", TextMap),
+    field(2, "matchExpressions", Messages(LABEL_SELECTOR_REQUIREMENT)),
+];
+const CONTAINER_PORT: &[FieldSpec] = &[
+    field(1, "name", Text),
+    field(2, "hostPort", Number),
+    field(3, "containerPort", Number),
+    field(4, "protocol", Text),
+    field(5, "hostIP", Text),
+];
+const ENV_VAR: &[FieldSpec] = &[field(1, "name", Text), field(2, "value", Text)];
+const RESOURCE_REQUIREMENTS: &[FieldSpec] = &[
+    field(1, "limits", Quantities),
+    field(2, "requests", Quantities),
+];
+const CONTAINER: &[FieldSpec] = &[
+    field(1, "name", Text),
+    field(2, "image", Text),
+    field(3, "command", Texts),
+    field(4, "args", Texts),
+    field(5, "workingDir", Text),
+    field(6, "ports", Messages(CONTAINER_PORT)),
+    field(7, "env", Messages(ENV_VAR)),
+    field(8, "resources", Message(RESOURCE_REQUIREMENTS)),
+    field(13, "terminationMessagePath", Text),
+    field(14, "imagePullPolicy", Text),
+    field(16, "stdin", Flag),
+    field(17, "stdinOnce", Flag),
+    field(18, "tty", Flag),
+    field(20, "terminationMessagePolicy", Text),
+];
+const POD_SPEC: &[FieldSpec] = &[
+    field(2, "containers", Messages(CONTAINER)),
+    field(3, "restartPolicy", Text),
+    field(4, "terminationGracePeriodSeconds", OptionalNumber),
+    field(6, "dnsPolicy", Text),
+    field(7, "nodeSelector", TextMap),
+    field(8, "serviceAccountName", Text),
+    field(10, "nodeName", Text),
+    field(11, "hostNetwork", Flag),
+    field(16, "hostname", Text),
+    field(17, "subdomain", Text),
+    field(19, "schedulerName", Text),
+    field(24, "priorityClassName", Text),
+];
+const POD_TEMPLATE_SPEC: &[FieldSpec] = &[
+    field(1, "metadata", Metadata),
+    field(2, "spec", Message(POD_SPEC)),
+];
+const DEPLOYMENT_SPEC: &[FieldSpec] = &[
+    field(1, "replicas", OptionalNumber),
+    field(2, "selector", Message(LABEL_SELECTOR)),
+    field(3, "template", Message(POD_TEMPLATE_SPEC)),
+    field(5, "minReadySeconds", Number),
+    field(6, "revisionHistoryLimit", OptionalNumber),
+    field(7, "paused", Flag),
+    field(9, "progressDeadlineSeconds", OptionalNumber),
+];
+const DEPLOYMENT: &[FieldSpec] = &[
+    field(1, "metadata", Metadata),
+    field(2, "spec", Message(DEPLOYMENT_SPEC)),
+];
+const SERVICE_PORT: &[FieldSpec] = &[
+    field(1, "name", Text),
+    field(2, "protocol", Text),
+    field(3, "port", Number),
+    field(4, "targetPort", IntOrString),
+    field(5, "nodePort", Number),
+    field(6, "appProtocol", Text),
+];
+const SERVICE_SPEC: &[FieldSpec] = &[
+    field(1, "ports", Messages(SERVICE_PORT)),
+    field(2, "selector", TextMap),
+    field(3, "clusterIP", Text),
+    field(4, "type", Text),
+    field(5, "externalIPs", Texts),
+    field(7, "sessionAffinity", Text),
+    field(8, "loadBalancerIP", Text),
+    field(10, "externalName", Text),
+    field(11, "externalTrafficPolicy", Text),
+    field(13, "publishNotReadyAddresses", Flag),
+];
+const SERVICE: &[FieldSpec] = &[
+    field(1, "metadata", Metadata),
+    field(2, "spec", Message(SERVICE_SPEC)),
+];
+const OBJECT_REFERENCE: &[FieldSpec] = &[
+    field(1, "kind", Text),
+    field(2, "namespace", Text),
+    field(3, "name", Text),
+    field(5, "apiVersion", Text),
+];
+const LOCAL_OBJECT_REFERENCE: &[FieldSpec] = &[field(1, "name", Text)];
+const SERVICE_ACCOUNT: &[FieldSpec] = &[
+    field(1, "metadata", Metadata),
+    field(2, "secrets", Messages(OBJECT_REFERENCE)),
+    field(3, "imagePullSecrets", Messages(LOCAL_OBJECT_REFERENCE)),
+    field(4, "automountServiceAccountToken", OptionalFlag),
+];
+const POLICY_RULE: &[FieldSpec] = &[
+    field(1, "verbs", Texts),
+    field(2, "apiGroups", Texts),
+    field(3, "resources", Texts),
+    field(4, "resourceNames", Texts),
+    field(5, "nonResourceURLs", Texts),
+];
+const ROLE: &[FieldSpec] = &[
+    field(1, "metadata", Metadata),
+    field(2, "rules", Messages(POLICY_RULE)),
+];
+const SUBJECT: &[FieldSpec] = &[
+    field(1, "kind", Text),
+    field(2, "apiGroup", Text),
+    field(3, "name", Text),
+    field(4, "namespace", Text),
+];
+const ROLE_REF: &[FieldSpec] = &[
+    field(1, "apiGroup", Text),
+    field(2, "kind", Text),
+    field(3, "name", Text),
+];
+const ROLE_BINDING: &[FieldSpec] = &[
+    field(1, "metadata", Metadata),
+    field(2, "subjects", Messages(SUBJECT)),
+    field(3, "roleRef", Message(ROLE_REF)),
+];
+
+/// The field table of a kind `kubectl create <kind>` sends as protobuf, beyond the three
+/// decoded by hand below.
+fn described_kind(kind: &str) -> Option<&'static [FieldSpec]> {
+    Some(match kind {
+        "Deployment" => DEPLOYMENT,
+        "Service" => SERVICE,
+        "ServiceAccount" => SERVICE_ACCOUNT,
+        "Role" | "ClusterRole" => ROLE,
+        "RoleBinding" | "ClusterRoleBinding" => ROLE_BINDING,
+        _ => return None,
+    })
+}
+
+/// Protobuf varints carry negative int32/int64 as 64-bit two's complement.
+fn signed(varint: u64) -> i64 {
+    varint as i64
+}
+
+/// Decode one message by its field table; unknown fields are skipped.
+fn message(bytes: &[u8], fields: &[FieldSpec]) -> Result<Map<String, Value>, String> {
+    let mut out = Map::new();
+    let mut reader = Reader::new(bytes);
+    while let Some((number, found)) = reader.next_field()? {
+        let Some(spec) = fields.iter().find(|f| f.number == number) else {
+            continue;
+        };
+        let name = spec.name.to_string();
+        match (spec.shape, found) {
+            (Text, Field::Bytes(b)) => {
+                let value = text(b)?;
+                if !value.is_empty() {
+                    out.insert(name, json!(value));
+                }
+            }
+            (Number, Field::Varint(v)) if v != 0 => {
+                out.insert(name, json!(signed(v)));
+            }
+            (OptionalNumber, Field::Varint(v)) => {
+                out.insert(name, json!(signed(v)));
+            }
+            (Flag, Field::Varint(v)) if v != 0 => {
+                out.insert(name, json!(true));
+            }
+            (OptionalFlag, Field::Varint(v)) => {
+                out.insert(name, json!(v != 0));
+            }
+            (Texts, Field::Bytes(b)) => push(&mut out, name, json!(text(b)?)),
+            (TextMap, Field::Bytes(b)) => {
+                let (key, value) = map_entry(b)?;
+                insert_entry(&mut out, name, key, json!(text(value)?));
+            }
+            (Quantities, Field::Bytes(b)) => {
+                let (key, quantity) = map_entry(b)?;
+                let amount = message(quantity, &[field(1, "string", Text)])?;
+                let amount = amount.get("string").cloned().unwrap_or_else(|| json!("0"));
+                insert_entry(&mut out, name, key, amount);
+            }
+            (Metadata, Field::Bytes(b)) => {
+                out.insert(name, object_meta(b)?);
+            }
+            (IntOrString, Field::Bytes(b)) => {
+                let mut reader = Reader::new(b);
+                let (mut is_text, mut number, mut label) = (false, 0i64, String::new());
+                while let Some((n, f)) = reader.next_field()? {
+                    match (n, f) {
+                        (1, Field::Varint(v)) => is_text = v == 1,
+                        (2, Field::Varint(v)) => number = signed(v),
+                        (3, Field::Bytes(b)) => label = text(b)?,
+                        _ => {}
+                    }
+                }
+                out.insert(name, if is_text { json!(label) } else { json!(number) });
+            }
+            (Message(inner), Field::Bytes(b)) => {
+                let nested = message(b, inner)?;
+                if !nested.is_empty() {
+                    out.insert(name, Value::Object(nested));
+                }
+            }
+            (Messages(inner), Field::Bytes(b)) => {
+                push(&mut out, name, Value::Object(message(b, inner)?));
+            }
+            // A zero, or a wire type this table does not expect: nothing to record.
+            _ => {}
+        }
+    }
+    Ok(out)
+}
+
+fn push(out: &mut Map<String, Value>, name: String, item: Value) {
+    if let Some(list) = out.entry(name).or_insert_with(|| json!([])).as_array_mut() {
+        list.push(item);
+    }
+}
+
+fn insert_entry(out: &mut Map<String, Value>, name: String, key: String, value: Value) {
+    if let Some(map) = out.entry(name).or_insert_with(|| json!({})).as_object_mut() {
+        map.insert(key, value);
+    }
+}
+
 /// Decode a Kubernetes protobuf body of a Namespace, Secret or ConfigMap into JSON.
 pub(crate) fn decode_object(body: &[u8]) -> Result<Value, String> {
     let envelope = body
@@ -158,9 +445,19 @@ pub(crate) fn decode_object(body: &[u8]) -> Result<Value, String> {
             _ => {}
         }
     }
+    if let Some(fields) = described_kind(&kind) {
+        let mut object = message(raw, fields)?;
+        // Status is the server's to write; kubectl sends an empty one.
+        object.remove("status");
+        object.insert("apiVersion".into(), json!(api_version));
+        object.insert("kind".into(), json!(kind));
+        object.entry("metadata").or_insert_with(|| json!({}));
+        return Ok(Value::Object(object));
+    }
     if !["Namespace", "Secret", "ConfigMap"].contains(&kind.as_str()) {
         return Err(format!(
-            "the sandbox reads protobuf only for Namespace, Secret and ConfigMap, not {kind:?}; send JSON"
+            "the sandbox reads protobuf only for {}, not {kind:?}; send JSON",
+            "Namespace, Secret, ConfigMap, ServiceAccount, Service, Deployment and RBAC kinds"
         ));
     }
     let mut object = json!({"apiVersion": api_version, "kind": kind, "metadata": {}});
@@ -229,6 +526,56 @@ mod tests {
         let namespace = decode_object(body).expect("decodes");
         assert_eq!(namespace["metadata"]["name"], "demo");
         assert_eq!(namespace["kind"], "Namespace");
+    }
+
+    /// The exact bytes `kubectl create deployment d1 --image=nginx --replicas=2 --port=80` POSTs.
+    #[test]
+    fn decodes_what_kubectl_create_deployment_sends() {
+        let body = b"k8s\x00\n\x15\n\x07apps/v1\x12\nDeployment\x12\xb4\x01\n\x1d\n\x02d1\x12\x00\x1a\x00\"\x00*\x002\x008\x00B\x00Z\t\n\x03app\x12\x02d1\x12\x84\x01\x08\x02\x12\x0b\n\t\n\x03app\x12\x02d1\x1ak\n\x1b\n\x00\x12\x00\x1a\x00\"\x00*\x002\x008\x00B\x00Z\t\n\x03app\x12\x02d1\x12L\x12.\n\x05nginx\x12\x05nginx*\x002\n\n\x00\x10\x00\x18P\"\x00*\x00B\x00j\x00r\x00\x80\x01\x00\x88\x01\x00\x90\x01\x00\xa2\x01\x00\x1a\x002\x00B\x00J\x00R\x00X\x00`\x00h\x00\x82\x01\x00\x8a\x01\x00\x9a\x01\x00\xc2\x01\x00\"\x02\n\x00(\x008\x00\x1a\x0c\x08\x00\x10\x00\x18\x00 \x00(\x008\x00\x1a\x00\"\x00";
+        let deployment = decode_object(body).expect("decodes");
+        assert_eq!(
+            deployment,
+            json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                   "metadata": {"name": "d1", "labels": {"app": "d1"}},
+                   "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "d1"}},
+                            "template": {"metadata": {"labels": {"app": "d1"}},
+                                         "spec": {"containers": [{"name": "nginx", "image": "nginx",
+                                                  "ports": [{"containerPort": 80}]}]}}}})
+        );
+    }
+
+    /// The exact bytes `kubectl create service nodeport np --tcp=80:8080 --node-port=30080` POSTs.
+    #[test]
+    fn decodes_what_kubectl_create_service_sends() {
+        let body = b"k8s\x00\n\r\n\x02v1\x12\x07Service\x12g\n\x1d\n\x02np\x12\x00\x1a\x00\"\x00*\x002\x008\x00B\x00Z\t\n\x03app\x12\x02np\x12B\n\x1d\n\x0780-8080\x12\x03TCP\x18P\"\x07\x08\x00\x10\x90?\x1a\x00(\x80\xeb\x01\x12\t\n\x03app\x12\x02np\x1a\x00\"\x08NodePort:\x00B\x00R\x00Z\x00`\x00h\x00\x1a\x02\n\x00\x1a\x00\"\x00";
+        let service = decode_object(body).expect("decodes");
+        assert_eq!(
+            service["spec"],
+            json!({"ports": [{"name": "80-8080", "protocol": "TCP", "port": 80,
+                              "targetPort": 8080, "nodePort": 30080}],
+                   "selector": {"app": "np"}, "type": "NodePort"})
+        );
+    }
+
+    /// The exact bytes `kubectl create role r --verb=get,list --resource=pods,deployments.apps`
+    /// and `kubectl create rolebinding rb --role=r --serviceaccount=default:sa2 --user=alice`
+    /// POST: the core group stays `""` in apiGroups.
+    #[test]
+    fn decodes_what_kubectl_create_role_and_rolebinding_send() {
+        let role = b"k8s\x00\n$\n\x1crbac.authorization.k8s.io/v1\x12\x04Role\x12H\n\x11\n\x01r\x12\x00\x1a\x00\"\x00*\x002\x008\x00B\x00\x12\x13\n\x03get\n\x04list\x12\x00\x1a\x04pods\x12\x1e\n\x03get\n\x04list\x12\x04apps\x1a\x0bdeployments\x1a\x00\"\x00";
+        let role = decode_object(role).expect("decodes");
+        assert_eq!(
+            role["rules"],
+            json!([{"verbs": ["get", "list"], "apiGroups": [""], "resources": ["pods"]},
+                   {"verbs": ["get", "list"], "apiGroups": ["apps"], "resources": ["deployments"]}])
+        );
+        let binding = b"k8s\x00\n+\n\x1crbac.authorization.k8s.io/v1\x12\x0bRoleBinding\x12\x88\x01\n\x12\n\x02rb\x12\x00\x1a\x00\"\x00*\x002\x008\x00B\x00\x12*\n\x04User\x12\x19rbac.authorization.k8s.io\x1a\x05alice\"\x00\x12 \n\x0eServiceAccount\x12\x00\x1a\x03sa2\"\x07default\x1a$\n\x19rbac.authorization.k8s.io\x12\x04Role\x1a\x01r\x1a\x00\"\x00";
+        let binding = decode_object(binding).expect("decodes");
+        assert_eq!(binding["roleRef"]["name"], "r");
+        assert_eq!(
+            binding["subjects"][1],
+            json!({"kind": "ServiceAccount", "name": "sa2", "namespace": "default"})
+        );
     }
 
     /// Anything else is an error that says to send JSON, never a panic.

@@ -435,7 +435,9 @@ impl Registry {
 
     /// `GET /openapi/v3/api/v1` or `/openapi/v3/apis/G/V`: a `patch` operation per kind that lists
     /// the `fieldValidation` parameter. kubectl looks for exactly that before it lets the server
-    /// validate fields; without it, kubectl wants the protobuf-only /openapi/v2 and gives up.
+    /// validate fields; without it, kubectl falls back to the protobuf-only /openapi/v2 (served
+    /// empty, see `responses::openapi_v2_response`) and validates nothing itself. Every kind also
+    /// gets `apiVersion`, `kind` and `metadata` (an ObjectMeta reference) for `kubectl explain`.
     pub(crate) fn openapi_document(&self, group: &str, version: &str) -> Option<Value> {
         if !self.serves_group_version(group, version) {
             return None;
@@ -492,11 +494,19 @@ impl Registry {
                 collection,
                 json!({"post": operation("post"), "get": operation("list")}),
             );
-            let mut schema = r.schema.clone().unwrap_or_else(
-                || json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
-            );
+            let mut schema = r.schema.clone().unwrap_or_else(|| {
+                json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true,
+                       "description": format!(
+                           "{}: the sandbox describes only the metadata of built-in kinds; \
+                            their full schema is at {BUILTIN_REFERENCE}.", r.kind)})
+            });
+            add_type_meta_properties(&mut schema);
             schema["x-kubernetes-group-version-kind"] = json!([gvk]);
             schemas.insert(schema_name, schema);
+        }
+        if !schemas.is_empty() {
+            schemas.insert(OBJECT_META.into(), object_meta_schema());
+            schemas.insert(OWNER_REFERENCE.into(), owner_reference_schema());
         }
         Some(json!({
             "openapi": "3.0.0",
@@ -505,6 +515,119 @@ impl Registry {
             "components": {"schemas": schemas}
         }))
     }
+}
+
+/// Where a learner finds the fields of built-in kinds the sandbox does not describe.
+const BUILTIN_REFERENCE: &str = "https://kubernetes.io/docs/reference/kubernetes-api/";
+const OBJECT_META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta";
+const OWNER_REFERENCE: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.OwnerReference";
+
+/// kube-apiserver publishes every kind with `apiVersion`, `kind` and `metadata` (an
+/// `ObjectMeta` reference), even when a CRD's schema leaves them out; `kubectl explain pgc`
+/// lists them and `kubectl explain pgc.metadata` follows the reference.
+fn add_type_meta_properties(schema: &mut Value) {
+    if !schema["properties"].is_object() {
+        schema["properties"] = json!({});
+    }
+    let properties = &mut schema["properties"];
+    properties["apiVersion"] = json!({"type": "string", "description":
+        "APIVersion defines the versioned schema of this representation of an object. Servers \
+         should convert recognized schemas to the latest internal value, and may reject \
+         unrecognized values. More info: \
+         https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources"});
+    properties["kind"] = json!({"type": "string", "description":
+        "Kind is a string value representing the REST resource this object represents. Servers \
+         may infer this from the endpoint the client submits requests to. Cannot be updated. In \
+         CamelCase. More info: \
+         https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds"});
+    properties["metadata"] = json!({
+        "allOf": [{"$ref": format!("#/components/schemas/{OBJECT_META}")}],
+        "default": {},
+        "description": "Standard object's metadata. More info: \
+            https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata"});
+}
+
+/// The `ObjectMeta` fields the sandbox keeps, described as kube-apiserver describes them
+/// (shortened).
+fn object_meta_schema() -> Value {
+    let text = |description: &str| json!({"type": "string", "description": description});
+    let map = |description: &str| {
+        json!({"type": "object", "additionalProperties": {"type": "string", "default": ""},
+               "description": description})
+    };
+    json!({
+        "type": "object",
+        "description": "ObjectMeta is metadata that all persisted resources must have, which \
+            includes all objects users must create.",
+        "properties": {
+            "annotations": map("Annotations is an unstructured key value map stored with a \
+                resource that may be set by external tools to store and retrieve arbitrary \
+                metadata. They are not queryable and should be preserved when modifying objects."),
+            "creationTimestamp": {"type": "string", "format": "date-time", "description":
+                "CreationTimestamp is a timestamp representing the server time when this object \
+                 was created. Populated by the system. Read-only."},
+            "deletionGracePeriodSeconds": {"type": "integer", "format": "int64", "description":
+                "Number of seconds allowed for this object to gracefully terminate before it \
+                 will be removed from the system. Only set when deletionTimestamp is also set."},
+            "deletionTimestamp": {"type": "string", "format": "date-time", "description":
+                "DeletionTimestamp is RFC 3339 date and time at which this resource will be \
+                 deleted. Set by the server when a graceful deletion is requested by the user; \
+                 the object stays while finalizers remain. Read-only."},
+            "finalizers": {"type": "array", "items": {"type": "string", "default": ""},
+                "x-kubernetes-list-type": "set", "description":
+                "Must be empty before the object is deleted from the registry. Each entry is an \
+                 identifier for the responsible component that will remove the entry from the \
+                 list."},
+            "generateName": text("GenerateName is an optional prefix, used by the server, to \
+                generate a unique name ONLY IF the Name field has not been provided."),
+            "generation": {"type": "integer", "format": "int64", "description":
+                "A sequence number representing a specific generation of the desired state. \
+                 Populated by the system. Read-only."},
+            "labels": map("Map of string keys and values that can be used to organize and \
+                categorize (scope and select) objects."),
+            "name": text("Name must be unique within a namespace. Is required when creating \
+                resources, although some resources may allow a client to request the generation \
+                of an appropriate name automatically. Cannot be updated."),
+            "namespace": text("Namespace defines the space within which each name must be \
+                unique. Cannot be updated."),
+            "ownerReferences": {"type": "array",
+                "items": {"allOf": [{"$ref": format!("#/components/schemas/{OWNER_REFERENCE}")}],
+                          "default": {}},
+                "x-kubernetes-patch-merge-key": "uid",
+                "x-kubernetes-patch-strategy": "merge",
+                "description": "List of objects depended by this object. If ALL objects in the \
+                    list have been deleted, this object will be garbage collected."},
+            "resourceVersion": text("An opaque value that represents the internal version of \
+                this object that can be used by clients to determine when objects have changed. \
+                Populated by the system. Read-only."),
+            "uid": text("UID is the unique in time and space value for this object. Populated \
+                by the system. Read-only."),
+        }
+    })
+}
+
+fn owner_reference_schema() -> Value {
+    let text =
+        |description: &str| json!({"type": "string", "default": "", "description": description});
+    json!({
+        "type": "object",
+        "description": "OwnerReference contains enough information to let you identify an \
+            owning object. An owning object must be in the same namespace as the dependent, or \
+            be cluster-scoped, so there is no namespace field.",
+        "required": ["apiVersion", "kind", "name", "uid"],
+        "properties": {
+            "apiVersion": text("API version of the referent."),
+            "blockOwnerDeletion": {"type": "boolean", "description":
+                "If true, AND if the owner has the \"foregroundDeletion\" finalizer, then the \
+                 owner cannot be deleted from the key-value store until this reference is \
+                 removed."},
+            "controller": {"type": "boolean", "description":
+                "If true, this reference points to the managing controller."},
+            "kind": text("Kind of the referent."),
+            "name": text("Name of the referent."),
+            "uid": text("UID of the referent."),
+        }
+    })
 }
 
 fn aggregated_resource(r: &ResourceType) -> Value {

@@ -23,7 +23,7 @@ pub(crate) fn object_response(
     table: Option<IncludeObject>,
     warnings: &[String],
 ) -> Response<ResponseBody> {
-    let mut response = match table {
+    let response = match table {
         Some(include) => {
             let rv = object["metadata"]["resourceVersion"]
                 .as_str()
@@ -32,6 +32,14 @@ pub(crate) fn object_response(
         }
         None => json_response(code, object),
     };
+    with_warnings(response, warnings)
+}
+
+/// Add one `Warning` header per text.
+pub(crate) fn with_warnings(
+    mut response: Response<ResponseBody>,
+    warnings: &[String],
+) -> Response<ResponseBody> {
     for warning in warnings {
         // kubectl prints `Warning: 299 - "text"` headers as `Warning: text`.
         let text = format!(
@@ -62,6 +70,51 @@ pub(crate) fn aggregated_response(value: &Value) -> Response<ResponseBody> {
         HeaderValue::from_static(AGGREGATED_DISCOVERY),
     );
     response
+}
+
+/// `GET /openapi/v2`: kubectl reads it only as protobuf, and only for kinds missing from
+/// OpenAPI v3 (a custom resource whose CRD is not there yet, as in `kubectl apply -k kube/` on
+/// an empty cluster). A 404 there fails the whole apply ("error validating data: the server
+/// could not find the requested resource"); an empty document lets kubectl skip validating
+/// that object and report what is really wrong ("no matches for kind ... ensure CRDs are
+/// installed first"). The bytes are an `openapi_v2.Document` {1: swagger, 2: Info{1: title,
+/// 2: version}} with no paths or definitions.
+pub(crate) fn openapi_v2_response(version: &str) -> Response<ResponseBody> {
+    let string_field = |number: u8, text: &str| -> Vec<u8> {
+        let mut bytes = vec![number << 3 | 2];
+        bytes.extend(varint(text.len()));
+        bytes.extend_from_slice(text.as_bytes());
+        bytes
+    };
+    let mut info = string_field(1, "Kubernetes (sandbox)");
+    info.extend(string_field(2, version));
+    let mut document = string_field(1, "2.0");
+    document.push(2 << 3 | 2);
+    document.extend(varint(info.len()));
+    document.extend(info);
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(
+            header::CONTENT_TYPE,
+            // kube-openapi's spelling: Go's mime parser (in client-go) refuses the `@` form.
+            "application/com.github.proto-openapi.spec.v2.v1.0+protobuf",
+        )
+        .body(ResponseBody::full(document))
+        .unwrap_or_else(|_| Response::new(ResponseBody::empty()))
+}
+
+/// A protobuf length prefix.
+fn varint(mut value: usize) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    loop {
+        let low = (value & 0x7f) as u8;
+        value >>= 7;
+        if value == 0 {
+            bytes.push(low);
+            return bytes;
+        }
+        bytes.push(low | 0x80);
+    }
 }
 
 pub(crate) fn text_response(code: u16, text: &str) -> Response<ResponseBody> {

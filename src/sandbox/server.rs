@@ -19,15 +19,17 @@ use hyper_util::rt::TokioIo;
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
+use super::access;
 use super::body::ResponseBody;
 use super::builtins;
 use super::errors::ApiError;
 use super::faults::FaultSettings;
-use super::handlers::{classify, serve_resource, Target};
+use super::handlers::{classify, read_body, serve_resource, Target};
 use super::lock;
 use super::random::Xorshift;
 use super::responses::{
-    aggregated_response, error_response, injected_response, json_response, text_response,
+    aggregated_response, error_response, injected_response, json_response, openapi_v2_response,
+    text_response, with_warnings,
 };
 use super::store::Store;
 use super::tls::Security;
@@ -317,8 +319,7 @@ async fn answer(
             Some(doc) => read_only(json_response(200, &doc)),
             None => Err(ApiError::path_not_found()),
         },
-        // kubectl asks for v2 only as protobuf; a 404 makes it carry on without it.
-        ["openapi", "v2"] => Err(ApiError::path_not_found()),
+        ["openapi", "v2"] => read_only(openapi_v2_response(GIT_VERSION)),
         ["openapi", "v3"] => read_only(json_response(200, &registry.openapi_index())),
         ["openapi", "v3", "api", "v1"] => match registry.openapi_document("", "v1") {
             Some(doc) => read_only(json_response(200, &doc)),
@@ -327,6 +328,16 @@ async fn answer(
         ["openapi", "v3", "apis", group, version] => {
             match registry.openapi_document(group, version) {
                 Some(doc) => read_only(json_response(200, &doc)),
+                None => Err(ApiError::path_not_found()),
+            }
+        }
+        ["apis", "authorization.k8s.io", "v1", kind] if method == Method::POST => {
+            let (_, body) = read_body(request).await?;
+            match access::review(kind, &body) {
+                Some(review) => Ok(with_warnings(
+                    json_response(201, &review),
+                    &[access::NO_RBAC_WARNING.to_string()],
+                )),
                 None => Err(ApiError::path_not_found()),
             }
         }

@@ -140,6 +140,14 @@ fn columns_for(resource: &ResourceType) -> Vec<Column> {
                     .map_or(json!("<none>"), |ip| json!(ip))
             }));
             columns.push(text_column("Node", 1, |o| o["spec"]["nodeName"].clone()));
+            columns.push(text_column("Nominated Node", 1, |o| {
+                or_none(
+                    o["status"]["nominatedNodeName"]
+                        .as_str()
+                        .unwrap_or_default(),
+                )
+            }));
+            columns.push(text_column("Readiness Gates", 1, readiness_gates));
         }
         ("", "nodes") => {
             columns.push(text_column("Status", 0, |o| {
@@ -162,9 +170,74 @@ fn columns_for(resource: &ResourceType) -> Vec<Column> {
         ("", "services") => {
             columns.push(text_column("Type", 0, |o| o["spec"]["type"].clone()));
             columns.push(text_column("Cluster-IP", 0, |o| {
-                o["spec"]["clusterIP"].clone()
+                or_none(o["spec"]["clusterIP"].as_str().unwrap_or_default())
+            }));
+            columns.push(text_column("External-IP", 0, external_ips));
+            columns.push(text_column("Port(s)", 0, service_ports));
+            columns.push(age_column());
+            columns.push(text_column("Selector", 1, |o| {
+                or_none(&key_values(&o["spec"]["selector"]))
+            }));
+        }
+        ("", "configmaps") => {
+            columns.push(count_column("Data", |o| {
+                o["data"].as_object().map_or(0, |d| d.len())
+                    + o["binaryData"].as_object().map_or(0, |d| d.len())
             }));
             columns.push(age_column());
+        }
+        ("", "serviceaccounts") => {
+            columns.push(count_column("Secrets", |o| {
+                o["secrets"].as_array().map_or(0, Vec::len)
+            }));
+            columns.push(age_column());
+        }
+        ("apps", "deployments") => {
+            // Deployments are stored, not run: nothing updates their status, so a new one
+            // reads 0/1 here, as a real one does while its pods are not ready.
+            columns.push(text_column("Ready", 0, |o| {
+                let wanted = o["spec"]["replicas"].as_i64().unwrap_or(1);
+                let ready = o["status"]["readyReplicas"].as_i64().unwrap_or(0);
+                json!(format!("{ready}/{wanted}"))
+            }));
+            columns.push(count_column("Up-to-date", |o| {
+                o["status"]["updatedReplicas"].as_u64().unwrap_or(0) as usize
+            }));
+            columns.push(count_column("Available", |o| {
+                o["status"]["availableReplicas"].as_u64().unwrap_or(0) as usize
+            }));
+            columns.push(age_column());
+            columns.push(text_column("Containers", 1, |o| container_field(o, "name")));
+            columns.push(text_column("Images", 1, |o| container_field(o, "image")));
+            columns.push(text_column("Selector", 1, |o| {
+                or_none(&key_values(&o["spec"]["selector"]["matchLabels"]))
+            }));
+        }
+        ("rbac.authorization.k8s.io", "rolebindings" | "clusterrolebindings") => {
+            columns.push(text_column("Role", 0, |o| {
+                json!(format!(
+                    "{}/{}",
+                    o["roleRef"]["kind"].as_str().unwrap_or_default(),
+                    o["roleRef"]["name"].as_str().unwrap_or_default()
+                ))
+            }));
+            columns.push(age_column());
+            for (column, kind) in [
+                ("Users", "User"),
+                ("Groups", "Group"),
+                ("ServiceAccounts", "ServiceAccount"),
+            ] {
+                columns.push(Column {
+                    definition: json!({"name": column, "type": "string", "format": "",
+                                       "description": "", "priority": 1}),
+                    cell: Box::new(move |o, _| subjects_of_kind(o, kind)),
+                });
+            }
+        }
+        ("rbac.authorization.k8s.io", "roles" | "clusterroles") => {
+            columns.push(text_column("Created At", 0, |o| {
+                o["metadata"]["creationTimestamp"].clone()
+            }));
         }
         ("", "secrets") => {
             columns.push(text_column("Type", 0, |o| o["type"].clone()));
@@ -218,6 +291,133 @@ fn columns_for(resource: &ResourceType) -> Vec<Column> {
         _ => columns.push(age_column()),
     }
     columns
+}
+
+fn count_column(name: &str, count: fn(&Value) -> usize) -> Column {
+    Column {
+        definition: json!({"name": name, "type": "integer", "format": "", "description": "",
+                           "priority": 0}),
+        cell: Box::new(move |o, _| json!(count(o))),
+    }
+}
+
+/// kubectl's printers write `<none>` where there is nothing to show.
+fn or_none(text: &str) -> Value {
+    if text.is_empty() {
+        json!("<none>")
+    } else {
+        json!(text)
+    }
+}
+
+/// `{"app":"web","tier":"db"}` as `app=web,tier=db`.
+fn key_values(map: &Value) -> String {
+    map.as_object()
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .unwrap_or_default()
+}
+
+/// `ready/total` of a pod's readiness gates, `<none>` without any.
+fn readiness_gates(pod: &Value) -> Value {
+    let Some(gates) = pod["spec"]["readinessGates"]
+        .as_array()
+        .filter(|g| !g.is_empty())
+    else {
+        return json!("<none>");
+    };
+    let conditions = pod["status"]["conditions"].as_array();
+    let ready = gates
+        .iter()
+        .filter(|gate| {
+            conditions.is_some_and(|all| {
+                all.iter()
+                    .any(|c| c["type"] == gate["conditionType"] && c["status"] == "True")
+            })
+        })
+        .count();
+    json!(format!("{ready}/{}", gates.len()))
+}
+
+fn external_ips(service: &Value) -> Value {
+    let spec = &service["spec"];
+    let listed = |values: Option<&Vec<Value>>| -> Vec<String> {
+        values
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v.as_str().map(String::from))
+            .collect()
+    };
+    let mut ips = listed(spec["externalIPs"].as_array());
+    match spec["type"].as_str() {
+        Some("ExternalName") => return or_none(spec["externalName"].as_str().unwrap_or("")),
+        Some("LoadBalancer") => {
+            let ingress = service["status"]["loadBalancer"]["ingress"].as_array();
+            ips.extend(
+                ingress
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|i| i["ip"].as_str().or(i["hostname"].as_str()))
+                    .map(String::from),
+            );
+            // No cloud provider here: a LoadBalancer never gets an address.
+            if ips.is_empty() {
+                return json!("<pending>");
+            }
+        }
+        _ => {}
+    }
+    or_none(&ips.join(","))
+}
+
+/// `5432/TCP`, or `80:30080/TCP` with a node port; several joined by commas.
+fn service_ports(service: &Value) -> Value {
+    let ports: Vec<String> = service["spec"]["ports"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| {
+            let protocol = p["protocol"].as_str().unwrap_or("TCP");
+            match p["nodePort"].as_i64() {
+                Some(node_port) => format!("{}:{node_port}/{protocol}", p["port"]),
+                None => format!("{}/{protocol}", p["port"]),
+            }
+        })
+        .collect();
+    or_none(&ports.join(","))
+}
+
+/// One field of every container of a deployment's pod template, joined by commas.
+fn container_field(deployment: &Value, field: &str) -> Value {
+    let values: Vec<&str> = deployment["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c[field].as_str())
+        .collect();
+    or_none(&values.join(","))
+}
+
+/// The binding's subjects of one kind (`ServiceAccount`s print as `namespace/name`).
+fn subjects_of_kind(binding: &Value, kind: &str) -> Value {
+    let names: Vec<String> = binding["subjects"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|s| s["kind"] == kind)
+        .map(|s| {
+            let name = s["name"].as_str().unwrap_or_default();
+            match s["namespace"].as_str() {
+                Some(ns) if kind == "ServiceAccount" => format!("{ns}/{name}"),
+                _ => name.to_string(),
+            }
+        })
+        .collect();
+    json!(names.join(", "))
 }
 
 fn row_object(object: &Value, include: IncludeObject) -> Option<Value> {
