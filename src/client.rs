@@ -184,6 +184,26 @@ impl fmt::Display for ClientError {
 
 impl std::error::Error for ClientError {}
 
+/// Why [`Client::infer`] has no client to give: which of its two steps failed.
+#[derive(Debug)]
+pub enum ConnectError {
+    /// No usable configuration (flags, in-cluster, kubeconfig): the message lists what was tried.
+    Config(crate::config::ConfigError),
+    /// A configuration was found, but no client could be built from it (TLS set-up, token file).
+    Client(ClientError),
+}
+
+impl fmt::Display for ConnectError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConnectError::Config(error) => error.fmt(f),
+            ConnectError::Client(error) => error.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for ConnectError {}
+
 /// Where the bearer token comes from, and the last good copy of a file-backed one.
 enum TokenState {
     None,
@@ -329,6 +349,13 @@ struct Answer {
 }
 
 impl Client {
+    /// What every binary does first: find the API server as kubectl would ([`Config::infer`]),
+    /// then build a client for it.
+    pub fn infer(args: &crate::config::ConfigArgs) -> Result<Client, ConnectError> {
+        let config = Config::infer(args).map_err(ConnectError::Config)?;
+        Client::new(config).map_err(ConnectError::Client)
+    }
+
     /// Build the TLS configuration and the connection pool. No request is sent yet.
     pub fn new(config: Config) -> Result<Client, ClientError> {
         let tls = tls_client_config(&config)?;

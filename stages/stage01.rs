@@ -32,7 +32,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use postgres_operator::client::Client;
-use postgres_operator::config::{Config, ConfigArgs};
+use postgres_operator::config::ConfigArgs;
 use postgres_operator::crd::{self, CrdError, DEFAULT_ESTABLISHED_TIMEOUT};
 use postgres_operator::process::{
     help_requested, init_logging, shutdown_signal, usage_error, Usage,
@@ -68,11 +68,7 @@ async fn main() -> ExitCode {
         Ok(flags) => flags,
         Err(message) => return usage_error(message),
     };
-    let config = match Config::infer(&config_args) {
-        Ok(config) => config,
-        Err(error) => return fail(&error.to_string(), None),
-    };
-    let client = match Client::new(config) {
+    let client = match Client::infer(&config_args) {
         Ok(client) => client,
         Err(error) => return fail(&error.to_string(), None),
     };

@@ -23,7 +23,7 @@ use std::process::ExitCode;
 
 use postgres_operator::api::{collection_path, PostgresCluster};
 use postgres_operator::client::Client;
-use postgres_operator::config::{Config, ConfigArgs};
+use postgres_operator::config::ConfigArgs;
 use postgres_operator::crd::{self, CrdError, DEFAULT_ESTABLISHED_TIMEOUT};
 use postgres_operator::process::{
     help_requested, init_logging, shutdown_signal, usage_error, Usage,
@@ -59,9 +59,8 @@ async fn main() -> ExitCode {
         Ok((_, rest)) => return usage_error(format!("unknown argument {:?}", rest[0])),
         Err(error) => return usage_error(error),
     };
-    let client = match Config::infer(&config_args).map(Client::new) {
-        Ok(Ok(client)) => client,
-        Ok(Err(error)) => return fail(&error.to_string()),
+    let client = match Client::infer(&config_args) {
+        Ok(client) => client,
         Err(error) => return fail(&error.to_string()),
     };
 

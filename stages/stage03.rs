@@ -24,7 +24,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use postgres_operator::client::Client;
-use postgres_operator::config::{Config, ConfigArgs};
+use postgres_operator::config::ConfigArgs;
 use postgres_operator::controller::{run_operator, ControllerOptions, Reporter};
 use postgres_operator::process::{
     help_requested, init_logging, shutdown_signal, usage_error, Usage,
@@ -60,9 +60,8 @@ async fn main() -> ExitCode {
         Ok(flags) => flags,
         Err(message) => return usage_error(message),
     };
-    let client = match Config::infer(&config_args).map(Client::new) {
-        Ok(Ok(client)) => client,
-        Ok(Err(error)) => return fail(&error.to_string()),
+    let client = match Client::infer(&config_args) {
+        Ok(client) => client,
         Err(error) => return fail(&error.to_string()),
     };
 

@@ -114,9 +114,8 @@ async fn tour(args: Vec<String>) -> ExitCode {
 
     // The stage: a sandbox in this process, unless told to use a real API server.
     let (client, sandbox) = if flags.real_cluster || flags.connection.server.is_some() {
-        match Config::infer(&flags.connection).map(Client::new) {
-            Ok(Ok(client)) => (client, None),
-            Ok(Err(error)) => return fail(&error.to_string()),
+        match Client::infer(&flags.connection) {
+            Ok(client) => (client, None),
             Err(error) => return fail(&error.to_string()),
         }
     } else {
