@@ -35,6 +35,7 @@ fn kustomize_renders_every_kind() {
         "ClusterRoleBinding",
         "Deployment",
         "PostgresCluster",
+        "Namespace",
     ] {
         let count = rendered
             .lines()
@@ -42,6 +43,17 @@ fn kustomize_renders_every_kind() {
             .count();
         assert_eq!(count, 1, "kind {kind} in:\n{rendered}");
     }
+}
+
+/// Everything namespaced lands in the operator's own namespace, and the ClusterRoleBinding grants
+/// its permissions to the service account there (not to one in `default`).
+#[test]
+fn everything_lands_in_the_operator_namespace_and_the_binding_follows() {
+    let rendered = render();
+    let namespaced = rendered.matches("  namespace: postgres-operator").count();
+    // ServiceAccount, Deployment and PostgresCluster metadata, plus the binding's subject.
+    assert_eq!(namespaced, 4, "in:\n{rendered}");
+    assert!(!rendered.contains("namespace: default"), "in:\n{rendered}");
 }
 
 /// The Deployment runs as non-root 65532 with a read-only root, no privilege escalation, no
