@@ -52,11 +52,7 @@ fn watch_requests_with_code(sandbox: &Sandbox, code: u16) -> usize {
 async fn a_500_at_watch_start_is_retried_and_the_watch_recovers() {
     let (sandbox, client) = sandbox_with_crd().await;
     let mut running = start_watch(client.clone(), test_options());
-    running
-        .notice(WITHIN, "watching", |n| {
-            matches!(n, WatchNotice::Watching { .. })
-        })
-        .await;
+    running.until_watching(WITHIN).await;
     sandbox
         .faults()
         .fail_next(2, "watch=true", status(500, "InternalError", None));
@@ -82,11 +78,7 @@ async fn a_500_at_watch_start_is_retried_and_the_watch_recovers() {
 async fn a_503_storm_is_ridden_out() {
     let (sandbox, client) = sandbox_with_crd().await;
     let mut running = start_watch(client.clone(), test_options());
-    running
-        .notice(WITHIN, "watching", |n| {
-            matches!(n, WatchNotice::Watching { .. })
-        })
-        .await;
+    running.until_watching(WITHIN).await;
     // The client retries a 503 three times itself (Retry-After 0 here); the fifth attempt succeeds.
     sandbox
         .faults()
@@ -111,11 +103,7 @@ async fn a_503_storm_is_ridden_out() {
 async fn a_429_waits_for_its_retry_after() {
     let (sandbox, client) = sandbox_with_crd().await;
     let mut running = start_watch(client.clone(), test_options());
-    running
-        .notice(WITHIN, "watching", |n| {
-            matches!(n, WatchNotice::Watching { .. })
-        })
-        .await;
+    running.until_watching(WITHIN).await;
     sandbox
         .faults()
         .fail_next(1, "watch=true", status(429, "TooManyRequests", Some(1)));
@@ -141,11 +129,7 @@ async fn a_429_waits_for_its_retry_after() {
 async fn a_persistent_403_backs_off_and_is_reported() {
     let (sandbox, client) = sandbox_with_crd().await;
     let mut running = start_watch(client.clone(), test_options());
-    running
-        .notice(WITHIN, "watching", |n| {
-            matches!(n, WatchNotice::Watching { .. })
-        })
-        .await;
+    running.until_watching(WITHIN).await;
     sandbox
         .faults()
         .fail_next(1000, "watch=true", status(403, "Forbidden", None));
@@ -226,11 +210,7 @@ async fn a_401_after_token_rotation_rereads_the_token_file() {
         .expect("established");
 
     let mut running = start_watch(make_client(), test_options());
-    running
-        .notice(WITHIN, "watching", |n| {
-            matches!(n, WatchNotice::Watching { .. })
-        })
-        .await;
+    running.until_watching(WITHIN).await;
     sandbox.rotate_token();
     sandbox.faults().end_all_watches_now();
     create_cluster(&make_client(), "after-rotation", 3).await;

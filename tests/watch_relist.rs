@@ -67,11 +67,7 @@ async fn deletes_during_an_outage_are_reported_after_the_expired_relist() {
             "ADDED default/c size=2"
         ]
     );
-    running
-        .notice(WITHIN, "watching", |n| {
-            matches!(n, WatchNotice::Watching { .. })
-        })
-        .await;
+    running.until_watching(WITHIN).await;
 
     // Outage: the next two watch attempts fail (300 ms + 600 ms of backoff), and meanwhile ...
     sandbox
@@ -137,11 +133,7 @@ async fn deletes_during_an_outage_are_reported_after_the_expired_relist() {
 async fn http_410_from_the_api_server_relists() {
     let (sandbox, client) = sandbox_with_crd().await;
     let mut running = start_watch(client.clone(), test_options());
-    running
-        .notice(WITHIN, "watching", |n| {
-            matches!(n, WatchNotice::Watching { .. })
-        })
-        .await;
+    running.until_watching(WITHIN).await;
     sandbox
         .faults()
         .fail_next(1, "watch=true", server_error(410, "Expired"));
@@ -169,11 +161,7 @@ async fn an_oversize_event_relists_and_the_object_arrives_through_the_list() {
         ..test_options()
     };
     let mut running = start_watch(client.clone(), options);
-    running
-        .notice(WITHIN, "watching", |n| {
-            matches!(n, WatchNotice::Watching { .. })
-        })
-        .await;
+    running.until_watching(WITHIN).await;
     let mut body = cluster_json("big", 3);
     body["metadata"]["annotations"]["blob"] = serde_json::Value::String("é".repeat(8000));
     let _: serde_json::Value = client
@@ -209,11 +197,7 @@ async fn one_byte_chunks_from_the_api_server_arrive_whole() {
     let (sandbox, client) = sandbox_with_crd().await;
     sandbox.faults().watch_chunk_size(Some(1));
     let mut running = start_watch(client.clone(), test_options());
-    running
-        .notice(WITHIN, "watching", |n| {
-            matches!(n, WatchNotice::Watching { .. })
-        })
-        .await;
+    running.until_watching(WITHIN).await;
     create_cluster(&client, "tiny-chunks", 3).await;
     let event = running.next_event(WITHIN).await;
     assert_eq!(summary(&event), "ADDED default/tiny-chunks size=3");

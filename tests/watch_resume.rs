@@ -220,11 +220,7 @@ async fn connection_refused_then_recovery() {
 async fn shutdown_ends_the_watch_task() {
     let (_sandbox, client) = sandbox_with_crd(SandboxOptions::default()).await;
     let mut running = start_watch(client, test_options());
-    running
-        .notice(WITHIN, "watching", |n| {
-            matches!(n, WatchNotice::Watching { .. })
-        })
-        .await;
+    running.until_watching(WITHIN).await;
     running.stop().await;
 }
 

@@ -166,6 +166,15 @@ impl Running {
         }
     }
 
+    /// Wait until the first watch is open (after the list), so a fault injected next hits a
+    /// live watch rather than the list.
+    pub async fn until_watching(&mut self, within: Duration) {
+        self.notice(within, "watching", |n| {
+            matches!(n, WatchNotice::Watching { .. })
+        })
+        .await;
+    }
+
     pub fn count_notices(&mut self, wanted: impl Fn(&WatchNotice) -> bool) -> usize {
         self.drain();
         self.notices.iter().filter(|n| wanted(n)).count()
