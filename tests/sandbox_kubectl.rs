@@ -226,16 +226,7 @@ async fn get_pods_watch_prints_each_change() {
     let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
     let http = Http::new(&sandbox.url());
     // Wait until kubectl's watch is open, so the pod's ADDED is a live event.
-    common::eventually(Duration::from_secs(15), "kubectl's watch", || {
-        let requests = sandbox.requests();
-        async move {
-            requests
-                .iter()
-                .any(|r| r.verb == "watch" && r.resource == "pods")
-                .then_some(())
-        }
-    })
-    .await;
+    common::until_watch_opened(&sandbox, "pods").await;
     let created = http
         .post(
             "/api/v1/namespaces/default/pods",
@@ -451,16 +442,7 @@ async fn server_side_apply_json_patch_describe_and_watch_one_object() {
     assert!(header.starts_with("NAME"), "{header}");
     let first = lines.next_line().await.expect("read").expect("row");
     assert!(first.contains(" 2 "), "{first}");
-    common::eventually(Duration::from_secs(15), "kubectl's watch", || {
-        let requests = sandbox.requests();
-        async move {
-            requests
-                .iter()
-                .any(|r| r.verb == "watch" && r.resource == "postgresclusters")
-                .then_some(())
-        }
-    })
-    .await;
+    common::until_watch_opened(&sandbox, "postgresclusters").await;
     Http::new(&sandbox.url())
         .merge_patch(
             "/apis/workshop.example.com/v1/namespaces/default/postgresclusters/example-postgresql-cluster",

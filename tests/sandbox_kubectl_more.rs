@@ -103,16 +103,7 @@ async fn get_pods_watch_shows_a_deleted_pod_as_terminating() {
     assert!(header.starts_with("NAME"), "{header}");
     let running = lines.next_line().await.expect("read").expect("row");
     assert!(running.contains("Running"), "{running}");
-    common::eventually(Duration::from_secs(15), "kubectl's watch", || {
-        let requests = sandbox.requests();
-        async move {
-            requests
-                .iter()
-                .any(|r| r.verb == "watch" && r.resource == "pods")
-                .then_some(())
-        }
-    })
-    .await;
+    common::until_watch_opened(&sandbox, "pods").await;
 
     let out = kubectl
         .ok(&["delete", "pod", "web", "--grace-period=0", "--force"])

@@ -61,6 +61,23 @@ where
     }
 }
 
+/// Wait until some client (kubectl, say) has a watch open on `resource`, per the request log, so
+/// that a change made next arrives as a live event rather than in the initial list.
+pub async fn until_watch_opened(sandbox: &Sandbox, resource: &str) {
+    eventually(
+        Duration::from_secs(15),
+        &format!("a watch on {resource}"),
+        || {
+            let opened = sandbox
+                .requests()
+                .iter()
+                .any(|r| r.verb == "watch" && r.resource == resource);
+            async move { opened.then_some(()) }
+        },
+    )
+    .await;
+}
+
 // ---------------------------------------------------------------------------------------------
 // A minimal HTTP client (hyper's client connection, one request per connection unless reused).
 // ---------------------------------------------------------------------------------------------
