@@ -31,6 +31,17 @@ fn with_details(mut status: Status, details: StatusDetails) -> ApiError {
     status.into()
 }
 
+/// `details` naming the object, as kube-apiserver's NotFound/AlreadyExists/Conflict/Forbidden
+/// carry it: `kind` is the resource's plural there (its `qualifiedResource`), not its Kind.
+fn about(resource: &ResourceType, name: &str) -> StatusDetails {
+    StatusDetails {
+        name: name.into(),
+        group: resource.group.clone(),
+        kind: resource.plural.clone(),
+        ..Default::default()
+    }
+}
+
 impl ApiError {
     pub(crate) fn code(&self) -> u16 {
         self.status.code
@@ -44,12 +55,7 @@ impl ApiError {
                 "NotFound",
                 format!("{} \"{name}\" not found", resource.qualified_plural()),
             ),
-            StatusDetails {
-                name: name.into(),
-                group: resource.group.clone(),
-                kind: resource.plural.clone(),
-                ..Default::default()
-            },
+            about(resource, name),
         )
     }
 
@@ -87,12 +93,7 @@ impl ApiError {
                 "AlreadyExists",
                 format!("{} \"{name}\" already exists", resource.qualified_plural()),
             ),
-            StatusDetails {
-                name: name.into(),
-                group: resource.group.clone(),
-                kind: resource.plural.clone(),
-                ..Default::default()
-            },
+            about(resource, name),
         )
     }
 
@@ -107,12 +108,7 @@ impl ApiError {
                     resource.qualified_plural()
                 ),
             ),
-            StatusDetails {
-                name: name.into(),
-                group: resource.group.clone(),
-                kind: resource.plural.clone(),
-                ..Default::default()
-            },
+            about(resource, name),
         )
     }
 
@@ -188,12 +184,7 @@ impl ApiError {
                     resource.qualified_plural()
                 ),
             ),
-            StatusDetails {
-                name: name.into(),
-                group: resource.group.clone(),
-                kind: resource.plural.clone(),
-                ..Default::default()
-            },
+            about(resource, name),
         )
     }
 
