@@ -24,8 +24,8 @@ use postgres_operator::controller::pods::{Pod, PodApi, PodApiError};
 use postgres_operator::controller::{
     run_operator, Controller, ControllerOptions, LogLine, Reporter,
 };
-use postgres_operator::sandbox::{Sandbox, SandboxOptions};
 use postgres_operator::watch::Event;
+use sandbox::{Sandbox, SandboxOptions};
 use tokio::sync::mpsc;
 
 const CLUSTERS: usize = 1_000;
@@ -123,9 +123,12 @@ async fn memory_with_live_clusters() {
 const LATENCY_ROUNDS: usize = 1_000;
 
 async fn latency_from_commit_to_task() {
-    let sandbox = Sandbox::start(SandboxOptions::default())
-        .await
-        .expect("sandbox starts");
+    let sandbox = Sandbox::start(
+        SandboxOptions::default(),
+        tokio_util::sync::CancellationToken::new(),
+    )
+    .await
+    .expect("sandbox starts");
     let client = Client::new(Config::from_url(&sandbox.url()).expect("url")).expect("client");
     let (reporter, mut lines) = Reporter::channel();
     let options = ControllerOptions {

@@ -15,7 +15,6 @@
 //! | [`watch`] | bytes → lines → typed events, and list-then-watch that never loses its place | Step 02 |
 //! | [`story`] | the workshop's log lines for the watch, shared by stage02, stage03 and the tour | Step 02 |
 //! | [`controller`] | one task per cluster, its own channel, and a reconcile timer | Step 03 |
-//! | [`sandbox`] | an embedded, in-memory API server that kubectl accepts; what the tests run on | Set-up |
 //! | [`process`] | logging set-up, the stop signal and `--help` texts, shared by every binary | Set-up |
 //!
 //! The binaries in `stages/` are the workshop's steps; each is a short `main` over this library.
@@ -28,7 +27,6 @@ pub mod config;
 pub mod controller;
 pub mod crd;
 pub mod process;
-pub mod sandbox;
 pub mod status;
 pub mod story;
 pub mod watch;

@@ -54,19 +54,6 @@ const BINARIES: &[Binary] = &[
         takes_connection_flags: true,
     },
     Binary {
-        name: "sandbox",
-        path: env!("CARGO_BIN_EXE_sandbox"),
-        step: "set-up",
-        own_flags: &[
-            "--listen ADDR:PORT",
-            "--tls-dir DIR",
-            "--established-delay-ms N",
-            "--kubelet-delay-ms N",
-            "--pod-termination-delay-ms N",
-        ],
-        takes_connection_flags: false,
-    },
-    Binary {
         name: "tour",
         path: env!("CARGO_BIN_EXE_tour"),
         step: "the whole workshop",

@@ -119,7 +119,7 @@ async fn failed_pod_list_is_reported_and_retried_next_tick() {
     sandbox.faults().fail_next(
         1,
         "/pods",
-        postgres_operator::sandbox::InjectedFault::Status {
+        sandbox::InjectedFault::Status {
             code: 403,
             reason: "Forbidden".into(),
             retry_after_seconds: None,

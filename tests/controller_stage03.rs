@@ -167,11 +167,14 @@ fn stage03_rejects_a_bad_reconcile_interval() {
 /// SIGTERM while stage03 still waits for its CRD to be Established (start-up) is a clean exit 0.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stage03_stops_cleanly_during_start_up() {
-    use postgres_operator::sandbox::{Sandbox, SandboxOptions};
-    let sandbox = Sandbox::start(SandboxOptions {
-        established_delay: Duration::from_secs(120),
-        ..SandboxOptions::default()
-    })
+    use sandbox::{Sandbox, SandboxOptions};
+    let sandbox = Sandbox::start(
+        SandboxOptions {
+            established_delay: Duration::from_secs(120),
+            ..SandboxOptions::default()
+        },
+        tokio_util::sync::CancellationToken::new(),
+    )
     .await
     .unwrap();
     let url = sandbox.url();

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::{start_sandbox_with, Kubectl};
 use postgres_operator::api::CRD_NAME;
-use postgres_operator::sandbox::{InjectedFault, Sandbox, SandboxOptions};
+use sandbox::{InjectedFault, Sandbox, SandboxOptions};
 
 /// An HTTPS sandbox whose service-account style credentials are written to a temp dir, with a
 /// CRD Established delay so the wait is observable.

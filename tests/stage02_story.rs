@@ -12,7 +12,7 @@ use common::{Kubectl, EXAMPLE_FIXTURE};
 use postgres_operator::api::object_path;
 use postgres_operator::client::Client;
 use postgres_operator::config::Config;
-use postgres_operator::sandbox::{InjectedFault, Sandbox, SandboxOptions};
+use sandbox::{InjectedFault, Sandbox, SandboxOptions};
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout, Command};
 
@@ -99,9 +99,12 @@ fn event_line(kind: &str, size: i64) -> String {
 /// watches from the list's resourceVersion (no replay). Both runs exit 0 on SIGTERM.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stage02_prints_the_workshop_story_and_stops_on_sigterm() {
-    let sandbox = Sandbox::start(SandboxOptions::default())
-        .await
-        .expect("sandbox");
+    let sandbox = Sandbox::start(
+        SandboxOptions::default(),
+        tokio_util::sync::CancellationToken::new(),
+    )
+    .await
+    .expect("sandbox");
     let kubectl = Kubectl::new(&sandbox.url());
 
     let mut stage = Stage02::start(&sandbox.url());
@@ -236,9 +239,12 @@ async fn stage02_prints_the_workshop_story_and_stops_on_sigterm() {
 /// exit 0, promptly.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stage02_exits_0_on_sigterm_while_the_list_is_failing() {
-    let sandbox = Sandbox::start(SandboxOptions::default())
-        .await
-        .expect("sandbox");
+    let sandbox = Sandbox::start(
+        SandboxOptions::default(),
+        tokio_util::sync::CancellationToken::new(),
+    )
+    .await
+    .expect("sandbox");
     sandbox.faults().fail_next(
         1000,
         "namespaces/default/postgresclusters",

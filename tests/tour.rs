@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use postgres_operator::api::{object_path, PostgresCluster};
 use postgres_operator::client::Client;
 use postgres_operator::config::Config;
-use postgres_operator::sandbox::{Sandbox, SandboxOptions};
+use sandbox::{Sandbox, SandboxOptions};
 
 const TOUR_DEADLINE: Duration = Duration::from_secs(60);
 
@@ -125,7 +125,12 @@ fn tour_plays_the_workshop_on_an_in_process_sandbox() {
 /// are exactly those: the CRD (missing here), the example object, its resize and its deletion.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tour_against_a_named_server_writes_only_what_it_announces() {
-    let sandbox = Sandbox::start(SandboxOptions::default()).await.unwrap();
+    let sandbox = Sandbox::start(
+        SandboxOptions::default(),
+        tokio_util::sync::CancellationToken::new(),
+    )
+    .await
+    .unwrap();
     let url = sandbox.url();
     let (output, _) =
         tokio::task::spawn_blocking(move || run_with_deadline(tour_command(&["--server", &url])))
@@ -168,7 +173,12 @@ async fn tour_against_a_named_server_writes_only_what_it_announces() {
 /// If the example object already exists on the named server, the tour leaves it alone and says why.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tour_refuses_to_touch_an_existing_example() {
-    let sandbox = Sandbox::start(SandboxOptions::default()).await.unwrap();
+    let sandbox = Sandbox::start(
+        SandboxOptions::default(),
+        tokio_util::sync::CancellationToken::new(),
+    )
+    .await
+    .unwrap();
     let client = Client::new(Config::from_url(&sandbox.url()).unwrap()).unwrap();
     postgres_operator::crd::register(&client).await.unwrap();
     postgres_operator::crd::wait_established(&client, Duration::from_secs(10))
@@ -219,7 +229,12 @@ fn tour_rejects_unknown_flags() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tour_interrupted_half_way_removes_its_example() {
     use std::io::{BufRead, BufReader};
-    let sandbox = Sandbox::start(SandboxOptions::default()).await.unwrap();
+    let sandbox = Sandbox::start(
+        SandboxOptions::default(),
+        tokio_util::sync::CancellationToken::new(),
+    )
+    .await
+    .unwrap();
     let url = sandbox.url();
     let (code, stdout) = tokio::task::spawn_blocking(move || {
         let mut child = tour_command(&["--server", &url, "--reconcile-interval", "60"])

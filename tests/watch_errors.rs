@@ -11,17 +11,20 @@ use std::time::Duration;
 use postgres_operator::client::Client;
 use postgres_operator::config::{Config, ConfigArgs, Environment};
 use postgres_operator::crd;
-use postgres_operator::sandbox::{InjectedFault, Sandbox, SandboxOptions};
 use postgres_operator::watch::WatchNotice;
+use sandbox::{InjectedFault, Sandbox, SandboxOptions};
 use tokio::time::Instant;
 use watch_support::*;
 
 const WITHIN: Duration = Duration::from_secs(10);
 
 async fn sandbox_with_crd() -> (Sandbox, Client) {
-    let sandbox = Sandbox::start(SandboxOptions::default())
-        .await
-        .expect("sandbox starts");
+    let sandbox = Sandbox::start(
+        SandboxOptions::default(),
+        tokio_util::sync::CancellationToken::new(),
+    )
+    .await
+    .expect("sandbox starts");
     let client = plain_client(&sandbox.url());
     crd::register(&client).await.expect("CRD registered");
     crd::wait_established(&client, WITHIN)
@@ -193,7 +196,9 @@ async fn a_401_after_token_rotation_rereads_the_token_file() {
         credentials_dir: Some(credentials.path().to_path_buf()),
         ..SandboxOptions::default()
     };
-    let sandbox = Sandbox::start(options).await.expect("TLS sandbox starts");
+    let sandbox = Sandbox::start(options, tokio_util::sync::CancellationToken::new())
+        .await
+        .expect("TLS sandbox starts");
     let args = ConfigArgs {
         server: Some(sandbox.url()),
         certificate_authority: Some(credentials.path().join("ca.crt")),

@@ -10,17 +10,20 @@ use std::time::Duration;
 use postgres_operator::api::object_path;
 use postgres_operator::client::{Client, Patch};
 use postgres_operator::crd;
-use postgres_operator::sandbox::{InjectedFault, Sandbox, SandboxOptions};
 use postgres_operator::watch::backoff::BackoffPolicy;
 use postgres_operator::watch::{RelistReason, WatchNotice, WatchOptions};
+use sandbox::{InjectedFault, Sandbox, SandboxOptions};
 use watch_support::*;
 
 const WITHIN: Duration = Duration::from_secs(10);
 
 async fn sandbox_with_crd() -> (Sandbox, Client) {
-    let sandbox = Sandbox::start(SandboxOptions::default())
-        .await
-        .expect("sandbox starts");
+    let sandbox = Sandbox::start(
+        SandboxOptions::default(),
+        tokio_util::sync::CancellationToken::new(),
+    )
+    .await
+    .expect("sandbox starts");
     let client = plain_client(&sandbox.url());
     crd::register(&client).await.expect("CRD registered");
     crd::wait_established(&client, WITHIN)

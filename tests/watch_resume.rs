@@ -11,14 +11,16 @@ use std::time::Duration;
 use postgres_operator::api::collection_path;
 use postgres_operator::client::Client;
 use postgres_operator::crd;
-use postgres_operator::sandbox::{Sandbox, SandboxOptions};
 use postgres_operator::watch::{ResumeReason, WatchNotice};
+use sandbox::{Sandbox, SandboxOptions};
 use watch_support::*;
 
 const WITHIN: Duration = Duration::from_secs(10);
 
 async fn sandbox_with_crd(options: SandboxOptions) -> (Sandbox, Client) {
-    let sandbox = Sandbox::start(options).await.expect("sandbox starts");
+    let sandbox = Sandbox::start(options, tokio_util::sync::CancellationToken::new())
+        .await
+        .expect("sandbox starts");
     let client = plain_client(&sandbox.url());
     crd::register(&client).await.expect("CRD registered");
     crd::wait_established(&client, WITHIN)

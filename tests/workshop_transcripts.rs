@@ -314,7 +314,7 @@ impl Runner {
             .iter()
             .map(|arg| arg.replace(DOC_ADDRESS, "127.0.0.1:0"))
             .collect();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_sandbox"))
+        let mut child = Command::new(binary_path("sandbox"))
             .args(&args)
             .current_dir(&self.repo)
             .stdout(Stdio::piped())
@@ -425,10 +425,21 @@ fn binary_and_args(words: &[String]) -> (String, Vec<String>) {
 }
 
 fn binary_path(name: &str) -> PathBuf {
-    // Integration tests know where cargo put the binaries they depend on.
-    let sandbox = Path::new(env!("CARGO_BIN_EXE_sandbox"));
-    let dir = sandbox.parent().expect("the binaries' directory");
-    dir.join(name)
+    // Integration tests know where cargo put this package's binaries; the sandbox's binary is the
+    // other workspace member's, built beside them (by `cargo test`, or here if it is missing).
+    let stage01 = Path::new(env!("CARGO_BIN_EXE_stage01"));
+    let dir = stage01.parent().expect("the binaries' directory");
+    let path = dir.join(name);
+    if name == "sandbox" && !path.exists() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+        let built = Command::new(cargo)
+            .args(["build", "--quiet", "-p", "sandbox", "--bin", "sandbox"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .expect("run cargo build for the sandbox binary");
+        assert!(built.success(), "cargo build -p sandbox failed");
+    }
+    path
 }
 
 /// Run to completion; the lines a learner's terminal shows: stdout, and for kubectl its stderr too

@@ -42,7 +42,7 @@ use postgres_operator::crd::{self, DEFAULT_ESTABLISHED_TIMEOUT};
 use postgres_operator::process::{
     help_requested, init_logging, shutdown_signal, usage_error, Usage,
 };
-use postgres_operator::sandbox::{Sandbox, SandboxOptions};
+use sandbox::{Sandbox, SandboxOptions};
 use tokio::sync::mpsc;
 
 /// The workshop's example object, as in `kube/example-postgres-cluster.yaml`.
@@ -125,10 +125,11 @@ async fn tour(args: Vec<String>) -> ExitCode {
             kubelet_delay: Duration::from_secs(1),
             ..SandboxOptions::default()
         };
-        let sandbox = match Sandbox::start(options).await {
-            Ok(sandbox) => sandbox,
-            Err(error) => return fail(&format!("starting the sandbox: {error}")),
-        };
+        let sandbox =
+            match Sandbox::start(options, tokio_util::sync::CancellationToken::new()).await {
+                Ok(sandbox) => sandbox,
+                Err(error) => return fail(&format!("starting the sandbox: {error}")),
+            };
         let client = match Config::from_url(&sandbox.url()).map(Client::new) {
             Ok(Ok(client)) => client,
             Ok(Err(error)) => return fail(&error.to_string()),

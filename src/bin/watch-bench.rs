@@ -34,8 +34,8 @@ use postgres_operator::client::Client;
 use postgres_operator::config::Config;
 use postgres_operator::crd;
 use postgres_operator::process::{help_requested, init_logging, usage_error, Usage};
-use postgres_operator::sandbox::{Sandbox, SandboxOptions};
 use postgres_operator::watch::{list_then_watch, WatchItem, WatchNotice, WatchOptions};
+use sandbox::{Sandbox, SandboxOptions};
 use tokio::time::Instant;
 
 const USAGE: Usage = Usage {
@@ -209,7 +209,12 @@ async fn main() -> ExitCode {
             Ok(url) => url,
             Err(error) => return fail(&format!("starting the replay server: {error}")),
         },
-        None => match Sandbox::start(SandboxOptions::default()).await {
+        None => match Sandbox::start(
+            SandboxOptions::default(),
+            tokio_util::sync::CancellationToken::new(),
+        )
+        .await
+        {
             Ok(sandbox) => {
                 let url = sandbox.url();
                 _sandbox = Some(sandbox);

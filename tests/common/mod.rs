@@ -22,7 +22,7 @@ use http::{Method, Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
-use postgres_operator::sandbox::{Sandbox, SandboxOptions};
+use sandbox::{Sandbox, SandboxOptions};
 use serde_json::Value;
 use tokio::time::Instant;
 
@@ -40,7 +40,9 @@ pub async fn start_sandbox() -> Sandbox {
 }
 
 pub async fn start_sandbox_with(options: SandboxOptions) -> Sandbox {
-    Sandbox::start(options).await.expect("sandbox starts")
+    Sandbox::start(options, tokio_util::sync::CancellationToken::new())
+        .await
+        .expect("sandbox starts")
 }
 
 /// Poll `check` every 10 ms until it returns Some, or panic after `deadline`.

@@ -124,15 +124,15 @@ pub fn drain(lines: &mut mpsc::UnboundedReceiver<LogLine>, seen: &mut Vec<LogLin
 /// A sandbox on 127.0.0.1:0 with the CRD registered and Established, and a client for it.
 pub async fn sandbox_with_crd(
     kubelet_delay: Duration,
-) -> (
-    postgres_operator::sandbox::Sandbox,
-    postgres_operator::client::Client,
-) {
-    use postgres_operator::sandbox::{Sandbox, SandboxOptions};
-    let sandbox = Sandbox::start(SandboxOptions {
-        kubelet_delay,
-        ..SandboxOptions::default()
-    })
+) -> (sandbox::Sandbox, postgres_operator::client::Client) {
+    use sandbox::{Sandbox, SandboxOptions};
+    let sandbox = Sandbox::start(
+        SandboxOptions {
+            kubelet_delay,
+            ..SandboxOptions::default()
+        },
+        tokio_util::sync::CancellationToken::new(),
+    )
     .await
     .expect("sandbox starts");
     let config = postgres_operator::config::Config::from_url(&sandbox.url()).expect("sandbox url");

@@ -8,10 +8,10 @@ use std::sync::Arc;
 
 use serde_json::json;
 
-use super::builtins;
-use super::lock;
-use super::objects::{self, FollowUp};
-use super::server::Shared;
+use crate::builtins;
+use crate::lock;
+use crate::objects::{self, FollowUp};
+use crate::server::Shared;
 
 /// Start the timers that finish what a write began (after the store lock is released).
 pub(crate) fn spawn_follow_ups(shared: &Arc<Shared>, follow_ups: Vec<FollowUp>) {
@@ -26,7 +26,7 @@ pub(crate) fn spawn_follow_ups(shared: &Arc<Shared>, follow_ups: Vec<FollowUp>) 
             let mut shutdown = shared.shutdown.subscribe();
             tokio::select! {
                 _ = tokio::time::sleep(delay) => {}
-                _ = super::stopping(&mut shutdown) => return,
+                _ = crate::stopping(&mut shutdown) => return,
             }
             match follow_up {
                 FollowUp::StartPod {

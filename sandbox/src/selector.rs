@@ -473,13 +473,13 @@ fn lex_label_selector(selector: &str) -> Vec<(Token, usize)> {
 
 /// Label keys are qualified names (`[prefix/]name`), checked with apimachinery's wording.
 fn validate_label_key(key: &str) -> Result<(), String> {
-    super::names::validate_qualified_name(key)
+    crate::names::validate_qualified_name(key)
         .map_err(|problem| format!("invalid label key \"{key}\": {problem}"))
 }
 
 /// Label values are empty or a qualified name part.
 fn validate_label_value(value: &str) -> Result<(), String> {
-    super::names::validate_label_value(value)
+    crate::names::validate_label_value(value)
         .map_err(|problem| format!("invalid label value \"{value}\": {problem}"))
 }
 

@@ -9,9 +9,9 @@ use serde_json::{json, Value};
 
 use std::time::SystemTime;
 
-use super::objects::read_path;
-use super::resources::ResourceType;
-use super::timefmt;
+use crate::objects::read_path;
+use crate::resources::ResourceType;
+use crate::timefmt;
 
 /// What `row.object` carries: `?includeObject=None|Metadata|Object` (default Metadata).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -510,7 +510,7 @@ impl Registry {
         }
         Some(json!({
             "openapi": "3.0.0",
-            "info": {"title": "Kubernetes (sandbox)", "version": super::server::GIT_VERSION},
+            "info": {"title": "Kubernetes (sandbox)", "version": crate::server::GIT_VERSION},
             "paths": paths,
             "components": {"schemas": schemas}
         }))

@@ -5,7 +5,7 @@
 
 use crate::status::{Status, StatusCause, StatusDetails};
 
-use super::resources::ResourceType;
+use crate::resources::ResourceType;
 
 /// A request the sandbox refuses: the Status to send, plus optional extra headers.
 #[derive(Clone, Debug)]

@@ -262,7 +262,7 @@ async fn imperative_creates_and_their_get_columns() {
 /// divide by (no `-9223372036854775808%`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn describe_shows_pod_events_and_node_allocations() {
-    let sandbox = common::start_sandbox_with(postgres_operator::sandbox::SandboxOptions {
+    let sandbox = common::start_sandbox_with(sandbox::SandboxOptions {
         pod_events: true,
         ..Default::default()
     })
@@ -299,7 +299,7 @@ async fn describe_shows_pod_events_and_node_allocations() {
 async fn apply_k_on_an_empty_sandbox_asks_for_the_crd_first() {
     let sandbox = common::start_sandbox().await;
     let kubectl = Kubectl::new(&sandbox.url());
-    let kustomization = concat!(env!("CARGO_MANIFEST_DIR"), "/kube");
+    let kustomization = concat!(env!("CARGO_MANIFEST_DIR"), "/../kube");
     let first = kubectl.run(&["apply", "-k", kustomization]).await;
     assert!(!first.success);
     assert!(

@@ -19,21 +19,21 @@ use hyper_util::rt::TokioIo;
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
-use super::access;
-use super::body::ResponseBody;
-use super::builtins;
-use super::errors::ApiError;
-use super::faults::FaultSettings;
-use super::handlers::{classify, read_body, serve_resource, Target};
-use super::lock;
-use super::random::Xorshift;
-use super::responses::{
+use crate::access;
+use crate::body::ResponseBody;
+use crate::builtins;
+use crate::errors::ApiError;
+use crate::faults::FaultSettings;
+use crate::handlers::{classify, read_body, serve_resource, Target};
+use crate::lock;
+use crate::random::Xorshift;
+use crate::responses::{
     aggregated_response, error_response, injected_response, json_response, openapi_v2_response,
     text_response, with_warnings,
 };
-use super::store::Store;
-use super::tls::Security;
-use super::{RequestRecord, SandboxOptions};
+use crate::store::Store;
+use crate::tls::Security;
+use crate::{RequestRecord, SandboxOptions};
 
 /// What `/version` reports. kubectl here is a dispatcher that picks its real binary by `minor`.
 pub(crate) const GIT_VERSION: &str = "v1.32.4+sandbox";
@@ -132,7 +132,7 @@ pub(crate) async fn serve(listener: tokio::net::TcpListener, shared: Arc<Shared>
                 tracing::info!(?downtime, "fault: API server offline");
                 tokio::select! {
                     _ = tokio::time::sleep(downtime) => {}
-                    _ = super::stopping(&mut shutdown) => break,
+                    _ = crate::stopping(&mut shutdown) => break,
                 }
                 match tokio::net::TcpListener::bind(shared.addr).await {
                     Ok(rebound) => listener = Some(rebound),
@@ -140,7 +140,7 @@ pub(crate) async fn serve(listener: tokio::net::TcpListener, shared: Arc<Shared>
                 }
                 tracing::info!("fault: API server back online");
             }
-            _ = super::stopping(&mut shutdown) => break,
+            _ = crate::stopping(&mut shutdown) => break,
         }
     }
     drop(listener);
@@ -187,7 +187,7 @@ where
     tokio::pin!(connection);
     tokio::select! {
         _ = connection.as_mut() => {}
-        _ = super::stopping(&mut shutdown) => {
+        _ = crate::stopping(&mut shutdown) => {
             connection.as_mut().graceful_shutdown();
             let _ = tokio::time::timeout(Duration::from_secs(5), connection).await;
         }

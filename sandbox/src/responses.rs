@@ -6,11 +6,11 @@
 use http::{header, HeaderValue, Response, StatusCode};
 use serde_json::{json, Value};
 
-use super::body::ResponseBody;
-use super::errors::ApiError;
-use super::faults::InjectedFault;
-use super::resources::ResourceType;
-use super::table::{self, IncludeObject};
+use crate::body::ResponseBody;
+use crate::errors::ApiError;
+use crate::faults::InjectedFault;
+use crate::resources::ResourceType;
+use crate::table::{self, IncludeObject};
 
 /// The media type aggregated discovery must be answered with, byte for byte.
 const AGGREGATED_DISCOVERY: &str =

@@ -17,14 +17,14 @@ use tokio::time::Instant;
 
 use crate::status::Status;
 
-use super::body::ResponseBody;
-use super::errors::ApiError;
-use super::faults::FaultSettings;
-use super::lock;
-use super::resources::ResourceType;
-use super::server::Shared;
-use super::store::{Filter, Registration, WatchMessage, WatchStart};
-use super::table::{self, IncludeObject};
+use crate::body::ResponseBody;
+use crate::errors::ApiError;
+use crate::faults::FaultSettings;
+use crate::lock;
+use crate::resources::ResourceType;
+use crate::server::Shared;
+use crate::store::{Filter, Registration, WatchMessage, WatchStart};
+use crate::table::{self, IncludeObject};
 
 /// What the client asked for in the query string.
 pub(crate) struct WatchParams {
@@ -123,7 +123,7 @@ async fn stall(shared: Arc<Shared>, body_sender: mpsc::Sender<Bytes>) {
     let mut epoch = shared.watch_epoch.subscribe();
     tokio::select! {
         _ = body_sender.closed() => {}
-        _ = super::stopping(&mut shutdown) => {}
+        _ = crate::stopping(&mut shutdown) => {}
         _ = epoch.changed() => {}
     }
 }
@@ -255,7 +255,7 @@ async fn pump(
                     continue;
                 }
                 _ = tokio::time::sleep_until(deadline) => break 'watch,
-                _ = super::stopping(&mut shutdown) => break 'watch,
+                _ = crate::stopping(&mut shutdown) => break 'watch,
                 _ = epoch.changed() => break 'watch,
                 _ = output.sender.closed() => break 'watch,
             },
@@ -290,7 +290,7 @@ async fn pump(
         let delivered = tokio::select! {
             delivered = output.send(line) => delivered,
             _ = tokio::time::sleep_until(deadline) => false,
-            _ = super::stopping(&mut shutdown) => false,
+            _ = crate::stopping(&mut shutdown) => false,
             _ = epoch.changed() => false,
         };
         if !delivered {

@@ -15,22 +15,22 @@ use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use serde_json::{json, Value};
 
-use super::body::ResponseBody;
-use super::controllers;
-use super::errors::ApiError;
-use super::lock;
-use super::objects::{self, DeleteOptions, FieldValidation, Part, WriteOptions, WriteOutcome};
-use super::patch as patching;
-use super::random::Xorshift;
-use super::resources::{Registry, ResourceType, ScalePaths};
-use super::responses::{json_response, object_response, text_response};
-use super::schema;
-use super::selector::{FieldSelector, LabelSelector};
-use super::server::{Shared, MAX_BODY_BYTES};
-use super::store::{Filter, StoreState};
-use super::table::{self, IncludeObject};
-use super::watch::{self as watching, WatchParams};
-use super::RequestRecord;
+use crate::body::ResponseBody;
+use crate::controllers;
+use crate::errors::ApiError;
+use crate::lock;
+use crate::objects::{self, DeleteOptions, FieldValidation, Part, WriteOptions, WriteOutcome};
+use crate::patch as patching;
+use crate::random::Xorshift;
+use crate::resources::{Registry, ResourceType, ScalePaths};
+use crate::responses::{json_response, object_response, text_response};
+use crate::schema;
+use crate::selector::{FieldSelector, LabelSelector};
+use crate::server::{Shared, MAX_BODY_BYTES};
+use crate::store::{Filter, StoreState};
+use crate::table::{self, IncludeObject};
+use crate::watch::{self as watching, WatchParams};
+use crate::RequestRecord;
 
 /// Fill in the request log's verb, resource, namespace and name (before any fault is injected,
 /// so a test can count, say, how many watches a client retried).
@@ -174,7 +174,7 @@ fn content_type(parts: &http::request::Parts) -> String {
 fn parse_json_body(parts: &http::request::Parts, body: &[u8]) -> Result<Value, ApiError> {
     let kind = content_type(parts);
     if kind == "application/vnd.kubernetes.protobuf" {
-        return super::protobuf::decode_object(body).map_err(|problem| {
+        return crate::protobuf::decode_object(body).map_err(|problem| {
             ApiError::unsupported_media_type(&format!("{kind}: {problem}"), &["application/json"])
         });
     }

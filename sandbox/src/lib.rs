@@ -52,19 +52,20 @@ mod controllers;
 mod errors;
 mod faults;
 mod handlers;
-pub mod names;
+mod names;
 mod objects;
-pub mod patch;
+mod patch;
 mod protobuf;
 mod random;
 mod resources;
 mod responses;
-pub mod schema;
-pub mod selector;
+mod schema;
+mod selector;
 mod server;
+mod status;
 mod store;
 mod table;
-pub mod timefmt;
+mod timefmt;
 mod tls;
 mod watch;
 
@@ -74,6 +75,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
 
 /// How to start a [`Sandbox`]. `Default` gives plain HTTP on `127.0.0.1:0` with no delays.
 #[derive(Clone, Debug)]
@@ -198,8 +201,12 @@ pub struct Sandbox {
 }
 
 impl Sandbox {
-    /// Bind, generate credentials if asked, and start serving in the background.
-    pub async fn start(options: SandboxOptions) -> Result<Sandbox, SandboxError> {
+    /// Bind, generate credentials if asked, and serve in the background until `stop` is
+    /// cancelled (or the `Sandbox` is dropped); [`Sandbox::stopped`] waits for the server to end.
+    pub async fn start(
+        options: SandboxOptions,
+        stop: CancellationToken,
+    ) -> Result<Sandbox, SandboxError> {
         let listener = tokio::net::TcpListener::bind(options.listen)
             .await
             .map_err(|source| SandboxError::Bind {
@@ -216,6 +223,14 @@ impl Sandbox {
         };
         let shared = server::Shared::new(options, addr, security);
         let server_task = tokio::spawn(server::serve(listener, shared.clone()));
+        let watching = shared.clone();
+        tokio::spawn(async move {
+            let mut ended = watching.shutdown.subscribe();
+            tokio::select! {
+                _ = stop.cancelled() => watching.begin_shutdown(),
+                _ = stopping(&mut ended) => {}
+            }
+        });
         tracing::info!(%addr, "sandbox API server listening");
         Ok(Sandbox {
             shared,
@@ -267,8 +282,13 @@ impl Sandbox {
     }
 
     /// Stop accepting connections, end every watch, and wait for open connections to finish.
-    pub async fn shutdown(mut self) {
+    pub async fn shutdown(self) {
         self.shared.begin_shutdown();
+        self.stopped().await;
+    }
+
+    /// Wait until the server has ended (its `stop` token was cancelled, or [`Sandbox::shutdown`]).
+    pub async fn stopped(mut self) {
         if let Some(task) = self.server_task.take() {
             let _ = task.await;
         }

@@ -15,8 +15,8 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-use super::resources::Registry;
-use super::selector::{FieldSelector, LabelSelector};
+use crate::resources::Registry;
+use crate::selector::{FieldSelector, LabelSelector};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum EventType {
@@ -220,7 +220,7 @@ impl Store {
     }
 
     pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, StoreState> {
-        super::lock(&self.state)
+        crate::lock(&self.state)
     }
 
     pub(crate) fn revision(&self) -> u64 {

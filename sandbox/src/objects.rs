@@ -10,16 +10,16 @@ use serde_json::{json, Map, Value};
 
 use crate::status::StatusCause;
 
-use super::builtins::{
+use crate::builtins::{
     check_crd, default_crd, default_namespace, default_pod, default_secret, default_service,
 };
-use super::errors::ApiError;
-use super::names;
-use super::random::Xorshift;
-use super::resources::ResourceType;
-use super::schema;
-use super::store::StoreState;
-use super::timefmt;
+use crate::errors::ApiError;
+use crate::names;
+use crate::random::Xorshift;
+use crate::resources::ResourceType;
+use crate::schema;
+use crate::store::StoreState;
+use crate::timefmt;
 
 /// `?fieldValidation=`: what to do with fields the schema does not know.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -636,7 +636,7 @@ pub(crate) fn update(
 
     match (resource.group.as_str(), resource.plural.as_str()) {
         ("", "pods") if part == Part::Main => {
-            super::builtins::check_pod_update(resource, &name, old, &mut next)?
+            crate::builtins::check_pod_update(resource, &name, old, &mut next)?
         }
         ("", "secrets") => default_secret(resource, &mut next, &name)?,
         ("", "services") if next["spec"]["clusterIP"].is_null() => {

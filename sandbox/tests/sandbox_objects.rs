@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::{cluster, pod, Http};
 use http::Method;
-use postgres_operator::sandbox::SandboxOptions;
+use sandbox::SandboxOptions;
 use serde_json::json;
 
 const PGC: &str = "/apis/workshop.example.com/v1/namespaces/default/postgresclusters";

@@ -195,7 +195,7 @@ fn validate_node(
     }
 
     if let Some(allowed) = schema.get("enum").and_then(Value::as_array) {
-        if !allowed.iter().any(|a| super::patch::json_equal(a, value)) {
+        if !allowed.iter().any(|a| crate::patch::json_equal(a, value)) {
             let quoted: Vec<String> = allowed
                 .iter()
                 .map(|a| {

@@ -9,10 +9,10 @@ use serde_json::{json, Value};
 
 use crate::status::StatusCause;
 
-use super::errors::ApiError;
-use super::random::Xorshift;
-use super::resources::ResourceType;
-use super::timefmt;
+use crate::errors::ApiError;
+use crate::random::Xorshift;
+use crate::resources::ResourceType;
+use crate::timefmt;
 
 pub(crate) fn default_namespace(object: &mut Value, name: &str) {
     object["metadata"]["labels"]["kubernetes.io/metadata.name"] = json!(name);
@@ -38,7 +38,7 @@ pub(crate) fn initial_node(uid: String) -> Value {
             "allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110", "ephemeral-storage": "20Gi"},
             "addresses": [{"type": "InternalIP", "address": "10.0.0.1"},
                           {"type": "Hostname", "address": SANDBOX_NODE}],
-            "nodeInfo": {"kubeletVersion": super::server::GIT_VERSION, "containerRuntimeVersion": "none://sandbox",
+            "nodeInfo": {"kubeletVersion": crate::server::GIT_VERSION, "containerRuntimeVersion": "none://sandbox",
                          "operatingSystem": "linux", "architecture": "amd64"}
         }
     })

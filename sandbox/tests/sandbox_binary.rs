@@ -79,13 +79,11 @@ async fn prints_its_url_serves_and_stops_on_sigterm() {
 #[tokio::test]
 async fn bad_flags_exit_2_with_a_message() {
     for (args, expected) in [
-        (vec!["--listen", "nonsense"], "--listen wants ADDRESS:PORT"),
-        (
-            vec!["--kubelet-delay-ms", "soon"],
-            "wants a number of milliseconds",
-        ),
-        (vec!["--frobnicate"], "unknown argument"),
-        (vec!["--tls-dir"], "--tls-dir needs a value"),
+        (vec!["--listen", "nonsense"], "--listen"),
+        (vec!["--kubelet-delay-ms", "soon"], "--kubelet-delay-ms"),
+        (vec!["--kubelet-delay-ms", "-1"], "-1"),
+        (vec!["--frobnicate"], "--frobnicate"),
+        (vec!["--tls-dir"], "--tls-dir"),
     ] {
         let output = Command::new(BINARY)
             .args(&args)
@@ -95,7 +93,7 @@ async fn bad_flags_exit_2_with_a_message() {
         assert_eq!(output.status.code(), Some(2), "{args:?}");
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(
-            stderr.contains(expected) && stderr.contains("(try --help)"),
+            stderr.contains(expected) && stderr.contains("--help"),
             "{args:?}: {stderr}"
         );
     }

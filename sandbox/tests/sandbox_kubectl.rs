@@ -211,7 +211,7 @@ async fn invalid_clusters_and_strategic_patches_are_refused_clearly() {
 /// kubelet marks it Running.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn get_pods_watch_prints_each_change() {
-    let sandbox = common::start_sandbox_with(postgres_operator::sandbox::SandboxOptions {
+    let sandbox = common::start_sandbox_with(sandbox::SandboxOptions {
         kubelet_delay: Duration::from_millis(300),
         ..Default::default()
     })
@@ -368,7 +368,7 @@ async fn everyday_commands_on_built_in_kinds() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_over_tls_with_a_bearer_token() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let sandbox = common::start_sandbox_with(postgres_operator::sandbox::SandboxOptions {
+    let sandbox = common::start_sandbox_with(sandbox::SandboxOptions {
         credentials_dir: Some(dir.path().to_path_buf()),
         ..Default::default()
     })

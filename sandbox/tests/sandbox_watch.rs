@@ -9,7 +9,7 @@ mod common;
 use std::time::Duration;
 
 use common::{cluster, pod, Http};
-use postgres_operator::sandbox::{InjectedFault, SandboxOptions};
+use sandbox::{InjectedFault, SandboxOptions};
 use serde_json::json;
 
 const PODS: &str = "/api/v1/namespaces/default/pods";

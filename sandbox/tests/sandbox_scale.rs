@@ -11,7 +11,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::Http;
-use postgres_operator::sandbox::SandboxOptions;
+use sandbox::SandboxOptions;
 use serde_json::json;
 
 const OBJECTS: usize = 10_000;

@@ -7,11 +7,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::builtins;
-use super::lock;
-use super::objects::{self, DeleteOptions};
-use super::random::Xorshift;
-use super::server::Shared;
+use crate::builtins;
+use crate::lock;
+use crate::objects::{self, DeleteOptions};
+use crate::random::Xorshift;
+use crate::server::Shared;
 
 /// A failure to answer instead of the real response.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -1,0 +1,120 @@
+//! The sandbox API server as a program: an in-memory Kubernetes API server for kubectl and the
+//! workshop's operator. No containers run; pods only get a simulated status.
+//!
+//! WORKSHOP.md, "Set-up: the sandbox".
+//!
+//! ```text
+//! cargo run --bin sandbox -- --listen 127.0.0.1:8001
+//! kubectl --server http://127.0.0.1:8001 get pgc
+//! cargo run --bin sandbox -- --listen 127.0.0.1:8443 --tls-dir /tmp/sandbox-creds
+//! ```
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use sandbox::{Sandbox, SandboxOptions};
+use tokio_util::sync::CancellationToken;
+
+/// sandbox: the workshop's set-up. An in-memory Kubernetes API server for kubectl and the
+/// operator stages. No containers run: pods only get a simulated status. Stops on SIGTERM or
+/// Ctrl-C, and forgets everything.
+#[derive(Parser, Debug)]
+#[command(
+    name = "sandbox",
+    after_help = "examples:\n  \
+        sandbox                                   # then: kubectl --server http://127.0.0.1:8001 get pgc\n  \
+        sandbox --listen 127.0.0.1:8443 --tls-dir /tmp/sandbox-creds   # HTTPS with a token, like a cluster\n  \
+        sandbox --established-delay-ms 2000 --kubelet-delay-ms 1000    # slower, like a real cluster\n\n\
+        exit status: 0 stopped by SIGTERM or Ctrl-C, 1 could not start (is the port taken?), 2 bad flags"
+)]
+struct Flags {
+    /// Where to listen (port 0 picks a free one).
+    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:8001")]
+    listen: SocketAddr,
+    /// Serve HTTPS with a generated CA, require a bearer token, and write DIR/ca.crt, DIR/token
+    /// and DIR/namespace (a service-account directory).
+    #[arg(long, value_name = "DIR")]
+    tls_dir: Option<PathBuf>,
+    /// How long a new CRD waits before it is Established, in milliseconds.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    established_delay_ms: u64,
+    /// How long a new pod stays Pending before it is Running, in milliseconds.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    kubelet_delay_ms: u64,
+    /// How long a deleted pod stays Terminating, in milliseconds (0: gone at once).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pod_termination_delay_ms: u64,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let flags = Flags::parse();
+    init_logging();
+    let options = SandboxOptions {
+        listen: flags.listen,
+        credentials_dir: flags.tls_dir.clone(),
+        established_delay: Duration::from_millis(flags.established_delay_ms),
+        kubelet_delay: Duration::from_millis(flags.kubelet_delay_ms),
+        pod_termination_delay: Duration::from_millis(flags.pod_termination_delay_ms),
+        log_requests: true,
+        // What a learner sees in `kubectl describe pod`: the scheduler's and kubelet's Events.
+        pod_events: true,
+        ..SandboxOptions::default()
+    };
+    let stop = CancellationToken::new();
+    let sandbox = match Sandbox::start(options, stop.clone()).await {
+        Ok(sandbox) => sandbox,
+        Err(error) => {
+            eprintln!("sandbox: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    println!("sandbox API server at {}", sandbox.url());
+    match flags.tls_dir {
+        None => println!(
+            "use it with:\n  kubectl --server {} get pgc\n  (add --cache-dir \"$(mktemp -d)\" if an earlier server used this port)",
+            sandbox.url()
+        ),
+        Some(dir) => println!(
+            "use it with:\n  kubectl --server {} --certificate-authority {} --token \"$(cat {})\" get pgc",
+            sandbox.url(),
+            dir.join("ca.crt").display(),
+            dir.join("token").display()
+        ),
+    }
+    println!("no containers run here: pods get a simulated status only. Ctrl-C stops it.");
+    shutdown_signal().await;
+    stop.cancel();
+    sandbox.stopped().await;
+    ExitCode::SUCCESS
+}
+
+/// Log to stderr, filtered by `RUST_LOG` (default `info`).
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
+}
+
+/// SIGTERM (what Kubernetes and most supervisors send) or Ctrl-C.
+async fn shutdown_signal() {
+    let mut sigterm = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+    {
+        Ok(sigterm) => sigterm,
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => tracing::info!("received Ctrl-C, shutting down"),
+        _ = sigterm.recv() => tracing::info!("received SIGTERM, shutting down"),
+    }
+}
