@@ -6,10 +6,12 @@
 //!   `cargo run` the tour, `kubectl ARGS` the real kubectl (with a fresh `--cache-dir` and no
 //!   kubeconfig). The lines after it are everything it prints, in order (`...` stands for any
 //!   number of lines).
-//! - `$ COMMAND &` starts a long-running command (the sandbox, an operator) in the current
-//!   terminal. The lines after it are what it prints on its own; they must appear before the
+//! - `$ COMMAND` of a program that runs until stopped (the sandbox, an operator stage: see
+//!   [`runs_until_stopped`]) starts it in the current terminal, which the learner then leaves to
+//!   it. The lines after it are what it prints on its own; they must appear before the
 //!   transcript goes on. At the end of the block it gets SIGTERM and must exit 0 (the sandbox
-//!   instead keeps serving the rest of the document).
+//!   instead keeps serving the rest of the document). No command ends with `&`: a job in the
+//!   background of a shell gets no Ctrl-C, and the text tells the learner to stop these with it.
 //! - `# terminal NAME` switches terminal. Lines after it, before the next `$`, are what the command
 //!   running in that terminal prints next, in reaction to what came before: the test waits for
 //!   them, in order, continuing from the last line it matched there.
@@ -76,6 +78,18 @@ struct Transcript {
     actions: Vec<Action>,
 }
 
+/// The programs that serve or reconcile until Ctrl-C or SIGTERM: the sandbox and the operator
+/// stages from 02 on (stage 01 registers the CRD and exits; the tour ends by itself).
+fn runs_until_stopped(command: &str) -> bool {
+    let words: Vec<&str> = command.split_whitespace().collect();
+    let binary = match words.as_slice() {
+        ["cargo", "run", "--bin", binary, ..] => binary,
+        ["cargo", "run", "--release", "--bin", binary, ..] => binary,
+        _ => return false,
+    };
+    *binary == "sandbox" || (binary.starts_with("stage") && *binary != "stage01")
+}
+
 fn parse_transcripts(markdown: &str) -> Vec<Transcript> {
     let mut transcripts = Vec::new();
     let mut current: Option<Transcript> = None;
@@ -100,18 +114,20 @@ fn parse_transcripts(markdown: &str) -> Vec<Transcript> {
             transcripts.extend(current.take());
         } else if let Some(command) = trimmed.strip_prefix("$ ") {
             expecting_terminal = None;
-            transcript.actions.push(match command.strip_suffix(" &") {
-                Some(command) => Action::Start {
-                    command: command.trim().to_string(),
+            let command = command.trim().to_string();
+            transcript.actions.push(if runs_until_stopped(&command) {
+                Action::Start {
+                    command,
                     terminal: terminal.clone(),
                     expected: Vec::new(),
                     line,
-                },
-                None => Action::Run {
-                    command: command.trim().to_string(),
+                }
+            } else {
+                Action::Run {
+                    command,
                     expected: Vec::new(),
                     line,
-                },
+                }
             });
         } else if let Some(name) = trimmed.strip_prefix("# terminal ") {
             terminal = name.trim().to_string();
@@ -586,6 +602,30 @@ fn workshop_transcripts_match_the_code() {
     }
 }
 
+/// A command the text means for a terminal of its own is not sent to the background with `&`
+/// (it would get no Ctrl-C), in WORKSHOP.md and README.md alike.
+#[test]
+fn no_command_in_the_docs_runs_in_the_background() {
+    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    for doc in ["WORKSHOP.md", "README.md"] {
+        let text = std::fs::read_to_string(repo.join(doc)).expect("read the doc");
+        let backgrounded: Vec<usize> = text
+            .lines()
+            .enumerate()
+            .filter(|(_, line)| {
+                let command = line.split(" # ").next().unwrap_or_default().trim_end();
+                command.ends_with(" &") && !command.ends_with("&&")
+            })
+            .map(|(index, _)| index + 1)
+            .collect();
+        assert_eq!(
+            backgrounded,
+            Vec::<usize>::new(),
+            "{doc}: these lines end a command with `&`"
+        );
+    }
+}
+
 /// No shell session hides in a block this test does not run.
 #[test]
 fn every_shell_session_in_the_workshop_is_a_console_block() {
@@ -601,7 +641,7 @@ fn every_shell_session_in_the_workshop_is_a_console_block() {
 /// The parser reads commands, background jobs, terminal switches and expected output.
 #[test]
 fn parser_reads_commands_background_jobs_and_terminals() {
-    let markdown = "text\n```console\n# terminal 1\n$ cargo run --bin stage02 -- --server http://127.0.0.1:8001 &\nWatch version: 12\n# terminal 2\n$ kubectl get pgc\nNAME   SIZE\n# terminal 1\nPostgresCluster event: ADDED\n# a comment\n```\n```sh\n$ not a transcript\n```\n";
+    let markdown = "text\n```console\n# terminal 1\n$ cargo run --bin stage02 -- --server http://127.0.0.1:8001\nWatch version: 12\n# terminal 2\n$ kubectl get pgc\nNAME   SIZE\n# terminal 1\nPostgresCluster event: ADDED\n# a comment\n```\n```sh\n$ not a transcript\n```\n";
     let transcripts = parse_transcripts(markdown);
     assert_eq!(transcripts.len(), 1);
     let actions = &transcripts[0].actions;
