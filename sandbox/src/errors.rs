@@ -3,9 +3,8 @@
 //!
 //! WORKSHOP.md, "Set-up: the sandbox" and step 01 ("When the server says no").
 
-use crate::status::{Status, StatusCause, StatusDetails};
-
 use crate::resources::ResourceType;
+use crate::status::{Status, StatusCause, StatusDetails};
 
 /// A request the sandbox refuses: the Status to send, plus optional extra headers.
 #[derive(Clone, Debug)]
