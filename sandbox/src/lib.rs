@@ -7,12 +7,14 @@
 //!
 //! # Module map
 //!
-//! Layered from the top (what a caller touches) down to pure helpers. A module imports only
-//! modules of a lower layer, or of its own layer when the two do not import each other back;
-//! never one above it (STYLE.md rule 10: the kinds sit below the store, the store below the
-//! shared state, the state below the handlers, the handlers below the server and router).
-//! `tests/module_layers.rs` reads this table and the `crate::` paths of every file, and fails
-//! on an import that points up or closes a cycle.
+//! Layered from the top (what a caller touches) down to pure helpers. A module in layer N may
+//! import modules of layers 0 to N, never above: the helpers import nothing of the crate, the
+//! kinds only helpers, the store the kinds, the shared state (`Shared`, which holds the store)
+//! the store, the answers and handlers the state, and the server the handlers. Inside one
+//! layer imports go one way too. That is STYLE.md rule 10, except that `Shared` holds the
+//! `Store`, so here the store sits below the state. `tests/module_layers.rs` reads this table
+//! and the `crate::` paths of every file, and fails on an import that points up or closes a
+//! cycle.
 //!
 //! | module | what it holds | layer |
 //! |---|---|---|
@@ -34,7 +36,7 @@
 //! | `options.rs` | [`SandboxOptions`] and [`SandboxError`]: how to start, what can fail | 0 helpers |
 //! | `access.rs` | `kubectl auth can-i`: access reviews, always allowed (there is no RBAC), with a warning | 0 helpers |
 //! | `protobuf.rs` | decoding the protobuf bodies `kubectl create namespace/secret/configmap` send | 0 helpers |
-//! | `schema.rs`, `patch.rs` | CRD schema validation, defaulting and pruning; the three patch kinds | 0 helpers |
+//! | `schema.rs`, `patch.rs` | CRD schema validation and pruning; the three patch kinds | 0 helpers |
 //! | `selector.rs`, `names.rs` | label and field selectors; DNS-1123 names and label values | 0 helpers |
 //! | `status.rs`, `body.rs` | the `Status` wire type; the response body (whole or streamed) | 0 helpers |
 //! | `timefmt.rs`, `random.rs`, `sync.rs` | RFC 3339 and ages; xorshift; locking a mutex | 0 helpers |
