@@ -7,11 +7,10 @@
 use base64::Engine;
 use serde_json::{json, Value};
 
-use crate::status::StatusCause;
-
 use crate::errors::ApiError;
 use crate::random::Xorshift;
-use crate::resources::ResourceType;
+use crate::resources::{ResourceType, GIT_VERSION};
+use crate::status::StatusCause;
 use crate::timefmt;
 
 pub(crate) fn default_namespace(object: &mut Value, name: &str) {
@@ -38,7 +37,7 @@ pub(crate) fn initial_node(uid: String) -> Value {
             "allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110", "ephemeral-storage": "20Gi"},
             "addresses": [{"type": "InternalIP", "address": "10.0.0.1"},
                           {"type": "Hostname", "address": SANDBOX_NODE}],
-            "nodeInfo": {"kubeletVersion": crate::server::GIT_VERSION, "containerRuntimeVersion": "none://sandbox",
+            "nodeInfo": {"kubeletVersion": GIT_VERSION, "containerRuntimeVersion": "none://sandbox",
                          "operatingSystem": "linux", "architecture": "amd64"}
         }
     })

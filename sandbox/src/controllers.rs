@@ -9,9 +9,9 @@ use std::sync::Arc;
 use serde_json::json;
 
 use crate::builtins;
-use crate::lock;
 use crate::objects::{self, FollowUp};
-use crate::server::Shared;
+use crate::state::Shared;
+use crate::sync::lock;
 
 /// Start the timers that finish what a write began (after the store lock is released).
 pub(crate) fn spawn_follow_ups(shared: &Arc<Shared>, follow_ups: Vec<FollowUp>) {
@@ -23,10 +23,9 @@ pub(crate) fn spawn_follow_ups(shared: &Arc<Shared>, follow_ups: Vec<FollowUp>) 
                 FollowUp::EstablishCrd { .. } => *lock(&shared.established_delay),
                 FollowUp::RemovePod { .. } => shared.options.pod_termination_delay,
             };
-            let mut shutdown = shared.shutdown.subscribe();
             tokio::select! {
                 _ = tokio::time::sleep(delay) => {}
-                _ = crate::stopping(&mut shutdown) => return,
+                _ = shared.shutdown.cancelled() => return,
             }
             match follow_up {
                 FollowUp::StartPod {

@@ -3,9 +3,8 @@
 //!
 //! WORKSHOP.md, "Set-up: the sandbox" and step 01 ("When the server says no").
 
-use crate::status::{Status, StatusCause, StatusDetails};
-
 use crate::resources::ResourceType;
+use crate::status::{Status, StatusCause, StatusDetails};
 
 /// A request the sandbox refuses: the Status to send, plus optional extra headers.
 #[derive(Clone, Debug)]
@@ -246,5 +245,43 @@ impl ApiError {
 
     pub(crate) fn unauthorized() -> ApiError {
         Status::failure(401, "Unauthorized", "Unauthorized").into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resources::Registry;
+
+    /// One invalid field is named plainly; several are bracketed, as apimachinery's NewInvalid
+    /// writes them, and each is a cause.
+    #[test]
+    fn invalid_lists_several_causes_in_brackets() {
+        let registry = Registry::with_builtins();
+        let pods = registry.find("", "v1", "pods").expect("pods are built in");
+        let cause = |field: &str, message: &str| StatusCause {
+            reason: "FieldValueInvalid".into(),
+            message: message.into(),
+            field: field.into(),
+        };
+        let one = ApiError::invalid(pods, "db9", vec![cause("spec.a", "Required value")]);
+        assert_eq!(
+            one.status.message,
+            "Pod \"db9\" is invalid: spec.a: Required value"
+        );
+        let two = ApiError::invalid(
+            pods,
+            "db9",
+            vec![
+                cause("spec.a", "Required value"),
+                cause("spec.b", "Invalid value: 0"),
+            ],
+        );
+        assert_eq!(
+            two.status.message,
+            "Pod \"db9\" is invalid: [spec.a: Required value, spec.b: Invalid value: 0]"
+        );
+        assert_eq!(two.code(), 422);
+        assert_eq!(two.status.details.as_ref().map(|d| d.causes.len()), Some(2));
     }
 }

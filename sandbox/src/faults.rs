@@ -2,69 +2,28 @@
 //! /work/shared/reference/watch-semantics.md, "Fault cases worth a test each") on one handle.
 //!
 //! WORKSHOP.md, "Set-up: the sandbox" and step 02 (testing list-then-watch against faults).
-//! Each setting applies to requests that start after it is made.
+//! Each setting applies to requests that start after it is made. The switches themselves
+//! (`FaultSettings`, `InjectedFault`) live in `state.rs`, where every request reads them.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::builtins;
-use crate::lock;
 use crate::objects::{self, DeleteOptions};
 use crate::random::Xorshift;
-use crate::server::Shared;
-
-/// A failure to answer instead of the real response.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum InjectedFault {
-    /// A proper Status body with this code and reason (+ a `Retry-After` header if set).
-    /// 410 comes out as reason `Expired`, the way a watch start can fail.
-    Status {
-        code: u16,
-        reason: String,
-        retry_after_seconds: Option<u32>,
-    },
-    /// A body that is not JSON at all, e.g. an HTML error page from a proxy.
-    NonJson { code: u16, body: String },
-    /// 200 with an empty body, connection closed at once.
-    EmptyOk,
-}
-
-/// The current fault settings, read by each request as it starts.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct FaultSettings {
-    pub(crate) end_watches_after_events: Option<usize>,
-    pub(crate) end_watches_after: Option<Duration>,
-    pub(crate) stall_watches: bool,
-    pub(crate) watch_chunk_size: Option<usize>,
-    pub(crate) watch_events_per_chunk: Option<usize>,
-    pub(crate) pending_failures: Vec<PendingFailure>,
-}
-
-#[derive(Clone, Debug)]
-pub(crate) struct PendingFailure {
-    pub(crate) remaining: usize,
-    pub(crate) path_contains: String,
-    pub(crate) fault: InjectedFault,
-}
-
-impl FaultSettings {
-    /// The fault to answer a request for `path` with, if one is pending (and count it used).
-    pub(crate) fn take_failure(&mut self, path: &str) -> Option<InjectedFault> {
-        let pending = self
-            .pending_failures
-            .iter_mut()
-            .find(|p| p.remaining > 0 && path.contains(&p.path_contains))?;
-        pending.remaining -= 1;
-        let fault = pending.fault.clone();
-        self.pending_failures.retain(|p| p.remaining > 0);
-        Some(fault)
-    }
-}
+use crate::state::{InjectedFault, PendingFailure, Shared};
+use crate::sync::lock;
 
 /// A handle on the running sandbox's fault switches. Cheap to clone.
 #[derive(Clone)]
 pub struct Faults {
     shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Faults {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Faults")
+    }
 }
 
 impl Faults {

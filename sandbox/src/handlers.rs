@@ -18,19 +18,23 @@ use serde_json::{json, Value};
 use crate::body::ResponseBody;
 use crate::controllers;
 use crate::errors::ApiError;
-use crate::lock;
 use crate::objects::{self, DeleteOptions, FieldValidation, Part, WriteOptions, WriteOutcome};
 use crate::patch as patching;
+use crate::protobuf;
 use crate::random::Xorshift;
 use crate::resources::{Registry, ResourceType, ScalePaths};
 use crate::responses::{json_response, object_response, text_response};
 use crate::schema;
 use crate::selector::{FieldSelector, LabelSelector};
-use crate::server::{Shared, MAX_BODY_BYTES};
+use crate::state::{RequestRecord, Shared};
+use crate::status::Status;
 use crate::store::{Filter, StoreState};
+use crate::sync::lock;
 use crate::table::{self, IncludeObject};
 use crate::watch::{self as watching, WatchParams};
-use crate::RequestRecord;
+
+/// kube-apiserver refuses request bodies over 3 MiB.
+const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
 
 /// Fill in the request log's verb, resource, namespace and name (before any fault is injected,
 /// so a test can count, say, how many watches a client retried).
@@ -174,7 +178,7 @@ fn content_type(parts: &http::request::Parts) -> String {
 fn parse_json_body(parts: &http::request::Parts, body: &[u8]) -> Result<Value, ApiError> {
     let kind = content_type(parts);
     if kind == "application/vnd.kubernetes.protobuf" {
-        return crate::protobuf::decode_object(body).map_err(|problem| {
+        return protobuf::decode_object(body).map_err(|problem| {
             ApiError::unsupported_media_type(&format!("{kind}: {problem}"), &["application/json"])
         });
     }
@@ -600,11 +604,7 @@ fn apply_patch(patch_type: &str, mut base: Value, document: &Value) -> Result<Va
         "application/json-patch+json" => {
             patching::json_patch(&mut base, document).map_err(|e| {
                 // kube-apiserver answers a failed operation (a `test`, a missing path) with 422.
-                ApiError::from(crate::status::Status::failure(
-                    422,
-                    "Invalid",
-                    e.to_string(),
-                ))
+                ApiError::from(Status::failure(422, "Invalid", e.to_string()))
             })?;
             Ok(base)
         }

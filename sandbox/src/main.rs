@@ -39,14 +39,14 @@ struct Flags {
     #[arg(long, value_name = "DIR")]
     tls_dir: Option<PathBuf>,
     /// How long a new CRD waits before it is Established, in milliseconds.
-    #[arg(long, value_name = "N", default_value_t = 0)]
-    established_delay_ms: u64,
+    #[arg(long, value_name = "MS", default_value = "0", value_parser = milliseconds, allow_negative_numbers = true)]
+    established_delay_ms: Duration,
     /// How long a new pod stays Pending before it is Running, in milliseconds.
-    #[arg(long, value_name = "N", default_value_t = 0)]
-    kubelet_delay_ms: u64,
+    #[arg(long, value_name = "MS", default_value = "0", value_parser = milliseconds, allow_negative_numbers = true)]
+    kubelet_delay_ms: Duration,
     /// How long a deleted pod stays Terminating, in milliseconds (0: gone at once).
-    #[arg(long, value_name = "N", default_value_t = 0)]
-    pod_termination_delay_ms: u64,
+    #[arg(long, value_name = "MS", default_value = "0", value_parser = milliseconds, allow_negative_numbers = true)]
+    pod_termination_delay_ms: Duration,
 }
 
 #[tokio::main]
@@ -56,9 +56,9 @@ async fn main() -> ExitCode {
     let options = SandboxOptions {
         listen: flags.listen,
         credentials_dir: flags.tls_dir.clone(),
-        established_delay: Duration::from_millis(flags.established_delay_ms),
-        kubelet_delay: Duration::from_millis(flags.kubelet_delay_ms),
-        pod_termination_delay: Duration::from_millis(flags.pod_termination_delay_ms),
+        established_delay: flags.established_delay_ms,
+        kubelet_delay: flags.kubelet_delay_ms,
+        pod_termination_delay: flags.pod_termination_delay_ms,
         log_requests: true,
         // What a learner sees in `kubectl describe pod`: the scheduler's and kubelet's Events.
         pod_events: true,
@@ -90,6 +90,15 @@ async fn main() -> ExitCode {
     stop.cancel();
     sandbox.stopped().await;
     ExitCode::SUCCESS
+}
+
+/// A delay flag's value: whole milliseconds. `-1`, `1e30` or `soon` are usage errors (exit 2,
+/// naming the flag); `allow_negative_numbers` makes clap hand `-1` here instead of reading it as
+/// an unknown flag.
+fn milliseconds(text: &str) -> Result<Duration, String> {
+    text.parse::<u64>()
+        .map(Duration::from_millis)
+        .map_err(|_| "expected a whole number of milliseconds, such as 1500".to_string())
 }
 
 /// Log to stderr, filtered by `RUST_LOG` (default `info`).

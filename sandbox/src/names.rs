@@ -1,13 +1,9 @@
-//! Object names: the DNS-1123 rules the API server checks on `metadata.name`, and the random
-//! five-character suffix it appends for `metadata.generateName`.
+//! Object names: the DNS-1123 rules the API server checks on `metadata.name`, and the rules for
+//! label keys and values. (The five-character `generateName` suffix comes from `random.rs`.)
 //!
 //! Part of WORKSHOP.md "Set-up: the sandbox API server". Messages are worded exactly like
 //! apimachinery's `validation.IsDNS1123Subdomain` / `IsDNS1123Label`, so a learner who meets them
 //! here recognises them on a real cluster.
-
-use std::collections::hash_map::RandomState;
-use std::hash::{BuildHasher, Hasher};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Most objects (and CRD names) must be DNS-1123 subdomains, at most this long.
 pub const DNS1123_SUBDOMAIN_MAX_LENGTH: usize = 253;
@@ -25,15 +21,6 @@ const QUALIFIED_NAME_FORMAT: &str = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]";
 const QUALIFIED_NAME_MESSAGE: &str = "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character";
 const LABEL_VALUE_FORMAT: &str = "(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?";
 const LABEL_VALUE_MESSAGE: &str = "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character";
-
-/// The alphabet `k8s.io/apimachinery/pkg/util/rand` draws from: no vowels (so no accidental
-/// words) and no look-alikes such as 0/o, 1/l, 3/e.
-pub const NAME_SUFFIX_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-/// `generateName` gets this many random characters appended.
-pub const NAME_SUFFIX_LENGTH: usize = 5;
-/// The API server cuts `generateName` so that prefix + suffix fits in a subdomain; kept here so
-/// callers do the same (`names.SimpleNameGenerator` uses 63 - 5 = 58 characters of prefix).
-pub const GENERATE_NAME_MAX_PREFIX: usize = DNS1123_LABEL_MAX_LENGTH - NAME_SUFFIX_LENGTH;
 
 /// Checks a name against DNS-1123 subdomain rules (≤253 characters, lowercase alphanumerics,
 /// '-' and '.', starting and ending alphanumeric, each dot-separated part a label).
@@ -134,49 +121,6 @@ pub fn validate_label_value(value: &str) -> Result<(), String> {
         ));
     }
     into_result(problems)
-}
-
-/// Five characters for a `generateName` object, drawn from [`NAME_SUFFIX_ALPHABET`] by a small
-/// xorshift generator started from `seed`. The same seed gives the same suffix, so tests can
-/// pin names; the sandbox passes [`random_seed`].
-pub fn generate_name_suffix(seed: u64) -> String {
-    let mut state = seed ^ 0x9E37_79B9_7F4A_7C15; // avoid the all-zero state xorshift never leaves
-    if state == 0 {
-        state = 0x2545_F491_4F6C_DD1D;
-    }
-    (0..NAME_SUFFIX_LENGTH)
-        .map(|_| {
-            state = xorshift64(state);
-            let index = (state % NAME_SUFFIX_ALPHABET.len() as u64) as usize;
-            char::from(NAME_SUFFIX_ALPHABET[index])
-        })
-        .collect()
-}
-
-/// The full name for `generateName: prefix`: the prefix cut to 58 characters, then the suffix.
-pub fn generate_name(prefix: &str, seed: u64) -> String {
-    let cut = prefix
-        .char_indices()
-        .nth(GENERATE_NAME_MAX_PREFIX)
-        .map_or(prefix, |(index, _)| &prefix[..index]);
-    format!("{cut}{}", generate_name_suffix(seed))
-}
-
-/// A seed that differs per call: std's per-process random hasher keys mixed with the clock.
-pub fn random_seed() -> u64 {
-    let mut hasher = RandomState::new().build_hasher();
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |since| since.as_nanos());
-    hasher.write_u128(nanos);
-    hasher.finish()
-}
-
-fn xorshift64(mut state: u64) -> u64 {
-    state ^= state << 13;
-    state ^= state >> 7;
-    state ^= state << 17;
-    state
 }
 
 fn is_label_char(byte: u8) -> bool {
@@ -359,30 +303,5 @@ mod tests {
             validate_label_value(&"v".repeat(64)),
             Err("must be no more than 63 characters".to_string())
         );
-    }
-
-    /// Suffixes are five characters from the Kubernetes alphabet, deterministic per seed.
-    #[test]
-    fn suffix_alphabet_and_determinism() {
-        for seed in [0, 1, 42, u64::MAX, random_seed()] {
-            let suffix = generate_name_suffix(seed);
-            assert_eq!(suffix.len(), 5);
-            assert!(
-                suffix.bytes().all(|b| NAME_SUFFIX_ALPHABET.contains(&b)),
-                "{suffix}"
-            );
-            assert_eq!(suffix, generate_name_suffix(seed));
-        }
-        assert_ne!(generate_name_suffix(1), generate_name_suffix(2));
-    }
-
-    /// Generated names stay valid labels even from a very long prefix.
-    #[test]
-    fn generated_names_are_valid() {
-        let name = generate_name("db1-", 7);
-        assert!(name.starts_with("db1-") && name.len() == 9, "{name}");
-        let long = generate_name(&"p".repeat(100), 7);
-        assert_eq!(long.len(), 63);
-        assert_eq!(validate_dns1123_label(&long), Ok(()));
     }
 }

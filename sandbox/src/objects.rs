@@ -8,8 +8,6 @@ use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
 
-use crate::status::StatusCause;
-
 use crate::builtins::{
     check_crd, default_crd, default_namespace, default_pod, default_secret, default_service,
 };
@@ -18,6 +16,7 @@ use crate::names;
 use crate::random::Xorshift;
 use crate::resources::ResourceType;
 use crate::schema;
+use crate::status::StatusCause;
 use crate::store::StoreState;
 use crate::timefmt;
 

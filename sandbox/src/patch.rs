@@ -82,36 +82,6 @@ pub fn merge_patch(target: &mut Value, patch: &Value) {
     }
 }
 
-/// The merge patch that turns `original` into `modified` (the inverse of [`merge_patch`]).
-///
-/// RFC 7386 cannot express "set this key to null", so a `null` in `modified` comes out as a
-/// deletion. kubectl computes the same kind of diff for `apply` on custom resources.
-pub fn create_merge_patch(original: &Value, modified: &Value) -> Value {
-    match (original, modified) {
-        (Value::Object(before), Value::Object(after)) => {
-            let mut patch = Map::new();
-            for key in before.keys() {
-                if !after.contains_key(key) {
-                    patch.insert(key.clone(), Value::Null);
-                }
-            }
-            for (key, after_value) in after {
-                match before.get(key) {
-                    Some(before_value) if json_equal(before_value, after_value) => {}
-                    Some(before_value) if before_value.is_object() && after_value.is_object() => {
-                        patch.insert(key.clone(), create_merge_patch(before_value, after_value));
-                    }
-                    _ => {
-                        patch.insert(key.clone(), after_value.clone());
-                    }
-                }
-            }
-            Value::Object(patch)
-        }
-        _ => modified.clone(),
-    }
-}
-
 /// JSON equality in the RFC 6902 sense: numbers compare by value, so `1` equals `1.0`.
 pub fn json_equal(left: &Value, right: &Value) -> bool {
     match (left, right) {
@@ -1454,6 +1424,40 @@ mod tests {
                 .to_string();
             assert!(error.contains(expected), "{patch}: {error}");
             assert_eq!(target, original);
+        }
+    }
+
+    /// The merge patch that turns `original` into `modified` (the inverse of `merge_patch`), so
+    /// the property tests below can check the patch kinds against each other.
+    ///
+    /// RFC 7386 cannot express "set this key to null", so a `null` in `modified` comes out as a
+    /// deletion. kubectl computes the same kind of diff for `apply` on custom resources.
+    fn create_merge_patch(original: &Value, modified: &Value) -> Value {
+        match (original, modified) {
+            (Value::Object(before), Value::Object(after)) => {
+                let mut patch = Map::new();
+                for key in before.keys() {
+                    if !after.contains_key(key) {
+                        patch.insert(key.clone(), Value::Null);
+                    }
+                }
+                for (key, after_value) in after {
+                    match before.get(key) {
+                        Some(before_value) if json_equal(before_value, after_value) => {}
+                        Some(before_value)
+                            if before_value.is_object() && after_value.is_object() =>
+                        {
+                            patch
+                                .insert(key.clone(), create_merge_patch(before_value, after_value));
+                        }
+                        _ => {
+                            patch.insert(key.clone(), after_value.clone());
+                        }
+                    }
+                }
+                Value::Object(patch)
+            }
+            _ => modified.clone(),
         }
     }
 

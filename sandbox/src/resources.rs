@@ -7,6 +7,10 @@
 
 use serde_json::{json, Value};
 
+/// What `/version`, discovery and OpenAPI report. kubectl here is a dispatcher that picks its
+/// real binary by the version's `minor` (32).
+pub(crate) const GIT_VERSION: &str = "v1.32.4+sandbox";
+
 /// Where the replica count lives in a custom object, for the `/scale` subresource.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct ScalePaths {
@@ -510,7 +514,7 @@ impl Registry {
         }
         Some(json!({
             "openapi": "3.0.0",
-            "info": {"title": "Kubernetes (sandbox)", "version": crate::server::GIT_VERSION},
+            "info": {"title": "Kubernetes (sandbox)", "version": GIT_VERSION},
             "paths": paths,
             "components": {"schemas": schemas}
         }))

@@ -8,8 +8,9 @@ use serde_json::{json, Value};
 
 use crate::body::ResponseBody;
 use crate::errors::ApiError;
-use crate::faults::InjectedFault;
 use crate::resources::ResourceType;
+use crate::state::InjectedFault;
+use crate::status::{Status, StatusDetails};
 use crate::table::{self, IncludeObject};
 
 /// The media type aggregated discovery must be answered with, byte for byte.
@@ -157,10 +158,9 @@ pub(crate) fn injected_response(fault: InjectedFault) -> Response<ResponseBody> 
             } else {
                 reason
             };
-            let mut status =
-                crate::status::Status::failure(code, &reason, format!("injected fault: {reason}"));
+            let mut status = Status::failure(code, &reason, format!("injected fault: {reason}"));
             if retry_after_seconds.is_some() {
-                status.details = Some(crate::status::StatusDetails {
+                status.details = Some(StatusDetails {
                     retry_after_seconds,
                     ..Default::default()
                 });

@@ -17,9 +17,8 @@
 //! `uniqueItems`, `x-kubernetes-validations` (CEL), `default`, `additionalProperties: false`.
 //!
 //! Also here for `fieldValidation`: [`duplicate_fields`] (serde_json keeps the last of two equal
-//! keys, so duplicates must be found in the raw body), [`drop_null_fields`], and the exact
-//! message helpers [`unknown_field_message`], [`duplicate_field_message`],
-//! [`strict_decoding_message`] and [`invalid_status_message`].
+//! keys, so duplicates must be found in the raw body), and the exact message helpers
+//! [`unknown_field_message`], [`duplicate_field_message`] and [`strict_decoding_message`].
 
 use serde_json::{Map, Value};
 
@@ -43,34 +42,12 @@ impl FieldError {
             message,
         }
     }
-
-    /// The `details.causes[]` entry for this error.
-    pub fn to_cause(&self) -> Value {
-        serde_json::json!({"reason": self.reason, "message": self.message, "field": self.field})
-    }
 }
 
 impl std::fmt::Display for FieldError {
     /// `spec.size: Invalid value: ...`, as kubectl prints each cause.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}: {}", self.field, self.message)
-    }
-}
-
-/// The top-level message of a 422 Invalid Status, as apimachinery's `NewInvalid` builds it:
-/// `PostgresCluster.workshop.example.com "db9" is invalid: spec.size: ...`, with several errors
-/// in `[a, b]`.
-pub fn invalid_status_message(group_kind: &str, name: &str, errors: &[FieldError]) -> String {
-    match errors {
-        [] => format!("{group_kind} \"{name}\" is invalid"),
-        [only] => format!("{group_kind} \"{name}\" is invalid: {only}"),
-        many => {
-            let joined: Vec<String> = many.iter().map(ToString::to_string).collect();
-            format!(
-                "{group_kind} \"{name}\" is invalid: [{}]",
-                joined.join(", ")
-            )
-        }
     }
 }
 
@@ -169,8 +146,8 @@ fn validate_node(
     let declared_type = schema.get("type").and_then(Value::as_str);
 
     if value.is_null() {
-        // The real server prunes nulls of non-nullable fields before validating (see
-        // `drop_null_fields`); a null that reaches validation is a type error.
+        // kube-apiserver drops nulls of non-nullable fields before validating (they then count
+        // as absent); the sandbox does not, so a null that reaches validation is a type error.
         let type_name = if int_or_string {
             Some("integer,string".to_string())
         } else {
@@ -686,50 +663,6 @@ impl DuplicateScanner<'_> {
                 _ => self.position += 1,
             }
         }
-    }
-}
-
-/// Drops `null` values of fields that are not `nullable: true`, as the API server does for
-/// structural schemas before defaulting and validation. Returns the dropped paths.
-pub fn drop_null_fields(schema: &Value, object: &mut Value) -> Vec<String> {
-    let mut dropped = Vec::new();
-    drop_nulls_node(schema, object, "", &mut dropped);
-    dropped
-}
-
-fn drop_nulls_node(schema: &Value, value: &mut Value, path: &str, dropped: &mut Vec<String>) {
-    match value {
-        Value::Object(fields) => {
-            let properties = schema.get("properties").and_then(Value::as_object);
-            let additional = schema.get("additionalProperties").filter(|e| e.is_object());
-            let mut nulls = Vec::new();
-            for (key, field_value) in fields.iter_mut() {
-                let field_schema = properties.and_then(|p| p.get(key)).or(additional);
-                let Some(field_schema) = field_schema else {
-                    continue;
-                };
-                let field_path = child_path(path, key);
-                if field_value.is_null() {
-                    if !schema_flag(field_schema, "nullable") {
-                        nulls.push(key.clone());
-                        dropped.push(field_path);
-                    }
-                } else {
-                    drop_nulls_node(field_schema, field_value, &field_path, dropped);
-                }
-            }
-            for key in nulls {
-                fields.remove(&key);
-            }
-        }
-        Value::Array(items) => {
-            if let Some(item_schema) = schema.get("items") {
-                for (index, item) in items.iter_mut().enumerate() {
-                    drop_nulls_node(item_schema, item, &format!("{path}[{index}]"), dropped);
-                }
-            }
-        }
-        _ => {}
     }
 }
 
@@ -1441,24 +1374,17 @@ mod tests {
         );
     }
 
-    /// A null in a non-nullable field is a type error unless dropped first, as the server does.
+    /// A null in a non-nullable field is a type error; in a nullable one it is accepted.
     #[test]
-    fn nulls_are_dropped_unless_nullable() {
-        let schema = cluster_schema();
-        let mut candidate = object(json!({"size": null, "version": "16", "note": null}));
-        let errors = validate(&schema, &candidate);
+    fn nulls_are_type_errors_unless_nullable() {
+        let candidate = object(json!({"size": null, "version": "16", "note": null}));
+        let errors = validate(&cluster_schema(), &candidate);
         assert_eq!(
-            errors[0].message,
-            "Invalid value: \"null\": spec.size in body must be of type integer: \"null\""
-        );
-        assert_eq!(
-            drop_null_fields(&schema, &mut candidate),
-            vec!["spec.size".to_string()]
-        );
-        assert_eq!(candidate["spec"], json!({"version": "16", "note": null}));
-        assert_eq!(
-            validate(&schema, &candidate)[0].reason,
-            "FieldValueRequired"
+            errors
+                .iter()
+                .map(|e| e.message.as_str())
+                .collect::<Vec<_>>(),
+            ["Invalid value: \"null\": spec.size in body must be of type integer: \"null\""]
         );
     }
 
@@ -1471,20 +1397,6 @@ mod tests {
         );
         let fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
         assert_eq!(fields, vec!["apiVersion", "metadata"]);
-    }
-
-    /// The Status message for several errors is bracketed, as NewInvalid writes it.
-    #[test]
-    fn invalid_status_message_format() {
-        let errors = validate(&cluster_schema(), &object(json!({"size": 0})));
-        assert_eq!(
-            invalid_status_message("PostgresCluster.workshop.example.com", "db9", &errors),
-            "PostgresCluster.workshop.example.com \"db9\" is invalid: [spec.version: Required value, spec.size: Invalid value: 0: spec.size in body should be greater than or equal to 1]"
-        );
-        assert_eq!(
-            errors[0].to_cause(),
-            json!({"reason": "FieldValueRequired", "message": "Required value", "field": "spec.version"})
-        );
     }
 
     /// Pruning removes undeclared fields, reports their paths, and respects the exceptions.

@@ -7,7 +7,6 @@
 //! The grammar follows apimachinery's `labels.Parse` and `fields.ParseSelector`; decoding the
 //! URL's percent-escapes is the caller's job.
 
-use std::collections::BTreeMap;
 use std::fmt;
 
 use serde_json::{Map, Value};
@@ -85,11 +84,7 @@ pub struct LabelRequirement {
 }
 
 impl LabelRequirement {
-    /// Whether a label set satisfies this one requirement.
-    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
-        self.matches_value(labels.get(&self.key).map(String::as_str))
-    }
-
+    /// Whether a label's value (None: the object has no such label) satisfies this requirement.
     fn matches_value(&self, value: Option<&str>) -> bool {
         match (&self.operator, value) {
             (LabelOperator::Equals, Some(v)) | (LabelOperator::In, Some(v)) => {
@@ -151,17 +146,7 @@ impl LabelSelector {
         LabelParser::new(selector).parse_all()
     }
 
-    /// True when there are no requirements, so every object matches.
-    pub fn is_empty(&self) -> bool {
-        self.requirements.is_empty()
-    }
-
-    /// Whether a label set satisfies every requirement.
-    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
-        self.requirements.iter().all(|r| r.matches(labels))
-    }
-
-    /// Like [`LabelSelector::matches`] over a JSON `metadata.labels` map (or none at all).
+    /// Whether a JSON `metadata.labels` map (or none at all) satisfies every requirement.
     /// Non-string label values are treated as absent.
     pub fn matches_json_labels(&self, labels: Option<&Map<String, Value>>) -> bool {
         self.requirements.iter().all(|requirement| {
@@ -550,23 +535,9 @@ impl FieldSelector {
         Ok(FieldSelector { requirements })
     }
 
-    /// True when there are no requirements, so every object matches.
-    pub fn is_empty(&self) -> bool {
-        self.requirements.is_empty()
-    }
-
     /// Whether the object satisfies every requirement.
     pub fn matches(&self, object: &Value) -> bool {
         self.requirements.iter().all(|r| r.matches(object))
-    }
-
-    /// The value required by an `=` term on `field`, if any: lets the server answer
-    /// `metadata.name=db1` with a direct lookup instead of a scan.
-    pub fn exact_value(&self, field: &str) -> Option<&str> {
-        self.requirements
-            .iter()
-            .find(|r| r.field == field && r.operator == FieldOperator::Equals)
-            .map(|r| r.value.as_str())
     }
 }
 
@@ -658,11 +629,13 @@ mod tests {
     use proptest::prelude::*;
     use serde_json::json;
 
-    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs
+    /// An object whose `metadata.labels` are these pairs.
+    fn labelled(pairs: &[(&str, &str)]) -> Value {
+        let labels: Map<String, Value> = pairs
             .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
+            .map(|(k, v)| (k.to_string(), Value::from(*v)))
+            .collect();
+        json!({"metadata": {"name": "x", "labels": labels}})
     }
 
     /// Every operator parses into the requirement it names.
@@ -708,13 +681,15 @@ mod tests {
     /// Empty selectors match everything; negative operators match absent labels.
     #[test]
     fn matching_semantics() {
-        let db = labels(&[("tier", "db"), ("env", "prod"), ("replicas", "3")]);
-        let bare = labels(&[]);
+        let db = labelled(&[("tier", "db"), ("env", "prod"), ("replicas", "3")]);
+        let bare = labelled(&[]);
         let everything = LabelSelector::parse("").unwrap();
-        assert!(everything.is_empty() && everything.matches(&bare));
+        assert!(everything.requirements.is_empty() && everything.matches_object(&bare));
 
-        let check = |selector: &str, set: &BTreeMap<String, String>| {
-            LabelSelector::parse(selector).unwrap().matches(set)
+        let check = |selector: &str, object: &Value| {
+            LabelSelector::parse(selector)
+                .unwrap()
+                .matches_object(object)
         };
         assert!(check("tier=db", &db));
         assert!(!check("tier=db", &bare));
@@ -736,11 +711,13 @@ mod tests {
     /// `tier=` selects an empty value; `(a,)` includes the empty value.
     #[test]
     fn empty_values() {
-        let empty = labels(&[("tier", "")]);
-        assert!(LabelSelector::parse("tier=").unwrap().matches(&empty));
+        let empty = labelled(&[("tier", "")]);
+        assert!(LabelSelector::parse("tier=")
+            .unwrap()
+            .matches_object(&empty));
         let set = LabelSelector::parse("tier in (a,)").unwrap();
         assert_eq!(set.requirements[0].values, vec!["a", ""]);
-        assert!(set.matches(&empty));
+        assert!(set.matches_object(&empty));
     }
 
     /// Prefixed keys such as `app.kubernetes.io/name` parse; invalid keys and values do not.
@@ -833,12 +810,6 @@ mod tests {
             .unwrap()
             .matches(&event));
         assert!(FieldSelector::parse("").unwrap().matches(&event));
-        assert_eq!(
-            FieldSelector::parse("metadata.name=db1")
-                .unwrap()
-                .exact_value("metadata.name"),
-            Some("db1")
-        );
     }
 
     /// Escaped commas and equals signs stay inside the value; bad escapes are errors.

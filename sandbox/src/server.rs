@@ -8,8 +8,7 @@
 
 use std::collections::HashMap;
 use std::convert::Infallible;
-use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use http::{header, Method, Request, Response};
@@ -17,93 +16,21 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use serde_json::{json, Value};
-use tokio::sync::watch;
 
 use crate::access;
 use crate::body::ResponseBody;
-use crate::builtins;
 use crate::errors::ApiError;
-use crate::faults::FaultSettings;
 use crate::handlers::{classify, read_body, serve_resource, Target};
-use crate::lock;
-use crate::random::Xorshift;
+use crate::resources::GIT_VERSION;
 use crate::responses::{
     aggregated_response, error_response, injected_response, json_response, openapi_v2_response,
     text_response, with_warnings,
 };
-use crate::store::Store;
-use crate::tls::Security;
-use crate::{RequestRecord, SandboxOptions};
-
-/// What `/version` reports. kubectl here is a dispatcher that picks its real binary by `minor`.
-pub(crate) const GIT_VERSION: &str = "v1.32.4+sandbox";
-/// kube-apiserver refuses request bodies over 3 MiB.
-pub(crate) const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
-/// Keep the request log bounded in a long-running sandbox.
-const MAX_RECORDED_REQUESTS: usize = 100_000;
-
-/// Everything the request handlers share.
-pub(crate) struct Shared {
-    pub(crate) store: Store,
-    pub(crate) options: SandboxOptions,
-    pub(crate) addr: SocketAddr,
-    pub(crate) security: Option<Security>,
-    pub(crate) faults: Mutex<FaultSettings>,
-    pub(crate) requests: Mutex<Vec<RequestRecord>>,
-    pub(crate) established_delay: Mutex<Duration>,
-    /// Starts as `options.kubelet_delay`; `Faults::set_kubelet_delay` changes it.
-    pub(crate) kubelet_delay: Mutex<Duration>,
-    pub(crate) random: Mutex<Xorshift>,
-    /// Bumped by `Faults::end_all_watches_now`: every open watch ends.
-    pub(crate) watch_epoch: watch::Sender<u64>,
-    pub(crate) shutdown: watch::Sender<bool>,
-    /// Bumped by `Faults::go_offline`: (count, how long to stay offline).
-    pub(crate) outage: watch::Sender<(u64, Duration)>,
-}
-
-impl Shared {
-    pub(crate) fn new(
-        options: SandboxOptions,
-        addr: SocketAddr,
-        security: Option<Security>,
-    ) -> Arc<Shared> {
-        let store = Store::new(options.history_window, options.watch_queue_capacity);
-        let mut random = Xorshift::from_entropy();
-        {
-            let mut state = store.lock();
-            // The namespaces every cluster starts with.
-            for name in ["default", "kube-system", "kube-public", "kube-node-lease"] {
-                state.commit_added(
-                    "/namespaces",
-                    builtins::initial_namespace(name, random.uuid()),
-                );
-            }
-            state.commit_added("/nodes", builtins::initial_node(random.uuid()));
-        }
-        Arc::new(Shared {
-            store,
-            established_delay: Mutex::new(options.established_delay),
-            kubelet_delay: Mutex::new(options.kubelet_delay),
-            options,
-            addr,
-            security,
-            faults: Mutex::new(FaultSettings::default()),
-            requests: Mutex::new(Vec::new()),
-            random: Mutex::new(random),
-            watch_epoch: watch::channel(0).0,
-            shutdown: watch::channel(false).0,
-            outage: watch::channel((0, Duration::ZERO)).0,
-        })
-    }
-
-    pub(crate) fn begin_shutdown(&self) {
-        self.shutdown.send_replace(true);
-    }
-}
+use crate::state::{RequestRecord, Shared};
+use crate::sync::lock;
 
 /// Accept connections until shutdown, then give open ones a moment to finish.
 pub(crate) async fn serve(listener: tokio::net::TcpListener, shared: Arc<Shared>) {
-    let mut shutdown = shared.shutdown.subscribe();
     let mut outages = shared.outage.subscribe();
     let mut listener = Some(listener);
     let mut connections = tokio::task::JoinSet::new();
@@ -132,7 +59,7 @@ pub(crate) async fn serve(listener: tokio::net::TcpListener, shared: Arc<Shared>
                 tracing::info!(?downtime, "fault: API server offline");
                 tokio::select! {
                     _ = tokio::time::sleep(downtime) => {}
-                    _ = crate::stopping(&mut shutdown) => break,
+                    _ = shared.shutdown.cancelled() => break,
                 }
                 match tokio::net::TcpListener::bind(shared.addr).await {
                     Ok(rebound) => listener = Some(rebound),
@@ -140,7 +67,7 @@ pub(crate) async fn serve(listener: tokio::net::TcpListener, shared: Arc<Shared>
                 }
                 tracing::info!("fault: API server back online");
             }
-            _ = crate::stopping(&mut shutdown) => break,
+            _ = shared.shutdown.cancelled() => break,
         }
     }
     drop(listener);
@@ -173,7 +100,7 @@ async fn serve_http<I>(io: I, shared: Arc<Shared>)
 where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
-    let mut shutdown = shared.shutdown.subscribe();
+    let shutdown = shared.shutdown.clone();
     let service = service_fn(move |request| {
         let shared = shared.clone();
         async move { Ok::<_, Infallible>(handle(shared, request).await) }
@@ -187,7 +114,7 @@ where
     tokio::pin!(connection);
     tokio::select! {
         _ = connection.as_mut() => {}
-        _ = crate::stopping(&mut shutdown) => {
+        _ = shutdown.cancelled() => {
             connection.as_mut().graceful_shutdown();
             let _ = tokio::time::timeout(Duration::from_secs(5), connection).await;
         }
@@ -231,11 +158,7 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Res
             "request"
         );
     }
-    let mut requests = lock(&shared.requests);
-    if requests.len() >= MAX_RECORDED_REQUESTS {
-        requests.drain(..MAX_RECORDED_REQUESTS / 2);
-    }
-    requests.push(record);
+    shared.record(record);
     response
 }
 

@@ -1,8 +1,8 @@
 //! The Kubernetes `Status` object: the body of every error the API server returns, and of the
 //! `ERROR` events a watch can carry.
 //!
-//! WORKSHOP.md, step 01 ("When the server says no"). Shared by the client (which decodes it), the
-//! watch decoder (which finds it inside events) and the sandbox (which sends it).
+//! WORKSHOP.md, step 01 ("When the server says no"). The sandbox only writes it; the operator
+//! (`src/`) has its own copy that decodes it, a deliberate small duplication between the crates.
 
 use serde::{Deserialize, Serialize};
 
@@ -72,17 +72,6 @@ impl Status {
             code,
         }
     }
-
-    /// Read a body as a Status, if it is one (`kind: Status`). Anything else gives `None`.
-    pub fn from_body(body: &[u8]) -> Option<Status> {
-        let status: Status = serde_json::from_slice(body).ok()?;
-        (status.kind == "Status").then_some(status)
-    }
-
-    /// 410: our resourceVersion is older than the server's history. Reason Expired, or Gone before 1.18.
-    pub fn is_expired(&self) -> bool {
-        self.code == 410 || self.reason == "Expired" || self.reason == "Gone"
-    }
 }
 
 impl std::fmt::Display for Status {
@@ -100,20 +89,7 @@ impl std::fmt::Display for Status {
 mod tests {
     use super::*;
 
-    #[test]
-    fn decodes_an_in_stream_expired_status() {
-        let body = br#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"too old resource version: 657887 (680402)","reason":"Expired","code":410}"#;
-        let status = Status::from_body(body).expect("a Status");
-        assert!(status.is_expired());
-        assert_eq!(status.message, "too old resource version: 657887 (680402)");
-    }
-
-    #[test]
-    fn a_body_that_is_not_a_status_is_none() {
-        assert_eq!(Status::from_body(b"<html>502 Bad Gateway</html>"), None);
-        assert_eq!(Status::from_body(br#"{"kind":"Pod"}"#), None);
-    }
-
+    /// Display gives the reason and code, then each cause's field and message.
     #[test]
     fn display_names_the_fields_of_each_cause() {
         let mut status = Status::failure(422, "Invalid", "PostgresCluster \"db\" is invalid");

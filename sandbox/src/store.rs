@@ -17,6 +17,7 @@ use tokio::sync::mpsc;
 
 use crate::resources::Registry;
 use crate::selector::{FieldSelector, LabelSelector};
+use crate::sync::lock;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum EventType {
@@ -220,7 +221,7 @@ impl Store {
     }
 
     pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, StoreState> {
-        crate::lock(&self.state)
+        lock(&self.state)
     }
 
     pub(crate) fn revision(&self) -> u64 {

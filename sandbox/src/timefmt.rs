@@ -23,15 +23,6 @@ pub fn format_rfc3339(time: SystemTime) -> String {
     format_unix_seconds(seconds)
 }
 
-/// Formats `time` with microseconds, as `metav1.MicroTime` does (`2026-11-22T10:00:00.123456Z`).
-/// Events use it for `eventTime`.
-pub fn format_rfc3339_micros(time: SystemTime) -> String {
-    let (seconds, nanos) = split_unix(time);
-    let whole = format_unix_seconds(seconds);
-    // Drop the trailing 'Z', add the fraction, put the 'Z' back.
-    format!("{}.{:06}Z", &whole[..whole.len() - 1], nanos / 1_000)
-}
-
 /// Parses an RFC 3339 timestamp: `2026-11-22T10:00:00Z`, with optional fractional seconds and
 /// either `Z` or a numeric offset (`+01:00`). Returns `None` for anything else.
 pub fn parse_rfc3339(text: &str) -> Option<SystemTime> {
@@ -284,13 +275,6 @@ mod tests {
             format_rfc3339(at(1_795_341_600) + Duration::from_millis(1500)),
             "2026-11-22T10:00:01Z"
         );
-    }
-
-    /// Sub-second times drop the fraction in RFC 3339 but keep microseconds in MicroTime.
-    #[test]
-    fn micro_time_keeps_microseconds() {
-        let time = at(1_795_341_600) + Duration::from_micros(123_456);
-        assert_eq!(format_rfc3339_micros(time), "2026-11-22T10:00:00.123456Z");
     }
 
     /// Times before 1970 format and parse too (SystemTime can hold them).

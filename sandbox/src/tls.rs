@@ -11,8 +11,9 @@ use std::sync::{Arc, Mutex};
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 
+use crate::options::SandboxError;
 use crate::random::Xorshift;
-use crate::SandboxError;
+use crate::sync::lock;
 
 pub(crate) struct Security {
     pub(crate) tls_config: Arc<rustls::ServerConfig>,
@@ -89,7 +90,7 @@ impl Security {
     }
 
     pub(crate) fn current_token(&self) -> String {
-        crate::lock(&self.token).clone()
+        lock(&self.token).clone()
     }
 
     /// Compare the `Authorization` header against the current token.
@@ -97,7 +98,7 @@ impl Security {
         let Some(presented) = authorization.and_then(|h| h.strip_prefix("Bearer ")) else {
             return false;
         };
-        let current = crate::lock(&self.token);
+        let current = lock(&self.token);
         // Constant-time comparison: a token check should not leak how many bytes matched.
         presented.len() == current.len()
             && presented
@@ -110,8 +111,8 @@ impl Security {
     /// A new token; the old one is refused from now on. The file is replaced atomically (write a
     /// temporary file, then rename), as the kubelet does when it refreshes a projected token.
     pub(crate) fn rotate_token(&self) -> String {
-        let token = crate::lock(&self.random).hex(32);
-        *crate::lock(&self.token) = token.clone();
+        let token = lock(&self.random).hex(32);
+        *lock(&self.token) = token.clone();
         if let Err(error) = write_atomically(&self.dir.join("token"), token.as_bytes()) {
             tracing::warn!(%error, "could not rewrite the token file");
         }

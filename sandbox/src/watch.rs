@@ -15,15 +15,13 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::status::Status;
-
 use crate::body::ResponseBody;
 use crate::errors::ApiError;
-use crate::faults::FaultSettings;
-use crate::lock;
 use crate::resources::ResourceType;
-use crate::server::Shared;
+use crate::state::{FaultSettings, Shared};
+use crate::status::Status;
 use crate::store::{Filter, Registration, WatchMessage, WatchStart};
+use crate::sync::lock;
 use crate::table::{self, IncludeObject};
 
 /// What the client asked for in the query string.
@@ -119,11 +117,10 @@ fn splice_event(event_type: &str, object_json: &[u8]) -> Bytes {
 
 /// Headers sent, then silence until the client leaves or the sandbox stops.
 async fn stall(shared: Arc<Shared>, body_sender: mpsc::Sender<Bytes>) {
-    let mut shutdown = shared.shutdown.subscribe();
     let mut epoch = shared.watch_epoch.subscribe();
     tokio::select! {
         _ = body_sender.closed() => {}
-        _ = crate::stopping(&mut shutdown) => {}
+        _ = shared.shutdown.cancelled() => {}
         _ = epoch.changed() => {}
     }
 }
@@ -226,7 +223,6 @@ async fn pump(
         .bookmark_interval
         .max(Duration::from_millis(10));
     let mut bookmark_timer = tokio::time::interval_at(Instant::now() + interval, interval);
-    let mut shutdown = shared.shutdown.subscribe();
     let mut epoch = shared.watch_epoch.subscribe();
     let mut output = Output {
         sender: body_sender,
@@ -255,7 +251,7 @@ async fn pump(
                     continue;
                 }
                 _ = tokio::time::sleep_until(deadline) => break 'watch,
-                _ = crate::stopping(&mut shutdown) => break 'watch,
+                _ = shared.shutdown.cancelled() => break 'watch,
                 _ = epoch.changed() => break 'watch,
                 _ = output.sender.closed() => break 'watch,
             },
@@ -290,7 +286,7 @@ async fn pump(
         let delivered = tokio::select! {
             delivered = output.send(line) => delivered,
             _ = tokio::time::sleep_until(deadline) => false,
-            _ = crate::stopping(&mut shutdown) => false,
+            _ = shared.shutdown.cancelled() => false,
             _ = epoch.changed() => false,
         };
         if !delivered {

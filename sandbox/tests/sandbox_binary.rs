@@ -75,13 +75,45 @@ async fn prints_its_url_serves_and_stops_on_sigterm() {
     assert!(stderr.contains("SIGTERM"), "{stderr}");
 }
 
-/// A bad flag or value gets a clear message and exit code 2.
+/// `--help` exits 0 and describes every flag.
 #[tokio::test]
-async fn bad_flags_exit_2_with_a_message() {
+async fn help_names_every_flag() {
+    let output = Command::new(BINARY)
+        .arg("--help")
+        .output()
+        .await
+        .expect("runs");
+    assert_eq!(output.status.code(), Some(0));
+    let help = String::from_utf8_lossy(&output.stdout);
+    for flag in [
+        "--listen <ADDR:PORT>",
+        "--tls-dir <DIR>",
+        "--established-delay-ms <MS>",
+        "--kubelet-delay-ms <MS>",
+        "--pod-termination-delay-ms <MS>",
+        "--help",
+    ] {
+        assert!(help.contains(flag), "{flag} missing from:\n{help}");
+    }
+}
+
+/// A bad flag or value gets a message naming the flag and exit code 2 (a usage error, never a
+/// panic), and the server does not start.
+#[tokio::test]
+async fn bad_flags_exit_2_naming_the_flag() {
     for (args, expected) in [
         (vec!["--listen", "nonsense"], "--listen"),
-        (vec!["--kubelet-delay-ms", "soon"], "--kubelet-delay-ms"),
-        (vec!["--kubelet-delay-ms", "-1"], "-1"),
+        (vec!["--kubelet-delay-ms", "abc"], "--kubelet-delay-ms"),
+        (vec!["--kubelet-delay-ms", "-1"], "--kubelet-delay-ms"),
+        (vec!["--kubelet-delay-ms", "1e30"], "--kubelet-delay-ms"),
+        (
+            vec!["--established-delay-ms", "1e-12"],
+            "--established-delay-ms",
+        ),
+        (
+            vec!["--pod-termination-delay-ms=-1"],
+            "--pod-termination-delay-ms",
+        ),
         (vec!["--frobnicate"], "--frobnicate"),
         (vec!["--tls-dir"], "--tls-dir"),
     ] {
@@ -96,6 +128,7 @@ async fn bad_flags_exit_2_with_a_message() {
             stderr.contains(expected) && stderr.contains("--help"),
             "{args:?}: {stderr}"
         );
+        assert!(output.stdout.is_empty(), "{args:?} started anyway");
     }
 }
 

@@ -1,0 +1,158 @@
+//! The state every part of a running sandbox shares: the store, the options it started with,
+//! the fault switches, the request log, the simulated controllers' delays, and the shutdown token.
+//!
+//! WORKSHOP.md, "Set-up: the sandbox". One `Arc<Shared>` is created per sandbox; the server,
+//! the handlers, the simulated controllers and the public `Sandbox`/`Faults` handles all hold it.
+//! Nothing here answers requests: this module only knows what there is, not what to do with it.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::builtins;
+use crate::options::SandboxOptions;
+use crate::random::Xorshift;
+use crate::store::Store;
+use crate::sync::lock;
+use crate::tls::Security;
+
+/// Keep the request log bounded in a long-running sandbox.
+const MAX_RECORDED_REQUESTS: usize = 100_000;
+
+/// Everything the request handlers share.
+pub(crate) struct Shared {
+    pub(crate) store: Store,
+    pub(crate) options: SandboxOptions,
+    pub(crate) addr: SocketAddr,
+    pub(crate) security: Option<Security>,
+    pub(crate) faults: Mutex<FaultSettings>,
+    pub(crate) requests: Mutex<Vec<RequestRecord>>,
+    pub(crate) established_delay: Mutex<Duration>,
+    /// Starts as `options.kubelet_delay`; `Faults::set_kubelet_delay` changes it.
+    pub(crate) kubelet_delay: Mutex<Duration>,
+    pub(crate) random: Mutex<Xorshift>,
+    /// Bumped by `Faults::end_all_watches_now`: every open watch ends.
+    pub(crate) watch_epoch: watch::Sender<u64>,
+    /// Cancelled when the sandbox stops: the server stops accepting, watches end, timers stop.
+    pub(crate) shutdown: CancellationToken,
+    /// Bumped by `Faults::go_offline`: (count, how long to stay offline).
+    pub(crate) outage: watch::Sender<(u64, Duration)>,
+}
+
+impl Shared {
+    /// A fresh cluster: the namespaces and the node every cluster starts with, nothing else.
+    pub(crate) fn new(
+        options: SandboxOptions,
+        addr: SocketAddr,
+        security: Option<Security>,
+        shutdown: CancellationToken,
+    ) -> Arc<Shared> {
+        let store = Store::new(options.history_window, options.watch_queue_capacity);
+        let mut random = Xorshift::from_entropy();
+        {
+            let mut state = store.lock();
+            // The namespaces every cluster starts with.
+            for name in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+                state.commit_added(
+                    "/namespaces",
+                    builtins::initial_namespace(name, random.uuid()),
+                );
+            }
+            state.commit_added("/nodes", builtins::initial_node(random.uuid()));
+        }
+        Arc::new(Shared {
+            store,
+            established_delay: Mutex::new(options.established_delay),
+            kubelet_delay: Mutex::new(options.kubelet_delay),
+            options,
+            addr,
+            security,
+            faults: Mutex::new(FaultSettings::default()),
+            requests: Mutex::new(Vec::new()),
+            random: Mutex::new(random),
+            watch_epoch: watch::channel(0).0,
+            shutdown,
+            outage: watch::channel((0, Duration::ZERO)).0,
+        })
+    }
+
+    /// Add a request to the log, dropping the older half when it is full.
+    pub(crate) fn record(&self, record: RequestRecord) {
+        let mut requests = lock(&self.requests);
+        if requests.len() >= MAX_RECORDED_REQUESTS {
+            requests.drain(..MAX_RECORDED_REQUESTS / 2);
+        }
+        requests.push(record);
+    }
+}
+
+/// One request the sandbox answered, for tests that assert what a client did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RequestRecord {
+    /// HTTP method as sent.
+    pub method: String,
+    /// Kubernetes verb: get, list, watch, create, update, patch, delete, deletecollection; or
+    /// the HTTP method in lower case for non-resource paths (discovery, /version).
+    pub verb: String,
+    /// Plural resource (`postgresclusters`); empty for non-resource paths.
+    pub resource: String,
+    /// `status`, `scale`, `log`, or empty.
+    pub subresource: String,
+    pub namespace: String,
+    pub name: String,
+    /// The HTTP status code sent (200 for a watch, whatever its stream carried later).
+    pub code: u16,
+    /// Path and query as received.
+    pub path: String,
+}
+
+/// A failure to answer instead of the real response.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum InjectedFault {
+    /// A proper Status body with this code and reason (+ a `Retry-After` header if set).
+    /// 410 comes out as reason `Expired`, the way a watch start can fail.
+    Status {
+        code: u16,
+        reason: String,
+        retry_after_seconds: Option<u32>,
+    },
+    /// A body that is not JSON at all, e.g. an HTML error page from a proxy.
+    NonJson { code: u16, body: String },
+    /// 200 with an empty body, connection closed at once.
+    EmptyOk,
+}
+
+/// The current fault settings, read by each request as it starts (`faults.rs` changes them).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct FaultSettings {
+    pub(crate) end_watches_after_events: Option<usize>,
+    pub(crate) end_watches_after: Option<Duration>,
+    pub(crate) stall_watches: bool,
+    pub(crate) watch_chunk_size: Option<usize>,
+    pub(crate) watch_events_per_chunk: Option<usize>,
+    pub(crate) pending_failures: Vec<PendingFailure>,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct PendingFailure {
+    pub(crate) remaining: usize,
+    pub(crate) path_contains: String,
+    pub(crate) fault: InjectedFault,
+}
+
+impl FaultSettings {
+    /// The fault to answer a request for `path` with, if one is pending (and count it used).
+    pub(crate) fn take_failure(&mut self, path: &str) -> Option<InjectedFault> {
+        let pending = self
+            .pending_failures
+            .iter_mut()
+            .find(|p| p.remaining > 0 && path.contains(&p.path_contains))?;
+        pending.remaining -= 1;
+        let fault = pending.fault.clone();
+        self.pending_failures.retain(|p| p.remaining > 0);
+        Some(fault)
+    }
+}
