@@ -302,7 +302,7 @@ async fn stream_yields_bytes_then_ends_and_reports_errors_at_start() {
     assert_eq!(error.status_code(), Some(403));
 }
 
-/// A watch connection that drops mid-body is a Transport error, not a clean end of stream: the
+/// A watch connection that drops mid-body is a ReadBody error, not a clean end of stream: the
 /// watch must not mistake a broken connection for the server's normal timeout.
 #[tokio::test]
 async fn a_stream_cut_mid_body_is_a_transport_error() {
@@ -329,12 +329,16 @@ async fn a_stream_cut_mid_body_is_a_transport_error() {
         .await
         .expect("an error, not a clean end")
         .unwrap_err();
-    assert!(matches!(error, ClientError::Transport { .. }), "{error:?}");
+    assert!(matches!(error, ClientError::ReadBody { .. }), "{error:?}");
     assert!(
-        error
-            .to_string()
-            .starts_with("GET /api/v1/pods?watch=true: connection failed mid-request"),
+        error.to_string().starts_with(
+            "GET /api/v1/pods?watch=true: connection failed while reading the response body"
+        ),
         "{error}"
+    );
+    assert!(
+        std::error::Error::source(&error).is_some(),
+        "the hyper error is kept as the cause"
     );
 }
 

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use controller_support::{create_cluster, create_owned_pod, sandbox_with_crd, wait_for_line};
 use postgres_operator::controller::pods::{label_selector, PodApi};
-use postgres_operator::controller::{Controller, ControllerOptions, Reporter};
+use postgres_operator::controller::{Controller, ControllerOptions};
+use postgres_operator::story::Reporter;
 use postgres_operator::watch::Event;
 
 fn options(reconcile_interval: Duration) -> ControllerOptions {
