@@ -144,7 +144,7 @@ pub enum ClientError {
         path: String,
         server: String,
         #[source]
-        source: hyper_util::client::legacy::Error,
+        source: Box<hyper_util::client::legacy::Error>,
     },
     /// The connection broke after it was made, before the response head arrived.
     #[error("{method} {path}: connection failed mid-request: {}", error_chain(.source))]
@@ -152,7 +152,7 @@ pub enum ClientError {
         method: String,
         path: String,
         #[source]
-        source: hyper_util::client::legacy::Error,
+        source: Box<hyper_util::client::legacy::Error>,
     },
     /// The connection broke while the response body (or a watch stream) was arriving.
     #[error("{method} {path}: connection failed while reading the response body: {}", error_chain(.source))]
@@ -164,7 +164,7 @@ pub enum ClientError {
     },
     /// The response body grew past [`Client::max_response_body`]: a misbehaving server (or
     /// something posing as one) must not make us buffer without end.
-    #[error("{method} {path}: the response body is larger than the {limit}-byte cap; page a big list with limit/continue, or raise the cap (Client::with_max_response_body)")]
+    #[error("{method} {path}: the response body is larger than the cap of {limit} bytes; page a big list with limit/continue, or raise the cap (Client::with_max_response_body)")]
     BodyTooLarge {
         method: String,
         path: String,
@@ -673,7 +673,9 @@ impl Client {
 
         self.inner.http.request(request).await.map_err(|source| {
             tracing::debug!(method = %method, path, error = %error_chain(&source), "request failed");
-            if source.is_connect() {
+            // Boxed: it carries connection details that would make every ClientError large.
+            let (is_connect, source) = (source.is_connect(), Box::new(source));
+            if is_connect {
                 ClientError::Connect {
                     method: method.to_string(),
                     path: path.to_string(),

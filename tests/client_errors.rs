@@ -156,6 +156,8 @@ async fn bad_json_in_a_success_body_is_a_decode_error() {
         }
         other => panic!("expected Decode, got {other:?}"),
     }
+    let cause = std::error::Error::source(&error).expect("the serde_json error as the cause");
+    assert!(cause.is::<serde_json::Error>(), "{cause:?}");
 }
 
 /// Nobody listening: a Connect error that names the server, distinct from a timeout.
@@ -177,6 +179,14 @@ async fn connection_refused_is_a_connect_error() {
     );
     assert!(text.to_lowercase().contains("refused"), "{text}");
     assert!(text.contains(&format!("127.0.0.1:{port}")), "{text}");
+    // The cause is kept, not just its text: hyper-util's error, and the io error under it.
+    let mut causes = 0;
+    let mut cause = std::error::Error::source(&error);
+    while let Some(inner) = cause {
+        causes += 1;
+        cause = inner.source();
+    }
+    assert!(causes >= 2, "{error:?}");
 }
 
 /// A server that never answers: the request ends with Timeout after the configured time
