@@ -17,13 +17,12 @@
 
 use std::time::Duration;
 
-use postgres_operator::api::{ObjectMeta, PostgresCluster, PostgresClusterSpec};
+use postgres_operator::api::{PostgresCluster, PostgresClusterSpec};
 use postgres_operator::client::{Client, Patch};
 use postgres_operator::config::Config;
 use postgres_operator::controller::pods::{Pod, PodApi, PodApiError};
-use postgres_operator::controller::{
-    run_operator, Controller, ControllerOptions, LogLine, Reporter,
-};
+use postgres_operator::controller::{run_operator, Controller, ControllerOptions};
+use postgres_operator::story::{LogLine, Reporter};
 use postgres_operator::watch::Event;
 use sandbox::{Sandbox, SandboxOptions};
 use tokio::sync::mpsc;
@@ -62,22 +61,14 @@ fn print_memory(label: &str) {
 }
 
 fn cluster(index: usize) -> PostgresCluster {
-    PostgresCluster {
-        api_version: postgres_operator::api::API_VERSION.into(),
-        kind: postgres_operator::api::KIND.into(),
-        metadata: ObjectMeta {
-            name: format!("db-{index:04}"),
-            namespace: "default".into(),
-            uid: format!("uid-{index}"),
-            ..Default::default()
-        },
-        spec: PostgresClusterSpec {
-            size: 3,
-            version: "9.6.3".into(),
-            paused: false,
-        },
-        status: None,
-    }
+    let spec = PostgresClusterSpec {
+        size: 3,
+        version: "9.6.3".into(),
+        paused: false,
+    };
+    let mut cluster = PostgresCluster::new("default", &format!("db-{index:04}"), spec);
+    cluster.metadata.uid = format!("uid-{index}");
+    cluster
 }
 
 async fn wait_for_lines(lines: &mut mpsc::UnboundedReceiver<LogLine>, needle: &str, count: usize) {

@@ -3,6 +3,9 @@
 //! WORKSHOP.md, step 01. Everything that must agree between the CRD we register, the URLs we call and
 //! the objects we decode lives here, so a typo cannot make two of them disagree.
 
+use std::collections::BTreeMap;
+
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 /// The API group our CustomResourceDefinition adds (the 2017 workshop's TPR used `lukeb0nd.com`).
@@ -60,8 +63,51 @@ pub struct ObjectMeta {
     pub creation_timestamp: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deletion_timestamp: Option<String>,
-    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
-    pub labels: std::collections::BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// Who owns this object; the garbage collector deletes it once every owner is gone.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub owner_references: Vec<OwnerReference>,
+}
+
+/// One entry of `metadata.ownerReferences`. The `uid` is what counts: an owner deleted and
+/// re-created under the same name is a different owner.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OwnerReference {
+    pub api_version: String,
+    pub kind: String,
+    pub name: String,
+    pub uid: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub controller: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub block_owner_deletion: Option<bool>,
+}
+
+/// Anything carrying standard object metadata. The watch keys what it has seen by the
+/// `namespace/name` it reads through this.
+pub trait HasMetadata {
+    fn metadata(&self) -> &ObjectMeta;
+}
+
+/// A collection as a list returns it (`PostgresClusterList`, `PodList`, ...): the items, and the
+/// resourceVersion they are current at, which is where a watch of the same collection starts.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(bound = "T: DeserializeOwned")]
+pub struct ObjectList<T> {
+    #[serde(default)]
+    pub metadata: ListMeta,
+    #[serde(default = "Vec::new")]
+    pub items: Vec<T>,
+}
+
+/// The `metadata` of a list. (`continue` and `remainingItemCount` matter only to paged lists.)
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListMeta {
+    #[serde(default)]
+    pub resource_version: String,
 }
 
 /// What the user asks for. The schema in `crd.rs` enforces the same rules on the server side.
@@ -109,9 +155,30 @@ pub struct PostgresCluster {
 }
 
 impl PostgresCluster {
+    /// A new object to create (a POST body): the server fills in uid, resourceVersion and the rest.
+    pub fn new(namespace: &str, name: &str, spec: PostgresClusterSpec) -> PostgresCluster {
+        PostgresCluster {
+            api_version: API_VERSION.to_string(),
+            kind: KIND.to_string(),
+            metadata: ObjectMeta {
+                name: name.to_string(),
+                namespace: namespace.to_string(),
+                ..ObjectMeta::default()
+            },
+            spec,
+            status: None,
+        }
+    }
+
     /// `namespace/name`: how logs and the controller's map name a cluster.
     pub fn key(&self) -> String {
         format!("{}/{}", self.metadata.namespace, self.metadata.name)
+    }
+}
+
+impl HasMetadata for PostgresCluster {
+    fn metadata(&self) -> &ObjectMeta {
+        &self.metadata
     }
 }
 
@@ -148,5 +215,24 @@ mod tests {
             paused: false,
         };
         assert_eq!(spec.to_string(), "{size: 3, version: 9.6.3, paused: false}");
+    }
+
+    #[test]
+    fn a_new_cluster_serializes_as_a_create_body() {
+        let spec = PostgresClusterSpec {
+            size: 3,
+            version: "9.6.3".into(),
+            paused: false,
+        };
+        let body = serde_json::to_value(PostgresCluster::new("default", "db", spec)).unwrap();
+        assert_eq!(
+            body,
+            serde_json::json!({
+                "apiVersion": "workshop.example.com/v1",
+                "kind": "PostgresCluster",
+                "metadata": {"name": "db", "namespace": "default"},
+                "spec": {"size": 3, "version": "9.6.3", "paused": false},
+            })
+        );
     }
 }

@@ -13,13 +13,14 @@
 //! - a file-backed token is re-read at least every minute (bound tokens expire in about an hour).
 
 use std::fmt;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http::{header, HeaderMap, HeaderValue, Method, Request, StatusCode};
 use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
+use hyper::body::{Body as _, Incoming};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
@@ -44,6 +45,13 @@ pub const MAX_RETRY_WAIT: Duration = Duration::from_secs(10);
 pub const DEFAULT_RETRY_WAIT: Duration = Duration::from_secs(1);
 /// How much of a non-Status error body goes into an error message.
 const SNIPPET_CHARS: usize = 200;
+/// The most bytes of one (non-watch) response body we buffer, unless told otherwise
+/// ([`Client::with_max_response_body`]). Large enough for an unpaged list of tens of thousands of
+/// custom objects (etcd caps each at 1.5 MiB, typical ones are a few KiB) or thousands of pods
+/// with their managedFields; a collection bigger than this should be read in pages
+/// (`limit`/`continue`) anyway. Without a cap, a server streaming an endless body (2xx or error)
+/// makes us allocate until the process is killed.
+pub const DEFAULT_MAX_RESPONSE_BODY: usize = 64 * 1024 * 1024;
 
 /// The body of a JSON patch request; the variant picks the `Content-Type`, which is how the API
 /// server knows which patch semantics to apply.
@@ -73,44 +81,114 @@ impl Patch {
     }
 }
 
-/// What went wrong with one request. Every variant past `Setup` names the method and path.
-#[derive(Clone, Debug)]
+/// What went wrong with one request, or with building the client. Every request variant names the
+/// method and path; each variant with a cause underneath wraps it as its `source()`, and its
+/// message carries that cause's text too, so printing the error alone tells the whole story.
+#[derive(Debug, thiserror::Error)]
 pub enum ClientError {
-    /// Building the client failed (TLS configuration, unreadable token file).
-    Setup { reason: String },
-    /// The path cannot be joined to the server URL.
-    InvalidPath { path: String, reason: String },
+    /// rustls refused the protocol versions (never, with the ring provider's defaults).
+    #[error("setting up TLS: no usable protocol versions: {source}")]
+    TlsVersions {
+        #[source]
+        source: rustls::Error,
+    },
+    /// A configured certificate authority is not a usable CA certificate.
+    #[error("setting up TLS: the certificate authority is not usable: {source}")]
+    CertificateAuthority {
+        #[source]
+        source: rustls::Error,
+    },
+    /// The client certificate and key do not belong together, or the key type is unsupported.
+    #[error("setting up TLS: the client certificate or key is not usable: {source}")]
+    ClientCertificate {
+        #[source]
+        source: rustls::Error,
+    },
+    /// The configuration names a token file we cannot read.
+    #[error("cannot read token file {}: {source}", path.display())]
+    ReadTokenFile {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The bearer token holds bytes an HTTP header may not carry (a newline inside the token?).
+    #[error("{method} {path}: the bearer token contains characters not allowed in an HTTP header; check the token or token file")]
+    TokenNotAHeader {
+        method: String,
+        path: String,
+        #[source]
+        source: http::header::InvalidHeaderValue,
+    },
+    /// Paths are absolute (`/api/v1/...`): they are appended to the server URL.
+    #[error("invalid request path {path:?}: must start with /")]
+    RelativePath { path: String },
+    /// The path does not make a valid URL once joined to the server URL.
+    #[error("invalid request path {path:?}: {source}")]
+    InvalidPath {
+        path: String,
+        #[source]
+        source: http::Error,
+    },
     /// The request body could not be serialized.
+    #[error("{method} {path}: cannot encode the request body: {source}")]
     Encode {
         method: String,
         path: String,
-        reason: String,
+        #[source]
+        source: serde_json::Error,
     },
     /// No connection: refused, DNS, TLS handshake (wrong CA?).
+    #[error("{method} {path}: cannot connect to the API server: {} (server {server})", error_chain(.source))]
     Connect {
         method: String,
         path: String,
-        reason: String,
+        server: String,
+        #[source]
+        source: Box<hyper_util::client::legacy::Error>,
     },
-    /// The connection broke while sending or receiving.
+    /// The connection broke after it was made, before the response head arrived.
+    #[error("{method} {path}: connection failed mid-request: {}", error_chain(.source))]
     Transport {
         method: String,
         path: String,
-        reason: String,
+        #[source]
+        source: Box<hyper_util::client::legacy::Error>,
+    },
+    /// The connection broke while the response body (or a watch stream) was arriving.
+    #[error("{method} {path}: connection failed while reading the response body: {}", error_chain(.source))]
+    ReadBody {
+        method: String,
+        path: String,
+        #[source]
+        source: hyper::Error,
+    },
+    /// The response body grew past [`Client::max_response_body`]: a misbehaving server (or
+    /// something posing as one) must not make us buffer without end.
+    #[error("{method} {path}: the response body is larger than the cap of {limit} bytes; page a big list with limit/continue, or raise the cap (Client::with_max_response_body)")]
+    BodyTooLarge {
+        method: String,
+        path: String,
+        limit: usize,
     },
     /// No complete response within the request timeout.
+    #[error("{method} {path}: no complete response within {}s", .after.as_secs_f64())]
     Timeout {
         method: String,
         path: String,
         after: Duration,
     },
     /// The API server said no, with a `Status` body: code, reason, message, causes.
+    #[error("{method} {path}: {status}")]
     Api {
         method: String,
         path: String,
         status: Box<Status>,
     },
     /// A non-2xx response whose body is not a `Status` (an HTML page from a proxy or load balancer).
+    #[error(
+        "{method} {path}: HTTP {code} {} and the body is not a Kubernetes Status (a proxy in the way?): {body}",
+        canonical_reason(.code)
+    )]
     Http {
         method: String,
         path: String,
@@ -118,12 +196,14 @@ pub enum ClientError {
         body: String,
     },
     /// A 2xx response whose body is not the JSON we expected.
+    #[error("{method} {path}: HTTP {code} but the body is not the JSON expected: {source}; body starts: {snippet}")]
     Decode {
         method: String,
         path: String,
         code: u16,
-        reason: String,
         snippet: String,
+        #[source]
+        source: serde_json::Error,
     },
 }
 
@@ -151,58 +231,24 @@ impl ClientError {
     }
 }
 
-impl fmt::Display for ClientError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ClientError::Setup { reason } => write!(f, "setting up the HTTP client: {reason}"),
-            ClientError::InvalidPath { path, reason } => write!(f, "invalid request path {path:?}: {reason}"),
-            ClientError::Encode { method, path, reason } => {
-                write!(f, "{method} {path}: cannot encode the request body: {reason}")
-            }
-            ClientError::Connect { method, path, reason } => {
-                write!(f, "{method} {path}: cannot connect to the API server: {reason}")
-            }
-            ClientError::Transport { method, path, reason } => {
-                write!(f, "{method} {path}: connection failed mid-request: {reason}")
-            }
-            ClientError::Timeout { method, path, after } => {
-                write!(f, "{method} {path}: no complete response within {}s", after.as_secs_f64())
-            }
-            ClientError::Api { method, path, status } => write!(f, "{method} {path}: {status}"),
-            ClientError::Http { method, path, code, body } => write!(
-                f,
-                "{method} {path}: HTTP {code} {} and the body is not a Kubernetes Status (a proxy in the way?): {body}",
-                StatusCode::from_u16(*code).ok().and_then(|c| c.canonical_reason()).unwrap_or("")
-            ),
-            ClientError::Decode { method, path, code, reason, snippet } => write!(
-                f,
-                "{method} {path}: HTTP {code} but the body is not the JSON expected: {reason}; body starts: {snippet}"
-            ),
-        }
-    }
+/// `Bad Gateway` for 502: the words after the code in an HTTP status line.
+fn canonical_reason(code: &u16) -> &'static str {
+    StatusCode::from_u16(*code)
+        .ok()
+        .and_then(|code| code.canonical_reason())
+        .unwrap_or("")
 }
-
-impl std::error::Error for ClientError {}
 
 /// Why [`Client::infer`] has no client to give: which of its two steps failed.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum ConnectError {
     /// No usable configuration (flags, in-cluster, kubeconfig): the message lists what was tried.
-    Config(crate::config::ConfigError),
+    #[error("{0}")]
+    Config(#[source] crate::config::ConfigError),
     /// A configuration was found, but no client could be built from it (TLS set-up, token file).
-    Client(ClientError),
+    #[error("{0}")]
+    Client(#[source] ClientError),
 }
-
-impl fmt::Display for ConnectError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ConnectError::Config(error) => error.fmt(f),
-            ConnectError::Client(error) => error.fmt(f),
-        }
-    }
-}
-
-impl std::error::Error for ConnectError {}
 
 /// Where the bearer token comes from, and the last good copy of a file-backed one.
 enum TokenState {
@@ -283,6 +329,8 @@ struct Inner {
 #[derive(Clone)]
 pub struct Client {
     inner: Arc<Inner>,
+    /// Per handle, so one caller can allow a bigger body without changing the others.
+    max_response_body: usize,
 }
 
 impl fmt::Debug for Client {
@@ -297,6 +345,7 @@ impl fmt::Debug for Client {
             .field("namespace", &self.inner.namespace)
             .field("token", &token)
             .field("request_timeout", &self.inner.request_timeout)
+            .field("max_response_body", &self.max_response_body)
             .finish()
     }
 }
@@ -329,11 +378,11 @@ impl ByteStream {
                         }
                     }
                 }
-                Err(error) => {
-                    return Some(Err(ClientError::Transport {
+                Err(source) => {
+                    return Some(Err(ClientError::ReadBody {
                         method: "GET".into(),
                         path: self.path.clone(),
-                        reason: error_chain(&error),
+                        source,
                     }))
                 }
             }
@@ -372,9 +421,11 @@ impl Client {
             None => TokenState::None,
             Some(TokenSource::Inline(token)) => TokenState::Inline(token.clone()),
             Some(TokenSource::File(path)) => {
-                let text = std::fs::read_to_string(path).map_err(|error| ClientError::Setup {
-                    reason: format!("cannot read token file {}: {error}", path.display()),
-                })?;
+                let text =
+                    std::fs::read_to_string(path).map_err(|source| ClientError::ReadTokenFile {
+                        path: path.clone(),
+                        source,
+                    })?;
                 TokenState::File {
                     path: path.clone(),
                     cache: Mutex::new(CachedToken {
@@ -392,7 +443,20 @@ impl Client {
                 token,
                 request_timeout: config.request_timeout,
             }),
+            max_response_body: DEFAULT_MAX_RESPONSE_BODY,
         })
+    }
+
+    /// The same client (same connection pool) with another cap on response bodies, in bytes.
+    /// Watch streams are not capped as a whole: each event is, by the watch's line framer.
+    pub fn with_max_response_body(mut self, bytes: usize) -> Client {
+        self.max_response_body = bytes;
+        self
+    }
+
+    /// The most bytes of one non-watch response body this client buffers.
+    pub fn max_response_body(&self) -> usize {
+        self.max_response_body
     }
 
     /// The namespace from the configuration (flag, in-cluster file, kubeconfig, or `default`).
@@ -471,12 +535,12 @@ impl Client {
         let response = self.send_with_retries(&method, path, body).await?;
         let code = response.status().as_u16();
         let body = self.read_body_in_time(&method, path, response).await?;
-        serde_json::from_slice(&body).map_err(|error| ClientError::Decode {
+        serde_json::from_slice(&body).map_err(|source| ClientError::Decode {
             method: method.to_string(),
             path: path.to_string(),
             code,
-            reason: error.to_string(),
             snippet: snippet(&body),
+            source,
         })
     }
 
@@ -534,7 +598,7 @@ impl Client {
     ) -> Result<Bytes, ClientError> {
         tokio::time::timeout(
             self.inner.request_timeout,
-            read_body(method, path, response.into_body()),
+            read_body(method, path, response.into_body(), self.max_response_body),
         )
         .await
         .map_err(|_| self.timeout_error(method, path))?
@@ -568,15 +632,14 @@ impl Client {
         body: Option<(Bytes, &'static str)>,
     ) -> Result<hyper::Response<Incoming>, ClientError> {
         if !path.starts_with('/') {
-            return Err(ClientError::InvalidPath {
+            return Err(ClientError::RelativePath {
                 path: path.to_string(),
-                reason: "must start with /".into(),
             });
         }
         let uri: http::Uri = format!("{}{path}", self.inner.base).parse().map_err(
             |error: http::uri::InvalidUri| ClientError::InvalidPath {
                 path: path.to_string(),
-                reason: error.to_string(),
+                source: error.into(),
             },
         )?;
         let mut builder = Request::builder()
@@ -586,10 +649,11 @@ impl Client {
             .header(header::USER_AGENT, USER_AGENT);
         if let Some(token) = self.inner.token.current() {
             let mut value =
-                HeaderValue::from_str(&format!("Bearer {}", token.expose())).map_err(|_| {
-                    ClientError::Setup {
-                        reason: "the bearer token contains characters not allowed in a header"
-                            .into(),
+                HeaderValue::from_str(&format!("Bearer {}", token.expose())).map_err(|source| {
+                    ClientError::TokenNotAHeader {
+                        method: method.to_string(),
+                        path: path.to_string(),
+                        source,
                     }
                 })?;
             // Keeps the token out of any header dump hyper or a proxy layer might log.
@@ -602,25 +666,27 @@ impl Client {
                 .body(Full::new(bytes)),
             None => builder.body(Full::new(Bytes::new())),
         }
-        .map_err(|error| ClientError::InvalidPath {
+        .map_err(|source| ClientError::InvalidPath {
             path: path.to_string(),
-            reason: error.to_string(),
+            source,
         })?;
 
-        self.inner.http.request(request).await.map_err(|error| {
-            let reason = error_chain(&error);
-            tracing::debug!(method = %method, path, error = %reason, "request failed");
-            if error.is_connect() {
+        self.inner.http.request(request).await.map_err(|source| {
+            tracing::debug!(method = %method, path, error = %error_chain(&source), "request failed");
+            // Boxed: it carries connection details that would make every ClientError large.
+            let (is_connect, source) = (source.is_connect(), Box::new(source));
+            if is_connect {
                 ClientError::Connect {
                     method: method.to_string(),
                     path: path.to_string(),
-                    reason: format!("{reason} (server {})", self.inner.base),
+                    server: self.inner.base.clone(),
+                    source,
                 }
             } else {
                 ClientError::Transport {
                     method: method.to_string(),
                     path: path.to_string(),
-                    reason,
+                    source,
                 }
             }
         })
@@ -648,22 +714,46 @@ fn encode<B: Serialize + ?Sized>(
 ) -> Result<Bytes, ClientError> {
     serde_json::to_vec(body)
         .map(Bytes::from)
-        .map_err(|error| ClientError::Encode {
+        .map_err(|source| ClientError::Encode {
             method: method.to_string(),
             path: path.to_string(),
-            reason: error.to_string(),
+            source,
         })
 }
 
-async fn read_body(method: &Method, path: &str, body: Incoming) -> Result<Bytes, ClientError> {
-    body.collect()
-        .await
-        .map(|collected| collected.to_bytes())
-        .map_err(|error| ClientError::Transport {
+/// The whole body, but never more than `limit` bytes: past that, the request fails with
+/// `BodyTooLarge` and the connection is dropped instead of read to its (maybe endless) end.
+async fn read_body(
+    method: &Method,
+    path: &str,
+    mut body: Incoming,
+    limit: usize,
+) -> Result<Bytes, ClientError> {
+    let too_large = || ClientError::BodyTooLarge {
+        method: method.to_string(),
+        path: path.to_string(),
+        limit,
+    };
+    // A Content-Length over the cap fails before a byte of the body is read.
+    if body.size_hint().lower() > limit as u64 {
+        return Err(too_large());
+    }
+    let mut collected = BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|source| ClientError::ReadBody {
             method: method.to_string(),
             path: path.to_string(),
-            reason: error_chain(&error),
-        })
+            source,
+        })?;
+        // Trailers carry no body bytes.
+        if let Ok(data) = frame.into_data() {
+            if data.len() > limit - collected.len() {
+                return Err(too_large());
+            }
+            collected.extend_from_slice(&data);
+        }
+    }
+    Ok(collected.freeze())
 }
 
 /// Method, path, status and time; never headers (they carry the token).
@@ -705,16 +795,11 @@ fn retry_after(answer: &Answer) -> Duration {
         .headers
         .get(header::RETRY_AFTER)
         .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.trim().parse::<u64>().ok());
-    let from_status = || {
-        Status::from_body(&answer.body)
-            .and_then(|status| status.details)
-            .and_then(|details| details.retry_after_seconds)
-            .map(u64::from)
-    };
+        .and_then(|value| value.trim().parse::<u64>().ok())
+        .map(Duration::from_secs);
+    let from_status = || Status::from_body(&answer.body).and_then(|status| status.retry_after());
     from_header
         .or_else(from_status)
-        .map(Duration::from_secs)
         .unwrap_or(DEFAULT_RETRY_WAIT)
 }
 
@@ -750,11 +835,10 @@ fn error_chain(error: &dyn std::error::Error) -> String {
 /// rustls with the ring provider, trusting only the configured CAs (or nothing checked at all,
 /// if and only if the kubeconfig says `insecure-skip-tls-verify`).
 fn tls_client_config(config: &Config) -> Result<rustls::ClientConfig, ClientError> {
-    let setup = |reason: String| ClientError::Setup { reason };
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
-        .map_err(|error| setup(format!("TLS protocol versions: {error}")))?;
+        .map_err(|source| ClientError::TlsVersions { source })?;
     let builder = if config.tls.insecure_skip_verify {
         tracing::warn!(
             server = %config.server,
@@ -768,14 +852,14 @@ fn tls_client_config(config: &Config) -> Result<rustls::ClientConfig, ClientErro
         for certificate in &config.tls.root_certificates {
             roots
                 .add(certificate.clone())
-                .map_err(|error| setup(format!("certificate authority not usable: {error}")))?;
+                .map_err(|source| ClientError::CertificateAuthority { source })?;
         }
         builder.with_root_certificates(roots)
     };
     match &config.auth.client_identity {
         Some(identity) => builder
             .with_client_auth_cert(identity.certificate_chain.clone(), identity.key.clone_key())
-            .map_err(|error| setup(format!("client certificate or key not usable: {error}"))),
+            .map_err(|source| ClientError::ClientCertificate { source }),
         None => Ok(builder.with_no_client_auth()),
     }
 }

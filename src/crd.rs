@@ -6,7 +6,6 @@
 //! OpenAPI schema. `kube/crd.yaml` is the same object as YAML; `tests/crd_manifest.rs` proves they
 //! agree.
 
-use std::fmt;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -136,6 +135,7 @@ pub enum Registration {
     /// 201 Created: we registered it.
     Created,
     /// 409 AlreadyExists: someone (an earlier run, `kubectl apply -f kube/crd.yaml`) already did.
+    /// Also a 409 whose reason Kubernetes does not define, once a GET has found the CRD.
     AlreadyExisted,
 }
 
@@ -163,22 +163,37 @@ pub struct ServedResource {
     pub namespaced: bool,
 }
 
-/// Which step of stage 01 failed.
-#[derive(Debug)]
+/// Which step of stage 01 failed; each variant with a client error underneath wraps it as its
+/// `source()`.
+#[derive(Debug, thiserror::Error)]
 pub enum CrdError {
     /// POST of the CRD failed (other than 409 AlreadyExists).
-    Register(ClientError),
+    #[error("registering CustomResourceDefinition {CRD_NAME}: {0}")]
+    Register(#[source] ClientError),
+    /// The POST got a 409 with a reason we do not know, and the GET that should have found the
+    /// existing CRD failed too.
+    #[error("registering CustomResourceDefinition {CRD_NAME}: the POST answered {conflict}, and reading the CRD back to confirm it exists failed: {source}")]
+    ConfirmExisting {
+        /// The POST's 409, with its unknown reason.
+        conflict: ClientError,
+        #[source]
+        source: ClientError,
+    },
     /// GET of the CRD failed while waiting for Established.
-    WaitEstablished(ClientError),
+    #[error("waiting for CustomResourceDefinition {CRD_NAME} to be Established: {0}")]
+    WaitEstablished(#[source] ClientError),
     /// The API server refused our names (`NamesAccepted` False: a clash with another CRD).
+    #[error("CustomResourceDefinition {CRD_NAME}: names not accepted: {message}")]
     NamesNotAccepted { message: String },
     /// Established did not become True in time.
+    #[error("CustomResourceDefinition {CRD_NAME} was not Established after {}s (conditions: {conditions})", .waited.as_secs_f64())]
     NotEstablished {
         waited: Duration,
         conditions: String,
     },
     /// `GET /apis/workshop.example.com/v1` failed.
-    Discovery(ClientError),
+    #[error("reading discovery for {}: {}", group_version_path(), .0)]
+    Discovery(#[source] ClientError),
 }
 
 impl CrdError {
@@ -187,7 +202,8 @@ impl CrdError {
         match self {
             CrdError::Register(error)
             | CrdError::WaitEstablished(error)
-            | CrdError::Discovery(error) => Some(error),
+            | CrdError::Discovery(error)
+            | CrdError::ConfirmExisting { source: error, .. } => Some(error),
             _ => None,
         }
     }
@@ -196,7 +212,9 @@ impl CrdError {
     pub fn hint(&self) -> Option<String> {
         let (verb, resource) = match self {
             CrdError::Register(_) => ("create", "customresourcedefinitions.apiextensions.k8s.io"),
-            CrdError::WaitEstablished(_) => ("get", "customresourcedefinitions.apiextensions.k8s.io"),
+            CrdError::ConfirmExisting { .. } | CrdError::WaitEstablished(_) => {
+                ("get", "customresourcedefinitions.apiextensions.k8s.io")
+            }
             CrdError::Discovery(_) => ("get", "the /apis/workshop.example.com/v1 discovery URL"),
             CrdError::NamesNotAccepted { .. } => {
                 return Some(format!(
@@ -222,28 +240,6 @@ impl CrdError {
     }
 }
 
-impl fmt::Display for CrdError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            CrdError::Register(error) => write!(f, "registering CustomResourceDefinition {CRD_NAME}: {error}"),
-            CrdError::WaitEstablished(error) => {
-                write!(f, "waiting for CustomResourceDefinition {CRD_NAME} to be Established: {error}")
-            }
-            CrdError::NamesNotAccepted { message } => {
-                write!(f, "CustomResourceDefinition {CRD_NAME}: names not accepted: {message}")
-            }
-            CrdError::NotEstablished { waited, conditions } => write!(
-                f,
-                "CustomResourceDefinition {CRD_NAME} was not Established after {}s (conditions: {conditions})",
-                waited.as_secs_f64()
-            ),
-            CrdError::Discovery(error) => write!(f, "reading discovery for {}: {error}", group_version_path()),
-        }
-    }
-}
-
-impl std::error::Error for CrdError {}
-
 /// POST the CRD. 409 AlreadyExists is success: the type is there, which is all we need.
 pub async fn register(client: &Client) -> Result<Registration, CrdError> {
     match client
@@ -253,8 +249,29 @@ pub async fn register(client: &Client) -> Result<Registration, CrdError> {
         Ok(_) => Ok(Registration::Created),
         // A real operator might compare and update an outdated schema here; the workshop continues.
         Err(error) if error.reason() == Some("AlreadyExists") => Ok(Registration::AlreadyExisted),
+        // A 409 whose reason Kubernetes does not define (an API server we did not write says
+        // "Object Already Exists"): client-go goes by the code when the reason is unknown, so it
+        // probably exists. "Probably" is not enough to carry on with: a GET confirms it.
+        Err(error) if is_conflict_with_unknown_reason(&error) => {
+            match client.get::<Value>(&crd_path()).await {
+                Ok(_) => Ok(Registration::AlreadyExisted),
+                Err(source) => Err(CrdError::ConfirmExisting {
+                    conflict: error,
+                    source,
+                }),
+            }
+        }
         Err(error) => Err(CrdError::Register(error)),
     }
+}
+
+/// 409 with a reason that is not one of Kubernetes' own (or with no Status at all). A 409 with a
+/// known reason (`Conflict`: a stale resourceVersion) means what it says.
+fn is_conflict_with_unknown_reason(error: &ClientError) -> bool {
+    error.status_code() == Some(409)
+        && !error
+            .api_status()
+            .is_some_and(|status| status.has_known_reason())
 }
 
 /// Poll the CRD until its `Established` condition is `True`: only then does the API server serve

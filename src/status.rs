@@ -4,7 +4,32 @@
 //! WORKSHOP.md, step 01 ("When the server says no"). Shared by the client (which decodes it), the
 //! watch decoder (which finds it inside events) and the sandbox (which sends it).
 
+use std::time::Duration;
+
 use serde::{Deserialize, Serialize};
+
+/// Every `reason` Kubernetes defines for a Failure Status (k8s.io/apimachinery metav1.StatusReason).
+pub const KNOWN_REASONS: &[&str] = &[
+    "Unauthorized",
+    "Forbidden",
+    "NotFound",
+    "AlreadyExists",
+    "Conflict",
+    "Gone",
+    "Invalid",
+    "ServerTimeout",
+    "StoreReadError",
+    "Timeout",
+    "TooManyRequests",
+    "BadRequest",
+    "MethodNotAllowed",
+    "NotAcceptable",
+    "RequestEntityTooLarge",
+    "UnsupportedMediaType",
+    "InternalError",
+    "Expired",
+    "ServiceUnavailable",
+];
 
 /// `{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":..,"reason":..,"details":..,"code":..}`
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -83,6 +108,20 @@ impl Status {
     pub fn is_expired(&self) -> bool {
         self.code == 410 || self.reason == "Expired" || self.reason == "Gone"
     }
+
+    /// Whether `reason` is one Kubernetes defines (metav1.StatusReason). Another server may send
+    /// its own words (`"Object Already Exists"`); client-go then goes by the HTTP code alone.
+    pub fn has_known_reason(&self) -> bool {
+        KNOWN_REASONS.contains(&self.reason.as_str())
+    }
+
+    /// How long the server asked us to wait, if it did: API priority and fairness (429) and an
+    /// overloaded or starting apiserver (503) put it in `details.retryAfterSeconds`, beside the
+    /// `Retry-After` header.
+    pub fn retry_after(&self) -> Option<Duration> {
+        let seconds = self.details.as_ref()?.retry_after_seconds?;
+        Some(Duration::from_secs(seconds.into()))
+    }
 }
 
 impl std::fmt::Display for Status {
@@ -112,6 +151,17 @@ mod tests {
     fn a_body_that_is_not_a_status_is_none() {
         assert_eq!(Status::from_body(b"<html>502 Bad Gateway</html>"), None);
         assert_eq!(Status::from_body(br#"{"kind":"Pod"}"#), None);
+    }
+
+    #[test]
+    fn retry_after_comes_from_the_details() {
+        let mut status = Status::failure(429, "TooManyRequests", "slow down");
+        assert_eq!(status.retry_after(), None);
+        status.details = Some(StatusDetails {
+            retry_after_seconds: Some(4),
+            ..Default::default()
+        });
+        assert_eq!(status.retry_after(), Some(Duration::from_secs(4)));
     }
 
     #[test]

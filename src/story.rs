@@ -1,9 +1,12 @@
-//! The workshop's story lines for step 02 — what `stage02`, `stage03` and the tour print as the
-//! watch goes along — in one place, so the stages cannot drift apart.
+//! The workshop's story lines — what `stage02`, `stage03` and the tour print as the watch and the
+//! cluster tasks go along — in one place, so the stages cannot drift apart: step 02's lines, and
+//! the [`Reporter`] that carries step 03's [`LogLine`]s to stdout, a test or `tracing`.
 //!
-//! WORKSHOP.md, step 02. The 2017 operator printed Go structs with their format verbs left in
-//! (`{size %d ...}`); here every line is built from `Display` impls (`PostgresClusterSpec`'s is
+//! WORKSHOP.md, steps 02 and 03. The 2017 operator printed Go structs with their format verbs left
+//! in (`{size %d ...}`); here every line is built from `Display` impls (`PostgresClusterSpec`'s is
 //! `{size: 3, version: 9.6.3, paused: false}`).
+
+use tokio::sync::mpsc;
 
 use crate::api::PostgresCluster;
 use crate::watch::{Event, WatchNotice};
@@ -56,29 +59,100 @@ pub fn watch_notice_lines(notice: &WatchNotice, first_watch: &mut bool) -> Vec<S
     }
 }
 
+/// One line of the operator's story. Lines about one cluster name it: `[default/db] spec update: ..`;
+/// lines about the operator as a whole (step 02's "Watch version: 4566") have no cluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogLine {
+    /// `namespace/name`, or `None` for the operator as a whole.
+    pub cluster: Option<String>,
+    pub line: String,
+}
+
+impl LogLine {
+    pub fn is_about(&self, cluster: &str) -> bool {
+        self.cluster.as_deref() == Some(cluster)
+    }
+}
+
+impl std::fmt::Display for LogLine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.cluster {
+            Some(cluster) => write!(f, "[{cluster}] {}", self.line),
+            None => f.write_str(&self.line),
+        }
+    }
+}
+
+/// Where the controller and its tasks tell their story. Cheap to clone: every task holds one.
+#[derive(Clone, Debug)]
+pub struct Reporter {
+    lines: Option<mpsc::UnboundedSender<LogLine>>,
+}
+
+impl Reporter {
+    /// Story lines become `tracing` info events (with a `cluster` field when they are about one):
+    /// what a deployed operator wants in `kubectl logs`.
+    pub fn tracing() -> Reporter {
+        Reporter { lines: None }
+    }
+
+    /// Story lines go to the returned receiver, in order. Unbounded because a line must never
+    /// block a cluster task; the receiver (stage03's printer, a test) keeps up easily.
+    pub fn channel() -> (Reporter, mpsc::UnboundedReceiver<LogLine>) {
+        let (sender, receiver) = mpsc::unbounded_channel();
+        (
+            Reporter {
+                lines: Some(sender),
+            },
+            receiver,
+        )
+    }
+
+    /// A line about one cluster, `namespace/name`.
+    pub fn report(&self, cluster: &str, line: impl Into<String>) {
+        self.send(LogLine {
+            cluster: Some(cluster.to_string()),
+            line: line.into(),
+        });
+    }
+
+    /// A line about the operator as a whole.
+    pub fn report_operator(&self, line: impl Into<String>) {
+        self.send(LogLine {
+            cluster: None,
+            line: line.into(),
+        });
+    }
+
+    fn send(&self, log: LogLine) {
+        let unsent = match &self.lines {
+            Some(sender) => sender.send(log).err().map(|error| error.0),
+            None => Some(log),
+        };
+        // No channel, or its receiver has gone away: the line still reaches the log.
+        if let Some(log) = unsent {
+            match &log.cluster {
+                Some(cluster) => tracing::info!(cluster = %cluster, "{}", log.line),
+                None => tracing::info!("{}", log.line),
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::api::{ObjectMeta, PostgresClusterSpec};
+    use crate::api::PostgresClusterSpec;
 
     fn cluster(size: i64) -> PostgresCluster {
-        PostgresCluster {
-            api_version: crate::api::API_VERSION.into(),
-            kind: crate::api::KIND.into(),
-            metadata: ObjectMeta {
-                name: "db".into(),
-                namespace: "default".into(),
-                ..ObjectMeta::default()
-            },
-            spec: PostgresClusterSpec {
-                size,
-                version: "9.6.3".into(),
-                paused: false,
-            },
-            status: None,
-        }
+        let spec = PostgresClusterSpec {
+            size,
+            version: "9.6.3".into(),
+            paused: false,
+        };
+        PostgresCluster::new("default", "db", spec)
     }
 
     #[test]
@@ -107,6 +181,24 @@ mod tests {
         assert_eq!(
             watch_notice_lines(&retrying, &mut first_watch),
             vec!["Watch failed, retrying in 0.9s: InternalError (500): boom".to_string()]
+        );
+    }
+
+    /// stage03 prints cluster lines with a `[namespace/name]` prefix and operator lines bare.
+    #[test]
+    fn log_lines_print_with_their_cluster_prefix() {
+        let (reporter, mut lines) = Reporter::channel();
+        reporter.report("default/db", "Running: [], pending: []");
+        reporter.report_operator("Watch version: 4566");
+        let printed: Vec<String> = std::iter::from_fn(|| lines.try_recv().ok())
+            .map(|line| line.to_string())
+            .collect();
+        assert_eq!(
+            printed,
+            [
+                "[default/db] Running: [], pending: []",
+                "Watch version: 4566"
+            ]
         );
     }
 }

@@ -156,6 +156,8 @@ async fn bad_json_in_a_success_body_is_a_decode_error() {
         }
         other => panic!("expected Decode, got {other:?}"),
     }
+    let cause = std::error::Error::source(&error).expect("the serde_json error as the cause");
+    assert!(cause.is::<serde_json::Error>(), "{cause:?}");
 }
 
 /// Nobody listening: a Connect error that names the server, distinct from a timeout.
@@ -177,6 +179,14 @@ async fn connection_refused_is_a_connect_error() {
     );
     assert!(text.to_lowercase().contains("refused"), "{text}");
     assert!(text.contains(&format!("127.0.0.1:{port}")), "{text}");
+    // The cause is kept, not just its text: hyper-util's error, and the io error under it.
+    let mut causes = 0;
+    let mut cause = std::error::Error::source(&error);
+    while let Some(inner) = cause {
+        causes += 1;
+        cause = inner.source();
+    }
+    assert!(causes >= 2, "{error:?}");
 }
 
 /// A server that never answers: the request ends with Timeout after the configured time
@@ -302,7 +312,7 @@ async fn stream_yields_bytes_then_ends_and_reports_errors_at_start() {
     assert_eq!(error.status_code(), Some(403));
 }
 
-/// A watch connection that drops mid-body is a Transport error, not a clean end of stream: the
+/// A watch connection that drops mid-body is a ReadBody error, not a clean end of stream: the
 /// watch must not mistake a broken connection for the server's normal timeout.
 #[tokio::test]
 async fn a_stream_cut_mid_body_is_a_transport_error() {
@@ -329,12 +339,16 @@ async fn a_stream_cut_mid_body_is_a_transport_error() {
         .await
         .expect("an error, not a clean end")
         .unwrap_err();
-    assert!(matches!(error, ClientError::Transport { .. }), "{error:?}");
+    assert!(matches!(error, ClientError::ReadBody { .. }), "{error:?}");
     assert!(
-        error
-            .to_string()
-            .starts_with("GET /api/v1/pods?watch=true: connection failed mid-request"),
+        error.to_string().starts_with(
+            "GET /api/v1/pods?watch=true: connection failed while reading the response body"
+        ),
         "{error}"
+    );
+    assert!(
+        std::error::Error::source(&error).is_some(),
+        "the hyper error is kept as the cause"
     );
 }
 

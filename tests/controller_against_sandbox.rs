@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use controller_support::{create_cluster, create_owned_pod, sandbox_with_crd, wait_for_line};
 use postgres_operator::controller::pods::{label_selector, PodApi};
-use postgres_operator::controller::{Controller, ControllerOptions, Reporter};
+use postgres_operator::controller::{Controller, ControllerOptions};
+use postgres_operator::story::Reporter;
 use postgres_operator::watch::Event;
 
 fn options(reconcile_interval: Duration) -> ControllerOptions {
@@ -111,18 +112,19 @@ async fn delete_removes_the_clusters_pods_through_the_api() {
     controller.shutdown().await;
 }
 
-/// An API server that refuses the pod list does not kill the task: it says so and tries next tick.
-#[tokio::test]
-async fn failed_pod_list_is_reported_and_retried_next_tick() {
+/// Lets the pod list fail `times` times with `code`, starts a task for one cluster, and returns its
+/// "reconcile skipped" line, after checking that the task carries on at the next tick.
+async fn refused_pod_list_line(code: u16, reason: &str, times: usize) -> String {
     let (sandbox, client) = sandbox_with_crd(Duration::ZERO).await;
     let db = create_cluster(&client, "default", "db", 1).await;
     sandbox.faults().fail_next(
-        1,
+        times,
         "/pods",
         sandbox::InjectedFault::Status {
-            code: 403,
-            reason: "Forbidden".into(),
-            retry_after_seconds: None,
+            code,
+            reason: reason.into(),
+            // Sent as `Retry-After: 0`: the client's retries of a 503 take no time.
+            retry_after_seconds: Some(0),
         },
     );
     let (reporter, mut lines) = Reporter::channel();
@@ -141,11 +143,6 @@ async fn failed_pod_list_is_reported_and_retried_next_tick() {
         Duration::from_secs(5),
     )
     .await;
-    assert!(
-        refused.line.contains("403") || refused.line.contains("Forbidden"),
-        "{}",
-        refused.line
-    );
     wait_for_line(
         &mut lines,
         &mut seen,
@@ -155,6 +152,30 @@ async fn failed_pod_list_is_reported_and_retried_next_tick() {
     )
     .await;
     controller.shutdown().await;
+    refused.line
+}
+
+/// A 403 on the pod list does not kill the task: it names the RBAC rule to grant and tries next tick.
+#[tokio::test]
+async fn forbidden_pod_list_names_the_missing_rule_and_is_retried_next_tick() {
+    let line = refused_pod_list_line(403, "Forbidden", 1).await;
+    assert!(line.contains("Forbidden (403)"), "{line}");
+    assert!(
+        line.contains(
+            "may not list pods: grant `list` on pods in its ClusterRole (kube/rbac.yaml)"
+        ),
+        "{line}"
+    );
+}
+
+/// A 503 (after the client's own three retries) is told apart from a 403: no RBAC advice, just
+/// the next tick.
+#[tokio::test]
+async fn unavailable_pod_list_is_retried_next_tick_without_rbac_advice() {
+    let line = refused_pod_list_line(503, "ServiceUnavailable", 4).await;
+    assert!(line.contains("ServiceUnavailable (503)"), "{line}");
+    assert!(line.ends_with("; trying again next tick"), "{line}");
+    assert!(!line.contains("grant"), "{line}");
 }
 
 /// End to end through `run_operator` (what stage03 and the tour run): register, list, watch, and

@@ -7,7 +7,8 @@ mod controller_support;
 use std::time::Duration;
 
 use controller_support::{cluster, drain, owned_pod, resized, wait_for_line, FakePods};
-use postgres_operator::controller::{Controller, ControllerOptions, Reporter};
+use postgres_operator::controller::{Controller, ControllerOptions};
+use postgres_operator::story::Reporter;
 use postgres_operator::watch::Event;
 use tokio::sync::mpsc;
 

@@ -1,4 +1,5 @@
-//! Registering the CRD: 201 Created, 409 AlreadyExists as success, 403 with a hint naming the
+//! Registering the CRD: 201 Created, 409 AlreadyExists as success (and a 409 with a reason
+//! Kubernetes does not define, once a GET confirms it), 403 with a hint naming the
 //! missing permission, waiting (bounded) for Established, and reading discovery back. Against a
 //! scripted server, so each answer is exact; `tests/stage01_register.rs` does it against the sandbox.
 
@@ -42,6 +43,66 @@ async fn already_exists_is_success() {
         crd::register(&plain_client(&server.url)).await.unwrap(),
         Registration::AlreadyExisted
     );
+}
+
+/// A 409 with a reason Kubernetes does not define (a peer server's "Object Already Exists") counts
+/// as already existing once a GET of the CRD finds it, as client-go decides by code for unknown reasons.
+#[tokio::test]
+async fn a_conflict_with_an_unknown_reason_is_confirmed_by_a_get() {
+    let server = FakeServer::http(|request, _| match request.method.as_str() {
+        "POST" => ready(status(409, "Object Already Exists", "it is there")),
+        _ => ready(json(200, crd::postgres_cluster_crd())),
+    })
+    .await;
+    assert_eq!(
+        crd::register(&plain_client(&server.url)).await.unwrap(),
+        Registration::AlreadyExisted
+    );
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(
+        (requests[1].method.as_str(), requests[1].path.as_str()),
+        (
+            "GET",
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/postgresclusters.workshop.example.com"
+        )
+    );
+}
+
+/// The same 409, but the GET finds nothing: an error that keeps both answers, the GET's as its cause.
+#[tokio::test]
+async fn an_unknown_conflict_that_the_get_does_not_confirm_is_an_error() {
+    let server = FakeServer::http(|request, _| match request.method.as_str() {
+        "POST" => ready(status(409, "Object Already Exists", "it is there")),
+        _ => ready(status(
+            404,
+            "NotFound",
+            "customresourcedefinitions \"postgresclusters.workshop.example.com\" not found",
+        )),
+    })
+    .await;
+    let error = crd::register(&plain_client(&server.url)).await.unwrap_err();
+    match &error {
+        CrdError::ConfirmExisting { conflict, source } => {
+            assert_eq!(conflict.reason(), Some("Object Already Exists"));
+            assert_eq!(source.status_code(), Some(404));
+        }
+        other => panic!("expected ConfirmExisting, got {other:?}"),
+    }
+    assert_eq!(error.client_error().unwrap().status_code(), Some(404));
+    let cause = std::error::Error::source(&error).expect("the GET's error as the cause");
+    assert!(cause.to_string().starts_with("GET /apis/apiextensions.k8s.io/v1/customresourcedefinitions/postgresclusters.workshop.example.com: NotFound (404)"), "{cause}");
+}
+
+/// A 409 with a reason Kubernetes does define (Conflict) means what it says: an error, and no GET.
+#[tokio::test]
+async fn a_conflict_with_a_known_reason_is_an_error() {
+    let server =
+        FakeServer::http(|_, _| ready(status(409, "Conflict", "the object has been modified")))
+            .await;
+    let error = crd::register(&plain_client(&server.url)).await.unwrap_err();
+    assert!(matches!(error, CrdError::Register(_)), "{error:?}");
+    assert_eq!(server.requests().len(), 1);
 }
 
 /// 403 on register: the error names the step, and the hint the verb, the resource and kube/rbac.yaml.

@@ -10,8 +10,8 @@ use tokio::sync::watch;
 use tokio::time::{Instant, MissedTickBehavior};
 
 use super::pods::{label_selector, Pod, PodApi, PodApiError};
-use super::Reporter;
 use crate::api::{PostgresCluster, PostgresClusterSpec, PostgresClusterStatus};
+use crate::story::Reporter;
 
 /// What the controller wants a cluster to be. Sent over a `tokio::sync::watch` channel, which
 /// holds one value: a newer `Wanted` replaces an unread older one (see the module docs of
@@ -35,29 +35,13 @@ pub enum TaskEnd {
 
 /// What `setup` checks before touching anything. The CRD's schema enforces the same rules on the
 /// server, so these fire only when the CRD is old or was registered by someone else.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum SetupError {
+    #[error("spec.size must be at least 1, got {size}")]
     SizeBelowOne { size: i64 },
+    #[error("spec.version must name a Postgres version, e.g. \"9.6.3\"")]
     VersionMissing,
 }
-
-impl std::fmt::Display for SetupError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            SetupError::SizeBelowOne { size } => {
-                write!(f, "spec.size must be at least 1, got {size}")
-            }
-            SetupError::VersionMissing => {
-                write!(
-                    f,
-                    "spec.version must name a Postgres version, e.g. \"9.6.3\""
-                )
-            }
-        }
-    }
-}
-
-impl std::error::Error for SetupError {}
 
 /// The checks `setup` runs on a spec (and that a spec update must pass to be accepted).
 pub fn validate_spec(spec: &PostgresClusterSpec) -> Result<(), SetupError> {
@@ -327,7 +311,8 @@ impl<P: PodApi> ClusterTask<P> {
             Ok(pods) => pods,
             Err(error) => {
                 self.say(format!(
-                    "reconcile skipped: {error}; trying again next tick"
+                    "reconcile skipped: {error}; {}",
+                    after_failed_pod_list(&error)
                 ));
                 return;
             }
@@ -356,6 +341,16 @@ impl<P: PodApi> ClusterTask<P> {
                 size
             ));
         }
+    }
+}
+
+/// What a failed pod list means for the next tick, by the HTTP status underneath. 403: RBAC refuses
+/// us, and waiting alone will not change that, so say what to grant. Anything else (503 from an
+/// overloaded apiserver, a dropped connection) may well pass by the next tick.
+fn after_failed_pod_list(error: &PodApiError) -> &'static str {
+    match error.status_code() {
+        Some(403) => "the operator may not list pods: grant `list` on pods in its ClusterRole (kube/rbac.yaml); trying again next tick",
+        _ => "trying again next tick",
     }
 }
 
@@ -422,7 +417,7 @@ mod tests {
     #[test]
     fn pods_split_into_running_and_pending_by_phase() {
         let pod = |name: &str, phase: &str| Pod {
-            metadata: super::super::pods::PodMeta {
+            metadata: crate::api::ObjectMeta {
                 name: name.into(),
                 ..Default::default()
             },

@@ -54,6 +54,8 @@ use crate::watch::Event;
 use cluster::{run_cluster, TaskEnd, Wanted};
 pub use operator::{run_operator, OperatorError};
 pub use pods::PodApi;
+// The story lines live in `story.rs`; re-exported because the controller's API takes a Reporter.
+pub use crate::story::{LogLine, Reporter};
 
 /// How often each cluster task reconciles, unless told otherwise. The original used 8 s.
 pub const DEFAULT_RECONCILE_INTERVAL: Duration = Duration::from_secs(8);
@@ -73,86 +75,6 @@ impl Default for ControllerOptions {
         ControllerOptions {
             reconcile_interval: DEFAULT_RECONCILE_INTERVAL,
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
-        }
-    }
-}
-
-/// One line of the operator's story. Lines about one cluster name it: `[default/db] spec update: ..`;
-/// lines about the operator as a whole (step 02's "Watch version: 4566") have no cluster.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LogLine {
-    /// `namespace/name`, or `None` for the operator as a whole.
-    pub cluster: Option<String>,
-    pub line: String,
-}
-
-impl LogLine {
-    pub fn is_about(&self, cluster: &str) -> bool {
-        self.cluster.as_deref() == Some(cluster)
-    }
-}
-
-impl std::fmt::Display for LogLine {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.cluster {
-            Some(cluster) => write!(f, "[{cluster}] {}", self.line),
-            None => f.write_str(&self.line),
-        }
-    }
-}
-
-/// Where the controller and its tasks tell their story. Cheap to clone: every task holds one.
-#[derive(Clone, Debug)]
-pub struct Reporter {
-    lines: Option<mpsc::UnboundedSender<LogLine>>,
-}
-
-impl Reporter {
-    /// Story lines become `tracing` info events (with a `cluster` field when they are about one):
-    /// what a deployed operator wants in `kubectl logs`.
-    pub fn tracing() -> Reporter {
-        Reporter { lines: None }
-    }
-
-    /// Story lines go to the returned receiver, in order. Unbounded because a line must never
-    /// block a cluster task; the receiver (stage03's printer, a test) keeps up easily.
-    pub fn channel() -> (Reporter, mpsc::UnboundedReceiver<LogLine>) {
-        let (sender, receiver) = mpsc::unbounded_channel();
-        (
-            Reporter {
-                lines: Some(sender),
-            },
-            receiver,
-        )
-    }
-
-    /// A line about one cluster, `namespace/name`.
-    pub fn report(&self, cluster: &str, line: impl Into<String>) {
-        self.send(LogLine {
-            cluster: Some(cluster.to_string()),
-            line: line.into(),
-        });
-    }
-
-    /// A line about the operator as a whole.
-    pub fn report_operator(&self, line: impl Into<String>) {
-        self.send(LogLine {
-            cluster: None,
-            line: line.into(),
-        });
-    }
-
-    fn send(&self, log: LogLine) {
-        let unsent = match &self.lines {
-            Some(sender) => sender.send(log).err().map(|error| error.0),
-            None => Some(log),
-        };
-        // No channel, or its receiver has gone away: the line still reaches the log.
-        if let Some(log) = unsent {
-            match &log.cluster {
-                Some(cluster) => tracing::info!(cluster = %cluster, "{}", log.line),
-                None => tracing::info!("{}", log.line),
-            }
         }
     }
 }
@@ -377,28 +299,5 @@ impl<P: PodApi> Controller<P> {
             }
         }
         stopped
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// stage03 prints cluster lines with a `[namespace/name]` prefix and operator lines bare.
-    #[test]
-    fn log_lines_print_with_their_cluster_prefix() {
-        let (reporter, mut lines) = Reporter::channel();
-        reporter.report("default/db", "Running: [], pending: []");
-        reporter.report_operator("Watch version: 4566");
-        let printed: Vec<String> = std::iter::from_fn(|| lines.try_recv().ok())
-            .map(|line| line.to_string())
-            .collect();
-        assert_eq!(
-            printed,
-            [
-                "[default/db] Running: [], pending: []",
-                "Watch version: 4566"
-            ]
-        );
     }
 }

@@ -9,8 +9,8 @@ use std::future::Future;
 
 use serde::{Deserialize, Serialize};
 
-use crate::api::PostgresCluster;
-use crate::client::Client;
+use crate::api::{ObjectList, ObjectMeta, OwnerReference, PostgresCluster};
+use crate::client::{Client, ClientError};
 
 /// Every Postgres pod this operator makes carries this label (value [`APP_LABEL_VALUE`]).
 /// `app.kubernetes.io/name` is the recommended label for "which application is this".
@@ -51,37 +51,9 @@ pub fn owner_reference(cluster: &PostgresCluster) -> OwnerReference {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Pod {
     #[serde(default)]
-    pub metadata: PodMeta,
+    pub metadata: ObjectMeta,
     #[serde(default)]
     pub status: PodStatus,
-}
-
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PodMeta {
-    #[serde(default)]
-    pub name: String,
-    #[serde(default)]
-    pub namespace: String,
-    #[serde(default)]
-    pub uid: String,
-    #[serde(default)]
-    pub labels: BTreeMap<String, String>,
-    #[serde(default)]
-    pub owner_references: Vec<OwnerReference>,
-}
-
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct OwnerReference {
-    pub api_version: String,
-    pub kind: String,
-    pub name: String,
-    pub uid: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub controller: Option<bool>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub block_owner_deletion: Option<bool>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -89,13 +61,6 @@ pub struct PodStatus {
     /// Pending, Running, Succeeded, Failed or Unknown.
     #[serde(default)]
     pub phase: Option<String>,
-}
-
-/// `GET .../pods` returns a PodList; only its items matter here.
-#[derive(Deserialize)]
-struct PodList {
-    #[serde(default)]
-    items: Vec<Pod>,
 }
 
 impl Pod {
@@ -133,42 +98,39 @@ pub trait PodApi: Clone + Send + Sync + 'static {
     ) -> impl Future<Output = Result<(), PodApiError>> + Send;
 }
 
-/// Which pod call failed, and why (the underlying client error's text).
-#[derive(Debug)]
+/// Which pod call failed, wrapping the client's error so a caller can still ask what the server
+/// said ([`PodApiError::status_code`]: 403 is missing RBAC, 503 an overloaded server).
+#[derive(Debug, thiserror::Error)]
 pub enum PodApiError {
+    #[error("listing pods in namespace {namespace} with selector {label_selector}: {source}")]
     ListPods {
         namespace: String,
         label_selector: String,
-        reason: String,
+        #[source]
+        source: ClientError,
     },
+    #[error("deleting pod {namespace}/{name}: {source}")]
     DeletePod {
         namespace: String,
         name: String,
-        reason: String,
+        #[source]
+        source: ClientError,
     },
 }
 
-impl std::fmt::Display for PodApiError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl PodApiError {
+    /// The client error underneath.
+    pub fn client_error(&self) -> &ClientError {
         match self {
-            PodApiError::ListPods {
-                namespace,
-                label_selector,
-                reason,
-            } => write!(
-                f,
-                "listing pods in namespace {namespace} with selector {label_selector}: {reason}"
-            ),
-            PodApiError::DeletePod {
-                namespace,
-                name,
-                reason,
-            } => write!(f, "deleting pod {namespace}/{name}: {reason}"),
+            PodApiError::ListPods { source, .. } | PodApiError::DeletePod { source, .. } => source,
         }
     }
-}
 
-impl std::error::Error for PodApiError {}
+    /// The HTTP status code the API server answered with, if it answered.
+    pub fn status_code(&self) -> Option<u16> {
+        self.client_error().status_code()
+    }
+}
 
 /// `/api/v1/namespaces/NS/pods?labelSelector=...` (the selector percent-encoded: it holds `/`, `=`, `,`).
 pub fn pods_path(namespace: &str, label_selector: &str) -> String {
@@ -183,13 +145,13 @@ impl PodApi for Client {
         namespace: &str,
         label_selector: &str,
     ) -> Result<Vec<Pod>, PodApiError> {
-        let list: PodList = self
+        let list: ObjectList<Pod> = self
             .get(&pods_path(namespace, label_selector))
             .await
-            .map_err(|error| PodApiError::ListPods {
+            .map_err(|source| PodApiError::ListPods {
                 namespace: namespace.to_string(),
                 label_selector: label_selector.to_string(),
-                reason: error.to_string(),
+                source,
             })?;
         Ok(list.items)
     }
@@ -200,10 +162,10 @@ impl PodApi for Client {
             Ok(_) => Ok(()),
             // 404: someone (the garbage collector, a user) deleted it first. That is what we wanted.
             Err(error) if error.status_code() == Some(404) => Ok(()),
-            Err(error) => Err(PodApiError::DeletePod {
+            Err(source) => Err(PodApiError::DeletePod {
                 namespace: namespace.to_string(),
                 name: name.to_string(),
-                reason: error.to_string(),
+                source,
             }),
         }
     }

@@ -66,12 +66,11 @@ use std::future::Future;
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
-use serde::Deserialize;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::api::{ObjectMeta, PostgresCluster};
+use crate::api::{HasMetadata, ObjectList, ObjectMeta};
 use crate::client::{ByteStream, Client, ClientError};
 use crate::status::Status;
 
@@ -109,16 +108,11 @@ impl<T> Event<T> {
     }
 }
 
-/// What a watched type must offer: decodable, and carrying standard object metadata.
-pub trait WatchedObject: DeserializeOwned + Clone + Send + Sync + 'static {
-    fn metadata(&self) -> &ObjectMeta;
-}
+/// What a watched type must offer: decodable, and carrying standard object metadata. Every such
+/// type is one: `PostgresCluster` gets its `HasMetadata` in `api.rs`.
+pub trait WatchedObject: HasMetadata + DeserializeOwned + Clone + Send + Sync + 'static {}
 
-impl WatchedObject for PostgresCluster {
-    fn metadata(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-}
+impl<T: HasMetadata + DeserializeOwned + Clone + Send + Sync + 'static> WatchedObject for T {}
 
 /// What the watch is doing, for logs and for the curious consumer. Best effort (see module docs).
 #[derive(Clone, Debug, PartialEq)]
@@ -363,22 +357,6 @@ enum Phase {
     },
 }
 
-/// A collection as a list returns it: the items, and the resourceVersion they are current at.
-#[derive(Deserialize)]
-#[serde(bound = "T: DeserializeOwned")]
-struct ObjectList<T> {
-    #[serde(default)]
-    metadata: ListMeta,
-    #[serde(default = "Vec::new")]
-    items: Vec<T>,
-}
-
-#[derive(Deserialize, Default)]
-struct ListMeta {
-    #[serde(default, rename = "resourceVersion")]
-    resource_version: String,
-}
-
 /// How one watch request ended.
 enum WatchEnd {
     /// Clean end of stream.
@@ -612,12 +590,7 @@ impl<T: WatchedObject> ListWatch<T> {
                 Some(Phase::Watching { resource_version })
             }
             WatchEnd::ServerError(status) => {
-                let at_least = status
-                    .details
-                    .as_ref()
-                    .and_then(|details| details.retry_after_seconds)
-                    .map(|seconds| Duration::from_secs(seconds.into()))
-                    .unwrap_or_default();
+                let at_least = status.retry_after().unwrap_or_default();
                 self.back_off(format!("watch error event: {status}"), at_least)
                     .await?;
                 Some(Phase::Watching { resource_version })
@@ -763,9 +736,7 @@ impl<T: WatchedObject> ListWatch<T> {
 fn retry_after(error: &ClientError) -> Duration {
     error
         .api_status()
-        .and_then(|status| status.details.as_ref())
-        .and_then(|details| details.retry_after_seconds)
-        .map(|seconds| Duration::from_secs(seconds.into()))
+        .and_then(Status::retry_after)
         .unwrap_or_default()
 }
 

@@ -7,28 +7,20 @@ use std::time::Duration;
 
 use postgres_operator::api::{ObjectMeta, PostgresCluster, PostgresClusterSpec};
 use postgres_operator::controller::pods::{
-    owner_reference, pod_labels, Pod, PodApi, PodApiError, PodMeta, PodStatus,
+    owner_reference, pod_labels, Pod, PodApi, PodApiError, PodStatus,
 };
-use postgres_operator::controller::LogLine;
+use postgres_operator::story::LogLine;
 use tokio::sync::mpsc;
 
 pub fn cluster(namespace: &str, name: &str, size: i64) -> PostgresCluster {
-    PostgresCluster {
-        api_version: postgres_operator::api::API_VERSION.into(),
-        kind: postgres_operator::api::KIND.into(),
-        metadata: ObjectMeta {
-            name: name.into(),
-            namespace: namespace.into(),
-            uid: format!("uid-{namespace}-{name}"),
-            ..Default::default()
-        },
-        spec: PostgresClusterSpec {
-            size,
-            version: "9.6.3".into(),
-            paused: false,
-        },
-        status: None,
-    }
+    let spec = PostgresClusterSpec {
+        size,
+        version: "9.6.3".into(),
+        paused: false,
+    };
+    let mut cluster = PostgresCluster::new(namespace, name, spec);
+    cluster.metadata.uid = format!("uid-{namespace}-{name}");
+    cluster
 }
 
 pub fn resized(cluster: &PostgresCluster, size: i64) -> PostgresCluster {
@@ -40,12 +32,13 @@ pub fn resized(cluster: &PostgresCluster, size: i64) -> PostgresCluster {
 /// A pod owned by `owner` (labels + ownerReference) in the given phase.
 pub fn owned_pod(owner: &PostgresCluster, name: &str, phase: &str) -> Pod {
     Pod {
-        metadata: PodMeta {
+        metadata: ObjectMeta {
             name: name.into(),
             namespace: owner.metadata.namespace.clone(),
             uid: format!("pod-uid-{name}"),
             labels: pod_labels(&owner.metadata.name),
             owner_references: vec![owner_reference(owner)],
+            ..ObjectMeta::default()
         },
         status: PodStatus {
             phase: Some(phase.into()),

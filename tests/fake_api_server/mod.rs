@@ -1,6 +1,7 @@
 //! A purpose-built, scriptable API server for the client's tests: each test decides what every
 //! request gets, so each error class of `client.rs` can be provoked exactly. Plain HTTP or HTTPS
 //! with a freshly generated CA (optionally requiring a client certificate), bound to 127.0.0.1:0.
+//! Bodies are whole ([`json`], [`status`], [`raw`]) or never end ([`endless`]).
 //!
 //! The full in-memory API server that kubectl accepts is `postgres_operator::sandbox`; this one is
 //! deliberately dumber so a test can say "the third request gets a 503".
@@ -11,9 +12,12 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 
 use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
+use hyper::body::Frame;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use rustls_pki_types::pem::PemObject;
@@ -31,7 +35,9 @@ pub struct Recorded {
     pub body: Vec<u8>,
 }
 
-pub type Reply = Pin<Box<dyn Future<Output = Response<Full<Bytes>>> + Send>>;
+/// What the server answers with: a whole body, or one that never ends.
+pub type Body = BoxBody<Bytes, Infallible>;
+pub type Reply = Pin<Box<dyn Future<Output = Response<Body>> + Send>>;
 type Handler = Arc<dyn Fn(Recorded, usize) -> Reply + Send + Sync>;
 
 /// A running fake server; stops when dropped.
@@ -161,21 +167,25 @@ impl FakeServer {
 }
 
 /// An answer, ready now.
-pub fn ready(response: Response<Full<Bytes>>) -> Reply {
+pub fn ready(response: Response<Body>) -> Reply {
     Box::pin(async move { response })
 }
 
+fn whole(bytes: impl Into<Bytes>) -> Body {
+    Full::new(bytes.into()).boxed()
+}
+
 /// A JSON body with this code.
-pub fn json(code: u16, body: serde_json::Value) -> Response<Full<Bytes>> {
+pub fn json(code: u16, body: serde_json::Value) -> Response<Body> {
     Response::builder()
         .status(code)
         .header("content-type", "application/json")
-        .body(Full::new(Bytes::from(body.to_string())))
+        .body(whole(body.to_string()))
         .unwrap()
 }
 
 /// A Kubernetes Failure `Status` body, as the API server writes errors.
-pub fn status(code: u16, reason: &str, message: &str) -> Response<Full<Bytes>> {
+pub fn status(code: u16, reason: &str, message: &str) -> Response<Body> {
     json(
         code,
         serde_json::json!({
@@ -186,12 +196,45 @@ pub fn status(code: u16, reason: &str, message: &str) -> Response<Full<Bytes>> {
 }
 
 /// Any body and content type.
-pub fn raw(code: u16, content_type: &str, body: &str) -> Response<Full<Bytes>> {
+pub fn raw(code: u16, content_type: &str, body: &str) -> Response<Body> {
     Response::builder()
         .status(code)
         .header("content-type", content_type)
-        .body(Full::new(Bytes::from(body.to_string())))
+        .body(whole(body.to_string()))
         .unwrap()
+}
+
+/// A JSON response whose body never ends (chunked, no Content-Length): `{"items":[` and then
+/// 64 KiB chunks of spaces for as long as the client reads. What a broken or hostile server does.
+pub fn endless(code: u16) -> Response<Body> {
+    Response::builder()
+        .status(code)
+        .header("content-type", "application/json")
+        .body(Endless { started: false }.boxed())
+        .unwrap()
+}
+
+struct Endless {
+    started: bool,
+}
+
+impl hyper::body::Body for Endless {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        const CHUNK: &[u8] = &[b' '; 64 * 1024];
+        let chunk = if self.started {
+            Bytes::from_static(CHUNK)
+        } else {
+            self.started = true;
+            Bytes::from_static(br#"{"items":["#)
+        };
+        Poll::Ready(Some(Ok(Frame::data(chunk))))
+    }
 }
 
 /// A CA, a server certificate for 127.0.0.1 signed by it, and a client certificate signed by it.
