@@ -90,11 +90,9 @@ async fn memory_with_live_clusters() {
         ..Default::default()
     };
     let (events, event_receiver) = mpsc::channel(64);
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let stop = tokio_util::sync::CancellationToken::new();
     let controller = Controller::new(NoPods, options, reporter);
-    let running = tokio::spawn(controller.run(event_receiver, async {
-        let _ = stopped.await;
-    }));
+    let running = tokio::spawn(controller.run(event_receiver, stop.clone()));
     tokio::time::sleep(Duration::from_millis(100)).await;
     print_memory("controller running, 0 clusters");
 
@@ -106,7 +104,7 @@ async fn memory_with_live_clusters() {
     wait_for_lines(&mut lines, "PLACEHOLDER: disaster recovery!", CLUSTERS).await;
     print_memory(&format!("controller running, {CLUSTERS} clusters"));
 
-    let _ = stop.send(());
+    stop.cancel();
     let summary = running.await;
     println!("stopped: {summary:?}");
 }
@@ -127,10 +125,13 @@ async fn latency_from_commit_to_task() {
         reconcile_interval: Duration::from_secs(3600),
         ..Default::default()
     };
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let operator = tokio::spawn(run_operator(client.clone(), options, reporter, async {
-        let _ = stopped.await;
-    }));
+    let stop = tokio_util::sync::CancellationToken::new();
+    let operator = tokio::spawn(run_operator(
+        client.clone(),
+        options,
+        reporter,
+        stop.clone(),
+    ));
     wait_for_lines(&mut lines, "Starting at watchVersion", 1).await;
 
     let collection = postgres_operator::api::collection_path("default");
@@ -163,7 +164,7 @@ async fn latency_from_commit_to_task() {
     report_latency("PATCH returned -> task logged it", &mut from_commit);
     report_latency("PATCH sent     -> task logged it", &mut from_send);
 
-    let _ = stop.send(());
+    stop.cancel();
     let _ = operator.await;
     sandbox.shutdown().await;
 }

@@ -9,13 +9,13 @@
 //! |---|---|---|
 //! | [`api`] | our resource's names, REST paths and typed `PostgresCluster` | Step 01 |
 //! | [`status`] | the Kubernetes `Status` error body | Step 01 |
-//! | [`config`] | where the API server is and how to authenticate: flags, in-cluster, kubeconfig | Set-up |
+//! | [`config`] | where the API server is and how to authenticate: one file per source (flags, in-cluster, kubeconfig) | Set-up |
 //! | [`client`] | the HTTP client: JSON verbs, typed errors, retries, the raw watch stream | Step 01 |
 //! | [`crd`] | the CustomResourceDefinition, built in Rust, and registering it | Step 01 |
 //! | [`watch`] | bytes → lines → typed events, and list-then-watch that never loses its place | Step 02 |
 //! | [`story`] | the workshop's log lines for the watch, shared by stage02, stage03 and the tour | Step 02 |
 //! | [`controller`] | one task per cluster, its own channel, and a reconcile timer | Step 03 |
-//! | [`process`] | logging set-up, the stop signal and `--help` texts, shared by every binary | Set-up |
+//! | [`process`] | what every binary does alike: logging, the stop token, connecting, duration flags, the error exit | Set-up |
 //!
 //! The binaries in `stages/` are the workshop's steps; each is a short `main` over this library.
 //! `src/bin/` holds the rest: `sandbox` (the API server as a program), `tour` (`cargo run`: the

@@ -1,16 +1,25 @@
-//! What every binary does the same way: answer `--help`, install a log subscriber and wait for
-//! the signal to stop.
+//! What every binary does the same way: install a log subscriber, turn SIGTERM and Ctrl-C into a
+//! cancelled [`CancellationToken`], connect to the API server, read durations from flags, and
+//! report an error before exiting.
 //!
-//! WORKSHOP.md, "Set-up". The library itself only emits `tracing` events; only binaries call
-//! [`init_logging`], so tests and embedders choose their own subscriber.
+//! WORKSHOP.md, "Set-up". The library itself only emits `tracing` events and takes a
+//! `CancellationToken` wherever it runs until stopped; only binaries call [`init_logging`] and
+//! [`cancel_on_signal`], so tests and embedders choose their own subscriber and their own stop.
+//! Flags are parsed with clap (each binary's `#[derive(Parser)]`); exit status 2 for bad flags
+//! is clap's, 1 is [`exit_error`]'s, 0 is a finished run or a stop by SIGTERM/Ctrl-C.
 
-use std::fmt;
+use std::error::Error;
+use std::fmt::Display;
+use std::future::Future;
 use std::io::IsTerminal;
 use std::process::ExitCode;
+use std::time::Duration;
 
-use crate::config::{CONNECTION_FLAGS_HELP, CONNECTION_ORDER_HELP};
-
+use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
+
+use crate::client::Client;
+use crate::config::ConfigArgs;
 
 /// Log to stderr, filtered by `RUST_LOG` (default `info`). In a pod, `kubectl logs` shows stderr.
 pub fn init_logging() {
@@ -25,171 +34,156 @@ pub fn init_logging() {
         .try_init();
 }
 
+/// A token that is cancelled when the process is asked to stop (see [`shutdown_signal`]). Pass it
+/// (or clones of it) to every library entry point: they all stop on the same signal.
+pub fn cancel_on_signal() -> CancellationToken {
+    let token = CancellationToken::new();
+    let signal = shutdown_signal();
+    let cancel = token.clone();
+    tokio::spawn(async move {
+        signal.await;
+        cancel.cancel();
+    });
+    token
+}
+
 /// Resolves when the process is asked to stop: SIGTERM (what the kubelet sends when a pod is
 /// deleted, followed by SIGKILL after the grace period) or Ctrl-C from a terminal.
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        if tokio::signal::ctrl_c().await.is_err() {
-            // No Ctrl-C handler can be installed (no terminal): rely on SIGTERM alone.
+///
+/// The handlers are installed when this is called, not when it is first awaited: once a signal
+/// has a handler its default action (ending the process at once) is gone, so a SIGTERM that
+/// arrives a moment later is still a clean stop. Call it inside a tokio runtime.
+pub fn shutdown_signal() -> impl Future<Output = ()> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let interrupt = signal(SignalKind::interrupt());
+        let terminate = signal(SignalKind::terminate());
+        async move {
+            let received = |signal: std::io::Result<tokio::signal::unix::Signal>| async move {
+                match signal {
+                    Ok(mut signal) => signal.recv().await,
+                    // No handler could be installed: rely on the other signal.
+                    Err(_) => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = received(interrupt) => tracing::info!("received Ctrl-C, shutting down"),
+                _ = received(terminate) => tracing::info!("received SIGTERM, shutting down"),
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    async {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            tracing::info!("received Ctrl-C, shutting down");
+        } else {
             std::future::pending::<()>().await;
         }
-    };
-
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut sigterm) => {
-                sigterm.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-
-    tokio::select! {
-        _ = ctrl_c => tracing::info!("received Ctrl-C, shutting down"),
-        _ = terminate => tracing::info!("received SIGTERM, shutting down"),
     }
 }
 
-/// What a binary prints for `--help`: each binary fills one in as a `const`, and `Display` lays
-/// it out as command-line tools usually do, adding the connection flags when the binary takes
-/// them (so the stages do not repeat those).
-pub struct Usage {
-    /// The binary's name, as typed on the command line.
-    pub name: &'static str,
-    /// What it is and which workshop step it belongs to; break lines yourself (`\n`).
-    pub about: &'static str,
-    /// The binary's own flags as `(flag and value, what it does, with its default)`;
-    /// `-h, --help` is added. A `\n` in the description continues it on the next line.
-    pub flags: &'static [(&'static str, &'static str)],
-    /// Whether it takes the connection flags of `ConfigArgs::parse`.
-    pub connection_flags: bool,
-    /// Whole command lines, optionally followed by `# why`.
-    pub examples: &'static [&'static str],
-    /// What each exit status means.
-    pub exit_status: &'static str,
+/// clap's value parser for every duration flag (`--established-timeout 30`,
+/// `--reconcile-interval 0.5`): a positive number of seconds that fits a `Duration`. Never
+/// panics: a bad value is clap's usage error naming the flag, exit status 2.
+pub fn parse_seconds(value: &str) -> Result<Duration, String> {
+    let seconds: f64 = value
+        .trim()
+        .parse()
+        .map_err(|_| format!("{value:?} is not a number of seconds"))?;
+    // `try_`: `Duration::from_secs_f64` panics on 1e30, -1, inf and NaN.
+    let duration = Duration::try_from_secs_f64(seconds)
+        .map_err(|_| format!("{value} is not a positive number of seconds that fits a Duration"))?;
+    if duration.is_zero() {
+        // tokio's interval panics on a zero period, and 1e-12 s rounds to zero nanoseconds.
+        return Err(format!("{value} s rounds to zero; give at least 1e-9"));
+    }
+    Ok(duration)
 }
 
-const HELP_FLAG: (&str, &str) = ("-h, --help", "print this help and exit");
-
-impl fmt::Display for Usage {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let connection: &[(&str, &str)] = if self.connection_flags {
-            CONNECTION_FLAGS_HELP
-        } else {
-            &[]
-        };
-        // One column for every flag, so the descriptions line up across both tables.
-        let width = self
-            .flags
-            .iter()
-            .chain(connection)
-            .chain([&HELP_FLAG])
-            .map(|(flag, _)| flag.len())
-            .max()
-            .unwrap_or(0);
-        let flag_lines = |f: &mut fmt::Formatter<'_>, flags: &[(&str, &str)]| -> fmt::Result {
-            for (flag, description) in flags {
-                for (index, line) in description.lines().enumerate() {
-                    let flag = if index == 0 { flag } else { "" };
-                    writeln!(f, "  {flag:width$}  {line}")?;
-                }
-            }
-            Ok(())
-        };
-
-        writeln!(f, "{}\n", self.about)?;
-        let connection_synopsis = if self.connection_flags {
-            " [connection flags]"
-        } else {
-            ""
-        };
-        writeln!(f, "usage: {}{connection_synopsis} [flags]\n", self.name)?;
-        writeln!(f, "flags:")?;
-        flag_lines(f, self.flags)?;
-        flag_lines(f, &[HELP_FLAG])?;
-        if self.connection_flags {
-            writeln!(
-                f,
-                "\nconnection flags (where the API server is, who we are):"
-            )?;
-            flag_lines(f, connection)?;
-            for line in CONNECTION_ORDER_HELP.lines() {
-                writeln!(f, "  {line}")?;
-            }
-        }
-        writeln!(f, "\nexamples:")?;
-        for example in self.examples {
-            writeln!(f, "  {example}")?;
-        }
-        write!(f, "\nexit status: {}", self.exit_status)
+/// Find the API server as kubectl would ([`crate::config::Config::infer`]) and build a client for
+/// it; on failure, print why (the message lists every source tried) and return exit status 1.
+pub async fn connect(args: &ConfigArgs) -> Result<Client, ExitCode> {
+    let args = args.clone();
+    // `Client::infer` reads files and may run `kubectl config view` and wait for it: blocking
+    // work, so it runs on tokio's blocking pool instead of holding up a runtime thread (and the
+    // signal handler on it). `spawn_blocking` rather than an async `Config::infer`: choosing a
+    // source stays one plain function that tests and non-async callers use as it is.
+    match tokio::task::spawn_blocking(move || Client::infer(&args)).await {
+        Ok(Ok(client)) => Ok(client),
+        Ok(Err(error)) => Err(exit_error(&error, None)),
+        Err(panicked) => Err(exit_error(&panicked, None)),
     }
 }
 
-/// `--help` or `-h` anywhere on the command line (arguments without the program name). It wins
-/// over every other flag, as in most tools: asking for help never starts anything.
-pub fn help_requested(args: &[String]) -> bool {
-    args.iter().any(|arg| arg == "--help" || arg == "-h")
+/// [`exit_error`] for an error from talking to `client`'s API server: when the error has no hint
+/// of its own and the connection was refused, the hint says what to start on that port.
+pub fn fail(error: &(dyn Error + 'static), hint: Option<String>, client: &Client) -> ExitCode {
+    let hint = hint.or_else(|| refused_connection_hint(error, client.server()));
+    exit_error(error, hint)
 }
 
-/// For bad flags: prints `error: MESSAGE (try --help)` on stderr and returns exit status 2, the
-/// usual status for a command line that could not be understood.
-pub fn usage_error(message: impl fmt::Display) -> ExitCode {
-    eprintln!("error: {message} (try --help)");
-    ExitCode::from(2)
+/// Print `error: ...` (and `hint: ...`) on stderr and return exit status 1: how every binary
+/// ends when something other than its flags was wrong.
+pub fn exit_error(error: &dyn Display, hint: Option<String>) -> ExitCode {
+    eprintln!("error: {error}");
+    if let Some(hint) = hint {
+        eprintln!("hint: {hint}");
+    }
+    ExitCode::FAILURE
+}
+
+/// "Connection refused" means nothing listens on the server's port: the learner forgot to start
+/// the sandbox or `kubectl proxy`. Looks through the whole chain of causes, by kind when an
+/// `io::Error` is kept and by its text when a cause was turned into a string.
+fn refused_connection_hint(error: &(dyn Error + 'static), server: &str) -> Option<String> {
+    let mut cause = Some(error);
+    let mut refused = false;
+    while let Some(current) = cause {
+        let by_kind = current
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused);
+        refused |= by_kind || current.to_string().contains("Connection refused");
+        cause = current.source();
+    }
+    if !refused {
+        return None;
+    }
+    let url = url::Url::parse(server).ok()?;
+    let host = url.host_str()?;
+    let port = url.port_or_known_default()?;
+    Some(format!(
+        "nothing is listening on {host}:{port}. Start the sandbox there \
+         (`cargo run --bin sandbox -- --listen {host}:{port}`), or `kubectl proxy --port {port}` \
+         for a real cluster"
+    ))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    const EXAMPLE: Usage = Usage {
-        name: "stage99",
-        about: "stage99: workshop step 99, a test.",
-        flags: &[("--long-flag SECS", "first line\nsecond line (default 1)")],
-        connection_flags: true,
-        examples: &["stage99 --long-flag 2"],
-        exit_status: "0 done, 2 bad flags",
-    };
-
-    /// Continued description lines and the connection flags line up under the first column.
+    /// Every value that would panic `Duration::from_secs_f64` or a tokio interval is an error.
     #[test]
-    fn descriptions_share_one_column() {
-        let text = EXAMPLE.to_string();
-        let column = |needle: &str| {
-            let line = text.lines().find(|line| line.contains(needle)).unwrap();
-            line.find(needle).unwrap()
-        };
-        assert_eq!(column("first line"), column("second line"), "{text}");
-        assert_eq!(column("first line"), column("print this help"), "{text}");
-        assert_eq!(column("first line"), column("bearer token given"), "{text}");
-        assert!(
-            text.contains("usage: stage99 [connection flags] [flags]"),
-            "{text}"
-        );
-        assert!(text.contains("KUBE_SERVER"), "{text}");
-    }
-
-    /// A binary without connection flags does not advertise them.
-    #[test]
-    fn connection_flags_only_when_taken() {
-        let text = Usage {
-            connection_flags: false,
-            ..EXAMPLE
+    fn parse_seconds_refuses_what_would_panic() {
+        for bad in ["1e30", "-1", "abc", "1e-12", "inf", "NaN", "0", "", "-0"] {
+            assert!(parse_seconds(bad).is_err(), "{bad:?} was accepted");
         }
-        .to_string();
-        assert!(!text.contains("--server"), "{text}");
-        assert!(text.contains("usage: stage99 [flags]"), "{text}");
+        assert_eq!(parse_seconds("2").unwrap(), Duration::from_secs(2));
+        assert_eq!(parse_seconds("0.5").unwrap(), Duration::from_millis(500));
     }
 
-    /// `-h` and `--help` are found anywhere; a value that merely contains them is not help.
+    /// A refused connection, kept as an `io::Error` or flattened into text, gets the hint naming
+    /// the port; other errors get none.
     #[test]
-    fn help_is_an_exact_argument() {
-        let args = |list: &[&str]| list.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        assert!(help_requested(&args(&["--server", "x", "-h"])));
-        assert!(help_requested(&args(&["--help"])));
-        assert!(!help_requested(&args(&["--namespace=--help", "--helpful"])));
+    fn refused_connections_hint_at_what_to_start() {
+        let kept = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        let hint = refused_connection_hint(&kept, "http://127.0.0.1:8001/").unwrap();
+        assert!(hint.contains("--listen 127.0.0.1:8001"), "{hint}");
+        assert!(hint.contains("kubectl proxy --port 8001"), "{hint}");
+        let text = std::io::Error::other("tcp connect error: Connection refused (os error 111)");
+        assert!(refused_connection_hint(&text, "https://10.0.0.1/").is_some());
+        let other = std::io::Error::other("certificate verify failed");
+        assert!(refused_connection_hint(&other, "http://127.0.0.1:8001/").is_none());
     }
 }

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use fake_api_server::{json, ready, FakeServer, TestPki};
 use postgres_operator::client::Client;
-use postgres_operator::config::{Config, ConfigArgs, Environment};
+use postgres_operator::config::{Config, ConfigArgs, Environment, SecretString};
 use serde_json::{json, Value};
 
 /// 100 GETs through clones of one client over HTTPS use a single connection.
@@ -20,19 +20,12 @@ async fn sequential_requests_reuse_one_tls_connection() {
     .await;
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("ca.crt"), &pki.ca_pem).unwrap();
-    let ca = dir.path().join("ca.crt").display().to_string();
-    let (args, _) = ConfigArgs::parse(
-        [
-            "--server",
-            &server.url,
-            "--certificate-authority",
-            &ca,
-            "--token",
-            "t",
-        ]
-        .map(String::from),
-    )
-    .unwrap();
+    let args = ConfigArgs {
+        server: Some(server.url.clone()),
+        certificate_authority: Some(dir.path().join("ca.crt")),
+        token: Some(SecretString::new("t")),
+        ..ConfigArgs::default()
+    };
     let client = Client::new(Config::infer_from(&args, &Environment::default()).unwrap()).unwrap();
 
     let started = Instant::now();

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use fake_api_server::{json, ready, status, FakeServer, TestPki};
 use postgres_operator::client::{Client, ClientError};
-use postgres_operator::config::Config;
+use postgres_operator::config::{Config, ConfigArgs, SecretString};
 use serde_json::{json, Value};
 
 /// A server that accepts exactly one bearer token at a time (`accepted` can be changed).
@@ -86,10 +86,11 @@ async fn a_second_401_is_returned_not_retried_forever() {
 #[tokio::test]
 async fn an_inline_token_is_not_retried_after_401() {
     let server = FakeServer::http(|_, _| ready(status(401, "Unauthorized", "Unauthorized"))).await;
-    let (args, _) = postgres_operator::config::ConfigArgs::parse(
-        ["--server", &server.url, "--token", "abc"].map(String::from),
-    )
-    .unwrap();
+    let args = ConfigArgs {
+        server: Some(server.url.clone()),
+        token: Some(SecretString::new("abc")),
+        ..ConfigArgs::default()
+    };
     let config =
         Config::infer_from(&args, &postgres_operator::config::Environment::default()).unwrap();
     let client = Client::new(config).unwrap();
@@ -108,13 +109,11 @@ async fn the_token_file_is_reread_every_minute_and_a_failed_read_keeps_the_last_
     let dir = tempfile::tempdir().unwrap();
     let token_path = dir.path().join("token");
     std::fs::write(&token_path, "first").unwrap();
-    let (args, _) = postgres_operator::config::ConfigArgs::parse([
-        "--server".to_string(),
-        server.url.clone(),
-        "--token-file".into(),
-        token_path.display().to_string(),
-    ])
-    .unwrap();
+    let args = ConfigArgs {
+        server: Some(server.url.clone()),
+        token_file: Some(token_path.clone()),
+        ..ConfigArgs::default()
+    };
     let config =
         Config::infer_from(&args, &postgres_operator::config::Environment::default()).unwrap();
     let client = Client::new(config).unwrap();

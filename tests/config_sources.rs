@@ -10,6 +10,7 @@ mod fake_api_server;
 use std::path::Path;
 
 use base64::Engine as _;
+use clap::Parser;
 use fake_api_server::{json, ready, FakeServer, TestPki};
 use postgres_operator::client::{Client, ClientError};
 use postgres_operator::config::{
@@ -17,10 +18,13 @@ use postgres_operator::config::{
 };
 use serde_json::{json, Value};
 
+/// The connection flags as a binary's clap parser would read them.
 fn args(list: &[&str]) -> ConfigArgs {
-    ConfigArgs::parse(list.iter().map(|s| s.to_string()))
-        .unwrap()
-        .0
+    try_args(list).unwrap()
+}
+
+fn try_args(list: &[&str]) -> Result<ConfigArgs, clap::Error> {
+    ConfigArgs::try_parse_from(std::iter::once("test").chain(list.iter().copied()))
 }
 
 fn b64(text: &str) -> String {
@@ -273,6 +277,42 @@ async fn kubeconfig_file_references_resolve_relative_to_the_kubeconfig() {
     );
 }
 
+/// With two files in KUBECONFIG, a relative CA path is read next to the file that names it (here
+/// the second), not next to the first: why the kubeconfig is read with `--flatten`, which has
+/// kubectl inline each file, rather than `--raw`, which prints the path as written.
+#[tokio::test]
+async fn kubeconfig_file_references_resolve_next_to_the_file_that_names_them() {
+    let pki = TestPki::generate();
+    let server = ok_server(&pki, false).await;
+    let home = tempfile::tempdir().unwrap();
+    let first = tempfile::tempdir().unwrap();
+    let second = tempfile::tempdir().unwrap();
+    std::fs::write(
+        first.path().join("kubeconfig.yaml"),
+        "apiVersion: v1\nkind: Config\npreferences: {}\n",
+    )
+    .unwrap();
+    std::fs::write(second.path().join("cluster-ca.crt"), &pki.ca_pem).unwrap();
+    let named = write_kubeconfig(
+        second.path(),
+        &format!(
+            "    server: {}\n    certificate-authority: cluster-ca.crt\n",
+            server.url
+        ),
+        "    token: t\n",
+        "default",
+    );
+    let list = format!(
+        "{}:{}",
+        first.path().join("kubeconfig.yaml").display(),
+        named.display()
+    );
+    let config =
+        Config::infer_from(&args(&[]), &env_with(Path::new(&list), home.path(), &[])).unwrap();
+    let _: Value = Client::new(config).unwrap().get("/api").await.unwrap();
+    assert_eq!(server.requests().len(), 1);
+}
+
 /// kubeconfig with client-certificate-data and client-key-data: mutual TLS against a server that
 /// requires a client certificate. Without it the handshake fails (a Connect error).
 #[tokio::test]
@@ -436,17 +476,26 @@ fn bad_flags_are_clear_errors() {
         "{text}"
     );
 
-    let text = Config::infer_from(&args(&["--server", "127.0.0.1:8001"]), &env)
+    // The flag is refused by clap (exit 2); KUBE_SERVER, read later, by Config::infer.
+    let text = try_args(&["--server", "127.0.0.1:8001"])
         .unwrap_err()
         .to_string();
-    assert!(text.contains("is not a usable URL"), "{text}");
-
-    let error =
-        ConfigArgs::parse(["--token", "a", "--token-file", "b"].map(String::from)).unwrap_err();
-    assert_eq!(
-        error.to_string(),
-        "--token and --token-file cannot be used together; pick one"
+    assert!(
+        text.contains("did you mean http://127.0.0.1:8001?"),
+        "{text}"
     );
+    let kube_server = Environment::from_pairs([("KUBE_SERVER", "127.0.0.1:8001")]);
+    let text = Config::infer_from(&args(&[]), &kube_server)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        text.contains("is not a usable URL")
+            && text.contains("did you mean http://127.0.0.1:8001?"),
+        "{text}"
+    );
+
+    let error = try_args(&["--token", "a", "--token-file", "b"]).unwrap_err();
+    assert!(error.to_string().contains("cannot be used with"), "{error}");
 
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("ca.crt"), "not a certificate").unwrap();

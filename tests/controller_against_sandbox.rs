@@ -186,14 +186,12 @@ async fn operator_follows_create_resize_delete_end_to_end() {
     // Exists before the operator starts: it arrives through the list, not the watch.
     let early = create_cluster(&client, "default", "early", 1).await;
     let (reporter, mut lines) = Reporter::channel();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let stop = tokio_util::sync::CancellationToken::new();
     let operator = tokio::spawn(postgres_operator::controller::run_operator(
         client.clone(),
         options(Duration::from_millis(500)),
         reporter,
-        async {
-            let _ = stopped.await;
-        },
+        stop.clone(),
     ));
     let mut seen = Vec::new();
     let deadline = Duration::from_secs(10);
@@ -259,7 +257,7 @@ async fn operator_follows_create_resize_delete_end_to_end() {
     .await;
     assert!(seen[index..].iter().all(|l| !l.is_about("default/db")));
 
-    let _ = stop.send(());
+    stop.cancel();
     let summary = tokio::time::timeout(deadline, operator)
         .await
         .unwrap()

@@ -189,10 +189,8 @@ async fn flood_of_events_does_not_delay_the_reconcile_tick() {
     let (reporter, mut lines) = Reporter::channel();
     let (events, event_receiver) = mpsc::channel(16);
     let controller = Controller::new(FakePods::default(), ControllerOptions::default(), reporter);
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(controller.run(event_receiver, async {
-        let _ = stopped.await;
-    }));
+    let stop = tokio_util::sync::CancellationToken::new();
+    let running = tokio::spawn(controller.run(event_receiver, stop.clone()));
 
     let started = tokio::time::Instant::now();
     events.send(Event::Added(db.clone())).await.unwrap();
@@ -221,7 +219,7 @@ async fn flood_of_events_does_not_delay_the_reconcile_tick() {
         started.elapsed()
     );
 
-    let _ = stop.send(());
+    stop.cancel();
     let summary = running.await.unwrap();
     assert_eq!(summary.tasks_stopped, 1);
 }
@@ -481,10 +479,8 @@ async fn shutdown_ends_every_cluster_task() {
     let (reporter, mut lines) = Reporter::channel();
     let (events, event_receiver) = mpsc::channel(16);
     let controller = Controller::new(FakePods::default(), ControllerOptions::default(), reporter);
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(controller.run(event_receiver, async {
-        let _ = stopped.await;
-    }));
+    let stop = tokio_util::sync::CancellationToken::new();
+    let running = tokio::spawn(controller.run(event_receiver, stop.clone()));
     let mut seen = Vec::new();
     for name in ["a", "b", "c"] {
         events
@@ -501,7 +497,7 @@ async fn shutdown_ends_every_cluster_task() {
         .await;
     }
     let asked = std::time::Instant::now();
-    let _ = stop.send(());
+    stop.cancel();
     let summary = tokio::time::timeout(Duration::from_secs(5), running)
         .await
         .unwrap()

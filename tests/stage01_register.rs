@@ -235,7 +235,7 @@ async fn stage01_reports_a_rejected_token() {
 }
 
 /// No configuration at all: exit 1 with the one message listing what was tried and both fixes;
-/// a flag without its value or an unknown flag: exit 2.
+/// a flag without its value or an unknown flag: exit 2 (clap's usage errors).
 #[tokio::test]
 async fn stage01_config_errors_are_clear() {
     let home = tempfile::tempdir().unwrap();
@@ -257,14 +257,91 @@ async fn stage01_config_errors_are_clear() {
     command.arg("--server");
     let (output, _, stderr) = run(command).await;
     assert_eq!(output.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("--server needs a value"), "{stderr}");
+    assert!(
+        stderr.contains("a value is required for '--server <URL>'"),
+        "{stderr}"
+    );
 
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_stage01"));
     command.args(["--server", "http://127.0.0.1:1", "--frobnicate"]);
     let (output, _, stderr) = run(command).await;
     assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert!(
-        stderr.contains("unknown argument \"--frobnicate\""),
+        stderr.contains("unexpected argument '--frobnicate'"),
         "{stderr}"
     );
+}
+
+/// `--server 127.0.0.1:8001`, the address `kubectl proxy` prints, is a usage error (exit 2) that
+/// says which URL was meant.
+#[tokio::test]
+async fn stage01_suggests_the_scheme_a_server_address_lacks() {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_stage01"));
+    command.args(["--server", "127.0.0.1:8001"]);
+    let (output, _, stderr) = run(command).await;
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("did you mean http://127.0.0.1:8001?"),
+        "{stderr}"
+    );
+}
+
+/// Nothing listening on the `--server` port: exit 1, and the hint says what to start there.
+#[tokio::test]
+async fn stage01_hints_what_to_start_when_the_connection_is_refused() {
+    // A port that was free a moment ago: bound, then released.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_stage01"));
+    command
+        .args(["--server", &format!("http://127.0.0.1:{port}")])
+        .env("KUBECONFIG", "/dev/null")
+        .kill_on_drop(true);
+    let (output, _, stderr) = run(command).await;
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("hint: nothing is listening on 127.0.0.1:{port}"))
+            && stderr.contains(&format!(
+                "cargo run --bin sandbox -- --listen 127.0.0.1:{port}"
+            ))
+            && stderr.contains(&format!("kubectl proxy --port {port}")),
+        "{stderr}"
+    );
+}
+
+/// SIGTERM (what the kubelet sends) while stage01 waits on the API server: a clean stop, exit 0,
+/// as every binary does.
+#[tokio::test]
+async fn stage01_exits_0_on_sigterm() {
+    // An API server that accepts connections and never answers: stage01 is then surely past
+    // installing its signal handlers, and still busy.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", silent.local_addr().unwrap());
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_stage01"))
+        .args(["--server", &url])
+        .env("KUBECONFIG", "/dev/null")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let (_connection, _) = tokio::time::timeout(Duration::from_secs(30), silent.accept())
+        .await
+        .expect("stage01 connects within 30 s")
+        .unwrap();
+    let pid = child.id().expect("still running").to_string();
+    let killed = tokio::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .await
+        .unwrap();
+    assert!(killed.success());
+    let status = tokio::time::timeout(Duration::from_secs(10), child.wait())
+        .await
+        .expect("stage01 stops within 10 s of SIGTERM")
+        .unwrap();
+    assert_eq!(status.code(), Some(0), "{status:?}");
 }

@@ -92,10 +92,12 @@ fn tour_plays_the_workshop_on_an_in_process_sandbox() {
             "== The stage: a sandbox API server in this process at http://127.0.0.1:",
             "== Step 01: kubectl apply -f kube/crd.yaml",
             "CustomResourceDefinition is Established",
-            "== Step 03: cargo run --bin stage03",
+            "== Step 02: cargo run --bin stage02",
             "Finding existing clusters...",
             "Watch version: ",
             "Controller initialised",
+            "Starting at watchVersion ",
+            "== Step 03: cargo run --bin stage03",
             "== Act 1: kubectl create -f kube/example-postgres-cluster.yaml",
             "PostgresCluster event: ADDED default/example-postgresql-cluster {size: 3, version: 9.6.3, paused: false}",
             &format!("{key} creating cluster with Spec {{size: 3, version: 9.6.3, paused: false}}, Status <none>"),
@@ -225,7 +227,7 @@ fn tour_rejects_unknown_flags() {
 }
 
 /// Stopped half-way with SIGTERM (here while waiting for a 60 s tick), the tour deletes the
-/// example object it created and exits 130.
+/// example object it created, says so, and exits 0 (SIGTERM is a normal stop).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tour_interrupted_half_way_removes_its_example() {
     use std::io::{BufRead, BufReader};
@@ -265,11 +267,19 @@ async fn tour_interrupted_half_way_removes_its_example() {
             .unwrap();
         assert!(killed.success());
         let status = child.wait().unwrap();
+        // The rest of stdout, up to its end when the tour exited.
+        seen.extend(lines.iter());
         (status.code(), seen.join("\n"))
     })
     .await
     .unwrap();
-    assert_eq!(code, Some(130), "{stdout}");
+    assert_eq!(code, Some(0), "{stdout}");
+    assert!(
+        stdout.contains(
+            "== Stopped half-way: deleted the PostgresCluster default/example-postgresql-cluster the tour had created"
+        ),
+        "{stdout}"
+    );
     let client = Client::new(Config::from_url(&sandbox.url()).unwrap()).unwrap();
     let gone = client
         .get::<serde_json::Value>(&object_path("default", "example-postgresql-cluster"))
@@ -278,6 +288,40 @@ async fn tour_interrupted_half_way_removes_its_example() {
         gone.unwrap_err().status_code(),
         Some(404),
         "the example was left behind"
+    );
+    sandbox.shutdown().await;
+}
+
+/// Pointed at a namespace that does not exist, the tour writes nothing and says how to create it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tour_in_a_missing_namespace_says_how_to_create_it() {
+    let sandbox = Sandbox::start(
+        SandboxOptions::default(),
+        tokio_util::sync::CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    let url = sandbox.url();
+    let (output, _) = tokio::task::spawn_blocking(move || {
+        run_with_deadline(tour_command(&["--server", &url, "-n", "scratch"]))
+    })
+    .await
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("namespace \"scratch\" does not exist")
+            && stderr.contains("hint: create it (`kubectl create namespace scratch`)"),
+        "{stderr}"
+    );
+    let writes = sandbox
+        .requests()
+        .into_iter()
+        .filter(|r| !matches!(r.verb.as_str(), "get" | "list" | "watch"))
+        .count();
+    assert_eq!(
+        writes, 0,
+        "nothing is written before the namespace is checked"
     );
     sandbox.shutdown().await;
 }

@@ -237,7 +237,7 @@ async fn into_events_gives_a_plain_event_receiver() {
             client.clone(),
             collection_path("default"),
             test_options(),
-            std::future::pending(),
+            tokio_util::sync::CancellationToken::new(),
         );
     let task_done = watcher.task.abort_handle();
     let mut events = watcher.into_events();

@@ -3,97 +3,86 @@
 //! the operator says at each step.
 //!
 //! WORKSHOP.md, "The tour". Nothing to install beyond the Rust toolchain: with no flags the tour
-//! starts the sandbox API server (`src/sandbox/`) inside this process, on 127.0.0.1, and
+//! starts the sandbox API server (the `sandbox` crate) inside this process, on 127.0.0.1, and
 //! throws it away at the end.
 //!
 //! ```text
 //! cargo run                                  # the tour on an in-process sandbox
 //! cargo run -- --reconcile-interval 8        # the original's 8 s timer (default here: 2 s)
-//! kubectl proxy --port 8001 &                # or a real cluster, through kubectl proxy:
+//! kubectl proxy --port 8001                  # or a real cluster, through kubectl proxy (own terminal):
 //! cargo run -- --server http://127.0.0.1:8001 --namespace default
 //! cargo run -- --real-cluster                # or whatever cluster kubectl would use
 //! ```
 //!
 //! On a real cluster the tour says first what it will do, then does only that: it registers the
 //! CRD if missing (and leaves it), creates `example-postgresql-cluster` in the namespace, resizes
-//! it, and deletes it again — also when stopped with Ctrl-C half-way. It refuses to start if an
-//! object of that name already exists.
+//! it, and deletes it again — also when stopped with Ctrl-C half-way, and then says what it
+//! removed. It refuses to start if an object of that name already exists, or if the namespace
+//! does not.
 //!
 //! The operator it runs is the one `stages/stage03.rs` runs: [`run_operator`]. The tour waits
 //! for the operator's own lines after each act (with a deadline) rather than sleeping.
-//!
-//! Flags: the connection flags of every stage (`--server`, `--certificate-authority`,
-//! `--token-file`, `--token`, `--namespace`), `--real-cluster`, `--reconcile-interval SECS`;
-//! `cargo run -- --help` lists them (the text is `USAGE` below).
+//! `cargo run -- --help` lists the flags.
 
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use clap::Parser;
 use postgres_operator::api::{
     collection_path, object_path, ObjectMeta, PostgresCluster, PostgresClusterSpec, API_VERSION,
     CRD_NAME, KIND,
 };
 use postgres_operator::client::{Client, Patch};
-use postgres_operator::config::{Config, ConfigArgs};
+use postgres_operator::config::{Config, ConfigArgs, CONNECTION_ORDER_HELP};
 use postgres_operator::controller::{run_operator, ControllerOptions, LogLine, Reporter};
 use postgres_operator::crd::{self, DEFAULT_ESTABLISHED_TIMEOUT};
 use postgres_operator::process::{
-    help_requested, init_logging, shutdown_signal, usage_error, Usage,
+    cancel_on_signal, connect, exit_error, init_logging, parse_seconds,
 };
 use sandbox::{Sandbox, SandboxOptions};
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 /// The workshop's example object, as in `kube/example-postgres-cluster.yaml`.
 const EXAMPLE_NAME: &str = "example-postgresql-cluster";
 const EXAMPLE_SIZE: i64 = 3;
 const RESIZED_SIZE: i64 = 5;
 const EXAMPLE_VERSION: &str = "9.6.3";
-/// Ticks every 2 s instead of 8 s, so the tour shows reconciliation without a long wait.
-const TOUR_RECONCILE_INTERVAL: Duration = Duration::from_secs(2);
 /// How long one act may take before the tour gives up on the operator's reply.
 const ACT_DEADLINE: Duration = Duration::from_secs(15);
 
-const USAGE: Usage = Usage {
-    name: "tour",
-    about: "tour: the whole workshop in one command (`cargo run`). Registers the PostgresCluster type,\n\
-            starts the step-03 operator, creates, resizes and deletes a cluster, and prints what the\n\
-            operator says at each step. With no flags it runs on a sandbox API server in this process;\n\
-            with --server or --real-cluster on a real one, where it removes what it created.",
-    flags: &[
-        (
-            "--real-cluster",
-            "use the cluster the connection flags, in-cluster or kubeconfig point\n\
-             at, instead of an in-process sandbox (--server implies it)",
-        ),
-        (
-            "--reconcile-interval SECS",
-            "the operator's reconcile timer (default 2 here; the original's is 8)",
-        ),
-    ],
-    connection_flags: true,
-    examples: &[
-        "tour                                        # on an in-process sandbox: nothing to set up",
-        "tour --server http://127.0.0.1:8001         # a real cluster, through kubectl proxy",
-        "tour --real-cluster --namespace scratch     # whatever cluster kubectl would use",
-    ],
-    exit_status: "0 the tour ran, 1 something failed (the message says what), 2 bad flags,\n\
-                  130 stopped by a signal",
-};
-
+/// tour: the whole workshop in one command (`cargo run`). Registers the PostgresCluster type,
+/// starts the step-03 operator, creates, resizes and deletes a cluster, and prints what the
+/// operator says at each step. With no flags it runs on a sandbox API server in this process;
+/// with --server or --real-cluster on a real one, where it removes what it created.
+#[derive(Parser)]
+#[command(after_help = format!("{CONNECTION_ORDER_HELP}\n\n{EXAMPLES}"))]
 struct TourFlags {
-    connection: ConfigArgs,
+    /// Use the cluster the connection flags, in-cluster or kubeconfig point at, instead of an
+    /// in-process sandbox (--server implies it)
+    #[arg(long)]
     real_cluster: bool,
+    /// The operator's reconcile timer, in seconds (2 here, so the tour shows a tick without a long
+    /// wait; the original's is 8)
+    #[arg(long, value_name = "SECS", default_value = "2", value_parser = parse_seconds, allow_negative_numbers = true)]
     reconcile_interval: Duration,
+    #[command(flatten)]
+    connection: ConfigArgs,
 }
 
+const EXAMPLES: &str = "\
+Examples:
+  tour                                        # on an in-process sandbox: nothing to set up
+  tour --server http://127.0.0.1:8001         # a real cluster, through kubectl proxy
+  tour --real-cluster --namespace scratch     # whatever cluster kubectl would use
+
+Exit status: 0 the tour ran or was stopped by SIGTERM/Ctrl-C, 1 something failed (the message says
+what), 2 bad flags";
+
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if help_requested(&args) {
-        println!("{USAGE}");
-        return ExitCode::SUCCESS;
-    }
+    let flags = TourFlags::parse();
     // The tour's story is on stdout; keep stderr to warnings unless RUST_LOG asks for more.
     // Set before the runtime starts any thread: the environment is not thread-safe to change.
     if std::env::var_os("RUST_LOG").is_none() {
@@ -101,22 +90,19 @@ fn main() -> ExitCode {
     }
     init_logging();
     match tokio::runtime::Runtime::new() {
-        Ok(runtime) => runtime.block_on(tour(args)),
-        Err(error) => fail(&format!("starting the tokio runtime: {error}")),
+        Ok(runtime) => runtime.block_on(tour(flags)),
+        Err(error) => exit_error(&format!("starting the tokio runtime: {error}"), None),
     }
 }
 
-async fn tour(args: Vec<String>) -> ExitCode {
-    let flags = match parse_flags(args) {
-        Ok(flags) => flags,
-        Err(message) => return usage_error(message),
-    };
+async fn tour(flags: TourFlags) -> ExitCode {
+    let shutdown = cancel_on_signal();
 
     // The stage: a sandbox in this process, unless told to use a real API server.
     let (client, sandbox) = if flags.real_cluster || flags.connection.server.is_some() {
-        match Client::infer(&flags.connection) {
+        match connect(&flags.connection).await {
             Ok(client) => (client, None),
-            Err(error) => return fail(&error.to_string()),
+            Err(exit) => return exit,
         }
     } else {
         let options = SandboxOptions {
@@ -125,15 +111,14 @@ async fn tour(args: Vec<String>) -> ExitCode {
             kubelet_delay: Duration::from_secs(1),
             ..SandboxOptions::default()
         };
-        let sandbox =
-            match Sandbox::start(options, tokio_util::sync::CancellationToken::new()).await {
-                Ok(sandbox) => sandbox,
-                Err(error) => return fail(&format!("starting the sandbox: {error}")),
-            };
+        let sandbox = match Sandbox::start(options, shutdown.child_token()).await {
+            Ok(sandbox) => sandbox,
+            Err(error) => return exit_error(&format!("starting the sandbox: {error}"), None),
+        };
         let client = match Config::from_url(&sandbox.url()).map(Client::new) {
             Ok(Ok(client)) => client,
-            Ok(Err(error)) => return fail(&error.to_string()),
-            Err(error) => return fail(&error.to_string()),
+            Ok(Err(error)) => return exit_error(&error, None),
+            Err(error) => return exit_error(&error, None),
         };
         (client, Some(sandbox))
     };
@@ -158,35 +143,82 @@ async fn tour(args: Vec<String>) -> ExitCode {
     }
 
     let created_example = Arc::new(AtomicBool::new(false));
+    // The operator stops on Ctrl-C/SIGTERM, or at the tour's curtain: a child token.
+    let stop_operator = shutdown.child_token();
     let outcome = tokio::select! {
-        outcome = play(&client, &flags, created_example.clone()) => outcome,
-        () = shutdown_signal() => Err(TourEnd::Interrupted),
+        outcome = play(&client, &flags, created_example.clone(), stop_operator) => outcome,
+        () = shutdown.cancelled() => Err(TourEnd::Interrupted),
     };
 
-    // Stopped half-way (a signal, a failed act): leave no example object behind.
-    if outcome.is_err() && created_example.load(Ordering::SeqCst) {
-        let _ = client
-            .delete::<serde_json::Value>(&object_path(&namespace, EXAMPLE_NAME))
-            .await;
+    // Stopped half-way (a signal, a failed act): leave no example object behind, and say so.
+    if outcome.is_err() {
+        clean_up(&client, created_example.load(Ordering::SeqCst)).await;
     }
     if let Some(sandbox) = sandbox {
         sandbox.shutdown().await;
     }
     match outcome {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(TourEnd::Interrupted) => ExitCode::from(130),
-        Err(TourEnd::Failed(message)) => fail(&message),
+        // SIGTERM is Kubernetes' normal stop, Ctrl-C a person's: a clean stop either way.
+        Ok(()) | Err(TourEnd::Interrupted) => ExitCode::SUCCESS,
+        Err(TourEnd::Failed { message, hint }) => exit_error(&message, hint),
     }
 }
 
 enum TourEnd {
-    Failed(String),
+    Failed {
+        message: String,
+        hint: Option<String>,
+    },
     Interrupted,
 }
 
 /// For `.map_err(failed)?`: the error's own message says which step failed.
 fn failed(error: impl std::fmt::Display) -> TourEnd {
-    TourEnd::Failed(error.to_string())
+    TourEnd::Failed {
+        message: error.to_string(),
+        hint: None,
+    }
+}
+
+/// After a stop half-way: delete the example object if the tour created it, and tell what was
+/// removed and what was left (the CRD stays, as announced).
+async fn clean_up(client: &Client, created_example: bool) {
+    let key = format!("{}/{EXAMPLE_NAME}", client.namespace());
+    if !created_example {
+        println!(
+            "== Stopped half-way: the tour had created no PostgresCluster; nothing to clean up"
+        );
+        return;
+    }
+    let path = object_path(client.namespace(), EXAMPLE_NAME);
+    match client.delete::<serde_json::Value>(&path).await {
+        Ok(_) => println!(
+            "== Stopped half-way: deleted the PostgresCluster {key} the tour had created"
+        ),
+        Err(error) => eprintln!(
+            "error: stopped half-way, but could not delete the PostgresCluster {key} the tour created: {error}\n\
+             hint: delete it yourself: kubectl delete pgc {EXAMPLE_NAME} -n {}",
+            client.namespace()
+        ),
+    }
+}
+
+/// The namespace must exist before anything is written in it. A 404 says it does not; any other
+/// answer (a 403 for a user who may not read namespaces) lets the tour go on and find out.
+async fn check_namespace(client: &Client) -> Result<(), TourEnd> {
+    let namespace = client.namespace();
+    match client
+        .get::<serde_json::Value>(&format!("/api/v1/namespaces/{namespace}"))
+        .await
+    {
+        Err(error) if error.status_code() == Some(404) => Err(TourEnd::Failed {
+            message: format!("namespace {namespace:?} does not exist on this API server"),
+            hint: Some(format!(
+                "create it (`kubectl create namespace {namespace}`), or pick another with --namespace"
+            )),
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// The workshop, act by act.
@@ -194,9 +226,11 @@ async fn play(
     client: &Client,
     flags: &TourFlags,
     created_example: Arc<AtomicBool>,
+    stop_operator: CancellationToken,
 ) -> Result<(), TourEnd> {
     let namespace = client.namespace().to_string();
     let key = format!("{namespace}/{EXAMPLE_NAME}");
+    check_namespace(client).await?;
 
     println!("== Step 01: kubectl apply -f kube/crd.yaml   (register the PostgresCluster type)");
     println!("{}", crd::register(client).await.map_err(failed)?);
@@ -209,26 +243,30 @@ async fn play(
         .get::<serde_json::Value>(&object_path(&namespace, EXAMPLE_NAME))
         .await;
     if existing.is_ok() {
-        return Err(TourEnd::Failed(format!(
-            "PostgresCluster {key} already exists; the tour will not touch it. Delete it, or pick another namespace with --namespace"
-        )));
+        return Err(TourEnd::Failed {
+            message: format!("PostgresCluster {key} already exists; the tour will not touch it"),
+            hint: Some("delete it, or pick another namespace with --namespace".to_string()),
+        });
     }
 
-    println!(
-        "== Step 03: cargo run --bin stage03   (the operator: list, watch, one task per cluster; reconcile every {} s)",
-        flags.reconcile_interval.as_secs_f64()
-    );
+    println!("== Step 02: cargo run --bin stage02   (list the clusters, then watch from the list's resourceVersion)");
     let (reporter, lines) = Reporter::channel();
-    let (stop_operator, operator_stopped) = tokio::sync::oneshot::channel::<()>();
     let options = ControllerOptions {
         reconcile_interval: flags.reconcile_interval,
         ..ControllerOptions::default()
     };
-    let operator = tokio::spawn(run_operator(client.clone(), options, reporter, async {
-        let _ = operator_stopped.await;
-    }));
+    let operator = tokio::spawn(run_operator(
+        client.clone(),
+        options,
+        reporter,
+        stop_operator.clone(),
+    ));
     let mut story = Story { lines };
     story.until(None, "Starting at watchVersion").await?;
+    println!(
+        "== Step 03: cargo run --bin stage03   (the operator: one task per cluster, each reconciling every {} s)",
+        flags.reconcile_interval.as_secs_f64()
+    );
 
     println!("== Act 1: kubectl create -f kube/example-postgres-cluster.yaml");
     let example = example_cluster(&namespace);
@@ -273,7 +311,7 @@ async fn play(
     story.until(Some(&key), "cluster task ended").await?;
 
     println!("== Curtain: stopping the operator, as SIGTERM would");
-    let _ = stop_operator.send(());
+    stop_operator.cancel();
     let stopped = operator
         .await
         .map_err(|error| failed(format!("the operator task failed: {error}")))?
@@ -334,10 +372,10 @@ impl Story {
         };
         match tokio::time::timeout(deadline, wait).await {
             Ok(true) => Ok(()),
-            Ok(false) => Err(TourEnd::Failed(format!(
+            Ok(false) => Err(failed(format!(
                 "the operator stopped before saying {needle:?}"
             ))),
-            Err(_) => Err(TourEnd::Failed(format!(
+            Err(_) => Err(failed(format!(
                 "the operator did not say {needle:?} within {} s",
                 deadline.as_secs()
             ))),
@@ -350,44 +388,4 @@ impl Story {
             println!("{log}");
         }
     }
-}
-
-fn parse_flags(args: impl IntoIterator<Item = String>) -> Result<TourFlags, String> {
-    let (connection, rest) = ConfigArgs::parse(args).map_err(|error| error.to_string())?;
-    let mut flags = TourFlags {
-        connection,
-        real_cluster: false,
-        reconcile_interval: TOUR_RECONCILE_INTERVAL,
-    };
-    let mut rest = rest.into_iter();
-    while let Some(arg) = rest.next() {
-        let (flag, inline) = match arg.split_once('=') {
-            Some((flag, value)) => (flag.to_string(), Some(value.to_string())),
-            None => (arg.clone(), None),
-        };
-        match flag.as_str() {
-            "--real-cluster" if inline.is_none() => flags.real_cluster = true,
-            "--reconcile-interval" => {
-                let value = inline
-                    .or_else(|| rest.next())
-                    .ok_or("--reconcile-interval needs a number of seconds")?;
-                flags.reconcile_interval = parse_seconds(&value).ok_or_else(|| {
-                    format!("--reconcile-interval: {value:?} is not a positive number of seconds")
-                })?;
-            }
-            _ => return Err(format!("unknown argument {arg:?}")),
-        }
-    }
-    Ok(flags)
-}
-
-/// `2`, `0.5`: a positive number of seconds.
-fn parse_seconds(value: &str) -> Option<Duration> {
-    let seconds: f64 = value.parse().ok()?;
-    (seconds.is_finite() && seconds > 0.0).then(|| Duration::from_secs_f64(seconds))
-}
-
-fn fail(message: &str) -> ExitCode {
-    eprintln!("error: {message}");
-    ExitCode::from(1)
 }

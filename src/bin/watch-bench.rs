@@ -29,97 +29,56 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use clap::Parser;
 use postgres_operator::api::{collection_path, PostgresCluster};
 use postgres_operator::client::Client;
-use postgres_operator::config::Config;
+use postgres_operator::config::{parse_server, Config};
 use postgres_operator::crd;
-use postgres_operator::process::{help_requested, init_logging, usage_error, Usage};
+use postgres_operator::process::{cancel_on_signal, exit_error, init_logging};
 use postgres_operator::watch::{list_then_watch, WatchItem, WatchNotice, WatchOptions};
 use sandbox::{Sandbox, SandboxOptions};
 use tokio::time::Instant;
 
-const USAGE: Usage = Usage {
-    name: "watch-bench",
-    about: "watch-bench: workshop step 02, \"How fast is it?\". Measures how fast list_then_watch hands\n\
-            events to a consumer over HTTP, and with how much memory. Prints one line:\n\
-            watch-bench events=N seconds=S events_per_s=R max_rss_kb=K",
-    flags: &[
-        (
-            "--server URL",
-            "a plain-http API server (kubectl proxy, the sandbox);\n\
-             default: a sandbox in this process",
-        ),
-        (
-            "--expect N",
-            "stop after N events reached the consumer (default: --feed or --replay)",
-        ),
-        ("--feed N", "create N PostgresClusters while watching"),
-        ("--writers W", "how many concurrent writers --feed uses (default 16)"),
-        (
-            "--replay N",
-            "no API server: a replay server in this process streams N recorded\n\
-             events as fast as the watch takes them (the client alone)",
-        ),
-    ],
-    connection_flags: false,
-    examples: &[
-        "watch-bench --feed 20000                                    # self-contained",
-        "watch-bench --server http://127.0.0.1:8001 --feed 20000     # feed a separate sandbox",
-        "watch-bench --server http://127.0.0.1:8001 --expect 10000   # someone else creates them",
-        "watch-bench --replay 50000",
-    ],
-    exit_status: "0 measured, 1 the API server or the watch failed, 2 bad flags",
-};
-
+/// watch-bench: workshop step 02, "How fast is it?". Measures how fast list_then_watch hands
+/// events to a consumer over HTTP, and with how much memory. Prints one line:
+/// watch-bench events=N seconds=S events_per_s=R max_rss_kb=K
+#[derive(Parser)]
+#[command(after_help = EXAMPLES)]
+#[command(group(clap::ArgGroup::new("count").required(true).multiple(true).args(["expect", "feed", "replay"])))]
 struct Flags {
+    /// A plain-http API server (kubectl proxy, the sandbox); default: a sandbox in this process
+    #[arg(long, value_name = "URL", value_parser = parse_server)]
     server: Option<String>,
-    expect: usize,
-    feed: usize,
+    /// Stop after N events reached the consumer (default: --feed or --replay)
+    #[arg(long, value_name = "N", value_parser = at_least_one)]
+    expect: Option<usize>,
+    /// Create N PostgresClusters while watching
+    #[arg(long, value_name = "N", value_parser = at_least_one)]
+    feed: Option<usize>,
+    /// How many concurrent writers --feed uses
+    #[arg(long, value_name = "W", default_value = "16", value_parser = at_least_one)]
     writers: usize,
-    replay: usize,
+    /// No API server: a replay server in this process streams N recorded events as fast as the
+    /// watch takes them (the client alone)
+    #[arg(long, value_name = "N", value_parser = at_least_one)]
+    replay: Option<usize>,
 }
 
-fn parse_flags(args: Vec<String>) -> Result<Flags, String> {
-    let mut flags = Flags {
-        server: None,
-        expect: 0,
-        feed: 0,
-        writers: 16,
-        replay: 0,
-    };
-    let mut args = args.into_iter();
-    while let Some(arg) = args.next() {
-        let (flag, inline) = match arg.split_once('=') {
-            Some((flag, value)) => (flag.to_string(), Some(value.to_string())),
-            None => (arg.clone(), None),
-        };
-        let mut value = || {
-            inline
-                .clone()
-                .or_else(|| args.next())
-                .ok_or_else(|| format!("{flag} needs a value"))
-        };
-        let number = |value: String| {
-            value
-                .parse::<usize>()
-                .map_err(|_| format!("{flag} needs a number, got {value:?}"))
-        };
-        match flag.as_str() {
-            "--server" => flags.server = Some(value()?),
-            "--expect" => flags.expect = number(value()?)?,
-            "--feed" => flags.feed = number(value()?)?,
-            "--writers" => flags.writers = number(value()?)?.max(1),
-            "--replay" => flags.replay = number(value()?)?,
-            _ => return Err(format!("unknown argument {arg:?}")),
-        }
+const EXAMPLES: &str = "\
+Examples:
+  watch-bench --feed 20000                                    # self-contained
+  watch-bench --server http://127.0.0.1:8001 --feed 20000     # feed a separate sandbox
+  watch-bench --server http://127.0.0.1:8001 --expect 10000   # someone else creates them
+  watch-bench --replay 50000
+
+Exit status: 0 measured or stopped by SIGTERM/Ctrl-C, 1 the API server or the watch failed, 2 bad flags";
+
+/// A count of 1 or more (clap's usage error otherwise).
+fn at_least_one(value: &str) -> Result<usize, String> {
+    match value.parse::<usize>() {
+        Ok(count) if count > 0 => Ok(count),
+        _ => Err(format!("{value:?} is not a whole number of 1 or more")),
     }
-    if flags.expect == 0 {
-        flags.expect = flags.feed.max(flags.replay);
-    }
-    if flags.expect == 0 {
-        return Err("say how many events to wait for: --expect N, --feed N or --replay N".into());
-    }
-    Ok(flags)
 }
 
 /// Peak resident set size in kB, from the kernel's own bookkeeping.
@@ -191,23 +150,18 @@ async fn feed(client: Client, count: usize, writers: usize) -> usize {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if help_requested(&args) {
-        println!("{USAGE}");
-        return ExitCode::SUCCESS;
-    }
+    let flags = Flags::parse();
     init_logging();
-    let flags = match parse_flags(args) {
-        Ok(flags) => flags,
-        Err(message) => return usage_error(message),
-    };
+    let shutdown = cancel_on_signal();
+    let (feed_count, replay_count) = (flags.feed.unwrap_or(0), flags.replay.unwrap_or(0));
+    let expect = flags.expect.unwrap_or(feed_count.max(replay_count));
     // Keeps the in-process sandbox alive for the whole run.
     let mut _sandbox = None;
     let server = match &flags.server {
         Some(server) => server.clone(),
-        None if flags.replay > 0 => match replay_server(flags.replay).await {
+        None if replay_count > 0 => match replay_server(replay_count).await {
             Ok(url) => url,
-            Err(error) => return fail(&format!("starting the replay server: {error}")),
+            Err(error) => return exit_error(&format!("starting the replay server: {error}"), None),
         },
         None => match Sandbox::start(
             SandboxOptions::default(),
@@ -221,22 +175,21 @@ async fn main() -> ExitCode {
                 url
             }
             Err(error) => {
-                eprintln!("error: starting the in-process sandbox: {error}");
-                return ExitCode::FAILURE;
+                return exit_error(&format!("starting the in-process sandbox: {error}"), None)
             }
         },
     };
     let client = match Config::from_url(&server).map(Client::new) {
         Ok(Ok(client)) => client,
-        Ok(Err(error)) => return fail(&error.to_string()),
-        Err(error) => return fail(&error.to_string()),
+        Ok(Err(error)) => return exit_error(&error, None),
+        Err(error) => return exit_error(&error, None),
     };
-    if flags.replay == 0 {
+    if replay_count == 0 {
         if let Err(error) = crd::register(&client).await {
-            return fail(&error.to_string());
+            return exit_error(&error, error.hint());
         }
         if let Err(error) = crd::wait_established(&client, Duration::from_secs(30)).await {
-            return fail(&error.to_string());
+            return exit_error(&error, error.hint());
         }
     }
     tracing::info!(rss_kb_before_watching = max_rss_kb(), "starting the watch");
@@ -246,11 +199,11 @@ async fn main() -> ExitCode {
         client.clone(),
         collection_path("default"),
         WatchOptions::default(),
-        std::future::pending(),
+        shutdown.clone(),
     );
     let mut feeder = None;
     let mut events = 0usize;
-    while events < flags.expect {
+    while events < expect {
         match watcher.items.recv().await {
             Some(WatchItem::Event(event)) => {
                 std::hint::black_box(&event);
@@ -258,16 +211,17 @@ async fn main() -> ExitCode {
             }
             // Feed only once the watch is open, so the events come through the watch.
             Some(WatchItem::Notice(WatchNotice::Watching { .. }))
-                if feeder.is_none() && flags.feed > 0 =>
+                if feeder.is_none() && feed_count > 0 =>
             {
                 feeder = Some(tokio::spawn(feed(
                     client.clone(),
-                    flags.feed,
+                    feed_count,
                     flags.writers,
                 )));
             }
             Some(WatchItem::Notice(notice)) => tracing::debug!(?notice, "watch notice"),
-            None => return fail("the watch task ended early"),
+            None if shutdown.is_cancelled() => return ExitCode::SUCCESS,
+            None => return exit_error(&"the watch task ended early", None),
         }
     }
     let seconds = started.elapsed().as_secs_f64();
@@ -338,9 +292,4 @@ async fn replay_server(count: usize) -> std::io::Result<String> {
         }
     });
     Ok(url)
-}
-
-fn fail(message: &str) -> ExitCode {
-    eprintln!("error: {message}");
-    ExitCode::FAILURE
 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::time::{Instant, MissedTickBehavior};
+use tokio_util::sync::CancellationToken;
 
 use super::pods::{label_selector, Pod, PodApi, PodApiError};
 use crate::api::{PostgresCluster, PostgresClusterSpec, PostgresClusterStatus};
@@ -86,7 +87,7 @@ struct ClusterTask<P> {
 }
 
 /// The task body the controller spawns for one cluster. Returns when the cluster is deleted, or
-/// when `stop` turns true (or its sender is gone). A failed setup does not end it: it waits for a
+/// when `stop` is cancelled. A failed setup does not end it: it waits for a
 /// corrected spec.
 pub(crate) async fn run_cluster<P: PodApi>(
     cluster: PostgresCluster,
@@ -94,7 +95,7 @@ pub(crate) async fn run_cluster<P: PodApi>(
     reporter: Reporter,
     reconcile_interval: Duration,
     mut wanted: watch::Receiver<Wanted>,
-    mut stop: watch::Receiver<bool>,
+    stop: CancellationToken,
 ) -> TaskEnd {
     let mut task = ClusterTask {
         key: cluster.key(),
@@ -111,7 +112,7 @@ pub(crate) async fn run_cluster<P: PodApi>(
         task.say(format!(
             "setup failed: {error}; waiting for a corrected spec"
         ));
-        if let Err(end) = task.wait_for_changed_spec(&mut wanted, &mut stop).await {
+        if let Err(end) = task.wait_for_changed_spec(&mut wanted, &stop).await {
             return end;
         }
     }
@@ -129,7 +130,7 @@ pub(crate) async fn run_cluster<P: PodApi>(
 
     loop {
         tokio::select! {
-            () = stop_requested(&mut stop) => {
+            () = stop.cancelled() => {
                 task.say("cluster task stopped: the operator is shutting down");
                 return TaskEnd::Stopped;
             }
@@ -151,12 +152,6 @@ pub(crate) async fn run_cluster<P: PodApi>(
             _ = reconcile.tick() => task.reconcile().await,
         }
     }
-}
-
-/// Resolves once `stop` is true, or once its sender is gone (the controller was dropped without
-/// shutting down): a task stops either way.
-async fn stop_requested(stop: &mut watch::Receiver<bool>) {
-    let _ = stop.wait_for(|stop| *stop).await;
 }
 
 impl<P: PodApi> ClusterTask<P> {
@@ -188,11 +183,11 @@ impl<P: PodApi> ClusterTask<P> {
     async fn wait_for_changed_spec(
         &mut self,
         wanted: &mut watch::Receiver<Wanted>,
-        stop: &mut watch::Receiver<bool>,
+        stop: &CancellationToken,
     ) -> Result<(), TaskEnd> {
         loop {
             tokio::select! {
-                () = stop_requested(stop) => {
+                () = stop.cancelled() => {
                     self.say("cluster task stopped: the operator is shutting down");
                     return Err(TaskEnd::Stopped);
                 }

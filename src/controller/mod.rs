@@ -10,7 +10,7 @@
 //!       Modified ─ send object    ├──watch channel──▶ task default/db-b ── select { stop, wanted, tick }
 //!        Deleted ─ send Deleted,  └──watch channel──▶ task prod/db-c    ── select { stop, wanted, tick }
 //!                  forget it               ▲
-//!                                 stop (one watch<bool> shared by all tasks)
+//!                                 stop (one CancellationToken shared by all tasks)
 //! ```
 //!
 //! # Why a `watch` channel per cluster, not a queue
@@ -42,11 +42,11 @@ pub mod operator;
 pub mod pods;
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::api::PostgresCluster;
@@ -105,34 +105,33 @@ pub struct Controller<P: PodApi> {
     reporter: Reporter,
     clusters: HashMap<String, ClusterHandle>,
     tasks: JoinSet<(String, TaskEnd)>,
-    stop: watch::Sender<bool>,
+    /// Cancelled by [`Controller::shutdown`]; every cluster task holds a child of it.
+    stop: CancellationToken,
 }
 
 impl<P: PodApi> Controller<P> {
     pub fn new(pods: P, options: ControllerOptions, reporter: Reporter) -> Controller<P> {
-        let (stop, _) = watch::channel(false);
         Controller {
             pods,
             options,
             reporter,
             clusters: HashMap::new(),
             tasks: JoinSet::new(),
-            stop,
+            stop: CancellationToken::new(),
         }
     }
 
-    /// Handle events until `shutdown` resolves or the event channel closes (the watch ended), then
-    /// stop every cluster task and wait for them.
+    /// Handle events until `shutdown` is cancelled or the event channel closes (the watch ended),
+    /// then stop every cluster task and wait for them.
     pub async fn run(
         mut self,
         mut events: mpsc::Receiver<Event<PostgresCluster>>,
-        shutdown: impl Future<Output = ()>,
+        shutdown: CancellationToken,
     ) -> ControllerStopped {
         tracing::debug!("controller running");
-        tokio::pin!(shutdown);
         loop {
             tokio::select! {
-                _ = &mut shutdown => break,
+                () = shutdown.cancelled() => break,
                 event = events.recv() => match event {
                     Some(event) => self.handle_event(event),
                     None => {
@@ -213,7 +212,7 @@ impl<P: PodApi> Controller<P> {
             self.reporter.clone(),
             self.options.reconcile_interval,
             wanted_receiver,
-            self.stop.subscribe(),
+            self.stop.child_token(),
         );
         let task_key = key.clone();
         self.tasks
@@ -275,7 +274,7 @@ impl<P: PodApi> Controller<P> {
     /// Tell every task to stop, wait up to the grace period, abort what is left.
     /// [`Controller::run`] ends with this; call it yourself when driving [`Controller::handle_event`].
     pub async fn shutdown(mut self) -> ControllerStopped {
-        self.stop.send_replace(true);
+        self.stop.cancel();
         let mut stopped = ControllerStopped {
             tasks_stopped: 0,
             tasks_aborted: 0,

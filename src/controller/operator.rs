@@ -2,7 +2,7 @@
 //! 02), and route every event to a cluster task (step 03). `stages/stage03.rs` and the tour
 //! (`src/bin/tour.rs`) both run exactly this.
 //!
-//! WORKSHOP.md, step 03 ("Putting it together").
+//! WORKSHOP.md, step 03.
 //!
 //! ```text
 //! run_operator ── crd::register, crd::wait_established
@@ -10,12 +10,11 @@
 //!      ├── list_then_watch ──items──▶ narrate: notices ("Watch version: 4566", ...) are told,
 //!      │                                events are told ("PostgresCluster event: ADDED ..")
 //!      │                                and passed on ──▶ Controller::run
-//!      └── shutdown: stop the watch; the controller sees its input end and stops every task
+//!      └── shutdown (one CancellationToken): the watch and the controller both stop on it
 //! ```
 
-use std::future::Future;
-
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 use super::{Controller, ControllerOptions, ControllerStopped, Reporter};
 use crate::api::{collection_path, PostgresCluster};
@@ -52,20 +51,19 @@ impl OperatorError {
     }
 }
 
-/// Run the operator on the client's namespace until `shutdown` resolves. Every story line —
+/// Run the operator on the client's namespace until `shutdown` is cancelled. Every story line —
 /// step 02's and each cluster's — goes to `reporter`. Returns once every cluster task has stopped.
 /// The watch never gives up on its own (it backs off and retries), so the only errors are at start.
 pub async fn run_operator(
     client: Client,
     options: ControllerOptions,
     reporter: Reporter,
-    shutdown: impl Future<Output = ()>,
+    shutdown: CancellationToken,
 ) -> Result<ControllerStopped, OperatorError> {
     // A stop during start-up (the CRD wait can take 30 s) must be as clean as one later on.
-    tokio::pin!(shutdown);
     tokio::select! {
         registered = register_resource(&client, &reporter) => registered?,
-        () = &mut shutdown => {
+        () = shutdown.cancelled() => {
             return Ok(ControllerStopped {
                 tasks_stopped: 0,
                 tasks_aborted: 0,
@@ -74,16 +72,13 @@ pub async fn run_operator(
     }
 
     reporter.report_operator("Finding existing clusters...");
-    // `list_then_watch` wants a shutdown it can move into its task; ours may borrow, so relay it.
-    let (stop_watch, watch_stopped) = watch::channel(false);
+    // The watch stops on our shutdown, or when we stop, whichever comes first: a child token.
+    let stop_watch = shutdown.child_token();
     let watcher = list_then_watch::<PostgresCluster>(
         client.clone(),
         collection_path(client.namespace()),
         WatchOptions::default(),
-        async move {
-            let mut watch_stopped = watch_stopped;
-            let _ = watch_stopped.wait_for(|stop| *stop).await;
-        },
+        stop_watch.clone(),
     );
 
     let (to_controller, controller_events) = mpsc::channel(1);
@@ -95,7 +90,7 @@ pub async fn run_operator(
     let controller = Controller::new(client, options, reporter);
     // Ends on `shutdown`, or if the narrator stops forwarding (the watch task is gone).
     let stopped = controller.run(controller_events, shutdown).await;
-    stop_watch.send_replace(true);
+    stop_watch.cancel();
     // Both end promptly once the watch is told to stop.
     let _ = watcher.task.await;
     let _ = narrator.await;

@@ -62,13 +62,13 @@ pub mod frame;
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::future::Future;
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use crate::api::{HasMetadata, ObjectList, ObjectMeta};
 use crate::client::{ByteStream, Client, ClientError};
@@ -232,7 +232,7 @@ pub enum WatchItem<T> {
 /// A running list-then-watch: the receiving end and the task that feeds it.
 pub struct Watcher<T> {
     pub items: mpsc::Receiver<WatchItem<T>>,
-    /// Ends when `shutdown` resolves or `items` is dropped.
+    /// Ends when `shutdown` is cancelled or `items` is dropped.
     pub task: JoinHandle<()>,
 }
 
@@ -274,7 +274,7 @@ impl<T: Send + 'static> Watcher<T> {
 ///     client,
 ///     collection_path("default"),
 ///     WatchOptions::default(),
-///     postgres_operator::process::shutdown_signal(),
+///     postgres_operator::process::cancel_on_signal(),
 /// );
 /// while let Some(item) = watcher.items.recv().await {
 ///     match item {
@@ -288,7 +288,7 @@ pub fn list_then_watch<T: WatchedObject>(
     client: Client,
     collection_path: String,
     options: WatchOptions,
-    shutdown: impl Future<Output = ()> + Send + 'static,
+    shutdown: CancellationToken,
 ) -> Watcher<T> {
     let (sender, items) = mpsc::channel(options.event_buffer.max(1));
     let task = tokio::spawn(run_list_then_watch(
@@ -302,15 +302,14 @@ pub fn list_then_watch<T: WatchedObject>(
 }
 
 /// The loop behind [`list_then_watch`], for callers that own the channel. Returns when `shutdown`
-/// resolves or the receiver is dropped; it never gives up on its own.
+/// is cancelled or the receiver is dropped; it never gives up on its own.
 pub async fn run_list_then_watch<T: WatchedObject>(
     client: Client,
     collection_path: String,
     options: WatchOptions,
     items: mpsc::Sender<WatchItem<T>>,
-    shutdown: impl Future<Output = ()> + Send + 'static,
+    shutdown: CancellationToken,
 ) {
-    let mut shutdown = std::pin::pin!(shutdown);
     let mut state = ListWatch {
         client,
         collection_path,
@@ -337,7 +336,7 @@ pub async fn run_list_then_watch<T: WatchedObject>(
                 Some(next) => next,
                 None => return, // the consumer is gone
             },
-            () = &mut shutdown => {
+            () = shutdown.cancelled() => {
                 tracing::info!(path = %state.collection_path, "watch stopped on shutdown");
                 return;
             }

@@ -17,8 +17,8 @@ use postgres_operator::watch::{
     list_then_watch, Event, WatchItem, WatchNotice, WatchOptions, Watcher,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::sync::oneshot;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 /// Short timers for tests: watches of 5 s, a quick backoff.
 pub fn test_options() -> WatchOptions {
@@ -42,7 +42,7 @@ pub fn plain_client(url: &str) -> Client {
 /// A running watch over `default/postgresclusters`, with everything it hands over recorded.
 pub struct Running {
     pub watcher: Watcher<PostgresCluster>,
-    stop: Option<oneshot::Sender<()>>,
+    stop: CancellationToken,
     /// Every notice seen so far, in order (read while waiting for events too).
     pub notices: Vec<WatchNotice>,
     /// Events read while looking for a notice, not yet taken by `next_event`.
@@ -50,18 +50,16 @@ pub struct Running {
 }
 
 pub fn start_watch(client: Client, options: WatchOptions) -> Running {
-    let (stop, stopped) = oneshot::channel::<()>();
+    let stop = CancellationToken::new();
     let watcher = list_then_watch::<PostgresCluster>(
         client,
         collection_path("default"),
         options,
-        async move {
-            let _ = stopped.await;
-        },
+        stop.clone(),
     );
     Running {
         watcher,
-        stop: Some(stop),
+        stop,
         notices: Vec::new(),
         pending: VecDeque::new(),
     }
@@ -182,9 +180,7 @@ impl Running {
 
     /// Send the shutdown signal and wait for the task to end (within 5 s).
     pub async fn stop(mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
+        self.stop.cancel();
         tokio::time::timeout(Duration::from_secs(5), &mut self.watcher.task)
             .await
             .expect("the watch task stops promptly on shutdown")
