@@ -14,9 +14,9 @@ WORKDIR /src
 # The whole crate (.dockerignore leaves out target/ and .git). A real project would
 # build the dependencies in a cached layer first; this keeps the recipe obvious.
 COPY . .
-# Only the operator package, without its default `sandbox` feature: the stage binaries and none
-# of the embedded API server (the tour and watch-bench need it, so they are not built).
-RUN cargo build --release --locked -p postgres-operator --no-default-features --bins \
+# Only the operator package (the sandbox is a separate workspace member it never links); only the
+# stage binaries go into the image.
+RUN cargo build --release --locked -p postgres-operator --bins \
     && mkdir /out \
     && find target/release -maxdepth 1 -type f -executable -name 'stage[0-9]*' -exec cp {} /out/ \;
 

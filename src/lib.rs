@@ -13,13 +13,17 @@
 //! | [`client`] | the HTTP client: JSON verbs, typed errors, retries, the raw watch stream | Step 01 |
 //! | [`crd`] | the CustomResourceDefinition, built in Rust, and registering it | Step 01 |
 //! | [`watch`] | bytes → lines → typed events, and list-then-watch that never loses its place | Step 02 |
-//! | [`story`] | the workshop's log lines for the watch, shared by stage02, stage03 and the tour | Step 02 |
+//! | [`story`] | what the operator says: the workshop's log lines, and the `Reporter` that tags each with its cluster | Steps 02 and 03 |
 //! | [`controller`] | one task per cluster, its own channel, and a reconcile timer | Step 03 |
 //! | [`process`] | what every binary does alike: logging, the stop token, connecting, duration flags, the error exit | Set-up |
 //!
 //! The binaries in `stages/` are the workshop's steps; each is a short `main` over this library.
-//! `src/bin/` holds the rest: `sandbox` (the API server as a program), `tour` (`cargo run`: the
-//! whole workshop on an in-process sandbox) and `watch-bench` (list-then-watch throughput).
+//! `src/bin/` holds the rest: `tour` (`cargo run`: the whole workshop on a sandbox it starts as a
+//! child process) and `watch-bench` (list-then-watch throughput).
+//!
+//! The sandbox API server is the other crate of this workspace, `sandbox/` (its own module map is
+//! in `sandbox/src/lib.rs`). This library never depends on it: the tests do, as a
+//! dev-dependency, and the tour runs its binary.
 
 pub mod api;
 pub mod client;

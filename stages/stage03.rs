@@ -24,8 +24,9 @@ use std::time::Duration;
 
 use clap::Parser;
 use postgres_operator::config::{ConfigArgs, CONNECTION_ORDER_HELP};
-use postgres_operator::controller::{run_operator, ControllerOptions, Reporter};
+use postgres_operator::controller::{run_operator, ControllerOptions};
 use postgres_operator::process::{cancel_on_signal, connect, fail, init_logging, parse_seconds};
+use postgres_operator::story::Reporter;
 
 /// stage03: workshop step 03. The operator: lists and watches the PostgresClusters and hands each
 /// cluster's events to its own task, with its own channel and a reconcile timer, until SIGTERM or

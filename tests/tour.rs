@@ -15,6 +15,8 @@ const TOUR_DEADLINE: Duration = Duration::from_secs(60);
 /// The tour binary, isolated from any real cluster configuration on this machine.
 fn tour_command(args: &[&str]) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_tour"));
+    // Under `cargo run` the tour builds the sandbox binary first; cargo test already built it.
+    command.env_remove("CARGO");
     command
         .args(args)
         .env("KUBECONFIG", "/dev/null")

@@ -387,7 +387,9 @@ impl Runner {
             [cargo, run, rest @ ..] if cargo == "cargo" && run == "run" => {
                 let (binary, args) = binary_and_args(rest);
                 let mut command = Command::new(binary_path(&binary));
-                command.args(args);
+                // Under `cargo run` the tour builds the sandbox first; here cargo already did, and
+                // holds the build directory while the tests run.
+                command.args(args).env_remove("CARGO");
                 command
             }
             [kubectl, rest @ ..] if kubectl == "kubectl" => {
@@ -442,19 +444,15 @@ fn binary_and_args(words: &[String]) -> (String, Vec<String>) {
 
 fn binary_path(name: &str) -> PathBuf {
     // Integration tests know where cargo put this package's binaries; the sandbox's binary is the
-    // other workspace member's, built beside them (by `cargo test`, or here if it is missing).
+    // other workspace member's, built beside them by `cargo test` at the top of the workspace.
     let stage01 = Path::new(env!("CARGO_BIN_EXE_stage01"));
     let dir = stage01.parent().expect("the binaries' directory");
     let path = dir.join(name);
-    if name == "sandbox" && !path.exists() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
-        let built = Command::new(cargo)
-            .args(["build", "--quiet", "-p", "sandbox", "--bin", "sandbox"])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .status()
-            .expect("run cargo build for the sandbox binary");
-        assert!(built.success(), "cargo build -p sandbox failed");
-    }
+    assert!(
+        path.exists(),
+        "{} is missing: `cargo test` at the top of the workspace builds it (or `cargo build -p sandbox`)",
+        path.display()
+    );
     path
 }
 

@@ -2,12 +2,14 @@
 //! start the step-03 operator, create a Postgres cluster, resize it, delete it — and prints what
 //! the operator says at each step.
 //!
-//! WORKSHOP.md, "The tour". Nothing to install beyond the Rust toolchain: with no flags the tour
-//! starts the sandbox API server (the `sandbox` crate) inside this process, on 127.0.0.1, and
-//! throws it away at the end.
+//! WORKSHOP.md, "The whole workshop in one command". Nothing to install beyond the Rust
+//! toolchain: with no flags the tour starts the sandbox API server (the `sandbox` binary, built
+//! first when run through `cargo run`) as a child process on 127.0.0.1, and stops it at the end.
+//! Two programs talking HTTP, as an operator and kube-apiserver are: the operator crate never
+//! links the sandbox.
 //!
 //! ```text
-//! cargo run                                  # the tour on an in-process sandbox
+//! cargo run                                  # the tour on a sandbox of its own
 //! cargo run -- --reconcile-interval 8        # the original's 8 s timer (default here: 2 s)
 //! kubectl proxy --port 8001                  # or a real cluster, through kubectl proxy (own terminal):
 //! cargo run -- --server http://127.0.0.1:8001 --namespace default
@@ -31,17 +33,17 @@ use std::time::Duration;
 
 use clap::Parser;
 use postgres_operator::api::{
-    collection_path, object_path, ObjectMeta, PostgresCluster, PostgresClusterSpec, API_VERSION,
-    CRD_NAME, KIND,
+    collection_path, object_path, PostgresCluster, PostgresClusterSpec, CRD_NAME,
 };
 use postgres_operator::client::{Client, Patch};
 use postgres_operator::config::{Config, ConfigArgs, CONNECTION_ORDER_HELP};
-use postgres_operator::controller::{run_operator, ControllerOptions, LogLine, Reporter};
+use postgres_operator::controller::{run_operator, ControllerOptions};
 use postgres_operator::crd::{self, DEFAULT_ESTABLISHED_TIMEOUT};
 use postgres_operator::process::{
     cancel_on_signal, connect, exit_error, init_logging, parse_seconds,
 };
-use sandbox::{Sandbox, SandboxOptions};
+use postgres_operator::story::{LogLine, Reporter};
+use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -55,13 +57,13 @@ const ACT_DEADLINE: Duration = Duration::from_secs(15);
 
 /// tour: the whole workshop in one command (`cargo run`). Registers the PostgresCluster type,
 /// starts the step-03 operator, creates, resizes and deletes a cluster, and prints what the
-/// operator says at each step. With no flags it runs on a sandbox API server in this process;
+/// operator says at each step. With no flags it runs on a sandbox API server of its own;
 /// with --server or --real-cluster on a real one, where it removes what it created.
 #[derive(Parser)]
 #[command(after_help = format!("{CONNECTION_ORDER_HELP}\n\n{EXAMPLES}"))]
 struct TourFlags {
-    /// Use the cluster the connection flags, in-cluster or kubeconfig point at, instead of an
-    /// in-process sandbox (--server implies it)
+    /// Use the cluster the connection flags, in-cluster or kubeconfig point at, instead of a
+    /// sandbox of its own (--server implies it)
     #[arg(long)]
     real_cluster: bool,
     /// The operator's reconcile timer, in seconds (2 here, so the tour shows a tick without a long
@@ -74,7 +76,7 @@ struct TourFlags {
 
 const EXAMPLES: &str = "\
 Examples:
-  tour                                        # on an in-process sandbox: nothing to set up
+  tour                                        # on a sandbox of its own: nothing to set up
   tour --server http://127.0.0.1:8001         # a real cluster, through kubectl proxy
   tour --real-cluster --namespace scratch     # whatever cluster kubectl would use
 
@@ -98,24 +100,18 @@ fn main() -> ExitCode {
 async fn tour(flags: TourFlags) -> ExitCode {
     let shutdown = cancel_on_signal();
 
-    // The stage: a sandbox in this process, unless told to use a real API server.
+    // The stage: a sandbox of our own, unless told to use a real API server.
     let (client, sandbox) = if flags.real_cluster || flags.connection.server.is_some() {
         match connect(&flags.connection).await {
             Ok(client) => (client, None),
             Err(exit) => return exit,
         }
     } else {
-        let options = SandboxOptions {
-            // Pods would show as pending for a second before running (the operator of step 03
-            // starts none yet: launching them is the workshop's homework).
-            kubelet_delay: Duration::from_secs(1),
-            ..SandboxOptions::default()
-        };
-        let sandbox = match Sandbox::start(options, shutdown.child_token()).await {
+        let sandbox = match SandboxProcess::start().await {
             Ok(sandbox) => sandbox,
             Err(error) => return exit_error(&format!("starting the sandbox: {error}"), None),
         };
-        let client = match Config::from_url(&sandbox.url()).map(Client::new) {
+        let client = match Config::from_url(&sandbox.url).map(Client::new) {
             Ok(Ok(client)) => client,
             Ok(Err(error)) => return exit_error(&error, None),
             Err(error) => return exit_error(&error, None),
@@ -126,8 +122,8 @@ async fn tour(flags: TourFlags) -> ExitCode {
     let namespace = client.namespace().to_string();
     match &sandbox {
         Some(sandbox) => println!(
-            "== The stage: a sandbox API server in this process at {} (no cluster needed)",
-            sandbox.url()
+            "== The stage: a sandbox API server at {} (no cluster needed)",
+            sandbox.url
         ),
         None => {
             println!(
@@ -155,7 +151,7 @@ async fn tour(flags: TourFlags) -> ExitCode {
         clean_up(&client, created_example.load(Ordering::SeqCst)).await;
     }
     if let Some(sandbox) = sandbox {
-        sandbox.shutdown().await;
+        sandbox.stop().await;
     }
     match outcome {
         // SIGTERM is Kubernetes' normal stop, Ctrl-C a person's: a clean stop either way.
@@ -325,21 +321,12 @@ async fn play(
 }
 
 fn example_cluster(namespace: &str) -> PostgresCluster {
-    PostgresCluster {
-        api_version: API_VERSION.to_string(),
-        kind: KIND.to_string(),
-        metadata: ObjectMeta {
-            name: EXAMPLE_NAME.to_string(),
-            namespace: namespace.to_string(),
-            ..ObjectMeta::default()
-        },
-        spec: PostgresClusterSpec {
-            size: EXAMPLE_SIZE,
-            version: EXAMPLE_VERSION.to_string(),
-            paused: false,
-        },
-        status: None,
-    }
+    let spec = PostgresClusterSpec {
+        size: EXAMPLE_SIZE,
+        version: EXAMPLE_VERSION.to_string(),
+        paused: false,
+    };
+    PostgresCluster::new(namespace, EXAMPLE_NAME, spec)
 }
 
 /// The operator's lines, printed as they come.
@@ -387,5 +374,89 @@ impl Story {
         while let Ok(log) = self.lines.try_recv() {
             println!("{log}");
         }
+    }
+}
+
+/// The sandbox binary as a child process, for as long as the tour runs.
+struct SandboxProcess {
+    child: tokio::process::Child,
+    url: String,
+}
+
+impl SandboxProcess {
+    /// Start `sandbox --listen 127.0.0.1:0` and read the URL it prints first.
+    async fn start() -> Result<SandboxProcess, String> {
+        let program = sandbox_binary().await?;
+        let mut child = tokio::process::Command::new(&program)
+            // Pods would show as pending for a second before running (the operator of step 03
+            // starts none yet: launching them is the workshop's homework).
+            .args(["--listen", "127.0.0.1:0", "--kubelet-delay-ms", "1000"])
+            .env("RUST_LOG", "warn")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|error| format!("cannot run {}: {error}", program.display()))?;
+        let stdout = child.stdout.take().ok_or("the sandbox has no stdout")?;
+        let mut lines = BufReader::new(stdout).lines();
+        let first = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+            .await
+            .map_err(|_| "the sandbox printed no address within 30 s".to_string())?
+            .map_err(|error| format!("reading the sandbox's output: {error}"))?
+            .ok_or("the sandbox exited before it printed its address")?;
+        let url = first
+            .strip_prefix("sandbox API server at ")
+            .ok_or_else(|| format!("unexpected first line from the sandbox: {first:?}"))?
+            .to_string();
+        // Keep reading its stdout, so the child never blocks on a full pipe.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        Ok(SandboxProcess { child, url })
+    }
+
+    /// The sandbox keeps nothing worth a graceful stop: end it and reap it.
+    async fn stop(mut self) {
+        let _ = self.child.start_kill();
+        let _ = self.child.wait().await;
+    }
+}
+
+/// The `sandbox` binary beside this one. Under `cargo run` it is built first (`cargo run` builds
+/// only the tour, and a sandbox older than its source would mislead); otherwise it must be there.
+async fn sandbox_binary() -> Result<std::path::PathBuf, String> {
+    let exe = std::env::current_exe().map_err(|error| format!("where am I? {error}"))?;
+    let dir = exe.parent().ok_or("this binary has no directory")?;
+    let program = dir.join("sandbox");
+    let manifest = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
+    if let (Some(cargo), true) = (std::env::var_os("CARGO"), manifest.exists()) {
+        let mut build = tokio::process::Command::new(cargo);
+        build.args([
+            "build",
+            "--quiet",
+            "-p",
+            "sandbox",
+            "--bin",
+            "sandbox",
+            "--manifest-path",
+        ]);
+        build.arg(&manifest);
+        if dir.ends_with("release") {
+            build.arg("--release");
+        }
+        let status = build
+            .status()
+            .await
+            .map_err(|error| format!("running cargo build for the sandbox: {error}"))?;
+        if !status.success() {
+            return Err("cargo build -p sandbox failed (see above)".to_string());
+        }
+    }
+    if program.exists() {
+        Ok(program)
+    } else {
+        Err(format!(
+            "{} is missing: build it with `cargo build -p sandbox`, or pass --server",
+            program.display()
+        ))
     }
 }

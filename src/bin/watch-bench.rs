@@ -11,18 +11,17 @@
 //! ```text
 //! # against any API server (someone else creates the objects):
 //! cargo run --release --bin watch-bench -- --server http://127.0.0.1:8001 --expect 10000
-//! # self-contained: start an in-process sandbox and create N objects (16 writers) while watching:
-//! cargo run --release --bin watch-bench -- --feed 20000
-//! # feed a separate sandbox, so max_rss_kb is the watcher's (plus the feeding client's) alone:
-//! cargo run --release --bin sandbox -- --listen 127.0.0.1:8001 &
+//! # feed a sandbox (started in a terminal of its own): create N objects (16 writers) while
+//! # watching; max_rss_kb is the watcher's (plus the feeding client's) alone:
+//! cargo run --release --bin sandbox -- --listen 127.0.0.1:8001
 //! cargo run --release --bin watch-bench -- --server http://127.0.0.1:8001 --feed 20000
 //! # the client alone, not bounded by a server's write rate: an in-process replay server sends
 //! # N recorded ~2 KB events in 16 KB chunks as fast as the watch takes them:
 //! cargo run --release --bin watch-bench -- --replay 50000
 //! ```
 //!
-//! `max_rss_kb` is the process's peak resident set (VmHWM in /proc/self/status); with the
-//! in-process sandbox it includes the sandbox's copy of every object. Each fed object carries
+//! `max_rss_kb` is the process's peak resident set (VmHWM in /proc/self/status); with `--replay`
+//! it includes the replay server's copy of the stream. Each fed object carries
 //! ~1.5 KB of annotations, the size of a typical object with kubectl's last-applied annotation.
 
 use std::process::ExitCode;
@@ -36,7 +35,6 @@ use postgres_operator::config::{parse_server, Config};
 use postgres_operator::crd;
 use postgres_operator::process::{cancel_on_signal, exit_error, init_logging};
 use postgres_operator::watch::{list_then_watch, WatchItem, WatchNotice, WatchOptions};
-use sandbox::{Sandbox, SandboxOptions};
 use tokio::time::Instant;
 
 /// watch-bench: workshop step 02, "How fast is it?". Measures how fast list_then_watch hands
@@ -46,8 +44,8 @@ use tokio::time::Instant;
 #[command(after_help = EXAMPLES)]
 #[command(group(clap::ArgGroup::new("count").required(true).multiple(true).args(["expect", "feed", "replay"])))]
 struct Flags {
-    /// A plain-http API server (kubectl proxy, the sandbox); default: a sandbox in this process
-    #[arg(long, value_name = "URL", value_parser = parse_server)]
+    /// A plain-http API server (kubectl proxy, the sandbox); needed unless --replay
+    #[arg(long, value_name = "URL", value_parser = parse_server, required_unless_present = "replay")]
     server: Option<String>,
     /// Stop after N events reached the consumer (default: --feed or --replay)
     #[arg(long, value_name = "N", value_parser = at_least_one)]
@@ -66,8 +64,7 @@ struct Flags {
 
 const EXAMPLES: &str = "\
 Examples:
-  watch-bench --feed 20000                                    # self-contained
-  watch-bench --server http://127.0.0.1:8001 --feed 20000     # feed a separate sandbox
+  watch-bench --server http://127.0.0.1:8001 --feed 20000     # feed a sandbox
   watch-bench --server http://127.0.0.1:8001 --expect 10000   # someone else creates them
   watch-bench --replay 50000
 
@@ -155,28 +152,12 @@ async fn main() -> ExitCode {
     let shutdown = cancel_on_signal();
     let (feed_count, replay_count) = (flags.feed.unwrap_or(0), flags.replay.unwrap_or(0));
     let expect = flags.expect.unwrap_or(feed_count.max(replay_count));
-    // Keeps the in-process sandbox alive for the whole run.
-    let mut _sandbox = None;
     let server = match &flags.server {
         Some(server) => server.clone(),
-        None if replay_count > 0 => match replay_server(replay_count).await {
+        // clap made --server required unless --replay was given.
+        None => match replay_server(replay_count).await {
             Ok(url) => url,
             Err(error) => return exit_error(&format!("starting the replay server: {error}"), None),
-        },
-        None => match Sandbox::start(
-            SandboxOptions::default(),
-            tokio_util::sync::CancellationToken::new(),
-        )
-        .await
-        {
-            Ok(sandbox) => {
-                let url = sandbox.url();
-                _sandbox = Some(sandbox);
-                url
-            }
-            Err(error) => {
-                return exit_error(&format!("starting the in-process sandbox: {error}"), None)
-            }
         },
     };
     let client = match Config::from_url(&server).map(Client::new) {

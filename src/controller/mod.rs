@@ -50,12 +50,11 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::api::PostgresCluster;
+use crate::story::Reporter;
 use crate::watch::Event;
 use cluster::{run_cluster, TaskEnd, Wanted};
 pub use operator::{run_operator, OperatorError};
 pub use pods::PodApi;
-// The story lines live in `story.rs`; re-exported because the controller's API takes a Reporter.
-pub use crate::story::{LogLine, Reporter};
 
 /// How often each cluster task reconciles, unless told otherwise. The original used 8 s.
 pub const DEFAULT_RECONCILE_INTERVAL: Duration = Duration::from_secs(8);

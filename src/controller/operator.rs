@@ -16,10 +16,11 @@
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::{Controller, ControllerOptions, ControllerStopped, Reporter};
+use super::{Controller, ControllerOptions, ControllerStopped};
 use crate::api::{collection_path, PostgresCluster};
 use crate::client::Client;
 use crate::crd::{self, CrdError, DEFAULT_ESTABLISHED_TIMEOUT};
+use crate::story::Reporter;
 use crate::story::{event_line, watch_notice_lines};
 use crate::watch::{list_then_watch, Event, WatchItem, WatchOptions};
 
