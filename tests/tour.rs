@@ -1,5 +1,5 @@
-//! The one-command tour (`cargo run`, `src/bin/tour.rs`) runs to the end on its own in-process
-//! sandbox, and against a named API server writes only what it announced. WORKSHOP.md, "The tour".
+//! The one-command tour (`cargo run`, `src/bin/tour.rs`) runs to the end on its own
+//! sandbox, and against a named API server writes only what it announced. WORKSHOP.md, "The whole workshop in one command".
 
 use std::io::Read;
 use std::process::{Command, Output, Stdio};
@@ -74,10 +74,10 @@ fn assert_in_order(text: &str, expected: &[&str]) {
     }
 }
 
-/// `cargo run` with no flags: sandbox in-process, captions before each act, the operator's own
+/// `cargo run` with no flags: a sandbox of its own (a child process), captions before each act, the operator's own
 /// create / tick / spec update / delete lines, exit 0, in seconds.
 #[test]
-fn tour_plays_the_workshop_on_an_in_process_sandbox() {
+fn tour_plays_the_workshop_on_a_sandbox_of_its_own() {
     let (output, took) = run_with_deadline(tour_command(&[]));
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -91,7 +91,7 @@ fn tour_plays_the_workshop_on_an_in_process_sandbox() {
     assert_in_order(
         &stdout,
         &[
-            "== The stage: a sandbox API server in this process at http://127.0.0.1:",
+            "== The stage: a sandbox API server at http://127.0.0.1:",
             "== Step 01: kubectl apply -f kube/crd.yaml",
             "CustomResourceDefinition is Established",
             "== Step 02: cargo run --bin stage02",
