@@ -143,11 +143,22 @@ fn rust_snippets_are_the_code_of_the_file_they_name() {
     );
 }
 
-/// The pieces between `/* ... */` elisions appear in order, whitespace ignored.
+/// The pieces between elisions (`/* ... */`, or `/* ... what was left out */`) appear in order,
+/// whitespace ignored.
 fn snippet_is_in(snippet: &str, code: &str) -> bool {
     let code = without_whitespace(code);
+    let mut pieces = Vec::new();
+    let mut rest = snippet;
+    while let Some(start) = rest.find("/* ...") {
+        pieces.push(&rest[..start]);
+        rest = match rest[start..].find("*/") {
+            Some(end) => &rest[start + end + 2..],
+            None => "",
+        };
+    }
+    pieces.push(rest);
     let mut from = 0;
-    for piece in snippet.split("/* ... */") {
+    for piece in pieces {
         let piece = without_whitespace(piece);
         if piece.is_empty() {
             continue;
@@ -164,6 +175,7 @@ fn snippet_is_in(snippet: &str, code: &str) -> bool {
 fn snippet_matching_ignores_whitespace_and_honours_elisions() {
     let code = "fn main() {\n    let a = 1;\n    let b = 2;\n    run(a, b);\n}\n";
     assert!(snippet_is_in("let a = 1; /* ... */ run(a,\n b);", code));
+    assert!(snippet_is_in("let a = 1; /* ... b */ run(a, b);", code));
     assert!(!snippet_is_in("run(a, b); /* ... */ let a = 1;", code));
     assert!(!snippet_is_in("let a = 3;", code));
 }
@@ -305,14 +317,32 @@ fn function_names_are_read_from_paths_lists_and_long_names() {
 }
 
 /// Where the code cites a WORKSHOP.md section by name (`WORKSHOP.md, "Set-up: the sandbox"` or
-/// `WORKSHOP.md, step 02 ("Decoding an event")`), a heading of that name exists. A name may join
-/// a section and its subsection with ": " ("Set-up: the sandbox").
+/// `WORKSHOP.md, step 02 ("Decoding an event")`), a heading of that name exists, or a paragraph
+/// that opens with it in bold. A name may join a section and its subsection with ": "
+/// ("Set-up: the sandbox").
 #[test]
 fn every_section_the_code_cites_exists() {
     let text = workshop();
     let mut headings: Vec<String> = Vec::new();
     let mut parents: Vec<String> = Vec::new();
-    for line in text.lines().filter(|line| line.starts_with('#')) {
+    for line in prose_lines(&text).into_iter().map(|(_, line)| line) {
+        // A paragraph or list item that opens in bold (`**When the server says no.**`) is a
+        // named part of its section, one level below it.
+        let lead = line.trim_start_matches("- ").strip_prefix("**");
+        if let Some(lead) = lead
+            .and_then(|rest| rest.split_once("**"))
+            .map(|(lead, _)| lead)
+        {
+            let lead = normalise(lead.trim_end_matches(['.', ':']));
+            for parent in parents.iter().filter(|p| !p.is_empty()) {
+                headings.push(format!("{parent}: {lead}"));
+            }
+            headings.push(lead);
+            continue;
+        }
+        if !line.starts_with('#') {
+            continue;
+        }
         let level = line.chars().take_while(|c| *c == '#').count();
         let title = normalise(line.trim_start_matches('#'));
         parents.truncate(level.saturating_sub(1));

@@ -1,7 +1,7 @@
 //! Object names: the DNS-1123 rules the API server checks on `metadata.name`, and the rules for
 //! label keys and values. (The five-character `generateName` suffix comes from `random.rs`.)
 //!
-//! Part of WORKSHOP.md "Set-up: the sandbox API server". Messages are worded exactly like
+//! Part of WORKSHOP.md "Set-up: the sandbox". Messages are worded exactly like
 //! apimachinery's `validation.IsDNS1123Subdomain` / `IsDNS1123Label`, so a learner who meets them
 //! here recognises them on a real cluster.
 

@@ -1,7 +1,7 @@
 //! Label and field selectors: the `?labelSelector=` and `?fieldSelector=` query parameters
 //! that filter lists and watches.
 //!
-//! Part of WORKSHOP.md "Set-up: the sandbox API server". kubectl sends `-l tier=db` as a label
+//! Part of WORKSHOP.md "Set-up: the sandbox". kubectl sends `-l tier=db` as a label
 //! selector, and `get pgc db1 -w`, `delete` and `describe` send field selectors such as
 //! `metadata.name=db1` or `involvedObject.name=db1,involvedObject.kind=PostgresCluster`.
 //! The grammar follows apimachinery's `labels.Parse` and `fields.ParseSelector`; decoding the

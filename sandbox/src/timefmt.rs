@@ -1,7 +1,7 @@
 //! Timestamps and ages, the way the Kubernetes API writes them: RFC 3339 in UTC, and the
 //! short "5m10s" ages kubectl prints in its AGE column.
 //!
-//! Part of WORKSHOP.md "Set-up: the sandbox API server". We write the calendar arithmetic by
+//! Part of WORKSHOP.md "Set-up: the sandbox". We write the calendar arithmetic by
 //! hand (no chrono): days since 1970 become a civil date with Howard Hinnant's
 //! `civil_from_days`, and back with `days_from_civil`.
 

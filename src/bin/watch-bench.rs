@@ -5,7 +5,7 @@
 //! watch-bench events=N seconds=S events_per_s=R max_rss_kb=K
 //! ```
 //!
-//! WORKSHOP.md, step 02 ("How fast is it?"). The watch is the library's, unchanged: list, then
+//! WORKSHOP.md, step 02 ("How fast is it, end to end?"). The watch is the library's, unchanged: list, then
 //! watch `default/postgresclusters`, counting events handed over until `--expect N` have arrived.
 //!
 //! ```text

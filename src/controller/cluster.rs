@@ -1,7 +1,7 @@
 //! One `PostgresCluster`'s task: set up, then loop over "stop", "the spec changed" and "time to
 //! reconcile" until the cluster is deleted or the operator stops.
 //!
-//! WORKSHOP.md, step 03 ("A cluster task"). The controller in `mod.rs` starts one of these per
+//! WORKSHOP.md, step 03 ("The cluster task"). The controller in `mod.rs` starts one of these per
 //! cluster with `run_cluster`; nothing in here knows about the other clusters.
 
 use std::time::Duration;

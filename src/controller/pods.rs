@@ -1,7 +1,7 @@
 //! The cluster tasks' view of Pods: which labels mark a Postgres pod as ours, how ownership is
 //! checked, and the two calls a task makes (list, delete) behind a small trait.
 //!
-//! WORKSHOP.md, step 03 ("What a cluster task asks Kubernetes"). The trait exists so the reconcile
+//! WORKSHOP.md, step 03 ("The cluster task"). The trait exists so the reconcile
 //! loop can be unit-tested with a fake in memory; [`PodApi`] for [`Client`] is the real thing.
 
 use std::collections::BTreeMap;
