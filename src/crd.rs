@@ -76,12 +76,15 @@ pub fn postgres_cluster_crd() -> Value {
 /// The structural schema: every field typed, so the API server validates (422 Invalid, with the
 /// field named in `details.causes`) and prunes unknown fields before they reach us.
 fn schema() -> Value {
+    // Every level has a description: `kubectl explain pgc` (and `pgc.spec.size`) shows them.
     json!({
         "type": "object",
+        "description": "A PostgreSQL cluster: one primary and streaming replicas, run by the workshop's operator.",
         "required": ["spec"],
         "properties": {
             "spec": {
                 "type": "object",
+                "description": "What the user wants: how many members, which PostgreSQL, and whether the operator may act.",
                 "required": ["size", "version"],
                 "properties": {
                     "size": {
@@ -101,25 +104,44 @@ fn schema() -> Value {
             },
             "status": {
                 "type": "object",
+                "description": "What the operator last saw; written by the operator only.",
                 "properties": {
-                    "phase": { "type": "string" },
-                    "size": { "type": "integer" },
-                    "readyReplicas": { "type": "integer" },
-                    "observedGeneration": { "type": "integer" },
+                    "phase": {
+                        "type": "string",
+                        "description": "Where the cluster is in its life: Creating, Running or Failed.",
+                    },
+                    "size": {
+                        "type": "integer",
+                        "description": "How many member pods exist.",
+                    },
+                    "readyReplicas": {
+                        "type": "integer",
+                        "description": "How many member pods are ready.",
+                    },
+                    "observedGeneration": {
+                        "type": "integer",
+                        "description": "The metadata.generation of the spec this status describes.",
+                    },
                     "conditions": {
                         "type": "array",
+                        "description": "The latest observations of the cluster's state, one per type.",
                         // A map keyed by type: server-side apply merges conditions by type.
                         "x-kubernetes-list-type": "map",
                         "x-kubernetes-list-map-keys": ["type"],
                         "items": {
                             "type": "object",
+                            "description": "One condition, as in every Kubernetes status.",
                             "required": ["type", "status"],
                             "properties": {
-                                "type": { "type": "string" },
-                                "status": { "type": "string" },
-                                "reason": { "type": "string" },
-                                "message": { "type": "string" },
-                                "lastTransitionTime": { "type": "string", "format": "date-time" },
+                                "type": { "type": "string", "description": "The condition's name." },
+                                "status": { "type": "string", "description": "True, False or Unknown." },
+                                "reason": { "type": "string", "description": "Why, in one CamelCase word." },
+                                "message": { "type": "string", "description": "Why, for people." },
+                                "lastTransitionTime": {
+                                    "type": "string",
+                                    "format": "date-time",
+                                    "description": "When status last changed.",
+                                },
                             },
                         },
                     },

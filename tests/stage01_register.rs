@@ -114,7 +114,8 @@ async fn stage01_registers_then_continues_when_it_already_exists() {
 }
 
 /// Real kubectl (HTTPS, CA and token as flags, fresh cache dir, no kubeconfig) sees the CRD that
-/// stage01 registered, and `api-resources` lists the new resource with its short name.
+/// stage01 registered, `api-resources` lists the new resource with its short name, and
+/// `kubectl explain` describes the kind and its fields.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_sees_what_stage01_registered() {
     let (sandbox, credentials) = tls_sandbox(Duration::ZERO).await;
@@ -161,6 +162,18 @@ async fn kubectl_sees_what_stage01_registered() {
             "PostgresCluster"
         ]
     );
+
+    // The schema's descriptions are what `kubectl explain` shows, for the kind and each field.
+    let explained = kubectl.ok(&["explain", "pgc"]).await;
+    assert!(
+        explained.contains("A PostgreSQL cluster: one primary and streaming replicas"),
+        "{explained}"
+    );
+    assert!(!explained.contains("<empty>"), "{explained}");
+    let size = kubectl.ok(&["explain", "pgc.spec.size"]).await;
+    assert!(size.contains("Number of Postgres pods."), "{size}");
+    let phase = kubectl.ok(&["explain", "pgc.status.phase"]).await;
+    assert!(phase.contains("Creating, Running or Failed"), "{phase}");
 }
 
 /// `--server http://...` (the sandbox's plain mode, or `kubectl proxy`) works too.
