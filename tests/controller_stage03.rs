@@ -204,3 +204,69 @@ async fn stage03_stops_cleanly_during_start_up() {
     assert!(took < Duration::from_secs(5), "took {took:?}");
     sandbox.shutdown().await;
 }
+
+/// WORKSHOP.md step 03, "Try it yourself": the member pod made by hand from
+/// `kube/try-it/member-pod.yaml`, with the shell lines the text gives, is counted by the tick
+/// (it carries the labels and the cluster's uid), and the tick then says the resize it would do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_hand_made_member_pod_of_try_it_yourself_is_counted() {
+    let (sandbox, client) = sandbox_with_crd(Duration::ZERO).await;
+    let url = sandbox.url();
+    let stage = tokio::task::spawn_blocking(move || {
+        let mut stage = Stage03::start(&url, &["--reconcile-interval", "0.5"]);
+        stage.expect("Controller initialised");
+        stage
+    })
+    .await
+    .unwrap();
+    create_cluster(&client, "default", "example-postgresql-cluster", 3).await;
+
+    // The two lines WORKSHOP.md gives, with the sandbox's real address and a fresh kubectl cache.
+    let workshop = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/WORKSHOP.md"))
+        .expect("WORKSHOP.md");
+    let script: Vec<&str> = workshop
+        .lines()
+        .skip_while(|line| !line.starts_with("### Try it yourself"))
+        .map(str::trim)
+        .filter(|line| line.starts_with("uid=$(kubectl") || line.starts_with("sed "))
+        .collect();
+    assert_eq!(
+        script.len(),
+        2,
+        "the two shell lines in 'Try it yourself': {script:?}"
+    );
+    let cache = tempfile::tempdir().unwrap();
+    let kubectl = format!(
+        "kubectl --cache-dir {} --server {}",
+        cache.path().display(),
+        sandbox.url()
+    );
+    let script = script
+        .join("\n")
+        .replace("kubectl --server http://127.0.0.1:8001", &kubectl);
+    let output = tokio::process::Command::new("sh")
+        .args(["-c", &script])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("KUBECONFIG", "/dev/null")
+        .output()
+        .await
+        .expect("sh runs");
+    assert!(
+        output.status.success(),
+        "{script}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+
+    let key = "[default/example-postgresql-cluster]";
+    tokio::task::spawn_blocking(move || {
+        let mut stage = stage;
+        stage.expect(&format!(
+            "{key} Running: [example-postgresql-cluster-member], pending: []"
+        ));
+        stage.expect(&format!(
+            "{key} PLACEHOLDER: resize from 1 to 3 pods, one pod per tick!"
+        ));
+    })
+    .await
+    .unwrap();
+}
