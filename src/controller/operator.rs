@@ -2,7 +2,7 @@
 //! 02), and route every event to a cluster task (step 03). `stages/stage03.rs` and the tour
 //! (`src/bin/tour.rs`) both run exactly this.
 //!
-//! WORKSHOP.md, step 03.
+//! WORKSHOP.md, step 03 ("Putting it together").
 //!
 //! ```text
 //! run_operator ── crd::register, crd::wait_established
@@ -25,23 +25,12 @@ use crate::story::{event_line, watch_notice_lines};
 use crate::watch::{list_then_watch, Event, WatchItem, WatchOptions};
 
 /// Which step of starting the operator failed.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum OperatorError {
     /// Registering the CRD, or waiting for it to be Established (the error says which).
-    RegisterResource(CrdError),
+    #[error("registering the PostgresCluster resource: {0}")]
+    RegisterResource(#[source] CrdError),
 }
-
-impl std::fmt::Display for OperatorError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            OperatorError::RegisterResource(error) => {
-                write!(f, "registering the PostgresCluster resource: {error}")
-            }
-        }
-    }
-}
-
-impl std::error::Error for OperatorError {}
 
 impl OperatorError {
     /// What to do about it, when the CRD step knows (e.g. RBAC is missing).
