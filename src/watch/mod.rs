@@ -409,8 +409,8 @@ enum WatchEnd {
     LostPlace(RelistReason),
     /// The request or the connection failed; try again from the same resourceVersion.
     Failed(ClientError),
-    /// The server sent an ERROR event other than 410.
-    ServerError(Status),
+    /// The server sent an ERROR event that a relist does not cure.
+    ServerError(Box<Status>),
     /// The consumer dropped its receiver.
     ConsumerGone,
 }
@@ -683,7 +683,7 @@ impl<T: WatchedObject> ListWatch<T> {
                     }
                     (None, None) => return WatchEnd::Failed(error),
                 };
-                return match relist_reason(status) {
+                return match relist_reason(Box::new(status)) {
                     Ok(why) => WatchEnd::LostPlace(why),
                     Err(_) => WatchEnd::Failed(error),
                 };
@@ -770,7 +770,7 @@ impl<T: WatchedObject> ListWatch<T> {
                 return Ok(());
             }
             WatchEvent::Error(status) => {
-                return Err(match relist_reason(status) {
+                return Err(match relist_reason(Box::new(status)) {
                     Ok(why) => WatchEnd::LostPlace(why),
                     Err(status) => WatchEnd::ServerError(status),
                 })
@@ -793,8 +793,7 @@ impl<T: WatchedObject> ListWatch<T> {
 
 /// Does this watch error mean our place is lost, so that only a relist helps? `Err` gives the
 /// Status back: any other error is retried from the same resourceVersion.
-fn relist_reason(status: Status) -> Result<RelistReason, Status> {
-    let status = Box::new(status);
+fn relist_reason(status: Box<Status>) -> Result<RelistReason, Box<Status>> {
     if status.is_expired() {
         // 410: reason Expired (Gone before Kubernetes 1.18). Our RV was compacted away.
         Ok(RelistReason::Expired { status })
@@ -804,7 +803,7 @@ fn relist_reason(status: Status) -> Result<RelistReason, Status> {
         // Not "the object is gone" (a watch names no object): the collection's type is.
         Ok(RelistReason::CollectionNotFound { status })
     } else {
-        Err(*status)
+        Err(status)
     }
 }
 
