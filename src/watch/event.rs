@@ -1,30 +1,38 @@
 //! Lines → typed events: decode one watch line, `{"type":"ADDED","object":{...}}`, in one pass.
 //!
-//! WORKSHOP.md, step 02 ("Decoding an event"). The API server writes `type` before `object`, so
-//! by the time `object` starts we already know what it is and deserialize it straight into `T`
-//! (a `PostgresCluster`, say). Fields of the object that `T` does not name — `managedFields`, the
+//! WORKSHOP.md, step 02 ("Decoding an event"). The line is an *adjacently tagged* enum in serde's
+//! terms: `type` names the variant, `object` holds its content, and serde's derive writes the
+//! decoder. The API server writes `type` before `object`, so by the time `object` starts serde
+//! already knows the variant and deserializes the object straight into `T` (a `PostgresCluster`,
+//! say). Fields of the object that `T` does not name — `managedFields`, the
 //! `last-applied-configuration` annotation, most of the metadata — are skipped without being
 //! built, which is why this beats parsing into a `serde_json::Value` first (see
-//! `benches/watch_decode.rs`). If some other writer puts `object` first, we fall back to holding it
-//! as a `Value` until `type` arrives.
+//! `benches/watch_decode.rs`). If some other writer puts `object` first, serde buffers it until
+//! `type` arrives.
 
 use crate::status::Status;
-use serde::de::{self, DeserializeOwned, Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde::de::{DeserializeOwned, Deserializer};
 use serde::Deserialize;
 use std::fmt;
-use std::marker::PhantomData;
 
 /// One decoded watch line.
 // An event lives for one loop iteration and is moved, not copied about: boxing the Status would
 // only add an allocation.
 #[allow(clippy::large_enum_variant)]
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(
+    tag = "type",
+    content = "object",
+    rename_all = "UPPERCASE",
+    bound(deserialize = "T: DeserializeOwned")
+)]
 pub enum WatchEvent<T> {
     Added(T),
     Modified(T),
     Deleted(T),
     /// "You are up to date as of this resourceVersion." Only the RV is meaningful: the object is
     /// an empty shell of the kind, with `metadata.resourceVersion` set.
+    #[serde(deserialize_with = "bookmark_resource_version")]
     Bookmark {
         resource_version: String,
     },
@@ -88,208 +96,66 @@ fn excerpt(line: &[u8]) -> String {
 /// A line that is a bare `Status` (no `type`) also counts as an error event: some proxies and old
 /// servers end a watch that way.
 pub fn decode_event<T: DeserializeOwned>(line: &[u8]) -> Result<WatchEvent<T>, DecodeError> {
-    let decoded: Decoded<T> =
-        serde_json::from_slice(line).map_err(|source| DecodeError::Undecodable {
-            excerpt: excerpt(line),
-            source,
-        })?;
-    match decoded {
-        Decoded::Event(event) => Ok(event),
-        Decoded::UnknownType(event_type) => Err(DecodeError::UnknownType { event_type }),
-        Decoded::NotAnEvent => Err(DecodeError::NotAnEvent {
+    serde_json::from_slice(line).or_else(|source| not_a_plain_event(line, source))
+}
+
+/// The slow path, taken only when a line is not a well-formed event: find out what it is instead.
+fn not_a_plain_event<T>(
+    line: &[u8],
+    source: serde_json::Error,
+) -> Result<WatchEvent<T>, DecodeError> {
+    /// The two top-level fields that tell the cases apart; everything else is skipped unread.
+    #[derive(Deserialize)]
+    struct Outline {
+        #[serde(rename = "type")]
+        event_type: Option<String>,
+        kind: Option<String>,
+    }
+    let undecodable = |source| DecodeError::Undecodable {
+        excerpt: excerpt(line),
+        source,
+    };
+    let Ok(outline) = serde_json::from_slice::<Outline>(line) else {
+        return Err(undecodable(source)); // not JSON at all: report the first error
+    };
+    match outline.event_type {
+        Some(event_type) if !is_known_type(&event_type) => {
+            Err(DecodeError::UnknownType { event_type })
+        }
+        // A known type whose object does not fit `T` (or no object at all).
+        Some(_) => Err(undecodable(source)),
+        // No `type` at all: a bare Status is the server telling us the watch failed.
+        None if outline.kind.as_deref() == Some("Status") => serde_json::from_slice(line)
+            .map(WatchEvent::Error)
+            .map_err(undecodable),
+        None => Err(DecodeError::NotAnEvent {
             excerpt: excerpt(line),
         }),
     }
 }
 
-/// What the visitor found; the two non-event cases become `DecodeError`s with the line at hand.
-#[allow(clippy::large_enum_variant)]
-enum Decoded<T> {
-    Event(WatchEvent<T>),
-    UnknownType(String),
-    NotAnEvent,
-}
-
-#[derive(Clone, Debug, PartialEq)]
-enum EventType {
-    Added,
-    Modified,
-    Deleted,
-    Bookmark,
-    Error,
-    Unknown(String),
-}
-
-impl<'de> Deserialize<'de> for EventType {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct EventTypeVisitor;
-        impl Visitor<'_> for EventTypeVisitor {
-            type Value = EventType;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a watch event type such as \"ADDED\"")
-            }
-            fn visit_str<E: de::Error>(self, value: &str) -> Result<EventType, E> {
-                Ok(match value {
-                    "ADDED" => EventType::Added,
-                    "MODIFIED" => EventType::Modified,
-                    "DELETED" => EventType::Deleted,
-                    "BOOKMARK" => EventType::Bookmark,
-                    "ERROR" => EventType::Error,
-                    other => EventType::Unknown(other.to_owned()),
-                })
-            }
-        }
-        deserializer.deserialize_str(EventTypeVisitor)
-    }
-}
-
-/// The keys of a watch line we act on; anything else is kept only in case the line is a Status.
-enum Key {
-    Type,
-    Object,
-    Other(String),
-}
-
-impl<'de> Deserialize<'de> for Key {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct KeyVisitor;
-        impl Visitor<'_> for KeyVisitor {
-            type Value = Key;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a field name")
-            }
-            fn visit_str<E: de::Error>(self, value: &str) -> Result<Key, E> {
-                Ok(match value {
-                    "type" => Key::Type,
-                    "object" => Key::Object,
-                    other => Key::Other(other.to_owned()),
-                })
-            }
-        }
-        deserializer.deserialize_identifier(KeyVisitor)
-    }
+fn is_known_type(event_type: &str) -> bool {
+    matches!(
+        event_type,
+        "ADDED" | "MODIFIED" | "DELETED" | "BOOKMARK" | "ERROR"
+    )
 }
 
 /// A BOOKMARK's object: `{"kind":..,"apiVersion":..,"metadata":{"resourceVersion":"12345"}}`.
 /// Nothing else is promised, so nothing else is read.
-#[derive(Deserialize)]
-struct BookmarkObject {
-    metadata: BookmarkMetadata,
-}
-
-#[derive(Deserialize)]
-struct BookmarkMetadata {
-    #[serde(rename = "resourceVersion")]
-    resource_version: String,
-}
-
-impl<'de, T: DeserializeOwned> Deserialize<'de> for Decoded<T> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_map(LineVisitor(PhantomData))
+fn bookmark_resource_version<'de, D: Deserializer<'de>>(object: D) -> Result<String, D::Error> {
+    #[derive(Deserialize)]
+    struct BookmarkObject {
+        metadata: BookmarkMetadata,
     }
-}
-
-struct LineVisitor<T>(PhantomData<T>);
-
-/// Decode `object` now that we know the event type. Done once per line, whichever key came first.
-fn object_for<'de, T, D>(event_type: EventType, object: D) -> Result<Decoded<T>, D::Error>
-where
-    T: DeserializeOwned,
-    D: Deserializer<'de>,
-{
-    Ok(Decoded::Event(match event_type {
-        EventType::Added => WatchEvent::Added(T::deserialize(object)?),
-        EventType::Modified => WatchEvent::Modified(T::deserialize(object)?),
-        EventType::Deleted => WatchEvent::Deleted(T::deserialize(object)?),
-        EventType::Bookmark => WatchEvent::Bookmark {
-            resource_version: BookmarkObject::deserialize(object)?
-                .metadata
-                .resource_version,
-        },
-        EventType::Error => WatchEvent::Error(Status::deserialize(object)?),
-        EventType::Unknown(name) => {
-            IgnoredAny::deserialize(object)?;
-            return Ok(Decoded::UnknownType(name));
-        }
-    }))
-}
-
-impl<'de, T: DeserializeOwned> Visitor<'de> for LineVisitor<T> {
-    type Value = Decoded<T>;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a watch event object {\"type\":..,\"object\":..}")
+    #[derive(Deserialize)]
+    struct BookmarkMetadata {
+        #[serde(rename = "resourceVersion")]
+        resource_version: String,
     }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Decoded<T>, A::Error> {
-        let mut event_type: Option<EventType> = None;
-        let mut decoded: Option<Decoded<T>> = None;
-        // Only filled when `object` precedes `type` (never, from a real API server).
-        let mut early_object: Option<serde_json::Value> = None;
-        // Other top-level fields, in case the whole line is a bare Status.
-        let mut other_fields = serde_json::Map::new();
-
-        while let Some(key) = map.next_key::<Key>()? {
-            match key {
-                Key::Type => {
-                    let kind: EventType = map.next_value()?;
-                    if let Some(object) = early_object.take() {
-                        decoded = Some(
-                            object_for::<T, _>(kind.clone(), object).map_err(de::Error::custom)?,
-                        );
-                    }
-                    event_type = Some(kind);
-                }
-                Key::Object => match &event_type {
-                    Some(kind) => {
-                        decoded = Some(map.next_value_seed(ObjectSeed::<T> {
-                            event_type: kind.clone(),
-                            marker: PhantomData,
-                        })?);
-                    }
-                    None => early_object = Some(map.next_value()?),
-                },
-                Key::Other(name) => {
-                    if event_type.is_none() {
-                        other_fields.insert(name, map.next_value()?);
-                    } else {
-                        map.next_value::<IgnoredAny>()?;
-                    }
-                }
-            }
-        }
-
-        if let Some(decoded) = decoded {
-            return Ok(decoded);
-        }
-        if event_type.is_some() || early_object.is_some() {
-            return Err(de::Error::missing_field(if event_type.is_some() {
-                "object"
-            } else {
-                "type"
-            }));
-        }
-        // No `type` at all: a bare Status is the server telling us the watch failed.
-        if other_fields.get("kind").and_then(|kind| kind.as_str()) == Some("Status") {
-            let status: Status = serde_json::from_value(serde_json::Value::Object(other_fields))
-                .map_err(de::Error::custom)?;
-            return Ok(Decoded::Event(WatchEvent::Error(status)));
-        }
-        Ok(Decoded::NotAnEvent)
-    }
-}
-
-/// Lets `next_value_seed` hand the object's deserializer to `object_for` without buffering.
-struct ObjectSeed<T> {
-    event_type: EventType,
-    marker: PhantomData<T>,
-}
-
-impl<'de, T: DeserializeOwned> de::DeserializeSeed<'de> for ObjectSeed<T> {
-    type Value = Decoded<T>;
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Decoded<T>, D::Error> {
-        object_for::<T, D>(self.event_type, deserializer)
-    }
+    Ok(BookmarkObject::deserialize(object)?
+        .metadata
+        .resource_version)
 }
 
 #[cfg(test)]

@@ -28,6 +28,11 @@
 //!   - no bytes for `T` + a margin: the connection is presumed dead → **Watching(rv)**;
 //!   - 410 (in-stream `ERROR` with reason Expired/Gone, or HTTP 410): `rv` fell out of the
 //!     server's history → **Listing**;
+//!   - 504 "Too large resource version" (in-stream or HTTP): `rv` is ahead of the server, which
+//!     was restarted or restored from a backup; and 404: the collection itself is gone (its CRD
+//!     deleted, or a new server without it) → backoff → **Listing**, whose diff reports what
+//!     vanished as `Deleted`. Watching on from `rv` would wait for a future that never comes, or,
+//!     once the new server's counter passes `rv`, resume silently with a ghost in `known`;
 //!   - an oversize event or a line that does not decode: we missed a change → **Listing**;
 //!   - anything else (refused, 5xx, 401/403, broken connection) → backoff → **Watching(rv)**.
 //!
@@ -156,6 +161,11 @@ pub enum ResumeReason {
 pub enum RelistReason {
     /// 410: our resourceVersion is older than the server's history (etcd compaction).
     Expired { status: Box<Status> },
+    /// 504 "Too large resource version": our resourceVersion is ahead of the server's, so the
+    /// server was restarted or restored from a backup (or its watch cache lags behind).
+    AheadOfServer { status: Box<Status> },
+    /// 404 for the collection: its type is gone (CRD deleted, or a new server without it).
+    CollectionNotFound { status: Box<Status> },
     /// An event was larger than the configured maximum and was dropped.
     EventTooLarge { limit: usize },
     /// A line of the stream could not be decoded, so we do not know what it said.
@@ -183,6 +193,16 @@ impl fmt::Display for RelistReason {
             RelistReason::Expired { status } => write!(
                 f,
                 "resourceVersion too old ({} {}: {})",
+                status.code, status.reason, status.message
+            ),
+            RelistReason::AheadOfServer { status } => write!(
+                f,
+                "resourceVersion ahead of the server, which was restarted or restored ({} {}: {})",
+                status.code, status.reason, status.message
+            ),
+            RelistReason::CollectionNotFound { status } => write!(
+                f,
+                "the collection is gone ({} {}: {})",
                 status.code, status.reason, status.message
             ),
             RelistReason::EventTooLarge { limit } => {
@@ -362,14 +382,12 @@ enum WatchEnd {
     Ended,
     /// No bytes within the idle timeout.
     Idle(Duration),
-    /// The resourceVersion is too old: relist.
-    Expired(Status),
-    /// We missed an event and must relist.
+    /// Our resourceVersion or the collection is unusable, or we missed an event: relist.
     LostPlace(RelistReason),
     /// The request or the connection failed; try again from the same resourceVersion.
     Failed(ClientError),
-    /// The server sent an ERROR event other than 410.
-    ServerError(Status),
+    /// The server sent an ERROR event that a relist does not cure.
+    ServerError(Box<Status>),
     /// The consumer dropped its receiver.
     ConsumerGone,
 }
@@ -558,28 +576,36 @@ impl<T: WatchedObject> ListWatch<T> {
                 .await?;
                 Some(Phase::Watching { resource_version })
             }
-            WatchEnd::Expired(status) => {
-                // Compaction expires an RV we have held for a while: relist at once. But a 410 at
-                // once for the RV the last list just gave us means relisting gets the same answer
-                // (a server or proxy that expires every watch): back off, or we would hammer it.
-                let fresh_from_list =
-                    self.listed_resource_version.as_deref() == Some(started_from.as_str());
-                if ended_at_once && fresh_from_list {
-                    self.back_off(
-                        format!("watch from a fresh list expired at once: {status}"),
-                        Duration::ZERO,
-                    )
-                    .await?;
-                }
-                Some(Phase::Listing {
-                    why: Some(RelistReason::Expired {
-                        status: Box::new(status),
-                    }),
-                })
-            }
             WatchEnd::LostPlace(why) => {
-                if ended_at_once {
-                    self.back_off(why.to_string(), Duration::ZERO).await?;
+                match &why {
+                    // Compaction expires an RV we have held for a while: relist at once. But a 410
+                    // at once for the RV the last list just gave us means relisting gets the same
+                    // answer (a server or proxy that expires every watch): back off, or we would
+                    // hammer it.
+                    RelistReason::Expired { status } => {
+                        let fresh_from_list =
+                            self.listed_resource_version.as_deref() == Some(started_from.as_str());
+                        if ended_at_once && fresh_from_list {
+                            self.back_off(
+                                format!("watch from a fresh list expired at once: {status}"),
+                                Duration::ZERO,
+                            )
+                            .await?;
+                        }
+                    }
+                    // A server that just came back: its CRD may not be registered yet, or its
+                    // watch cache may not have caught up. client-go also backs off before this
+                    // relist; the list itself is a consistent read, never from our stale RV.
+                    RelistReason::AheadOfServer { status }
+                    | RelistReason::CollectionNotFound { status } => {
+                        self.back_off(why.to_string(), status.retry_after().unwrap_or_default())
+                            .await?;
+                    }
+                    RelistReason::EventTooLarge { .. } | RelistReason::Undecodable { .. } => {
+                        if ended_at_once {
+                            self.back_off(why.to_string(), Duration::ZERO).await?;
+                        }
+                    }
                 }
                 Some(Phase::Listing { why: Some(why) })
             }
@@ -620,15 +646,25 @@ impl<T: WatchedObject> ListWatch<T> {
         );
         let mut stream: ByteStream = match self.client.stream(&path).await {
             Ok(stream) => stream,
-            // Some servers refuse an expired RV before the stream starts: HTTP 410, not in-stream.
-            Err(error) if error.status_code() == Some(410) => {
-                let status = error
-                    .api_status()
-                    .cloned()
-                    .unwrap_or_else(|| Status::failure(410, "Gone", error.to_string()));
-                return WatchEnd::Expired(status);
+            // Some servers refuse a stale RV before the stream starts (HTTP 410 or 504), not
+            // in-stream; a 404 can only come this way. Proxies may send no Status body.
+            Err(error) => {
+                let status = match (error.api_status(), error.status_code()) {
+                    (Some(status), _) => status.clone(),
+                    (None, Some(code)) => {
+                        let reason = http::StatusCode::from_u16(code)
+                            .ok()
+                            .and_then(|code| code.canonical_reason())
+                            .unwrap_or_default();
+                        Status::failure(code, reason, error.to_string())
+                    }
+                    (None, None) => return WatchEnd::Failed(error),
+                };
+                return match relist_reason(Box::new(status)) {
+                    Ok(why) => WatchEnd::LostPlace(why),
+                    Err(_) => WatchEnd::Failed(error),
+                };
             }
-            Err(error) => return WatchEnd::Failed(error),
         };
         tracing::debug!(path = %self.collection_path, %resource_version, timeout, "watching");
         let watching = WatchNotice::Watching {
@@ -710,11 +746,12 @@ impl<T: WatchedObject> ListWatch<T> {
                 *delivered += 1;
                 return Ok(());
             }
-            // 410 in-stream: reason Expired (Gone before Kubernetes 1.18).
-            WatchEvent::Error(status) if status.is_expired() => {
-                return Err(WatchEnd::Expired(status))
+            WatchEvent::Error(status) => {
+                return Err(match relist_reason(Box::new(status)) {
+                    Ok(why) => WatchEnd::LostPlace(why),
+                    Err(status) => WatchEnd::ServerError(status),
+                })
             }
-            WatchEvent::Error(status) => return Err(WatchEnd::ServerError(status)),
         };
         // Counted only for lines that move the RV: an ERROR is no progress, and a watch whose
         // only line is an immediate 410 must count as "ended at once" (see `watch`).
@@ -729,6 +766,37 @@ impl<T: WatchedObject> ListWatch<T> {
             Err(WatchEnd::ConsumerGone)
         }
     }
+}
+
+/// Does this watch error mean our place is lost, so that only a relist helps? `Err` gives the
+/// Status back: any other error is retried from the same resourceVersion.
+fn relist_reason(status: Box<Status>) -> Result<RelistReason, Box<Status>> {
+    if status.is_expired() {
+        // 410: reason Expired (Gone before Kubernetes 1.18). Our RV was compacted away.
+        Ok(RelistReason::Expired { status })
+    } else if is_resource_version_too_large(&status) {
+        Ok(RelistReason::AheadOfServer { status })
+    } else if status.code == 404 {
+        // Not "the object is gone" (a watch names no object): the collection's type is.
+        Ok(RelistReason::CollectionNotFound { status })
+    } else {
+        Err(status)
+    }
+}
+
+/// kube-apiserver's 504 for a resourceVersion it has not reached: reason Timeout, cause
+/// `ResourceVersionTooLarge`, message "Too large resource version: 8, current: 7". The watch cache
+/// sends it in-stream as an ERROR event (after waiting 3 s for the RV), other paths as the HTTP
+/// status. Recognised as client-go's `isTooLargeResourceVersionError` does: by the cause, or, from
+/// servers before 1.18.6 that set no cause type, by the Timeout's message.
+fn is_resource_version_too_large(status: &Status) -> bool {
+    const MESSAGE: &str = "Too large resource version";
+    let causes = || status.details.iter().flat_map(|details| &details.causes);
+    if causes().any(|cause| cause.reason == "ResourceVersionTooLarge") {
+        return true;
+    }
+    let timeout = status.code == 504 || status.reason == "Timeout";
+    timeout && (status.message.contains(MESSAGE) || causes().any(|cause| cause.message == MESSAGE))
 }
 
 /// How long the server asked us to wait (429/503 `Retry-After` in the Status details), if it did.
