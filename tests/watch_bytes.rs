@@ -1,7 +1,7 @@
 //! list_then_watch over real HTTP against a server that controls every byte: how events are cut
 //! into chunks, lines without `\n`, old-style `Gone`, bare Status lines and garbage.
 //!
-//! WORKSHOP.md, step 02 ("Chunks are not events" and "When the watch loses its place").
+//! WORKSHOP.md, step 02 ("Chunks are not events" and "The state machine that never loses its place").
 
 mod watch_support;
 

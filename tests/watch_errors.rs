@@ -1,7 +1,7 @@
 //! Error answers at list or watch start — 401 after a token rotation, 403, 404, 429 with
 //! Retry-After, 500, 503 — are retried with backoff, never in a hot loop, and the watch recovers.
 //!
-//! WORKSHOP.md, step 02 ("When the watch fails"). Runs against the sandbox (TLS and bearer
+//! WORKSHOP.md, step 02 ("The state machine that never loses its place"). Runs against the sandbox (TLS and bearer
 //! tokens for the 401 case).
 
 mod watch_support;

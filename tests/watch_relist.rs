@@ -1,7 +1,7 @@
 //! When the watch loses its place (410 in-stream or as HTTP status, an oversize event) it lists
 //! again and tells the consumer what changed meanwhile — deletions included.
 //!
-//! WORKSHOP.md, step 02 ("When the watch loses its place"). Runs against the sandbox.
+//! WORKSHOP.md, step 02 ("The state machine that never loses its place"). Runs against the sandbox.
 
 mod watch_support;
 

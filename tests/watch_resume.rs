@@ -1,7 +1,7 @@
 //! A watch that ends — cleanly, silently, or because the server went away — continues from where it
 //! was, without relisting and without handing anything over twice.
 //!
-//! WORKSHOP.md, step 02 ("The long poll" and "When the watch fails"). Runs against the sandbox
+//! WORKSHOP.md, step 02 ("The long poll" and "The state machine that never loses its place"). Runs against the sandbox
 //! API server and its fault switches.
 
 mod watch_support;

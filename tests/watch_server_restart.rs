@@ -4,7 +4,7 @@
 //! retry from its old resourceVersion until the new server's counter passes it and then resume
 //! silently with a ghost object.
 //!
-//! WORKSHOP.md, step 02 ("When the watch fails"). The byte-level cases run against the scripted
+//! WORKSHOP.md, step 02 ("The state machine that never loses its place"). The byte-level cases run against the scripted
 //! server in `watch_support`; the restart runs against two sandboxes on the same address.
 
 mod watch_support;

@@ -1,6 +1,6 @@
 //! How long to wait before trying again: exponential backoff with jitter that forgets old failures.
 //!
-//! WORKSHOP.md, step 02 ("When the watch fails"). client-go and kube-rs agree on the shape: start
+//! WORKSHOP.md, step 02 ("The state machine that never loses its place"). client-go and kube-rs agree on the shape: start
 //! at 800 ms, double on each failure up to 30 s, add jitter so a fleet of operators that lost the
 //! same API server does not come back in lockstep, and start over once things have been healthy
 //! for about two minutes. Pure: it reads the clock you give it, so tests run on paused time.

@@ -48,8 +48,9 @@
 //! DELETED it found), which two channels cannot promise. It is lossless: when the consumer is
 //! slow the watch waits (backpressure) rather than drop anything.
 //!
-//! A consumer that only wants the events — the controller — calls [`Watcher::into_events`] and
-//! gets a plain `mpsc::Receiver<Event<T>>`; the notices are still in the logs.
+//! A consumer that only wants the events calls [`Watcher::into_events`] and gets a plain
+//! `mpsc::Receiver<Event<T>>`; the notices are still in the logs. (Step 03's `run_operator` reads
+//! the items itself: it tells the notices as story lines and forwards the events.)
 //!
 //! The 2017 workshop had an event channel and a separate error channel; an error channel nobody
 //! drained blocked the watch, and the order between the two was lost.
