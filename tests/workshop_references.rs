@@ -390,3 +390,28 @@ fn normalise(title: &str) -> String {
         .join(" ")
         .to_lowercase()
 }
+
+/// The code points only at what a clone of this repository holds: no paths into the machine it
+/// was written on, or into documents that live beside the repository.
+#[test]
+fn the_code_cites_nothing_outside_the_repository() {
+    let outside = ["/work/", "../shared/", "shared/reference/"];
+    let mut problems = Vec::new();
+    for file in rust_files() {
+        if file.ends_with("workshop_references.rs") {
+            continue;
+        }
+        let code = std::fs::read_to_string(&file).unwrap_or_default();
+        for (number, line) in code.lines().enumerate() {
+            if outside.iter().any(|path| line.contains(path)) {
+                problems.push(format!(
+                    "{}:{}: {}",
+                    file.strip_prefix(repo()).unwrap_or(&file).display(),
+                    number + 1,
+                    line.trim()
+                ));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
