@@ -209,26 +209,6 @@ pub(crate) fn check_body(resource: &ResourceType, body: &mut Value) -> Result<()
     Ok(())
 }
 
-/// POST to a collection, in one step under the store lock (the simulated controllers' writes).
-pub(crate) fn create(
-    state: &mut StoreState,
-    resource: &ResourceType,
-    namespace: Option<&str>,
-    body: Value,
-    options: WriteOptions<'_>,
-) -> Result<WriteOutcome, ApiError> {
-    check_namespace(state, resource, namespace)?;
-    let prepared = prepare_create(resource, namespace, body, options)?;
-    match commit(state, resource, prepared)? {
-        Committed::Done(outcome) => Ok(outcome),
-        Committed::Stale => Err(ApiError::conflict(
-            resource,
-            "",
-            "the object has been modified; please apply your changes to the latest version and try again",
-        )),
-    }
-}
-
 /// A namespaced object needs its namespace to exist (kube-apiserver's NamespaceLifecycle
 /// admission, which runs before validation).
 pub(crate) fn check_namespace(
@@ -243,8 +223,8 @@ pub(crate) fn check_namespace(
     Ok(())
 }
 
-/// The object a POST would store, built and validated without the store: commit it with
-/// [`commit`], which also checks the namespace exists and the name is free.
+/// POST to a collection: the object it would store, built and validated without the store;
+/// [`commit`] stores it, after checking the namespace exists and the name is free.
 pub(crate) fn prepare_create(
     resource: &ResourceType,
     namespace: Option<&str>,
@@ -693,25 +673,8 @@ fn apply_defaults(schema: &Value, value: &mut Value) {
     }
 }
 
-/// PUT, PATCH (after the patch is applied) and `/status` writes: `new` replaces `old`, in one
-/// step under the store lock (`old` must be the stored object).
-pub(crate) fn update(
-    state: &mut StoreState,
-    resource: &ResourceType,
-    old: &Arc<Value>,
-    new: Value,
-    part: Part,
-    options: WriteOptions<'_>,
-) -> Result<WriteOutcome, ApiError> {
-    let prepared = prepare_update(resource, old, new, part, options)?;
-    match commit(state, resource, prepared)? {
-        Committed::Done(outcome) => Ok(outcome),
-        Committed::Stale => Err(ApiError::stale_resource_version(resource, &name_of(old))),
-    }
-}
-
-/// The object a PUT, PATCH or `/status` write would store in place of `old`, built and
-/// validated without the store; [`commit`] stores it if `old` is still current.
+/// PUT, PATCH (after the patch is applied) and `/status` writes: the object that would replace
+/// `old`, built and validated without the store; [`commit`] stores it if `old` is still current.
 pub(crate) fn prepare_update(
     resource: &ResourceType,
     old: &Arc<Value>,
