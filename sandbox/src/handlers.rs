@@ -45,9 +45,7 @@ const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
 const MAX_WRITE_ATTEMPTS: usize = 5;
 
 /// The media types a POST or PUT body may have. kube-apiserver also decodes
-/// `application/yaml`; the sandbox has no YAML parser (kubectl sends JSON anyway). A missing
-/// Content-Type is refused too, though kube-apiserver reads it as JSON: a web page can POST a
-/// body without one cross-origin, with no CORS preflight.
+/// `application/yaml`; the sandbox has no YAML parser (kubectl sends JSON anyway).
 const OBJECT_MEDIA_TYPES: &[&str] = &["application/json", "application/vnd.kubernetes.protobuf"];
 
 /// Fill in the request log's verb, resource, namespace and name (before any fault is injected,
@@ -188,9 +186,15 @@ fn content_type(parts: &http::request::Parts) -> String {
 }
 
 /// A POST or PUT body must say it is JSON or protobuf (415 otherwise).
+///
+/// kube-apiserver reads a body without Content-Type as JSON, and kubectl relies on it for
+/// `scale --current-replicas` (a PUT of the Scale). The sandbox allows that for PUT only: a
+/// web page can make the browser POST a body without one cross-origin with no CORS preflight,
+/// while a PUT is always preflighted (and refused, as no CORS headers are ever sent).
 pub(crate) fn require_object_media_type(parts: &http::request::Parts) -> Result<(), ApiError> {
     let kind = content_type(parts);
-    if OBJECT_MEDIA_TYPES.contains(&kind.as_str()) {
+    let unlabelled_put = kind.is_empty() && parts.method == Method::PUT;
+    if OBJECT_MEDIA_TYPES.contains(&kind.as_str()) || unlabelled_put {
         Ok(())
     } else {
         Err(ApiError::unsupported_media_type(&kind, OBJECT_MEDIA_TYPES))
