@@ -323,16 +323,27 @@ pub(crate) async fn serve_resource(
             if sub != Some("scale") {
                 objects::require_resource_version(&resource, name, &body)?;
             }
-            let outcome = update_with_retries(shared, &resource, &namespace, name, |old, random| {
-                let options = write_options(&query, random, Some(&raw))?;
-                match sub {
-                    Some("scale") => prepare_scale(&resource, old, body.clone(), options),
-                    Some("status") => {
-                        objects::prepare_update(&resource, old, body.clone(), Part::Status, options)
+            let outcome =
+                update_with_retries(shared, &resource, &namespace, name, |old, random| {
+                    let options = write_options(&query, random, Some(&raw))?;
+                    match sub {
+                        Some("scale") => prepare_scale(&resource, old, body.clone(), options),
+                        Some("status") => objects::prepare_update(
+                            &resource,
+                            old,
+                            body.clone(),
+                            Part::Status,
+                            options,
+                        ),
+                        _ => objects::prepare_update(
+                            &resource,
+                            old,
+                            body.clone(),
+                            Part::Main,
+                            options,
+                        ),
                     }
-                    _ => objects::prepare_update(&resource, old, body.clone(), Part::Main, options),
-                }
-            })?;
+                })?;
             if sub == Some("scale") {
                 return Ok(json_response(200, &scale_of(&resource, &outcome.object)));
             }
@@ -602,7 +613,9 @@ fn patch(
         objects::check_size(&patched)?;
         match subresource {
             Some("scale") => prepare_scale(resource, old, patched, options),
-            Some("status") => objects::prepare_update(resource, old, patched, Part::Status, options),
+            Some("status") => {
+                objects::prepare_update(resource, old, patched, Part::Status, options)
+            }
             _ => objects::prepare_update(resource, old, patched, Part::Main, options),
         }
     })?;

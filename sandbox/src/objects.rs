@@ -452,7 +452,10 @@ pub(crate) fn check_size(object: &Value) -> Result<(), ApiError> {
     // The depth is bounded now, so serialising (which recurses) is safe.
     let _ = serde_json::to_writer(&mut counter, object);
     if counter.0 > patching::MAX_OBJECT_BYTES {
-        return Err(ApiError::object_too_large(counter.0, patching::MAX_OBJECT_BYTES));
+        return Err(ApiError::object_too_large(
+            counter.0,
+            patching::MAX_OBJECT_BYTES,
+        ));
     }
     Ok(())
 }

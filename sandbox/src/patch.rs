@@ -1679,10 +1679,13 @@ mod tests {
         let error = patched(json!({}), json!(operations)).expect_err("too large");
         assert!(error.is_too_large(), "{error}");
         assert!(
-            error.to_string().contains("Unable to copy, the accumulated size increase of copy"),
+            error
+                .to_string()
+                .contains("Unable to copy, the accumulated size increase of copy"),
             "{error}"
         );
-        let many = vec![json!({"op": "test", "path": "", "value": {}}); MAX_JSON_PATCH_OPERATIONS + 1];
+        let many =
+            vec![json!({"op": "test", "path": "", "value": {}}); MAX_JSON_PATCH_OPERATIONS + 1];
         let error = patched(json!({}), json!(many)).expect_err("too many");
         assert_eq!(
             error.to_string(),
@@ -1703,7 +1706,10 @@ mod tests {
         }
         let error = patched(target, json!([{"op": "add", "path": path, "value": deep}]))
             .expect_err("too deep");
-        assert!(matches!(error, PatchError::TooDeep { index: 0, .. }), "{error}");
+        assert!(
+            matches!(error, PatchError::TooDeep { index: 0, .. }),
+            "{error}"
+        );
         // A million levels, built and torn down without recursion.
         let mut huge = Value::Null;
         for _ in 0..1_000_000 {

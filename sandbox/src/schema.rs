@@ -160,13 +160,7 @@ fn type_matches(expected: &str, value: &Value) -> bool {
     }
 }
 
-fn validate_node(
-    schema: &Value,
-    value: &Value,
-    path: &str,
-    at_root: bool,
-    errors: &mut Findings,
-) {
+fn validate_node(schema: &Value, value: &Value, path: &str, at_root: bool, errors: &mut Findings) {
     let int_or_string = schema_flag(schema, "x-kubernetes-int-or-string");
     let declared_type = schema.get("type").and_then(Value::as_str);
 
@@ -239,13 +233,7 @@ fn type_error(path: &str, expected: &str, actual: &str) -> FieldError {
     )
 }
 
-fn validate_string(
-    schema: &Value,
-    text: &str,
-    value: &Value,
-    path: &str,
-    errors: &mut Findings,
-) {
+fn validate_string(schema: &Value, text: &str, value: &Value, path: &str, errors: &mut Findings) {
     // OpenAPI lengths count characters (Go counts runes), not bytes.
     let length = text.chars().count() as u64;
     if let Some(max) = schema.get("maxLength").and_then(Value::as_u64) {
@@ -875,8 +863,12 @@ pub const MAX_PATTERN_NESTING: usize = 100;
 /// Why a pattern was refused when its CRD was written.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PatternError {
-    TooLong { characters: usize },
-    TooDeep { depth: usize },
+    TooLong {
+        characters: usize,
+    },
+    TooDeep {
+        depth: usize,
+    },
     /// It compiles to more than the engine's program limit.
     TooLarge,
 }
@@ -1726,7 +1718,9 @@ mod tests {
             errors[0].field,
             "spec.versions[0].schema.openAPIV3Schema.properties[spec].properties[name].pattern"
         );
-        assert!(errors[0].message.contains("must be a valid regular expression"));
+        assert!(errors[0]
+            .message
+            .contains("must be a valid regular expression"));
     }
 
     /// A pattern too costly for a value runs out of budget quickly and names the field.
@@ -1737,7 +1731,11 @@ mod tests {
         let errors = validate(&schema, &json!({"name": "a".repeat(20_000)}));
         assert_eq!(errors.len(), 1);
         assert_eq!(errors[0].field, "name");
-        assert!(errors[0].message.contains("gave up"), "{}", errors[0].message);
+        assert!(
+            errors[0].message.contains("gave up"),
+            "{}",
+            errors[0].message
+        );
         let errors = validate(&schema, &json!({"name": "abc0"}));
         assert!(errors.is_empty(), "{errors:?}");
     }

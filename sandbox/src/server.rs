@@ -159,7 +159,10 @@ where
 
 /// Answer one request on its own task, so a panic in a handler costs that request a 500 and
 /// nothing else (the task's panic is caught by tokio, and every lock recovers from poisoning).
-async fn handle_isolated(shared: Arc<Shared>, request: Request<Incoming>) -> Response<ResponseBody> {
+async fn handle_isolated(
+    shared: Arc<Shared>,
+    request: Request<Incoming>,
+) -> Response<ResponseBody> {
     match tokio::spawn(handle(shared, request)).await {
         Ok(response) => response,
         Err(error) => {
@@ -340,7 +343,8 @@ fn check_host_and_origin(
     addr: std::net::SocketAddr,
     headers: &http::HeaderMap,
 ) -> Result<(), ApiError> {
-    if let Some(host) = headers.get(header::HOST) {
+    // Every Host header must be ours (a client sending two could otherwise pick which one counts).
+    for host in headers.get_all(header::HOST) {
         let host = host.to_str().unwrap_or_default();
         if !is_own_authority(addr, host) {
             return Err(ApiError::forbidden_request(format!(
@@ -348,7 +352,7 @@ fn check_host_and_origin(
             )));
         }
     }
-    if let Some(origin) = headers.get(header::ORIGIN) {
+    for origin in headers.get_all(header::ORIGIN) {
         let origin = origin.to_str().unwrap_or_default();
         let authority = origin
             .strip_prefix("http://")
