@@ -862,6 +862,7 @@ pub const MAX_PATTERN_NESTING: usize = 100;
 
 /// Why a pattern was refused when its CRD was written.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(clippy::enum_variant_names)] // each names the limit broken: too long, too deep, too large
 pub enum PatternError {
     TooLong {
         characters: usize,
@@ -1299,52 +1300,52 @@ impl RegexParser {
         }
     }
 
+    /// At most one quantifier (plus a lazy `?`) after an atom.
     fn parse_quantifier(&mut self, atom: Node) -> Option<Node> {
-        let mut node = atom;
-        loop {
-            let (min, max) = match self.peek() {
-                Some('*') => {
-                    self.position += 1;
-                    (0, None)
-                }
-                Some('+') => {
-                    self.position += 1;
-                    (1, None)
-                }
-                Some('?') => {
-                    self.position += 1;
-                    (0, Some(1))
-                }
-                Some('{') => match self.parse_counted_repeat() {
-                    CountedRepeat::Bounds(min, max) => (min, max),
-                    // Not a valid `{m,n}`: the '{' is an ordinary character, as in Go.
-                    CountedRepeat::Literal => return Some(node),
-                    CountedRepeat::TooLarge => return None,
-                },
-                _ => return Some(node),
-            };
-            if self.peek() == Some('?') {
-                self.position += 1; // lazy: same match/no-match answer
+        let (min, max) = match self.peek() {
+            Some('*') => {
+                self.position += 1;
+                (0, None)
             }
-            node = Node::Repeat {
-                node: Box::new(node),
-                min,
-                max,
-            };
-            // Go refuses stacked repetitions (`a**`, `a{2}{2}`: "invalid nested repetition
-            // operator"); refusing them here also keeps the tree as shallow as the groups.
-            let stacked = match self.peek() {
-                Some('*' | '+' | '?') => true,
-                Some('{') => {
-                    let start = self.position;
-                    let repeat = self.parse_counted_repeat();
-                    self.position = start;
-                    !matches!(repeat, CountedRepeat::Literal)
-                }
-                _ => false,
-            };
-            return if stacked { None } else { Some(node) };
+            Some('+') => {
+                self.position += 1;
+                (1, None)
+            }
+            Some('?') => {
+                self.position += 1;
+                (0, Some(1))
+            }
+            Some('{') => match self.parse_counted_repeat() {
+                CountedRepeat::Bounds(min, max) => (min, max),
+                // Not a valid `{m,n}`: the '{' is an ordinary character, as in Go.
+                CountedRepeat::Literal => return Some(atom),
+                CountedRepeat::TooLarge => return None,
+            },
+            _ => return Some(atom),
+        };
+        if self.peek() == Some('?') {
+            self.position += 1; // lazy: same match/no-match answer
         }
+        // Go refuses stacked repetitions (`a**`, `a{2}{2}`: "invalid nested repetition
+        // operator"); refusing them here also keeps the tree as shallow as the groups.
+        let stacked = match self.peek() {
+            Some('*' | '+' | '?') => true,
+            Some('{') => {
+                let start = self.position;
+                let repeat = self.parse_counted_repeat();
+                self.position = start;
+                !matches!(repeat, CountedRepeat::Literal)
+            }
+            _ => false,
+        };
+        if stacked {
+            return None;
+        }
+        Some(Node::Repeat {
+            node: Box::new(atom),
+            min,
+            max,
+        })
     }
 
     /// Parses `{m}`, `{m,}` or `{m,n}` at the current '{'; leaves the position alone if the
