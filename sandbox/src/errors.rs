@@ -226,8 +226,10 @@ impl ApiError {
         Status::failure(
             415,
             "UnsupportedMediaType",
+            // kube-apiserver's wording (apiserver/pkg/endpoints/handlers/negotiation), then
+            // what was sent, so a learner sees which header to fix.
             format!(
-                "the body of the request was in an unknown format ({content_type}) - accepted media types include: {}",
+                "the body of the request was in an unknown format - accepted media types include: {} (got {content_type:?})",
                 accepted.join(", ")
             ),
         )
@@ -241,6 +243,29 @@ impl ApiError {
             format!("Request entity too large: limit is {limit}"),
         )
         .into()
+    }
+
+    /// An object over etcd's request limit. etcd answers `request is too large`; the sandbox
+    /// says so as a 413 naming both sizes (kube-apiserver may pass etcd's error on as a 500).
+    pub(crate) fn object_too_large(bytes: usize, limit: usize) -> ApiError {
+        Status::failure(
+            413,
+            "RequestEntityTooLarge",
+            format!(
+                "Request entity too large: the object would be {bytes} bytes, over the {limit} bytes etcd accepts (etcdserver: request is too large)"
+            ),
+        )
+        .into()
+    }
+
+    /// A request whose handler panicked: that request fails, the server carries on.
+    pub(crate) fn internal(message: impl Into<String>) -> ApiError {
+        Status::failure(500, "InternalError", message).into()
+    }
+
+    /// A request refused before it is looked at (a foreign Host or Origin).
+    pub(crate) fn forbidden_request(message: impl Into<String>) -> ApiError {
+        Status::failure(403, "Forbidden", message).into()
     }
 
     pub(crate) fn unauthorized() -> ApiError {

@@ -2,8 +2,10 @@
 //! get, list, watch, create, update, patch, delete, deletecollection, and the `status`,
 //! `scale` and `log` subresources. Everything here runs after routing and authentication.
 //!
-//! WORKSHOP.md, "Set-up: the sandbox". Writes take the store lock for one atomic step (see
-//! `objects.rs`); nothing here awaits while holding it.
+//! WORKSHOP.md, "Set-up: the sandbox". A write is built and validated outside the store lock
+//! (patches applied, schemas and `pattern`s checked), then committed under it in one atomic
+//! step if the object it started from is still the stored one — else built again (see
+//! `objects.rs`). Nothing here awaits while holding the lock.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -18,7 +20,9 @@ use serde_json::{json, Value};
 use crate::body::ResponseBody;
 use crate::controllers;
 use crate::errors::ApiError;
-use crate::objects::{self, DeleteOptions, FieldValidation, Part, WriteOptions, WriteOutcome};
+use crate::objects::{
+    self, Committed, DeleteOptions, FieldValidation, Part, Prepared, WriteOptions, WriteOutcome,
+};
 use crate::patch as patching;
 use crate::protobuf;
 use crate::random::Xorshift;
@@ -28,13 +32,21 @@ use crate::schema;
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::state::{RequestRecord, Shared};
 use crate::status::Status;
-use crate::store::{Filter, StoreState};
+use crate::store::Filter;
 use crate::sync::lock;
 use crate::table::{self, IncludeObject};
 use crate::watch::{self as watching, WatchParams};
 
 /// kube-apiserver refuses request bodies over 3 MiB.
 const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
+
+/// How many times a write is built again when the object changed while it was being built:
+/// kube-apiserver's patch handler gives up after 5 conflicts (`maxRetryWhenPatchConflicts`).
+const MAX_WRITE_ATTEMPTS: usize = 5;
+
+/// The media types a POST or PUT body may have. kube-apiserver also decodes
+/// `application/yaml`; the sandbox has no YAML parser (kubectl sends JSON anyway).
+const OBJECT_MEDIA_TYPES: &[&str] = &["application/json", "application/vnd.kubernetes.protobuf"];
 
 /// Fill in the request log's verb, resource, namespace and name (before any fault is injected,
 /// so a test can count, say, how many watches a client retried).
@@ -173,20 +185,30 @@ fn content_type(parts: &http::request::Parts) -> String {
         .unwrap_or_default()
 }
 
-/// POST/PUT bodies are JSON (no Content-Type is read as JSON, as for kubectl's scale PUT), or
-/// the protobuf kubectl's `create namespace|secret|configmap` send.
+/// A POST or PUT body must say it is JSON or protobuf (415 otherwise).
+///
+/// kube-apiserver reads a body without Content-Type as JSON, and kubectl relies on it for
+/// `scale --current-replicas` (a PUT of the Scale). The sandbox allows that for PUT only: a
+/// web page can make the browser POST a body without one cross-origin with no CORS preflight,
+/// while a PUT is always preflighted (and refused, as no CORS headers are ever sent).
+pub(crate) fn require_object_media_type(parts: &http::request::Parts) -> Result<(), ApiError> {
+    let kind = content_type(parts);
+    let unlabelled_put = kind.is_empty() && parts.method == Method::PUT;
+    if OBJECT_MEDIA_TYPES.contains(&kind.as_str()) || unlabelled_put {
+        Ok(())
+    } else {
+        Err(ApiError::unsupported_media_type(&kind, OBJECT_MEDIA_TYPES))
+    }
+}
+
+/// POST/PUT bodies are JSON, or the protobuf kubectl's `create namespace|secret|configmap` send.
 fn parse_json_body(parts: &http::request::Parts, body: &[u8]) -> Result<Value, ApiError> {
+    require_object_media_type(parts)?;
     let kind = content_type(parts);
     if kind == "application/vnd.kubernetes.protobuf" {
         return protobuf::decode_object(body).map_err(|problem| {
             ApiError::unsupported_media_type(&format!("{kind}: {problem}"), &["application/json"])
         });
-    }
-    if !(kind.is_empty() || kind == "application/json" || kind == "*/*") {
-        return Err(ApiError::unsupported_media_type(
-            &kind,
-            &["application/json", "application/vnd.kubernetes.protobuf"],
-        ));
     }
     serde_json::from_slice(body).map_err(|error| {
         ApiError::bad_request(format!(
@@ -287,18 +309,12 @@ pub(crate) async fn serve_resource(
             }
             let (parts, raw) = read_body(request).await?;
             let body = parse_json_body(&parts, &raw)?;
-            let outcome = {
-                let mut state = shared.store.lock();
-                let mut random = lock(&shared.random);
-                let options = write_options(&query, &mut random, Some(&raw))?;
-                objects::create(
-                    &mut state,
-                    &resource,
-                    target.namespace.as_deref(),
-                    body,
-                    options,
-                )?
-            };
+            objects::check_namespace(&shared.store.lock(), &resource, target.namespace.as_deref())?;
+            let mut random = request_random(shared);
+            let options = write_options(&query, &mut random, Some(&raw))?;
+            let prepared =
+                objects::prepare_create(&resource, target.namespace.as_deref(), body, options)?;
+            let outcome = commit_create(shared, &resource, prepared)?;
             Ok(finish_write(shared, &resource, outcome, table))
         }
         (&Method::PUT, Some(name), sub) => {
@@ -307,24 +323,30 @@ pub(crate) async fn serve_resource(
             if sub != Some("scale") {
                 objects::require_resource_version(&resource, name, &body)?;
             }
-            let outcome = {
-                let mut state = shared.store.lock();
-                let old = state
-                    .get(&resource.store_key(), &namespace, name)
-                    .ok_or_else(|| ApiError::not_found(&resource, name))?;
-                let mut random = lock(&shared.random);
-                let options = write_options(&query, &mut random, Some(&raw))?;
-                match sub {
-                    Some("scale") => {
-                        let outcome = write_scale(&mut state, &resource, &old, body, options)?;
-                        return Ok(json_response(200, &scale_of(&resource, &outcome.object)));
+            let outcome =
+                update_with_retries(shared, &resource, &namespace, name, |old, random| {
+                    let options = write_options(&query, random, Some(&raw))?;
+                    match sub {
+                        Some("scale") => prepare_scale(&resource, old, body.clone(), options),
+                        Some("status") => objects::prepare_update(
+                            &resource,
+                            old,
+                            body.clone(),
+                            Part::Status,
+                            options,
+                        ),
+                        _ => objects::prepare_update(
+                            &resource,
+                            old,
+                            body.clone(),
+                            Part::Main,
+                            options,
+                        ),
                     }
-                    Some("status") => {
-                        objects::update(&mut state, &resource, &old, body, Part::Status, options)?
-                    }
-                    _ => objects::update(&mut state, &resource, &old, body, Part::Main, options)?,
-                }
-            };
+                })?;
+            if sub == Some("scale") {
+                return Ok(json_response(200, &scale_of(&resource, &outcome.object)));
+            }
             Ok(finish_write(shared, &resource, outcome, table))
         }
         (&Method::PATCH, Some(name), sub) => {
@@ -561,50 +583,108 @@ fn patch(
             ApiError::bad_request(format!("error decoding patch: {error}"))
         }
     })?;
-    let mut state = shared.store.lock();
-    let mut random = lock(&shared.random);
-    let options = write_options(query, &mut random, None)?;
-    let old = match state.get(&resource.store_key(), namespace, name) {
-        Some(old) => old,
-        None if is_apply && subresource.is_none() => {
-            // Server-side apply of an object that does not exist yet creates it.
-            let mut document = document;
-            objects::check_body(resource, &mut document)?;
-            document["metadata"]["name"] = json!(name);
-            let ns = resource.namespaced.then_some(namespace);
-            let outcome = objects::create(&mut state, resource, ns, document, options)?;
-            drop(random);
-            drop(state);
-            return Ok(finish_write(shared, resource, outcome, table));
+    let exists = shared
+        .store
+        .lock()
+        .get(&resource.store_key(), namespace, name)
+        .is_some();
+    if !exists && is_apply && subresource.is_none() {
+        // Server-side apply of an object that does not exist yet creates it.
+        let mut document = document;
+        objects::check_body(resource, &mut document)?;
+        document["metadata"]["name"] = json!(name);
+        let ns = resource.namespaced.then_some(namespace);
+        objects::check_namespace(&shared.store.lock(), resource, ns)?;
+        let mut random = request_random(shared);
+        let options = write_options(query, &mut random, None)?;
+        let prepared = objects::prepare_create(resource, ns, document, options)?;
+        let outcome = commit_create(shared, resource, prepared)?;
+        return Ok(finish_write(shared, resource, outcome, table));
+    }
+    let outcome = update_with_retries(shared, resource, namespace, name, |old, random| {
+        let options = write_options(query, random, None)?;
+        let base = match subresource {
+            Some("scale") => scale_of(resource, old),
+            _ => (**old).clone(),
+        };
+        // The patch runs outside the store lock; its result is bounded (depth, size) before
+        // anything else touches it.
+        let patched = apply_patch(patch_type, base, &document)?;
+        objects::check_size(&patched)?;
+        match subresource {
+            Some("scale") => prepare_scale(resource, old, patched, options),
+            Some("status") => {
+                objects::prepare_update(resource, old, patched, Part::Status, options)
+            }
+            _ => objects::prepare_update(resource, old, patched, Part::Main, options),
         }
-        None => return Err(ApiError::not_found(resource, name)),
-    };
-    let base = match subresource {
-        Some("scale") => scale_of(resource, &old),
-        _ => (*old).clone(),
-    };
-    let patched = apply_patch(patch_type, base, &document)?;
-    let outcome = match subresource {
-        Some("scale") => {
-            let outcome = write_scale(&mut state, resource, &old, patched, options)?;
-            return Ok(json_response(200, &scale_of(resource, &outcome.object)));
-        }
-        Some("status") => {
-            objects::update(&mut state, resource, &old, patched, Part::Status, options)?
-        }
-        _ => objects::update(&mut state, resource, &old, patched, Part::Main, options)?,
-    };
-    drop(random);
-    drop(state);
+    })?;
+    if subresource == Some("scale") {
+        return Ok(json_response(200, &scale_of(resource, &outcome.object)));
+    }
     Ok(finish_write(shared, resource, outcome, table))
+}
+
+/// Each write draws its own generator from the shared one, so the shared lock is held for one
+/// number, not for the whole (unlocked, possibly slow) validation.
+fn request_random(shared: &Arc<Shared>) -> Xorshift {
+    Xorshift::from_seed(lock(&shared.random).next_u64())
+}
+
+/// Store a prepared create (the name must still be free, the namespace still there).
+fn commit_create(
+    shared: &Arc<Shared>,
+    resource: &ResourceType,
+    prepared: Prepared,
+) -> Result<WriteOutcome, ApiError> {
+    match objects::commit(&mut shared.store.lock(), resource, prepared)? {
+        Committed::Done(outcome) => Ok(outcome),
+        Committed::Stale => Err(ApiError::conflict(resource, "", OBJECT_MODIFIED)),
+    }
+}
+
+/// kube-apiserver's message when optimistic concurrency gave up.
+const OBJECT_MODIFIED: &str =
+    "the object has been modified; please apply your changes to the latest version and try again";
+
+/// An update in kube-apiserver's GuaranteedUpdate style: read the stored object (a short
+/// lock), build and validate the new one from it without the lock, then commit under the lock
+/// if the stored object is still the one it was built from; otherwise build it again.
+fn update_with_retries(
+    shared: &Arc<Shared>,
+    resource: &ResourceType,
+    namespace: &str,
+    name: &str,
+    mut build: impl FnMut(&Arc<Value>, &mut Xorshift) -> Result<Prepared, ApiError>,
+) -> Result<WriteOutcome, ApiError> {
+    let mut random = request_random(shared);
+    for _ in 0..MAX_WRITE_ATTEMPTS {
+        let old = shared
+            .store
+            .lock()
+            .get(&resource.store_key(), namespace, name)
+            .ok_or_else(|| ApiError::not_found(resource, name))?;
+        let prepared = build(&old, &mut random)?;
+        if let Committed::Done(outcome) =
+            objects::commit(&mut shared.store.lock(), resource, prepared)?
+        {
+            return Ok(outcome);
+        }
+    }
+    Err(ApiError::conflict(resource, name, OBJECT_MODIFIED))
 }
 
 fn apply_patch(patch_type: &str, mut base: Value, document: &Value) -> Result<Value, ApiError> {
     match patch_type {
         "application/json-patch+json" => {
             patching::json_patch(&mut base, document).map_err(|e| {
-                // kube-apiserver answers a failed operation (a `test`, a missing path) with 422.
-                ApiError::from(Status::failure(422, "Invalid", e.to_string()))
+                if e.is_too_large() {
+                    // Too many operations, or copies adding more than 3 MiB: 413, as upstream.
+                    ApiError::from(Status::failure(413, "RequestEntityTooLarge", e.to_string()))
+                } else {
+                    // kube-apiserver answers a failed operation (a `test`, a missing path) with 422.
+                    ApiError::from(Status::failure(422, "Invalid", e.to_string()))
+                }
             })?;
             Ok(base)
         }
@@ -662,13 +742,12 @@ fn scale_of(resource: &ResourceType, object: &Value) -> Value {
 }
 
 /// PUT/PATCH of `/scale`: only `spec.replicas` is taken, written to the CRD's specReplicasPath.
-fn write_scale(
-    state: &mut StoreState,
+fn prepare_scale(
     resource: &ResourceType,
     old: &Arc<Value>,
     scale: Value,
     options: WriteOptions<'_>,
-) -> Result<WriteOutcome, ApiError> {
+) -> Result<Prepared, ApiError> {
     let name = old["metadata"]["name"]
         .as_str()
         .unwrap_or_default()
@@ -711,7 +790,7 @@ fn write_scale(
     };
     let mut next = (**old).clone();
     objects::write_path(&mut next, &paths.spec_replicas, json!(replicas));
-    objects::update(state, resource, old, next, Part::Main, options)
+    objects::prepare_update(resource, old, next, Part::Main, options)
 }
 
 fn pod_log(pod: &Value, query: &HashMap<String, String>) -> String {

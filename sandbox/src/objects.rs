@@ -1,8 +1,12 @@
 //! What the API server does to an object on each write: names, uid, timestamps, generation,
 //! the status subresource rule, finalizers, garbage collection and each built-in kind's defaults.
 //!
-//! WORKSHOP.md, "Set-up: the sandbox". Every function here runs under the store lock, so a write
-//! is one atomic step, like one etcd transaction.
+//! WORKSHOP.md, "Set-up: the sandbox". A create or update is built and checked in
+//! [`prepare_create`]/[`prepare_update`] *outside* the store lock (schema validation with its
+//! `pattern`s can take a while, and every request takes that lock), then [`commit`] stores it
+//! under the lock in one atomic step, like one etcd transaction — if the object it was built
+//! from is still the stored one; otherwise the caller builds it again from the new one, as
+//! kube-apiserver's GuaranteedUpdate retries. Deletes and garbage collection run under the lock.
 
 use std::sync::Arc;
 
@@ -13,6 +17,7 @@ use crate::builtins::{
 };
 use crate::errors::ApiError;
 use crate::names;
+use crate::patch as patching;
 use crate::random::Xorshift;
 use crate::resources::ResourceType;
 use crate::schema;
@@ -81,6 +86,24 @@ pub(crate) struct WriteOutcome {
     pub(crate) follow_ups: Vec<FollowUp>,
     /// `Warning` header texts (unknown fields under fieldValidation=Warn).
     pub(crate) warnings: Vec<String>,
+}
+
+/// A write built and checked outside the store lock, waiting for [`commit`].
+pub(crate) struct Prepared {
+    object: Value,
+    /// None for a create; for an update, the stored object it was built from.
+    base: Option<Arc<Value>>,
+    part: Part,
+    follow_ups: Vec<FollowUp>,
+    warnings: Vec<String>,
+    dry_run: bool,
+}
+
+/// What [`commit`] did.
+pub(crate) enum Committed {
+    Done(WriteOutcome),
+    /// The object changed since the write was prepared: prepare it again from the new one.
+    Stale,
 }
 
 /// Which part of an object a write may change.
@@ -186,14 +209,29 @@ pub(crate) fn check_body(resource: &ResourceType, body: &mut Value) -> Result<()
     Ok(())
 }
 
-/// POST to a collection.
-pub(crate) fn create(
-    state: &mut StoreState,
+/// A namespaced object needs its namespace to exist (kube-apiserver's NamespaceLifecycle
+/// admission, which runs before validation).
+pub(crate) fn check_namespace(
+    state: &StoreState,
+    resource: &ResourceType,
+    namespace: Option<&str>,
+) -> Result<(), ApiError> {
+    let url_namespace = namespace.unwrap_or_default();
+    if resource.namespaced && state.get("/namespaces", "", url_namespace).is_none() {
+        return Err(ApiError::namespace_not_found(url_namespace));
+    }
+    Ok(())
+}
+
+/// POST to a collection: the object it would store, built and validated without the store;
+/// [`commit`] stores it, after checking the namespace exists and the name is free.
+pub(crate) fn prepare_create(
     resource: &ResourceType,
     namespace: Option<&str>,
     mut body: Value,
     options: WriteOptions<'_>,
-) -> Result<WriteOutcome, ApiError> {
+) -> Result<Prepared, ApiError> {
+    check_size(&body)?;
     check_body(resource, &mut body)?;
     let metadata = &mut body["metadata"];
     let mut name = metadata["name"].as_str().unwrap_or_default().to_string();
@@ -224,21 +262,12 @@ pub(crate) fn create(
             }
             _ => metadata["namespace"] = json!(url_namespace),
         }
-        if state.get("/namespaces", "", url_namespace).is_none() {
-            return Err(ApiError::namespace_not_found(url_namespace));
-        }
     } else if let Some(map) = metadata.as_object_mut() {
         map.remove("namespace");
     }
     validate_name(resource, &name)?;
     validate_metadata(resource, &name, &body)?;
     let namespace = namespace_of(&body);
-    if state
-        .get(&resource.store_key(), &namespace, &name)
-        .is_some()
-    {
-        return Err(ApiError::already_exists(resource, &name));
-    }
 
     let metadata = &mut body["metadata"];
     if let Some(map) = metadata.as_object_mut() {
@@ -294,6 +323,7 @@ pub(crate) fn create(
         ("", "secrets") => default_secret(resource, &mut body, &name)?,
         ("apiextensions.k8s.io", "customresourcedefinitions") => {
             check_crd(resource, &body, &name)?;
+            check_crd_patterns(resource, &name, &body)?;
             default_crd(&mut body);
             follow_ups.push(FollowUp::EstablishCrd {
                 name: name.clone(),
@@ -303,24 +333,163 @@ pub(crate) fn create(
         _ => {}
     }
     let warnings = check_fields(resource, &name, &mut body, &options)?;
-    if options.dry_run {
-        return Ok(WriteOutcome {
-            object: Arc::new(body),
-            code: 201,
-            follow_ups: Vec::new(),
-            warnings,
-        });
-    }
-    if resource.group == "apiextensions.k8s.io" {
-        Arc::make_mut(&mut state.registry).register_crd(&body);
-    }
-    let object = state.commit_added(&resource.store_key(), body);
-    Ok(WriteOutcome {
-        object,
-        code: 201,
+    check_size(&body)?;
+    Ok(Prepared {
+        object: body,
+        base: None,
+        part: Part::Main,
         follow_ups,
         warnings,
+        dry_run: options.dry_run,
     })
+}
+
+/// Store a prepared write: one atomic step under the store lock.
+pub(crate) fn commit(
+    state: &mut StoreState,
+    resource: &ResourceType,
+    prepared: Prepared,
+) -> Result<Committed, ApiError> {
+    let Prepared {
+        object: next,
+        base,
+        part,
+        follow_ups,
+        warnings,
+        dry_run,
+    } = prepared;
+    let name = name_of(&next);
+    let namespace = namespace_of(&next);
+    let current = state.get(&resource.store_key(), &namespace, &name);
+    let Some(old) = base else {
+        check_namespace(state, resource, Some(&namespace))?;
+        if current.is_some() {
+            return Err(ApiError::already_exists(resource, &name));
+        }
+        if dry_run {
+            return Ok(Committed::Done(WriteOutcome {
+                object: Arc::new(next),
+                code: 201,
+                follow_ups: Vec::new(),
+                warnings,
+            }));
+        }
+        if resource.group == "apiextensions.k8s.io" {
+            Arc::make_mut(&mut state.registry).register_crd(&next);
+        }
+        let object = state.commit_added(&resource.store_key(), next);
+        return Ok(Committed::Done(WriteOutcome {
+            object,
+            code: 201,
+            follow_ups,
+            warnings,
+        }));
+    };
+    match current {
+        None => return Err(ApiError::not_found(resource, &name)),
+        Some(current) if !Arc::ptr_eq(&current, &old) => return Ok(Committed::Stale),
+        Some(_) => {}
+    }
+    // A no-op write stores nothing and keeps the resourceVersion (kubectl: "patched (no change)").
+    if next == *old {
+        return Ok(Committed::Done(WriteOutcome {
+            object: old,
+            code: 200,
+            follow_ups: Vec::new(),
+            warnings,
+        }));
+    }
+    if dry_run {
+        return Ok(Committed::Done(WriteOutcome {
+            object: Arc::new(next),
+            code: 200,
+            follow_ups: Vec::new(),
+            warnings,
+        }));
+    }
+    // The last finalizer removed from an object being deleted: now it really goes.
+    // (A pod still in its grace period is removed by the kubelet, not by this update.)
+    if !next["metadata"]["deletionTimestamp"].is_null()
+        && finalizers_of(&next) == 0
+        && next["metadata"]["deletionGracePeriodSeconds"]
+            .as_i64()
+            .unwrap_or(0)
+            == 0
+    {
+        // kube-apiserver does not store this update: it deletes the object instead, so
+        // watchers see one DELETED (here carrying the state without finalizers).
+        let removed = state.commit_deleted_as(&resource.store_key(), next);
+        after_removal(state, resource, &removed, false);
+        return Ok(Committed::Done(WriteOutcome {
+            object: removed,
+            code: 200,
+            follow_ups: Vec::new(),
+            warnings,
+        }));
+    }
+    if resource.group == "apiextensions.k8s.io" && part == Part::Main {
+        Arc::make_mut(&mut state.registry).register_crd(&next);
+    }
+    let object = state.commit_modified(&resource.store_key(), next);
+    Ok(Committed::Done(WriteOutcome {
+        object,
+        code: 200,
+        follow_ups,
+        warnings,
+    }))
+}
+
+/// Every object about to be stored: no deeper than [`patching::MAX_DEPTH`] (checked without
+/// recursion, before anything recursive touches it) and no larger than etcd accepts.
+pub(crate) fn check_size(object: &Value) -> Result<(), ApiError> {
+    if patching::measure(object, patching::MAX_DEPTH).is_err() {
+        return Err(ApiError::bad_request(format!(
+            "the object nests more than {} levels deep",
+            patching::MAX_DEPTH
+        )));
+    }
+    let mut counter = ByteCounter(0);
+    // The depth is bounded now, so serialising (which recurses) is safe.
+    let _ = serde_json::to_writer(&mut counter, object);
+    if counter.0 > patching::MAX_OBJECT_BYTES {
+        return Err(ApiError::object_too_large(
+            counter.0,
+            patching::MAX_OBJECT_BYTES,
+        ));
+    }
+    Ok(())
+}
+
+/// Counts the bytes written to it, and keeps none.
+struct ByteCounter(usize);
+
+impl std::io::Write for ByteCounter {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0 += bytes.len();
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A CRD's `pattern`s are compiled when the CRD is written: one the instance writes could not
+/// afford to evaluate (too long, nested too deep, too large once compiled) is refused here with
+/// 422 naming its field, as kube-apiserver refuses a pattern Go's regexp cannot compile.
+fn check_crd_patterns(resource: &ResourceType, name: &str, crd: &Value) -> Result<(), ApiError> {
+    let causes: Vec<StatusCause> = schema::check_crd_patterns(crd)
+        .into_iter()
+        .map(|e| StatusCause {
+            reason: e.reason,
+            message: e.message,
+            field: e.field,
+        })
+        .collect();
+    if causes.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(resource, name, causes))
+    }
 }
 
 /// The metadata rules every kind shares: label and annotation keys are qualified names, label
@@ -507,15 +676,16 @@ fn apply_defaults(schema: &Value, value: &mut Value) {
     }
 }
 
-/// PUT, PATCH (after the patch is applied) and `/status` writes: `new` replaces `old`.
-pub(crate) fn update(
-    state: &mut StoreState,
+/// PUT, PATCH (after the patch is applied) and `/status` writes: the object that would replace
+/// `old`, built and validated without the store; [`commit`] stores it if `old` is still current.
+pub(crate) fn prepare_update(
     resource: &ResourceType,
     old: &Arc<Value>,
     mut new: Value,
     part: Part,
     options: WriteOptions<'_>,
-) -> Result<WriteOutcome, ApiError> {
+) -> Result<Prepared, ApiError> {
+    check_size(&new)?;
     check_body(resource, &mut new)?;
     let name = name_of(old);
     match new["metadata"]["name"].as_str() {
@@ -644,11 +814,13 @@ pub(crate) fn update(
         }
         ("apiextensions.k8s.io", "customresourcedefinitions") if part == Part::Main => {
             check_crd(resource, &next, &name)?;
+            check_crd_patterns(resource, &name, &next)?;
             default_crd(&mut next);
         }
         _ => {}
     }
     let warnings = check_fields(resource, &name, &mut next, &options)?;
+    check_size(&next)?;
 
     // generation counts changes of what the user asked for: everything but metadata and status.
     let desired = |v: &Value| {
@@ -664,52 +836,13 @@ pub(crate) fn update(
         next["metadata"]["generation"] = json!(generation + 1);
     }
 
-    // A no-op write stores nothing and keeps the resourceVersion (kubectl: "patched (no change)").
-    if next == **old {
-        return Ok(WriteOutcome {
-            object: old.clone(),
-            code: 200,
-            follow_ups: Vec::new(),
-            warnings,
-        });
-    }
-    if options.dry_run {
-        return Ok(WriteOutcome {
-            object: Arc::new(next),
-            code: 200,
-            follow_ups: Vec::new(),
-            warnings,
-        });
-    }
-    // The last finalizer removed from an object being deleted: now it really goes.
-    // (A pod still in its grace period is removed by the kubelet, not by this update.)
-    if !next["metadata"]["deletionTimestamp"].is_null()
-        && finalizers_of(&next) == 0
-        && next["metadata"]["deletionGracePeriodSeconds"]
-            .as_i64()
-            .unwrap_or(0)
-            == 0
-    {
-        // kube-apiserver does not store this update: it deletes the object instead, so
-        // watchers see one DELETED (here carrying the state without finalizers).
-        let removed = state.commit_deleted_as(&resource.store_key(), next);
-        after_removal(state, resource, &removed, false);
-        return Ok(WriteOutcome {
-            object: removed,
-            code: 200,
-            follow_ups: Vec::new(),
-            warnings,
-        });
-    }
-    if resource.group == "apiextensions.k8s.io" && part == Part::Main {
-        Arc::make_mut(&mut state.registry).register_crd(&next);
-    }
-    let object = state.commit_modified(&resource.store_key(), next);
-    Ok(WriteOutcome {
-        object,
-        code: 200,
+    Ok(Prepared {
+        object: next,
+        base: Some(old.clone()),
+        part,
         follow_ups: Vec::new(),
         warnings,
+        dry_run: options.dry_run,
     })
 }
 

@@ -36,6 +36,14 @@ pub struct SandboxOptions {
     pub default_watch_timeout: Duration,
     /// Events queued for one watcher before it counts as too slow and is ended.
     pub watch_queue_capacity: usize,
+    /// A connection that has not sent a whole request head this long after it opened (or after
+    /// its previous response) is closed: kube-apiserver's `ReadHeaderTimeout` is 32 s. An idle
+    /// keep-alive connection is closed after this long too, as Go's server does without an
+    /// `IdleTimeout`; clients open a new one.
+    pub header_read_timeout: Duration,
+    /// Connections served at once. Beyond it the sandbox stops accepting: new connections wait
+    /// in the kernel's listen queue until one ends, so file descriptors never run out.
+    pub max_connections: usize,
 }
 
 impl Default for SandboxOptions {
@@ -52,6 +60,8 @@ impl Default for SandboxOptions {
             bookmark_interval: Duration::from_secs(60),
             default_watch_timeout: Duration::from_secs(30 * 60),
             watch_queue_capacity: 1000,
+            header_read_timeout: Duration::from_secs(32),
+            max_connections: 512,
         }
     }
 }

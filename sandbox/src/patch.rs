@@ -9,6 +9,12 @@
 //!
 //! Part of WORKSHOP.md "Set-up: the sandbox API server". All three are pure functions over
 //! `serde_json::Value`, so every rule is unit-tested here without a server.
+//!
+//! A patch can build what no request body could carry: a JSON Patch `copy` of a value into its
+//! own child nests one level deeper each time, and repeated copies double the object. So the
+//! bounds every stored object keeps ([`MAX_DEPTH`], [`MAX_OBJECT_BYTES`], measured by
+//! [`measure`] without recursion) live here too, with kube-apiserver's limits on JSON Patch
+//! itself ([`MAX_JSON_PATCH_OPERATIONS`], [`MAX_JSON_PATCH_COPY_BYTES`]).
 
 use std::fmt;
 
@@ -28,6 +34,23 @@ pub enum PatchError {
     },
     /// A strategic merge patch was malformed at `field` (a dotted path; "" for the top).
     StrategicMerge { field: String, problem: String },
+    /// More operations than kube-apiserver accepts in one JSON Patch (413 there).
+    TooManyOperations { count: usize },
+    /// The `copy` operations together copied more than kube-apiserver's limit (413 there).
+    CopiedTooMuch { index: usize, copied: usize },
+    /// Operation `index` would nest the object deeper than [`MAX_DEPTH`].
+    TooDeep { index: usize, path: String },
+}
+
+impl PatchError {
+    /// Whether kube-apiserver answers this one 413 Request Entity Too Large (the other
+    /// failures are 422 for JSON Patch, 400 for strategic merge).
+    pub fn is_too_large(&self) -> bool {
+        matches!(
+            self,
+            PatchError::TooManyOperations { .. } | PatchError::CopiedTooMuch { .. }
+        )
+    }
 }
 
 impl fmt::Display for PatchError {
@@ -48,11 +71,94 @@ impl fmt::Display for PatchError {
             PatchError::StrategicMerge { field, problem } => {
                 write!(f, "strategic merge patch at {field}: {problem}")
             }
+            // kube-apiserver's own wording for both limits.
+            PatchError::TooManyOperations { count } => write!(
+                f,
+                "The allowed maximum operations in a JSON patch is {MAX_JSON_PATCH_OPERATIONS}, got {count}"
+            ),
+            PatchError::CopiedTooMuch { index, copied } => write!(
+                f,
+                "json patch op {index} (copy): Unable to copy, the accumulated size increase of copy is {copied}, exceeding the limit {MAX_JSON_PATCH_COPY_BYTES}"
+            ),
+            PatchError::TooDeep { index, path } => write!(
+                f,
+                "json patch op {index} ({path}): the object would nest more than {MAX_DEPTH} levels deep"
+            ),
         }
     }
 }
 
 impl std::error::Error for PatchError {}
+
+// ---------------------------------------------------------------------------------------------
+// Bounds on what a patch may build
+// ---------------------------------------------------------------------------------------------
+
+/// The deepest nesting of objects and arrays a stored object may have. serde_json refuses to
+/// parse a body nested deeper than 128 levels (its recursion limit), so no request body can be
+/// deeper; only a patch could build one, and every patch result is held to the same bound. It
+/// also keeps every recursive walk (clone, compare, serialise, drop, schema validation) far
+/// from the bottom of a 2 MiB tokio worker stack. (Go's encoding/json, which kube-apiserver
+/// decodes with, stops at 10,000 levels; etcd stores opaque bytes and has no limit of its own.)
+pub const MAX_DEPTH: usize = 128;
+
+/// etcd refuses a request over 1.5 MiB (its `--max-request-bytes` default), so no stored
+/// Kubernetes object is larger; the sandbox checks every object it is about to store.
+pub const MAX_OBJECT_BYTES: usize = 1536 * 1024;
+
+/// kube-apiserver's `maxJSONPatchOperations`: more operations get 413.
+pub const MAX_JSON_PATCH_OPERATIONS: usize = 10_000;
+
+/// kube-apiserver's `JSONPatchMaxCopyBytes` (3 MiB, twice etcd's limit): the total size the
+/// `copy` operations of one JSON Patch may add; more gets 413.
+pub const MAX_JSON_PATCH_COPY_BYTES: usize = 3 * 1024 * 1024;
+
+/// How deep a value nests (a scalar is 0, `[1]` is 1) and about how many bytes its JSON takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shape {
+    pub depth: usize,
+    pub bytes: usize,
+}
+
+/// A value nested deeper than the depth [`measure`] was asked to allow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TooDeep;
+
+/// Measures `value` with an explicit stack (no recursion, so any depth is safe to look at),
+/// stopping as soon as it nests deeper than `max_depth`. Call it before anything recursive
+/// (clone, `==`, serialisation, drop of a patched copy) touches a value a client built.
+pub fn measure(value: &Value, max_depth: usize) -> Result<Shape, TooDeep> {
+    let mut shape = Shape { depth: 0, bytes: 0 };
+    let mut pending: Vec<(&Value, usize)> = vec![(value, 0)];
+    while let Some((value, depth)) = pending.pop() {
+        match value {
+            Value::Null | Value::Bool(true) => shape.bytes += 4,
+            Value::Bool(false) => shape.bytes += 5,
+            Value::Number(number) => shape.bytes += number.to_string().len(),
+            Value::String(text) => shape.bytes += text.len() + 2,
+            Value::Array(items) => {
+                if depth + 1 > max_depth {
+                    return Err(TooDeep);
+                }
+                shape.depth = shape.depth.max(depth + 1);
+                shape.bytes += 1 + items.len().max(1);
+                pending.extend(items.iter().map(|item| (item, depth + 1)));
+            }
+            Value::Object(fields) => {
+                if depth + 1 > max_depth {
+                    return Err(TooDeep);
+                }
+                shape.depth = shape.depth.max(depth + 1);
+                shape.bytes += 1 + fields.len().max(1);
+                for (key, item) in fields {
+                    shape.bytes += key.len() + 3;
+                    pending.push((item, depth + 1));
+                }
+            }
+        }
+    }
+    Ok(shape)
+}
 
 // ---------------------------------------------------------------------------------------------
 // RFC 7386 JSON Merge Patch
@@ -111,7 +217,13 @@ pub fn json_patch(target: &mut Value, operations: &Value) -> Result<(), PatchErr
     let Value::Array(operations) = operations else {
         return Err(PatchError::JsonPatchNotAList);
     };
+    if operations.len() > MAX_JSON_PATCH_OPERATIONS {
+        return Err(PatchError::TooManyOperations {
+            count: operations.len(),
+        });
+    }
     let mut working = target.clone();
+    let mut copied = 0;
     for (index, operation) in operations.iter().enumerate() {
         let op = operation
             .get("op")
@@ -123,20 +235,53 @@ pub fn json_patch(target: &mut Value, operations: &Value) -> Result<(), PatchErr
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_string();
-        apply_operation(&mut working, operation).map_err(|problem| {
+        let grown = apply_operation(&mut working, operation).map_err(|problem| {
             PatchError::JsonPatchOperation {
                 index,
                 op: if op.is_empty() { "?".into() } else { op },
-                path,
+                path: path.clone(),
                 problem,
             }
         })?;
+        // Checked after every operation, so no step ever holds a value deeper than the bound:
+        // the clone, comparison and drop of the next step recurse no further than MAX_DEPTH.
+        if let Some(growth) = grown {
+            if growth.depth > MAX_DEPTH {
+                return Err(PatchError::TooDeep { index, path });
+            }
+            if growth.copied_bytes > 0 {
+                copied += growth.copied_bytes;
+                if copied > MAX_JSON_PATCH_COPY_BYTES {
+                    return Err(PatchError::CopiedTooMuch { index, copied });
+                }
+            }
+        }
     }
     *target = working;
     Ok(())
 }
 
-fn apply_operation(document: &mut Value, operation: &Value) -> Result<(), String> {
+/// What an `add`, `replace`, `move` or `copy` put into the document: how deep the new value
+/// reaches from the root, and (for `copy`) how many bytes it duplicated.
+struct Growth {
+    depth: usize,
+    copied_bytes: usize,
+}
+
+/// The depth the document reaches through a value inserted at `path`: the path's own levels
+/// plus the value's, measured iteratively; past the bound it reports `MAX_DEPTH + 1`.
+fn growth_at(path: &[String], value: &Value) -> Growth {
+    let depth = match measure(value, MAX_DEPTH.saturating_sub(path.len())) {
+        Ok(shape) => path.len() + shape.depth,
+        Err(TooDeep) => MAX_DEPTH + 1,
+    };
+    Growth {
+        depth,
+        copied_bytes: 0,
+    }
+}
+
+fn apply_operation(document: &mut Value, operation: &Value) -> Result<Option<Growth>, String> {
     if !operation.is_object() {
         return Err("an operation must be a JSON object".into());
     }
@@ -153,40 +298,55 @@ fn apply_operation(document: &mut Value, operation: &Value) -> Result<(), String
     let op = string_member("op")?;
     let path = parse_pointer(string_member("path")?)?;
     match op {
-        "add" => add_at(document, &path, member("value")?.clone()),
-        "remove" => remove_at(document, &path).map(drop),
+        "add" => {
+            let value = member("value")?;
+            let growth = growth_at(&path, value);
+            add_at(document, &path, value.clone()).map(|()| Some(growth))
+        }
+        "remove" => remove_at(document, &path).map(|_| None),
         "replace" => {
-            let value = member("value")?.clone();
+            let value = member("value")?;
+            let growth = growth_at(&path, value);
             let slot = pointer_mut(document, &path).ok_or("path not found")?;
-            *slot = value;
-            Ok(())
+            *slot = value.clone();
+            Ok(Some(growth))
         }
         "move" => {
             let from = parse_pointer(string_member("from")?)?;
             if from == path {
                 // Moving a value onto itself changes nothing, but the value must exist.
                 return pointer(document, &from)
-                    .map(drop)
+                    .map(|_| None)
                     .ok_or_else(|| "from: path not found".into());
             }
             if path.len() > from.len() && path[..from.len()] == from[..] {
                 return Err("cannot move a value into one of its own children".into());
             }
+            let source = pointer(document, &from).ok_or("from: path not found")?;
+            let growth = growth_at(&path, source);
             let value = remove_at(document, &from).map_err(|p| format!("from: {p}"))?;
-            add_at(document, &path, value)
+            add_at(document, &path, value).map(|()| Some(growth))
         }
         "copy" => {
             let from = parse_pointer(string_member("from")?)?;
-            let value = pointer(document, &from)
-                .ok_or("from: path not found")?
-                .clone();
-            add_at(document, &path, value)
+            let source = pointer(document, &from).ok_or("from: path not found")?;
+            // Measured before it is cloned: a copy into its own child nests one level deeper
+            // each time, and copies of copies double the object.
+            let mut growth = growth_at(&path, source);
+            growth.copied_bytes = measure(source, MAX_DEPTH)
+                .map(|shape| shape.bytes)
+                .unwrap_or(usize::MAX);
+            if growth.depth > MAX_DEPTH || growth.copied_bytes > MAX_JSON_PATCH_COPY_BYTES {
+                return Ok(Some(growth)); // refused by the caller before anything is cloned
+            }
+            let value = source.clone();
+            add_at(document, &path, value).map(|()| Some(growth))
         }
         "test" => {
             let expected = member("value")?;
             let actual = pointer(document, &path).ok_or("path not found")?;
             if json_equal(actual, expected) {
-                Ok(())
+                Ok(None)
             } else {
                 Err(format!(
                     "test failed: value is {actual}, expected {expected}"
@@ -1474,6 +1634,91 @@ mod tests {
                     .prop_map(|m| Value::Object(m.into_iter().collect())),
             ]
         })
+    }
+
+    fn nested_arrays(levels: usize) -> String {
+        format!("{}{}", "[".repeat(levels), "]".repeat(levels))
+    }
+
+    /// Everything serde_json parses fits MAX_DEPTH, and one level more is refused by both.
+    #[test]
+    fn max_depth_matches_what_a_body_can_carry() {
+        let deepest = (1..200)
+            .take_while(|levels| serde_json::from_str::<Value>(&nested_arrays(*levels)).is_ok())
+            .last()
+            .unwrap_or(0);
+        let value: Value = serde_json::from_str(&nested_arrays(deepest)).expect("parses");
+        assert_eq!(measure(&value, MAX_DEPTH).map(|s| s.depth), Ok(deepest));
+        assert!(deepest <= MAX_DEPTH);
+        assert_eq!(measure(&value, deepest - 1), Err(TooDeep));
+    }
+
+    /// `copy` of a value into its own child, repeated, stops at MAX_DEPTH with the op named.
+    #[test]
+    fn copy_into_own_child_is_bounded() {
+        let operations: Vec<Value> = (0..10_000)
+            .map(|_| json!({"op": "copy", "from": "/a", "path": "/a/a"}))
+            .collect();
+        let error = patched(json!({"a": {"x": 1}}), json!(operations)).expect_err("too deep");
+        assert!(
+            matches!(error, PatchError::TooDeep { index, .. } if index < MAX_DEPTH),
+            "{error}"
+        );
+        assert!(!error.is_too_large());
+    }
+
+    /// Repeated doubling copies stop at kube-apiserver's 3 MiB copy budget with its wording.
+    #[test]
+    fn doubling_copies_are_bounded() {
+        let mut operations = vec![json!({"op": "add", "path": "/a", "value": ["x".repeat(1000)]})];
+        for _ in 0..40 {
+            operations.push(json!({"op": "copy", "from": "/a", "path": "/a/-"}));
+            operations.push(json!({"op": "copy", "from": "/a", "path": "/b"}));
+            operations.push(json!({"op": "move", "from": "/b", "path": "/a"}));
+        }
+        let error = patched(json!({}), json!(operations)).expect_err("too large");
+        assert!(error.is_too_large(), "{error}");
+        assert!(
+            error
+                .to_string()
+                .contains("Unable to copy, the accumulated size increase of copy"),
+            "{error}"
+        );
+        let many =
+            vec![json!({"op": "test", "path": "", "value": {}}); MAX_JSON_PATCH_OPERATIONS + 1];
+        let error = patched(json!({}), json!(many)).expect_err("too many");
+        assert_eq!(
+            error.to_string(),
+            "The allowed maximum operations in a JSON patch is 10000, got 10001"
+        );
+    }
+
+    /// `add` of a deep value at a deep path is refused; measuring a very deep value is safe.
+    #[test]
+    fn deep_add_is_refused_and_measuring_never_recurses() {
+        let deep: Value = serde_json::from_str(&nested_arrays(100)).expect("parses");
+        let path = "/a".repeat(40);
+        let mut target = json!({});
+        let mut slot = &mut target;
+        for _ in 0..39 {
+            slot["a"] = json!({});
+            slot = &mut slot["a"];
+        }
+        let error = patched(target, json!([{"op": "add", "path": path, "value": deep}]))
+            .expect_err("too deep");
+        assert!(
+            matches!(error, PatchError::TooDeep { index: 0, .. }),
+            "{error}"
+        );
+        // A million levels, built and torn down without recursion.
+        let mut huge = Value::Null;
+        for _ in 0..1_000_000 {
+            huge = Value::Array(vec![huge]);
+        }
+        assert_eq!(measure(&huge, MAX_DEPTH), Err(TooDeep));
+        while let Value::Array(mut items) = huge {
+            huge = items.pop().unwrap_or(Value::Null);
+        }
     }
 
     proptest! {

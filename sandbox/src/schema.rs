@@ -63,9 +63,34 @@ const REASON_TOO_MANY: &str = "FieldValueTooMany";
 /// At the root, `apiVersion`, `kind` and `metadata` are only type-checked: the API server
 /// validates metadata with its own rules (see `names.rs`), not with the CRD's schema.
 pub fn validate(schema: &Value, object: &Value) -> Vec<FieldError> {
-    let mut errors = Vec::new();
+    let mut errors = Findings {
+        errors: Vec::new(),
+        pattern_steps_left: PATTERN_STEP_BUDGET,
+        compiled: std::collections::HashMap::new(),
+    };
     validate_node(schema, object, "", true, &mut errors);
-    errors
+    errors.errors
+}
+
+/// How many steps (threads advanced, plus instructions compiled) one write's `pattern` checks
+/// may take in all. Go's regexp, which kube-apiserver uses, is linear in the input but has no
+/// budget; this engine is linear too, yet a pattern of 46,000 instructions against a 20,000
+/// character value is a billion steps, so past the budget the sandbox refuses the write (422
+/// naming the field) instead of spending a minute on it. Real patterns stay far below it.
+pub const PATTERN_STEP_BUDGET: usize = 10_000_000;
+
+/// What validation found so far, and what it may still spend on `pattern`s.
+struct Findings {
+    errors: Vec<FieldError>,
+    pattern_steps_left: usize,
+    /// Each pattern is compiled once per write, not once per value (an array of 10,000 items).
+    compiled: std::collections::HashMap<String, Option<Pattern>>,
+}
+
+impl Findings {
+    fn push(&mut self, error: FieldError) {
+        self.errors.push(error);
+    }
 }
 
 fn schema_flag(schema: &Value, name: &str) -> bool {
@@ -135,13 +160,7 @@ fn type_matches(expected: &str, value: &Value) -> bool {
     }
 }
 
-fn validate_node(
-    schema: &Value,
-    value: &Value,
-    path: &str,
-    at_root: bool,
-    errors: &mut Vec<FieldError>,
-) {
+fn validate_node(schema: &Value, value: &Value, path: &str, at_root: bool, errors: &mut Findings) {
     let int_or_string = schema_flag(schema, "x-kubernetes-int-or-string");
     let declared_type = schema.get("type").and_then(Value::as_str);
 
@@ -214,13 +233,7 @@ fn type_error(path: &str, expected: &str, actual: &str) -> FieldError {
     )
 }
 
-fn validate_string(
-    schema: &Value,
-    text: &str,
-    value: &Value,
-    path: &str,
-    errors: &mut Vec<FieldError>,
-) {
+fn validate_string(schema: &Value, text: &str, value: &Value, path: &str, errors: &mut Findings) {
     // OpenAPI lengths count characters (Go counts runes), not bytes.
     let length = text.chars().count() as u64;
     if let Some(max) = schema.get("maxLength").and_then(Value::as_u64) {
@@ -243,14 +256,39 @@ fn validate_string(
         }
     }
     if let Some(pattern) = schema.get("pattern").and_then(Value::as_str) {
+        if errors.pattern_steps_left == 0 {
+            return; // already over budget: that field was named once
+        }
+        let compiled = errors
+            .compiled
+            .entry(pattern.to_string())
+            .or_insert_with(|| Pattern::compile(pattern));
         // A pattern our small engine cannot compile is treated as matching: better to accept
         // an object the real server might reject than to reject one it would accept.
-        if let Some(compiled) = Pattern::compile(pattern) {
-            if !compiled.is_match(text) {
+        let Some(compiled) = compiled.as_ref() else {
+            return;
+        };
+        let mut steps_left = errors
+            .pattern_steps_left
+            .saturating_sub(compiled.program.len());
+        let outcome = compiled.matches(text, &mut steps_left);
+        errors.pattern_steps_left = steps_left;
+        match outcome {
+            Ok(true) => {}
+            Ok(false) => errors.push(invalid(
+                path,
+                value,
+                format!("{path} in body should match '{pattern}'"),
+            )),
+            Err(OverBudget) => {
+                errors.pattern_steps_left = 0;
                 errors.push(invalid(
                     path,
                     value,
-                    format!("{path} in body should match '{pattern}'"),
+                    format!(
+                        "{path} in body: the sandbox gave up matching it against '{}' after {PATTERN_STEP_BUDGET} steps (shorten the value or simplify the pattern)",
+                        shortened(pattern)
+                    ),
                 ));
             }
         }
@@ -262,7 +300,7 @@ fn validate_number(
     number: &serde_json::Number,
     value: &Value,
     path: &str,
-    errors: &mut Vec<FieldError>,
+    errors: &mut Findings,
 ) {
     let Some(actual) = number.as_f64() else {
         return;
@@ -311,7 +349,7 @@ fn validate_number(
     }
 }
 
-fn validate_array(schema: &Value, items: &[Value], path: &str, errors: &mut Vec<FieldError>) {
+fn validate_array(schema: &Value, items: &[Value], path: &str, errors: &mut Findings) {
     let count = items.len() as u64;
     if let Some(max) = schema.get("maxItems").and_then(Value::as_u64) {
         if count > max {
@@ -349,7 +387,7 @@ fn validate_object(
     fields: &Map<String, Value>,
     path: &str,
     at_root: bool,
-    errors: &mut Vec<FieldError>,
+    errors: &mut Findings,
 ) {
     let count = fields.len() as u64;
     if let Some(max) = schema.get("maxProperties").and_then(Value::as_u64) {
@@ -666,6 +704,75 @@ impl DuplicateScanner<'_> {
     }
 }
 
+/// A long pattern in a message: its first 80 characters, then "...".
+fn shortened(pattern: &str) -> String {
+    match pattern.char_indices().nth(80) {
+        Some((cut, _)) => format!("{}...", &pattern[..cut]),
+        None => pattern.to_string(),
+    }
+}
+
+/// Every `pattern` in a CRD's version schemas that [`Pattern::check`] refuses, as a field error
+/// naming it the way kube-apiserver does
+/// (`spec.versions[0].schema.openAPIV3Schema.properties[spec].properties[name].pattern`).
+/// Walks the schemas with an explicit stack.
+pub fn check_crd_patterns(crd: &Value) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    let mut pending: Vec<(String, &Value)> = Vec::new();
+    for (index, version) in crd["spec"]["versions"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .enumerate()
+    {
+        pending.push((
+            format!("spec.versions[{index}].schema.openAPIV3Schema"),
+            &version["schema"]["openAPIV3Schema"],
+        ));
+    }
+    while let Some((path, schema)) = pending.pop() {
+        let Some(fields) = schema.as_object() else {
+            continue;
+        };
+        if let Some(pattern) = fields.get("pattern").and_then(Value::as_str) {
+            if let Err(problem) = Pattern::check(pattern) {
+                errors.push(FieldError::new(
+                    &format!("{path}.pattern"),
+                    REASON_INVALID,
+                    format!(
+                        "Invalid value: {}: must be a valid regular expression, but isn't: {problem}",
+                        Value::String(shortened(pattern))
+                    ),
+                ));
+            }
+        }
+        if let Some(properties) = fields.get("properties").and_then(Value::as_object) {
+            for (name, property) in properties {
+                pending.push((format!("{path}.properties[{name}]"), property));
+            }
+        }
+        for single in ["items", "additionalProperties", "not"] {
+            if let Some(inner) = fields.get(single) {
+                pending.push((format!("{path}.{single}"), inner));
+            }
+        }
+        for list in ["allOf", "anyOf", "oneOf"] {
+            for (index, inner) in fields
+                .get(list)
+                .and_then(Value::as_array)
+                .map(Vec::as_slice)
+                .unwrap_or_default()
+                .iter()
+                .enumerate()
+            {
+                pending.push((format!("{path}.{list}[{index}]"), inner));
+            }
+        }
+    }
+    errors
+}
+
 // ---------------------------------------------------------------------------------------------
 // A small regular-expression engine for `pattern`.
 // ---------------------------------------------------------------------------------------------
@@ -745,35 +852,132 @@ enum Node {
 const MAX_REPEAT: u32 = 1000;
 /// A bound on compiled size so a pattern like `(a{1000}){1000}` cannot exhaust memory.
 const MAX_PROGRAM: usize = 50_000;
+/// The longest pattern a CRD may declare. Go has no such limit; real patterns are a few dozen
+/// characters, and this bounds the parser's work on a CRD write.
+pub const MAX_PATTERN_CHARS: usize = 10_000;
+/// The deepest nesting of groups a pattern may have. Go's regexp allows 1000 (`maxHeight`,
+/// added against stack exhaustion, CVE-2022-24921); the parser here recurses about three
+/// frames per group on a 2 MiB tokio worker stack, and no real CRD pattern nests beyond a few.
+pub const MAX_PATTERN_NESTING: usize = 100;
+
+/// Why a pattern was refused when its CRD was written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(clippy::enum_variant_names)] // each names the limit broken: too long, too deep, too large
+pub enum PatternError {
+    TooLong {
+        characters: usize,
+    },
+    TooDeep {
+        depth: usize,
+    },
+    /// It compiles to more than the engine's program limit.
+    TooLarge,
+}
+
+impl std::fmt::Display for PatternError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PatternError::TooLong { characters } => write!(
+                f,
+                "the pattern is {characters} characters long; the sandbox accepts at most {MAX_PATTERN_CHARS}"
+            ),
+            PatternError::TooDeep { depth } => write!(
+                f,
+                "groups nest {depth} deep; the sandbox accepts at most {MAX_PATTERN_NESTING}"
+            ),
+            PatternError::TooLarge => write!(
+                f,
+                "its repetitions expand to more than {MAX_PROGRAM} instructions"
+            ),
+        }
+    }
+}
+
+/// The step budget ran out before the match was decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OverBudget;
+
+/// How deep the groups of `pattern` nest, found by a scan without recursion (escapes and
+/// character classes skipped), before the recursive parser sees it.
+fn group_nesting(pattern: &str) -> usize {
+    let (mut depth, mut deepest, mut in_class) = (0usize, 0usize, false);
+    let mut characters = pattern.chars();
+    while let Some(character) = characters.next() {
+        match character {
+            '\\' => {
+                characters.next();
+            }
+            '[' if !in_class => in_class = true,
+            ']' if in_class => in_class = false,
+            '(' if !in_class => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            ')' if !in_class => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
+}
 
 impl Pattern {
     /// Compiles `pattern`, or `None` if it uses syntax this engine does not support
-    /// (backreferences, lookaround, named classes such as `\p{L}` or `[[:alpha:]]`, flags).
+    /// (backreferences, lookaround, named classes such as `\p{L}` or `[[:alpha:]]`, flags)
+    /// or breaks one of [`Pattern::check`]'s limits.
     pub fn compile(pattern: &str) -> Option<Pattern> {
+        Pattern::build(pattern).ok().flatten()
+    }
+
+    /// Whether a CRD may declare `pattern`: within the length, nesting and size limits.
+    /// Syntax this engine does not support passes (instances then skip that check).
+    pub fn check(pattern: &str) -> Result<(), PatternError> {
+        Pattern::build(pattern).map(drop)
+    }
+
+    /// `Ok(None)`: syntax this engine does not support.
+    fn build(pattern: &str) -> Result<Option<Pattern>, PatternError> {
+        let characters = pattern.chars().count();
+        if characters > MAX_PATTERN_CHARS {
+            return Err(PatternError::TooLong { characters });
+        }
+        let depth = group_nesting(pattern);
+        if depth > MAX_PATTERN_NESTING {
+            return Err(PatternError::TooDeep { depth });
+        }
         let mut parser = RegexParser {
             characters: pattern.chars().collect(),
             position: 0,
         };
-        let node = parser.parse_alternation()?;
+        let Some(node) = parser.parse_alternation() else {
+            return Ok(None);
+        };
         if parser.position != parser.characters.len() {
-            return None; // an unbalanced ')'
+            return Ok(None); // an unbalanced ')'
         }
         let mut program = Vec::new();
-        emit(&node, &mut program)?;
+        emit(&node, &mut program).ok_or(PatternError::TooLarge)?;
         program.push(Instruction::Match);
-        Some(Pattern { program })
+        Ok(Some(Pattern { program }))
     }
 
-    /// Whether the pattern matches anywhere in `text`.
+    /// Whether the pattern matches anywhere in `text` (with an unlimited budget).
+    #[cfg(test)]
     pub fn is_match(&self, text: &str) -> bool {
+        let mut unlimited = usize::MAX;
+        self.matches(text, &mut unlimited) == Ok(true)
+    }
+
+    /// Whether the pattern matches anywhere in `text`, spending at most `steps_left` steps:
+    /// at most (instructions × characters), linear in the text.
+    pub fn matches(&self, text: &str, steps_left: &mut usize) -> Result<bool, OverBudget> {
         let characters: Vec<char> = text.chars().collect();
         let size = self.program.len();
         let mut current = ThreadSet::new(size);
         let mut next = ThreadSet::new(size);
         for position in 0..=characters.len() {
             // Unanchored search: a new thread starts at every position.
-            if self.add_thread(&mut current, 0, position, &characters) {
-                return true;
+            if self.add_thread(&mut current, 0, position, &characters, steps_left)? {
+                return Ok(true);
             }
             let Some(&character) = characters.get(position) else {
                 break;
@@ -787,13 +991,15 @@ impl Pattern {
                     Instruction::Class(class) => class.contains(character),
                     _ => false,
                 };
-                if advances && self.add_thread(&mut next, pc + 1, position + 1, &characters) {
-                    return true;
+                if advances
+                    && self.add_thread(&mut next, pc + 1, position + 1, &characters, steps_left)?
+                {
+                    return Ok(true);
                 }
             }
             std::mem::swap(&mut current, &mut next);
         }
-        false
+        Ok(false)
     }
 
     /// Adds `pc` and everything reachable from it without consuming input. Returns true once
@@ -804,14 +1010,16 @@ impl Pattern {
         start: usize,
         position: usize,
         characters: &[char],
-    ) -> bool {
+        steps_left: &mut usize,
+    ) -> Result<bool, OverBudget> {
         let mut stack = vec![start];
         while let Some(pc) = stack.pop() {
+            *steps_left = steps_left.checked_sub(1).ok_or(OverBudget)?;
             if !set.insert(pc) {
                 continue;
             }
             match &self.program[pc] {
-                Instruction::Match => return true,
+                Instruction::Match => return Ok(true),
                 Instruction::Jump(target) => stack.push(*target),
                 Instruction::Split(first, second) => {
                     stack.push(*second);
@@ -832,7 +1040,7 @@ impl Pattern {
                 _ => {}
             }
         }
-        false
+        Ok(false)
     }
 }
 
@@ -1092,42 +1300,52 @@ impl RegexParser {
         }
     }
 
+    /// At most one quantifier (plus a lazy `?`) after an atom.
     fn parse_quantifier(&mut self, atom: Node) -> Option<Node> {
-        let mut node = atom;
-        loop {
-            let (min, max) = match self.peek() {
-                Some('*') => {
-                    self.position += 1;
-                    (0, None)
-                }
-                Some('+') => {
-                    self.position += 1;
-                    (1, None)
-                }
-                Some('?') => {
-                    self.position += 1;
-                    (0, Some(1))
-                }
-                Some('{') => match self.parse_counted_repeat() {
-                    CountedRepeat::Bounds(min, max) => (min, max),
-                    // Not a valid `{m,n}`: the '{' is an ordinary character, as in Go.
-                    CountedRepeat::Literal => return Some(node),
-                    CountedRepeat::TooLarge => return None,
-                },
-                _ => return Some(node),
-            };
-            if self.peek() == Some('?') {
-                self.position += 1; // lazy: same match/no-match answer
+        let (min, max) = match self.peek() {
+            Some('*') => {
+                self.position += 1;
+                (0, None)
             }
-            node = Node::Repeat {
-                node: Box::new(node),
-                min,
-                max,
-            };
-            if matches!(self.peek(), Some('*' | '+' | '?')) {
-                return None; // `a**` is an error in Go
+            Some('+') => {
+                self.position += 1;
+                (1, None)
             }
+            Some('?') => {
+                self.position += 1;
+                (0, Some(1))
+            }
+            Some('{') => match self.parse_counted_repeat() {
+                CountedRepeat::Bounds(min, max) => (min, max),
+                // Not a valid `{m,n}`: the '{' is an ordinary character, as in Go.
+                CountedRepeat::Literal => return Some(atom),
+                CountedRepeat::TooLarge => return None,
+            },
+            _ => return Some(atom),
+        };
+        if self.peek() == Some('?') {
+            self.position += 1; // lazy: same match/no-match answer
         }
+        // Go refuses stacked repetitions (`a**`, `a{2}{2}`: "invalid nested repetition
+        // operator"); refusing them here also keeps the tree as shallow as the groups.
+        let stacked = match self.peek() {
+            Some('*' | '+' | '?') => true,
+            Some('{') => {
+                let start = self.position;
+                let repeat = self.parse_counted_repeat();
+                self.position = start;
+                !matches!(repeat, CountedRepeat::Literal)
+            }
+            _ => false,
+        };
+        if stacked {
+            return None;
+        }
+        Some(Node::Repeat {
+            node: Box::new(atom),
+            min,
+            max,
+        })
     }
 
     /// Parses `{m}`, `{m,}` or `{m,n}` at the current '{'; leaves the position alone if the
@@ -1479,6 +1697,48 @@ mod tests {
         let text = format!("{}b", "a".repeat(5_000));
         assert!(!matches("^(a+)+$", &text));
         assert!(!matches("^(a|aa)*c$", &text));
+    }
+
+    /// Deep groups, stacked repeats and over-long patterns are refused by `check`, before the
+    /// recursive parser runs; a CRD naming one gets a field error at its pattern.
+    #[test]
+    fn pattern_limits_are_checked_without_recursion() {
+        let deep = format!("{}a{}", "(".repeat(4000), ")".repeat(4000));
+        assert_eq!(
+            Pattern::check(&deep),
+            Err(PatternError::TooDeep { depth: 4000 })
+        );
+        assert!(Pattern::check(&"a".repeat(MAX_PATTERN_CHARS + 1)).is_err());
+        assert!(Pattern::compile(&format!("a{}", "{1}".repeat(10_000))).is_none());
+        assert!(Pattern::compile("[(((((]").is_some());
+        let crd = json!({"spec": {"versions": [{"schema": {"openAPIV3Schema": {
+            "properties": {"spec": {"properties": {"name": {"type": "string", "pattern": deep}}}}}}}]}});
+        let errors = check_crd_patterns(&crd);
+        assert_eq!(errors.len(), 1);
+        assert_eq!(
+            errors[0].field,
+            "spec.versions[0].schema.openAPIV3Schema.properties[spec].properties[name].pattern"
+        );
+        assert!(errors[0]
+            .message
+            .contains("must be a valid regular expression"));
+    }
+
+    /// A pattern too costly for a value runs out of budget quickly and names the field.
+    #[test]
+    fn costly_patterns_run_out_of_budget() {
+        let schema = json!({"type": "object", "properties": {"name": {
+            "type": "string", "pattern": "(?:[a-z]{0,1000}){0,23}0"}}});
+        let errors = validate(&schema, &json!({"name": "a".repeat(20_000)}));
+        assert_eq!(errors.len(), 1);
+        assert_eq!(errors[0].field, "name");
+        assert!(
+            errors[0].message.contains("gave up"),
+            "{}",
+            errors[0].message
+        );
+        let errors = validate(&schema, &json!({"name": "abc0"}));
+        assert!(errors.is_empty(), "{errors:?}");
     }
 
     /// Unsupported syntax does not compile, and validation then treats the pattern as matching.

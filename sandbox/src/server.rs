@@ -16,11 +16,12 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use serde_json::{json, Value};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::access;
 use crate::body::ResponseBody;
 use crate::errors::ApiError;
-use crate::handlers::{classify, read_body, serve_resource, Target};
+use crate::handlers::{classify, read_body, require_object_media_type, serve_resource, Target};
 use crate::resources::GIT_VERSION;
 use crate::responses::{
     aggregated_response, error_response, injected_response, json_response, openapi_v2_response,
@@ -34,17 +35,37 @@ pub(crate) async fn serve(listener: tokio::net::TcpListener, shared: Arc<Shared>
     let mut outages = shared.outage.subscribe();
     let mut listener = Some(listener);
     let mut connections = tokio::task::JoinSet::new();
+    // One permit per open connection; at the cap the loop stops accepting until one ends.
+    let slots = Arc::new(Semaphore::new(shared.options.max_connections.max(1)));
+    let mut failed_accepts: u32 = 0;
     // The loop ends on shutdown, or if the port cannot be bound again after an outage.
     while let Some(accepting) = listener.as_ref() {
         tokio::select! {
-            accepted = accepting.accept() => match accepted {
-                Ok((stream, _peer)) => {
-                    connections.spawn(serve_connection(stream, shared.clone()));
+            accepted = accept_within_cap(accepting, &slots) => match accepted {
+                Ok((stream, slot)) => {
+                    if failed_accepts > 0 {
+                        tracing::info!(failed_accepts, "accepting connections again");
+                        failed_accepts = 0;
+                    }
+                    let shared = shared.clone();
+                    connections.spawn(async move {
+                        serve_connection(stream, shared).await;
+                        drop(slot);
+                    });
                 }
                 Err(error) => {
-                    // Out of file descriptors and similar: back off instead of spinning.
-                    tracing::warn!(%error, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    // Out of file descriptors and similar: back off (10 ms, doubling up to
+                    // 1 s) instead of spinning, and log once per streak, not every time.
+                    if failed_accepts == 0 {
+                        tracing::warn!(%error, "accept failed; backing off until it works again");
+                    }
+                    failed_accepts = failed_accepts.saturating_add(1);
+                    let backoff = Duration::from_millis(10 << failed_accepts.min(7))
+                        .min(Duration::from_secs(1));
+                    tokio::select! {
+                        _ = tokio::time::sleep(backoff) => {}
+                        _ = shared.shutdown.cancelled() => break,
+                    }
                 }
             },
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
@@ -81,6 +102,20 @@ pub(crate) async fn serve(listener: tokio::net::TcpListener, shared: Arc<Shared>
     tracing::info!("sandbox API server stopped");
 }
 
+/// Wait for a free connection slot, then for a connection.
+async fn accept_within_cap(
+    listener: &tokio::net::TcpListener,
+    slots: &Arc<Semaphore>,
+) -> std::io::Result<(tokio::net::TcpStream, OwnedSemaphorePermit)> {
+    let slot = slots
+        .clone()
+        .acquire_owned()
+        .await
+        .map_err(std::io::Error::other)?;
+    let (stream, _peer) = listener.accept().await?;
+    Ok((stream, slot))
+}
+
 async fn serve_connection(stream: tokio::net::TcpStream, shared: Arc<Shared>) {
     let _ = stream.set_nodelay(true);
     match &shared.security {
@@ -101,15 +136,16 @@ where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
     let shutdown = shared.shutdown.clone();
+    let header_read_timeout = shared.options.header_read_timeout;
     let service = service_fn(move |request| {
         let shared = shared.clone();
-        async move { Ok::<_, Infallible>(handle(shared, request).await) }
+        async move { Ok::<_, Infallible>(handle_isolated(shared, request).await) }
     });
     let connection = hyper::server::conn::http1::Builder::new()
         .timer(hyper_util::rt::TokioTimer::new())
-        // hyper's default (30 s) also closes idle keep-alive connections; kube-apiserver keeps
-        // them, and clients with connection pools would see spurious "connection closed".
-        .header_read_timeout(None)
+        // A client that opens a connection and sends half a request head would otherwise hold
+        // it (and a file descriptor) for ever.
+        .header_read_timeout(header_read_timeout)
         .serve_connection(io, service);
     tokio::pin!(connection);
     tokio::select! {
@@ -117,6 +153,23 @@ where
         _ = shutdown.cancelled() => {
             connection.as_mut().graceful_shutdown();
             let _ = tokio::time::timeout(Duration::from_secs(5), connection).await;
+        }
+    }
+}
+
+/// Answer one request on its own task, so a panic in a handler costs that request a 500 and
+/// nothing else (the task's panic is caught by tokio, and every lock recovers from poisoning).
+async fn handle_isolated(
+    shared: Arc<Shared>,
+    request: Request<Incoming>,
+) -> Response<ResponseBody> {
+    match tokio::spawn(handle(shared, request)).await {
+        Ok(response) => response,
+        Err(error) => {
+            tracing::error!(%error, "a request handler panicked; answering 500");
+            error_response(&ApiError::internal(
+                "the sandbox failed while answering this request (a bug: please report it)",
+            ))
         }
     }
 }
@@ -168,6 +221,7 @@ async fn answer(
     record: &mut RequestRecord,
 ) -> Result<Response<ResponseBody>, ApiError> {
     let path = request.uri().path().to_string();
+    check_host_and_origin(shared.addr, request.headers())?;
     if let Some(security) = &shared.security {
         let authorization = request
             .headers()
@@ -255,7 +309,8 @@ async fn answer(
             }
         }
         ["apis", "authorization.k8s.io", "v1", kind] if method == Method::POST => {
-            let (_, body) = read_body(request).await?;
+            let (parts, body) = read_body(request).await?;
+            require_object_media_type(&parts)?;
             match access::review(kind, &body) {
                 Some(review) => Ok(with_warnings(
                     json_response(201, &review),
@@ -273,6 +328,64 @@ async fn answer(
             serve_resource(shared, request, target, query, &accept).await
         }
         _ => Err(ApiError::path_not_found()),
+    }
+}
+
+/// Refuse a request whose Host is not this server's address, or whose Origin is another site.
+///
+/// A web page the learner has open can make the browser send requests to
+/// `http://127.0.0.1:8001`; with DNS rebinding, a name the attacker controls first points at
+/// their server, then at 127.0.0.1, so the browser thinks it is same-origin. Either way the
+/// browser sends the attacker's name as Host, or the page's origin as Origin. Clients such as
+/// kubectl send Host as given in `--server` and no Origin. A request with no Host (HTTP/1.0)
+/// is let through: every browser sends one.
+fn check_host_and_origin(
+    addr: std::net::SocketAddr,
+    headers: &http::HeaderMap,
+) -> Result<(), ApiError> {
+    // Every Host header must be ours (a client sending two could otherwise pick which one counts).
+    for host in headers.get_all(header::HOST) {
+        let host = host.to_str().unwrap_or_default();
+        if !is_own_authority(addr, host) {
+            return Err(ApiError::forbidden_request(format!(
+                "Host {host:?} is not this server's address ({addr}); requests through another name are refused (DNS rebinding)"
+            )));
+        }
+    }
+    for origin in headers.get_all(header::ORIGIN) {
+        let origin = origin.to_str().unwrap_or_default();
+        let authority = origin
+            .strip_prefix("http://")
+            .or_else(|| origin.strip_prefix("https://"));
+        if !authority.is_some_and(|authority| is_own_authority(addr, authority)) {
+            return Err(ApiError::forbidden_request(format!(
+                "Origin {origin:?} is another site; cross-origin requests are refused"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// `127.0.0.1:PORT`, `localhost:PORT`, `[::1]:PORT` (any loopback name, with this port); when
+/// listening on a specific address, that address too; when listening on every address
+/// (`0.0.0.0`), any IP address with this port — but never a DNS name other than localhost.
+fn is_own_authority(addr: std::net::SocketAddr, authority: &str) -> bool {
+    let Some((host, port)) = authority.rsplit_once(':') else {
+        return false;
+    };
+    if port.parse::<u16>().ok() != Some(addr.port()) {
+        return false;
+    }
+    if host.eq_ignore_ascii_case("localhost") {
+        return true;
+    }
+    let literal = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    match literal.parse::<std::net::IpAddr>() {
+        Ok(ip) => ip.is_loopback() || ip == addr.ip() || addr.ip().is_unspecified(),
+        Err(_) => false,
     }
 }
 

@@ -25,7 +25,7 @@ pub(crate) struct Security {
 impl Security {
     /// Generate the CA, the serving certificate and the first token, and write the files.
     pub(crate) fn generate(dir: &Path) -> Result<Security, SandboxError> {
-        std::fs::create_dir_all(dir).map_err(|source| SandboxError::WriteCredentials {
+        create_private_dir(dir).map_err(|source| SandboxError::WriteCredentials {
             path: dir.to_path_buf(),
             source,
         })?;
@@ -120,10 +120,44 @@ impl Security {
     }
 }
 
+/// The credentials directory, readable by its owner only (0700), like the kubelet's
+/// service-account token directories. An existing directory is tightened to 0700 too.
+fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+}
+
+/// Write `path` as a whole, readable by its owner only (0600): into a new `*.tmp` file beside
+/// it, then renamed over it. The temporary file is created with O_CREAT|O_EXCL
+/// (`create_new`), which fails on anything already there — a planted symlink included — so
+/// the token is never written through a link to somewhere else; a stale one is removed (the
+/// link itself, not its target) and creation tried once more.
 fn write_atomically(path: &Path, contents: &[u8]) -> Result<(), SandboxError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
     let temporary = path.with_extension("tmp");
-    let result =
-        std::fs::write(&temporary, contents).and_then(|()| std::fs::rename(&temporary, path));
+    let create = || {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&temporary)
+    };
+    let result = create()
+        .or_else(|error| {
+            if error.kind() == std::io::ErrorKind::AlreadyExists {
+                std::fs::remove_file(&temporary)?;
+                create()
+            } else {
+                Err(error)
+            }
+        })
+        .and_then(|mut file| file.write_all(contents).and_then(|()| file.sync_all()))
+        .and_then(|()| std::fs::rename(&temporary, path));
     result.map_err(|source| SandboxError::WriteCredentials {
         path: path.to_path_buf(),
         source,
