@@ -7,7 +7,7 @@
 //!   built-in kinds such as Pods. Lists of containers merge by name instead of being replaced.
 //!   Custom resources never get this one: the API server answers 415, and so should the sandbox.
 //!
-//! Part of WORKSHOP.md "Set-up: the sandbox API server". All three are pure functions over
+//! Part of WORKSHOP.md "Set-up: the sandbox". All three are pure functions over
 //! `serde_json::Value`, so every rule is unit-tested here without a server.
 //!
 //! A patch can build what no request body could carry: a JSON Patch `copy` of a value into its

@@ -3,7 +3,7 @@
 //! `details.causes[]` entry each), and [`prune`] drops fields the schema does not declare (what
 //! `fieldValidation=Strict` rejects with a 400, `Warn` reports as warnings, and `Ignore` drops).
 //!
-//! Part of WORKSHOP.md "Set-up: the sandbox API server" and "Step 01: the CRD". Error wording
+//! Part of WORKSHOP.md "Set-up: the sandbox" and "Step 01". Error wording
 //! follows kube-openapi's validator as wrapped by apiextensions-apiserver, so
 //! `kubectl apply` against the sandbox prints the same lines as against a cluster:
 //! `* spec.size: Invalid value: "string": spec.size in body must be of type integer: "string"`.

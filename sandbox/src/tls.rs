@@ -3,7 +3,7 @@
 //! `ca.crt`, `token` and `namespace` exactly as a pod's service-account directory
 //! (`/var/run/secrets/kubernetes.io/serviceaccount/`), so the in-cluster code path can be tested.
 //!
-//! WORKSHOP.md, "Set-up: the sandbox" (and "Configuration: in-cluster").
+//! WORKSHOP.md, "Set-up: the sandbox" (and "How a binary finds its API server").
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
