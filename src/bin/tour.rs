@@ -145,6 +145,12 @@ async fn tour(flags: TourFlags) -> ExitCode {
         outcome = play(&client, &flags, created_example.clone(), stop_operator) => outcome,
         () = shutdown.cancelled() => Err(TourEnd::Interrupted),
     };
+    // A signal also stops the operator (a child token), and `play` may see that first and call it
+    // a failure: whichever branch won, a stop asked for is a stop.
+    let outcome = match outcome {
+        Err(TourEnd::Failed { .. }) if shutdown.is_cancelled() => Err(TourEnd::Interrupted),
+        other => other,
+    };
 
     // Stopped half-way (a signal, a failed act): leave no example object behind, and say so.
     if outcome.is_err() {
