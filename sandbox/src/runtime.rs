@@ -276,6 +276,28 @@ impl Node {
         logs::read(self, worker, pod, request)
     }
 
+    /// Kill a running container's process as if it had crashed (SIGKILL); the kubelet then
+    /// restarts it per `restartPolicy`. False if no such pod or container runs here.
+    pub(crate) fn crash_container(&self, namespace: &str, name: &str, container: &str) -> bool {
+        let worker = lock(&self.pods)
+            .values()
+            .find(|w| w.namespace == namespace && w.name == name)
+            .cloned();
+        let Some(worker) = worker else {
+            return false;
+        };
+        let index = worker.pod["spec"]["containers"]
+            .as_array()
+            .and_then(|all| all.iter().position(|c| c["name"] == container));
+        match index.and_then(|i| worker.crash.get(i)) {
+            Some(crash) => {
+                crash.notify_waiters();
+                true
+            }
+            None => false,
+        }
+    }
+
     fn forget(&self, uid: &str) {
         lock(&self.pods).remove(uid);
     }

@@ -251,7 +251,10 @@ spec:
     // Follow the primary's log, then delete it: the log ends with postgres' own shutdown.
     let needle = format!("listen_addresses={primary_ip}");
     // The postmaster, and for a moment after each fork a child not yet renamed.
-    assert!(!processes_matching(&needle).is_empty(), "the postmaster runs");
+    assert!(
+        !processes_matching(&needle).is_empty(),
+        "the postmaster runs"
+    );
     let mut follow = kubectl
         .command(&["logs", "-f", "pg-primary"])
         .stdout(Stdio::piped())
@@ -342,7 +345,10 @@ spec:
     let pod = wait_ready(&kubectl, "pg").await;
     let ip = pod["status"]["podIP"].as_str().expect("pod IP").to_string();
     let needle = format!("listen_addresses={ip}");
-    assert!(!processes_matching(&needle).is_empty(), "the postmaster runs");
+    assert!(
+        !processes_matching(&needle).is_empty(),
+        "the postmaster runs"
+    );
     child.start_kill().expect("SIGKILL the sandbox");
     let _ = child.wait().await;
     eventually(Duration::from_secs(10), "no postgres left", || async {
@@ -607,4 +613,35 @@ spec:
         processes_matching(&uid).is_empty(),
         "nothing of the pod runs"
     );
+}
+
+/// `Faults::crash_container` kills a running container with SIGKILL; it comes back per
+/// `restartPolicy`, with exit code 137 in its last state. Simulated sandboxes refuse.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_container_is_restarted_with_exit_code_137() {
+    let (sandbox, kubectl, _) = start().await;
+    create(
+        &kubectl,
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: victim}\nspec:\n  containers:\n  - {name: main, image: busybox, command: [sleep, \"1000\"]}\n",
+    )
+    .await;
+    wait_ready(&kubectl, "victim").await;
+    assert!(!sandbox
+        .faults()
+        .crash_container("default", "victim", "nope"));
+    assert!(sandbox
+        .faults()
+        .crash_container("default", "victim", "main"));
+    let pod = eventually(Duration::from_secs(30), "a restart", || async {
+        let pod = pod_json(&kubectl, "victim").await?;
+        let status = &pod["status"]["containerStatuses"][0];
+        (status["restartCount"] == 1 && status["state"]["running"].is_object()).then_some(pod)
+    })
+    .await;
+    let last = &pod["status"]["containerStatuses"][0]["lastState"]["terminated"];
+    assert_eq!(last["exitCode"], 137, "{last}");
+    let simulated = common::start_sandbox().await;
+    assert!(!simulated
+        .faults()
+        .crash_container("default", "victim", "main"));
 }

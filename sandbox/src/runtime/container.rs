@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Notify};
 use tokio_util::sync::CancellationToken;
 
 use super::env::{self, ConfigError};
@@ -591,8 +591,18 @@ async fn run_instance(
             ));
         }
     }
+    let no_crash = Notify::new();
+    let crash = match kind {
+        Kind::Main => worker.crash.get(index).unwrap_or(&no_crash),
+        Kind::Init => &no_crash,
+    };
     let (exit_code, stopped) = tokio::select! {
         code = jailed.wait() => (code, false),
+        _ = crash.notified() => {
+            // As if the process had died on its own: SIGKILL, exit code 137, restart per policy.
+            jailed.kill();
+            (jailed.wait().await, false)
+        }
         _ = worker.stop.cancelled() => {
             let grace = *lock(&worker.grace);
             node.event(&worker.pod, false, "Killing", format!("Stopping container {name}"));

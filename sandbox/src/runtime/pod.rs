@@ -50,6 +50,8 @@ pub(crate) struct PodWorker {
     pub(crate) host_user: Option<(u32, u32)>,
     /// The volumes, once prepared: name → directory.
     pub(crate) volumes: Mutex<std::collections::BTreeMap<String, PathBuf>>,
+    /// One per main container: wakes its running instance to be killed (the crash fault).
+    pub(crate) crash: Vec<Notify>,
 }
 
 impl PodWorker {
@@ -118,6 +120,12 @@ impl PodWorker {
             ids,
             host_user: node.is_root.then_some(ids),
             volumes: Mutex::new(Default::default()),
+            crash: pod["spec"]["containers"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|_| Notify::new())
+                .collect(),
         }
     }
 
@@ -192,15 +200,16 @@ pub(crate) async fn run(node: Arc<Node>, worker: Arc<PodWorker>) {
     publish(&node, &worker);
     let lifecycle = tokio::spawn(lifecycle(node.clone(), worker.clone()));
 
-    let (grace, remove) = loop {
+    // (grace period, remove the object afterwards, sandbox shutting down)
+    let (grace, remove, shutting_down) = loop {
         tokio::select! {
             _ = worker.changed.notified() => publish(&node, &worker),
             _ = tokio::time::sleep(node.config.sync_period) => match look_at_pod(&node, &worker) {
                 Seen::Present => publish(&node, &worker),
-                Seen::Terminating(grace) => break (grace, true),
-                Seen::Gone => break (Duration::ZERO, false),
+                Seen::Terminating(grace) => break (grace, true, false),
+                Seen::Gone => break (Duration::ZERO, false, false),
             },
-            _ = node.shutdown.cancelled() => break (node.config.shutdown_grace, false),
+            _ = node.shutdown.cancelled() => break (node.config.shutdown_grace, false, true),
         }
     };
     *lock(&worker.grace) = grace;
@@ -215,8 +224,11 @@ pub(crate) async fn run(node: Arc<Node>, worker: Arc<PodWorker>) {
             &worker.uid,
         );
     }
-    // emptyDirs, /tmp, /run and logs go with the pod; claims stay.
-    let _ = std::fs::remove_dir_all(&worker.dir);
+    // emptyDirs, /tmp, /run and logs go with the pod; claims stay. When the sandbox stops, a
+    // `--data-dir` keeps them for inspection (a temporary data directory goes as a whole).
+    if !shutting_down {
+        let _ = std::fs::remove_dir_all(&worker.dir);
+    }
     if let Some(ip) = address {
         lock(&node.addresses).release(ip);
     }
