@@ -112,14 +112,16 @@ async fn main() -> ExitCode {
             dir.join("token").display()
         ),
     }
+    // The runtime in two lines, then the same last line in every mode.
     match sandbox.runtime_description() {
-        Some(description) => println!(
-            "{description}\n({runtime_note}; --runtime simulated for status-only pods). Ctrl-C stops it and every pod."
-        ),
+        Some(description) => {
+            println!("{description}\n  ({runtime_note}; --runtime simulated for status-only pods)")
+        }
         None => println!(
-            "no containers run here: pods get a simulated status only ({runtime_note}). Ctrl-C stops it."
+            "no containers run here: pods get a simulated status only.\n  ({runtime_note})"
         ),
     }
+    println!("Ctrl-C stops it.");
     shutdown_signal().await;
     stop.cancel();
     sandbox.stopped().await;
