@@ -450,3 +450,107 @@ pub(crate) fn failed_pod_status(pod: &Value) -> Value {
     }
     status
 }
+
+/// The STATUS column of `kubectl get pods`, as kube-apiserver's pod printer derives it: the
+/// phase, unless an init container is still working (`Init:1/2`, `Init:CrashLoopBackOff`,
+/// `Init:Error`) or a container waits or ended with a reason (`CrashLoopBackOff`,
+/// `CreateContainerConfigError`, `ImagePullBackOff`, `Error`, `Completed`); `Terminating` once
+/// deleted.
+pub(crate) fn pod_status_reason(pod: &Value) -> String {
+    let status = &pod["status"];
+    let mut reason = status["reason"]
+        .as_str()
+        .filter(|r| !r.is_empty())
+        .or_else(|| status["phase"].as_str())
+        .unwrap_or_default()
+        .to_string();
+    let text = |value: &Value| value.as_str().unwrap_or_default().to_string();
+    let init_statuses = status["initContainerStatuses"].as_array();
+    let init_total = pod["spec"]["initContainers"].as_array().map_or(0, Vec::len);
+    let mut initializing = false;
+    for (i, container) in init_statuses.into_iter().flatten().enumerate() {
+        let state = &container["state"];
+        let terminated = &state["terminated"];
+        let waiting = &state["waiting"];
+        if terminated.is_object() && terminated["exitCode"] == 0 {
+            continue;
+        }
+        initializing = true;
+        reason = if terminated.is_object() {
+            match text(&terminated["reason"]) {
+                r if r.is_empty() => format!("Init:ExitCode:{}", terminated["exitCode"]),
+                r => format!("Init:{r}"),
+            }
+        } else if waiting.is_object()
+            && !text(&waiting["reason"]).is_empty()
+            && waiting["reason"] != "PodInitializing"
+        {
+            format!("Init:{}", text(&waiting["reason"]))
+        } else {
+            format!("Init:{i}/{init_total}")
+        };
+        break;
+    }
+    let initialized = status["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| c["type"] == "Initialized" && c["status"] == "True");
+    if !initializing || initialized {
+        let mut has_running = false;
+        let statuses = status["containerStatuses"].as_array();
+        for container in statuses.into_iter().flatten().rev() {
+            let state = &container["state"];
+            let waiting_reason = text(&state["waiting"]["reason"]);
+            let terminated = &state["terminated"];
+            if !waiting_reason.is_empty() {
+                reason = waiting_reason;
+            } else if terminated.is_object() {
+                reason = match text(&terminated["reason"]) {
+                    r if r.is_empty() => format!("ExitCode:{}", terminated["exitCode"]),
+                    r => r,
+                };
+            } else if container["ready"] == true && state["running"].is_object() {
+                has_running = true;
+            }
+        }
+        if reason == "Completed" && has_running {
+            let ready = status["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True");
+            reason = if ready { "Running" } else { "NotReady" }.to_string();
+        }
+    }
+    if !pod["metadata"]["deletionTimestamp"].is_null() {
+        reason = "Terminating".to_string();
+    }
+    reason
+}
+
+#[cfg(test)]
+mod pod_status_tests {
+    use super::*;
+
+    #[test]
+    fn the_status_column_shows_init_progress_and_container_reasons() {
+        let pod = json!({
+            "spec": {"initContainers": [{"name": "a"}, {"name": "b"}]},
+            "status": {"phase": "Pending", "initContainerStatuses": [
+                {"state": {"terminated": {"exitCode": 0, "reason": "Completed"}}},
+                {"state": {"running": {}}}
+            ]}
+        });
+        assert_eq!(pod_status_reason(&pod), "Init:1/2");
+        let crashing = json!({"status": {"phase": "Running", "conditions": [],
+            "containerStatuses": [{"state": {"waiting": {"reason": "CrashLoopBackOff"}}}]}});
+        assert_eq!(pod_status_reason(&crashing), "CrashLoopBackOff");
+        let running = json!({"status": {"phase": "Running",
+            "containerStatuses": [{"ready": true, "state": {"running": {}}}]}});
+        assert_eq!(pod_status_reason(&running), "Running");
+        let deleted =
+            json!({"metadata": {"deletionTimestamp": "x"}, "status": {"phase": "Running"}});
+        assert_eq!(pod_status_reason(&deleted), "Terminating");
+    }
+}

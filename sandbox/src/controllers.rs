@@ -1,6 +1,8 @@
-//! The few controllers an operator relies on, simulated: the CRD controller that marks a new
-//! CRD Established, and a kubelet that marks a new pod Running. (Garbage collection runs inline
-//! with each deletion, in `objects.rs`.) Nothing is executed: no image is pulled, no process runs.
+//! The few controllers an operator relies on: the CRD controller that marks a new CRD
+//! Established, and the kubelet. (Garbage collection runs inline with each deletion, in
+//! `objects.rs`.) With the simulated runtime the kubelet only marks a new pod Running and
+//! nothing is executed; with the process runtime (`runtime.rs`) a new pod is handed to it, and
+//! its own pod worker notices deletions and removes the pod once its processes have exited.
 //!
 //! WORKSHOP.md, "Set-up: the sandbox" ("what it is and is not").
 
@@ -9,13 +11,19 @@ use std::sync::Arc;
 use serde_json::json;
 
 use crate::builtins;
-use crate::objects::{self, FollowUp};
+use crate::objects::FollowUp;
+use crate::runtime;
 use crate::state::Shared;
 use crate::sync::lock;
 
 /// Start the timers that finish what a write began (after the store lock is released).
 pub(crate) fn spawn_follow_ups(shared: &Arc<Shared>, follow_ups: Vec<FollowUp>) {
     for follow_up in follow_ups {
+        // The process runtime's pod workers see deletions themselves and remove the pod only
+        // once its processes have exited: no timer may remove it first.
+        if shared.node.is_some() && matches!(follow_up, FollowUp::RemovePod { .. }) {
+            continue;
+        }
         let shared = shared.clone();
         tokio::spawn(async move {
             let delay = match &follow_up {
@@ -57,6 +65,10 @@ fn start_pod(shared: &Shared, namespace: &str, name: &str, uid: &str) {
     {
         return;
     }
+    if let Some(node) = &shared.node {
+        node.start_pod(&pod);
+        return;
+    }
     let mut running = (*pod).clone();
     running["status"] = builtins::running_pod_status(&pod, &mut lock(&shared.random));
     state.commit_modified("/pods", running);
@@ -87,31 +99,10 @@ fn start_pod(shared: &Shared, namespace: &str, name: &str, uid: &str) {
     }
 }
 
-/// The kubelet has "stopped" a terminating pod: remove it, unless finalizers still hold it (then
-/// its grace period is over, and removing the last finalizer deletes it).
+/// The simulated kubelet has "stopped" a terminating pod: remove it (or end its grace period
+/// if finalizers hold it).
 fn remove_pod(shared: &Shared, namespace: &str, name: &str, uid: &str) {
-    let mut state = shared.store.lock();
-    let Some(pod) = state.get("/pods", namespace, name) else {
-        return;
-    };
-    if pod["metadata"]["uid"].as_str() != Some(uid)
-        || pod["metadata"]["deletionTimestamp"].is_null()
-    {
-        return;
-    }
-    let Some(pods) = state.registry.find("", "v1", "pods").cloned() else {
-        return;
-    };
-    let held = pod["metadata"]["finalizers"]
-        .as_array()
-        .is_some_and(|f| !f.is_empty());
-    if held {
-        let mut ended = (*pod).clone();
-        ended["metadata"]["deletionGracePeriodSeconds"] = json!(0);
-        state.commit_modified("/pods", ended);
-    } else {
-        objects::remove(&mut state, &pods, namespace, name, false);
-    }
+    runtime::remove_terminated_pod(&mut shared.store.lock(), namespace, name, uid);
 }
 
 /// The apiextensions controller's part: add `Established=True` (a MODIFIED on CRD watches).

@@ -134,6 +134,16 @@ impl Faults {
         killed
     }
 
+    /// With the process runtime: kill `container` of pod `namespace/name` with SIGKILL, as if it
+    /// had crashed (exit code 137); the kubelet restarts it per `restartPolicy`. Returns false
+    /// when pods are simulated or no such container runs.
+    pub fn crash_container(&self, namespace: &str, name: &str, container: &str) -> bool {
+        self.shared
+            .node
+            .as_ref()
+            .is_some_and(|node| node.crash_container(namespace, name, container))
+    }
+
     /// Mark `count` Running pods (seeded pick) as crashed without deleting them: phase Failed,
     /// Ready False, containers terminated with exit code 137 — what an operator's health check
     /// sees when a database process dies. Returns their names.

@@ -299,7 +299,20 @@ pub(crate) async fn serve_resource(
                 .ok_or_else(|| ApiError::not_found(&resource, name))?;
             match sub {
                 Some("scale") => Ok(json_response(200, &scale_of(&resource, &object))),
-                Some("log") => Ok(text_response(200, &pod_log(&object, &query))),
+                Some("log") => match &shared.node {
+                    // The process runtime: the container's real output (runtime/logs.rs).
+                    Some(node) => {
+                        match node.logs(&object, &crate::runtime::LogRequest::from_query(&query))? {
+                            crate::runtime::LogOutput::Whole(text) => Ok(text_response(200, &text)),
+                            crate::runtime::LogOutput::Follow(chunks) => Ok(Response::builder()
+                                .status(200)
+                                .header(header::CONTENT_TYPE, "text/plain")
+                                .body(ResponseBody::Stream(chunks))
+                                .unwrap_or_else(|_| Response::new(ResponseBody::empty()))),
+                        }
+                    }
+                    None => Ok(text_response(200, &pod_log(&object, &query))),
+                },
                 _ => Ok(object_response(200, &resource, &object, table, &[])),
             }
         }

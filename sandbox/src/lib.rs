@@ -2,8 +2,11 @@
 //!
 //! WORKSHOP.md, "Set-up: the sandbox". It stands in for kube-apiserver + etcd, plus the few pieces
 //! of kube-controller-manager and the kubelet an operator relies on: CRDs become Established,
-//! deleting an owner deletes its dependents, and new pods go Pending → Running. **No container
-//! ever runs**: a "Running" pod here is a status written by a simulated kubelet.
+//! deleting an owner deletes its dependents, and new pods go Pending → Running. With the default
+//! [`Runtime::Simulated`] **no container ever runs**: a "Running" pod is a status written by a
+//! simulated kubelet. With [`Runtime::Processes`] (the `sandbox` binary's default where
+//! PostgreSQL and bubblewrap are installed) pods run as real processes: `postgres:<tag>` pods are
+//! real PostgreSQL servers on their own loopback addresses (`runtime.rs`).
 //!
 //! # Module map
 //!
@@ -25,7 +28,8 @@
 //! | `responses.rs` | JSON, Table, text and Status responses; injected-fault answers | 4 answers |
 //! | `controllers.rs` | the simulated kubelet and CRD establishment (garbage collection is in `objects.rs`) | 4 answers |
 //! | `faults.rs` | the [`Faults`] handle tests use to break things on purpose | 4 answers |
-//! | `state.rs` | `Shared`: the store, options, fault switches, request log and shutdown token everyone holds | 3 state |
+//! | `state.rs` | `Shared`: the store, options, fault switches, request log, process runtime and shutdown token everyone holds | 3 state |
+//! | `runtime.rs` | the process runtime: pods as jailed processes, real postgres, probes, restarts, logs (its own files in `runtime/`) | 3 state |
 //! | `tls.rs` | the generated CA, serving certificate and bearer token | 3 state |
 //! | `objects.rs` | what the server does to an object on each write: metadata, generation, status, finalizers, garbage collection | 2 store |
 //! | `table.rs` | `kubectl get` tables: printer columns and ages | 2 store |
@@ -51,7 +55,8 @@
 //!   [`SandboxOptions::pod_termination_delay`] is set; a namespace goes at once with its
 //!   contents; garbage collection (background and foreground) runs inside the owner's DELETE.
 //! - Server-side apply is a merge of the applied object; no field ownership is tracked.
-//! - No RBAC, admission, scheduler or container runtime; Deployments are stored, not run.
+//! - No RBAC, admission or scheduler; Deployments are stored, not run. The process runtime runs
+//!   pods on this machine, not images: see `runtime.rs` for what it simplifies.
 //!
 //! # Start it
 //!
@@ -75,6 +80,7 @@ mod protobuf;
 mod random;
 mod resources;
 mod responses;
+mod runtime;
 mod schema;
 mod selector;
 mod server;
@@ -89,6 +95,7 @@ mod watch;
 
 pub use faults::Faults;
 pub use options::{SandboxError, SandboxOptions};
+pub use runtime::{HostError, HostTools, ProcessRuntime, Runtime, INSTALL_HINT};
 pub use state::{InjectedFault, RequestRecord};
 
 use std::net::SocketAddr;
@@ -107,10 +114,27 @@ pub struct Sandbox {
 impl Sandbox {
     /// Bind, generate credentials if asked, and serve in the background until `stop` is
     /// cancelled (or the `Sandbox` is dropped); [`Sandbox::stopped`] waits for the server to end.
+    /// Pods are simulated: nothing runs.
     pub async fn start(
         options: SandboxOptions,
         stop: CancellationToken,
     ) -> Result<Sandbox, SandboxError> {
+        Sandbox::start_with_runtime(options, Runtime::Simulated, stop).await
+    }
+
+    /// [`Sandbox::start`] with a choice of kubelet: [`Runtime::Processes`] runs pods as real
+    /// processes (find what it needs with [`ProcessRuntime::detect`]).
+    pub async fn start_with_runtime(
+        mut options: SandboxOptions,
+        runtime: Runtime,
+        stop: CancellationToken,
+    ) -> Result<Sandbox, SandboxError> {
+        // Real processes need time to stop: a deleted pod stays Terminating (deletionTimestamp
+        // set) until its worker has stopped them, within Kubernetes' default 30 s grace period
+        // (or the pod's shorter terminationGracePeriodSeconds).
+        if matches!(runtime, Runtime::Processes(_)) && options.pod_termination_delay.is_zero() {
+            options.pod_termination_delay = std::time::Duration::from_secs(30);
+        }
         let listener = tokio::net::TcpListener::bind(options.listen)
             .await
             .map_err(|source| SandboxError::Bind {
@@ -127,7 +151,7 @@ impl Sandbox {
         };
         // A child token: cancelling `stop` stops the sandbox, while `shutdown` (or dropping the
         // `Sandbox`) stops only the sandbox, never the caller's other tasks.
-        let shared = Shared::new(options, addr, security, stop.child_token());
+        let shared = Shared::new(options, addr, security, runtime, stop.child_token());
         let server_task = tokio::spawn(server::serve(listener, shared.clone()));
         tracing::info!(%addr, "sandbox API server listening");
         Ok(Sandbox {
@@ -179,16 +203,27 @@ impl Sandbox {
         self.shared.store.revision().to_string()
     }
 
-    /// Stop accepting connections, end every watch, and wait for open connections to finish.
+    /// What runs pods: `None` for the simulated kubelet, else a line naming the PostgreSQL,
+    /// bubblewrap, pod address range and data directory the process runtime uses.
+    pub fn runtime_description(&self) -> Option<String> {
+        self.shared.node.as_ref().map(|node| node.describe())
+    }
+
+    /// Stop accepting connections, end every watch, stop every pod's processes, and wait for
+    /// open connections to finish.
     pub async fn shutdown(self) {
         self.shared.shutdown.cancel();
         self.stopped().await;
     }
 
-    /// Wait until the server has ended (its `stop` token was cancelled, or [`Sandbox::shutdown`]).
+    /// Wait until the server has ended (its `stop` token was cancelled, or [`Sandbox::shutdown`])
+    /// and, with the process runtime, every pod's processes have exited.
     pub async fn stopped(mut self) {
         if let Some(task) = self.server_task.take() {
             let _ = task.await;
+        }
+        if let Some(node) = &self.shared.node {
+            node.stopped().await;
         }
     }
 }

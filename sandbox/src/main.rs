@@ -1,5 +1,7 @@
 //! The sandbox API server as a program: an in-memory Kubernetes API server for kubectl and the
-//! workshop's operator. No containers run; pods only get a simulated status.
+//! workshop's operator. Where PostgreSQL and bubblewrap are installed, pods run as real
+//! processes (`postgres:<tag>` pods are real PostgreSQL servers); elsewhere, or with
+//! `--runtime simulated`, pods only get a simulated status.
 //!
 //! WORKSHOP.md, "Set-up: the sandbox".
 //!
@@ -7,6 +9,7 @@
 //! cargo run --bin sandbox -- --listen 127.0.0.1:8001
 //! kubectl --server http://127.0.0.1:8001 get pgc
 //! cargo run --bin sandbox -- --listen 127.0.0.1:8443 --tls-dir /tmp/sandbox-creds
+//! cargo run --bin sandbox -- --runtime processes --data-dir /tmp/sandbox-data
 //! ```
 
 use std::net::SocketAddr;
@@ -14,20 +17,22 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::Parser;
-use sandbox::{Sandbox, SandboxOptions};
+use clap::{Parser, ValueEnum};
+use sandbox::{ProcessRuntime, Runtime, Sandbox, SandboxOptions, INSTALL_HINT};
 use tokio_util::sync::CancellationToken;
 
 /// sandbox: the workshop's set-up. An in-memory Kubernetes API server for kubectl and the
-/// operator stages. No containers run: pods only get a simulated status. Stops on SIGTERM or
-/// Ctrl-C, and forgets everything.
+/// operator stages. Pods run as real processes where PostgreSQL and bubblewrap are installed
+/// (`postgres:<tag>` pods run the installed PostgreSQL), else they only get a simulated status.
+/// Stops on SIGTERM or Ctrl-C (stopping every pod), and forgets everything.
 #[derive(Parser, Debug)]
 #[command(
     name = "sandbox",
     after_help = "examples:\n  \
         sandbox                                   # then: kubectl --server http://127.0.0.1:8001 get pgc\n  \
         sandbox --listen 127.0.0.1:8443 --tls-dir /tmp/sandbox-creds   # HTTPS with a token, like a cluster\n  \
-        sandbox --established-delay-ms 2000 --kubelet-delay-ms 1000    # slower, like a real cluster\n\n\
+        sandbox --established-delay-ms 2000 --kubelet-delay-ms 1000    # slower, like a real cluster\n  \
+        sandbox --runtime simulated               # pods get a status only, nothing runs\n\n\
         exit status: 0 stopped by SIGTERM or Ctrl-C, 1 could not start (is the port taken?), 2 bad flags"
 )]
 struct Flags {
@@ -47,6 +52,21 @@ struct Flags {
     /// How long a deleted pod stays Terminating, in milliseconds (0: gone at once).
     #[arg(long, value_name = "MS", default_value = "0", value_parser = milliseconds, allow_negative_numbers = true)]
     pod_termination_delay_ms: Duration,
+    /// What runs pods: `processes` (real processes, each in its own mount namespace and on its
+    /// own 127.x.y.z address; needs PostgreSQL and bubblewrap) or `simulated` (a status only).
+    /// Default: processes where PostgreSQL and bubblewrap are found, else simulated.
+    #[arg(long, value_enum, value_name = "KIND")]
+    runtime: Option<RuntimeChoice>,
+    /// Keep pod data (PGDATA, emptyDirs, logs) in DIR, kept after exit. Default: a temporary
+    /// directory, removed on exit.
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum RuntimeChoice {
+    Processes,
+    Simulated,
 }
 
 #[tokio::main]
@@ -64,8 +84,15 @@ async fn main() -> ExitCode {
         pod_events: true,
         ..SandboxOptions::default()
     };
+    let (runtime, runtime_note) = match choose_runtime(flags.runtime, flags.data_dir.clone()) {
+        Ok(choice) => choice,
+        Err(message) => {
+            eprintln!("sandbox: {message}");
+            return ExitCode::FAILURE;
+        }
+    };
     let stop = CancellationToken::new();
-    let sandbox = match Sandbox::start(options, stop.clone()).await {
+    let sandbox = match Sandbox::start_with_runtime(options, runtime, stop.clone()).await {
         Ok(sandbox) => sandbox,
         Err(error) => {
             eprintln!("sandbox: {error}");
@@ -85,11 +112,51 @@ async fn main() -> ExitCode {
             dir.join("token").display()
         ),
     }
-    println!("no containers run here: pods get a simulated status only. Ctrl-C stops it.");
+    // The runtime in two lines, then the same last line in every mode.
+    match sandbox.runtime_description() {
+        Some(description) => {
+            println!("{description}\n  ({runtime_note}; --runtime simulated for status-only pods)")
+        }
+        None => println!(
+            "no containers run here: pods get a simulated status only.\n  ({runtime_note})"
+        ),
+    }
+    println!("Ctrl-C stops it.");
     shutdown_signal().await;
     stop.cancel();
     sandbox.stopped().await;
     ExitCode::SUCCESS
+}
+
+/// `--runtime` as given, or the default: processes where the host has what they need. The
+/// second value says why, for the banner.
+fn choose_runtime(
+    choice: Option<RuntimeChoice>,
+    data_dir: Option<PathBuf>,
+) -> Result<(Runtime, String), String> {
+    match choice {
+        Some(RuntimeChoice::Simulated) => Ok((
+            Runtime::Simulated,
+            "--runtime simulated; --runtime processes runs them for real".to_string(),
+        )),
+        Some(RuntimeChoice::Processes) => match ProcessRuntime::detect(data_dir) {
+            Ok(runtime) => Ok((
+                Runtime::Processes(runtime),
+                "--runtime processes".to_string(),
+            )),
+            Err(error) => Err(format!("--runtime processes: {error}")),
+        },
+        None => match ProcessRuntime::detect(data_dir) {
+            Ok(runtime) => Ok((
+                Runtime::Processes(runtime),
+                "the default here: PostgreSQL and bubblewrap are installed".to_string(),
+            )),
+            Err(error) => Ok((
+                Runtime::Simulated,
+                format!("to run pods as real processes, `{INSTALL_HINT}`: {error}"),
+            )),
+        },
+    }
 }
 
 /// A delay flag's value: whole milliseconds. `-1`, `1e30` or `soon` are usage errors (exit 2,

@@ -1,5 +1,6 @@
 //! The state every part of a running sandbox shares: the store, the options it started with,
-//! the fault switches, the request log, the simulated controllers' delays, and the shutdown token.
+//! the fault switches, the request log, the simulated controllers' delays, the process runtime
+//! (when pods run for real), and the shutdown token.
 //!
 //! WORKSHOP.md, "Set-up: the sandbox". One `Arc<Shared>` is created per sandbox; the server,
 //! the handlers, the simulated controllers and the public `Sandbox`/`Faults` handles all hold it.
@@ -15,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 use crate::builtins;
 use crate::options::SandboxOptions;
 use crate::random::Xorshift;
+use crate::runtime::{Node, Runtime};
 use crate::store::Store;
 use crate::sync::lock;
 use crate::tls::Security;
@@ -24,7 +26,8 @@ const MAX_RECORDED_REQUESTS: usize = 100_000;
 
 /// Everything the request handlers share.
 pub(crate) struct Shared {
-    pub(crate) store: Store,
+    /// Shared with the process runtime, which writes pod statuses and events into it.
+    pub(crate) store: Arc<Store>,
     pub(crate) options: SandboxOptions,
     pub(crate) addr: SocketAddr,
     pub(crate) security: Option<Security>,
@@ -40,6 +43,8 @@ pub(crate) struct Shared {
     pub(crate) shutdown: CancellationToken,
     /// Bumped by `Faults::go_offline`: (count, how long to stay offline).
     pub(crate) outage: watch::Sender<(u64, Duration)>,
+    /// Some: pods run as processes (`Runtime::Processes`); None: the simulated kubelet.
+    pub(crate) node: Option<Arc<Node>>,
 }
 
 impl Shared {
@@ -48,9 +53,13 @@ impl Shared {
         options: SandboxOptions,
         addr: SocketAddr,
         security: Option<Security>,
+        runtime: Runtime,
         shutdown: CancellationToken,
     ) -> Arc<Shared> {
-        let store = Store::new(options.history_window, options.watch_queue_capacity);
+        let store = Arc::new(Store::new(
+            options.history_window,
+            options.watch_queue_capacity,
+        ));
         let mut random = Xorshift::from_entropy();
         {
             let mut state = store.lock();
@@ -63,8 +72,13 @@ impl Shared {
             }
             state.commit_added("/nodes", builtins::initial_node(random.uuid()));
         }
+        let node = match runtime {
+            Runtime::Simulated => None,
+            Runtime::Processes(config) => Some(Node::new(config, store.clone(), shutdown.clone())),
+        };
         Arc::new(Shared {
             store,
+            node,
             established_delay: Mutex::new(options.established_delay),
             kubelet_delay: Mutex::new(options.kubelet_delay),
             options,

@@ -116,11 +116,7 @@ fn columns_for(resource: &ResourceType) -> Vec<Column> {
                 json!(format!("{ready}/{total}"))
             }));
             columns.push(text_column("Status", 0, |o| {
-                if !o["metadata"]["deletionTimestamp"].is_null() {
-                    json!("Terminating")
-                } else {
-                    o["status"]["phase"].clone()
-                }
+                json!(crate::builtins::pod_status_reason(o))
             }));
             columns.push(Column {
                 definition: json!({"name": "Restarts", "type": "string", "format": "",

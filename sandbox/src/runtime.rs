@@ -1,0 +1,367 @@
+//! The process runtime: a kubelet whose pods are real processes on this machine. `postgres:<tag>`
+//! pods run the PostgreSQL installed here; every pod gets its own loopback address and its own
+//! mount namespace (bubblewrap). The other choice, [`Runtime::Simulated`], is the status-only
+//! kubelet of `controllers.rs`.
+//!
+//! WORKSHOP.md, "Set-up: the sandbox". The library's default is `Simulated` (fast, needs
+//! nothing installed); the `sandbox` binary picks `Processes` when PostgreSQL and bubblewrap are
+//! found. Layout:
+//!
+//! | module | what it holds |
+//! |---|---|
+//! | `runtime.rs` | [`Runtime`], [`ProcessRuntime`]; `Node`: the running kubelet, its pods, events and logs |
+//! | `pod.rs` | one pod's worker: address, files, init containers then containers, status, deletion |
+//! | `container.rs` | one container: start, restart with back-off, probes, stop |
+//! | `status.rs` | what the kubelet tracks and the `status` it writes from it |
+//! | `logs.rs` | `kubectl logs`: the current or previous instance's output, or following it |
+//! | `env.rs`, `volumes.rs`, `image.rs` | environment, volumes and what an image runs |
+//! | `probes.rs` | exec, tcpSocket and httpGet checks |
+//! | `jail.rs`, `process.rs` | the bubblewrap command line; starting and signalling a process |
+//! | `host.rs`, `addresses.rs` | finding PostgreSQL and bwrap; pod IPs on 127.B.0.0/16 |
+//!
+//! # Where it simplifies
+//!
+//! - Pods share the machine's network namespace: each listens on its own 127.x.y.z, and
+//!   `localhost` inside a pod names the pod's address (see `probes.rs`). Connections between
+//!   pods come from 127.0.0.1, which initdb's default pg_hba.conf trusts.
+//! - No Services proxy, cluster DNS, `exec`, `port-forward`, resource limits or image pulls yet;
+//!   persistentVolumeClaim volumes are plain directories that outlive their pods.
+//! - Pod processes never run as root: as `runAsUser` when the sandbox is root (999, the official
+//!   image's postgres user, when unset), else as the sandbox's own user.
+
+mod addresses;
+mod container;
+mod env;
+mod host;
+mod image;
+mod jail;
+mod logs;
+mod pod;
+mod probes;
+mod process;
+mod status;
+mod volumes;
+
+pub use host::{HostError, HostTools, INSTALL_HINT};
+pub(crate) use logs::{LogOutput, LogRequest};
+
+use std::collections::HashMap;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+
+use crate::builtins;
+use crate::errors::ApiError;
+use crate::objects;
+use crate::random::Xorshift;
+use crate::store::{Store, StoreState};
+use crate::sync::lock;
+use crate::timefmt;
+
+/// The stand-in for the official image's entrypoint, written into the data directory and
+/// mounted at `/usr/local/bin/docker-entrypoint.sh` in `postgres:<tag>` containers.
+const POSTGRES_ENTRYPOINT_SCRIPT: &str = include_str!("runtime/docker-entrypoint.sh");
+
+/// Which kubelet the sandbox runs.
+#[derive(Clone, Debug, Default)]
+pub enum Runtime {
+    /// Pods get a Running status and nothing runs (the default of [`crate::Sandbox::start`]).
+    #[default]
+    Simulated,
+    /// Pods run as processes on this machine.
+    Processes(ProcessRuntime),
+}
+
+/// How the process runtime runs pods.
+#[derive(Clone, Debug)]
+pub struct ProcessRuntime {
+    pub tools: HostTools,
+    data: Arc<DataDir>,
+    /// The first wait before restarting a crashed container; it doubles up to
+    /// `max_restart_backoff` (the kubelet's 10 s and 5 min; tests shorten them).
+    pub restart_backoff: Duration,
+    pub max_restart_backoff: Duration,
+    /// How often a waiting container retries what blocked it (a missing Secret, a volume).
+    pub retry_period: Duration,
+    /// How often each pod's worker looks at its pod object (to notice a deletion).
+    pub sync_period: Duration,
+    /// How long pods get to stop when the sandbox itself stops.
+    pub shutdown_grace: Duration,
+    /// Pods get addresses in 127.B.0.0/16; None picks B at random.
+    pub address_block: Option<u8>,
+}
+
+impl ProcessRuntime {
+    /// Find PostgreSQL and bubblewrap and prepare `data_dir` (None: a temporary directory that
+    /// is removed when the sandbox is dropped).
+    pub fn detect(data_dir: Option<PathBuf>) -> Result<ProcessRuntime, HostError> {
+        ProcessRuntime::new(HostTools::detect()?, data_dir)
+    }
+
+    pub fn new(tools: HostTools, data_dir: Option<PathBuf>) -> Result<ProcessRuntime, HostError> {
+        let data = DataDir::create(data_dir)?;
+        Ok(ProcessRuntime {
+            tools,
+            data: Arc::new(data),
+            restart_backoff: Duration::from_secs(10),
+            max_restart_backoff: Duration::from_secs(300),
+            retry_period: Duration::from_secs(2),
+            sync_period: Duration::from_millis(200),
+            shutdown_grace: Duration::from_secs(5),
+            address_block: None,
+        })
+    }
+
+    /// Where pod data lives.
+    pub fn data_dir(&self) -> &Path {
+        &self.data.path
+    }
+}
+
+/// The directory holding every pod's files; a temporary one is removed when the last handle goes.
+#[derive(Debug)]
+struct DataDir {
+    path: PathBuf,
+    temporary: bool,
+}
+
+impl DataDir {
+    fn create(path: Option<PathBuf>) -> Result<DataDir, HostError> {
+        let temporary = path.is_none();
+        if temporary {
+            remove_abandoned_data_dirs();
+        }
+        let path = path.unwrap_or_else(|| {
+            let mut random = Xorshift::from_entropy();
+            std::env::temp_dir().join(format!(
+                "{TEMPORARY_PREFIX}{}-{}",
+                std::process::id(),
+                random.hex(6)
+            ))
+        });
+        let failed = |source| HostError::DataDir {
+            path: path.clone(),
+            source,
+        };
+        // 0755: the pods' users (999) must be able to reach their own directories inside.
+        volumes::make_dir(&path, 0o755, None).map_err(failed)?;
+        let entrypoint = path.join("bin").join("docker-entrypoint.sh");
+        volumes::make_dir(&path.join("bin"), 0o755, None).map_err(failed)?;
+        std::fs::write(&entrypoint, POSTGRES_ENTRYPOINT_SCRIPT).map_err(failed)?;
+        std::fs::set_permissions(
+            &entrypoint,
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .map_err(failed)?;
+        Ok(DataDir { path, temporary })
+    }
+}
+
+/// Temporary data directories of sandboxes that were killed (SIGKILL leaves no chance to clean
+/// up): `sandbox-pods-<pid>-<random>` whose process is gone.
+fn remove_abandoned_data_dirs() {
+    let temp = std::env::temp_dir();
+    for entry in std::fs::read_dir(&temp).into_iter().flatten().flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(TEMPORARY_PREFIX))
+            .and_then(|rest| rest.split('-').next())
+        else {
+            continue;
+        };
+        if !Path::new("/proc").join(pid).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+const TEMPORARY_PREFIX: &str = "sandbox-pods-";
+
+impl Drop for DataDir {
+    fn drop(&mut self) {
+        if self.temporary {
+            let _ = std::fs::remove_dir_all(&self.path);
+        }
+    }
+}
+
+/// The running process kubelet: one worker per pod.
+pub(crate) struct Node {
+    config: ProcessRuntime,
+    store: Arc<Store>,
+    addresses: Mutex<addresses::PodAddresses>,
+    pods: Mutex<HashMap<String, Arc<pod::PodWorker>>>,
+    tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    random: Mutex<Xorshift>,
+    shutdown: CancellationToken,
+    /// Whether the sandbox runs as root (then pods run as their runAsUser, never as root).
+    is_root: bool,
+    own_ids: (u32, u32),
+}
+
+impl Node {
+    pub(crate) fn new(
+        config: ProcessRuntime,
+        store: Arc<Store>,
+        shutdown: CancellationToken,
+    ) -> Arc<Node> {
+        let mut random = Xorshift::from_entropy();
+        let block = config
+            .address_block
+            .unwrap_or_else(|| 16 + random.below(235) as u8);
+        // The effective user of this process, without libc: the owner of /proc/self.
+        let own_ids = std::fs::metadata("/proc/self")
+            .map(|m| (m.uid(), m.gid()))
+            .unwrap_or((65534, 65534));
+        Arc::new(Node {
+            config,
+            store,
+            addresses: Mutex::new(addresses::PodAddresses::new(block)),
+            pods: Mutex::new(HashMap::new()),
+            tasks: Mutex::new(Vec::new()),
+            random: Mutex::new(random),
+            shutdown,
+            is_root: own_ids.0 == 0,
+            own_ids,
+        })
+    }
+
+    /// One line for the banner: what runs pods, and where.
+    pub(crate) fn describe(&self) -> String {
+        format!(
+            "pods run as processes: PostgreSQL {} from {}, bubblewrap {}, pod IPs {}, data in {}",
+            self.config.tools.postgres_version,
+            self.config.tools.postgres_bin.display(),
+            self.config.tools.bwrap.display(),
+            lock(&self.addresses).range(),
+            self.config.data_dir().display()
+        )
+    }
+
+    /// Start running `pod` (once per uid).
+    pub(crate) fn start_pod(self: &Arc<Self>, pod: &Value) {
+        let uid = pod["metadata"]["uid"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let mut pods = lock(&self.pods);
+        if uid.is_empty() || pods.contains_key(&uid) || self.shutdown.is_cancelled() {
+            return;
+        }
+        let worker = Arc::new(pod::PodWorker::new(self, pod));
+        pods.insert(uid, worker.clone());
+        let task = tokio::spawn(pod::run(self.clone(), worker));
+        let mut tasks = lock(&self.tasks);
+        tasks.retain(|t| !t.is_finished());
+        tasks.push(task);
+    }
+
+    /// Wait until every pod worker has stopped its processes (after the shutdown token).
+    pub(crate) async fn stopped(&self) {
+        let tasks: Vec<_> = std::mem::take(&mut *lock(&self.tasks));
+        for task in tasks {
+            let _ = task.await;
+        }
+    }
+
+    /// `kubectl logs`.
+    pub(crate) fn logs(&self, pod: &Value, request: &LogRequest) -> Result<LogOutput, ApiError> {
+        let uid = pod["metadata"]["uid"].as_str().unwrap_or_default();
+        let worker = lock(&self.pods).get(uid).cloned();
+        logs::read(self, worker, pod, request)
+    }
+
+    /// Kill a running container's process as if it had crashed (SIGKILL); the kubelet then
+    /// restarts it per `restartPolicy`. False if no such pod or container runs here.
+    pub(crate) fn crash_container(&self, namespace: &str, name: &str, container: &str) -> bool {
+        let worker = lock(&self.pods)
+            .values()
+            .find(|w| w.namespace == namespace && w.name == name)
+            .cloned();
+        let Some(worker) = worker else {
+            return false;
+        };
+        let index = worker.pod["spec"]["containers"]
+            .as_array()
+            .and_then(|all| all.iter().position(|c| c["name"] == container));
+        match index.and_then(|i| worker.crash.get(i)) {
+            Some(crash) => {
+                crash.notify_waiters();
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn forget(&self, uid: &str) {
+        lock(&self.pods).remove(uid);
+    }
+
+    /// Record an Event about `pod`, or count it again if the same one exists (as the kubelet's
+    /// event recorder aggregates: `kubectl describe` shows "(x4 over 2m)").
+    fn event(&self, pod: &Value, warning: bool, reason: &str, message: String) {
+        let mut state = self.store.lock();
+        let uid = pod["metadata"]["uid"].as_str().unwrap_or_default();
+        let namespace = pod["metadata"]["namespace"].as_str().unwrap_or_default();
+        let existing = state
+            .list("/events", Some(namespace))
+            .into_iter()
+            .find(|e| {
+                e["involvedObject"]["uid"] == uid
+                    && e["reason"] == reason
+                    && e["message"] == message
+            });
+        match existing {
+            Some(event) => {
+                let mut again = (*event).clone();
+                again["count"] = json!(event["count"].as_u64().unwrap_or(1) + 1);
+                again["lastTimestamp"] = json!(timefmt::now_rfc3339());
+                state.commit_modified("/events", again);
+            }
+            None => {
+                let mut event =
+                    builtins::pod_event(pod, &mut lock(&self.random), "kubelet", reason, message);
+                if warning {
+                    event["type"] = json!("Warning");
+                }
+                state.commit_added("/events", event);
+            }
+        }
+    }
+}
+
+/// The kubelet has stopped a terminating pod: remove it, unless finalizers still hold it (then
+/// its grace period is over, and removing the last finalizer deletes it).
+pub(crate) fn remove_terminated_pod(
+    state: &mut StoreState,
+    namespace: &str,
+    name: &str,
+    uid: &str,
+) {
+    let Some(pod) = state.get("/pods", namespace, name) else {
+        return;
+    };
+    if pod["metadata"]["uid"].as_str() != Some(uid)
+        || pod["metadata"]["deletionTimestamp"].is_null()
+    {
+        return;
+    }
+    let Some(pods) = state.registry.find("", "v1", "pods").cloned() else {
+        return;
+    };
+    let held = pod["metadata"]["finalizers"]
+        .as_array()
+        .is_some_and(|f| !f.is_empty());
+    if held {
+        let mut ended = (*pod).clone();
+        ended["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+        state.commit_modified("/pods", ended);
+    } else {
+        objects::remove(state, &pods, namespace, name, false);
+    }
+}

@@ -1,0 +1,177 @@
+//! What the machine offers the process runtime: a PostgreSQL server installation, bubblewrap,
+//! and user namespaces. Found once at start; the banner and the errors say what is missing.
+//!
+//! WORKSHOP.md, "Set-up: the sandbox". Debian installs each PostgreSQL major version in
+//! `/usr/lib/postgresql/N/bin` and puts only wrappers on PATH, so that directory is looked at
+//! first; elsewhere `pg_config --bindir` or a `postgres` on PATH will do.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Where Debian and Ubuntu install each PostgreSQL major version.
+const DEBIAN_POSTGRES_ROOT: &str = "/usr/lib/postgresql";
+
+/// How to get what is missing, printed with every "not found".
+pub const INSTALL_HINT: &str = "apt install postgresql bubblewrap";
+
+/// The host programs pods run with.
+#[derive(Clone, Debug)]
+pub struct HostTools {
+    /// The directory holding `postgres`, `initdb`, `pg_ctl`, `pg_basebackup`, `psql`, ...
+    pub postgres_bin: PathBuf,
+    /// "15.14", from `postgres --version`.
+    pub postgres_version: String,
+    pub bwrap: PathBuf,
+}
+
+/// Why the process runtime cannot run here.
+#[derive(Debug)]
+pub enum HostError {
+    NoPostgres,
+    NoBubblewrap,
+    /// bwrap exists but could not create a sandbox (user namespaces disabled, or no kernel support).
+    BubblewrapFails {
+        stderr: String,
+    },
+    /// Creating or preparing the data directory failed.
+    DataDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+impl std::fmt::Display for HostError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HostError::NoPostgres => write!(
+                f,
+                "no PostgreSQL server found (looked in {DEBIAN_POSTGRES_ROOT}/*/bin, pg_config --bindir and PATH); install it: {INSTALL_HINT}"
+            ),
+            HostError::NoBubblewrap => {
+                write!(f, "bubblewrap (bwrap) not found on PATH; install it: {INSTALL_HINT}")
+            }
+            HostError::BubblewrapFails { stderr } => write!(
+                f,
+                "bwrap cannot create a sandbox here ({}); user namespaces may be disabled (sysctl kernel.unprivileged_userns_clone=1)",
+                stderr.trim()
+            ),
+            HostError::DataDir { path, source } => {
+                write!(f, "cannot prepare the data directory {}: {source}", path.display())
+            }
+        }
+    }
+}
+
+impl std::error::Error for HostError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            HostError::DataDir { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+impl HostTools {
+    /// Find PostgreSQL and bubblewrap, and check that bwrap can make a user namespace.
+    pub fn detect() -> Result<HostTools, HostError> {
+        let postgres_bin = find_postgres_bin().ok_or(HostError::NoPostgres)?;
+        let bwrap = find_on_path("bwrap").ok_or(HostError::NoBubblewrap)?;
+        let postgres_version = postgres_version(&postgres_bin).ok_or(HostError::NoPostgres)?;
+        check_bwrap(&bwrap)?;
+        Ok(HostTools {
+            postgres_bin,
+            postgres_version,
+            bwrap,
+        })
+    }
+
+    /// The major version, "15" of "15.14".
+    pub fn postgres_major(&self) -> &str {
+        self.postgres_version
+            .split('.')
+            .next()
+            .unwrap_or(&self.postgres_version)
+    }
+}
+
+/// The newest `/usr/lib/postgresql/N/bin` with a `postgres` in it, else `pg_config --bindir`,
+/// else the directory of a `postgres` on PATH.
+fn find_postgres_bin() -> Option<PathBuf> {
+    let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir(DEBIAN_POSTGRES_ROOT)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let major = entry.file_name().to_str()?.parse::<u32>().ok()?;
+            let bin = entry.path().join("bin");
+            bin.join("postgres").is_file().then_some((major, bin))
+        })
+        .collect();
+    versions.sort();
+    if let Some((_, bin)) = versions.pop() {
+        return Some(bin);
+    }
+    let from_pg_config = Command::new("pg_config")
+        .arg("--bindir")
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()))
+        .filter(|bin| bin.join("postgres").is_file());
+    from_pg_config
+        .or_else(|| find_on_path("postgres").and_then(|p| p.parent().map(Path::to_path_buf)))
+}
+
+/// `postgres (PostgreSQL) 15.14 (Debian 15.14-0+deb12u1)` → `15.14`.
+fn postgres_version(bin: &Path) -> Option<String> {
+    let output = Command::new(bin.join("postgres"))
+        .arg("--version")
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    parse_postgres_version(&text)
+}
+
+pub(crate) fn parse_postgres_version(text: &str) -> Option<String> {
+    text.split_whitespace()
+        .find(|word| word.starts_with(|c: char| c.is_ascii_digit()))
+        .map(String::from)
+}
+
+pub(crate) fn find_on_path(program: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(program))
+        .find(|candidate| candidate.is_file())
+}
+
+/// Run `true` in a throw-away user namespace, as every pod will.
+fn check_bwrap(bwrap: &Path) -> Result<(), HostError> {
+    let output = Command::new(bwrap)
+        .args(["--unshare-user", "--ro-bind", "/", "/", "true"])
+        .output()
+        .map_err(|e| HostError::BubblewrapFails {
+            stderr: e.to_string(),
+        })?;
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(HostError::BubblewrapFails {
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_version_is_the_first_number_in_postgres_version_output() {
+        assert_eq!(
+            parse_postgres_version("postgres (PostgreSQL) 15.14 (Debian 15.14-0+deb12u1)\n"),
+            Some("15.14".to_string())
+        );
+        assert_eq!(parse_postgres_version("nothing here"), None);
+    }
+}

@@ -1,0 +1,378 @@
+//! One pod's worker: it gives the pod an address and its files, runs the init containers in
+//! order and then the containers, writes the status whenever something changed, and, when the
+//! pod is deleted, stops the processes before the pod object may go.
+//!
+//! WORKSHOP.md, "Set-up: the sandbox". Deletion, as the kubelet does it: a pod with a
+//! `deletionTimestamp` gets SIGTERM in every container, up to its grace period to exit
+//! (`deletionGracePeriodSeconds`, at most `terminationGracePeriodSeconds`), then SIGKILL; only
+//! then is the object removed and its emptyDirs deleted. A pod removed outright (`--force
+//! --grace-period=0`, its namespace deleted) has its processes killed at once.
+
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use super::container::{self, Kind};
+use super::env::Lookup;
+use super::image::Image;
+use super::status::{ContainerRecord, PodRecord};
+use super::{volumes, Node};
+use crate::store::Store;
+use crate::sync::lock;
+use crate::timefmt;
+
+/// The user a pod runs as when the sandbox is root and the pod names none: the official
+/// postgres image's `postgres` user.
+const DEFAULT_POD_USER: u32 = 999;
+
+/// What one pod's tasks share.
+pub(crate) struct PodWorker {
+    pub(crate) uid: String,
+    pub(crate) namespace: String,
+    pub(crate) name: String,
+    /// The pod as the kubelet first saw it (its spec cannot change but for images).
+    pub(crate) pod: Value,
+    pub(crate) dir: PathBuf,
+    pub(crate) record: Mutex<PodRecord>,
+    /// Wakes the status writer.
+    pub(crate) changed: Notify,
+    /// Cancelled when the pod must stop; `grace` says how long its processes get.
+    pub(crate) stop: CancellationToken,
+    pub(crate) grace: Mutex<Duration>,
+    /// The user and group the pod's processes run as (inside and outside the jail).
+    pub(crate) ids: (u32, u32),
+    /// Some(ids) when the sandbox is root: bwrap is started as that user.
+    pub(crate) host_user: Option<(u32, u32)>,
+    /// The volumes, once prepared: name → directory.
+    pub(crate) volumes: Mutex<std::collections::BTreeMap<String, PathBuf>>,
+    /// One per main container: wakes its running instance to be killed (the crash fault).
+    pub(crate) crash: Vec<Notify>,
+}
+
+impl PodWorker {
+    pub(crate) fn new(node: &Node, pod: &Value) -> PodWorker {
+        let metadata = &pod["metadata"];
+        let uid = metadata["uid"].as_str().unwrap_or_default().to_string();
+        let containers = |field: &str, waiting: &str| -> Vec<ContainerRecord> {
+            pod["spec"][field]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|c| {
+                    ContainerRecord::new(
+                        c["name"].as_str().unwrap_or_default(),
+                        c["image"].as_str().unwrap_or_default(),
+                        waiting,
+                    )
+                })
+                .collect()
+        };
+        let init = containers("initContainers", "PodInitializing");
+        let main_waiting = if init.is_empty() {
+            "ContainerCreating"
+        } else {
+            "PodInitializing"
+        };
+        let ids = if node.is_root {
+            let context = |field: &str| {
+                pod["spec"]["securityContext"][field]
+                    .as_u64()
+                    .or_else(|| pod["spec"]["containers"][0]["securityContext"][field].as_u64())
+            };
+            // Never root: a pod asking for uid 0 runs as the default user too.
+            let uid = context("runAsUser")
+                .and_then(|u| u32::try_from(u).ok())
+                .filter(|u| *u != 0)
+                .unwrap_or(DEFAULT_POD_USER);
+            let gid = context("runAsGroup")
+                .and_then(|g| u32::try_from(g).ok())
+                .filter(|g| *g != 0)
+                .unwrap_or(uid);
+            (uid, gid)
+        } else {
+            node.own_ids
+        };
+        PodWorker {
+            namespace: metadata["namespace"]
+                .as_str()
+                .unwrap_or("default")
+                .to_string(),
+            name: metadata["name"].as_str().unwrap_or_default().to_string(),
+            dir: node.config.data_dir().join("pods").join(&uid),
+            uid,
+            pod: pod.clone(),
+            record: Mutex::new(PodRecord {
+                pod_ip: None,
+                start_time: timefmt::now_rfc3339(),
+                initialized: init.is_empty(),
+                init,
+                main: containers("containers", main_waiting),
+                init_failed: false,
+            }),
+            changed: Notify::new(),
+            stop: CancellationToken::new(),
+            grace: Mutex::new(Duration::ZERO),
+            ids,
+            host_user: node.is_root.then_some(ids),
+            volumes: Mutex::new(Default::default()),
+            crash: pod["spec"]["containers"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|_| Notify::new())
+                .collect(),
+        }
+    }
+
+    /// Change the record and have the status written.
+    pub(crate) fn update(&self, change: impl FnOnce(&mut PodRecord)) {
+        change(&mut lock(&self.record));
+        self.changed.notify_one();
+    }
+
+    pub(crate) fn pod_ip(&self) -> Option<Ipv4Addr> {
+        lock(&self.record).pod_ip
+    }
+
+    /// Wait `delay`, or less if the pod is stopping; false if it is.
+    pub(crate) async fn sleep(&self, delay: Duration) -> bool {
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => true,
+            _ = self.stop.cancelled() => false,
+        }
+    }
+}
+
+/// Secrets, ConfigMaps and claims in the pod's namespace, read from the store.
+pub(crate) struct StoreLookup<'a> {
+    pub(crate) store: &'a Store,
+    pub(crate) namespace: &'a str,
+}
+
+impl Lookup for StoreLookup<'_> {
+    fn secret(&self, name: &str) -> Option<Value> {
+        let object = self.store.lock().get("/secrets", self.namespace, name)?;
+        Some((*object).clone())
+    }
+    fn config_map(&self, name: &str) -> Option<Value> {
+        let object = self.store.lock().get("/configmaps", self.namespace, name)?;
+        Some((*object).clone())
+    }
+}
+
+/// What the worker found when it looked at its pod object.
+enum Seen {
+    Present,
+    /// A deletionTimestamp: stop within this grace period, then remove the object.
+    Terminating(Duration),
+    /// Removed (or replaced by a new pod of the same name): kill at once.
+    Gone,
+}
+
+/// The pod's whole life on this node.
+pub(crate) async fn run(node: Arc<Node>, worker: Arc<PodWorker>) {
+    node.event(
+        &worker.pod,
+        false,
+        "Scheduled",
+        format!(
+            "Successfully assigned {}/{} to {}",
+            worker.namespace,
+            worker.name,
+            crate::builtins::SANDBOX_NODE
+        ),
+    );
+    let address = lock(&node.addresses).allocate();
+    match address {
+        Some(ip) => worker.update(|record| record.pod_ip = Some(ip)),
+        None => node.event(
+            &worker.pod,
+            true,
+            "FailedCreatePodSandBox",
+            "no free pod address left in the sandbox's /16".to_string(),
+        ),
+    }
+    publish(&node, &worker);
+    let lifecycle = tokio::spawn(lifecycle(node.clone(), worker.clone()));
+
+    // (grace period, remove the object afterwards, sandbox shutting down)
+    let (grace, remove, shutting_down) = loop {
+        tokio::select! {
+            _ = worker.changed.notified() => publish(&node, &worker),
+            _ = tokio::time::sleep(node.config.sync_period) => match look_at_pod(&node, &worker) {
+                Seen::Present => publish(&node, &worker),
+                Seen::Terminating(grace) => break (grace, true, false),
+                Seen::Gone => break (Duration::ZERO, false, false),
+            },
+            _ = node.shutdown.cancelled() => break (node.config.shutdown_grace, false, true),
+        }
+    };
+    *lock(&worker.grace) = grace;
+    worker.stop.cancel();
+    let _ = lifecycle.await;
+    publish(&node, &worker);
+    if remove {
+        super::remove_terminated_pod(
+            &mut node.store.lock(),
+            &worker.namespace,
+            &worker.name,
+            &worker.uid,
+        );
+    }
+    // emptyDirs, /tmp, /run and logs go with the pod; claims stay. When the sandbox stops, a
+    // `--data-dir` keeps them for inspection (a temporary data directory goes as a whole).
+    if !shutting_down {
+        let _ = std::fs::remove_dir_all(&worker.dir);
+    }
+    if let Some(ip) = address {
+        lock(&node.addresses).release(ip);
+    }
+    node.forget(&worker.uid);
+    tracing::debug!(namespace = %worker.namespace, name = %worker.name, "pod stopped");
+}
+
+/// Files, then init containers one by one, then every container side by side.
+async fn lifecycle(node: Arc<Node>, worker: Arc<PodWorker>) {
+    if !prepare_files(&node, &worker).await {
+        return;
+    }
+    let init_count = lock(&worker.record).init.len();
+    for index in 0..init_count {
+        if !container::run_init(&node, &worker, index).await {
+            return;
+        }
+    }
+    worker.update(|record| record.initialized = true);
+    let main_count = lock(&worker.record).main.len();
+    let supervisors: Vec<_> = (0..main_count)
+        .map(|index| {
+            tokio::spawn(container::supervise(
+                node.clone(),
+                worker.clone(),
+                Kind::Main,
+                index,
+            ))
+        })
+        .collect();
+    for supervisor in supervisors {
+        let _ = supervisor.await;
+    }
+}
+
+/// The pod's directories, /etc files and volumes; retried (FailedMount) until they work or the
+/// pod stops. False if it stopped first.
+async fn prepare_files(node: &Node, worker: &PodWorker) -> bool {
+    let (uid, gid) = worker.ids;
+    let owner = worker.host_user;
+    let ip = worker.pod_ip().map(|ip| ip.to_string()).unwrap_or_default();
+    let postgres = worker.pod["spec"]["containers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| {
+            matches!(
+                Image::parse(c["image"].as_str().unwrap_or_default()),
+                Image::Postgres { .. }
+            )
+        });
+    let user_name = if postgres { "postgres" } else { "sandbox" };
+    let base = volumes::make_dir(&worker.dir, 0o755, None).and_then(|_| {
+        volumes::write_etc(
+            &worker.dir.join("etc"),
+            uid,
+            gid,
+            user_name,
+            &worker.name,
+            &ip,
+        )
+    });
+    if let Err(error) = base {
+        node.event(
+            &worker.pod,
+            true,
+            "FailedCreatePodSandBox",
+            format!(
+                "cannot create the pod's files in {}: {error}",
+                worker.dir.display()
+            ),
+        );
+        return false;
+    }
+    let claims_dir = node.config.data_dir().join("claims");
+    loop {
+        let lookup = StoreLookup {
+            store: &node.store,
+            namespace: &worker.namespace,
+        };
+        let claim_exists = |claim: &str| {
+            node.store
+                .lock()
+                .get("/persistentvolumeclaims", &worker.namespace, claim)
+                .is_some()
+        };
+        match volumes::prepare(
+            &worker.pod,
+            &worker.dir,
+            &claims_dir,
+            &lookup,
+            &claim_exists,
+            owner,
+        ) {
+            Ok(prepared) => {
+                *lock(&worker.volumes) = prepared;
+                return true;
+            }
+            Err(volumes::MountError(message)) => {
+                node.event(&worker.pod, true, "FailedMount", message);
+                if !worker.sleep(node.config.retry_period).await {
+                    return false;
+                }
+            }
+        }
+    }
+}
+
+fn look_at_pod(node: &Node, worker: &PodWorker) -> Seen {
+    let Some(pod) = node
+        .store
+        .lock()
+        .get("/pods", &worker.namespace, &worker.name)
+    else {
+        return Seen::Gone;
+    };
+    if pod["metadata"]["uid"].as_str() != Some(worker.uid.as_str()) {
+        return Seen::Gone;
+    }
+    if pod["metadata"]["deletionTimestamp"].is_null() {
+        return Seen::Present;
+    }
+    let requested = pod["metadata"]["deletionGracePeriodSeconds"].as_u64();
+    let spec = pod["spec"]["terminationGracePeriodSeconds"]
+        .as_u64()
+        .unwrap_or(30);
+    Seen::Terminating(Duration::from_secs(requested.map_or(spec, |r| r.min(spec))))
+}
+
+/// Write the status if it changed (and the pod is still this pod).
+fn publish(node: &Node, worker: &PodWorker) {
+    let record = lock(&worker.record).clone();
+    let mut state = node.store.lock();
+    let Some(pod) = state.get("/pods", &worker.namespace, &worker.name) else {
+        return;
+    };
+    if pod["metadata"]["uid"].as_str() != Some(worker.uid.as_str()) {
+        return;
+    }
+    let status = record.to_status(&pod["status"], &timefmt::now_rfc3339());
+    if status == pod["status"] {
+        return;
+    }
+    let mut next = (*pod).clone();
+    next["status"] = status;
+    state.commit_modified("/pods", next);
+}

@@ -1,0 +1,182 @@
+//! One process in a jail: start it under bwrap as the pod's user, signal it, wait for it.
+//!
+//! WORKSHOP.md, "Set-up: the sandbox". bwrap stays as the parent of the jailed command (it
+//! reports the command's exit code as its own), so signals go to the command itself — the
+//! container's PID 1, as containerd signals it: a PID 1 without a SIGTERM handler (plain `sh`)
+//! ignores SIGTERM and is killed when the grace period ends, exactly as in a cluster.
+
+use std::ffi::OsString;
+use std::fs::File;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::process::{Child, Command};
+
+use super::jail::Jail;
+
+/// Linux signal numbers (the same on every Linux architecture the sandbox runs on).
+pub(crate) const SIGTERM: i32 = 15;
+pub(crate) const SIGKILL: i32 = 9;
+
+extern "C" {
+    /// kill(2) from the C library std already links; the allowed crates offer no safe wrapper.
+    fn kill(pid: i32, signal: i32) -> i32;
+}
+
+/// Send `signal` to process `pid`; false if it is gone.
+fn send_signal(pid: u32, signal: i32) -> bool {
+    let Ok(pid) = i32::try_from(pid) else {
+        return false;
+    };
+    // SAFETY: kill(2) takes two integers and touches no memory of ours; a positive pid never
+    // addresses a process group, so a stale pid can at worst signal an unrelated process, which
+    // the caller avoids by only signalling children it has not yet reaped.
+    unsafe { kill(pid, signal) == 0 }
+}
+
+/// A started process.
+pub(crate) struct Jailed {
+    child: Child,
+    bwrap_pid: Option<u32>,
+}
+
+/// Start `argv` in `jail` with exactly `env`, output appended to `log` (or discarded).
+pub(crate) fn spawn(
+    bwrap: &Path,
+    jail: &Jail,
+    argv: &[String],
+    env: &[(String, String)],
+    run_as_host_user: Option<(u32, u32)>,
+    log: Option<&File>,
+) -> std::io::Result<Jailed> {
+    let mut command = Command::new(bwrap);
+    command.args(jail.bwrap_args());
+    command.arg("--");
+    command.args(argv.iter().map(OsString::from));
+    command.env_clear();
+    command.envs(env.iter().map(|(k, v)| (k, v)));
+    command.stdin(Stdio::null());
+    match log {
+        Some(file) => {
+            command.stdout(Stdio::from(file.try_clone()?));
+            command.stderr(Stdio::from(file.try_clone()?));
+        }
+        None => {
+            command.stdout(Stdio::null());
+            command.stderr(Stdio::null());
+        }
+    }
+    // When the sandbox runs as root, bwrap itself starts as the pod's user: it then needs no
+    // privilege at all (an unprivileged user namespace), and nothing in the pod is ever root.
+    if let Some((uid, gid)) = run_as_host_user {
+        command.uid(uid).gid(gid);
+    }
+    // Its own process group: Ctrl-C in the sandbox's terminal goes to the sandbox only, which
+    // then stops pods in order rather than having every postgres see SIGINT at once.
+    command.process_group(0);
+    // If this handle is dropped (the sandbox's runtime ends without a clean stop), SIGKILL bwrap;
+    // --die-with-parent then takes the jailed processes down with it.
+    command.kill_on_drop(true);
+    let child = command.spawn()?;
+    let bwrap_pid = child.id();
+    Ok(Jailed { child, bwrap_pid })
+}
+
+/// Like [`spawn`], with output captured: for probes and one-off commands.
+pub(crate) async fn run_captured(
+    bwrap: &Path,
+    jail: &Jail,
+    argv: &[String],
+    env: &[(String, String)],
+    run_as_host_user: Option<(u32, u32)>,
+    timeout: Duration,
+) -> std::io::Result<(Option<i32>, String)> {
+    let mut command = Command::new(bwrap);
+    command.args(jail.bwrap_args());
+    command.arg("--");
+    command.args(argv.iter().map(OsString::from));
+    command.env_clear();
+    command.envs(env.iter().map(|(k, v)| (k, v)));
+    command.stdin(Stdio::null());
+    command.stdout(Stdio::piped());
+    command.stderr(Stdio::piped());
+    if let Some((uid, gid)) = run_as_host_user {
+        command.uid(uid).gid(gid);
+    }
+    command.process_group(0);
+    command.kill_on_drop(true);
+    let child = command.spawn()?;
+    match tokio::time::timeout(timeout, child.wait_with_output()).await {
+        Ok(output) => {
+            let output = output?;
+            let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
+            text.push_str(&String::from_utf8_lossy(&output.stderr));
+            Ok((output.status.code(), text))
+        }
+        // Dropping the future drops the child: kill_on_drop ends it.
+        Err(_) => Ok((
+            None,
+            format!("command timed out after {}s", timeout.as_secs()),
+        )),
+    }
+}
+
+impl Jailed {
+    /// The jailed command's PID as the host sees it: bwrap's only child.
+    fn command_pid(&self) -> Option<u32> {
+        let pid = self.bwrap_pid?;
+        let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).ok()?;
+        children.split_whitespace().next()?.parse().ok()
+    }
+
+    /// SIGTERM the command (the container's PID 1). Before bwrap has started it there is
+    /// nothing to ask politely: bwrap is killed, and the command with it.
+    pub(crate) fn terminate(&mut self) {
+        match self.command_pid() {
+            Some(pid) => {
+                send_signal(pid, SIGTERM);
+            }
+            None => {
+                let _ = self.child.start_kill();
+            }
+        }
+    }
+
+    /// SIGKILL the command, then bwrap: nothing of the container survives.
+    pub(crate) fn kill(&mut self) {
+        if let Some(pid) = self.command_pid() {
+            send_signal(pid, SIGKILL);
+        }
+        let _ = self.child.start_kill();
+    }
+
+    /// Wait for the process to end: its exit code, or 128 + the signal that killed it (what
+    /// Kubernetes reports as `exitCode`, e.g. 137 for SIGKILL).
+    pub(crate) async fn wait(&mut self) -> i32 {
+        match self.child.wait().await {
+            Ok(status) => exit_code(status),
+            Err(_) => 128 + SIGKILL,
+        }
+    }
+
+    /// SIGTERM, up to `grace` to exit, then SIGKILL. Returns the exit code.
+    pub(crate) async fn stop(&mut self, grace: Duration) -> i32 {
+        self.terminate();
+        match tokio::time::timeout(grace, self.child.wait()).await {
+            Ok(Ok(status)) => exit_code(status),
+            _ => {
+                self.kill();
+                self.wait().await
+            }
+        }
+    }
+}
+
+fn exit_code(status: std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status
+        .code()
+        .or_else(|| status.signal().map(|s| 128 + s))
+        .unwrap_or(128 + SIGKILL)
+}

@@ -1,0 +1,326 @@
+//! A pod's files on the host: its volumes (`emptyDir`, `configMap`, `secret`,
+//! `persistentVolumeClaim`), each container's private /tmp and /run, and the generated
+//! /etc/passwd, /etc/group and /etc/hosts every container sees.
+//!
+//! WORKSHOP.md, "Set-up: the sandbox". Layout under the data directory:
+//! `pods/<uid>/volumes/<volume>`, `pods/<uid>/containers/<container>/{tmp,run,log}`,
+//! `pods/<uid>/etc/`, and `claims/<namespace>/<claim>` for PVC data, which outlives its pods as
+//! a PersistentVolume does (until the data directory goes). ConfigMap and Secret files are
+//! written when the pod starts and not kept current afterwards (a simplification).
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use base64::Engine;
+use serde_json::Value;
+
+use super::env::Lookup;
+use super::jail::Mount;
+
+/// The kubelet's FailedMount message for a volume it cannot set up.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct MountError(pub(crate) String);
+
+/// Who owns the pod's files: the user its processes run as (None: leave them to us).
+pub(crate) type Owner = Option<(u32, u32)>;
+
+/// Create a directory (and parents) with `mode`, owned by `owner`.
+pub(crate) fn make_dir(path: &Path, mode: u32, owner: Owner) -> std::io::Result<()> {
+    std::fs::create_dir_all(path)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
+    if let Some((uid, gid)) = owner {
+        std::os::unix::fs::chown(path, Some(uid), Some(gid))?;
+    }
+    Ok(())
+}
+
+fn write_file(path: &Path, bytes: &[u8], mode: u32, owner: Owner) -> std::io::Result<()> {
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(mode)
+        .open(path)?;
+    file.write_all(bytes)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
+    if let Some((uid, gid)) = owner {
+        std::os::unix::fs::chown(path, Some(uid), Some(gid))?;
+    }
+    Ok(())
+}
+
+/// Set up every volume of `pod`: name → directory on the host.
+pub(crate) fn prepare(
+    pod: &Value,
+    pod_dir: &Path,
+    claims_dir: &Path,
+    objects: &dyn Lookup,
+    claim_exists: &dyn Fn(&str) -> bool,
+    owner: Owner,
+) -> Result<BTreeMap<String, PathBuf>, MountError> {
+    let namespace = pod["metadata"]["namespace"].as_str().unwrap_or("default");
+    let mut prepared = BTreeMap::new();
+    for volume in pod["spec"]["volumes"].as_array().into_iter().flatten() {
+        let name = volume["name"].as_str().unwrap_or_default();
+        let failed = |e: std::io::Error| {
+            MountError(format!(
+                "MountVolume.SetUp failed for volume \"{name}\" : {e}"
+            ))
+        };
+        let dir = if volume["emptyDir"].is_object() {
+            let dir = pod_dir.join("volumes").join(name);
+            // An emptyDir is world-writable, as the kubelet makes it.
+            make_dir(&dir, 0o777, owner).map_err(failed)?;
+            dir
+        } else if volume["configMap"].is_object() || volume["secret"].is_object() {
+            let secret = volume["secret"].is_object();
+            let source = if secret {
+                &volume["secret"]
+            } else {
+                &volume["configMap"]
+            };
+            let object_name = source[if secret { "secretName" } else { "name" }]
+                .as_str()
+                .unwrap_or_default();
+            let object = if secret {
+                objects.secret(object_name)
+            } else {
+                objects.config_map(object_name)
+            };
+            let dir = pod_dir.join("volumes").join(name);
+            match object {
+                Some(object) => {
+                    make_dir(&dir, 0o755, owner).map_err(failed)?;
+                    write_keys(&dir, source, &object, secret, owner).map_err(failed)?;
+                }
+                None if source["optional"].as_bool() == Some(true) => {
+                    make_dir(&dir, 0o755, owner).map_err(failed)?;
+                }
+                None => {
+                    let kind = if secret { "secret" } else { "configmap" };
+                    return Err(MountError(format!(
+                        "MountVolume.SetUp failed for volume \"{name}\" : {kind} \"{object_name}\" not found"
+                    )));
+                }
+            }
+            dir
+        } else if let Some(claim) = volume["persistentVolumeClaim"]["claimName"].as_str() {
+            if !claim_exists(claim) {
+                return Err(MountError(format!(
+                    "persistentvolumeclaim \"{claim}\" not found"
+                )));
+            }
+            let dir = claims_dir.join(namespace).join(claim);
+            if !dir.exists() {
+                make_dir(&dir, 0o777, owner).map_err(failed)?;
+            }
+            dir
+        } else {
+            return Err(MountError(format!(
+                "volume \"{name}\": the sandbox supports emptyDir, configMap, secret and persistentVolumeClaim volumes only"
+            )));
+        };
+        prepared.insert(name.to_string(), dir);
+    }
+    Ok(prepared)
+}
+
+/// Each key (or each `items[]` entry) as a file, with `defaultMode`/`mode` (default 0644).
+fn write_keys(
+    dir: &Path,
+    source: &Value,
+    object: &Value,
+    secret: bool,
+    owner: Owner,
+) -> std::io::Result<()> {
+    let default_mode = source["defaultMode"].as_u64().unwrap_or(0o644) as u32;
+    let bytes_of = |key: &str| -> Option<Vec<u8>> {
+        let value = object["data"][key].as_str()?;
+        if secret {
+            base64::engine::general_purpose::STANDARD.decode(value).ok()
+        } else {
+            Some(value.as_bytes().to_vec())
+        }
+    };
+    match source["items"].as_array() {
+        Some(items) => {
+            for item in items {
+                let key = item["key"].as_str().unwrap_or_default();
+                let path = item["path"].as_str().unwrap_or(key);
+                let mode = item["mode"]
+                    .as_u64()
+                    .map(|m| m as u32)
+                    .unwrap_or(default_mode);
+                if let Some(bytes) = bytes_of(key) {
+                    write_file(&dir.join(safe_relative(path)), &bytes, mode, owner)?;
+                }
+            }
+        }
+        None => {
+            for key in object["data"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(|(k, _)| k)
+            {
+                if let Some(bytes) = bytes_of(key) {
+                    write_file(&dir.join(safe_relative(key)), &bytes, default_mode, owner)?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A key or item path stays inside the volume: no `..`, no leading `/`.
+fn safe_relative(path: &str) -> PathBuf {
+    path.split('/')
+        .filter(|part| !part.is_empty() && *part != ".." && *part != ".")
+        .collect()
+}
+
+/// A container's bind mounts for its `volumeMounts`; a mount naming no volume is an error.
+pub(crate) fn mounts_for(
+    container: &Value,
+    volumes: &BTreeMap<String, PathBuf>,
+    pod: &Value,
+) -> Result<Vec<Mount>, MountError> {
+    let read_only_kind = |name: &str| {
+        pod["spec"]["volumes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|v| v["name"] == name)
+            .is_some_and(|v| v["configMap"].is_object() || v["secret"].is_object())
+    };
+    let mut mounts = Vec::new();
+    for mount in container["volumeMounts"].as_array().into_iter().flatten() {
+        let name = mount["name"].as_str().unwrap_or_default();
+        let Some(dir) = volumes.get(name) else {
+            return Err(MountError(format!(
+                "volumeMount \"{name}\" names no volume of the pod"
+            )));
+        };
+        let source = match mount["subPath"].as_str().filter(|s| !s.is_empty()) {
+            Some(sub) => {
+                let source = dir.join(safe_relative(sub));
+                // The kubelet creates a missing subPath directory.
+                let _ = std::fs::create_dir_all(&source);
+                source
+            }
+            None => dir.clone(),
+        };
+        mounts.push(Mount {
+            source,
+            destination: PathBuf::from(mount["mountPath"].as_str().unwrap_or("/")),
+            writable: mount["readOnly"].as_bool() != Some(true) && !read_only_kind(name),
+        });
+    }
+    Ok(mounts)
+}
+
+/// /etc/passwd and /etc/group with an entry for `uid`/`gid` (initdb refuses to run as a user
+/// with no name, which the official image solves the same way, with nss_wrapper), and
+/// /etc/hosts where `localhost` and the pod's name are the pod IP.
+pub(crate) fn write_etc(
+    etc: &Path,
+    uid: u32,
+    gid: u32,
+    user_name: &str,
+    hostname: &str,
+    pod_ip: &str,
+) -> std::io::Result<()> {
+    std::fs::create_dir_all(etc)?;
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+    let group = std::fs::read_to_string("/etc/group").unwrap_or_default();
+    let has_id = |text: &str, id: u32| {
+        text.lines()
+            .any(|line| line.split(':').nth(2) == Some(id.to_string().as_str()))
+    };
+    let mut passwd = passwd;
+    if !has_id(&passwd, uid) {
+        passwd.push_str(&format!(
+            "{user_name}:x:{uid}:{gid}:{user_name}:/var/lib/postgresql:/bin/sh\n"
+        ));
+    }
+    let mut group = group;
+    if !has_id(&group, gid) {
+        group.push_str(&format!("{user_name}:x:{gid}:\n"));
+    }
+    write_file(&etc.join("passwd"), passwd.as_bytes(), 0o644, None)?;
+    write_file(&etc.join("group"), group.as_bytes(), 0o644, None)?;
+    let hosts = format!(
+        "# Kubernetes-managed hosts file (written by the sandbox).\n\
+         # Every pod shares the machine's network: `localhost` here is this pod's own address.\n\
+         {pod_ip}\tlocalhost\n{pod_ip}\t{hostname}\n::1\tip6-localhost ip6-loopback\n"
+    );
+    write_file(&etc.join("hosts"), hosts.as_bytes(), 0o644, None)?;
+    write_file(
+        &etc.join("hostname"),
+        format!("{hostname}\n").as_bytes(),
+        0o644,
+        None,
+    )?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    struct Objects;
+    impl Lookup for Objects {
+        fn secret(&self, name: &str) -> Option<Value> {
+            (name == "creds").then(|| json!({"data": {"password": "czNjcjN0"}}))
+        }
+        fn config_map(&self, name: &str) -> Option<Value> {
+            (name == "init").then(|| json!({"data": {"10-init.sh": "echo hi", "other": "x"}}))
+        }
+    }
+
+    #[test]
+    fn volumes_become_directories_with_their_objects_files() {
+        let dir = std::env::temp_dir().join(format!("sandbox-volumes-test-{}", std::process::id()));
+        let pod = json!({"metadata": {"namespace": "db"}, "spec": {"volumes": [
+            {"name": "data", "emptyDir": {}},
+            {"name": "scripts", "configMap": {"name": "init", "items": [{"key": "10-init.sh", "path": "10-init.sh"}]}},
+            {"name": "creds", "secret": {"secretName": "creds", "defaultMode": 0o400}}
+        ]}});
+        let volumes = prepare(&pod, &dir, &dir.join("claims"), &Objects, &|_| false, None)
+            .expect("volumes are prepared");
+        assert_eq!(
+            std::fs::read_to_string(volumes["scripts"].join("10-init.sh"))
+                .ok()
+                .as_deref(),
+            Some("echo hi")
+        );
+        assert!(!volumes["scripts"].join("other").exists());
+        assert_eq!(
+            std::fs::read_to_string(volumes["creds"].join("password"))
+                .ok()
+                .as_deref(),
+            Some("s3cr3t")
+        );
+        let container = json!({"volumeMounts": [
+            {"name": "data", "mountPath": "/var/lib/postgresql/data"},
+            {"name": "scripts", "mountPath": "/docker-entrypoint-initdb.d"}
+        ]});
+        let mounts = mounts_for(&container, &volumes, &pod).expect("mounts");
+        assert!(mounts[0].writable && !mounts[1].writable);
+        let missing = json!({"metadata": {}, "spec": {"volumes": [{"name": "x", "secret": {"secretName": "gone"}}]}});
+        assert_eq!(
+            prepare(&missing, &dir, &dir, &Objects, &|_| false, None),
+            Err(MountError(
+                "MountVolume.SetUp failed for volume \"x\" : secret \"gone\" not found".into()
+            ))
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
