@@ -4,7 +4,7 @@
 //! nothing is executed; with the process runtime (`runtime.rs`) a new pod is handed to it, and
 //! its own pod worker notices deletions and removes the pod once its processes have exited.
 //!
-//! WORKSHOP.md, "Set-up: the sandbox" ("what it is and is not").
+//! WORKSHOP.md, "Set-up: the sandbox" (what it is and is not).
 
 use std::sync::Arc;
 

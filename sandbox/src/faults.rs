@@ -1,7 +1,7 @@
-//! Breaking the sandbox on purpose: every failure a watch client must survive (see
-//! /work/shared/reference/watch-semantics.md, "Fault cases worth a test each") on one handle.
+//! Breaking the sandbox on purpose: every failure a watch client must survive (the fault list in
+//! WORKSHOP.md, step 02, "Testing against faults") on one handle.
 //!
-//! WORKSHOP.md, "Set-up: the sandbox" and step 02 (testing list-then-watch against faults).
+//! WORKSHOP.md, "Set-up: the sandbox" and step 02 ("Testing against faults").
 //! Each setting applies to requests that start after it is made. The switches themselves
 //! (`FaultSettings`, `InjectedFault`) live in `state.rs`, where every request reads them.
 

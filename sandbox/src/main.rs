@@ -100,13 +100,18 @@ async fn main() -> ExitCode {
         }
     };
     println!("sandbox API server at {}", sandbox.url());
+    let cache = kubectl_cache_dir(sandbox.addr().port());
+    println!("use it with (the export once per terminal):");
+    match &cache {
+        Ok(cache) => println!("  export KUBECACHEDIR={}", cache.display()),
+        Err(error) => {
+            println!("  (no kubectl cache directory: {error}; pass --cache-dir \"$(mktemp -d)\")")
+        }
+    }
     match flags.tls_dir {
-        None => println!(
-            "use it with:\n  kubectl --server {} get pgc\n  (add --cache-dir \"$(mktemp -d)\" if an earlier server used this port)",
-            sandbox.url()
-        ),
+        None => println!("  kubectl --server {} get pgc", sandbox.url()),
         Some(dir) => println!(
-            "use it with:\n  kubectl --server {} --certificate-authority {} --token \"$(cat {})\" get pgc",
+            "  kubectl --server {} --certificate-authority {} --token \"$(cat {})\" get pgc",
             sandbox.url(),
             dir.join("ca.crt").display(),
             dir.join("token").display()
@@ -193,4 +198,18 @@ async fn shutdown_signal() {
         _ = tokio::signal::ctrl_c() => tracing::info!("received Ctrl-C, shutting down"),
         _ = sigterm.recv() => tracing::info!("received SIGTERM, shutting down"),
     }
+}
+
+/// kubectl caches discovery per host and port for hours, so a sandbox restarted on the same port
+/// with other resource types would be misread from a stale cache. This sandbox's own cache
+/// directory (`KUBECACHEDIR`) is emptied at every start, so it cannot go stale.
+fn kubectl_cache_dir(port: u16) -> std::io::Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!("sandbox-kubectl-cache-{port}"));
+    match std::fs::remove_dir_all(&dir) {
+        Ok(()) => {}
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+        Err(error) => return Err(error),
+    }
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
 }

@@ -969,7 +969,14 @@ pub(crate) fn delete(
         marked["metadata"]["deletionTimestamp"] = json!(timefmt::format_rfc3339(
             std::time::SystemTime::now() + delay
         ));
-        marked["metadata"]["deletionGracePeriodSeconds"] = json!(delay.as_secs().max(1));
+        // `kubectl delete --grace-period=N` (DeleteOptions.gracePeriodSeconds) is what the kubelet
+        // waits before SIGKILL; without it, the pod's own terminationGracePeriodSeconds applies
+        // (the process runtime takes the smaller of this and the spec's).
+        let grace = options
+            .grace_period_seconds
+            .filter(|seconds| *seconds > 0)
+            .unwrap_or_else(|| i64::try_from(delay.as_secs().max(1)).unwrap_or(i64::MAX));
+        marked["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
         return Ok(state.commit_modified(&resource.store_key(), marked));
     }
     let uid = uid_of(&old);

@@ -172,6 +172,7 @@ pub(crate) fn injected_response(fault: InjectedFault) -> Response<ResponseBody> 
             .header(header::CONTENT_TYPE, "text/html")
             .body(ResponseBody::full(body))
             .unwrap_or_else(|_| Response::new(ResponseBody::empty())),
+        InjectedFault::Panic => panic!("injected fault: a request handler panicked"),
         InjectedFault::EmptyOk => Response::builder()
             .status(200)
             .header(header::CONNECTION, "close")

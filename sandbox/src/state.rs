@@ -137,6 +137,9 @@ pub enum InjectedFault {
     NonJson { code: u16, body: String },
     /// 200 with an empty body, connection closed at once.
     EmptyOk,
+    /// The handler panics, as a bug in the server would: that request gets a 500, and nothing
+    /// else is affected.
+    Panic,
 }
 
 /// The current fault settings, read by each request as it starts (`faults.rs` changes them).

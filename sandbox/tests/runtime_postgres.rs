@@ -615,6 +615,41 @@ spec:
     );
 }
 
+/// `kubectl delete --grace-period=1` overrides the pod's own 60 s: the object records 1 s and the
+/// stubborn container is killed after it, long before the spec's grace period would end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_with_a_grace_period_overrides_the_pods_own() {
+    let (_sandbox, kubectl, _) = start().await;
+    create(
+        &kubectl,
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: hurried}\nspec:\n  terminationGracePeriodSeconds: 60\n  containers:\n  - {name: main, image: busybox, command: [sh, -c, 'while true; do sleep 1; done']}\n",
+    )
+    .await;
+    wait_ready(&kubectl, "hurried").await;
+    kubectl
+        .ok(&[
+            "delete",
+            "pod",
+            "hurried",
+            "--grace-period=1",
+            "--wait=false",
+        ])
+        .await;
+    let terminating = pod_json(&kubectl, "hurried")
+        .await
+        .expect("still terminating");
+    assert_eq!(
+        terminating["metadata"]["deletionGracePeriodSeconds"], 1,
+        "{terminating}"
+    );
+    eventually(
+        Duration::from_secs(20),
+        "hurried gone well before 60 s",
+        || async { pod_json(&kubectl, "hurried").await.is_none().then_some(()) },
+    )
+    .await;
+}
+
 /// `Faults::crash_container` kills a running container with SIGKILL; it comes back per
 /// `restartPolicy`, with exit code 137 in its last state. Simulated sandboxes refuse.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

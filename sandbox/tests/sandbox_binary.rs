@@ -36,12 +36,26 @@ async fn prints_its_url_serves_and_stops_on_sigterm() {
         .unwrap_or_else(|| panic!("unexpected first line {first:?}"))
         .to_string();
     let mut rest = String::new();
-    for _ in 0..2 {
+    for _ in 0..3 {
         rest.push_str(&stdout.next_line().await.expect("read").unwrap_or_default());
+        rest.push('\n');
     }
     assert!(
         rest.contains(&format!("kubectl --server {url} get pgc")),
         "{rest}"
+    );
+    // Its own kubectl discovery cache, named after its port and empty: it cannot be stale.
+    let port = url.rsplit(':').next().expect("a port");
+    let cache = std::env::temp_dir().join(format!("sandbox-kubectl-cache-{port}"));
+    assert!(
+        rest.contains(&format!("export KUBECACHEDIR={}", cache.display())),
+        "{rest}"
+    );
+    assert_eq!(
+        std::fs::read_dir(&cache)
+            .expect("the cache dir exists")
+            .count(),
+        0
     );
 
     let version = common::Http::new(&url).get("/version").await;
@@ -167,4 +181,45 @@ fn strip_ansi(text: &str) -> String {
         }
     }
     plain
+}
+
+/// A kubectl cache left by an earlier sandbox on the same port is emptied at start, so kubectl
+/// never believes in resource types the new server does not serve.
+#[tokio::test]
+async fn the_kubectl_cache_of_an_earlier_server_on_the_port_is_emptied() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port();
+    let cache = std::env::temp_dir().join(format!("sandbox-kubectl-cache-{port}"));
+    let stale = cache.join("discovery/127.0.0.1_PORT/servergroups.json");
+    std::fs::create_dir_all(stale.parent().expect("a parent")).expect("mkdir");
+    std::fs::write(&stale, "{}").expect("a stale cache file");
+    let mut child = Command::new(BINARY)
+        .args([
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--runtime",
+            "simulated",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("sandbox starts");
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let mut banner = String::new();
+    while let Ok(Ok(Some(line))) =
+        tokio::time::timeout(Duration::from_secs(10), stdout.next_line()).await
+    {
+        banner.push_str(&line);
+        banner.push('\n');
+        if line.contains("KUBECACHEDIR") {
+            break;
+        }
+    }
+    assert!(banner.contains(&cache.display().to_string()), "{banner}");
+    assert!(!stale.exists(), "the stale cache file is gone");
+    assert!(cache.is_dir());
+    let _ = child.kill().await;
 }
