@@ -10,7 +10,8 @@
 //! | module | what it holds |
 //! |---|---|
 //! | `runtime.rs` | [`Runtime`], [`ProcessRuntime`]; `Node`: the running kubelet, its pods, events and logs |
-//! | `pod.rs` | one pod's worker: address, files, init containers then containers, status, deletion |
+//! | `pod.rs` | one pod's worker's life: address, files, init containers then containers, status, deletion |
+//! | `worker.rs` | what a pod's tasks share (`PodWorker`) and the store lookups they read; below `pod.rs`, `container.rs` and `logs.rs` |
 //! | `container.rs` | one container: start, restart with back-off, probes, stop |
 //! | `status.rs` | what the kubelet tracks and the `status` it writes from it |
 //! | `logs.rs` | `kubectl logs`: the current or previous instance's output, or following it |
@@ -41,6 +42,7 @@ mod probes;
 mod process;
 mod status;
 mod volumes;
+mod worker;
 
 pub use host::{HostError, HostTools, INSTALL_HINT};
 pub(crate) use logs::{LogOutput, LogRequest};
@@ -195,7 +197,7 @@ pub(crate) struct Node {
     config: ProcessRuntime,
     store: Arc<Store>,
     addresses: Mutex<addresses::PodAddresses>,
-    pods: Mutex<HashMap<String, Arc<pod::PodWorker>>>,
+    pods: Mutex<HashMap<String, Arc<worker::PodWorker>>>,
     tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     random: Mutex<Xorshift>,
     shutdown: CancellationToken,
@@ -253,7 +255,7 @@ impl Node {
         if uid.is_empty() || pods.contains_key(&uid) || self.shutdown.is_cancelled() {
             return;
         }
-        let worker = Arc::new(pod::PodWorker::new(self, pod));
+        let worker = Arc::new(worker::PodWorker::new(self, pod));
         pods.insert(uid, worker.clone());
         let task = tokio::spawn(pod::run(self.clone(), worker));
         let mut tasks = lock(&self.tasks);

@@ -14,8 +14,8 @@ use bytes::Bytes;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use super::pod::PodWorker;
 use super::status::State;
+use super::worker::PodWorker;
 use super::Node;
 use crate::errors::ApiError;
 use crate::sync::lock;
