@@ -28,9 +28,9 @@
 //! plus whatever else stayed allocated. Each fed object carries ~1.5 KB of annotations, the size
 //! of a typical object with kubectl's last-applied annotation.
 //!
-//! The runtime is tokio's current-thread one unless `--threads N` (as kube-rs's peer in
-//! ../shared/peers, whose default is the same): the watch task and the consumer then share one
-//! thread, and every event hand-over through the channel is a plain function call away.
+//! The runtime is tokio's current-thread one unless `--threads N` (the same flag and default as
+//! the kube-rs peer it is measured against): the watch task and the consumer then share one
+//! thread, and handing an event over the channel wakes no other thread.
 
 use std::process::ExitCode;
 use std::sync::Arc;
