@@ -2,7 +2,7 @@
 //! much memory? Prints exactly one line:
 //!
 //! ```text
-//! watch-bench events=N seconds=S events_per_s=R max_rss_kb=K
+//! watch-bench events=N seconds=S events_per_s=R max_rss_kb=K first_event_s=F rss_per_object_b=B
 //! ```
 //!
 //! WORKSHOP.md, step 02 ("How fast is it, end to end?"). The watch is the library's, unchanged: list, then
@@ -21,8 +21,16 @@
 //! ```
 //!
 //! `max_rss_kb` is the process's peak resident set (VmHWM in /proc/self/status); with `--replay`
-//! it includes the replay server's copy of the stream. Each fed object carries
-//! ~1.5 KB of annotations, the size of a typical object with kubectl's last-applied annotation.
+//! it includes the replay server's copy of the stream. `first_event_s` is the time to the first
+//! event (with a big collection: the first list page). `rss_per_object_b` is the growth of the
+//! resident set from the start of the watch to the end, divided by the objects the consumer was
+//! told about (ADDED events): the watch's store, the dominant cost that grows with the collection,
+//! plus whatever else stayed allocated. Each fed object carries ~1.5 KB of annotations, the size
+//! of a typical object with kubectl's last-applied annotation.
+//!
+//! The runtime is tokio's current-thread one unless `--threads N` (the same flag and default as
+//! the kube-rs peer it is measured against): the watch task and the consumer then share one
+//! thread, and handing an event over the channel wakes no other thread.
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -34,12 +42,12 @@ use postgres_operator::client::Client;
 use postgres_operator::config::{parse_server, Config};
 use postgres_operator::crd;
 use postgres_operator::process::{cancel_on_signal, exit_error, init_logging};
-use postgres_operator::watch::{list_then_watch, WatchItem, WatchNotice, WatchOptions};
+use postgres_operator::watch::{list_then_watch, Event, WatchItem, WatchNotice, WatchOptions};
 use tokio::time::Instant;
 
 /// watch-bench: workshop step 02, "How fast is it?". Measures how fast list_then_watch hands
 /// events to a consumer over HTTP, and with how much memory. Prints one line:
-/// watch-bench events=N seconds=S events_per_s=R max_rss_kb=K
+/// watch-bench events=N seconds=S events_per_s=R max_rss_kb=K first_event_s=F rss_per_object_b=B
 #[derive(Parser)]
 #[command(after_help = EXAMPLES)]
 #[command(group(clap::ArgGroup::new("count").required(true).multiple(true).args(["expect", "feed", "replay"])))]
@@ -60,6 +68,9 @@ struct Flags {
     /// watch takes them (the client alone)
     #[arg(long, value_name = "N", value_parser = at_least_one)]
     replay: Option<usize>,
+    /// 1: tokio's current-thread runtime; N > 1: the multi-thread runtime with N workers
+    #[arg(long, value_name = "N", default_value = "1", value_parser = at_least_one)]
+    threads: usize,
 }
 
 const EXAMPLES: &str = "\
@@ -80,11 +91,20 @@ fn at_least_one(value: &str) -> Result<usize, String> {
 
 /// Peak resident set size in kB, from the kernel's own bookkeeping.
 fn max_rss_kb() -> u64 {
+    proc_status_kb("VmHWM:")
+}
+
+/// The resident set size now, in kB.
+fn rss_kb() -> u64 {
+    proc_status_kb("VmRSS:")
+}
+
+fn proc_status_kb(field: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|status| {
             status.lines().find_map(|line| {
-                line.strip_prefix("VmHWM:")
+                line.strip_prefix(field)
                     .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
             })
         })
@@ -145,10 +165,26 @@ async fn feed(client: Client, count: usize, writers: usize) -> usize {
     created
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
     let flags = Flags::parse();
     init_logging();
+    let runtime = if flags.threads == 1 {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(flags.threads)
+            .enable_all()
+            .build()
+    };
+    match runtime {
+        Ok(runtime) => runtime.block_on(bench(flags)),
+        Err(error) => exit_error(&format!("starting the tokio runtime: {error}"), None),
+    }
+}
+
+async fn bench(flags: Flags) -> ExitCode {
     let shutdown = cancel_on_signal();
     let (feed_count, replay_count) = (flags.feed.unwrap_or(0), flags.replay.unwrap_or(0));
     let expect = flags.expect.unwrap_or(feed_count.max(replay_count));
@@ -173,9 +209,12 @@ async fn main() -> ExitCode {
             return exit_error(&error, error.hint());
         }
     }
-    tracing::info!(rss_kb_before_watching = max_rss_kb(), "starting the watch");
+    let rss_kb_before_watching = rss_kb();
+    tracing::info!(rss_kb_before_watching, "starting the watch");
 
     let started = Instant::now();
+    let mut first_event = None;
+    let mut objects = 0usize;
     let mut watcher = list_then_watch::<PostgresCluster>(
         client.clone(),
         collection_path("default"),
@@ -187,6 +226,10 @@ async fn main() -> ExitCode {
     while events < expect {
         match watcher.items.recv().await {
             Some(WatchItem::Event(event)) => {
+                first_event.get_or_insert_with(|| started.elapsed());
+                if let Event::Added(_) = event {
+                    objects += 1;
+                }
                 std::hint::black_box(&event);
                 events += 1;
             }
@@ -206,14 +249,17 @@ async fn main() -> ExitCode {
         }
     }
     let seconds = started.elapsed().as_secs_f64();
+    let rss_growth_kb = rss_kb().saturating_sub(rss_kb_before_watching);
     if let Some(feeder) = feeder {
         let created = feeder.await.unwrap_or(0);
         tracing::info!(created, "feeding done");
     }
     println!(
-        "watch-bench events={events} seconds={seconds:.3} events_per_s={:.0} max_rss_kb={}",
+        "watch-bench events={events} seconds={seconds:.3} events_per_s={:.0} max_rss_kb={} first_event_s={:.3} rss_per_object_b={}",
         events as f64 / seconds,
-        max_rss_kb()
+        max_rss_kb(),
+        first_event.unwrap_or_default().as_secs_f64(),
+        rss_growth_kb * 1024 / objects.max(1) as u64,
     );
     ExitCode::SUCCESS
 }
