@@ -416,6 +416,11 @@ impl Client {
         let http = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
             .pool_timer(TokioTimer::new())
             .pool_idle_timeout(Duration::from_secs(90))
+            // hyper's read buffer grows up to this (default ~400 KB) per connection; bodies stream
+            // through it in pieces whatever its size, so a smaller cap only bounds memory (a
+            // watch of many small events kept it near the maximum). 64 KiB still holds any
+            // response head an API server sends.
+            .http1_max_buf_size(64 * 1024)
             .build(connector);
         let token = match &config.auth.token {
             None => TokenState::None,
