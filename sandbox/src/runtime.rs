@@ -33,6 +33,7 @@
 mod addresses;
 mod container;
 mod env;
+mod exec;
 mod host;
 mod image;
 mod jail;
@@ -44,6 +45,7 @@ mod status;
 mod volumes;
 mod worker;
 
+pub(crate) use exec::{ExecRequest, PreparedExec};
 pub use host::{HostError, HostTools, INSTALL_HINT};
 pub(crate) use logs::{LogOutput, LogRequest};
 
@@ -276,6 +278,15 @@ impl Node {
         let uid = pod["metadata"]["uid"].as_str().unwrap_or_default();
         let worker = lock(&self.pods).get(uid).cloned();
         logs::read(self, worker, pod, request)
+    }
+
+    /// `kubectl exec`: check that `request` can run in the pod, ready to start.
+    pub(crate) fn prepare_exec(
+        &self,
+        pod: &Value,
+        request: &ExecRequest,
+    ) -> Result<PreparedExec, ApiError> {
+        exec::prepare(self, pod, request)
     }
 
     /// Kill a running container's process as if it had crashed (SIGKILL); the kubelet then
