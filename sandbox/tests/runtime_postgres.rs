@@ -590,3 +590,60 @@ async fn a_crashed_container_is_restarted_with_exit_code_137() {
         .faults()
         .crash_container("default", "victim", "main"));
 }
+
+/// Losing a pod's node kills its processes (the postmaster is gone from the process table and
+/// its address refuses psql) but leaves the pod Running with Ready False and no restart, as a
+/// pod on a node whose kubelet stopped reporting; a forced delete still removes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_node_leaves_its_pod_running_unready_and_its_processes_dead() {
+    let (sandbox, kubectl, runtime) = start().await;
+    create(
+        &kubectl,
+        r#"apiVersion: v1
+kind: Pod
+metadata: {name: stranded}
+spec:
+  containers:
+  - name: postgres
+    image: postgres:15
+    env: [{name: POSTGRES_HOST_AUTH_METHOD, value: trust}]
+    readinessProbe: {tcpSocket: {port: 5432}, periodSeconds: 1}
+"#,
+    )
+    .await;
+    let pod = wait_ready(&kubectl, "stranded").await;
+    let ip = pod["status"]["podIP"].as_str().expect("pod IP").to_string();
+    let needle = format!("listen_addresses={ip}");
+    assert!(
+        !processes_matching(&needle).is_empty(),
+        "the postmaster runs"
+    );
+    assert!(!sandbox.faults().lose_node_for_pod("default", "nope"));
+    assert!(sandbox.faults().lose_node_for_pod("default", "stranded"));
+    eventually(Duration::from_secs(10), "no postmaster left", || async {
+        processes_matching(&needle).is_empty().then_some(())
+    })
+    .await;
+    assert!(psql(&runtime, &ip, "select 1").await.is_err());
+    let lost = pod_json(&kubectl, "stranded").await.expect("the pod stays");
+    assert_eq!(lost["status"]["phase"], "Running");
+    let ready = lost["status"]["conditions"]
+        .as_array()
+        .expect("conditions")
+        .iter()
+        .find(|c| c["type"] == "Ready")
+        .expect("a Ready condition")
+        .clone();
+    assert_eq!(ready["status"], "False", "{ready}");
+    let container = &lost["status"]["containerStatuses"][0];
+    assert_eq!(container["restartCount"], 0, "{container}");
+    assert_eq!(container["ready"], false);
+    assert!(container["state"]["running"].is_object(), "{container}");
+    kubectl
+        .ok(&["delete", "pod", "stranded", "--force", "--grace-period=0"])
+        .await;
+    eventually(Duration::from_secs(30), "stranded gone", || async {
+        pod_json(&kubectl, "stranded").await.is_none().then_some(())
+    })
+    .await;
+}

@@ -151,6 +151,10 @@ pub(crate) async fn run_init(node: &Arc<Node>, worker: &Arc<PodWorker>, index: u
 pub(crate) async fn supervise(node: Arc<Node>, worker: Arc<PodWorker>, kind: Kind, index: usize) {
     let mut backoff = node.config.restart_backoff;
     loop {
+        // A lost node restarts nothing: nobody is there to.
+        if worker.lost.is_cancelled() {
+            return;
+        }
         let Some(ended) = run_once(&node, &worker, kind, index).await else {
             return;
         };
@@ -607,6 +611,10 @@ async fn run_instance(
     };
     let (exit_code, stopped) = tokio::select! {
         code = jailed.wait() => (code, false),
+        _ = worker.lost.cancelled() => {
+            jailed.kill();
+            (jailed.wait().await, true)
+        }
         _ = crash.notified() => {
             // As if the process had died on its own: SIGKILL, exit code 137, restart per policy.
             jailed.kill();
