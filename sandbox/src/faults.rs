@@ -144,6 +144,17 @@ impl Faults {
             .is_some_and(|node| node.crash_container(namespace, name, container))
     }
 
+    /// With the process runtime: lose the "node" pod `namespace/name` runs on. Its processes
+    /// are killed, nothing restarts them, and the pod stays Running with Ready False, as a pod
+    /// on a node whose kubelet stopped reporting looks. Returns false when pods are simulated or
+    /// no such pod runs.
+    pub fn lose_node_for_pod(&self, namespace: &str, name: &str) -> bool {
+        self.shared
+            .node
+            .as_ref()
+            .is_some_and(|node| node.lose_node_for_pod(namespace, name))
+    }
+
     /// Mark `count` Running pods (seeded pick) as crashed without deleting them: phase Failed,
     /// Ready False, containers terminated with exit code 137 — what an operator's health check
     /// sees when a database process dies. Returns their names.

@@ -26,6 +26,7 @@ use crate::objects::{
 use crate::patch as patching;
 use crate::protobuf;
 use crate::random::Xorshift;
+use crate::remotecommand;
 use crate::resources::{Registry, ResourceType, ScalePaths};
 use crate::responses::{json_response, object_response, text_response};
 use crate::schema;
@@ -128,7 +129,9 @@ impl Target {
             let known = match sub.as_str() {
                 "status" => resource.status_subresource,
                 "scale" => resource.scale.is_some(),
-                "log" => resource.group.is_empty() && resource.plural == "pods",
+                "log" | "exec" | "portforward" => {
+                    resource.group.is_empty() && resource.plural == "pods"
+                }
                 _ => false,
             };
             if !known {
@@ -264,6 +267,18 @@ pub(crate) async fn serve_resource(
         target.name.as_deref(),
         target.subresource.as_deref(),
     ) {
+        // kubectl opens both with GET (a WebSocket upgrade), and falls back to a SPDY POST.
+        (&Method::GET | &Method::POST, Some(name), Some(sub @ ("exec" | "portforward"))) => {
+            let pod = shared
+                .store
+                .lock()
+                .get(&resource.store_key(), &namespace, name)
+                .ok_or_else(|| ApiError::not_found(&resource, name))?;
+            if sub == "portforward" {
+                return Err(remotecommand::port_forward(&pod));
+            }
+            remotecommand::exec(shared.node.as_ref(), shared.shutdown.clone(), &pod, request)
+        }
         (&Method::GET, None, None) if watch_requested => {
             let params = WatchParams {
                 filter: filter_for(&resource, target.namespace.clone(), &query)?,

@@ -23,9 +23,10 @@
 //! |---|---|---|
 //! | `lib.rs` | [`Sandbox`]: start, stop, URL, token, request log; re-exports the public types | 7 api |
 //! | `server.rs` | the hyper server: connections, TLS, bearer tokens, the request log line, routing, discovery | 6 server |
-//! | `handlers.rs` | what each verb does on resource URLs, and the status/scale/log subresources | 5 handlers |
+//! | `handlers.rs` | what each verb does on resource URLs, and the status/scale/log/exec/portforward subresources | 5 handlers |
 //! | `watch.rs` | one streaming response per watch: framing, bookmarks, timeouts, slow watchers | 4 answers |
 //! | `responses.rs` | JSON, Table, text and Status responses; injected-fault answers | 4 answers |
+//! | `remotecommand.rs` | `kubectl exec` over a WebSocket (the channel.k8s.io streams, the exit Status); port-forward's refusal | 4 answers |
 //! | `controllers.rs` | the simulated kubelet and CRD establishment (garbage collection is in `objects.rs`) | 4 answers |
 //! | `faults.rs` | the [`Faults`] handle tests use to break things on purpose | 4 answers |
 //! | `state.rs` | `Shared`: the store, options, fault switches, request log, process runtime and shutdown token everyone holds | 3 state |
@@ -78,6 +79,7 @@ mod options;
 mod patch;
 mod protobuf;
 mod random;
+mod remotecommand;
 mod resources;
 mod responses;
 mod runtime;

@@ -192,6 +192,21 @@ impl ResourceType {
         }
         if self.group.is_empty() && self.plural == "pods" {
             subs.push(("log", "", "", "Pod".to_string(), json!(["get"])));
+            // As kube-apiserver lists them: the verbs are the HTTP methods kubectl may use.
+            subs.push((
+                "exec",
+                "",
+                "",
+                "PodExecOptions".to_string(),
+                json!(["create", "get"]),
+            ));
+            subs.push((
+                "portforward",
+                "",
+                "",
+                "PodPortForwardOptions".to_string(),
+                json!(["create", "get"]),
+            ));
         }
         subs
     }

@@ -15,6 +15,7 @@
 //! | `container.rs` | one container: start, restart with back-off, probes, stop |
 //! | `status.rs` | what the kubelet tracks and the `status` it writes from it |
 //! | `logs.rs` | `kubectl logs`: the current or previous instance's output, or following it |
+//! | `exec.rs` | `kubectl exec`: one more process in a running container's jail, its streams piped (a pty through `script` for `-t`) |
 //! | `env.rs`, `volumes.rs`, `image.rs` | environment, volumes and what an image runs |
 //! | `probes.rs` | exec, tcpSocket and httpGet checks |
 //! | `jail.rs`, `process.rs` | the bubblewrap command line; starting and signalling a process |
@@ -25,14 +26,19 @@
 //! - Pods share the machine's network namespace: each listens on its own 127.x.y.z, and
 //!   `localhost` inside a pod names the pod's address (see `probes.rs`). Connections between
 //!   pods come from 127.0.0.1, which initdb's default pg_hba.conf trusts.
-//! - No Services proxy, cluster DNS, `exec`, `port-forward`, resource limits or image pulls yet;
-//!   persistentVolumeClaim volumes are plain directories that outlive their pods.
+//! - No Services proxy, cluster DNS, `port-forward`, resource limits or image pulls yet;
+//!   persistentVolumeClaim volumes are plain directories that outlive their pods. An `exec`
+//!   runs in a bwrap of its own beside the container (same mounts, environment and user, its
+//!   own PID namespace), not inside the container's namespaces.
+//! - Losing a pod's node (`Faults::lose_node_for_pod`) kills its processes and freezes its
+//!   status with Ready False; nothing brings the node back.
 //! - Pod processes never run as root: as `runAsUser` when the sandbox is root (999, the official
 //!   image's postgres user, when unset), else as the sandbox's own user.
 
 mod addresses;
 mod container;
 mod env;
+mod exec;
 mod host;
 mod image;
 mod jail;
@@ -44,6 +50,7 @@ mod status;
 mod volumes;
 mod worker;
 
+pub(crate) use exec::{ExecRequest, PreparedExec};
 pub use host::{HostError, HostTools, INSTALL_HINT};
 pub(crate) use logs::{LogOutput, LogRequest};
 
@@ -278,6 +285,15 @@ impl Node {
         logs::read(self, worker, pod, request)
     }
 
+    /// `kubectl exec`: check that `request` can run in the pod, ready to start.
+    pub(crate) fn prepare_exec(
+        &self,
+        pod: &Value,
+        request: &ExecRequest,
+    ) -> Result<PreparedExec, ApiError> {
+        exec::prepare(self, pod, request)
+    }
+
     /// Kill a running container's process as if it had crashed (SIGKILL); the kubelet then
     /// restarts it per `restartPolicy`. False if no such pod or container runs here.
     pub(crate) fn crash_container(&self, namespace: &str, name: &str, container: &str) -> bool {
@@ -298,6 +314,51 @@ impl Node {
             }
             None => false,
         }
+    }
+
+    /// Lose the "node" of pod `namespace/name`: its processes are killed (SIGKILL), nothing is
+    /// restarted, and the pod stays Running with Ready False, what the node lifecycle controller
+    /// leaves of a pod whose kubelet stopped reporting. Deleting it still removes it. False if no
+    /// such pod runs here.
+    pub(crate) fn lose_node_for_pod(&self, namespace: &str, name: &str) -> bool {
+        let worker = lock(&self.pods)
+            .values()
+            .find(|w| w.namespace == namespace && w.name == name)
+            .cloned();
+        let Some(worker) = worker else {
+            return false;
+        };
+        // First silence the pod's status writer, then write the last status it will have.
+        worker.lost.cancel();
+        let mut state = self.store.lock();
+        let Some(pod) = state.get("/pods", namespace, name) else {
+            return false;
+        };
+        let mut next = (*pod).clone();
+        let now = timefmt::now_rfc3339();
+        for condition in next["status"]["conditions"]
+            .as_array_mut()
+            .into_iter()
+            .flatten()
+        {
+            if matches!(
+                condition["type"].as_str(),
+                Some("Ready" | "ContainersReady")
+            ) && condition["status"] != "False"
+            {
+                condition["status"] = json!("False");
+                condition["lastTransitionTime"] = json!(now);
+            }
+        }
+        for status in next["status"]["containerStatuses"]
+            .as_array_mut()
+            .into_iter()
+            .flatten()
+        {
+            status["ready"] = json!(false);
+        }
+        state.commit_modified("/pods", next);
+        true
     }
 
     fn forget(&self, uid: &str) {

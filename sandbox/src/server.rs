@@ -146,7 +146,9 @@ where
         // A client that opens a connection and sends half a request head would otherwise hold
         // it (and a file descriptor) for ever.
         .header_read_timeout(header_read_timeout)
-        .serve_connection(io, service);
+        .serve_connection(io, service)
+        // `kubectl exec` upgrades its connection to a WebSocket (remotecommand.rs).
+        .with_upgrades();
     tokio::pin!(connection);
     tokio::select! {
         _ = connection.as_mut() => {}

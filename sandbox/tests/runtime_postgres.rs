@@ -13,102 +13,12 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
+use common::runtime::{
+    create, pod_json, process_runtime, processes_matching, psql, start, wait_ready,
+};
 use common::{eventually, Kubectl};
-use sandbox::{ProcessRuntime, Runtime, Sandbox, SandboxOptions};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
-
-/// The process runtime with short back-offs, or a failure that says what to install.
-fn process_runtime() -> ProcessRuntime {
-    let mut runtime = ProcessRuntime::detect(None).unwrap_or_else(|error| {
-        panic!(
-            "these tests run pods as real processes, which this machine cannot: {error}. \
-             Install what they need with .ci/install-test-deps"
-        )
-    });
-    runtime.restart_backoff = Duration::from_millis(200);
-    runtime.max_restart_backoff = Duration::from_secs(1);
-    runtime.retry_period = Duration::from_millis(200);
-    runtime.sync_period = Duration::from_millis(100);
-    runtime
-}
-
-async fn start() -> (Sandbox, Kubectl, ProcessRuntime) {
-    let runtime = process_runtime();
-    let sandbox = Sandbox::start_with_runtime(
-        SandboxOptions::default(),
-        Runtime::Processes(runtime.clone()),
-        tokio_util::sync::CancellationToken::new(),
-    )
-    .await
-    .expect("sandbox starts");
-    let kubectl = Kubectl::new(&sandbox.url());
-    (sandbox, kubectl, runtime)
-}
-
-/// `kubectl create -f` of a manifest given as text.
-async fn create(kubectl: &Kubectl, manifest: &str) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let file = dir.path().join("manifest.yaml");
-    std::fs::write(&file, manifest).expect("write manifest");
-    kubectl
-        .ok(&["create", "-f", file.to_str().expect("utf-8 path")])
-        .await;
-}
-
-async fn pod_json(kubectl: &Kubectl, name: &str) -> Option<Value> {
-    let out = kubectl.run(&["get", "pod", name, "-o", "json"]).await;
-    out.success
-        .then(|| serde_json::from_str(&out.stdout).ok())
-        .flatten()
-}
-
-async fn wait_ready(kubectl: &Kubectl, name: &str) -> Value {
-    eventually(
-        Duration::from_secs(90),
-        &format!("pod {name} Ready"),
-        || async {
-            let pod = pod_json(kubectl, name).await?;
-            let ready = pod["status"]["conditions"]
-                .as_array()?
-                .iter()
-                .any(|c| c["type"] == "Ready" && c["status"] == "True");
-            ready.then_some(pod)
-        },
-    )
-    .await
-}
-
-/// PIDs of processes whose command line contains `needle` (the process table, from /proc).
-fn processes_matching(needle: &str) -> Vec<u32> {
-    std::fs::read_dir("/proc")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|entry| {
-            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
-            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
-            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-            cmdline.contains(needle).then_some(pid)
-        })
-        .collect()
-}
-
-/// `psql -Atc SQL` against a pod IP from the host, as the superuser.
-async fn psql(runtime: &ProcessRuntime, host: &str, sql: &str) -> Result<String, String> {
-    let output = tokio::process::Command::new(runtime.tools.postgres_bin.join("psql"))
-        .args(["-h", host, "-U", "postgres", "-d", "postgres", "-Atc", sql])
-        .env("PGPASSWORD", "superuser-secret")
-        .env("PGCONNECT_TIMEOUT", "5")
-        .output()
-        .await
-        .map_err(|e| e.to_string())?;
-    if output.status.success() {
-        Ok(String::from_utf8_lossy(&output.stdout).trim().to_string())
-    } else {
-        Err(String::from_utf8_lossy(&output.stderr).into_owned())
-    }
-}
 
 const CREDENTIALS: &str = r#"
 apiVersion: v1
@@ -679,4 +589,61 @@ async fn a_crashed_container_is_restarted_with_exit_code_137() {
     assert!(!simulated
         .faults()
         .crash_container("default", "victim", "main"));
+}
+
+/// Losing a pod's node kills its processes (the postmaster is gone from the process table and
+/// its address refuses psql) but leaves the pod Running with Ready False and no restart, as a
+/// pod on a node whose kubelet stopped reporting; a forced delete still removes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_node_leaves_its_pod_running_unready_and_its_processes_dead() {
+    let (sandbox, kubectl, runtime) = start().await;
+    create(
+        &kubectl,
+        r#"apiVersion: v1
+kind: Pod
+metadata: {name: stranded}
+spec:
+  containers:
+  - name: postgres
+    image: postgres:15
+    env: [{name: POSTGRES_HOST_AUTH_METHOD, value: trust}]
+    readinessProbe: {tcpSocket: {port: 5432}, periodSeconds: 1}
+"#,
+    )
+    .await;
+    let pod = wait_ready(&kubectl, "stranded").await;
+    let ip = pod["status"]["podIP"].as_str().expect("pod IP").to_string();
+    let needle = format!("listen_addresses={ip}");
+    assert!(
+        !processes_matching(&needle).is_empty(),
+        "the postmaster runs"
+    );
+    assert!(!sandbox.faults().lose_node_for_pod("default", "nope"));
+    assert!(sandbox.faults().lose_node_for_pod("default", "stranded"));
+    eventually(Duration::from_secs(10), "no postmaster left", || async {
+        processes_matching(&needle).is_empty().then_some(())
+    })
+    .await;
+    assert!(psql(&runtime, &ip, "select 1").await.is_err());
+    let lost = pod_json(&kubectl, "stranded").await.expect("the pod stays");
+    assert_eq!(lost["status"]["phase"], "Running");
+    let ready = lost["status"]["conditions"]
+        .as_array()
+        .expect("conditions")
+        .iter()
+        .find(|c| c["type"] == "Ready")
+        .expect("a Ready condition")
+        .clone();
+    assert_eq!(ready["status"], "False", "{ready}");
+    let container = &lost["status"]["containerStatuses"][0];
+    assert_eq!(container["restartCount"], 0, "{container}");
+    assert_eq!(container["ready"], false);
+    assert!(container["state"]["running"].is_object(), "{container}");
+    kubectl
+        .ok(&["delete", "pod", "stranded", "--force", "--grace-period=0"])
+        .await;
+    eventually(Duration::from_secs(30), "stranded gone", || async {
+        pod_json(&kubectl, "stranded").await.is_none().then_some(())
+    })
+    .await;
 }

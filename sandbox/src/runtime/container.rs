@@ -49,20 +49,29 @@ impl Kind {
     }
 }
 
-/// Everything needed to start one instance of a container.
-struct Plan {
-    argv: Vec<String>,
-    env: Vec<(String, String)>,
-    jail: Jail,
+/// Everything needed to start one instance of a container (or an exec beside it).
+pub(super) struct Plan {
+    pub(super) argv: Vec<String>,
+    pub(super) env: Vec<(String, String)>,
+    pub(super) jail: Jail,
 }
 
 /// Why a container cannot start (yet).
-enum Blocked {
+pub(super) enum Blocked {
     Config(String),
     Mount(String),
     Image(String),
     /// Not an error: an image with nothing the sandbox can run stays simulated.
     Simulated(String),
+}
+
+impl Blocked {
+    /// What blocks it, in words.
+    pub(super) fn message(&self) -> &str {
+        match self {
+            Blocked::Config(m) | Blocked::Mount(m) | Blocked::Image(m) | Blocked::Simulated(m) => m,
+        }
+    }
 }
 
 /// How one instance ended.
@@ -142,6 +151,10 @@ pub(crate) async fn run_init(node: &Arc<Node>, worker: &Arc<PodWorker>, index: u
 pub(crate) async fn supervise(node: Arc<Node>, worker: Arc<PodWorker>, kind: Kind, index: usize) {
     let mut backoff = node.config.restart_backoff;
     loop {
+        // A lost node restarts nothing: nobody is there to.
+        if worker.lost.is_cancelled() {
+            return;
+        }
         let Some(ended) = run_once(&node, &worker, kind, index).await else {
             return;
         };
@@ -324,7 +337,7 @@ async fn run_once(
 
 /// The command, environment and jail for the next instance (re-read each time, as the kubelet
 /// re-reads Secrets on every start).
-fn plan(node: &Node, worker: &PodWorker, spec: &Value) -> Result<Plan, Blocked> {
+pub(super) fn plan(node: &Node, worker: &PodWorker, spec: &Value) -> Result<Plan, Blocked> {
     let image = Image::parse(spec["image"].as_str().unwrap_or_default());
     if let Image::Unpullable { message } = &image {
         return Err(Blocked::Image(message.clone()));
@@ -598,6 +611,10 @@ async fn run_instance(
     };
     let (exit_code, stopped) = tokio::select! {
         code = jailed.wait() => (code, false),
+        _ = worker.lost.cancelled() => {
+            jailed.kill();
+            (jailed.wait().await, true)
+        }
         _ = crash.notified() => {
             // As if the process had died on its own: SIGKILL, exit code 137, restart per policy.
             jailed.kill();

@@ -213,6 +213,10 @@ fn look_at_pod(node: &Node, worker: &PodWorker) -> Seen {
 
 /// Write the status if it changed (and the pod is still this pod).
 fn publish(node: &Node, worker: &PodWorker) {
+    // A lost node's kubelet reports nothing more; the pod keeps its last status.
+    if worker.lost.is_cancelled() {
+        return;
+    }
     let record = lock(&worker.record).clone();
     let mut state = node.store.lock();
     let Some(pod) = state.get("/pods", &worker.namespace, &worker.name) else {

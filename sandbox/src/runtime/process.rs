@@ -50,12 +50,7 @@ pub(crate) fn spawn(
     run_as_host_user: Option<(u32, u32)>,
     log: Option<&File>,
 ) -> std::io::Result<Jailed> {
-    let mut command = Command::new(bwrap);
-    command.args(jail.bwrap_args());
-    command.arg("--");
-    command.args(argv.iter().map(OsString::from));
-    command.env_clear();
-    command.envs(env.iter().map(|(k, v)| (k, v)));
+    let mut command = jailed_command(bwrap, jail, argv, env, run_as_host_user);
     command.stdin(Stdio::null());
     match log {
         Some(file) => {
@@ -67,6 +62,25 @@ pub(crate) fn spawn(
             command.stderr(Stdio::null());
         }
     }
+    let child = command.spawn()?;
+    let bwrap_pid = child.id();
+    Ok(Jailed { child, bwrap_pid })
+}
+
+/// `bwrap ARGS -- ARGV` with exactly `env`, as the pod's user, killed with its handle.
+fn jailed_command(
+    bwrap: &Path,
+    jail: &Jail,
+    argv: &[String],
+    env: &[(String, String)],
+    run_as_host_user: Option<(u32, u32)>,
+) -> Command {
+    let mut command = Command::new(bwrap);
+    command.args(jail.bwrap_args());
+    command.arg("--");
+    command.args(argv.iter().map(OsString::from));
+    command.env_clear();
+    command.envs(env.iter().map(|(k, v)| (k, v)));
     // When the sandbox runs as root, bwrap itself starts as the pod's user: it then needs no
     // privilege at all (an unprivileged user namespace), and nothing in the pod is ever root.
     if let Some((uid, gid)) = run_as_host_user {
@@ -75,12 +89,26 @@ pub(crate) fn spawn(
     // Its own process group: Ctrl-C in the sandbox's terminal goes to the sandbox only, which
     // then stops pods in order rather than having every postgres see SIGINT at once.
     command.process_group(0);
-    // If this handle is dropped (the sandbox's runtime ends without a clean stop), SIGKILL bwrap;
-    // --die-with-parent then takes the jailed processes down with it.
+    // If this handle is dropped (the sandbox's runtime ends without a clean stop, or an exec's
+    // caller hangs up), SIGKILL bwrap; --die-with-parent then takes the jailed processes down.
     command.kill_on_drop(true);
-    let child = command.spawn()?;
-    let bwrap_pid = child.id();
-    Ok(Jailed { child, bwrap_pid })
+    command
+}
+
+/// Start `argv` in `jail` with stdout and stderr piped to the caller: `kubectl exec`.
+pub(crate) fn spawn_piped(
+    bwrap: &Path,
+    jail: &Jail,
+    argv: &[String],
+    env: &[(String, String)],
+    run_as_host_user: Option<(u32, u32)>,
+    stdin: Stdio,
+) -> std::io::Result<Child> {
+    let mut command = jailed_command(bwrap, jail, argv, env, run_as_host_user);
+    command.stdin(stdin);
+    command.stdout(Stdio::piped());
+    command.stderr(Stdio::piped());
+    command.spawn()
 }
 
 /// Like [`spawn`], with output captured: for probes and one-off commands.
@@ -92,20 +120,10 @@ pub(crate) async fn run_captured(
     run_as_host_user: Option<(u32, u32)>,
     timeout: Duration,
 ) -> std::io::Result<(Option<i32>, String)> {
-    let mut command = Command::new(bwrap);
-    command.args(jail.bwrap_args());
-    command.arg("--");
-    command.args(argv.iter().map(OsString::from));
-    command.env_clear();
-    command.envs(env.iter().map(|(k, v)| (k, v)));
+    let mut command = jailed_command(bwrap, jail, argv, env, run_as_host_user);
     command.stdin(Stdio::null());
     command.stdout(Stdio::piped());
     command.stderr(Stdio::piped());
-    if let Some((uid, gid)) = run_as_host_user {
-        command.uid(uid).gid(gid);
-    }
-    command.process_group(0);
-    command.kill_on_drop(true);
     let child = command.spawn()?;
     match tokio::time::timeout(timeout, child.wait_with_output()).await {
         Ok(output) => {

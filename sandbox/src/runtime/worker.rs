@@ -44,6 +44,9 @@ pub(crate) struct PodWorker {
     pub(crate) volumes: Mutex<std::collections::BTreeMap<String, PathBuf>>,
     /// One per main container: wakes its running instance to be killed (the crash fault).
     pub(crate) crash: Vec<Notify>,
+    /// Cancelled when the pod's "node" is lost (the fault): its processes are killed and its
+    /// status is no longer written, as when a kubelet stops reporting.
+    pub(crate) lost: CancellationToken,
 }
 
 impl PodWorker {
@@ -118,6 +121,7 @@ impl PodWorker {
                 .flatten()
                 .map(|_| Notify::new())
                 .collect(),
+            lost: CancellationToken::new(),
         }
     }
 

@@ -14,6 +14,8 @@
 //! ```
 #![allow(dead_code)]
 
+pub mod runtime;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -518,6 +520,21 @@ impl Kubectl {
     pub fn with_flags(mut self, flags: &[&str]) -> Kubectl {
         self.extra.extend(flags.iter().map(|f| f.to_string()));
         self
+    }
+
+    /// The whole command line of `kubectl ARGS`, for running it under another program (`script`
+    /// gives it a terminal); the environment [`Kubectl::command`] sets must be set around it.
+    pub fn argv(&self, args: &[&str]) -> Vec<String> {
+        let mut argv = vec![
+            kubectl_path(),
+            "--cache-dir".into(),
+            self.cache_dir.path().to_string_lossy().into_owned(),
+            "--server".into(),
+            self.server.clone(),
+        ];
+        argv.extend(self.extra.iter().cloned());
+        argv.extend(args.iter().map(|a| a.to_string()));
+        argv
     }
 
     pub fn command(&self, args: &[&str]) -> tokio::process::Command {

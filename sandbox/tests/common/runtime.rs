@@ -1,0 +1,102 @@
+//! Helpers for the tests that run pods as real processes (`runtime_*.rs`): a sandbox with the
+//! process runtime and short back-offs, manifests through kubectl, waiting for Ready, psql from
+//! the host, and the process table.
+
+use std::time::Duration;
+
+use sandbox::{ProcessRuntime, Runtime, Sandbox, SandboxOptions};
+use serde_json::Value;
+
+use super::{eventually, Kubectl};
+
+/// The process runtime with short back-offs, or a failure that says what to install.
+pub fn process_runtime() -> ProcessRuntime {
+    let mut runtime = ProcessRuntime::detect(None).unwrap_or_else(|error| {
+        panic!(
+            "these tests run pods as real processes, which this machine cannot: {error}. \
+             Install what they need with .ci/install-test-deps"
+        )
+    });
+    runtime.restart_backoff = Duration::from_millis(200);
+    runtime.max_restart_backoff = Duration::from_secs(1);
+    runtime.retry_period = Duration::from_millis(200);
+    runtime.sync_period = Duration::from_millis(100);
+    runtime
+}
+
+pub async fn start() -> (Sandbox, Kubectl, ProcessRuntime) {
+    let runtime = process_runtime();
+    let sandbox = Sandbox::start_with_runtime(
+        SandboxOptions::default(),
+        Runtime::Processes(runtime.clone()),
+        tokio_util::sync::CancellationToken::new(),
+    )
+    .await
+    .expect("sandbox starts");
+    let kubectl = Kubectl::new(&sandbox.url());
+    (sandbox, kubectl, runtime)
+}
+
+/// `kubectl create -f` of a manifest given as text.
+pub async fn create(kubectl: &Kubectl, manifest: &str) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("manifest.yaml");
+    std::fs::write(&file, manifest).expect("write manifest");
+    kubectl
+        .ok(&["create", "-f", file.to_str().expect("utf-8 path")])
+        .await;
+}
+
+pub async fn pod_json(kubectl: &Kubectl, name: &str) -> Option<Value> {
+    let out = kubectl.run(&["get", "pod", name, "-o", "json"]).await;
+    out.success
+        .then(|| serde_json::from_str(&out.stdout).ok())
+        .flatten()
+}
+
+pub async fn wait_ready(kubectl: &Kubectl, name: &str) -> Value {
+    eventually(
+        Duration::from_secs(90),
+        &format!("pod {name} Ready"),
+        || async {
+            let pod = pod_json(kubectl, name).await?;
+            let ready = pod["status"]["conditions"]
+                .as_array()?
+                .iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True");
+            ready.then_some(pod)
+        },
+    )
+    .await
+}
+
+/// PIDs of processes whose command line contains `needle` (the process table, from /proc).
+pub fn processes_matching(needle: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            cmdline.contains(needle).then_some(pid)
+        })
+        .collect()
+}
+
+/// `psql -Atc SQL` against a pod IP from the host, as the superuser.
+pub async fn psql(runtime: &ProcessRuntime, host: &str, sql: &str) -> Result<String, String> {
+    let output = tokio::process::Command::new(runtime.tools.postgres_bin.join("psql"))
+        .args(["-h", host, "-U", "postgres", "-d", "postgres", "-Atc", sql])
+        .env("PGPASSWORD", "superuser-secret")
+        .env("PGCONNECT_TIMEOUT", "5")
+        .output()
+        .await
+        .map_err(|e| e.to_string())?;
+    if output.status.success() {
+        Ok(String::from_utf8_lossy(&output.stdout).trim().to_string())
+    } else {
+        Err(String::from_utf8_lossy(&output.stderr).into_owned())
+    }
+}
