@@ -7,10 +7,10 @@
 //!
 //! | module | what it holds | WORKSHOP.md |
 //! |---|---|---|
-//! | [`api`] | our resource's names, REST paths and typed `PostgresCluster` | Step 01 |
-//! | [`status`] | the Kubernetes `Status` error body | Step 01 |
 //! | [`config`] | where the API server is and how to authenticate: one file per source (flags, in-cluster, kubeconfig) | Set-up |
-//! | [`client`] | the HTTP client: JSON verbs, typed errors, retries, the raw watch stream | Step 01 |
+//! | [`client`] | the HTTP client: JSON verbs, typed errors, retries, the raw watch stream | Set-up ("Talking to the API server") |
+//! | [`status`] | the Kubernetes `Status` error body | Set-up ("When the server says no") |
+//! | [`api`] | our resource's names, REST paths and typed `PostgresCluster` | Step 01 |
 //! | [`crd`] | the CustomResourceDefinition, built in Rust, and registering it | Step 01 |
 //! | [`watch`] | bytes → lines → typed events, and list-then-watch that never loses its place | Step 02 |
 //! | [`story`] | what the operator says: the workshop's log lines, and the `Reporter` that tags each with its cluster | Steps 02 and 03 |

@@ -22,8 +22,8 @@
 //! ```
 //!
 //! or in-cluster, as the Deployment in `kube/` runs it (`command: ["/stage01"]`):
-//! `kubectl apply -k kube/ && kubectl logs deploy/postgres-operator`. `stage01 --help` lists the
-//! flags.
+//! `kubectl apply -k kube/ && kubectl -n postgres-operator logs deploy/postgres-operator`.
+//! `stage01 --help` lists the flags.
 
 use std::process::ExitCode;
 use std::time::Duration;

@@ -9,8 +9,8 @@
 //!
 //! ```text
 //! cargo run --bin sandbox                                      # terminal 1: prints its URL
-//! cargo run --bin stage02 -- --server http://127.0.0.1:8001    # terminal 2
-//! kubectl --server http://127.0.0.1:8001 apply -f kube/example-postgres-cluster.yaml   # terminal 3
+//! cargo run --bin stage02 -- --server http://127.0.0.1:8001    # terminal 3
+//! kubectl --server http://127.0.0.1:8001 apply -f kube/example-postgres-cluster.yaml   # terminal 2
 //! kubectl --server http://127.0.0.1:8001 patch pgc example-postgresql-cluster --type merge -p '{"spec":{"size":5}}'
 //! kubectl --server http://127.0.0.1:8001 delete pgc example-postgresql-cluster
 //! ```

@@ -10,8 +10,8 @@
 //!
 //! ```text
 //! cargo run --bin sandbox -- --listen 127.0.0.1:8001           # terminal 1
-//! cargo run --bin stage03 -- --server http://127.0.0.1:8001    # terminal 2
-//! kubectl --server http://127.0.0.1:8001 create -f kube/example-postgres-cluster.yaml   # terminal 3
+//! cargo run --bin stage03 -- --server http://127.0.0.1:8001    # terminal 3
+//! kubectl --server http://127.0.0.1:8001 create -f kube/example-postgres-cluster.yaml   # terminal 2
 //! kubectl --server http://127.0.0.1:8001 patch pgc example-postgresql-cluster --type merge -p '{"spec":{"size":5}}'
 //! kubectl --server http://127.0.0.1:8001 delete pgc example-postgresql-cluster
 //! ```

@@ -2,7 +2,7 @@
 //! (`sandbox/src/`, including its `runtime/` folder) each read top-down, every file using only
 //! files below it.
 //!
-//! STYLE.md rule 10; `sandbox/tests/module_layers.rs` also holds the sandbox's files to its layer
+//! The house rule: no file imports one above it; `sandbox/tests/module_layers.rs` also holds the sandbox's files to its layer
 //! table. The check reads source text: a file uses module `m` when its code (comments and
 //! `#[cfg(test)]` modules left out) names `crate::m::...` or, relative to its parent,
 //! `super::m::...`. A folder module (`watch/mod.rs`, `runtime.rs`) and the files inside it are one

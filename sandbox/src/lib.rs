@@ -14,8 +14,9 @@
 //! import modules of layers 0 to N, never above: the helpers import nothing of the crate, the
 //! kinds only helpers, the store the kinds, the shared state (`Shared`, which holds the store)
 //! the store, the answers and handlers the state, and the server the handlers. Inside one
-//! layer imports go one way too. That is STYLE.md rule 10, except that `Shared` holds the
-//! `Store`, so here the store sits below the state. `tests/module_layers.rs` reads this table
+//! layer imports go one way too. The house rule says "state below the store, the store below
+//! the handlers, the handlers below the server"; here `Shared` holds the `Store`, so the store
+//! sits below the state. `tests/module_layers.rs` reads this table
 //! and the `crate::` paths of every file, and fails on an import that points up or closes a
 //! cycle.
 //!

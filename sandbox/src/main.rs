@@ -28,12 +28,12 @@ use tokio_util::sync::CancellationToken;
 #[derive(Parser, Debug)]
 #[command(
     name = "sandbox",
-    after_help = "examples:\n  \
+    after_help = "Examples:\n  \
         sandbox                                   # then: kubectl --server http://127.0.0.1:8001 get pgc\n  \
         sandbox --listen 127.0.0.1:8443 --tls-dir /tmp/sandbox-creds   # HTTPS with a token, like a cluster\n  \
         sandbox --established-delay-ms 2000 --kubelet-delay-ms 1000    # slower, like a real cluster\n  \
         sandbox --runtime simulated               # pods get a status only, nothing runs\n\n\
-        exit status: 0 stopped by SIGTERM or Ctrl-C, 1 could not start (is the port taken?), 2 bad flags"
+        Exit status: 0 stopped by SIGTERM or Ctrl-C, 1 could not start (is the port taken?), 2 bad flags"
 )]
 struct Flags {
     /// Where to listen (port 0 picks a free one).
@@ -49,7 +49,8 @@ struct Flags {
     /// How long a new pod stays Pending before it is Running, in milliseconds.
     #[arg(long, value_name = "MS", default_value = "0", value_parser = milliseconds, allow_negative_numbers = true)]
     kubelet_delay_ms: Duration,
-    /// How long a deleted pod stays Terminating, in milliseconds (0: gone at once).
+    /// How long a deleted pod stays Terminating, in milliseconds (0: gone at once with
+    /// simulated pods; with real processes, up to 30 s while they stop after SIGTERM).
     #[arg(long, value_name = "MS", default_value = "0", value_parser = milliseconds, allow_negative_numbers = true)]
     pod_termination_delay_ms: Duration,
     /// What runs pods: `processes` (real processes, each in its own mount namespace and on its
@@ -181,6 +182,8 @@ fn init_logging() {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_target(false)
+        // Colour only for a person at a terminal, not in a file or a pipe.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
 }
 

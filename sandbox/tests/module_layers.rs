@@ -2,7 +2,7 @@
 //! through others, a file that imports it, and each import points down (or across) the layer
 //! table at the top of `sandbox/src/lib.rs`.
 //!
-//! STYLE.md rule 10. Run: `cargo test --test module_layers -- --nocapture` (prints
+//! The house rule: no file imports one above it. Run: `cargo test --test module_layers -- --nocapture` (prints
 //! the graph). The check reads the source text, so it needs no compiler support: a file depends
 //! on module `m` when its code names a path `crate::m::...` (or `use crate::{m, ...}`); naming an
 //! item of the crate root (`crate::Thing`) is a dependency on `lib.rs`, which itself depends on
