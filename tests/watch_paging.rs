@@ -1,5 +1,7 @@
-//! The list is read in pages of 500 (`limit`, then `continue`), as client-go's reflector does; a
-//! relist pages too and still reports what changed; an expired continue token starts a fresh list.
+//! The list is read in pages of 500 (`limit`, then `continue`), as client-go's reflector does; the
+//! first list hands each page over as it is read; a relist pages too and still reports what
+//! changed; a first list that breaks off halfway (an expired continue token, a failed page) is
+//! finished by a relist, with nothing added twice.
 //!
 //! WORKSHOP.md, step 02 ("Listing in pages"). Against the sandbox, and a scripted server for the
 //! expired token.
@@ -98,6 +100,44 @@ async fn a_large_collection_is_listed_in_pages_of_500() {
     running.stop().await;
 }
 
+/// The first list hands each page over as soon as it is read: the first ADDED comes after the
+/// `Listed` notice (counting all 1,200 objects, from `remainingItemCount`) while only the first of
+/// the three pages has been requested.
+#[tokio::test]
+async fn the_first_page_is_handed_over_before_the_next_is_read() {
+    let (sandbox, client) = sandbox_with_clusters(OBJECTS).await;
+    let resource_version = sandbox.resource_version();
+    let mut running = start_watch(client, test_options());
+    let first = running.next_event(WITHIN).await;
+    // Not a race: the watch cannot run more than its 16-item buffer ahead of this consumer, and
+    // the first page holds 500 objects, so it is still handing them over.
+    let lists_at_first_event = list_requests(&sandbox);
+    assert_eq!(first.type_name(), "ADDED");
+    assert_eq!(
+        lists_at_first_event.len(),
+        1,
+        "only the first page read: {lists_at_first_event:#?}"
+    );
+    assert_eq!(
+        running.notices,
+        vec![WatchNotice::Listed {
+            resource_version,
+            count: OBJECTS
+        }],
+        "the Listed notice, alone, before the first event"
+    );
+    let mut names = std::collections::BTreeSet::from([first.object().key()]);
+    for _ in 1..OBJECTS {
+        let event = running.next_event(WITHIN).await;
+        assert_eq!(event.type_name(), "ADDED");
+        names.insert(event.object().key());
+    }
+    assert_eq!(names.len(), OBJECTS, "each object exactly once");
+    running.until_watching(WITHIN).await;
+    assert_eq!(list_requests(&sandbox).len(), 3);
+    running.stop().await;
+}
+
 /// After a 410, the relist reads all three pages again and reports only what changed while the
 /// watch was down: a delete on the first page, an update on the last, a create.
 #[tokio::test]
@@ -171,9 +211,9 @@ async fn a_paged_relist_reports_only_the_changes() {
     running.stop().await;
 }
 
-/// A continue token that expired between pages (410 Expired on the `continue` request) starts a
-/// fresh list from the first page, at the new resourceVersion; no object is handed over twice
-/// and the watch is not failed for it.
+/// A continue token that expired between pages of the first list (410 Expired on the `continue`
+/// request) starts a fresh list from the first page, at the new resourceVersion, reported as a
+/// relist: the first page's object, already handed over, comes again only as MODIFIED; no backoff.
 #[tokio::test]
 async fn an_expired_continue_token_starts_a_fresh_list() {
     let expired = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.","reason":"Expired","code":410}"#;
@@ -217,12 +257,15 @@ async fn an_expired_continue_token_starts_a_fresh_list() {
     .await;
 
     let mut running = start_watch(plain_client(&server.url), test_options());
-    let mut events = running.next_summaries(2, WITHIN).await;
-    events.sort();
+    let events = running.next_summaries(3, WITHIN).await;
     assert_eq!(
         events,
-        vec!["ADDED default/a size=3", "ADDED default/b size=2"],
-        "the fresh list's state, each object once"
+        vec![
+            "ADDED default/a size=1",
+            "MODIFIED default/a size=3",
+            "ADDED default/b size=2"
+        ],
+        "the first page as it came, then what the fresh list found different"
     );
     running
         .notice(
@@ -232,7 +275,28 @@ async fn an_expired_continue_token_starts_a_fresh_list() {
         )
         .await;
     assert_eq!(
-        running.count_notices(|n| matches!(n, WatchNotice::Listed { resource_version, count: 2 } if resource_version == "20")),
+        running.notices[0],
+        WatchNotice::Listed {
+            resource_version: "10".into(),
+            count: 1
+        },
+        "no remainingItemCount: the first page's count"
+    );
+    assert_eq!(
+        running.count_notices(|n| matches!(n, WatchNotice::Listed { .. })),
+        1
+    );
+    assert_eq!(
+        running.count_notices(|n| matches!(
+            n,
+            WatchNotice::Relisted {
+                why: RelistReason::FirstListBrokeOff { handed_over: 1, .. },
+                added: 1,
+                modified: 1,
+                deleted: 0,
+                ..
+            }
+        )),
         1
     );
     assert_eq!(
@@ -254,5 +318,115 @@ async fn an_expired_continue_token_starts_a_fresh_list() {
         lists[2]
     );
     assert!(lists[3].contains("continue=page-2-of-rv-20"));
+    running.stop().await;
+}
+
+/// A first list whose second page fails (500) is finished by a relist after a backoff: the first
+/// page's objects are not added twice, one gone meanwhile comes out as DELETED, and the story
+/// says "Watch version" once and then that the list was redone.
+#[tokio::test]
+async fn a_first_list_that_fails_halfway_is_finished_by_a_relist() {
+    let internal = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"etcd leader changed","reason":"InternalError","code":500}"#;
+    let calls = std::sync::atomic::AtomicUsize::new(0);
+    let first_page = list_page(
+        "10",
+        "page-2-of-rv-10",
+        Some(2),
+        &[object("a", "uid-a", "5", 1), object("b", "uid-b", "6", 1)],
+    );
+    let relist_first_page = list_page(
+        "12",
+        "page-2-of-rv-12",
+        Some(1),
+        &[object("a", "uid-a", "5", 1)],
+    );
+    let relist_last_page = list_page("12", "", None, &[object("c", "uid-c", "11", 2)]);
+    let server = ScriptedServer::start(move |_, path| {
+        let json = |code: u16, body: &str| Reply::Json {
+            code,
+            body: body.to_string(),
+        };
+        if path.contains("watch=true") {
+            return Reply::Chunks {
+                chunks: Vec::<Bytes>::new(),
+                hold_open: true,
+            };
+        }
+        if path.contains("continue=page-2-of-rv-10") {
+            return json(500, internal);
+        }
+        if path.contains("continue=page-2-of-rv-12") {
+            return json(200, &relist_last_page);
+        }
+        match calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) {
+            0 => json(200, &first_page),
+            _ => json(200, &relist_first_page),
+        }
+    })
+    .await;
+
+    let mut running = start_watch(plain_client(&server.url), test_options());
+    let events = running.next_summaries(4, WITHIN).await;
+    assert_eq!(
+        events,
+        vec![
+            "ADDED default/a size=1",
+            "ADDED default/b size=1",
+            "DELETED default/b size=1",
+            "ADDED default/c size=2",
+        ]
+    );
+    running
+        .notice(
+            WITHIN,
+            "watching from 12",
+            |n| matches!(n, WatchNotice::Watching { resource_version } if resource_version == "12"),
+        )
+        .await;
+    assert!(
+        running.no_event_for(Duration::from_millis(300)).await,
+        "nothing handed over twice"
+    );
+    let notices = running.notices.clone();
+    assert_eq!(
+        notices[0],
+        WatchNotice::Listed {
+            resource_version: "10".into(),
+            count: 4
+        },
+        "the count is the first page's plus remainingItemCount"
+    );
+    assert!(
+        matches!(notices[1], WatchNotice::Retrying { .. }),
+        "{notices:#?}"
+    );
+    let WatchNotice::Relisted {
+        why: RelistReason::FirstListBrokeOff { handed_over: 2, .. },
+        added: 1,
+        modified: 0,
+        deleted: 1,
+        ..
+    } = &notices[2]
+    else {
+        panic!("expected the first list finished by a relist: {notices:#?}")
+    };
+    let mut first_watch = true;
+    let story: Vec<String> = notices
+        .iter()
+        .flat_map(|n| postgres_operator::story::watch_notice_lines(n, &mut first_watch))
+        .collect();
+    assert_eq!(
+        story
+            .iter()
+            .filter(|l| l.starts_with("Watch version"))
+            .count(),
+        1,
+        "{story:#?}"
+    );
+    assert!(
+        story.iter().any(|l| l
+            .starts_with("Relisted at watchVersion 12 (the first list broke off after 2 objects:")),
+        "{story:#?}"
+    );
     running.stop().await;
 }

@@ -288,7 +288,9 @@ async fn a_restarted_server_without_the_cluster_yields_deleted_not_a_ghost() {
         .notice(
             WITHIN,
             "a 404 from the new server",
-            |n| matches!(n, WatchNotice::Retrying { error, .. } if error.contains("404")),
+            // "(404 NotFound: ..." or "NotFound (404): ...": a bare "404" also matches the
+            // server's port in a "cannot connect" error (127.0.0.1:40441).
+            |n| matches!(n, WatchNotice::Retrying { error, .. } if error.contains("(404")),
         )
         .await;
     let old: u64 = old_version.parse().expect("a number");

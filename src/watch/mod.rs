@@ -17,11 +17,13 @@
 //! also told to the consumer as a [`WatchNotice`]:
 //!
 //! - **Listing** — we have no usable resourceVersion. GET the collection, page by page; its
-//!   `metadata.resourceVersion` is the point the watch starts from. Compare the items with what
-//!   the consumer was last told (nothing, the first time) and hand over the difference: `Added` for
-//!   new objects, `Modified` when the resourceVersion moved, `Deleted` (with the last state the
-//!   consumer saw) for objects that are gone. → **Watching(rv)**. A failed list → backoff →
-//!   **Listing**.
+//!   `metadata.resourceVersion` is the point the watch starts from. The first time, each page's
+//!   objects are handed over as `Added` as soon as that page is in. A relist compares the items
+//!   with what the consumer was last told and hands over the difference once the last page is in:
+//!   `Added` for new objects, `Modified` when the resourceVersion moved, `Deleted` (with the last
+//!   state the consumer saw) for objects that are gone. → **Watching(rv)**. A failed list →
+//!   backoff → **Listing**; a first list that fails after handing over a page is finished by a
+//!   relist (reason `FirstListBrokeOff`), so nothing is added twice.
 //! - **Watching(rv)** — GET `?watch=true&resourceVersion=rv&allowWatchBookmarks=true&timeoutSeconds=T`.
 //!   Every event and BOOKMARK moves `rv`. How the watch ends decides the next state:
 //!   - clean end of stream (the server's `timeoutSeconds`, a load balancer) → **Watching(rv)**,
@@ -61,7 +63,9 @@
 //! To diff after a relist, the loop keeps the last state of every object it handed over (as
 //! client-go's informer store does): memory grows with the collection, not with the stream. The
 //! list is read in pages of 500 (`pages.rs`), so the JSON held while listing is one page, however
-//! large the collection; a `continue` token that expired halfway starts the list afresh.
+//! large the collection; a `continue` token that expired halfway starts the list afresh. The first
+//! list holds one page of typed objects besides; a relist holds the objects that changed until its
+//! last page is in, so that a relist that fails halfway hands over nothing.
 
 pub mod backoff;
 pub mod event;
@@ -134,7 +138,12 @@ impl<T: HasMetadata + DeserializeOwned + Serialize + Clone + Send + Sync + 'stat
 /// What the watch is doing, for logs and for the curious consumer. Best effort (see module docs).
 #[derive(Clone, Debug, PartialEq)]
 pub enum WatchNotice {
-    /// The first list is in: `count` objects (handed over as `Added`), current as of `resource_version`.
+    /// The first list's first page is in: the list is current as of `resource_version`, where the
+    /// watch will start. Its objects follow as `Added`, page by page as each page is read, so this
+    /// comes before the first of them. `count` is what the list is expected to hold: the first
+    /// page's objects plus the server's `metadata.remainingItemCount`, an estimate Kubernetes
+    /// does not promise to send or to keep exact (without it: the first page's objects alone).
+    /// Sent once; if a later page fails, a `Relisted` (`FirstListBrokeOff`) finishes the list.
     Listed {
         resource_version: String,
         count: usize,
@@ -182,6 +191,9 @@ pub enum RelistReason {
     EventTooLarge { limit: usize },
     /// A line of the stream could not be decoded, so we do not know what it said.
     Undecodable { error: String },
+    /// The first list failed after `handed_over` objects had been handed over as `Added` (a later
+    /// page failed, or its `continue` token expired): the relist finishes it against them.
+    FirstListBrokeOff { handed_over: usize, error: String },
 }
 
 impl fmt::Display for ResumeReason {
@@ -221,6 +233,10 @@ impl fmt::Display for RelistReason {
                 write!(f, "an event exceeded the {limit}-byte limit")
             }
             RelistReason::Undecodable { error } => write!(f, "undecodable event: {error}"),
+            RelistReason::FirstListBrokeOff { handed_over, error } => write!(
+                f,
+                "the first list broke off after {handed_over} objects: {error}"
+            ),
         }
     }
 }
@@ -555,8 +571,95 @@ impl<T: WatchedObject> ListWatch<T> {
         }
     }
 
-    /// Listing: read the collection page by page, hand over the difference, move to Watching.
+    /// Listing: the first list, or a relist that hands over the difference; then Watching.
     async fn list(&mut self, why: Option<RelistReason>) -> Option<Phase> {
+        match why {
+            None => self.first_list().await,
+            Some(why) => self.relist(why).await,
+        }
+    }
+
+    /// The first list: each page's objects are handed over as `Added` as soon as that page is in,
+    /// so what is held is one page, not the collection, and the first event does not wait for the
+    /// last page. The `Listed` notice goes first, from the first page. A later page that fails
+    /// leaves what was handed over handed over (and in `known`); the relist that follows compares
+    /// against it, so no object is added twice and one gone meanwhile comes out as `Deleted`.
+    async fn first_list(&mut self) -> Option<Phase> {
+        self.list_number += 1;
+        let mut pager = Pager::new(&self.collection_path, PAGE_SIZE);
+        let mut page = match pager.next_page::<T>(&self.client).await {
+            Ok(objects) => objects.unwrap_or_default(),
+            // Nothing handed over yet: try the first list again.
+            Err(error) => {
+                let (error, at_least) = match error {
+                    PageError::Failed(error) => (error.to_string(), retry_after(&error)),
+                    // Only a `continue` request is refused this way, and the first page has none.
+                    PageError::ContinueExpired { status } => (status.to_string(), Duration::ZERO),
+                };
+                self.back_off(error, at_least).await?;
+                return Some(Phase::Listing { why: None });
+            }
+        };
+        let resource_version = pager.resource_version().to_string();
+        if resource_version.is_empty() {
+            // See `relist`: a watch from RV "" would replay every object as ADDED.
+            self.back_off(
+                "the list carried no metadata.resourceVersion to watch from".into(),
+                Duration::ZERO,
+            )
+            .await?;
+            return Some(Phase::Listing { why: None });
+        }
+        self.listed_resource_version = Some(resource_version.clone());
+        // Kubernetes calls `remainingItemCount` an estimate of the collection's size, and sets it
+        // only on a paged list without selectors that has more pages (API servers since 1.15).
+        let remaining = pager
+            .remaining_item_count()
+            .map_or(0, |n| usize::try_from(n).unwrap_or(usize::MAX));
+        let count = page.len().saturating_add(remaining);
+        tracing::info!(path = %self.collection_path, %resource_version, count, "listed first page");
+        self.notify(WatchNotice::Listed {
+            resource_version: resource_version.clone(),
+            count,
+        })
+        .await?;
+
+        let mut handed_over = 0usize;
+        loop {
+            for object in page {
+                // `known` is empty on a first list: every object is new to the consumer.
+                if !self.deliver(Event::Added(object), None).await {
+                    return None;
+                }
+                handed_over += 1;
+            }
+            page = match pager.next_page::<T>(&self.client).await {
+                Ok(Some(objects)) => objects,
+                Ok(None) => break,
+                // The snapshot was compacted away under us: a relist at once reads a fresh one.
+                Err(PageError::ContinueExpired { status }) => {
+                    tracing::warn!(path = %self.collection_path, %status, handed_over, "continue token expired during the first list; relisting");
+                    let error = status.to_string();
+                    return Some(Phase::Listing {
+                        why: Some(RelistReason::FirstListBrokeOff { handed_over, error }),
+                    });
+                }
+                Err(PageError::Failed(error)) => {
+                    let at_least = retry_after(&error);
+                    let error = error.to_string();
+                    self.back_off(error.clone(), at_least).await?;
+                    return Some(Phase::Listing {
+                        why: Some(RelistReason::FirstListBrokeOff { handed_over, error }),
+                    });
+                }
+            };
+        }
+        tracing::info!(path = %self.collection_path, %resource_version, handed_over, "first list complete");
+        Some(Phase::Watching { resource_version })
+    }
+
+    /// A relist: read the collection page by page, hand over the difference, move to Watching.
+    async fn relist(&mut self, why: RelistReason) -> Option<Phase> {
         let mut expired_already = false;
         let listing = loop {
             match self.read_list().await {
@@ -578,7 +681,7 @@ impl<T: WatchedObject> ListWatch<T> {
                     // 403: all the same here, try again later.
                     let at_least = retry_after(&error);
                     self.back_off(error.to_string(), at_least).await?;
-                    return Some(Phase::Listing { why });
+                    return Some(Phase::Listing { why: Some(why) });
                 }
             }
         };
@@ -597,7 +700,7 @@ impl<T: WatchedObject> ListWatch<T> {
                 Duration::ZERO,
             )
             .await?;
-            return Some(Phase::Listing { why });
+            return Some(Phase::Listing { why: Some(why) });
         }
         self.listed_resource_version = Some(resource_version.clone());
 
@@ -611,27 +714,15 @@ impl<T: WatchedObject> ListWatch<T> {
             .collect();
         let deleted = vanished.len();
 
-        match why {
-            None => {
-                tracing::info!(path = %self.collection_path, %resource_version, count, "listed");
-                self.notify(WatchNotice::Listed {
-                    resource_version: resource_version.clone(),
-                    count,
-                })
-                .await?;
-            }
-            Some(why) => {
-                tracing::warn!(path = %self.collection_path, %resource_version, %why, added, modified, deleted, "relisted");
-                self.notify(WatchNotice::Relisted {
-                    why,
-                    resource_version: resource_version.clone(),
-                    added,
-                    modified,
-                    deleted,
-                })
-                .await?;
-            }
-        }
+        tracing::warn!(path = %self.collection_path, %resource_version, %why, count, added, modified, deleted, "relisted");
+        self.notify(WatchNotice::Relisted {
+            why,
+            resource_version: resource_version.clone(),
+            added,
+            modified,
+            deleted,
+        })
+        .await?;
         for key in vanished {
             let Some(known) = self.known.remove(&key) else {
                 continue;
@@ -656,10 +747,10 @@ impl<T: WatchedObject> ListWatch<T> {
         Some(Phase::Watching { resource_version })
     }
 
-    /// Read every page of the collection and compare each object with `known`. Nothing is handed
-    /// over and `known` is unchanged (but for its marks) until the list is complete, so a list
-    /// that fails halfway leaves no trace. Held meanwhile: one page of JSON, and the objects that
-    /// changed (on the first list every object, which the store is about to keep anyway).
+    /// A relist's read: every page of the collection, each object compared with `known`. Nothing
+    /// is handed over and `known` is unchanged (but for its marks) until the list is complete, so
+    /// a relist that fails halfway leaves no trace. Held meanwhile: one page of JSON, and the
+    /// objects that changed.
     async fn read_list(&mut self) -> Result<Listing<T>, PageError> {
         self.list_number += 1;
         let mut pager = Pager::new(&self.collection_path, PAGE_SIZE);
@@ -762,6 +853,8 @@ impl<T: WatchedObject> ListWatch<T> {
                             self.back_off(why.to_string(), Duration::ZERO).await?;
                         }
                     }
+                    // Only `first_list` gives this reason, never a watch.
+                    RelistReason::FirstListBrokeOff { .. } => {}
                 }
                 Some(Phase::Listing { why: Some(why) })
             }

@@ -38,6 +38,11 @@ pub struct PageMeta {
     /// Empty on the last page. Opaque: send it back as it came.
     #[serde(default, rename = "continue")]
     pub continue_token: String,
+    /// How many objects the pages after this one hold. An estimate (Kubernetes promises neither
+    /// that it is set nor that it is exact): absent on the last page, with a label or field
+    /// selector, and from servers before 1.15.
+    #[serde(default)]
+    pub remaining_item_count: Option<u64>,
 }
 
 /// Why the next page could not be had.
@@ -69,6 +74,8 @@ pub struct Pager {
     /// `None` before the first page; then the token for the next one, empty once done.
     continue_token: Option<String>,
     resource_version: String,
+    /// The last page's `metadata.remainingItemCount`.
+    remaining_item_count: Option<u64>,
 }
 
 impl Pager {
@@ -78,6 +85,7 @@ impl Pager {
             limit: limit.max(1),
             continue_token: None,
             resource_version: String::new(),
+            remaining_item_count: None,
         }
     }
 
@@ -115,6 +123,7 @@ impl Pager {
             self.resource_version = page.metadata.resource_version;
         }
         self.continue_token = Some(page.metadata.continue_token);
+        self.remaining_item_count = page.metadata.remaining_item_count;
         Ok(Some(page.items))
     }
 
@@ -122,6 +131,12 @@ impl Pager {
     /// sent none).
     pub fn resource_version(&self) -> &str {
         &self.resource_version
+    }
+
+    /// The server's estimate of the objects still to come after the page just read (see
+    /// [`PageMeta::remaining_item_count`]).
+    pub fn remaining_item_count(&self) -> Option<u64> {
+        self.remaining_item_count
     }
 }
 
@@ -143,6 +158,7 @@ mod tests {
         .unwrap();
         assert_eq!(page.metadata.resource_version, "7");
         assert_eq!(page.metadata.continue_token, "eyJ2Ijo=");
+        assert_eq!(page.metadata.remaining_item_count, Some(700));
         assert_eq!(page.items.len(), 1);
     }
 
@@ -151,6 +167,7 @@ mod tests {
         let page: Page<serde_json::Value> =
             serde_json::from_str(r#"{"metadata":{"resourceVersion":"7"},"items":[]}"#).unwrap();
         assert_eq!(page.metadata.continue_token, "");
+        assert_eq!(page.metadata.remaining_item_count, None);
     }
 
     #[test]

@@ -320,6 +320,25 @@ pub fn list_body(rv: &str, items: &[serde_json::Value]) -> String {
     .to_string()
 }
 
+/// One page of a paged list: `continue` is `token` (empty on the last page), with the server's
+/// `remainingItemCount` when given.
+pub fn list_page(
+    rv: &str,
+    token: &str,
+    remaining: Option<usize>,
+    items: &[serde_json::Value],
+) -> String {
+    let mut metadata = serde_json::json!({"resourceVersion": rv, "continue": token});
+    if let Some(remaining) = remaining {
+        metadata["remainingItemCount"] = serde_json::json!(remaining);
+    }
+    serde_json::json!({
+        "apiVersion": "workshop.example.com/v1", "kind": "PostgresClusterList",
+        "metadata": metadata, "items": items
+    })
+    .to_string()
+}
+
 /// A PostgresCluster as the server would send it.
 pub fn object(name: &str, uid: &str, rv: &str, size: i64) -> serde_json::Value {
     serde_json::json!({
