@@ -257,13 +257,16 @@ impl Node {
 
     /// One line for the banner: what runs pods, and where.
     pub(crate) fn describe(&self) -> String {
+        // One lock, released before formatting (`service_block` takes it too).
+        let (pods, block) = {
+            let addresses = lock(&self.addresses);
+            (addresses.range(), addresses.block())
+        };
         format!(
-            "pods run as processes: PostgreSQL {} from {}, bubblewrap {}, pod IPs {}, Service IPs 127.{}.192.0/18, data in {}",
+            "pods run as processes: PostgreSQL {} from {}, bubblewrap {}, pod IPs {pods}, Service IPs 127.{block}.192.0/18, data in {}",
             self.config.tools.postgres_version,
             self.config.tools.postgres_bin.display(),
             self.config.tools.bwrap.display(),
-            lock(&self.addresses).range(),
-            self.service_block(),
             self.config.data_dir().display()
         )
     }
