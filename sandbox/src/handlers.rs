@@ -224,6 +224,7 @@ fn write_options<'a>(
     query: &HashMap<String, String>,
     random: &'a mut Xorshift,
     raw_body: Option<&[u8]>,
+    service_block: Option<u8>,
 ) -> Result<WriteOptions<'a>, ApiError> {
     let dry_run = match query.get("dryRun").map(String::as_str) {
         None | Some("") => false,
@@ -245,6 +246,7 @@ fn write_options<'a>(
         dry_run,
         random,
         duplicate_fields,
+        service_block,
     })
 }
 
@@ -339,7 +341,12 @@ pub(crate) async fn serve_resource(
             let body = parse_json_body(&parts, &raw)?;
             objects::check_namespace(&shared.store.lock(), &resource, target.namespace.as_deref())?;
             let mut random = request_random(shared);
-            let options = write_options(&query, &mut random, Some(&raw))?;
+            let options = write_options(
+                &query,
+                &mut random,
+                Some(&raw),
+                shared.node.as_ref().map(|n| n.service_block()),
+            )?;
             let prepared =
                 objects::prepare_create(&resource, target.namespace.as_deref(), body, options)?;
             let outcome = commit_create(shared, &resource, prepared)?;
@@ -353,7 +360,12 @@ pub(crate) async fn serve_resource(
             }
             let outcome =
                 update_with_retries(shared, &resource, &namespace, name, |old, random| {
-                    let options = write_options(&query, random, Some(&raw))?;
+                    let options = write_options(
+                        &query,
+                        random,
+                        Some(&raw),
+                        shared.node.as_ref().map(|n| n.service_block()),
+                    )?;
                     match sub {
                         Some("scale") => prepare_scale(&resource, old, body.clone(), options),
                         Some("status") => objects::prepare_update(
@@ -624,13 +636,23 @@ fn patch(
         let ns = resource.namespaced.then_some(namespace);
         objects::check_namespace(&shared.store.lock(), resource, ns)?;
         let mut random = request_random(shared);
-        let options = write_options(query, &mut random, None)?;
+        let options = write_options(
+            query,
+            &mut random,
+            None,
+            shared.node.as_ref().map(|n| n.service_block()),
+        )?;
         let prepared = objects::prepare_create(resource, ns, document, options)?;
         let outcome = commit_create(shared, resource, prepared)?;
         return Ok(finish_write(shared, resource, outcome, table));
     }
     let outcome = update_with_retries(shared, resource, namespace, name, |old, random| {
-        let options = write_options(query, random, None)?;
+        let options = write_options(
+            query,
+            random,
+            None,
+            shared.node.as_ref().map(|n| n.service_block()),
+        )?;
         let base = match subresource {
             Some("scale") => scale_of(resource, old),
             _ => (**old).clone(),

@@ -57,6 +57,8 @@ pub(crate) struct WriteOptions<'a> {
     pub(crate) random: &'a mut Xorshift,
     /// Fields the raw JSON body gave twice (serde_json keeps the last one silently).
     pub(crate) duplicate_fields: Vec<String>,
+    /// Some(B): pods run as processes and Services get ClusterIPs in `127.B.192.0/18`.
+    pub(crate) service_block: Option<u8>,
 }
 
 /// Work to start once the store lock is released (timers, simulated controllers).
@@ -318,7 +320,7 @@ pub(crate) fn prepare_create(
                     "Required value",
                 ));
             }
-            default_service(&mut body, options.random)
+            default_service(&mut body, options.random, options.service_block)
         }
         ("", "secrets") => default_secret(resource, &mut body, &name)?,
         ("apiextensions.k8s.io", "customresourcedefinitions") => {

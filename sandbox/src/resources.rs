@@ -260,6 +260,8 @@ impl Registry {
                 services,
                 ResourceType::builtin("", "secrets", "Secret", true, &[]),
                 ResourceType::builtin("", "configmaps", "ConfigMap", true, &["cm"]),
+                // Written by the process runtime's endpoints controller (`runtime/services.rs`).
+                ResourceType::builtin("", "endpoints", "Endpoints", true, &["ep"]),
                 ResourceType::builtin("", "events", "Event", true, &["ev"]),
                 crds,
                 ResourceType::builtin("coordination.k8s.io", "leases", "Lease", true, &[]),

@@ -19,14 +19,17 @@
 //! | `env.rs`, `volumes.rs`, `image.rs` | environment, volumes and what an image runs |
 //! | `probes.rs` | exec, tcpSocket and httpGet checks |
 //! | `jail.rs`, `process.rs` | the bubblewrap command line; starting and signalling a process |
-//! | `host.rs`, `addresses.rs` | finding PostgreSQL and bwrap; pod IPs on 127.B.0.0/16 |
+//! | `services.rs` | Services: ClusterIPs on 127.B.192.0/18, Endpoints, a proxy to ready endpoints |
+//! | `host.rs`, `addresses.rs` | finding PostgreSQL and bwrap; pod IPs on 127.B.0.0 to 127.B.191.255 |
 //!
 //! # Where it simplifies
 //!
 //! - Pods share the machine's network namespace: each listens on its own 127.x.y.z, and
 //!   `localhost` inside a pod names the pod's address (see `probes.rs`). Connections between
 //!   pods come from 127.0.0.1, which initdb's default pg_hba.conf trusts.
-//! - No Services proxy, cluster DNS, `port-forward`, resource limits or image pulls yet;
+//! - Services proxy TCP only, in this process (no iptables): the ClusterIP listens while the
+//!   Service has a ready endpoint, else a connection is refused. No EndpointSlices, cluster
+//!   DNS, `port-forward`, resource limits or image pulls yet;
 //!   persistentVolumeClaim volumes are plain directories that outlive their pods. An `exec`
 //!   runs in a bwrap of its own beside the container (same mounts, environment and user, its
 //!   own PID namespace), not inside the container's namespaces.
@@ -46,6 +49,7 @@ mod logs;
 mod pod;
 mod probes;
 mod process;
+mod services;
 mod status;
 mod volumes;
 mod worker;
@@ -100,7 +104,7 @@ pub struct ProcessRuntime {
     pub sync_period: Duration,
     /// How long pods get to stop when the sandbox itself stops.
     pub shutdown_grace: Duration,
-    /// Pods get addresses in 127.B.0.0/16; None picks B at random.
+    /// Pods get addresses in 127.B.0.0/16 below 127.B.192.0, Services above; None picks B at random.
     pub address_block: Option<u8>,
 }
 
@@ -227,12 +231,18 @@ impl Node {
         let own_ids = std::fs::metadata("/proc/self")
             .map(|m| (m.uid(), m.gid()))
             .unwrap_or((65534, 65534));
+        let services = tokio::spawn(services::run(
+            store.clone(),
+            block,
+            config.sync_period,
+            shutdown.clone(),
+        ));
         Arc::new(Node {
             config,
             store,
             addresses: Mutex::new(addresses::PodAddresses::new(block)),
             pods: Mutex::new(HashMap::new()),
-            tasks: Mutex::new(Vec::new()),
+            tasks: Mutex::new(vec![services]),
             random: Mutex::new(random),
             shutdown,
             is_root: own_ids.0 == 0,
@@ -240,14 +250,23 @@ impl Node {
         })
     }
 
+    /// B of the sandbox's `127.B.0.0/16`: Services get ClusterIPs in `127.B.192.0/18`.
+    pub(crate) fn service_block(&self) -> u8 {
+        lock(&self.addresses).block()
+    }
+
     /// One line for the banner: what runs pods, and where.
     pub(crate) fn describe(&self) -> String {
+        // One lock, released before formatting (`service_block` takes it too).
+        let (pods, block) = {
+            let addresses = lock(&self.addresses);
+            (addresses.range(), addresses.block())
+        };
         format!(
-            "pods run as processes: PostgreSQL {} from {}, bubblewrap {}, pod IPs {}, data in {}",
+            "pods run as processes: PostgreSQL {} from {}, bubblewrap {}, pod IPs {pods}, Service IPs 127.{block}.192.0/18, data in {}",
             self.config.tools.postgres_version,
             self.config.tools.postgres_bin.display(),
             self.config.tools.bwrap.display(),
-            lock(&self.addresses).range(),
             self.config.data_dir().display()
         )
     }

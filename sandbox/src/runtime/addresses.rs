@@ -11,7 +11,8 @@
 use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
 
-/// Hands out `127.B.x.y` addresses, x.y from 0.2 to 255.254.
+/// Hands out `127.B.x.y` addresses, x.y from 0.2 to 191.254; `127.B.192.0/18` above them is
+/// the Services' (`services.rs`).
 #[derive(Debug)]
 pub(crate) struct PodAddresses {
     block: u8,
@@ -19,9 +20,9 @@ pub(crate) struct PodAddresses {
     in_use: BTreeSet<u32>,
 }
 
-/// x.y as one number: 0.2 is the first, 255.254 the last (no .0, .1 or .255 host parts).
+/// x.y as one number: 0.2 is the first, 191.254 the last (no .0, .1 or .255 host parts).
 const FIRST: u32 = 2;
-const LAST: u32 = 255 * 256 + 254;
+const LAST: u32 = 191 * 256 + 254;
 
 impl PodAddresses {
     pub(crate) fn new(block: u8) -> PodAddresses {
@@ -32,9 +33,14 @@ impl PodAddresses {
         }
     }
 
-    /// `127.B.0.0/16`, for the banner.
+    /// The pods' range, for the banner.
     pub(crate) fn range(&self) -> String {
-        format!("127.{}.0.0/16", self.block)
+        format!("127.{}.0.0-127.{0}.191.255", self.block)
+    }
+
+    /// B of `127.B.0.0/16`.
+    pub(crate) fn block(&self) -> u8 {
+        self.block
     }
 
     /// The next free address, or None when all 65 000 are taken.
@@ -76,6 +82,6 @@ mod tests {
         addresses.next = 254;
         assert_eq!(addresses.allocate(), Some(Ipv4Addr::new(127, 42, 0, 254)));
         assert_eq!(addresses.allocate(), Some(Ipv4Addr::new(127, 42, 1, 2)));
-        assert_eq!(addresses.range(), "127.42.0.0/16");
+        assert_eq!(addresses.range(), "127.42.0.0-127.42.191.255");
     }
 }
