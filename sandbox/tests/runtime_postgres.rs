@@ -14,7 +14,8 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use common::runtime::{
-    create, pod_json, process_runtime, processes_matching, psql, start, wait_ready,
+    create, pod_json, process_runtime, processes_matching, psql, running_trusting_postgres, start,
+    wait_ready,
 };
 use common::{eventually, Kubectl};
 use serde_json::Value;
@@ -238,27 +239,8 @@ async fn killing_the_sandbox_binary_leaves_no_postgres() {
         .expect("the URL first")
         .to_string();
     let kubectl = Kubectl::new(&url);
-    create(
-        &kubectl,
-        r#"apiVersion: v1
-kind: Pod
-metadata: {name: pg}
-spec:
-  containers:
-  - name: postgres
-    image: postgres:15
-    env: [{name: POSTGRES_HOST_AUTH_METHOD, value: trust}]
-    readinessProbe: {tcpSocket: {port: 5432}, periodSeconds: 1}
-"#,
-    )
-    .await;
-    let pod = wait_ready(&kubectl, "pg").await;
-    let ip = pod["status"]["podIP"].as_str().expect("pod IP").to_string();
+    let ip = running_trusting_postgres(&kubectl, "pg").await;
     let needle = format!("listen_addresses={ip}");
-    assert!(
-        !processes_matching(&needle).is_empty(),
-        "the postmaster runs"
-    );
     child.start_kill().expect("SIGKILL the sandbox");
     let _ = child.wait().await;
     eventually(Duration::from_secs(10), "no postgres left", || async {
@@ -597,27 +579,8 @@ async fn a_crashed_container_is_restarted_with_exit_code_137() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_node_leaves_its_pod_running_unready_and_its_processes_dead() {
     let (sandbox, kubectl, runtime) = start().await;
-    create(
-        &kubectl,
-        r#"apiVersion: v1
-kind: Pod
-metadata: {name: stranded}
-spec:
-  containers:
-  - name: postgres
-    image: postgres:15
-    env: [{name: POSTGRES_HOST_AUTH_METHOD, value: trust}]
-    readinessProbe: {tcpSocket: {port: 5432}, periodSeconds: 1}
-"#,
-    )
-    .await;
-    let pod = wait_ready(&kubectl, "stranded").await;
-    let ip = pod["status"]["podIP"].as_str().expect("pod IP").to_string();
+    let ip = running_trusting_postgres(&kubectl, "stranded").await;
     let needle = format!("listen_addresses={ip}");
-    assert!(
-        !processes_matching(&needle).is_empty(),
-        "the postmaster runs"
-    );
     assert!(!sandbox.faults().lose_node_for_pod("default", "nope"));
     assert!(sandbox.faults().lose_node_for_pod("default", "stranded"));
     eventually(Duration::from_secs(10), "no postmaster left", || async {

@@ -70,6 +70,35 @@ pub async fn wait_ready(kubectl: &Kubectl, name: &str) -> Value {
     .await
 }
 
+/// A one-container `postgres:15` pod named `name` with trust authentication and a tcpSocket
+/// readiness probe, created and waited for until Ready; checks its postmaster runs (on the pod
+/// IP, as the process table shows) and returns its IP.
+pub async fn running_trusting_postgres(kubectl: &Kubectl, name: &str) -> String {
+    create(
+        kubectl,
+        &format!(
+            r#"apiVersion: v1
+kind: Pod
+metadata: {{name: {name}}}
+spec:
+  containers:
+  - name: postgres
+    image: postgres:15
+    env: [{{name: POSTGRES_HOST_AUTH_METHOD, value: trust}}]
+    readinessProbe: {{tcpSocket: {{port: 5432}}, periodSeconds: 1}}
+"#
+        ),
+    )
+    .await;
+    let pod = wait_ready(kubectl, name).await;
+    let ip = pod["status"]["podIP"].as_str().expect("pod IP").to_string();
+    assert!(
+        !processes_matching(&format!("listen_addresses={ip}")).is_empty(),
+        "the postmaster of {name} runs"
+    );
+    ip
+}
+
 /// PIDs of processes whose command line contains `needle` (the process table, from /proc).
 pub fn processes_matching(needle: &str) -> Vec<u32> {
     std::fs::read_dir("/proc")
