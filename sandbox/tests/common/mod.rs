@@ -227,37 +227,31 @@ impl Http {
             .await
     }
 
+    /// A JSON body with its Content-Type: what every write below sends.
+    async fn send_json(
+        &self,
+        method: Method,
+        path: &str,
+        content_type: &str,
+        body: &Value,
+    ) -> Answer {
+        let body = body.to_string().into_bytes();
+        self.send(method, path, Some(content_type), body, &[]).await
+    }
+
     pub async fn post(&self, path: &str, body: &Value) -> Answer {
-        self.send(
-            Method::POST,
-            path,
-            Some("application/json"),
-            body.to_string().into_bytes(),
-            &[],
-        )
-        .await
+        self.send_json(Method::POST, path, "application/json", body)
+            .await
     }
 
     pub async fn put(&self, path: &str, body: &Value) -> Answer {
-        self.send(
-            Method::PUT,
-            path,
-            Some("application/json"),
-            body.to_string().into_bytes(),
-            &[],
-        )
-        .await
+        self.send_json(Method::PUT, path, "application/json", body)
+            .await
     }
 
     pub async fn merge_patch(&self, path: &str, body: &Value) -> Answer {
-        self.send(
-            Method::PATCH,
-            path,
-            Some("application/merge-patch+json"),
-            body.to_string().into_bytes(),
-            &[],
-        )
-        .await
+        self.send_json(Method::PATCH, path, "application/merge-patch+json", body)
+            .await
     }
 
     pub async fn delete(&self, path: &str) -> Answer {
