@@ -595,7 +595,7 @@ async fn dropping_the_receiver_during_a_hung_list_ends_the_task_promptly() {
         assert!(tokio::time::Instant::now() < deadline, "no list request");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    let postgres_operator::watch::Watcher { items, task } = running.watcher;
+    let postgres_operator::watch::Watcher { items, task, .. } = running.watcher;
     drop(items);
     tokio::time::timeout(Duration::from_secs(2), task)
         .await

@@ -18,7 +18,7 @@ use crate::story::Reporter;
 /// holds one value: a newer `Wanted` replaces an unread older one (see the module docs of
 /// `controller` for why that is right here).
 #[derive(Clone, Debug)]
-pub(crate) enum Wanted {
+pub enum Wanted {
     /// The latest object from the API server (spec and metadata).
     Object(Box<PostgresCluster>),
     /// The user deleted the cluster. Nothing can follow this, so it may replace any pending object.

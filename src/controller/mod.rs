@@ -42,9 +42,11 @@ pub mod operator;
 pub mod pods;
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, watch, Notify};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -52,7 +54,8 @@ use tracing::Instrument;
 use crate::api::PostgresCluster;
 use crate::story::Reporter;
 use crate::watch::Event;
-use cluster::{run_cluster, TaskEnd, Wanted};
+use cluster::run_cluster;
+pub use cluster::{TaskEnd, Wanted};
 pub use operator::{run_operator, OperatorError};
 pub use pods::PodApi;
 
@@ -78,6 +81,54 @@ impl Default for ControllerOptions {
     }
 }
 
+/// What runs as each cluster's task. Stage 03's is [`PlaceholderTask`] (`cluster.rs`: it tells
+/// what it would do); stage 04's acts on real pods (`crate::postgres`). The controller around it,
+/// routing and all, is the same.
+pub trait ClusterWorker: Clone + Send + Sync + 'static {
+    /// The task body for one cluster: return when the cluster is deleted or `stop` is cancelled.
+    fn run_cluster(
+        &self,
+        cluster: PostgresCluster,
+        inbox: ClusterInbox,
+        stop: CancellationToken,
+    ) -> impl Future<Output = TaskEnd> + Send + 'static;
+}
+
+/// What reaches one cluster task from the controller.
+pub struct ClusterInbox {
+    /// The newest object (or Deleted): one slot, the newest wins.
+    pub wanted: watch::Receiver<Wanted>,
+    /// "Something you own changed, look again" — a pod of this cluster moved. `Notify` keeps at
+    /// most one pending wake-up, so a burst of pod events costs one reconcile, not one each.
+    pub nudged: Arc<Notify>,
+}
+
+/// Stage 03's worker: [`cluster::run_cluster`] with its pod calls and reconcile interval.
+#[derive(Clone)]
+pub struct PlaceholderTask<P: PodApi> {
+    pods: P,
+    reporter: Reporter,
+    reconcile_interval: Duration,
+}
+
+impl<P: PodApi> ClusterWorker for PlaceholderTask<P> {
+    fn run_cluster(
+        &self,
+        cluster: PostgresCluster,
+        inbox: ClusterInbox,
+        stop: CancellationToken,
+    ) -> impl Future<Output = TaskEnd> + Send + 'static {
+        run_cluster(
+            cluster,
+            self.pods.clone(),
+            self.reporter.clone(),
+            self.reconcile_interval,
+            inbox.wanted,
+            stop,
+        )
+    }
+}
+
 /// The controller's hold on one cluster task.
 struct ClusterHandle {
     /// A cluster deleted and re-created under the same name is a new cluster: new uid.
@@ -86,6 +137,7 @@ struct ClusterHandle {
     /// an unchanged spec.
     last_sent: PostgresCluster,
     wanted: watch::Sender<Wanted>,
+    nudged: Arc<Notify>,
 }
 
 /// How `Controller::run` ended.
@@ -98,8 +150,8 @@ pub struct ControllerStopped {
 }
 
 /// Routes watch events to per-cluster tasks. See the module docs for the picture.
-pub struct Controller<P: PodApi> {
-    pods: P,
+pub struct Controller<W: ClusterWorker> {
+    worker: W,
     options: ControllerOptions,
     reporter: Reporter,
     clusters: HashMap<String, ClusterHandle>,
@@ -108,10 +160,27 @@ pub struct Controller<P: PodApi> {
     stop: CancellationToken,
 }
 
-impl<P: PodApi> Controller<P> {
-    pub fn new(pods: P, options: ControllerOptions, reporter: Reporter) -> Controller<P> {
-        Controller {
+impl<P: PodApi> Controller<PlaceholderTask<P>> {
+    /// Stage 03's controller: each cluster task tells what it would do with `pods`.
+    pub fn new(
+        pods: P,
+        options: ControllerOptions,
+        reporter: Reporter,
+    ) -> Controller<PlaceholderTask<P>> {
+        let worker = PlaceholderTask {
             pods,
+            reporter: reporter.clone(),
+            reconcile_interval: options.reconcile_interval,
+        };
+        Controller::with_worker(worker, options, reporter)
+    }
+}
+
+impl<W: ClusterWorker> Controller<W> {
+    /// A controller whose cluster tasks are `worker`'s.
+    pub fn with_worker(worker: W, options: ControllerOptions, reporter: Reporter) -> Controller<W> {
+        Controller {
+            worker,
             options,
             reporter,
             clusters: HashMap::new(),
@@ -123,14 +192,32 @@ impl<P: PodApi> Controller<P> {
     /// Handle events until `shutdown` is cancelled or the event channel closes (the watch ended),
     /// then stop every cluster task and wait for them.
     pub async fn run(
+        self,
+        events: mpsc::Receiver<Event<PostgresCluster>>,
+        shutdown: CancellationToken,
+    ) -> ControllerStopped {
+        // A sender nobody holds: the nudge branch below is simply never ready.
+        let (_, no_nudges) = mpsc::channel(1);
+        self.run_with_nudges(events, no_nudges, shutdown).await
+    }
+
+    /// [`Controller::run`], plus `nudges`: `namespace/name` keys of clusters to look again now
+    /// (stage 04 sends one whenever a pod of that cluster changes).
+    pub async fn run_with_nudges(
         mut self,
         mut events: mpsc::Receiver<Event<PostgresCluster>>,
+        mut nudges: mpsc::Receiver<String>,
         shutdown: CancellationToken,
     ) -> ControllerStopped {
         tracing::debug!("controller running");
+        let mut nudges_open = true;
         loop {
             tokio::select! {
                 () = shutdown.cancelled() => break,
+                nudge = nudges.recv(), if nudges_open => match nudge {
+                    Some(key) => self.nudge(&key),
+                    None => nudges_open = false,
+                },
                 event = events.recv() => match event {
                     Some(event) => self.handle_event(event),
                     None => {
@@ -189,6 +276,14 @@ impl<P: PodApi> Controller<P> {
         }
     }
 
+    /// Wake the task of cluster `namespace/name` for a reconcile now; unknown keys are ignored
+    /// (a pod of a cluster deleted a moment ago).
+    pub fn nudge(&self, key: &str) {
+        if let Some(handle) = self.clusters.get(key) {
+            handle.nudged.notify_one();
+        }
+    }
+
     /// `namespace/name` of every cluster the controller currently tracks, sorted.
     pub fn cluster_keys(&self) -> Vec<String> {
         let mut keys: Vec<String> = self.clusters.keys().cloned().collect();
@@ -204,15 +299,15 @@ impl<P: PodApi> Controller<P> {
     fn start(&mut self, cluster: PostgresCluster) {
         let key = cluster.key();
         let (wanted, wanted_receiver) = watch::channel(Wanted::Object(Box::new(cluster.clone())));
+        let nudged = Arc::new(Notify::new());
         let span = tracing::info_span!("cluster", cluster = %key);
-        let task = run_cluster(
-            cluster.clone(),
-            self.pods.clone(),
-            self.reporter.clone(),
-            self.options.reconcile_interval,
-            wanted_receiver,
-            self.stop.child_token(),
-        );
+        let inbox = ClusterInbox {
+            wanted: wanted_receiver,
+            nudged: Arc::clone(&nudged),
+        };
+        let task = self
+            .worker
+            .run_cluster(cluster.clone(), inbox, self.stop.child_token());
         let task_key = key.clone();
         self.tasks
             .spawn(async move { (task_key, task.await) }.instrument(span));
@@ -222,6 +317,7 @@ impl<P: PodApi> Controller<P> {
                 uid: cluster.metadata.uid.clone(),
                 last_sent: cluster,
                 wanted,
+                nudged,
             },
         );
     }

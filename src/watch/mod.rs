@@ -13,7 +13,7 @@
 //!
 //! # The state machine
 //!
-//! [`run_list_then_watch`] is a loop over two states; every transition is logged and most are
+//! `run_list_then_watch` is a loop over two states; every transition is logged and most are
 //! also told to the consumer as a [`WatchNotice`]:
 //!
 //! - **Listing** — we have no usable resourceVersion. GET the collection, page by page; its
@@ -71,8 +71,8 @@ pub mod backoff;
 pub mod event;
 pub mod frame;
 pub mod pages;
+pub mod store;
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
@@ -91,6 +91,8 @@ use backoff::{Backoff, BackoffPolicy, Xorshift};
 use event::{decode_event, DecodeError, WatchEvent};
 use frame::{FrameError, LineFramer, DEFAULT_MAX_EVENT_BYTES};
 use pages::{encode_query_value, PageError, Pager, PAGE_SIZE};
+use store::Known;
+pub use store::Store;
 
 /// What `list_then_watch` hands to its consumer: one change to one object.
 ///
@@ -284,13 +286,16 @@ pub struct Watcher<T> {
     pub items: mpsc::Receiver<WatchItem<T>>,
     /// Ends when `shutdown` is cancelled or `items` is dropped.
     pub task: JoinHandle<()>,
+    /// Every object the consumer has been handed, as last handed over: read it instead of
+    /// keeping a copy of your own (see `store.rs`).
+    pub store: Store<T>,
 }
 
 impl<T: Send + 'static> Watcher<T> {
     /// Just the events, for a consumer that needs nothing else. A small task forwards them and
     /// drops the notices; dropping the returned receiver stops the watch.
     pub fn into_events(self) -> mpsc::Receiver<Event<T>> {
-        let Watcher { mut items, task: _ } = self;
+        let Watcher { mut items, .. } = self;
         let (sender, events) = mpsc::channel(1);
         tokio::spawn(async move {
             loop {
@@ -341,23 +346,26 @@ pub fn list_then_watch<T: WatchedObject>(
     shutdown: CancellationToken,
 ) -> Watcher<T> {
     let (sender, items) = mpsc::channel(options.event_buffer.max(1));
+    let store = Store::new();
     let task = tokio::spawn(run_list_then_watch(
         client,
         collection_path,
         options,
         sender,
+        store.clone(),
         shutdown,
     ));
-    Watcher { items, task }
+    Watcher { items, task, store }
 }
 
-/// The loop behind [`list_then_watch`], for callers that own the channel. Returns when `shutdown`
-/// is cancelled or the receiver is dropped; it never gives up on its own.
-pub async fn run_list_then_watch<T: WatchedObject>(
+/// The loop behind [`list_then_watch`]: it hands items to `items` and keeps `store` current.
+/// Returns when `shutdown` is cancelled or the receiver is dropped; it never gives up on its own.
+async fn run_list_then_watch<T: WatchedObject>(
     client: Client,
     collection_path: String,
     options: WatchOptions,
     items: mpsc::Sender<WatchItem<T>>,
+    store: Store<T>,
     shutdown: CancellationToken,
 ) {
     let mut state = ListWatch {
@@ -367,7 +375,7 @@ pub async fn run_list_then_watch<T: WatchedObject>(
         random: Xorshift::seed_from_process(),
         options,
         items,
-        known: BTreeMap::new(),
+        known: store,
         key: String::new(),
         list_number: 0,
         listed_resource_version: None,
@@ -435,46 +443,6 @@ struct Listing<T> {
     modified: usize,
 }
 
-/// One entry of the store: what a relist diff compares, and the last state the consumer saw.
-struct Known {
-    uid: String,
-    resource_version: String,
-    /// The object as last handed over, as JSON: the object of its watch line, copied as it came
-    /// (or, for an object from a list, `T` encoded again). One buffer, about the size of the
-    /// object on the wire: a typed copy would be an allocation per string and map, half as big
-    /// again in all. Decoded again only for a `Deleted` that a relist finds.
-    last_state: Vec<u8>,
-    /// The number of the last list that contained it; after a list completes, an entry that does
-    /// not carry its number has vanished.
-    seen_by_list: u64,
-}
-
-impl Known {
-    /// Overwrite this entry with `object`'s state, reusing its buffers: an update, the common
-    /// case, allocates nothing. `object_json` is the object's JSON if the caller has it.
-    fn update<T: WatchedObject>(&mut self, object: &T, object_json: Option<&[u8]>) {
-        let meta = object.metadata();
-        self.uid.clone_from(&meta.uid);
-        self.resource_version.clone_from(&meta.resource_version);
-        self.last_state.clear();
-        match object_json {
-            Some(json) => {
-                // Exactly: the default doubling would leave up to half of every entry unused.
-                self.last_state.reserve_exact(json.len());
-                self.last_state.extend_from_slice(json);
-            }
-            // A derived `Serialize` of a Kubernetes object cannot fail (every map key is a
-            // string); if a hand-written one did, the only loss is the state in a relist's
-            // `Deleted`.
-            None => {
-                if let Err(error) = serde_json::to_writer(&mut self.last_state, object) {
-                    tracing::warn!(%error, "cannot encode an object for the store");
-                }
-            }
-        }
-    }
-}
-
 /// The API server writes every watch line as `{"type":"ADDED","object":{...}}`, `type` first:
 /// the object's JSON is then the line minus that prefix and the final `}`. Copying it is one
 /// `memcpy`; encoding the decoded object again cost a fifth of the whole watch (callgrind:
@@ -499,8 +467,9 @@ struct ListWatch<T> {
     backoff: Backoff,
     random: Xorshift,
     items: mpsc::Sender<WatchItem<T>>,
-    /// What the consumer has been told, by `namespace/name`: the state a relist is compared with.
-    known: BTreeMap<String, Known>,
+    /// What the consumer has been told, by `namespace/name`: the state a relist is compared with,
+    /// and what a [`Store`] reads.
+    known: Store<T>,
     /// Scratch space for `namespace/name`, so that looking up an object allocates nothing.
     key: String,
     /// Counts lists started, to mark the `known` entries each one saw.
@@ -525,7 +494,7 @@ impl<T: WatchedObject> ListWatch<T> {
         match &event {
             Event::Added(object) | Event::Modified(object) => self.remember(object, object_json),
             Event::Deleted(object) => {
-                self.known.remove(&key_of(object.metadata()));
+                self.known.lock().remove(&key_of(object.metadata()));
             }
         }
         self.items.send(WatchItem::Event(event)).await.is_ok()
@@ -539,14 +508,10 @@ impl<T: WatchedObject> ListWatch<T> {
         self.key.push_str(&meta.namespace);
         self.key.push('/');
         self.key.push_str(&meta.name);
-        let known = match self.known.get_mut(self.key.as_str()) {
+        let mut entries = self.known.lock();
+        let known = match entries.get_mut(self.key.as_str()) {
             Some(known) => known,
-            None => self.known.entry(self.key.clone()).or_insert(Known {
-                uid: String::new(),
-                resource_version: String::new(),
-                last_state: Vec::new(),
-                seen_by_list: 0,
-            }),
+            None => entries.entry(self.key.clone()).or_insert(Known::empty()),
         };
         known.update(object, object_json);
         known.seen_by_list = self.list_number;
@@ -708,6 +673,7 @@ impl<T: WatchedObject> ListWatch<T> {
         // under its name): deliver its last known state.
         let vanished: Vec<String> = self
             .known
+            .lock()
             .iter()
             .filter(|(_, known)| known.seen_by_list != self.list_number)
             .map(|(key, _)| key.clone())
@@ -724,7 +690,8 @@ impl<T: WatchedObject> ListWatch<T> {
         })
         .await?;
         for key in vanished {
-            let Some(known) = self.known.remove(&key) else {
+            let removed = self.known.lock().remove(&key);
+            let Some(known) = removed else {
                 continue;
             };
             match serde_json::from_slice::<T>(&known.last_state) {
@@ -764,7 +731,8 @@ impl<T: WatchedObject> ListWatch<T> {
         while let Some(objects) = pager.next_page::<T>(&self.client).await? {
             for object in objects {
                 listing.count += 1;
-                match self.known.get_mut(&key_of(object.metadata())) {
+                let mut entries = self.known.lock();
+                match entries.get_mut(&key_of(object.metadata())) {
                     Some(known) if known.uid == object.metadata().uid => {
                         known.seen_by_list = self.list_number;
                         if known.resource_version != object.metadata().resource_version {
