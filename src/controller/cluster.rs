@@ -418,7 +418,9 @@ mod tests {
             },
             status: super::super::pods::PodStatus {
                 phase: Some(phase.into()),
+                ..Default::default()
             },
+            ..Default::default()
         };
         let pods = [
             pod("db-2", "Running"),

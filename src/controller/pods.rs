@@ -53,14 +53,43 @@ pub struct Pod {
     #[serde(default)]
     pub metadata: ObjectMeta,
     #[serde(default)]
+    pub spec: PodSpec,
+    #[serde(default)]
     pub status: PodStatus,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PodSpec {
+    #[serde(default)]
+    pub containers: Vec<Container>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Container {
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub image: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct PodStatus {
     /// Pending, Running, Succeeded, Failed or Unknown.
     #[serde(default)]
     pub phase: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<PodCondition>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_ip: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PodCondition {
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// "True", "False" or "Unknown".
+    pub status: String,
 }
 
 impl Pod {
@@ -76,6 +105,21 @@ impl Pod {
 
     pub fn phase(&self) -> &str {
         self.status.phase.as_deref().unwrap_or("")
+    }
+
+    /// The kubelet's verdict: condition `Ready` is `True` once every container passes its
+    /// readiness probe. Only Ready pods are a Service's endpoints.
+    pub fn is_ready(&self) -> bool {
+        self.status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True")
+    }
+
+    /// A delete was accepted (`deletionTimestamp` set): the pod is on its way out, even while its
+    /// processes still run their grace period.
+    pub fn is_terminating(&self) -> bool {
+        self.metadata.deletion_timestamp.is_some()
     }
 }
 

@@ -90,7 +90,7 @@ use crate::status::Status;
 use backoff::{Backoff, BackoffPolicy, Xorshift};
 use event::{decode_event, DecodeError, WatchEvent};
 use frame::{FrameError, LineFramer, DEFAULT_MAX_EVENT_BYTES};
-use pages::{encode_query_value, PageError, Pager, PAGE_SIZE};
+use pages::{encode_query_value, query_separator, PageError, Pager, PAGE_SIZE};
 use store::Known;
 pub use store::Store;
 
@@ -857,8 +857,9 @@ impl<T: WatchedObject> ListWatch<T> {
             .max(1);
         // Never `pretty=true`: it turns the one-line-per-event stream into multi-line JSON.
         let path = format!(
-            "{}?watch=true&resourceVersion={}&allowWatchBookmarks=true&timeoutSeconds={timeout}",
+            "{}{}watch=true&resourceVersion={}&allowWatchBookmarks=true&timeoutSeconds={timeout}",
             self.collection_path,
+            query_separator(&self.collection_path),
             encode_query_value(resource_version)
         );
         let mut stream: ByteStream = match self.client.stream(&path).await {

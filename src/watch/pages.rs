@@ -99,12 +99,18 @@ impl Pager {
             // A continue request carries the same `limit`; its other parameters must match the
             // first request's, or the server refuses the token.
             Some(token) => format!(
-                "{}?limit={}&continue={}",
+                "{}{}limit={}&continue={}",
                 self.collection_path,
+                query_separator(&self.collection_path),
                 self.limit,
                 encode_query_value(token)
             ),
-            None => format!("{}?limit={}", self.collection_path, self.limit),
+            None => format!(
+                "{}{}limit={}",
+                self.collection_path,
+                query_separator(&self.collection_path),
+                self.limit
+            ),
         };
         let page: Page<T> = match client.get(&path).await {
             Ok(page) => page,
@@ -137,6 +143,16 @@ impl Pager {
     /// [`PageMeta::remaining_item_count`]).
     pub fn remaining_item_count(&self) -> Option<u64> {
         self.remaining_item_count
+    }
+}
+
+/// `?` to start a query, or `&` when the collection path carries one already (a
+/// `labelSelector=`, as stage 04's pod watch does).
+pub(crate) fn query_separator(collection_path: &str) -> char {
+    if collection_path.contains('?') {
+        '&'
+    } else {
+        '?'
     }
 }
 

@@ -42,7 +42,9 @@ pub fn owned_pod(owner: &PostgresCluster, name: &str, phase: &str) -> Pod {
         },
         status: PodStatus {
             phase: Some(phase.into()),
+            ..PodStatus::default()
         },
+        ..Pod::default()
     }
 }
 
