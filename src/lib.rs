@@ -30,6 +30,7 @@ pub mod client;
 pub mod config;
 pub mod controller;
 pub mod crd;
+pub mod events;
 pub mod process;
 pub mod status;
 pub mod story;

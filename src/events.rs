@@ -1,0 +1,173 @@
+//! Kubernetes Events: the lines `kubectl describe pgc NAME` shows under "Events:", written by
+//! the operator for every action it takes on a cluster.
+//!
+//! WORKSHOP.md, step 04 ("Telling the user"). An Event is an ordinary core/v1 object in the
+//! cluster's namespace; `involvedObject` names the cluster *with its uid*, which is how
+//! `kubectl describe` finds the events of this cluster and not of an older one under the same
+//! name. Events are best effort: the API server may drop them (they expire after an hour by
+//! default), so nothing may depend on reading them back, and failing to write one is logged, never
+//! fatal.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde_json::json;
+
+use crate::api::{PostgresCluster, API_VERSION, KIND};
+use crate::client::Client;
+
+/// Who the events say wrote them (`kubectl describe`'s "From" column).
+pub const COMPONENT: &str = "postgres-operator";
+
+/// `Normal` for what the operator did as planned, `Warning` for what a user should look at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventType {
+    Normal,
+    Warning,
+}
+
+impl EventType {
+    fn as_str(self) -> &'static str {
+        match self {
+            EventType::Normal => "Normal",
+            EventType::Warning => "Warning",
+        }
+    }
+}
+
+/// Writes Events about clusters through the operator's client.
+#[derive(Clone)]
+pub struct EventRecorder {
+    client: Client,
+}
+
+impl EventRecorder {
+    pub fn new(client: Client) -> EventRecorder {
+        EventRecorder { client }
+    }
+
+    /// Record one event about `cluster`. `reason` is a short UpperCamelCase word (`Promoted`);
+    /// `message` a sentence for humans.
+    pub async fn record(
+        &self,
+        cluster: &PostgresCluster,
+        kind: EventType,
+        reason: &str,
+        message: &str,
+    ) {
+        let namespace = &cluster.metadata.namespace;
+        let event = event_object(cluster, kind, reason, message, &rfc3339(SystemTime::now()));
+        let path = format!("/api/v1/namespaces/{namespace}/events");
+        if let Err(error) = self
+            .client
+            .create::<_, serde_json::Value>(&path, &event)
+            .await
+        {
+            tracing::warn!(%error, %reason, "could not record an event");
+        }
+    }
+}
+
+/// The Event object. `generateName` from the cluster's name, as client-go's recorder names them
+/// `<object>.<random>`; `firstTimestamp`/`lastTimestamp` and `count` are what `kubectl describe`
+/// reads for its "Age" column.
+pub fn event_object(
+    cluster: &PostgresCluster,
+    kind: EventType,
+    reason: &str,
+    message: &str,
+    now: &str,
+) -> serde_json::Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {
+            "generateName": format!("{}.", cluster.metadata.name),
+            "namespace": cluster.metadata.namespace,
+        },
+        "involvedObject": {
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "name": cluster.metadata.name,
+            "namespace": cluster.metadata.namespace,
+            "uid": cluster.metadata.uid,
+        },
+        "type": kind.as_str(),
+        "reason": reason,
+        "message": message,
+        "source": {"component": COMPONENT},
+        "reportingComponent": COMPONENT,
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    })
+}
+
+/// `2026-11-22T10:04:05Z`: the RFC 3339 form Kubernetes writes timestamps in (whole seconds,
+/// UTC). Built by hand: the allowed crates have no calendar.
+pub fn rfc3339(time: SystemTime) -> String {
+    let seconds = time
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| since.as_secs());
+    let days = i64::try_from(seconds / 86_400).unwrap_or(0);
+    let rest = seconds % 86_400;
+    let (year, month, day) = civil_from_days(days);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    )
+}
+
+/// Days since 1970-01-01 → (year, month, day) in the proleptic Gregorian calendar (Howard
+/// Hinnant's `civil_from_days`).
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let day_of_era = z.rem_euclid(146_097);
+    let year_of_era =
+        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let mp = (5 * day_of_year + 2) / 153;
+    let day = u32::try_from(day_of_year - (153 * mp + 2) / 5 + 1).unwrap_or(1);
+    let month = u32::try_from(if mp < 10 { mp + 3 } else { mp - 9 }).unwrap_or(1);
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    /// Known instants format as Kubernetes writes them, leap days included.
+    #[test]
+    fn timestamps_format_as_rfc3339_utc() {
+        let at = |secs: u64| rfc3339(UNIX_EPOCH + Duration::from_secs(secs));
+        assert_eq!(at(0), "1970-01-01T00:00:00Z");
+        assert_eq!(at(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(at(1_795_341_845), "2026-11-22T10:04:05Z");
+    }
+
+    /// The event names the cluster by uid and carries what `kubectl describe` reads.
+    #[test]
+    fn the_event_names_its_cluster_with_the_uid() {
+        let mut cluster = PostgresCluster::new(
+            "prod",
+            "db",
+            crate::api::PostgresClusterSpec {
+                size: 1,
+                version: "16".into(),
+                paused: false,
+            },
+        );
+        cluster.metadata.uid = "uid-1".into();
+        let event = event_object(&cluster, EventType::Warning, "Failed", "gone", "now");
+        assert_eq!(event["involvedObject"]["uid"], "uid-1");
+        assert_eq!(event["involvedObject"]["kind"], "PostgresCluster");
+        assert_eq!(event["metadata"]["namespace"], "prod");
+        assert_eq!(event["type"], "Warning");
+        assert_eq!(event["count"], 1);
+    }
+}
