@@ -88,7 +88,7 @@ pub async fn run_operator(
 }
 
 /// Step 01, reused: make sure our resource type exists and is served.
-async fn register_resource(client: &Client, reporter: &Reporter) -> Result<(), OperatorError> {
+pub(crate) async fn register_resource(client: &Client, reporter: &Reporter) -> Result<(), OperatorError> {
     let registration = crd::register(client)
         .await
         .map_err(OperatorError::RegisterResource)?;
@@ -100,7 +100,7 @@ async fn register_resource(client: &Client, reporter: &Reporter) -> Result<(), O
 
 /// Tell step 02's story, then hand each event to the controller. Items arrive in order: a notice
 /// comes before the events it explains.
-async fn narrate_and_forward(
+pub(crate) async fn narrate_and_forward(
     mut items: mpsc::Receiver<WatchItem<PostgresCluster>>,
     to_controller: mpsc::Sender<Event<PostgresCluster>>,
     reporter: Reporter,

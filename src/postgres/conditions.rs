@@ -1,0 +1,267 @@
+//! What the operator writes to `status`: the columns of `kubectl get pgc` and the conditions of
+//! `kubectl describe pgc`, computed from the same observation the plan was made from.
+//!
+//! WORKSHOP.md, step 04 ("Status"). Pure functions; the task writes the result with one merge
+//! patch of the `/status` subresource, and only when it differs from what is there — a status
+//! write is a new resourceVersion and a MODIFIED event for every watcher, so writing an unchanged
+//! status every tick would wake every client of the cluster for nothing.
+//!
+//! Conditions follow Kubernetes' convention (`metav1.Condition`): `type`, `status`
+//! True/False/Unknown, a CamelCase `reason`, a `message`, and `lastTransitionTime`, which moves
+//! only when `status` flips — a reason or message may change under the same status without
+//! moving it. "Since when has it been unavailable" is what that time answers.
+
+use crate::api::{Condition, PostgresCluster, PostgresClusterStatus};
+use crate::controller::pods::label_selector;
+
+use super::plan::{Action, Observed, Phase, VersionChange};
+
+pub const PHASE_CREATING: &str = "Creating";
+pub const PHASE_RUNNING: &str = "Running";
+pub const PHASE_FAILED: &str = "Failed";
+
+/// The status for `cluster` after this observation. `primary`: the pod labelled primary now (or
+/// just promoted); `version`: what a `spec.version` change means; `now`: RFC 3339, used only
+/// for conditions whose status flips.
+pub fn next_status(
+    cluster: &PostgresCluster,
+    observed: &Observed,
+    primary: Option<&str>,
+    action: &Action,
+    version: &VersionChange,
+    now: &str,
+) -> PostgresClusterStatus {
+    let previous = cluster.status.clone().unwrap_or_default();
+    let alive: Vec<_> = observed
+        .members
+        .iter()
+        .filter(|m| m.phase != Phase::Terminating)
+        .collect();
+    let ready = alive.iter().filter(|m| m.ready).count();
+    let primary_ready = primary.is_some_and(|name| alive.iter().any(|m| m.name == name && m.ready));
+
+    let phase = if matches!(action, Action::Disaster)
+        || (previous.phase.as_deref() == Some(PHASE_FAILED) && alive.is_empty())
+    {
+        PHASE_FAILED
+    } else if primary_ready || previous.phase.as_deref() == Some(PHASE_RUNNING) {
+        // Once running, a cluster stays Running through a failover; Available says the rest.
+        PHASE_RUNNING
+    } else {
+        PHASE_CREATING
+    };
+    // The version the cluster runs: the spec's once every member runs it.
+    let current_version = if !alive.is_empty()
+        && alive
+            .iter()
+            .all(|m| m.version == cluster.spec.version)
+    {
+        Some(cluster.spec.version.clone())
+    } else {
+        previous.current_version.clone().or_else(|| {
+            alive
+                .iter()
+                .find(|m| Some(m.name.as_str()) == primary)
+                .map(|m| m.version.clone())
+        })
+    };
+
+    let size = i64::try_from(observed.size).unwrap_or(i64::MAX);
+    let ready_count = i64::try_from(ready).unwrap_or(i64::MAX);
+    let available = if primary_ready {
+        condition("Available", true, "PrimaryReady", format!("{} accepts writes", primary.unwrap_or_default()))
+    } else if phase == PHASE_FAILED {
+        condition("Available", false, "AllMembersLost", "every member is gone and stage 04 has no backup to restore".into())
+    } else {
+        condition("Available", false, "NoReadyPrimary", "no primary is ready to accept writes".into())
+    };
+    let progressing = match action {
+        Action::Steady | Action::Disaster => {
+            condition("Progressing", false, "Steady", "nothing to do".into())
+        }
+        Action::Wait(why) => condition("Progressing", true, "Waiting", why.clone()),
+        Action::CreateSeed => condition("Progressing", true, "Seeding", "creating the first member".into()),
+        Action::CreateReplica => condition("Progressing", true, "ScalingUp", format!("adding a replica to reach {size}")),
+        Action::Delete { pod, reason } => condition("Progressing", true, "Replacing", format!("deleting {pod}: {reason:?}")),
+        Action::Failover { lost, .. } => condition("Progressing", true, "FailingOver", format!("promoting a replica in place of {}", lost.as_deref().unwrap_or("the lost primary"))),
+    };
+    let degraded = match version {
+        VersionChange::Major { from, to } => condition(
+            "Degraded",
+            true,
+            "MajorVersionChangeRefused",
+            format!("spec.version asks for PostgreSQL {to}, the cluster runs {from}: a major upgrade needs pg_upgrade or a dump and restore, not a new image; set spec.version back to a {from}.x version"),
+        ),
+        VersionChange::NeedsReplica => condition(
+            "Degraded",
+            true,
+            "UpgradeNeedsReplica",
+            "a one-member cluster cannot change version without losing its data: scale to 2 first".into(),
+        ),
+        VersionChange::Invalid(error) => condition("Degraded", true, "InvalidVersion", error.clone()),
+        _ if phase == PHASE_FAILED => condition("Degraded", true, "AllMembersLost", "every member of the running cluster is gone".into()),
+        _ if ready_count < size => condition("Degraded", true, "MembersNotReady", format!("{ready_count} of {size} members ready")),
+        _ => condition("Degraded", false, "AllMembersReady", format!("{ready_count} of {size} members ready")),
+    };
+
+    let mut conditions = Vec::new();
+    for mut next in [available, progressing, degraded] {
+        next.observed_generation = cluster.metadata.generation;
+        let before = previous.conditions.iter().find(|c| c.type_ == next.type_);
+        next.last_transition_time = match before {
+            Some(before) if before.status == next.status => before.last_transition_time.clone(),
+            _ => now.to_string(),
+        };
+        conditions.push(next);
+    }
+
+    PostgresClusterStatus {
+        phase: Some(phase.to_string()),
+        primary: primary.map(str::to_string).or(previous.primary),
+        size: Some(i64::try_from(alive.len()).unwrap_or(i64::MAX)),
+        ready_instances: Some(ready_count),
+        current_version,
+        selector: Some(label_selector(&cluster.metadata.name)),
+        observed_generation: cluster.metadata.generation,
+        conditions,
+    }
+}
+
+fn condition(type_: &str, status: bool, reason: &str, message: String) -> Condition {
+    Condition {
+        type_: type_.to_string(),
+        status: if status { "True" } else { "False" }.to_string(),
+        reason: reason.to_string(),
+        message,
+        last_transition_time: String::new(),
+        observed_generation: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::api::PostgresClusterSpec;
+    use crate::postgres::manifests::Role;
+    use crate::postgres::plan::Member;
+
+    fn cluster() -> PostgresCluster {
+        let mut cluster = PostgresCluster::new(
+            "default",
+            "db",
+            PostgresClusterSpec {
+                size: 2,
+                version: "16".into(),
+                paused: false,
+            },
+        );
+        cluster.metadata.generation = Some(4);
+        cluster
+    }
+
+    fn observed(ready: &[bool]) -> Observed {
+        Observed {
+            members: ready
+                .iter()
+                .enumerate()
+                .map(|(i, &ready)| Member {
+                    name: format!("db-{i}"),
+                    role: Some(if i == 0 { Role::Primary } else { Role::Replica }),
+                    phase: Phase::Running,
+                    ready,
+                    unready_for: Duration::ZERO,
+                    version: "16".into(),
+                    created: String::new(),
+                })
+                .collect(),
+            recorded_primary: Some("db-0".into()),
+            has_run: true,
+            size: 2,
+            wanted_version: "16".into(),
+        }
+    }
+
+    fn find<'a>(status: &'a PostgresClusterStatus, type_: &str) -> &'a Condition {
+        status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == type_)
+            .expect("every condition is written")
+    }
+
+    /// A healthy cluster: Running, Available, not Degraded, with the scale selector.
+    #[test]
+    fn a_healthy_cluster_is_running_and_available() {
+        let status = next_status(
+            &cluster(),
+            &observed(&[true, true]),
+            Some("db-0"),
+            &Action::Steady,
+            &VersionChange::None,
+            "T1",
+        );
+        assert_eq!(status.phase.as_deref(), Some("Running"));
+        assert_eq!(status.ready_instances, Some(2));
+        assert_eq!(status.current_version.as_deref(), Some("16"));
+        assert_eq!(status.observed_generation, Some(4));
+        assert_eq!(
+            status.selector.as_deref(),
+            Some("app.kubernetes.io/name=postgres,workshop.example.com/cluster=db")
+        );
+        assert_eq!(find(&status, "Available").status, "True");
+        assert_eq!(find(&status, "Degraded").status, "False");
+    }
+
+    /// lastTransitionTime moves when a condition's status flips, and only then.
+    #[test]
+    fn transition_time_moves_only_when_the_status_flips() {
+        let mut cluster = cluster();
+        let healthy = observed(&[true, true]);
+        let first = next_status(&cluster, &healthy, Some("db-0"), &Action::Steady, &VersionChange::None, "T1");
+        cluster.status = Some(first);
+        let degraded = observed(&[true, false]);
+        let second = next_status(&cluster, &degraded, Some("db-0"), &Action::Wait("x".into()), &VersionChange::None, "T2");
+        assert_eq!(find(&second, "Available").last_transition_time, "T1");
+        assert_eq!(find(&second, "Degraded").last_transition_time, "T2");
+        assert_eq!(find(&second, "Degraded").message, "1 of 2 members ready");
+        cluster.status = Some(second);
+        let third = next_status(&cluster, &degraded, Some("db-0"), &Action::Wait("y".into()), &VersionChange::None, "T3");
+        assert_eq!(find(&third, "Degraded").last_transition_time, "T2");
+        assert_eq!(find(&third, "Progressing").last_transition_time, "T2");
+    }
+
+    /// A refused major upgrade shows as Degraded with a reason naming both versions.
+    #[test]
+    fn a_refused_major_upgrade_is_a_degraded_condition() {
+        let status = next_status(
+            &cluster(),
+            &observed(&[true, true]),
+            Some("db-0"),
+            &Action::Steady,
+            &VersionChange::Major { from: 16, to: 17 },
+            "T1",
+        );
+        let degraded = find(&status, "Degraded");
+        assert_eq!(degraded.reason, "MajorVersionChangeRefused");
+        assert!(degraded.message.contains("17") && degraded.message.contains("16"));
+    }
+
+    /// Losing every member of a running cluster is phase Failed, and stays so.
+    #[test]
+    fn a_disaster_is_failed_and_stays_failed() {
+        let mut cluster = cluster();
+        cluster.status = Some(PostgresClusterStatus {
+            phase: Some("Running".into()),
+            ..Default::default()
+        });
+        let none = observed(&[]);
+        let failed = next_status(&cluster, &none, None, &Action::Disaster, &VersionChange::None, "T1");
+        assert_eq!(failed.phase.as_deref(), Some("Failed"));
+        cluster.status = Some(failed);
+        let again = next_status(&cluster, &none, None, &Action::Wait("x".into()), &VersionChange::None, "T2");
+        assert_eq!(again.phase.as_deref(), Some("Failed"));
+        assert_eq!(find(&again, "Available").reason, "AllMembersLost");
+    }
+}

@@ -1,0 +1,21 @@
+//! Step 04: the homework — a Postgres cluster for real.
+//!
+//! WORKSHOP.md, step 04. Stage 03's controller routes each cluster to a task; here that task
+//! acts. Read in this order:
+//!
+//! | file | what it holds |
+//! |---|---|
+//! | `manifests.rs` | the objects a `PostgresCluster` owns (Secret, ConfigMap, Services, pods) and the `psql` commands run in them |
+//! | `plan.rs` | the decisions, as one pure function: what the cluster looks like → the one next action |
+//! | `conditions.rs` | the `status` and its conditions, computed from the same observation |
+//! | `cluster.rs` | the cluster task: observe (the pod store), plan, act (pods, `pods/exec`), write status and Events |
+//! | `operator.rs` | `run_postgres_operator`: stage 03's operator plus a pod watch that feeds the tasks |
+
+pub mod cluster;
+pub mod conditions;
+pub mod manifests;
+pub mod operator;
+pub mod plan;
+
+pub use cluster::{PostgresOptions, PostgresWorker};
+pub use operator::run_postgres_operator;

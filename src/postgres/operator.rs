@@ -1,0 +1,129 @@
+//! The whole step-04 operator in one call: stage 03's (register, watch the clusters, one task
+//! per cluster), plus a watch of the clusters' pods whose store the tasks read and whose events
+//! wake the task of the pod's cluster. `stages/stage04.rs` and the tour run exactly this.
+//!
+//! WORKSHOP.md, step 04 ("Watching the pods too").
+//!
+//! ```text
+//! run_postgres_operator ── ensure the CRD (step 01)
+//!      ├── pod watch (label app.kubernetes.io/name=postgres) ──▶ Store<Pod> ── read by every task
+//!      │        └── each pod event ── "namespace/<its cluster label>" ──▶ nudges ─┐
+//!      │   (wait until its first list is in: a task planning from an empty store  │
+//!      │    would take a running cluster for a new one)                           │
+//!      └── cluster watch ──▶ narrate ──▶ Controller::run_with_nudges ◀────────────┘
+//!                                           └── one PostgresWorker task per cluster
+//! ```
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::cluster::{PostgresOptions, PostgresWorker};
+use crate::api::{collection_path, PostgresCluster};
+use crate::client::Client;
+use crate::controller::operator::{narrate_and_forward, register_resource};
+use crate::controller::pods::{pods_path, Pod, APP_LABEL, APP_LABEL_VALUE, CLUSTER_LABEL};
+use crate::controller::{Controller, ControllerOptions, ControllerStopped, OperatorError};
+use crate::story::Reporter;
+use crate::watch::{list_then_watch, Event, WatchItem, WatchNotice, WatchOptions};
+
+/// Run the stage-04 operator on the client's namespace until `shutdown` is cancelled.
+pub async fn run_postgres_operator(
+    client: Client,
+    options: PostgresOptions,
+    reporter: Reporter,
+    shutdown: CancellationToken,
+) -> Result<ControllerStopped, OperatorError> {
+    let stopped_early = ControllerStopped {
+        tasks_stopped: 0,
+        tasks_aborted: 0,
+    };
+    tokio::select! {
+        registered = register_resource(&client, &reporter) => registered?,
+        () = shutdown.cancelled() => return Ok(stopped_early),
+    }
+
+    // Our pods only: the label every pod we create carries. The tasks still check the
+    // ownerReference's uid, since anyone can copy a label.
+    let stop_watches = shutdown.child_token();
+    let pod_watcher = list_then_watch::<Pod>(
+        client.clone(),
+        pods_path(client.namespace(), &format!("{APP_LABEL}={APP_LABEL_VALUE}")),
+        WatchOptions::default(),
+        stop_watches.clone(),
+    );
+    let pods = pod_watcher.store.clone();
+    let (nudge, nudges) = mpsc::channel(16);
+    let (synced_sender, mut synced) = tokio::sync::watch::channel(false);
+    let pod_forwarder = tokio::spawn(forward_pod_events(pod_watcher.items, nudge, synced_sender));
+    reporter.report_operator("Watching the clusters' pods...");
+    // client-go's WaitForCacheSync: plan nothing until the store holds every pod that exists.
+    tokio::select! {
+        synced = synced.wait_for(|synced| *synced) => {
+            if synced.is_err() {
+                tracing::warn!("the pod watch ended before its first list");
+            }
+        }
+        () = shutdown.cancelled() => {
+            stop_watches.cancel();
+            let _ = pod_forwarder.await;
+            return Ok(stopped_early);
+        }
+    }
+
+    reporter.report_operator("Finding existing clusters...");
+    let cluster_watcher = list_then_watch::<PostgresCluster>(
+        client.clone(),
+        collection_path(client.namespace()),
+        WatchOptions::default(),
+        stop_watches.clone(),
+    );
+    let (to_controller, controller_events) = mpsc::channel(1);
+    let narrator = tokio::spawn(narrate_and_forward(
+        cluster_watcher.items,
+        to_controller,
+        reporter.clone(),
+    ));
+    let controller_options = ControllerOptions {
+        reconcile_interval: options.reconcile_interval,
+        ..ControllerOptions::default()
+    };
+    let worker = PostgresWorker::new(client, pods, reporter.clone(), options);
+    let controller = Controller::with_worker(worker, controller_options, reporter);
+    let stopped = controller
+        .run_with_nudges(controller_events, nudges, shutdown)
+        .await;
+    stop_watches.cancel();
+    let _ = cluster_watcher.task.await;
+    let _ = pod_watcher.task.await;
+    let _ = narrator.await;
+    let _ = pod_forwarder.await;
+    Ok(stopped)
+}
+
+/// Turn each pod event into a nudge for its cluster's task; say when the first list is in.
+async fn forward_pod_events(
+    mut items: mpsc::Receiver<WatchItem<Pod>>,
+    nudge: mpsc::Sender<String>,
+    synced: tokio::sync::watch::Sender<bool>,
+) {
+    while let Some(item) = items.recv().await {
+        match item {
+            // The first list is complete once the watch starts from its resourceVersion.
+            WatchItem::Notice(WatchNotice::Watching { .. }) => {
+                synced.send_replace(true);
+            }
+            WatchItem::Notice(_) => {}
+            WatchItem::Event(event) => {
+                let pod = match &event {
+                    Event::Added(pod) | Event::Modified(pod) | Event::Deleted(pod) => pod,
+                };
+                if let Some(cluster) = pod.metadata.labels.get(CLUSTER_LABEL) {
+                    let key = format!("{}/{cluster}", pod.metadata.namespace);
+                    if nudge.send(key).await.is_err() {
+                        return; // the controller has stopped
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,634 @@
+//! Step 04's decisions as one pure function: given what the cluster looks like now, the one next
+//! thing to do.
+//!
+//! WORKSHOP.md, step 04 ("One action per tick"). [`next_action`] reads an [`Observed`] — the
+//! cluster's pods reduced to what matters — and returns one [`Action`]. The task in `cluster.rs`
+//! carries it out, then observes again before deciding anything else: a second action planned
+//! from the same observation would be planned from a world the first one just changed. This is
+//! etcd-operator's rule ("one member at a time"), and why every rule below can be simple.
+//!
+//! The rules, in order; the first that applies wins:
+//!
+//! 1. **The primary first.** Two pods labelled primary: keep the recorded one, delete the other.
+//!    The primary gone, failed, or unready for longer than the failover delay: fence it (delete
+//!    it) if it is still there, then fail over to the most advanced ready replica.
+//! 2. **Lost members go.** A replica unready for longer than the lost-member delay (a lost node,
+//!    a crash loop) or failed is deleted; rule 4 replaces it.
+//! 3. **Wait while anything moves**: a pod pending (a replica's base backup runs in its init
+//!    container), starting, or terminating.
+//! 4. **Count.** No pods: a new cluster gets its seed primary; a cluster that ran is a disaster
+//!    (stage 05 restores it from a backup; re-seeding an empty database would hide the loss).
+//!    Fewer than `size`: add one replica. More: delete one replica, never the primary (an unready
+//!    one first, else the newest).
+//! 5. **Minor upgrades**, one pod at a time: replace a replica still on the old image; when every
+//!    replica runs the new one, switch over (delete the primary, so rule 1 promotes an upgraded
+//!    replica). A major-version change is refused (see [`version_change`]): `pg_upgrade` is not
+//!    a rolling restart.
+
+use std::time::Duration;
+
+use crate::api::PostgresVersion;
+
+use super::manifests::Role;
+
+/// Where a pod is in its life, from `status.phase` and `deletionTimestamp`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Scheduled or not, its containers have not all started: for a replica, the init
+    /// container's `pg_basebackup` may be running.
+    Pending,
+    Running,
+    /// Failed or Succeeded: a pod never leaves these, it will not serve again.
+    Done,
+    /// A delete was accepted; its processes are stopping within their grace period.
+    Terminating,
+}
+
+/// One pod of the cluster, as the plan sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Member {
+    pub name: String,
+    /// From the `workshop.example.com/role` label; `None` if someone removed it.
+    pub role: Option<Role>,
+    pub phase: Phase,
+    /// Kubernetes' Ready condition: the readiness probe (`pg_isready`) passes.
+    pub ready: bool,
+    /// How long this task has seen the pod Running but not Ready (zero when Ready). Kept by the
+    /// task, not read from the pod: the time a pod went unready is the task's own observation.
+    pub unready_for: Duration,
+    /// The `postgres` image tag its container runs (`16.4`).
+    pub version: String,
+    /// `metadata.creationTimestamp` (RFC 3339, so later sorts after earlier).
+    pub created: String,
+}
+
+impl Member {
+    fn is(&self, role: Role) -> bool {
+        self.role == Some(role)
+    }
+}
+
+/// Everything the plan needs about a cluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Observed {
+    /// The cluster's pods (owned by its uid), in any order.
+    pub members: Vec<Member>,
+    /// `status.primary`: the pod the operator last made (or found) primary.
+    pub recorded_primary: Option<String>,
+    /// The cluster has had a primary before (`status.primary` set once). With no pods left,
+    /// this is what tells a disaster from a cluster that is new.
+    pub has_run: bool,
+    /// `spec.size`.
+    pub size: usize,
+    /// `spec.version`.
+    pub wanted_version: String,
+}
+
+/// How long to give a pod before acting on it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Delays {
+    /// The primary unready this long is failed over. Short: writes stop while it is down. Not
+    /// zero: a readiness probe can miss once under load (the default probe fails after three
+    /// misses, 30 s; we count from the first time we see it unready).
+    pub failover_after: Duration,
+    /// A replica Running but unready this long is deleted and replaced. Longer than a replica's
+    /// start (recovery replays the WAL it missed) on a slow machine.
+    pub member_lost_after: Duration,
+}
+
+impl Default for Delays {
+    fn default() -> Self {
+        Delays {
+            failover_after: Duration::from_secs(10),
+            member_lost_after: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Why a pod is deleted; each has its story line and Event reason.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeleteReason {
+    /// A second pod labelled primary: only one may take writes.
+    SecondPrimary,
+    /// The primary is unready past the failover delay: stop it before promoting another, so two
+    /// primaries never take writes at once.
+    FencePrimary,
+    /// A replica unready past the lost-member delay.
+    MemberLost,
+    /// Failed or Succeeded: it will not run again.
+    MemberDead,
+    /// More pods than `spec.size`.
+    ScaleDown,
+    /// A replica on the old minor version.
+    Upgrade,
+    /// Every replica runs the new minor version: the primary goes last, a replica takes over.
+    Switchover,
+}
+
+/// The one next thing to do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// The cluster is as wanted.
+    Steady,
+    /// Something is moving; look again at the next tick or pod event.
+    Wait(String),
+    /// Create the first pod, the primary, of a new cluster.
+    CreateSeed,
+    /// Create one replica (it clones the primary in its init container).
+    CreateReplica,
+    Delete { pod: String, reason: DeleteReason },
+    /// Promote the most advanced of `candidates` (ready replicas); `lost` is the old primary,
+    /// already gone or terminating.
+    Failover {
+        lost: Option<String>,
+        candidates: Vec<String>,
+    },
+    /// Every member of a cluster that ran is gone.
+    Disaster,
+}
+
+/// What a change of `spec.version` means.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum VersionChange {
+    /// The pods run what the spec asks (or the cluster has no pods yet).
+    None,
+    /// Same major version: a rolling replacement, one pod at a time.
+    Minor,
+    /// A different major version: PostgreSQL's data directory format changes between majors
+    /// (`pg_upgrade` or a dump and restore); an image swap would not start. Refused.
+    Major { from: u32, to: u32 },
+    /// A minor change of a one-member cluster: replacing its only pod loses its data (the data
+    /// directory is an emptyDir). Refused until the cluster has a replica to switch over to.
+    NeedsReplica,
+    /// The spec's version does not parse; the CRD's pattern stops this unless it was bypassed.
+    Invalid(String),
+}
+
+/// What changing the pods from `running` (the primary's version, or the version last recorded)
+/// to `wanted` would take.
+pub fn version_change(running: Option<&str>, wanted: &str, size: usize) -> VersionChange {
+    let Some(running) = running else {
+        return VersionChange::None;
+    };
+    if running == wanted {
+        return VersionChange::None;
+    }
+    let (from, to) = match (
+        running.parse::<PostgresVersion>(),
+        wanted.parse::<PostgresVersion>(),
+    ) {
+        (Ok(from), Ok(to)) => (from, to),
+        (_, Err(error)) => return VersionChange::Invalid(error.to_string()),
+        // A pod on an odd tag: nothing to compare with, treat it as "different, same major".
+        (Err(_), Ok(_)) => return VersionChange::Minor,
+    };
+    if from.major != to.major {
+        VersionChange::Major {
+            from: from.major,
+            to: to.major,
+        }
+    } else if size < 2 {
+        VersionChange::NeedsReplica
+    } else {
+        VersionChange::Minor
+    }
+}
+
+/// The one next action for `observed`. See the module docs for the rules.
+pub fn next_action(observed: &Observed, delays: &Delays) -> Action {
+    let alive: Vec<&Member> = observed
+        .members
+        .iter()
+        .filter(|m| m.phase != Phase::Terminating)
+        .collect();
+
+    // 1. The primary first.
+    let primaries: Vec<&Member> = alive
+        .iter()
+        .copied()
+        .filter(|m| m.is(Role::Primary) && m.phase != Phase::Done)
+        .collect();
+    if primaries.len() > 1 {
+        let keep = primaries
+            .iter()
+            .find(|m| Some(&m.name) == observed.recorded_primary.as_ref())
+            .or_else(|| primaries.iter().min_by(|a, b| a.created.cmp(&b.created)))
+            .map(|m| m.name.clone());
+        if let Some(other) = primaries.iter().find(|m| Some(&m.name) != keep.as_ref()) {
+            return Action::Delete {
+                pod: other.name.clone(),
+                reason: DeleteReason::SecondPrimary,
+            };
+        }
+    }
+    let primary = primaries.first().copied();
+    let ready_replicas: Vec<String> = sorted_names(
+        alive
+            .iter()
+            .filter(|m| m.is(Role::Replica) && m.ready && m.phase == Phase::Running),
+    );
+    match primary {
+        Some(primary)
+            if !primary.ready
+                && primary.phase == Phase::Running
+                && primary.unready_for >= delays.failover_after
+                && !ready_replicas.is_empty() =>
+        {
+            return Action::Delete {
+                pod: primary.name.clone(),
+                reason: DeleteReason::FencePrimary,
+            };
+        }
+        Some(_) => {}
+        None if observed.has_run || observed.recorded_primary.is_some() => {
+            if !ready_replicas.is_empty() {
+                return Action::Failover {
+                    lost: observed.recorded_primary.clone(),
+                    candidates: ready_replicas,
+                };
+            }
+            if alive.iter().any(|m| m.is(Role::Replica)) {
+                return Action::Wait(
+                    "the primary is gone; waiting for a replica to be ready to promote".into(),
+                );
+            }
+        }
+        None => {}
+    }
+
+    // 2. Lost and dead replicas go (rule 4 replaces them).
+    let mut replicas: Vec<&Member> = alive
+        .iter()
+        .copied()
+        .filter(|m| !m.is(Role::Primary))
+        .collect();
+    replicas.sort_by(|a, b| a.name.cmp(&b.name));
+    if let Some(dead) = alive.iter().find(|m| m.phase == Phase::Done) {
+        return Action::Delete {
+            pod: dead.name.clone(),
+            reason: DeleteReason::MemberDead,
+        };
+    }
+    if let Some(lost) = replicas.iter().find(|m| {
+        m.phase == Phase::Running && !m.ready && m.unready_for >= delays.member_lost_after
+    }) {
+        return Action::Delete {
+            pod: lost.name.clone(),
+            reason: DeleteReason::MemberLost,
+        };
+    }
+
+    // 3. Wait while anything moves.
+    let moving: Vec<String> = sorted_names(observed.members.iter().filter(|m| {
+        m.phase == Phase::Pending
+            || m.phase == Phase::Terminating
+            || (m.phase == Phase::Running && !m.ready)
+    }));
+    if !moving.is_empty() {
+        return Action::Wait(format!("waiting for {} to settle", moving.join(", ")));
+    }
+
+    // 4. Count.
+    if alive.is_empty() {
+        return if observed.has_run {
+            Action::Disaster
+        } else {
+            Action::CreateSeed
+        };
+    }
+    if alive.len() < observed.size {
+        if primary.is_none() {
+            // Replicas clone the primary: without one there is nothing to clone.
+            return Action::Wait("no primary to clone a replica from".into());
+        }
+        return Action::CreateReplica;
+    }
+    if alive.len() > observed.size {
+        // All are Ready here (rule 3 waited otherwise): the newest replica goes.
+        if let Some(newest) = replicas.iter().max_by(|a, b| {
+            (a.created.as_str(), a.name.as_str()).cmp(&(b.created.as_str(), b.name.as_str()))
+        }) {
+            return Action::Delete {
+                pod: newest.name.clone(),
+                reason: DeleteReason::ScaleDown,
+            };
+        }
+    }
+
+    // 5. Minor upgrades, one pod at a time, the primary last. Per pod, so a spec changed back
+    // half-way brings the pods already replaced back too.
+    let wanted = observed.wanted_version.as_str();
+    let outdated =
+        |m: &Member| version_change(Some(&m.version), wanted, observed.size) == VersionChange::Minor;
+    if let Some(old) = replicas.iter().find(|m| outdated(m)) {
+        return Action::Delete {
+            pod: old.name.clone(),
+            reason: DeleteReason::Upgrade,
+        };
+    }
+    if let Some(primary) = primary.filter(|p| outdated(p)) {
+        return Action::Delete {
+            pod: primary.name.clone(),
+            reason: DeleteReason::Switchover,
+        };
+    }
+    Action::Steady
+}
+
+fn sorted_names<'a>(members: impl Iterator<Item = &'a &'a Member>) -> Vec<String> {
+    let mut names: Vec<String> = members.map(|m| m.name.clone()).collect();
+    names.sort();
+    names
+}
+
+/// A replica's position in the WAL: what it has received and what it has replayed. After the
+/// primary is lost, the one that has the most is the one that loses the least when promoted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Position {
+    pub pod: String,
+    /// `pg_is_in_recovery()`: false means it was promoted already (an operator that stopped
+    /// between promoting and relabelling): finish that instead of promoting a second one.
+    pub in_recovery: bool,
+    /// `pg_last_wal_receive_lsn()` (NULL → 0: nothing streamed since start).
+    pub received: u64,
+    /// `pg_last_wal_replay_lsn()`.
+    pub replayed: u64,
+}
+
+/// The replica to promote: one already out of recovery if any (see [`Position::in_recovery`]),
+/// else the highest of received and replayed LSN — what was streamed is on its disk and is
+/// replayed before promotion completes. Ties go to the first name, so the choice is stable.
+pub fn most_advanced(positions: &[Position]) -> Option<&Position> {
+    if let Some(promoted) = positions.iter().find(|p| !p.in_recovery) {
+        return Some(promoted);
+    }
+    positions.iter().min_by(|a, b| {
+        let key = |p: &Position| std::cmp::Reverse(p.received.max(p.replayed));
+        key(a).cmp(&key(b)).then(a.pod.cmp(&b.pod))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member(name: &str, role: Role, phase: Phase, ready: bool) -> Member {
+        Member {
+            name: name.into(),
+            role: Some(role),
+            phase,
+            ready,
+            unready_for: Duration::ZERO,
+            version: "16".into(),
+            created: format!("2026-11-22T10:00:0{}Z", name.len() % 10),
+        }
+    }
+
+    fn ready(name: &str, role: Role) -> Member {
+        member(name, role, Phase::Running, true)
+    }
+
+    fn observed(members: Vec<Member>, size: usize) -> Observed {
+        let recorded_primary = members
+            .iter()
+            .find(|m| m.role == Some(Role::Primary))
+            .map(|m| m.name.clone());
+        Observed {
+            has_run: recorded_primary.is_some(),
+            members,
+            recorded_primary,
+            size,
+            wanted_version: "16".into(),
+        }
+    }
+
+    fn plan(observed: &Observed) -> Action {
+        next_action(observed, &Delays::default())
+    }
+
+    /// A new cluster with no pods gets its seed; one that ran gets the disaster, never a re-seed.
+    #[test]
+    fn no_pods_means_seed_when_new_and_disaster_when_it_ran() {
+        let mut new = observed(vec![], 3);
+        assert_eq!(plan(&new), Action::CreateSeed);
+        new.has_run = true;
+        assert_eq!(plan(&new), Action::Disaster);
+    }
+
+    /// Growing adds one replica per action, and only once everything is ready.
+    #[test]
+    fn grows_one_replica_at_a_time_after_everything_is_ready() {
+        let mut cluster = observed(vec![ready("db-a", Role::Primary)], 3);
+        assert_eq!(plan(&cluster), Action::CreateReplica);
+        cluster
+            .members
+            .push(member("db-b", Role::Replica, Phase::Pending, false));
+        assert_eq!(
+            plan(&cluster),
+            Action::Wait("waiting for db-b to settle".into())
+        );
+        cluster.members[1] = ready("db-b", Role::Replica);
+        assert_eq!(plan(&cluster), Action::CreateReplica);
+        cluster.members.push(ready("db-c", Role::Replica));
+        assert_eq!(plan(&cluster), Action::Steady);
+    }
+
+    /// Shrinking deletes the newest replica, never the primary, even if the primary is newest.
+    #[test]
+    fn shrinking_deletes_the_newest_replica_never_the_primary() {
+        let mut primary = ready("db-p", Role::Primary);
+        primary.created = "2026-11-22T12:00:00Z".into();
+        let mut old = ready("db-old", Role::Replica);
+        old.created = "2026-11-22T10:00:00Z".into();
+        let mut new = ready("db-new", Role::Replica);
+        new.created = "2026-11-22T11:00:00Z".into();
+        let cluster = observed(vec![primary, old, new], 1);
+        assert_eq!(
+            plan(&cluster),
+            Action::Delete {
+                pod: "db-new".into(),
+                reason: DeleteReason::ScaleDown
+            }
+        );
+    }
+
+    /// The primary gone with ready replicas left: fail over to them.
+    #[test]
+    fn a_vanished_primary_is_failed_over_to_the_ready_replicas() {
+        let mut cluster = observed(
+            vec![
+                ready("db-p", Role::Primary),
+                ready("db-b", Role::Replica),
+                member("db-c", Role::Replica, Phase::Pending, false),
+                ready("db-a", Role::Replica),
+            ],
+            3,
+        );
+        cluster.members.remove(0);
+        assert_eq!(
+            plan(&cluster),
+            Action::Failover {
+                lost: Some("db-p".into()),
+                candidates: vec!["db-a".into(), "db-b".into()]
+            }
+        );
+    }
+
+    /// A terminating primary is as good as gone: fail over without waiting for it.
+    #[test]
+    fn a_terminating_primary_is_failed_over_at_once() {
+        let cluster = observed(
+            vec![
+                member("db-p", Role::Primary, Phase::Terminating, true),
+                ready("db-b", Role::Replica),
+            ],
+            2,
+        );
+        assert!(matches!(plan(&cluster), Action::Failover { .. }));
+    }
+
+    /// An unready primary is left alone within the failover delay, fenced after it.
+    #[test]
+    fn an_unready_primary_is_fenced_only_after_the_failover_delay() {
+        let mut primary = member("db-p", Role::Primary, Phase::Running, false);
+        primary.unready_for = Duration::from_secs(3);
+        let mut cluster = observed(vec![primary, ready("db-b", Role::Replica)], 2);
+        assert_eq!(
+            plan(&cluster),
+            Action::Wait("waiting for db-p to settle".into())
+        );
+        cluster.members[0].unready_for = Duration::from_secs(10);
+        assert_eq!(
+            plan(&cluster),
+            Action::Delete {
+                pod: "db-p".into(),
+                reason: DeleteReason::FencePrimary
+            }
+        );
+    }
+
+    /// Without a ready replica, fencing the primary would leave nothing: wait instead.
+    #[test]
+    fn an_unready_primary_without_a_ready_replica_is_not_fenced() {
+        let mut primary = member("db-p", Role::Primary, Phase::Running, false);
+        primary.unready_for = Duration::from_secs(600);
+        let cluster = observed(vec![primary], 1);
+        assert_eq!(
+            plan(&cluster),
+            Action::Wait("waiting for db-p to settle".into())
+        );
+    }
+
+    /// Two primaries: the recorded one stays.
+    #[test]
+    fn of_two_primaries_the_recorded_one_stays() {
+        let mut cluster = observed(
+            vec![ready("db-new", Role::Primary), ready("db-rec", Role::Primary)],
+            2,
+        );
+        cluster.recorded_primary = Some("db-rec".into());
+        assert_eq!(
+            plan(&cluster),
+            Action::Delete {
+                pod: "db-new".into(),
+                reason: DeleteReason::SecondPrimary
+            }
+        );
+    }
+
+    /// A replica unready past the lost-member delay is deleted; before it, waited for.
+    #[test]
+    fn a_lost_replica_is_deleted_after_the_delay() {
+        let mut lost = member("db-b", Role::Replica, Phase::Running, false);
+        lost.unready_for = Duration::from_secs(59);
+        let mut cluster = observed(vec![ready("db-p", Role::Primary), lost], 2);
+        assert!(matches!(plan(&cluster), Action::Wait(_)));
+        cluster.members[1].unready_for = Duration::from_secs(60);
+        assert_eq!(
+            plan(&cluster),
+            Action::Delete {
+                pod: "db-b".into(),
+                reason: DeleteReason::MemberLost
+            }
+        );
+    }
+
+    /// A minor upgrade replaces replicas first, one at a time, then switches the primary over.
+    #[test]
+    fn a_minor_upgrade_replaces_replicas_then_the_primary() {
+        let mut cluster = observed(
+            vec![
+                ready("db-p", Role::Primary),
+                ready("db-a", Role::Replica),
+                ready("db-b", Role::Replica),
+            ],
+            3,
+        );
+        for m in &mut cluster.members {
+            m.version = "16.3".into();
+        }
+        cluster.wanted_version = "16.4".into();
+        assert_eq!(
+            plan(&cluster),
+            Action::Delete {
+                pod: "db-a".into(),
+                reason: DeleteReason::Upgrade
+            }
+        );
+        cluster.members[1].version = "16.4".into();
+        cluster.members[2].version = "16.4".into();
+        assert_eq!(
+            plan(&cluster),
+            Action::Delete {
+                pod: "db-p".into(),
+                reason: DeleteReason::Switchover
+            }
+        );
+    }
+
+    /// A major change is refused and nothing is replaced; a one-member minor change too.
+    #[test]
+    fn major_changes_and_single_member_upgrades_are_refused() {
+        assert_eq!(
+            version_change(Some("15.2"), "16", 3),
+            VersionChange::Major { from: 15, to: 16 }
+        );
+        assert_eq!(
+            version_change(Some("16.2"), "16.4", 1),
+            VersionChange::NeedsReplica
+        );
+        assert_eq!(version_change(Some("16.2"), "16.4", 2), VersionChange::Minor);
+        assert_eq!(version_change(None, "16.4", 2), VersionChange::None);
+        let mut cluster = observed(
+            vec![ready("db-p", Role::Primary), ready("db-a", Role::Replica)],
+            2,
+        );
+        for m in &mut cluster.members {
+            m.version = "15".into();
+        }
+        assert_eq!(plan(&cluster), Action::Steady);
+    }
+
+    /// The replica with the most WAL is promoted; one already promoted wins outright.
+    #[test]
+    fn the_most_advanced_replica_is_chosen() {
+        let position = |pod: &str, in_recovery, received, replayed| Position {
+            pod: pod.into(),
+            in_recovery,
+            received,
+            replayed,
+        };
+        let positions = [
+            position("db-a", true, 100, 90),
+            position("db-b", true, 0, 120),
+            position("db-c", true, 110, 110),
+        ];
+        assert_eq!(most_advanced(&positions).map(|p| p.pod.as_str()), Some("db-b"));
+        let with_promoted = [position("db-a", true, 500, 500), position("db-z", false, 0, 0)];
+        assert_eq!(
+            most_advanced(&with_promoted).map(|p| p.pod.as_str()),
+            Some("db-z")
+        );
+        assert_eq!(most_advanced(&[]), None);
+    }
+}

@@ -1,0 +1,90 @@
+//! Stage 04 of the workshop: the homework, for real — launch the seed, grow to size, replace lost
+//! members, fail over — until SIGTERM or Ctrl-C.
+//!
+//! WORKSHOP.md, "Step 04". New since stage 03: `src/postgres/` — the cluster task now acts.
+//! `manifests.rs` builds the Secret, ConfigMap, Services and pods a cluster owns; `plan.rs`
+//! decides the one next action from what the pods look like; `cluster.rs` carries it out (pods
+//! through the API, Postgres through `pods/exec`, `src/exec.rs`), writes `status` and Events
+//! (`src/events.rs`); `operator.rs` adds a watch of the pods whose store (`src/watch/store.rs`)
+//! the tasks read and whose events wake them. Stage 03's lines stay; the placeholders are gone.
+//!
+//! ```text
+//! cargo run --bin sandbox -- --listen 127.0.0.1:8001           # terminal 1
+//! cargo run --bin stage04 -- --server http://127.0.0.1:8001    # terminal 3
+//! kubectl --server http://127.0.0.1:8001 create -f kube/example-postgres-cluster.yaml   # terminal 2
+//! kubectl --server http://127.0.0.1:8001 get pgc,pods -w
+//! kubectl --server http://127.0.0.1:8001 scale pgc example-postgresql-cluster --replicas 5
+//! kubectl --server http://127.0.0.1:8001 delete pod -l workshop.example.com/role=primary
+//! ```
+//!
+//! Story lines go to stdout, diagnostics (`RUST_LOG=debug` for more) to stderr. `stage04 --help`
+//! lists the flags.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use postgres_operator::config::{ConfigArgs, CONNECTION_ORDER_HELP};
+use postgres_operator::postgres::plan::Delays;
+use postgres_operator::postgres::{run_postgres_operator, PostgresOptions};
+use postgres_operator::process::{cancel_on_signal, connect, fail, init_logging, parse_seconds};
+use postgres_operator::story::Reporter;
+
+/// stage04: workshop step 04. The operator that runs Postgres clusters: it creates each
+/// cluster's Secret, Services and pods (the official postgres image), keeps spec.size members
+/// with one primary, replaces lost members and fails over, and reports in status and Events.
+/// Lines about one cluster start with [namespace/name].
+#[derive(Parser)]
+#[command(after_help = format!("{CONNECTION_ORDER_HELP}\n\n{EXAMPLES}"))]
+struct Flags {
+    /// How often each cluster is reconciled when nothing happens, in seconds (pod changes wake it sooner)
+    #[arg(long, value_name = "SECS", default_value = "8", value_parser = parse_seconds, allow_negative_numbers = true)]
+    reconcile_interval: Duration,
+    /// How long the primary may be unready before a replica is promoted, in seconds
+    #[arg(long, value_name = "SECS", default_value = "10", value_parser = parse_seconds, allow_negative_numbers = true)]
+    failover_after: Duration,
+    /// How long a replica may be unready before it is replaced, in seconds
+    #[arg(long, value_name = "SECS", default_value = "60", value_parser = parse_seconds, allow_negative_numbers = true)]
+    member_lost_after: Duration,
+    #[command(flatten)]
+    connection: ConfigArgs,
+}
+
+const EXAMPLES: &str = "\
+Examples:
+  stage04 --server http://127.0.0.1:8001     # the sandbox, or a cluster through kubectl proxy
+  stage04 --failover-after 5                 # the cluster your kubeconfig points at
+  stage04 --server https://127.0.0.1:8443 --certificate-authority creds/ca.crt --token-file creds/token
+
+Exit status: 0 stopped by SIGTERM or Ctrl-C, 1 the API server or configuration said no, 2 bad flags";
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let flags = Flags::parse();
+    init_logging();
+    let shutdown = cancel_on_signal();
+    let client = match connect(&flags.connection).await {
+        Ok(client) => client,
+        Err(exit) => return exit,
+    };
+    let options = PostgresOptions {
+        reconcile_interval: flags.reconcile_interval,
+        delays: Delays {
+            failover_after: flags.failover_after,
+            member_lost_after: flags.member_lost_after,
+        },
+        ..PostgresOptions::default()
+    };
+    let (reporter, mut lines) = Reporter::channel();
+    let printer = tokio::spawn(async move {
+        while let Some(line) = lines.recv().await {
+            println!("{line}");
+        }
+    });
+    let outcome = run_postgres_operator(client.clone(), options, reporter, shutdown).await;
+    let _ = printer.await;
+    match outcome {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(error) => fail(&error, error.hint(), &client),
+    }
+}
