@@ -51,7 +51,7 @@ use tokio_util::sync::CancellationToken;
 const EXAMPLE_NAME: &str = "example-postgresql-cluster";
 const EXAMPLE_SIZE: i64 = 3;
 const RESIZED_SIZE: i64 = 5;
-const EXAMPLE_VERSION: &str = "9.6.3";
+const EXAMPLE_VERSION: &str = "16";
 /// How long one act may take before the tour gives up on the operator's reply.
 const ACT_DEADLINE: Duration = Duration::from_secs(15);
 
