@@ -172,7 +172,7 @@ async fn kubectl_sees_what_stage01_registered() {
     );
     assert!(!explained.contains("<empty>"), "{explained}");
     let size = kubectl.ok(&["explain", "pgc.spec.size"]).await;
-    assert!(size.contains("Number of Postgres pods."), "{size}");
+    assert!(size.contains("Number of Postgres pods: 1 to 7"), "{size}");
     let phase = kubectl.ok(&["explain", "pgc.status.phase"]).await;
     assert!(phase.contains("Creating, Running or Failed"), "{phase}");
 }

@@ -130,7 +130,7 @@ async fn tour(flags: TourFlags) -> ExitCode {
                 "== The stage: the API server at {}, namespace {namespace}. This tour will:",
                 client.server()
             );
-            println!("   - register the CustomResourceDefinition {CRD_NAME} if it is missing (and leave it),");
+            println!("   - register the CustomResourceDefinition {CRD_NAME} if it is missing, or update it if its schema is older (and leave it),");
             println!("   - create the PostgresCluster {namespace}/{EXAMPLE_NAME}, resize it, and delete it.");
             println!(
                 "   Nothing else is created: the step-03 operator only reports what it would do."
