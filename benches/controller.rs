@@ -63,7 +63,7 @@ fn print_memory(label: &str) {
 fn cluster(index: usize) -> PostgresCluster {
     let spec = PostgresClusterSpec {
         size: 3,
-        version: "9.6.3".into(),
+        version: "16".into(),
         paused: false,
     };
     let mut cluster = PostgresCluster::new("default", &format!("db-{index:04}"), spec);

@@ -114,9 +114,9 @@ pub struct ListMeta {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PostgresClusterSpec {
-    /// Number of Postgres pods, at least 1.
+    /// Number of Postgres pods, 1 to 7: one primary, the rest streaming replicas.
     pub size: i64,
-    /// The postgres image tag, for example "16.4".
+    /// The postgres image tag, for example "16" or "16.4" (see [`PostgresVersion`]).
     pub version: String,
     /// A paused cluster is left alone by the reconcile loop.
     #[serde(default)]
@@ -127,16 +127,120 @@ pub struct PostgresClusterSpec {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PostgresClusterStatus {
+    /// `Creating`, `Running` or `Failed`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<String>,
+    /// The pod name of the current primary.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub primary: Option<String>,
+    /// How many member pods exist: the scale subresource's `status.replicas`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub size: Option<i64>,
+    /// How many member pods are ready.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ready_replicas: Option<i64>,
+    pub ready_instances: Option<i64>,
+    /// The version every member runs (an upgrade is under way while it differs from the spec's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_version: Option<String>,
+    /// A label selector string matching the member pods. The scale subresource serves it as
+    /// `status.selector`, which `kubectl scale` ignores but a HorizontalPodAutoscaler needs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<String>,
+    /// The `metadata.generation` of the spec this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// One per type (`Available`, `Progressing`, `Degraded`): the CRD declares the list a map
+    /// keyed by `type`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub conditions: Vec<serde_json::Value>,
+    pub conditions: Vec<Condition>,
+}
+
+/// One status condition, in the shape every Kubernetes API uses (`metav1.Condition`), so
+/// `kubectl wait --for=condition=Available pgc/NAME` and `kubectl describe` understand it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// `"True"`, `"False"` or `"Unknown"`: a string, not a bool, because "we do not know" is a state.
+    pub status: String,
+    /// One CamelCase word; the CRD schema refuses an empty one, as metav1.Condition does.
+    pub reason: String,
+    pub message: String,
+    /// RFC 3339. Moves only when `status` flips, not on every write.
+    pub last_transition_time: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// The largest `spec.size`: a primary and six replicas. Each streaming replica holds a WAL sender
+/// on the primary (`max_wal_senders` is 10 by default), and a failover must compare every replica.
+pub const MAX_SIZE: i64 = 7;
+
+/// The oldest Postgres major version the operator runs; every major before it is past the
+/// PostgreSQL project's five years of support.
+pub const OLDEST_MAJOR: u32 = 13;
+
+/// A postgres image tag's version: `"16"` (the newest 16.x) or `"16.4"`. Major ≥ [`OLDEST_MAJOR`].
+/// Since Postgres 10 the first number is the major version (9.6 was a major of its own), and only
+/// a major change needs `pg_upgrade`; minors of one major share the on-disk format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct PostgresVersion {
+    pub major: u32,
+    pub minor: Option<u32>,
+}
+
+/// Why a `spec.version` is not a [`PostgresVersion`].
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum VersionError {
+    #[error("{value:?} is not a postgres version: expected MAJOR or MAJOR.MINOR in digits, e.g. \"16\" or \"16.4\"")]
+    NotAVersion { value: String },
+    #[error("{value:?} is too old: major version {major} is below {OLDEST_MAJOR}, the oldest this operator runs")]
+    TooOld { value: String, major: u32 },
+}
+
+impl std::str::FromStr for PostgresVersion {
+    type Err = VersionError;
+
+    /// The same rule as the CRD's `spec.version` pattern: digits without leading zeros, one
+    /// optional `.MINOR`, major at least 13.
+    fn from_str(value: &str) -> Result<PostgresVersion, VersionError> {
+        let not_a_version = || VersionError::NotAVersion {
+            value: value.to_string(),
+        };
+        let number = |digits: &str| -> Option<u32> {
+            let plain = !digits.is_empty()
+                && digits.bytes().all(|b| b.is_ascii_digit())
+                && (digits == "0" || !digits.starts_with('0'));
+            plain.then(|| digits.parse().ok()).flatten()
+        };
+        let (major, minor) = match value.split_once('.') {
+            Some((major, minor)) => (major, Some(minor)),
+            None => (value, None),
+        };
+        let major = number(major).ok_or_else(not_a_version)?;
+        let minor = match minor {
+            Some(minor) => Some(number(minor).ok_or_else(not_a_version)?),
+            None => None,
+        };
+        if major < OLDEST_MAJOR {
+            return Err(VersionError::TooOld {
+                value: value.to_string(),
+                major,
+            });
+        }
+        Ok(PostgresVersion { major, minor })
+    }
+}
+
+impl std::fmt::Display for PostgresVersion {
+    /// `16` or `16.4`: the image tag again.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.minor {
+            Some(minor) => write!(f, "{}.{minor}", self.major),
+            None => write!(f, "{}", self.major),
+        }
+    }
 }
 
 /// One `PostgresCluster` object as the API server returns it.
@@ -183,7 +287,7 @@ impl HasMetadata for PostgresCluster {
 }
 
 impl std::fmt::Display for PostgresClusterSpec {
-    /// `{size: 3, version: 9.6.3, paused: false}` — the workshop's log shape, without Go's format verbs.
+    /// `{size: 3, version: 16, paused: false}` — the workshop's log shape, without Go's format verbs.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
@@ -211,17 +315,17 @@ mod tests {
     fn spec_prints_like_the_workshop_log() {
         let spec = PostgresClusterSpec {
             size: 3,
-            version: "9.6.3".into(),
+            version: "16".into(),
             paused: false,
         };
-        assert_eq!(spec.to_string(), "{size: 3, version: 9.6.3, paused: false}");
+        assert_eq!(spec.to_string(), "{size: 3, version: 16, paused: false}");
     }
 
     #[test]
     fn a_new_cluster_serializes_as_a_create_body() {
         let spec = PostgresClusterSpec {
             size: 3,
-            version: "9.6.3".into(),
+            version: "16".into(),
             paused: false,
         };
         let body = serde_json::to_value(PostgresCluster::new("default", "db", spec)).unwrap();
@@ -231,8 +335,98 @@ mod tests {
                 "apiVersion": "workshop.example.com/v1",
                 "kind": "PostgresCluster",
                 "metadata": {"name": "db", "namespace": "default"},
-                "spec": {"size": 3, "version": "9.6.3", "paused": false},
+                "spec": {"size": 3, "version": "16", "paused": false},
             })
+        );
+    }
+
+    /// Majors 13 and up, with or without a minor, parse and print back unchanged.
+    #[test]
+    fn versions_parse_and_print_as_the_image_tag() {
+        for tag in ["13", "16", "16.4", "17.0", "99.12", "100"] {
+            let version: PostgresVersion = tag.parse().unwrap();
+            assert_eq!(version.to_string(), tag);
+        }
+        assert_eq!(
+            "16.4".parse::<PostgresVersion>(),
+            Ok(PostgresVersion {
+                major: 16,
+                minor: Some(4)
+            })
+        );
+        assert!("15.9".parse::<PostgresVersion>().unwrap() < "16".parse().unwrap());
+    }
+
+    /// Anything else is refused, and the message names the value and the rule it broke.
+    #[test]
+    fn versions_that_are_not_tags_or_too_old_are_refused_by_name() {
+        for bad in [
+            "",
+            "abc",
+            "16.",
+            ".4",
+            "16.4.1",
+            "v16",
+            "16-alpine",
+            " 16",
+            "016",
+            "16.04",
+            "+16",
+        ] {
+            let error = bad.parse::<PostgresVersion>().unwrap_err();
+            assert_eq!(
+                error,
+                VersionError::NotAVersion { value: bad.into() },
+                "{bad:?}"
+            );
+        }
+        let error = "9.6".parse::<PostgresVersion>().unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "\"9.6\" is too old: major version 9 is below 13, the oldest this operator runs"
+        );
+        assert_eq!(
+            "abc".parse::<PostgresVersion>().unwrap_err().to_string(),
+            "\"abc\" is not a postgres version: expected MAJOR or MAJOR.MINOR in digits, e.g. \"16\" or \"16.4\""
+        );
+    }
+
+    /// The status and its conditions use the API's camelCase names, and leave out what is unset.
+    #[test]
+    fn status_serializes_with_api_names_and_without_unset_fields() {
+        let status = PostgresClusterStatus {
+            phase: Some("Running".into()),
+            primary: Some("db-x7k2p".into()),
+            ready_instances: Some(3),
+            conditions: vec![Condition {
+                type_: "Available".into(),
+                status: "True".into(),
+                reason: "PrimaryReady".into(),
+                message: "the primary accepts connections".into(),
+                last_transition_time: "2025-01-02T03:04:05Z".into(),
+                observed_generation: None,
+            }],
+            ..PostgresClusterStatus::default()
+        };
+        let json = serde_json::to_value(&status).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({
+                "phase": "Running",
+                "primary": "db-x7k2p",
+                "readyInstances": 3,
+                "conditions": [{
+                    "type": "Available", "status": "True", "reason": "PrimaryReady",
+                    "message": "the primary accepts connections",
+                    "lastTransitionTime": "2025-01-02T03:04:05Z",
+                }],
+            })
+        );
+        let back: PostgresClusterStatus = serde_json::from_value(json).unwrap();
+        assert_eq!(back, status);
+        assert_eq!(
+            serde_json::to_value(PostgresClusterStatus::default()).unwrap(),
+            serde_json::json!({})
         );
     }
 }

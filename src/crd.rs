@@ -1,5 +1,6 @@
 //! Our CustomResourceDefinition, built in Rust, and the three things stage 01 does with it:
-//! register it, wait until the API server serves it, and read back what discovery serves.
+//! ensure the cluster has it as we define it (create it, or update an older schema), wait until
+//! the API server serves it, and read back what discovery serves.
 //!
 //! WORKSHOP.md, step 01. The 2017 workshop registered a ThirdPartyResource (removed in Kubernetes
 //! 1.8); today the same idea is a CRD in `apiextensions.k8s.io/v1`, which must carry a structural
@@ -12,8 +13,8 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::api::{
-    crd_path, group_version_path, CRD_NAME, GROUP, KIND, LIST_KIND, PLURAL, SHORT_NAME, SINGULAR,
-    VERSION,
+    crd_path, group_version_path, CRD_NAME, GROUP, KIND, LIST_KIND, MAX_SIZE, PLURAL, SHORT_NAME,
+    SINGULAR, VERSION,
 };
 use crate::client::{Client, ClientError};
 
@@ -56,22 +57,35 @@ pub fn postgres_cluster_crd() -> Value {
                     // /status ignores everything but .status: users own spec, the operator status.
                     "status": {},
                     // Lets `kubectl scale pgc NAME --replicas=5` (and autoscalers) set spec.size.
+                    // A HorizontalPodAutoscaler also reads status.selector to find the pods whose
+                    // metrics it averages; without labelSelectorPath it refuses the target.
                     "scale": {
                         "specReplicasPath": ".spec.size",
-                        "statusReplicasPath": ".status.readyReplicas",
+                        "statusReplicasPath": ".status.size",
+                        "labelSelectorPath": ".status.selector",
                     },
                 },
+                // kubectl upper-cases the names; a column whose path is missing prints empty
+                // (`<none>` with -o wide), so a cluster shows its SIZE before the operator writes
+                // any status.
                 "additionalPrinterColumns": [
-                    { "name": "Size", "type": "integer", "jsonPath": ".spec.size" },
-                    { "name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas" },
-                    { "name": "Version", "type": "string", "jsonPath": ".spec.version" },
-                    { "name": "Phase", "type": "string", "jsonPath": ".status.phase" },
+                    { "name": "Size", "type": "integer", "description": "Pods asked for.", "jsonPath": ".spec.size" },
+                    { "name": "Ready", "type": "integer", "description": "Pods ready.", "jsonPath": ".status.readyInstances" },
+                    { "name": "Primary", "type": "string", "description": "The primary's pod.", "jsonPath": ".status.primary" },
+                    { "name": "Phase", "type": "string", "description": "Creating, Running or Failed.", "jsonPath": ".status.phase" },
+                    { "name": "Version", "type": "string", "description": "The postgres image tag asked for.", "jsonPath": ".spec.version" },
                     { "name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp" },
                 ],
             }],
         },
     })
 }
+
+/// What `spec.version` must look like: a postgres image tag of major 13 or later, with an
+/// optional minor, digits without leading zeros. `api::PostgresVersion` parses by the same rule;
+/// a unit test below checks that the two agree. (The official image also has tags such as
+/// `16-alpine`; the operator runs only the plain ones, whose entrypoint contract it relies on.)
+pub const VERSION_PATTERN: &str = r"^(1[3-9]|[2-9][0-9]|[1-9][0-9][0-9]+)(\.(0|[1-9][0-9]*))?$";
 
 /// The structural schema: every field typed, so the API server validates (422 Invalid, with the
 /// field named in `details.causes`) and prunes unknown fields before they reach us.
@@ -90,11 +104,13 @@ fn schema() -> Value {
                     "size": {
                         "type": "integer",
                         "minimum": 1,
-                        "description": "Number of Postgres pods.",
+                        "maximum": MAX_SIZE,
+                        "description": "Number of Postgres pods: 1 to 7, one primary and the rest streaming replicas.",
                     },
                     "version": {
                         "type": "string",
-                        "description": "The postgres image tag, for example \"16.4\".",
+                        "pattern": VERSION_PATTERN,
+                        "description": "The postgres image tag to run: a major version of 13 or later, optionally with a minor, e.g. \"16\" or \"16.4\".",
                     },
                     "paused": {
                         "type": "boolean",
@@ -110,65 +126,116 @@ fn schema() -> Value {
                         "type": "string",
                         "description": "Where the cluster is in its life: Creating, Running or Failed.",
                     },
+                    "primary": {
+                        "type": "string",
+                        "description": "The name of the pod that is the primary.",
+                    },
                     "size": {
                         "type": "integer",
                         "description": "How many member pods exist.",
                     },
-                    "readyReplicas": {
+                    "readyInstances": {
                         "type": "integer",
                         "description": "How many member pods are ready.",
+                    },
+                    "currentVersion": {
+                        "type": "string",
+                        "description": "The postgres version the members run.",
+                    },
+                    "selector": {
+                        "type": "string",
+                        "description": "The label selector of the member pods, for the scale subresource.",
                     },
                     "observedGeneration": {
                         "type": "integer",
                         "description": "The metadata.generation of the spec this status describes.",
                     },
-                    "conditions": {
-                        "type": "array",
-                        "description": "The latest observations of the cluster's state, one per type.",
-                        // A map keyed by type: server-side apply merges conditions by type.
-                        "x-kubernetes-list-type": "map",
-                        "x-kubernetes-list-map-keys": ["type"],
-                        "items": {
-                            "type": "object",
-                            "description": "One condition, as in every Kubernetes status.",
-                            "required": ["type", "status"],
-                            "properties": {
-                                "type": { "type": "string", "description": "The condition's name." },
-                                "status": { "type": "string", "description": "True, False or Unknown." },
-                                "reason": { "type": "string", "description": "Why, in one CamelCase word." },
-                                "message": { "type": "string", "description": "Why, for people." },
-                                "lastTransitionTime": {
-                                    "type": "string",
-                                    "format": "date-time",
-                                    "description": "When status last changed.",
-                                },
-                            },
-                        },
-                    },
+                    "conditions": condition_list_schema(),
                 },
             },
         },
     })
 }
 
-/// What `register` found.
+/// `status.conditions` as every Kubernetes API declares it (metav1.Condition, as controller-gen
+/// writes it): a list keyed by `type`, each entry with a status, a reason, a message and the time
+/// its status last flipped.
+fn condition_list_schema() -> Value {
+    json!({
+        "type": "array",
+        "description": "The latest observations of the cluster's state (Available, Progressing, Degraded), one per type.",
+        // A map keyed by type: server-side apply merges conditions by type, and the server
+        // refuses two entries of one type.
+        "x-kubernetes-list-type": "map",
+        "x-kubernetes-list-map-keys": ["type"],
+        "items": {
+            "type": "object",
+            "description": "One condition, as in every Kubernetes status.",
+            "required": ["type", "status", "lastTransitionTime", "reason", "message"],
+            "properties": {
+                "type": {
+                    "type": "string",
+                    "maxLength": 316,
+                    "pattern": r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$",
+                    "description": "The condition's name, in CamelCase.",
+                },
+                "status": {
+                    "type": "string",
+                    "enum": ["True", "False", "Unknown"],
+                    "description": "True, False or Unknown.",
+                },
+                "reason": {
+                    "type": "string",
+                    "minLength": 1,
+                    "maxLength": 1024,
+                    "pattern": r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$",
+                    "description": "Why, in one CamelCase word.",
+                },
+                "message": {
+                    "type": "string",
+                    "maxLength": 32768,
+                    "description": "Why, for people.",
+                },
+                "lastTransitionTime": {
+                    "type": "string",
+                    "format": "date-time",
+                    "description": "When status last changed.",
+                },
+                "observedGeneration": {
+                    "type": "integer",
+                    "format": "int64",
+                    "minimum": 0,
+                    "description": "The metadata.generation this condition was set for.",
+                },
+            },
+        },
+    })
+}
+
+/// What `ensure` did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Registration {
-    /// 201 Created: we registered it.
+    /// There was no CRD of our name: we created it (201).
     Created,
-    /// 409 AlreadyExists: someone (an earlier run, `kubectl apply -f kube/crd.yaml`) already did.
-    /// Also a 409 whose reason Kubernetes does not define, once a GET has found the CRD.
-    AlreadyExisted,
+    /// The CRD was there with exactly our group, names, scope and versions: nothing was written.
+    UpToDate,
+    /// The CRD was there with something else in what we own (an older schema, say stage 01's
+    /// from before the status and scale subresources): we replaced it with a PUT (200).
+    Updated,
 }
 
 impl std::fmt::Display for Registration {
     /// The workshop's log line for each outcome.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Registration::Created => write!(f, "registered CustomResourceDefinition {CRD_NAME}"),
-            Registration::AlreadyExisted => {
-                write!(f, "CustomResourceDefinition already exists; continuing")
+            Registration::Created => write!(f, "CustomResourceDefinition {CRD_NAME} created"),
+            Registration::UpToDate => {
+                write!(f, "CustomResourceDefinition {CRD_NAME} already up to date")
             }
+            Registration::Updated => write!(
+                f,
+                "CustomResourceDefinition {CRD_NAME} updated: an older schema was replaced"
+            ),
         }
     }
 }
@@ -189,17 +256,22 @@ pub struct ServedResource {
 /// `source()`.
 #[derive(Debug, thiserror::Error)]
 pub enum CrdError {
-    /// POST of the CRD failed (other than 409 AlreadyExists).
-    #[error("registering CustomResourceDefinition {CRD_NAME}: {0}")]
-    Register(#[source] ClientError),
-    /// The POST got a 409 with a reason we do not know, and the GET that should have found the
-    /// existing CRD failed too.
-    #[error("registering CustomResourceDefinition {CRD_NAME}: the POST answered {conflict}, and reading the CRD back to confirm it exists failed: {source}")]
-    ConfirmExisting {
-        /// The POST's 409, with its unknown reason.
-        conflict: ClientError,
+    /// GET of the CRD, to see whether it exists and what it says, failed (other than 404).
+    #[error("reading CustomResourceDefinition {CRD_NAME}: {0}")]
+    Read(#[source] ClientError),
+    /// POST of the CRD failed (other than 409: someone created it first, so we read it again).
+    #[error("creating CustomResourceDefinition {CRD_NAME}: {0}")]
+    Create(#[source] ClientError),
+    /// PUT of our schema over an existing CRD failed (other than 409: it changed since we read it).
+    #[error("updating CustomResourceDefinition {CRD_NAME} to our schema: {0}")]
+    Update(#[source] ClientError),
+    /// Every attempt met a 409: the CRD kept changing between our GET and our write, or a server
+    /// answered the POST with 409 and the GET with 404.
+    #[error("CustomResourceDefinition {CRD_NAME} kept changing while we wrote it ({attempts} attempts, each a 409); the last answer: {last}")]
+    KeptChanging {
+        attempts: u32,
         #[source]
-        source: ClientError,
+        last: ClientError,
     },
     /// GET of the CRD failed while waiting for Established.
     #[error("waiting for CustomResourceDefinition {CRD_NAME} to be Established: {0}")]
@@ -222,22 +294,30 @@ impl CrdError {
     /// The client error underneath, if there is one.
     pub fn client_error(&self) -> Option<&ClientError> {
         match self {
-            CrdError::Register(error)
+            CrdError::Read(error)
+            | CrdError::Create(error)
+            | CrdError::Update(error)
             | CrdError::WaitEstablished(error)
             | CrdError::Discovery(error)
-            | CrdError::ConfirmExisting { source: error, .. } => Some(error),
-            _ => None,
+            | CrdError::KeptChanging { last: error, .. } => Some(error),
+            CrdError::NamesNotAccepted { .. } | CrdError::NotEstablished { .. } => None,
         }
     }
 
     /// What to do about it, in one sentence, when there is something specific to say.
     pub fn hint(&self) -> Option<String> {
         let (verb, resource) = match self {
-            CrdError::Register(_) => ("create", "customresourcedefinitions.apiextensions.k8s.io"),
-            CrdError::ConfirmExisting { .. } | CrdError::WaitEstablished(_) => {
+            CrdError::Create(_) => ("create", "customresourcedefinitions.apiextensions.k8s.io"),
+            CrdError::Update(_) => ("update", "customresourcedefinitions.apiextensions.k8s.io"),
+            CrdError::Read(_) | CrdError::WaitEstablished(_) => {
                 ("get", "customresourcedefinitions.apiextensions.k8s.io")
             }
             CrdError::Discovery(_) => ("get", "the /apis/workshop.example.com/v1 discovery URL"),
+            CrdError::KeptChanging { .. } => {
+                return Some(format!(
+                    "something else keeps writing the CRD (another operator, or a `kubectl apply -f kube/crd.yaml` of another version); see `kubectl get crd {CRD_NAME} -o yaml`"
+                ))
+            }
             CrdError::NamesNotAccepted { .. } => {
                 return Some(format!(
                     "another CustomResourceDefinition already uses one of our names; see `kubectl get crd {CRD_NAME} -o yaml`"
@@ -257,43 +337,106 @@ impl CrdError {
             401 => Some(
                 "the API server did not accept our credentials: check --token/--token-file, or the service account token".into(),
             ),
+            // The server checked our schema and refused it: a CRD of our name whose scope differs
+            // cannot be changed in place (scope is immutable), only deleted and created again.
+            422 => Some(format!(
+                "the API server refused our CRD; if `kubectl get crd {CRD_NAME}` shows one that is not ours, delete it (that deletes every PostgresCluster with it) and run again"
+            )),
             _ => None,
         }
     }
 }
 
-/// POST the CRD. 409 AlreadyExists is success: the type is there, which is all we need.
-pub async fn register(client: &Client) -> Result<Registration, CrdError> {
-    match client
-        .create::<_, Value>(CRDS_PATH, &postgres_cluster_crd())
-        .await
-    {
-        Ok(_) => Ok(Registration::Created),
-        // A real operator might compare and update an outdated schema here; the workshop continues.
-        Err(error) if error.reason() == Some("AlreadyExists") => Ok(Registration::AlreadyExisted),
-        // A 409 whose reason Kubernetes does not define (an API server we did not write says
-        // "Object Already Exists"): client-go goes by the code when the reason is unknown, so it
-        // probably exists. "Probably" is not enough to carry on with: a GET confirms it.
-        Err(error) if is_conflict_with_unknown_reason(&error) => {
-            match client.get::<Value>(&crd_path()).await {
-                Ok(_) => Ok(Registration::AlreadyExisted),
-                Err(source) => Err(CrdError::ConfirmExisting {
-                    conflict: error,
-                    source,
-                }),
+/// How many times `ensure` reads and writes again after a 409 before giving up.
+pub const ENSURE_ATTEMPTS: u32 = 5;
+
+/// The parts of a CRD's `spec` that are ours to say: the rest (`conversion`, and whatever a newer
+/// API server adds) is defaulted by the server, and we leave it alone.
+pub const OWNED_SPEC_FIELDS: [&str; 4] = ["group", "names", "scope", "versions"];
+
+/// Make the cluster's CRD ours: GET it; absent → POST it; present but different in what we own
+/// (`OWNED_SPEC_FIELDS`) → PUT ours over it, with the resourceVersion we read so that a write made
+/// in between is not overwritten; the same → write nothing.
+///
+/// A CRD of our name is ours whoever registered it: an older stage's schema, a hand-edited
+/// `kube/crd.yaml`, or another program's schema for the same name all get replaced, since one
+/// name can have only one schema and the operator cannot work with any other. Objects already
+/// stored are kept; the new schema applies to them from their next write.
+///
+/// 409 on either write means someone else wrote in between (the POST lost a race with another
+/// creator, or the PUT's resourceVersion is stale): read again and decide again, at most
+/// `ENSURE_ATTEMPTS` times.
+pub async fn ensure(client: &Client) -> Result<Registration, CrdError> {
+    let ours = postgres_cluster_crd();
+    let mut attempt = 1;
+    loop {
+        let conflict = match client.get::<Value>(&crd_path()).await {
+            Err(error) if error.status_code() == Some(404) => {
+                match client.create::<_, Value>(CRDS_PATH, &ours).await {
+                    Ok(_) => return Ok(Registration::Created),
+                    Err(error) if error.status_code() == Some(409) => error,
+                    Err(error) => return Err(CrdError::Create(error)),
+                }
             }
+            Err(error) => return Err(CrdError::Read(error)),
+            Ok(current) => {
+                let outdated = outdated_fields(&current, &ours);
+                if outdated.is_empty() {
+                    return Ok(Registration::UpToDate);
+                }
+                tracing::info!(?outdated, "replacing the CRD's schema with ours");
+                match client
+                    .replace::<_, Value>(&crd_path(), &replacement(current, &ours))
+                    .await
+                {
+                    Ok(_) => return Ok(Registration::Updated),
+                    Err(error) if error.status_code() == Some(409) => error,
+                    Err(error) => return Err(CrdError::Update(error)),
+                }
+            }
+        };
+        if attempt == ENSURE_ATTEMPTS {
+            return Err(CrdError::KeptChanging {
+                attempts: attempt,
+                last: conflict,
+            });
         }
-        Err(error) => Err(CrdError::Register(error)),
+        tracing::debug!(attempt, error = %conflict, "the CRD changed under us; reading it again");
+        attempt += 1;
     }
 }
 
-/// 409 with a reason that is not one of Kubernetes' own (or with no Status at all). A 409 with a
-/// known reason (`Conflict`: a stale resourceVersion) means what it says.
-fn is_conflict_with_unknown_reason(error: &ClientError) -> bool {
-    error.status_code() == Some(409)
-        && !error
-            .api_status()
-            .is_some_and(|status| status.has_known_reason())
+/// Step 01's name for [`ensure`], which every stage calls to make sure the type exists.
+pub async fn register(client: &Client) -> Result<Registration, CrdError> {
+    ensure(client).await
+}
+
+/// Which of `OWNED_SPEC_FIELDS` differ between the CRD on the server and ours. Exact JSON
+/// equality: the API server stores a CRD's schema as sent (it adds defaults only outside these
+/// fields), so any difference is a real one.
+pub fn outdated_fields(current: &Value, ours: &Value) -> Vec<&'static str> {
+    OWNED_SPEC_FIELDS
+        .into_iter()
+        .filter(|field| current["spec"][field] != ours["spec"][field])
+        .collect()
+}
+
+/// The PUT body: the CRD as read (its metadata with the resourceVersion, the spec fields the
+/// server defaulted, its status, which a PUT leaves unchanged anyway) with our owned fields in.
+fn replacement(current: Value, ours: &Value) -> Value {
+    // Indexing a JSON value that is not an object would panic; a server's answer cannot make us.
+    let mut current = if current.is_object() {
+        current
+    } else {
+        json!({})
+    };
+    if !current["spec"].is_object() {
+        current["spec"] = json!({});
+    }
+    for field in OWNED_SPEC_FIELDS {
+        current["spec"][field] = ours["spec"][field].clone();
+    }
+    current
 }
 
 /// Poll the CRD until its `Established` condition is `True`: only then does the API server serve
@@ -391,6 +534,7 @@ pub async fn served_resources(client: &Client) -> Result<Vec<ServedResource>, Cr
 mod tests {
     use super::*;
 
+    /// The CRD's name, names and version come from `api.rs`; scale and size bounds are in place.
     #[test]
     fn the_crd_is_named_plural_dot_group_and_uses_the_api_constants() {
         let crd = postgres_cluster_crd();
@@ -400,12 +544,116 @@ mod tests {
         let version = &crd["spec"]["versions"][0];
         assert_eq!(version["name"], "v1");
         assert_eq!(
-            version["subresources"]["scale"]["specReplicasPath"],
-            ".spec.size"
+            version["subresources"]["scale"],
+            json!({
+                "specReplicasPath": ".spec.size",
+                "statusReplicasPath": ".status.size",
+                "labelSelectorPath": ".status.selector",
+            })
         );
         let spec = &version["schema"]["openAPIV3Schema"]["properties"]["spec"];
         assert_eq!(spec["properties"]["size"]["minimum"], 1);
+        assert_eq!(spec["properties"]["size"]["maximum"], 7);
         assert_eq!(spec["required"], json!(["size", "version"]));
+    }
+
+    /// kubectl's columns, in order, each from the field the issue names.
+    #[test]
+    fn printer_columns_are_size_ready_primary_phase_version_age() {
+        let crd = postgres_cluster_crd();
+        let columns: Vec<(String, String)> = crd["spec"]["versions"][0]["additionalPrinterColumns"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                (
+                    c["name"].as_str().unwrap().to_uppercase(),
+                    c["jsonPath"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect();
+        let expected = [
+            ("SIZE", ".spec.size"),
+            ("READY", ".status.readyInstances"),
+            ("PRIMARY", ".status.primary"),
+            ("PHASE", ".status.phase"),
+            ("VERSION", ".spec.version"),
+            ("AGE", ".metadata.creationTimestamp"),
+        ];
+        let expected: Vec<(String, String)> = expected
+            .iter()
+            .map(|(name, path)| (name.to_string(), path.to_string()))
+            .collect();
+        assert_eq!(columns, expected);
+    }
+
+    /// Every field of `PostgresClusterStatus`, serialized, is a property of the status schema:
+    /// the server would otherwise prune what the operator writes.
+    #[test]
+    fn the_status_schema_declares_every_status_field() {
+        let status = crate::api::PostgresClusterStatus {
+            phase: Some("Running".into()),
+            primary: Some("p".into()),
+            size: Some(1),
+            ready_instances: Some(1),
+            current_version: Some("16".into()),
+            selector: Some("a=b".into()),
+            observed_generation: Some(1),
+            conditions: vec![crate::api::Condition {
+                observed_generation: Some(1),
+                ..Default::default()
+            }],
+        };
+        let status = serde_json::to_value(status).unwrap();
+        let crd = postgres_cluster_crd();
+        let schema =
+            &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"];
+        for field in status.as_object().unwrap().keys() {
+            assert!(
+                schema["properties"].get(field).is_some(),
+                "status.{field} missing"
+            );
+        }
+        for field in status["conditions"][0].as_object().unwrap().keys() {
+            assert!(
+                schema["properties"]["conditions"]["items"]["properties"]
+                    .get(field)
+                    .is_some(),
+                "status.conditions[].{field} missing"
+            );
+        }
+    }
+
+    /// Only the fields we own count: a server-filled `conversion` or status is no difference, a
+    /// changed schema or short name is.
+    #[test]
+    fn only_owned_fields_make_a_crd_outdated() {
+        let ours = postgres_cluster_crd();
+        let mut served = ours.clone();
+        served["spec"]["conversion"] = json!({"strategy": "None"});
+        served["status"] = json!({"conditions": []});
+        served["metadata"]["resourceVersion"] = json!("42");
+        assert!(outdated_fields(&served, &ours).is_empty());
+
+        served["spec"]["names"]["shortNames"] = json!(["pg"]);
+        served["spec"]["versions"][0]["subresources"] = json!({"status": {}});
+        assert_eq!(outdated_fields(&served, &ours), ["names", "versions"]);
+
+        let body = replacement(served, &ours);
+        assert!(outdated_fields(&body, &ours).is_empty());
+        assert_eq!(body["metadata"]["resourceVersion"], "42");
+        assert_eq!(body["spec"]["conversion"]["strategy"], "None");
+    }
+
+    /// A malformed answer (no object, or a spec that is not one) becomes a plain body, not a panic.
+    #[test]
+    fn a_malformed_current_crd_does_not_panic() {
+        let ours = postgres_cluster_crd();
+        assert_eq!(outdated_fields(&json!("nonsense"), &ours).len(), 4);
+        let body = replacement(json!({"spec": 3}), &ours);
+        assert!(outdated_fields(&body, &ours).is_empty());
+        let body = replacement(json!([1, 2]), &ours);
+        assert!(outdated_fields(&body, &ours).is_empty());
     }
 
     #[test]

@@ -4,14 +4,14 @@
 //!
 //! WORKSHOP.md, steps 02 and 03. The 2017 operator printed Go structs with their format verbs left
 //! in (`{size %d ...}`); here every line is built from `Display` impls (`PostgresClusterSpec`'s is
-//! `{size: 3, version: 9.6.3, paused: false}`).
+//! `{size: 3, version: 16, paused: false}`).
 
 use tokio::sync::mpsc;
 
 use crate::api::PostgresCluster;
 use crate::watch::{Event, WatchNotice};
 
-/// `PostgresCluster event: ADDED default/db {size: 3, version: 9.6.3, paused: false}` (step 02's line).
+/// `PostgresCluster event: ADDED default/db {size: 3, version: 16, paused: false}` (step 02's line).
 pub fn event_line(event: &Event<PostgresCluster>) -> String {
     let cluster = event.object();
     format!(
@@ -149,7 +149,7 @@ mod tests {
     fn cluster(size: i64) -> PostgresCluster {
         let spec = PostgresClusterSpec {
             size,
-            version: "9.6.3".into(),
+            version: "16".into(),
             paused: false,
         };
         PostgresCluster::new("default", "db", spec)
@@ -159,7 +159,7 @@ mod tests {
     fn events_read_like_the_workshop_log() {
         assert_eq!(
             event_line(&Event::Modified(cluster(5))),
-            "PostgresCluster event: MODIFIED default/db {size: 5, version: 9.6.3, paused: false}"
+            "PostgresCluster event: MODIFIED default/db {size: 5, version: 16, paused: false}"
         );
     }
 

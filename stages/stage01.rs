@@ -1,10 +1,10 @@
-//! Stage 01 of the workshop: register our resource type over raw REST, wait until the API server
-//! serves it, show what discovery now lists, and stop.
+//! Stage 01 of the workshop: make sure the API server has our resource type, as we define it, over
+//! raw REST; wait until it serves it, show what discovery now lists, and stop.
 //!
 //! WORKSHOP.md, "Step 01". New here: everything — finding the API server (`src/config/`), the
 //! HTTP client (`src/client.rs`), and the CustomResourceDefinition (`src/crd.rs`, which replaces
 //! the 2017 workshop's ThirdPartyResource). Running it twice is fine: the second run finds the
-//! CRD already there ("already exists; continuing"), as the original did.
+//! CRD "already up to date", and a CRD of an older schema is "updated".
 //!
 //! Run it against the embedded API server:
 //!
@@ -35,8 +35,9 @@ use postgres_operator::crd::{self, CrdError};
 use postgres_operator::process::{cancel_on_signal, connect, fail, init_logging, parse_seconds};
 
 /// stage01: workshop step 01. Registers the PostgresCluster CustomResourceDefinition over raw
-/// REST, waits until the API server serves it (Established), prints what discovery lists, and
-/// stops. Running it again is fine: the CRD "already exists; continuing".
+/// REST (or updates an older schema of it), waits until the API server serves it (Established),
+/// prints what discovery lists, and stops. Running it again is fine: the CRD is "already up to
+/// date".
 #[derive(Parser)]
 #[command(after_help = format!("{CONNECTION_ORDER_HELP}\n\n{EXAMPLES}"))]
 struct Flags {
@@ -73,12 +74,12 @@ async fn main() -> ExitCode {
     }
 }
 
-/// The step itself: register, wait for Established, show discovery.
+/// The step itself: ensure the CRD, wait for Established, show discovery.
 async fn register_and_describe(
     client: &Client,
     established_timeout: Duration,
 ) -> Result<(), CrdError> {
-    println!("{}", crd::register(client).await?);
+    println!("{}", crd::ensure(client).await?);
     println!("waiting for Established ...");
     crd::wait_established(client, established_timeout).await?;
     println!("CustomResourceDefinition is Established");

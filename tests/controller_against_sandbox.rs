@@ -228,7 +228,7 @@ async fn operator_follows_create_resize_delete_end_to_end() {
         &mut lines,
         &mut seen,
         "default/db",
-        "spec update: from {size: 3, version: 9.6.3, paused: false} to {size: 5",
+        "spec update: from {size: 3, version: 16, paused: false} to {size: 5",
         deadline,
     )
     .await;

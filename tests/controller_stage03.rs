@@ -78,7 +78,9 @@ async fn stage03_prints_the_workshop_lines_and_stops_on_sigterm() {
     let url = _sandbox.url();
     let mut stage = tokio::task::spawn_blocking(move || {
         let mut stage = Stage03::start(&url, &["--reconcile-interval", "0.5"]);
-        stage.expect("CustomResourceDefinition already exists; continuing");
+        stage.expect(
+            "CustomResourceDefinition postgresclusters.workshop.example.com already up to date",
+        );
         stage.expect("Finding existing clusters...");
         stage.expect("Controller initialised");
         stage
@@ -89,8 +91,8 @@ async fn stage03_prints_the_workshop_lines_and_stops_on_sigterm() {
     create_cluster(&client, "default", "example-postgresql-cluster", 3).await;
     let key = "[default/example-postgresql-cluster]";
     stage = tokio::task::spawn_blocking(move || {
-        stage.expect("PostgresCluster event: ADDED default/example-postgresql-cluster {size: 3, version: 9.6.3, paused: false}");
-        stage.expect(&format!("{key} creating cluster with Spec {{size: 3, version: 9.6.3, paused: false}}, Status <none>"));
+        stage.expect("PostgresCluster event: ADDED default/example-postgresql-cluster {size: 3, version: 16, paused: false}");
+        stage.expect(&format!("{key} creating cluster with Spec {{size: 3, version: 16, paused: false}}, Status <none>"));
         stage.expect(&format!("{key} PLACEHOLDER: Launch seed Postgres node!"));
         stage.expect(&format!("{key} PLACEHOLDER: Start cluster!"));
         stage.expect(&format!("{key} Running: [], pending: []"));
@@ -110,7 +112,7 @@ async fn stage03_prints_the_workshop_lines_and_stops_on_sigterm() {
         .await
         .unwrap();
     stage = tokio::task::spawn_blocking(move || {
-        stage.expect(&format!("{key} spec update: from {{size: 3, version: 9.6.3, paused: false}} to {{size: 5, version: 9.6.3, paused: false}}"));
+        stage.expect(&format!("{key} spec update: from {{size: 3, version: 16, paused: false}} to {{size: 5, version: 16, paused: false}}"));
         stage
     })
     .await
@@ -180,7 +182,7 @@ async fn stage03_stops_cleanly_during_start_up() {
     let url = sandbox.url();
     let (status, took) = tokio::task::spawn_blocking(move || {
         let mut stage = Stage03::start(&url, &[]);
-        stage.expect("registered CustomResourceDefinition postgresclusters.workshop.example.com");
+        stage.expect("CustomResourceDefinition postgresclusters.workshop.example.com created");
         let asked = Instant::now();
         let killed = Command::new("kill")
             .args(["-TERM", &stage.child.id().to_string()])

@@ -1,7 +1,8 @@
-//! Registering the CRD: 201 Created, 409 AlreadyExists as success (and a 409 with a reason
-//! Kubernetes does not define, once a GET confirms it), 403 with a hint naming the
-//! missing permission, waiting (bounded) for Established, and reading discovery back. Against a
-//! scripted server, so each answer is exact; `tests/stage01_register.rs` does it against the sandbox.
+//! Ensuring the CRD: GET first; 404 → POST (201 Created); the same owned fields → nothing
+//! written; different → PUT ours with the resourceVersion read; a 409 on either write → read
+//! again, a bounded number of times; 403 with a hint naming the missing permission. Then waiting
+//! (bounded) for Established, and reading discovery back. Against a scripted server, so each
+//! answer is exact; `tests/crd_ensure.rs` and `tests/stage01_register.rs` do it against the sandbox.
 
 mod fake_api_server;
 
@@ -9,127 +10,245 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fake_api_server::{json, plain_client, ready, status, FakeServer};
-use postgres_operator::crd::{self, CrdError, Registration};
+use postgres_operator::crd::{self, CrdError, Registration, ENSURE_ATTEMPTS};
 use serde_json::json;
 
-/// The CRD POST goes to the apiextensions collection with our object as the body; 201 → Created.
+const CRD_URL: &str =
+    "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/postgresclusters.workshop.example.com";
+const CRDS_URL: &str = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
+
+fn not_found() -> hyper::Response<fake_api_server::Body> {
+    status(
+        404,
+        "NotFound",
+        "customresourcedefinitions.apiextensions.k8s.io \"postgresclusters.workshop.example.com\" not found",
+    )
+}
+
+/// Our CRD as a server returns it: with a resourceVersion, a defaulted conversion and a status.
+fn served(crd: serde_json::Value, resource_version: &str) -> serde_json::Value {
+    let mut crd = crd;
+    crd["metadata"]["resourceVersion"] = json!(resource_version);
+    crd["metadata"]["uid"] = json!("5d2b7c1e");
+    crd["spec"]["conversion"] = json!({"strategy": "None"});
+    crd["status"] = json!({"conditions": [{"type": "Established", "status": "True"}]});
+    crd
+}
+
+/// The CRD stage 01 registered before the status and scale subresources and the version rule.
+fn older_crd() -> serde_json::Value {
+    let mut crd = crd::postgres_cluster_crd();
+    let version = &mut crd["spec"]["versions"][0];
+    version.as_object_mut().unwrap().remove("subresources");
+    let schema = &mut version["schema"]["openAPIV3Schema"];
+    schema["properties"]
+        .as_object_mut()
+        .unwrap()
+        .remove("status");
+    let spec = &mut schema["properties"]["spec"]["properties"];
+    spec["size"].as_object_mut().unwrap().remove("maximum");
+    spec["version"].as_object_mut().unwrap().remove("pattern");
+    crd
+}
+
+/// No CRD yet: a GET (404), then the POST to the apiextensions collection with our object as the
+/// body; 201 → Created.
 #[tokio::test]
-async fn register_posts_the_crd_and_reports_created() {
-    let server = FakeServer::http(|request, _| {
-        let body: serde_json::Value = serde_json::from_slice(&request.body).unwrap();
-        ready(json(201, body))
+async fn an_absent_crd_is_created() {
+    let server = FakeServer::http(|request, _| match request.method.as_str() {
+        "GET" => ready(not_found()),
+        _ => {
+            let body: serde_json::Value = serde_json::from_slice(&request.body).unwrap();
+            ready(json(201, body))
+        }
     })
     .await;
     let client = plain_client(&server.url);
-    assert_eq!(crd::register(&client).await.unwrap(), Registration::Created);
-    let request = &server.requests()[0];
-    assert_eq!(request.method, "POST");
-    assert_eq!(
-        request.path,
-        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
-    );
-    let body: serde_json::Value = serde_json::from_slice(&request.body).unwrap();
+    assert_eq!(crd::ensure(&client).await.unwrap(), Registration::Created);
+    let requests = server.requests();
+    let calls: Vec<(&str, &str)> = requests
+        .iter()
+        .map(|r| (r.method.as_str(), r.path.as_str()))
+        .collect();
+    assert_eq!(calls, [("GET", CRD_URL), ("POST", CRDS_URL)]);
+    let body: serde_json::Value = serde_json::from_slice(&requests[1].body).unwrap();
     assert_eq!(body, crd::postgres_cluster_crd());
 }
 
-/// 409 AlreadyExists is not an error: the type is there.
+/// A CRD equal to ours in what we own (the server's conversion, status and metadata aside): one
+/// GET, no write, "already up to date".
 #[tokio::test]
-async fn already_exists_is_success() {
-    let server = FakeServer::http(|_, _| {
-        ready(status(409, "AlreadyExists", "customresourcedefinitions.apiextensions.k8s.io \"postgresclusters.workshop.example.com\" already exists"))
-    })
-    .await;
+async fn an_up_to_date_crd_is_left_alone() {
+    let server =
+        FakeServer::http(|_, _| ready(json(200, served(crd::postgres_cluster_crd(), "17")))).await;
+    let registration = crd::ensure(&plain_client(&server.url)).await.unwrap();
+    assert_eq!(registration, Registration::UpToDate);
     assert_eq!(
-        crd::register(&plain_client(&server.url)).await.unwrap(),
-        Registration::AlreadyExisted
+        registration.to_string(),
+        "CustomResourceDefinition postgresclusters.workshop.example.com already up to date"
     );
+    let requests = server.requests();
+    assert_eq!(requests.len(), 1);
+    assert_eq!(requests[0].method, "GET");
 }
 
-/// A 409 with a reason Kubernetes does not define (a peer server's "Object Already Exists") counts
-/// as already existing once a GET of the CRD finds it, as client-go decides by code for unknown reasons.
+/// An older schema: PUT to the CRD's URL, carrying our owned fields, the resourceVersion that was
+/// read (so a write in between is refused, not overwritten) and what the server filled in.
 #[tokio::test]
-async fn a_conflict_with_an_unknown_reason_is_confirmed_by_a_get() {
+async fn an_outdated_crd_is_replaced_with_the_resource_version_read() {
     let server = FakeServer::http(|request, _| match request.method.as_str() {
-        "POST" => ready(status(409, "Object Already Exists", "it is there")),
-        _ => ready(json(200, crd::postgres_cluster_crd())),
+        "GET" => ready(json(200, served(older_crd(), "17"))),
+        _ => {
+            let mut body: serde_json::Value = serde_json::from_slice(&request.body).unwrap();
+            body["metadata"]["resourceVersion"] = json!("18");
+            ready(json(200, body))
+        }
     })
     .await;
+    let registration = crd::ensure(&plain_client(&server.url)).await.unwrap();
+    assert_eq!(registration, Registration::Updated);
     assert_eq!(
-        crd::register(&plain_client(&server.url)).await.unwrap(),
-        Registration::AlreadyExisted
+        registration.to_string(),
+        "CustomResourceDefinition postgresclusters.workshop.example.com updated: an older schema was replaced"
     );
     let requests = server.requests();
     assert_eq!(requests.len(), 2);
     assert_eq!(
         (requests[1].method.as_str(), requests[1].path.as_str()),
-        (
-            "GET",
-            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/postgresclusters.workshop.example.com"
-        )
+        ("PUT", CRD_URL)
     );
+    let body: serde_json::Value = serde_json::from_slice(&requests[1].body).unwrap();
+    assert_eq!(body["metadata"]["resourceVersion"], "17");
+    assert_eq!(body["spec"]["conversion"]["strategy"], "None");
+    let ours = crd::postgres_cluster_crd();
+    for field in crd::OWNED_SPEC_FIELDS {
+        assert_eq!(body["spec"][field], ours["spec"][field], "spec.{field}");
+    }
 }
 
-/// The same 409, but the GET finds nothing: an error that keeps both answers, the GET's as its cause.
+/// The PUT meets a 409 (someone wrote the CRD after our GET): read again, and write again on top
+/// of the newer resourceVersion.
 #[tokio::test]
-async fn an_unknown_conflict_that_the_get_does_not_confirm_is_an_error() {
+async fn a_conflicting_update_reads_again_and_retries() {
+    let server = FakeServer::http(|request, index| match (request.method.as_str(), index) {
+        ("GET", 0) => ready(json(200, served(older_crd(), "17"))),
+        ("PUT", 1) => ready(status(409, "Conflict", "Operation cannot be fulfilled on customresourcedefinitions.apiextensions.k8s.io \"postgresclusters.workshop.example.com\": the object has been modified; please apply your changes to the latest version and try again")),
+        ("GET", _) => ready(json(200, served(older_crd(), "19"))),
+        _ => {
+            let body: serde_json::Value = serde_json::from_slice(&request.body).unwrap();
+            ready(json(200, body))
+        }
+    })
+    .await;
+    assert_eq!(
+        crd::ensure(&plain_client(&server.url)).await.unwrap(),
+        Registration::Updated
+    );
+    let requests = server.requests();
+    let methods: Vec<&str> = requests.iter().map(|r| r.method.as_str()).collect();
+    assert_eq!(methods, ["GET", "PUT", "GET", "PUT"]);
+    let body: serde_json::Value = serde_json::from_slice(&requests[3].body).unwrap();
+    assert_eq!(body["metadata"]["resourceVersion"], "19");
+}
+
+/// The POST loses a race (409 AlreadyExists: created after our GET said 404): read again, and the
+/// CRD found is compared like any other.
+#[tokio::test]
+async fn losing_the_create_race_reads_the_winner() {
+    let server = FakeServer::http(|request, index| match (request.method.as_str(), index) {
+        ("GET", 0) => ready(not_found()),
+        ("POST", _) => ready(status(409, "AlreadyExists", "customresourcedefinitions.apiextensions.k8s.io \"postgresclusters.workshop.example.com\" already exists")),
+        _ => ready(json(200, served(crd::postgres_cluster_crd(), "3"))),
+    })
+    .await;
+    assert_eq!(
+        crd::ensure(&plain_client(&server.url)).await.unwrap(),
+        Registration::UpToDate
+    );
+    let methods: Vec<String> = server.requests().into_iter().map(|r| r.method).collect();
+    assert_eq!(methods, ["GET", "POST", "GET"]);
+}
+
+/// A server that answers every POST with a 409 (of a reason Kubernetes does not define) and every
+/// GET with 404 cannot keep us going round: KeptChanging after ENSURE_ATTEMPTS tries, with the
+/// last 409 as its cause.
+#[tokio::test]
+async fn endless_conflicts_end_in_an_error() {
     let server = FakeServer::http(|request, _| match request.method.as_str() {
         "POST" => ready(status(409, "Object Already Exists", "it is there")),
-        _ => ready(status(
-            404,
-            "NotFound",
-            "customresourcedefinitions \"postgresclusters.workshop.example.com\" not found",
-        )),
+        _ => ready(not_found()),
     })
     .await;
-    let error = crd::register(&plain_client(&server.url)).await.unwrap_err();
+    let error = crd::ensure(&plain_client(&server.url)).await.unwrap_err();
     match &error {
-        CrdError::ConfirmExisting { conflict, source } => {
-            assert_eq!(conflict.reason(), Some("Object Already Exists"));
-            assert_eq!(source.status_code(), Some(404));
+        CrdError::KeptChanging { attempts, last } => {
+            assert_eq!(*attempts, ENSURE_ATTEMPTS);
+            assert_eq!(last.reason(), Some("Object Already Exists"));
         }
-        other => panic!("expected ConfirmExisting, got {other:?}"),
+        other => panic!("expected KeptChanging, got {other:?}"),
     }
-    assert_eq!(error.client_error().unwrap().status_code(), Some(404));
-    let cause = std::error::Error::source(&error).expect("the GET's error as the cause");
-    assert!(cause.to_string().starts_with("GET /apis/apiextensions.k8s.io/v1/customresourcedefinitions/postgresclusters.workshop.example.com: NotFound (404)"), "{cause}");
+    assert_eq!(server.requests().len(), 2 * ENSURE_ATTEMPTS as usize);
+    let cause = std::error::Error::source(&error).expect("the last 409 as the cause");
+    assert!(cause.to_string().contains("(409)"), "{cause}");
+    assert!(error.hint().unwrap().contains("kubectl get crd"));
 }
 
-/// A 409 with a reason Kubernetes does define (Conflict) means what it says: an error, and no GET.
+/// 403 on the first step, the GET: the error names the step, and the hint the verb, the resource
+/// and kube/rbac.yaml.
 #[tokio::test]
-async fn a_conflict_with_a_known_reason_is_an_error() {
-    let server =
-        FakeServer::http(|_, _| ready(status(409, "Conflict", "the object has been modified")))
-            .await;
-    let error = crd::register(&plain_client(&server.url)).await.unwrap_err();
-    assert!(matches!(error, CrdError::Register(_)), "{error:?}");
-    assert_eq!(server.requests().len(), 1);
-}
-
-/// 403 on register: the error names the step, and the hint the verb, the resource and kube/rbac.yaml.
-#[tokio::test]
-async fn forbidden_register_hints_at_the_missing_rbac_rule() {
+async fn forbidden_read_hints_at_the_missing_rbac_rule() {
     let server = FakeServer::http(|_, _| {
-        ready(status(403, "Forbidden", "customresourcedefinitions.apiextensions.k8s.io is forbidden: User \"system:serviceaccount:default:postgres-operator\" cannot create resource \"customresourcedefinitions\" in API group \"apiextensions.k8s.io\" at the cluster scope"))
+        ready(status(403, "Forbidden", "customresourcedefinitions.apiextensions.k8s.io \"postgresclusters.workshop.example.com\" is forbidden: User \"system:serviceaccount:default:postgres-operator\" cannot get resource \"customresourcedefinitions\" in API group \"apiextensions.k8s.io\" at the cluster scope"))
     })
     .await;
-    let error = crd::register(&plain_client(&server.url)).await.unwrap_err();
-    assert!(matches!(error, CrdError::Register(_)), "{error:?}");
-    assert!(error.to_string().starts_with("registering CustomResourceDefinition postgresclusters.workshop.example.com: POST /apis/apiextensions.k8s.io/v1/customresourcedefinitions: Forbidden (403)"), "{error}");
+    let error = crd::ensure(&plain_client(&server.url)).await.unwrap_err();
+    assert!(matches!(error, CrdError::Read(_)), "{error:?}");
+    assert!(error.to_string().starts_with("reading CustomResourceDefinition postgresclusters.workshop.example.com: GET /apis/apiextensions.k8s.io/v1/customresourcedefinitions/postgresclusters.workshop.example.com: Forbidden (403)"), "{error}");
     let hint = error.hint().expect("a hint for 403");
     assert!(
-        hint.contains("may not create customresourcedefinitions.apiextensions.k8s.io"),
+        hint.contains("may not get customresourcedefinitions.apiextensions.k8s.io"),
         "{hint}"
     );
     assert!(hint.contains("kube/rbac.yaml"), "{hint}");
 }
 
-/// Other failures on register (a 500) are errors without an RBAC hint.
+/// 403 on the POST or the PUT: each hint names its own verb.
 #[tokio::test]
-async fn other_register_failures_are_errors() {
+async fn forbidden_writes_hint_at_create_and_update() {
+    let server = FakeServer::http(|request, _| match request.method.as_str() {
+        "GET" => ready(not_found()),
+        _ => ready(status(403, "Forbidden", "cannot create")),
+    })
+    .await;
+    let error = crd::ensure(&plain_client(&server.url)).await.unwrap_err();
+    assert!(matches!(error, CrdError::Create(_)), "{error:?}");
+    assert!(error
+        .hint()
+        .unwrap()
+        .contains("may not create customresourcedefinitions"));
+
+    let server = FakeServer::http(|request, _| match request.method.as_str() {
+        "GET" => ready(json(200, served(older_crd(), "5"))),
+        _ => ready(status(403, "Forbidden", "cannot update")),
+    })
+    .await;
+    let error = crd::ensure(&plain_client(&server.url)).await.unwrap_err();
+    assert!(matches!(error, CrdError::Update(_)), "{error:?}");
+    assert!(error.to_string().starts_with("updating CustomResourceDefinition postgresclusters.workshop.example.com to our schema: PUT "), "{error}");
+    assert!(error
+        .hint()
+        .unwrap()
+        .contains("may not update customresourcedefinitions"));
+}
+
+/// Other failures (a 500 on the GET) are errors without an RBAC hint, and nothing is written.
+#[tokio::test]
+async fn other_failures_are_errors() {
     let server = FakeServer::http(|_, _| ready(status(500, "InternalError", "boom"))).await;
-    let error = crd::register(&plain_client(&server.url)).await.unwrap_err();
+    let error = crd::ensure(&plain_client(&server.url)).await.unwrap_err();
     assert_eq!(error.client_error().unwrap().status_code(), Some(500));
     assert_eq!(error.hint(), None);
+    assert!(server.requests().iter().all(|r| r.method == "GET"));
 }
 
 fn crd_with_conditions(conditions: serde_json::Value) -> serde_json::Value {

@@ -83,11 +83,12 @@ fn the_deployment_is_hardened_and_gets_its_namespace() {
     }
 }
 
-/// The example cluster carries the workshop's values.
+/// The example cluster carries the workshop's name and size, and a current major version (the
+/// CRD refuses the 2017 workshop's 9.6.3).
 #[test]
 fn the_example_cluster_has_the_workshop_values() {
     let rendered = render();
     assert!(rendered.contains("name: example-postgresql-cluster"));
     assert!(rendered.contains("size: 3"));
-    assert!(rendered.contains("version: 9.6.3"));
+    assert!(rendered.contains("version: \"16\""), "in:\n{rendered}");
 }

@@ -1,7 +1,8 @@
 //! Stage 01 end to end: the real `stage01` binary registers the CRD with the sandbox over HTTPS,
 //! authenticating with a token file exactly as in a pod (the in-cluster configuration), waits for
-//! Established, and prints what discovery serves; a second run finds it already there. Real
-//! kubectl then sees what stage 01 registered. Failures exit non-zero with the Status and a hint.
+//! Established, and prints what discovery serves; a second run finds it already up to date, and a
+//! run against an older CRD updates it. Real kubectl then sees what stage 01 registered. Failures
+//! exit non-zero with the Status and a hint.
 
 mod common;
 
@@ -50,10 +51,10 @@ async fn run(mut command: tokio::process::Command) -> (Output, String, String) {
     (output, stdout, stderr)
 }
 
-/// First run registers and waits for Established; the second says "already exists; continuing".
+/// First run creates the CRD and waits for Established; the second says "already up to date".
 /// Both exit 0 and print what discovery serves.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stage01_registers_then_continues_when_it_already_exists() {
+async fn stage01_creates_then_finds_the_crd_up_to_date() {
     let (sandbox, credentials) = tls_sandbox(Duration::from_millis(700)).await;
 
     let (output, stdout, stderr) = run(stage01_in_cluster(&sandbox, credentials.path())).await;
@@ -64,7 +65,7 @@ async fn stage01_registers_then_continues_when_it_already_exists() {
     let lines: Vec<&str> = stdout.lines().collect();
     assert_eq!(
         lines[0],
-        "registered CustomResourceDefinition postgresclusters.workshop.example.com"
+        "CustomResourceDefinition postgresclusters.workshop.example.com created"
     );
     assert_eq!(lines[1], "waiting for Established ...");
     assert_eq!(lines[2], "CustomResourceDefinition is Established");
@@ -105,7 +106,7 @@ async fn stage01_registers_then_continues_when_it_already_exists() {
     );
     assert_eq!(
         stdout.lines().next(),
-        Some("CustomResourceDefinition already exists; continuing")
+        Some("CustomResourceDefinition postgresclusters.workshop.example.com already up to date")
     );
     assert!(
         stdout.contains("CustomResourceDefinition is Established"),
@@ -171,7 +172,7 @@ async fn kubectl_sees_what_stage01_registered() {
     );
     assert!(!explained.contains("<empty>"), "{explained}");
     let size = kubectl.ok(&["explain", "pgc.spec.size"]).await;
-    assert!(size.contains("Number of Postgres pods."), "{size}");
+    assert!(size.contains("Number of Postgres pods: 1 to 7"), "{size}");
     let phase = kubectl.ok(&["explain", "pgc.status.phase"]).await;
     assert!(phase.contains("Creating, Running or Failed"), "{phase}");
 }
@@ -191,13 +192,14 @@ async fn stage01_works_through_a_plain_http_server_flag() {
         "stdout:\n{stdout}\nstderr:\n{stderr}"
     );
     assert!(
-        stdout.starts_with("registered CustomResourceDefinition"),
+        stdout
+            .starts_with("CustomResourceDefinition postgresclusters.workshop.example.com created"),
         "{stdout}"
     );
 }
 
-/// A 403 on the CRD POST: exit 1, the Status message, and a hint naming the verb, the resource
-/// and kube/rbac.yaml.
+/// A 403 on the CRD GET, the first thing stage 01 asks: exit 1, the Status message, and a hint
+/// naming the verb, the resource and kube/rbac.yaml.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stage01_reports_forbidden_with_an_rbac_hint() {
     let (sandbox, credentials) = tls_sandbox(Duration::ZERO).await;
@@ -216,9 +218,78 @@ async fn stage01_reports_forbidden_with_an_rbac_hint() {
         Some(1),
         "stdout:\n{stdout}\nstderr:\n{stderr}"
     );
-    assert!(stderr.contains("error: registering CustomResourceDefinition postgresclusters.workshop.example.com: POST /apis/apiextensions.k8s.io/v1/customresourcedefinitions: Forbidden (403)"), "{stderr}");
-    assert!(stderr.contains("hint: the service account may not create customresourcedefinitions.apiextensions.k8s.io"), "{stderr}");
+    assert!(stderr.contains("error: reading CustomResourceDefinition postgresclusters.workshop.example.com: GET /apis/apiextensions.k8s.io/v1/customresourcedefinitions/postgresclusters.workshop.example.com: Forbidden (403)"), "{stderr}");
+    assert!(
+        stderr.contains(
+            "hint: the service account may not get customresourcedefinitions.apiextensions.k8s.io"
+        ),
+        "{stderr}"
+    );
     assert!(stderr.contains("kube/rbac.yaml"), "{stderr}");
+}
+
+/// An older CRD of ours on the cluster (no status or scale subresource, no version rule): stage 01
+/// says it updated it, and afterwards discovery serves the scale subresource and the server
+/// refuses a version the operator cannot run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stage01_updates_an_older_crd() {
+    let sandbox = start_sandbox_with(SandboxOptions::default()).await;
+    let config = postgres_operator::config::Config::from_url(&sandbox.url()).unwrap();
+    let client = postgres_operator::client::Client::new(config).unwrap();
+    let mut older = postgres_operator::crd::postgres_cluster_crd();
+    let version = &mut older["spec"]["versions"][0];
+    version.as_object_mut().unwrap().remove("subresources");
+    version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["version"]
+        .as_object_mut()
+        .unwrap()
+        .remove("pattern");
+    let _: serde_json::Value = client
+        .create(postgres_operator::crd::CRDS_PATH, &older)
+        .await
+        .unwrap();
+
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_stage01"));
+    command
+        .args(["--server", &sandbox.url(), "--established-timeout", "10"])
+        .env("KUBECONFIG", "/dev/null")
+        .kill_on_drop(true);
+    let (output, stdout, stderr) = run(command).await;
+    assert!(
+        output.status.success(),
+        "stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    assert_eq!(
+        stdout.lines().next(),
+        Some("CustomResourceDefinition postgresclusters.workshop.example.com updated: an older schema was replaced"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("served: postgresclusters/scale (Scale)"),
+        "{stdout}"
+    );
+    let updates = sandbox
+        .requests()
+        .iter()
+        .filter(|r| r.resource == "customresourcedefinitions" && r.verb == "update")
+        .count();
+    assert_eq!(updates, 1);
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("old-version.json");
+    let object = serde_json::json!({
+        "apiVersion": "workshop.example.com/v1", "kind": "PostgresCluster",
+        "metadata": {"name": "old-version"}, "spec": {"size": 3, "version": "9.6.3"},
+    });
+    std::fs::write(&file, object.to_string()).unwrap();
+    let refused = Kubectl::new(&sandbox.url())
+        .run(&["create", "-f", file.to_str().unwrap()])
+        .await;
+    assert!(!refused.success, "{refused:?}");
+    assert!(
+        refused.stderr.contains("spec.version"),
+        "{}",
+        refused.stderr
+    );
 }
 
 /// A token the server does not accept: exit 1 with the 401 and a hint about credentials.

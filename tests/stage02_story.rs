@@ -90,7 +90,7 @@ impl Stage02 {
 }
 
 fn event_line(kind: &str, size: i64) -> String {
-    format!("PostgresCluster event: {kind} default/example-postgresql-cluster {{size: {size}, version: 9.6.3, paused: false}}")
+    format!("PostgresCluster event: {kind} default/example-postgresql-cluster {{size: {size}, version: 16, paused: false}}")
 }
 
 /// Create → resize 3→5 → delete with kubectl prints ADDED, MODIFIED, DELETED after the list/watch
@@ -110,7 +110,7 @@ async fn stage02_prints_the_workshop_story_and_stops_on_sigterm() {
     let mut stage = Stage02::start(&sandbox.url());
     assert_eq!(
         stage.line().await,
-        "registered CustomResourceDefinition postgresclusters.workshop.example.com"
+        "CustomResourceDefinition postgresclusters.workshop.example.com created"
     );
     assert_eq!(stage.line().await, "Finding existing clusters...");
     let version_line = stage.line().await;
@@ -210,7 +210,8 @@ async fn stage02_prints_the_workshop_story_and_stops_on_sigterm() {
     let mut again = Stage02::start(&sandbox.url());
     again
         .expect_lines(&[
-            "CustomResourceDefinition already exists; continuing".into(),
+            "CustomResourceDefinition postgresclusters.workshop.example.com already up to date"
+                .into(),
             "Finding existing clusters...".into(),
         ])
         .await;

@@ -51,7 +51,7 @@ use tokio_util::sync::CancellationToken;
 const EXAMPLE_NAME: &str = "example-postgresql-cluster";
 const EXAMPLE_SIZE: i64 = 3;
 const RESIZED_SIZE: i64 = 5;
-const EXAMPLE_VERSION: &str = "9.6.3";
+const EXAMPLE_VERSION: &str = "16";
 /// How long one act may take before the tour gives up on the operator's reply.
 const ACT_DEADLINE: Duration = Duration::from_secs(15);
 
@@ -130,7 +130,7 @@ async fn tour(flags: TourFlags) -> ExitCode {
                 "== The stage: the API server at {}, namespace {namespace}. This tour will:",
                 client.server()
             );
-            println!("   - register the CustomResourceDefinition {CRD_NAME} if it is missing (and leave it),");
+            println!("   - register the CustomResourceDefinition {CRD_NAME} if it is missing, or update it if its schema is older (and leave it),");
             println!("   - create the PostgresCluster {namespace}/{EXAMPLE_NAME}, resize it, and delete it.");
             println!(
                 "   Nothing else is created: the step-03 operator only reports what it would do."

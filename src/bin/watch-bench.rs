@@ -116,7 +116,7 @@ fn bench_object(prefix: &str, index: usize) -> serde_json::Value {
     let last_applied = serde_json::json!({
         "apiVersion": "workshop.example.com/v1", "kind": "PostgresCluster",
         "metadata": {"annotations": {}, "name": name, "namespace": "default"},
-        "spec": {"size": 3, "version": "9.6.3"}
+        "spec": {"size": 3, "version": "16"}
     })
     .to_string();
     serde_json::json!({
@@ -129,7 +129,7 @@ fn bench_object(prefix: &str, index: usize) -> serde_json::Value {
                 "workshop.example.com/notes": "x".repeat(1100),
             }
         },
-        "spec": {"size": 3, "version": "9.6.3"}
+        "spec": {"size": 3, "version": "16"}
     })
 }
 

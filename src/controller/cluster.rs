@@ -11,7 +11,10 @@ use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
 use super::pods::{label_selector, Pod, PodApi, PodApiError};
-use crate::api::{PostgresCluster, PostgresClusterSpec, PostgresClusterStatus};
+use crate::api::{
+    PostgresCluster, PostgresClusterSpec, PostgresClusterStatus, PostgresVersion, VersionError,
+    MAX_SIZE,
+};
 use crate::story::Reporter;
 
 /// What the controller wants a cluster to be. Sent over a `tokio::sync::watch` channel, which
@@ -38,20 +41,20 @@ pub enum TaskEnd {
 /// server, so these fire only when the CRD is old or was registered by someone else.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum SetupError {
-    #[error("spec.size must be at least 1, got {size}")]
-    SizeBelowOne { size: i64 },
-    #[error("spec.version must name a Postgres version, e.g. \"9.6.3\"")]
-    VersionMissing,
+    #[error("spec.size must be between 1 and {MAX_SIZE}, got {size}")]
+    SizeOutOfRange { size: i64 },
+    #[error("spec.version: {0}")]
+    Version(#[source] VersionError),
 }
 
 /// The checks `setup` runs on a spec (and that a spec update must pass to be accepted).
 pub fn validate_spec(spec: &PostgresClusterSpec) -> Result<(), SetupError> {
-    if spec.size < 1 {
-        return Err(SetupError::SizeBelowOne { size: spec.size });
+    if !(1..=MAX_SIZE).contains(&spec.size) {
+        return Err(SetupError::SizeOutOfRange { size: spec.size });
     }
-    if spec.version.trim().is_empty() {
-        return Err(SetupError::VersionMissing);
-    }
+    spec.version
+        .parse::<PostgresVersion>()
+        .map_err(SetupError::Version)?;
     Ok(())
 }
 
@@ -67,8 +70,8 @@ pub fn describe_status(status: Option<&PostgresClusterStatus>) -> String {
     if let Some(size) = status.size {
         fields.push(format!("size: {size}"));
     }
-    if let Some(ready) = status.ready_replicas {
-        fields.push(format!("readyReplicas: {ready}"));
+    if let Some(ready) = status.ready_instances {
+        fields.push(format!("readyInstances: {ready}"));
     }
     if fields.is_empty() {
         "<none>".to_string()
@@ -378,18 +381,36 @@ mod tests {
         }
     }
 
-    /// setup refuses size 0 and a blank version, naming the field.
+    /// setup refuses a size outside 1..=7 and a version that is not a tag of major 13 or later,
+    /// naming the field and the rule.
     #[test]
-    fn setup_rejects_size_below_one_and_an_empty_version() {
-        assert_eq!(validate_spec(&spec(3, "9.6.3")), Ok(()));
+    fn setup_rejects_sizes_out_of_range_and_bad_versions() {
+        assert_eq!(validate_spec(&spec(3, "16")), Ok(()));
+        assert_eq!(validate_spec(&spec(1, "16.4")), Ok(()));
+        assert_eq!(validate_spec(&spec(7, "13")), Ok(()));
+        for size in [0, 8, -1] {
+            assert_eq!(
+                validate_spec(&spec(size, "16")),
+                Err(SetupError::SizeOutOfRange { size })
+            );
+        }
         assert_eq!(
-            validate_spec(&spec(0, "9.6.3")),
-            Err(SetupError::SizeBelowOne { size: 0 })
+            validate_spec(&spec(8, "16")).unwrap_err().to_string(),
+            "spec.size must be between 1 and 7, got 8"
         );
+        let error = validate_spec(&spec(3, "9.6.3")).unwrap_err();
+        assert!(matches!(
+            error,
+            SetupError::Version(VersionError::NotAVersion { .. })
+        ));
         assert_eq!(
+            validate_spec(&spec(3, "9.6")).unwrap_err().to_string(),
+            "spec.version: \"9.6\" is too old: major version 9 is below 13, the oldest this operator runs"
+        );
+        assert!(matches!(
             validate_spec(&spec(1, " ")),
-            Err(SetupError::VersionMissing)
-        );
+            Err(SetupError::Version(VersionError::NotAVersion { .. }))
+        ));
     }
 
     /// A missing or empty status prints as the workshop's `<none>`; otherwise only set fields.

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use sandbox::{Sandbox, SandboxOptions};
 
-/// The workshop's example cluster: example-postgresql-cluster, size 3, version "9.6.3".
+/// The workshop's example cluster: example-postgresql-cluster, size 3, version "16".
 pub const EXAMPLE_FIXTURE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/kube/example-postgres-cluster.yaml"

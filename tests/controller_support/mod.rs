@@ -15,7 +15,7 @@ use tokio::sync::mpsc;
 pub fn cluster(namespace: &str, name: &str, size: i64) -> PostgresCluster {
     let spec = PostgresClusterSpec {
         size,
-        version: "9.6.3".into(),
+        version: "16".into(),
         paused: false,
     };
     let mut cluster = PostgresCluster::new(namespace, name, spec);

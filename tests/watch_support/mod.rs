@@ -200,7 +200,7 @@ pub fn cluster_json(name: &str, size: i64) -> serde_json::Value {
     serde_json::json!({
         "apiVersion": "workshop.example.com/v1", "kind": "PostgresCluster",
         "metadata": {"name": name, "annotations": {"note": "café 日本"}},
-        "spec": {"size": size, "version": "9.6.3"}
+        "spec": {"size": size, "version": "16"}
     })
 }
 
@@ -345,7 +345,7 @@ pub fn object(name: &str, uid: &str, rv: &str, size: i64) -> serde_json::Value {
         "apiVersion": "workshop.example.com/v1", "kind": "PostgresCluster",
         "metadata": {"name": name, "namespace": "default", "uid": uid, "resourceVersion": rv,
                      "labels": {"team": "cafe"}, "annotations": {"note": "café — 日本"}},
-        "spec": {"size": size, "version": "9.6.3"}
+        "spec": {"size": size, "version": "16"}
     })
 }
 
