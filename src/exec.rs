@@ -462,9 +462,8 @@ async fn receive(
     while let Some(message) = socket.next().await {
         let message = match message {
             Ok(message) => message,
-            // The server hung up without the closing handshake: an end like any other, and
-            // whether the Status came decides the rest.
-            Err(tungstenite::Error::Protocol(ProtocolError::ResetWithoutClosingHandshake)) => break,
+            // However the connection ended, whether the Status came first decides the rest.
+            Err(error) if is_connection_end(&error) => break,
             Err(source) => return Err(websocket_error(pod, source)),
         };
         let protocol_error = |problem| ExecError::Protocol {
@@ -492,6 +491,18 @@ async fn receive(
         }
     }
     Ok(received)
+}
+
+/// The connection ended, cleanly or not. After its Close frame a server may drop TCP without
+/// TLS's close_notify (the sandbox does), which rustls reports as an `UnexpectedEof` I/O error.
+fn is_connection_end(error: &tungstenite::Error) -> bool {
+    matches!(
+        error,
+        tungstenite::Error::ConnectionClosed
+            | tungstenite::Error::AlreadyClosed
+            | tungstenite::Error::Io(_)
+            | tungstenite::Error::Protocol(ProtocolError::ResetWithoutClosingHandshake)
+    )
 }
 
 fn websocket_error(pod: &str, source: tungstenite::Error) -> ExecError {
