@@ -236,7 +236,8 @@ pub async fn exec_with_limits(
 
 /// `/api/v1/namespaces/NS/pods/P/exec?command=...`: `command` repeats, once per argument, in
 /// order. stdout and stderr are always asked for; stdin only when there is input, or the
-/// process would wait for an EOF that never comes.
+/// process would wait for an EOF that never comes. The URL is in the API server's audit log
+/// (and in our debug log): a password goes on stdin, never in the command.
 fn exec_path(
     namespace: &str,
     pod: &str,
@@ -393,8 +394,8 @@ enum FromServer<'a> {
     Stdout(&'a [u8]),
     Stderr(&'a [u8]),
     Status(&'a [u8]),
-    /// An empty message, or a stream that opens (the API server sends `[n]` alone for each
-    /// stream as it starts) or closes (`[255, n]`, v5): nothing to collect.
+    /// An empty message, a stream's number with no data (a server may send one as a stream
+    /// opens), or a stream closed (`[255, n]`, v5): nothing to collect.
     Nothing,
 }
 

@@ -134,8 +134,8 @@ fn limits(timeout: Duration, max_output: usize) -> ExecLimits {
 }
 
 /// What the API server sees: `GET .../exec?command=...` with our token and the WebSocket
-/// handshake offering v5 then v4; a server that picks v4 (and opens each stream with an empty
-/// message, as kube-apiserver does) still gives us stdout and the exit code.
+/// handshake offering v5 then v4; a server that picks v4 (and opens each stream with a message
+/// of its number alone) still gives us stdout and the exit code.
 #[tokio::test]
 async fn the_request_offers_v5_then_v4_and_v4_works() {
     let server = FakeExecServer::start(|socket, head| async move {
