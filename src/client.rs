@@ -1,5 +1,6 @@
 //! The HTTP client every stage talks to the API server with: JSON verbs over hyper, typed errors,
-//! the retries Kubernetes asks for, and the raw byte stream a watch reads.
+//! the retries Kubernetes asks for, the raw byte stream a watch reads, and the upgraded
+//! connection `pods/exec` speaks WebSocket on (`crate::exec`).
 //!
 //! WORKSHOP.md, step 01 ("Talking to the API server" and "When the server says no"). Built on
 //! hyper-util's pooled client over a rustls connector (ring provider), verifying the server
@@ -176,6 +177,22 @@ pub enum ClientError {
         method: String,
         path: String,
         after: Duration,
+    },
+    /// An upgrade request ([`Client::upgrade`]) got a 2xx answer instead of `101 Switching
+    /// Protocols`: something between us and the API server does not pass upgrades on.
+    #[error("{method} {path}: asked to upgrade the connection, got HTTP {code} instead of 101 Switching Protocols (a proxy in the way that does not pass upgrades on?)")]
+    NotUpgraded {
+        method: String,
+        path: String,
+        code: u16,
+    },
+    /// The server said `101 Switching Protocols`, but hyper could not hand over the connection.
+    #[error("{method} {path}: the connection could not be taken over after 101 Switching Protocols: {source}")]
+    Upgrade {
+        method: String,
+        path: String,
+        #[source]
+        source: hyper::Error,
     },
     /// The API server said no, with a `Status` body: code, reason, message, causes.
     #[error("{method} {path}: {status}")]
@@ -390,6 +407,22 @@ impl ByteStream {
     }
 }
 
+/// A connection the API server switched to another protocol with `101 Switching Protocols`
+/// ([`Client::upgrade`]): the answer's headers, to check the handshake, and the raw connection
+/// (TLS already inside) to speak that protocol on.
+pub struct UpgradedConnection {
+    pub headers: HeaderMap,
+    pub io: hyper::upgrade::Upgraded,
+}
+
+impl fmt::Debug for UpgradedConnection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("UpgradedConnection")
+            .field("headers", &self.headers)
+            .finish_non_exhaustive()
+    }
+}
+
 /// The response head and the full body of one attempt.
 struct Answer {
     status: StatusCode,
@@ -522,12 +555,48 @@ impl Client {
     /// getting the headers is bounded by the request timeout: a watch then stays open for minutes.
     pub async fn stream(&self, path_and_query: &str) -> Result<ByteStream, ClientError> {
         let response = self
-            .send_with_retries(&Method::GET, path_and_query, None)
+            .send_with_retries(&Method::GET, path_and_query, None, &HeaderMap::new())
             .await?;
         Ok(ByteStream {
             body: response.into_body(),
             path: path_and_query.to_string(),
         })
+    }
+
+    /// GET with `headers` asking to switch protocols (`Connection: Upgrade`, `Upgrade: websocket`
+    /// and the WebSocket handshake, for `pods/exec`), and the connection once the server answers
+    /// `101 Switching Protocols`. The request goes out as every other does: the same TLS
+    /// configuration and token, the same retries after 401/429/503, the same typed error for a
+    /// refusal (403 without RBAC `create` on `pods/exec`, 404 for a pod that is gone). Checking
+    /// the protocol's own handshake headers is the caller's job.
+    pub async fn upgrade(
+        &self,
+        path_and_query: &str,
+        headers: HeaderMap,
+    ) -> Result<UpgradedConnection, ClientError> {
+        let method = Method::GET;
+        let response = self
+            .send_with_retries(&method, path_and_query, None, &headers)
+            .await?;
+        if response.status() != StatusCode::SWITCHING_PROTOCOLS {
+            return Err(ClientError::NotUpgraded {
+                method: method.to_string(),
+                path: path_and_query.to_string(),
+                code: response.status().as_u16(),
+            });
+        }
+        let headers = response.headers().clone();
+        // hyper's connection task hands the socket (with any bytes it read past the 101 head)
+        // over once it has seen the 101; the pool never gets this connection back.
+        let io = tokio::time::timeout(self.inner.request_timeout, hyper::upgrade::on(response))
+            .await
+            .map_err(|_| self.timeout_error(&method, path_and_query))?
+            .map_err(|source| ClientError::Upgrade {
+                method: method.to_string(),
+                path: path_and_query.to_string(),
+                source,
+            })?;
+        Ok(UpgradedConnection { headers, io })
     }
 
     /// One JSON request with the retries Kubernetes asks for; decodes a 2xx body into `T`.
@@ -537,7 +606,9 @@ impl Client {
         path: &str,
         body: Option<(Bytes, &'static str)>,
     ) -> Result<T, ClientError> {
-        let response = self.send_with_retries(&method, path, body).await?;
+        let response = self
+            .send_with_retries(&method, path, body, &HeaderMap::new())
+            .await?;
         let code = response.status().as_u16();
         let body = self.read_body_in_time(&method, path, response).await?;
         serde_json::from_slice(&body).map_err(|source| ClientError::Decode {
@@ -549,27 +620,29 @@ impl Client {
         })
     }
 
-    /// Send until the answer is 2xx (returned with its body still unread, so a watch can stream
-    /// it) or an error not worth retrying. Each attempt's wait for the response head is bounded
-    /// by the request timeout.
+    /// Send until the answer is 2xx or 101 (returned with its body still unread, so a watch can
+    /// stream it) or an error not worth retrying. Each attempt's wait for the response head is
+    /// bounded by the request timeout. `extra_headers` go out with every attempt.
     async fn send_with_retries(
         &self,
         method: &Method,
         path: &str,
         body: Option<(Bytes, &'static str)>,
+        extra_headers: &HeaderMap,
     ) -> Result<hyper::Response<Incoming>, ClientError> {
         let mut retries = Retries::default();
         loop {
             let started = Instant::now();
             let response = tokio::time::timeout(
                 self.inner.request_timeout,
-                self.send(method, path, body.clone()),
+                self.send(method, path, body.clone(), extra_headers),
             )
             .await
             .map_err(|_| self.timeout_error(method, path))??;
             let status = response.status();
             log_request(method, path, status, started);
-            if status.is_success() {
+            // 101: the server took up our `Upgrade` (pods/exec); it sends one only when asked.
+            if status.is_success() || status == StatusCode::SWITCHING_PROTOCOLS {
                 return Ok(response);
             }
             let headers = response.headers().clone();
@@ -635,6 +708,7 @@ impl Client {
         method: &Method,
         path: &str,
         body: Option<(Bytes, &'static str)>,
+        extra_headers: &HeaderMap,
     ) -> Result<hyper::Response<Incoming>, ClientError> {
         if !path.starts_with('/') {
             return Err(ClientError::RelativePath {
@@ -652,6 +726,9 @@ impl Client {
             .uri(uri)
             .header(header::ACCEPT, "application/json")
             .header(header::USER_AGENT, USER_AGENT);
+        for (name, value) in extra_headers {
+            builder = builder.header(name, value);
+        }
         if let Some(token) = self.inner.token.current() {
             let mut value =
                 HeaderValue::from_str(&format!("Bearer {}", token.expose())).map_err(|source| {

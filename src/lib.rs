@@ -15,6 +15,7 @@
 //! | [`watch`] | bytes → lines → typed events, and list-then-watch that never loses its place | Step 02 |
 //! | [`story`] | what the operator says: the workshop's log lines, and the `Reporter` that tags each with its cluster | Steps 02 and 03 |
 //! | [`controller`] | one task per cluster, its own channel, and a reconcile timer | Step 03 |
+//! | [`exec`] | `pods/exec`: a command in a pod over a WebSocket (`channel.k8s.io` streams, the exit Status) | Step 04 ("Inside step 04: one `pods/exec`, byte by byte") |
 //! | [`process`] | what every binary does alike: logging, the stop token, connecting, duration flags, the error exit | Set-up |
 //!
 //! The binaries in `stages/` are the workshop's steps; each is a short `main` over this library.
@@ -31,6 +32,7 @@ pub mod config;
 pub mod controller;
 pub mod crd;
 pub mod events;
+pub mod exec;
 pub mod process;
 pub mod status;
 pub mod story;
