@@ -15,6 +15,7 @@
 //! | [`watch`] | bytes → lines → typed events, and list-then-watch that never loses its place | Step 02 |
 //! | [`story`] | what the operator says: the workshop's log lines, and the `Reporter` that tags each with its cluster | Steps 02 and 03 |
 //! | [`controller`] | one task per cluster, its own channel, and a reconcile timer | Step 03 |
+//! | [`postgres`] | a Postgres cluster for real: the objects a cluster owns, the `psql` commands run in its pods | Step 04 |
 //! | [`process`] | what every binary does alike: logging, the stop token, connecting, duration flags, the error exit | Set-up |
 //!
 //! The binaries in `stages/` are the workshop's steps; each is a short `main` over this library.
@@ -30,6 +31,7 @@ pub mod client;
 pub mod config;
 pub mod controller;
 pub mod crd;
+pub mod postgres;
 pub mod process;
 pub mod status;
 pub mod story;
