@@ -67,6 +67,14 @@ where
     }
 }
 
+/// Does a libpq conninfo string set `key` to `value`? pg_basebackup quotes a value holding
+/// anything but letters, digits, `_` and `.` (`host='pg-primary'`, `host=127.0.0.9`).
+fn conninfo_has(conninfo: &str, key: &str, value: &str) -> bool {
+    conninfo
+        .split_whitespace()
+        .any(|pair| pair == format!("{key}={value}") || pair == format!("{key}='{value}'"))
+}
+
 /// One sandbox with the process runtime, the operator's client and kubectl for it.
 struct Cluster {
     sandbox: Sandbox,
@@ -257,6 +265,7 @@ async fn the_manifests_make_a_replicated_cluster_that_survives_a_failover() {
         ])
         .await;
     let mut replica_body = pod(&owner, Role::Replica);
+    let mut primary_host = primary_service_name(CLUSTER);
     if !resolves.success {
         let service = cluster
             .get("services", &primary_service_name(CLUSTER))
@@ -281,6 +290,7 @@ async fn the_manifests_make_a_replicated_cluster_that_survives_a_failover() {
                 variable["value"] = Value::from(cluster_ip.clone());
             }
         }
+        primary_host = cluster_ip;
     }
 
     // Two replicas at once: each waits for the primary, copies it, and starts as a hot standby.
@@ -300,6 +310,14 @@ async fn the_manifests_make_a_replicated_cluster_that_survives_a_failover() {
             "{replica}'s clone finished"
         );
         assert_eq!(cluster.psql_ok(replica, IS_IN_RECOVERY_SQL).await, "t");
+        // pg_basebackup -R wrote where to stream from: the Service, not a pod.
+        let conninfo = cluster.psql_ok(replica, "SHOW primary_conninfo").await;
+        assert!(
+            conninfo_has(&conninfo, "host", &primary_host)
+                && conninfo_has(&conninfo, "user", "replicator")
+                && conninfo_has(&conninfo, "application_name", replica),
+            "{conninfo}"
+        );
     }
     // The primary streams to both, each under its pod's name (application_name from -d).
     let mut expected_streams = replicas.to_vec();
