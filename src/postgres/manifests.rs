@@ -1,0 +1,865 @@
+//! The objects a `PostgresCluster` owns, as JSON bodies to POST, and the `psql` commands the
+//! reconcile loop runs inside its pods through `pods/exec`. Pure functions: nothing here talks to
+//! the API server.
+//!
+//! WORKSHOP.md, step 04. For a cluster `db`:
+//!
+//! ```text
+//!   Secret    db-credentials   superuser-password, replication-password (random, made once)
+//!   ConfigMap db-init          10-replication.sh: role `replicator` + its pg_hba.conf line
+//!   Service   db-primary  ──selects──▶ role=primary   (what clients and replicas connect to)
+//!   Service   db-replicas ──selects──▶ role=replica   (read-only traffic)
+//!   Pod       db-xxxxx (generateName) role=primary: postgres:<version>, initdb on first start
+//!   Pod       db-yyyyy                role=replica: init container `clone` = pg_basebackup -R
+//!                                      from db-primary, then the same postgres container
+//! ```
+//!
+//! Everything uses the official `postgres` image through its documented contract (see
+//! `docker-entrypoint.sh` in docker-library/postgres): `POSTGRES_PASSWORD` and `PGDATA` in the
+//! environment, scripts in `/docker-entrypoint-initdb.d` run once on an empty PGDATA, and the
+//! image's postgres user (uid 999) running everything, so no step needs root. Each object carries
+//! a controller ownerReference to its cluster: deleting the cluster deletes them all.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use base64::Engine;
+use serde_json::{json, Value};
+
+use crate::api::PostgresCluster;
+use crate::config::SecretString;
+use crate::controller::pods::{owner_reference, pod_labels, CLUSTER_LABEL};
+
+/// A pod's place in its cluster: `primary` or `replica`. The Services select on it, so moving
+/// this label is how a failover moves the traffic.
+pub const ROLE_LABEL: &str = "workshop.example.com/role";
+/// The Secret's keys.
+pub const SUPERUSER_PASSWORD_KEY: &str = "superuser-password";
+pub const REPLICATION_PASSWORD_KEY: &str = "replication-password";
+/// The role replicas log in as; made by the init script on the seed, copied to every replica.
+pub const REPLICATION_USER: &str = "replicator";
+/// The ConfigMap key, and so the file name in `/docker-entrypoint-initdb.d`: the entrypoint
+/// runs `*.sh` and `*.sql` there in sorted order.
+pub const INIT_SCRIPT_KEY: &str = "10-replication.sh";
+/// The name of the postgres container in every pod (what `pods/exec` asks for).
+pub const POSTGRES_CONTAINER: &str = "postgres";
+/// The name of a replica's init container.
+pub const CLONE_CONTAINER: &str = "clone";
+pub const POSTGRES_PORT: u16 = 5432;
+/// The container port's and the Services' port's name.
+pub const PORT_NAME: &str = "postgres";
+/// The official image's postgres user and group (created with fixed ids in its Dockerfile).
+pub const POSTGRES_UID: u32 = 999;
+/// Where the emptyDir is mounted: the image's `VOLUME` up to PG 17.
+pub const DATA_MOUNT: &str = "/var/lib/postgresql/data";
+/// PGDATA, a subdirectory of the mount, as the image's docs recommend: a mount point may hold
+/// files of its own (`lost+found` on a fresh ext4 volume) and initdb refuses a non-empty
+/// directory. Setting it explicitly also keeps PG 18 images (default PGDATA moved to
+/// `/var/lib/postgresql/18/docker`) on our volume.
+pub const PGDATA: &str = "/var/lib/postgresql/data/pgdata";
+/// Where the official entrypoint looks for init scripts.
+pub const INITDB_DIR: &str = "/docker-entrypoint-initdb.d";
+
+/// The seed's first-start script. The entrypoint sources it after initdb, with a temporary
+/// server listening on the Unix socket only, and never again once PGDATA holds a database.
+const INIT_SCRIPT: &str = r#"# Made by the postgres operator: the replication role and its pg_hba.conf line.
+: "${REPLICATION_PASSWORD:?is not set: it comes from the cluster's credentials Secret}"
+# psql's :'pw' quotes the password as an SQL literal, whatever characters it holds.
+# password_encryption is set here because PG 13 still defaults to md5, which the scram-sha-256
+# line below would then refuse.
+psql -v ON_ERROR_STOP=1 --username "$POSTGRES_USER" --dbname postgres --no-password --no-psqlrc \
+  --set pw="$REPLICATION_PASSWORD" <<'SQL'
+SET password_encryption = 'scram-sha-256';
+CREATE ROLE replicator WITH REPLICATION LOGIN PASSWORD :'pw';
+SQL
+# The entrypoint's own `host all all all ...` line does not cover replication connections: the
+# database keyword `all` does not match `replication`. pg_basebackup copies this file, so every
+# replica, and so every replica promoted later, has the line too.
+echo "host replication replicator all scram-sha-256" >> "$PGDATA/pg_hba.conf"
+"#;
+
+/// A replica's init container: copy the primary, reached through the `<name>-primary` Service,
+/// into PGDATA. `-R` writes `standby.signal` and `primary_conninfo` (host = the Service name,
+/// password included), so the main container's entrypoint skips initdb and starts a hot
+/// standby, and after a failover the standby reconnects to whichever pod the Service then selects.
+const CLONE_SCRIPT: &str = r#"set -eu
+# Init containers run again when a pod restarts, and the emptyDir survives that: a database
+# already here is this replica's own (possibly promoted since). Keep it.
+if [ -s "$PGDATA/PG_VERSION" ]; then
+  echo "clone: $PGDATA already holds a database; keeping it"
+  exit 0
+fi
+# Copy into a side directory and rename it at the end, so PGDATA never holds a half-copied
+# cluster that the check above would keep.
+partial="$PGDATA.partial"
+rm -rf "$partial"
+until pg_isready -q -h "$PRIMARY_HOST" -p 5432; do
+  echo "clone: waiting for $PRIMARY_HOST:5432"
+  sleep 2
+done
+# -c fast: checkpoint now rather than spread over minutes; -X stream: the WAL written during the
+# copy comes along on a second connection, so the copy is consistent on its own.
+pg_basebackup -h "$PRIMARY_HOST" -p 5432 -U replicator -d "application_name=$POD_NAME" \
+  -D "$partial" -R -X stream -c fast
+rm -rf "$PGDATA"
+mv "$partial" "$PGDATA"
+echo "clone: copied $PRIMARY_HOST into $PGDATA"
+"#;
+
+/// `pg_isready` exits 0 (accepting connections), 1 (rejecting: starting up, replaying WAL before
+/// it is consistent, shutting down), 2 (no response) or 3 (no attempt). 0 and 1 mean the
+/// postmaster is there and working, so "alive" is `<= 1`.
+const ALIVE_CHECK: &str = "pg_isready -q -h 127.0.0.1 -p 5432; [ $? -le 1 ]";
+
+/// `<name>-credentials`
+pub fn credentials_secret_name(cluster_name: &str) -> String {
+    format!("{cluster_name}-credentials")
+}
+
+/// `<name>-init`
+pub fn init_config_map_name(cluster_name: &str) -> String {
+    format!("{cluster_name}-init")
+}
+
+/// `<name>-primary`: also the host replicas clone from and stream from.
+pub fn primary_service_name(cluster_name: &str) -> String {
+    format!("{cluster_name}-primary")
+}
+
+/// `<name>-replicas`
+pub fn replicas_service_name(cluster_name: &str) -> String {
+    format!("{cluster_name}-replicas")
+}
+
+/// A pod's role in its cluster, the value of [`ROLE_LABEL`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    Primary,
+    Replica,
+}
+
+impl Role {
+    pub fn label_value(self) -> &'static str {
+        match self {
+            Role::Primary => "primary",
+            Role::Replica => "replica",
+        }
+    }
+}
+
+/// The two passwords of a cluster. `Debug` prints them redacted.
+#[derive(Clone, Debug)]
+pub struct Credentials {
+    pub superuser_password: SecretString,
+    pub replication_password: SecretString,
+}
+
+/// Where random bytes come from on Linux; never blocks once the kernel's pool is initialised.
+pub const RANDOM_SOURCE: &str = "/dev/urandom";
+/// 24 random bytes: 192 bits, 32 characters of base64url.
+const PASSWORD_BYTES: usize = 24;
+
+/// Making the passwords failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CredentialsError {
+    #[error("reading random bytes from {path}: {source}")]
+    ReadRandom {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl Credentials {
+    /// Two fresh random passwords from [`RANDOM_SOURCE`].
+    pub fn generate() -> Result<Credentials, CredentialsError> {
+        Credentials::generate_from(Path::new(RANDOM_SOURCE))
+    }
+
+    /// Two fresh random passwords, reading random bytes from `random_source`.
+    pub fn generate_from(random_source: &Path) -> Result<Credentials, CredentialsError> {
+        Ok(Credentials {
+            superuser_password: random_password(random_source)?,
+            replication_password: random_password(random_source)?,
+        })
+    }
+}
+
+/// base64url without padding: letters, digits, `-` and `_`, so the password needs no quoting in
+/// a libpq conninfo string (`primary_conninfo`), a shell or a URL.
+fn random_password(random_source: &Path) -> Result<SecretString, CredentialsError> {
+    let failed = |source| CredentialsError::ReadRandom {
+        path: random_source.to_path_buf(),
+        source,
+    };
+    let mut bytes = [0u8; PASSWORD_BYTES];
+    std::fs::File::open(random_source)
+        .and_then(|mut file| file.read_exact(&mut bytes))
+        .map_err(failed)?;
+    Ok(SecretString::new(
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes),
+    ))
+}
+
+/// `metadata` of an object owned by `cluster`.
+fn owned_metadata(cluster: &PostgresCluster, name: &str) -> Value {
+    json!({
+        "name": name,
+        "namespace": cluster.metadata.namespace,
+        "labels": pod_labels(&cluster.metadata.name),
+        "ownerReferences": [owner_reference(cluster)],
+    })
+}
+
+/// Secret `<name>-credentials`. Create it once and never replace it: `POSTGRES_PASSWORD` and the
+/// replication password only take effect when the seed runs initdb, so new values later would
+/// lock everyone out.
+pub fn credentials_secret(cluster: &PostgresCluster, credentials: &Credentials) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": owned_metadata(cluster, &credentials_secret_name(&cluster.metadata.name)),
+        "type": "Opaque",
+        // stringData is write-only: the API server base64-encodes it into `data`.
+        "stringData": {
+            SUPERUSER_PASSWORD_KEY: credentials.superuser_password.expose(),
+            REPLICATION_PASSWORD_KEY: credentials.replication_password.expose(),
+        },
+    })
+}
+
+/// Service `<name>-primary`: the pod labelled `role: primary`. Clients write through it and
+/// replicas stream from it.
+pub fn primary_service(cluster: &PostgresCluster) -> Value {
+    service(
+        cluster,
+        &primary_service_name(&cluster.metadata.name),
+        Role::Primary,
+    )
+}
+
+/// Service `<name>-replicas`: every pod labelled `role: replica`, for read-only queries.
+pub fn replicas_service(cluster: &PostgresCluster) -> Value {
+    service(
+        cluster,
+        &replicas_service_name(&cluster.metadata.name),
+        Role::Replica,
+    )
+}
+
+fn service(cluster: &PostgresCluster, name: &str, role: Role) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": owned_metadata(cluster, name),
+        "spec": {
+            // Endpoints list only pods that match every label here and are Ready, so an
+            // unready primary drops out of `<name>-primary` by itself.
+            "selector": {
+                CLUSTER_LABEL: cluster.metadata.name,
+                ROLE_LABEL: role.label_value(),
+            },
+            "ports": [{
+                "name": PORT_NAME,
+                "protocol": "TCP",
+                "port": POSTGRES_PORT,
+                // By name: the container port called `postgres`, whatever its number.
+                "targetPort": PORT_NAME,
+            }],
+        },
+    })
+}
+
+/// ConfigMap `<name>-init`, mounted at `/docker-entrypoint-initdb.d`: creates the `replicator`
+/// role and allows it to replicate. Only the seed ever runs it (the entrypoint runs init scripts
+/// on an empty PGDATA only; a replica's PGDATA is a copy).
+pub fn init_scripts(cluster: &PostgresCluster) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": owned_metadata(cluster, &init_config_map_name(&cluster.metadata.name)),
+        "data": {INIT_SCRIPT_KEY: INIT_SCRIPT},
+    })
+}
+
+/// An env var read from one key of the cluster's credentials Secret.
+fn from_secret(cluster: &PostgresCluster, variable: &str, key: &str) -> Value {
+    json!({
+        "name": variable,
+        "valueFrom": {"secretKeyRef": {
+            "name": credentials_secret_name(&cluster.metadata.name),
+            "key": key,
+        }},
+    })
+}
+
+/// An exec probe running `script` with `sh -c`.
+fn shell_probe(script: &str, period_seconds: u32, failure_threshold: u32) -> Value {
+    json!({
+        "exec": {"command": ["sh", "-c", script]},
+        "periodSeconds": period_seconds,
+        // pg_isready gives up after 3 s (its -t default); the kubelet must wait longer than that
+        // or a slow answer counts as a failure (exec probe timeouts are enforced since 1.20).
+        "timeoutSeconds": 5,
+        "failureThreshold": failure_threshold,
+    })
+}
+
+/// The postgres container, the same for both roles: a pod's spec cannot change after it is
+/// created, and a failover only relabels the replica it promotes.
+fn postgres_container(cluster: &PostgresCluster, image: &str) -> Value {
+    json!({
+        "name": POSTGRES_CONTAINER,
+        "image": image,
+        // `args` alone keeps the image's ENTRYPOINT (docker-entrypoint.sh) and replaces its CMD.
+        // wal_keep_size (PG 13+; the default is 0) keeps 512 MB of WAL on the primary, so a
+        // replica that falls behind or restarts can catch up instead of failing with "requested
+        // WAL segment has already been removed".
+        "args": ["postgres", "-c", "wal_keep_size=512MB"],
+        "ports": [{"name": PORT_NAME, "containerPort": POSTGRES_PORT, "protocol": "TCP"}],
+        "env": [
+            {"name": "PGDATA", "value": PGDATA},
+            // Read by initdb on the seed's first start only.
+            from_secret(cluster, "POSTGRES_PASSWORD", SUPERUSER_PASSWORD_KEY),
+            // Read by the init script, likewise on the seed's first start only.
+            from_secret(cluster, "REPLICATION_PASSWORD", REPLICATION_PASSWORD_KEY),
+        ],
+        "volumeMounts": [
+            {"name": "data", "mountPath": DATA_MOUNT},
+            {"name": "init", "mountPath": INITDB_DIR, "readOnly": true},
+        ],
+        // Holds readiness and liveness back until postgres listens on TCP. On the seed's first
+        // start that is after initdb and the init scripts (the entrypoint's temporary server
+        // listens on the Unix socket only). 2 s × 300 = 10 minutes before the kubelet gives up.
+        // A replica's base backup is not counted here: it runs in the init container, before
+        // any probe.
+        "startupProbe": shell_probe(ALIVE_CHECK, 2, 300),
+        // Ready = accepting connections: a primary, or a hot standby that reached a consistent
+        // state. 127.0.0.1, not the Unix socket, which the entrypoint's temporary init server
+        // also listens on. Ready decides which pods the Services send traffic to.
+        "readinessProbe": {
+            "exec": {"command": ["pg_isready", "-h", "127.0.0.1", "-p", "5432"]},
+            "periodSeconds": 5,
+            "timeoutSeconds": 5,
+            "failureThreshold": 3,
+        },
+        // A replica replaying WAL answers "rejecting connections" (exit 1): alive, so only
+        // "no response" for 6 × 10 s restarts the container. A liveness probe that demanded
+        // "accepting" would kill a replica in the middle of its recovery, again and again.
+        "livenessProbe": shell_probe(ALIVE_CHECK, 10, 6),
+    })
+}
+
+/// A replica's init container: `pg_basebackup -R` from the `<name>-primary` Service (the
+/// script is `CLONE_SCRIPT`, above).
+fn clone_container(cluster: &PostgresCluster, image: &str) -> Value {
+    json!({
+        "name": CLONE_CONTAINER,
+        // The same image as the server, so pg_basebackup's major version matches the primary's:
+        // a physical copy only works between servers of one major version.
+        "image": image,
+        // `command` replaces the image's ENTRYPOINT: this container runs no server.
+        "command": ["sh", "-c", CLONE_SCRIPT],
+        "env": [
+            {"name": "PGDATA", "value": PGDATA},
+            // The Service, never a pod's address: the Service follows the primary label, so
+            // replicas made (or reconnecting) after a failover reach the new primary.
+            {"name": "PRIMARY_HOST", "value": primary_service_name(&cluster.metadata.name)},
+            // libpq reads PGPASSWORD; -R then writes it into primary_conninfo, which is how the
+            // running standby (whose environment has no such variable) logs in.
+            from_secret(cluster, "PGPASSWORD", REPLICATION_PASSWORD_KEY),
+            // application_name = the pod's name, so pg_stat_replication on the primary says
+            // which replica each row is.
+            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        ],
+        "volumeMounts": [{"name": "data", "mountPath": DATA_MOUNT}],
+    })
+}
+
+/// A pod of `cluster` in `role`: a primary starts from initdb (the seed), a replica from a copy
+/// of the primary. Named by the API server from `generateName: <name>-`: a new pod never
+/// reuses a deleted one's name (and so its DNS name or its Service endpoint).
+pub fn pod(cluster: &PostgresCluster, role: Role) -> Value {
+    let name = &cluster.metadata.name;
+    let image = format!("postgres:{}", cluster.spec.version);
+    let mut labels = pod_labels(name);
+    labels.insert(ROLE_LABEL.to_string(), role.label_value().to_string());
+    let mut spec = json!({
+        "securityContext": {
+            // The image's postgres user. Running as it from the start means the entrypoint has
+            // nothing to chown and no gosu step: no process in the pod is ever root.
+            "runAsUser": POSTGRES_UID,
+            "runAsGroup": POSTGRES_UID,
+            // Volumes are made group-owned by 999, so the user can write to them whatever the
+            // volume plugin's defaults.
+            "fsGroup": POSTGRES_UID,
+            // The kubelet refuses to start a container that would run as uid 0.
+            "runAsNonRoot": true,
+        },
+        // Postgres recovers by itself after a crash on the same emptyDir, so restart in place.
+        "restartPolicy": "Always",
+        // The official image's STOPSIGNAL is SIGINT: a fast shutdown, which disconnects the
+        // clients, writes a shutdown checkpoint, and (on a primary) waits until the walsenders
+        // have shipped all WAL to the connected replicas, so they all stop at the same LSN and
+        // any of them can be promoted with the others following. The kubelet's SIGKILL when
+        // the grace period ends skips all of that. 60 s covers a checkpoint of a busy server;
+        // much longer would only delay a failover, which waits for the old primary to be gone.
+        "terminationGracePeriodSeconds": 60,
+        "containers": [postgres_container(cluster, &image)],
+        "volumes": [
+            // Data lives as long as the pod, as in etcd-operator: a lost pod is replaced by a
+            // new replica cloned from the primary. Container restarts keep it.
+            {"name": "data", "emptyDir": {}},
+            {"name": "init", "configMap": {"name": init_config_map_name(name)}},
+        ],
+    });
+    if role == Role::Replica {
+        spec["initContainers"] = json!([clone_container(cluster, &image)]);
+    }
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "generateName": format!("{name}-"),
+            "namespace": cluster.metadata.namespace,
+            "labels": labels,
+            "ownerReferences": [owner_reference(cluster)],
+        },
+        "spec": spec,
+    })
+}
+
+/// A JSON merge patch (`application/merge-patch+json`) that sets a pod's role label and leaves
+/// its other labels alone: a merge patch merges maps key by key.
+pub fn role_patch(role: Role) -> Value {
+    json!({"metadata": {"labels": {ROLE_LABEL: role.label_value()}}})
+}
+
+/// `psql` as `pods/exec` runs it in the postgres container: over the Unix socket (no `-h`), as
+/// the superuser `postgres`, which the image's pg_hba.conf trusts on local connections, so no
+/// password is needed. `-v ON_ERROR_STOP=1`: an SQL error is a non-zero exit status; `-A -t`:
+/// bare values, `|` between columns; `-X`: no `~/.psqlrc`.
+pub fn psql_argv(sql: &str) -> Vec<String> {
+    [
+        "psql",
+        "-v",
+        "ON_ERROR_STOP=1",
+        "-AtX",
+        "-U",
+        "postgres",
+        "-d",
+        "postgres",
+        "-c",
+        sql,
+    ]
+    .iter()
+    .map(|arg| arg.to_string())
+    .collect()
+}
+
+/// `t` on a replica (a standby replaying WAL), `f` on a primary.
+pub const IS_IN_RECOVERY_SQL: &str = "SELECT pg_is_in_recovery()";
+/// On a replica: the WAL position received from the primary, then the one replayed (either is
+/// empty, SQL NULL, before the standby has received or replayed anything). Parse with
+/// [`ReplicaLsns::parse`].
+pub const REPLICA_LSNS_SQL: &str = "SELECT pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn()";
+/// On a primary: where its WAL ends now. (On a standby this is an error.)
+pub const CURRENT_WAL_LSN_SQL: &str = "SELECT pg_current_wal_lsn()";
+/// On a replica: end recovery and become a primary on a new timeline. Waits up to 60 s for the
+/// promotion to finish and prints `t` if it did.
+pub const PROMOTE_SQL: &str = "SELECT pg_promote(true, 60)";
+
+/// Output of one of the queries above that is not what the query prints.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PsqlOutputError {
+    #[error("{text:?} is not a WAL position (an LSN looks like 0/3000148)")]
+    NotAnLsn { text: String },
+    #[error("{text:?} is not a boolean (psql prints t or f)")]
+    NotABool { text: String },
+    #[error("expected {expected} columns separated by '|', got {text:?}")]
+    Columns { expected: usize, text: String },
+}
+
+/// `0/3000148` → 0x0000_0000_0300_0148. An LSN is a 64-bit byte position in the WAL, printed
+/// as two 32-bit halves in hex; compare the numbers, never the text (`0/A` > `0/9`).
+pub fn parse_lsn(text: &str) -> Result<u64, PsqlOutputError> {
+    let not_an_lsn = || PsqlOutputError::NotAnLsn {
+        text: text.to_string(),
+    };
+    let (high, low) = text.trim().split_once('/').ok_or_else(not_an_lsn)?;
+    let half = |part: &str| {
+        // from_str_radix alone would also take a leading `+`.
+        if part.is_empty() || part.len() > 8 || !part.chars().all(|c| c.is_ascii_hexdigit()) {
+            return Err(not_an_lsn());
+        }
+        u32::from_str_radix(part, 16).map_err(|_| not_an_lsn())
+    };
+    Ok((u64::from(half(high)?) << 32) | u64::from(half(low)?))
+}
+
+/// psql's `t` or `f`.
+pub fn parse_bool(text: &str) -> Result<bool, PsqlOutputError> {
+    match text.trim() {
+        "t" => Ok(true),
+        "f" => Ok(false),
+        _ => Err(PsqlOutputError::NotABool {
+            text: text.to_string(),
+        }),
+    }
+}
+
+/// How far a replica has got, from [`REPLICA_LSNS_SQL`]. Ordered by what was received, then by
+/// what was replayed (`None`, nothing yet, comes first): the greatest is the replica to
+/// promote, because it lost the least of the old primary's WAL, and a replica ahead of the new
+/// primary could not follow its timeline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ReplicaLsns {
+    pub received: Option<u64>,
+    pub replayed: Option<u64>,
+}
+
+impl ReplicaLsns {
+    /// `0/3000148|0/3000148` (psql `-At`; an empty column is NULL).
+    pub fn parse(output: &str) -> Result<ReplicaLsns, PsqlOutputError> {
+        let columns: Vec<&str> = output.trim().split('|').collect();
+        let [received, replayed] = columns[..] else {
+            return Err(PsqlOutputError::Columns {
+                expected: 2,
+                text: output.to_string(),
+            });
+        };
+        let lsn = |text: &str| (!text.is_empty()).then(|| parse_lsn(text)).transpose();
+        Ok(ReplicaLsns {
+            received: lsn(received)?,
+            replayed: lsn(replayed)?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::PostgresClusterSpec;
+    use crate::controller::pods::APP_LABEL;
+
+    fn cluster() -> PostgresCluster {
+        let spec = PostgresClusterSpec {
+            size: 3,
+            version: "16.4".into(),
+            paused: false,
+        };
+        let mut cluster = PostgresCluster::new("prod", "db", spec);
+        cluster.metadata.uid = "uid-db".into();
+        cluster
+    }
+
+    fn credentials() -> Credentials {
+        Credentials {
+            superuser_password: SecretString::new("super"),
+            replication_password: SecretString::new("repl"),
+        }
+    }
+
+    /// Every owned object names its cluster as its controlling owner, by uid, so the garbage
+    /// collector deletes it with the cluster.
+    fn assert_owned(object: &Value) {
+        let owners = object["metadata"]["ownerReferences"]
+            .as_array()
+            .expect("ownerReferences");
+        assert_eq!(owners.len(), 1, "{object}");
+        assert_eq!(owners[0]["uid"], "uid-db");
+        assert_eq!(owners[0]["kind"], "PostgresCluster");
+        assert_eq!(owners[0]["apiVersion"], "workshop.example.com/v1");
+        // Only one owner may be the controller; `kubectl describe` shows it as "Controlled By".
+        assert_eq!(owners[0]["controller"], true);
+        assert_eq!(object["metadata"]["namespace"], "prod");
+    }
+
+    fn env<'a>(container: &'a Value, name: &str) -> &'a Value {
+        container["env"]
+            .as_array()
+            .and_then(|env| env.iter().find(|e| e["name"] == name))
+            .unwrap_or_else(|| panic!("env {name} in {container}"))
+    }
+
+    /// The Secret holds both passwords under the documented keys, owned by the cluster.
+    #[test]
+    fn credentials_secret_has_both_keys() {
+        let secret = credentials_secret(&cluster(), &credentials());
+        assert_owned(&secret);
+        assert_eq!(secret["kind"], "Secret");
+        assert_eq!(secret["metadata"]["name"], "db-credentials");
+        assert_eq!(secret["stringData"]["superuser-password"], "super");
+        assert_eq!(secret["stringData"]["replication-password"], "repl");
+    }
+
+    /// Generated passwords are 32 base64url characters, different each time, and never printed
+    /// by `Debug`.
+    #[test]
+    fn generated_passwords_are_random_and_redacted() {
+        let one = Credentials::generate().expect("/dev/urandom is readable");
+        let two = Credentials::generate().expect("/dev/urandom is readable");
+        let password = one.superuser_password.expose();
+        assert_eq!(password.len(), 32);
+        assert!(password
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'));
+        assert_ne!(password, one.replication_password.expose());
+        assert_ne!(password, two.superuser_password.expose());
+        assert!(!format!("{one:?}").contains(password));
+    }
+
+    /// A random source that cannot be read is an error naming it, not a weak password.
+    #[test]
+    fn an_unreadable_random_source_is_an_error() {
+        let error =
+            Credentials::generate_from(Path::new("/nonexistent/random")).expect_err("no such file");
+        assert!(error.to_string().contains("/nonexistent/random"), "{error}");
+        // A file shorter than the bytes needed is an error too (read_exact).
+        let short = std::env::temp_dir().join(format!("short-random-{}", std::process::id()));
+        std::fs::write(&short, b"abc").expect("temp file");
+        assert!(Credentials::generate_from(&short).is_err());
+        let _ = std::fs::remove_file(&short);
+    }
+
+    /// The two Services select the cluster's pods by role, on port 5432 named `postgres`.
+    #[test]
+    fn services_select_by_cluster_and_role() {
+        let primary = primary_service(&cluster());
+        let replicas = replicas_service(&cluster());
+        for (service, name, role) in [
+            (&primary, "db-primary", "primary"),
+            (&replicas, "db-replicas", "replica"),
+        ] {
+            assert_owned(service);
+            assert_eq!(service["metadata"]["name"], name);
+            // Both labels must match: another cluster's primary has the same role label.
+            assert_eq!(
+                service["spec"]["selector"],
+                json!({"workshop.example.com/cluster": "db", "workshop.example.com/role": role})
+            );
+            assert_eq!(
+                service["spec"]["ports"],
+                json!([{"name": "postgres", "protocol": "TCP", "port": 5432, "targetPort": "postgres"}])
+            );
+        }
+    }
+
+    /// The init script is a ConfigMap key ending in `.sh` (the entrypoint ignores other
+    /// extensions) that creates the replication role and its pg_hba.conf line.
+    #[test]
+    fn init_scripts_create_the_replication_role() {
+        let config_map = init_scripts(&cluster());
+        assert_owned(&config_map);
+        assert_eq!(config_map["metadata"]["name"], "db-init");
+        let script = config_map["data"]["10-replication.sh"]
+            .as_str()
+            .expect("the script");
+        assert!(script.contains("CREATE ROLE replicator WITH REPLICATION LOGIN PASSWORD :'pw'"));
+        assert!(script.contains("--set pw=\"$REPLICATION_PASSWORD\""));
+        assert!(script.contains(
+            "echo \"host replication replicator all scram-sha-256\" >> \"$PGDATA/pg_hba.conf\""
+        ));
+    }
+
+    /// A primary pod: generateName, the three labels, the image from spec.version, secrets by
+    /// reference, PGDATA under the emptyDir, uid 999, and no init container.
+    #[test]
+    fn primary_pod_runs_the_official_image_contract() {
+        let pod = pod(&cluster(), Role::Primary);
+        assert_owned(&pod);
+        // The API server appends 5 random characters; `name` must be absent for that.
+        assert_eq!(pod["metadata"]["generateName"], "db-");
+        assert!(pod["metadata"]["name"].is_null());
+        assert_eq!(
+            pod["metadata"]["labels"],
+            json!({APP_LABEL: "postgres", CLUSTER_LABEL: "db", ROLE_LABEL: "primary"})
+        );
+        assert!(pod["spec"]["initContainers"].is_null());
+        let security = &pod["spec"]["securityContext"];
+        assert_eq!(
+            (
+                &security["runAsUser"],
+                &security["runAsGroup"],
+                &security["fsGroup"]
+            ),
+            (&json!(999), &json!(999), &json!(999))
+        );
+        let container = &pod["spec"]["containers"][0];
+        assert_eq!(container["name"], "postgres");
+        assert_eq!(container["image"], "postgres:16.4");
+        // No `command`: the image's docker-entrypoint.sh must run, or nothing initialises PGDATA.
+        assert!(container["command"].is_null());
+        assert_eq!(container["args"][0], "postgres");
+        assert_eq!(env(container, "PGDATA")["value"], PGDATA);
+        assert!(PGDATA.starts_with(&format!("{DATA_MOUNT}/")));
+        assert_eq!(
+            env(container, "POSTGRES_PASSWORD")["valueFrom"]["secretKeyRef"],
+            json!({"name": "db-credentials", "key": "superuser-password"})
+        );
+        assert_eq!(
+            container["volumeMounts"],
+            json!([
+                {"name": "data", "mountPath": DATA_MOUNT},
+                {"name": "init", "mountPath": "/docker-entrypoint-initdb.d", "readOnly": true},
+            ])
+        );
+        assert_eq!(
+            pod["spec"]["volumes"],
+            json!([
+                {"name": "data", "emptyDir": {}},
+                {"name": "init", "configMap": {"name": "db-init"}},
+            ])
+        );
+        assert!(pod["spec"]["terminationGracePeriodSeconds"].as_u64() > Some(30));
+    }
+
+    /// Readiness asks for "accepting connections" over TCP; startup and liveness accept
+    /// "rejecting connections" (exit 1) as alive, so WAL replay is never killed.
+    #[test]
+    fn probes_do_not_kill_a_replica_replaying_wal() {
+        let pod = pod(&cluster(), Role::Replica);
+        let container = &pod["spec"]["containers"][0];
+        assert_eq!(
+            container["readinessProbe"]["exec"]["command"],
+            json!(["pg_isready", "-h", "127.0.0.1", "-p", "5432"])
+        );
+        for probe in ["startupProbe", "livenessProbe"] {
+            let command = &container[probe]["exec"]["command"];
+            assert_eq!(command, &json!(["sh", "-c", ALIVE_CHECK]), "{probe}");
+            // Longer than pg_isready's own 3 s connect timeout.
+            assert!(container[probe]["timeoutSeconds"].as_u64() > Some(3));
+        }
+        assert!(ALIVE_CHECK.contains("-h 127.0.0.1") && ALIVE_CHECK.ends_with("[ $? -le 1 ]"));
+        let budget = |probe: &str| {
+            container[probe]["periodSeconds"].as_u64().unwrap_or(10)
+                * container[probe]["failureThreshold"].as_u64().unwrap_or(3)
+        };
+        assert!(budget("startupProbe") >= 600, "10 minutes to start");
+        assert!(budget("livenessProbe") >= 60, "a minute of silence");
+    }
+
+    /// A replica clones from the primary Service with pg_basebackup -R in an init container
+    /// that uses the replication password, and keeps a PGDATA that already holds a database.
+    #[test]
+    fn replica_pod_clones_from_the_primary_service() {
+        let pod = pod(&cluster(), Role::Replica);
+        assert_eq!(pod["metadata"]["labels"][ROLE_LABEL], "replica");
+        let clone = &pod["spec"]["initContainers"][0];
+        assert_eq!(clone["name"], "clone");
+        assert_eq!(clone["image"], "postgres:16.4");
+        assert_eq!(env(clone, "PRIMARY_HOST")["value"], "db-primary");
+        assert_eq!(
+            env(clone, "PGPASSWORD")["valueFrom"]["secretKeyRef"],
+            json!({"name": "db-credentials", "key": "replication-password"})
+        );
+        assert_eq!(env(clone, "PGDATA")["value"], PGDATA);
+        let script = clone["command"][2].as_str().expect("the script");
+        assert_eq!(clone["command"][0], "sh");
+        assert!(script.contains("[ -s \"$PGDATA/PG_VERSION\" ]"));
+        assert!(script.contains(
+            "pg_basebackup -h \"$PRIMARY_HOST\" -p 5432 -U replicator -d \"application_name=$POD_NAME\""
+        ));
+        assert!(script.contains("-R -X stream -c fast"));
+        // The clone writes into the emptyDir the server then starts from.
+        assert_eq!(
+            clone["volumeMounts"],
+            json!([{"name": "data", "mountPath": DATA_MOUNT}])
+        );
+        // Same server container as a primary: promotion changes labels, not the spec.
+        assert_eq!(
+            pod["spec"]["containers"],
+            super::pod(&cluster(), Role::Primary)["spec"]["containers"]
+        );
+    }
+
+    /// The role patch touches one label and nothing else.
+    #[test]
+    fn role_patch_sets_only_the_role_label() {
+        assert_eq!(
+            role_patch(Role::Primary),
+            json!({"metadata": {"labels": {"workshop.example.com/role": "primary"}}})
+        );
+        assert_eq!(
+            role_patch(Role::Replica)["metadata"]["labels"][ROLE_LABEL],
+            "replica"
+        );
+    }
+
+    /// psql over the local socket as postgres, stopping on errors, printing bare values.
+    #[test]
+    fn psql_argv_runs_one_command_unaligned_and_tuples_only() {
+        assert_eq!(
+            psql_argv(PROMOTE_SQL),
+            [
+                "psql",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-AtX",
+                "-U",
+                "postgres",
+                "-d",
+                "postgres",
+                "-c",
+                "SELECT pg_promote(true, 60)"
+            ]
+        );
+        assert!(!psql_argv(IS_IN_RECOVERY_SQL).contains(&"-h".to_string()));
+    }
+
+    /// LSNs are two hex halves of one 64-bit number; anything else is an error.
+    #[test]
+    fn lsns_parse_as_64_bit_positions() {
+        assert_eq!(parse_lsn("0/3000148"), Ok(0x3000148));
+        assert_eq!(parse_lsn("16/B374D848\n"), Ok(0x16_B374_D848));
+        assert_eq!(parse_lsn("FFFFFFFF/FFFFFFFF"), Ok(u64::MAX));
+        // Text order is not WAL order.
+        assert!(parse_lsn("0/A").unwrap() > parse_lsn("0/9").unwrap());
+        for bad in [
+            "",
+            "0",
+            "0/",
+            "/1",
+            "x/1",
+            "0/123456789",
+            "-1/0",
+            "+1/0",
+            "0/3000148/1",
+        ] {
+            assert_eq!(
+                parse_lsn(bad),
+                Err(PsqlOutputError::NotAnLsn { text: bad.into() }),
+                "{bad:?}"
+            );
+        }
+    }
+
+    /// A replica's two LSNs parse from psql's `a|b`, NULL (empty) is None, and the most
+    /// advanced replica is the greatest.
+    #[test]
+    fn replica_lsns_order_by_received_then_replayed() {
+        let a = ReplicaLsns::parse("0/3000148|0/3000100\n").expect("two LSNs");
+        assert_eq!(
+            a,
+            ReplicaLsns {
+                received: Some(0x3000148),
+                replayed: Some(0x3000100)
+            }
+        );
+        let b = ReplicaLsns::parse("0/3000148|0/3000148").expect("two LSNs");
+        let c = ReplicaLsns::parse("0/2000000|0/3000148").expect("two LSNs");
+        let nothing = ReplicaLsns::parse("|").expect("two NULLs");
+        assert_eq!(nothing.received, None);
+        let mut all = [a, nothing, c, b];
+        all.sort();
+        assert_eq!(all, [nothing, c, a, b]);
+        assert!(matches!(
+            ReplicaLsns::parse("0/1"),
+            Err(PsqlOutputError::Columns { expected: 2, .. })
+        ));
+        assert!(ReplicaLsns::parse("0/1|zz").is_err());
+        assert_eq!(parse_bool("t\n"), Ok(true));
+        assert_eq!(parse_bool("f"), Ok(false));
+        assert!(parse_bool("true").is_err());
+    }
+}
