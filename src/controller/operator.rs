@@ -88,7 +88,10 @@ pub async fn run_operator(
 }
 
 /// Step 01, reused: make sure our resource type exists and is served.
-pub(crate) async fn register_resource(client: &Client, reporter: &Reporter) -> Result<(), OperatorError> {
+pub(crate) async fn register_resource(
+    client: &Client,
+    reporter: &Reporter,
+) -> Result<(), OperatorError> {
     let registration = crd::register(client)
         .await
         .map_err(OperatorError::RegisterResource)?;

@@ -9,7 +9,7 @@ use std::future::Future;
 
 use serde::{Deserialize, Serialize};
 
-use crate::api::{ObjectList, ObjectMeta, OwnerReference, PostgresCluster};
+use crate::api::{HasMetadata, ObjectList, ObjectMeta, OwnerReference, PostgresCluster};
 use crate::client::{Client, ClientError};
 
 /// Every Postgres pod this operator makes carries this label (value [`APP_LABEL_VALUE`]).
@@ -90,6 +90,13 @@ pub struct PodCondition {
     pub type_: String,
     /// "True", "False" or "Unknown".
     pub status: String,
+}
+
+/// So stage 04 can watch pods with the same `list_then_watch` as clusters.
+impl HasMetadata for Pod {
+    fn metadata(&self) -> &ObjectMeta {
+        &self.metadata
+    }
 }
 
 impl Pod {

@@ -40,7 +40,7 @@ use crate::watch::Store;
 use super::conditions::{next_status, PHASE_FAILED, PHASE_RUNNING};
 use super::manifests::{self, Credentials, Role, POSTGRES_CONTAINER, ROLE_LABEL};
 use super::plan::{
-    most_advanced, next_action, version_change, Action, DeleteReason, Delays, Member, Observed,
+    most_advanced, next_action, version_change, Action, Delays, DeleteReason, Member, Observed,
     Phase, Position,
 };
 
@@ -142,10 +142,7 @@ async fn run(
     inbox: ClusterInbox,
     stop: CancellationToken,
 ) -> TaskEnd {
-    let ClusterInbox {
-        mut wanted,
-        nudged,
-    } = inbox;
+    let ClusterInbox { mut wanted, nudged } = inbox;
     let interval = worker
         .options
         .reconcile_interval
@@ -262,7 +259,9 @@ impl Task {
             match self.ensure_owned().await {
                 Ok(()) => self.owned_checked = Some(Instant::now()),
                 Err(error) => {
-                    self.say(format!("could not create the cluster's objects: {error}; trying again next round"));
+                    self.say(format!(
+                        "could not create the cluster's objects: {error}; trying again next round"
+                    ));
                     return;
                 }
             }
@@ -410,16 +409,16 @@ impl Task {
                 .pods
                 .get(&key(name))
                 .is_none_or(|pod| pod.is_terminating()),
-            Expect::Labelled(name, role) => {
-                self.worker.pods.get(&key(name)).is_none_or(|pod| {
-                    pod.metadata.labels.get(ROLE_LABEL).map(String::as_str)
-                        == Some(role.label_value())
-                })
-            }
+            Expect::Labelled(name, role) => self.worker.pods.get(&key(name)).is_none_or(|pod| {
+                pod.metadata.labels.get(ROLE_LABEL).map(String::as_str) == Some(role.label_value())
+            }),
         };
         if seen || Instant::now() >= until {
             if !seen {
-                tracing::warn!(?expect, "the pod watch never showed the last action; planning anyway");
+                tracing::warn!(
+                    ?expect,
+                    "the pod watch never showed the last action; planning anyway"
+                );
             }
             self.expecting = None;
             return None;
@@ -440,7 +439,12 @@ impl Task {
                 self.say("Launching seed Postgres node");
                 let name = self.create_pod(Role::Primary).await?;
                 self.say(format!("Launching seed Postgres node {name}"));
-                self.event(EventType::Normal, "SeedCreated", &format!("created the seed primary {name}")).await;
+                self.event(
+                    EventType::Normal,
+                    "SeedCreated",
+                    &format!("created the seed primary {name}"),
+                )
+                .await;
                 Some(name)
             }
             Action::CreateReplica => {
@@ -455,7 +459,12 @@ impl Task {
                     count + 1,
                     observed.size
                 ));
-                self.event(EventType::Normal, "ReplicaCreated", &format!("created replica {name}, cloning the primary")).await;
+                self.event(
+                    EventType::Normal,
+                    "ReplicaCreated",
+                    &format!("created replica {name}, cloning the primary"),
+                )
+                .await;
                 None
             }
             Action::Delete { pod, reason } => {
@@ -467,10 +476,14 @@ impl Task {
                 }
                 None
             }
-            Action::Failover { lost, candidates } => self.fail_over(lost.as_deref(), candidates).await,
+            Action::Failover { lost, candidates } => {
+                self.fail_over(lost.as_deref(), candidates).await
+            }
             Action::Disaster => {
                 if self.status().phase.as_deref() != Some(PHASE_FAILED) {
-                    self.say("All Postgres pods are dead. Trying to recover from a previous backup");
+                    self.say(
+                        "All Postgres pods are dead. Trying to recover from a previous backup",
+                    );
                     self.say("No backup to recover from (stage 05 adds backups): the cluster is Failed. Its data is gone; delete and re-create it to start empty");
                     self.event(EventType::Warning, "AllMembersLost", "every member of the running cluster is gone and there is no backup; phase Failed").await;
                 }
@@ -489,7 +502,10 @@ impl Task {
                 Some(pod.metadata.name)
             }
             Err(error) => {
-                self.say(format!("could not create a {} pod: {error}; trying again next round", role.label_value()));
+                self.say(format!(
+                    "could not create a {} pod: {error}; trying again next round",
+                    role.label_value()
+                ));
                 None
             }
         }
@@ -502,7 +518,9 @@ impl Task {
             Ok(_) => {}
             Err(error) if error.status_code() == Some(404) => {}
             Err(error) => {
-                self.say(format!("could not delete pod {name}: {error}; trying again next round"));
+                self.say(format!(
+                    "could not delete pod {name}: {error}; trying again next round"
+                ));
                 return false;
             }
         }
@@ -539,25 +557,49 @@ impl Task {
                     return None;
                 }
                 Err(error) => {
-                    self.say(format!("promoting {} failed: {error}; trying again next round", chosen.pod));
-                    self.event(EventType::Warning, "PromotionFailed", &format!("promoting {} failed: {error}", chosen.pod)).await;
+                    self.say(format!(
+                        "promoting {} failed: {error}; trying again next round",
+                        chosen.pod
+                    ));
+                    self.event(
+                        EventType::Warning,
+                        "PromotionFailed",
+                        &format!("promoting {} failed: {error}", chosen.pod),
+                    )
+                    .await;
                     return None;
                 }
             }
         }
         // The label is what the `<name>-primary` Service selects: relabelled, the Service sends
         // clients (and the other replicas, which stream from it) to the new primary.
-        let path = format!("/api/v1/namespaces/{}/pods/{}", self.namespace(), chosen.pod);
+        let path = format!(
+            "/api/v1/namespaces/{}/pods/{}",
+            self.namespace(),
+            chosen.pod
+        );
         let patch = Patch::Merge(manifests::role_patch(Role::Primary));
-        if let Err(error) = self.worker.client.patch::<serde_json::Value>(&path, &patch).await {
-            self.say(format!("labelling {} primary failed: {error}; trying again next round", chosen.pod));
+        if let Err(error) = self
+            .worker
+            .client
+            .patch::<serde_json::Value>(&path, &patch)
+            .await
+        {
+            self.say(format!(
+                "labelling {} primary failed: {error}; trying again next round",
+                chosen.pod
+            ));
             return None;
         }
         self.expect(Expect::Labelled(chosen.pod.clone(), Role::Primary));
         self.event(
             EventType::Normal,
             "Promoted",
-            &format!("promoted {} to primary in place of {}", chosen.pod, lost.unwrap_or("the lost primary")),
+            &format!(
+                "promoted {} to primary in place of {}",
+                chosen.pod,
+                lost.unwrap_or("the lost primary")
+            ),
         )
         .await;
         Some(chosen.pod)
@@ -565,7 +607,10 @@ impl Task {
 
     async fn position(&self, pod: &str) -> Result<Position, String> {
         let out = self
-            .psql(pod, "SELECT pg_is_in_recovery(), pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn()")
+            .psql(
+                pod,
+                "SELECT pg_is_in_recovery(), pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn()",
+            )
             .await?;
         let (in_recovery, lsns) = out
             .trim()
@@ -612,19 +657,50 @@ impl Task {
         let namespace = self.namespace().to_string();
         let name = self.cluster.metadata.name.clone();
         let secret_name = manifests::credentials_secret_name(&name);
-        if !self.exists(&format!("/api/v1/namespaces/{namespace}/secrets/{secret_name}")).await? {
+        if !self
+            .exists(&format!(
+                "/api/v1/namespaces/{namespace}/secrets/{secret_name}"
+            ))
+            .await?
+        {
             let credentials = Credentials::generate()?;
-            self.create_owned("secrets", &manifests::credentials_secret(&self.cluster, &credentials), &secret_name).await?;
+            self.create_owned(
+                "secrets",
+                &manifests::credentials_secret(&self.cluster, &credentials),
+                &secret_name,
+            )
+            .await?;
         }
         let config_map = manifests::init_config_map_name(&name);
-        if !self.exists(&format!("/api/v1/namespaces/{namespace}/configmaps/{config_map}")).await? {
-            self.create_owned("configmaps", &manifests::init_scripts(&self.cluster), &config_map).await?;
+        if !self
+            .exists(&format!(
+                "/api/v1/namespaces/{namespace}/configmaps/{config_map}"
+            ))
+            .await?
+        {
+            self.create_owned(
+                "configmaps",
+                &manifests::init_scripts(&self.cluster),
+                &config_map,
+            )
+            .await?;
         }
         for (service, body) in [
-            (manifests::primary_service_name(&name), manifests::primary_service(&self.cluster)),
-            (manifests::replicas_service_name(&name), manifests::replicas_service(&self.cluster)),
+            (
+                manifests::primary_service_name(&name),
+                manifests::primary_service(&self.cluster),
+            ),
+            (
+                manifests::replicas_service_name(&name),
+                manifests::replicas_service(&self.cluster),
+            ),
         ] {
-            if !self.exists(&format!("/api/v1/namespaces/{namespace}/services/{service}")).await? {
+            if !self
+                .exists(&format!(
+                    "/api/v1/namespaces/{namespace}/services/{service}"
+                ))
+                .await?
+            {
                 self.create_owned("services", &body, &service).await?;
             }
         }
@@ -639,9 +715,19 @@ impl Task {
         }
     }
 
-    async fn create_owned(&self, plural: &str, body: &serde_json::Value, name: &str) -> Result<(), ClientError> {
+    async fn create_owned(
+        &self,
+        plural: &str,
+        body: &serde_json::Value,
+        name: &str,
+    ) -> Result<(), ClientError> {
         let path = format!("/api/v1/namespaces/{}/{plural}", self.namespace());
-        match self.worker.client.create::<_, serde_json::Value>(&path, body).await {
+        match self
+            .worker
+            .client
+            .create::<_, serde_json::Value>(&path, body)
+            .await
+        {
             Ok(_) => {
                 self.say(format!("created {} {name}", kind_of(plural)));
                 Ok(())
@@ -653,7 +739,10 @@ impl Task {
     }
 
     async fn event(&self, kind: EventType, reason: &str, message: &str) {
-        self.worker.events.record(&self.cluster, kind, reason, message).await;
+        self.worker
+            .events
+            .record(&self.cluster, kind, reason, message)
+            .await;
     }
 
     /// Merge-patch `/status` when it changed. Our own write comes back as a watch event; keeping
@@ -667,7 +756,12 @@ impl Task {
             crate::api::object_path(self.namespace(), &self.cluster.metadata.name)
         );
         let patch = Patch::Merge(serde_json::json!({ "status": next }));
-        match self.worker.client.patch::<PostgresCluster>(&path, &patch).await {
+        match self
+            .worker
+            .client
+            .patch::<PostgresCluster>(&path, &patch)
+            .await
+        {
             Ok(updated) => self.cluster.status = updated.status,
             // A cluster deleted meanwhile: its Deleted event ends this task shortly.
             Err(error) if error.status_code() == Some(404) => {}

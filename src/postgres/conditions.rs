@@ -51,39 +51,74 @@ pub fn next_status(
         PHASE_CREATING
     };
     // The version the cluster runs: the spec's once every member runs it.
-    let current_version = if !alive.is_empty()
-        && alive
-            .iter()
-            .all(|m| m.version == cluster.spec.version)
-    {
-        Some(cluster.spec.version.clone())
-    } else {
-        previous.current_version.clone().or_else(|| {
-            alive
-                .iter()
-                .find(|m| Some(m.name.as_str()) == primary)
-                .map(|m| m.version.clone())
-        })
-    };
+    let current_version =
+        if !alive.is_empty() && alive.iter().all(|m| m.version == cluster.spec.version) {
+            Some(cluster.spec.version.clone())
+        } else {
+            previous.current_version.clone().or_else(|| {
+                alive
+                    .iter()
+                    .find(|m| Some(m.name.as_str()) == primary)
+                    .map(|m| m.version.clone())
+            })
+        };
 
     let size = i64::try_from(observed.size).unwrap_or(i64::MAX);
     let ready_count = i64::try_from(ready).unwrap_or(i64::MAX);
     let available = if primary_ready {
-        condition("Available", true, "PrimaryReady", format!("{} accepts writes", primary.unwrap_or_default()))
+        condition(
+            "Available",
+            true,
+            "PrimaryReady",
+            format!("{} accepts writes", primary.unwrap_or_default()),
+        )
     } else if phase == PHASE_FAILED {
-        condition("Available", false, "AllMembersLost", "every member is gone and stage 04 has no backup to restore".into())
+        condition(
+            "Available",
+            false,
+            "AllMembersLost",
+            "every member is gone and stage 04 has no backup to restore".into(),
+        )
     } else {
-        condition("Available", false, "NoReadyPrimary", "no primary is ready to accept writes".into())
+        condition(
+            "Available",
+            false,
+            "NoReadyPrimary",
+            "no primary is ready to accept writes".into(),
+        )
     };
     let progressing = match action {
         Action::Steady | Action::Disaster => {
             condition("Progressing", false, "Steady", "nothing to do".into())
         }
         Action::Wait(why) => condition("Progressing", true, "Waiting", why.clone()),
-        Action::CreateSeed => condition("Progressing", true, "Seeding", "creating the first member".into()),
-        Action::CreateReplica => condition("Progressing", true, "ScalingUp", format!("adding a replica to reach {size}")),
-        Action::Delete { pod, reason } => condition("Progressing", true, "Replacing", format!("deleting {pod}: {reason:?}")),
-        Action::Failover { lost, .. } => condition("Progressing", true, "FailingOver", format!("promoting a replica in place of {}", lost.as_deref().unwrap_or("the lost primary"))),
+        Action::CreateSeed => condition(
+            "Progressing",
+            true,
+            "Seeding",
+            "creating the first member".into(),
+        ),
+        Action::CreateReplica => condition(
+            "Progressing",
+            true,
+            "ScalingUp",
+            format!("adding a replica to reach {size}"),
+        ),
+        Action::Delete { pod, reason } => condition(
+            "Progressing",
+            true,
+            "Replacing",
+            format!("deleting {pod}: {reason:?}"),
+        ),
+        Action::Failover { lost, .. } => condition(
+            "Progressing",
+            true,
+            "FailingOver",
+            format!(
+                "promoting a replica in place of {}",
+                lost.as_deref().unwrap_or("the lost primary")
+            ),
+        ),
     };
     let degraded = match version {
         VersionChange::Major { from, to } => condition(
@@ -219,15 +254,36 @@ mod tests {
     fn transition_time_moves_only_when_the_status_flips() {
         let mut cluster = cluster();
         let healthy = observed(&[true, true]);
-        let first = next_status(&cluster, &healthy, Some("db-0"), &Action::Steady, &VersionChange::None, "T1");
+        let first = next_status(
+            &cluster,
+            &healthy,
+            Some("db-0"),
+            &Action::Steady,
+            &VersionChange::None,
+            "T1",
+        );
         cluster.status = Some(first);
         let degraded = observed(&[true, false]);
-        let second = next_status(&cluster, &degraded, Some("db-0"), &Action::Wait("x".into()), &VersionChange::None, "T2");
+        let second = next_status(
+            &cluster,
+            &degraded,
+            Some("db-0"),
+            &Action::Wait("x".into()),
+            &VersionChange::None,
+            "T2",
+        );
         assert_eq!(find(&second, "Available").last_transition_time, "T1");
         assert_eq!(find(&second, "Degraded").last_transition_time, "T2");
         assert_eq!(find(&second, "Degraded").message, "1 of 2 members ready");
         cluster.status = Some(second);
-        let third = next_status(&cluster, &degraded, Some("db-0"), &Action::Wait("y".into()), &VersionChange::None, "T3");
+        let third = next_status(
+            &cluster,
+            &degraded,
+            Some("db-0"),
+            &Action::Wait("y".into()),
+            &VersionChange::None,
+            "T3",
+        );
         assert_eq!(find(&third, "Degraded").last_transition_time, "T2");
         assert_eq!(find(&third, "Progressing").last_transition_time, "T2");
     }
@@ -257,10 +313,24 @@ mod tests {
             ..Default::default()
         });
         let none = observed(&[]);
-        let failed = next_status(&cluster, &none, None, &Action::Disaster, &VersionChange::None, "T1");
+        let failed = next_status(
+            &cluster,
+            &none,
+            None,
+            &Action::Disaster,
+            &VersionChange::None,
+            "T1",
+        );
         assert_eq!(failed.phase.as_deref(), Some("Failed"));
         cluster.status = Some(failed);
-        let again = next_status(&cluster, &none, None, &Action::Wait("x".into()), &VersionChange::None, "T2");
+        let again = next_status(
+            &cluster,
+            &none,
+            None,
+            &Action::Wait("x".into()),
+            &VersionChange::None,
+            "T2",
+        );
         assert_eq!(again.phase.as_deref(), Some("Failed"));
         assert_eq!(find(&again, "Available").reason, "AllMembersLost");
     }

@@ -47,7 +47,10 @@ pub async fn run_postgres_operator(
     let stop_watches = shutdown.child_token();
     let pod_watcher = list_then_watch::<Pod>(
         client.clone(),
-        pods_path(client.namespace(), &format!("{APP_LABEL}={APP_LABEL_VALUE}")),
+        pods_path(
+            client.namespace(),
+            &format!("{APP_LABEL}={APP_LABEL_VALUE}"),
+        ),
         WatchOptions::default(),
         stop_watches.clone(),
     );
@@ -58,8 +61,9 @@ pub async fn run_postgres_operator(
     reporter.report_operator("Watching the clusters' pods...");
     // client-go's WaitForCacheSync: plan nothing until the store holds every pod that exists.
     tokio::select! {
-        synced = synced.wait_for(|synced| *synced) => {
-            if synced.is_err() {
+        // `.is_ok()` inside: the guard `wait_for` returns must not live across an await.
+        synced = async { synced.wait_for(|synced| *synced).await.is_ok() } => {
+            if !synced {
                 tracing::warn!("the pod watch ended before its first list");
             }
         }

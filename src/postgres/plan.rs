@@ -10,8 +10,8 @@
 //! The rules, in order; the first that applies wins:
 //!
 //! 1. **The primary first.** Two pods labelled primary: keep the recorded one, delete the other.
-//!    The primary gone, failed, or unready for longer than the failover delay: fence it (delete
-//!    it) if it is still there, then fail over to the most advanced ready replica.
+//!    The primary failed, or unready for longer than the failover delay: fence it (delete it),
+//!    wait until it has stopped, then fail over to the most advanced ready replica.
 //! 2. **Lost members go.** A replica unready for longer than the lost-member delay (a lost node,
 //!    a crash loop) or failed is deleted; rule 4 replaces it.
 //! 3. **Wait while anything moves**: a pod pending (a replica's base backup runs in its init
@@ -136,7 +136,10 @@ pub enum Action {
     CreateSeed,
     /// Create one replica (it clones the primary in its init container).
     CreateReplica,
-    Delete { pod: String, reason: DeleteReason },
+    Delete {
+        pod: String,
+        reason: DeleteReason,
+    },
     /// Promote the most advanced of `candidates` (ready replicas); `lost` is the old primary,
     /// already gone or terminating.
     Failover {
@@ -221,10 +224,24 @@ pub fn next_action(observed: &Observed, delays: &Delays) -> Action {
             };
         }
     }
+    // A primary on its way out is waited for, not failed over at once: stopping cleanly, it
+    // sends its last WAL to every connected replica, so all stop at the same point and any can
+    // be promoted with the others able to follow. Promoted before that, the new primary would
+    // miss WAL a sibling received, and that sibling could never follow its new timeline.
+    if let Some(leaving) = observed
+        .members
+        .iter()
+        .find(|m| m.is(Role::Primary) && m.phase == Phase::Terminating)
+    {
+        if primaries.is_empty() {
+            return Action::Wait(format!("waiting for the old primary {} to stop", leaving.name));
+        }
+    }
     let primary = primaries.first().copied();
     let ready_replicas: Vec<String> = sorted_names(
         alive
             .iter()
+            .copied()
             .filter(|m| m.is(Role::Replica) && m.ready && m.phase == Phase::Running),
     );
     match primary {
@@ -318,8 +335,9 @@ pub fn next_action(observed: &Observed, delays: &Delays) -> Action {
     // 5. Minor upgrades, one pod at a time, the primary last. Per pod, so a spec changed back
     // half-way brings the pods already replaced back too.
     let wanted = observed.wanted_version.as_str();
-    let outdated =
-        |m: &Member| version_change(Some(&m.version), wanted, observed.size) == VersionChange::Minor;
+    let outdated = |m: &Member| {
+        version_change(Some(&m.version), wanted, observed.size) == VersionChange::Minor
+    };
     if let Some(old) = replicas.iter().find(|m| outdated(m)) {
         return Action::Delete {
             pod: old.name.clone(),
@@ -335,7 +353,7 @@ pub fn next_action(observed: &Observed, delays: &Delays) -> Action {
     Action::Steady
 }
 
-fn sorted_names<'a>(members: impl Iterator<Item = &'a &'a Member>) -> Vec<String> {
+fn sorted_names<'a>(members: impl Iterator<Item = &'a Member>) -> Vec<String> {
     let mut names: Vec<String> = members.map(|m| m.name.clone()).collect();
     names.sort();
     names
@@ -474,16 +492,21 @@ mod tests {
         );
     }
 
-    /// A terminating primary is as good as gone: fail over without waiting for it.
+    /// A terminating primary is waited for (its last WAL reaches every replica), then failed over.
     #[test]
-    fn a_terminating_primary_is_failed_over_at_once() {
-        let cluster = observed(
+    fn a_terminating_primary_is_waited_for_then_failed_over() {
+        let mut cluster = observed(
             vec![
                 member("db-p", Role::Primary, Phase::Terminating, true),
                 ready("db-b", Role::Replica),
             ],
             2,
         );
+        assert_eq!(
+            plan(&cluster),
+            Action::Wait("waiting for the old primary db-p to stop".into())
+        );
+        cluster.members.remove(0);
         assert!(matches!(plan(&cluster), Action::Failover { .. }));
     }
 
@@ -523,7 +546,10 @@ mod tests {
     #[test]
     fn of_two_primaries_the_recorded_one_stays() {
         let mut cluster = observed(
-            vec![ready("db-new", Role::Primary), ready("db-rec", Role::Primary)],
+            vec![
+                ready("db-new", Role::Primary),
+                ready("db-rec", Role::Primary),
+            ],
             2,
         );
         cluster.recorded_primary = Some("db-rec".into());
@@ -597,7 +623,10 @@ mod tests {
             version_change(Some("16.2"), "16.4", 1),
             VersionChange::NeedsReplica
         );
-        assert_eq!(version_change(Some("16.2"), "16.4", 2), VersionChange::Minor);
+        assert_eq!(
+            version_change(Some("16.2"), "16.4", 2),
+            VersionChange::Minor
+        );
         assert_eq!(version_change(None, "16.4", 2), VersionChange::None);
         let mut cluster = observed(
             vec![ready("db-p", Role::Primary), ready("db-a", Role::Replica)],
@@ -623,8 +652,14 @@ mod tests {
             position("db-b", true, 0, 120),
             position("db-c", true, 110, 110),
         ];
-        assert_eq!(most_advanced(&positions).map(|p| p.pod.as_str()), Some("db-b"));
-        let with_promoted = [position("db-a", true, 500, 500), position("db-z", false, 0, 0)];
+        assert_eq!(
+            most_advanced(&positions).map(|p| p.pod.as_str()),
+            Some("db-b")
+        );
+        let with_promoted = [
+            position("db-a", true, 500, 500),
+            position("db-z", false, 0, 0),
+        ];
         assert_eq!(
             most_advanced(&with_promoted).map(|p| p.pod.as_str()),
             Some("db-z")
