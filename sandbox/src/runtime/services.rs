@@ -8,6 +8,10 @@
 //! name); (2) listens on `ClusterIP:port` only while the Service has a ready endpoint and
 //! forwards each connection's bytes to one of them (round robin). With no ready endpoint
 //! nothing listens, so a connection is refused, as kube-proxy's REJECT rule answers.
+//!
+//! Cluster DNS has no server here: [`host_names`] gives the lines each pod's /etc/hosts carries
+//! for the Services (kept current by the pod's worker), and [`service_links`] the
+//! `<SVC>_SERVICE_HOST` variables the kubelet puts in a container's environment.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::{IpAddr, SocketAddr};
@@ -20,7 +24,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
 use crate::random::Xorshift;
-use crate::store::Store;
+use crate::store::{Store, StoreState};
 use crate::sync::lock;
 use crate::timefmt;
 
@@ -326,5 +330,186 @@ fn write_endpoints(
             }
             state.commit_added("/endpoints", endpoints);
         }
+    }
+}
+
+/// The cluster's DNS domain: `<svc>.<ns>.svc.cluster.local`.
+const CLUSTER_DOMAIN: &str = "cluster.local";
+
+/// The /etc/hosts lines that stand in for cluster DNS in a pod of `namespace`: each Service's
+/// address with `<svc>.<ns>`, `<svc>.<ns>.svc` and `<svc>.<ns>.svc.cluster.local`, plus bare
+/// `<svc>` for the pod's own namespace (what the pod's DNS search path
+/// `<ns>.svc.cluster.local svc.cluster.local cluster.local` makes of a short name). A Service
+/// with a ClusterIP resolves to it; a headless one (`clusterIP: None`) to its ready endpoints'
+/// addresses, one line each, as cluster DNS answers with an A record per ready pod.
+/// ExternalName Services (a CNAME in cluster DNS) have no line: a hosts file has no aliases.
+pub(crate) fn host_names(state: &StoreState, namespace: &str) -> Vec<(IpAddr, Vec<String>)> {
+    let mut lines = Vec::new();
+    for service in state.list("/services", None) {
+        let service_namespace = service["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or_default();
+        let name = service["metadata"]["name"].as_str().unwrap_or_default();
+        let mut names = Vec::with_capacity(4);
+        if service_namespace == namespace {
+            names.push(name.to_string());
+        }
+        names.push(format!("{name}.{service_namespace}"));
+        names.push(format!("{name}.{service_namespace}.svc"));
+        names.push(format!("{name}.{service_namespace}.svc.{CLUSTER_DOMAIN}"));
+        let addresses: Vec<IpAddr> = match service["spec"]["clusterIP"].as_str() {
+            Some("None") => state
+                .get("/endpoints", service_namespace, name)
+                .map(|endpoints| ready_addresses(&endpoints))
+                .unwrap_or_default(),
+            Some(ip) => ip.parse().ok().into_iter().collect(),
+            None => Vec::new(),
+        };
+        for address in addresses {
+            lines.push((address, names.clone()));
+        }
+    }
+    lines
+}
+
+/// The distinct ready addresses of an Endpoints object, in order.
+fn ready_addresses(endpoints: &Value) -> Vec<IpAddr> {
+    let mut seen = Vec::new();
+    for subset in endpoints["subsets"].as_array().into_iter().flatten() {
+        for address in subset["addresses"].as_array().into_iter().flatten() {
+            if let Some(ip) = address["ip"].as_str().and_then(|ip| ip.parse().ok()) {
+                if !seen.contains(&ip) {
+                    seen.push(ip);
+                }
+            }
+        }
+    }
+    seen
+}
+
+/// The variables the kubelet sets for each Service of the pod's namespace that exists when a
+/// container starts (`enableServiceLinks`, true unless the pod says false): `<SVC>_SERVICE_HOST`,
+/// `<SVC>_SERVICE_PORT` (the first port), `<SVC>_SERVICE_PORT_<PORTNAME>` for named ports, and
+/// the Docker-link style `<SVC>_PORT`, `<SVC>_PORT_<port>_<PROTO>{,_PROTO,_PORT,_ADDR}`. The
+/// name is upper-cased with `-` as `_`. Services without a ClusterIP (headless, ExternalName)
+/// get none, as in the kubelet's `envvars.FromServices`.
+pub(crate) fn service_links(services: &[std::sync::Arc<Value>]) -> Vec<(String, String)> {
+    let variable = |name: &str| name.to_uppercase().replace('-', "_");
+    let mut environment = Vec::new();
+    for service in services {
+        let Some(ip) = service["spec"]["clusterIP"]
+            .as_str()
+            .filter(|ip| !ip.is_empty() && *ip != "None")
+        else {
+            continue;
+        };
+        let prefix = variable(service["metadata"]["name"].as_str().unwrap_or_default());
+        let ports: Vec<&Value> = service["spec"]["ports"]
+            .as_array()
+            .map(|p| p.iter().collect())
+            .unwrap_or_default();
+        let Some(first) = ports.first() else {
+            continue;
+        };
+        environment.push((format!("{prefix}_SERVICE_HOST"), ip.to_string()));
+        environment.push((format!("{prefix}_SERVICE_PORT"), first["port"].to_string()));
+        for port in &ports {
+            if let Some(port_name) = port["name"].as_str().filter(|n| !n.is_empty()) {
+                environment.push((
+                    format!("{prefix}_SERVICE_PORT_{}", variable(port_name)),
+                    port["port"].to_string(),
+                ));
+            }
+        }
+        for (index, port) in ports.iter().enumerate() {
+            let protocol = port["protocol"].as_str().unwrap_or("TCP");
+            let number = port["port"].to_string();
+            let url = format!("{}://{ip}:{number}", protocol.to_lowercase());
+            if index == 0 {
+                environment.push((format!("{prefix}_PORT"), url.clone()));
+            }
+            let port_prefix = format!("{prefix}_PORT_{number}_{}", protocol.to_uppercase());
+            environment.push((port_prefix.clone(), url));
+            environment.push((format!("{port_prefix}_PROTO"), protocol.to_lowercase()));
+            environment.push((format!("{port_prefix}_PORT"), number));
+            environment.push((format!("{port_prefix}_ADDR"), ip.to_string()));
+        }
+    }
+    environment
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn service_links_name_each_cluster_ip_service_and_skip_headless_ones() {
+        let services = vec![
+            Arc::new(
+                json!({"metadata": {"name": "pg-primary"}, "spec": {"clusterIP": "127.9.192.4",
+                "ports": [{"name": "postgres", "port": 5432, "protocol": "TCP"}]}}),
+            ),
+            Arc::new(
+                json!({"metadata": {"name": "pg-pods"}, "spec": {"clusterIP": "None",
+                "ports": [{"port": 5432}]}}),
+            ),
+        ];
+        let environment = service_links(&services);
+        let get = |name: &str| {
+            environment
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.as_str())
+        };
+        assert_eq!(get("PG_PRIMARY_SERVICE_HOST"), Some("127.9.192.4"));
+        assert_eq!(get("PG_PRIMARY_SERVICE_PORT"), Some("5432"));
+        assert_eq!(get("PG_PRIMARY_SERVICE_PORT_POSTGRES"), Some("5432"));
+        assert_eq!(get("PG_PRIMARY_PORT"), Some("tcp://127.9.192.4:5432"));
+        assert_eq!(get("PG_PRIMARY_PORT_5432_TCP_ADDR"), Some("127.9.192.4"));
+        assert!(!environment.iter().any(|(n, _)| n.starts_with("PG_PODS")));
+    }
+
+    #[test]
+    fn hosts_name_services_everywhere_bare_in_their_own_namespace_headless_by_ready_pods() {
+        let store = Store::new(10, 10);
+        let mut state = store.lock();
+        let service = |namespace: &str, name: &str, ip: &str| {
+            json!({"metadata": {"namespace": namespace, "name": name},
+                   "spec": {"clusterIP": ip, "ports": [{"port": 5432}]}})
+        };
+        state.commit_added("/services", service("db", "pg-primary", "127.9.192.4"));
+        state.commit_added("/services", service("other", "cache", "127.9.192.5"));
+        state.commit_added("/services", service("db", "pg-pods", "None"));
+        state.commit_added(
+            "/endpoints",
+            json!({"metadata": {"namespace": "db", "name": "pg-pods"}, "subsets": [{
+                "addresses": [{"ip": "127.9.0.2"}, {"ip": "127.9.0.3"}],
+                "notReadyAddresses": [{"ip": "127.9.0.4"}]}]}),
+        );
+        let lines = host_names(&state, "db");
+        let names_of = |ip: &str| -> Vec<Vec<String>> {
+            let ip: IpAddr = ip.parse().expect("an address");
+            lines
+                .iter()
+                .filter(|(a, _)| *a == ip)
+                .map(|(_, n)| n.clone())
+                .collect()
+        };
+        assert_eq!(
+            names_of("127.9.192.4"),
+            vec![vec![
+                "pg-primary".to_string(),
+                "pg-primary.db".into(),
+                "pg-primary.db.svc".into(),
+                "pg-primary.db.svc.cluster.local".into()
+            ]]
+        );
+        assert_eq!(names_of("127.9.192.5")[0][0], "cache.other");
+        assert_eq!(names_of("127.9.0.2")[0][0], "pg-pods");
+        assert_eq!(names_of("127.9.0.3").len(), 1);
+        assert!(
+            names_of("127.9.0.4").is_empty(),
+            "not-ready pods are not named"
+        );
     }
 }
