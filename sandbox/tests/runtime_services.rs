@@ -42,9 +42,9 @@ spec:
   - {name: postgres, port: 5432, targetPort: pg}
 "#;
 
-/// psql through the ClusterIP reads a row from the pod behind it; `kubectl get endpoints`
-/// shows the pod's IP and resolved port; after the pod is deleted the Endpoints have no
-/// addresses and a connection to the ClusterIP is refused.
+/// psql through the ClusterIP reads a row from the pod behind it; `kubectl get endpoints` and
+/// `kubectl get endpointslices` show the pod's IP and resolved port; after the pod is deleted
+/// neither lists it and a connection to the ClusterIP is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_ip_forwards_to_the_ready_pod_and_refuses_without_one() {
     let (_sandbox, kubectl, runtime) = start().await;
@@ -101,17 +101,65 @@ async fn a_cluster_ip_forwards_to_the_ready_pod_and_refuses_without_one() {
     assert_eq!(endpoints["subsets"][0]["ports"][0]["port"], 5432);
     assert_eq!(endpoints["subsets"][0]["ports"][0]["name"], "postgres");
 
+    let slices: serde_json::Value = serde_json::from_str(
+        &kubectl
+            .ok(&[
+                "get",
+                "endpointslices",
+                "-l",
+                "kubernetes.io/service-name=db",
+                "-o",
+                "json",
+            ])
+            .await,
+    )
+    .expect("endpointslices JSON");
+    let slice = &slices["items"][0];
+    assert_eq!(
+        slices["items"].as_array().map(Vec::len),
+        Some(1),
+        "{slices}"
+    );
+    assert_eq!(slice["addressType"], "IPv4");
+    assert_eq!(slice["endpoints"][0]["addresses"][0], pod_ip.as_str());
+    assert_eq!(slice["endpoints"][0]["conditions"]["ready"], true);
+    assert_eq!(slice["endpoints"][0]["targetRef"]["name"], "pg");
+    assert_eq!(slice["ports"][0]["port"], 5432);
+    assert_eq!(slice["ports"][0]["name"], "postgres");
+    let slice_name = slice["metadata"]["name"].as_str().expect("a slice name");
+    assert!(slice_name.starts_with("db-"), "{slice_name}");
+    let table = kubectl.ok(&["get", "endpointslices"]).await;
+    let header: Vec<&str> = table
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(header, ["NAME", "ADDRESSTYPE", "PORTS", "ENDPOINTS", "AGE"]);
+    let row: Vec<&str> = table
+        .lines()
+        .find(|line| line.starts_with(slice_name))
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(row[1..4], ["IPv4", "5432", pod_ip.as_str()], "{table}");
+
     kubectl.ok(&["delete", "pod", "pg", "--wait=false"]).await;
     eventually(
         Duration::from_secs(60),
-        "Endpoints without addresses",
+        "Endpoints and EndpointSlice without addresses",
         || async {
             let out = kubectl.run(&["get", "endpoints", "db", "-o", "json"]).await;
             let endpoints: serde_json::Value = serde_json::from_str(&out.stdout).ok()?;
             let empty = endpoints["subsets"]
                 .as_array()
                 .is_none_or(|s| s.iter().all(|s| s["addresses"].is_null()));
-            empty.then_some(())
+            let out = kubectl
+                .run(&["get", "endpointslices", slice_name, "-o", "json"])
+                .await;
+            let slice: serde_json::Value = serde_json::from_str(&out.stdout).ok()?;
+            let no_endpoints = slice["endpoints"].as_array().is_some_and(Vec::is_empty);
+            (empty && no_endpoints).then_some(())
         },
     )
     .await;

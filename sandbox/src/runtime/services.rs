@@ -167,7 +167,9 @@ fn sync(
             .as_array()
             .map(|p| p.iter().collect())
             .unwrap_or_default();
-        let subsets = endpoint_subsets(&selected, &ports);
+        let groups = group_by_ports(&selected, &ports);
+        let subsets = endpoint_subsets(&groups);
+        let slices = slice_contents(&groups);
         let cluster_ip = service["spec"]["clusterIP"]
             .as_str()
             .and_then(|ip| ip.parse::<IpAddr>().ok())
@@ -195,12 +197,16 @@ fn sync(
             }
         }
         write_endpoints(&mut state, service, subsets, random);
+        write_endpoint_slices(&mut state, service, slices, random);
         managed.insert((namespace.to_string(), name.to_string()));
     }
     // A Service gone (or its selector removed): its Endpoints go too.
     for (namespace, name) in managed.difference(&seen).cloned().collect::<Vec<_>>() {
         if state.get("/endpoints", &namespace, &name).is_some() {
             state.commit_deleted("/endpoints", &namespace, &name);
+        }
+        for slice in slices_of(&state, &namespace, &name) {
+            delete_slice(&mut state, &slice);
         }
         managed.remove(&(namespace, name));
     }
@@ -239,14 +245,20 @@ fn target_port(pod: &Value, port: &Value) -> Option<u16> {
 /// An Endpoints port: (name, number, protocol).
 type ResolvedPort = (String, u16, String);
 
-/// The `subsets` of an Endpoints object: pods grouped by their resolved ports (one subset per
-/// distinct set, as the endpoints controller repacks them), ready ones in `addresses`.
-fn endpoint_subsets(pods: &[&Value], ports: &[&Value]) -> Value {
-    let mut groups: BTreeMap<Vec<ResolvedPort>, (Vec<Value>, Vec<Value>)> = BTreeMap::new();
+/// Pods with an IP grouped by their resolved ports (a named `targetPort` may be a different
+/// number in each pod); pods that resolve none of the ports are no endpoint at all.
+fn group_by_ports<'a>(
+    pods: &[&'a Value],
+    ports: &[&Value],
+) -> BTreeMap<Vec<ResolvedPort>, Vec<&'a Value>> {
+    let mut groups: BTreeMap<Vec<ResolvedPort>, Vec<&Value>> = BTreeMap::new();
     for pod in pods {
-        let Some(ip) = pod["status"]["podIP"].as_str().filter(|ip| !ip.is_empty()) else {
+        if pod["status"]["podIP"]
+            .as_str()
+            .is_none_or(|ip| ip.is_empty())
+        {
             continue;
-        };
+        }
         let resolved: Vec<ResolvedPort> = ports
             .iter()
             .filter_map(|port| {
@@ -257,27 +269,41 @@ fn endpoint_subsets(pods: &[&Value], ports: &[&Value]) -> Value {
                 ))
             })
             .collect();
-        if resolved.is_empty() {
-            continue;
-        }
-        let address = json!({
-            "ip": ip,
-            "nodeName": pod["spec"]["nodeName"],
-            "targetRef": {"kind": "Pod", "namespace": pod["metadata"]["namespace"],
-                          "name": pod["metadata"]["name"], "uid": pod["metadata"]["uid"]},
-        });
-        let group = groups.entry(resolved).or_default();
-        if is_ready(pod) {
-            group.0.push(address);
-        } else {
-            group.1.push(address);
+        if !resolved.is_empty() {
+            groups.entry(resolved).or_default().push(pod);
         }
     }
+    groups
+}
+
+/// What Endpoints and EndpointSlices say about the pod behind an address.
+fn target_ref(pod: &Value) -> Value {
+    json!({"kind": "Pod", "namespace": pod["metadata"]["namespace"],
+           "name": pod["metadata"]["name"], "uid": pod["metadata"]["uid"]})
+}
+
+/// The `subsets` of an Endpoints object: one per distinct set of resolved ports, as the
+/// endpoints controller repacks them, ready pods in `addresses`, the others in
+/// `notReadyAddresses`.
+fn endpoint_subsets(groups: &BTreeMap<Vec<ResolvedPort>, Vec<&Value>>) -> Value {
     let subsets: Vec<Value> = groups
-        .into_iter()
-        .map(|(ports, (ready, not_ready))| {
+        .iter()
+        .map(|(ports, pods)| {
+            let (mut ready, mut not_ready) = (Vec::new(), Vec::new());
+            for pod in pods {
+                let address = json!({
+                    "ip": pod["status"]["podIP"],
+                    "nodeName": pod["spec"]["nodeName"],
+                    "targetRef": target_ref(pod),
+                });
+                if is_ready(pod) {
+                    ready.push(address);
+                } else {
+                    not_ready.push(address);
+                }
+            }
             let ports: Vec<Value> = ports
-                .into_iter()
+                .iter()
                 .map(|(name, port, protocol)| {
                     let mut port = json!({"port": port, "protocol": protocol});
                     if !name.is_empty() {
@@ -299,13 +325,127 @@ fn endpoint_subsets(pods: &[&Value], ports: &[&Value]) -> Value {
     json!(subsets)
 }
 
-/// Create or update the Service's Endpoints when its subsets changed.
-fn write_endpoints(
-    state: &mut crate::store::StoreState,
+/// The `(endpoints, ports)` of each EndpointSlice the EndpointSlice controller would write: one
+/// per distinct set of resolved ports (it also splits at 100 endpoints, which a sandbox never
+/// reaches), or one empty slice when no pod is an endpoint. `ready` is Ready and not
+/// terminating, `serving` is Ready, `terminating` has a deletionTimestamp.
+fn slice_contents(groups: &BTreeMap<Vec<ResolvedPort>, Vec<&Value>>) -> Vec<(Value, Value)> {
+    let mut slices: Vec<(Value, Value)> = groups
+        .iter()
+        .map(|(ports, pods)| {
+            let endpoints: Vec<Value> = pods
+                .iter()
+                .map(|pod| {
+                    let terminating = !pod["metadata"]["deletionTimestamp"].is_null();
+                    let serving = pod["status"]["conditions"].as_array().is_some_and(|c| {
+                        c.iter()
+                            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                    });
+                    json!({
+                        "addresses": [pod["status"]["podIP"]],
+                        "conditions": {"ready": serving && !terminating, "serving": serving,
+                                       "terminating": terminating},
+                        "nodeName": pod["spec"]["nodeName"],
+                        "targetRef": target_ref(pod),
+                    })
+                })
+                .collect();
+            let ports: Vec<Value> = ports
+                .iter()
+                .map(|(name, port, protocol)| {
+                    json!({"name": name, "port": port, "protocol": protocol})
+                })
+                .collect();
+            (json!(endpoints), json!(ports))
+        })
+        .collect();
+    if slices.is_empty() {
+        slices.push((json!([]), json!([])));
+    }
+    slices
+}
+
+/// The label that ties an EndpointSlice to its Service.
+const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+
+/// The Service's EndpointSlices (the controller's, by label) in name order.
+fn slices_of(state: &StoreState, namespace: &str, service: &str) -> Vec<Arc<Value>> {
+    state
+        .list(ENDPOINT_SLICES, Some(namespace))
+        .into_iter()
+        .filter(|s| s["metadata"]["labels"][SERVICE_NAME_LABEL] == service)
+        .collect()
+}
+
+/// The store key of EndpointSlices (group `discovery.k8s.io`).
+const ENDPOINT_SLICES: &str = "discovery.k8s.io/endpointslices";
+
+/// Bring the Service's EndpointSlices to `wanted`: update those that differ, create the
+/// missing ones (`<service>-<random>`, as the controller's generateName), delete the rest.
+fn write_endpoint_slices(
+    state: &mut StoreState,
     service: &Value,
-    subsets: Value,
+    wanted: Vec<(Value, Value)>,
     random: &mut Xorshift,
 ) {
+    let namespace = service["metadata"]["namespace"]
+        .as_str()
+        .unwrap_or_default();
+    let name = service["metadata"]["name"].as_str().unwrap_or_default();
+    let mut existing = slices_of(state, namespace, name).into_iter();
+    for (endpoints, ports) in wanted {
+        match existing.next() {
+            Some(slice) if slice["endpoints"] == endpoints && slice["ports"] == ports => {}
+            Some(slice) => {
+                let mut next = (*slice).clone();
+                next["endpoints"] = endpoints;
+                next["ports"] = ports;
+                state.commit_modified(ENDPOINT_SLICES, next);
+            }
+            None => {
+                let mut labels = service["metadata"]["labels"]
+                    .as_object()
+                    .cloned()
+                    .unwrap_or_default();
+                labels.insert(SERVICE_NAME_LABEL.into(), json!(name));
+                labels.insert(
+                    "endpointslice.kubernetes.io/managed-by".into(),
+                    json!("endpointslice-controller.k8s.io"),
+                );
+                let slice = json!({
+                    "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                    "metadata": {
+                        "name": format!("{name}-{}", random.name_suffix()),
+                        "generateName": format!("{name}-"),
+                        "namespace": namespace, "uid": random.uuid(),
+                        "creationTimestamp": timefmt::now_rfc3339(),
+                        "labels": labels,
+                        // Owned by the Service: deleting it deletes its slices.
+                        "ownerReferences": [{"apiVersion": "v1", "kind": "Service", "name": name,
+                                             "uid": service["metadata"]["uid"],
+                                             "controller": true, "blockOwnerDeletion": true}],
+                    },
+                    "addressType": "IPv4",
+                    "endpoints": endpoints,
+                    "ports": ports,
+                });
+                state.commit_added(ENDPOINT_SLICES, slice);
+            }
+        }
+    }
+    for extra in existing {
+        delete_slice(state, &extra);
+    }
+}
+
+fn delete_slice(state: &mut StoreState, slice: &Value) {
+    let namespace = slice["metadata"]["namespace"].as_str().unwrap_or_default();
+    let name = slice["metadata"]["name"].as_str().unwrap_or_default();
+    state.commit_deleted(ENDPOINT_SLICES, namespace, name);
+}
+
+/// Create or update the Service's Endpoints when its subsets changed.
+fn write_endpoints(state: &mut StoreState, service: &Value, subsets: Value, random: &mut Xorshift) {
     let namespace = service["metadata"]["namespace"]
         .as_str()
         .unwrap_or_default();
