@@ -180,7 +180,7 @@ async fn a_cluster_ip_forwards_to_the_ready_pod_and_refuses_without_one() {
 
 /// The client pod of the next test: its init container must resolve `pg-primary` at once (the
 /// Service was created just before the pod), then waits for it to answer and asks who answered;
-/// its shell stays up for `kubectl exec`.
+/// its shell prints the environment it started with and stays up for `kubectl exec`.
 const CLIENT: &str = r#"
 apiVersion: v1
 kind: Pod
@@ -199,7 +199,7 @@ spec:
   containers:
   - name: shell
     image: postgres:15
-    command: [sh, -c, 'trap "exit 0" TERM; while true; do sleep 1; done']
+    command: [sh, -c, 'env; trap "exit 0" TERM; while true; do sleep 1; done']
     env: [{name: PG_PRIMARY_SERVICE_PORT_POSTGRES, value: explicit}]
 "#;
 
@@ -292,7 +292,16 @@ spec:
             "{name}"
         );
     }
-    let environment = kubectl.ok(&["exec", "client", "--", "env"]).await;
+    // The environment the container started with (what `kubectl exec` gets is computed anew).
+    let environment = eventually(
+        Duration::from_secs(30),
+        "the shell's environment in its log",
+        || async {
+            let log = kubectl.ok(&["logs", "client", "-c", "shell"]).await;
+            log.contains("PG_PRIMARY_SERVICE_HOST=").then_some(log)
+        },
+    )
+    .await;
     assert!(
         environment.contains(&format!("PG_PRIMARY_SERVICE_HOST={cluster_ip}\n")),
         "{environment}"

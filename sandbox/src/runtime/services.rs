@@ -5,7 +5,7 @@
 //! WORKSHOP.md, "Set-up: the sandbox". Every sync period the loop reads the Services and pods
 //! and (1) writes each selector Service's Endpoints: ready pods in `addresses`, the others in
 //! `notReadyAddresses`, each port's `targetPort` resolved (a number, or a container port's
-//! name); (2) listens on `ClusterIP:port` only while the Service has a ready endpoint and
+//! name), and the same as EndpointSlices; (2) listens on `ClusterIP:port` only while the Service has a ready endpoint and
 //! forwards each connection's bytes to one of them (round robin). With no ready endpoint
 //! nothing listens, so a connection is refused, as kube-proxy's REJECT rule answers.
 //!
