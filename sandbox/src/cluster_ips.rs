@@ -3,8 +3,8 @@
 //! if it is free and in range; `None` (headless) takes none; an address is free again once its
 //! Service is deleted.
 //!
-//! WORKSHOP.md, "Set-up: the sandbox". The range is `10.96.0.0/12` (kubeadm's default
-//! `--service-cluster-ip-range`) when pods are simulated, and `127.B.192.0/18` when they run as
+//! WORKSHOP.md, "Set-up: the sandbox". The range is `10.96.0.0/16` (kind's default
+//! `serviceSubnet`) when pods are simulated, and `127.B.192.0/18` when they run as
 //! processes, where the proxy really listens on each ClusterIP (`runtime/services.rs`). The
 //! addresses in use are read from the stored Services at each create, so nothing has to be
 //! released by hand and nothing can drift from what is stored.
@@ -15,7 +15,7 @@ use std::net::Ipv4Addr;
 /// Where ClusterIPs come from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum ServiceRange {
-    /// `10.96.0.0/12`: addresses nothing listens on (simulated pods).
+    /// `10.96.0.0/16`: addresses nothing listens on (simulated pods).
     Simulated,
     /// `127.B.192.0/18`: loopback addresses the process runtime's proxy listens on.
     Loopback(u8),
@@ -59,7 +59,7 @@ impl ServiceRange {
     /// kube-apiserver excludes them).
     fn bounds(self) -> (u32, u32) {
         match self {
-            ServiceRange::Simulated => (u32::from(Ipv4Addr::new(10, 96, 0, 0)) + 1, (1 << 20) - 2),
+            ServiceRange::Simulated => (u32::from(Ipv4Addr::new(10, 96, 0, 0)) + 1, (1 << 16) - 2),
             ServiceRange::Loopback(block) => (
                 u32::from(Ipv4Addr::new(127, block, 192, 0)) + 1,
                 (1 << 14) - 2,
@@ -67,10 +67,10 @@ impl ServiceRange {
         }
     }
 
-    /// `10.96.0.0/12` or `127.B.192.0/18`.
+    /// `10.96.0.0/16` or `127.B.192.0/18`.
     pub(crate) fn cidr(self) -> String {
         match self {
-            ServiceRange::Simulated => "10.96.0.0/12".to_string(),
+            ServiceRange::Simulated => "10.96.0.0/16".to_string(),
             ServiceRange::Loopback(block) => format!("127.{block}.192.0/18"),
         }
     }
@@ -151,8 +151,8 @@ mod tests {
                 .map_err(|e| e.to_string()),
             Err("failed to allocate IP 10.96.0.10: the provided IP (10.96.0.10) is not in the valid range. The range of valid IPs is 127.42.192.0/18".into())
         );
-        assert!(ServiceRange::Simulated.contains(Ipv4Addr::new(10, 111, 255, 254)));
-        assert!(!ServiceRange::Simulated.contains(Ipv4Addr::new(10, 112, 0, 1)));
+        assert!(ServiceRange::Simulated.contains(Ipv4Addr::new(10, 96, 255, 254)));
+        assert!(!ServiceRange::Simulated.contains(Ipv4Addr::new(10, 97, 0, 1)));
     }
 
     #[test]

@@ -869,7 +869,8 @@ pub(crate) fn prepare_update(
             crate::builtins::check_pod_update(resource, &name, old, &mut next)?
         }
         ("", "secrets") => default_secret(resource, &mut next, &name)?,
-        ("", "services") if next["spec"]["clusterIP"].is_null() => {
+        // kube-apiserver keeps the allocated address when an update leaves it out or empty.
+        ("", "services") if next["spec"]["clusterIP"].as_str().is_none_or(str::is_empty) => {
             next["spec"]["clusterIP"] = old["spec"]["clusterIP"].clone();
             next["spec"]["clusterIPs"] = old["spec"]["clusterIPs"].clone();
         }

@@ -740,7 +740,7 @@ async fn cluster_ips_are_unique_and_requested_ones_honoured() {
     assert!(
         outside
             .text()
-            .contains("The range of valid IPs is 10.96.0.0/12"),
+            .contains("The range of valid IPs is 10.96.0.0/16"),
         "{}",
         outside.text()
     );
@@ -759,7 +759,7 @@ async fn cluster_ips_are_unique_and_requested_ones_honoured() {
             .as_str()
             .expect("an address")
             .to_string();
-        assert!(ip.starts_with("10.") && ip != "10.96.0.10", "{ip}");
+        assert!(ip.starts_with("10.96.") && ip != "10.96.0.10", "{ip}");
         assert!(seen.insert(ip.clone()), "{ip} given twice");
     }
 

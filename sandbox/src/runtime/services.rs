@@ -368,12 +368,19 @@ fn slice_contents(groups: &BTreeMap<Vec<ResolvedPort>, Vec<&Value>>) -> Vec<(Val
 /// The label that ties an EndpointSlice to its Service.
 const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 
-/// The Service's EndpointSlices (the controller's, by label) in name order.
+/// Who wrote an EndpointSlice: the controller leaves alone those it did not.
+const MANAGED_BY_LABEL: &str = "endpointslice.kubernetes.io/managed-by";
+const MANAGED_BY: &str = "endpointslice-controller.k8s.io";
+
+/// The Service's EndpointSlices that the controller wrote (by label), in name order.
 fn slices_of(state: &StoreState, namespace: &str, service: &str) -> Vec<Arc<Value>> {
     state
         .list(ENDPOINT_SLICES, Some(namespace))
         .into_iter()
-        .filter(|s| s["metadata"]["labels"][SERVICE_NAME_LABEL] == service)
+        .filter(|s| {
+            let labels = &s["metadata"]["labels"];
+            labels[SERVICE_NAME_LABEL] == service && labels[MANAGED_BY_LABEL] == MANAGED_BY
+        })
         .collect()
 }
 
@@ -408,10 +415,7 @@ fn write_endpoint_slices(
                     .cloned()
                     .unwrap_or_default();
                 labels.insert(SERVICE_NAME_LABEL.into(), json!(name));
-                labels.insert(
-                    "endpointslice.kubernetes.io/managed-by".into(),
-                    json!("endpointslice-controller.k8s.io"),
-                );
+                labels.insert(MANAGED_BY_LABEL.into(), json!(MANAGED_BY));
                 let slice = json!({
                     "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
                     "metadata": {
