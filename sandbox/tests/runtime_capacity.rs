@@ -14,6 +14,11 @@
 //!
 //! It stops early when MemAvailable falls under 512 MiB or the data directory's file system
 //! has under 1 GiB free, and when a pod is not Ready 120 s after its create.
+//!
+//! One run (2 cores, 24 GB, PostgreSQL 15, other builds sharing the machine at load 10 to 17):
+//! 107 pods in the 10 minutes and nothing gave; each Ready 1 to 4 s after its create while the
+//! machine was quiet, 4 to 8 s under that load; per idle pod 15 MiB PSS (postmaster and its
+//! children) and 38 MiB on disk (mostly PGDATA), the API server and node 29 MiB RSS in all.
 
 mod common;
 
