@@ -200,30 +200,14 @@ pub(crate) fn default_pod(
     Ok(())
 }
 
-/// `service_block`: Some(B) when pods run as processes, whose ClusterIPs are real loopback
-/// addresses in `127.B.192.0/18` (the process runtime's proxy listens there).
-pub(crate) fn default_service(
-    object: &mut Value,
-    random: &mut Xorshift,
-    service_block: Option<u8>,
-) {
+/// A Service's defaults; its ClusterIP is allocated when it is stored (`cluster_ips.rs`).
+pub(crate) fn default_service(object: &mut Value, random: &mut Xorshift) {
     let spec = &mut object["spec"];
     if spec["type"].is_null() {
         spec["type"] = json!("ClusterIP");
     }
-    // An ExternalName service is only a DNS alias: no cluster IP, no ports needed.
-    let external_name = spec["type"] == "ExternalName";
-    if spec["clusterIP"].is_null() && !external_name {
-        let ip = match service_block {
-            Some(block) => format!(
-                "127.{block}.{}.{}",
-                192 + random.below(64),
-                1 + random.below(254)
-            ),
-            None => format!("10.96.{}.{}", random.below(256), 1 + random.below(254)),
-        };
-        spec["clusterIP"] = json!(ip);
-        spec["clusterIPs"] = json!([ip]);
+    if spec["clusterIP"] == "None" {
+        spec["clusterIPs"] = json!(["None"]);
     }
     // NodePort and LoadBalancer services get a port on every node, from 30000-32767.
     let node_ports = matches!(spec["type"].as_str(), Some("NodePort" | "LoadBalancer"));

@@ -40,6 +40,7 @@
 //! | `errors.rs` | the Status error answers (`ApiError`): not found, conflict, invalid, ... | 1 kinds |
 //! | `resources.rs` | built-in kinds, kinds learnt from CRDs, discovery and OpenAPI documents, the version | 1 kinds |
 //! | `options.rs` | [`SandboxOptions`] and [`SandboxError`]: how to start, what can fail | 0 helpers |
+//! | `cluster_ips.rs` | the ClusterIP allocator: unique addresses from the Service range, requested ones honoured | 0 helpers |
 //! | `access.rs` | `kubectl auth can-i`: access reviews, always allowed (there is no RBAC), with a warning | 0 helpers |
 //! | `protobuf.rs` | decoding the protobuf bodies `kubectl create namespace/secret/configmap` send | 0 helpers |
 //! | `schema.rs`, `patch.rs` | CRD schema validation and pruning; the three patch kinds | 0 helpers |
@@ -70,6 +71,7 @@
 mod access;
 mod body;
 mod builtins;
+mod cluster_ips;
 mod controllers;
 mod errors;
 mod faults;

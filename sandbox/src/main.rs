@@ -18,7 +18,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
-use sandbox::{ProcessRuntime, Runtime, Sandbox, SandboxOptions, INSTALL_HINT};
+use sandbox::{HostError, ProcessRuntime, Runtime, Sandbox, SandboxOptions, INSTALL_HINT};
 use tokio_util::sync::CancellationToken;
 
 /// sandbox: the workshop's set-up. An in-memory Kubernetes API server for kubectl and the
@@ -156,6 +156,11 @@ fn choose_runtime(
             Ok(runtime) => Ok((
                 Runtime::Processes(runtime),
                 "the default here: PostgreSQL and bubblewrap are installed".to_string(),
+            )),
+            // Installing packages does not give a system more loopback addresses.
+            Err(error @ HostError::NoLoopbackAliases { .. }) => Ok((
+                Runtime::Simulated,
+                format!("pods cannot run as processes here: {error}"),
             )),
             Err(error) => Ok((
                 Runtime::Simulated,

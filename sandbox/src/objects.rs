@@ -15,6 +15,7 @@ use serde_json::{json, Map, Value};
 use crate::builtins::{
     check_crd, default_crd, default_namespace, default_pod, default_secret, default_service,
 };
+use crate::cluster_ips::{AllocationError, ServiceRange};
 use crate::errors::ApiError;
 use crate::names;
 use crate::patch as patching;
@@ -99,6 +100,8 @@ pub(crate) struct Prepared {
     follow_ups: Vec<FollowUp>,
     warnings: Vec<String>,
     dry_run: bool,
+    /// A new Service that needs a ClusterIP: from this range, scanning from this offset.
+    cluster_ip: Option<(ServiceRange, u64)>,
 }
 
 /// What [`commit`] did.
@@ -288,6 +291,7 @@ pub(crate) fn prepare_create(
     metadata["generation"] = json!(1);
 
     let mut follow_ups = Vec::new();
+    let mut cluster_ip = None;
     if resource.custom && resource.status_subresource {
         // With a status subresource, POST/PUT/PATCH of the main resource ignore status.
         if let Some(map) = body.as_object_mut() {
@@ -320,7 +324,17 @@ pub(crate) fn prepare_create(
                     "Required value",
                 ));
             }
-            default_service(&mut body, options.random, options.service_block)
+            default_service(&mut body, options.random);
+            // Headless Services and ExternalName aliases get no address.
+            let wants_ip =
+                body["spec"]["clusterIP"] != "None" && body["spec"]["type"] != "ExternalName";
+            if wants_ip {
+                let range = match options.service_block {
+                    Some(block) => ServiceRange::Loopback(block),
+                    None => ServiceRange::Simulated,
+                };
+                cluster_ip = Some((range, options.random.next_u64()));
+            }
         }
         ("", "secrets") => default_secret(resource, &mut body, &name)?,
         ("apiextensions.k8s.io", "customresourcedefinitions") => {
@@ -343,7 +357,46 @@ pub(crate) fn prepare_create(
         follow_ups,
         warnings,
         dry_run: options.dry_run,
+        cluster_ip,
     })
+}
+
+/// Give a new Service its ClusterIP: the one it asks for if free, else a free one of `range`.
+fn assign_cluster_ip(
+    state: &StoreState,
+    resource: &ResourceType,
+    service: &mut Value,
+    range: ServiceRange,
+    start: u64,
+) -> Result<(), ApiError> {
+    let requested = service["spec"]["clusterIP"]
+        .as_str()
+        .or_else(|| service["spec"]["clusterIPs"][0].as_str())
+        .filter(|ip| !ip.is_empty())
+        .map(str::to_string);
+    let used = state
+        .list("/services", None)
+        .iter()
+        .filter_map(|s| s["spec"]["clusterIP"].as_str()?.parse().ok())
+        .collect();
+    match range.allocate(requested.as_deref(), &used, start) {
+        Ok(ip) => {
+            service["spec"]["clusterIP"] = json!(ip.to_string());
+            service["spec"]["clusterIPs"] = json!([ip.to_string()]);
+            Ok(())
+        }
+        Err(AllocationError::Full) => Err(ApiError::internal(AllocationError::Full.to_string())),
+        Err(error) => Err(ApiError::invalid_field(
+            resource,
+            &name_of(service),
+            "FieldValueInvalid",
+            "spec.clusterIPs",
+            format!(
+                "Invalid value: []string{{{}}}: {error}",
+                json!(requested.unwrap_or_default())
+            ),
+        )),
+    }
 }
 
 /// Store a prepared write: one atomic step under the store lock.
@@ -353,12 +406,13 @@ pub(crate) fn commit(
     prepared: Prepared,
 ) -> Result<Committed, ApiError> {
     let Prepared {
-        object: next,
+        object: mut next,
         base,
         part,
         follow_ups,
         warnings,
         dry_run,
+        cluster_ip,
     } = prepared;
     let name = name_of(&next);
     let namespace = namespace_of(&next);
@@ -367,6 +421,11 @@ pub(crate) fn commit(
         check_namespace(state, resource, Some(&namespace))?;
         if current.is_some() {
             return Err(ApiError::already_exists(resource, &name));
+        }
+        // Under the store lock, so two creates cannot take the same address (a dry run checks
+        // the address too, as kube-apiserver's dry-run allocator does, and keeps nothing).
+        if let Some((range, start)) = cluster_ip {
+            assign_cluster_ip(state, resource, &mut next, range, start)?;
         }
         if dry_run {
             return Ok(Committed::Done(WriteOutcome {
@@ -810,9 +869,26 @@ pub(crate) fn prepare_update(
             crate::builtins::check_pod_update(resource, &name, old, &mut next)?
         }
         ("", "secrets") => default_secret(resource, &mut next, &name)?,
-        ("", "services") if next["spec"]["clusterIP"].is_null() => {
+        // kube-apiserver keeps the allocated address when an update leaves it out or empty.
+        ("", "services") if next["spec"]["clusterIP"].as_str().is_none_or(str::is_empty) => {
             next["spec"]["clusterIP"] = old["spec"]["clusterIP"].clone();
             next["spec"]["clusterIPs"] = old["spec"]["clusterIPs"].clone();
+        }
+        // An address, once allocated, stays the Service's until it is deleted.
+        ("", "services")
+            if old["spec"]["clusterIP"].is_string()
+                && next["spec"]["clusterIP"] != old["spec"]["clusterIP"] =>
+        {
+            return Err(ApiError::invalid_field(
+                resource,
+                &name,
+                "FieldValueInvalid",
+                "spec.clusterIPs[0]",
+                format!(
+                    "Invalid value: {}: may not change once set",
+                    next["spec"]["clusterIP"]
+                ),
+            ));
         }
         ("apiextensions.k8s.io", "customresourcedefinitions") if part == Part::Main => {
             check_crd(resource, &next, &name)?;
@@ -845,6 +921,7 @@ pub(crate) fn prepare_update(
         follow_ups: Vec::new(),
         warnings,
         dry_run: options.dry_run,
+        cluster_ip: None,
     })
 }
 

@@ -262,6 +262,14 @@ impl Registry {
                 ResourceType::builtin("", "configmaps", "ConfigMap", true, &["cm"]),
                 // Written by the process runtime's endpoints controller (`runtime/services.rs`).
                 ResourceType::builtin("", "endpoints", "Endpoints", true, &["ep"]),
+                // The same, as the EndpointSlice controller writes them beside Endpoints.
+                ResourceType::builtin(
+                    "discovery.k8s.io",
+                    "endpointslices",
+                    "EndpointSlice",
+                    true,
+                    &[],
+                ),
                 ResourceType::builtin("", "events", "Event", true, &["ev"]),
                 crds,
                 ResourceType::builtin("coordination.k8s.io", "leases", "Lease", true, &[]),

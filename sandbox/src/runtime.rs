@@ -19,8 +19,8 @@
 //! | `env.rs`, `volumes.rs`, `image.rs` | environment, volumes and what an image runs |
 //! | `probes.rs` | exec, tcpSocket and httpGet checks |
 //! | `jail.rs`, `process.rs` | the bubblewrap command line; starting and signalling a process |
-//! | `services.rs` | Services: ClusterIPs on 127.B.192.0/18, Endpoints, a proxy to ready endpoints |
-//! | `host.rs`, `addresses.rs` | finding PostgreSQL and bwrap; pod IPs on 127.B.0.0 to 127.B.191.255 |
+//! | `services.rs` | Services: Endpoints and EndpointSlices, a proxy on each ClusterIP (127.B.192.0/18) to ready endpoints, the names pods' /etc/hosts give them, the `<SVC>_SERVICE_HOST` variables |
+//! | `host.rs`, `addresses.rs` | finding loopback addresses, PostgreSQL and bwrap; pod IPs on 127.B.0.0 to 127.B.191.255 |
 //!
 //! # Where it simplifies
 //!
@@ -28,8 +28,11 @@
 //!   `localhost` inside a pod names the pod's address (see `probes.rs`). Connections between
 //!   pods come from 127.0.0.1, which initdb's default pg_hba.conf trusts.
 //! - Services proxy TCP only, in this process (no iptables): the ClusterIP listens while the
-//!   Service has a ready endpoint, else a connection is refused. No EndpointSlices, cluster
-//!   DNS, `port-forward`, resource limits or image pulls yet;
+//!   Service has a ready endpoint, else a connection is refused. There is no cluster DNS: each
+//!   pod's /etc/hosts names the Services (rewritten in place within a sync period of a change),
+//!   so names resolve through the C library's hosts file, not a DNS server (`dig` and SRV
+//!   records see nothing; ExternalName Services have no name). No `port-forward`, resource
+//!   limits or image pulls;
 //!   persistentVolumeClaim volumes are plain directories that outlive their pods. An `exec`
 //!   runs in a bwrap of its own beside the container (same mounts, environment and user, its
 //!   own PID namespace), not inside the container's namespaces.

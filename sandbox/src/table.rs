@@ -175,6 +175,30 @@ fn columns_for(resource: &ResourceType) -> Vec<Column> {
                 or_none(&key_values(&o["spec"]["selector"]))
             }));
         }
+        ("discovery.k8s.io", "endpointslices") => {
+            columns.push(text_column("AddressType", 0, |o| o["addressType"].clone()));
+            columns.push(text_column("Ports", 0, |o| {
+                let ports = o["ports"].as_array().map(|p| {
+                    p.iter()
+                        .map(|port| match port["port"].as_u64() {
+                            Some(number) => number.to_string(),
+                            None => port["name"].as_str().unwrap_or("*").to_string(),
+                        })
+                        .collect::<Vec<_>>()
+                });
+                json!(first_three(ports.unwrap_or_default()))
+            }));
+            columns.push(text_column("Endpoints", 0, |o| {
+                let addresses = o["endpoints"].as_array().map(|e| {
+                    e.iter()
+                        .flat_map(|endpoint| endpoint["addresses"].as_array().into_iter().flatten())
+                        .map(|a| a.as_str().unwrap_or_default().to_string())
+                        .collect::<Vec<_>>()
+                });
+                json!(first_three(addresses.unwrap_or_default()))
+            }));
+            columns.push(age_column());
+        }
         ("", "configmaps") => {
             columns.push(count_column("Data", |o| {
                 o["data"].as_object().map_or(0, |d| d.len())
@@ -298,6 +322,15 @@ fn count_column(name: &str, count: fn(&Value) -> usize) -> Column {
 }
 
 /// kubectl's printers write `<none>` where there is nothing to show.
+/// kubectl's "a,b,c + 2 more..." for EndpointSlice ports and addresses; `<unset>` for none.
+fn first_three(items: Vec<String>) -> String {
+    match items.len() {
+        0 => "<unset>".to_string(),
+        1..=3 => items.join(","),
+        n => format!("{} + {} more...", items[..3].join(","), n - 3),
+    }
+}
+
 fn or_none(text: &str) -> Value {
     if text.is_empty() {
         json!("<none>")
@@ -464,6 +497,14 @@ pub(crate) fn table(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn endpoint_slice_cells_show_three_items_then_how_many_more() {
+        let items = |n: usize| (1..=n).map(|i| i.to_string()).collect::<Vec<_>>();
+        assert_eq!(first_three(items(0)), "<unset>");
+        assert_eq!(first_three(items(3)), "1,2,3");
+        assert_eq!(first_three(items(5)), "1,2,3 + 2 more...");
+    }
 
     /// Only kubectl's Table media range (first in its Accept) turns a response into a Table.
     #[test]

@@ -704,6 +704,79 @@ async fn tls_mode_requires_the_current_bearer_token() {
     assert_eq!(fresh.get(PODS).await.status, 200);
 }
 
+/// ClusterIPs are allocated like kube-apiserver's: a requested free address is honoured, a
+/// taken one is refused with 422 "provided IP is already allocated", one outside the range too,
+/// headless Services take none, automatic ones never collide, and a deleted Service's address
+/// can be requested again; the address cannot be changed by an update.
+#[tokio::test]
+async fn cluster_ips_are_unique_and_requested_ones_honoured() {
+    let sandbox = common::start_sandbox().await;
+    let http = Http::new(&sandbox.url());
+    let services = "/api/v1/namespaces/default/services";
+    let service = |name: &str, ip: Option<&str>| {
+        let mut body = json!({"metadata": {"name": name}, "spec": {"ports": [{"port": 5432}]}});
+        if let Some(ip) = ip {
+            body["spec"]["clusterIP"] = json!(ip);
+        }
+        body
+    };
+    let pinned = http
+        .post(services, &service("pinned", Some("10.96.0.10")))
+        .await;
+    assert_eq!(pinned.status, 201, "{}", pinned.text());
+    assert_eq!(pinned.json()["spec"]["clusterIPs"], json!(["10.96.0.10"]));
+    let taken = http
+        .post(services, &service("again", Some("10.96.0.10")))
+        .await;
+    assert_eq!(taken.status, 422);
+    assert_eq!(
+        taken.json()["message"],
+        "Service \"again\" is invalid: spec.clusterIPs: Invalid value: []string{\"10.96.0.10\"}: failed to allocate IP 10.96.0.10: provided IP is already allocated"
+    );
+    let outside = http
+        .post(services, &service("outside", Some("192.168.0.1")))
+        .await;
+    assert_eq!(outside.status, 422);
+    assert!(
+        outside
+            .text()
+            .contains("The range of valid IPs is 10.96.0.0/16"),
+        "{}",
+        outside.text()
+    );
+    let headless = http
+        .post(services, &service("headless", Some("None")))
+        .await;
+    assert_eq!(headless.json()["spec"]["clusterIPs"], json!(["None"]));
+
+    let mut seen = std::collections::BTreeSet::new();
+    for index in 0..50 {
+        let created = http
+            .post(services, &service(&format!("s{index}"), None))
+            .await
+            .json();
+        let ip = created["spec"]["clusterIP"]
+            .as_str()
+            .expect("an address")
+            .to_string();
+        assert!(ip.starts_with("10.96.") && ip != "10.96.0.10", "{ip}");
+        assert!(seen.insert(ip.clone()), "{ip} given twice");
+    }
+
+    let changed = http
+        .merge_patch(
+            &format!("{services}/pinned"),
+            &json!({"spec": {"clusterIP": "10.96.0.11"}}),
+        )
+        .await;
+    assert_eq!(changed.status, 422, "{}", changed.text());
+    assert_eq!(http.delete(&format!("{services}/pinned")).await.status, 200);
+    let reused = http
+        .post(services, &service("again", Some("10.96.0.10")))
+        .await;
+    assert_eq!(reused.status, 201, "{}", reused.text());
+}
+
 /// Built-in defaulting: a Service gets a cluster IP and TCP ports, needs ports unless headless;
 /// a Secret's stringData is base64-encoded into data.
 #[tokio::test]

@@ -24,7 +24,7 @@ use super::probes::{self, Check, Probe};
 use super::process;
 use super::status::{ContainerRecord, State};
 use super::worker::{PodWorker, StoreLookup};
-use super::{logs, volumes, Node};
+use super::{logs, services, volumes, Node};
 use crate::sync::lock;
 use crate::timefmt;
 
@@ -359,6 +359,12 @@ pub(super) fn plan(node: &Node, worker: &PodWorker, spec: &Value) -> Result<Plan
         .map_err(|ConfigError(message)| Blocked::Config(message))?;
     let postgres = matches!(image, Image::Postgres { .. });
     let mut environment = base_env(node, worker, postgres, &pod_ip);
+    // The Services of the pod's namespace as they are now, before the container's own `env`,
+    // which wins; `enableServiceLinks: false` leaves them out.
+    if worker.pod["spec"]["enableServiceLinks"] != false {
+        let in_namespace = node.store.lock().list("/services", Some(&worker.namespace));
+        environment.extend(services::service_links(&in_namespace));
+    }
     environment.extend(user_env);
     let expand = |items: Vec<String>| -> Vec<String> {
         items

@@ -1,10 +1,11 @@
-//! What the machine offers the process runtime: a PostgreSQL server installation, bubblewrap,
-//! and user namespaces. Found once at start; the banner and the errors say what is missing.
+//! What the machine offers the process runtime: loopback addresses beyond 127.0.0.1, a
+//! PostgreSQL server installation, bubblewrap, and user namespaces. Found once at start; the banner and the errors say what is missing.
 //!
 //! WORKSHOP.md, "Set-up: the sandbox". Debian installs each PostgreSQL major version in
 //! `/usr/lib/postgresql/N/bin` and puts only wrappers on PATH, so that directory is looked at
 //! first; elsewhere `pg_config --bindir` or a `postgres` on PATH will do.
 
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -27,6 +28,11 @@ pub struct HostTools {
 /// Why the process runtime cannot run here.
 #[derive(Debug)]
 pub enum HostError {
+    /// Only 127.0.0.1 is a local address (macOS, where every other loopback address needs an
+    /// `ifconfig lo0 alias`), so pods cannot each have their own.
+    NoLoopbackAliases {
+        source: std::io::Error,
+    },
     NoPostgres,
     NoBubblewrap,
     /// bwrap exists but could not create a sandbox (user namespaces disabled, or no kernel support).
@@ -43,6 +49,10 @@ pub enum HostError {
 impl std::fmt::Display for HostError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
+            HostError::NoLoopbackAliases { source } => write!(
+                f,
+                "pods need addresses of their own in 127.0.0.0/8, which Linux gives every process but this system does not (binding {LOOPBACK_PROBE} failed: {source}); run the sandbox on Linux (or in a Linux VM or container) to run pods as processes"
+            ),
             HostError::NoPostgres => write!(
                 f,
                 "no PostgreSQL server found (looked in {DEBIAN_POSTGRES_ROOT}/*/bin, pg_config --bindir and PATH); install it: {INSTALL_HINT}"
@@ -66,6 +76,7 @@ impl std::error::Error for HostError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             HostError::DataDir { source, .. } => Some(source),
+            HostError::NoLoopbackAliases { source } => Some(source),
             _ => None,
         }
     }
@@ -74,6 +85,7 @@ impl std::error::Error for HostError {
 impl HostTools {
     /// Find PostgreSQL and bubblewrap, and check that bwrap can make a user namespace.
     pub fn detect() -> Result<HostTools, HostError> {
+        check_loopback_aliases(|address| std::net::TcpListener::bind(address).map(drop))?;
         let postgres_bin = find_postgres_bin().ok_or(HostError::NoPostgres)?;
         let bwrap = find_on_path("bwrap").ok_or(HostError::NoBubblewrap)?;
         let postgres_version = postgres_version(&postgres_bin).ok_or(HostError::NoPostgres)?;
@@ -145,6 +157,18 @@ pub(crate) fn find_on_path(program: &str) -> Option<PathBuf> {
         .find(|candidate| candidate.is_file())
 }
 
+/// An address that is local only where the whole of 127.0.0.0/8 is: on Linux, not on macOS.
+const LOOPBACK_PROBE: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2)), 0);
+
+/// Can pods have their own loopback addresses? `bind` tries to listen on an address (port 0:
+/// any free port); if 127.0.0.2 cannot be bound, only 127.0.0.1 is local here.
+pub(crate) fn check_loopback_aliases(
+    bind: impl Fn(SocketAddr) -> std::io::Result<()>,
+) -> Result<(), HostError> {
+    bind(LOOPBACK_PROBE).map_err(|source| HostError::NoLoopbackAliases { source })
+}
+
 /// Run `true` in a throw-away user namespace, as every pod will.
 fn check_bwrap(bwrap: &Path) -> Result<(), HostError> {
     let output = Command::new(bwrap)
@@ -173,5 +197,25 @@ mod tests {
             Some("15.14".to_string())
         );
         assert_eq!(parse_postgres_version("nothing here"), None);
+    }
+
+    #[test]
+    fn pods_need_a_second_loopback_address_to_be_bindable() {
+        let tried = std::cell::Cell::new(None);
+        let linux = check_loopback_aliases(|address| {
+            tried.set(Some(address));
+            Ok(())
+        });
+        assert!(linux.is_ok());
+        assert_eq!(
+            tried.get(),
+            Some("127.0.0.2:0".parse().expect("an address"))
+        );
+        // macOS answers EADDRNOTAVAIL for any 127.x.y.z but 127.0.0.1 without an alias.
+        let macos = check_loopback_aliases(|_| {
+            Err(std::io::Error::from(std::io::ErrorKind::AddrNotAvailable))
+        });
+        let message = macos.map_err(|e| e.to_string()).expect_err("no aliases");
+        assert!(message.contains("binding 127.0.0.2:0 failed"), "{message}");
     }
 }

@@ -14,7 +14,7 @@ use std::time::Duration;
 use super::container::{self, Kind};
 use super::image::Image;
 use super::worker::{PodWorker, StoreLookup};
-use super::{volumes, Node};
+use super::{services, volumes, Node};
 use crate::sync::lock;
 use crate::timefmt;
 
@@ -58,7 +58,10 @@ pub(crate) async fn run(node: Arc<Node>, worker: Arc<PodWorker>) {
         tokio::select! {
             _ = worker.changed.notified() => publish(&node, &worker),
             _ = tokio::time::sleep(node.config.sync_period) => match look_at_pod(&node, &worker) {
-                Seen::Present => publish(&node, &worker),
+                Seen::Present => {
+                    publish(&node, &worker);
+                    refresh_hosts(&node, &worker);
+                }
                 Seen::Terminating(grace) => break (grace, true, false),
                 Seen::Gone => break (Duration::ZERO, false, false),
             },
@@ -134,16 +137,11 @@ async fn prepare_files(node: &Node, worker: &PodWorker) -> bool {
             )
         });
     let user_name = if postgres { "postgres" } else { "sandbox" };
-    let base = volumes::make_dir(&worker.dir, 0o755, None).and_then(|_| {
-        volumes::write_etc(
-            &worker.dir.join("etc"),
-            uid,
-            gid,
-            user_name,
-            &worker.name,
-            &ip,
-        )
-    });
+    let base = volumes::make_dir(&worker.dir, 0o755, None)
+        .and_then(|_| {
+            volumes::write_etc(&worker.dir.join("etc"), uid, gid, user_name, &worker.name)
+        })
+        .and_then(|_| write_hosts(node, worker, &ip));
     if let Err(error) = base {
         node.event(
             &worker.pod,
@@ -188,6 +186,27 @@ async fn prepare_files(node: &Node, worker: &PodWorker) -> bool {
             }
         }
     }
+}
+
+/// Rewrite the pod's /etc/hosts if the Services' names or addresses changed since the last
+/// write (a failure is retried at the next sync).
+fn refresh_hosts(node: &Node, worker: &PodWorker) {
+    let ip = worker.pod_ip().map(|ip| ip.to_string()).unwrap_or_default();
+    if let Err(error) = write_hosts(node, worker, &ip) {
+        tracing::warn!(namespace = %worker.namespace, name = %worker.name, %error, "cannot rewrite /etc/hosts");
+    }
+}
+
+/// Write /etc/hosts with the Services as they are now, unless that is what it already says.
+fn write_hosts(node: &Node, worker: &PodWorker, ip: &str) -> std::io::Result<()> {
+    let names = services::host_names(&node.store.lock(), &worker.namespace);
+    let text = volumes::hosts_file(ip, &worker.name, &names);
+    let mut written = lock(&worker.hosts);
+    if *written != text {
+        volumes::write_hosts(&worker.dir.join("etc"), &text)?;
+        *written = text;
+    }
+    Ok(())
 }
 
 fn look_at_pod(node: &Node, worker: &PodWorker) -> Seen {

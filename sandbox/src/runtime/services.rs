@@ -5,9 +5,13 @@
 //! WORKSHOP.md, "Set-up: the sandbox". Every sync period the loop reads the Services and pods
 //! and (1) writes each selector Service's Endpoints: ready pods in `addresses`, the others in
 //! `notReadyAddresses`, each port's `targetPort` resolved (a number, or a container port's
-//! name); (2) listens on `ClusterIP:port` only while the Service has a ready endpoint and
+//! name), and the same as EndpointSlices; (2) listens on `ClusterIP:port` only while the Service has a ready endpoint and
 //! forwards each connection's bytes to one of them (round robin). With no ready endpoint
 //! nothing listens, so a connection is refused, as kube-proxy's REJECT rule answers.
+//!
+//! Cluster DNS has no server here: [`host_names`] gives the lines each pod's /etc/hosts carries
+//! for the Services (kept current by the pod's worker), and [`service_links`] the
+//! `<SVC>_SERVICE_HOST` variables the kubelet puts in a container's environment.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::{IpAddr, SocketAddr};
@@ -20,7 +24,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
 use crate::random::Xorshift;
-use crate::store::Store;
+use crate::store::{Store, StoreState};
 use crate::sync::lock;
 use crate::timefmt;
 
@@ -163,7 +167,9 @@ fn sync(
             .as_array()
             .map(|p| p.iter().collect())
             .unwrap_or_default();
-        let subsets = endpoint_subsets(&selected, &ports);
+        let groups = group_by_ports(&selected, &ports);
+        let subsets = endpoint_subsets(&groups);
+        let slices = slice_contents(&groups);
         let cluster_ip = service["spec"]["clusterIP"]
             .as_str()
             .and_then(|ip| ip.parse::<IpAddr>().ok())
@@ -191,12 +197,16 @@ fn sync(
             }
         }
         write_endpoints(&mut state, service, subsets, random);
+        write_endpoint_slices(&mut state, service, slices, random);
         managed.insert((namespace.to_string(), name.to_string()));
     }
     // A Service gone (or its selector removed): its Endpoints go too.
     for (namespace, name) in managed.difference(&seen).cloned().collect::<Vec<_>>() {
         if state.get("/endpoints", &namespace, &name).is_some() {
             state.commit_deleted("/endpoints", &namespace, &name);
+        }
+        for slice in slices_of(&state, &namespace, &name) {
+            delete_slice(&mut state, &slice);
         }
         managed.remove(&(namespace, name));
     }
@@ -235,14 +245,20 @@ fn target_port(pod: &Value, port: &Value) -> Option<u16> {
 /// An Endpoints port: (name, number, protocol).
 type ResolvedPort = (String, u16, String);
 
-/// The `subsets` of an Endpoints object: pods grouped by their resolved ports (one subset per
-/// distinct set, as the endpoints controller repacks them), ready ones in `addresses`.
-fn endpoint_subsets(pods: &[&Value], ports: &[&Value]) -> Value {
-    let mut groups: BTreeMap<Vec<ResolvedPort>, (Vec<Value>, Vec<Value>)> = BTreeMap::new();
+/// Pods with an IP grouped by their resolved ports (a named `targetPort` may be a different
+/// number in each pod); pods that resolve none of the ports are no endpoint at all.
+fn group_by_ports<'a>(
+    pods: &[&'a Value],
+    ports: &[&Value],
+) -> BTreeMap<Vec<ResolvedPort>, Vec<&'a Value>> {
+    let mut groups: BTreeMap<Vec<ResolvedPort>, Vec<&Value>> = BTreeMap::new();
     for pod in pods {
-        let Some(ip) = pod["status"]["podIP"].as_str().filter(|ip| !ip.is_empty()) else {
+        if pod["status"]["podIP"]
+            .as_str()
+            .is_none_or(|ip| ip.is_empty())
+        {
             continue;
-        };
+        }
         let resolved: Vec<ResolvedPort> = ports
             .iter()
             .filter_map(|port| {
@@ -253,27 +269,41 @@ fn endpoint_subsets(pods: &[&Value], ports: &[&Value]) -> Value {
                 ))
             })
             .collect();
-        if resolved.is_empty() {
-            continue;
-        }
-        let address = json!({
-            "ip": ip,
-            "nodeName": pod["spec"]["nodeName"],
-            "targetRef": {"kind": "Pod", "namespace": pod["metadata"]["namespace"],
-                          "name": pod["metadata"]["name"], "uid": pod["metadata"]["uid"]},
-        });
-        let group = groups.entry(resolved).or_default();
-        if is_ready(pod) {
-            group.0.push(address);
-        } else {
-            group.1.push(address);
+        if !resolved.is_empty() {
+            groups.entry(resolved).or_default().push(pod);
         }
     }
+    groups
+}
+
+/// What Endpoints and EndpointSlices say about the pod behind an address.
+fn target_ref(pod: &Value) -> Value {
+    json!({"kind": "Pod", "namespace": pod["metadata"]["namespace"],
+           "name": pod["metadata"]["name"], "uid": pod["metadata"]["uid"]})
+}
+
+/// The `subsets` of an Endpoints object: one per distinct set of resolved ports, as the
+/// endpoints controller repacks them, ready pods in `addresses`, the others in
+/// `notReadyAddresses`.
+fn endpoint_subsets(groups: &BTreeMap<Vec<ResolvedPort>, Vec<&Value>>) -> Value {
     let subsets: Vec<Value> = groups
-        .into_iter()
-        .map(|(ports, (ready, not_ready))| {
+        .iter()
+        .map(|(ports, pods)| {
+            let (mut ready, mut not_ready) = (Vec::new(), Vec::new());
+            for pod in pods {
+                let address = json!({
+                    "ip": pod["status"]["podIP"],
+                    "nodeName": pod["spec"]["nodeName"],
+                    "targetRef": target_ref(pod),
+                });
+                if is_ready(pod) {
+                    ready.push(address);
+                } else {
+                    not_ready.push(address);
+                }
+            }
             let ports: Vec<Value> = ports
-                .into_iter()
+                .iter()
                 .map(|(name, port, protocol)| {
                     let mut port = json!({"port": port, "protocol": protocol});
                     if !name.is_empty() {
@@ -295,13 +325,131 @@ fn endpoint_subsets(pods: &[&Value], ports: &[&Value]) -> Value {
     json!(subsets)
 }
 
-/// Create or update the Service's Endpoints when its subsets changed.
-fn write_endpoints(
-    state: &mut crate::store::StoreState,
+/// The `(endpoints, ports)` of each EndpointSlice the EndpointSlice controller would write: one
+/// per distinct set of resolved ports (it also splits at 100 endpoints, which a sandbox never
+/// reaches), or one empty slice when no pod is an endpoint. `ready` is Ready and not
+/// terminating, `serving` is Ready, `terminating` has a deletionTimestamp.
+fn slice_contents(groups: &BTreeMap<Vec<ResolvedPort>, Vec<&Value>>) -> Vec<(Value, Value)> {
+    let mut slices: Vec<(Value, Value)> = groups
+        .iter()
+        .map(|(ports, pods)| {
+            let endpoints: Vec<Value> = pods
+                .iter()
+                .map(|pod| {
+                    let terminating = !pod["metadata"]["deletionTimestamp"].is_null();
+                    let serving = pod["status"]["conditions"].as_array().is_some_and(|c| {
+                        c.iter()
+                            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                    });
+                    json!({
+                        "addresses": [pod["status"]["podIP"]],
+                        "conditions": {"ready": serving && !terminating, "serving": serving,
+                                       "terminating": terminating},
+                        "nodeName": pod["spec"]["nodeName"],
+                        "targetRef": target_ref(pod),
+                    })
+                })
+                .collect();
+            let ports: Vec<Value> = ports
+                .iter()
+                .map(|(name, port, protocol)| {
+                    json!({"name": name, "port": port, "protocol": protocol})
+                })
+                .collect();
+            (json!(endpoints), json!(ports))
+        })
+        .collect();
+    if slices.is_empty() {
+        slices.push((json!([]), json!([])));
+    }
+    slices
+}
+
+/// The label that ties an EndpointSlice to its Service.
+const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+
+/// Who wrote an EndpointSlice: the controller leaves alone those it did not.
+const MANAGED_BY_LABEL: &str = "endpointslice.kubernetes.io/managed-by";
+const MANAGED_BY: &str = "endpointslice-controller.k8s.io";
+
+/// The Service's EndpointSlices that the controller wrote (by label), in name order.
+fn slices_of(state: &StoreState, namespace: &str, service: &str) -> Vec<Arc<Value>> {
+    state
+        .list(ENDPOINT_SLICES, Some(namespace))
+        .into_iter()
+        .filter(|s| {
+            let labels = &s["metadata"]["labels"];
+            labels[SERVICE_NAME_LABEL] == service && labels[MANAGED_BY_LABEL] == MANAGED_BY
+        })
+        .collect()
+}
+
+/// The store key of EndpointSlices (group `discovery.k8s.io`).
+const ENDPOINT_SLICES: &str = "discovery.k8s.io/endpointslices";
+
+/// Bring the Service's EndpointSlices to `wanted`: update those that differ, create the
+/// missing ones (`<service>-<random>`, as the controller's generateName), delete the rest.
+fn write_endpoint_slices(
+    state: &mut StoreState,
     service: &Value,
-    subsets: Value,
+    wanted: Vec<(Value, Value)>,
     random: &mut Xorshift,
 ) {
+    let namespace = service["metadata"]["namespace"]
+        .as_str()
+        .unwrap_or_default();
+    let name = service["metadata"]["name"].as_str().unwrap_or_default();
+    let mut existing = slices_of(state, namespace, name).into_iter();
+    for (endpoints, ports) in wanted {
+        match existing.next() {
+            Some(slice) if slice["endpoints"] == endpoints && slice["ports"] == ports => {}
+            Some(slice) => {
+                let mut next = (*slice).clone();
+                next["endpoints"] = endpoints;
+                next["ports"] = ports;
+                state.commit_modified(ENDPOINT_SLICES, next);
+            }
+            None => {
+                let mut labels = service["metadata"]["labels"]
+                    .as_object()
+                    .cloned()
+                    .unwrap_or_default();
+                labels.insert(SERVICE_NAME_LABEL.into(), json!(name));
+                labels.insert(MANAGED_BY_LABEL.into(), json!(MANAGED_BY));
+                let slice = json!({
+                    "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                    "metadata": {
+                        "name": format!("{name}-{}", random.name_suffix()),
+                        "generateName": format!("{name}-"),
+                        "namespace": namespace, "uid": random.uuid(),
+                        "creationTimestamp": timefmt::now_rfc3339(),
+                        "labels": labels,
+                        // Owned by the Service: deleting it deletes its slices.
+                        "ownerReferences": [{"apiVersion": "v1", "kind": "Service", "name": name,
+                                             "uid": service["metadata"]["uid"],
+                                             "controller": true, "blockOwnerDeletion": true}],
+                    },
+                    "addressType": "IPv4",
+                    "endpoints": endpoints,
+                    "ports": ports,
+                });
+                state.commit_added(ENDPOINT_SLICES, slice);
+            }
+        }
+    }
+    for extra in existing {
+        delete_slice(state, &extra);
+    }
+}
+
+fn delete_slice(state: &mut StoreState, slice: &Value) {
+    let namespace = slice["metadata"]["namespace"].as_str().unwrap_or_default();
+    let name = slice["metadata"]["name"].as_str().unwrap_or_default();
+    state.commit_deleted(ENDPOINT_SLICES, namespace, name);
+}
+
+/// Create or update the Service's Endpoints when its subsets changed.
+fn write_endpoints(state: &mut StoreState, service: &Value, subsets: Value, random: &mut Xorshift) {
     let namespace = service["metadata"]["namespace"]
         .as_str()
         .unwrap_or_default();
@@ -326,5 +474,186 @@ fn write_endpoints(
             }
             state.commit_added("/endpoints", endpoints);
         }
+    }
+}
+
+/// The cluster's DNS domain: `<svc>.<ns>.svc.cluster.local`.
+const CLUSTER_DOMAIN: &str = "cluster.local";
+
+/// The /etc/hosts lines that stand in for cluster DNS in a pod of `namespace`: each Service's
+/// address with `<svc>.<ns>`, `<svc>.<ns>.svc` and `<svc>.<ns>.svc.cluster.local`, plus bare
+/// `<svc>` for the pod's own namespace (what the pod's DNS search path
+/// `<ns>.svc.cluster.local svc.cluster.local cluster.local` makes of a short name). A Service
+/// with a ClusterIP resolves to it; a headless one (`clusterIP: None`) to its ready endpoints'
+/// addresses, one line each, as cluster DNS answers with an A record per ready pod.
+/// ExternalName Services (a CNAME in cluster DNS) have no line: a hosts file has no aliases.
+pub(crate) fn host_names(state: &StoreState, namespace: &str) -> Vec<(IpAddr, Vec<String>)> {
+    let mut lines = Vec::new();
+    for service in state.list("/services", None) {
+        let service_namespace = service["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or_default();
+        let name = service["metadata"]["name"].as_str().unwrap_or_default();
+        let mut names = Vec::with_capacity(4);
+        if service_namespace == namespace {
+            names.push(name.to_string());
+        }
+        names.push(format!("{name}.{service_namespace}"));
+        names.push(format!("{name}.{service_namespace}.svc"));
+        names.push(format!("{name}.{service_namespace}.svc.{CLUSTER_DOMAIN}"));
+        let addresses: Vec<IpAddr> = match service["spec"]["clusterIP"].as_str() {
+            Some("None") => state
+                .get("/endpoints", service_namespace, name)
+                .map(|endpoints| ready_addresses(&endpoints))
+                .unwrap_or_default(),
+            Some(ip) => ip.parse().ok().into_iter().collect(),
+            None => Vec::new(),
+        };
+        for address in addresses {
+            lines.push((address, names.clone()));
+        }
+    }
+    lines
+}
+
+/// The distinct ready addresses of an Endpoints object, in order.
+fn ready_addresses(endpoints: &Value) -> Vec<IpAddr> {
+    let mut seen = Vec::new();
+    for subset in endpoints["subsets"].as_array().into_iter().flatten() {
+        for address in subset["addresses"].as_array().into_iter().flatten() {
+            if let Some(ip) = address["ip"].as_str().and_then(|ip| ip.parse().ok()) {
+                if !seen.contains(&ip) {
+                    seen.push(ip);
+                }
+            }
+        }
+    }
+    seen
+}
+
+/// The variables the kubelet sets for each Service of the pod's namespace that exists when a
+/// container starts (`enableServiceLinks`, true unless the pod says false): `<SVC>_SERVICE_HOST`,
+/// `<SVC>_SERVICE_PORT` (the first port), `<SVC>_SERVICE_PORT_<PORTNAME>` for named ports, and
+/// the Docker-link style `<SVC>_PORT`, `<SVC>_PORT_<port>_<PROTO>{,_PROTO,_PORT,_ADDR}`. The
+/// name is upper-cased with `-` as `_`. Services without a ClusterIP (headless, ExternalName)
+/// get none, as in the kubelet's `envvars.FromServices`.
+pub(crate) fn service_links(services: &[std::sync::Arc<Value>]) -> Vec<(String, String)> {
+    let variable = |name: &str| name.to_uppercase().replace('-', "_");
+    let mut environment = Vec::new();
+    for service in services {
+        let Some(ip) = service["spec"]["clusterIP"]
+            .as_str()
+            .filter(|ip| !ip.is_empty() && *ip != "None")
+        else {
+            continue;
+        };
+        let prefix = variable(service["metadata"]["name"].as_str().unwrap_or_default());
+        let ports: Vec<&Value> = service["spec"]["ports"]
+            .as_array()
+            .map(|p| p.iter().collect())
+            .unwrap_or_default();
+        let Some(first) = ports.first() else {
+            continue;
+        };
+        environment.push((format!("{prefix}_SERVICE_HOST"), ip.to_string()));
+        environment.push((format!("{prefix}_SERVICE_PORT"), first["port"].to_string()));
+        for port in &ports {
+            if let Some(port_name) = port["name"].as_str().filter(|n| !n.is_empty()) {
+                environment.push((
+                    format!("{prefix}_SERVICE_PORT_{}", variable(port_name)),
+                    port["port"].to_string(),
+                ));
+            }
+        }
+        for (index, port) in ports.iter().enumerate() {
+            let protocol = port["protocol"].as_str().unwrap_or("TCP");
+            let number = port["port"].to_string();
+            let url = format!("{}://{ip}:{number}", protocol.to_lowercase());
+            if index == 0 {
+                environment.push((format!("{prefix}_PORT"), url.clone()));
+            }
+            let port_prefix = format!("{prefix}_PORT_{number}_{}", protocol.to_uppercase());
+            environment.push((port_prefix.clone(), url));
+            environment.push((format!("{port_prefix}_PROTO"), protocol.to_lowercase()));
+            environment.push((format!("{port_prefix}_PORT"), number));
+            environment.push((format!("{port_prefix}_ADDR"), ip.to_string()));
+        }
+    }
+    environment
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn service_links_name_each_cluster_ip_service_and_skip_headless_ones() {
+        let services = vec![
+            Arc::new(
+                json!({"metadata": {"name": "pg-primary"}, "spec": {"clusterIP": "127.9.192.4",
+                "ports": [{"name": "postgres", "port": 5432, "protocol": "TCP"}]}}),
+            ),
+            Arc::new(
+                json!({"metadata": {"name": "pg-pods"}, "spec": {"clusterIP": "None",
+                "ports": [{"port": 5432}]}}),
+            ),
+        ];
+        let environment = service_links(&services);
+        let get = |name: &str| {
+            environment
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.as_str())
+        };
+        assert_eq!(get("PG_PRIMARY_SERVICE_HOST"), Some("127.9.192.4"));
+        assert_eq!(get("PG_PRIMARY_SERVICE_PORT"), Some("5432"));
+        assert_eq!(get("PG_PRIMARY_SERVICE_PORT_POSTGRES"), Some("5432"));
+        assert_eq!(get("PG_PRIMARY_PORT"), Some("tcp://127.9.192.4:5432"));
+        assert_eq!(get("PG_PRIMARY_PORT_5432_TCP_ADDR"), Some("127.9.192.4"));
+        assert!(!environment.iter().any(|(n, _)| n.starts_with("PG_PODS")));
+    }
+
+    #[test]
+    fn hosts_name_services_everywhere_bare_in_their_own_namespace_headless_by_ready_pods() {
+        let store = Store::new(10, 10);
+        let mut state = store.lock();
+        let service = |namespace: &str, name: &str, ip: &str| {
+            json!({"metadata": {"namespace": namespace, "name": name},
+                   "spec": {"clusterIP": ip, "ports": [{"port": 5432}]}})
+        };
+        state.commit_added("/services", service("db", "pg-primary", "127.9.192.4"));
+        state.commit_added("/services", service("other", "cache", "127.9.192.5"));
+        state.commit_added("/services", service("db", "pg-pods", "None"));
+        state.commit_added(
+            "/endpoints",
+            json!({"metadata": {"namespace": "db", "name": "pg-pods"}, "subsets": [{
+                "addresses": [{"ip": "127.9.0.2"}, {"ip": "127.9.0.3"}],
+                "notReadyAddresses": [{"ip": "127.9.0.4"}]}]}),
+        );
+        let lines = host_names(&state, "db");
+        let names_of = |ip: &str| -> Vec<Vec<String>> {
+            let ip: IpAddr = ip.parse().expect("an address");
+            lines
+                .iter()
+                .filter(|(a, _)| *a == ip)
+                .map(|(_, n)| n.clone())
+                .collect()
+        };
+        assert_eq!(
+            names_of("127.9.192.4"),
+            vec![vec![
+                "pg-primary".to_string(),
+                "pg-primary.db".into(),
+                "pg-primary.db.svc".into(),
+                "pg-primary.db.svc.cluster.local".into()
+            ]]
+        );
+        assert_eq!(names_of("127.9.192.5")[0][0], "cache.other");
+        assert_eq!(names_of("127.9.0.2")[0][0], "pg-pods");
+        assert_eq!(names_of("127.9.0.3").len(), 1);
+        assert!(
+            names_of("127.9.0.4").is_empty(),
+            "not-ready pods are not named"
+        );
     }
 }

@@ -10,6 +10,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
+use std::net::IpAddr;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -226,14 +227,13 @@ pub(crate) fn mounts_for(
 
 /// /etc/passwd and /etc/group with an entry for `uid`/`gid` (initdb refuses to run as a user
 /// with no name, which the official image solves the same way, with nss_wrapper), and
-/// /etc/hosts where `localhost` and the pod's name are the pod IP.
+/// /etc/hostname. /etc/hosts is [`write_hosts`]'s.
 pub(crate) fn write_etc(
     etc: &Path,
     uid: u32,
     gid: u32,
     user_name: &str,
     hostname: &str,
-    pod_ip: &str,
 ) -> std::io::Result<()> {
     std::fs::create_dir_all(etc)?;
     let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
@@ -254,12 +254,6 @@ pub(crate) fn write_etc(
     }
     write_file(&etc.join("passwd"), passwd.as_bytes(), 0o644, None)?;
     write_file(&etc.join("group"), group.as_bytes(), 0o644, None)?;
-    let hosts = format!(
-        "# Kubernetes-managed hosts file (written by the sandbox).\n\
-         # Every pod shares the machine's network: `localhost` here is this pod's own address.\n\
-         {pod_ip}\tlocalhost\n{pod_ip}\t{hostname}\n::1\tip6-localhost ip6-loopback\n"
-    );
-    write_file(&etc.join("hosts"), hosts.as_bytes(), 0o644, None)?;
     write_file(
         &etc.join("hostname"),
         format!("{hostname}\n").as_bytes(),
@@ -267,6 +261,35 @@ pub(crate) fn write_etc(
         None,
     )?;
     Ok(())
+}
+
+/// A pod's /etc/hosts: `localhost` and the pod's name are the pod IP, then one line per
+/// Service address with the names it answers to (`services.rs`'s `host_names`).
+pub(crate) fn hosts_file(
+    pod_ip: &str,
+    hostname: &str,
+    services: &[(IpAddr, Vec<String>)],
+) -> String {
+    let mut hosts = format!(
+        "# Kubernetes-managed hosts file (written by the sandbox).\n\
+         # Every pod shares the machine's network: `localhost` here is this pod's own address.\n\
+         {pod_ip}\tlocalhost\n{pod_ip}\t{hostname}\n::1\tip6-localhost ip6-loopback\n"
+    );
+    if !services.is_empty() {
+        hosts.push_str("# Services, kept current (a cluster's DNS answers these names).\n");
+    }
+    for (address, names) in services {
+        hosts.push_str(&format!("{address}\t{}\n", names.join(" ")));
+    }
+    hosts
+}
+
+/// Write `etc/hosts` in place: truncate and rewrite the same file (inode), never a new file
+/// renamed over it, because each running container's jail bind-mounts this very inode at
+/// /etc/hosts and would go on reading a replaced one. A reader may catch the file half
+/// written for the microseconds that takes; the next lookup reads it whole.
+pub(crate) fn write_hosts(etc: &Path, text: &str) -> std::io::Result<()> {
+    write_file(&etc.join("hosts"), text.as_bytes(), 0o644, None)
 }
 
 #[cfg(test)]
@@ -322,5 +345,24 @@ mod tests {
             ))
         );
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn the_hosts_file_is_rewritten_in_the_same_inode() {
+        use std::os::unix::fs::MetadataExt;
+        let etc = std::env::temp_dir().join(format!("sandbox-hosts-test-{}", std::process::id()));
+        let db: IpAddr = "127.9.192.4".parse().expect("an address");
+        write_hosts(&etc, &hosts_file("127.9.0.2", "pg-0", &[])).expect("first write");
+        let before = std::fs::metadata(etc.join("hosts")).expect("hosts").ino();
+        let names = vec!["db".to_string(), "db.default".to_string()];
+        write_hosts(&etc, &hosts_file("127.9.0.2", "pg-0", &[(db, names)])).expect("rewrite");
+        assert_eq!(
+            std::fs::metadata(etc.join("hosts")).expect("hosts").ino(),
+            before
+        );
+        let text = std::fs::read_to_string(etc.join("hosts")).expect("hosts");
+        assert!(text.contains("127.9.0.2\tpg-0\n"), "{text}");
+        assert!(text.ends_with("127.9.192.4\tdb db.default\n"), "{text}");
+        let _ = std::fs::remove_dir_all(&etc);
     }
 }

@@ -47,6 +47,9 @@ pub(crate) struct PodWorker {
     /// Cancelled when the pod's "node" is lost (the fault): its processes are killed and its
     /// status is no longer written, as when a kubelet stops reporting.
     pub(crate) lost: CancellationToken,
+    /// The /etc/hosts text last written (rewritten when the Services' addresses change); its
+    /// lock also keeps two writers from interleaving.
+    pub(crate) hosts: Mutex<String>,
 }
 
 impl PodWorker {
@@ -122,6 +125,7 @@ impl PodWorker {
                 .map(|_| Notify::new())
                 .collect(),
             lost: CancellationToken::new(),
+            hosts: Mutex::new(String::new()),
         }
     }
 
