@@ -75,14 +75,14 @@ async fn example_cluster_goes_through_every_kubectl_verb() {
         .collect();
     assert_eq!(
         header,
-        ["NAME", "SIZE", "READY", "VERSION", "PHASE", "AGE"],
+        ["NAME", "SIZE", "READY", "PRIMARY", "PHASE", "VERSION", "AGE"],
         "{table}"
     );
     let row = lines.next().unwrap_or_default();
     assert!(
         row.starts_with("example-postgresql-cluster")
             && row.contains(" 3 ")
-            && row.contains("9.6.3"),
+            && row.contains(" 16 "),
         "{table}"
     );
 

@@ -143,7 +143,7 @@ async fn status_subresource_separates_spec_and_status_writers() {
     );
 
     let mut status_write = created.clone();
-    status_write["status"] = json!({"phase": "Running", "readyReplicas": 3});
+    status_write["status"] = json!({"phase": "Running", "readyInstances": 3});
     status_write["spec"]["size"] = json!(99);
     let written = http.put(&format!("{PGC}/db1/status"), &status_write).await;
     assert_eq!(written.status, 200, "{}", written.text());
@@ -168,7 +168,7 @@ async fn status_subresource_separates_spec_and_status_writers() {
     let bad = http
         .merge_patch(
             &format!("{PGC}/db1/status"),
-            &json!({"status": {"readyReplicas": "three"}}),
+            &json!({"status": {"readyInstances": "three"}}),
         )
         .await;
     assert_eq!(bad.status, 422, "status is validated too");
@@ -184,7 +184,7 @@ async fn scale_subresource_maps_replicas_to_spec_size() {
     http.post(PGC, &cluster("db1", 3)).await;
     http.merge_patch(
         &format!("{PGC}/db1/status"),
-        &json!({"status": {"readyReplicas": 2}}),
+        &json!({"status": {"size": 2}}),
     )
     .await;
 
@@ -591,14 +591,14 @@ async fn lists_become_tables_when_kubectl_asks() {
         .collect();
     assert_eq!(
         columns,
-        ["Name", "Size", "Ready", "Version", "Phase", "Age"]
+        ["Name", "Size", "Ready", "Primary", "Phase", "Version", "Age"]
     );
     let cells = &table["rows"][0]["cells"];
     assert_eq!(cells[0], "db1");
     assert_eq!(cells[1], 3);
     assert!(cells[2].is_null());
     assert!(
-        cells[5].as_str().is_some_and(|age| age.ends_with('s')),
+        cells[6].as_str().is_some_and(|age| age.ends_with('s')),
         "{cells}"
     );
     assert_eq!(table["rows"][0]["object"]["metadata"]["name"], "db1");

@@ -30,7 +30,7 @@ use tokio::time::Instant;
 
 /// The CRD manifest users apply (`kube/crd.yaml`); `crd_json()` is the same CRD built in Rust.
 pub const CRD_FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../kube/crd.yaml");
-/// The workshop's example cluster: example-postgresql-cluster, size 3, version "9.6.3".
+/// The workshop's example cluster: example-postgresql-cluster, size 3, version "16".
 pub const EXAMPLE_FIXTURE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../kube/example-postgres-cluster.yaml"
