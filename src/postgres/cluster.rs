@@ -266,7 +266,12 @@ impl Task {
                 }
             }
         }
-        let members = self.observe();
+        // One snapshot of the store for the whole round: the watch keeps writing to it, and an
+        // expectation checked against a later read than the plan's could pass while the plan
+        // still misses the pod (and creates a second one).
+        let pods = self.snapshot();
+        let waiting_for_watch = self.still_expecting(&pods);
+        let members = self.observe(&pods);
         let status = self.status();
         let observed = Observed {
             members,
@@ -298,7 +303,7 @@ impl Task {
 
         let action = if self.cluster.spec.paused {
             Action::Wait("the cluster is paused (spec.paused)".into())
-        } else if let Some(waiting) = self.still_expecting() {
+        } else if let Some(waiting) = waiting_for_watch {
             Action::Wait(waiting)
         } else {
             next_action(&observed, &self.worker.options.delays)
@@ -316,14 +321,17 @@ impl Task {
         self.write_status(next).await;
     }
 
-    /// The cluster's pods from the store, reduced to what the plan reads.
-    fn observe(&mut self) -> Vec<Member> {
-        let namespace = self.cluster.metadata.namespace.clone();
-        let uid = self.cluster.metadata.uid.clone();
-        let pods = self
-            .worker
+    /// The cluster's pods in the store now: in its namespace and owned by its uid.
+    fn snapshot(&self) -> Vec<Pod> {
+        let namespace = &self.cluster.metadata.namespace;
+        let uid = &self.cluster.metadata.uid;
+        self.worker
             .pods
-            .list(|pod: &Pod| pod.metadata.namespace == namespace && pod.is_owned_by(&uid));
+            .list(|pod: &Pod| &pod.metadata.namespace == namespace && pod.is_owned_by(uid))
+    }
+
+    /// The cluster's pods, reduced to what the plan reads.
+    fn observe(&mut self, pods: &[Pod]) -> Vec<Member> {
         let now = Instant::now();
         self.unready_since
             .retain(|name, _| pods.iter().any(|p| &p.metadata.name == name));
@@ -399,17 +407,13 @@ impl Task {
     }
 
     /// Whether the store shows the last action's effect yet; `Some(why)` while it does not.
-    fn still_expecting(&mut self) -> Option<String> {
+    fn still_expecting(&mut self, pods: &[Pod]) -> Option<String> {
         let (expect, until) = self.expecting.clone()?;
-        let key = |name: &str| format!("{}/{name}", self.namespace());
+        let find = |name: &str| pods.iter().find(|pod| pod.metadata.name == name);
         let seen = match &expect {
-            Expect::Appears(name) => self.worker.pods.get(&key(name)).is_some(),
-            Expect::Leaves(name) => self
-                .worker
-                .pods
-                .get(&key(name))
-                .is_none_or(|pod| pod.is_terminating()),
-            Expect::Labelled(name, role) => self.worker.pods.get(&key(name)).is_none_or(|pod| {
+            Expect::Appears(name) => find(name).is_some(),
+            Expect::Leaves(name) => find(name).is_none_or(|pod| pod.is_terminating()),
+            Expect::Labelled(name, role) => find(name).is_none_or(|pod| {
                 pod.metadata.labels.get(ROLE_LABEL).map(String::as_str) == Some(role.label_value())
             }),
         };

@@ -234,7 +234,10 @@ pub fn next_action(observed: &Observed, delays: &Delays) -> Action {
         .find(|m| m.is(Role::Primary) && m.phase == Phase::Terminating)
     {
         if primaries.is_empty() {
-            return Action::Wait(format!("waiting for the old primary {} to stop", leaving.name));
+            return Action::Wait(format!(
+                "waiting for the old primary {} to stop",
+                leaving.name
+            ));
         }
     }
     let primary = primaries.first().copied();
