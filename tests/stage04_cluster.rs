@@ -190,7 +190,8 @@ impl World {
 }
 
 /// The whole homework: create 3, scale to 5, lose a replica, shrink to 2, lose the primary,
-/// restart the operator, refuse a major downgrade, delete — with a row that survives it all.
+/// restart the operator, refuse a major downgrade, lose every member, delete — with a row that
+/// survives the failover.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_operator_runs_a_real_postgres_cluster_through_failover() {
     let sandbox = Sandbox::start_with_runtime(
@@ -398,6 +399,66 @@ async fn the_operator_runs_a_real_postgres_cluster_through_failover() {
         described.contains("Promoted"),
         "Events tell the story: {described}"
     );
+
+    // A replica lost while the change is refused is replaced on the version the cluster runs.
+    let replica = world
+        .pods()
+        .await
+        .into_iter()
+        .find(|p| p.1 == "replica")
+        .expect("a replica")
+        .0;
+    world
+        .kubectl
+        .ok(&["delete", "pod", &replica, "--wait=false"])
+        .await;
+    world.wait_healthy(2).await;
+    let images = world
+        .kubectl
+        .ok(&[
+            "get",
+            "pods",
+            "-l",
+            "workshop.example.com/cluster=db",
+            "-o",
+            "jsonpath={.items[*].spec.containers[0].image}",
+        ])
+        .await;
+    assert!(
+        images
+            .split_whitespace()
+            .all(|image| image == "postgres:16"),
+        "no pod of another major: {images}"
+    );
+
+    // Every member lost at once: a disaster, phase Failed, and no silent re-seed.
+    world
+        .kubectl
+        .ok(&[
+            "delete",
+            "pods",
+            "-l",
+            "workshop.example.com/cluster=db",
+            "--wait=false",
+        ])
+        .await;
+    eventually("phase Failed", || async {
+        let status = world.cluster().await["status"].clone();
+        (status["phase"] == "Failed").then_some(())
+    })
+    .await;
+    assert!(operator.said("All Postgres pods are dead"));
+    let described = world.kubectl.ok(&["describe", "pgc", CLUSTER]).await;
+    assert!(
+        described.contains("AllMembersLost"),
+        "a Warning event: {described}"
+    );
+    let secret_gets = secret_checks(&world);
+    eventually("two more reconcile rounds", || async {
+        (secret_checks(&world) >= secret_gets + 2).then_some(())
+    })
+    .await;
+    assert!(world.pods().await.is_empty(), "no empty database re-seeded");
 
     // Delete: every owned object is collected.
     world.kubectl.ok(&["delete", "pgc", CLUSTER]).await;

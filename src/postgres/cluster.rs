@@ -41,7 +41,7 @@ use super::conditions::{next_status, PHASE_FAILED, PHASE_RUNNING};
 use super::manifests::{self, Credentials, Role, POSTGRES_CONTAINER, ROLE_LABEL};
 use super::plan::{
     most_advanced, next_action, version_change, Action, Delays, DeleteReason, Member, Observed,
-    Phase, Position,
+    Phase, Position, VersionChange,
 };
 
 /// Tuning for the stage-04 tasks. `Default` is what a real operator should use.
@@ -308,7 +308,16 @@ impl Task {
         } else {
             next_action(&observed, &self.worker.options.delays)
         };
-        let primary_after = self.act(&action, &observed).await.or(primary_now);
+        // New pods run the spec's version, unless a change to it is refused: then the version the
+        // cluster runs, or a replica of another major would be cloned from this primary's data.
+        let image_version = match version {
+            VersionChange::None | VersionChange::Minor => None,
+            _ => running_version.clone(),
+        };
+        let primary_after = self
+            .act(&action, &observed, image_version.as_deref())
+            .await
+            .or(primary_now);
 
         let next = next_status(
             &self.cluster,
@@ -436,12 +445,17 @@ impl Task {
     }
 
     /// Carry out one action. Returns the pod that is primary after it, if the action made one.
-    async fn act(&mut self, action: &Action, observed: &Observed) -> Option<String> {
+    async fn act(
+        &mut self,
+        action: &Action,
+        observed: &Observed,
+        image_version: Option<&str>,
+    ) -> Option<String> {
         match action {
             Action::Steady | Action::Wait(_) => None,
             Action::CreateSeed => {
                 self.say("Launching seed Postgres node");
-                let name = self.create_pod(Role::Primary).await?;
+                let name = self.create_pod(Role::Primary, image_version).await?;
                 self.say(format!("Launching seed Postgres node {name}"));
                 self.event(
                     EventType::Normal,
@@ -457,7 +471,7 @@ impl Task {
                     .iter()
                     .filter(|m| m.phase != Phase::Terminating)
                     .count();
-                let name = self.create_pod(Role::Replica).await?;
+                let name = self.create_pod(Role::Replica, image_version).await?;
                 self.say(format!(
                     "Adding replica {name} ({} of {})",
                     count + 1,
@@ -497,9 +511,13 @@ impl Task {
     }
 
     /// POST one pod; its name comes back from `generateName`.
-    async fn create_pod(&mut self, role: Role) -> Option<String> {
+    async fn create_pod(&mut self, role: Role, version: Option<&str>) -> Option<String> {
         let path = format!("/api/v1/namespaces/{}/pods", self.namespace());
-        let body = manifests::pod(&self.cluster, role);
+        let mut cluster = self.cluster.clone();
+        if let Some(version) = version {
+            cluster.spec.version = version.to_string();
+        }
+        let body = manifests::pod(&cluster, role);
         match self.worker.client.create::<_, Pod>(&path, &body).await {
             Ok(pod) => {
                 self.expect(Expect::Appears(pod.metadata.name.clone()));
