@@ -31,7 +31,7 @@ async fn explain_describes_metadata_of_custom_and_built_in_kinds() {
         assert!(top.contains(field), "no {field:?} in:\n{top}");
     }
     let spec = kubectl.ok(&["explain", "pgc.spec"]).await;
-    assert!(spec.contains("Number of Postgres pods."), "{spec}");
+    assert!(spec.contains("Number of Postgres pods:"), "{spec}");
     let labels = kubectl.ok(&["explain", "pgc.metadata.labels"]).await;
     assert!(labels.contains("<map[string]string>"), "{labels}");
     let owners = kubectl
