@@ -18,7 +18,13 @@
 //! - Other lines starting with `#` are comments.
 //!
 //! Output is compared after normalising what changes from run to run: every run of digits becomes
-//! `N` (resourceVersions, ages, ports, uids) and runs of spaces become one (kubectl aligns columns).
+//! `N` (resourceVersions, ages, ports, uids), runs of spaces become one (kubectl aligns columns),
+//! the random 5-character suffix the API server gives a `generateName` (`example-pg-7xk2p`;
+//! Kubernetes picks from digits and consonants only, so no word is mistaken for one) becomes
+//! `-?????`, and a Postgres WAL position (`0/501E4E8`) becomes `N/N`.
+//!
+//! A command's words are split at spaces, except inside double quotes (`psql -c "SELECT 1"`),
+//! which are removed as a shell would; there is no other shell syntax.
 //!
 //! `127.0.0.1:8001` in a command is the sandbox the test runs: `cargo run --bin sandbox -- --listen
 //! 127.0.0.1:8001` starts it for real on a free port; a transcript that does not start one gets
@@ -35,8 +41,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const DOC_ADDRESS: &str = "127.0.0.1:8001";
-const BACKGROUND_DEADLINE: Duration = Duration::from_secs(40);
-const FOREGROUND_DEADLINE: Duration = Duration::from_secs(60);
+/// Bounds for a hung command, not timings: step 04 starts real PostgreSQL servers (initdb, base
+/// backups) on a machine that may be busy with other tests.
+const BACKGROUND_DEADLINE: Duration = Duration::from_secs(120);
+const FOREGROUND_DEADLINE: Duration = Duration::from_secs(240);
 
 /// One thing a transcript does, in document order.
 #[derive(Debug, PartialEq)]
@@ -163,11 +171,85 @@ fn untested_transcripts(markdown: &str) -> Vec<usize> {
     found
 }
 
+/// The characters Kubernetes draws a `generateName` suffix from (`utilrand.String`): no vowels,
+/// no 0, 1 or 3, so a suffix never spells a word.
+const GENERATED_NAME_CHARS: &str = "bcdfghjklmnpqrstvwxz2456789";
+
+/// `-7xk2p` after a name becomes `-?????`; `0/501E4E8` (an LSN) becomes `N/N`.
+fn mask_generated(line: &str) -> String {
+    let chars: Vec<char> = line.chars().collect();
+    let is_word = |c: Option<&char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
+    let mut out = String::with_capacity(line.len());
+    let mut i = 0;
+    while i < chars.len() {
+        let suffix_end = i + 6;
+        if chars[i] == '-'
+            && i > 0
+            && is_word(chars.get(i - 1))
+            && suffix_end <= chars.len()
+            && chars[i + 1..suffix_end]
+                .iter()
+                .all(|c| GENERATED_NAME_CHARS.contains(*c))
+            && !is_word(chars.get(suffix_end))
+        {
+            out.push_str("-?????");
+            i = suffix_end;
+            continue;
+        }
+        let hex = |c: &char| c.is_ascii_digit() || ('A'..='F').contains(c);
+        if hex(&chars[i]) && (i == 0 || !is_word(chars.get(i - 1))) {
+            let high = chars[i..].iter().take_while(|c| hex(c)).count();
+            if chars.get(i + high) == Some(&'/') {
+                let low = chars[i + high + 1..].iter().take_while(|c| hex(c)).count();
+                if low > 0 && !is_word(chars.get(i + high + 1 + low)) {
+                    out.push_str("N/N");
+                    i += high + 1 + low;
+                    continue;
+                }
+            }
+        }
+        out.push(chars[i]);
+        i += 1;
+    }
+    out
+}
+
+/// A command's words: split at whitespace, except inside double quotes, which are dropped.
+fn shell_words(text: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    let mut in_word = false;
+    let mut quoted = false;
+    for ch in text.chars() {
+        match ch {
+            '"' => {
+                quoted = !quoted;
+                in_word = true;
+            }
+            c if c.is_whitespace() && !quoted => {
+                if in_word {
+                    words.push(std::mem::take(&mut word));
+                    in_word = false;
+                }
+            }
+            c => {
+                word.push(c);
+                in_word = true;
+            }
+        }
+    }
+    if in_word {
+        words.push(word);
+    }
+    words
+}
+
 fn normalise(line: &str) -> String {
+    let line = mask_generated(line.trim());
     let mut out = String::with_capacity(line.len());
     let mut previous_digit = false;
     let mut previous_space = false;
-    for ch in line.trim().chars() {
+    for ch in line.chars() {
         if ch.is_ascii_digit() {
             if !previous_digit {
                 out.push('N');
@@ -324,7 +406,7 @@ impl Runner {
 
     /// Start the sandbox binary on a free port, and use it for every later command.
     fn start_sandbox(&mut self, command: &str, terminal: &str) -> Background {
-        let words: Vec<String> = command.split_whitespace().map(str::to_string).collect();
+        let words = shell_words(command);
         let (_, args) = binary_and_args(&words[2..]);
         let args: Vec<String> = args
             .iter()
@@ -373,7 +455,7 @@ impl Runner {
 
     /// Turn a transcript command into a process to run.
     fn command_for(&mut self, text: &str) -> Command {
-        let words: Vec<String> = text.split_whitespace().map(str::to_string).collect();
+        let words = shell_words(text);
         let address = if text.contains(DOC_ADDRESS) {
             self.server_address()
         } else {
@@ -682,4 +764,48 @@ fn comparison_ignores_numbers_and_alignment_but_not_words() {
         find_in_order(&["x".to_string()], &many, 2),
         Err("x".to_string())
     );
+}
+
+/// Generated names and WAL positions differ from run to run; other words with hyphens do not.
+#[test]
+fn comparison_ignores_generated_names_and_wal_positions() {
+    assert_eq!(
+        normalise("Promoting db-7xk2p to primary (WAL received up to 0/501E4E8, replayed up to 0/3000148)"),
+        normalise("Promoting db-bb9zz to primary (WAL received up to 0/60000D8, replayed up to 0/60000D8)")
+    );
+    assert_eq!(
+        normalise("pod \"db-7xk2p\" deleted"),
+        "pod \"db-?????\" deleted"
+    );
+    assert_ne!(normalise("db-7xk2p"), normalise("other-7xk2p"));
+    // Vowels, longer suffixes and words of their own are left alone.
+    for kept in [
+        "example-cluster",
+        "db-primary",
+        "db-init",
+        "kube-node-lease",
+        "a-bcdfgh",
+        "-bcdfg",
+    ] {
+        assert_eq!(mask_generated(kept), kept);
+    }
+}
+
+/// Double quotes keep a word together and are dropped, as a shell does.
+#[test]
+fn commands_split_at_spaces_outside_double_quotes() {
+    assert_eq!(
+        shell_words(r#"kubectl exec svc/db -- psql -Atc "SELECT note FROM kept"  -q"#),
+        [
+            "kubectl",
+            "exec",
+            "svc/db",
+            "--",
+            "psql",
+            "-Atc",
+            "SELECT note FROM kept",
+            "-q"
+        ]
+    );
+    assert_eq!(shell_words(r#"a "" b"#), ["a", "", "b"]);
 }

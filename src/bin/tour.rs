@@ -1,15 +1,19 @@
 //! The one-command tour: `cargo run`. It plays the whole workshop at once — register the type,
-//! start the step-03 operator, create a Postgres cluster, resize it, delete it — and prints what
-//! the operator says at each step.
+//! watch, run the step-03 operator on a cluster, then the step-04 operator for real: a seed
+//! primary and its replicas, a row written through the primary Service, the primary deleted, a
+//! failover, the row read back — and prints what the operators say at each step.
 //!
 //! WORKSHOP.md, "The whole workshop in one command". Nothing to install beyond the Rust
 //! toolchain: with no flags the tour starts the sandbox API server (the `sandbox` binary, built
 //! first when run through `cargo run`) as a child process on 127.0.0.1, and stops it at the end.
 //! Two programs talking HTTP, as an operator and kube-apiserver are: the operator crate never
-//! links the sandbox.
+//! links the sandbox. Where PostgreSQL and bubblewrap are installed the sandbox runs the pods as
+//! real PostgreSQL servers; elsewhere they are simulated, the tour says so, and skips what needs
+//! a real server (the SQL, the promotion).
 //!
 //! ```text
 //! cargo run                                  # the tour on a sandbox of its own
+//! cargo run -- --sandbox-runtime simulated   # the same with simulated pods (no PostgreSQL needed)
 //! cargo run -- --reconcile-interval 8        # the original's 8 s timer (default here: 2 s)
 //! kubectl proxy --port 8001                  # or a real cluster, through kubectl proxy (own terminal):
 //! cargo run -- --server http://127.0.0.1:8001 --namespace default
@@ -20,16 +24,21 @@
 //! CRD if missing (and leaves it), creates `example-postgresql-cluster` in the namespace, resizes
 //! it, and deletes it again — also when stopped with Ctrl-C half-way, and then says what it
 //! removed. It refuses to start if an object of that name already exists, or if the namespace
-//! does not.
+//! does not. Step 04, whose operator starts pods, plays on the tour's own sandbox only.
 //!
-//! The operator it runs is the one `stages/stage03.rs` runs: [`run_operator`]. The tour waits
-//! for the operator's own lines after each act (with a deadline) rather than sleeping.
+//! The operators it runs are the ones the stages run: [`run_operator`] (`stages/stage03.rs`) and
+//! [`run_postgres_operator`] (`stages/stage04.rs`). The tour waits for the operator's own lines,
+//! or polls the cluster's status, after each act (with a deadline) rather than sleeping.
 //! `cargo run -- --help` lists the flags.
 
+use std::future::Future;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use base64::Engine;
 
 use clap::Parser;
 use postgres_operator::api::{
@@ -37,8 +46,15 @@ use postgres_operator::api::{
 };
 use postgres_operator::client::{Client, Patch};
 use postgres_operator::config::{Config, ConfigArgs, CONNECTION_ORDER_HELP};
+use postgres_operator::controller::pods::{label_selector, pods_path, Pod};
 use postgres_operator::controller::{run_operator, ControllerOptions};
 use postgres_operator::crd::{self, DEFAULT_ESTABLISHED_TIMEOUT};
+use postgres_operator::exec::exec;
+use postgres_operator::postgres::manifests::{
+    credentials_secret_name, primary_service_name, psql_argv, POSTGRES_CONTAINER, POSTGRES_PORT,
+    SUPERUSER_PASSWORD_KEY,
+};
+use postgres_operator::postgres::{run_postgres_operator, PostgresOptions};
 use postgres_operator::process::{
     cancel_on_signal, connect, exit_error, init_logging, parse_seconds,
 };
@@ -51,14 +67,24 @@ use tokio_util::sync::CancellationToken;
 const EXAMPLE_NAME: &str = "example-postgresql-cluster";
 const EXAMPLE_SIZE: i64 = 3;
 const RESIZED_SIZE: i64 = 5;
+/// Step 04 grows the example by one: one more replica cloned from the primary.
+const GROWN_SIZE: i64 = 4;
 const EXAMPLE_VERSION: &str = "16";
 /// How long one act may take before the tour gives up on the operator's reply.
 const ACT_DEADLINE: Duration = Duration::from_secs(15);
+/// How long a step-04 act may take: real pods run initdb or copy the primary with
+/// pg_basebackup, on a machine that may be busy with other work.
+const POD_ACT_DEADLINE: Duration = Duration::from_secs(180);
+/// The table the tour writes its row to, and the row.
+const TOUR_TABLE: &str = "tour";
+const TOUR_NOTE: &str = "written before the failover";
 
 /// tour: the whole workshop in one command (`cargo run`). Registers the PostgresCluster type,
-/// starts the step-03 operator, creates, resizes and deletes a cluster, and prints what the
-/// operator says at each step. With no flags it runs on a sandbox API server of its own;
-/// with --server or --real-cluster on a real one, where it removes what it created.
+/// runs the step-03 operator on a cluster, then the step-04 operator: creates a Postgres cluster,
+/// grows it, writes a row through its primary Service, deletes the primary pod, watches the
+/// failover and reads the row back. Prints what the operators say at each step. With no flags it
+/// runs on a sandbox API server of its own; with --server or --real-cluster on a real one (steps
+/// 01-03 only), where it removes what it created.
 #[derive(Parser)]
 #[command(after_help = format!("{CONNECTION_ORDER_HELP}\n\n{EXAMPLES}"))]
 struct TourFlags {
@@ -70,6 +96,11 @@ struct TourFlags {
     /// wait; the original's is 8)
     #[arg(long, value_name = "SECS", default_value = "2", value_parser = parse_seconds, allow_negative_numbers = true)]
     reconcile_interval: Duration,
+    /// What runs the pods of the tour's own sandbox: `processes` (real PostgreSQL; needs
+    /// PostgreSQL and bubblewrap) or `simulated` (a status only). Default: the sandbox's choice,
+    /// processes where they can run
+    #[arg(long, value_name = "KIND", value_parser = ["processes", "simulated"], conflicts_with_all = ["real_cluster", "server"])]
+    sandbox_runtime: Option<String>,
     #[command(flatten)]
     connection: ConfigArgs,
 }
@@ -77,6 +108,7 @@ struct TourFlags {
 const EXAMPLES: &str = "\
 Examples:
   tour                                        # on a sandbox of its own: nothing to set up
+  tour --sandbox-runtime simulated            # the same, with pods that only get a status
   tour --server http://127.0.0.1:8001         # a real cluster, through kubectl proxy
   tour --real-cluster --namespace scratch     # whatever cluster kubectl would use
 
@@ -98,6 +130,7 @@ fn main() -> ExitCode {
 }
 
 async fn tour(flags: TourFlags) -> ExitCode {
+    let started = Instant::now();
     let shutdown = cancel_on_signal();
 
     // The stage: a sandbox of our own, unless told to use a real API server.
@@ -107,7 +140,7 @@ async fn tour(flags: TourFlags) -> ExitCode {
             Err(exit) => return exit,
         }
     } else {
-        let sandbox = match SandboxProcess::start().await {
+        let sandbox = match SandboxProcess::start(flags.sandbox_runtime.as_deref()).await {
             Ok(sandbox) => sandbox,
             Err(error) => return exit_error(&format!("starting the sandbox: {error}"), None),
         };
@@ -121,10 +154,14 @@ async fn tour(flags: TourFlags) -> ExitCode {
 
     let namespace = client.namespace().to_string();
     match &sandbox {
-        Some(sandbox) => println!(
-            "== The stage: a sandbox API server at {} (no cluster needed)",
-            sandbox.url
-        ),
+        Some(sandbox) => {
+            println!(
+                "== The stage: a sandbox API server at {} (no cluster needed)",
+                sandbox.url
+            );
+            // The sandbox's own banner says what runs its pods.
+            println!("   {}", sandbox.runtime.banner());
+        }
         None => {
             println!(
                 "== The stage: the API server at {}, namespace {namespace}. This tour will:",
@@ -135,14 +172,16 @@ async fn tour(flags: TourFlags) -> ExitCode {
             println!(
                 "   Nothing else is created: the step-03 operator only reports what it would do."
             );
+            println!("   Step 04 (its operator starts pods) plays on the tour's own sandbox only: `cargo run` with no flags.");
         }
     }
 
     let created_example = Arc::new(AtomicBool::new(false));
-    // The operator stops on Ctrl-C/SIGTERM, or at the tour's curtain: a child token.
-    let stop_operator = shutdown.child_token();
+    // The operators stop on Ctrl-C/SIGTERM, or at their curtain: child tokens.
+    let stop_operators = shutdown.child_token();
+    let runtime = sandbox.as_ref().map(|sandbox| &sandbox.runtime);
     let outcome = tokio::select! {
-        outcome = play(&client, &flags, created_example.clone(), stop_operator) => outcome,
+        outcome = play(&client, &flags, runtime, created_example.clone(), stop_operators) => outcome,
         () = shutdown.cancelled() => Err(TourEnd::Interrupted),
     };
     // A signal also stops the operator (a child token), and `play` may see that first and call it
@@ -160,8 +199,15 @@ async fn tour(flags: TourFlags) -> ExitCode {
         sandbox.stop().await;
     }
     match outcome {
+        Ok(()) => {
+            println!(
+                "The tour took {:.1} s. That was the workshop; now read WORKSHOP.md.",
+                started.elapsed().as_secs_f64()
+            );
+            ExitCode::SUCCESS
+        }
         // SIGTERM is Kubernetes' normal stop, Ctrl-C a person's: a clean stop either way.
-        Ok(()) | Err(TourEnd::Interrupted) => ExitCode::SUCCESS,
+        Err(TourEnd::Interrupted) => ExitCode::SUCCESS,
         Err(TourEnd::Failed { message, hint }) => exit_error(&message, hint),
     }
 }
@@ -227,8 +273,9 @@ async fn check_namespace(client: &Client) -> Result<(), TourEnd> {
 async fn play(
     client: &Client,
     flags: &TourFlags,
+    runtime: Option<&PodRuntime>,
     created_example: Arc<AtomicBool>,
-    stop_operator: CancellationToken,
+    stop_operators: CancellationToken,
 ) -> Result<(), TourEnd> {
     let namespace = client.namespace().to_string();
     let key = format!("{namespace}/{EXAMPLE_NAME}");
@@ -253,6 +300,7 @@ async fn play(
 
     println!("== Step 02: cargo run --bin stage02   (list the clusters, then watch from the list's resourceVersion)");
     let (reporter, lines) = Reporter::channel();
+    let stop_operator = stop_operators.child_token();
     let options = ControllerOptions {
         reconcile_interval: flags.reconcile_interval,
         ..ControllerOptions::default()
@@ -312,7 +360,179 @@ async fn play(
     created_example.store(false, Ordering::SeqCst);
     story.until(Some(&key), "cluster task ended").await?;
 
-    println!("== Curtain: stopping the operator, as SIGTERM would");
+    match runtime {
+        Some(runtime) => {
+            println!("== Curtain for step 03: stopping its operator, as SIGTERM would");
+            stop_operator.cancel();
+            let stopped = operator
+                .await
+                .map_err(|error| failed(format!("the operator task failed: {error}")))?
+                .map_err(failed)?;
+            story.rest().await;
+            println!(
+                "operator stopped ({} cluster tasks left to stop)",
+                stopped.tasks_stopped
+            );
+            play_step04(client, flags, runtime, created_example, stop_operators).await
+        }
+        None => {
+            println!("== Curtain: stopping the operator, as SIGTERM would");
+            stop_operator.cancel();
+            let stopped = operator
+                .await
+                .map_err(|error| failed(format!("the operator task failed: {error}")))?
+                .map_err(failed)?;
+            story.rest().await;
+            println!(
+                "operator stopped ({} cluster tasks left to stop). Step 04 starts pods: try it on the tour's own sandbox (`cargo run`).",
+                stopped.tasks_stopped
+            );
+            Ok(())
+        }
+    }
+}
+
+/// Step 04 on the tour's own sandbox: the operator that acts. Create, grow, write a row through
+/// the primary Service, lose the primary, fail over, read the row back, delete.
+async fn play_step04(
+    client: &Client,
+    flags: &TourFlags,
+    runtime: &PodRuntime,
+    created_example: Arc<AtomicBool>,
+    stop_operators: CancellationToken,
+) -> Result<(), TourEnd> {
+    let namespace = client.namespace().to_string();
+    let key = format!("{namespace}/{EXAMPLE_NAME}");
+    println!("== Step 04: cargo run --bin stage04   (the homework, for real: a seed, replicas, Services, failover)");
+    let sql = SqlRoute::for_runtime(runtime).await;
+    match &sql {
+        None => println!(
+            "   The pods are simulated: the operator acts all the same, but no Postgres runs in them, so the SQL acts are skipped and the failover stops at its first question to Postgres."
+        ),
+        Some(SqlRoute::HostPsql(psql)) => println!(
+            "   The pods are real PostgreSQL servers; the tour's SQL goes through the primary Service with this host's {}.",
+            psql.display()
+        ),
+        Some(SqlRoute::Exec) => println!(
+            "   The pods are real PostgreSQL servers; this host has no psql, so the tour's SQL goes through pods/exec into the primary pod (not through its Service)."
+        ),
+    }
+
+    let (reporter, lines) = Reporter::channel();
+    let options = PostgresOptions {
+        reconcile_interval: flags.reconcile_interval,
+        ..PostgresOptions::default()
+    };
+    let stop_operator = stop_operators.child_token();
+    let operator = tokio::spawn(run_postgres_operator(
+        client.clone(),
+        options,
+        reporter,
+        stop_operator.clone(),
+    ));
+    let mut story = Story { lines };
+    story.until(None, "Starting at watchVersion").await?;
+    let cluster_path = object_path(&namespace, EXAMPLE_NAME);
+
+    println!("== Act 4: kubectl create -f kube/example-postgres-cluster.yaml   (size {EXAMPLE_SIZE}: a seed primary, then replicas cloned from it one at a time)");
+    let created = Instant::now();
+    let _: PostgresCluster = client
+        .create(&collection_path(&namespace), &example_cluster(&namespace))
+        .await
+        .map_err(failed)?;
+    created_example.store(true, Ordering::SeqCst);
+    let path = cluster_path.as_str();
+    let primary = story
+        .until_state(&format!("{EXAMPLE_SIZE} ready members"), || {
+            ready_members(client, path, EXAMPLE_SIZE)
+        })
+        .await?;
+    println!(
+        "== {EXAMPLE_SIZE} of {EXAMPLE_SIZE} members ready, {primary} the primary, {:.1} s after the create",
+        created.elapsed().as_secs_f64()
+    );
+
+    println!("== Act 5: kubectl scale pgc {EXAMPLE_NAME} --replicas {GROWN_SIZE}   (through the scale subresource)");
+    let scale = Patch::Merge(serde_json::json!({"spec": {"replicas": GROWN_SIZE}}));
+    let _: serde_json::Value = client
+        .patch(&format!("{cluster_path}/scale"), &scale)
+        .await
+        .map_err(failed)?;
+    story
+        .until_state(&format!("{GROWN_SIZE} ready members"), || {
+            ready_members(client, path, GROWN_SIZE)
+        })
+        .await?;
+    println!("== {GROWN_SIZE} of {GROWN_SIZE} members ready");
+
+    let service = primary_service_name(EXAMPLE_NAME);
+    let write = format!(
+        "CREATE TABLE {TOUR_TABLE} (note text); INSERT INTO {TOUR_TABLE} VALUES ('{TOUR_NOTE}') RETURNING inet_server_addr()"
+    );
+    match &sql {
+        None => println!(
+            "== Act 6: (skipped: write a row through the Service {service}; the pods are simulated, no Postgres answers)"
+        ),
+        Some(route) => {
+            let target = route.target(client, &primary).await?;
+            println!("== Act 6: {}", target.command_line(&write));
+            let answer = story
+                .while_printing(target.run(client, &write))
+                .await?;
+            let server = pod_with_address(client, answer.trim()).await;
+            println!("   written: answered by {} ({server})", answer.trim());
+        }
+    }
+
+    println!("== Act 7: kubectl delete pod {primary}   (lose the primary: the operator waits until it has stopped, then promotes the most advanced replica)");
+    let deleted = Instant::now();
+    let _: serde_json::Value = client
+        .delete(&format!("/api/v1/namespaces/{namespace}/pods/{primary}"))
+        .await
+        .map_err(failed)?;
+    match &sql {
+        None => {
+            story
+                .until_within(Some(&key), "cannot ask", POD_ACT_DEADLINE)
+                .await?;
+            println!("== The failover stops here: a simulated pod runs no Postgres to ask for its WAL position or to promote. With PostgreSQL and bubblewrap installed, a replica is promoted at this point.");
+            println!("== Act 8: (skipped: read the row back through the Service; the pods are simulated)");
+        }
+        Some(route) => {
+            let old = primary.as_str();
+            let promoted = story
+                .until_state("a new primary, ready", || new_primary(client, path, old))
+                .await?;
+            println!(
+                "== {promoted} is the new primary, ready {:.1} s after the delete",
+                deleted.elapsed().as_secs_f64()
+            );
+            let read = format!("SELECT note, inet_server_addr() FROM {TOUR_TABLE}");
+            let target = route.target(client, &promoted).await?;
+            println!("== Act 8: {}", target.command_line(&read));
+            let answer = story
+                .while_printing(target.run_until_answered(client, &read))
+                .await?;
+            let answer = answer.trim();
+            let (note, address) = answer.split_once('|').unwrap_or((answer, ""));
+            let server = pod_with_address(client, address).await;
+            println!("   read back: {note:?}, answered by {address} ({server})");
+            if note != TOUR_NOTE {
+                return Err(failed(format!(
+                    "the row read back after the failover is {note:?}, not {TOUR_NOTE:?}"
+                )));
+            }
+        }
+    }
+
+    println!("== Act 9: kubectl delete pgc {EXAMPLE_NAME}   (the garbage collector deletes what it owns)");
+    let _: serde_json::Value = client.delete(&cluster_path).await.map_err(failed)?;
+    created_example.store(false, Ordering::SeqCst);
+    story
+        .until(Some(&key), "cluster is deleted by the user")
+        .await?;
+
+    println!("== Curtain: stopping the step-04 operator, as SIGTERM would");
     stop_operator.cancel();
     let stopped = operator
         .await
@@ -320,10 +540,300 @@ async fn play(
         .map_err(failed)?;
     story.rest().await;
     println!(
-        "operator stopped ({} cluster tasks left to stop). That was the workshop; now read WORKSHOP.md.",
+        "operator stopped ({} cluster tasks left to stop)",
         stopped.tasks_stopped
     );
     Ok(())
+}
+
+/// `pod NAME` for a pod IP of the example's pods, or a note that none has it.
+async fn pod_with_address(client: &Client, address: &str) -> String {
+    let path = pods_path(client.namespace(), &label_selector(EXAMPLE_NAME));
+    let pods = client.get::<serde_json::Value>(&path).await.ok();
+    let items = pods
+        .as_ref()
+        .and_then(|list| list["items"].as_array())
+        .cloned()
+        .unwrap_or_default();
+    items
+        .iter()
+        .find(|pod| pod["status"]["podIP"].as_str() == Some(address))
+        .and_then(|pod| pod["metadata"]["name"].as_str())
+        .map_or_else(
+            || "no pod of the cluster has that address".to_string(),
+            |name| format!("pod {name}"),
+        )
+}
+
+/// The primary's name once the cluster has `size` members, all ready (from its `status`).
+async fn ready_members(client: &Client, cluster_path: &str, size: i64) -> Option<String> {
+    let cluster: PostgresCluster = client.get(cluster_path).await.ok()?;
+    let status = cluster.status?;
+    (status.size == Some(size) && status.ready_instances == Some(size))
+        .then_some(status.primary)
+        .flatten()
+}
+
+/// The new primary's name once `status.primary` names another pod than `old` and it is ready.
+async fn new_primary(client: &Client, cluster_path: &str, old: &str) -> Option<String> {
+    let cluster: PostgresCluster = client.get(cluster_path).await.ok()?;
+    let primary = cluster.status?.primary.filter(|name| name != old)?;
+    let pod: Pod = client
+        .get(&format!(
+            "/api/v1/namespaces/{}/pods/{primary}",
+            client.namespace()
+        ))
+        .await
+        .ok()?;
+    pod.is_ready().then_some(primary)
+}
+
+/// How the tour's SQL reaches Postgres.
+enum SqlRoute {
+    /// This host's `psql`, through the primary Service: its ClusterIP is a loopback address on
+    /// the sandbox's process runtime, so the host reaches it as any pod would.
+    HostPsql(PathBuf),
+    /// No `psql` on this host: `psql` inside the primary pod, through `pods/exec`.
+    Exec,
+}
+
+impl SqlRoute {
+    /// `None` for simulated pods: no Postgres runs to answer.
+    async fn for_runtime(runtime: &PodRuntime) -> Option<SqlRoute> {
+        match runtime {
+            PodRuntime::Simulated { .. } => None,
+            PodRuntime::Processes { .. } => Some(match find_psql(runtime).await {
+                Some(psql) => SqlRoute::HostPsql(psql),
+                None => SqlRoute::Exec,
+            }),
+        }
+    }
+
+    /// Where to send SQL now that `primary` is the primary.
+    async fn target(&self, client: &Client, primary: &str) -> Result<SqlTarget, TourEnd> {
+        let psql = match self {
+            SqlRoute::Exec => return Ok(SqlTarget::Pod(primary.to_string())),
+            SqlRoute::HostPsql(psql) => psql.clone(),
+        };
+        let namespace = client.namespace();
+        let service: serde_json::Value = client
+            .get(&format!(
+                "/api/v1/namespaces/{namespace}/services/{}",
+                primary_service_name(EXAMPLE_NAME)
+            ))
+            .await
+            .map_err(failed)?;
+        let address = service["spec"]["clusterIP"]
+            .as_str()
+            .filter(|ip| !ip.is_empty() && *ip != "None")
+            .ok_or_else(|| failed("the primary Service has no ClusterIP"))?
+            .to_string();
+        let secret_name = credentials_secret_name(EXAMPLE_NAME);
+        let secret: serde_json::Value = client
+            .get(&format!(
+                "/api/v1/namespaces/{namespace}/secrets/{secret_name}"
+            ))
+            .await
+            .map_err(failed)?;
+        // A Secret's `data` is base64: the API server encodes what was written as `stringData`.
+        let password = secret["data"][SUPERUSER_PASSWORD_KEY]
+            .as_str()
+            .and_then(|encoded| {
+                base64::engine::general_purpose::STANDARD
+                    .decode(encoded)
+                    .ok()
+            })
+            .and_then(|bytes| String::from_utf8(bytes).ok())
+            .ok_or_else(|| {
+                failed(format!(
+                    "Secret {secret_name} has no readable {SUPERUSER_PASSWORD_KEY}"
+                ))
+            })?;
+        Ok(SqlTarget::Service {
+            psql,
+            address,
+            password,
+        })
+    }
+}
+
+/// One place to send SQL to.
+enum SqlTarget {
+    /// The primary Service's ClusterIP, as the superuser with the Secret's password.
+    Service {
+        psql: PathBuf,
+        address: String,
+        password: String,
+    },
+    /// The named pod's postgres container, through `pods/exec`.
+    Pod(String),
+}
+
+impl SqlTarget {
+    /// What a learner would type for the same (the password stays out of it).
+    fn command_line(&self, sql: &str) -> String {
+        match self {
+            SqlTarget::Service { address, .. } => format!(
+                "PGPASSWORD=... psql -h {address} -p {POSTGRES_PORT} -U postgres -c \"{sql}\"   (the Service {}; the password from Secret {})",
+                primary_service_name(EXAMPLE_NAME),
+                credentials_secret_name(EXAMPLE_NAME)
+            ),
+            SqlTarget::Pod(pod) => format!(
+                "kubectl exec {pod} -c {POSTGRES_CONTAINER} -- psql -U postgres -c \"{sql}\""
+            ),
+        }
+    }
+
+    /// Run `sql`; its output (`-qAt`: bare values, `|` between columns, no command tags).
+    async fn run(&self, client: &Client, sql: &str) -> Result<String, String> {
+        match self {
+            SqlTarget::Service {
+                psql,
+                address,
+                password,
+            } => {
+                let port = POSTGRES_PORT.to_string();
+                let mut command = tokio::process::Command::new(psql);
+                command
+                    .args([
+                        "-h", address, "-p", &port, "-U", "postgres", "-d", "postgres",
+                    ])
+                    .args(["-v", "ON_ERROR_STOP=1", "-qAtX", "-c", sql])
+                    // The password in the environment, never in the command line (which
+                    // `ps` shows to every user of the machine).
+                    .env("PGPASSWORD", password)
+                    .env("PGCONNECT_TIMEOUT", "5")
+                    .stdin(std::process::Stdio::null())
+                    .kill_on_drop(true);
+                let output = command
+                    .output()
+                    .await
+                    .map_err(|error| format!("running {}: {error}", psql.display()))?;
+                if output.status.success() {
+                    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+                } else {
+                    Err(String::from_utf8_lossy(&output.stderr).trim().to_string())
+                }
+            }
+            SqlTarget::Pod(pod) => {
+                let mut argv = psql_argv(sql);
+                // Quiet: no `CREATE TABLE`/`INSERT 0 1` command tags between the values.
+                argv.insert(1, "-q".to_string());
+                let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+                let output = exec(
+                    client,
+                    client.namespace(),
+                    pod,
+                    Some(POSTGRES_CONTAINER),
+                    &argv,
+                    None,
+                )
+                .await
+                .map_err(|error| error.to_string())?;
+                if output.exit_code == 0 {
+                    Ok(output.stdout_text())
+                } else {
+                    Err(String::from_utf8_lossy(&output.stderr).trim().to_string())
+                }
+            }
+        }
+    }
+
+    /// [`SqlTarget::run`] again until it answers: right after a failover the Service may have
+    /// no ready endpoint for a moment (connections are refused), or still the old one.
+    async fn run_until_answered(&self, client: &Client, sql: &str) -> Result<String, String> {
+        let deadline = Instant::now() + ACT_DEADLINE;
+        loop {
+            match self.run(client, sql).await {
+                Ok(answer) => return Ok(answer),
+                Err(error) if Instant::now() >= deadline => return Err(error),
+                Err(_) => tokio::time::sleep(Duration::from_millis(250)).await,
+            }
+        }
+    }
+}
+
+/// The host's `psql`: beside the PostgreSQL the sandbox runs, else `pg_config --bindir`, else
+/// the newest of Debian's `/usr/lib/postgresql/*/bin`.
+async fn find_psql(runtime: &PodRuntime) -> Option<PathBuf> {
+    let mut dirs: Vec<PathBuf> = runtime.postgres_bin().into_iter().collect();
+    if let Ok(output) = tokio::process::Command::new("pg_config")
+        .arg("--bindir")
+        .output()
+        .await
+    {
+        if output.status.success() {
+            dirs.push(PathBuf::from(
+                String::from_utf8_lossy(&output.stdout).trim(),
+            ));
+        }
+    }
+    let mut debian: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let major = entry.file_name().to_str()?.parse::<u32>().ok()?;
+            Some((major, entry.path().join("bin")))
+        })
+        .collect();
+    debian.sort();
+    dirs.extend(debian.into_iter().rev().map(|(_, dir)| dir));
+    dirs.into_iter()
+        .map(|dir| dir.join("psql"))
+        .find(|psql| psql.is_file())
+}
+
+/// What runs the sandbox's pods, as the sandbox's banner says.
+enum PodRuntime {
+    /// `pods run as processes: PostgreSQL 15.14 from /usr/lib/postgresql/15/bin, bubblewrap ...`
+    Processes { banner: String },
+    /// `no containers run here: pods get a simulated status only.` and the reason.
+    Simulated { banner: String },
+}
+
+impl PodRuntime {
+    const PROCESSES: &'static str = "pods run as processes:";
+    const SIMULATED: &'static str = "no containers run here:";
+
+    /// Read the sandbox's banner lines.
+    fn from_banner(lines: &[String]) -> PodRuntime {
+        if let Some(line) = lines.iter().find(|l| l.starts_with(Self::PROCESSES)) {
+            return PodRuntime::Processes {
+                banner: line.clone(),
+            };
+        }
+        let at = lines.iter().position(|l| l.starts_with(Self::SIMULATED));
+        let banner = match at {
+            // The reason is on the next line, in parentheses.
+            Some(at) => lines[at..]
+                .iter()
+                .take(2)
+                .map(|line| line.trim())
+                .collect::<Vec<_>>()
+                .join(" "),
+            None => {
+                "the sandbox did not say what runs its pods; taking them for simulated".to_string()
+            }
+        };
+        PodRuntime::Simulated { banner }
+    }
+
+    fn banner(&self) -> &str {
+        match self {
+            PodRuntime::Processes { banner } | PodRuntime::Simulated { banner } => banner,
+        }
+    }
+
+    /// The directory of the PostgreSQL the sandbox runs pods with, from its banner.
+    fn postgres_bin(&self) -> Option<PathBuf> {
+        let PodRuntime::Processes { banner } = self else {
+            return None;
+        };
+        let (_, rest) = banner.split_once(" from ")?;
+        let (dir, _) = rest.split_once(", ")?;
+        Some(Path::new(dir).to_path_buf())
+    }
 }
 
 fn example_cluster(namespace: &str) -> PostgresCluster {
@@ -375,6 +885,53 @@ impl Story {
         }
     }
 
+    /// Print lines until `check` returns something (it is asked every 250 ms): for an act whose
+    /// end is a state of the cluster rather than one line of the operator's.
+    async fn until_state<T, F, Fut>(&mut self, what: &str, mut check: F) -> Result<T, TourEnd>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Option<T>>,
+    {
+        let wait = async {
+            let mut poll = tokio::time::interval(Duration::from_millis(250));
+            loop {
+                tokio::select! {
+                    log = self.lines.recv() => match log {
+                        Some(log) => println!("{log}"),
+                        None => return None,
+                    },
+                    _ = poll.tick() => {
+                        if let Some(found) = check().await {
+                            return Some(found);
+                        }
+                    }
+                }
+            }
+        };
+        match tokio::time::timeout(POD_ACT_DEADLINE, wait).await {
+            Ok(Some(found)) => Ok(found),
+            Ok(None) => Err(failed(format!("the operator stopped before {what}"))),
+            Err(_) => Err(failed(format!(
+                "no {what} within {} s",
+                POD_ACT_DEADLINE.as_secs()
+            ))),
+        }
+    }
+
+    /// Print lines while `work` runs; its answer, or its error as the tour's.
+    async fn while_printing(
+        &mut self,
+        work: impl Future<Output = Result<String, String>>,
+    ) -> Result<String, TourEnd> {
+        tokio::pin!(work);
+        loop {
+            tokio::select! {
+                outcome = &mut work => return outcome.map_err(|error| failed(format!("psql: {error}"))),
+                Some(log) = self.lines.recv() => println!("{log}"),
+            }
+        }
+    }
+
     /// Print whatever is left once the operator has stopped.
     async fn rest(&mut self) {
         while let Ok(log) = self.lines.try_recv() {
@@ -387,16 +944,23 @@ impl Story {
 struct SandboxProcess {
     child: tokio::process::Child,
     url: String,
+    runtime: PodRuntime,
 }
 
+/// The last line of the sandbox's banner, in every mode.
+const BANNER_END: &str = "Ctrl-C stops it.";
+
 impl SandboxProcess {
-    /// Start `sandbox --listen 127.0.0.1:0` and read the URL it prints first.
-    async fn start() -> Result<SandboxProcess, String> {
+    /// Start `sandbox --listen 127.0.0.1:0` (with `--runtime KIND` if given), and read its
+    /// banner: the URL first, then what runs its pods.
+    async fn start(runtime: Option<&str>) -> Result<SandboxProcess, String> {
         let program = sandbox_binary().await?;
-        let mut child = tokio::process::Command::new(&program)
-            // Pods would show as pending for a second before running (the operator of step 03
-            // starts none yet: launching them is the workshop's homework).
-            .args(["--listen", "127.0.0.1:0", "--kubelet-delay-ms", "1000"])
+        let mut command = tokio::process::Command::new(&program);
+        command.args(["--listen", "127.0.0.1:0"]);
+        if let Some(runtime) = runtime {
+            command.args(["--runtime", runtime]);
+        }
+        let mut child = command
             .env("RUST_LOG", "warn")
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())
@@ -406,22 +970,51 @@ impl SandboxProcess {
             .map_err(|error| format!("cannot run {}: {error}", program.display()))?;
         let stdout = child.stdout.take().ok_or("the sandbox has no stdout")?;
         let mut lines = BufReader::new(stdout).lines();
-        let first = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+        let read_banner = async {
+            let mut banner = Vec::new();
+            loop {
+                match lines.next_line().await {
+                    Ok(Some(line)) if line == BANNER_END => return Ok(banner),
+                    Ok(Some(line)) => banner.push(line),
+                    Ok(None) => return Err("the sandbox exited before it was ready".to_string()),
+                    Err(error) => return Err(format!("reading the sandbox's output: {error}")),
+                }
+            }
+        };
+        let banner = tokio::time::timeout(Duration::from_secs(30), read_banner)
             .await
-            .map_err(|_| "the sandbox printed no address within 30 s".to_string())?
-            .map_err(|error| format!("reading the sandbox's output: {error}"))?
-            .ok_or("the sandbox exited before it printed its address")?;
+            .map_err(|_| "the sandbox printed no address within 30 s".to_string())??;
+        let first = banner.first().map(String::as_str).unwrap_or_default();
         let url = first
             .strip_prefix("sandbox API server at ")
             .ok_or_else(|| format!("unexpected first line from the sandbox: {first:?}"))?
             .to_string();
+        let runtime = PodRuntime::from_banner(&banner);
         // Keep reading its stdout, so the child never blocks on a full pipe.
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        Ok(SandboxProcess { child, url })
+        Ok(SandboxProcess {
+            child,
+            url,
+            runtime,
+        })
     }
 
-    /// The sandbox keeps nothing worth a graceful stop: end it and reap it.
+    /// SIGTERM first: the sandbox then stops every pod's PostgreSQL and removes its temporary
+    /// data directory, which SIGKILL would leave behind (its bubblewrap jails die with it
+    /// either way). SIGKILL if it has not exited after the pods' own grace.
     async fn stop(mut self) {
+        if let Some(pid) = self.child.id() {
+            let _ = tokio::process::Command::new("kill")
+                .args(["-TERM", &pid.to_string()])
+                .status()
+                .await;
+            if tokio::time::timeout(Duration::from_secs(30), self.child.wait())
+                .await
+                .is_ok()
+            {
+                return;
+            }
+        }
         let _ = self.child.start_kill();
         let _ = self.child.wait().await;
     }
