@@ -1,5 +1,7 @@
 //! `kubectl apply -k kube/` installs everything: kustomize renders the directory offline, and the
-//! result holds each kind, the Deployment's hardening, and RBAC for exactly what the stages use.
+//! result holds each kind, the Deployment's hardening, and RBAC in the least-privilege shape: a Role
+//! in the operator's namespace, a ClusterRole only for the cluster-scoped CRD. (Which verbs: the
+//! rules are checked against the operator's own requests in tests/kube_rbac.rs.)
 
 use std::path::Path;
 use std::process::Command;
@@ -33,6 +35,8 @@ fn kustomize_renders_every_kind() {
         "ServiceAccount",
         "ClusterRole",
         "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
         "Deployment",
         "PostgresCluster",
         "Namespace",
@@ -45,14 +49,16 @@ fn kustomize_renders_every_kind() {
     }
 }
 
-/// Everything namespaced lands in the operator's own namespace, and the ClusterRoleBinding grants
-/// its permissions to the service account there (not to one in `default`).
+/// Everything namespaced lands in the operator's own namespace (the Role too, so it grants there,
+/// where the operator works), and both bindings grant to the service account there (not to one in
+/// `default`).
 #[test]
 fn everything_lands_in_the_operator_namespace_and_the_binding_follows() {
     let rendered = render();
     let namespaced = rendered.matches("  namespace: postgres-operator").count();
-    // ServiceAccount, Deployment and PostgresCluster metadata, plus the binding's subject.
-    assert_eq!(namespaced, 4, "in:\n{rendered}");
+    // ServiceAccount, Role, RoleBinding, Deployment and PostgresCluster metadata, plus the two
+    // bindings' subjects.
+    assert_eq!(namespaced, 7, "in:\n{rendered}");
     assert!(!rendered.contains("namespace: default"), "in:\n{rendered}");
 }
 
@@ -70,7 +76,7 @@ fn the_deployment_is_hardened_and_gets_its_namespace() {
         "type: RuntimeDefault",
         "fieldPath: metadata.namespace",
         "--namespace=$(NAMESPACE)",
-        "command:\n        - /stage03",
+        "command:\n        - /stage04",
         "replicas: 1",
         "memory: 64Mi",
         "cpu: 10m",

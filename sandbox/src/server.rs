@@ -198,6 +198,12 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Res
         name: String::new(),
         code: 0,
         path: path_and_query.clone(),
+        user_agent: request
+            .headers()
+            .get(header::USER_AGENT)
+            .and_then(|value| value.to_str().ok())
+            .unwrap_or_default()
+            .to_string(),
     };
     let response = match answer(&shared, request, &mut record).await {
         Ok(response) => response,

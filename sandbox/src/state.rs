@@ -121,6 +121,9 @@ pub struct RequestRecord {
     pub code: u16,
     /// Path and query as received.
     pub path: String,
+    /// The `User-Agent` header, empty when absent: kubectl sends `kubectl/v1.32...`, the operator
+    /// `postgres-operator/0.1.0`, so a test can tell whose requests are whose.
+    pub user_agent: String,
 }
 
 /// A failure to answer instead of the real response.
