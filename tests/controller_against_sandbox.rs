@@ -162,7 +162,7 @@ async fn forbidden_pod_list_names_the_missing_rule_and_is_retried_next_tick() {
     assert!(line.contains("Forbidden (403)"), "{line}");
     assert!(
         line.contains(
-            "may not list pods: grant `list` on pods in its ClusterRole (kube/rbac.yaml)"
+            "may not list pods: grant `list` on pods in its Role (kube/rbac.yaml)"
         ),
         "{line}"
     );

@@ -347,7 +347,7 @@ impl<P: PodApi> ClusterTask<P> {
 /// overloaded apiserver, a dropped connection) may well pass by the next tick.
 fn after_failed_pod_list(error: &PodApiError) -> &'static str {
     match error.status_code() {
-        Some(403) => "the operator may not list pods: grant `list` on pods in its ClusterRole (kube/rbac.yaml); trying again next tick",
+        Some(403) => "the operator may not list pods: grant `list` on pods in its Role (kube/rbac.yaml); trying again next tick",
         _ => "trying again next tick",
     }
 }
