@@ -161,9 +161,7 @@ async fn forbidden_pod_list_names_the_missing_rule_and_is_retried_next_tick() {
     let line = refused_pod_list_line(403, "Forbidden", 1).await;
     assert!(line.contains("Forbidden (403)"), "{line}");
     assert!(
-        line.contains(
-            "may not list pods: grant `list` on pods in its Role (kube/rbac.yaml)"
-        ),
+        line.contains("may not list pods: grant `list` on pods in its Role (kube/rbac.yaml)"),
         "{line}"
     );
 }
