@@ -18,7 +18,7 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::Kubectl;
 use postgres_operator::client::{Client, USER_AGENT};
@@ -26,7 +26,7 @@ use postgres_operator::config::Config;
 use postgres_operator::postgres::plan::Delays;
 use postgres_operator::postgres::{run_postgres_operator, PostgresOptions};
 use postgres_operator::story::Reporter;
-use sandbox::{ProcessRuntime, RequestRecord, Runtime, Sandbox, SandboxOptions};
+use sandbox::{RequestRecord, Runtime, Sandbox, SandboxOptions};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
@@ -318,38 +318,6 @@ fn is_discovery(path: &str) -> bool {
 // The scenario
 // ---------------------------------------------------------------------------------------------
 
-fn process_runtime() -> ProcessRuntime {
-    let mut runtime = ProcessRuntime::detect(None).unwrap_or_else(|error| {
-        panic!(
-            "this test runs the operator's pods as real PostgreSQL processes, which this machine \
-             cannot: {error}. Install PostgreSQL and bubblewrap (.ci/install-test-deps)"
-        )
-    });
-    runtime.restart_backoff = Duration::from_millis(500);
-    runtime.max_restart_backoff = Duration::from_secs(2);
-    runtime.retry_period = Duration::from_millis(200);
-    runtime.sync_period = Duration::from_millis(100);
-    runtime
-}
-
-async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let end = Instant::now() + DEADLINE;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(
-            Instant::now() < end,
-            "timed out after {DEADLINE:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
-
 async fn get_json(kubectl: &Kubectl, args: &[&str]) -> Value {
     let mut args = args.to_vec();
     args.extend(["-o", "json"]);
@@ -381,17 +349,21 @@ async fn members(kubectl: &Kubectl) -> Vec<(String, String, bool)> {
 
 /// Exactly `size` members, all ready, one primary, and the status agrees; the primary's name.
 async fn healthy(kubectl: &Kubectl, size: usize) -> String {
-    eventually(&format!("{size} ready members, one primary"), || async {
-        let pods = members(kubectl).await;
-        let primaries: Vec<_> = pods.iter().filter(|p| p.1 == "primary").collect();
-        let status = get_json(kubectl, &["get", "pgc", CLUSTER]).await["status"].clone();
-        let ok = pods.len() == size
-            && pods.iter().all(|p| p.2)
-            && primaries.len() == 1
-            && status["readyInstances"] == size
-            && status["primary"] == primaries[0].0.as_str();
-        ok.then(|| primaries[0].0.clone())
-    })
+    common::eventually(
+        DEADLINE,
+        &format!("{size} ready members, one primary"),
+        || async {
+            let pods = members(kubectl).await;
+            let primaries: Vec<_> = pods.iter().filter(|p| p.1 == "primary").collect();
+            let status = get_json(kubectl, &["get", "pgc", CLUSTER]).await["status"].clone();
+            let ok = pods.len() == size
+                && pods.iter().all(|p| p.2)
+                && primaries.len() == 1
+                && status["readyInstances"] == size
+                && status["primary"] == primaries[0].0.as_str();
+            ok.then(|| primaries[0].0.clone())
+        },
+    )
     .await
 }
 
@@ -451,7 +423,7 @@ async fn kube_rbac_grants_exactly_the_requests_stage04_makes() {
 
     let sandbox = Sandbox::start_with_runtime(
         SandboxOptions::default(),
-        Runtime::Processes(process_runtime()),
+        Runtime::Processes(common::process_runtime()),
         CancellationToken::new(),
     )
     .await
@@ -465,7 +437,7 @@ async fn kube_rbac_grants_exactly_the_requests_stage04_makes() {
 
     // A first run on a cluster without the CRD: the operator creates it.
     let operator = Operator::start(&client);
-    eventually("the operator to create the CRD", || {
+    common::eventually(DEADLINE, "the operator to create the CRD", || {
         crd_is_current(&kubectl)
     })
     .await;
@@ -485,7 +457,7 @@ async fn kube_rbac_grants_exactly_the_requests_stage04_makes() {
         .await;
     assert_eq!(crd_is_current(&kubectl).await, None, "the CRD is old now");
     let operator = Operator::start(&client);
-    eventually("the operator to update the old CRD", || {
+    common::eventually(DEADLINE, "the operator to update the old CRD", || {
         crd_is_current(&kubectl)
     })
     .await;
@@ -500,7 +472,7 @@ async fn kube_rbac_grants_exactly_the_requests_stage04_makes() {
     let cluster_file = tempfile::NamedTempFile::new().expect("temp file");
     std::fs::write(cluster_file.path(), manifest.to_string()).expect("manifest written");
     let cluster_path = cluster_file.path().to_string_lossy().to_string();
-    eventually("kubectl to create the cluster", || async {
+    common::eventually(DEADLINE, "kubectl to create the cluster", || async {
         kubectl
             .run(&["create", "-f", &cluster_path])
             .await
@@ -515,7 +487,7 @@ async fn kube_rbac_grants_exactly_the_requests_stage04_makes() {
     kubectl
         .ok(&["delete", "pod", &primary, "--wait=false"])
         .await;
-    let new_primary = eventually("a new ready primary", || async {
+    let new_primary = common::eventually(DEADLINE, "a new ready primary", || async {
         members(&kubectl)
             .await
             .into_iter()

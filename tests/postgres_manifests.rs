@@ -24,7 +24,7 @@ use postgres_operator::postgres::manifests::{
     CURRENT_WAL_LSN_SQL, IS_IN_RECOVERY_SQL, POSTGRES_CONTAINER, PROMOTE_SQL, REPLICA_LSNS_SQL,
     ROLE_LABEL,
 };
-use sandbox::{ProcessRuntime, Runtime, Sandbox, SandboxOptions};
+use sandbox::{Runtime, Sandbox, SandboxOptions};
 use serde_json::Value;
 
 const NAMESPACE: &str = "default";
@@ -32,40 +32,6 @@ const CLUSTER: &str = "pg";
 /// Starting PostgreSQL is seconds; a base backup of an empty cluster too. Generous, because
 /// the machine may be busy compiling.
 const START_DEADLINE: Duration = Duration::from_secs(180);
-
-/// The process runtime with short back-offs, or a failure that says what is missing.
-fn process_runtime() -> ProcessRuntime {
-    let mut runtime = ProcessRuntime::detect(None).unwrap_or_else(|error| {
-        panic!(
-            "this test runs pods as real PostgreSQL processes, which this machine cannot: {error}. \
-             Install PostgreSQL and bubblewrap (.ci/install-test-deps)"
-        )
-    });
-    runtime.restart_backoff = Duration::from_millis(500);
-    runtime.max_restart_backoff = Duration::from_secs(2);
-    runtime.retry_period = Duration::from_millis(200);
-    runtime.sync_period = Duration::from_millis(100);
-    runtime
-}
-
-/// Poll `check` every 200 ms until it returns Some, or panic after `deadline` saying `what`.
-async fn eventually<T, F, Fut>(deadline: Duration, what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let end = Instant::now() + deadline;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(
-            Instant::now() < end,
-            "timed out after {deadline:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
 
 /// Does a libpq conninfo string set `key` to `value`? pg_basebackup quotes a value holding
 /// anything but letters, digits, `_` and `.` (`host='pg-primary'`, `host=127.0.0.9`).
@@ -86,7 +52,7 @@ impl Cluster {
     async fn start() -> Cluster {
         let sandbox = Sandbox::start_with_runtime(
             SandboxOptions::default(),
-            Runtime::Processes(process_runtime()),
+            Runtime::Processes(common::process_runtime()),
             tokio_util::sync::CancellationToken::new(),
         )
         .await
@@ -138,7 +104,7 @@ impl Cluster {
     }
 
     async fn wait_ready(&self, name: &str) -> Value {
-        eventually(START_DEADLINE, &format!("pod {name} Ready"), || async {
+        common::eventually(START_DEADLINE, &format!("pod {name} Ready"), || async {
             let pod = self.get("pods", name).await?;
             let ready = pod["status"]["conditions"]
                 .as_array()?
@@ -192,7 +158,7 @@ impl Cluster {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_manifests_make_a_replicated_cluster_that_survives_a_failover() {
     let cluster = Cluster::start().await;
-    let runtime_major = process_runtime().tools.postgres_major().to_string();
+    let runtime_major = common::process_runtime().tools.postgres_major().to_string();
     let owner: PostgresCluster = cluster
         .client
         .create(
@@ -238,7 +204,7 @@ async fn the_manifests_make_a_replicated_cluster_that_survives_a_failover() {
         "t",
         "the init script made the replication role"
     );
-    eventually(
+    common::eventually(
         Duration::from_secs(30),
         "the primary in the primary Service's endpoints",
         || async {
@@ -322,7 +288,7 @@ async fn the_manifests_make_a_replicated_cluster_that_survives_a_failover() {
     // The primary streams to both, each under its pod's name (application_name from -d).
     let mut expected_streams = replicas.to_vec();
     expected_streams.sort();
-    eventually(
+    common::eventually(
         Duration::from_secs(30),
         "two streaming replicas",
         || async {
@@ -340,7 +306,7 @@ async fn the_manifests_make_a_replicated_cluster_that_survives_a_failover() {
     .await;
     let mut replica_ips = vec![first.1.clone(), second.1.clone()];
     replica_ips.sort();
-    eventually(
+    common::eventually(
         Duration::from_secs(30),
         "both replicas in the replicas Service's endpoints",
         || async {
@@ -361,7 +327,7 @@ async fn the_manifests_make_a_replicated_cluster_that_survives_a_failover() {
     let written_at =
         postgres_operator::postgres::manifests::parse_lsn(&written_at).expect("an LSN");
     for replica in &replicas {
-        eventually(
+        common::eventually(
             Duration::from_secs(30),
             &format!("the row on {replica}"),
             || async {
@@ -388,7 +354,7 @@ async fn the_manifests_make_a_replicated_cluster_that_survives_a_failover() {
         .delete(&format!("/api/v1/namespaces/{NAMESPACE}/pods/{primary}"))
         .await
         .expect("primary deleted");
-    eventually(Duration::from_secs(90), "the old primary gone", || async {
+    common::eventually(Duration::from_secs(90), "the old primary gone", || async {
         cluster.get("pods", &primary).await.is_none().then_some(())
     })
     .await;
@@ -423,7 +389,7 @@ async fn the_manifests_make_a_replicated_cluster_that_survives_a_failover() {
         .as_str()
         .expect("a pod IP")
         .to_string();
-    eventually(
+    common::eventually(
         Duration::from_secs(30),
         "the promoted pod behind the primary Service",
         || async {
@@ -448,7 +414,7 @@ async fn the_manifests_make_a_replicated_cluster_that_survives_a_failover() {
         .psql_ok(&promoted, "INSERT INTO notes VALUES ('after the failover')")
         .await;
     let followed = Instant::now();
-    eventually(
+    common::eventually(
         Duration::from_secs(90),
         &format!("the post-failover row on {follower}"),
         || async {
@@ -493,7 +459,7 @@ async fn the_manifests_make_a_replicated_cluster_that_survives_a_failover() {
         .delete(&postgres_operator::api::object_path(NAMESPACE, CLUSTER))
         .await
         .expect("cluster deleted");
-    eventually(
+    common::eventually(
         Duration::from_secs(90),
         "every owned object collected",
         || async {

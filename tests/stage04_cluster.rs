@@ -19,7 +19,7 @@ use postgres_operator::postgres::manifests::{psql_argv, POSTGRES_CONTAINER};
 use postgres_operator::postgres::plan::Delays;
 use postgres_operator::postgres::{run_postgres_operator, PostgresOptions};
 use postgres_operator::story::Reporter;
-use sandbox::{ProcessRuntime, Runtime, Sandbox, SandboxOptions};
+use sandbox::{Runtime, Sandbox, SandboxOptions};
 use serde_json::Value;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -27,38 +27,6 @@ use tokio_util::sync::CancellationToken;
 const CLUSTER: &str = "db";
 /// Generous: the machine may be compiling other tests meanwhile.
 const DEADLINE: Duration = Duration::from_secs(240);
-
-fn process_runtime() -> ProcessRuntime {
-    let mut runtime = ProcessRuntime::detect(None).unwrap_or_else(|error| {
-        panic!(
-            "stage 04's test runs pods as real PostgreSQL processes, which this machine cannot: \
-             {error}. Install PostgreSQL and bubblewrap (.ci/install-test-deps)"
-        )
-    });
-    runtime.restart_backoff = Duration::from_millis(500);
-    runtime.max_restart_backoff = Duration::from_secs(2);
-    runtime.retry_period = Duration::from_millis(200);
-    runtime.sync_period = Duration::from_millis(100);
-    runtime
-}
-
-async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let end = Instant::now() + DEADLINE;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(
-            Instant::now() < end,
-            "timed out after {DEADLINE:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
 
 /// The operator running in this process, and the story lines it told.
 struct Operator {
@@ -167,17 +135,21 @@ impl World {
     /// Wait until the cluster has exactly `size` pods, all Ready, one of them primary, and the
     /// status says so; returns the primary's name.
     async fn wait_healthy(&self, size: usize) -> String {
-        eventually(&format!("{size} ready members, one primary"), || async {
-            let pods = self.pods().await;
-            let primaries: Vec<_> = pods.iter().filter(|p| p.1 == "primary").collect();
-            let status = self.cluster().await["status"].clone();
-            let healthy = pods.len() == size
-                && pods.iter().all(|p| p.2)
-                && primaries.len() == 1
-                && status["readyInstances"] == size
-                && status["primary"] == primaries[0].0.as_str();
-            healthy.then(|| primaries[0].0.clone())
-        })
+        common::eventually(
+            DEADLINE,
+            &format!("{size} ready members, one primary"),
+            || async {
+                let pods = self.pods().await;
+                let primaries: Vec<_> = pods.iter().filter(|p| p.1 == "primary").collect();
+                let status = self.cluster().await["status"].clone();
+                let healthy = pods.len() == size
+                    && pods.iter().all(|p| p.2)
+                    && primaries.len() == 1
+                    && status["readyInstances"] == size
+                    && status["primary"] == primaries[0].0.as_str();
+                healthy.then(|| primaries[0].0.clone())
+            },
+        )
         .await
     }
 
@@ -196,7 +168,7 @@ impl World {
 async fn the_operator_runs_a_real_postgres_cluster_through_failover() {
     let sandbox = Sandbox::start_with_runtime(
         SandboxOptions::default(),
-        Runtime::Processes(process_runtime()),
+        Runtime::Processes(common::process_runtime()),
         CancellationToken::new(),
     )
     .await
@@ -218,7 +190,7 @@ async fn the_operator_runs_a_real_postgres_cluster_through_failover() {
     std::fs::write(file.path(), &manifest).expect("manifest written");
     let path = file.path().to_string_lossy().to_string();
     // The CRD is ensured by the operator as it starts: wait for kubectl to accept the kind.
-    eventually("kubectl to create the cluster", || async {
+    common::eventually(DEADLINE, "kubectl to create the cluster", || async {
         world
             .kubectl
             .run(&["create", "-f", &path])
@@ -299,7 +271,7 @@ async fn the_operator_runs_a_real_postgres_cluster_through_failover() {
         .kubectl
         .ok(&["delete", "pod", &primary, "--wait=false"])
         .await;
-    let new_primary = eventually("a new primary", || async {
+    let new_primary = common::eventually(DEADLINE, "a new primary", || async {
         let pods = world.pods().await;
         pods.iter()
             .find(|p| p.1 == "primary" && p.0 != primary && p.2)
@@ -326,10 +298,14 @@ async fn the_operator_runs_a_real_postgres_cluster_through_failover() {
     for (pod, role, _) in world.pods().await {
         if role == "replica" {
             assert_eq!(world.psql(&pod, "SELECT pg_is_in_recovery()").await, "t");
-            let rows = eventually("the replica to follow the new primary", || async {
-                let rows = world.psql(&pod, "SELECT count(*) FROM kept").await;
-                (rows == "2").then_some(rows)
-            })
+            let rows = common::eventually(
+                DEADLINE,
+                "the replica to follow the new primary",
+                || async {
+                    let rows = world.psql(&pod, "SELECT count(*) FROM kept").await;
+                    (rows == "2").then_some(rows)
+                },
+            )
             .await;
             assert_eq!(rows, "2");
         }
@@ -339,9 +315,11 @@ async fn the_operator_runs_a_real_postgres_cluster_through_failover() {
     let pods_before: BTreeSet<String> = world.pods().await.into_iter().map(|p| p.0).collect();
     operator.stop().await;
     let operator = Operator::start(&client);
-    eventually("the new operator to adopt the cluster", || async {
-        operator.said("adopting running cluster").then_some(())
-    })
+    common::eventually(
+        DEADLINE,
+        "the new operator to adopt the cluster",
+        || async { operator.said("adopting running cluster").then_some(()) },
+    )
     .await;
     // Three timer rounds after adopting: each one checks the Secret (a GET in the request log).
     let secret_checks = |world: &World| {
@@ -353,7 +331,7 @@ async fn the_operator_runs_a_real_postgres_cluster_through_failover() {
             .count()
     };
     let checks_at_adoption = secret_checks(&world);
-    eventually("three more reconcile rounds", || async {
+    common::eventually(DEADLINE, "three more reconcile rounds", || async {
         (secret_checks(&world) >= checks_at_adoption + 3).then_some(())
     })
     .await;
@@ -379,7 +357,7 @@ async fn the_operator_runs_a_real_postgres_cluster_through_failover() {
             r#"{"spec":{"version":"15"}}"#,
         ])
         .await;
-    let degraded = eventually("the Degraded condition", || async {
+    let degraded = common::eventually(DEADLINE, "the Degraded condition", || async {
         let status = world.cluster().await["status"].clone();
         status["conditions"].as_array().and_then(|c| {
             c.iter()
@@ -442,7 +420,7 @@ async fn the_operator_runs_a_real_postgres_cluster_through_failover() {
             "--wait=false",
         ])
         .await;
-    eventually("phase Failed", || async {
+    common::eventually(DEADLINE, "phase Failed", || async {
         let status = world.cluster().await["status"].clone();
         (status["phase"] == "Failed").then_some(())
     })
@@ -454,7 +432,7 @@ async fn the_operator_runs_a_real_postgres_cluster_through_failover() {
         "a Warning event: {described}"
     );
     let secret_gets = secret_checks(&world);
-    eventually("two more reconcile rounds", || async {
+    common::eventually(DEADLINE, "two more reconcile rounds", || async {
         (secret_checks(&world) >= secret_gets + 2).then_some(())
     })
     .await;
@@ -462,7 +440,7 @@ async fn the_operator_runs_a_real_postgres_cluster_through_failover() {
 
     // Delete: every owned object is collected.
     world.kubectl.ok(&["delete", "pgc", CLUSTER]).await;
-    eventually("every owned object collected", || async {
+    common::eventually(DEADLINE, "every owned object collected", || async {
         let left = world
             .kubectl
             .ok(&["get", "pods,services,secrets,configmaps", "-o", "name"])

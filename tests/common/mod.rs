@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use sandbox::{Sandbox, SandboxOptions};
+use sandbox::{ProcessRuntime, Sandbox, SandboxOptions};
 
 /// The workshop's example cluster: example-postgresql-cluster, size 3, version "16".
 pub const EXAMPLE_FIXTURE: &str = concat!(
@@ -104,5 +104,41 @@ impl Kubectl {
             output.code, output.stdout, output.stderr
         );
         output.stdout
+    }
+}
+
+/// The sandbox's process runtime (pods as real PostgreSQL processes) with the short back-offs
+/// tests want, or a failure that says what is missing: a test that needs real Postgres never
+/// passes without it.
+pub fn process_runtime() -> ProcessRuntime {
+    let mut runtime = ProcessRuntime::detect(None).unwrap_or_else(|error| {
+        panic!(
+            "this test runs pods as real PostgreSQL processes, which this machine cannot: {error}. \
+             Install PostgreSQL and bubblewrap (.ci/install-test-deps)"
+        )
+    });
+    runtime.restart_backoff = Duration::from_millis(500);
+    runtime.max_restart_backoff = Duration::from_secs(2);
+    runtime.retry_period = Duration::from_millis(200);
+    runtime.sync_period = Duration::from_millis(100);
+    runtime
+}
+
+/// Poll `check` every 200 ms until it returns `Some`, or fail after `deadline` naming `what`.
+pub async fn eventually<T, F, Fut>(deadline: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let end = tokio::time::Instant::now() + deadline;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            tokio::time::Instant::now() < end,
+            "timed out after {deadline:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
