@@ -49,7 +49,7 @@ use postgres_operator::config::{Config, ConfigArgs, CONNECTION_ORDER_HELP};
 use postgres_operator::controller::pods::{label_selector, pods_path, Pod};
 use postgres_operator::controller::{run_operator, ControllerOptions};
 use postgres_operator::crd::{self, DEFAULT_ESTABLISHED_TIMEOUT};
-use postgres_operator::exec::exec;
+use postgres_operator::postgres::cluster::psql_in_pod;
 use postgres_operator::postgres::manifests::{
     credentials_secret_name, primary_service_name, psql_argv, POSTGRES_CONTAINER, POSTGRES_PORT,
     SUPERUSER_PASSWORD_KEY,
@@ -360,33 +360,30 @@ async fn play(
     created_example.store(false, Ordering::SeqCst);
     story.until(Some(&key), "cluster task ended").await?;
 
+    println!(
+        "{}",
+        match runtime {
+            Some(_) => "== Curtain for step 03: stopping its operator, as SIGTERM would",
+            None => "== Curtain: stopping the operator, as SIGTERM would",
+        }
+    );
+    stop_operator.cancel();
+    let stopped = operator
+        .await
+        .map_err(|error| failed(format!("the operator task failed: {error}")))?
+        .map_err(failed)?;
+    story.rest().await;
+    print!(
+        "operator stopped ({} cluster tasks left to stop)",
+        stopped.tasks_stopped
+    );
     match runtime {
         Some(runtime) => {
-            println!("== Curtain for step 03: stopping its operator, as SIGTERM would");
-            stop_operator.cancel();
-            let stopped = operator
-                .await
-                .map_err(|error| failed(format!("the operator task failed: {error}")))?
-                .map_err(failed)?;
-            story.rest().await;
-            println!(
-                "operator stopped ({} cluster tasks left to stop)",
-                stopped.tasks_stopped
-            );
+            println!();
             play_step04(client, flags, runtime, created_example, stop_operators).await
         }
         None => {
-            println!("== Curtain: stopping the operator, as SIGTERM would");
-            stop_operator.cancel();
-            let stopped = operator
-                .await
-                .map_err(|error| failed(format!("the operator task failed: {error}")))?
-                .map_err(failed)?;
-            story.rest().await;
-            println!(
-                "operator stopped ({} cluster tasks left to stop). Step 04 starts pods: try it on the tour's own sandbox (`cargo run`).",
-                stopped.tasks_stopped
-            );
+            println!(". Step 04 starts pods: try it on the tour's own sandbox (`cargo run`).");
             Ok(())
         }
     }
@@ -719,22 +716,7 @@ impl SqlTarget {
                 let mut argv = psql_argv(sql);
                 // Quiet: no `CREATE TABLE`/`INSERT 0 1` command tags between the values.
                 argv.insert(1, "-q".to_string());
-                let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
-                let output = exec(
-                    client,
-                    client.namespace(),
-                    pod,
-                    Some(POSTGRES_CONTAINER),
-                    &argv,
-                    None,
-                )
-                .await
-                .map_err(|error| error.to_string())?;
-                if output.exit_code == 0 {
-                    Ok(output.stdout_text())
-                } else {
-                    Err(String::from_utf8_lossy(&output.stderr).trim().to_string())
-                }
+                psql_in_pod(client, client.namespace(), pod, &argv).await
             }
         }
     }

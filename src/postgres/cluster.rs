@@ -648,28 +648,15 @@ impl Task {
         })
     }
 
-    /// Run one SQL statement in `pod`'s postgres container through `pods/exec`; its stdout.
+    /// Run one SQL statement in `pod`'s postgres container; its stdout.
     async fn psql(&self, pod: &str, sql: &str) -> Result<String, String> {
-        let argv = manifests::psql_argv(sql);
-        let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
-        let output = exec(
+        psql_in_pod(
             &self.worker.client,
             self.namespace(),
             pod,
-            Some(POSTGRES_CONTAINER),
-            &argv,
-            None,
+            &manifests::psql_argv(sql),
         )
         .await
-        .map_err(|e| e.to_string())?;
-        if output.exit_code != 0 {
-            return Err(format!(
-                "psql exited with {}: {}",
-                output.exit_code,
-                String::from_utf8_lossy(&output.stderr).trim()
-            ));
-        }
-        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
     }
 
     /// Create the Secret, ConfigMap and Services the pods need, those that do not exist. The
@@ -790,6 +777,36 @@ impl Task {
             Err(error) => tracing::warn!(%error, "could not write the cluster's status"),
         }
     }
+}
+
+/// Run `argv` (a `psql` command line, see [`manifests::psql_argv`]) in `pod`'s postgres
+/// container through `pods/exec`, as `kubectl exec` would: its stdout, or psql's stderr when it
+/// exits non-zero.
+pub async fn psql_in_pod(
+    client: &Client,
+    namespace: &str,
+    pod: &str,
+    argv: &[String],
+) -> Result<String, String> {
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let output = exec(
+        client,
+        namespace,
+        pod,
+        Some(POSTGRES_CONTAINER),
+        &argv,
+        None,
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    if output.exit_code != 0 {
+        return Err(format!(
+            "psql exited with {}: {}",
+            output.exit_code,
+            output.stderr_text().trim()
+        ));
+    }
+    Ok(output.stdout_text())
 }
 
 /// The story line, Event type and reason for deleting `pod`.
