@@ -42,6 +42,7 @@
 //!   image's postgres user, when unset), else as the sandbox's own user.
 
 mod addresses;
+mod claims;
 mod container;
 mod env;
 mod exec;
