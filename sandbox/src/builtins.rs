@@ -1,6 +1,7 @@
 //! The built-in kinds: what their defaulting, validation and controllers fill in — namespaces,
 //! the one node, pods (and the simulated kubelet's Running and Failed statuses), services,
-//! secrets, and CustomResourceDefinitions (names, acceptedNames, conditions).
+//! secrets, PersistentVolumeClaims, PersistentVolumes and StorageClasses, and
+//! CustomResourceDefinitions (names, acceptedNames, conditions).
 //!
 //! WORKSHOP.md, "Set-up: the sandbox". `objects.rs` calls these from create and update.
 

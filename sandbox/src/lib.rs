@@ -59,6 +59,9 @@
 //!   [`SandboxOptions::pod_termination_delay`] is set; a namespace goes at once with its
 //!   contents; garbage collection (background and foreground) runs inside the owner's DELETE.
 //! - Server-side apply is a merge of the applied object; no field ownership is tracked.
+//! - PersistentVolumeClaims bind at once to directories the sandbox provisions (`storage.rs`);
+//!   their capacity is recorded, not enforced. The only scheduling rule is that a pod waits
+//!   for its claims.
 //! - No RBAC, admission or scheduler; Deployments are stored, not run. The process runtime runs
 //!   pods on this machine, not images: see `runtime.rs` for what it simplifies.
 //!

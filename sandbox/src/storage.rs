@@ -969,6 +969,19 @@ fn mark_scheduled(state: &mut StoreState, pod: &Value, waiting: Option<&str>) {
 mod tests {
     use super::*;
 
+    /// Quantities as apimachinery reads them; anything else is not one.
+    #[test]
+    fn storage_quantities_parse_with_binary_decimal_and_exponent_suffixes() {
+        let parse = builtins::parse_quantity;
+        assert_eq!(parse("1Gi"), Some(1024.0 * 1024.0 * 1024.0));
+        assert_eq!(parse("500M"), Some(500e6));
+        assert_eq!(parse("1.5e3"), Some(1500.0));
+        assert_eq!(parse("100"), Some(100.0));
+        for garbage in ["lots", "", "1GB", "1..5Gi", "Gi", "1-Gi", "1Gi "] {
+            assert_eq!(parse(garbage), None, "{garbage:?}");
+        }
+    }
+
     /// kube's three reasons a pod waits for its claims, in its words.
     #[test]
     fn a_pod_waits_for_missing_deleted_and_unbound_claims() {
