@@ -73,7 +73,9 @@ said no, or the Lease was lost (another copy may act now), 2 bad flags";
 async fn main() -> ExitCode {
     let flags = Flags::parse();
     if let Err(error) = flags.leader_election.check() {
-        Flags::command().error(ErrorKind::ValueValidation, error).exit();
+        Flags::command()
+            .error(ErrorKind::ValueValidation, error)
+            .exit();
     }
     init_logging();
     let shutdown = cancel_on_signal();

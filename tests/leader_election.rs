@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use postgres_operator::client::Client;
 use postgres_operator::config::Config;
-use postgres_operator::leader::{lease_path, run_when_leading, Lease, LeaderElection, LeaderError};
+use postgres_operator::leader::{lease_path, run_when_leading, LeaderElection, LeaderError, Lease};
 use postgres_operator::story::{
     leading_line, lost_line, released_line, waiting_line, Reporter, Takeover,
 };
@@ -128,9 +128,17 @@ async fn one_leads_the_other_waits_and_a_release_hands_over() {
         timeline.lock().unwrap().first().cloned()
     })
     .await;
-    let (leader, standby) = if first == "a_1 acting" { (a, b) } else { (b, a) };
+    let (leader, standby) = if first == "a_1 acting" {
+        (a, b)
+    } else {
+        (b, a)
+    };
     leader
-        .said(&leading_line(&leader.identity, LEASE_KEY, &Takeover::Created))
+        .said(&leading_line(
+            &leader.identity,
+            LEASE_KEY,
+            &Takeover::Created,
+        ))
         .await;
     let waiting = waiting_line(LEASE_KEY, &leader.identity);
     standby.said(&waiting).await;

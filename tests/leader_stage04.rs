@@ -41,6 +41,8 @@ struct Operator {
     name: &'static str,
     child: tokio::process::Child,
     stdout: Arc<Mutex<Vec<String>>>,
+    /// Ends when stdout closes.
+    reader: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Operator {
@@ -65,7 +67,7 @@ impl Operator {
         let stdout = Arc::new(Mutex::new(Vec::new()));
         let lines = stdout.clone();
         let pipe = child.stdout.take().expect("stdout piped");
-        tokio::spawn(async move {
+        let reader = tokio::spawn(async move {
             let mut reader = BufReader::new(pipe).lines();
             while let Ok(Some(line)) = reader.next_line().await {
                 println!("{name}: {line}");
@@ -76,6 +78,7 @@ impl Operator {
             name,
             child,
             stdout,
+            reader: Some(reader),
         }
     }
 
@@ -111,12 +114,10 @@ impl Operator {
             .await
             .expect("stage04 exits")
             .expect("wait works");
-        // The reader sees the end of the pipe soon after the exit.
-        let lines = self.stdout.clone();
-        common::eventually(Duration::from_secs(10), "stdout to close", || async {
-            Arc::strong_count(&lines).eq(&1).then_some(())
-        })
-        .await;
+        // Every line printed is in once the reader has seen the end of the pipe.
+        if let Some(reader) = self.reader.take() {
+            let _ = tokio::time::timeout(DEADLINE, reader).await;
+        }
         (status, self.lines())
     }
 }
@@ -134,7 +135,9 @@ async fn lease(client: &Client) -> Lease {
 
 /// `operator-a_1234567890` → `operator-a`.
 fn pod_of(holder: Option<&str>) -> Option<&str> {
-    holder.and_then(|holder| holder.rsplit_once('_')).map(|(pod, _)| pod)
+    holder
+        .and_then(|holder| holder.rsplit_once('_'))
+        .map(|(pod, _)| pod)
 }
 
 /// SIGTERM: the leader releases and exits 0, the standby leads at its next read ("after it was
@@ -147,8 +150,11 @@ async fn stage04_hands_over_on_sigterm_waits_out_kill_9_and_exits_when_taken() {
     let api = client(&sandbox);
 
     let a = Operator::start("operator-a", &url);
-    a.said("leading as operator-a_", &format!("(lease {LEASE_KEY}, new)"))
-        .await;
+    a.said(
+        "leading as operator-a_",
+        &format!("(lease {LEASE_KEY}, new)"),
+    )
+    .await;
     let b = Operator::start("operator-b", &url);
     b.said(
         &format!("waiting for lease {LEASE_KEY}, held by operator-a_"),
@@ -163,11 +169,8 @@ async fn stage04_hands_over_on_sigterm_waits_out_kill_9_and_exits_when_taken() {
         Some(format!("released lease {LEASE_KEY}").as_str()),
         "the release is the last thing it does"
     );
-    b.said(
-        "leading as operator-b_",
-        "took over from operator-a_",
-    )
-    .await;
+    b.said("leading as operator-b_", "took over from operator-a_")
+        .await;
     let line = b.said("leading as operator-b_", "").await;
     assert!(line.ends_with("after it was released)"), "{line}");
 
@@ -237,7 +240,8 @@ async fn tagging_proxy(upstream: SocketAddr, tag: &'static str, stop: Cancellati
                 },
                 () = stop.cancelled() => return,
             };
-            let service = hyper::service::service_fn(move |request| forward(upstream, tag, request));
+            let service =
+                hyper::service::service_fn(move |request| forward(upstream, tag, request));
             tokio::spawn(
                 hyper::server::conn::http1::Builder::new()
                     .serve_connection(TokioIo::new(stream), service)
@@ -259,12 +263,14 @@ async fn forward(
         .and_then(|value| value.to_str().ok())
         .unwrap_or_default();
     let tagged = format!("{agent} (via {tag})");
-    request
-        .headers_mut()
-        .insert(http::header::USER_AGENT, tagged.parse()?);
+    let headers = request.headers_mut();
+    headers.insert(http::header::USER_AGENT, tagged.parse()?);
+    // The sandbox refuses a Host that is not its own address (DNS rebinding).
+    headers.insert(http::header::HOST, upstream.to_string().parse()?);
     let downstream_upgrade = hyper::upgrade::on(&mut request);
     let stream = TcpStream::connect(upstream).await?;
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
     tokio::spawn(connection.with_upgrades());
     let mut response = sender.send_request(request).await?;
     if response.status() == http::StatusCode::SWITCHING_PROTOCOLS {
@@ -341,7 +347,8 @@ async fn never_two_leaders_act_on_a_real_cluster() {
     .await;
 
     // Mid-way: the seed is being launched, the replica not yet.
-    a.said("[default/db] Launching seed Postgres node db-", "").await;
+    a.said("[default/db] Launching seed Postgres node db-", "")
+        .await;
     let (status, _) = a.terminate().await;
     assert!(status.success(), "SIGTERM is a clean stop: {status:?}");
     b.said("leading as operator-b_", "after it was released)")
@@ -350,7 +357,13 @@ async fn never_two_leaders_act_on_a_real_cluster() {
     // The standby finishes the job: two ready members.
     common::eventually(DEADLINE, "the cluster ready with 2 members", || async {
         let out = kubectl
-            .run(&["get", "pgc", "db", "-o", "jsonpath={.status.readyInstances}"])
+            .run(&[
+                "get",
+                "pgc",
+                "db",
+                "-o",
+                "jsonpath={.status.readyInstances}",
+            ])
             .await;
         (out.stdout.trim() == "2").then_some(())
     })
@@ -371,12 +384,8 @@ async fn never_two_leaders_act_on_a_real_cluster() {
             .iter()
             .filter(|(_, writer, record)| *writer == who && wanted(record))
             .map(|(index, _, _)| *index);
-        if last {
-            found.last()
-        } else {
-            found.next()
-        }
-        .unwrap_or_else(|| panic!("no such request of {who}"))
+        if last { found.last() } else { found.next() }
+            .unwrap_or_else(|| panic!("no such request of {who}"))
     };
     let a_last_action = position("operator-a", &|r| acts(r) && !is_lease(r), true);
     let a_release = position("operator-a", &|r| is_lease(r) && r.verb == "update", true);
@@ -404,7 +413,7 @@ async fn never_two_leaders_act_on_a_real_cluster() {
         }
     }
     // a's share of the work was real: it created the seed pod (b's first action exists, above).
-    assert!(log.iter().any(|(_, who, r)| *who == "operator-a"
-        && r.resource == "pods"
-        && r.verb == "create"));
+    assert!(log
+        .iter()
+        .any(|(_, who, r)| *who == "operator-a" && r.resource == "pods" && r.verb == "create"));
 }

@@ -117,7 +117,10 @@ impl Candidate {
     }
 
     /// Try every retry period until we hold the Lease; `None` if `shutdown` comes first.
-    async fn acquire(&mut self, shutdown: &CancellationToken) -> Result<Option<Lease>, LeaderError> {
+    async fn acquire(
+        &mut self,
+        shutdown: &CancellationToken,
+    ) -> Result<Option<Lease>, LeaderError> {
         loop {
             let attempt = tokio::select! {
                 attempt = self.try_acquire() => attempt,
@@ -213,11 +216,8 @@ impl Candidate {
     fn lead(&mut self, written: Lease, sent_at: Instant, how: &Takeover) -> Lease {
         self.renewed_at = sent_at;
         self.observe(&written.spec, Instant::now());
-        self.reporter.report_operator(leading_line(
-            &self.election.identity,
-            &self.key,
-            how,
-        ));
+        self.reporter
+            .report_operator(leading_line(&self.election.identity, &self.key, how));
         written
     }
 

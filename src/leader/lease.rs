@@ -61,7 +61,9 @@ pub struct LeaseSpec {
 impl LeaseSpec {
     /// The holder, `None` when nobody holds it (never taken, or released with `""`).
     pub fn holder(&self) -> Option<&str> {
-        self.holder_identity.as_deref().filter(|holder| !holder.is_empty())
+        self.holder_identity
+            .as_deref()
+            .filter(|holder| !holder.is_empty())
     }
 }
 
@@ -75,7 +77,10 @@ pub enum Verdict {
     /// Another holder, silent for longer than its leaseDuration: take it.
     Expired { holder: String },
     /// Another holder who may still be acting: wait.
-    Held { holder: String, expires_in: Duration },
+    Held {
+        holder: String,
+        expires_in: Duration,
+    },
 }
 
 /// The decision, as client-go's `tryAcquireOrRenew` makes it. `observed_at` is the local instant
@@ -226,10 +231,7 @@ mod tests {
     #[test]
     fn released_is_free_and_ours_is_ours() {
         let now = Instant::now();
-        assert_eq!(
-            judge(&held_by("", 1), now, now, "b_2"),
-            Verdict::Released
-        );
+        assert_eq!(judge(&held_by("", 1), now, now, "b_2"), Verdict::Released);
         assert_eq!(
             judge(&LeaseSpec::default(), now, now, "b_2"),
             Verdict::Released
