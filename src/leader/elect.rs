@@ -136,7 +136,7 @@ impl Candidate {
                     return Err(LeaderError::Refused {
                         step,
                         lease: self.key.clone(),
-                        source,
+                        source: Box::new(source),
                     })
                 }
             }

@@ -190,8 +190,9 @@ pub enum LeaderError {
     Refused {
         step: &'static str,
         lease: String,
+        // Boxed: a ClientError is large, and every Result of this module would carry its size.
         #[source]
-        source: ClientError,
+        source: Box<ClientError>,
     },
     /// We led, and then could not renew in time, or found another holder: we stopped acting.
     #[error("lost lease {lease}: {why}")]
