@@ -259,14 +259,15 @@ fn api_group(path: &str) -> Option<String> {
 fn call_shape(record: &RequestRecord) -> String {
     let path = record.path.split('?').next().unwrap_or(&record.path);
     let mut shape = path.to_string();
-    if !record.name.is_empty() {
-        shape = shape.replace(&format!("/{}", record.name), "/{name}");
-    }
+    // The namespace first: the Lease `postgres-operator` lives in the namespace of that name.
     if !record.namespace.is_empty() {
         shape = shape.replace(
             &format!("/namespaces/{}/", record.namespace),
             "/namespaces/{namespace}/",
         );
+    }
+    if !record.name.is_empty() {
+        shape = shape.replace(&format!("/{}", record.name), "/{name}");
     }
     let watch = if record.verb == "watch" {
         "?watch=true"
