@@ -75,7 +75,7 @@ fn the_deployment_is_hardened_and_gets_its_namespace() {
         "fieldPath: metadata.namespace",
         "--namespace=$(NAMESPACE)",
         "command:\n        - /stage04",
-        "replicas: 1",
+        "replicas: 2",
         "memory: 64Mi",
         "cpu: 10m",
         "serviceAccountName: postgres-operator",
