@@ -798,15 +798,17 @@ fn token_request(
                 ))
             }
             Some(seconds) if seconds <= 1 << 32 => seconds,
-            _ => return Err(ApiError::invalid_field(
-                &token_request_kind,
-                "",
-                "FieldValueInvalid",
-                "spec.expirationSeconds",
-                format!(
+            _ => {
+                return Err(ApiError::invalid_field(
+                    &token_request_kind,
+                    "",
+                    "FieldValueInvalid",
+                    "spec.expirationSeconds",
+                    format!(
                     "Invalid value: {value}: may not specify a duration larger than 2^32 seconds"
                 ),
-            )),
+                ))
+            }
         },
     };
     let state = shared.store.lock();
@@ -842,9 +844,11 @@ fn token_request(
             }
             Some((pod_name.to_string(), uid))
         }
-        Some(other) => return Err(ApiError::bad_request(format!(
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
             "cannot bind token for object of kind {other:?}: the sandbox binds tokens to Pods only"
-        ))),
+        )))
+        }
     };
     drop(state);
     let audiences: Vec<String> = spec["audiences"]

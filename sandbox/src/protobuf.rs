@@ -624,7 +624,8 @@ mod tests {
 
     /// The exact bytes `kubectl create token sa1 --duration 20m --bound-object-kind Pod
     /// --bound-object-name p1 --bound-object-uid u1` and `kubectl auth can-i create pods/exec
-    /// -n ns1` POST.
+    /// -n ns1` POST (kubectl reads `pods/exec` as TYPE/NAME: the pod named "exec"; a
+    /// subresource is `--subresource=exec`).
     #[test]
     fn decodes_what_kubectl_create_token_and_auth_can_i_send() {
         let request = b"k8s\x00\n(\n\x18authentication.k8s.io/v1\x12\x0cTokenRequest\x120\n\x10\n\x00\x12\x00\x1a\x00\"\x00*\x002\x008\x00B\x00\x12\x16\x1a\x11\n\x03Pod\x12\x02v1\x1a\x02p1\"\x02u1 \xb0\t\x1a\x04\n\x00\x12\x00\x1a\x00\"\x00";
@@ -639,7 +640,7 @@ mod tests {
         assert_eq!(
             review["spec"],
             json!({"resourceAttributes": {"namespace": "ns1", "verb": "create",
-                                          "resource": "pods", "subresource": "exec"}})
+                                          "resource": "pods", "name": "exec"}})
         );
     }
 
