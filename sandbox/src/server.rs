@@ -247,13 +247,36 @@ async fn answer(
 ) -> Result<Response<ResponseBody>, ApiError> {
     let path = request.uri().path().to_string();
     check_host_and_origin(shared.addr, request.headers())?;
-    let caller = authn::authenticate(shared, request.headers(), &path)?;
-    record.user = caller.user.name.clone();
-    record.pod = caller.pod.clone();
     let query: HashMap<String, String> =
         url::form_urlencoded::parse(request.uri().query().unwrap_or_default().as_bytes())
             .into_owned()
             .collect();
+    let segments: Vec<String> = path
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .map(String::from)
+        .collect();
+    let segments: Vec<&str> = segments.iter().map(String::as_str).collect();
+    let accept = request
+        .headers()
+        .get(header::ACCEPT)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    let method = request.method().clone();
+    let read_only = |response: Response<ResponseBody>| {
+        if method == Method::GET || method == Method::HEAD {
+            Ok(response)
+        } else {
+            Err(ApiError::method_not_allowed())
+        }
+    };
+    let registry = shared.store.lock().registry.clone();
+    // Classified before authentication, so even a refused request is logged with its verb.
+    classify(&registry, &method, &segments, &query, record);
+    let caller = authn::authenticate(shared, request.headers(), &path)?;
+    record.user = caller.user.name.clone();
+    record.pod = caller.pod.clone();
     let attributes = Attributes::from_request(request.method().as_str(), &path, &query);
     authn::authorize(shared, &caller.user, &attributes)?;
     // `kubectl exec` opens a WebSocket with GET; since Kubernetes 1.35
@@ -278,28 +301,6 @@ async fn answer(
         };
         authn::authorize(shared, &caller.user, &create)?;
     }
-    let segments: Vec<String> = path
-        .split('/')
-        .filter(|s| !s.is_empty())
-        .map(String::from)
-        .collect();
-    let segments: Vec<&str> = segments.iter().map(String::as_str).collect();
-    let accept = request
-        .headers()
-        .get(header::ACCEPT)
-        .and_then(|h| h.to_str().ok())
-        .unwrap_or_default()
-        .to_string();
-    let method = request.method().clone();
-    let read_only = |response: Response<ResponseBody>| {
-        if method == Method::GET || method == Method::HEAD {
-            Ok(response)
-        } else {
-            Err(ApiError::method_not_allowed())
-        }
-    };
-    let registry = shared.store.lock().registry.clone();
-    classify(&registry, &method, &segments, &query, record);
     let injected = lock(&shared.faults).take_failure(&record.path);
     if let Some(fault) = injected {
         return Ok(injected_response(fault));

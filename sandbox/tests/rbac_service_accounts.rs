@@ -22,9 +22,21 @@ async fn apply(kubectl: &Kubectl, manifest: &str) {
         .await;
 }
 
+/// The demo: a sandbox, the admin's kubectl, kubectl as service account `app` of namespace
+/// `demo`, its token, and the directory holding the cluster CA.
+struct Demo {
+    sandbox: sandbox::Sandbox,
+    admin: Kubectl,
+    app: Kubectl,
+    token: String,
+    /// Kept for as long as `app` runs: it reads the CA from here.
+    _ca_dir: tempfile::TempDir,
+}
+
 /// A sandbox with namespace `demo`, service account `app` in it, and kubectl as that
-/// account (plain HTTP, `--token`).
-async fn demo() -> (sandbox::Sandbox, Kubectl, Kubectl, String) {
+/// account. kubectl sends a bearer token only over HTTPS, so it speaks TLS to the sandbox's
+/// plain-HTTP port, trusting the CA from `kube-root-ca.crt`, as an in-cluster client would.
+async fn demo() -> Demo {
     let sandbox = common::start_sandbox().await;
     let admin = Kubectl::new(&sandbox.url());
     admin.ok(&["create", "namespace", "demo"]).await;
@@ -36,8 +48,34 @@ async fn demo() -> (sandbox::Sandbox, Kubectl, Kubectl, String) {
         .await
         .trim()
         .to_string();
-    let app = Kubectl::new(&sandbox.url()).with_flags(&["--token", &token]);
-    (sandbox, admin, app, token)
+    let ca = admin
+        .ok(&[
+            "get",
+            "configmap",
+            "kube-root-ca.crt",
+            "-n",
+            "demo",
+            "-o",
+            "jsonpath={.data.ca\\.crt}",
+        ])
+        .await;
+    let ca_dir = tempfile::tempdir().expect("tempdir");
+    let ca_file = ca_dir.path().join("ca.crt");
+    std::fs::write(&ca_file, ca).expect("write the CA");
+    let https = sandbox.url().replace("http://", "https://");
+    let app = Kubectl::new(&https).with_flags(&[
+        "--certificate-authority",
+        ca_file.to_str().expect("utf-8 path"),
+        "--token",
+        &token,
+    ]);
+    Demo {
+        sandbox,
+        admin,
+        app,
+        token,
+        _ca_dir: ca_dir,
+    }
 }
 
 const USER: &str = "system:serviceaccount:demo:app";
@@ -45,7 +83,13 @@ const USER: &str = "system:serviceaccount:demo:app";
 /// The token is JWT-shaped with kube's claims, and names the service account.
 #[tokio::test]
 async fn kubectl_create_token_prints_a_jwt_shaped_token() {
-    let (_sandbox, admin, _app, token) = demo().await;
+    let Demo {
+        sandbox: _sandbox,
+        admin,
+        token,
+        _ca_dir,
+        ..
+    } = demo().await;
     let parts: Vec<&str> = token.split('.').collect();
     assert_eq!(parts.len(), 3, "{token}");
     use base64::Engine;
@@ -85,7 +129,13 @@ async fn kubectl_create_token_prints_a_jwt_shaped_token() {
 /// kubectl meanwhile can do anything.
 #[tokio::test]
 async fn a_service_account_is_forbidden_until_a_role_binding_grants_it() {
-    let (sandbox, admin, app, _token) = demo().await;
+    let Demo {
+        sandbox,
+        admin,
+        app,
+        _ca_dir,
+        ..
+    } = demo().await;
     let refused = app.run(&["get", "pods", "-n", "demo"]).await;
     assert!(!refused.success);
     assert_eq!(
@@ -193,7 +243,13 @@ roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: pod-reader}
 /// A WebSocket exec needs `get` and, as in Kubernetes >= 1.35, `create` on pods/exec.
 #[tokio::test]
 async fn websocket_exec_needs_get_and_create() {
-    let (sandbox, admin, app, token) = demo().await;
+    let Demo {
+        sandbox,
+        admin,
+        token,
+        _ca_dir,
+        ..
+    } = demo().await;
     admin
         .ok(&["run", "p", "--image", "nginx", "-n", "demo"])
         .await;
@@ -240,14 +296,19 @@ roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: exec-get-only}
         upgrade.json()["details"],
         json!({"name": "p", "kind": "pods"})
     );
-    let _ = app;
 }
 
 /// A ClusterRole bound by a RoleBinding grants in that namespace; by a ClusterRoleBinding, at
 /// the cluster scope; Group subjects match the service account's groups.
 #[tokio::test]
 async fn cluster_roles_cluster_role_bindings_and_groups() {
-    let (_sandbox, admin, app, _token) = demo().await;
+    let Demo {
+        sandbox: _sandbox,
+        admin,
+        app,
+        _ca_dir,
+        ..
+    } = demo().await;
     let crds = app.run(&["get", "crd"]).await;
     assert_eq!(
         crds.stderr.trim(),
@@ -301,7 +362,12 @@ roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: crd-read
 /// lists its rules.
 #[tokio::test]
 async fn auth_can_i_tells_the_truth() {
-    let (_sandbox, admin, _app, _token) = demo().await;
+    let Demo {
+        sandbox: _sandbox,
+        admin,
+        _ca_dir,
+        ..
+    } = demo().await;
     let can_i = |args: &[&str]| {
         let mut all = vec!["auth", "can-i"];
         all.extend_from_slice(args);
@@ -378,7 +444,13 @@ roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: operator}
 /// Deleting the service account, or the pod a token is bound to, makes the token 401.
 #[tokio::test]
 async fn tokens_die_with_their_service_account_or_pod() {
-    let (sandbox, admin, _app, token) = demo().await;
+    let Demo {
+        sandbox,
+        admin,
+        token,
+        _ca_dir,
+        ..
+    } = demo().await;
     admin
         .ok(&["run", "p", "--image", "nginx", "-n", "demo"])
         .await;
@@ -433,11 +505,38 @@ async fn tokens_die_with_their_service_account_or_pod() {
 /// Only the admin may impersonate; anyone else gets kube's 403 for the `impersonate` verb.
 #[tokio::test]
 async fn impersonation_needs_the_impersonate_verb() {
-    let (sandbox, _admin, app, _token) = demo().await;
+    let Demo {
+        sandbox,
+        app,
+        token,
+        _ca_dir,
+        ..
+    } = demo().await;
     let refused = app.run(&["get", "pods", "--as", "alice"]).await;
+    assert!(
+        refused.stderr.contains("Error from server (Forbidden)"),
+        "{}",
+        refused.stderr
+    );
+    let mut as_app = Http::new(&sandbox.url());
+    as_app.token = Some(token);
+    let answer = as_app
+        .send(
+            Method::GET,
+            "/api/v1/pods",
+            None,
+            Vec::new(),
+            &[("Impersonate-User", "alice")],
+        )
+        .await;
+    assert_eq!(answer.status, 403);
     assert_eq!(
-        refused.stderr.trim(),
-        format!("Error from server (Forbidden): users \"alice\" is forbidden: User \"{USER}\" cannot impersonate resource \"users\" in API group \"\" at the cluster scope")
+        answer.json()["message"],
+        format!("users \"alice\" is forbidden: User \"{USER}\" cannot impersonate resource \"users\" in API group \"\" at the cluster scope")
+    );
+    assert_eq!(
+        answer.json()["details"],
+        json!({"name": "alice", "kind": "users"})
     );
     let admin_as = Http::new(&sandbox.url());
     let answer = admin_as
@@ -461,7 +560,13 @@ async fn impersonation_needs_the_impersonate_verb() {
 /// (OwnerReferencesPermissionEnforcement), as `kube/rbac.yaml` grants for postgresclusters.
 #[tokio::test]
 async fn block_owner_deletion_needs_update_on_the_owners_finalizers() {
-    let (sandbox, admin, _app, token) = demo().await;
+    let Demo {
+        sandbox,
+        admin,
+        token,
+        _ca_dir,
+        ..
+    } = demo().await;
     let http = Http::new(&sandbox.url());
     http.install_crd().await;
     let created = http
@@ -535,7 +640,12 @@ roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: finalizers}
 /// never a crash: the sandbox keeps serving.
 #[tokio::test]
 async fn hostile_credentials_and_rbac_objects_never_break_the_sandbox() {
-    let (sandbox, _admin, _app, token) = demo().await;
+    let Demo {
+        sandbox,
+        token,
+        _ca_dir,
+        ..
+    } = demo().await;
     for garbage in [
         "garbage",
         "a.b.c",

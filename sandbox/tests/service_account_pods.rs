@@ -122,14 +122,31 @@ async fn the_plain_port_also_speaks_tls_with_the_cluster_ca() {
     let dir = tempfile::tempdir().expect("tempdir");
     let ca_file = dir.path().join("ca.crt");
     std::fs::write(&ca_file, &ca).expect("write CA");
+    // kubectl speaks HTTPS only with credentials (else it prompts for a password): the
+    // default service account's token, checked against the certificate's in-cluster name.
+    let token = Kubectl::new(&sandbox.url())
+        .ok(&["create", "token", "default"])
+        .await
+        .trim()
+        .to_string();
     let kubectl = Kubectl::new(&https).with_flags(&[
         "--certificate-authority",
         ca_file.to_str().expect("utf-8"),
         "--tls-server-name",
         "kubernetes.default.svc",
+        "--token",
+        &token,
     ]);
-    let namespaces = kubectl.ok(&["get", "namespaces", "-o", "name"]).await;
-    assert!(namespaces.contains("namespace/default"), "{namespaces}");
+    let api = kubectl.ok(&["get", "--raw", "/api"]).await;
+    assert!(api.contains("\"versions\":[\"v1\"]"), "{api}");
+    assert_eq!(
+        kubectl
+            .run(&["auth", "can-i", "list", "pods"])
+            .await
+            .stdout
+            .trim(),
+        "no"
+    );
 }
 
 /// On a `--tls-dir` sandbox, the admin token is unrestricted and a service-account token is

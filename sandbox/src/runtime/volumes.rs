@@ -339,11 +339,24 @@ pub(crate) fn mounts_for(
         };
         mounts.push(Mount {
             source,
-            destination: PathBuf::from(mount["mountPath"].as_str().unwrap_or("/")),
+            destination: without_var_run_link(mount["mountPath"].as_str().unwrap_or("/")),
             writable: mount["readOnly"].as_bool() != Some(true) && !read_only_kind(name),
         });
     }
     Ok(mounts)
+}
+
+/// `/var/run/...` as `/run/...` where the host's /var/run is the usual symlink to /run: the
+/// jail mirrors the host's /var/run link and gives each container its own /run, and bubblewrap
+/// cannot create a mount point through a symlink (the service-account volume's
+/// `/var/run/secrets/kubernetes.io/serviceaccount` would fail). The path reads the same inside.
+fn without_var_run_link(mount_path: &str) -> PathBuf {
+    let points_to_run = std::fs::read_link("/var/run")
+        .is_ok_and(|target| target == Path::new("/run") || target == Path::new("../run"));
+    match mount_path.strip_prefix("/var/run/") {
+        Some(rest) if points_to_run => Path::new("/run").join(rest),
+        _ => PathBuf::from(mount_path),
+    }
 }
 
 /// /etc/passwd and /etc/group with an entry for `uid`/`gid` (initdb refuses to run as a user
