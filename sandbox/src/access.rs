@@ -1,39 +1,53 @@
 //! Access reviews: `kubectl auth can-i` asks the API server whether a request would be allowed
-//! (a SelfSubjectAccessReview; `--list` sends a SelfSubjectRulesReview). The sandbox has no
-//! RBAC, so every answer is "allowed", with a warning saying so: a learner checking
-//! `kube/rbac.yaml` here must not take the "yes" for proof that the Role is right.
+//! (a SelfSubjectAccessReview; `--list` sends a SelfSubjectRulesReview). Both are answered for
+//! the user making the request — with `--as`, the impersonated one — by the same RBAC rules
+//! that authorize real requests (`rbac.rs`), with kube-apiserver's `reason` text.
 //!
-//! WORKSHOP.md, "Set-up: the sandbox" (what it is and is not) and the RBAC step.
+//! WORKSHOP.md, "Set-up: the sandbox" and the RBAC step. kubectl sends both reviews as
+//! protobuf; the handler decodes them to JSON before they reach here.
 
 use serde_json::{json, Value};
 
-/// kubectl prints this (from a `Warning` header) above its "yes".
-pub(crate) const NO_RBAC_WARNING: &str =
-    "the sandbox has no RBAC: every request is allowed (check kube/rbac.yaml on a real cluster)";
+use crate::rbac::{self, Attributes, Policies, UserInfo};
 
-/// The answer to `POST /apis/authorization.k8s.io/v1/<review>`, or None for a kind of review
-/// the sandbox does not serve.
-pub(crate) fn review(review: &str, body: &[u8]) -> Option<Value> {
-    // kubectl's typed client may send protobuf; the answer never depends on what was asked, so
-    // a body that is not JSON is simply not echoed.
-    let spec = serde_json::from_slice::<Value>(body)
-        .ok()
-        .map(|request| request["spec"].clone())
+/// The answer to `POST /apis/authorization.k8s.io/v1/<review>` with `request` (the decoded
+/// review), or None for a kind of review the sandbox does not serve.
+pub(crate) fn review(
+    review: &str,
+    request: &Value,
+    user: &UserInfo,
+    policies: &Policies,
+) -> Option<Value> {
+    let spec = Some(request["spec"].clone())
         .filter(Value::is_object)
         .unwrap_or_else(|| json!({}));
     let (kind, status) = match review {
         "selfsubjectaccessreviews" => (
             "SelfSubjectAccessReview",
-            json!({"allowed": true, "reason": NO_RBAC_WARNING}),
+            access_status(&spec, user, policies),
         ),
-        "selfsubjectrulesreviews" => (
-            "SelfSubjectRulesReview",
-            json!({
-                "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}],
-                "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
-                "incomplete": false
-            }),
-        ),
+        "selfsubjectrulesreviews" => {
+            let namespace = spec["namespace"].as_str().unwrap_or_default();
+            let (resource_rules, non_resource_rules, errors) = if user.is_superuser() {
+                // kube's RBAC lists the cluster-admin binding's rules for system:masters.
+                (
+                    vec![json!({"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]})],
+                    vec![json!({"verbs": ["*"], "nonResourceURLs": ["*"]})],
+                    String::new(),
+                )
+            } else {
+                rbac::rules_in(user, namespace, policies)
+            };
+            let mut status = json!({
+                "resourceRules": resource_rules,
+                "nonResourceRules": non_resource_rules,
+                "incomplete": !errors.is_empty()
+            });
+            if !errors.is_empty() {
+                status["evaluationError"] = json!(errors);
+            }
+            ("SelfSubjectRulesReview", status)
+        }
         _ => return None,
     };
     Some(json!({
@@ -43,19 +57,85 @@ pub(crate) fn review(review: &str, body: &[u8]) -> Option<Value> {
     }))
 }
 
+/// `{"allowed": true, "reason": "RBAC: allowed by ..."}` for the attributes the spec names.
+fn access_status(spec: &Value, user: &UserInfo, policies: &Policies) -> Value {
+    let text = |value: &Value| value.as_str().unwrap_or_default().to_string();
+    let attributes = if spec["resourceAttributes"].is_object() {
+        let asked = &spec["resourceAttributes"];
+        Attributes::resource(
+            &text(&asked["verb"]),
+            &text(&asked["group"]),
+            &text(&asked["resource"]),
+            &text(&asked["subresource"]),
+            &text(&asked["namespace"]),
+            &text(&asked["name"]),
+        )
+    } else {
+        let asked = &spec["nonResourceAttributes"];
+        Attributes {
+            verb: text(&asked["verb"]),
+            path: text(&asked["path"]),
+            ..Attributes::default()
+        }
+    };
+    if user.is_superuser() {
+        return json!({"allowed": true});
+    }
+    let decision = rbac::authorize(user, &attributes, policies);
+    let mut status = json!({"allowed": decision.allowed});
+    if !decision.reason.is_empty() {
+        status["reason"] = json!(decision.reason);
+    }
+    status
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
 
-    /// Every access review is allowed, and a JSON request's spec is echoed back.
+    /// The answer follows RBAC for the asking user; the admin is always allowed.
     #[test]
-    fn every_access_review_is_allowed() {
-        let asked = br#"{"spec":{"resourceAttributes":{"verb":"create","resource":"pods"}}}"#;
-        let answer = review("selfsubjectaccessreviews", asked).expect("served");
+    fn access_reviews_tell_the_truth() {
+        let mut policies = Policies::default();
+        policies.roles.push(Arc::new(
+            json!({"metadata": {"name": "r", "namespace": "ns"},
+            "rules": [{"verbs": ["create"], "apiGroups": [""], "resources": ["pods/exec"]}]}),
+        ));
+        policies.role_bindings.push(Arc::new(
+            json!({"metadata": {"name": "rb", "namespace": "ns"},
+            "subjects": [{"kind": "ServiceAccount", "name": "sa", "namespace": "ns"}],
+            "roleRef": {"kind": "Role", "name": "r"}}),
+        ));
+        let asked = json!({"spec":{"resourceAttributes":{"verb":"create","resource":"pods",
+                                                          "subresource":"exec","namespace":"ns"}}});
+        let sa = UserInfo::service_account("ns", "sa");
+        let answer = review("selfsubjectaccessreviews", &asked, &sa, &policies).expect("served");
         assert_eq!(answer["status"]["allowed"], true);
+        assert_eq!(
+            answer["status"]["reason"],
+            "RBAC: allowed by RoleBinding \"rb/ns\" of Role \"r\" to ServiceAccount \"sa/ns\""
+        );
         assert_eq!(answer["spec"]["resourceAttributes"]["verb"], "create");
-        let protobuf = review("selfsubjectaccessreviews", b"k8s\x00\x0a").expect("served");
-        assert_eq!(protobuf["spec"], json!({}));
-        assert!(review("subjectaccessreviews", b"{}").is_none());
+        let other = UserInfo::service_account("ns", "other");
+        let answer = review("selfsubjectaccessreviews", &asked, &other, &policies).expect("served");
+        assert_eq!(answer["status"]["allowed"], false);
+        let admin = review(
+            "selfsubjectaccessreviews",
+            &asked,
+            &UserInfo::admin(),
+            &policies,
+        );
+        assert_eq!(admin.expect("served")["status"]["allowed"], true);
+        let rules = review(
+            "selfsubjectrulesreviews",
+            &json!({"spec": {"namespace": "ns"}}),
+            &sa,
+            &policies,
+        )
+        .expect("served");
+        let listed = rules["status"]["resourceRules"].to_string();
+        assert!(listed.contains("pods/exec"), "{listed}");
+        assert!(review("subjectaccessreviews", &json!({}), &sa, &policies).is_none());
     }
 }

@@ -268,6 +268,32 @@ impl ApiError {
         Status::failure(403, "Forbidden", message).into()
     }
 
+    /// apimachinery's NewForbidden as the authorizer and admission use it:
+    /// `pods "p" is forbidden: <why>`, `pods is forbidden: <why>` without a name, and
+    /// `forbidden: <why>` for a non-resource path; details name the group and the resource
+    /// (never the subresource, which only `why` mentions).
+    pub(crate) fn forbidden_for(group: &str, resource: &str, name: &str, why: &str) -> ApiError {
+        let qualified = match (resource, group) {
+            ("", _) => String::new(),
+            (resource, "") => resource.to_string(),
+            (resource, group) => format!("{resource}.{group}"),
+        };
+        let message = match (qualified.as_str(), name) {
+            ("", _) => format!("forbidden: {why}"),
+            (qualified, "") => format!("{qualified} is forbidden: {why}"),
+            (qualified, name) => format!("{qualified} \"{name}\" is forbidden: {why}"),
+        };
+        with_details(
+            Status::failure(403, "Forbidden", message),
+            StatusDetails {
+                name: name.into(),
+                group: group.into(),
+                kind: resource.into(),
+                ..Default::default()
+            },
+        )
+    }
+
     pub(crate) fn unauthorized() -> ApiError {
         Status::failure(401, "Unauthorized", "Unauthorized").into()
     }

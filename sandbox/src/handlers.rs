@@ -17,6 +17,7 @@ use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use serde_json::{json, Value};
 
+use crate::authn;
 use crate::body::ResponseBody;
 use crate::controllers;
 use crate::errors::ApiError;
@@ -26,6 +27,7 @@ use crate::objects::{
 use crate::patch as patching;
 use crate::protobuf;
 use crate::random::Xorshift;
+use crate::rbac::UserInfo;
 use crate::remotecommand;
 use crate::resources::{Registry, ResourceType, ScalePaths};
 use crate::responses::{json_response, object_response, text_response};
@@ -36,6 +38,7 @@ use crate::status::Status;
 use crate::store::Filter;
 use crate::sync::lock;
 use crate::table::{self, IncludeObject};
+use crate::tokens::{self, TokenClaims};
 use crate::watch::{self as watching, WatchParams};
 
 /// kube-apiserver refuses request bodies over 3 MiB.
@@ -132,6 +135,7 @@ impl Target {
                 "log" | "exec" | "portforward" => {
                     resource.group.is_empty() && resource.plural == "pods"
                 }
+                "token" => resource.group.is_empty() && resource.plural == "serviceaccounts",
                 _ => false,
             };
             if !known {
@@ -205,7 +209,10 @@ pub(crate) fn require_object_media_type(parts: &http::request::Parts) -> Result<
 }
 
 /// POST/PUT bodies are JSON, or the protobuf kubectl's `create namespace|secret|configmap` send.
-fn parse_json_body(parts: &http::request::Parts, body: &[u8]) -> Result<Value, ApiError> {
+pub(crate) fn parse_object_body(
+    parts: &http::request::Parts,
+    body: &[u8],
+) -> Result<Value, ApiError> {
     require_object_media_type(parts)?;
     let kind = content_type(parts);
     if kind == "application/vnd.kubernetes.protobuf" {
@@ -256,6 +263,7 @@ pub(crate) async fn serve_resource(
     target: Target,
     query: HashMap<String, String>,
     accept: &str,
+    user: &UserInfo,
 ) -> Result<Response<ResponseBody>, ApiError> {
     let resource = target.resource.clone();
     let namespace = target.namespace.clone().unwrap_or_default();
@@ -280,6 +288,11 @@ pub(crate) async fn serve_resource(
                 return Err(remotecommand::port_forward(&pod));
             }
             remotecommand::exec(shared.node.as_ref(), shared.shutdown.clone(), &pod, request)
+        }
+        (&Method::POST, Some(name), Some("token")) => {
+            let (parts, raw) = read_body(request).await?;
+            let body = parse_object_body(&parts, &raw)?;
+            token_request(shared, &resource, &namespace, name, &body)
         }
         (&Method::GET, None, None) if watch_requested => {
             let params = WatchParams {
@@ -338,7 +351,7 @@ pub(crate) async fn serve_resource(
                 return Err(ApiError::path_not_found());
             }
             let (parts, raw) = read_body(request).await?;
-            let body = parse_json_body(&parts, &raw)?;
+            let body = parse_object_body(&parts, &raw)?;
             objects::check_namespace(&shared.store.lock(), &resource, target.namespace.as_deref())?;
             let mut random = request_random(shared);
             let options = write_options(
@@ -349,17 +362,18 @@ pub(crate) async fn serve_resource(
             )?;
             let prepared =
                 objects::prepare_create(&resource, target.namespace.as_deref(), body, options)?;
+            check_owners(shared, user, &resource, None, prepared.object())?;
             let outcome = commit_create(shared, &resource, prepared)?;
             Ok(finish_write(shared, &resource, outcome, table))
         }
         (&Method::PUT, Some(name), sub) => {
             let (parts, raw) = read_body(request).await?;
-            let body = parse_json_body(&parts, &raw)?;
+            let body = parse_object_body(&parts, &raw)?;
             if sub != Some("scale") {
                 objects::require_resource_version(&resource, name, &body)?;
             }
             let outcome =
-                update_with_retries(shared, &resource, &namespace, name, |old, random| {
+                update_with_retries(shared, user, &resource, &namespace, name, |old, random| {
                     let options = write_options(
                         &query,
                         random,
@@ -394,6 +408,7 @@ pub(crate) async fn serve_resource(
             let patch_type = content_type(&parts);
             patch(
                 shared,
+                user,
                 &resource,
                 &namespace,
                 name,
@@ -591,6 +606,7 @@ fn list(
 #[allow(clippy::too_many_arguments)]
 fn patch(
     shared: &Arc<Shared>,
+    user: &UserInfo,
     resource: &ResourceType,
     namespace: &str,
     name: &str,
@@ -643,10 +659,11 @@ fn patch(
             shared.node.as_ref().map(|n| n.service_block()),
         )?;
         let prepared = objects::prepare_create(resource, ns, document, options)?;
+        check_owners(shared, user, resource, None, prepared.object())?;
         let outcome = commit_create(shared, resource, prepared)?;
         return Ok(finish_write(shared, resource, outcome, table));
     }
-    let outcome = update_with_retries(shared, resource, namespace, name, |old, random| {
+    let outcome = update_with_retries(shared, user, resource, namespace, name, |old, random| {
         let options = write_options(
             query,
             random,
@@ -687,10 +704,192 @@ fn commit_create(
     resource: &ResourceType,
     prepared: Prepared,
 ) -> Result<WriteOutcome, ApiError> {
-    match objects::commit(&mut shared.store.lock(), resource, prepared)? {
-        Committed::Done(outcome) => Ok(outcome),
+    let mut state = shared.store.lock();
+    match objects::commit(&mut state, resource, prepared)? {
+        Committed::Done(outcome) => {
+            let name = outcome.object["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default();
+            let stored = state.get(&resource.store_key(), "", name);
+            // A new namespace (not a dry run) gets its `default` ServiceAccount and CA.
+            if resource.group.is_empty()
+                && resource.plural == "namespaces"
+                && stored.is_some_and(|s| Arc::ptr_eq(&s, &outcome.object))
+            {
+                let mut random = request_random(shared);
+                objects::populate_namespace(
+                    &mut state,
+                    name,
+                    &shared.certificates.ca_pem,
+                    &mut random,
+                );
+            }
+            Ok(outcome)
+        }
         Committed::Stale => Err(ApiError::conflict(resource, "", OBJECT_MODIFIED)),
     }
+}
+
+/// OwnerReferencesPermissionEnforcement for a write of `new` (see `authn.rs`).
+fn check_owners(
+    shared: &Arc<Shared>,
+    user: &UserInfo,
+    resource: &ResourceType,
+    old: Option<&Value>,
+    new: &Value,
+) -> Result<(), ApiError> {
+    if user.is_superuser() {
+        return Ok(());
+    }
+    let registry = shared.store.lock().registry.clone();
+    let plural_of = |api_version: &str, kind: &str| -> Option<String> {
+        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+        registry.resource_list(group, version)?["resources"]
+            .as_array()?
+            .iter()
+            .find(|r| r["kind"] == kind && !r["name"].as_str().unwrap_or("/").contains('/'))?
+            ["name"]
+            .as_str()
+            .map(str::to_string)
+    };
+    authn::check_owner_references(
+        shared,
+        user,
+        (
+            &resource.group,
+            &resource.plural,
+            new["metadata"]["namespace"].as_str().unwrap_or_default(),
+            new["metadata"]["name"].as_str().unwrap_or_default(),
+        ),
+        old,
+        new,
+        plural_of,
+    )
+}
+
+/// TokenRequest (`kubectl create token NAME`): a token for the service account, bound to a
+/// pod if `boundObjectRef` names one, valid `expirationSeconds` (default one hour, at least
+/// ten minutes).
+fn token_request(
+    shared: &Arc<Shared>,
+    resource: &ResourceType,
+    namespace: &str,
+    name: &str,
+    request: &Value,
+) -> Result<Response<ResponseBody>, ApiError> {
+    let spec = &request["spec"];
+    let token_request_kind = ResourceType {
+        group: "authentication.k8s.io".into(),
+        kind: "TokenRequest".into(),
+        ..resource.clone()
+    };
+    let expiration = match &spec["expirationSeconds"] {
+        Value::Null => tokens::DEFAULT_EXPIRATION_SECONDS,
+        value => match value.as_u64() {
+            Some(seconds) if seconds < tokens::MIN_EXPIRATION_SECONDS => {
+                return Err(ApiError::invalid_field(
+                    &token_request_kind,
+                    "",
+                    "FieldValueInvalid",
+                    "spec.expirationSeconds",
+                    format!(
+                        "Invalid value: {seconds}: may not specify a duration less than 10 minutes"
+                    ),
+                ))
+            }
+            Some(seconds) if seconds <= 1 << 32 => seconds,
+            _ => {
+                return Err(ApiError::invalid_field(
+                    &token_request_kind,
+                    "",
+                    "FieldValueInvalid",
+                    "spec.expirationSeconds",
+                    format!(
+                    "Invalid value: {value}: may not specify a duration larger than 2^32 seconds"
+                ),
+                ))
+            }
+        },
+    };
+    let state = shared.store.lock();
+    let account = state
+        .get("/serviceaccounts", namespace, name)
+        .ok_or_else(|| ApiError::not_found(resource, name))?;
+    let bound = &spec["boundObjectRef"];
+    let pod = match bound["kind"].as_str() {
+        None | Some("") => None,
+        Some("Pod") => {
+            let pod_name = bound["name"].as_str().unwrap_or_default();
+            let pods = state
+                .registry
+                .find("", "v1", "pods")
+                .cloned()
+                .ok_or_else(ApiError::path_not_found)?;
+            let pod = state
+                .get("/pods", namespace, pod_name)
+                .ok_or_else(|| ApiError::not_found(&pods, pod_name))?;
+            let uid = pod["metadata"]["uid"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            match bound["uid"].as_str().filter(|u| !u.is_empty()) {
+                Some(asked) if asked != uid => {
+                    return Err(ApiError::conflict(
+                        &pods,
+                        pod_name,
+                        &format!("the UID in the bound object reference ({asked}) does not match the UID in record. The object might have been deleted and then recreated"),
+                    ))
+                }
+                _ => {}
+            }
+            Some((pod_name.to_string(), uid))
+        }
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+            "cannot bind token for object of kind {other:?}: the sandbox binds tokens to Pods only"
+        )))
+        }
+    };
+    drop(state);
+    let audiences: Vec<String> = spec["audiences"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|a| a.as_str().map(str::to_string))
+        .collect();
+    let audiences = if audiences.is_empty() {
+        vec![tokens::ISSUER.to_string()]
+    } else {
+        audiences
+    };
+    let now = tokens::now_seconds();
+    let token = shared.tokens.issue(TokenClaims {
+        namespace: namespace.to_string(),
+        service_account: name.to_string(),
+        service_account_uid: account["metadata"]["uid"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        pod: pod.clone(),
+        audiences: audiences.clone(),
+        issued_at: now,
+        expires_at: now + expiration,
+    });
+    let expires = std::time::UNIX_EPOCH + Duration::from_secs(now + expiration);
+    let mut answer_spec = json!({"audiences": audiences, "expirationSeconds": expiration,
+                                 "boundObjectRef": null});
+    if let Some((pod_name, uid)) = pod {
+        answer_spec["boundObjectRef"] =
+            json!({"kind": "Pod", "apiVersion": "v1", "name": pod_name, "uid": uid});
+    }
+    Ok(json_response(
+        201,
+        &json!({"kind": "TokenRequest", "apiVersion": "authentication.k8s.io/v1",
+                "metadata": {"name": name, "namespace": namespace, "creationTimestamp": null},
+                "spec": answer_spec,
+                "status": {"token": token,
+                           "expirationTimestamp": crate::timefmt::format_rfc3339(expires)}}),
+    ))
 }
 
 /// kube-apiserver's message when optimistic concurrency gave up.
@@ -702,6 +901,7 @@ const OBJECT_MODIFIED: &str =
 /// if the stored object is still the one it was built from; otherwise build it again.
 fn update_with_retries(
     shared: &Arc<Shared>,
+    user: &UserInfo,
     resource: &ResourceType,
     namespace: &str,
     name: &str,
@@ -715,6 +915,7 @@ fn update_with_retries(
             .get(&resource.store_key(), namespace, name)
             .ok_or_else(|| ApiError::not_found(resource, name))?;
         let prepared = build(&old, &mut random)?;
+        check_owners(shared, user, resource, Some(&old), prepared.object())?;
         if let Committed::Done(outcome) =
             objects::commit(&mut shared.store.lock(), resource, prepared)?
         {

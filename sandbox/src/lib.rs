@@ -23,18 +23,19 @@
 //! | module | what it holds | layer |
 //! |---|---|---|
 //! | `lib.rs` | [`Sandbox`]: start, stop, URL, token, request log; re-exports the public types | 7 api |
-//! | `server.rs` | the hyper server: connections, TLS, bearer tokens, the request log line, routing, discovery | 6 server |
+//! | `server.rs` | the hyper server: connections (TLS, or HTTP and TLS on one port), the request log line, routing, discovery | 6 server |
 //! | `handlers.rs` | what each verb does on resource URLs, and the status/scale/log/exec/portforward subresources | 5 handlers |
 //! | `watch.rs` | one streaming response per watch: framing, bookmarks, timeouts, slow watchers | 4 answers |
 //! | `responses.rs` | JSON, Table, text and Status responses; injected-fault answers | 4 answers |
 //! | `remotecommand.rs` | `kubectl exec` over a WebSocket (the channel.k8s.io streams, the exit Status); port-forward's refusal | 4 answers |
 //! | `controllers.rs` | the simulated kubelet and CRD establishment (garbage collection is in `objects.rs`) | 4 answers |
+//! | `authn.rs` | who is asking (admin, service-account token, impersonation) and whether RBAC lets them; owner-reference admission | 4 answers |
 //! | `faults.rs` | the [`Faults`] handle tests use to break things on purpose | 4 answers |
 //! | `state.rs` | `Shared`: the store, options, fault switches, request log, process runtime and shutdown token everyone holds | 3 state |
 //! | `runtime.rs` | the process runtime: pods as jailed processes, real postgres, probes, restarts, logs (its own files in `runtime/`) | 3 state |
-//! | `tls.rs` | the generated CA, serving certificate and bearer token | 3 state |
+//! | `tls.rs` | the generated CA and serving certificate (always), the admin's bearer token (`--tls-dir`) | 3 state |
 //! | `storage.rs` | the PersistentVolume controller: default StorageClass, provisioning, binding, reclaim, pvc/pv-protection; the scheduler's wait for claims | 2 store |
-//! | `objects.rs` | what the server does to an object on each write: metadata, generation, status, finalizers, garbage collection | 2 store |
+//! | `objects.rs` | what the server does to an object on each write: metadata, generation, status, finalizers, garbage collection; service-account admission, each namespace's `default` ServiceAccount and `kube-root-ca.crt` | 2 store |
 //! | `table.rs` | `kubectl get` tables: printer columns and ages | 2 store |
 //! | `store.rs` | objects, the global resourceVersion, the bounded event history, watcher fan-out | 2 store |
 //! | `builtins.rs` | each built-in kind's defaults and checks; the kubelet's pod statuses; CRD names and conditions | 1 kinds |
@@ -42,7 +43,9 @@
 //! | `resources.rs` | built-in kinds, kinds learnt from CRDs, discovery and OpenAPI documents, the version | 1 kinds |
 //! | `options.rs` | [`SandboxOptions`] and [`SandboxError`]: how to start, what can fail | 0 helpers |
 //! | `cluster_ips.rs` | the ClusterIP allocator: unique addresses from the Service range, requested ones honoured | 0 helpers |
-//! | `access.rs` | `kubectl auth can-i`: access reviews, always allowed (there is no RBAC), with a warning | 0 helpers |
+//! | `access.rs` | `kubectl auth can-i`: SelfSubjectAccessReview and SelfSubjectRulesReview answered by RBAC | 0 helpers |
+//! | `rbac.rs` | users and groups, request attributes from URLs, rule matching, kube's forbidden messages | 0 helpers |
+//! | `tokens.rs` | JWT-shaped service-account tokens, remembered and looked up | 0 helpers |
 //! | `protobuf.rs` | decoding the protobuf bodies `kubectl create namespace/secret/configmap` send | 0 helpers |
 //! | `schema.rs`, `patch.rs` | CRD schema validation and pruning; the three patch kinds | 0 helpers |
 //! | `selector.rs`, `names.rs` | label and field selectors; DNS-1123 names and label values | 0 helpers |
@@ -62,7 +65,9 @@
 //! - PersistentVolumeClaims bind at once to directories the sandbox provisions (`storage.rs`);
 //!   their capacity is recorded, not enforced. The only scheduling rule is that a pod waits
 //!   for its claims.
-//! - No RBAC, admission or scheduler; Deployments are stored, not run. The process runtime runs
+//! - RBAC is enforced for every caller but the sandbox's admin (`rbac.rs`); admission is
+//!   limited to namespaces, service accounts and owner references; no scheduler (a pod only waits for its claims); Deployments
+//!   are stored, not run. The process runtime runs
 //!   pods on this machine, not images: see `runtime.rs` for what it simplifies.
 //!
 //! # Start it
@@ -73,6 +78,7 @@
 //! ```
 
 mod access;
+mod authn;
 mod body;
 mod builtins;
 mod cluster_ips;
@@ -86,6 +92,7 @@ mod options;
 mod patch;
 mod protobuf;
 mod random;
+mod rbac;
 mod remotecommand;
 mod resources;
 mod responses;
@@ -101,6 +108,7 @@ mod sync;
 mod table;
 mod timefmt;
 mod tls;
+mod tokens;
 mod watch;
 
 pub use faults::Faults;
@@ -155,8 +163,9 @@ impl Sandbox {
             addr: options.listen,
             source,
         })?;
+        let certificates = tls::Certificates::generate(addr.ip())?;
         let security = match &options.credentials_dir {
-            Some(dir) => Some(tls::Security::generate(dir)?),
+            Some(dir) => Some(tls::Security::generate(dir, &certificates)?),
             None => None,
         };
         // A child token: cancelling `stop` stops the sandbox, while `shutdown` (or dropping the
@@ -165,7 +174,14 @@ impl Sandbox {
             Runtime::Processes(config) => Some(storage::VolumeDirs::under(config.data_dir())),
             Runtime::Simulated => None,
         };
-        let shared = Shared::new(options, addr, security, runtime, stop.child_token());
+        let shared = Shared::new(
+            options,
+            addr,
+            security,
+            certificates,
+            runtime,
+            stop.child_token(),
+        );
         storage::start(shared.store.clone(), volume_dirs, shared.shutdown.clone());
         let server_task = tokio::spawn(server::serve(listener, shared.clone()));
         tracing::info!(%addr, "sandbox API server listening");

@@ -102,6 +102,15 @@ pub(crate) struct Prepared {
     dry_run: bool,
     /// A new Service that needs a ClusterIP: from this range, scanning from this offset.
     cluster_ip: Option<(ServiceRange, u64)>,
+    /// A new pod: the name of its service-account volume, `kube-api-access-<5 random>`.
+    token_volume: Option<String>,
+}
+
+impl Prepared {
+    /// The object as it will be stored (for admission checks that need the whole of it).
+    pub(crate) fn object(&self) -> &Value {
+        &self.object
+    }
 }
 
 /// What [`commit`] did.
@@ -292,6 +301,7 @@ pub(crate) fn prepare_create(
 
     let mut follow_ups = Vec::new();
     let mut cluster_ip = None;
+    let mut token_volume = None;
     if resource.custom && resource.status_subresource {
         // With a status subresource, POST/PUT/PATCH of the main resource ignore status.
         if let Some(map) = body.as_object_mut() {
@@ -302,6 +312,7 @@ pub(crate) fn prepare_create(
         ("", "namespaces") => default_namespace(&mut body, &name),
         ("", "pods") => {
             default_pod(resource, &mut body, &name)?;
+            token_volume = Some(format!("kube-api-access-{}", options.random.name_suffix()));
             follow_ups.push(FollowUp::StartPod {
                 namespace: namespace.clone(),
                 name: name.clone(),
@@ -365,6 +376,7 @@ pub(crate) fn prepare_create(
         warnings,
         dry_run: options.dry_run,
         cluster_ip,
+        token_volume,
     })
 }
 
@@ -406,6 +418,125 @@ fn assign_cluster_ip(
     }
 }
 
+/// Where every container finds its service account's token, `ca.crt` and `namespace`.
+pub(crate) const SERVICE_ACCOUNT_MOUNT: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+
+/// The ConfigMap root-ca-cert-publisher keeps in every namespace.
+pub(crate) const ROOT_CA_CONFIG_MAP: &str = "kube-root-ca.crt";
+
+/// kube-apiserver's ServiceAccount admission, under the store lock: the pod's service account
+/// (`default` if unnamed) must exist, and unless the pod or the account says
+/// `automountServiceAccountToken: false`, the pod gets the projected volume the kubelet fills
+/// with a token bound to it, the cluster CA and the namespace, mounted read-only in every
+/// container that does not already mount something there.
+fn admit_service_account(
+    state: &StoreState,
+    resource: &ResourceType,
+    pod: &mut Value,
+    volume: &str,
+) -> Result<(), ApiError> {
+    let namespace = namespace_of(pod);
+    let spec = &mut pod["spec"];
+    let account = spec["serviceAccountName"]
+        .as_str()
+        .or_else(|| spec["serviceAccount"].as_str())
+        .filter(|name| !name.is_empty())
+        .unwrap_or("default")
+        .to_string();
+    spec["serviceAccountName"] = json!(account);
+    // The deprecated alias kube-apiserver still fills in.
+    spec["serviceAccount"] = json!(account);
+    let Some(service_account) = state.get("/serviceaccounts", &namespace, &account) else {
+        return Err(ApiError::forbidden(
+            resource,
+            &name_of(pod),
+            &format!(
+                "error looking up service account {namespace}/{account}: serviceaccount \"{account}\" not found"
+            ),
+        ));
+    };
+    let automount = spec["automountServiceAccountToken"]
+        .as_bool()
+        .or_else(|| service_account["automountServiceAccountToken"].as_bool())
+        .unwrap_or(true);
+    if !automount {
+        return Ok(());
+    }
+    // The kubelet asks for 3607 s and refreshes the file; see `tokens::KUBELET_TOKEN_SECONDS`.
+    let projected = json!({"name": volume, "projected": {"defaultMode": 420, "sources": [
+        {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+        {"configMap": {"name": ROOT_CA_CONFIG_MAP, "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+        {"downwardAPI": {"items": [{"path": "namespace",
+            "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}
+    ]}});
+    let mut containers_changed = false;
+    for list in ["initContainers", "containers"] {
+        for container in spec[list].as_array_mut().into_iter().flatten() {
+            let already = container["volumeMounts"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|m| m["mountPath"] == SERVICE_ACCOUNT_MOUNT);
+            if already || !container.is_object() {
+                continue;
+            }
+            if !container["volumeMounts"].is_array() {
+                container["volumeMounts"] = json!([]);
+            }
+            if let Some(mounts) = container["volumeMounts"].as_array_mut() {
+                mounts.push(json!({"name": volume, "readOnly": true,
+                                   "mountPath": SERVICE_ACCOUNT_MOUNT}));
+                containers_changed = true;
+            }
+        }
+    }
+    if containers_changed {
+        if !spec["volumes"].is_array() {
+            spec["volumes"] = json!([]);
+        }
+        if let Some(volumes) = spec["volumes"].as_array_mut() {
+            volumes.push(projected);
+        }
+    }
+    Ok(())
+}
+
+/// What a namespace holds from its first moment, as kube-controller-manager's
+/// serviceaccounts-controller and root-ca-cert-publisher add them (within milliseconds on a
+/// real cluster; here in the same step, so a pod created right after never races them).
+pub(crate) fn populate_namespace(
+    state: &mut StoreState,
+    namespace: &str,
+    ca_pem: &str,
+    random: &mut Xorshift,
+) {
+    let now = timefmt::now_rfc3339();
+    if state
+        .get("/serviceaccounts", namespace, "default")
+        .is_none()
+    {
+        state.commit_added(
+            "/serviceaccounts",
+            json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                   "metadata": {"name": "default", "namespace": namespace,
+                                "uid": random.uuid(), "creationTimestamp": now}}),
+        );
+    }
+    if state
+        .get("/configmaps", namespace, ROOT_CA_CONFIG_MAP)
+        .is_none()
+    {
+        state.commit_added(
+            "/configmaps",
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                   "metadata": {"name": ROOT_CA_CONFIG_MAP, "namespace": namespace,
+                                "uid": random.uuid(), "creationTimestamp": now,
+                                "annotations": {"kubernetes.io/description": "Contains a CA bundle that can be used to verify the kube-apiserver when using internal endpoints such as the internal service IP or kubernetes.default.svc. No other usage is guaranteed across distributions of Kubernetes clusters."}},
+                   "data": {"ca.crt": ca_pem}}),
+        );
+    }
+}
+
 /// Store a prepared write: one atomic step under the store lock.
 pub(crate) fn commit(
     state: &mut StoreState,
@@ -420,6 +551,7 @@ pub(crate) fn commit(
         warnings,
         dry_run,
         cluster_ip,
+        token_volume,
     } = prepared;
     let name = name_of(&next);
     let namespace = namespace_of(&next);
@@ -433,6 +565,9 @@ pub(crate) fn commit(
         // the address too, as kube-apiserver's dry-run allocator does, and keeps nothing).
         if let Some((range, start)) = cluster_ip {
             assign_cluster_ip(state, resource, &mut next, range, start)?;
+        }
+        if let Some(volume) = token_volume {
+            admit_service_account(state, resource, &mut next, &volume)?;
         }
         if dry_run {
             return Ok(Committed::Done(WriteOutcome {
@@ -932,6 +1067,7 @@ pub(crate) fn prepare_update(
         warnings,
         dry_run: options.dry_run,
         cluster_ip: None,
+        token_volume: None,
     })
 }
 

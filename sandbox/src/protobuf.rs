@@ -320,6 +320,47 @@ const ROLE_BINDING: &[FieldSpec] = &[
     field(3, "roleRef", Message(ROLE_REF)),
 ];
 
+const RESOURCE_ATTRIBUTES: &[FieldSpec] = &[
+    field(1, "namespace", Text),
+    field(2, "verb", Text),
+    field(3, "group", Text),
+    field(4, "version", Text),
+    field(5, "resource", Text),
+    field(6, "subresource", Text),
+    field(7, "name", Text),
+];
+const NON_RESOURCE_ATTRIBUTES: &[FieldSpec] = &[field(1, "path", Text), field(2, "verb", Text)];
+const ACCESS_REVIEW_SPEC: &[FieldSpec] = &[
+    field(1, "resourceAttributes", Message(RESOURCE_ATTRIBUTES)),
+    field(2, "nonResourceAttributes", Message(NON_RESOURCE_ATTRIBUTES)),
+];
+const RULES_REVIEW_SPEC: &[FieldSpec] = &[field(1, "namespace", Text)];
+const BOUND_OBJECT_REFERENCE: &[FieldSpec] = &[
+    field(1, "kind", Text),
+    field(2, "apiVersion", Text),
+    field(3, "name", Text),
+    field(4, "uid", Text),
+];
+const TOKEN_REQUEST_SPEC: &[FieldSpec] = &[
+    field(1, "audiences", Texts),
+    field(3, "boundObjectRef", Message(BOUND_OBJECT_REFERENCE)),
+    field(4, "expirationSeconds", OptionalNumber),
+];
+/// `kubectl auth can-i` and `kubectl create token` send these (authorization.k8s.io/v1,
+/// authentication.k8s.io/v1): {1: metadata, 2: spec}.
+const SELF_SUBJECT_ACCESS_REVIEW: &[FieldSpec] = &[
+    field(1, "metadata", Metadata),
+    field(2, "spec", Message(ACCESS_REVIEW_SPEC)),
+];
+const SELF_SUBJECT_RULES_REVIEW: &[FieldSpec] = &[
+    field(1, "metadata", Metadata),
+    field(2, "spec", Message(RULES_REVIEW_SPEC)),
+];
+const TOKEN_REQUEST: &[FieldSpec] = &[
+    field(1, "metadata", Metadata),
+    field(2, "spec", Message(TOKEN_REQUEST_SPEC)),
+];
+
 /// The field table of a kind `kubectl create <kind>` sends as protobuf, beyond the three
 /// decoded by hand below.
 fn described_kind(kind: &str) -> Option<&'static [FieldSpec]> {
@@ -329,6 +370,9 @@ fn described_kind(kind: &str) -> Option<&'static [FieldSpec]> {
         "ServiceAccount" => SERVICE_ACCOUNT,
         "Role" | "ClusterRole" => ROLE,
         "RoleBinding" | "ClusterRoleBinding" => ROLE_BINDING,
+        "SelfSubjectAccessReview" => SELF_SUBJECT_ACCESS_REVIEW,
+        "SelfSubjectRulesReview" => SELF_SUBJECT_RULES_REVIEW,
+        "TokenRequest" => TOKEN_REQUEST,
         _ => return None,
     })
 }
@@ -575,6 +619,28 @@ mod tests {
         assert_eq!(
             binding["subjects"][1],
             json!({"kind": "ServiceAccount", "name": "sa2", "namespace": "default"})
+        );
+    }
+
+    /// The exact bytes `kubectl create token sa1 --duration 20m --bound-object-kind Pod
+    /// --bound-object-name p1 --bound-object-uid u1` and `kubectl auth can-i create pods/exec
+    /// -n ns1` POST (kubectl reads `pods/exec` as TYPE/NAME: the pod named "exec"; a
+    /// subresource is `--subresource=exec`).
+    #[test]
+    fn decodes_what_kubectl_create_token_and_auth_can_i_send() {
+        let request = b"k8s\x00\n(\n\x18authentication.k8s.io/v1\x12\x0cTokenRequest\x120\n\x10\n\x00\x12\x00\x1a\x00\"\x00*\x002\x008\x00B\x00\x12\x16\x1a\x11\n\x03Pod\x12\x02v1\x1a\x02p1\"\x02u1 \xb0\t\x1a\x04\n\x00\x12\x00\x1a\x00\"\x00";
+        let request = decode_object(request).expect("decodes");
+        assert_eq!(
+            request["spec"],
+            json!({"boundObjectRef": {"kind": "Pod", "apiVersion": "v1", "name": "p1", "uid": "u1"},
+                   "expirationSeconds": 1200})
+        );
+        let review = b"k8s\x00\n2\n\x17authorization.k8s.io/v1\x12\x17SelfSubjectAccessReview\x12?\n\x10\n\x00\x12\x00\x1a\x00\"\x00*\x002\x008\x00B\x00\x12!\n\x1f\n\x03ns1\x12\x06create\x1a\x00\"\x00*\x04pods2\x00:\x04exec\x1a\x08\x08\x00\x12\x00\x1a\x00 \x00\x1a\x00\"\x00";
+        let review = decode_object(review).expect("decodes");
+        assert_eq!(
+            review["spec"],
+            json!({"resourceAttributes": {"namespace": "ns1", "verb": "create",
+                                          "resource": "pods", "name": "exec"}})
         );
     }
 

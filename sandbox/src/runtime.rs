@@ -79,6 +79,7 @@ use crate::random::Xorshift;
 use crate::store::{Store, StoreState};
 use crate::sync::lock;
 use crate::timefmt;
+use crate::tokens::{self, TokenClaims, Tokens};
 
 /// The stand-in for the official image's entrypoint, written into the data directory and
 /// mounted at `/usr/local/bin/docker-entrypoint.sh` in `postgres:<tag>` containers.
@@ -212,6 +213,8 @@ impl Drop for DataDir {
 pub(crate) struct Node {
     config: ProcessRuntime,
     store: Arc<Store>,
+    /// Where the kubelet's projected service-account tokens come from.
+    tokens: Arc<Tokens>,
     addresses: Mutex<addresses::PodAddresses>,
     pods: Mutex<HashMap<String, Arc<worker::PodWorker>>>,
     tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
@@ -226,6 +229,7 @@ impl Node {
     pub(crate) fn new(
         config: ProcessRuntime,
         store: Arc<Store>,
+        tokens: Arc<Tokens>,
         shutdown: CancellationToken,
     ) -> Arc<Node> {
         let mut random = Xorshift::from_entropy();
@@ -245,6 +249,7 @@ impl Node {
         Arc::new(Node {
             config,
             store,
+            tokens,
             addresses: Mutex::new(addresses::PodAddresses::new(block)),
             pods: Mutex::new(HashMap::new()),
             tasks: Mutex::new(vec![services]),
@@ -253,6 +258,36 @@ impl Node {
             is_root: own_ids.0 == 0,
             own_ids,
         })
+    }
+
+    /// The token the kubelet writes into the pod's service-account volume: bound to the pod,
+    /// so it stops working when the pod (or its service account) is deleted, and valid for
+    /// the pod's life otherwise (kube-apiserver's one-year extension of kubelet tokens), so
+    /// it is written once and never refreshed. None if the service account is gone.
+    pub(crate) fn pod_token(&self, pod: &Value) -> Option<String> {
+        let namespace = pod["metadata"]["namespace"].as_str()?;
+        let account = pod["spec"]["serviceAccountName"]
+            .as_str()
+            .unwrap_or("default");
+        let account_uid = self
+            .store
+            .lock()
+            .get("/serviceaccounts", namespace, account)?["metadata"]["uid"]
+            .as_str()?
+            .to_string();
+        let now = tokens::now_seconds();
+        Some(self.tokens.issue(TokenClaims {
+            namespace: namespace.to_string(),
+            service_account: account.to_string(),
+            service_account_uid: account_uid,
+            pod: Some((
+                pod["metadata"]["name"].as_str()?.to_string(),
+                pod["metadata"]["uid"].as_str()?.to_string(),
+            )),
+            audiences: vec![tokens::ISSUER.to_string()],
+            issued_at: now,
+            expires_at: now + tokens::KUBELET_TOKEN_SECONDS,
+        }))
     }
 
     /// B of the sandbox's `127.B.0.0/16`: Services get ClusterIPs in `127.B.192.0/18`.

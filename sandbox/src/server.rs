@@ -1,5 +1,5 @@
-//! The HTTP side of the sandbox: accept connections (TLS optional), check the bearer token,
-//! log each request, and route it: discovery and OpenAPI documents are answered here, resource
+//! The HTTP side of the sandbox: accept connections (TLS, or plain HTTP and TLS on one port),
+//! authenticate and authorize each request (`authn.rs`), log it, and route it: discovery and OpenAPI documents are answered here, resource
 //! URLs go to `handlers.rs`.
 //!
 //! WORKSHOP.md, "Set-up: the sandbox". URL layout: `/api/v1/...` for the core group,
@@ -19,13 +19,15 @@ use serde_json::{json, Value};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::access;
+use crate::authn;
 use crate::body::ResponseBody;
 use crate::errors::ApiError;
-use crate::handlers::{classify, read_body, require_object_media_type, serve_resource, Target};
+use crate::handlers::{classify, parse_object_body, read_body, serve_resource, Target};
+use crate::rbac::Attributes;
 use crate::resources::GIT_VERSION;
 use crate::responses::{
     aggregated_response, error_response, injected_response, json_response, openapi_v2_response,
-    text_response, with_warnings,
+    text_response,
 };
 use crate::state::{RequestRecord, Shared};
 use crate::sync::lock;
@@ -118,16 +120,34 @@ async fn accept_within_cap(
 
 async fn serve_connection(stream: tokio::net::TcpStream, shared: Arc<Shared>) {
     let _ = stream.set_nodelay(true);
-    match &shared.security {
-        Some(security) => {
-            let acceptor = tokio_rustls::TlsAcceptor::from(security.tls_config.clone());
-            match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream)).await {
-                Ok(Ok(tls)) => serve_http(TokioIo::new(tls), shared).await,
-                Ok(Err(error)) => tracing::debug!(%error, "TLS handshake failed"),
-                Err(_) => tracing::debug!("TLS handshake timed out"),
+    // With `--tls-dir` every connection is TLS. Without, the learner's kubectl speaks plain
+    // HTTP, but in-cluster clients always speak HTTPS to the API server: a TLS connection
+    // opens with a handshake record, whose first byte is 0x16; an HTTP request starts with a
+    // method name in ASCII.
+    let tls = if shared.security.is_some() {
+        true
+    } else {
+        let mut first = [0u8; 1];
+        match tokio::time::timeout(shared.options.header_read_timeout, stream.peek(&mut first))
+            .await
+        {
+            Ok(Ok(1)) => first[0] == 0x16,
+            Ok(_) => return,
+            Err(_) => {
+                tracing::debug!("no request within the header timeout");
+                return;
             }
         }
-        None => serve_http(TokioIo::new(stream), shared).await,
+    };
+    if tls {
+        let acceptor = tokio_rustls::TlsAcceptor::from(shared.certificates.tls_config.clone());
+        match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream)).await {
+            Ok(Ok(tls)) => serve_http(TokioIo::new(tls), shared).await,
+            Ok(Err(error)) => tracing::debug!(%error, "TLS handshake failed"),
+            Err(_) => tracing::debug!("TLS handshake timed out"),
+        }
+    } else {
+        serve_http(TokioIo::new(stream), shared).await
     }
 }
 
@@ -176,11 +196,6 @@ async fn handle_isolated(
     }
 }
 
-/// Paths anonymous clients may read, as kube-apiserver's `system:public-info-viewer` allows.
-fn is_public(path: &str) -> bool {
-    matches!(path, "/version" | "/healthz" | "/livez" | "/readyz")
-}
-
 async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Response<ResponseBody> {
     let started = Instant::now();
     let path_and_query = request
@@ -204,6 +219,8 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Res
             .and_then(|value| value.to_str().ok())
             .unwrap_or_default()
             .to_string(),
+        user: String::new(),
+        pod: String::new(),
     };
     let response = match answer(&shared, request, &mut record).await {
         Ok(response) => response,
@@ -230,18 +247,6 @@ async fn answer(
 ) -> Result<Response<ResponseBody>, ApiError> {
     let path = request.uri().path().to_string();
     check_host_and_origin(shared.addr, request.headers())?;
-    if let Some(security) = &shared.security {
-        let authorization = request
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|h| h.to_str().ok());
-        // A wrong token is refused everywhere; no token at all is "anonymous", which may still
-        // read the public paths.
-        let anonymous_ok = authorization.is_none() && is_public(&path);
-        if !anonymous_ok && !security.accepts(authorization) {
-            return Err(ApiError::unauthorized());
-        }
-    }
     let query: HashMap<String, String> =
         url::form_urlencoded::parse(request.uri().query().unwrap_or_default().as_bytes())
             .into_owned()
@@ -267,7 +272,35 @@ async fn answer(
         }
     };
     let registry = shared.store.lock().registry.clone();
+    // Classified before authentication, so even a refused request is logged with its verb.
     classify(&registry, &method, &segments, &query, record);
+    let caller = authn::authenticate(shared, request.headers(), &path)?;
+    record.user = caller.user.name.clone();
+    record.pod = caller.pod.clone();
+    let attributes = Attributes::from_request(request.method().as_str(), &path, &query);
+    authn::authorize(shared, &caller.user, &attributes)?;
+    // `kubectl exec` opens a WebSocket with GET; since Kubernetes 1.35
+    // (AuthorizePodWebsocketUpgradeCreatePermission) it needs `create` as well, as the SPDY
+    // POST always did.
+    let websocket = request
+        .headers()
+        .get(header::UPGRADE)
+        .and_then(|h| h.to_str().ok())
+        .is_some_and(|h| h.eq_ignore_ascii_case("websocket"));
+    if websocket
+        && attributes.verb == "get"
+        && attributes.resource == "pods"
+        && matches!(
+            attributes.subresource.as_str(),
+            "exec" | "attach" | "portforward"
+        )
+    {
+        let create = Attributes {
+            verb: "create".into(),
+            ..attributes.clone()
+        };
+        authn::authorize(shared, &caller.user, &create)?;
+    }
     let injected = lock(&shared.faults).take_failure(&record.path);
     if let Some(fault) = injected {
         return Ok(injected_response(fault));
@@ -318,22 +351,20 @@ async fn answer(
         }
         ["apis", "authorization.k8s.io", "v1", kind] if method == Method::POST => {
             let (parts, body) = read_body(request).await?;
-            require_object_media_type(&parts)?;
-            match access::review(kind, &body) {
-                Some(review) => Ok(with_warnings(
-                    json_response(201, &review),
-                    &[access::NO_RBAC_WARNING.to_string()],
-                )),
+            let asked = parse_object_body(&parts, &body)?;
+            let policies = authn::policies(shared);
+            match access::review(kind, &asked, &caller.user, &policies) {
+                Some(review) => Ok(json_response(201, &review)),
                 None => Err(ApiError::path_not_found()),
             }
         }
         ["api", "v1", rest @ ..] => {
             let target = Target::parse(&registry, "", "v1", rest)?;
-            serve_resource(shared, request, target, query, &accept).await
+            serve_resource(shared, request, target, query, &accept, &caller.user).await
         }
         ["apis", group, version, rest @ ..] => {
             let target = Target::parse(&registry, group, version, rest)?;
-            serve_resource(shared, request, target, query, &accept).await
+            serve_resource(shared, request, target, query, &accept, &caller.user).await
         }
         _ => Err(ApiError::path_not_found()),
     }

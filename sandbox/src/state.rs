@@ -14,12 +14,14 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::builtins;
+use crate::objects;
 use crate::options::SandboxOptions;
 use crate::random::Xorshift;
 use crate::runtime::{Node, Runtime};
 use crate::store::Store;
 use crate::sync::lock;
-use crate::tls::Security;
+use crate::tls::{Certificates, Security};
+use crate::tokens::Tokens;
 
 /// Keep the request log bounded in a long-running sandbox.
 const MAX_RECORDED_REQUESTS: usize = 100_000;
@@ -30,7 +32,12 @@ pub(crate) struct Shared {
     pub(crate) store: Arc<Store>,
     pub(crate) options: SandboxOptions,
     pub(crate) addr: SocketAddr,
+    /// The admin's token and credentials directory (`--tls-dir`); None: plain HTTP, no token.
     pub(crate) security: Option<Security>,
+    /// The CA and serving certificate: always there, for pods' HTTPS even on plain HTTP.
+    pub(crate) certificates: Certificates,
+    /// Service-account tokens issued (TokenRequest and the kubelet's projected tokens).
+    pub(crate) tokens: Arc<Tokens>,
     pub(crate) faults: Mutex<FaultSettings>,
     pub(crate) requests: Mutex<Vec<RequestRecord>>,
     pub(crate) established_delay: Mutex<Duration>,
@@ -53,6 +60,7 @@ impl Shared {
         options: SandboxOptions,
         addr: SocketAddr,
         security: Option<Security>,
+        certificates: Certificates,
         runtime: Runtime,
         shutdown: CancellationToken,
     ) -> Arc<Shared> {
@@ -71,10 +79,19 @@ impl Shared {
                 );
             }
             state.commit_added("/nodes", builtins::initial_node(random.uuid()));
+            for name in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+                objects::populate_namespace(&mut state, name, &certificates.ca_pem, &mut random);
+            }
         }
+        let tokens = Arc::new(Tokens::new());
         let node = match runtime {
             Runtime::Simulated => None,
-            Runtime::Processes(config) => Some(Node::new(config, store.clone(), shutdown.clone())),
+            Runtime::Processes(config) => Some(Node::new(
+                config,
+                store.clone(),
+                tokens.clone(),
+                shutdown.clone(),
+            )),
         };
         Arc::new(Shared {
             store,
@@ -84,6 +101,8 @@ impl Shared {
             options,
             addr,
             security,
+            certificates,
+            tokens,
             faults: Mutex::new(FaultSettings::default()),
             requests: Mutex::new(Vec::new()),
             random: Mutex::new(random),
@@ -124,6 +143,12 @@ pub struct RequestRecord {
     /// The `User-Agent` header, empty when absent: kubectl sends `kubectl/v1.32...`, the operator
     /// `postgres-operator/0.1.0`, so a test can tell whose requests are whose.
     pub user_agent: String,
+    /// The user the request acted as, after impersonation: `system:admin` for the sandbox's
+    /// own kubectl, `system:serviceaccount:NS:NAME` for a service-account token; empty when
+    /// authentication failed.
+    pub user: String,
+    /// The pod a bound service-account token was issued for (the caller's pod); empty otherwise.
+    pub pod: String,
 }
 
 /// A failure to answer instead of the real response.

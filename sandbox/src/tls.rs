@@ -1,10 +1,12 @@
-//! The sandbox's security when started with a credentials directory: a freshly generated CA, a
-//! serving certificate for 127.0.0.1/localhost signed by it, and a bearer token — written to
+//! The sandbox's certificates and, when started with a credentials directory, its admin token:
+//! a freshly generated CA, a serving certificate for 127.0.0.1/localhost (and the names
+//! in-cluster clients use) signed by it, and a bearer token — written to
 //! `ca.crt`, `token` and `namespace` exactly as a pod's service-account directory
 //! (`/var/run/secrets/kubernetes.io/serviceaccount/`), so the in-cluster code path can be tested.
 //!
 //! WORKSHOP.md, "Set-up: the sandbox" (and "How a binary finds its API server").
 
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -15,20 +17,19 @@ use crate::options::SandboxError;
 use crate::random::Xorshift;
 use crate::sync::lock;
 
-pub(crate) struct Security {
+/// The CA and the serving certificate signed by it: generated in memory for every sandbox, so
+/// pods can speak HTTPS to it even when the learner's kubectl speaks plain HTTP (`server.rs`
+/// tells the two apart by the first byte of a connection).
+pub(crate) struct Certificates {
     pub(crate) tls_config: Arc<rustls::ServerConfig>,
-    token: Mutex<String>,
-    dir: PathBuf,
-    random: Mutex<Xorshift>,
+    /// The CA in PEM: `ca.crt` of the credentials directory, of the `kube-root-ca.crt`
+    /// ConfigMap in every namespace and of every pod's service-account volume.
+    pub(crate) ca_pem: String,
 }
 
-impl Security {
-    /// Generate the CA, the serving certificate and the first token, and write the files.
-    pub(crate) fn generate(dir: &Path) -> Result<Security, SandboxError> {
-        create_private_dir(dir).map_err(|source| SandboxError::WriteCredentials {
-            path: dir.to_path_buf(),
-            source,
-        })?;
+impl Certificates {
+    /// A new CA and a serving certificate for `listen` and every name a client may use.
+    pub(crate) fn generate(listen: IpAddr) -> Result<Certificates, SandboxError> {
         let ca_key = KeyPair::generate().map_err(SandboxError::Certificates)?;
         let mut ca_params =
             CertificateParams::new(Vec::<String>::new()).map_err(SandboxError::Certificates)?;
@@ -47,15 +48,26 @@ impl Security {
         let issuer = Issuer::new(ca_params, ca_key);
 
         // Clients connect to https://127.0.0.1:PORT, so the certificate needs an IP address SAN;
-        // a DNS SAN "127.0.0.1" would not match (in-cluster configs use the service IP the same way).
+        // a DNS SAN "127.0.0.1" would not match (in-cluster configs use the service IP the same
+        // way). The kubernetes.default.* names are those kube-apiserver's certificate carries
+        // for in-cluster clients that use the Service's DNS name.
+        let mut names: Vec<String> = [
+            "127.0.0.1",
+            "::1",
+            "localhost",
+            "kubernetes",
+            "kubernetes.default",
+            "kubernetes.default.svc",
+            "kubernetes.default.svc.cluster.local",
+        ]
+        .map(String::from)
+        .to_vec();
+        if !listen.is_loopback() && !listen.is_unspecified() {
+            names.push(listen.to_string());
+        }
         let server_key = KeyPair::generate().map_err(SandboxError::Certificates)?;
-        let mut server_params = CertificateParams::new(vec![
-            "127.0.0.1".to_string(),
-            "::1".to_string(),
-            "localhost".to_string(),
-            "kubernetes.default.svc".to_string(),
-        ])
-        .map_err(SandboxError::Certificates)?;
+        let mut server_params =
+            CertificateParams::new(names).map_err(SandboxError::Certificates)?;
         server_params
             .distinguished_name
             .push(DnType::CommonName, "sandbox-apiserver");
@@ -75,14 +87,36 @@ impl Security {
             .map_err(SandboxError::TlsConfig)?;
         // The sandbox speaks HTTP/1.1 only; advertising h2 would make clients try it.
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(Certificates {
+            tls_config: Arc::new(config),
+            ca_pem: ca_cert.pem(),
+        })
+    }
+}
 
+/// A sandbox started with a credentials directory: HTTPS only, and the admin's bearer token.
+pub(crate) struct Security {
+    token: Mutex<String>,
+    dir: PathBuf,
+    random: Mutex<Xorshift>,
+}
+
+impl Security {
+    /// Generate the first token, and write `ca.crt`, `token` and `namespace` into `dir`.
+    pub(crate) fn generate(
+        dir: &Path,
+        certificates: &Certificates,
+    ) -> Result<Security, SandboxError> {
+        create_private_dir(dir).map_err(|source| SandboxError::WriteCredentials {
+            path: dir.to_path_buf(),
+            source,
+        })?;
         let mut random = Xorshift::from_entropy();
         let token = random.hex(32);
-        write_atomically(&dir.join("ca.crt"), ca_cert.pem().as_bytes())?;
+        write_atomically(&dir.join("ca.crt"), certificates.ca_pem.as_bytes())?;
         write_atomically(&dir.join("namespace"), b"default")?;
         write_atomically(&dir.join("token"), token.as_bytes())?;
         Ok(Security {
-            tls_config: Arc::new(config),
             token: Mutex::new(token),
             dir: dir.to_path_buf(),
             random: Mutex::new(random),
@@ -93,11 +127,8 @@ impl Security {
         lock(&self.token).clone()
     }
 
-    /// Compare the `Authorization` header against the current token.
-    pub(crate) fn accepts(&self, authorization: Option<&str>) -> bool {
-        let Some(presented) = authorization.and_then(|h| h.strip_prefix("Bearer ")) else {
-            return false;
-        };
+    /// Is `presented` (the bearer token, without `Bearer `) the admin's current token?
+    pub(crate) fn is_admin_token(&self, presented: &str) -> bool {
         let current = lock(&self.token);
         // Constant-time comparison: a token check should not leak how many bytes matched.
         presented.len() == current.len()

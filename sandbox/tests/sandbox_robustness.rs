@@ -231,6 +231,8 @@ async fn json_strategic_and_apply_patches_work() {
     let mut web = pod("web", json!({"a": "1"}));
     web["spec"]["containers"] =
         json!([{"name": "c", "image": "nginx"}, {"name": "side", "image": "busybox"}]);
+    // No service-account volume mounts in the containers: the patch result stays readable.
+    web["spec"]["automountServiceAccountToken"] = json!(false);
     http.post(PODS, &web).await;
     // Containers merge by name: only `side` gets the new image (a pod's one mutable field).
     let strategic = http

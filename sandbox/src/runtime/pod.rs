@@ -155,6 +155,7 @@ async fn prepare_files(node: &Node, worker: &PodWorker) -> bool {
         return false;
     }
     let claims_dir = node.config.data_dir().join("claims");
+    let token = node.pod_token(&worker.pod);
     loop {
         let lookup = StoreLookup {
             store: &node.store,
@@ -172,6 +173,7 @@ async fn prepare_files(node: &Node, worker: &PodWorker) -> bool {
             &claims_dir,
             &lookup,
             &claim_exists,
+            token.as_deref(),
             owner,
         ) {
             Ok(prepared) => {

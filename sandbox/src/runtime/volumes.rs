@@ -63,6 +63,7 @@ pub(crate) fn prepare(
     claims_dir: &Path,
     objects: &dyn Lookup,
     claim_exists: &dyn Fn(&str) -> bool,
+    service_account_token: Option<&str>,
     owner: Owner,
 ) -> Result<BTreeMap<String, PathBuf>, MountError> {
     let namespace = pod["metadata"]["namespace"].as_str().unwrap_or("default");
@@ -111,16 +112,134 @@ pub(crate) fn prepare(
                 }
             }
             dir
+        } else if volume["projected"].is_object() {
+            let dir = pod_dir.join("volumes").join(name);
+            make_dir(&dir, 0o755, owner).map_err(failed)?;
+            write_projected(
+                &dir,
+                pod,
+                &volume["projected"],
+                objects,
+                service_account_token,
+                owner,
+            )
+            .map_err(|ProjectionError(message)| {
+                MountError(format!(
+                    "MountVolume.SetUp failed for volume \"{name}\" : {message}"
+                ))
+            })?;
+            dir
         } else if let Some(claim) = volume["persistentVolumeClaim"]["claimName"].as_str() {
             super::claims::volume_dir(claims_dir, namespace, claim, claim_exists)?
         } else {
             return Err(MountError(format!(
-                "volume \"{name}\": the sandbox supports emptyDir, configMap, secret and persistentVolumeClaim volumes only"
+                "volume \"{name}\": the sandbox supports emptyDir, configMap, secret, projected and persistentVolumeClaim volumes only"
             )));
         };
         prepared.insert(name.to_string(), dir);
     }
     Ok(prepared)
+}
+
+/// Why a projected volume could not be written.
+struct ProjectionError(String);
+
+impl From<std::io::Error> for ProjectionError {
+    fn from(error: std::io::Error) -> Self {
+        ProjectionError(error.to_string())
+    }
+}
+
+/// A projected volume: each source's files in one directory, as the kubelet writes the
+/// service-account volume `kube-api-access-*` — `token` (a token bound to this pod),
+/// `ca.crt` (from the `kube-root-ca.crt` ConfigMap) and `namespace` (the downward API).
+/// Written once when the pod starts: the token is valid for the pod's life (see
+/// `Node::pod_token`), so unlike the kubelet the sandbox never rewrites it.
+fn write_projected(
+    dir: &Path,
+    pod: &Value,
+    projected: &Value,
+    objects: &dyn Lookup,
+    service_account_token: Option<&str>,
+    owner: Owner,
+) -> Result<(), ProjectionError> {
+    let default_mode = projected["defaultMode"].as_u64().unwrap_or(0o644) as u32;
+    for source in projected["sources"].as_array().into_iter().flatten() {
+        if source["serviceAccountToken"].is_object() {
+            let token = service_account_token.ok_or_else(|| {
+                ProjectionError(format!(
+                    "failed to fetch token: serviceaccount \"{}\" not found",
+                    pod["spec"]["serviceAccountName"]
+                        .as_str()
+                        .unwrap_or("default")
+                ))
+            })?;
+            let path = source["serviceAccountToken"]["path"]
+                .as_str()
+                .unwrap_or("token");
+            // The token is the pod's credential: readable by its owner only, whatever
+            // defaultMode says (the kubelet makes it 0600 too when it sets fsGroup).
+            write_file(
+                &dir.join(safe_relative(path)),
+                token.as_bytes(),
+                0o600,
+                owner,
+            )?;
+        } else if source["configMap"].is_object() || source["secret"].is_object() {
+            let secret = source["secret"].is_object();
+            let inner = if secret {
+                &source["secret"]
+            } else {
+                &source["configMap"]
+            };
+            let object_name = inner["name"].as_str().unwrap_or_default();
+            let object = if secret {
+                objects.secret(object_name)
+            } else {
+                objects.config_map(object_name)
+            };
+            match object {
+                Some(object) => {
+                    let mut with_mode = inner.clone();
+                    if with_mode["defaultMode"].is_null() {
+                        with_mode["defaultMode"] = serde_json::json!(default_mode);
+                    }
+                    write_keys(dir, &with_mode, &object, secret, owner)?;
+                }
+                None if inner["optional"].as_bool() == Some(true) => {}
+                None => {
+                    let kind = if secret { "secret" } else { "configmap" };
+                    return Err(ProjectionError(format!(
+                        "{kind} \"{object_name}\" not found"
+                    )));
+                }
+            }
+        } else if source["downwardAPI"].is_object() {
+            for item in source["downwardAPI"]["items"]
+                .as_array()
+                .into_iter()
+                .flatten()
+            {
+                let path = item["path"].as_str().unwrap_or_default();
+                let value = match item["fieldRef"]["fieldPath"].as_str() {
+                    Some("metadata.namespace") => pod["metadata"]["namespace"].as_str(),
+                    Some("metadata.name") => pod["metadata"]["name"].as_str(),
+                    Some("metadata.uid") => pod["metadata"]["uid"].as_str(),
+                    Some("spec.serviceAccountName") => pod["spec"]["serviceAccountName"].as_str(),
+                    _ => None,
+                };
+                if let (false, Some(value)) = (path.is_empty(), value) {
+                    write_file(
+                        &dir.join(safe_relative(path)),
+                        value.as_bytes(),
+                        default_mode,
+                        owner,
+                    )?;
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Each key (or each `items[]` entry) as a file, with `defaultMode`/`mode` (default 0644).
@@ -190,7 +309,10 @@ pub(crate) fn mounts_for(
             .flatten()
             .find(|v| v["name"] == name)
             .is_some_and(|v| {
-                v["configMap"].is_object() || v["secret"].is_object() || super::claims::read_only(v)
+                v["configMap"].is_object()
+                    || v["secret"].is_object()
+                    || v["projected"].is_object()
+                    || super::claims::read_only(v)
             })
     };
     let mut mounts = Vec::new();
@@ -212,11 +334,24 @@ pub(crate) fn mounts_for(
         };
         mounts.push(Mount {
             source,
-            destination: PathBuf::from(mount["mountPath"].as_str().unwrap_or("/")),
+            destination: without_var_run_link(mount["mountPath"].as_str().unwrap_or("/")),
             writable: mount["readOnly"].as_bool() != Some(true) && !read_only_kind(name),
         });
     }
     Ok(mounts)
+}
+
+/// `/var/run/...` as `/run/...` where the host's /var/run is the usual symlink to /run: the
+/// jail mirrors the host's /var/run link and gives each container its own /run, and bubblewrap
+/// cannot create a mount point through a symlink (the service-account volume's
+/// `/var/run/secrets/kubernetes.io/serviceaccount` would fail). The path reads the same inside.
+fn without_var_run_link(mount_path: &str) -> PathBuf {
+    let points_to_run = std::fs::read_link("/var/run")
+        .is_ok_and(|target| target == Path::new("/run") || target == Path::new("../run"));
+    match mount_path.strip_prefix("/var/run/") {
+        Some(rest) if points_to_run => Path::new("/run").join(rest),
+        _ => PathBuf::from(mount_path),
+    }
 }
 
 /// /etc/passwd and /etc/group with an entry for `uid`/`gid` (initdb refuses to run as a user
@@ -310,8 +445,16 @@ mod tests {
             {"name": "scripts", "configMap": {"name": "init", "items": [{"key": "10-init.sh", "path": "10-init.sh"}]}},
             {"name": "creds", "secret": {"secretName": "creds", "defaultMode": 0o400}}
         ]}});
-        let volumes = prepare(&pod, &dir, &dir.join("claims"), &Objects, &|_| false, None)
-            .expect("volumes are prepared");
+        let volumes = prepare(
+            &pod,
+            &dir,
+            &dir.join("claims"),
+            &Objects,
+            &|_| false,
+            None,
+            None,
+        )
+        .expect("volumes are prepared");
         assert_eq!(
             std::fs::read_to_string(volumes["scripts"].join("10-init.sh"))
                 .ok()
@@ -333,10 +476,48 @@ mod tests {
         assert!(mounts[0].writable && !mounts[1].writable);
         let missing = json!({"metadata": {}, "spec": {"volumes": [{"name": "x", "secret": {"secretName": "gone"}}]}});
         assert_eq!(
-            prepare(&missing, &dir, &dir, &Objects, &|_| false, None),
+            prepare(&missing, &dir, &dir, &Objects, &|_| false, None, None),
             Err(MountError(
                 "MountVolume.SetUp failed for volume \"x\" : secret \"gone\" not found".into()
             ))
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// The service-account volume holds the pod's token, the cluster CA and its namespace.
+    #[test]
+    fn the_service_account_volume_holds_token_ca_and_namespace() {
+        struct Root;
+        impl Lookup for Root {
+            fn secret(&self, _: &str) -> Option<Value> {
+                None
+            }
+            fn config_map(&self, name: &str) -> Option<Value> {
+                (name == "kube-root-ca.crt").then(|| json!({"data": {"ca.crt": "PEM"}}))
+            }
+        }
+        let dir =
+            std::env::temp_dir().join(format!("sandbox-projected-test-{}", std::process::id()));
+        let pod = json!({"metadata": {"namespace": "db", "name": "p"}, "spec": {"volumes": [
+            {"name": "kube-api-access-x", "projected": {"defaultMode": 420, "sources": [
+                {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                {"downwardAPI": {"items": [{"path": "namespace",
+                    "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}]}}
+        ]}});
+        let volumes = prepare(&pod, &dir, &dir, &Root, &|_| false, Some("a.b.c"), None)
+            .expect("volumes are prepared");
+        let read =
+            |file: &str| std::fs::read_to_string(volumes["kube-api-access-x"].join(file)).ok();
+        assert_eq!(read("token").as_deref(), Some("a.b.c"));
+        assert_eq!(read("ca.crt").as_deref(), Some("PEM"));
+        assert_eq!(read("namespace").as_deref(), Some("db"));
+        let container = json!({"volumeMounts": [{"name": "kube-api-access-x",
+            "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": true}]});
+        assert!(!mounts_for(&container, &volumes, &pod).expect("mounts")[0].writable);
+        assert!(
+            prepare(&pod, &dir, &dir, &Root, &|_| false, None, None).is_err(),
+            "no token"
         );
         let _ = std::fs::remove_dir_all(&dir);
     }
