@@ -28,6 +28,7 @@
 //! | `watch.rs` | one streaming response per watch: framing, bookmarks, timeouts, slow watchers | 4 answers |
 //! | `responses.rs` | JSON, Table, text and Status responses; injected-fault answers | 4 answers |
 //! | `remotecommand.rs` | `kubectl exec` over a WebSocket (the channel.k8s.io streams, the exit Status); port-forward's refusal | 4 answers |
+//! | `workloads.rs` | the Deployment and ReplicaSet controllers: rollouts, pods from templates, their status (its own files in `workloads/`) | 4 answers |
 //! | `controllers.rs` | the simulated kubelet and CRD establishment (garbage collection is in `objects.rs`) | 4 answers |
 //! | `faults.rs` | the [`Faults`] handle tests use to break things on purpose | 4 answers |
 //! | `state.rs` | `Shared`: the store, options, fault switches, request log, process runtime and shutdown token everyone holds | 3 state |
@@ -58,8 +59,9 @@
 //!   [`SandboxOptions::pod_termination_delay`] is set; a namespace goes at once with its
 //!   contents; garbage collection (background and foreground) runs inside the owner's DELETE.
 //! - Server-side apply is a merge of the applied object; no field ownership is tracked.
-//! - No RBAC, admission or scheduler; Deployments are stored, not run. The process runtime runs
-//!   pods on this machine, not images: see `runtime.rs` for what it simplifies.
+//! - No RBAC, admission or scheduler. Deployments and ReplicaSets run (`workloads.rs` says
+//!   where they simplify). The process runtime runs pods on this machine, not images: see
+//!   `runtime.rs` for what it simplifies.
 //!
 //! # Start it
 //!
@@ -97,6 +99,7 @@ mod table;
 mod timefmt;
 mod tls;
 mod watch;
+mod workloads;
 
 pub use faults::Faults;
 pub use options::{SandboxError, SandboxOptions};
@@ -157,6 +160,7 @@ impl Sandbox {
         // A child token: cancelling `stop` stops the sandbox, while `shutdown` (or dropping the
         // `Sandbox`) stops only the sandbox, never the caller's other tasks.
         let shared = Shared::new(options, addr, security, runtime, stop.child_token());
+        tokio::spawn(workloads::run(shared.clone()));
         let server_task = tokio::spawn(server::serve(listener, shared.clone()));
         tracing::info!(%addr, "sandbox API server listening");
         Ok(Sandbox {
