@@ -334,7 +334,7 @@ impl Writer<'_> {
             .into_iter()
             .filter(|o| controller_uid(o) == Some(owner_uid))
             .collect();
-        owned.sort_by(|a, b| created(a).cmp(&created(b)));
+        owned.sort_by_key(|o| created(o));
         owned
     }
 }

@@ -342,7 +342,7 @@ async fn a_deployment_makes_a_replica_set_and_ready_pods() {
     let replica_sets = items(&http, REPLICA_SETS).await;
     assert_eq!(
         names(&replica_sets),
-        [rs_name.clone()],
+        std::slice::from_ref(&rs_name),
         "scaling makes no new ReplicaSet"
     );
 

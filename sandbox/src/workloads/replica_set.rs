@@ -256,7 +256,7 @@ mod tests {
             ),
         ];
         pods.sort_by_key(deletion_rank);
-        let order: Vec<&str> = pods.iter().map(|p| name(p)).collect();
+        let order: Vec<&str> = pods.iter().map(name).collect();
         assert_eq!(
             order,
             ["pending", "running-not-ready", "new-ready", "old-ready"]
