@@ -11,6 +11,7 @@ use serde_json::{json, Value};
 use crate::errors::ApiError;
 use crate::random::Xorshift;
 use crate::resources::{ResourceType, GIT_VERSION};
+use crate::selector::LabelSelector;
 use crate::status::StatusCause;
 use crate::timefmt;
 
@@ -156,33 +157,38 @@ pub(crate) fn initial_namespace(name: &str, uid: String) -> Value {
     object
 }
 
+/// What kube-apiserver requires of every pod spec (a pod's, or a workload's template at
+/// `field`): at least one container, each with a name and an image.
+fn pod_spec_causes(spec: &Value, field: &str) -> Vec<StatusCause> {
+    let containers = spec["containers"].as_array().filter(|c| !c.is_empty());
+    let Some(containers) = containers else {
+        return vec![StatusCause {
+            reason: "FieldValueRequired".into(),
+            message: "Required value".into(),
+            field: format!("{field}.containers"),
+        }];
+    };
+    let mut causes = Vec::new();
+    for (i, container) in containers.iter().enumerate() {
+        for part in ["name", "image"] {
+            if container[part].as_str().unwrap_or_default().is_empty() {
+                causes.push(StatusCause {
+                    reason: "FieldValueRequired".into(),
+                    message: "Required value".into(),
+                    field: format!("{field}.containers[{i}].{part}"),
+                });
+            }
+        }
+    }
+    causes
+}
+
 pub(crate) fn default_pod(
     resource: &ResourceType,
     object: &mut Value,
     name: &str,
 ) -> Result<(), ApiError> {
-    let containers = object["spec"]["containers"].as_array().cloned();
-    let Some(containers) = containers.filter(|c| !c.is_empty()) else {
-        return Err(ApiError::invalid_field(
-            resource,
-            name,
-            "FieldValueRequired",
-            "spec.containers",
-            "Required value",
-        ));
-    };
-    let mut causes = Vec::new();
-    for (i, container) in containers.iter().enumerate() {
-        for field in ["name", "image"] {
-            if container[field].as_str().unwrap_or_default().is_empty() {
-                causes.push(StatusCause {
-                    reason: "FieldValueRequired".into(),
-                    message: "Required value".into(),
-                    field: format!("spec.containers[{i}].{field}"),
-                });
-            }
-        }
-    }
+    let causes = pod_spec_causes(&object["spec"], "spec");
     if !causes.is_empty() {
         return Err(ApiError::invalid(resource, name, causes));
     }
@@ -735,6 +741,428 @@ pub(crate) fn pod_status_reason(pod: &Value) -> String {
         reason = "Terminating".to_string();
     }
     reason
+}
+
+// ---- apps/v1: Deployments and ReplicaSets ----
+
+/// The label the Deployment controller adds to a ReplicaSet's selector, template and pods.
+pub(crate) const POD_TEMPLATE_HASH: &str = "pod-template-hash";
+
+/// `spec.selector` as label-selector text (`app=web,tier in (db)`), as kube's
+/// `metav1.LabelSelectorAsSelector` reads it; `Err` names what is wrong with it.
+pub(crate) fn label_selector_text(selector: &Value) -> Result<String, String> {
+    let mut terms = Vec::new();
+    if !selector["matchLabels"].is_null() && !selector["matchLabels"].is_object() {
+        return Err("matchLabels must be a map of strings".into());
+    }
+    if !selector["matchExpressions"].is_null() && !selector["matchExpressions"].is_array() {
+        return Err("matchExpressions must be a list".into());
+    }
+    for (key, value) in selector["matchLabels"].as_object().into_iter().flatten() {
+        let Some(value) = value.as_str() else {
+            return Err(format!("matchLabels.{key} must be a string"));
+        };
+        terms.push(format!("{key}={value}"));
+    }
+    for expression in selector["matchExpressions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        let key = expression["key"].as_str().unwrap_or_default();
+        let values: Vec<&str> = expression["values"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        let operator = expression["operator"].as_str().unwrap_or_default();
+        terms.push(match (operator, values.is_empty()) {
+            ("In", false) => format!("{key} in ({})", values.join(",")),
+            ("NotIn", false) => format!("{key} notin ({})", values.join(",")),
+            ("Exists", true) => key.to_string(),
+            ("DoesNotExist", true) => format!("!{key}"),
+            ("In" | "NotIn", true) => {
+                return Err(format!("{operator}: values must be non-empty"));
+            }
+            ("Exists" | "DoesNotExist", false) => {
+                return Err(format!("{operator}: values must be empty"));
+            }
+            _ => return Err(format!("{operator:?} is not a valid selector operator")),
+        });
+    }
+    let text = terms.join(",");
+    LabelSelector::parse(&text).map_err(|e| e.to_string())?;
+    Ok(text)
+}
+
+/// Go's `%#v` of a `map[string]string`, as kube-apiserver's messages print label maps.
+fn go_string_map(map: &Value) -> String {
+    let mut entries: Vec<String> = map
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| format!("{}:{}", json!(k), json!(v.as_str().unwrap_or_default())))
+        .collect();
+    entries.sort();
+    format!("map[string]string{{{}}}", entries.join(", "))
+}
+
+/// A 400 for a field of the wrong JSON type: kube-apiserver fails to decode such a body.
+fn expect_object(resource: &ResourceType, value: &Value, field: &str) -> Result<(), ApiError> {
+    if value.is_null() || value.is_object() {
+        return Ok(());
+    }
+    Err(ApiError::bad_request(format!(
+        "{kind} in version \"{version}\" cannot be handled as a {kind}: {field} must be a JSON object",
+        kind = resource.kind,
+        version = resource.version
+    )))
+}
+
+fn cause(reason: &str, field: &str, message: String) -> StatusCause {
+    StatusCause {
+        reason: reason.into(),
+        message,
+        field: field.into(),
+    }
+}
+
+/// A non-negative integer field, or a cause saying why not (absent is fine).
+fn check_non_negative(spec: &Value, field: &str, causes: &mut Vec<StatusCause>) {
+    match &spec[field] {
+        Value::Null => {}
+        value if value.as_i64().is_some_and(|n| n >= 0) => {}
+        value => causes.push(cause(
+            "FieldValueInvalid",
+            &format!("spec.{field}"),
+            format!("Invalid value: {value}: must be greater than or equal to 0"),
+        )),
+    }
+}
+
+/// The checks a Deployment and a ReplicaSet share (kube's ValidateReplicaSetSpec and
+/// ValidateDeploymentSpec): replicas, a non-empty selector that the template's labels match,
+/// and a pod template that could make pods that restart (restartPolicy Always).
+fn workload_causes(resource: &ResourceType, spec: &Value) -> Vec<StatusCause> {
+    let mut causes = Vec::new();
+    check_non_negative(spec, "replicas", &mut causes);
+    check_non_negative(spec, "minReadySeconds", &mut causes);
+    let selector = &spec["selector"];
+    let labels = &spec["template"]["metadata"]["labels"];
+    if selector.is_null() {
+        causes.push(cause(
+            "FieldValueRequired",
+            "spec.selector",
+            "Required value".into(),
+        ));
+    } else {
+        match label_selector_text(selector) {
+            Ok(text) if text.is_empty() => causes.push(cause(
+                "FieldValueInvalid",
+                "spec.selector",
+                format!(
+                    "Invalid value: {selector}: empty selector is invalid for {}",
+                    resource.plural.trim_end_matches('s')
+                ),
+            )),
+            Ok(text) => {
+                let matches = LabelSelector::parse(&text)
+                    .is_ok_and(|s| s.matches_json_labels(labels.as_object()));
+                if !matches {
+                    causes.push(cause(
+                        "FieldValueInvalid",
+                        "spec.template.metadata.labels",
+                        format!(
+                            "Invalid value: {}: `selector` does not match template `labels`",
+                            go_string_map(labels)
+                        ),
+                    ));
+                }
+            }
+            Err(problem) => causes.push(cause(
+                "FieldValueInvalid",
+                "spec.selector",
+                format!("Invalid value: {selector}: {problem}"),
+            )),
+        }
+    }
+    causes.extend(pod_spec_causes(
+        &spec["template"]["spec"],
+        "spec.template.spec",
+    ));
+    match spec["template"]["spec"]["restartPolicy"].as_str() {
+        None | Some("Always") => {}
+        Some(other) => causes.push(cause(
+            "FieldValueNotSupported",
+            "spec.template.spec.restartPolicy",
+            format!(
+                "Unsupported value: {}: supported values: \"Always\"",
+                json!(other)
+            ),
+        )),
+    }
+    causes
+}
+
+/// The defaults both workload kinds get, and their 400 for fields of the wrong type.
+fn default_workload(resource: &ResourceType, object: &mut Value) -> Result<(), ApiError> {
+    let spec = &object["spec"];
+    for (value, field) in [
+        (&spec["selector"], "spec.selector"),
+        (&spec["template"], "spec.template"),
+        (&spec["template"]["metadata"], "spec.template.metadata"),
+        (&spec["template"]["spec"], "spec.template.spec"),
+        (&spec["strategy"], "spec.strategy"),
+        (
+            &spec["strategy"]["rollingUpdate"],
+            "spec.strategy.rollingUpdate",
+        ),
+    ] {
+        expect_object(resource, value, field)?;
+    }
+    let spec = &mut object["spec"];
+    if spec["replicas"].is_null() {
+        spec["replicas"] = json!(1);
+    }
+    if spec["template"]["spec"].is_object() {
+        default_pod_spec(&mut spec["template"]["spec"]);
+    }
+    Ok(())
+}
+
+/// A deployment strategy's `maxSurge`/`maxUnavailable`: an integer or a `"25%"` string.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum IntOrPercent {
+    Int(i64),
+    Percent(i64),
+}
+
+impl IntOrPercent {
+    pub(crate) fn parse(value: &Value) -> Option<IntOrPercent> {
+        if let Some(n) = value.as_i64() {
+            return Some(IntOrPercent::Int(n));
+        }
+        let digits = value.as_str()?.strip_suffix('%')?;
+        if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        digits.parse().ok().map(IntOrPercent::Percent)
+    }
+
+    /// kube's `GetScaledValueFromIntOrPercent`: a percent of `total`, rounded up or down.
+    pub(crate) fn scaled(self, total: i64, round_up: bool) -> i64 {
+        match self {
+            IntOrPercent::Int(n) => n,
+            IntOrPercent::Percent(p) if round_up => (p * total + 99) / 100,
+            IntOrPercent::Percent(p) => p * total / 100,
+        }
+    }
+
+    fn is_zero(self) -> bool {
+        matches!(self, IntOrPercent::Int(0) | IntOrPercent::Percent(0))
+    }
+}
+
+/// apps/v1 Deployment: kube-apiserver's defaults (strategy RollingUpdate 25%/25%, 1 replica,
+/// revisionHistoryLimit 10, progressDeadlineSeconds 600) and checks, in its 422 words.
+pub(crate) fn default_deployment(
+    resource: &ResourceType,
+    object: &mut Value,
+    name: &str,
+) -> Result<(), ApiError> {
+    check_deployment(resource, object, name)?;
+    // A new object's status is the controller's to write (kube's PrepareForCreate resets it).
+    object["status"] = json!({});
+    Ok(())
+}
+
+fn check_deployment(
+    resource: &ResourceType,
+    object: &mut Value,
+    name: &str,
+) -> Result<(), ApiError> {
+    default_workload(resource, object)?;
+    let spec = &mut object["spec"];
+    if spec["strategy"]["type"].is_null() {
+        spec["strategy"]["type"] = json!("RollingUpdate");
+    }
+    if spec["strategy"]["type"] == "RollingUpdate" {
+        for field in ["maxUnavailable", "maxSurge"] {
+            if spec["strategy"]["rollingUpdate"][field].is_null() {
+                spec["strategy"]["rollingUpdate"][field] = json!("25%");
+            }
+        }
+    }
+    for (field, value) in [
+        ("revisionHistoryLimit", 10),
+        ("progressDeadlineSeconds", 600),
+    ] {
+        if spec[field].is_null() {
+            spec[field] = json!(value);
+        }
+    }
+    let causes = deployment_causes(resource, spec);
+    if causes.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(resource, name, causes))
+    }
+}
+
+fn deployment_causes(resource: &ResourceType, spec: &Value) -> Vec<StatusCause> {
+    let mut causes = workload_causes(resource, spec);
+    check_non_negative(spec, "revisionHistoryLimit", &mut causes);
+    let deadline = spec["progressDeadlineSeconds"].as_i64().unwrap_or(0);
+    if deadline <= spec["minReadySeconds"].as_i64().unwrap_or(0) {
+        causes.push(cause(
+            "FieldValueInvalid",
+            "spec.progressDeadlineSeconds",
+            format!(
+                "Invalid value: {}: must be greater than minReadySeconds",
+                spec["progressDeadlineSeconds"]
+            ),
+        ));
+    }
+    let strategy = &spec["strategy"];
+    match strategy["type"].as_str() {
+        Some("Recreate") if !strategy["rollingUpdate"].is_null() => causes.push(cause(
+            "FieldValueForbidden",
+            "spec.strategy.rollingUpdate",
+            "Forbidden: may not be specified when strategy `type` is 'Recreate'".into(),
+        )),
+        Some("Recreate") => {}
+        Some("RollingUpdate") => {
+            let rolling = &strategy["rollingUpdate"];
+            let mut parsed = Vec::new();
+            for field in ["maxUnavailable", "maxSurge"] {
+                let path = format!("spec.strategy.rollingUpdate.{field}");
+                match IntOrPercent::parse(&rolling[field]) {
+                    Some(IntOrPercent::Int(n) | IntOrPercent::Percent(n)) if n < 0 => {
+                        causes.push(cause(
+                            "FieldValueInvalid",
+                            &path,
+                            format!(
+                                "Invalid value: {}: must be greater than or equal to 0",
+                                rolling[field]
+                            ),
+                        ))
+                    }
+                    Some(IntOrPercent::Percent(p)) if p > 100 && field == "maxUnavailable" => {
+                        causes.push(cause(
+                            "FieldValueInvalid",
+                            &path,
+                            format!(
+                                "Invalid value: {}: must not be greater than 100%",
+                                rolling[field]
+                            ),
+                        ))
+                    }
+                    Some(value) => parsed.push(value),
+                    None => causes.push(cause(
+                        "FieldValueInvalid",
+                        &path,
+                        format!(
+                            "Invalid value: {}: a valid percent string must be a numeric string \
+                             followed by an ending '%' (e.g. '1%',  or '93%', regex used for \
+                             validation is '[0-9]+%')",
+                            rolling[field]
+                        ),
+                    )),
+                }
+            }
+            if parsed.len() == 2 && parsed.iter().all(|v| v.is_zero()) {
+                causes.push(cause(
+                    "FieldValueInvalid",
+                    "spec.strategy.rollingUpdate.maxUnavailable",
+                    format!(
+                        "Invalid value: {}: may not be 0 when `maxSurge` is 0",
+                        rolling["maxUnavailable"]
+                    ),
+                ));
+            }
+        }
+        _ => causes.push(cause(
+            "FieldValueNotSupported",
+            "spec.strategy.type",
+            format!(
+                "Unsupported value: {}: supported values: \"Recreate\", \"RollingUpdate\"",
+                strategy["type"]
+            ),
+        )),
+    }
+    causes
+}
+
+/// apps/v1 ReplicaSet: 1 replica by default; the checks it shares with Deployments.
+pub(crate) fn default_replica_set(
+    resource: &ResourceType,
+    object: &mut Value,
+    name: &str,
+) -> Result<(), ApiError> {
+    check_replica_set(resource, object, name)?;
+    object["status"] = json!({});
+    Ok(())
+}
+
+fn check_replica_set(
+    resource: &ResourceType,
+    object: &mut Value,
+    name: &str,
+) -> Result<(), ApiError> {
+    default_workload(resource, object)?;
+    let causes = workload_causes(resource, &object["spec"]);
+    if causes.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(resource, name, causes))
+    }
+}
+
+/// An update of a Deployment or ReplicaSet: the same defaults and checks as a create, and
+/// `spec.selector` may not change in apps/v1 (pods would silently leave their owner).
+pub(crate) fn check_workload_update(
+    resource: &ResourceType,
+    name: &str,
+    old: &Value,
+    next: &mut Value,
+) -> Result<(), ApiError> {
+    if resource.plural == "deployments" {
+        check_deployment(resource, next, name)?;
+    } else {
+        check_replica_set(resource, next, name)?;
+    }
+    if next["spec"]["selector"] != old["spec"]["selector"] {
+        return Err(ApiError::invalid_field(
+            resource,
+            name,
+            "FieldValueInvalid",
+            "spec.selector",
+            format!(
+                "Invalid value: v1.LabelSelector{{MatchLabels:{}, MatchExpressions:{}}}: field is immutable",
+                go_string_map(&next["spec"]["selector"]["matchLabels"]),
+                next["spec"]["selector"]["matchExpressions"]
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A core/v1 Event about any object (a Deployment, a ReplicaSet, a Pod) from `component`, as
+/// `kubectl describe` and `kubectl events` find them: by involvedObject kind, name and uid.
+pub(crate) fn event_about(
+    object: &Value,
+    random: &mut Xorshift,
+    component: &str,
+    event_type: &str,
+    reason: &str,
+    message: String,
+) -> Value {
+    let mut event = pod_event(object, random, component, reason, message);
+    event["type"] = json!(event_type);
+    event["involvedObject"]["kind"] = object["kind"].clone();
+    event["involvedObject"]["apiVersion"] = object["apiVersion"].clone();
+    event
 }
 
 #[cfg(test)]

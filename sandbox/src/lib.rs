@@ -28,6 +28,7 @@
 //! | `watch.rs` | one streaming response per watch: framing, bookmarks, timeouts, slow watchers | 4 answers |
 //! | `responses.rs` | JSON, Table, text and Status responses; injected-fault answers | 4 answers |
 //! | `remotecommand.rs` | `kubectl exec` over a WebSocket (the channel.k8s.io streams, the exit Status); port-forward's refusal | 4 answers |
+//! | `workloads.rs` | the Deployment and ReplicaSet controllers: rollouts, pods from templates, their status (its own files in `workloads/`) | 4 answers |
 //! | `controllers.rs` | the simulated kubelet and CRD establishment (garbage collection is in `objects.rs`) | 4 answers |
 //! | `authn.rs` | who is asking (admin, service-account token, impersonation) and whether RBAC lets them; owner-reference admission | 4 answers |
 //! | `faults.rs` | the [`Faults`] handle tests use to break things on purpose | 4 answers |
@@ -63,12 +64,12 @@
 //!   contents; garbage collection (background and foreground) runs inside the owner's DELETE.
 //! - Server-side apply is a merge of the applied object; no field ownership is tracked.
 //! - PersistentVolumeClaims bind at once to directories the sandbox provisions (`storage.rs`);
-//!   their capacity is recorded, not enforced. The only scheduling rule is that a pod waits
-//!   for its claims.
+//!   their capacity is recorded, not enforced.
 //! - RBAC is enforced for every caller but the sandbox's admin (`rbac.rs`); admission is
-//!   limited to namespaces, service accounts and owner references; no scheduler (a pod only waits for its claims); Deployments
-//!   are stored, not run. The process runtime runs
-//!   pods on this machine, not images: see `runtime.rs` for what it simplifies.
+//!   limited to namespaces, service accounts and owner references; no scheduler (a pod only
+//!   waits for its claims). Deployments and ReplicaSets run (`workloads.rs` says where they
+//!   simplify). The process runtime runs pods on this machine, not images: see `runtime.rs`
+//!   for what it simplifies.
 //!
 //! # Start it
 //!
@@ -110,6 +111,7 @@ mod timefmt;
 mod tls;
 mod tokens;
 mod watch;
+mod workloads;
 
 pub use faults::Faults;
 pub use options::{SandboxError, SandboxOptions};
@@ -183,6 +185,7 @@ impl Sandbox {
             stop.child_token(),
         );
         storage::start(shared.store.clone(), volume_dirs, shared.shutdown.clone());
+        tokio::spawn(workloads::run(shared.clone()));
         let server_task = tokio::spawn(server::serve(listener, shared.clone()));
         tracing::info!(%addr, "sandbox API server listening");
         Ok(Sandbox {

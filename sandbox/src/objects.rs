@@ -13,7 +13,8 @@ use std::sync::Arc;
 use serde_json::{json, Map, Value};
 
 use crate::builtins::{
-    check_crd, default_crd, default_namespace, default_pod, default_secret, default_service,
+    check_crd, default_crd, default_deployment, default_namespace, default_pod,
+    default_replica_set, default_secret, default_service,
 };
 use crate::cluster_ips::{AllocationError, ServiceRange};
 use crate::errors::ApiError;
@@ -355,6 +356,8 @@ pub(crate) fn prepare_create(
         ("storage.k8s.io", "storageclasses") => {
             crate::builtins::default_storage_class(resource, &mut body, &name)?
         }
+        ("apps", "deployments") => default_deployment(resource, &mut body, &name)?,
+        ("apps", "replicasets") => default_replica_set(resource, &mut body, &name)?,
         ("apiextensions.k8s.io", "customresourcedefinitions") => {
             check_crd(resource, &body, &name)?;
             check_crd_patterns(resource, &name, &body)?;
@@ -1013,6 +1016,9 @@ pub(crate) fn prepare_update(
         ("", "secrets") => default_secret(resource, &mut next, &name)?,
         ("", "persistentvolumeclaims") if part == Part::Main => {
             crate::builtins::check_claim(resource, &next, &name)?
+        }
+        ("apps", "deployments" | "replicasets") if part == Part::Main => {
+            crate::builtins::check_workload_update(resource, &name, old, &mut next)?
         }
         // kube-apiserver keeps the allocated address when an update leaves it out or empty.
         ("", "services") if next["spec"]["clusterIP"].as_str().is_none_or(str::is_empty) => {

@@ -249,6 +249,11 @@ impl Registry {
             status_replicas: Some(".status.replicas".into()),
             label_selector: None,
         });
+        let mut replica_sets =
+            ResourceType::builtin("apps", "replicasets", "ReplicaSet", true, &["rs"]);
+        replica_sets.status_subresource = true;
+        replica_sets.categories = vec!["all".into()];
+        replica_sets.scale = deployments.scale.clone();
         let rbac = |plural: &str, kind: &str, namespaced: bool| {
             ResourceType::builtin("rbac.authorization.k8s.io", plural, kind, namespaced, &[])
         };
@@ -295,10 +300,11 @@ impl Registry {
                 storage_classes,
                 crds,
                 ResourceType::builtin("coordination.k8s.io", "leases", "Lease", true, &[]),
-                // Stored only, for `kubectl apply -f` of an operator's own manifests: no
-                // controller acts on these (a Deployment never makes pods here).
+                // Stored only, for `kubectl apply -f` of an operator's own manifests.
                 ResourceType::builtin("", "serviceaccounts", "ServiceAccount", true, &["sa"]),
+                // Run by the Deployment and ReplicaSet controllers (`workloads.rs`).
                 deployments,
+                replica_sets,
                 rbac("roles", "Role", true),
                 rbac("rolebindings", "RoleBinding", true),
                 rbac("clusterroles", "ClusterRole", false),

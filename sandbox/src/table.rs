@@ -213,8 +213,8 @@ fn columns_for(resource: &ResourceType) -> Vec<Column> {
             columns.push(age_column());
         }
         ("apps", "deployments") => {
-            // Deployments are stored, not run: nothing updates their status, so a new one
-            // reads 0/1 here, as a real one does while its pods are not ready.
+            // READY is ready pods of every ReplicaSet over the wanted replicas (0/1 while the
+            // new pod starts); UP-TO-DATE counts the pods of the current template.
             columns.push(text_column("Ready", 0, |o| {
                 let wanted = o["spec"]["replicas"].as_i64().unwrap_or(1);
                 let ready = o["status"]["readyReplicas"].as_i64().unwrap_or(0);
@@ -225,6 +225,23 @@ fn columns_for(resource: &ResourceType) -> Vec<Column> {
             }));
             columns.push(count_column("Available", |o| {
                 o["status"]["availableReplicas"].as_u64().unwrap_or(0) as usize
+            }));
+            columns.push(age_column());
+            columns.push(text_column("Containers", 1, |o| container_field(o, "name")));
+            columns.push(text_column("Images", 1, |o| container_field(o, "image")));
+            columns.push(text_column("Selector", 1, |o| {
+                or_none(&key_values(&o["spec"]["selector"]["matchLabels"]))
+            }));
+        }
+        ("apps", "replicasets") => {
+            columns.push(count_column("Desired", |o| {
+                o["spec"]["replicas"].as_u64().unwrap_or(0) as usize
+            }));
+            columns.push(count_column("Current", |o| {
+                o["status"]["replicas"].as_u64().unwrap_or(0) as usize
+            }));
+            columns.push(count_column("Ready", |o| {
+                o["status"]["readyReplicas"].as_u64().unwrap_or(0) as usize
             }));
             columns.push(age_column());
             columns.push(text_column("Containers", 1, |o| container_field(o, "name")));
@@ -544,7 +561,7 @@ fn service_ports(service: &Value) -> Value {
     or_none(&ports.join(","))
 }
 
-/// One field of every container of a deployment's pod template, joined by commas.
+/// One field of every container of a workload's pod template, joined by commas.
 fn container_field(deployment: &Value, field: &str) -> Value {
     let values: Vec<&str> = deployment["spec"]["template"]["spec"]["containers"]
         .as_array()

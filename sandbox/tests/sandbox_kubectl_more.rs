@@ -216,9 +216,17 @@ async fn imperative_creates_and_their_get_columns() {
         ],
         "{deployments}"
     );
+    // READY counts the pods the Deployment controller has made ready so far, out of 2.
+    let web = deployments
+        .lines()
+        .find(|l| l.starts_with("web "))
+        .unwrap_or_default();
     assert!(
-        deployments.contains("0/2") && deployments.contains("nginx:1.27"),
-        "nothing runs a deployment here, so none of its 2 replicas is ready: {deployments}"
+        web.split_whitespace()
+            .nth(1)
+            .is_some_and(|ready| ready.ends_with("/2"))
+            && web.contains("nginx:1.27"),
+        "READY is ready/2 replicas: {deployments}"
     );
 
     let services = kubectl.ok(&["get", "services"]).await;
