@@ -62,6 +62,7 @@ pub use host::{HostError, HostTools, INSTALL_HINT};
 pub(crate) use logs::{LogOutput, LogRequest};
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -109,6 +110,12 @@ pub struct ProcessRuntime {
     pub shutdown_grace: Duration,
     /// Pods get addresses in 127.B.0.0/16 below 127.B.192.0, Services above; None picks B at random.
     pub address_block: Option<u8>,
+    /// Where `postgres-operator:<tag>` images find the stage binaries
+    /// ([`crate::SandboxOptions::operator_binaries`], set when the sandbox starts).
+    pub(crate) operator_binaries: Option<PathBuf>,
+    /// The sandbox's own address, as pods reach it (set when the sandbox starts): the
+    /// `KUBERNETES_SERVICE_*` variables and the `kubernetes` Service's endpoint.
+    pub(crate) api_server: Option<SocketAddr>,
 }
 
 impl ProcessRuntime {
@@ -129,6 +136,8 @@ impl ProcessRuntime {
             sync_period: Duration::from_millis(200),
             shutdown_grace: Duration::from_secs(5),
             address_block: None,
+            operator_binaries: None,
+            api_server: None,
         })
     }
 
@@ -234,9 +243,15 @@ impl Node {
         let own_ids = std::fs::metadata("/proc/self")
             .map(|m| (m.uid(), m.gid()))
             .unwrap_or((65534, 65534));
+        // kube-apiserver creates the `kubernetes` Service before anyone else can take the first
+        // Service address; the loop below keeps it (and its Endpoints) as the apiserver does.
+        if let Some(api_server) = config.api_server {
+            services::ensure_kubernetes_service(&mut store.lock(), block, api_server, &mut random);
+        }
         let services = tokio::spawn(services::run(
             store.clone(),
             block,
+            config.api_server,
             config.sync_period,
             shutdown.clone(),
         ));
@@ -265,8 +280,16 @@ impl Node {
             let addresses = lock(&self.addresses);
             (addresses.range(), addresses.block())
         };
+        let operator = match &self.config.operator_binaries {
+            Some(dir) => format!(
+                "postgres-operator images run the stage binaries in {}",
+                dir.display()
+            ),
+            None => "no stage binaries for postgres-operator images (--operator-binaries DIR)"
+                .to_string(),
+        };
         format!(
-            "pods run as processes: PostgreSQL {} from {}, bubblewrap {}, pod IPs {pods}, Service IPs 127.{block}.192.0/18, data in {}",
+            "pods run as processes: PostgreSQL {} from {}, bubblewrap {}, pod IPs {pods}, Service IPs 127.{block}.192.0/18, data in {}; {operator}",
             self.config.tools.postgres_version,
             self.config.tools.postgres_bin.display(),
             self.config.tools.bwrap.display(),
