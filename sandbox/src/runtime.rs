@@ -19,7 +19,7 @@
 //! | `env.rs`, `volumes.rs`, `image.rs` | environment, volumes and what an image runs |
 //! | `probes.rs` | exec, tcpSocket and httpGet checks |
 //! | `jail.rs`, `process.rs` | the bubblewrap command line; starting and signalling a process |
-//! | `services.rs` | Services: Endpoints and EndpointSlices, a proxy on each ClusterIP (127.B.192.0/18) to ready endpoints, the names pods' /etc/hosts give them, the `<SVC>_SERVICE_HOST` variables |
+//! | `services.rs` | Services: Endpoints and EndpointSlices, a proxy on each ClusterIP (127.B.192.0/18) to ready endpoints, the names pods' /etc/hosts give them, the `<SVC>_SERVICE_HOST` variables; the `kubernetes` Service and the `KUBERNETES_SERVICE_*` variables every pod gets |
 //! | `host.rs`, `addresses.rs` | finding loopback addresses, PostgreSQL and bwrap; pod IPs on 127.B.0.0 to 127.B.191.255 |
 //!
 //! # Where it simplifies
@@ -38,6 +38,11 @@
 //!   own PID namespace), not inside the container's namespaces.
 //! - Losing a pod's node (`Faults::lose_node_for_pod`) kills its processes and freezes its
 //!   status with Ready False; nothing brings the node back.
+//! - `postgres-operator:<tag>` (the Dockerfile's image) runs the stage binaries cargo built from
+//!   this checkout ([`crate::SandboxOptions::operator_binaries`]), bound at `/stageNN` in a jail
+//!   that mirrors the host (`image.rs` says what happens to each field of kube/deployment.yaml).
+//!   Pods reach the API server at the sandbox's own address, which `KUBERNETES_SERVICE_HOST`
+//!   and `_PORT` name, not through the `kubernetes` Service's ClusterIP (`services.rs`).
 //! - Pod processes never run as root: as `runAsUser` when the sandbox is root (999, the official
 //!   image's postgres user, when unset), else as the sandbox's own user.
 

@@ -162,7 +162,7 @@ fn field_ref(pod: &Value, path: &str, pod_ip: &str) -> Result<String, ConfigErro
                 Some((map, key)) => text(&metadata[map][key]),
                 None => {
                     return Err(ConfigError(format!(
-                        "unsupported fieldRef fieldPath {other:?} (the sandbox knows metadata.name, metadata.namespace, metadata.uid, metadata.labels['k'], status.podIP, spec.nodeName)"
+                        "unsupported fieldRef fieldPath {other:?} (the sandbox knows metadata.name, metadata.namespace, metadata.uid, metadata.labels['k'], metadata.annotations['k'], spec.nodeName, spec.serviceAccountName, status.podIP, status.hostIP)"
                     )))
                 }
             }
