@@ -160,8 +160,10 @@ impl Sandbox {
             if reachable.ip().is_unspecified() {
                 reachable.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
             }
-            config.api_server = Some(reachable);
-            config.operator_binaries = options.operator_binaries.clone();
+            config.cluster = std::sync::Arc::new(runtime::Cluster {
+                api_server: Some(reachable),
+                operator_binaries: options.operator_binaries.clone(),
+            });
         }
         let security = match &options.credentials_dir {
             Some(dir) => Some(tls::Security::generate(dir)?),

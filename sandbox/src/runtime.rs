@@ -115,12 +115,19 @@ pub struct ProcessRuntime {
     pub shutdown_grace: Duration,
     /// Pods get addresses in 127.B.0.0/16 below 127.B.192.0, Services above; None picks B at random.
     pub address_block: Option<u8>,
-    /// Where `postgres-operator:<tag>` images find the stage binaries
-    /// ([`crate::SandboxOptions::operator_binaries`], set when the sandbox starts).
-    pub(crate) operator_binaries: Option<PathBuf>,
-    /// The sandbox's own address, as pods reach it (set when the sandbox starts): the
-    /// `KUBERNETES_SERVICE_*` variables and the `kubernetes` Service's endpoint.
+    /// What the sandbox tells its kubelet when it starts (behind an `Arc`: `Runtime` stays small).
+    pub(crate) cluster: Arc<Cluster>,
+}
+
+/// What the kubelet learns from the rest of the sandbox when it starts.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Cluster {
+    /// The sandbox's own address, as pods reach it: the `KUBERNETES_SERVICE_*` variables and the
+    /// `kubernetes` Service's endpoint.
     pub(crate) api_server: Option<SocketAddr>,
+    /// Where `postgres-operator:<tag>` images find the stage binaries
+    /// ([`crate::SandboxOptions::operator_binaries`]).
+    pub(crate) operator_binaries: Option<PathBuf>,
 }
 
 impl ProcessRuntime {
@@ -141,8 +148,7 @@ impl ProcessRuntime {
             sync_period: Duration::from_millis(200),
             shutdown_grace: Duration::from_secs(5),
             address_block: None,
-            operator_binaries: None,
-            api_server: None,
+            cluster: Arc::new(Cluster::default()),
         })
     }
 
@@ -250,13 +256,13 @@ impl Node {
             .unwrap_or((65534, 65534));
         // kube-apiserver creates the `kubernetes` Service before anyone else can take the first
         // Service address; the loop below keeps it (and its Endpoints) as the apiserver does.
-        if let Some(api_server) = config.api_server {
+        if let Some(api_server) = config.cluster.api_server {
             services::ensure_kubernetes_service(&mut store.lock(), block, api_server, &mut random);
         }
         let services = tokio::spawn(services::run(
             store.clone(),
             block,
-            config.api_server,
+            config.cluster.api_server,
             config.sync_period,
             shutdown.clone(),
         ));
@@ -285,7 +291,7 @@ impl Node {
             let addresses = lock(&self.addresses);
             (addresses.range(), addresses.block())
         };
-        let operator = match &self.config.operator_binaries {
+        let operator = match &self.config.cluster.operator_binaries {
             Some(dir) => format!(
                 "postgres-operator images run the stage binaries in {}",
                 dir.display()

@@ -316,6 +316,7 @@ async fn run_once(
             format!(
                 "Container image \"{image_name}\" already present on machine: {image_name} runs the stage binaries in {}",
                 node.config
+                    .cluster
                     .operator_binaries
                     .as_deref()
                     .unwrap_or(Path::new("?"))
@@ -352,7 +353,7 @@ pub(super) fn plan(node: &Node, worker: &PodWorker, spec: &Value) -> Result<Plan
     let image_mounts = match &image {
         Image::Unpullable { message } => return Err(Blocked::Image(message.clone())),
         Image::Operator => {
-            image::operator_mounts(node.config.operator_binaries.as_deref(), image_name)
+            image::operator_mounts(node.config.cluster.operator_binaries.as_deref(), image_name)
                 .map_err(Blocked::Image)?
         }
         Image::Postgres { .. } | Image::Other => Vec::new(),
@@ -382,7 +383,7 @@ pub(super) fn plan(node: &Node, worker: &PodWorker, spec: &Value) -> Result<Plan
     }
     // The API server's variables go into every pod, service links or not (the kubelet's
     // "master service" variables); an in-cluster client reads KUBERNETES_SERVICE_HOST/PORT.
-    if let Some(api_server) = node.config.api_server {
+    if let Some(api_server) = node.config.cluster.api_server {
         environment.extend(services::kubernetes_service_env(api_server));
     }
     environment.extend(user_env);
