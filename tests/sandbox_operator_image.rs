@@ -102,7 +102,7 @@ const STAGE02_POD: &str = r#"apiVersion: v1
 kind: Pod
 metadata: {name: operator, namespace: x}
 spec:
-  # Only a clean exit on SIGTERM ends this pod in time: SIGKILL would come after 10 minutes.
+  # A clean exit on SIGTERM ends it with code 0; SIGKILL at the end of the grace period, 137.
   terminationGracePeriodSeconds: 600
   securityContext: {runAsNonRoot: true, runAsUser: 65532}
   containers:
@@ -126,7 +126,7 @@ spec:
 /// (it reached the API server through the in-cluster variables, in the namespace the downward
 /// API gave it); `kill -9` of its process is a crash the kubelet restarts (exit code 137,
 /// restartCount 1, the previous instance's logs kept); deleting the pod sends SIGTERM, and
-/// stage02's clean exit (code 0) ends the pod long before its 600 s grace period.
+/// stage02 exits cleanly (code 0) within the grace period, without the SIGKILL that ends it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_operator_image_runs_a_stage_binary_restarts_after_kill_9_and_stops_on_sigterm() {
     let (sandbox, kubectl) = start(Some(stage_binaries())).await;
