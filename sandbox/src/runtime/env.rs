@@ -170,16 +170,17 @@ fn field_ref(pod: &Value, path: &str, pod_ip: &str) -> Result<String, ConfigErro
     })
 }
 
-/// `$(NAME)` → the value of a variable defined earlier; `$$(NAME)` → `$(NAME)`; an unknown
-/// name stays as written (Kubernetes' expansion rule, also used for `command` and `args`).
+/// `$(NAME)` → the value of a variable defined earlier; `$$` → `$` (so `$$(NAME)` → `$(NAME)`);
+/// an unknown name, an unclosed `$(` and any other `$` stay as written (Kubernetes' expansion
+/// rule, `third_party/forked/golang/expansion`, also used for `command` and `args`).
 pub(crate) fn expand(text: &str, defined: &[(String, String)]) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(at) = rest.find('$') {
         out.push_str(&rest[..at]);
         let after = &rest[at + 1..];
-        if let Some(escaped) = after.strip_prefix("$(") {
-            out.push_str("$(");
+        if let Some(escaped) = after.strip_prefix('$') {
+            out.push('$');
             rest = escaped;
         } else if let Some(inner) = after.strip_prefix('(') {
             match inner.find(')') {
@@ -247,6 +248,25 @@ mod tests {
         assert_eq!(get("PASSWORD"), Some("s3cr3t"));
         assert_eq!(get("APP"), Some("pg"));
         assert_eq!(get("GREETING"), Some("pg-0 at 127.9.0.2, $(POD), $(NOPE)"));
+    }
+
+    #[test]
+    fn expansion_follows_kubernetes_escapes_and_leaves_the_unknown_alone() {
+        let defined = vec![
+            ("NAMESPACE".to_string(), "db".to_string()),
+            ("NAMESPACE".to_string(), "later-wins".to_string()),
+        ];
+        for (text, expanded) in [
+            ("--namespace=$(NAMESPACE)", "--namespace=later-wins"),
+            ("$$(NAMESPACE)", "$(NAMESPACE)"),
+            ("$$$(NAMESPACE)", "$later-wins"),
+            ("cost: $$5 or $5", "cost: $5 or $5"),
+            ("$(UNKNOWN) $(unclosed", "$(UNKNOWN) $(unclosed"),
+            ("end$", "end$"),
+            ("$()", "$()"),
+        ] {
+            assert_eq!(expand(text, &defined), expanded, "{text}");
+        }
     }
 
     #[test]
