@@ -371,21 +371,23 @@ pub(super) fn plan(node: &Node, worker: &PodWorker, spec: &Value) -> Result<Plan
         store: &node.store,
         namespace: &worker.namespace,
     };
-    let user_env = env::resolve(&worker.pod, spec, &pod_ip, &lookup)
-        .map_err(|ConfigError(message)| Blocked::Config(message))?;
-    let postgres = matches!(image, Image::Postgres { .. });
-    let mut environment = base_env(node, worker, postgres, &pod_ip);
     // The Services of the pod's namespace as they are now, before the container's own `env`,
     // which wins; `enableServiceLinks: false` leaves them out.
+    let mut service_env = Vec::new();
     if worker.pod["spec"]["enableServiceLinks"] != false {
         let in_namespace = node.store.lock().list("/services", Some(&worker.namespace));
-        environment.extend(services::service_links(&in_namespace));
+        service_env.extend(services::service_links(&in_namespace));
     }
     // The API server's variables go into every pod, service links or not (the kubelet's
     // "master service" variables); an in-cluster client reads KUBERNETES_SERVICE_HOST/PORT.
     if let Some(api_server) = node.config.cluster.api_server {
-        environment.extend(services::kubernetes_service_env(api_server));
+        service_env.extend(services::kubernetes_service_env(api_server));
     }
+    let user_env = env::resolve(&worker.pod, spec, &pod_ip, &service_env, &lookup)
+        .map_err(|ConfigError(message)| Blocked::Config(message))?;
+    let postgres = matches!(image, Image::Postgres { .. });
+    let mut environment = base_env(node, worker, postgres, &pod_ip);
+    environment.extend(service_env);
     environment.extend(user_env);
     let expand = |items: Vec<String>| -> Vec<String> {
         items

@@ -21,10 +21,13 @@ pub(crate) trait Lookup {
 pub(crate) struct ConfigError(pub(crate) String);
 
 /// `(name, value)` in the order the kubelet sets them; later entries override earlier ones.
+/// A `value`'s `$(VAR)` may name a variable defined before it or one of `services` (the
+/// Service variables the container gets; its own win), as the kubelet's mapping reads them.
 pub(crate) fn resolve(
     pod: &Value,
     container: &Value,
     pod_ip: &str,
+    services: &[(String, String)],
     objects: &dyn Lookup,
 ) -> Result<Vec<(String, String)>, ConfigError> {
     let namespace = pod["metadata"]["namespace"].as_str().unwrap_or("default");
@@ -52,7 +55,10 @@ pub(crate) fn resolve(
         let name = variable["name"].as_str().unwrap_or_default().to_string();
         let from = &variable["valueFrom"];
         let value = if let Some(value) = variable["value"].as_str() {
-            expand(value, &resolved)
+            // `expand` takes the last definition of a name: the container's own after services'.
+            let defined: Vec<(String, String)> =
+                services.iter().chain(&resolved).cloned().collect();
+            expand(value, &defined)
         } else if from["secretKeyRef"].is_object() {
             match key_ref(
                 objects,
@@ -239,15 +245,27 @@ mod tests {
                 {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
                 {"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
                 {"name": "APP", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['app']"}}},
-                {"name": "GREETING", "value": "$(POD) at $(IP), $$(POD), $(NOPE)"}
+                {"name": "GREETING", "value": "$(POD) at $(IP), $$(POD), $(NOPE)"},
+                {"name": "API", "value": "https://$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)"},
+                {"name": "KUBERNETES_SERVICE_PORT", "value": "9999"},
+                {"name": "API_AFTER", "value": "$(KUBERNETES_SERVICE_PORT)"}
             ]
         });
-        let env = resolve(&pod(), &container, "127.9.0.2", &Objects).expect("resolves");
+        let services = vec![
+            (
+                "KUBERNETES_SERVICE_HOST".to_string(),
+                "127.0.0.1".to_string(),
+            ),
+            ("KUBERNETES_SERVICE_PORT".to_string(), "8001".to_string()),
+        ];
+        let env = resolve(&pod(), &container, "127.9.0.2", &services, &Objects).expect("resolves");
         let get = |name: &str| env.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str());
         assert_eq!(get("X_MODE"), Some("fast"));
         assert_eq!(get("PASSWORD"), Some("s3cr3t"));
         assert_eq!(get("APP"), Some("pg"));
         assert_eq!(get("GREETING"), Some("pg-0 at 127.9.0.2, $(POD), $(NOPE)"));
+        assert_eq!(get("API"), Some("https://127.0.0.1:8001"));
+        assert_eq!(get("API_AFTER"), Some("9999"), "the container's own wins");
     }
 
     #[test]
@@ -273,15 +291,15 @@ mod tests {
     fn a_missing_secret_or_key_is_the_kubelets_config_error_unless_optional() {
         let missing = json!({"env": [{"name": "P", "valueFrom": {"secretKeyRef": {"name": "gone", "key": "k"}}}]});
         assert_eq!(
-            resolve(&pod(), &missing, "", &Objects),
+            resolve(&pod(), &missing, "", &[], &Objects),
             Err(ConfigError("secret \"gone\" not found".into()))
         );
         let no_key = json!({"env": [{"name": "P", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "k"}}}]});
         assert_eq!(
-            resolve(&pod(), &no_key, "", &Objects),
+            resolve(&pod(), &no_key, "", &[], &Objects),
             Err(ConfigError("couldn't find key k in Secret db/creds".into()))
         );
         let optional = json!({"env": [{"name": "P", "valueFrom": {"secretKeyRef": {"name": "gone", "key": "k", "optional": true}}}]});
-        assert_eq!(resolve(&pod(), &optional, "", &Objects), Ok(vec![]));
+        assert_eq!(resolve(&pod(), &optional, "", &[], &Objects), Ok(vec![]));
     }
 }
