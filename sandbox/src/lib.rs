@@ -143,10 +143,12 @@ impl Sandbox {
     }
 
     /// [`Sandbox::start`] with a choice of kubelet: [`Runtime::Processes`] runs pods as real
-    /// processes (find what it needs with [`ProcessRuntime::detect`]).
+    /// processes (find what it needs with [`ProcessRuntime::detect`]). Its pods are told this
+    /// server's address (`KUBERNETES_SERVICE_HOST`/`PORT`, the `kubernetes` Service), and
+    /// `postgres-operator:<tag>` pods run [`SandboxOptions::operator_binaries`].
     pub async fn start_with_runtime(
         mut options: SandboxOptions,
-        runtime: Runtime,
+        mut runtime: Runtime,
         stop: CancellationToken,
     ) -> Result<Sandbox, SandboxError> {
         // Real processes need time to stop: a deleted pod stays Terminating (deletionTimestamp
@@ -166,6 +168,19 @@ impl Sandbox {
             source,
         })?;
         let certificates = tls::Certificates::generate(addr.ip())?;
+        if let Runtime::Processes(config) = &mut runtime {
+            // What pods are told about the API server (`KUBERNETES_SERVICE_HOST`/`PORT`): this
+            // listener, reached from a pod at the same address (pods share the machine's
+            // network); a wildcard listen address is reached at 127.0.0.1.
+            let mut reachable = addr;
+            if reachable.ip().is_unspecified() {
+                reachable.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+            }
+            config.cluster = std::sync::Arc::new(runtime::Cluster {
+                api_server: Some(reachable),
+                operator_binaries: options.operator_binaries.clone(),
+            });
+        }
         let security = match &options.credentials_dir {
             Some(dir) => Some(tls::Security::generate(dir, &certificates)?),
             None => None,

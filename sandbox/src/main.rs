@@ -10,6 +10,7 @@
 //! kubectl --server http://127.0.0.1:8001 get pgc
 //! cargo run --bin sandbox -- --listen 127.0.0.1:8443 --tls-dir /tmp/sandbox-creds
 //! cargo run --bin sandbox -- --runtime processes --data-dir /tmp/sandbox-data
+//! cargo build --bins && target/debug/sandbox   # postgres-operator:<tag> pods run target/debug/stageNN
 //! ```
 
 use std::net::SocketAddr;
@@ -62,6 +63,11 @@ struct Flags {
     /// directory, removed on exit.
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
+    /// Where pods of the image `postgres-operator:<tag>` (the Dockerfile's) find the operator's
+    /// stage binaries, stage01 ... stage04 (`cargo build --bins` puts them in target/debug).
+    /// Default: this program's own directory, when stage04 is there too.
+    #[arg(long, value_name = "DIR")]
+    operator_binaries: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -83,6 +89,7 @@ async fn main() -> ExitCode {
         log_requests: true,
         // What a learner sees in `kubectl describe pod`: the scheduler's and kubelet's Events.
         pod_events: true,
+        operator_binaries: flags.operator_binaries.or_else(own_directory_with_stages),
         ..SandboxOptions::default()
     };
     let (runtime, runtime_note) = match choose_runtime(flags.runtime, flags.data_dir.clone()) {
@@ -132,6 +139,14 @@ async fn main() -> ExitCode {
     stop.cancel();
     sandbox.stopped().await;
     ExitCode::SUCCESS
+}
+
+/// The directory this program runs from, if the operator's stage binaries are there too: cargo
+/// builds every binary of the workspace into one directory (target/debug, target/release).
+fn own_directory_with_stages() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let dir = exe.parent()?;
+    dir.join("stage04").is_file().then(|| dir.to_path_buf())
 }
 
 /// `--runtime` as given, or the default: processes where the host has what they need. The

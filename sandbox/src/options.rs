@@ -44,6 +44,11 @@ pub struct SandboxOptions {
     /// Connections served at once. Beyond it the sandbox stops accepting: new connections wait
     /// in the kernel's listen queue until one ends, so file descriptors never run out.
     pub max_connections: usize,
+    /// With the process runtime: the directory holding the operator's stage binaries (`stage01`
+    /// ... `stage04`, as `cargo build --bins` leaves them in target/debug), which pods of the
+    /// image `postgres-operator:<tag>` run (`runtime/image.rs`). None: such pods fail to pull.
+    /// The `sandbox` binary defaults it to its own directory when `stage04` is there.
+    pub operator_binaries: Option<PathBuf>,
 }
 
 impl Default for SandboxOptions {
@@ -62,6 +67,7 @@ impl Default for SandboxOptions {
             watch_queue_capacity: 1000,
             header_read_timeout: Duration::from_secs(32),
             max_connections: 512,
+            operator_binaries: None,
         }
     }
 }

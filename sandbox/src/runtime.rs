@@ -20,7 +20,7 @@
 //! | `claims.rs` | a `persistentVolumeClaim` volume: the bound PersistentVolume's directory |
 //! | `probes.rs` | exec, tcpSocket and httpGet checks |
 //! | `jail.rs`, `process.rs` | the bubblewrap command line; starting and signalling a process |
-//! | `services.rs` | Services: Endpoints and EndpointSlices, a proxy on each ClusterIP (127.B.192.0/18) to ready endpoints, the names pods' /etc/hosts give them, the `<SVC>_SERVICE_HOST` variables |
+//! | `services.rs` | Services: Endpoints and EndpointSlices, a proxy on each ClusterIP (127.B.192.0/18) to ready endpoints, the names pods' /etc/hosts give them, the `<SVC>_SERVICE_HOST` variables; the `kubernetes` Service and the `KUBERNETES_SERVICE_*` variables every pod gets |
 //! | `host.rs`, `addresses.rs` | finding loopback addresses, PostgreSQL and bwrap; pod IPs on 127.B.0.0 to 127.B.191.255 |
 //!
 //! # Where it simplifies
@@ -39,6 +39,11 @@
 //!   own PID namespace), not inside the container's namespaces.
 //! - Losing a pod's node (`Faults::lose_node_for_pod`) kills its processes and freezes its
 //!   status with Ready False; nothing brings the node back.
+//! - `postgres-operator:<tag>` (the Dockerfile's image) runs the stage binaries cargo built from
+//!   this checkout ([`crate::SandboxOptions::operator_binaries`]), bound at `/stageNN` in a jail
+//!   that mirrors the host (`image.rs` says what happens to each field of kube/deployment.yaml).
+//!   Pods reach the API server at the sandbox's own address, which `KUBERNETES_SERVICE_HOST`
+//!   and `_PORT` name, not through the `kubernetes` Service's ClusterIP (`services.rs`).
 //! - Pod processes never run as root: as `runAsUser` when the sandbox is root (999, the official
 //!   image's postgres user, when unset), else as the sandbox's own user.
 
@@ -64,6 +69,7 @@ pub use host::{HostError, HostTools, INSTALL_HINT};
 pub(crate) use logs::{LogOutput, LogRequest};
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -112,6 +118,19 @@ pub struct ProcessRuntime {
     pub shutdown_grace: Duration,
     /// Pods get addresses in 127.B.0.0/16 below 127.B.192.0, Services above; None picks B at random.
     pub address_block: Option<u8>,
+    /// What the sandbox tells its kubelet when it starts (behind an `Arc`: `Runtime` stays small).
+    pub(crate) cluster: Arc<Cluster>,
+}
+
+/// What the kubelet learns from the rest of the sandbox when it starts.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Cluster {
+    /// The sandbox's own address, as pods reach it: the `KUBERNETES_SERVICE_*` variables and the
+    /// `kubernetes` Service's endpoint.
+    pub(crate) api_server: Option<SocketAddr>,
+    /// Where `postgres-operator:<tag>` images find the stage binaries
+    /// ([`crate::SandboxOptions::operator_binaries`]).
+    pub(crate) operator_binaries: Option<PathBuf>,
 }
 
 impl ProcessRuntime {
@@ -132,6 +151,7 @@ impl ProcessRuntime {
             sync_period: Duration::from_millis(200),
             shutdown_grace: Duration::from_secs(5),
             address_block: None,
+            cluster: Arc::new(Cluster::default()),
         })
     }
 
@@ -240,9 +260,15 @@ impl Node {
         let own_ids = std::fs::metadata("/proc/self")
             .map(|m| (m.uid(), m.gid()))
             .unwrap_or((65534, 65534));
+        // kube-apiserver creates the `kubernetes` Service before anyone else can take the first
+        // Service address; the loop below keeps it (and its Endpoints) as the apiserver does.
+        if let Some(api_server) = config.cluster.api_server {
+            services::ensure_kubernetes_service(&mut store.lock(), block, api_server, &mut random);
+        }
         let services = tokio::spawn(services::run(
             store.clone(),
             block,
+            config.cluster.api_server,
             config.sync_period,
             shutdown.clone(),
         ));
@@ -302,8 +328,16 @@ impl Node {
             let addresses = lock(&self.addresses);
             (addresses.range(), addresses.block())
         };
+        let operator = match &self.config.cluster.operator_binaries {
+            Some(dir) => format!(
+                "postgres-operator images run the stage binaries in {}",
+                dir.display()
+            ),
+            None => "no stage binaries for postgres-operator images (--operator-binaries DIR)"
+                .to_string(),
+        };
         format!(
-            "pods run as processes: PostgreSQL {} from {}, bubblewrap {}, pod IPs {pods}, Service IPs 127.{block}.192.0/18, data in {}",
+            "pods run as processes: PostgreSQL {} from {}, bubblewrap {}, pod IPs {pods}, Service IPs 127.{block}.192.0/18, data in {}; {operator}",
             self.config.tools.postgres_version,
             self.config.tools.postgres_bin.display(),
             self.config.tools.bwrap.display(),

@@ -312,6 +312,16 @@ async fn run_once(
                 "Container image \"{image_name}\" already present on machine: {image_name} runs the installed PostgreSQL {}",
                 node.config.tools.postgres_version
             )
+        } else if image == Image::Operator {
+            format!(
+                "Container image \"{image_name}\" already present on machine: {image_name} runs the stage binaries in {}",
+                node.config
+                    .cluster
+                    .operator_binaries
+                    .as_deref()
+                    .unwrap_or(Path::new("?"))
+                    .display()
+            )
         } else {
             format!(
                 "Container image \"{image_name}\" is not pulled: its command runs with the machine's own programs"
@@ -338,10 +348,16 @@ async fn run_once(
 /// The command, environment and jail for the next instance (re-read each time, as the kubelet
 /// re-reads Secrets on every start).
 pub(super) fn plan(node: &Node, worker: &PodWorker, spec: &Value) -> Result<Plan, Blocked> {
-    let image = Image::parse(spec["image"].as_str().unwrap_or_default());
-    if let Image::Unpullable { message } = &image {
-        return Err(Blocked::Image(message.clone()));
-    }
+    let image_name = spec["image"].as_str().unwrap_or_default();
+    let image = Image::parse(image_name);
+    let image_mounts = match &image {
+        Image::Unpullable { message } => return Err(Blocked::Image(message.clone())),
+        Image::Operator => {
+            image::operator_mounts(node.config.cluster.operator_binaries.as_deref(), image_name)
+                .map_err(Blocked::Image)?
+        }
+        Image::Postgres { .. } | Image::Other => Vec::new(),
+    };
     let strings = |field: &str| -> Vec<String> {
         spec[field]
             .as_array()
@@ -355,16 +371,23 @@ pub(super) fn plan(node: &Node, worker: &PodWorker, spec: &Value) -> Result<Plan
         store: &node.store,
         namespace: &worker.namespace,
     };
-    let user_env = env::resolve(&worker.pod, spec, &pod_ip, &lookup)
+    // The Services of the pod's namespace as they are now, before the container's own `env`,
+    // which wins; `enableServiceLinks: false` leaves them out.
+    let mut service_env = Vec::new();
+    if worker.pod["spec"]["enableServiceLinks"] != false {
+        let in_namespace = node.store.lock().list("/services", Some(&worker.namespace));
+        service_env.extend(services::service_links(&in_namespace));
+    }
+    // The API server's variables go into every pod, service links or not (the kubelet's
+    // "master service" variables); an in-cluster client reads KUBERNETES_SERVICE_HOST/PORT.
+    if let Some(api_server) = node.config.cluster.api_server {
+        service_env.extend(services::kubernetes_service_env(api_server));
+    }
+    let user_env = env::resolve(&worker.pod, spec, &pod_ip, &service_env, &lookup)
         .map_err(|ConfigError(message)| Blocked::Config(message))?;
     let postgres = matches!(image, Image::Postgres { .. });
     let mut environment = base_env(node, worker, postgres, &pod_ip);
-    // The Services of the pod's namespace as they are now, before the container's own `env`,
-    // which wins; `enableServiceLinks: false` leaves them out.
-    if worker.pod["spec"]["enableServiceLinks"] != false {
-        let in_namespace = node.store.lock().list("/services", Some(&worker.namespace));
-        environment.extend(services::service_links(&in_namespace));
-    }
+    environment.extend(service_env);
     environment.extend(user_env);
     let expand = |items: Vec<String>| -> Vec<String> {
         items
@@ -385,6 +408,7 @@ pub(super) fn plan(node: &Node, worker: &PodWorker, spec: &Value) -> Result<Plan
     let volumes = lock(&worker.volumes).clone();
     let mut mounts = volumes::mounts_for(spec, &volumes, &worker.pod)
         .map_err(|volumes::MountError(message)| Blocked::Mount(message))?;
+    mounts.extend(image_mounts);
     let name = spec["name"].as_str().unwrap_or_default();
     let container_dir = worker.dir.join("containers").join(name);
     let owner = worker.host_user;

@@ -21,10 +21,13 @@ pub(crate) trait Lookup {
 pub(crate) struct ConfigError(pub(crate) String);
 
 /// `(name, value)` in the order the kubelet sets them; later entries override earlier ones.
+/// A `value`'s `$(VAR)` may name a variable defined before it or one of `services` (the
+/// Service variables the container gets; its own win), as the kubelet's mapping reads them.
 pub(crate) fn resolve(
     pod: &Value,
     container: &Value,
     pod_ip: &str,
+    services: &[(String, String)],
     objects: &dyn Lookup,
 ) -> Result<Vec<(String, String)>, ConfigError> {
     let namespace = pod["metadata"]["namespace"].as_str().unwrap_or("default");
@@ -52,7 +55,10 @@ pub(crate) fn resolve(
         let name = variable["name"].as_str().unwrap_or_default().to_string();
         let from = &variable["valueFrom"];
         let value = if let Some(value) = variable["value"].as_str() {
-            expand(value, &resolved)
+            // `expand` takes the last definition of a name: the container's own after services'.
+            let defined: Vec<(String, String)> =
+                services.iter().chain(&resolved).cloned().collect();
+            expand(value, &defined)
         } else if from["secretKeyRef"].is_object() {
             match key_ref(
                 objects,
@@ -162,7 +168,7 @@ fn field_ref(pod: &Value, path: &str, pod_ip: &str) -> Result<String, ConfigErro
                 Some((map, key)) => text(&metadata[map][key]),
                 None => {
                     return Err(ConfigError(format!(
-                        "unsupported fieldRef fieldPath {other:?} (the sandbox knows metadata.name, metadata.namespace, metadata.uid, metadata.labels['k'], status.podIP, spec.nodeName)"
+                        "unsupported fieldRef fieldPath {other:?} (the sandbox knows metadata.name, metadata.namespace, metadata.uid, metadata.labels['k'], metadata.annotations['k'], spec.nodeName, spec.serviceAccountName, status.podIP, status.hostIP)"
                     )))
                 }
             }
@@ -170,16 +176,17 @@ fn field_ref(pod: &Value, path: &str, pod_ip: &str) -> Result<String, ConfigErro
     })
 }
 
-/// `$(NAME)` → the value of a variable defined earlier; `$$(NAME)` → `$(NAME)`; an unknown
-/// name stays as written (Kubernetes' expansion rule, also used for `command` and `args`).
+/// `$(NAME)` → the value of a variable defined earlier; `$$` → `$` (so `$$(NAME)` → `$(NAME)`);
+/// an unknown name, an unclosed `$(` and any other `$` stay as written (Kubernetes' expansion
+/// rule, `third_party/forked/golang/expansion`, also used for `command` and `args`).
 pub(crate) fn expand(text: &str, defined: &[(String, String)]) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(at) = rest.find('$') {
         out.push_str(&rest[..at]);
         let after = &rest[at + 1..];
-        if let Some(escaped) = after.strip_prefix("$(") {
-            out.push_str("$(");
+        if let Some(escaped) = after.strip_prefix('$') {
+            out.push('$');
             rest = escaped;
         } else if let Some(inner) = after.strip_prefix('(') {
             match inner.find(')') {
@@ -238,30 +245,61 @@ mod tests {
                 {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
                 {"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
                 {"name": "APP", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['app']"}}},
-                {"name": "GREETING", "value": "$(POD) at $(IP), $$(POD), $(NOPE)"}
+                {"name": "GREETING", "value": "$(POD) at $(IP), $$(POD), $(NOPE)"},
+                {"name": "API", "value": "https://$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)"},
+                {"name": "KUBERNETES_SERVICE_PORT", "value": "9999"},
+                {"name": "API_AFTER", "value": "$(KUBERNETES_SERVICE_PORT)"}
             ]
         });
-        let env = resolve(&pod(), &container, "127.9.0.2", &Objects).expect("resolves");
+        let services = vec![
+            (
+                "KUBERNETES_SERVICE_HOST".to_string(),
+                "127.0.0.1".to_string(),
+            ),
+            ("KUBERNETES_SERVICE_PORT".to_string(), "8001".to_string()),
+        ];
+        let env = resolve(&pod(), &container, "127.9.0.2", &services, &Objects).expect("resolves");
         let get = |name: &str| env.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str());
         assert_eq!(get("X_MODE"), Some("fast"));
         assert_eq!(get("PASSWORD"), Some("s3cr3t"));
         assert_eq!(get("APP"), Some("pg"));
         assert_eq!(get("GREETING"), Some("pg-0 at 127.9.0.2, $(POD), $(NOPE)"));
+        assert_eq!(get("API"), Some("https://127.0.0.1:8001"));
+        assert_eq!(get("API_AFTER"), Some("9999"), "the container's own wins");
+    }
+
+    #[test]
+    fn expansion_follows_kubernetes_escapes_and_leaves_the_unknown_alone() {
+        let defined = vec![
+            ("NAMESPACE".to_string(), "db".to_string()),
+            ("NAMESPACE".to_string(), "later-wins".to_string()),
+        ];
+        for (text, expanded) in [
+            ("--namespace=$(NAMESPACE)", "--namespace=later-wins"),
+            ("$$(NAMESPACE)", "$(NAMESPACE)"),
+            ("$$$(NAMESPACE)", "$later-wins"),
+            ("cost: $$5 or $5", "cost: $5 or $5"),
+            ("$(UNKNOWN) $(unclosed", "$(UNKNOWN) $(unclosed"),
+            ("end$", "end$"),
+            ("$()", "$()"),
+        ] {
+            assert_eq!(expand(text, &defined), expanded, "{text}");
+        }
     }
 
     #[test]
     fn a_missing_secret_or_key_is_the_kubelets_config_error_unless_optional() {
         let missing = json!({"env": [{"name": "P", "valueFrom": {"secretKeyRef": {"name": "gone", "key": "k"}}}]});
         assert_eq!(
-            resolve(&pod(), &missing, "", &Objects),
+            resolve(&pod(), &missing, "", &[], &Objects),
             Err(ConfigError("secret \"gone\" not found".into()))
         );
         let no_key = json!({"env": [{"name": "P", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "k"}}}]});
         assert_eq!(
-            resolve(&pod(), &no_key, "", &Objects),
+            resolve(&pod(), &no_key, "", &[], &Objects),
             Err(ConfigError("couldn't find key k in Secret db/creds".into()))
         );
         let optional = json!({"env": [{"name": "P", "valueFrom": {"secretKeyRef": {"name": "gone", "key": "k", "optional": true}}}]});
-        assert_eq!(resolve(&pod(), &optional, "", &Objects), Ok(vec![]));
+        assert_eq!(resolve(&pod(), &optional, "", &[], &Objects), Ok(vec![]));
     }
 }

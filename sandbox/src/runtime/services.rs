@@ -37,10 +37,12 @@ struct Listener {
     stop: CancellationToken,
 }
 
-/// The loop: until `shutdown`, keep Endpoints and listeners in step with Services and pods.
+/// The loop: until `shutdown`, keep Endpoints and listeners in step with Services and pods, and
+/// the `kubernetes` Service pointing at `api_server`.
 pub(crate) async fn run(
     store: Arc<Store>,
     block: u8,
+    api_server: Option<SocketAddr>,
     period: Duration,
     shutdown: CancellationToken,
 ) {
@@ -49,6 +51,9 @@ pub(crate) async fn run(
     let mut managed: BTreeSet<(String, String)> = BTreeSet::new();
     let mut random = Xorshift::from_entropy();
     loop {
+        if let Some(api_server) = api_server {
+            ensure_kubernetes_service(&mut store.lock(), block, api_server, &mut random);
+        }
         let wanted = sync(&store, block, &mut managed, &mut random);
         for (address, listener) in listeners.iter() {
             if !wanted.contains_key(address) {
@@ -541,6 +546,10 @@ pub(crate) fn service_links(services: &[std::sync::Arc<Value>]) -> Vec<(String, 
     let variable = |name: &str| name.to_uppercase().replace('-', "_");
     let mut environment = Vec::new();
     for service in services {
+        // The API server's variables come from `kubernetes_service_env`, in every namespace.
+        if is_kubernetes_service(service) {
+            continue;
+        }
         let Some(ip) = service["spec"]["clusterIP"]
             .as_str()
             .filter(|ip| !ip.is_empty() && *ip != "None")
@@ -580,6 +589,105 @@ pub(crate) fn service_links(services: &[std::sync::Arc<Value>]) -> Vec<(String, 
         }
     }
     environment
+}
+
+/// The Service kube-apiserver keeps in `default` for itself.
+const KUBERNETES_SERVICE: (&str, &str) = ("default", "kubernetes");
+
+fn is_kubernetes_service(service: &Value) -> bool {
+    service["metadata"]["namespace"] == KUBERNETES_SERVICE.0
+        && service["metadata"]["name"] == KUBERNETES_SERVICE.1
+}
+
+/// The variables the kubelet sets in every pod, whatever its namespace and `enableServiceLinks`,
+/// for the API server: `KUBERNETES_SERVICE_HOST`/`_PORT` (what an in-cluster client reads),
+/// `KUBERNETES_SERVICE_PORT_HTTPS`, `KUBERNETES_PORT` and `KUBERNETES_PORT_<port>_TCP{,_PROTO,_PORT,_ADDR}`.
+///
+/// In a cluster they name the `kubernetes` Service's ClusterIP and port 443. Here they name the
+/// sandbox's own address and port, which pods reach directly (they share the machine's network):
+/// nothing listens on the Service's ClusterIP, since port 443 cannot be bound without privilege,
+/// and the sandbox's serving certificate names its own address, which a client verifies. So the
+/// port in the names is the sandbox's port, agreeing with the values.
+pub(crate) fn kubernetes_service_env(api_server: SocketAddr) -> Vec<(String, String)> {
+    let as_a_service = json!({
+        "metadata": {"name": "kubernetes"},
+        "spec": {"clusterIP": api_server.ip().to_string(),
+                 "ports": [{"name": "https", "port": api_server.port(), "protocol": "TCP"}]},
+    });
+    service_links(&[Arc::new(as_a_service)])
+}
+
+/// The `kubernetes` Service in `default` with its Endpoints and EndpointSlice, as kube-apiserver's
+/// reconciler keeps them: created if missing (so deleting it brings it back), the endpoint
+/// rewritten if it changed. Its ClusterIP is the first address of the Service range
+/// (`127.B.192.1`), which kube-apiserver reserves for it; port 443 (`https`) targets the sandbox's
+/// port. It has no selector: the endpoints controller leaves it alone, and no proxy listens on
+/// its ClusterIP (see [`kubernetes_service_env`] for how pods reach the API).
+pub(crate) fn ensure_kubernetes_service(
+    state: &mut StoreState,
+    block: u8,
+    api_server: SocketAddr,
+    random: &mut Xorshift,
+) {
+    let (namespace, name) = KUBERNETES_SERVICE;
+    let ip = api_server.ip().to_string();
+    let port = api_server.port();
+    let labels = json!({"component": "apiserver", "provider": "kubernetes"});
+    let metadata = |random: &mut Xorshift| {
+        json!({"name": name, "namespace": namespace, "uid": random.uuid(),
+               "creationTimestamp": timefmt::now_rfc3339(), "labels": labels})
+    };
+    if state.get("/services", namespace, name).is_none() {
+        let cluster_ip = format!("127.{block}.192.1");
+        let service = json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": metadata(random),
+            "spec": {
+                "type": "ClusterIP", "clusterIP": cluster_ip, "clusterIPs": [cluster_ip],
+                "ipFamilies": ["IPv4"], "ipFamilyPolicy": "SingleStack",
+                "ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": port}],
+                "sessionAffinity": "None", "internalTrafficPolicy": "Cluster",
+            },
+            "status": {"loadBalancer": {}},
+        });
+        state.commit_added("/services", service);
+    }
+    let subsets = json!([{"addresses": [{"ip": ip}],
+                          "ports": [{"name": "https", "port": port, "protocol": "TCP"}]}]);
+    match state.get("/endpoints", namespace, name) {
+        Some(existing) if existing["subsets"] == subsets => {}
+        Some(existing) => {
+            let mut next = (*existing).clone();
+            next["subsets"] = subsets;
+            state.commit_modified("/endpoints", next);
+        }
+        None => {
+            let mut endpoints = json!({"apiVersion": "v1", "kind": "Endpoints",
+                                       "metadata": metadata(random), "subsets": subsets});
+            // kube-apiserver writes the slice itself: the mirroring controller must not.
+            endpoints["metadata"]["labels"]["endpointslice.kubernetes.io/skip-mirror"] =
+                json!("true");
+            state.commit_added("/endpoints", endpoints);
+        }
+    }
+    let endpoints = json!([{"addresses": [ip], "conditions": {"ready": true}}]);
+    let ports = json!([{"name": "https", "port": port, "protocol": "TCP"}]);
+    match state.get(ENDPOINT_SLICES, namespace, name) {
+        Some(slice) if slice["endpoints"] == endpoints && slice["ports"] == ports => {}
+        Some(slice) => {
+            let mut next = (*slice).clone();
+            next["endpoints"] = endpoints;
+            next["ports"] = ports;
+            state.commit_modified(ENDPOINT_SLICES, next);
+        }
+        None => {
+            let mut slice = json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                                   "metadata": metadata(random), "addressType": "IPv4",
+                                   "endpoints": endpoints, "ports": ports});
+            slice["metadata"]["labels"] = json!({SERVICE_NAME_LABEL: name});
+            state.commit_added(ENDPOINT_SLICES, slice);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -655,5 +763,74 @@ mod tests {
             names_of("127.9.0.4").is_empty(),
             "not-ready pods are not named"
         );
+    }
+
+    #[test]
+    fn every_pod_is_told_the_api_servers_address_and_the_kubernetes_service_gives_no_link() {
+        let api: SocketAddr = "127.0.0.1:8001".parse().expect("address");
+        let environment = kubernetes_service_env(api);
+        let get = |name: &str| {
+            environment
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.as_str())
+        };
+        assert_eq!(get("KUBERNETES_SERVICE_HOST"), Some("127.0.0.1"));
+        assert_eq!(get("KUBERNETES_SERVICE_PORT"), Some("8001"));
+        assert_eq!(get("KUBERNETES_SERVICE_PORT_HTTPS"), Some("8001"));
+        assert_eq!(get("KUBERNETES_PORT"), Some("tcp://127.0.0.1:8001"));
+        assert_eq!(
+            get("KUBERNETES_PORT_8001_TCP"),
+            Some("tcp://127.0.0.1:8001")
+        );
+        assert_eq!(get("KUBERNETES_PORT_8001_TCP_PROTO"), Some("tcp"));
+        assert_eq!(get("KUBERNETES_PORT_8001_TCP_ADDR"), Some("127.0.0.1"));
+        assert_eq!(get("KUBERNETES_PORT_8001_TCP_PORT"), Some("8001"));
+
+        let store = Store::new(10, 10);
+        let mut state = store.lock();
+        let mut random = Xorshift::from_entropy();
+        ensure_kubernetes_service(&mut state, 9, api, &mut random);
+        let in_default = state.list("/services", Some("default"));
+        assert!(
+            service_links(&in_default).is_empty(),
+            "the kubernetes Service's ClusterIP is not linked: {:?}",
+            service_links(&in_default)
+        );
+    }
+
+    #[test]
+    fn the_kubernetes_service_takes_the_first_address_and_comes_back_when_deleted() {
+        let api: SocketAddr = "127.0.0.1:8001".parse().expect("address");
+        let store = Store::new(10, 10);
+        let mut state = store.lock();
+        let mut random = Xorshift::from_entropy();
+        ensure_kubernetes_service(&mut state, 9, api, &mut random);
+        let service = state
+            .get("/services", "default", "kubernetes")
+            .expect("created");
+        assert_eq!(service["spec"]["clusterIP"], "127.9.192.1");
+        assert_eq!(service["spec"]["ports"][0]["port"], 443);
+        assert_eq!(service["spec"]["ports"][0]["targetPort"], 8001);
+        let endpoints = state
+            .get("/endpoints", "default", "kubernetes")
+            .expect("endpoints");
+        assert_eq!(endpoints["subsets"][0]["addresses"][0]["ip"], "127.0.0.1");
+        assert_eq!(endpoints["subsets"][0]["ports"][0]["port"], 8001);
+        let slice = state
+            .get(ENDPOINT_SLICES, "default", "kubernetes")
+            .expect("slice");
+        assert_eq!(slice["endpoints"][0]["addresses"][0], "127.0.0.1");
+        assert_eq!(
+            slice["metadata"]["labels"][SERVICE_NAME_LABEL],
+            "kubernetes"
+        );
+
+        let revision = state.revision();
+        ensure_kubernetes_service(&mut state, 9, api, &mut random);
+        assert_eq!(state.revision(), revision, "nothing to change");
+        state.commit_deleted("/services", "default", "kubernetes");
+        ensure_kubernetes_service(&mut state, 9, api, &mut random);
+        assert!(state.get("/services", "default", "kubernetes").is_some());
     }
 }
