@@ -14,7 +14,7 @@
 //! ```
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -116,7 +116,7 @@ async fn main() -> ExitCode {
             println!("  (no kubectl cache directory: {error}; pass --cache-dir \"$(mktemp -d)\")")
         }
     }
-    match flags.tls_dir {
+    match &flags.tls_dir {
         None => println!("  kubectl --server {} get pgc", sandbox.url()),
         Some(dir) => println!(
             "  kubectl --server {} --certificate-authority {} --token \"$(cat {})\" get pgc",
@@ -124,6 +124,13 @@ async fn main() -> ExitCode {
             dir.join("ca.crt").display(),
             dir.join("token").display()
         ),
+    }
+    match write_kubeconfig(&sandbox.url(), sandbox.addr().port(), flags.tls_dir.as_deref()) {
+        Ok(path) => println!(
+            "or, for kubectl without --server (the README's `kubectl apply -k kube/`):\n  export KUBECONFIG={}",
+            path.display()
+        ),
+        Err(error) => println!("  (no kubeconfig written: {error})"),
     }
     // The runtime in two lines, then the same last line in every mode.
     match sandbox.runtime_description() {
@@ -226,6 +233,30 @@ async fn shutdown_signal() {
 /// kubectl caches discovery per host and port for hours, so a sandbox restarted on the same port
 /// with other resource types would be misread from a stale cache. This sandbox's own cache
 /// directory (`KUBECACHEDIR`) is emptied at every start, so it cannot go stale.
+/// A kubeconfig whose current context is this sandbox, beside the cache directory, so that
+/// commands written for any cluster (`kubectl apply -k kube/`) work unchanged. JSON is YAML, so
+/// kubectl reads it. With `--tls-dir` it names the CA and the token file (kubectl re-reads a
+/// `tokenFile`, so a rotated token is picked up).
+fn write_kubeconfig(url: &str, port: u16, tls_dir: Option<&Path>) -> std::io::Result<PathBuf> {
+    let mut cluster = serde_json::json!({"server": url});
+    let mut user = serde_json::json!({});
+    if let Some(dir) = tls_dir {
+        cluster["certificate-authority"] = dir.join("ca.crt").display().to_string().into();
+        user["tokenFile"] = dir.join("token").display().to_string().into();
+    }
+    let config = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "sandbox", "cluster": cluster}],
+        "users": [{"name": "sandbox-admin", "user": user}],
+        "contexts": [{"name": "sandbox", "context": {"cluster": "sandbox", "user": "sandbox-admin"}}],
+        "current-context": "sandbox"
+    });
+    let path = std::env::temp_dir().join(format!("sandbox-kubeconfig-{port}"));
+    std::fs::write(&path, serde_json::to_vec_pretty(&config).map_err(std::io::Error::other)?)?;
+    Ok(path)
+}
+
 fn kubectl_cache_dir(port: u16) -> std::io::Result<PathBuf> {
     let dir = std::env::temp_dir().join(format!("sandbox-kubectl-cache-{port}"));
     match std::fs::remove_dir_all(&dir) {

@@ -57,6 +57,29 @@ async fn prints_its_url_serves_and_stops_on_sigterm() {
             .count(),
         0
     );
+    // And a kubeconfig for commands written without --server (the README's `apply -k kube/`).
+    let mut more = String::new();
+    for _ in 0..2 {
+        more.push_str(&stdout.next_line().await.expect("read").unwrap_or_default());
+        more.push('\n');
+    }
+    let kubeconfig = std::env::temp_dir().join(format!("sandbox-kubeconfig-{port}"));
+    assert!(
+        more.contains(&format!("export KUBECONFIG={}", kubeconfig.display())),
+        "{more}"
+    );
+    let cache = tempfile::tempdir().expect("cache dir");
+    let namespaces = Command::new(common::kubectl_path())
+        .args(["get", "namespaces", "-o", "name", "--cache-dir"])
+        .arg(cache.path())
+        .env("KUBECONFIG", &kubeconfig)
+        .output()
+        .await
+        .expect("kubectl runs");
+    assert!(
+        String::from_utf8_lossy(&namespaces.stdout).contains("namespace/default"),
+        "{namespaces:?}"
+    );
 
     let version = common::Http::new(&url).get("/version").await;
     assert_eq!(version.json()["minor"], "32");
