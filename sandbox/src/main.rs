@@ -253,7 +253,10 @@ fn write_kubeconfig(url: &str, port: u16, tls_dir: Option<&Path>) -> std::io::Re
         "current-context": "sandbox"
     });
     let path = std::env::temp_dir().join(format!("sandbox-kubeconfig-{port}"));
-    std::fs::write(&path, serde_json::to_vec_pretty(&config).map_err(std::io::Error::other)?)?;
+    std::fs::write(
+        &path,
+        serde_json::to_vec_pretty(&config).map_err(std::io::Error::other)?,
+    )?;
     Ok(path)
 }
 

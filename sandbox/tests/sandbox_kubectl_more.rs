@@ -314,7 +314,9 @@ async fn apply_k_on_an_empty_sandbox_works_and_the_example_comes_second() {
     let together = kubectl.run(&["apply", "-f", &crd, "-f", &example]).await;
     assert!(!together.success, "{together:?}");
     assert!(
-        together.stderr.contains("no matches for kind \"PostgresCluster\"")
+        together
+            .stderr
+            .contains("no matches for kind \"PostgresCluster\"")
             && together.stderr.contains("ensure CRDs are installed first"),
         "{}",
         together.stderr
