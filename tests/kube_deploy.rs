@@ -6,7 +6,7 @@
 //! replaces both operator pods without two leaders ever acting, and `kill -9` of the leader's
 //! process hands the lease to the standby once it expires.
 //!
-//! WORKSHOP.md, "Inside step 04: one operator at a time"; README, "Deploying it". Needs
+//! WORKSHOP.md, "Inside step 04: one operator at a time", and the README's deploy section. Needs
 //! PostgreSQL, bubblewrap and kubectl: without them the test fails and says what is missing.
 
 mod common;
@@ -417,6 +417,25 @@ async fn the_readme_deploys_the_operator_into_the_sandbox() {
             .then_some(())
     })
     .await;
+
+    // kube/deployment.yaml limits the container to 64Mi, which a cluster enforces (OOMKilled)
+    // and the sandbox does not: the leader's resident memory, after leading through all this.
+    let pid = operator_process(&standby)
+        .unwrap_or_else(|| panic!("no operator process with HOSTNAME={standby}"));
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
+    let rss_kib: u64 = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS in /proc/PID/status");
+    println!(
+        "the leading operator's RSS: {:.1} MiB (kube/deployment.yaml's limit: 64 MiB)",
+        rss_kib as f64 / 1024.0
+    );
+    assert!(
+        rss_kib < 64 * 1024,
+        "{rss_kib} KiB would be OOMKilled at 64Mi"
+    );
 
     let log = sandbox.requests();
     assert_one_writer_at_a_time(&log);

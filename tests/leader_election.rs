@@ -165,10 +165,15 @@ async fn one_leads_the_other_waits_and_a_release_hands_over() {
     let leader_identity = leader.identity.clone();
     let leader_lines = leader.lines.clone();
     assert!(leader.ended().await.expect("a clean stop").is_some());
-    assert!(leader_lines
-        .lock()
-        .unwrap()
-        .contains(&released_line(LEASE_KEY)));
+    // The story lines reach the test through a channel: poll, the task may have ended first.
+    common::eventually(DEADLINE, "the released line", || async {
+        let said = leader_lines
+            .lock()
+            .unwrap()
+            .contains(&released_line(LEASE_KEY));
+        said.then_some(())
+    })
+    .await;
     let handed_over = Takeover::Released {
         previous: Some(leader_identity.clone()),
     };
@@ -246,11 +251,14 @@ async fn a_leader_that_cannot_renew_stops_acting() {
     }
     let token = acting.lock().unwrap().clone().expect("the work ran");
     assert!(token.is_cancelled(), "the work was told to stop");
-    let said = lines.lock().unwrap().clone();
-    assert!(
-        said.contains(&lost_line(LEASE_KEY, "not renewed within 1.5s")),
-        "{said:?}"
-    );
+    common::eventually(DEADLINE, "the lost line", || async {
+        let said = lines
+            .lock()
+            .unwrap()
+            .contains(&lost_line(LEASE_KEY, "not renewed within 1.5s"));
+        said.then_some(())
+    })
+    .await;
 }
 
 /// Someone else's name written into the Lease ends our leadership at the next renewal (409,

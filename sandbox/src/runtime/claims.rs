@@ -12,26 +12,23 @@
 
 use std::path::{Path, PathBuf};
 
-use super::volumes::MountError;
-
-/// The host directory to mount for claim `claim` of a pod in `namespace`.
+/// The host directory to mount for claim `claim` of a pod in `namespace`, or the kubelet's
+/// FailedMount message (`volumes.rs` wraps it: this file imports nothing of its caller).
 pub(crate) fn volume_dir(
     claims_dir: &Path,
     namespace: &str,
     claim: &str,
     claim_exists: &dyn Fn(&str) -> bool,
-) -> Result<PathBuf, MountError> {
+) -> Result<PathBuf, String> {
     if !claim_exists(claim) {
-        return Err(MountError(format!(
-            "persistentvolumeclaim \"{claim}\" not found"
-        )));
+        return Err(format!("persistentvolumeclaim \"{claim}\" not found"));
     }
     // The volume's real path, resolved now: the mount keeps it even if the claim is re-bound.
     match std::fs::canonicalize(claims_dir.join(namespace).join(claim)) {
         Ok(dir) if dir.is_dir() => Ok(dir),
-        _ => Err(MountError(format!(
+        _ => Err(format!(
             "MountVolume.SetUp failed: persistentvolumeclaim \"{claim}\" is not bound to a volume on this node"
-        ))),
+        )),
     }
 }
 
@@ -58,9 +55,7 @@ mod tests {
         assert_eq!(resolved, std::fs::canonicalize(&volume).expect("canonical"));
         assert_eq!(
             volume_dir(&claims, "db", "gone", &|_| false),
-            Err(MountError(
-                "persistentvolumeclaim \"gone\" not found".into()
-            ))
+            Err("persistentvolumeclaim \"gone\" not found".to_string())
         );
         assert!(volume_dir(&claims, "db", "unbound", &|_| true).is_err());
         let _ = std::fs::remove_dir_all(&root);

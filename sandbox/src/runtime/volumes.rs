@@ -130,7 +130,8 @@ pub(crate) fn prepare(
             })?;
             dir
         } else if let Some(claim) = volume["persistentVolumeClaim"]["claimName"].as_str() {
-            super::claims::volume_dir(claims_dir, namespace, claim, claim_exists)?
+            super::claims::volume_dir(claims_dir, namespace, claim, claim_exists)
+                .map_err(MountError)?
         } else {
             return Err(MountError(format!(
                 "volume \"{name}\": the sandbox supports emptyDir, configMap, secret, projected and persistentVolumeClaim volumes only"
