@@ -246,7 +246,7 @@ pub fn restore_container(source: &RestoreSource, image: &str, pgdata: &str) -> V
 const SCRIPT_FUNCTIONS: &str = r#"fail() {
   echo "$*" >&2
   # The kubelet copies this file into the pod's status; || true where /dev is read only.
-  echo "$*" > /dev/termination-log 2>/dev/null || true
+  { echo "$*" > /dev/termination-log; } 2>/dev/null || true
   exit 1
 }
 # A WAL segment's number from an LSN X/Y, for the default 16 MB segments (wal_segment_size is
@@ -310,7 +310,7 @@ oldest_timeline=$(manifest_field "$base/$oldest/backup_manifest" Timeline | head
 pg_archivecleanup -x .gz "$wal" "$(segment "$oldest_timeline" "$(segno "$oldest_lsn")")"
 result="backup-done name=$name time=$(date -u -d "@$now" +%Y-%m-%dT%H:%M:%SZ) lsn=$start_lsn bytes=$bytes"
 echo "$result"
-echo "$result" > /dev/termination-log 2>/dev/null || true
+{ echo "$result" > /dev/termination-log; } 2>/dev/null || true
 "#;
 
 /// The restoring seed's init container: the newest base backup (completed before the target
