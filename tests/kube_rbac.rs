@@ -391,6 +391,7 @@ impl Operator {
                 member_lost_after: Duration::from_secs(30),
             },
             expectation_timeout: Duration::from_secs(10),
+            ..PostgresOptions::default()
         };
         let (reporter, mut lines) = Reporter::channel();
         tokio::spawn(async move {
