@@ -7,6 +7,8 @@
 //! through the API, Postgres through `pods/exec`, `src/exec.rs`), writes `status` and Events
 //! (`src/events.rs`); `operator.rs` adds a watch of the pods whose store (`src/watch/store.rs`)
 //! the tasks read and whose events wake them. Stage 03's lines stay; the placeholders are gone.
+//! And `src/leader/`: it acts only while it holds the Lease `postgres-operator`, so a second
+//! copy (a standby replica, the new pod of a rolling update) waits instead of fighting it.
 //!
 //! ```text
 //! cargo run --bin sandbox -- --listen 127.0.0.1:8001           # terminal 1
@@ -15,6 +17,8 @@
 //! kubectl --server http://127.0.0.1:8001 get pgc,pods -w
 //! kubectl --server http://127.0.0.1:8001 scale pgc example-postgresql-cluster --replicas 5
 //! kubectl --server http://127.0.0.1:8001 delete pod -l workshop.example.com/role=primary
+//! cargo run --bin stage04 -- --server http://127.0.0.1:8001    # terminal 4: waits for the lease
+//! kubectl --server http://127.0.0.1:8001 get lease postgres-operator -o yaml
 //! ```
 //!
 //! Story lines go to stdout, diagnostics (`RUST_LOG=debug` for more) to stderr. `stage04 --help`
@@ -23,8 +27,10 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::Parser;
+use clap::error::ErrorKind;
+use clap::{CommandFactory, Parser};
 use postgres_operator::config::{ConfigArgs, CONNECTION_ORDER_HELP};
+use postgres_operator::leader::{run_when_leading, LeaderElectionArgs};
 use postgres_operator::postgres::plan::Delays;
 use postgres_operator::postgres::{run_postgres_operator, PostgresOptions};
 use postgres_operator::process::{cancel_on_signal, connect, fail, init_logging, parse_seconds};
@@ -33,7 +39,8 @@ use postgres_operator::story::Reporter;
 /// stage04: workshop step 04. The operator that runs Postgres clusters: it creates each
 /// cluster's Secret, Services and pods (the official postgres image), keeps spec.size members
 /// with one primary, replaces lost members and fails over, and reports in status and Events.
-/// Lines about one cluster start with [namespace/name].
+/// Lines about one cluster start with [namespace/name]. It acts only while it holds the Lease,
+/// so a second copy waits as a standby.
 #[derive(Parser)]
 #[command(after_help = format!("{CONNECTION_ORDER_HELP}\n\n{EXAMPLES}"))]
 struct Flags {
@@ -47,6 +54,8 @@ struct Flags {
     #[arg(long, value_name = "SECS", default_value = "60", value_parser = parse_seconds, allow_negative_numbers = true)]
     member_lost_after: Duration,
     #[command(flatten)]
+    leader_election: LeaderElectionArgs,
+    #[command(flatten)]
     connection: ConfigArgs,
 }
 
@@ -55,12 +64,19 @@ Examples:
   stage04 --server http://127.0.0.1:8001     # the sandbox, or a cluster through kubectl proxy
   stage04 --failover-after 5                 # the cluster your kubeconfig points at
   stage04 --server https://127.0.0.1:8443 --certificate-authority creds/ca.crt --token-file creds/token
+  stage04 --leader-elect=false               # act at once, sure that no other copy runs
 
-Exit status: 0 stopped by SIGTERM or Ctrl-C, 1 the API server or configuration said no, 2 bad flags";
+Exit status: 0 stopped by SIGTERM or Ctrl-C (the Lease released), 1 the API server or configuration
+said no, or the Lease was lost (another copy may act now), 2 bad flags";
 
 #[tokio::main]
 async fn main() -> ExitCode {
     let flags = Flags::parse();
+    if let Err(error) = flags.leader_election.check() {
+        Flags::command()
+            .error(ErrorKind::ValueValidation, error)
+            .exit();
+    }
     init_logging();
     let shutdown = cancel_on_signal();
     let client = match connect(&flags.connection).await {
@@ -81,10 +97,27 @@ async fn main() -> ExitCode {
             println!("{line}");
         }
     });
-    let outcome = run_postgres_operator(client.clone(), options, reporter, shutdown).await;
+    let election = match flags.leader_election.election(client.namespace()) {
+        Ok(election) => election,
+        Err(error) => return fail(&error, error.hint(), &client),
+    };
+    let operator = {
+        let (client, reporter) = (client.clone(), reporter.clone());
+        move |acting| run_postgres_operator(client, options, reporter, acting)
+    };
+    let outcome = match election {
+        Some(election) => {
+            run_when_leading(client.clone(), election, reporter, shutdown, operator).await
+        }
+        None => {
+            drop(reporter);
+            Ok(Some(operator(shutdown).await))
+        }
+    };
     let _ = printer.await;
     match outcome {
-        Ok(_) => ExitCode::SUCCESS,
+        Ok(None | Some(Ok(_))) => ExitCode::SUCCESS,
+        Ok(Some(Err(error))) => fail(&error, error.hint(), &client),
         Err(error) => fail(&error, error.hint(), &client),
     }
 }

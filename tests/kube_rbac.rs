@@ -1,5 +1,6 @@
 //! `kube/rbac.yaml` grants exactly what stage 04 uses: the operator runs in-process against a
-//! sandbox whose pods are real PostgreSQL, through every call it makes (a CRD to create, an old
+//! sandbox whose pods are real PostgreSQL, through every call it makes (a Lease to create, take
+//! and release, a CRD to create, an old
 //! one to update, a cluster to create, a lost primary to fail over from through `pods/exec`, a
 //! replica to remove), and each of its requests in the sandbox's request log, told apart from kubectl's by the
 //! User-Agent, must be granted by the rules `kubectl apply -k kube/` installs for its service
@@ -23,6 +24,7 @@ use std::time::Duration;
 use common::Kubectl;
 use postgres_operator::client::{Client, USER_AGENT};
 use postgres_operator::config::Config;
+use postgres_operator::leader::{run_when_leading, LeaderElection};
 use postgres_operator::postgres::plan::Delays;
 use postgres_operator::postgres::{run_postgres_operator, PostgresOptions};
 use postgres_operator::story::Reporter;
@@ -257,14 +259,15 @@ fn api_group(path: &str) -> Option<String> {
 fn call_shape(record: &RequestRecord) -> String {
     let path = record.path.split('?').next().unwrap_or(&record.path);
     let mut shape = path.to_string();
-    if !record.name.is_empty() {
-        shape = shape.replace(&format!("/{}", record.name), "/{name}");
-    }
+    // The namespace first: the Lease `postgres-operator` lives in the namespace of that name.
     if !record.namespace.is_empty() {
         shape = shape.replace(
             &format!("/namespaces/{}/", record.namespace),
             "/namespaces/{namespace}/",
         );
+    }
+    if !record.name.is_empty() {
+        shape = shape.replace(&format!("/{}", record.name), "/{name}");
     }
     let watch = if record.verb == "watch" {
         "?watch=true"
@@ -400,9 +403,18 @@ impl Operator {
             }
         });
         let stop = CancellationToken::new();
-        let running = run_postgres_operator(client.clone(), options, reporter, stop.clone());
+        // With leader election, as stage04 runs by default: the Lease's get, create and update
+        // are requests of the operator too.
+        let election = LeaderElection::new(client.namespace());
+        let operator = {
+            let (client, reporter) = (client.clone(), reporter.clone());
+            move |acting| run_postgres_operator(client, options, reporter, acting)
+        };
+        let running = run_when_leading(client.clone(), election, reporter, stop.clone(), operator);
         let task = tokio::spawn(async move {
-            running.await.expect("the operator runs");
+            let led = running.await.expect("the operator leads");
+            led.expect("it led before it was stopped")
+                .expect("the operator runs");
         });
         Operator { stop, task }
     }

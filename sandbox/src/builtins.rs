@@ -1,6 +1,7 @@
 //! The built-in kinds: what their defaulting, validation and controllers fill in — namespaces,
 //! the one node, pods (and the simulated kubelet's Running and Failed statuses), services,
-//! secrets, and CustomResourceDefinitions (names, acceptedNames, conditions).
+//! secrets, PersistentVolumeClaims, PersistentVolumes and StorageClasses, and
+//! CustomResourceDefinitions (names, acceptedNames, conditions).
 //!
 //! WORKSHOP.md, "Set-up: the sandbox". `objects.rs` calls these from create and update.
 
@@ -270,6 +271,216 @@ pub(crate) fn default_secret(
         }
     }
     Ok(())
+}
+
+/// The finalizer kube-apiserver's StorageObjectInUseProtection admission puts on every new claim:
+/// the PV controller removes it only once no pod uses the claim.
+pub(crate) const CLAIM_PROTECTION: &str = "kubernetes.io/pvc-protection";
+/// The same admission's finalizer on every new PersistentVolume: removed once no claim is bound to it.
+pub(crate) const VOLUME_PROTECTION: &str = "kubernetes.io/pv-protection";
+
+/// A resource quantity (`1Gi`, `500M`, `1.5e3`) as a number, or None if it is not one. The
+/// syntax is apimachinery's: a decimal number, then a binary (`Ki`..`Ei`), decimal (`n u m k M G
+/// T P E`) or exponent (`e3`) suffix.
+pub(crate) fn parse_quantity(text: &str) -> Option<f64> {
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+' || c == '-'))
+        .unwrap_or(text.len());
+    let (number, suffix) = text.split_at(split);
+    if number.is_empty() || number.matches('.').count() > 1 || number[1..].contains(['+', '-']) {
+        return None;
+    }
+    let value: f64 = number.parse().ok()?;
+    let scale = match suffix {
+        "" => 1.0,
+        "Ki" => 1024f64,
+        "Mi" => 1024f64.powi(2),
+        "Gi" => 1024f64.powi(3),
+        "Ti" => 1024f64.powi(4),
+        "Pi" => 1024f64.powi(5),
+        "Ei" => 1024f64.powi(6),
+        "n" => 1e-9,
+        "u" => 1e-6,
+        "m" => 1e-3,
+        "k" => 1e3,
+        "M" => 1e6,
+        "G" => 1e9,
+        "T" => 1e12,
+        "P" => 1e15,
+        "E" => 1e18,
+        exponent => {
+            let digits = exponent.strip_prefix(['e', 'E'])?;
+            10f64.powi(digits.parse::<i32>().ok()?)
+        }
+    };
+    Some(value * scale)
+}
+
+/// apimachinery's Quantity refuses to decode anything else: kube-apiserver answers 400, before
+/// validation, with this very message.
+fn quantity_error(kind: &str, text: &Value) -> ApiError {
+    ApiError::bad_request(format!(
+        "{kind} in version \"v1\" cannot be handled as a {kind}: quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$' (got {text})"
+    ))
+}
+
+const ACCESS_MODES: [&str; 4] = [
+    "ReadOnlyMany",
+    "ReadWriteMany",
+    "ReadWriteOnce",
+    "ReadWriteOncePod",
+];
+
+/// `spec.accessModes`: at least one, each one of the four kube knows.
+fn check_access_modes(spec: &Value, causes: &mut Vec<StatusCause>) {
+    let modes = spec["accessModes"].as_array().cloned().unwrap_or_default();
+    if modes.is_empty() {
+        causes.push(StatusCause {
+            reason: "FieldValueRequired".into(),
+            message: "Required value: at least 1 access mode is required".into(),
+            field: "spec.accessModes".into(),
+        });
+    }
+    for mode in modes {
+        if !ACCESS_MODES.iter().any(|known| mode == *known) {
+            causes.push(StatusCause {
+                reason: "FieldValueNotSupported".into(),
+                message: format!(
+                    "Unsupported value: {mode}: supported values: \"ReadOnlyMany\", \"ReadWriteMany\", \"ReadWriteOnce\", \"ReadWriteOncePod\""
+                ),
+                field: "spec.accessModes".into(),
+            });
+        }
+    }
+}
+
+/// A claim's spec as kube-apiserver validates it on create and update: access modes and a
+/// positive `resources.requests.storage`.
+pub(crate) fn check_claim(
+    resource: &ResourceType,
+    claim: &Value,
+    name: &str,
+) -> Result<(), ApiError> {
+    let spec = &claim["spec"];
+    let mut causes = Vec::new();
+    check_access_modes(spec, &mut causes);
+    match &spec["resources"]["requests"]["storage"] {
+        Value::Null => causes.push(StatusCause {
+            reason: "FieldValueRequired".into(),
+            message: "Required value".into(),
+            field: "spec.resources[storage]".into(),
+        }),
+        request => match request.as_str().and_then(parse_quantity) {
+            None => return Err(quantity_error(&resource.kind, request)),
+            Some(bytes) if bytes <= 0.0 => causes.push(StatusCause {
+                reason: "FieldValueInvalid".into(),
+                message: format!("Invalid value: {request}: must be greater than zero"),
+                field: "spec.resources[storage]".into(),
+            }),
+            Some(_) => {}
+        },
+    }
+    if causes.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(resource, name, causes))
+    }
+}
+
+/// A new claim: checked, Filesystem by default, protected, Pending until the PV controller binds it.
+pub(crate) fn default_claim(
+    resource: &ResourceType,
+    claim: &mut Value,
+    name: &str,
+) -> Result<(), ApiError> {
+    check_claim(resource, claim, name)?;
+    if claim["spec"]["volumeMode"].is_null() {
+        claim["spec"]["volumeMode"] = json!("Filesystem");
+    }
+    add_finalizer(claim, CLAIM_PROTECTION);
+    claim["status"] = json!({"phase": "Pending"});
+    Ok(())
+}
+
+/// A new PersistentVolume: a capacity, access modes, one source; Retain unless it says otherwise
+/// (the provisioner's volumes say Delete); protected; Pending until the PV controller sees it.
+pub(crate) fn default_volume(
+    resource: &ResourceType,
+    volume: &mut Value,
+    name: &str,
+) -> Result<(), ApiError> {
+    let spec = &volume["spec"];
+    let mut causes = Vec::new();
+    check_access_modes(spec, &mut causes);
+    match &spec["capacity"]["storage"] {
+        Value::Null => causes.push(StatusCause {
+            reason: "FieldValueRequired".into(),
+            message: "Required value".into(),
+            field: "spec.capacity".into(),
+        }),
+        capacity => {
+            if capacity.as_str().and_then(parse_quantity).is_none() {
+                return Err(quantity_error(&resource.kind, capacity));
+            }
+        }
+    }
+    if spec["hostPath"]["path"].as_str().is_none() && spec["local"]["path"].as_str().is_none() {
+        causes.push(StatusCause {
+            reason: "FieldValueRequired".into(),
+            message:
+                "Required value: must specify a volume type (the sandbox knows hostPath and local)"
+                    .into(),
+            field: "spec".into(),
+        });
+    }
+    if !causes.is_empty() {
+        return Err(ApiError::invalid(resource, name, causes));
+    }
+    if volume["spec"]["persistentVolumeReclaimPolicy"].is_null() {
+        volume["spec"]["persistentVolumeReclaimPolicy"] = json!("Retain");
+    }
+    if volume["spec"]["volumeMode"].is_null() {
+        volume["spec"]["volumeMode"] = json!("Filesystem");
+    }
+    add_finalizer(volume, VOLUME_PROTECTION);
+    volume["status"] = json!({"phase": "Pending"});
+    Ok(())
+}
+
+/// A StorageClass names its provisioner; reclaimPolicy Delete and volumeBindingMode Immediate
+/// unless it says otherwise, as kube-apiserver defaults them.
+pub(crate) fn default_storage_class(
+    resource: &ResourceType,
+    class: &mut Value,
+    name: &str,
+) -> Result<(), ApiError> {
+    if class["provisioner"].as_str().unwrap_or_default().is_empty() {
+        return Err(ApiError::invalid_field(
+            resource,
+            name,
+            "FieldValueRequired",
+            "provisioner",
+            "Required value",
+        ));
+    }
+    if class["reclaimPolicy"].is_null() {
+        class["reclaimPolicy"] = json!("Delete");
+    }
+    if class["volumeBindingMode"].is_null() {
+        class["volumeBindingMode"] = json!("Immediate");
+    }
+    Ok(())
+}
+
+fn add_finalizer(object: &mut Value, finalizer: &str) {
+    let mut finalizers = object["metadata"]["finalizers"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    if !finalizers.iter().any(|f| f == finalizer) {
+        finalizers.push(json!(finalizer));
+    }
+    object["metadata"]["finalizers"] = json!(finalizers);
 }
 
 pub(crate) fn check_crd(resource: &ResourceType, crd: &Value, name: &str) -> Result<(), ApiError> {

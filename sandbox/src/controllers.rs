@@ -14,6 +14,7 @@ use crate::builtins;
 use crate::objects::FollowUp;
 use crate::runtime;
 use crate::state::Shared;
+use crate::storage;
 use crate::sync::lock;
 
 /// Start the timers that finish what a write began (after the store lock is released).
@@ -40,7 +41,21 @@ pub(crate) fn spawn_follow_ups(shared: &Arc<Shared>, follow_ups: Vec<FollowUp>) 
                     namespace,
                     name,
                     uid,
-                } => start_pod(&shared, &namespace, &name, &uid),
+                } => {
+                    // The scheduler's storage rule: a pod waits until its claims are bound.
+                    let store = &shared.store;
+                    match storage::wait_for_claims(store, &namespace, &name, &uid, &shared.shutdown)
+                        .await
+                    {
+                        storage::Scheduling::Schedulable => {
+                            start_pod(&shared, &namespace, &name, &uid)
+                        }
+                        storage::Scheduling::Deleted => {
+                            remove_pod(&shared, &namespace, &name, &uid)
+                        }
+                        storage::Scheduling::Gone => {}
+                    }
+                }
                 FollowUp::EstablishCrd { name, uid } => establish_crd(&shared, &name, &uid),
                 FollowUp::RemovePod {
                     namespace,

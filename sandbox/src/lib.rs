@@ -33,6 +33,7 @@
 //! | `state.rs` | `Shared`: the store, options, fault switches, request log, process runtime and shutdown token everyone holds | 3 state |
 //! | `runtime.rs` | the process runtime: pods as jailed processes, real postgres, probes, restarts, logs (its own files in `runtime/`) | 3 state |
 //! | `tls.rs` | the generated CA, serving certificate and bearer token | 3 state |
+//! | `storage.rs` | the PersistentVolume controller: default StorageClass, provisioning, binding, reclaim, pvc/pv-protection; the scheduler's wait for claims | 2 store |
 //! | `objects.rs` | what the server does to an object on each write: metadata, generation, status, finalizers, garbage collection | 2 store |
 //! | `table.rs` | `kubectl get` tables: printer columns and ages | 2 store |
 //! | `store.rs` | objects, the global resourceVersion, the bounded event history, watcher fan-out | 2 store |
@@ -58,6 +59,9 @@
 //!   [`SandboxOptions::pod_termination_delay`] is set; a namespace goes at once with its
 //!   contents; garbage collection (background and foreground) runs inside the owner's DELETE.
 //! - Server-side apply is a merge of the applied object; no field ownership is tracked.
+//! - PersistentVolumeClaims bind at once to directories the sandbox provisions (`storage.rs`);
+//!   their capacity is recorded, not enforced. The only scheduling rule is that a pod waits
+//!   for its claims.
 //! - No RBAC, admission or scheduler; Deployments are stored, not run. The process runtime runs
 //!   pods on this machine, not images: see `runtime.rs` for what it simplifies.
 //!
@@ -91,6 +95,7 @@ mod selector;
 mod server;
 mod state;
 mod status;
+mod storage;
 mod store;
 mod sync;
 mod table;
@@ -156,7 +161,12 @@ impl Sandbox {
         };
         // A child token: cancelling `stop` stops the sandbox, while `shutdown` (or dropping the
         // `Sandbox`) stops only the sandbox, never the caller's other tasks.
+        let volume_dirs = match &runtime {
+            Runtime::Processes(config) => Some(storage::VolumeDirs::under(config.data_dir())),
+            Runtime::Simulated => None,
+        };
         let shared = Shared::new(options, addr, security, runtime, stop.child_token());
+        storage::start(shared.store.clone(), volume_dirs, shared.shutdown.clone());
         let server_task = tokio::spawn(server::serve(listener, shared.clone()));
         tracing::info!(%addr, "sandbox API server listening");
         Ok(Sandbox {

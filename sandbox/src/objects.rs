@@ -337,6 +337,13 @@ pub(crate) fn prepare_create(
             }
         }
         ("", "secrets") => default_secret(resource, &mut body, &name)?,
+        ("", "persistentvolumeclaims") => {
+            crate::builtins::default_claim(resource, &mut body, &name)?
+        }
+        ("", "persistentvolumes") => crate::builtins::default_volume(resource, &mut body, &name)?,
+        ("storage.k8s.io", "storageclasses") => {
+            crate::builtins::default_storage_class(resource, &mut body, &name)?
+        }
         ("apiextensions.k8s.io", "customresourcedefinitions") => {
             check_crd(resource, &body, &name)?;
             check_crd_patterns(resource, &name, &body)?;
@@ -869,6 +876,9 @@ pub(crate) fn prepare_update(
             crate::builtins::check_pod_update(resource, &name, old, &mut next)?
         }
         ("", "secrets") => default_secret(resource, &mut next, &name)?,
+        ("", "persistentvolumeclaims") if part == Part::Main => {
+            crate::builtins::check_claim(resource, &next, &name)?
+        }
         // kube-apiserver keeps the allocated address when an update leaves it out or empty.
         ("", "services") if next["spec"]["clusterIP"].as_str().is_none_or(str::is_empty) => {
             next["spec"]["clusterIP"] = old["spec"]["clusterIP"].clone();

@@ -252,6 +252,25 @@ impl Registry {
         let rbac = |plural: &str, kind: &str, namespaced: bool| {
             ResourceType::builtin("rbac.authorization.k8s.io", plural, kind, namespaced, &[])
         };
+        // The PV controller (`storage.rs`) binds claims to volumes and writes both statuses.
+        let mut claims = ResourceType::builtin(
+            "",
+            "persistentvolumeclaims",
+            "PersistentVolumeClaim",
+            true,
+            &["pvc"],
+        );
+        claims.status_subresource = true;
+        let mut volumes =
+            ResourceType::builtin("", "persistentvolumes", "PersistentVolume", false, &["pv"]);
+        volumes.status_subresource = true;
+        let storage_classes = ResourceType::builtin(
+            "storage.k8s.io",
+            "storageclasses",
+            "StorageClass",
+            false,
+            &["sc"],
+        );
         Registry {
             resources: vec![
                 namespaces,
@@ -271,6 +290,9 @@ impl Registry {
                     &[],
                 ),
                 ResourceType::builtin("", "events", "Event", true, &["ev"]),
+                claims,
+                volumes,
+                storage_classes,
                 crds,
                 ResourceType::builtin("coordination.k8s.io", "leases", "Lease", true, &[]),
                 // Stored only, for `kubectl apply -f` of an operator's own manifests: no

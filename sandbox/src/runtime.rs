@@ -17,6 +17,7 @@
 //! | `logs.rs` | `kubectl logs`: the current or previous instance's output, or following it |
 //! | `exec.rs` | `kubectl exec`: one more process in a running container's jail, its streams piped (a pty through `script` for `-t`) |
 //! | `env.rs`, `volumes.rs`, `image.rs` | environment, volumes and what an image runs |
+//! | `claims.rs` | a `persistentVolumeClaim` volume: the bound PersistentVolume's directory |
 //! | `probes.rs` | exec, tcpSocket and httpGet checks |
 //! | `jail.rs`, `process.rs` | the bubblewrap command line; starting and signalling a process |
 //! | `services.rs` | Services: Endpoints and EndpointSlices, a proxy on each ClusterIP (127.B.192.0/18) to ready endpoints, the names pods' /etc/hosts give them, the `<SVC>_SERVICE_HOST` variables |
@@ -42,6 +43,7 @@
 //!   image's postgres user, when unset), else as the sandbox's own user.
 
 mod addresses;
+mod claims;
 mod container;
 mod env;
 mod exec;

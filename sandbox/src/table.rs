@@ -297,6 +297,101 @@ fn columns_for(resource: &ResourceType) -> Vec<Column> {
             columns.push(text_column("Message", 0, |o| o["message"].clone()));
             columns.push(name);
         }
+        // kubectl 1.32's columns (pkg/printers/internalversion): the capacity and access modes
+        // of a claim are its volume's, shown once it is bound.
+        ("", "persistentvolumeclaims") => {
+            columns.push(text_column("Status", 0, storage_phase));
+            columns.push(text_column("Volume", 0, |o| {
+                o["spec"]["volumeName"].clone()
+            }));
+            columns.push(text_column("Capacity", 0, |o| {
+                if o["spec"]["volumeName"]
+                    .as_str()
+                    .is_some_and(|v| !v.is_empty())
+                {
+                    o["status"]["capacity"]["storage"].clone()
+                } else {
+                    json!("")
+                }
+            }));
+            columns.push(text_column("Access Modes", 0, |o| {
+                if o["spec"]["volumeName"]
+                    .as_str()
+                    .is_some_and(|v| !v.is_empty())
+                {
+                    access_modes(&o["status"]["accessModes"])
+                } else {
+                    json!("")
+                }
+            }));
+            columns.push(text_column("StorageClass", 0, |o| {
+                o["spec"]["storageClassName"].clone()
+            }));
+            columns.push(text_column("VolumeAttributesClass", 0, |_| {
+                json!("<unset>")
+            }));
+            columns.push(age_column());
+            columns.push(text_column("VolumeMode", 1, volume_mode));
+        }
+        ("", "persistentvolumes") => {
+            columns.push(text_column("Capacity", 0, |o| {
+                o["spec"]["capacity"]["storage"].clone()
+            }));
+            columns.push(text_column("Access Modes", 0, |o| {
+                access_modes(&o["spec"]["accessModes"])
+            }));
+            columns.push(text_column("Reclaim Policy", 0, |o| {
+                o["spec"]["persistentVolumeReclaimPolicy"].clone()
+            }));
+            columns.push(text_column("Status", 0, storage_phase));
+            columns.push(text_column("Claim", 0, |o| {
+                let claim = &o["spec"]["claimRef"];
+                if claim.is_object() {
+                    json!(format!(
+                        "{}/{}",
+                        claim["namespace"].as_str().unwrap_or_default(),
+                        claim["name"].as_str().unwrap_or_default()
+                    ))
+                } else {
+                    json!("")
+                }
+            }));
+            columns.push(text_column("StorageClass", 0, |o| {
+                o["spec"]["storageClassName"].clone()
+            }));
+            columns.push(text_column("VolumeAttributesClass", 0, |_| {
+                json!("<unset>")
+            }));
+            columns.push(text_column("Reason", 0, |o| o["status"]["reason"].clone()));
+            columns.push(age_column());
+            columns.push(text_column("VolumeMode", 1, volume_mode));
+        }
+        ("storage.k8s.io", "storageclasses") => {
+            columns[0].cell = Box::new(|o, _| {
+                let name = o["metadata"]["name"].as_str().unwrap_or_default();
+                let default = o["metadata"]["annotations"]
+                    ["storageclass.kubernetes.io/is-default-class"]
+                    == "true";
+                json!(if default {
+                    format!("{name} (default)")
+                } else {
+                    name.to_string()
+                })
+            });
+            columns.push(text_column("Provisioner", 0, |o| o["provisioner"].clone()));
+            columns.push(text_column("ReclaimPolicy", 0, |o| {
+                json!(o["reclaimPolicy"].as_str().unwrap_or("Delete"))
+            }));
+            columns.push(text_column("VolumeBindingMode", 0, |o| {
+                json!(o["volumeBindingMode"].as_str().unwrap_or("Immediate"))
+            }));
+            columns.push(Column {
+                definition: json!({"name": "AllowVolumeExpansion", "type": "boolean",
+                                   "format": "", "description": "", "priority": 0}),
+                cell: Box::new(|o, _| json!(o["allowVolumeExpansion"].as_bool() == Some(true))),
+            });
+            columns.push(age_column());
+        }
         ("coordination.k8s.io", "leases") => {
             columns.push(text_column("Holder", 0, |o| {
                 o["spec"]["holderIdentity"].clone()
@@ -311,6 +406,35 @@ fn columns_for(resource: &ResourceType) -> Vec<Column> {
         _ => columns.push(age_column()),
     }
     columns
+}
+
+/// A claim's or volume's phase; `Terminating` once it is being deleted.
+fn storage_phase(object: &Value) -> Value {
+    if object["metadata"]["deletionTimestamp"].is_null() {
+        object["status"]["phase"].clone()
+    } else {
+        json!("Terminating")
+    }
+}
+
+fn volume_mode(object: &Value) -> Value {
+    json!(object["spec"]["volumeMode"].as_str().unwrap_or("<unset>"))
+}
+
+/// `RWO,RWX`: kubectl's abbreviations, always in this order.
+fn access_modes(modes: &Value) -> Value {
+    let modes = modes.as_array().cloned().unwrap_or_default();
+    let short: Vec<&str> = [
+        ("ReadWriteOnce", "RWO"),
+        ("ReadOnlyMany", "ROX"),
+        ("ReadWriteMany", "RWX"),
+        ("ReadWriteOncePod", "RWOP"),
+    ]
+    .into_iter()
+    .filter(|(mode, _)| modes.iter().any(|m| m == mode))
+    .map(|(_, short)| short)
+    .collect();
+    json!(short.join(","))
 }
 
 fn count_column(name: &str, count: fn(&Value) -> usize) -> Column {

@@ -4,8 +4,9 @@
 //!
 //! WORKSHOP.md, "Set-up: the sandbox". Layout under the data directory:
 //! `pods/<uid>/volumes/<volume>`, `pods/<uid>/containers/<container>/{tmp,run,log}`,
-//! `pods/<uid>/etc/`, and `claims/<namespace>/<claim>` for PVC data, which outlives its pods as
-//! a PersistentVolume does (until the data directory goes). ConfigMap and Secret files are
+//! `pods/<uid>/etc/`, and `claims/<namespace>/<claim>`, a symlink to the bound PersistentVolume's
+//! directory `persistentvolumes/pvc-<claim uid>` (`claims.rs`), which outlives its pods and goes
+//! with the claim. ConfigMap and Secret files are
 //! written when the pod starts and not kept current afterwards (a simplification).
 
 use std::collections::BTreeMap;
@@ -111,16 +112,7 @@ pub(crate) fn prepare(
             }
             dir
         } else if let Some(claim) = volume["persistentVolumeClaim"]["claimName"].as_str() {
-            if !claim_exists(claim) {
-                return Err(MountError(format!(
-                    "persistentvolumeclaim \"{claim}\" not found"
-                )));
-            }
-            let dir = claims_dir.join(namespace).join(claim);
-            if !dir.exists() {
-                make_dir(&dir, 0o777, owner).map_err(failed)?;
-            }
-            dir
+            super::claims::volume_dir(claims_dir, namespace, claim, claim_exists)?
         } else {
             return Err(MountError(format!(
                 "volume \"{name}\": the sandbox supports emptyDir, configMap, secret and persistentVolumeClaim volumes only"
@@ -197,7 +189,9 @@ pub(crate) fn mounts_for(
             .into_iter()
             .flatten()
             .find(|v| v["name"] == name)
-            .is_some_and(|v| v["configMap"].is_object() || v["secret"].is_object())
+            .is_some_and(|v| {
+                v["configMap"].is_object() || v["secret"].is_object() || super::claims::read_only(v)
+            })
     };
     let mut mounts = Vec::new();
     for mount in container["volumeMounts"].as_array().into_iter().flatten() {

@@ -1,0 +1,288 @@
+//! The election loop: acquire the Lease, run the work while renewing it, stop the work at once
+//! when a renewal is late, and release the Lease after the work has stopped on shutdown.
+
+use std::future::Future;
+use std::time::SystemTime;
+
+use tokio::time::{sleep, sleep_until, Instant};
+use tokio_util::sync::CancellationToken;
+
+use super::lease::{judge, lease_path, leases_path, released, renewed, taken, Lease, LeaseSpec};
+use super::{LeaderElection, LeaderError, Verdict};
+use crate::client::{Client, ClientError};
+use crate::story::{leading_line, lost_line, released_line, waiting_line, Reporter, Takeover};
+
+/// Wait until this process holds the Lease, then run `work` with a token that is cancelled on
+/// `shutdown`, renewing the Lease meanwhile. Until then nothing but the Lease is read or written.
+///
+/// - `Ok(None)`: `shutdown` came before we led; `work` never ran.
+/// - `Ok(Some(output))`: `work` ended (on `shutdown`, or on its own); *then* the Lease was
+///   released, so our last write precedes the next leader's first.
+/// - `Err(Lost)`: no renewal succeeded within the renew deadline, or another holder is in the
+///   Lease. `work` was dropped at once, without waiting for it, because from now on a standby
+///   may act; a binary exits non-zero, and the kubelet restarts it as a standby
+///   (client-go's `OnStoppedLeading`).
+pub async fn run_when_leading<F, Fut, T>(
+    client: Client,
+    election: LeaderElection,
+    reporter: Reporter,
+    shutdown: CancellationToken,
+    work: F,
+) -> Result<Option<T>, LeaderError>
+where
+    F: FnOnce(CancellationToken) -> Fut,
+    Fut: Future<Output = T>,
+{
+    election.validate()?;
+    let mut candidate = Candidate::new(client, election, reporter);
+    let Some(mut lease) = candidate.acquire(&shutdown).await? else {
+        return Ok(None);
+    };
+    let acting = CancellationToken::new();
+    let work = work(acting.clone());
+    tokio::pin!(work);
+    let mut next_renewal = Instant::now() + candidate.election.retry_period;
+    let output = loop {
+        // The renewal that keeps us leader must have been *sent* within the deadline: the
+        // standby's clock starts when it sees that write, which is after we sent it.
+        let give_up_at = candidate.renewed_at + candidate.election.renew_deadline;
+        tokio::select! {
+            biased;
+            () = sleep_until(give_up_at) => {
+                let why = format!("not renewed within {:?}", candidate.election.renew_deadline);
+                return Err(candidate.lose(&acting, why));
+            }
+            output = &mut work => break output,
+            () = shutdown.cancelled(), if !acting.is_cancelled() => acting.cancel(),
+            () = sleep_until(next_renewal) => {
+                // Bounded by the deadline: a request hanging past it must not keep us "leader".
+                let renewal = tokio::time::timeout_at(give_up_at, candidate.renew(&lease)).await;
+                match renewal {
+                    Ok(Ok(ours)) => lease = ours,
+                    Ok(Err(Renewal::Failed(error))) => {
+                        tracing::warn!(lease = %candidate.key, %error, "renewing the lease failed; retrying");
+                    }
+                    Ok(Err(Renewal::Taken(holder))) => {
+                        return Err(candidate.lose(&acting, format!("held by {holder} now")));
+                    }
+                    Err(_elapsed) => {} // the deadline branch says it, next time round
+                }
+                next_renewal = Instant::now() + candidate.election.retry_period;
+            }
+        }
+    };
+    // The work has stopped (every request of its answered or abandoned): now the next leader
+    // may start.
+    candidate.release(&lease).await;
+    Ok(Some(output))
+}
+
+/// A renewal that did not succeed.
+enum Renewal {
+    /// Worth retrying until the deadline (a 500, a timeout, a broken connection).
+    Failed(ClientError),
+    /// The Lease names someone else: we are not leader any more, whatever the deadline says.
+    Taken(String),
+}
+
+/// One candidate: the Lease it reads and writes, and what it last observed of it.
+struct Candidate {
+    client: Client,
+    election: LeaderElection,
+    reporter: Reporter,
+    /// `namespace/name`, for the story lines.
+    key: String,
+    path: String,
+    /// The record last read and the local instant it was first seen in that state: the clock
+    /// that judges expiry ([`judge`]).
+    observed: Option<(LeaseSpec, Instant)>,
+    /// The holder we last announced waiting for, so the line comes once per holder.
+    announced: Option<String>,
+    /// When our last successful write of the Lease was sent.
+    renewed_at: Instant,
+}
+
+impl Candidate {
+    fn new(client: Client, election: LeaderElection, reporter: Reporter) -> Candidate {
+        Candidate {
+            key: election.lease_key(),
+            path: lease_path(&election.namespace, &election.lease_name),
+            client,
+            election,
+            reporter,
+            observed: None,
+            announced: None,
+            renewed_at: Instant::now(),
+        }
+    }
+
+    /// Try every retry period until we hold the Lease; `None` if `shutdown` comes first.
+    async fn acquire(
+        &mut self,
+        shutdown: &CancellationToken,
+    ) -> Result<Option<Lease>, LeaderError> {
+        loop {
+            let attempt = tokio::select! {
+                attempt = self.try_acquire() => attempt,
+                () = shutdown.cancelled() => return Ok(None),
+            };
+            match attempt {
+                Ok(Some(lease)) => return Ok(Some(lease)),
+                Ok(None) => {}
+                Err((step, error)) if is_transient(&error) => {
+                    tracing::warn!(lease = %self.key, step, %error, "reading the lease failed; retrying");
+                }
+                Err((step, source)) => {
+                    return Err(LeaderError::Refused {
+                        step,
+                        lease: self.key.clone(),
+                        source: Box::new(source),
+                    })
+                }
+            }
+            tokio::select! {
+                () = sleep(self.election.retry_period) => {}
+                () = shutdown.cancelled() => return Ok(None),
+            }
+        }
+    }
+
+    /// One round of client-go's `tryAcquireOrRenew` before we lead: `Some` when we now hold it.
+    async fn try_acquire(&mut self) -> Result<Option<Lease>, (&'static str, ClientError)> {
+        let current = match self.client.get::<Lease>(&self.path).await {
+            Ok(lease) => lease,
+            Err(error) if error.status_code() == Some(404) => return self.create().await,
+            Err(error) => return Err(("reading", error)),
+        };
+        let now = Instant::now();
+        self.observe(&current.spec, now);
+        let observed_at = self.observed.as_ref().map_or(now, |(_, at)| *at);
+        let how = match judge(&current.spec, observed_at, now, &self.election.identity) {
+            Verdict::Held { holder, .. } => {
+                if self.announced.as_ref() != Some(&holder) {
+                    self.reporter
+                        .report_operator(waiting_line(&self.key, &holder));
+                    self.announced = Some(holder);
+                }
+                return Ok(None);
+            }
+            Verdict::Released => Takeover::Released {
+                previous: self.announced.clone(),
+            },
+            Verdict::Expired { holder } => Takeover::Expired { previous: holder },
+            Verdict::Ours => Takeover::Kept,
+        };
+        let sent_at = Instant::now();
+        let ours = taken(
+            Some(&current),
+            &self.election.namespace,
+            &self.election.lease_name,
+            &self.election.identity,
+            self.election.lease_duration,
+            SystemTime::now(),
+        );
+        match self.client.replace::<_, Lease>(&self.path, &ours).await {
+            Ok(written) => Ok(Some(self.lead(written, sent_at, &how))),
+            // Optimistic concurrency: another candidate wrote first, with the same
+            // resourceVersion. It leads; we read again next round.
+            Err(error) if error.status_code() == Some(409) => Ok(None),
+            Err(error) => Err(("taking", error)),
+        }
+    }
+
+    /// No Lease yet: create it naming us. 409 AlreadyExists: another candidate was first.
+    async fn create(&mut self) -> Result<Option<Lease>, (&'static str, ClientError)> {
+        let sent_at = Instant::now();
+        let ours = taken(
+            None,
+            &self.election.namespace,
+            &self.election.lease_name,
+            &self.election.identity,
+            self.election.lease_duration,
+            SystemTime::now(),
+        );
+        match self
+            .client
+            .create::<_, Lease>(&leases_path(&self.election.namespace), &ours)
+            .await
+        {
+            Ok(written) => Ok(Some(self.lead(written, sent_at, &Takeover::Created))),
+            Err(error) if error.status_code() == Some(409) => Ok(None),
+            Err(error) => Err(("creating", error)),
+        }
+    }
+
+    /// We hold it: note when, and say so.
+    fn lead(&mut self, written: Lease, sent_at: Instant, how: &Takeover) -> Lease {
+        self.renewed_at = sent_at;
+        self.observe(&written.spec, Instant::now());
+        self.reporter
+            .report_operator(leading_line(&self.election.identity, &self.key, how));
+        written
+    }
+
+    /// Start the expiry clock again when the record changed since we last read it.
+    fn observe(&mut self, spec: &LeaseSpec, now: Instant) {
+        if self.observed.as_ref().map(|(seen, _)| seen) != Some(spec) {
+            self.observed = Some((spec.clone(), now));
+        }
+    }
+
+    /// One renewal: PUT our Lease with a new renewTime and the resourceVersion of our last
+    /// write. 409 means someone wrote it since: read it to see whether it still names us.
+    async fn renew(&mut self, ours: &Lease) -> Result<Lease, Renewal> {
+        let sent_at = Instant::now();
+        let renewal = renewed(ours, SystemTime::now());
+        match self.client.replace::<_, Lease>(&self.path, &renewal).await {
+            Ok(written) => {
+                self.renewed_at = sent_at;
+                return Ok(written);
+            }
+            Err(error) if error.status_code() == Some(409) => {}
+            Err(error) => return Err(Renewal::Failed(error)),
+        }
+        let current = self
+            .client
+            .get::<Lease>(&self.path)
+            .await
+            .map_err(Renewal::Failed)?;
+        match current.spec.holder() {
+            // Still ours (someone edited a label, say): renew from this version next round.
+            Some(holder) if holder == self.election.identity => Ok(current),
+            Some(holder) => Err(Renewal::Taken(holder.to_string())),
+            None => Err(Renewal::Taken("nobody (released by someone else)".into())),
+        }
+    }
+
+    /// Stop acting: cancel the work's token (it is dropped by the caller) and say why.
+    fn lose(&self, acting: &CancellationToken, why: String) -> LeaderError {
+        acting.cancel();
+        self.reporter.report_operator(lost_line(&self.key, &why));
+        LeaderError::Lost {
+            lease: self.key.clone(),
+            why,
+        }
+    }
+
+    /// client-go's `ReleaseOnCancel`: holder `""`, so a standby takes over at its next read
+    /// instead of waiting out the lease duration. A failure only costs the standby that wait.
+    async fn release(&self, ours: &Lease) {
+        let release = released(ours, SystemTime::now());
+        match self.client.replace::<_, Lease>(&self.path, &release).await {
+            Ok(_) => self.reporter.report_operator(released_line(&self.key)),
+            Err(error) => {
+                tracing::warn!(lease = %self.key, %error, "releasing the lease failed; a standby will take over once it expires");
+            }
+        }
+    }
+}
+
+/// Errors worth another try at the next retry period: no answer, or the server's own trouble.
+/// A 4xx other than 409/429 (403 from RBAC, 404 for a missing namespace, 422) will not change
+/// by waiting; the operator stops and says which verb and resource it was refused.
+fn is_transient(error: &ClientError) -> bool {
+    match error.status_code() {
+        None => true,
+        Some(code) => code >= 500 || code == 409 || code == 429,
+    }
+}
