@@ -150,7 +150,6 @@ fn cluster_manifest(name: &str, spec: Value) -> Value {
 /// to a time between two batches holds exactly the first; a corrupt base backup fails the
 /// restore with the file named and leaves the backups as they were.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs the sandbox's PersistentVolumeClaims (the storage work); run with --ignored once it is merged"]
 async fn a_cluster_lost_entirely_comes_back_from_its_backups() {
     let world = World::start().await;
     world

@@ -134,7 +134,7 @@ impl RestoreSource {
         if let Some(time) = &self.target_time {
             args.extend([
                 "-c".to_string(),
-                format!("recovery_target_time={time}"),
+                format!("recovery_target_time={}", recovery_target_time(time)),
                 // Stop before the first commit after the target, then become a primary (the
                 // default, 'pause', would wait for a human to call pg_wal_replay_resume()).
                 "-c".to_string(),
@@ -145,6 +145,15 @@ impl RestoreSource {
         }
         args
     }
+}
+
+/// `2026-01-22T10:15:00Z` as `recovery_target_time` takes it on the command line:
+/// `2026-01-22 10:15:00+00`. The `Z` would be refused ("invalid value for parameter"):
+/// PostgreSQL reads it as a time zone abbreviation, and the abbreviations are not loaded yet
+/// when the postmaster checks its command-line settings; a numeric offset needs no table.
+pub fn recovery_target_time(rfc3339_utc: &str) -> String {
+    let time = rfc3339_utc.strip_suffix('Z').unwrap_or(rfc3339_utc);
+    format!("{}+00", time.replacen('T', " ", 1))
 }
 
 /// What stage 05 adds to a member pod; [`PodBackups::default`] adds nothing (stage 04's pod).
@@ -255,6 +264,13 @@ segno() {
   hi=${1%/*}; lo=${1#*/}
   echo $(( 0x$hi * 256 + (0x$lo >> 24) ))
 }
+# The segment holding the last byte before LSN X/Y: a backup's End-LSN is where its WAL stops,
+# and one on a segment boundary (0/4000000, as a backup from a replica often ends after a switch)
+# needs nothing of the segment that starts there (PostgreSQL's XLByteToPrevSeg).
+segno_before() {
+  hi=${1%/*}; lo=${1#*/}
+  echo $(( (0x$hi * 4294967296 + 0x$lo - 1) >> 24 ))
+}
 # A WAL file name: timeline, then the segment number as two 8-digit hex halves.
 segment() {
   printf '%08X%08X%08X\n' "$1" $(( $2 / 256 )) $(( $2 % 256 ))
@@ -277,8 +293,22 @@ rm -rf "$base"/.partial-*
 partial="$base/.partial-$POD_NAME"
 # -Ft: one tar per tablespace plus backup_manifest; -X none: no WAL in the backup, the archive
 # has it; -c fast: checkpoint now. From a replica, the primary does not slow down for the copy.
+# A Service routes only to ready pods, and its endpoints follow a pod's readiness a moment
+# later: a replica that has just become ready may not be reachable through it yet.
+waited=0
+until pg_isready -q -h "$SOURCE_HOST" -p 5432; do
+  [ "$waited" -lt 60 ] || fail "$SOURCE_HOST:5432 did not answer for 60s (pg_isready)"
+  echo "backup: waiting for $SOURCE_HOST:5432"
+  sleep 2
+  waited=$((waited + 2))
+done
+# Its stderr is kept aside so that the failure names pg_basebackup's own words.
+status=0
 pg_basebackup -h "$SOURCE_HOST" -p 5432 -U replicator -d "application_name=$POD_NAME" \
-  -D "$partial" -Ft -X none -c fast || fail "pg_basebackup from $SOURCE_HOST failed (exit $?)"
+  -D "$partial" -Ft -X none -c fast 2> "$partial.err" || status=$?
+cat "$partial.err" >&2
+[ "$status" -eq 0 ] || fail "pg_basebackup from $SOURCE_HOST failed (exit $status): $(grep -v '^NOTICE' "$partial.err" | tail -n 1)"
+rm -f "$partial.err"
 start_lsn=$(manifest_field "$partial/backup_manifest" Start-LSN | head -n 1)
 end_lsn=$(manifest_field "$partial/backup_manifest" End-LSN | tail -n 1)
 timeline=$(manifest_field "$partial/backup_manifest" Timeline | tail -n 1)
@@ -287,7 +317,7 @@ timeline=$(manifest_field "$partial/backup_manifest" Timeline | tail -n 1)
 # segment now rather than within archive_timeout.
 PGPASSWORD="$SUPERUSER_PASSWORD" psql -h "$PRIMARY_HOST" -p 5432 -U postgres -d postgres -AtXq \
   -c "SELECT pg_switch_wal()" > /dev/null || echo "backup: could not switch WAL on $PRIMARY_HOST; waiting for archive_timeout"
-last=$(segment "$timeline" "$(segno "$end_lsn")")
+last=$(segment "$timeline" "$(segno_before "$end_lsn")")
 waited=0
 until [ -f "$wal/$last.gz" ]; do
   [ "$waited" -lt "$ARCHIVE_WAIT" ] || fail "$wal/$last.gz: not archived ${ARCHIVE_WAIT}s after the backup; see pg_stat_archiver on the primary"
@@ -580,7 +610,7 @@ mod tests {
         source.target_time = Some("2026-01-22T10:15:00Z".into());
         let args = source.recovery_args();
         assert!(args[1].starts_with("restore_command=f=/restore-source/wal/"));
-        assert!(args.contains(&"recovery_target_time=2026-01-22T10:15:00Z".to_string()));
+        assert!(args.contains(&"recovery_target_time=2026-01-22 10:15:00+00".to_string()));
         assert!(args.contains(&"recovery_target_action=promote".to_string()));
     }
 
@@ -661,6 +691,25 @@ mod tests {
         );
         assert!(BackupReport::parse("pg_basebackup: error").is_err());
         assert!(BackupReport::parse("backup-done name=x time=y lsn=z bytes=many").is_err());
+    }
+
+    /// The scripts' WAL arithmetic, run by `sh`: the segment of a start LSN, the segment before
+    /// an end LSN (the one before a boundary), and file names.
+    #[test]
+    fn wal_segment_arithmetic_in_the_scripts() {
+        let body = "set -eu\necho $(segno 0/2000028) $(segno_before 0/4000000) $(segno_before 0/40000A0) \
+                    $(segno 1/0) $(segment 2 $(segno_before 1/0))";
+        let output = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(script(body))
+            .output()
+            .expect("sh runs");
+        assert!(output.status.success(), "{output:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&output.stdout).trim(),
+            "2 3 4 256 0000000200000000000000FF"
+        );
+        assert_eq!(recovery_target_time("2026-01-22T10:15:00Z"), "2026-01-22 10:15:00+00");
     }
 
     /// UTC times round-trip through `events::rfc3339`; other shapes are refused.

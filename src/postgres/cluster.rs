@@ -784,7 +784,15 @@ impl Task {
             };
             let message = terminated["message"].as_str().unwrap_or_default().trim();
             let reason = if message.is_empty() {
-                self.log_tail(pod, container, previous).await
+                // Between the exit and the restart the instance counted as "previous" moves;
+                // whichever of the two logs holds text is the one that just failed.
+                match self.log_tail(pod, container, previous).await {
+                    Some(line) => line,
+                    None => self
+                        .log_tail(pod, container, !previous)
+                        .await
+                        .unwrap_or_else(|| "(no log)".to_string()),
+                }
             } else {
                 message.to_string()
             };
@@ -796,8 +804,8 @@ impl Task {
         None
     }
 
-    /// The last non-empty line of a container's log (`previous`: its last run's).
-    async fn log_tail(&self, pod: &str, container: &str, previous: bool) -> String {
+    /// The last non-empty line of a container's log (`previous`: its last run's), if any.
+    async fn log_tail(&self, pod: &str, container: &str, previous: bool) -> Option<String> {
         let path = format!(
             "/api/v1/namespaces/{}/pods/{pod}/log?container={container}&tailLines=20{}",
             self.namespace(),
@@ -816,9 +824,7 @@ impl Task {
             .lines()
             .rev()
             .find(|line| !line.trim().is_empty())
-            .unwrap_or("(no log)")
-            .trim()
-            .to_string()
+            .map(|line| line.trim().to_string())
     }
 
     /// One backup step: collect a finished backup pod, or start one when due.
@@ -920,7 +926,9 @@ impl Task {
         };
         // Where the kubelet filled no termination message, the log's last line is the same text.
         let text = if message.trim().is_empty() {
-            self.log_tail(pod, backup::BACKUP_CONTAINER, false).await
+            self.log_tail(pod, backup::BACKUP_CONTAINER, false)
+                .await
+                .unwrap_or_default()
         } else {
             message
         };
