@@ -4,7 +4,7 @@
 //!
 //! WORKSHOP.md, step 05. Needs PostgreSQL, bubblewrap, kubectl, and the sandbox's
 //! PersistentVolumeClaims. The timings (all pods lost → ready primary, backup duration and size)
-//! are printed, not asserted: `cargo test --test stage05_backup -- --ignored --nocapture`.
+//! are printed, not asserted: `cargo test --test stage05_backup -- --nocapture`.
 
 mod common;
 

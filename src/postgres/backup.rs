@@ -697,7 +697,8 @@ mod tests {
     /// an end LSN (the one before a boundary), and file names.
     #[test]
     fn wal_segment_arithmetic_in_the_scripts() {
-        let body = "set -eu\necho $(segno 0/2000028) $(segno_before 0/4000000) $(segno_before 0/40000A0) \
+        let body =
+            "set -eu\necho $(segno 0/2000028) $(segno_before 0/4000000) $(segno_before 0/40000A0) \
                     $(segno 1/0) $(segment 2 $(segno_before 1/0))";
         let output = std::process::Command::new("sh")
             .arg("-c")
@@ -709,7 +710,10 @@ mod tests {
             String::from_utf8_lossy(&output.stdout).trim(),
             "2 3 4 256 0000000200000000000000FF"
         );
-        assert_eq!(recovery_target_time("2026-01-22T10:15:00Z"), "2026-01-22 10:15:00+00");
+        assert_eq!(
+            recovery_target_time("2026-01-22T10:15:00Z"),
+            "2026-01-22 10:15:00+00"
+        );
     }
 
     /// UTC times round-trip through `events::rfc3339`; other shapes are refused.
