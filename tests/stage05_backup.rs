@@ -320,3 +320,164 @@ async fn a_cluster_lost_entirely_comes_back_from_its_backups() {
         .await;
     assert_eq!(before, after, "the backups are untouched");
 }
+
+/// The closing note's numbers, printed, not asserted (`cargo test --test stage05_backup --
+/// --ignored --nocapture`): a base backup of a 100 MB database (duration and size), the rows a
+/// steady writer committed that a restore after losing every pod does not have (with the
+/// deployed `archive_timeout`), and the time from "all pods lost" to a ready primary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement of several minutes: run with --ignored --nocapture"]
+async fn measure_the_loss_window_the_recovery_time_and_a_100_mb_backup() {
+    use postgres_operator::api::BACKUP_NOW_ANNOTATION;
+    use postgres_operator::postgres::backup::ARCHIVE_TIMEOUT_SECONDS;
+    use tokio::io::AsyncBufReadExt;
+
+    let world = World::start().await;
+    world
+        .create(cluster_manifest(
+            "db",
+            serde_json::json!({"size": 1, "version": "16", "backup": {}}),
+        ))
+        .await;
+    let primary = world.wait_healthy("db", 1).await;
+    let first = common::eventually(DEADLINE, "the first base backup", || async {
+        world.cluster("db").await["status"]["lastBackup"]["name"]
+            .as_str()
+            .map(str::to_string)
+    })
+    .await;
+
+    // 100 MB of rows, in four statements (each kubectl exec has 30 s).
+    world
+        .psql(&primary, "CREATE TABLE big (g int, pad text)")
+        .await;
+    for part in 0..4 {
+        let from = part * 25_000 + 1;
+        let to = from + 24_999;
+        world
+            .psql(
+                &primary,
+                &format!("INSERT INTO big SELECT g, repeat(md5(g::text), 28) FROM generate_series({from}, {to}) g"),
+            )
+            .await;
+    }
+    let size = world
+        .psql(
+            &primary,
+            "SELECT pg_size_pretty(pg_database_size('postgres'))",
+        )
+        .await;
+    let asked = Instant::now();
+    world
+        .kubectl
+        .ok(&[
+            "annotate",
+            "pgc",
+            "db",
+            &format!("{BACKUP_NOW_ANNOTATION}=measure"),
+        ])
+        .await;
+    let backup = common::eventually(DEADLINE, "the backup of 100 MB", || async {
+        let last = world.cluster("db").await["status"]["lastBackup"].clone();
+        (last["name"].as_str() != Some(first.as_str())).then_some(last)
+    })
+    .await;
+    println!(
+        "MEASURE base backup of a {size} database: {:.1} s from the annotation to status.lastBackup, {} bytes on the claim ({})",
+        asked.elapsed().as_secs_f64(),
+        backup["bytes"],
+        backup["name"]
+    );
+
+    // A steady writer: one committed row every 100 ms, each commit announced on stderr.
+    world
+        .psql(&primary, "CREATE TABLE ticks (i int, at timestamptz)")
+        .await;
+    let writer_sql = "DO $$ BEGIN FOR i IN 1..100000 LOOP \
+        INSERT INTO ticks VALUES (i, clock_timestamp()); COMMIT; \
+        RAISE NOTICE 'committed % at %', i, clock_timestamp(); PERFORM pg_sleep(0.1); \
+        END LOOP; END $$";
+    let argv = psql_argv(writer_sql);
+    let mut args = vec!["exec", primary.as_str(), "-c", POSTGRES_CONTAINER, "--"];
+    args.extend(argv.iter().map(String::as_str));
+    let mut writer = world
+        .kubectl
+        .command(&args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("kubectl exec runs");
+    let stderr = writer.stderr.take().expect("the writer's stderr");
+    let last_commit = Arc::new(Mutex::new(None::<(u64, String)>));
+    let reader = {
+        let last_commit = Arc::clone(&last_commit);
+        tokio::spawn(async move {
+            let mut lines = tokio::io::BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                let Some(rest) = line.split("committed ").nth(1) else {
+                    continue;
+                };
+                if let Some((i, at)) = rest.split_once(" at ") {
+                    if let Ok(i) = i.trim().parse::<u64>() {
+                        *last_commit.lock().expect("last commit") = Some((i, at.to_string()));
+                    }
+                }
+            }
+        })
+    };
+    // Longer than archive_timeout, so that at least one forced switch has archived rows.
+    let wanted = u64::from(ARCHIVE_TIMEOUT_SECONDS) * 10 + 300;
+    common::eventually(
+        Duration::from_secs(u64::from(ARCHIVE_TIMEOUT_SECONDS) * 3),
+        "the writer's rows",
+        || async {
+            let done = last_commit.lock().expect("last commit").clone();
+            done.filter(|(i, _)| *i >= wanted).map(|_| ())
+        },
+    )
+    .await;
+
+    let lost = Instant::now();
+    world
+        .kubectl
+        .ok(&[
+            "delete",
+            "pods",
+            "-l",
+            "workshop.example.com/cluster=db",
+            "--wait=false",
+        ])
+        .await;
+    let _ = writer.wait().await;
+    let _ = reader.await;
+    let (committed, committed_at) = last_commit
+        .lock()
+        .expect("last commit")
+        .clone()
+        .expect("the writer committed rows");
+    let restored = world.wait_healthy("db", 1).await;
+    let ready_after = lost.elapsed();
+    common::eventually(DEADLINE, "the restore recorded", || async {
+        (world.cluster("db").await["status"]["restore"]["state"] == "Restored").then_some(())
+    })
+    .await;
+    let kept = world
+        .psql(
+            &restored,
+            &format!(
+                "SELECT max(i) || ' ' || round(extract(epoch FROM '{committed_at}'::timestamptz - max(at))::numeric, 1) FROM ticks"
+            ),
+        )
+        .await;
+    let (kept_rows, window) = kept.split_once(' ').unwrap_or((kept.as_str(), "?"));
+    let kept_rows: u64 = kept_rows.parse().unwrap_or_default();
+    println!(
+        "MEASURE data loss with archive_timeout={ARCHIVE_TIMEOUT_SECONDS}s: {} of {committed} committed rows not restored (one every 100 ms): the last {window} s of commits",
+        committed.saturating_sub(kept_rows)
+    );
+    println!(
+        "MEASURE all pods lost → restored primary ready: {:.1} s",
+        ready_after.as_secs_f64()
+    );
+    assert!(kept_rows > 0 && kept_rows <= committed, "{kept}");
+}
