@@ -25,4 +25,4 @@ FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=build /out/ /
 USER 65532:65532
 # kube/deployment.yaml overrides this with the stage it runs.
-ENTRYPOINT ["/stage04"]
+ENTRYPOINT ["/stage05"]

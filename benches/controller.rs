@@ -65,6 +65,8 @@ fn cluster(index: usize) -> PostgresCluster {
         size: 3,
         version: "16".into(),
         paused: false,
+        backup: None,
+        bootstrap: None,
     };
     let mut cluster = PostgresCluster::new("default", &format!("db-{index:04}"), spec);
     cluster.metadata.uid = format!("uid-{index}");

@@ -65,6 +65,9 @@ pub struct ObjectMeta {
     pub deletion_timestamp: Option<String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
+    /// Free-form notes on the object; stage 05 reads [`BACKUP_NOW_ANNOTATION`] here.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
     /// Who owns this object; the garbage collector deletes it once every owner is gone.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub owner_references: Vec<OwnerReference>,
@@ -121,6 +124,75 @@ pub struct PostgresClusterSpec {
     /// A paused cluster is left alone by the reconcile loop.
     #[serde(default)]
     pub paused: bool,
+    /// Stage 05: base backups and WAL archiving to a PersistentVolumeClaim. Stage 04 ignores it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup: Option<BackupSpec>,
+    /// Stage 05: how a new cluster's first member starts (empty, or from another's backups).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bootstrap: Option<BootstrapSpec>,
+}
+
+/// Asks for a base backup at once when its value changes (any value; a timestamp is handy):
+/// `kubectl annotate pgc NAME workshop.example.com/backup-now="$(date +%s)" --overwrite`.
+pub const BACKUP_NOW_ANNOTATION: &str = "workshop.example.com/backup-now";
+
+/// `spec.backup`. The names are fixed: scripts rely on them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupSpec {
+    /// The size of the claim `<name>-backups`, a Kubernetes quantity ("1Gi").
+    #[serde(default = "default_storage_size")]
+    pub storage_size: String,
+    /// Minutes between two base backups.
+    #[serde(default = "default_interval_minutes")]
+    pub interval_minutes: i64,
+    /// How many base backups to keep (the newest); at least 1.
+    #[serde(default = "default_keep")]
+    pub keep: i64,
+}
+
+fn default_storage_size() -> String {
+    "1Gi".to_string()
+}
+
+fn default_interval_minutes() -> i64 {
+    60
+}
+
+fn default_keep() -> i64 {
+    3
+}
+
+impl Default for BackupSpec {
+    fn default() -> Self {
+        BackupSpec {
+            storage_size: default_storage_size(),
+            interval_minutes: default_interval_minutes(),
+            keep: default_keep(),
+        }
+    }
+}
+
+/// `spec.bootstrap`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BootstrapSpec {
+    /// Seed the new cluster from another cluster's base backups and WAL archive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_backup: Option<FromBackup>,
+}
+
+/// `spec.bootstrap.fromBackup`: the source cluster's claim `<cluster>-backups`, in the same
+/// namespace, read only.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FromBackup {
+    /// The source cluster's name.
+    pub cluster: String,
+    /// Replay the WAL up to this moment (RFC 3339 in UTC, `2026-01-22T10:15:00Z`) and stop;
+    /// absent: replay everything archived.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_time: Option<String>,
 }
 
 /// What the operator last observed. Written through the `/status` subresource only.
@@ -153,6 +225,45 @@ pub struct PostgresClusterStatus {
     /// keyed by `type`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+    /// Stage 05: the newest base backup that completed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_backup: Option<LastBackup>,
+    /// Stage 05: the value of [`BACKUP_NOW_ANNOTATION`] last acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup_requested: Option<String>,
+    /// Stage 05: the last restore (disaster recovery or `bootstrap.fromBackup`), or why it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restore: Option<RestoreStatus>,
+}
+
+/// `status.lastBackup`: one base backup, as its backup pod reported it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LastBackup {
+    /// Its directory in the claim: `base/<name>`, named by time and start LSN.
+    pub name: String,
+    /// When it completed (RFC 3339).
+    pub time: String,
+    /// The WAL position it starts from (a restore replays from here).
+    pub lsn: String,
+    /// Its size in the claim.
+    pub bytes: i64,
+}
+
+/// `status.restore`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RestoreStatus {
+    /// The claim restored from (`<cluster>-backups`).
+    pub source: String,
+    /// The seed pod that restored, replays and is promoted.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub pod: String,
+    /// `Restoring`, `Restored` or `Failed`.
+    pub state: String,
+    /// Restored: the WAL position the new primary reached. Failed: why (names the file).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
 }
 
 /// One status condition, in the shape every Kubernetes API uses (`metav1.Condition`), so
@@ -291,9 +402,25 @@ impl std::fmt::Display for PostgresClusterSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{{size: {}, version: {}, paused: {}}}",
+            "{{size: {}, version: {}, paused: {}",
             self.size, self.version, self.paused
-        )
+        )?;
+        // Stage 05's fields only when set, so the stage 01–04 lines read as before.
+        if let Some(backup) = &self.backup {
+            write!(
+                f,
+                ", backup: {{storageSize: {}, intervalMinutes: {}, keep: {}}}",
+                backup.storage_size, backup.interval_minutes, backup.keep
+            )?;
+        }
+        if let Some(from) = self.bootstrap.as_ref().and_then(|b| b.from_backup.as_ref()) {
+            write!(f, ", bootstrap: {{fromBackup: {}", from.cluster)?;
+            if let Some(time) = &from.target_time {
+                write!(f, " at {time}")?;
+            }
+            write!(f, "}}")?;
+        }
+        write!(f, "}}")
     }
 }
 
@@ -317,6 +444,8 @@ mod tests {
             size: 3,
             version: "16".into(),
             paused: false,
+            backup: None,
+            bootstrap: None,
         };
         assert_eq!(spec.to_string(), "{size: 3, version: 16, paused: false}");
     }
@@ -327,6 +456,8 @@ mod tests {
             size: 3,
             version: "16".into(),
             paused: false,
+            backup: None,
+            bootstrap: None,
         };
         let body = serde_json::to_value(PostgresCluster::new("default", "db", spec)).unwrap();
         assert_eq!(

@@ -74,6 +74,9 @@ pub fn postgres_cluster_crd() -> Value {
                     { "name": "Primary", "type": "string", "description": "The primary's pod.", "jsonPath": ".status.primary" },
                     { "name": "Phase", "type": "string", "description": "Creating, Running or Failed.", "jsonPath": ".status.phase" },
                     { "name": "Version", "type": "string", "description": "The postgres image tag asked for.", "jsonPath": ".spec.version" },
+                    // Stage 05. A `date` column prints an age ("12m"), like AGE; empty until the
+                    // first base backup completes.
+                    { "name": "Last Backup", "type": "date", "description": "When the newest base backup completed.", "jsonPath": ".status.lastBackup.time" },
                     { "name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp" },
                 ],
             }],
@@ -116,6 +119,8 @@ fn schema() -> Value {
                         "type": "boolean",
                         "description": "A paused cluster is left alone by the operator.",
                     },
+                    "backup": backup_schema(),
+                    "bootstrap": bootstrap_schema(),
                 },
             },
             "status": {
@@ -151,6 +156,94 @@ fn schema() -> Value {
                         "description": "The metadata.generation of the spec this status describes.",
                     },
                     "conditions": condition_list_schema(),
+                    "lastBackup": {
+                        "type": "object",
+                        "description": "The newest base backup that completed (stage 05).",
+                        "properties": {
+                            "name": {"type": "string", "description": "Its directory under base/ in the claim <name>-backups: completion time and start LSN."},
+                            "time": {"type": "string", "format": "date-time", "description": "When it completed."},
+                            "lsn": {"type": "string", "description": "The WAL position a restore from it replays from."},
+                            "bytes": {"type": "integer", "description": "Its size in the claim."},
+                        },
+                    },
+                    "backupRequested": {
+                        "type": "string",
+                        "description": "The value of the workshop.example.com/backup-now annotation last acted on.",
+                    },
+                    "restore": {
+                        "type": "object",
+                        "description": "The last restore from backups: disaster recovery, or spec.bootstrap.fromBackup (stage 05).",
+                        "properties": {
+                            "source": {"type": "string", "description": "The claim restored from."},
+                            "pod": {"type": "string", "description": "The seed pod that restored."},
+                            "state": {"type": "string", "description": "Restoring, Restored or Failed."},
+                            "message": {"type": "string", "description": "The WAL position reached, or why the restore failed."},
+                        },
+                    },
+                },
+            },
+        },
+    })
+}
+
+/// What `spec.backup.storageSize` must look like: a Kubernetes quantity in bytes with a binary
+/// or decimal suffix (`1Gi`, `500Mi`, `2G`). The API server checks the claim's quantity again.
+pub const QUANTITY_PATTERN: &str = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$";
+
+/// What `spec.bootstrap.fromBackup.targetTime` must look like: RFC 3339 in UTC, whole seconds
+/// (`2026-01-22T10:15:00Z`), the form Kubernetes writes and `backup::parse_utc` reads.
+pub const TARGET_TIME_PATTERN: &str = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z$";
+
+/// `spec.backup` (stage 05): every field defaulted by the server, so `backup: {}` is enough.
+fn backup_schema() -> Value {
+    json!({
+        "type": "object",
+        "description": "Base backups and continuous WAL archiving to the PersistentVolumeClaim <name>-backups (stage 05; stage 04 ignores it).",
+        "properties": {
+            "storageSize": {
+                "type": "string",
+                "pattern": QUANTITY_PATTERN,
+                "default": "1Gi",
+                "description": "The size of the claim <name>-backups, e.g. \"1Gi\". It holds the base backups kept and the WAL archived since the oldest.",
+            },
+            "intervalMinutes": {
+                "type": "integer",
+                "minimum": 1,
+                "default": 60,
+                "description": "Minutes between two base backups. The annotation workshop.example.com/backup-now asks for one at once.",
+            },
+            "keep": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": 100,
+                "default": 3,
+                "description": "How many base backups to keep, the newest; the WAL older than the oldest kept is removed.",
+            },
+        },
+    })
+}
+
+/// `spec.bootstrap` (stage 05).
+fn bootstrap_schema() -> Value {
+    json!({
+        "type": "object",
+        "description": "How a new cluster's first member starts: empty (initdb), or from another cluster's backups.",
+        "properties": {
+            "fromBackup": {
+                "type": "object",
+                "description": "Seed from the newest base backup of another cluster in this namespace and replay its archived WAL (read only: nothing is written to its claim).",
+                "required": ["cluster"],
+                "properties": {
+                    "cluster": {
+                        "type": "string",
+                        "minLength": 1,
+                        "description": "The source cluster's name; its claim <cluster>-backups is read.",
+                    },
+                    "targetTime": {
+                        "type": "string",
+                        "pattern": TARGET_TIME_PATTERN,
+                        "description": "Stop replaying at this moment (RFC 3339 in UTC, e.g. 2026-01-22T10:15:00Z): the new cluster holds exactly what was committed before it. Absent: everything archived.",
+                    },
                 },
             },
         },
@@ -559,7 +652,7 @@ mod tests {
 
     /// kubectl's columns, in order, each from the field the issue names.
     #[test]
-    fn printer_columns_are_size_ready_primary_phase_version_age() {
+    fn printer_columns_are_size_ready_primary_phase_version_last_backup_age() {
         let crd = postgres_cluster_crd();
         let columns: Vec<(String, String)> = crd["spec"]["versions"][0]["additionalPrinterColumns"]
             .as_array()
@@ -578,6 +671,7 @@ mod tests {
             ("PRIMARY", ".status.primary"),
             ("PHASE", ".status.phase"),
             ("VERSION", ".spec.version"),
+            ("LAST BACKUP", ".status.lastBackup.time"),
             ("AGE", ".metadata.creationTimestamp"),
         ];
         let expected: Vec<(String, String)> = expected
@@ -603,6 +697,9 @@ mod tests {
                 observed_generation: Some(1),
                 ..Default::default()
             }],
+            last_backup: Some(crate::api::LastBackup::default()),
+            backup_requested: Some("1".into()),
+            restore: Some(crate::api::RestoreStatus::default()),
         };
         let status = serde_json::to_value(status).unwrap();
         let crd = postgres_cluster_crd();

@@ -160,6 +160,8 @@ mod tests {
                 size: 1,
                 version: "16".into(),
                 paused: false,
+                backup: None,
+                bootstrap: None,
             },
         );
         cluster.metadata.uid = "uid-1".into();

@@ -196,6 +196,8 @@ mod tests {
             size,
             version: "16".into(),
             paused: false,
+            backup: None,
+            bootstrap: None,
         };
         PostgresCluster::new("default", "db", spec)
     }

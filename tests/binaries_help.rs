@@ -34,6 +34,26 @@ struct Binary {
     takes_connection_flags: bool,
 }
 
+/// Stage 04's (and stage 05's) own flags: the cluster task's timings and leader election.
+const STAGE04_FLAGS: &[&str] = &[
+    "--reconcile-interval <SECS>",
+    "--failover-after <SECS>",
+    "--member-lost-after <SECS>",
+    "--leader-elect[=<BOOL>]",
+    "--lease-name <NAME>",
+    "--lease-duration <SECS>",
+    "--renew-deadline <SECS>",
+    "--retry-period <SECS>",
+];
+const STAGE04_DURATION_FLAGS: &[&str] = &[
+    "--reconcile-interval",
+    "--failover-after",
+    "--member-lost-after",
+    "--lease-duration",
+    "--renew-deadline",
+    "--retry-period",
+];
+
 const BINARIES: &[Binary] = &[
     Binary {
         name: "stage01",
@@ -57,6 +77,23 @@ const BINARIES: &[Binary] = &[
         step: "workshop step 03",
         own_flags: &["--reconcile-interval <SECS>"],
         duration_flags: &["--reconcile-interval"],
+        takes_connection_flags: true,
+    },
+    Binary {
+        name: "stage04",
+        path: env!("CARGO_BIN_EXE_stage04"),
+        step: "workshop step 04",
+        own_flags: STAGE04_FLAGS,
+        duration_flags: STAGE04_DURATION_FLAGS,
+        takes_connection_flags: true,
+    },
+    Binary {
+        name: "stage05",
+        path: env!("CARGO_BIN_EXE_stage05"),
+        step: "workshop step 05",
+        // Stage 04's flags: stage 05 is the same operator with backups on.
+        own_flags: STAGE04_FLAGS,
+        duration_flags: STAGE04_DURATION_FLAGS,
         takes_connection_flags: true,
     },
     Binary {

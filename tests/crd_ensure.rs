@@ -95,6 +95,8 @@ fn example(name: &str, size: i64, version: &str) -> PostgresCluster {
             size,
             version: version.to_string(),
             paused: false,
+            backup: None,
+            bootstrap: None,
         },
     )
 }

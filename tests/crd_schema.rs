@@ -49,10 +49,10 @@ async fn write_status(client: &Client) {
         .expect("status written");
 }
 
-/// `kubectl get pgc` shows the six columns in order, empty where the status has not been written
+/// `kubectl get pgc` shows the seven columns in order, empty where the status has not been written
 /// yet, and the operator's status once it has.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kubectl_get_prints_size_ready_primary_phase_version_age() {
+async fn kubectl_get_prints_size_ready_primary_phase_version_last_backup_age() {
     let (_sandbox, client, kubectl) = ready_sandbox().await;
     kubectl.ok(&["create", "-f", EXAMPLE_FIXTURE]).await;
 
@@ -65,7 +65,8 @@ async fn kubectl_get_prints_size_ready_primary_phase_version_age() {
         .collect();
     assert_eq!(
         header,
-        ["NAME", "SIZE", "READY", "PRIMARY", "PHASE", "VERSION", "AGE"],
+        // LAST BACKUP: stage 05's column, empty until a base backup completes.
+        ["NAME", "SIZE", "READY", "PRIMARY", "PHASE", "VERSION", "LAST", "BACKUP", "AGE"],
         "{table}"
     );
     let row: Vec<&str> = lines

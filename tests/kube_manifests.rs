@@ -74,7 +74,7 @@ fn the_deployment_is_hardened_and_gets_its_namespace() {
         "type: RuntimeDefault",
         "fieldPath: metadata.namespace",
         "--namespace=$(NAMESPACE)",
-        "command:\n        - /stage04",
+        "command:\n        - /stage05",
         "replicas: 2",
         "memory: 64Mi",
         "cpu: 10m",

@@ -1,7 +1,8 @@
-//! `kube/rbac.yaml` grants exactly what stage 04 uses: the operator runs in-process against a
+//! `kube/rbac.yaml` grants exactly what stage 05 uses: the operator runs in-process against a
 //! sandbox whose pods are real PostgreSQL, through every call it makes (a Lease to create, take
 //! and release, a CRD to create, an old
-//! one to update, a cluster to create, a lost primary to fail over from through `pods/exec`, a
+//! one to update, a cluster with `spec.backup` to create, its backup claim and a base backup, a
+//! lost primary to fail over from through `pods/exec`, a
 //! replica to remove), and each of its requests in the sandbox's request log, told apart from kubectl's by the
 //! User-Agent, must be granted by the rules `kubectl apply -k kube/` installs for its service
 //! account — and each verb those rules grant must have been used.
@@ -24,9 +25,9 @@ use std::time::Duration;
 use common::Kubectl;
 use postgres_operator::client::{Client, USER_AGENT};
 use postgres_operator::config::Config;
-use postgres_operator::leader::{run_when_leading, LeaderElection};
+use postgres_operator::leader::LeaderElection;
 use postgres_operator::postgres::plan::Delays;
-use postgres_operator::postgres::{run_postgres_operator, PostgresOptions};
+use postgres_operator::postgres::{run_postgres_operator_when_leading, PostgresOptions};
 use postgres_operator::story::Reporter;
 use sandbox::{RequestRecord, Runtime, Sandbox, SandboxOptions};
 use serde_json::{json, Value};
@@ -336,6 +337,8 @@ async fn members(kubectl: &Kubectl) -> Vec<(String, String, bool)> {
         .into_iter()
         .flatten()
         .filter(|pod| pod["metadata"]["deletionTimestamp"].is_null())
+        // A backup pod carries the cluster's label too, but is no member.
+        .filter(|pod| pod["metadata"]["labels"]["workshop.example.com/role"] != "backup")
         .map(|pod| {
             let ready = pod["status"]["conditions"].as_array().is_some_and(|c| {
                 c.iter()
@@ -379,7 +382,7 @@ async fn crd_is_current(kubectl: &Kubectl) -> Option<()> {
         .then_some(())
 }
 
-/// The stage-04 operator running in this process, as `stages/stage04.rs` runs it.
+/// The stage-05 operator running in this process, as `stages/stage05.rs` runs it.
 struct Operator {
     stop: CancellationToken,
     task: tokio::task::JoinHandle<()>,
@@ -394,6 +397,7 @@ impl Operator {
                 member_lost_after: Duration::from_secs(30),
             },
             expectation_timeout: Duration::from_secs(10),
+            backups: true,
         };
         let (reporter, mut lines) = Reporter::channel();
         tokio::spawn(async move {
@@ -402,14 +406,16 @@ impl Operator {
             }
         });
         let stop = CancellationToken::new();
-        // With leader election, as stage04 runs by default: the Lease's get, create and update
+        // With leader election, as stage05 runs by default: the Lease's get, create and update
         // are requests of the operator too.
         let election = LeaderElection::new(client.namespace());
-        let operator = {
-            let (client, reporter) = (client.clone(), reporter.clone());
-            move |acting| run_postgres_operator(client, options, reporter, acting)
-        };
-        let running = run_when_leading(client.clone(), election, reporter, stop.clone(), operator);
+        let running = run_postgres_operator_when_leading(
+            client.clone(),
+            options,
+            Some(election),
+            reporter,
+            stop.clone(),
+        );
         let task = tokio::spawn(async move {
             let led = running.await.expect("the operator leads");
             led.expect("it led before it was stopped")
@@ -424,10 +430,10 @@ impl Operator {
     }
 }
 
-/// Run the stage-04 operator through every call it makes, then match its requests against the
+/// Run the stage-05 operator through every call it makes, then match its requests against the
 /// rules of kube/: each request is granted, each granted verb was used. Prints rule → calls.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kube_rbac_grants_exactly_the_requests_stage04_makes() {
+async fn kube_rbac_grants_exactly_the_requests_stage05_makes() {
     let objects = applied_objects();
     let who = identity(&objects);
     let grants = grants(&objects, &who);
@@ -474,12 +480,13 @@ async fn kube_rbac_grants_exactly_the_requests_stage04_makes() {
     })
     .await;
 
-    // A cluster of two: seed, Secret, ConfigMap, Services, a replica, status, Events.
+    // A cluster of two with backups: seed, Secret, ConfigMap, Services, the backup claim, a
+    // replica, status, Events.
     let manifest = json!({
         "apiVersion": "workshop.example.com/v1",
         "kind": "PostgresCluster",
         "metadata": {"name": CLUSTER},
-        "spec": {"size": 2, "version": "16"},
+        "spec": {"size": 2, "version": "16", "backup": {}},
     });
     let cluster_file = tempfile::NamedTempFile::new().expect("temp file");
     std::fs::write(cluster_file.path(), manifest.to_string()).expect("manifest written");
@@ -493,6 +500,13 @@ async fn kube_rbac_grants_exactly_the_requests_stage04_makes() {
     })
     .await;
     let primary = healthy(&kubectl, 2).await;
+
+    // The first base backup: a backup pod created, its result read, the pod deleted.
+    common::eventually(DEADLINE, "status.lastBackup", || async {
+        let status = get_json(&kubectl, &["get", "pgc", CLUSTER]).await["status"].clone();
+        status["lastBackup"]["name"].as_str().map(str::to_string)
+    })
+    .await;
 
     // Lose the primary: the operator asks the replica its WAL position and promotes it
     // (pods/exec), labels it primary (patch), and creates a replacement replica.
@@ -642,7 +656,7 @@ async fn kube_rbac_grants_exactly_the_requests_stage04_makes() {
     }
     assert!(
         unused.is_empty(),
-        "kube/rbac.yaml grants what stage 04 never used:\n{}",
+        "kube/rbac.yaml grants what stage 05 never used:\n{}",
         unused.join("\n")
     );
 }

@@ -172,6 +172,8 @@ async fn the_manifests_make_a_replicated_cluster_that_survives_a_failover() {
                     // major version keeps its VersionMismatch warning out of the events.
                     version: runtime_major,
                     paused: false,
+                    backup: None,
+                    bootstrap: None,
                 },
             ),
         )

@@ -25,6 +25,8 @@ fn replica_pod() -> Value {
             size: 2,
             version: "16".into(),
             paused: false,
+            backup: None,
+            bootstrap: None,
         },
     );
     cluster.metadata.uid = "uid-db".into();

@@ -44,6 +44,7 @@ impl Operator {
                 member_lost_after: Duration::from_secs(30),
             },
             expectation_timeout: Duration::from_secs(10),
+            ..PostgresOptions::default()
         };
         let (reporter, mut receiver) = Reporter::channel();
         let lines = Arc::new(Mutex::new(Vec::new()));

@@ -823,6 +823,8 @@ fn example_cluster(namespace: &str) -> PostgresCluster {
         size: EXAMPLE_SIZE,
         version: EXAMPLE_VERSION.to_string(),
         paused: false,
+        backup: None,
+        bootstrap: None,
     };
     PostgresCluster::new(namespace, EXAMPLE_NAME, spec)
 }

@@ -378,6 +378,8 @@ mod tests {
             size,
             version: version.to_string(),
             paused: false,
+            backup: None,
+            bootstrap: None,
         }
     }
 

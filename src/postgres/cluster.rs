@@ -27,7 +27,9 @@ use std::time::Duration;
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
-use crate::api::{PostgresCluster, PostgresClusterStatus};
+use crate::api::{
+    LastBackup, PostgresCluster, PostgresClusterStatus, RestoreStatus, BACKUP_NOW_ANNOTATION,
+};
 use crate::client::{Client, ClientError, Patch};
 use crate::controller::cluster::{describe_status, validate_spec, TaskEnd, Wanted};
 use crate::controller::pods::Pod;
@@ -37,11 +39,16 @@ use crate::exec::exec;
 use crate::story::Reporter;
 use crate::watch::Store;
 
-use super::conditions::{next_status, PHASE_FAILED, PHASE_RUNNING};
+use super::backup::{self, BackupReport, PodBackups, RestoreSource};
+use super::conditions::{
+    next_status, PHASE_FAILED, PHASE_RECOVERING, PHASE_RUNNING, RESTORE_FAILED, RESTORE_RESTORED,
+    RESTORE_RESTORING,
+};
 use super::manifests::{self, Credentials, Role, POSTGRES_CONTAINER, ROLE_LABEL};
 use super::plan::{
-    most_advanced, next_action, version_change, Action, Delays, DeleteReason, Member, Observed,
-    Phase, Position, VersionChange,
+    most_advanced, next_action, next_backup, version_change, Action, BackupObserved, BackupPod,
+    BackupSource, BackupStep, Delays, DeleteReason, Member, Observed, Phase, Position,
+    VersionChange,
 };
 
 /// Tuning for the stage-04 tasks. `Default` is what a real operator should use.
@@ -52,6 +59,8 @@ pub struct PostgresOptions {
     pub delays: Delays,
     /// How long to wait for the pod watch to show an action's effect before planning anyway.
     pub expectation_timeout: Duration,
+    /// Stage 05: act on `spec.backup` and `spec.bootstrap` (stage 04 ignores them).
+    pub backups: bool,
 }
 
 impl Default for PostgresOptions {
@@ -60,6 +69,7 @@ impl Default for PostgresOptions {
             reconcile_interval: Duration::from_secs(8),
             delays: Delays::default(),
             expectation_timeout: Duration::from_secs(30),
+            backups: false,
         }
     }
 }
@@ -109,6 +119,9 @@ enum OwnedError {
     Api(#[from] ClientError),
     #[error("making the cluster's passwords: {0}")]
     Passwords(#[from] manifests::CredentialsError),
+    /// Stage 05: a cluster bootstrapped from another's backups takes that cluster's passwords.
+    #[error("{path}: key {key} is missing or not base64 text; the source cluster's Secret is needed to log in to its restored database")]
+    SourceSecret { path: String, key: String },
 }
 
 /// What the task waits to see in the pod store after acting.
@@ -133,6 +146,19 @@ struct Task {
     last_members_line: String,
     /// When the Secret, ConfigMap and Services were last checked.
     owned_checked: Option<Instant>,
+    /// Stage 05: when the last backup pod failed (the next is tried after a pause).
+    backup_failed_at: Option<Instant>,
+    /// Stage 05: what this round changed in `status.lastBackup`, `backupRequested`, `restore`;
+    /// folded into the status written at the end of the round.
+    stage05: Stage05Status,
+}
+
+/// Stage 05's part of the status, as this round leaves it.
+#[derive(Clone, Debug, Default)]
+struct Stage05Status {
+    last_backup: Option<LastBackup>,
+    backup_requested: Option<String>,
+    restore: Option<RestoreStatus>,
 }
 
 /// The task body: set up, then loop until the cluster is deleted or the operator stops.
@@ -155,6 +181,8 @@ async fn run(
         expecting: None,
         last_members_line: String::new(),
         owned_checked: None,
+        backup_failed_at: None,
+        stage05: Stage05Status::default(),
     };
     task.introduce();
     let mut tick = tokio::time::interval_at(Instant::now() + interval, interval);
@@ -269,19 +297,39 @@ impl Task {
         // One snapshot of the store for the whole round: the watch keeps writing to it, and an
         // expectation checked against a later read than the plan's could pass while the plan
         // still misses the pod (and creates a second one).
-        let pods = self.snapshot();
-        let waiting_for_watch = self.still_expecting(&pods);
-        let members = self.observe(&pods);
+        let all_pods = self.snapshot();
+        let waiting_for_watch = self.still_expecting(&all_pods);
+        let (backup_pods, pods): (Vec<Pod>, Vec<Pod>) =
+            all_pods.into_iter().partition(is_backup_pod);
+        let mut members = self.observe(&pods);
         let status = self.status();
+        self.stage05 = Stage05Status {
+            last_backup: status.last_backup.clone(),
+            backup_requested: status.backup_requested.clone(),
+            restore: status.restore.clone(),
+        };
+        if self.backups_enabled() {
+            self.follow_restore(&mut members).await;
+        }
+        let restore = self.stage05.restore.clone();
+        let own_claim = backup::backup_claim_name(&self.cluster.metadata.name);
+        let has_run = match status.phase.as_deref() {
+            Some(PHASE_RUNNING) | Some(PHASE_FAILED) => true,
+            // Recovering from a disaster (its own claim), not bootstrapping from another's.
+            Some(PHASE_RECOVERING) => restore.as_ref().is_some_and(|r| r.source == own_claim),
+            _ => false,
+        };
         let observed = Observed {
             members,
             recorded_primary: status.primary.clone(),
-            has_run: matches!(
-                status.phase.as_deref(),
-                Some(PHASE_RUNNING) | Some(PHASE_FAILED)
-            ),
+            has_run,
             size: usize::try_from(self.cluster.spec.size).unwrap_or(0),
             wanted_version: self.cluster.spec.version.clone(),
+            restore_from: self.restore_source(has_run).map(|source| source.claim),
+            restoring: restore
+                .as_ref()
+                .is_some_and(|r| r.state == RESTORE_RESTORING),
+            restore_failed: restore.as_ref().is_some_and(|r| r.state == RESTORE_FAILED),
         };
         self.say_members(&observed);
 
@@ -318,9 +366,21 @@ impl Task {
             .act(&action, &observed, image_version.as_deref())
             .await
             .or(primary_now);
+        if self.backups_enabled() && !self.cluster.spec.paused {
+            let members_steady = action == Action::Steady;
+            self.backup_round(&backup_pods, &observed, members_steady)
+                .await;
+        }
 
+        // Stage 05's fields as this round left them, carried into the status by next_status.
+        let mut base = self.cluster.clone();
+        let mut previous = self.status();
+        previous.last_backup = self.stage05.last_backup.clone();
+        previous.backup_requested = self.stage05.backup_requested.clone();
+        previous.restore = self.stage05.restore.clone();
+        base.status = Some(previous);
         let next = next_status(
-            &self.cluster,
+            &base,
             &observed,
             primary_after.as_deref(),
             &action,
@@ -381,6 +441,7 @@ impl Task {
                     unready_for,
                     version: image_tag(pod),
                     created: pod.metadata.creation_timestamp.clone().unwrap_or_default(),
+                    failure: None,
                 }
             })
             .collect()
@@ -502,22 +563,423 @@ impl Task {
                     self.say(
                         "All Postgres pods are dead. Trying to recover from a previous backup",
                     );
-                    self.say("No backup to recover from (stage 05 adds backups): the cluster is Failed. Its data is gone; delete and re-create it to start empty");
-                    self.event(EventType::Warning, "AllMembersLost", "every member of the running cluster is gone and there is no backup; phase Failed").await;
+                    let failed_restore = self
+                        .stage05
+                        .restore
+                        .as_ref()
+                        .filter(|r| r.state == RESTORE_FAILED);
+                    if let Some(failed) = failed_restore {
+                        self.say(format!("The restore from {} failed ({}): the cluster is Failed. The backups are untouched; fix or remove the file named, then delete and re-create the cluster", failed.source, failed.message));
+                    } else {
+                        self.say("No backup to recover from (spec.backup, stage 05): the cluster is Failed. Its data is gone; delete and re-create it to start empty");
+                        self.event(EventType::Warning, "AllMembersLost", "every member of the running cluster is gone and there is no backup; phase Failed").await;
+                    }
                 }
+                None
+            }
+            Action::Restore { from } => self.restore_seed(from, image_version).await,
+            Action::RestoreFailed { pod, reason } => {
+                let source = self
+                    .stage05
+                    .restore
+                    .as_ref()
+                    .map_or(from_display(), |r| r.source.clone());
+                self.say(format!(
+                    "Restore failed: {reason}; deleting {pod}. The cluster is Failed; the backups in {source} are untouched"
+                ));
+                self.delete_pod(pod).await;
+                self.stage05.restore = Some(RestoreStatus {
+                    source,
+                    pod: pod.clone(),
+                    state: RESTORE_FAILED.into(),
+                    message: reason.clone(),
+                });
+                self.event(
+                    EventType::Warning,
+                    "RestoreFailed",
+                    &format!("restoring {pod} failed: {reason}"),
+                )
+                .await;
                 None
             }
         }
     }
 
+    // ---------------------------------------------------------------------------------------
+    // Stage 05: backups and restores
+    // ---------------------------------------------------------------------------------------
+
+    /// Stage 05 acts for this cluster: the operator runs stage 05 and the spec asks for backups
+    /// or a bootstrap from them.
+    fn backups_enabled(&self) -> bool {
+        self.worker.options.backups
+            && (self.cluster.spec.backup.is_some() || self.bootstrap_source().is_some())
+    }
+
+    /// `spec.bootstrap.fromBackup`, as a restore source.
+    fn bootstrap_source(&self) -> Option<RestoreSource> {
+        let from = self.cluster.spec.bootstrap.as_ref()?.from_backup.as_ref()?;
+        Some(RestoreSource {
+            claim: backup::backup_claim_name(&from.cluster),
+            own: false,
+            target_time: from.target_time.clone(),
+        })
+    }
+
+    /// What a seed would restore from now: after the cluster ran, its own claim if a base
+    /// backup completed; before, the bootstrap source. Restoring a cluster that ran from the
+    /// bootstrap source would silently drop every write made since.
+    fn restore_source(&self, has_run: bool) -> Option<RestoreSource> {
+        if !self.worker.options.backups {
+            return None;
+        }
+        if has_run {
+            let backed_up =
+                self.cluster.spec.backup.is_some() && self.stage05.last_backup.is_some();
+            return backed_up.then(|| RestoreSource {
+                claim: backup::backup_claim_name(&self.cluster.metadata.name),
+                own: true,
+                target_time: None,
+            });
+        }
+        self.bootstrap_source()
+    }
+
+    /// The member pods' stage-05 parts: archiving when `spec.backup` is set.
+    fn pod_backups(&self, restore: Option<RestoreSource>) -> PodBackups {
+        PodBackups {
+            archive: self.worker.options.backups && self.cluster.spec.backup.is_some(),
+            restore,
+        }
+    }
+
+    /// Create the seed that restores from `from`, and record the restore as under way.
+    async fn restore_seed(&mut self, from: &str, version: Option<&str>) -> Option<String> {
+        let has_run = from == backup::backup_claim_name(&self.cluster.metadata.name);
+        let source = self.restore_source(has_run)?;
+        if has_run {
+            self.say("All Postgres pods are dead. Trying to recover from a previous backup");
+        }
+        let newest = self
+            .stage05
+            .last_backup
+            .as_ref()
+            .filter(|_| has_run)
+            .map_or("the newest base backup".to_string(), |b| {
+                format!("base backup {} (LSN {})", b.name, b.lsn)
+            });
+        self.say(format!(
+            "Launching seed Postgres node restoring {newest} from {from}{}",
+            source
+                .target_time
+                .as_ref()
+                .map_or(String::new(), |t| format!(", replaying WAL up to {t}"))
+        ));
+        let name = self
+            .create_pod_with(Role::Primary, version, self.pod_backups(Some(source)))
+            .await?;
+        self.say(format!(
+            "Launching seed Postgres node {name}: restoring, then replaying the archived WAL"
+        ));
+        self.event(
+            EventType::Normal,
+            "Restoring",
+            &format!("created the seed {name}, restoring {newest} from {from}"),
+        )
+        .await;
+        self.stage05.restore = Some(RestoreStatus {
+            source: from.to_string(),
+            pod: name.clone(),
+            state: RESTORE_RESTORING.into(),
+            message: String::new(),
+        });
+        Some(name)
+    }
+
+    /// While a seed restores: has it failed (its `restore` init container, or its server during
+    /// recovery, exited with an error)? Has it been promoted? The first marks the member for the
+    /// plan; the second records the restore as done, with the WAL position it reached.
+    async fn follow_restore(&mut self, members: &mut [Member]) {
+        let Some(restore) = self
+            .stage05
+            .restore
+            .clone()
+            .filter(|r| r.state == RESTORE_RESTORING)
+        else {
+            return;
+        };
+        let Some(member) = members.iter_mut().find(|m| m.name == restore.pod) else {
+            return;
+        };
+        if member.phase == Phase::Running && member.ready {
+            // Ready is not promoted: a server in archive recovery accepts read-only queries
+            // once consistent. pg_is_in_recovery() says when it is a primary.
+            let Ok(out) = self.psql(&member.name, manifests::IS_IN_RECOVERY_SQL).await else {
+                return;
+            };
+            if manifests::parse_bool(&out) != Ok(false) {
+                return;
+            }
+            let lsn = self
+                .psql(&member.name, manifests::CURRENT_WAL_LSN_SQL)
+                .await
+                .map(|out| out.trim().to_string())
+                .unwrap_or_default();
+            self.say(format!(
+                "Restored: {} replayed the archived WAL up to {lsn} and was promoted; it is the primary",
+                member.name
+            ));
+            self.event(
+                EventType::Normal,
+                "Restored",
+                &format!(
+                    "{} restored from {} and promoted at WAL position {lsn}",
+                    member.name, restore.source
+                ),
+            )
+            .await;
+            self.stage05.restore = Some(RestoreStatus {
+                state: RESTORE_RESTORED.into(),
+                message: format!("promoted at WAL position {lsn}"),
+                ..restore
+            });
+            return;
+        }
+        if member.phase == Phase::Terminating {
+            return;
+        }
+        member.failure = self.restore_failure(&member.name).await;
+    }
+
+    /// Why the restoring seed `pod` failed, if it did: the `restore` init container exited
+    /// non-zero, or the postgres container stopped during recovery. The reason is the
+    /// container's termination message, else the last lines of its log (what the kubelet's
+    /// `FallbackToLogsOnError` would have put there).
+    async fn restore_failure(&self, pod: &str) -> Option<String> {
+        let path = format!("/api/v1/namespaces/{}/pods/{pod}", self.namespace());
+        let pod_json = self
+            .worker
+            .client
+            .get::<serde_json::Value>(&path)
+            .await
+            .ok()?;
+        let statuses = [
+            ("initContainerStatuses", backup::RESTORE_CONTAINER),
+            ("containerStatuses", POSTGRES_CONTAINER),
+        ];
+        for (list, container) in statuses {
+            let status = pod_json["status"][list]
+                .as_array()
+                .and_then(|all| all.iter().find(|c| c["name"] == container))?
+                .clone();
+            let failed_now = &status["state"]["terminated"];
+            let failed_before = &status["lastState"]["terminated"];
+            let (terminated, previous) = if failed_now["exitCode"].as_i64().is_some_and(|c| c != 0)
+            {
+                (failed_now, false)
+            } else if failed_before["exitCode"].as_i64().is_some_and(|c| c != 0) {
+                (failed_before, true)
+            } else {
+                continue;
+            };
+            let message = terminated["message"].as_str().unwrap_or_default().trim();
+            let reason = if message.is_empty() {
+                // Between the exit and the restart the instance counted as "previous" moves;
+                // whichever of the two logs holds text is the one that just failed.
+                match self.log_tail(pod, container, previous).await {
+                    Some(line) => line,
+                    None => self
+                        .log_tail(pod, container, !previous)
+                        .await
+                        .unwrap_or_else(|| "(no log)".to_string()),
+                }
+            } else {
+                message.to_string()
+            };
+            let exit = terminated["exitCode"].as_i64().unwrap_or_default();
+            return Some(format!(
+                "container {container} exited with {exit}: {reason}"
+            ));
+        }
+        None
+    }
+
+    /// The last non-empty line of a container's log (`previous`: its last run's), if any.
+    async fn log_tail(&self, pod: &str, container: &str, previous: bool) -> Option<String> {
+        let path = format!(
+            "/api/v1/namespaces/{}/pods/{pod}/log?container={container}&tailLines=20{}",
+            self.namespace(),
+            if previous { "&previous=true" } else { "" }
+        );
+        let mut text = Vec::new();
+        if let Ok(mut stream) = self.worker.client.stream(&path).await {
+            while let Some(Ok(chunk)) = stream.next_chunk().await {
+                text.extend_from_slice(&chunk);
+                if text.len() > 64 * 1024 {
+                    break;
+                }
+            }
+        }
+        String::from_utf8_lossy(&text)
+            .lines()
+            .rev()
+            .find(|line| !line.trim().is_empty())
+            .map(|line| line.trim().to_string())
+    }
+
+    /// One backup step: collect a finished backup pod, or start one when due.
+    async fn backup_round(&mut self, pods: &[Pod], observed: &Observed, members_steady: bool) {
+        let Some(spec) = self.cluster.spec.backup.clone() else {
+            return;
+        };
+        let requested_value = self
+            .cluster
+            .metadata
+            .annotations
+            .get(BACKUP_NOW_ANNOTATION)
+            .cloned();
+        let requested =
+            requested_value.is_some() && requested_value != self.stage05.backup_requested;
+        let now = std::time::SystemTime::now();
+        let since_last = self
+            .stage05
+            .last_backup
+            .as_ref()
+            .and_then(|b| backup::parse_utc(&b.time))
+            .map(|time| now.duration_since(time).unwrap_or_default());
+        let backup_observed = BackupObserved {
+            pods: pods
+                .iter()
+                .map(|pod| BackupPod {
+                    name: pod.metadata.name.clone(),
+                    phase: match pod.phase() {
+                        _ if pod.is_terminating() => Phase::Terminating,
+                        "Succeeded" | "Failed" => Phase::Done,
+                        "Running" => Phase::Running,
+                        _ => Phase::Pending,
+                    },
+                })
+                .collect(),
+            since_last,
+            interval: Duration::from_secs(
+                u64::try_from(spec.interval_minutes.max(1)).unwrap_or(60) * 60,
+            ),
+            requested,
+            since_failure: self.backup_failed_at.map(|at| at.elapsed()),
+            replica_ready: observed
+                .members
+                .iter()
+                .any(|m| m.role == Some(Role::Replica) && m.ready),
+        };
+        match next_backup(&backup_observed, members_steady) {
+            BackupStep::Idle | BackupStep::Running(_) => {}
+            BackupStep::Collect(pod) => {
+                let succeeded = pods
+                    .iter()
+                    .any(|p| p.metadata.name == pod && p.phase() == "Succeeded");
+                self.collect_backup(&pod, succeeded).await;
+            }
+            BackupStep::Start { from } => {
+                let name = &self.cluster.metadata.name;
+                let host = match from {
+                    BackupSource::Replicas => manifests::replicas_service_name(name),
+                    BackupSource::Primary => manifests::primary_service_name(name),
+                };
+                let why = if requested {
+                    "asked for by the backup-now annotation"
+                } else if since_last.is_none() {
+                    "the first"
+                } else {
+                    "due"
+                };
+                let path = format!("/api/v1/namespaces/{}/pods", self.namespace());
+                let body = backup::backup_pod(&self.cluster, &host, spec.keep);
+                match self.worker.client.create::<_, Pod>(&path, &body).await {
+                    Ok(pod) => {
+                        self.say(format!(
+                            "Backing up: {} takes a base backup ({why}) from {host}",
+                            pod.metadata.name
+                        ));
+                        if requested {
+                            self.stage05.backup_requested = requested_value;
+                        }
+                    }
+                    Err(error) => self.say(format!(
+                        "could not create a backup pod: {error}; trying again next round"
+                    )),
+                }
+            }
+        }
+    }
+
+    /// Read a finished backup pod's report, record it (status, Event, a story line), delete it.
+    async fn collect_backup(&mut self, pod: &str, succeeded: bool) {
+        let path = format!("/api/v1/namespaces/{}/pods/{pod}", self.namespace());
+        let message = match self.worker.client.get::<serde_json::Value>(&path).await {
+            Ok(json) => json["status"]["containerStatuses"]
+                .as_array()
+                .and_then(|all| all.iter().find(|c| c["name"] == backup::BACKUP_CONTAINER))
+                .and_then(|c| c["state"]["terminated"]["message"].as_str())
+                .unwrap_or_default()
+                .to_string(),
+            Err(_) => String::new(),
+        };
+        // Where the kubelet filled no termination message, the log's last line is the same text.
+        let text = if message.trim().is_empty() {
+            self.log_tail(pod, backup::BACKUP_CONTAINER, false)
+                .await
+                .unwrap_or_default()
+        } else {
+            message
+        };
+        match BackupReport::parse(&text).ok().filter(|_| succeeded) {
+            Some(report) => {
+                self.backup_failed_at = None;
+                let line = format!(
+                    "Backup {} complete: {} bytes, starts at WAL position {}",
+                    report.name, report.bytes, report.lsn
+                );
+                self.say(line.clone());
+                self.event(EventType::Normal, "BackupCompleted", &line)
+                    .await;
+                self.stage05.last_backup = Some(LastBackup {
+                    name: report.name,
+                    time: report.time,
+                    lsn: report.lsn,
+                    bytes: report.bytes,
+                });
+            }
+            None => {
+                self.backup_failed_at = Some(Instant::now());
+                let line = format!("Backup by {pod} failed: {}", text.trim());
+                self.say(format!(
+                    "{line}; trying again in {}s",
+                    super::plan::BACKUP_RETRY_AFTER.as_secs()
+                ));
+                self.event(EventType::Warning, "BackupFailed", &line).await;
+            }
+        }
+        self.delete_pod(pod).await;
+    }
+
     /// POST one pod; its name comes back from `generateName`.
     async fn create_pod(&mut self, role: Role, version: Option<&str>) -> Option<String> {
+        let backups = self.pod_backups(None);
+        self.create_pod_with(role, version, backups).await
+    }
+
+    async fn create_pod_with(
+        &mut self,
+        role: Role,
+        version: Option<&str>,
+        backups: PodBackups,
+    ) -> Option<String> {
         let path = format!("/api/v1/namespaces/{}/pods", self.namespace());
         let mut cluster = self.cluster.clone();
         if let Some(version) = version {
             cluster.spec.version = version.to_string();
         }
-        let body = manifests::pod(&cluster, role);
+        let body = backup::member_pod(&cluster, role, &backups);
         match self.worker.client.create::<_, Pod>(&path, &body).await {
             Ok(pod) => {
                 self.expect(Expect::Appears(pod.metadata.name.clone()));
@@ -672,13 +1134,43 @@ impl Task {
             ))
             .await?
         {
-            let credentials = Credentials::generate()?;
+            let credentials = match self
+                .bootstrap_source()
+                .filter(|_| self.worker.options.backups)
+            {
+                // A cluster restored from another's backups has that cluster's roles and
+                // passwords (they live in the database): its Secret must hold the same ones.
+                Some(_) => self.source_credentials().await?,
+                None => Credentials::generate()?,
+            };
             self.create_owned(
                 "secrets",
                 &manifests::credentials_secret(&self.cluster, &credentials),
                 &secret_name,
             )
             .await?;
+        }
+        if let Some(spec) = self
+            .cluster
+            .spec
+            .backup
+            .as_ref()
+            .filter(|_| self.worker.options.backups)
+        {
+            let claim = backup::backup_claim_name(&name);
+            if !self
+                .exists(&format!(
+                    "/api/v1/namespaces/{namespace}/persistentvolumeclaims/{claim}"
+                ))
+                .await?
+            {
+                self.create_owned(
+                    "persistentvolumeclaims",
+                    &backup::backup_claim(&self.cluster, &spec.storage_size),
+                    &claim,
+                )
+                .await?;
+            }
         }
         let config_map = manifests::init_config_map_name(&name);
         if !self
@@ -714,6 +1206,42 @@ impl Task {
             }
         }
         Ok(())
+    }
+
+    /// The source cluster's passwords (`spec.bootstrap.fromBackup.cluster`'s Secret).
+    async fn source_credentials(&self) -> Result<Credentials, OwnedError> {
+        let source = self
+            .cluster
+            .spec
+            .bootstrap
+            .as_ref()
+            .and_then(|b| b.from_backup.as_ref())
+            .map(|f| f.cluster.clone())
+            .unwrap_or_default();
+        let path = format!(
+            "/api/v1/namespaces/{}/secrets/{}",
+            self.namespace(),
+            manifests::credentials_secret_name(&source)
+        );
+        let secret: serde_json::Value = self.worker.client.get(&path).await?;
+        let key = |key: &str| -> Result<crate::config::SecretString, OwnedError> {
+            let encoded = secret["data"][key].as_str().unwrap_or_default();
+            let bytes = base64::Engine::decode(&base64::engine::general_purpose::STANDARD, encoded)
+                .map_err(|_| OwnedError::SourceSecret {
+                    path: path.clone(),
+                    key: key.to_string(),
+                })?;
+            String::from_utf8(bytes)
+                .map(crate::config::SecretString::new)
+                .map_err(|_| OwnedError::SourceSecret {
+                    path: path.clone(),
+                    key: key.to_string(),
+                })
+        };
+        Ok(Credentials {
+            superuser_password: key(manifests::SUPERUSER_PASSWORD_KEY)?,
+            replication_password: key(manifests::REPLICATION_PASSWORD_KEY)?,
+        })
     }
 
     async fn exists(&self, path: &str) -> Result<bool, ClientError> {
@@ -860,8 +1388,18 @@ fn kind_of(plural: &str) -> &'static str {
     match plural {
         "secrets" => "Secret",
         "configmaps" => "ConfigMap",
+        "persistentvolumeclaims" => "PersistentVolumeClaim",
         _ => "Service",
     }
+}
+
+/// Stage 05's backup pods carry the role label `backup`: they are not members.
+fn is_backup_pod(pod: &Pod) -> bool {
+    pod.metadata.labels.get(ROLE_LABEL).map(String::as_str) == Some(backup::BACKUP_ROLE)
+}
+
+fn from_display() -> String {
+    "the backups".to_string()
 }
 
 /// The tag of the pod's postgres container image: `postgres:16.4` → `16.4`.

@@ -19,10 +19,17 @@ use super::plan::{Action, Observed, Phase, VersionChange};
 pub const PHASE_CREATING: &str = "Creating";
 pub const PHASE_RUNNING: &str = "Running";
 pub const PHASE_FAILED: &str = "Failed";
+/// Stage 05: a seed restores a backup and replays the archived WAL; Running once promoted.
+pub const PHASE_RECOVERING: &str = "Recovering";
+/// `status.restore.state`.
+pub const RESTORE_RESTORING: &str = "Restoring";
+pub const RESTORE_RESTORED: &str = "Restored";
+pub const RESTORE_FAILED: &str = "Failed";
 
 /// The status for `cluster` after this observation. `primary`: the pod labelled primary now (or
 /// just promoted); `version`: what a `spec.version` change means; `now`: RFC 3339, used only
-/// for conditions whose status flips.
+/// for conditions whose status flips. Stage 05's fields (`lastBackup`, `backupRequested`,
+/// `restore`) are carried over from `cluster.status`, where the task puts what it changed.
 pub fn next_status(
     cluster: &PostgresCluster,
     observed: &Observed,
@@ -40,10 +47,14 @@ pub fn next_status(
     let ready = alive.iter().filter(|m| m.ready).count();
     let primary_ready = primary.is_some_and(|name| alive.iter().any(|m| m.name == name && m.ready));
 
-    let phase = if matches!(action, Action::Disaster)
+    let restore_state = previous.restore.as_ref().map(|r| r.state.as_str());
+    let phase = if matches!(action, Action::Disaster | Action::RestoreFailed { .. })
+        || restore_state == Some(RESTORE_FAILED)
         || (previous.phase.as_deref() == Some(PHASE_FAILED) && alive.is_empty())
     {
         PHASE_FAILED
+    } else if matches!(action, Action::Restore { .. }) || restore_state == Some(RESTORE_RESTORING) {
+        PHASE_RECOVERING
     } else if primary_ready || previous.phase.as_deref() == Some(PHASE_RUNNING) {
         // Once running, a cluster stays Running through a failover; Available says the rest.
         PHASE_RUNNING
@@ -72,12 +83,34 @@ pub fn next_status(
             "PrimaryReady",
             format!("{} accepts writes", primary.unwrap_or_default()),
         )
+    } else if let Some(failed) = previous
+        .restore
+        .as_ref()
+        .filter(|_| phase == PHASE_FAILED)
+        .filter(|r| r.state == RESTORE_FAILED)
+    {
+        condition(
+            "Available",
+            false,
+            "RestoreFailed",
+            format!(
+                "restoring from {} failed: {}",
+                failed.source, failed.message
+            ),
+        )
     } else if phase == PHASE_FAILED {
         condition(
             "Available",
             false,
             "AllMembersLost",
-            "every member is gone and stage 04 has no backup to restore".into(),
+            "every member is gone and there is no backup to restore".into(),
+        )
+    } else if phase == PHASE_RECOVERING {
+        condition(
+            "Available",
+            false,
+            "Recovering",
+            "the seed replays the archived WAL; writes resume when it is promoted".into(),
         )
     } else {
         condition(
@@ -119,6 +152,18 @@ pub fn next_status(
                 lost.as_deref().unwrap_or("the lost primary")
             ),
         ),
+        Action::Restore { from } => condition(
+            "Progressing",
+            true,
+            "Restoring",
+            format!("creating a seed that restores the newest base backup in {from}"),
+        ),
+        Action::RestoreFailed { pod, .. } => condition(
+            "Progressing",
+            false,
+            "RestoreFailed",
+            format!("the restoring seed {pod} failed; nothing more is tried"),
+        ),
     };
     let degraded = match version {
         VersionChange::Major { from, to } => condition(
@@ -159,6 +204,9 @@ pub fn next_status(
         selector: Some(label_selector(&cluster.metadata.name)),
         observed_generation: cluster.metadata.generation,
         conditions,
+        last_backup: previous.last_backup,
+        backup_requested: previous.backup_requested,
+        restore: previous.restore,
     }
 }
 
@@ -190,6 +238,8 @@ mod tests {
                 size: 2,
                 version: "16".into(),
                 paused: false,
+                backup: None,
+                bootstrap: None,
             },
         );
         cluster.metadata.generation = Some(4);
@@ -209,12 +259,16 @@ mod tests {
                     unready_for: Duration::ZERO,
                     version: "16".into(),
                     created: String::new(),
+                    failure: None,
                 })
                 .collect(),
             recorded_primary: Some("db-0".into()),
             has_run: true,
             size: 2,
             wanted_version: "16".into(),
+            restore_from: None,
+            restoring: false,
+            restore_failed: false,
         }
     }
 
@@ -333,5 +387,55 @@ mod tests {
         );
         assert_eq!(again.phase.as_deref(), Some("Failed"));
         assert_eq!(find(&again, "Available").reason, "AllMembersLost");
+    }
+
+    /// Stage 05: a restore under way is Recovering; a failed one is Failed with its reason.
+    #[test]
+    fn a_restore_is_recovering_then_failed_with_the_reason() {
+        let mut cluster = cluster();
+        cluster.status = Some(PostgresClusterStatus {
+            phase: Some("Running".into()),
+            restore: Some(crate::api::RestoreStatus {
+                source: "db-backups".into(),
+                pod: "db-x".into(),
+                state: RESTORE_RESTORING.into(),
+                message: String::new(),
+            }),
+            ..Default::default()
+        });
+        let seed = observed(&[false]);
+        let recovering = next_status(
+            &cluster,
+            &seed,
+            Some("db-0"),
+            &Action::Wait("x".into()),
+            &VersionChange::None,
+            "T1",
+        );
+        assert_eq!(recovering.phase.as_deref(), Some("Recovering"));
+        assert_eq!(
+            recovering.restore,
+            cluster.status.as_ref().and_then(|s| s.restore.clone())
+        );
+        if let Some(restore) = cluster.status.as_mut().and_then(|s| s.restore.as_mut()) {
+            restore.state = RESTORE_FAILED.into();
+            restore.message = "/backups/base/x/base.tar: not a readable tar archive".into();
+        }
+        let failed = next_status(
+            &cluster,
+            &observed(&[]),
+            None,
+            &Action::Disaster,
+            &VersionChange::None,
+            "T2",
+        );
+        assert_eq!(failed.phase.as_deref(), Some("Failed"));
+        let available = find(&failed, "Available");
+        assert_eq!(available.reason, "RestoreFailed");
+        assert!(
+            available.message.contains("base.tar"),
+            "{}",
+            available.message
+        );
     }
 }

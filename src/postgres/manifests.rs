@@ -283,7 +283,7 @@ pub fn init_scripts(cluster: &PostgresCluster) -> Value {
 }
 
 /// An env var read from one key of the cluster's credentials Secret.
-fn from_secret(cluster: &PostgresCluster, variable: &str, key: &str) -> Value {
+pub(super) fn from_secret(cluster: &PostgresCluster, variable: &str, key: &str) -> Value {
     json!({
         "name": variable,
         "valueFrom": {"secretKeyRef": {
@@ -547,6 +547,8 @@ mod tests {
             size: 3,
             version: "16.4".into(),
             paused: false,
+            backup: None,
+            bootstrap: None,
         };
         let mut cluster = PostgresCluster::new("prod", "db", spec);
         cluster.metadata.uid = "uid-db".into();

@@ -9,8 +9,10 @@
 //! | `plan.rs` | the decisions, as one pure function: what the cluster looks like → the one next action |
 //! | `conditions.rs` | the `status` and its conditions, computed from the same observation |
 //! | `cluster.rs` | the cluster task: observe (the pod store), plan, act (pods, `pods/exec`), write status and Events |
-//! | `operator.rs` | `run_postgres_operator`: stage 03's operator plus a pod watch that feeds the tasks |
+//! | `backup.rs` | step 05: the backup claim, WAL archiving settings, the backup pod and the restore init container |
+//! | `operator.rs` | `run_postgres_operator`: stage 03's operator plus a pod watch that feeds the tasks; `run_postgres_operator_when_leading`: the same under leader election (`src/leader/`) |
 
+pub mod backup;
 pub mod cluster;
 pub mod conditions;
 pub mod manifests;
@@ -18,4 +20,4 @@ pub mod operator;
 pub mod plan;
 
 pub use cluster::{PostgresOptions, PostgresWorker};
-pub use operator::run_postgres_operator;
+pub use operator::{run_postgres_operator, run_postgres_operator_when_leading};

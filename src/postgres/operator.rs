@@ -23,8 +23,30 @@ use crate::client::Client;
 use crate::controller::operator::{narrate_and_forward, register_resource};
 use crate::controller::pods::{pods_path, Pod, APP_LABEL, APP_LABEL_VALUE, CLUSTER_LABEL};
 use crate::controller::{Controller, ControllerOptions, ControllerStopped, OperatorError};
+use crate::leader::{run_when_leading, LeaderElection, LeaderError};
 use crate::story::Reporter;
 use crate::watch::{list_then_watch, Event, WatchItem, WatchNotice, WatchOptions};
+
+/// [`run_postgres_operator`] while this process holds the Lease `election` names (another copy
+/// holding it: wait, as a standby), or at once with `None` (`--leader-elect=false`). The outer
+/// `Err` is the election's (the Lease was lost: stop, another copy may act now); `Ok(None)`:
+/// shut down before ever leading. What `stages/stage05.rs` runs.
+pub async fn run_postgres_operator_when_leading(
+    client: Client,
+    options: PostgresOptions,
+    election: Option<LeaderElection>,
+    reporter: Reporter,
+    shutdown: CancellationToken,
+) -> Result<Option<Result<ControllerStopped, OperatorError>>, LeaderError> {
+    let operator = {
+        let (client, reporter) = (client.clone(), reporter.clone());
+        move |acting| run_postgres_operator(client, options, reporter, acting)
+    };
+    match election {
+        Some(election) => run_when_leading(client, election, reporter, shutdown, operator).await,
+        None => Ok(Some(operator(shutdown).await)),
+    }
+}
 
 /// Run the stage-04 operator on the client's namespace until `shutdown` is cancelled.
 pub async fn run_postgres_operator(

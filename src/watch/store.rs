@@ -158,6 +158,8 @@ mod tests {
                     size,
                     version: "16".into(),
                     paused: false,
+                    backup: None,
+                    bootstrap: None,
                 },
             );
             cluster.metadata = ObjectMeta {

@@ -17,6 +17,8 @@ pub fn cluster(namespace: &str, name: &str, size: i64) -> PostgresCluster {
         size,
         version: "16".into(),
         paused: false,
+        backup: None,
+        bootstrap: None,
     };
     let mut cluster = PostgresCluster::new(namespace, name, spec);
     cluster.metadata.uid = format!("uid-{namespace}-{name}");

@@ -1,0 +1,737 @@
+//! Step 05's objects and scripts: the claim backups live on, the settings that archive every WAL
+//! segment to it, the backup pod that takes a base backup, and the init container that restores
+//! one. Pure functions, like `manifests.rs`: nothing here talks to the API server.
+//!
+//! WORKSHOP.md, step 05. For a cluster `db` with `spec.backup`:
+//!
+//! ```text
+//!   PersistentVolumeClaim db-backups           (owned by db; storageSize)
+//!     base/<time>-<lsn>/base.tar, backup_manifest   one per base backup, the newest `keep`
+//!     wal/<segment>.gz, <timeline>.history.gz       every WAL segment the primary finished
+//!   every member pod: the claim at /backups, archive_command copying into wal/
+//!   Pod db-backup-xxxxx (restartPolicy Never): pg_basebackup -Ft -X none from a ready replica
+//!   a restored seed: init container `restore` unpacks the newest base.tar into PGDATA (claim
+//!                    read only), then postgres replays wal/ (restore_command) and promotes
+//! ```
+//!
+//! A base backup alone is a copy as of one moment; with the WAL archived since, a restore can
+//! replay up to the last segment archived (or to a chosen time: point-in-time recovery). This is
+//! what CloudNativePG, pgBackRest and WAL-G do against object storage; here the store is a
+//! directory on a claim, and the tools are the ones in the postgres image.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::{json, Value};
+
+use crate::api::PostgresCluster;
+use crate::controller::pods::{owner_reference, pod_labels};
+
+use super::manifests::{
+    self, from_secret, Role, DATA_MOUNT, PGDATA, POSTGRES_CONTAINER, POSTGRES_UID,
+    REPLICATION_PASSWORD_KEY, ROLE_LABEL, SUPERUSER_PASSWORD_KEY,
+};
+
+/// Where the cluster's own claim is mounted, in members (read-write: they archive into it) and
+/// in the backup pod.
+pub const BACKUP_MOUNT: &str = "/backups";
+/// Where another cluster's claim is mounted, read only, in a seed bootstrapped from it.
+pub const SOURCE_MOUNT: &str = "/restore-source";
+/// The volume names in the pod spec.
+pub const BACKUP_VOLUME: &str = "backups";
+pub const SOURCE_VOLUME: &str = "restore-source";
+/// The role label's value on a backup pod: not a member, and no Service selects it.
+pub const BACKUP_ROLE: &str = "backup";
+/// The backup pod's one container, and the restoring seed's init container.
+pub const BACKUP_CONTAINER: &str = "backup";
+pub const RESTORE_CONTAINER: &str = "restore";
+/// Where a container may leave a message for the kubelet to copy into its status
+/// (`state.terminated.message`, at most 4096 bytes): Kubernetes' default path.
+pub const TERMINATION_LOG: &str = "/dev/termination-log";
+
+/// `archive_timeout`: the primary switches to a new WAL segment at least this often when it has
+/// written anything, so a finished segment reaches the claim within a minute. It bounds what a
+/// disaster loses to the last minute of commits. The price: each forced switch ships a whole
+/// 16 MB segment however little was written, so a trickle of writes costs up to 60 segments an
+/// hour. The archive gzips them: the unused tail of a switched segment is zeros (PostgreSQL
+/// zeroes it), so a forced segment is a few kilobytes on the claim.
+pub const ARCHIVE_TIMEOUT_SECONDS: u32 = 60;
+
+/// `<name>-backups`
+pub fn backup_claim_name(cluster_name: &str) -> String {
+    format!("{cluster_name}-backups")
+}
+
+/// `archive_command`, run by the primary's archiver (with `sh -c`) for each finished segment
+/// `%p` (its path, relative to PGDATA) named `%f`. Archiving must be atomic and must never
+/// overwrite: a copy to a temporary name, fsynced (PostgreSQL recycles the segment as soon as
+/// this returns 0), then renamed. A file of the same name that is identical is success: after a
+/// failover or a crash the same segment can be archived twice. A different one is a failure
+/// (exit 1), which PostgreSQL retries and reports in `pg_stat_archiver`, keeping the segment.
+pub fn archive_command(dir: &str) -> String {
+    format!(
+        "f={dir}/wal/%f.gz; if [ -f \"$f\" ]; then gzip -n -c %p | cmp -s - \"$f\"; \
+         else mkdir -p {dir}/wal && gzip -n -1 -c %p > \"$f.tmp\" && sync \"$f.tmp\" && mv \"$f.tmp\" \"$f\"; fi"
+    )
+}
+
+/// `restore_command`: fetch `%f` from the archive into `%p`. Exit non-zero for a file that is not
+/// there: that is how recovery learns it has reached the end of the archive (and, with
+/// `recovery_target_timeline = 'latest'`, which timelines exist).
+pub fn restore_command(dir: &str) -> String {
+    format!("f={dir}/wal/%f.gz; [ -f \"$f\" ] && gunzip -c \"$f\" > %p")
+}
+
+/// The `-c` settings that make a member archive into its cluster's claim. Every member gets
+/// them: only a primary archives (`archive_mode = on` does nothing during recovery), so a
+/// replica promoted later starts archiving on its new timeline by itself, and its `.history`
+/// file, which a restore needs to follow the timeline switch, is archived first.
+pub fn archive_args() -> Vec<String> {
+    vec![
+        "-c".to_string(),
+        "archive_mode=on".to_string(),
+        "-c".to_string(),
+        format!("archive_command={}", archive_command(BACKUP_MOUNT)),
+        "-c".to_string(),
+        format!("archive_timeout={ARCHIVE_TIMEOUT_SECONDS}"),
+    ]
+}
+
+/// Where a restoring seed reads its backups from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RestoreSource {
+    /// The claim: the cluster's own (disaster recovery) or another cluster's (bootstrap).
+    pub claim: String,
+    /// Whether the claim is this cluster's own.
+    pub own: bool,
+    /// `spec.bootstrap.fromBackup.targetTime`, RFC 3339 in UTC.
+    pub target_time: Option<String>,
+}
+
+impl RestoreSource {
+    /// Where the seed's containers see the claim.
+    pub fn mount(&self) -> &'static str {
+        if self.own {
+            BACKUP_MOUNT
+        } else {
+            SOURCE_MOUNT
+        }
+    }
+
+    /// The `-c` recovery settings of the restoring seed's server. On the command line, not in
+    /// PGDATA: replicas cloned from it later must not inherit a `restore_command` pointing at a
+    /// claim they do not mount. `recovery.signal` (written by the init container) starts
+    /// targeted recovery; PostgreSQL removes it when it promotes, so a later restart of the
+    /// container starts normally and these settings are then unused.
+    pub fn recovery_args(&self) -> Vec<String> {
+        let mut args = vec![
+            "-c".to_string(),
+            format!("restore_command={}", restore_command(self.mount())),
+            // Follow every timeline switch (failovers) found in the archive's .history files,
+            // to the newest. The default since PostgreSQL 12; said here because it matters.
+            "-c".to_string(),
+            "recovery_target_timeline=latest".to_string(),
+        ];
+        if let Some(time) = &self.target_time {
+            args.extend([
+                "-c".to_string(),
+                format!("recovery_target_time={}", recovery_target_time(time)),
+                // Stop before the first commit after the target, then become a primary (the
+                // default, 'pause', would wait for a human to call pg_wal_replay_resume()).
+                "-c".to_string(),
+                "recovery_target_inclusive=false".to_string(),
+                "-c".to_string(),
+                "recovery_target_action=promote".to_string(),
+            ]);
+        }
+        args
+    }
+}
+
+/// `2026-01-22T10:15:00Z` as `recovery_target_time` takes it on the command line:
+/// `2026-01-22 10:15:00+00`. The `Z` would be refused ("invalid value for parameter"):
+/// PostgreSQL reads it as a time zone abbreviation, and the abbreviations are not loaded yet
+/// when the postmaster checks its command-line settings; a numeric offset needs no table.
+pub fn recovery_target_time(rfc3339_utc: &str) -> String {
+    let time = rfc3339_utc.strip_suffix('Z').unwrap_or(rfc3339_utc);
+    format!("{}+00", time.replacen('T', " ", 1))
+}
+
+/// What stage 05 adds to a member pod; [`PodBackups::default`] adds nothing (stage 04's pod).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PodBackups {
+    /// Archive WAL into the cluster's claim `<name>-backups` (mounted at `/backups`).
+    pub archive: bool,
+    /// The seed restores a base backup instead of running initdb (a primary only).
+    pub restore: Option<RestoreSource>,
+}
+
+/// Stage 04's pod ([`manifests::pod`]) with stage 05's additions: the claim mounted and the
+/// archive settings when `backups.archive`; for a restoring seed, the source claim, the restore
+/// init container (in place of initdb: the entrypoint skips initdb on a PGDATA that holds a
+/// database) and the recovery settings.
+pub fn member_pod(cluster: &PostgresCluster, role: Role, backups: &PodBackups) -> Value {
+    let mut pod = manifests::pod(cluster, role);
+    let name = &cluster.metadata.name;
+    let image = format!("postgres:{}", cluster.spec.version);
+    let mut args = Vec::new();
+    let mut mounts = Vec::new();
+    let mut volumes = Vec::new();
+    if backups.archive {
+        args.extend(archive_args());
+        mounts.push(json!({"name": BACKUP_VOLUME, "mountPath": BACKUP_MOUNT}));
+        volumes.push(claim_volume(BACKUP_VOLUME, &backup_claim_name(name), false));
+    }
+    let restore = backups.restore.as_ref().filter(|_| role == Role::Primary);
+    if let Some(source) = restore {
+        args.extend(source.recovery_args());
+        // restore_command runs in the server's container, so it sees the source too.
+        if !source.own {
+            mounts
+                .push(json!({"name": SOURCE_VOLUME, "mountPath": SOURCE_MOUNT, "readOnly": true}));
+            volumes.push(claim_volume(SOURCE_VOLUME, &source.claim, true));
+        } else if !backups.archive {
+            mounts
+                .push(json!({"name": BACKUP_VOLUME, "mountPath": BACKUP_MOUNT, "readOnly": true}));
+            volumes.push(claim_volume(BACKUP_VOLUME, &source.claim, true));
+        }
+        pod["spec"]["initContainers"] = json!([restore_container(source, &image, PGDATA)]);
+    }
+    let spec = &mut pod["spec"];
+    if let Some(container) = spec["containers"].as_array_mut().and_then(|containers| {
+        containers
+            .iter_mut()
+            .find(|c| c["name"] == POSTGRES_CONTAINER)
+    }) {
+        extend(&mut container["args"], args);
+        extend(&mut container["volumeMounts"], mounts);
+    }
+    extend(&mut spec["volumes"], volumes);
+    pod
+}
+
+/// Append `items` to the JSON array `list` (made one if it is not).
+fn extend<T: Into<Value>>(list: &mut Value, items: Vec<T>) {
+    if !list.is_array() {
+        *list = json!([]);
+    }
+    if let Some(list) = list.as_array_mut() {
+        list.extend(items.into_iter().map(Into::into));
+    }
+}
+
+/// The init container that restores a base backup into an empty PGDATA (`RESTORE_SCRIPT`).
+pub fn restore_container(source: &RestoreSource, image: &str, pgdata: &str) -> Value {
+    let volume = if source.own {
+        BACKUP_VOLUME
+    } else {
+        SOURCE_VOLUME
+    };
+    let mut env = vec![
+        json!({"name": "PGDATA", "value": pgdata}),
+        json!({"name": "SOURCE", "value": source.mount()}),
+    ];
+    if let Some(time) = &source.target_time {
+        env.push(json!({"name": "TARGET_TIME", "value": time}));
+        env.push(json!({"name": "TARGET_STAMP", "value": compact_stamp(time)}));
+    }
+    json!({
+        "name": RESTORE_CONTAINER,
+        "image": image,
+        "command": ["sh", "-c", restore_script()],
+        "env": env,
+        "volumeMounts": [
+            {"name": "data", "mountPath": DATA_MOUNT},
+            // Read only: a restore that goes wrong cannot damage the backups it reads.
+            {"name": volume, "mountPath": source.mount(), "readOnly": true},
+        ],
+        // On failure the script writes why (naming the file) here; the kubelet copies it into
+        // the pod's status. Without it, the last lines of the log stand in.
+        "terminationMessagePath": TERMINATION_LOG,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    })
+}
+
+/// Shell functions both scripts use: WAL file names from LSNs, and failing with a message.
+const SCRIPT_FUNCTIONS: &str = r#"fail() {
+  echo "$*" >&2
+  # The kubelet copies this file into the pod's status; || true where /dev is read only.
+  { echo "$*" > /dev/termination-log; } 2>/dev/null || true
+  exit 1
+}
+# A WAL segment's number from an LSN X/Y, for the default 16 MB segments (wal_segment_size is
+# fixed at initdb): X * 256 + Y / 16 MB.
+segno() {
+  hi=${1%/*}; lo=${1#*/}
+  echo $(( 0x$hi * 256 + (0x$lo >> 24) ))
+}
+# The segment holding the last byte before LSN X/Y: a backup's End-LSN is where its WAL stops,
+# and one on a segment boundary (0/4000000, as a backup from a replica often ends after a switch)
+# needs nothing of the segment that starts there (PostgreSQL's XLByteToPrevSeg).
+segno_before() {
+  hi=${1%/*}; lo=${1#*/}
+  echo $(( (0x$hi * 4294967296 + 0x$lo - 1) >> 24 ))
+}
+# A WAL file name: timeline, then the segment number as two 8-digit hex halves.
+segment() {
+  printf '%08X%08X%08X\n' "$1" $(( $2 / 256 )) $(( $2 % 256 ))
+}
+# backup_manifest (PostgreSQL 13+) lists the WAL range a backup needs, one line per timeline:
+# { "Timeline": 1, "Start-LSN": "0/2000028", "End-LSN": "0/2000100" }
+manifest_field() {
+  sed -n "s/.*\"$2\": *\"\{0,1\}\([0-9A-F]*\/\{0,1\}[0-9A-F]*\)\"\{0,1\}.*/\1/p" "$1"
+}
+"#;
+
+/// The backup pod's script: a base backup into a side directory, renamed when it is complete
+/// and its WAL archived, then the old ones pruned.
+const BACKUP_SCRIPT: &str = r#"set -eu
+base=/backups/base
+wal=/backups/wal
+mkdir -p "$base" "$wal"
+# One backup pod runs at a time (the operator sees to it): leftovers of one that died are junk.
+rm -rf "$base"/.partial-*
+partial="$base/.partial-$POD_NAME"
+# -Ft: one tar per tablespace plus backup_manifest; -X none: no WAL in the backup, the archive
+# has it; -c fast: checkpoint now. From a replica, the primary does not slow down for the copy.
+# A Service routes only to ready pods, and its endpoints follow a pod's readiness a moment
+# later: a replica that has just become ready may not be reachable through it yet.
+waited=0
+until pg_isready -q -h "$SOURCE_HOST" -p 5432; do
+  [ "$waited" -lt 60 ] || fail "$SOURCE_HOST:5432 did not answer for 60s (pg_isready)"
+  echo "backup: waiting for $SOURCE_HOST:5432"
+  sleep 2
+  waited=$((waited + 2))
+done
+# Its stderr is kept aside so that the failure names pg_basebackup's own words.
+status=0
+pg_basebackup -h "$SOURCE_HOST" -p 5432 -U replicator -d "application_name=$POD_NAME" \
+  -D "$partial" -Ft -X none -c fast 2> "$partial.err" || status=$?
+cat "$partial.err" >&2
+[ "$status" -eq 0 ] || fail "pg_basebackup from $SOURCE_HOST failed (exit $status): $(grep -v '^NOTICE' "$partial.err" | tail -n 1)"
+rm -f "$partial.err"
+start_lsn=$(manifest_field "$partial/backup_manifest" Start-LSN | head -n 1)
+end_lsn=$(manifest_field "$partial/backup_manifest" End-LSN | tail -n 1)
+timeline=$(manifest_field "$partial/backup_manifest" Timeline | tail -n 1)
+[ -n "$start_lsn" ] && [ -n "$end_lsn" ] || fail "$partial/backup_manifest: no WAL range"
+# The backup is usable once the WAL up to its end is archived. Ask the primary to finish its
+# segment now rather than within archive_timeout.
+PGPASSWORD="$SUPERUSER_PASSWORD" psql -h "$PRIMARY_HOST" -p 5432 -U postgres -d postgres -AtXq \
+  -c "SELECT pg_switch_wal()" > /dev/null || echo "backup: could not switch WAL on $PRIMARY_HOST; waiting for archive_timeout"
+last=$(segment "$timeline" "$(segno_before "$end_lsn")")
+waited=0
+until [ -f "$wal/$last.gz" ]; do
+  [ "$waited" -lt "$ARCHIVE_WAIT" ] || fail "$wal/$last.gz: not archived ${ARCHIVE_WAIT}s after the backup; see pg_stat_archiver on the primary"
+  sleep 1
+  waited=$((waited + 1))
+done
+now=$(date -u +%s)
+name="$(date -u -d "@$now" +%Y%m%dT%H%M%SZ)-$(echo "$start_lsn" | tr / _)"
+mv "$partial" "$base/$name"
+bytes=$(du -sb "$base/$name" | cut -f1)
+# Keep the newest $KEEP (this one among them), then the WAL from the oldest kept one's start.
+ls -1 "$base" | grep -v '^\.' | sort -r | tail -n +$((KEEP + 1)) | while read -r old; do
+  rm -rf "${base:?}/$old"
+  echo "backup: pruned $old"
+done
+oldest=$(ls -1 "$base" | grep -v '^\.' | sort | head -n 1)
+oldest_lsn=$(manifest_field "$base/$oldest/backup_manifest" Start-LSN | head -n 1)
+oldest_timeline=$(manifest_field "$base/$oldest/backup_manifest" Timeline | head -n 1)
+# Removes every segment before that one, whatever its timeline; .history files stay.
+pg_archivecleanup -x .gz "$wal" "$(segment "$oldest_timeline" "$(segno "$oldest_lsn")")"
+result="backup-done name=$name time=$(date -u -d "@$now" +%Y-%m-%dT%H:%M:%SZ) lsn=$start_lsn bytes=$bytes"
+echo "$result"
+{ echo "$result" > /dev/termination-log; } 2>/dev/null || true
+"#;
+
+/// The restoring seed's init container: the newest base backup (completed before the target
+/// time, if one is given) unpacked into PGDATA, checked, and `recovery.signal` written. The
+/// server then replays the archive with `restore_command` and promotes at its end (or target).
+const RESTORE_SCRIPT: &str = r#"set -eu
+# Init containers run again when the pod restarts; the database restored then is kept.
+if [ -s "$PGDATA/PG_VERSION" ]; then
+  echo "restore: $PGDATA already holds a database; keeping it"
+  exit 0
+fi
+# Names start with their completion time (20260122T101500Z-0_3000028): sorted, newest last.
+backup=$(ls -1 "$SOURCE/base" 2>/dev/null | grep -v '^\.' | awk -v t="${TARGET_STAMP:-}" 't == "" || $0 < t' | sort | tail -n 1)
+[ -n "$backup" ] || fail "$SOURCE/base: no base backup${TARGET_TIME:+ completed before $TARGET_TIME}"
+dir="$SOURCE/base/$backup"
+partial="$PGDATA.partial"
+rm -rf "$partial"
+mkdir -m 700 "$partial"
+tar -xf "$dir/base.tar" -C "$partial" || fail "$dir/base.tar: not a readable tar archive (tar exit $?)"
+# Every file against the checksums pg_basebackup wrote (-n: there is no WAL in the backup).
+pg_verifybackup -n -q -m "$dir/backup_manifest" "$partial" || fail "$dir: the files do not match $dir/backup_manifest (pg_verifybackup exit $?)"
+# Every segment from the backup's start to the newest archived must be there: recovery stops at
+# the first missing one and promotes, silently dropping everything after it.
+timeline=$(manifest_field "$dir/backup_manifest" Timeline | head -n 1)
+first=$(segno "$(manifest_field "$dir/backup_manifest" Start-LSN | head -n 1)")
+expected=$first
+for number in $(ls -1 "$SOURCE/wal" | sed -n 's/^\([0-9A-F]\{8\}\)\([0-9A-F]\{8\}\)\([0-9A-F]\{8\}\)\.gz$/\2 \3/p' \
+    | while read -r hi lo; do echo $(( 0x$hi * 256 + 0x$lo )); done | sort -n -u); do
+  [ "$number" -ge "$first" ] || continue
+  [ "$number" -eq "$expected" ] || fail "$SOURCE/wal/$(segment "$timeline" "$expected").gz is missing (the archive goes on at $(segment "$timeline" "$number")): replay would stop there"
+  expected=$((expected + 1))
+done
+[ "$expected" -gt "$first" ] || fail "$SOURCE/wal/$(segment "$timeline" "$first").gz is missing: base backup $backup starts there"
+# A backup taken from a replica carries its standby.signal: with it the server would stay a
+# standby forever instead of recovering and promoting.
+rm -f "$partial/standby.signal"
+touch "$partial/recovery.signal"
+rm -rf "$PGDATA"
+mv "$partial" "$PGDATA"
+echo "restore: $backup unpacked into $PGDATA; postgres replays $SOURCE/wal from segment $(segment "$timeline" "$first")"
+"#;
+
+/// The full text of a script: the shared functions, then the body.
+fn script(body: &str) -> String {
+    let (first, rest) = body.split_once('\n').unwrap_or((body, ""));
+    format!("{first}\n{SCRIPT_FUNCTIONS}{rest}")
+}
+
+/// How long the backup pod waits for its last segment to reach the archive: the primary was
+/// asked to switch at once; archive_timeout is the fallback, twice over.
+const ARCHIVE_WAIT_SECONDS: u32 = 2 * ARCHIVE_TIMEOUT_SECONDS + 60;
+
+/// PersistentVolumeClaim `<name>-backups`, owned by the cluster: deleting the cluster deletes
+/// its backups. ReadWriteOnce: on a real multi-node cluster that is one node at a time, so
+/// every member would have to run there; a cluster spread over nodes needs a ReadWriteMany
+/// class (NFS, CephFS, EFS) here, or object storage instead of a claim.
+pub fn backup_claim(cluster: &PostgresCluster, storage_size: &str) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {
+            "name": backup_claim_name(&cluster.metadata.name),
+            "namespace": cluster.metadata.namespace,
+            "labels": pod_labels(&cluster.metadata.name),
+            "ownerReferences": [owner_reference(cluster)],
+        },
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            // No storageClassName: the cluster's default class provisions it.
+            "resources": {"requests": {"storage": storage_size}},
+        },
+    })
+}
+
+/// The backup pod: `pg_basebackup` from `source_host` (the `<name>-replicas` Service, or
+/// `<name>-primary` when no replica is ready) into the claim (`BACKUP_SCRIPT`). restartPolicy
+/// Never: a failed backup is reported and retried as a new pod, never half-repeated.
+pub fn backup_pod(cluster: &PostgresCluster, source_host: &str, keep: i64) -> Value {
+    let name = &cluster.metadata.name;
+    let image = format!("postgres:{}", cluster.spec.version);
+    let mut labels = pod_labels(name);
+    labels.insert(ROLE_LABEL.to_string(), BACKUP_ROLE.to_string());
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "generateName": format!("{name}-backup-"),
+            "namespace": cluster.metadata.namespace,
+            "labels": labels,
+            "ownerReferences": [owner_reference(cluster)],
+        },
+        "spec": {
+            "securityContext": {
+                "runAsUser": POSTGRES_UID,
+                "runAsGroup": POSTGRES_UID,
+                "fsGroup": POSTGRES_UID,
+                "runAsNonRoot": true,
+            },
+            "restartPolicy": "Never",
+            "containers": [{
+                "name": BACKUP_CONTAINER,
+                // pg_basebackup must be of the server's major version.
+                "image": image,
+                "command": ["sh", "-c", script(BACKUP_SCRIPT)],
+                "env": [
+                    {"name": "SOURCE_HOST", "value": source_host},
+                    {"name": "PRIMARY_HOST", "value": manifests::primary_service_name(name)},
+                    from_secret(cluster, "PGPASSWORD", REPLICATION_PASSWORD_KEY),
+                    from_secret(cluster, "SUPERUSER_PASSWORD", SUPERUSER_PASSWORD_KEY),
+                    {"name": "KEEP", "value": keep.max(1).to_string()},
+                    {"name": "ARCHIVE_WAIT", "value": ARCHIVE_WAIT_SECONDS.to_string()},
+                    {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                ],
+                "volumeMounts": [{"name": BACKUP_VOLUME, "mountPath": BACKUP_MOUNT}],
+                "terminationMessagePath": TERMINATION_LOG,
+                "terminationMessagePolicy": "FallbackToLogsOnError",
+            }],
+            "volumes": [claim_volume(BACKUP_VOLUME, &backup_claim_name(name), false)],
+        },
+    })
+}
+
+/// A `persistentVolumeClaim` volume.
+pub fn claim_volume(volume: &str, claim: &str, read_only: bool) -> Value {
+    json!({"name": volume, "persistentVolumeClaim": {"claimName": claim, "readOnly": read_only}})
+}
+
+/// The restore script with its functions, for the pod spec.
+pub fn restore_script() -> String {
+    script(RESTORE_SCRIPT)
+}
+
+/// What a backup pod reports on success (its last line, and its termination message):
+/// `backup-done name=... time=... lsn=... bytes=...`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BackupReport {
+    pub name: String,
+    pub time: String,
+    pub lsn: String,
+    pub bytes: i64,
+}
+
+/// A backup pod's output that holds no report.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[error("no `backup-done` line with name, time, lsn and bytes in {text:?}")]
+pub struct NoReport {
+    pub text: String,
+}
+
+impl BackupReport {
+    /// The last `backup-done` line of `text` (a termination message or a log).
+    pub fn parse(text: &str) -> Result<BackupReport, NoReport> {
+        let no_report = || NoReport {
+            text: text
+                .chars()
+                .rev()
+                .take(400)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect(),
+        };
+        let line = text
+            .lines()
+            .rev()
+            .find(|line| line.starts_with("backup-done "))
+            .ok_or_else(no_report)?;
+        let field = |key: &str| {
+            line.split_whitespace()
+                .find_map(|word| word.strip_prefix(key)?.strip_prefix('='))
+                .map(str::to_string)
+        };
+        Ok(BackupReport {
+            name: field("name").ok_or_else(no_report)?,
+            time: field("time").ok_or_else(no_report)?,
+            lsn: field("lsn").ok_or_else(no_report)?,
+            bytes: field("bytes")
+                .and_then(|b| b.parse().ok())
+                .ok_or_else(no_report)?,
+        })
+    }
+}
+
+/// `2026-01-22T10:15:00Z` → `20260122T101500Z`, the form backup names start with.
+pub fn compact_stamp(rfc3339: &str) -> String {
+    rfc3339.chars().filter(|c| *c != '-' && *c != ':').collect()
+}
+
+/// `2026-01-22T10:15:00Z` (UTC, whole seconds: what Kubernetes and the backup pod write) as a
+/// time; anything else is `None`.
+pub fn parse_utc(text: &str) -> Option<SystemTime> {
+    let bytes = text.as_bytes();
+    if bytes.len() != 20 || &text[4..5] != "-" || &text[7..8] != "-" || &text[10..11] != "T" {
+        return None;
+    }
+    if &text[13..14] != ":" || &text[16..17] != ":" || &text[19..20] != "Z" {
+        return None;
+    }
+    let number = |range: std::ops::Range<usize>| -> Option<i64> {
+        let part = &text[range];
+        part.bytes()
+            .all(|b| b.is_ascii_digit())
+            .then(|| part.parse().ok())
+            .flatten()
+    };
+    let (year, month, day) = (number(0..4)?, number(5..7)?, number(8..10)?);
+    let (hour, minute, second) = (number(11..13)?, number(14..16)?, number(17..19)?);
+    if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || minute > 59 {
+        return None;
+    }
+    if second > 60 {
+        return None;
+    }
+    let days = days_from_civil(year, month, day);
+    let seconds = days * 86_400 + hour * 3600 + minute * 60 + second;
+    Some(UNIX_EPOCH + Duration::from_secs(u64::try_from(seconds).ok()?))
+}
+
+/// (year, month, day) → days since 1970-01-01 (Howard Hinnant's `days_from_civil`, the inverse
+/// of `events::civil_from_days`).
+fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+    let year = if month <= 2 { year - 1 } else { year };
+    let era = year.div_euclid(400);
+    let year_of_era = year.rem_euclid(400);
+    let month_index = if month > 2 { month - 3 } else { month + 9 };
+    let day_of_year = (153 * month_index + 2) / 5 + day - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    era * 146_097 + day_of_era - 719_468
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::rfc3339;
+
+    /// The archive command compresses into a temporary name, fsyncs, renames; an identical
+    /// file already there is success, a different one failure.
+    #[test]
+    fn archive_command_is_atomic_and_never_overwrites() {
+        let command = archive_command("/backups");
+        assert!(command.starts_with(
+            "f=/backups/wal/%f.gz; if [ -f \"$f\" ]; then gzip -n -c %p | cmp -s - \"$f\";"
+        ));
+        assert!(command.contains("> \"$f.tmp\" && sync \"$f.tmp\" && mv \"$f.tmp\" \"$f\""));
+        assert_eq!(
+            restore_command("/restore-source"),
+            "f=/restore-source/wal/%f.gz; [ -f \"$f\" ] && gunzip -c \"$f\" > %p"
+        );
+        let args = archive_args();
+        assert_eq!(args[1], "archive_mode=on");
+        assert_eq!(args[5], "archive_timeout=60");
+    }
+
+    /// A target time adds the target, exclusive, and promotion at it; without one, replay all.
+    #[test]
+    fn recovery_settings_follow_the_latest_timeline_and_the_target() {
+        let mut source = RestoreSource {
+            claim: "db-backups".into(),
+            own: true,
+            target_time: None,
+        };
+        let args = source.recovery_args();
+        assert_eq!(args.len(), 4);
+        assert!(args[1].starts_with("restore_command=f=/backups/wal/%f.gz"));
+        assert_eq!(args[3], "recovery_target_timeline=latest");
+        source.own = false;
+        source.target_time = Some("2026-01-22T10:15:00Z".into());
+        let args = source.recovery_args();
+        assert!(args[1].starts_with("restore_command=f=/restore-source/wal/"));
+        assert!(args.contains(&"recovery_target_time=2026-01-22 10:15:00+00".to_string()));
+        assert!(args.contains(&"recovery_target_action=promote".to_string()));
+    }
+
+    /// The restore container mounts the backups read only and carries the target as a stamp.
+    #[test]
+    fn restore_container_reads_the_claim_read_only() {
+        let source = RestoreSource {
+            claim: "src-backups".into(),
+            own: false,
+            target_time: Some("2026-01-22T10:15:00Z".into()),
+        };
+        let container =
+            restore_container(&source, "postgres:16", "/var/lib/postgresql/data/pgdata");
+        assert_eq!(container["name"], "restore");
+        assert_eq!(
+            container["volumeMounts"][1],
+            json!({"name": "restore-source", "mountPath": "/restore-source", "readOnly": true})
+        );
+        let env = container["env"].as_array().expect("env");
+        assert!(env.contains(&json!({"name": "TARGET_STAMP", "value": "20260122T101500Z"})));
+        assert_eq!(
+            container["terminationMessagePolicy"],
+            "FallbackToLogsOnError"
+        );
+    }
+
+    /// The backup pod runs once, from the source host, with the claim mounted and `keep` passed.
+    #[test]
+    fn backup_pod_runs_once_against_the_source() {
+        let cluster = PostgresCluster::new(
+            "prod",
+            "db",
+            crate::api::PostgresClusterSpec {
+                size: 2,
+                version: "16".into(),
+                paused: false,
+                backup: Some(crate::api::BackupSpec::default()),
+                bootstrap: None,
+            },
+        );
+        let pod = backup_pod(&cluster, "db-replicas", 3);
+        assert_eq!(pod["metadata"]["generateName"], "db-backup-");
+        assert_eq!(pod["metadata"]["labels"][ROLE_LABEL], "backup");
+        assert_eq!(pod["spec"]["restartPolicy"], "Never");
+        let container = &pod["spec"]["containers"][0];
+        let script = container["command"][2].as_str().expect("script");
+        assert!(script.contains("-Ft -X none -c fast"));
+        assert!(script.contains("segno() {"));
+        assert!(container["env"]
+            .as_array()
+            .expect("env")
+            .contains(&json!({"name": "KEEP", "value": "3"})));
+        assert_eq!(
+            pod["spec"]["volumes"][0],
+            json!({"name": "backups", "persistentVolumeClaim": {"claimName": "db-backups", "readOnly": false}})
+        );
+        let claim = backup_claim(&cluster, "1Gi");
+        assert_eq!(claim["metadata"]["name"], "db-backups");
+        assert_eq!(claim["spec"]["resources"]["requests"]["storage"], "1Gi");
+        assert_eq!(
+            claim["metadata"]["ownerReferences"][0]["kind"],
+            "PostgresCluster"
+        );
+    }
+
+    /// The report is the last `backup-done` line; anything else is an error quoting the text.
+    #[test]
+    fn backup_reports_parse_from_the_last_line() {
+        let log = "backup: pruned old\nbackup-done name=20260122T101500Z-0_3000028 time=2026-01-22T10:15:00Z lsn=0/3000028 bytes=4242\n";
+        assert_eq!(
+            BackupReport::parse(log),
+            Ok(BackupReport {
+                name: "20260122T101500Z-0_3000028".into(),
+                time: "2026-01-22T10:15:00Z".into(),
+                lsn: "0/3000028".into(),
+                bytes: 4242,
+            })
+        );
+        assert!(BackupReport::parse("pg_basebackup: error").is_err());
+        assert!(BackupReport::parse("backup-done name=x time=y lsn=z bytes=many").is_err());
+    }
+
+    /// The scripts' WAL arithmetic, run by `sh`: the segment of a start LSN, the segment before
+    /// an end LSN (the one before a boundary), and file names.
+    #[test]
+    fn wal_segment_arithmetic_in_the_scripts() {
+        let body =
+            "set -eu\necho $(segno 0/2000028) $(segno_before 0/4000000) $(segno_before 0/40000A0) \
+                    $(segno 1/0) $(segment 2 $(segno_before 1/0))";
+        let output = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(script(body))
+            .output()
+            .expect("sh runs");
+        assert!(output.status.success(), "{output:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&output.stdout).trim(),
+            "2 3 4 256 0000000200000000000000FF"
+        );
+        assert_eq!(
+            recovery_target_time("2026-01-22T10:15:00Z"),
+            "2026-01-22 10:15:00+00"
+        );
+    }
+
+    /// UTC times round-trip through `events::rfc3339`; other shapes are refused.
+    #[test]
+    fn utc_times_parse_back() {
+        for seconds in [0u64, 951_782_400, 1_769_076_900, 4_102_444_799] {
+            let time = UNIX_EPOCH + Duration::from_secs(seconds);
+            assert_eq!(parse_utc(&rfc3339(time)), Some(time), "{seconds}");
+        }
+        for bad in [
+            "",
+            "2026-01-22 10:15:00Z",
+            "2026-01-22T10:15:00+01:00",
+            "2026-13-01T00:00:00Z",
+            "2026-01-22T10:15:00",
+        ] {
+            assert_eq!(parse_utc(bad), None, "{bad:?}");
+        }
+        assert_eq!(compact_stamp("2026-01-22T10:15:00Z"), "20260122T101500Z");
+    }
+}

@@ -1,0 +1,114 @@
+//! Stage 05 of the workshop: stage 04 plus backups — continuous WAL archiving, base backups,
+//! and disaster recovery from them — until SIGTERM or Ctrl-C.
+//!
+//! WORKSHOP.md, "Step 05". New since stage 04: `src/postgres/backup.rs` — the claim
+//! `<name>-backups`, the archive settings every member gets, the backup pod and the restore init
+//! container — and, in `plan.rs`, `Action::Restore` in place of the disaster when a backup exists
+//! and `next_backup` for when to take one. The same operator as stage 04 with one option on:
+//! `PostgresOptions::backups`. A cluster without `spec.backup` runs exactly as in stage 04. Like
+//! stage 04 it acts only while it holds the Lease `postgres-operator` (`src/leader/`).
+//!
+//! ```text
+//! cargo run --bin sandbox -- --listen 127.0.0.1:8001           # terminal 1
+//! cargo run --bin stage05 -- --server http://127.0.0.1:8001    # terminal 3
+//! kubectl --server http://127.0.0.1:8001 create -f kube/example-postgres-cluster.yaml   # terminal 2
+//! kubectl --server http://127.0.0.1:8001 patch pgc example-postgresql-cluster --type merge -p '{"spec":{"backup":{}}}'
+//! kubectl --server http://127.0.0.1:8001 annotate pgc example-postgresql-cluster workshop.example.com/backup-now=1
+//! kubectl --server http://127.0.0.1:8001 delete pod -l workshop.example.com/cluster=example-postgresql-cluster
+//! kubectl --server http://127.0.0.1:8001 get pgc,pods -w
+//! cargo run --bin stage05 -- --server http://127.0.0.1:8001    # terminal 4: waits for the lease
+//! ```
+//!
+//! Story lines go to stdout, diagnostics (`RUST_LOG=debug` for more) to stderr. `stage05 --help`
+//! lists the flags.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::error::ErrorKind;
+use clap::{CommandFactory, Parser};
+use postgres_operator::config::{ConfigArgs, CONNECTION_ORDER_HELP};
+use postgres_operator::leader::LeaderElectionArgs;
+use postgres_operator::postgres::plan::Delays;
+use postgres_operator::postgres::{run_postgres_operator_when_leading, PostgresOptions};
+use postgres_operator::process::{cancel_on_signal, connect, fail, init_logging, parse_seconds};
+use postgres_operator::story::Reporter;
+
+/// stage05: workshop step 05. Stage 04's operator plus backups: for a cluster with spec.backup
+/// it archives every WAL segment to the claim <name>-backups, takes base backups every
+/// intervalMinutes (and on the workshop.example.com/backup-now annotation), and when every
+/// member is lost restores the newest backup and replays the archive. spec.bootstrap.fromBackup
+/// starts a new cluster from another's backups. Lines about one cluster start with [namespace/name].
+/// It acts only while it holds the Lease, so a second copy waits as a standby.
+#[derive(Parser)]
+#[command(after_help = format!("{CONNECTION_ORDER_HELP}\n\n{EXAMPLES}"))]
+struct Flags {
+    /// How often each cluster is reconciled when nothing happens, in seconds (pod changes wake it sooner)
+    #[arg(long, value_name = "SECS", default_value = "8", value_parser = parse_seconds, allow_negative_numbers = true)]
+    reconcile_interval: Duration,
+    /// How long the primary may be unready before a replica is promoted, in seconds
+    #[arg(long, value_name = "SECS", default_value = "10", value_parser = parse_seconds, allow_negative_numbers = true)]
+    failover_after: Duration,
+    /// How long a replica may be unready before it is replaced, in seconds
+    #[arg(long, value_name = "SECS", default_value = "60", value_parser = parse_seconds, allow_negative_numbers = true)]
+    member_lost_after: Duration,
+    #[command(flatten)]
+    leader_election: LeaderElectionArgs,
+    #[command(flatten)]
+    connection: ConfigArgs,
+}
+
+const EXAMPLES: &str = "\
+Examples:
+  stage05 --server http://127.0.0.1:8001     # the sandbox, or a cluster through kubectl proxy
+  stage05 --failover-after 5                 # the cluster your kubeconfig points at
+  stage05 --server https://127.0.0.1:8443 --certificate-authority creds/ca.crt --token-file creds/token
+  stage05 --leader-elect=false               # act at once, sure that no other copy runs
+
+Exit status: 0 stopped by SIGTERM or Ctrl-C (the Lease released), 1 the API server or configuration
+said no, or the Lease was lost (another copy may act now), 2 bad flags";
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let flags = Flags::parse();
+    if let Err(error) = flags.leader_election.check() {
+        Flags::command()
+            .error(ErrorKind::ValueValidation, error)
+            .exit();
+    }
+    init_logging();
+    let shutdown = cancel_on_signal();
+    let client = match connect(&flags.connection).await {
+        Ok(client) => client,
+        Err(exit) => return exit,
+    };
+    let options = PostgresOptions {
+        reconcile_interval: flags.reconcile_interval,
+        delays: Delays {
+            failover_after: flags.failover_after,
+            member_lost_after: flags.member_lost_after,
+        },
+        // The one difference from stage 04: act on spec.backup and spec.bootstrap.
+        backups: true,
+        ..PostgresOptions::default()
+    };
+    let (reporter, mut lines) = Reporter::channel();
+    let printer = tokio::spawn(async move {
+        while let Some(line) = lines.recv().await {
+            println!("{line}");
+        }
+    });
+    let election = match flags.leader_election.election(client.namespace()) {
+        Ok(election) => election,
+        Err(error) => return fail(&error, error.hint(), &client),
+    };
+    let outcome =
+        run_postgres_operator_when_leading(client.clone(), options, election, reporter, shutdown)
+            .await;
+    let _ = printer.await;
+    match outcome {
+        Ok(None | Some(Ok(_))) => ExitCode::SUCCESS,
+        Ok(Some(Err(error))) => fail(&error, error.hint(), &client),
+        Err(error) => fail(&error, error.hint(), &client),
+    }
+}
