@@ -382,7 +382,7 @@ async fn the_readme_deploys_the_operator_into_the_sandbox() {
             "kubectl -n {NAMESPACE} rollout status deploy/{DEPLOYMENT} --timeout=240s"
         ))
         .await;
-    let (_, new_leader) = common::eventually(DEADLINE, "a new pod leading", || async {
+    let (new_holder, new_leader) = common::eventually(DEADLINE, "a new pod leading", || async {
         let pods = operator_pods(&shell).await;
         let holder = lease_holder(&shell).await?;
         (pods.len() == 2
@@ -394,20 +394,24 @@ async fn the_readme_deploys_the_operator_into_the_sandbox() {
     replace_a_replica(&shell).await;
     println!("after the restart {new_leader} leads");
 
-    // kill -9 of the leader's process: the standby takes over once the lease expires.
+    // kill -9 of the leader's process: nobody releases the Lease, so another candidate takes
+    // over once it expired. Usually the standby: it has watched the record stop changing since
+    // the last renewal, while the killed pod's restarted container (the kubelet restarts it at
+    // once, with a new identity) starts its own expiry clock only when it first reads the Lease.
+    // Within one retry period of each other either may win, as on a real cluster.
     let pid = operator_process(&new_leader)
-        .unwrap_or_else(|| panic!("no /stage04 process with HOSTNAME={new_leader}"));
+        .unwrap_or_else(|| panic!("no operator process with HOSTNAME={new_leader}"));
     std::process::Command::new("kill")
         .args(["-9", &pid.to_string()])
         .status()
         .expect("kill runs");
-    let (_, standby) = common::eventually(DEADLINE, "the standby leading", || async {
+    let (_, standby) = common::eventually(DEADLINE, "another candidate leading", || async {
         let holder = lease_holder(&shell).await?;
-        (holder.1 != new_leader).then_some(holder)
+        (holder.0 != new_holder).then_some(holder)
     })
     .await;
     replace_a_replica(&shell).await;
-    println!("after kill -9 of {new_leader}, {standby} leads");
+    println!("after kill -9 of {new_holder}, {standby} leads");
     // The kubelet restarted the killed container, which now stands by.
     common::eventually(DEADLINE, "the killed operator restarted", || async {
         operator_pods(&shell)
@@ -450,7 +454,7 @@ async fn the_readme_deploys_the_operator_into_the_sandbox() {
     );
     let writers: BTreeSet<String> = operator_writes(&log).into_iter().map(|w| w.0).collect();
     assert!(
-        writers.len() >= 3,
-        "three leaders wrote in turn: {writers:?}"
+        writers.contains(&leader) && writers.contains(&new_leader),
+        "the first leader and the one after the restart both wrote: {writers:?}"
     );
 }
