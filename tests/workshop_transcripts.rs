@@ -21,7 +21,8 @@
 //! `N` (resourceVersions, ages, ports, uids), runs of spaces become one (kubectl aligns columns),
 //! the random 5-character suffix the API server gives a `generateName` (`example-pg-7xk2p`;
 //! Kubernetes picks from digits and consonants only, so no word is mistaken for one) becomes
-//! `-?????`, and a Postgres WAL position (`0/501E4E8`) becomes `N/N`.
+//! `-N` like a number (a five-digit port can look like one), and a Postgres WAL position
+//! (`0/501E4E8`) becomes `N/N`.
 //!
 //! A command's words are split at spaces, except inside double quotes (`psql -c "SELECT 1"`),
 //! which are removed as a shell would; there is no other shell syntax.
@@ -245,7 +246,10 @@ fn shell_words(text: &str) -> Vec<String> {
 }
 
 fn normalise(line: &str) -> String {
-    let line = mask_generated(line.trim());
+    // A generated suffix and a number are the same to the matcher: a port such as 42485 is
+    // also five characters of the generated-name alphabet, and `cache-8001` in the text must
+    // match `cache-42485` in the output.
+    let line = mask_generated(line.trim()).replace("-?????", "-N");
     let mut out = String::with_capacity(line.len());
     let mut previous_digit = false;
     let mut previous_space = false;
@@ -775,7 +779,12 @@ fn comparison_ignores_generated_names_and_wal_positions() {
     );
     assert_eq!(
         normalise("pod \"db-7xk2p\" deleted"),
-        "pod \"db-?????\" deleted"
+        "pod \"db-N\" deleted"
+    );
+    // A port made only of the alphabet's digits is a number like any other.
+    assert_eq!(
+        normalise("export KUBECACHEDIR=/tmp/sandbox-kubectl-cache-42485"),
+        normalise("export KUBECACHEDIR=/tmp/sandbox-kubectl-cache-8001")
     );
     assert_ne!(normalise("db-7xk2p"), normalise("other-7xk2p"));
     // Vowels, longer suffixes and words of their own are left alone.

@@ -75,7 +75,7 @@ async fn example_cluster_goes_through_every_kubectl_verb() {
         .collect();
     assert_eq!(
         header,
-        ["NAME", "SIZE", "READY", "PRIMARY", "PHASE", "VERSION", "AGE"],
+        ["NAME", "SIZE", "READY", "PRIMARY", "PHASE", "VERSION", "LAST", "BACKUP", "AGE"],
         "{table}"
     );
     let row = lines.next().unwrap_or_default();

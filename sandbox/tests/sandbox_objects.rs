@@ -591,14 +591,23 @@ async fn lists_become_tables_when_kubectl_asks() {
         .collect();
     assert_eq!(
         columns,
-        ["Name", "Size", "Ready", "Primary", "Phase", "Version", "Age"]
+        [
+            "Name",
+            "Size",
+            "Ready",
+            "Primary",
+            "Phase",
+            "Version",
+            "Last Backup",
+            "Age"
+        ]
     );
     let cells = &table["rows"][0]["cells"];
     assert_eq!(cells[0], "db1");
     assert_eq!(cells[1], 3);
     assert!(cells[2].is_null());
     assert!(
-        cells[6].as_str().is_some_and(|age| age.ends_with('s')),
+        cells[7].as_str().is_some_and(|age| age.ends_with('s')),
         "{cells}"
     );
     assert_eq!(table["rows"][0]["object"]["metadata"]["name"], "db1");
