@@ -30,9 +30,9 @@ use std::time::Duration;
 use clap::error::ErrorKind;
 use clap::{CommandFactory, Parser};
 use postgres_operator::config::{ConfigArgs, CONNECTION_ORDER_HELP};
-use postgres_operator::leader::{run_when_leading, LeaderElectionArgs};
+use postgres_operator::leader::LeaderElectionArgs;
 use postgres_operator::postgres::plan::Delays;
-use postgres_operator::postgres::{run_postgres_operator, PostgresOptions};
+use postgres_operator::postgres::{run_postgres_operator_when_leading, PostgresOptions};
 use postgres_operator::process::{cancel_on_signal, connect, fail, init_logging, parse_seconds};
 use postgres_operator::story::Reporter;
 
@@ -101,19 +101,9 @@ async fn main() -> ExitCode {
         Ok(election) => election,
         Err(error) => return fail(&error, error.hint(), &client),
     };
-    let operator = {
-        let (client, reporter) = (client.clone(), reporter.clone());
-        move |acting| run_postgres_operator(client, options, reporter, acting)
-    };
-    let outcome = match election {
-        Some(election) => {
-            run_when_leading(client.clone(), election, reporter, shutdown, operator).await
-        }
-        None => {
-            drop(reporter);
-            Ok(Some(operator(shutdown).await))
-        }
-    };
+    let outcome =
+        run_postgres_operator_when_leading(client.clone(), options, election, reporter, shutdown)
+            .await;
     let _ = printer.await;
     match outcome {
         Ok(None | Some(Ok(_))) => ExitCode::SUCCESS,

@@ -30,7 +30,7 @@ use crate::watch::{list_then_watch, Event, WatchItem, WatchNotice, WatchOptions}
 /// [`run_postgres_operator`] while this process holds the Lease `election` names (another copy
 /// holding it: wait, as a standby), or at once with `None` (`--leader-elect=false`). The outer
 /// `Err` is the election's (the Lease was lost: stop, another copy may act now); `Ok(None)`:
-/// shut down before ever leading. What `stages/stage05.rs` runs.
+/// shut down before ever leading. What `stages/stage04.rs` and `stage05.rs` run.
 pub async fn run_postgres_operator_when_leading(
     client: Client,
     options: PostgresOptions,
