@@ -1,6 +1,6 @@
 //! The one-command tour (`cargo run`, `src/bin/tour.rs`) runs to the end on its own
-//! sandbox — step 04 on real PostgreSQL there, or on simulated pods when asked — and against a
-//! named API server writes only what it announced. WORKSHOP.md, "The whole workshop in one command".
+//! sandbox — steps 04 and 05 on real PostgreSQL there, or on simulated pods when asked — and
+//! against a named API server writes only what it announced. WORKSHOP.md, "The whole workshop in one command".
 
 use std::io::Read;
 use std::process::{Command, Output, Stdio};
@@ -11,8 +11,8 @@ use postgres_operator::client::Client;
 use postgres_operator::config::Config;
 use sandbox::{Sandbox, SandboxOptions};
 
-/// Only a bound for a hung tour: step 04 starts real PostgreSQL servers on a machine that may be
-/// busy with other tests. How long it took is printed, not asserted.
+/// Only a bound for a hung tour: steps 04 and 05 start real PostgreSQL servers (and restore
+/// one from a backup) on a machine that may be busy with other tests. How long it took is printed, not asserted.
 const TOUR_DEADLINE: Duration = Duration::from_secs(300);
 
 /// The tour binary, isolated from any real cluster configuration on this machine.
@@ -77,6 +77,9 @@ fn assert_in_order(text: &str, expected: &[&str]) {
     }
 }
 
+/// The example's `spec.backup` as the operator prints it.
+const BACKUP: &str = "backup: {storageSize: 256Mi, intervalMinutes: 60, keep: 2}";
+
 /// The lines of steps 01-03, the same on every runtime.
 fn steps_01_to_03(key: &str) -> Vec<String> {
     [
@@ -111,22 +114,23 @@ fn steps_01_to_03(key: &str) -> Vec<String> {
     .to_vec()
 }
 
-/// Step 04's act up to the point where real and simulated pods part: the operator's real lines.
-/// `pods_note`: what the tour says about the pods.
+/// Steps 04 and 05 up to the point where real and simulated pods part: the operator's real
+/// lines. `pods_note`: what the tour says about the pods.
 fn step_04_until_the_failover(key: &str, pods_note: &str) -> Vec<String> {
     [
-        "== Step 04: cargo run --bin stage04",
+        "== Steps 04 and 05: cargo run --bin stage05",
         pods_note,
         "Watching the clusters' pods...",
         "Starting at watchVersion ",
-        "== Act 4: kubectl create -f kube/example-postgres-cluster.yaml",
+        "== Act 4: kubectl create -f kube/example-postgres-cluster.yaml, with spec.backup {storageSize: 256Mi, keep: 2} added",
         &format!("{key} created Secret example-postgresql-cluster-credentials"),
+        &format!("{key} created PersistentVolumeClaim example-postgresql-cluster-backups"),
         &format!("{key} created Service example-postgresql-cluster-primary"),
         &format!("{key} Launching seed Postgres node example-postgresql-cluster-"),
         &format!("{key} Adding replica example-postgresql-cluster-"),
         "== 3 of 3 members ready, example-postgresql-cluster-",
         "== Act 5: kubectl scale pgc example-postgresql-cluster --replicas 4",
-        &format!("{key} spec update: from {{size: 3, version: 16, paused: false}} to {{size: 4, version: 16, paused: false}}"),
+        &format!("{key} spec update: from {{size: 3, version: 16, paused: false, {BACKUP}}} to {{size: 4, version: 16, paused: false, {BACKUP}}}"),
         &format!("{key} Adding replica example-postgresql-cluster-"),
         "== 4 of 4 members ready",
     ]
@@ -153,16 +157,18 @@ fn run_tour_to_the_end(args: &[&str]) -> String {
 }
 
 /// `cargo run` with no flags: a sandbox of its own (a child process) running pods as real
-/// PostgreSQL, steps 01-03 with the operator's own lines, then step 04 for real: a seed and its
-/// replicas, a row written through the primary Service, the primary deleted, a replica promoted,
-/// the row read back. Fails, saying so, where the sandbox cannot run real pods.
+/// PostgreSQL, steps 01-03 with the operator's own lines, then steps 04 and 05 for real: a seed
+/// and its replicas, a row written through the primary Service, the primary deleted, a replica
+/// promoted, the row read back; a base backup, a second row archived, every pod deleted, the
+/// cluster restored from the backup with both rows. Fails, saying so, where the sandbox cannot
+/// run real pods.
 #[test]
 fn tour_plays_the_workshop_on_a_sandbox_of_its_own() {
     let stdout = run_tour_to_the_end(&[]);
     assert!(
         stdout.contains("   pods run as processes: PostgreSQL "),
-        "the tour's step 04 plays on real PostgreSQL servers, which this machine's sandbox cannot run \
-         (install PostgreSQL and bubblewrap: .ci/install-test-deps); it said:\n{stdout}"
+        "the tour's steps 04 and 05 play on real PostgreSQL servers, which this machine's sandbox \
+         cannot run (install PostgreSQL and bubblewrap: .ci/install-test-deps); it said:\n{stdout}"
     );
     let key = "[default/example-postgresql-cluster]";
     let mut expected = vec!["== The stage: a sandbox API server at http://127.0.0.1:".to_string()];
@@ -181,16 +187,37 @@ fn tour_plays_the_workshop_on_a_sandbox_of_its_own() {
             "is the new primary, ready",
             "== Act 8: PGPASSWORD=... psql -h 127.",
             "   read back: \"written before the failover\", answered by 127.",
-            "== Act 9: kubectl delete pgc example-postgresql-cluster",
+            "== Step 05: backups and disaster recovery",
+            "== Act 9: kubectl annotate pgc example-postgresql-cluster workshop.example.com/backup-now=",
+            &format!("{key} Backing up: example-postgresql-cluster-backup-"),
+            &format!("{key} Backup "),
+            "== status.lastBackup: ",
+            "== Act 10: PGPASSWORD=... psql -h 127.",
+            "   written: answered by 127.",
+            "-c \"SELECT pg_walfile_name(pg_switch_wal())\"",
+            " archived to example-postgresql-cluster-backups ",
+            "== Act 11: kubectl delete pods -l workshop.example.com/cluster=example-postgresql-cluster",
+            "pod \"example-postgresql-cluster-",
+            &format!("{key} All Postgres pods are dead. Trying to recover from a previous backup"),
+            &format!("{key} Launching seed Postgres node restoring base backup "),
+            "   status.phase: Running -> Recovering",
+            &format!("{key} Restored: example-postgresql-cluster-"),
+            "   status.phase: Recovering -> Running",
+            "== Restored in ",
+            "== Act 12: PGPASSWORD=... psql -h 127.",
+            "   read back: \"written before the failover\", \"written after the base backup\", answered by 127.",
+            "== 4 of 4 members ready again",
+            "== Act 13: kubectl delete pgc example-postgresql-cluster",
             &format!("{key} cluster is deleted by the user"),
-            "== Curtain: stopping the step-04 operator",
+            "== Curtain: stopping the step-05 operator",
             "The tour took ",
         ]
         .map(str::to_string),
     );
     let expected: Vec<&str> = expected.iter().map(String::as_str).collect();
     assert_in_order(&stdout, &expected);
-    // The row was written on the primary and read back from the promoted replica: two pods.
+    // The first row was written on the primary and read back from the promoted replica: two
+    // pods. Both rows were read back from the seed that restored the backup: a third.
     let answered_by = |prefix: &str| {
         stdout
             .lines()
@@ -202,10 +229,30 @@ fn tour_plays_the_workshop_on_a_sandbox_of_its_own() {
     let reader = answered_by("   read back: \"written before the failover\", answered by ")
         .expect("the reader is a pod");
     assert_ne!(writer, reader, "the row was read back from the new primary");
+    let restored = answered_by(
+        "   read back: \"written before the failover\", \"written after the base backup\", answered by ",
+    )
+    .expect("the restored primary is a pod");
+    assert!(
+        restored != writer && restored != reader,
+        "both rows were read back from the restored seed, a new pod: {restored}"
+    );
+    // What the restore replayed: the base backup it named, and the segment archived after it.
+    let restored_from = format!("{key} Launching seed Postgres node restoring base backup ");
+    let newest = stdout
+        .lines()
+        .find_map(|line| line.strip_prefix("== status.lastBackup: "))
+        .and_then(|rest| rest.split(' ').next())
+        .expect("the tour names the backup");
+    assert!(
+        stdout.contains(&format!("{restored_from}{newest} ")),
+        "the restore starts from the backup asked for, {newest}:\n{stdout}"
+    );
 }
 
 /// `cargo run -- --sandbox-runtime simulated`: the same tour on simulated pods says so, skips
-/// the SQL, shows the failover stop at its first question to Postgres, and still ends cleanly.
+/// the SQL, shows the failover stop at its first question to Postgres, skips the backup and the
+/// restore, and still ends cleanly.
 #[test]
 fn tour_on_simulated_pods_says_so_and_skips_the_sql() {
     let stdout = run_tour_to_the_end(&["--sandbox-runtime", "simulated"]);
@@ -227,8 +274,9 @@ fn tour_on_simulated_pods_says_so_and_skips_the_sql() {
             &format!("{key} cannot ask example-postgresql-cluster-"),
             "== The failover stops here: a simulated pod runs no Postgres",
             "== Act 8: (skipped: read the row back",
-            "== Act 9: kubectl delete pgc example-postgresql-cluster",
-            "== Curtain: stopping the step-04 operator",
+            "== Acts 9 to 12: (skipped: step 05's base backup, a second row archived, every pod deleted and the cluster restored",
+            "== Act 13: kubectl delete pgc example-postgresql-cluster",
+            "== Curtain: stopping the step-05 operator",
             "The tour took ",
         ]
         .map(str::to_string),
@@ -236,8 +284,8 @@ fn tour_on_simulated_pods_says_so_and_skips_the_sql() {
     let expected: Vec<&str> = expected.iter().map(String::as_str).collect();
     assert_in_order(&stdout, &expected);
     assert!(
-        !stdout.contains("Promoting "),
-        "nothing is promoted on simulated pods:\n{stdout}"
+        !stdout.contains("Promoting ") && !stdout.contains("Restored: "),
+        "nothing is promoted or restored on simulated pods:\n{stdout}"
     );
 }
 
@@ -269,7 +317,7 @@ async fn tour_against_a_named_server_writes_only_what_it_announces() {
             "register the CustomResourceDefinition postgresclusters.workshop.example.com if it is missing",
             "create the PostgresCluster default/example-postgresql-cluster, resize it, and delete it.",
             "Nothing else is created",
-            "Step 04 (its operator starts pods) plays on the tour's own sandbox only",
+            "Steps 04 and 05 (their operator starts pods) play on the tour's own sandbox only",
             "== Act 3: kubectl delete pgc example-postgresql-cluster",
             "== Curtain: stopping the operator, as SIGTERM would",
         ],

@@ -21,8 +21,9 @@
 //! `N` (resourceVersions, ages, ports, uids), runs of spaces become one (kubectl aligns columns),
 //! the random 5-character suffix the API server gives a `generateName` (`example-pg-7xk2p`;
 //! Kubernetes picks from digits and consonants only, so no word is mistaken for one) becomes
-//! `-N` like a number (a five-digit port can look like one), and a Postgres WAL position
-//! (`0/501E4E8`) becomes `N/N`.
+//! `-N` like a number (a five-digit port can look like one), a Postgres WAL position
+//! (`0/501E4E8`) becomes `N/N` (`0_501E4E8` in a base backup's name, `N_N`), and a WAL
+//! segment's file name (`00000002000000000000000A`) `N`.
 //!
 //! A command's words are split at spaces, except inside double quotes (`psql -c "SELECT 1"`),
 //! which are removed as a shell would; there is no other shell syntax.
@@ -176,7 +177,8 @@ fn untested_transcripts(markdown: &str) -> Vec<usize> {
 /// no 0, 1 or 3, so a suffix never spells a word.
 const GENERATED_NAME_CHARS: &str = "bcdfghjklmnpqrstvwxz2456789";
 
-/// `-7xk2p` after a name becomes `-?????`; `0/501E4E8` (an LSN) becomes `N/N`.
+/// `-7xk2p` after a name becomes `-?????`; `0/501E4E8` (an LSN) becomes `N/N`, `0_501E4E8` (one
+/// in a base backup's name) `N_N`; `00000002000000000000000A` (a WAL segment) `N`.
 fn mask_generated(line: &str) -> String {
     let chars: Vec<char> = line.chars().collect();
     let is_word = |c: Option<&char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
@@ -200,13 +202,20 @@ fn mask_generated(line: &str) -> String {
         let hex = |c: &char| c.is_ascii_digit() || ('A'..='F').contains(c);
         if hex(&chars[i]) && (i == 0 || !is_word(chars.get(i - 1))) {
             let high = chars[i..].iter().take_while(|c| hex(c)).count();
-            if chars.get(i + high) == Some(&'/') {
+            // An LSN, or the same with `_` in a base backup's name (`20261122T211751Z-0_6000110`).
+            if let Some(separator @ ('/' | '_')) = chars.get(i + high) {
                 let low = chars[i + high + 1..].iter().take_while(|c| hex(c)).count();
                 if low > 0 && !is_word(chars.get(i + high + 1 + low)) {
-                    out.push_str("N/N");
+                    out.push_str(&format!("N{separator}N"));
                     i += high + 1 + low;
                     continue;
                 }
+            }
+            // A WAL segment's file name: timeline, log and segment, 8 hex digits each.
+            if high == 24 && !is_word(chars.get(i + high)) {
+                out.push('N');
+                i += high;
+                continue;
             }
         }
         out.push(chars[i]);
@@ -770,12 +779,17 @@ fn comparison_ignores_numbers_and_alignment_but_not_words() {
     );
 }
 
-/// Generated names and WAL positions differ from run to run; other words with hyphens do not.
+/// Generated names, WAL positions and segment names differ from run to run; other words with
+/// hyphens or underscores do not.
 #[test]
 fn comparison_ignores_generated_names_and_wal_positions() {
     assert_eq!(
         normalise("Promoting db-7xk2p to primary (WAL received up to 0/501E4E8, replayed up to 0/3000148)"),
         normalise("Promoting db-bb9zz to primary (WAL received up to 0/60000D8, replayed up to 0/60000D8)")
+    );
+    assert_eq!(
+        normalise("Backup 20261122T211751Z-0_6000110 complete, 00000002000000000000000A archived"),
+        normalise("Backup 20261122T211752Z-0_80000D8 complete, 000000020000000000000007 archived")
     );
     assert_eq!(
         normalise("pod \"db-7xk2p\" deleted"),
@@ -795,6 +809,7 @@ fn comparison_ignores_generated_names_and_wal_positions() {
         "kube-node-lease",
         "a-bcdfgh",
         "-bcdfg",
+        "ON_ERROR_STOP=1",
     ] {
         assert_eq!(mask_generated(kept), kept);
     }

@@ -1,7 +1,9 @@
 //! The one-command tour: `cargo run`. It plays the whole workshop at once — register the type,
-//! watch, run the step-03 operator on a cluster, then the step-04 operator for real: a seed
-//! primary and its replicas, a row written through the primary Service, the primary deleted, a
-//! failover, the row read back — and prints what the operators say at each step.
+//! watch, run the step-03 operator on a cluster, then the step-05 operator (step 04's plus
+//! backups) for real: a seed primary and its replicas, a row written through the primary Service,
+//! the primary deleted, a failover, the row read back; then a base backup, a second row archived,
+//! every pod deleted at once, and the cluster restored from its backups with both rows — and
+//! prints what the operators say at each step.
 //!
 //! WORKSHOP.md, "The whole workshop in one command". Nothing to install beyond the Rust
 //! toolchain: with no flags the tour starts the sandbox API server (the `sandbox` binary, built
@@ -9,7 +11,7 @@
 //! Two programs talking HTTP, as an operator and kube-apiserver are: the operator crate never
 //! links the sandbox. Where PostgreSQL and bubblewrap are installed the sandbox runs the pods as
 //! real PostgreSQL servers; elsewhere they are simulated, the tour says so, and skips what needs
-//! a real server (the SQL, the promotion).
+//! a real server (the SQL, the promotion, the backup and the restore).
 //!
 //! ```text
 //! cargo run                                  # the tour on a sandbox of its own
@@ -24,13 +26,14 @@
 //! CRD if missing (and leaves it), creates `example-postgresql-cluster` in the namespace, resizes
 //! it, and deletes it again — also when stopped with Ctrl-C half-way, and then says what it
 //! removed. It refuses to start if an object of that name already exists, or if the namespace
-//! does not. Step 04, whose operator starts pods, plays on the tour's own sandbox only.
+//! does not. Steps 04 and 05, whose operator starts pods, play on the tour's own sandbox only.
 //!
 //! The operators it runs are the ones the stages run: [`run_operator`] (`stages/stage03.rs`) and
-//! [`run_postgres_operator`] (`stages/stage04.rs`). The tour waits for the operator's own lines,
-//! or polls the cluster's status, after each act (with a deadline) rather than sleeping.
-//! `cargo run -- --help` lists the flags.
+//! [`run_postgres_operator`] with `backups` on (`stages/stage05.rs`). The tour waits for the
+//! operator's own lines, or polls the cluster's status, after each act (with a deadline) rather
+//! than sleeping. `cargo run -- --help` lists the flags.
 
+use std::cell::RefCell;
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -42,14 +45,17 @@ use base64::Engine;
 
 use clap::Parser;
 use postgres_operator::api::{
-    collection_path, object_path, PostgresCluster, PostgresClusterSpec, CRD_NAME,
+    collection_path, object_path, BackupSpec, LastBackup, PostgresCluster, PostgresClusterSpec,
+    PostgresClusterStatus, BACKUP_NOW_ANNOTATION, CRD_NAME,
 };
 use postgres_operator::client::{Client, Patch};
 use postgres_operator::config::{Config, ConfigArgs, CONNECTION_ORDER_HELP};
-use postgres_operator::controller::pods::{label_selector, pods_path, Pod};
+use postgres_operator::controller::pods::{label_selector, pods_path, Pod, CLUSTER_LABEL};
 use postgres_operator::controller::{run_operator, ControllerOptions};
 use postgres_operator::crd::{self, DEFAULT_ESTABLISHED_TIMEOUT};
+use postgres_operator::postgres::backup::{backup_claim_name, ARCHIVE_TIMEOUT_SECONDS};
 use postgres_operator::postgres::cluster::psql_in_pod;
+use postgres_operator::postgres::conditions::{PHASE_RUNNING, RESTORE_RESTORED};
 use postgres_operator::postgres::manifests::{
     credentials_secret_name, primary_service_name, psql_argv, POSTGRES_CONTAINER, POSTGRES_PORT,
     SUPERUSER_PASSWORD_KEY,
@@ -75,16 +81,25 @@ const ACT_DEADLINE: Duration = Duration::from_secs(15);
 /// How long a step-04 act may take: real pods run initdb or copy the primary with
 /// pg_basebackup, on a machine that may be busy with other work.
 const POD_ACT_DEADLINE: Duration = Duration::from_secs(180);
-/// The table the tour writes its row to, and the row.
+/// The table the tour writes its rows to, and the rows: one before the failover, one after the
+/// base backup (so only the archived WAL can bring it back).
 const TOUR_TABLE: &str = "tour";
 const TOUR_NOTE: &str = "written before the failover";
+const SECOND_NOTE: &str = "written after the base backup";
+/// Step 05's `spec.backup` for the example: a claim of this size (the sandbox records it, a real
+/// provisioner would enforce it; two base backups of the tour's small database and its WAL take
+/// well under 100 MB), the newest two base backups kept.
+const BACKUP_STORAGE_SIZE: &str = "256Mi";
+const BACKUP_KEEP: i64 = 2;
 
 /// tour: the whole workshop in one command (`cargo run`). Registers the PostgresCluster type,
-/// runs the step-03 operator on a cluster, then the step-04 operator: creates a Postgres cluster,
-/// grows it, writes a row through its primary Service, deletes the primary pod, watches the
-/// failover and reads the row back. Prints what the operators say at each step. With no flags it
-/// runs on a sandbox API server of its own; with --server or --real-cluster on a real one (steps
-/// 01-03 only), where it removes what it created.
+/// runs the step-03 operator on a cluster, then the step-05 operator (step 04's plus backups):
+/// creates a Postgres cluster with backups, grows it, writes a row through its primary Service,
+/// deletes the primary pod, watches the failover and reads the row back; takes a base backup,
+/// writes and archives a second row, deletes every pod and reads both rows back from the restored
+/// cluster. Prints what the operators say at each step. With no flags it runs on a sandbox API
+/// server of its own; with --server or --real-cluster on a real one (steps 01-03 only), where it
+/// removes what it created.
 #[derive(Parser)]
 #[command(after_help = format!("{CONNECTION_ORDER_HELP}\n\n{EXAMPLES}"))]
 struct TourFlags {
@@ -172,7 +187,7 @@ async fn tour(flags: TourFlags) -> ExitCode {
             println!(
                 "   Nothing else is created: the step-03 operator only reports what it would do."
             );
-            println!("   Step 04 (its operator starts pods) plays on the tour's own sandbox only: `cargo run` with no flags.");
+            println!("   Steps 04 and 05 (their operator starts pods) play on the tour's own sandbox only: `cargo run` with no flags.");
         }
     }
 
@@ -380,18 +395,22 @@ async fn play(
     match runtime {
         Some(runtime) => {
             println!();
-            play_step04(client, flags, runtime, created_example, stop_operators).await
+            play_steps_04_and_05(client, flags, runtime, created_example, stop_operators).await
         }
         None => {
-            println!(". Step 04 starts pods: try it on the tour's own sandbox (`cargo run`).");
+            println!(
+                ". Steps 04 and 05 start pods: try them on the tour's own sandbox (`cargo run`)."
+            );
             Ok(())
         }
     }
 }
 
-/// Step 04 on the tour's own sandbox: the operator that acts. Create, grow, write a row through
-/// the primary Service, lose the primary, fail over, read the row back, delete.
-async fn play_step04(
+/// Steps 04 and 05 on the tour's own sandbox: the operator that acts. Create (with backups),
+/// grow, write a row through the primary Service, lose the primary, fail over, read the row
+/// back; then a base backup, a second row archived, every pod lost, the restore, both rows read
+/// back; delete.
+async fn play_steps_04_and_05(
     client: &Client,
     flags: &TourFlags,
     runtime: &PodRuntime,
@@ -400,11 +419,11 @@ async fn play_step04(
 ) -> Result<(), TourEnd> {
     let namespace = client.namespace().to_string();
     let key = format!("{namespace}/{EXAMPLE_NAME}");
-    println!("== Step 04: cargo run --bin stage04   (the homework, for real: a seed, replicas, Services, failover)");
+    println!("== Steps 04 and 05: cargo run --bin stage05   (the homework, for real: a seed, replicas, Services, failover; then backups and disaster recovery. Stage 05's operator is stage 04's plus backups)");
     let sql = SqlRoute::for_runtime(runtime).await;
     match &sql {
         None => println!(
-            "   The pods are simulated: the operator acts all the same, but no Postgres runs in them, so the SQL acts are skipped and the failover stops at its first question to Postgres."
+            "   The pods are simulated: the operator acts all the same, but no Postgres runs in them, so the SQL acts are skipped, the failover stops at its first question to Postgres, and a backup pod never finishes (nothing runs pg_basebackup)."
         ),
         Some(SqlRoute::HostPsql(psql)) => println!(
             "   The pods are real PostgreSQL servers; the tour's SQL goes through the primary Service with this host's {}.",
@@ -418,6 +437,8 @@ async fn play_step04(
     let (reporter, lines) = Reporter::channel();
     let options = PostgresOptions {
         reconcile_interval: flags.reconcile_interval,
+        // What stages/stage05.rs turns on: act on spec.backup.
+        backups: true,
         ..PostgresOptions::default()
     };
     let stop_operator = stop_operators.child_token();
@@ -431,10 +452,13 @@ async fn play_step04(
     story.until(None, "Starting at watchVersion").await?;
     let cluster_path = object_path(&namespace, EXAMPLE_NAME);
 
-    println!("== Act 4: kubectl create -f kube/example-postgres-cluster.yaml   (size {EXAMPLE_SIZE}: a seed primary, then replicas cloned from it one at a time)");
+    println!("== Act 4: kubectl create -f kube/example-postgres-cluster.yaml, with spec.backup {{storageSize: {BACKUP_STORAGE_SIZE}, keep: {BACKUP_KEEP}}} added   (size {EXAMPLE_SIZE}: a seed primary, then replicas cloned from it one at a time; every member archives its WAL to the claim {})", backup_claim_name(EXAMPLE_NAME));
     let created = Instant::now();
     let _: PostgresCluster = client
-        .create(&collection_path(&namespace), &example_cluster(&namespace))
+        .create(
+            &collection_path(&namespace),
+            &example_cluster_with_backups(&namespace),
+        )
         .await
         .map_err(failed)?;
     created_example.store(true, Ordering::SeqCst);
@@ -471,13 +495,7 @@ async fn play_step04(
             "== Act 6: (skipped: write a row through the Service {service}; the pods are simulated, no Postgres answers)"
         ),
         Some(route) => {
-            let target = route.target(client, &primary).await?;
-            println!("== Act 6: {}", target.command_line(&write));
-            let answer = story
-                .while_printing(target.run(client, &write))
-                .await?;
-            let server = pod_with_address(client, answer.trim()).await;
-            println!("   written: answered by {} ({server})", answer.trim());
+            write_row(client, &mut story, route, &primary, 6, &write).await?;
         }
     }
 
@@ -494,6 +512,7 @@ async fn play_step04(
                 .await?;
             println!("== The failover stops here: a simulated pod runs no Postgres to ask for its WAL position or to promote. With PostgreSQL and bubblewrap installed, a replica is promoted at this point.");
             println!("== Act 8: (skipped: read the row back through the Service; the pods are simulated)");
+            println!("== Acts 9 to 12: (skipped: step 05's base backup, a second row archived, every pod deleted and the cluster restored with both rows; the pods are simulated, no Postgres runs pg_basebackup, archives its WAL or replays it)");
         }
         Some(route) => {
             let old = primary.as_str();
@@ -504,32 +523,19 @@ async fn play_step04(
                 "== {promoted} is the new primary, ready {:.1} s after the delete",
                 deleted.elapsed().as_secs_f64()
             );
-            let read = format!("SELECT note, inet_server_addr() FROM {TOUR_TABLE}");
-            let target = route.target(client, &promoted).await?;
-            println!("== Act 8: {}", target.command_line(&read));
-            let answer = story
-                .while_printing(target.run_until_answered(client, &read))
-                .await?;
-            let answer = answer.trim();
-            let (note, address) = answer.split_once('|').unwrap_or((answer, ""));
-            let server = pod_with_address(client, address).await;
-            println!("   read back: {note:?}, answered by {address} ({server})");
-            if note != TOUR_NOTE {
-                return Err(failed(format!(
-                    "the row read back after the failover is {note:?}, not {TOUR_NOTE:?}"
-                )));
-            }
+            read_rows(client, &mut story, route, &promoted, 8, &[TOUR_NOTE]).await?;
+            play_disaster_recovery(client, &mut story, route, &promoted).await?;
         }
     }
 
-    println!("== Act 9: kubectl delete pgc {EXAMPLE_NAME}   (the garbage collector deletes what it owns)");
+    println!("== Act 13: kubectl delete pgc {EXAMPLE_NAME}   (the garbage collector deletes what it owns)");
     let _: serde_json::Value = client.delete(&cluster_path).await.map_err(failed)?;
     created_example.store(false, Ordering::SeqCst);
     story
         .until(Some(&key), "cluster is deleted by the user")
         .await?;
 
-    println!("== Curtain: stopping the step-04 operator, as SIGTERM would");
+    println!("== Curtain: stopping the step-05 operator, as SIGTERM would");
     stop_operator.cancel();
     let stopped = operator
         .await
@@ -540,6 +546,191 @@ async fn play_step04(
         "operator stopped ({} cluster tasks left to stop)",
         stopped.tasks_stopped
     );
+    Ok(())
+}
+
+/// Step 05's acts, on real PostgreSQL, with `primary` the primary after the failover: a base
+/// backup on request, a second row written and its WAL segment archived, every pod deleted at
+/// once, the cluster restored from the backup and the archive, both rows read back, the replicas
+/// cloned again.
+async fn play_disaster_recovery(
+    client: &Client,
+    story: &mut Story,
+    route: &SqlRoute,
+    primary: &str,
+) -> Result<(), TourEnd> {
+    let namespace = client.namespace().to_string();
+    let key = format!("{namespace}/{EXAMPLE_NAME}");
+    let cluster_path = object_path(&namespace, EXAMPLE_NAME);
+    let path = cluster_path.as_str();
+    let claim = backup_claim_name(EXAMPLE_NAME);
+    println!("== Step 05: backups and disaster recovery   (the example's spec.backup: every WAL segment the primary finishes goes to the claim {claim}, base backups too)");
+
+    // Any new value asks for a backup: a timestamp, as `$(date +%s)` would give.
+    let requested = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_secs())
+        .to_string();
+    println!("== Act 9: kubectl annotate pgc {EXAMPLE_NAME} {BACKUP_NOW_ANNOTATION}={requested} --overwrite   (a base backup now, by a backup pod, from a replica where one is ready: since the failover the cluster writes on a new timeline)");
+    let asked = Instant::now();
+    let annotate = Patch::Merge(serde_json::json!({
+        "metadata": {"annotations": {BACKUP_NOW_ANNOTATION: requested}}
+    }));
+    let _: PostgresCluster = client.patch(path, &annotate).await.map_err(failed)?;
+    // One backup pod at a time: one already running (the first, taken once the cluster was
+    // steady) finishes, and is recorded, before the operator starts the one asked for.
+    story
+        .until_within(
+            Some(&key),
+            "asked for by the backup-now annotation",
+            POD_ACT_DEADLINE,
+        )
+        .await?;
+    let before = last_backup_name(client, path).await;
+    let backup = story
+        .until_state("a new status.lastBackup", || {
+            new_last_backup(client, path, before.as_deref())
+        })
+        .await?;
+    println!(
+        "== status.lastBackup: {} ({:.1} MB, from WAL position {}), {:.1} s after the annotation",
+        backup.name,
+        backup.bytes as f64 / 1e6,
+        backup.lsn,
+        asked.elapsed().as_secs_f64()
+    );
+
+    let write =
+        format!("INSERT INTO {TOUR_TABLE} VALUES ('{SECOND_NOTE}') RETURNING inet_server_addr()");
+    write_row(client, story, route, primary, 10, &write).await?;
+    let target = route.target(client, primary).await?;
+    let switch = "SELECT pg_walfile_name(pg_switch_wal())";
+    println!("   The row is in a WAL segment the primary has not finished; only finished segments are archived. archive_timeout finishes one within {ARCHIVE_TIMEOUT_SECONDS} s, and a disaster before then loses what it holds. pg_switch_wal() finishes it now:");
+    println!("   {}", target.command_line(switch));
+    let switched = Instant::now();
+    let segment = story.while_printing(target.run(client, switch)).await?;
+    let segment = segment.trim().to_string();
+    let archived = "SELECT coalesce(last_archived_wal, '') FROM pg_stat_archiver";
+    story
+        .until_state(&format!("{segment} archived"), || async {
+            let last = target.run(client, archived).await.ok()?;
+            // Segment names sort as their positions: timeline, then log and segment numbers.
+            (last.trim() >= segment.as_str()).then_some(())
+        })
+        .await?;
+    println!(
+        "   {segment} archived to {claim} {:.1} s after the switch (pg_stat_archiver.last_archived_wal)",
+        switched.elapsed().as_secs_f64()
+    );
+
+    let selector = format!("{CLUSTER_LABEL}={EXAMPLE_NAME}");
+    println!("== Act 11: kubectl delete pods -l {selector}   (every pod at once: no replica is left to promote; the operator restores the newest base backup and replays the archived WAL)");
+    let lost = Instant::now();
+    let pods: serde_json::Value = client
+        .get(&pods_path(&namespace, &selector))
+        .await
+        .map_err(failed)?;
+    let names: Vec<&str> = pods["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|pod| pod["metadata"]["name"].as_str())
+        .collect();
+    for name in names {
+        let deleted = client
+            .delete::<serde_json::Value>(&format!("/api/v1/namespaces/{namespace}/pods/{name}"))
+            .await;
+        match deleted {
+            Ok(_) => println!("pod \"{name}\" deleted"),
+            // 404: gone already (a finished backup pod the operator collected meanwhile).
+            Err(error) if error.status_code() == Some(404) => {}
+            Err(error) => return Err(failed(error)),
+        }
+    }
+    let phases = PhaseLog::default();
+    let (restored, reached) = story
+        .until_state_noting("a restored primary, ready", || {
+            restored_primary(client, path, &phases)
+        })
+        .await?;
+    println!(
+        "== Restored in {:.1} s: {restored} is the primary, {reached}",
+        lost.elapsed().as_secs_f64()
+    );
+
+    read_rows(
+        client,
+        story,
+        route,
+        &restored,
+        12,
+        &[TOUR_NOTE, SECOND_NOTE],
+    )
+    .await?;
+    story
+        .until_state(&format!("{GROWN_SIZE} ready members"), || {
+            ready_members(client, path, GROWN_SIZE)
+        })
+        .await?;
+    println!(
+        "== {GROWN_SIZE} of {GROWN_SIZE} members ready again, {:.1} s after the delete: the replicas cloned from the restored primary",
+        lost.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// Act `act`: run `write` (which returns `inet_server_addr()`) on the primary.
+async fn write_row(
+    client: &Client,
+    story: &mut Story,
+    route: &SqlRoute,
+    primary: &str,
+    act: u32,
+    write: &str,
+) -> Result<(), TourEnd> {
+    let target = route.target(client, primary).await?;
+    println!("== Act {act}: {}", target.command_line(write));
+    let answer = story.while_printing(target.run(client, write)).await?;
+    let server = pod_with_address(client, answer.trim()).await;
+    println!("   written: answered by {} ({server})", answer.trim());
+    Ok(())
+}
+
+/// Act `act`: read the tour's rows back from the primary, `primary`; they must be `expected`, in
+/// the order written.
+async fn read_rows(
+    client: &Client,
+    story: &mut Story,
+    route: &SqlRoute,
+    primary: &str,
+    act: u32,
+    expected: &[&str],
+) -> Result<(), TourEnd> {
+    let read = format!("SELECT note, inet_server_addr() FROM {TOUR_TABLE}");
+    let target = route.target(client, primary).await?;
+    println!("== Act {act}: {}", target.command_line(&read));
+    let answer = story
+        .while_printing(target.run_until_answered(client, &read))
+        .await?;
+    // `-qAt`: one `note|address` line per row.
+    let rows: Vec<(&str, &str)> = answer
+        .lines()
+        .filter(|line| !line.is_empty())
+        .map(|line| line.split_once('|').unwrap_or((line, "")))
+        .collect();
+    let notes: Vec<&str> = rows.iter().map(|(note, _)| *note).collect();
+    let address = rows.first().map_or("", |(_, address)| *address);
+    let server = pod_with_address(client, address).await;
+    let quoted: Vec<String> = notes.iter().map(|note| format!("{note:?}")).collect();
+    println!(
+        "   read back: {}, answered by {address} ({server})",
+        quoted.join(", ")
+    );
+    if notes != expected {
+        return Err(failed(format!(
+            "the rows read back are {notes:?}, not {expected:?}"
+        )));
+    }
     Ok(())
 }
 
@@ -583,6 +774,93 @@ async fn new_primary(client: &Client, cluster_path: &str, old: &str) -> Option<S
         .await
         .ok()?;
     pod.is_ready().then_some(primary)
+}
+
+/// `status.lastBackup.name`, if a base backup has completed.
+async fn last_backup_name(client: &Client, cluster_path: &str) -> Option<String> {
+    let cluster: PostgresCluster = client.get(cluster_path).await.ok()?;
+    Some(cluster.status?.last_backup?.name)
+}
+
+/// `status.lastBackup` once it names another backup than `before`.
+async fn new_last_backup(
+    client: &Client,
+    cluster_path: &str,
+    before: Option<&str>,
+) -> Option<LastBackup> {
+    let cluster: PostgresCluster = client.get(cluster_path).await.ok()?;
+    cluster
+        .status?
+        .last_backup
+        .filter(|backup| Some(backup.name.as_str()) != before)
+}
+
+/// The phases `status.phase` goes through while the tour polls it (the cluster was Running
+/// before the act).
+struct PhaseLog {
+    last: RefCell<String>,
+}
+
+impl Default for PhaseLog {
+    fn default() -> Self {
+        PhaseLog {
+            last: RefCell::new(PHASE_RUNNING.to_string()),
+        }
+    }
+}
+
+impl PhaseLog {
+    /// A line to print if `phase` is not the one seen last.
+    fn changed(&self, phase: Option<&str>) -> Option<String> {
+        let phase = phase.unwrap_or("<none>");
+        let mut last = self.last.borrow_mut();
+        (*last != phase).then(|| {
+            let note = format!("   status.phase: {last} -> {phase}");
+            *last = phase.to_string();
+            note
+        })
+    }
+}
+
+/// Once the restore is recorded as done, the phase is Running again and the restored pod is
+/// ready: its name and `status.restore.message` (the WAL position it reached). And a note when
+/// the phase has changed.
+async fn restored_primary(
+    client: &Client,
+    cluster_path: &str,
+    phases: &PhaseLog,
+) -> (Option<(String, String)>, Option<String>) {
+    let Some(status) = client
+        .get::<PostgresCluster>(cluster_path)
+        .await
+        .ok()
+        .and_then(|cluster| cluster.status)
+    else {
+        return (None, None);
+    };
+    let note = phases.changed(status.phase.as_deref());
+    (restored_and_ready(client, status).await, note)
+}
+
+async fn restored_and_ready(
+    client: &Client,
+    status: PostgresClusterStatus,
+) -> Option<(String, String)> {
+    let restore = status
+        .restore
+        .filter(|restore| restore.state == RESTORE_RESTORED)?;
+    let running = status.phase.as_deref() == Some(PHASE_RUNNING);
+    let primary = status
+        .primary
+        .filter(|primary| running && *primary == restore.pod)?;
+    let pod: Pod = client
+        .get(&format!(
+            "/api/v1/namespaces/{}/pods/{primary}",
+            client.namespace()
+        ))
+        .await
+        .ok()?;
+    pod.is_ready().then_some((primary, restore.message))
 }
 
 /// How the tour's SQL reaches Postgres.
@@ -818,6 +1096,7 @@ impl PodRuntime {
     }
 }
 
+/// `kube/example-postgres-cluster.yaml`.
 fn example_cluster(namespace: &str) -> PostgresCluster {
     let spec = PostgresClusterSpec {
         size: EXAMPLE_SIZE,
@@ -827,6 +1106,17 @@ fn example_cluster(namespace: &str) -> PostgresCluster {
         bootstrap: None,
     };
     PostgresCluster::new(namespace, EXAMPLE_NAME, spec)
+}
+
+/// The example with step 05's `spec.backup` (every other field of it at its default).
+fn example_cluster_with_backups(namespace: &str) -> PostgresCluster {
+    let mut cluster = example_cluster(namespace);
+    cluster.spec.backup = Some(BackupSpec {
+        storage_size: BACKUP_STORAGE_SIZE.to_string(),
+        keep: BACKUP_KEEP,
+        ..BackupSpec::default()
+    });
+    cluster
 }
 
 /// The operator's lines, printed as they come.
@@ -876,6 +1166,26 @@ impl Story {
         F: FnMut() -> Fut,
         Fut: Future<Output = Option<T>>,
     {
+        self.until_state_noting(what, || {
+            let checked = check();
+            async move { (checked.await, None) }
+        })
+        .await
+    }
+
+    /// [`Story::until_state`], where each check may also return a note to print (a status field
+    /// that changed). After each check, the lines the operator has said so far are printed
+    /// before its note or the tour's next caption: the operator says a line before it writes
+    /// the status that goes with it, so the story keeps the order things happened in.
+    async fn until_state_noting<T, F, Fut>(
+        &mut self,
+        what: &str,
+        mut check: F,
+    ) -> Result<T, TourEnd>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = (Option<T>, Option<String>)>,
+    {
         let wait = async {
             let mut poll = tokio::time::interval(Duration::from_millis(250));
             loop {
@@ -885,8 +1195,15 @@ impl Story {
                         None => return None,
                     },
                     _ = poll.tick() => {
-                        if let Some(found) = check().await {
-                            return Some(found);
+                        let (found, note) = check().await;
+                        while let Ok(log) = self.lines.try_recv() {
+                            println!("{log}");
+                        }
+                        if let Some(note) = note {
+                            println!("{note}");
+                        }
+                        if found.is_some() {
+                            return found;
                         }
                     }
                 }
