@@ -28,7 +28,7 @@ spec:
   - name: main
     image: busybox:1.36
     command: [sh, -c, '{script}']
-    volumeMounts: [{{name: work, mountPath: /work}}]
+    volumeMounts: [{{name: work, mountPath: /scratch}}]
 {extra}"#
     )
 }
@@ -73,7 +73,7 @@ async fn what_a_container_writes_to_its_termination_log_is_its_message() {
             "again",
             "OnFailure",
             "",
-            "if [ -e /work/ran ]; then echo -n second-run >&2; exit 0; fi; touch /work/ran; echo first > /dev/termination-log; exit 1",
+            "if [ -e /scratch/ran ]; then echo -n second-run >&2; exit 0; fi; touch /scratch/ran; echo first > /dev/termination-log; exit 1",
         ),
     )
     .await;
