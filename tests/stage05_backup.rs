@@ -1,6 +1,7 @@
 //! Stage 05 end to end: backups and disaster recovery with real PostgreSQL on the sandbox's
 //! process runtime, driven by real kubectl — rows, a base backup, more rows archived, every pod
-//! deleted at once, the restore; a new cluster restored to a target time; a corrupt backup.
+//! deleted at once, the restore; a new cluster restored to a target time; a missing WAL segment
+//! and a corrupt backup.
 //!
 //! WORKSHOP.md, step 05. Needs PostgreSQL, bubblewrap, kubectl, and the sandbox's
 //! PersistentVolumeClaims. The timings (all pods lost → ready primary, backup duration and size)
@@ -8,6 +9,10 @@
 
 mod common;
 
+use std::collections::BTreeMap;
+use std::hash::{Hash, Hasher};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -130,6 +135,28 @@ impl World {
         .await;
     }
 
+    /// The host directory of claim `claim`: its PersistentVolume's `hostPath` (the sandbox
+    /// provisions a directory under its data directory).
+    async fn claim_dir(&self, claim: &str) -> PathBuf {
+        let volume = self
+            .kubectl
+            .ok(&["get", "pvc", claim, "-o", "jsonpath={.spec.volumeName}"])
+            .await;
+        let path = self
+            .kubectl
+            .ok(&[
+                "get",
+                "pv",
+                volume.trim(),
+                "-o",
+                "jsonpath={.spec.hostPath.path}",
+            ])
+            .await;
+        let dir = PathBuf::from(path.trim());
+        assert!(dir.is_dir(), "claim {claim}'s volume {volume} is at {path}");
+        dir
+    }
+
     fn said(&self, part: &str) -> bool {
         self.lines
             .lock()
@@ -146,9 +173,111 @@ fn cluster_manifest(name: &str, spec: Value) -> Value {
     })
 }
 
+/// Every file under `dir`, by relative path: its size and a hash of its bytes.
+fn snapshot(dir: &Path) -> BTreeMap<PathBuf, (u64, u64)> {
+    let mut files = BTreeMap::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(next) = pending.pop() {
+        for entry in std::fs::read_dir(&next).expect("the claim's directory is readable") {
+            let path = entry.expect("a directory entry").path();
+            if path.is_dir() {
+                pending.push(path);
+                continue;
+            }
+            let bytes = std::fs::read(&path).expect("a backup file is readable");
+            let mut hasher = std::collections::hash_map::DefaultHasher::new();
+            bytes.hash(&mut hasher);
+            let relative = path
+                .strip_prefix(dir)
+                .expect("under the claim")
+                .to_path_buf();
+            files.insert(relative, (bytes.len() as u64, hasher.finish()));
+        }
+    }
+    files
+}
+
+/// Every file there before is there after, unchanged (the live primary may archive more).
+fn assert_untouched(before: &BTreeMap<PathBuf, (u64, u64)>, after: &BTreeMap<PathBuf, (u64, u64)>) {
+    assert!(before.keys().any(|p| p.ends_with("base.tar")), "{before:?}");
+    for (path, size_and_hash) in before {
+        assert_eq!(
+            after.get(path),
+            Some(size_and_hash),
+            "{} changed or went",
+            path.display()
+        );
+    }
+}
+
+/// A WAL segment taken off the claim, to be put back as it was (bytes, owner, mode).
+struct RemovedSegment {
+    path: PathBuf,
+    bytes: Vec<u8>,
+    metadata: std::fs::Metadata,
+}
+
+impl RemovedSegment {
+    fn put_back(self) {
+        std::fs::write(&self.path, &self.bytes).expect("the segment written back");
+        std::fs::set_permissions(&self.path, self.metadata.permissions()).expect("its mode");
+        std::os::unix::fs::chown(
+            &self.path,
+            Some(self.metadata.uid()),
+            Some(self.metadata.gid()),
+        )
+        .expect("its owner");
+    }
+}
+
+/// Remove the archived segment the backup starting at `start_lsn` starts in, which a restore of
+/// it needs first (with more archived after it: a gap, not just an archive that ends early).
+/// Its name (without `.gz`) and how to put it back.
+fn remove_needed_segment(wal: &Path, start_lsn: &str) -> (String, RemovedSegment) {
+    // A segment's number from LSN X/Y with 16 MB segments: X * 256 + Y / 16 MB.
+    let (hi, lo) = start_lsn.split_once('/').expect("an LSN X/Y");
+    let first = u64::from_str_radix(hi, 16).expect("hex") * 256
+        + (u64::from_str_radix(lo, 16).expect("hex") >> 24);
+    // Names are timeline, then the number as two 8-digit hex halves.
+    let mut by_number: BTreeMap<u64, Vec<String>> = BTreeMap::new();
+    for entry in std::fs::read_dir(wal).expect("the archive is readable") {
+        let name = entry
+            .expect("an entry")
+            .file_name()
+            .to_string_lossy()
+            .to_string();
+        let Some(segment) = name.strip_suffix(".gz").filter(|s| s.len() == 24) else {
+            continue;
+        };
+        let (Ok(hi), Ok(lo)) = (
+            u64::from_str_radix(&segment[8..16], 16),
+            u64::from_str_radix(&segment[16..24], 16),
+        ) else {
+            continue;
+        };
+        by_number
+            .entry(hi * 256 + lo)
+            .or_default()
+            .push(segment.to_string());
+    }
+    let last = by_number.keys().next_back().copied().unwrap_or_default();
+    let segment = match by_number.get(&first) {
+        Some(names) if names.len() == 1 && first < last => names[0].clone(),
+        _ => panic!("no single segment {first:X} with more after it: {by_number:?}"),
+    };
+    let path = wal.join(format!("{segment}.gz"));
+    let removed = RemovedSegment {
+        bytes: std::fs::read(&path).expect("the segment is readable"),
+        metadata: std::fs::metadata(&path).expect("its metadata"),
+        path,
+    };
+    std::fs::remove_file(&removed.path).expect("the segment removed");
+    (segment, removed)
+}
+
 /// Rows before and after a base backup survive losing every pod at once; a new cluster restored
-/// to a time between two batches holds exactly the first; a corrupt base backup fails the
-/// restore with the file named and leaves the backups as they were.
+/// to a time between two batches holds exactly the first; a missing WAL segment and a corrupt
+/// base backup each fail the restore with the file named and leave the backups as they were.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_lost_entirely_comes_back_from_its_backups() {
     let world = World::start().await;
@@ -254,6 +383,46 @@ async fn a_cluster_lost_entirely_comes_back_from_its_backups() {
         counts, "a=1000,b=1000",
         "exactly the rows before the target"
     );
+
+    // The copy has done its part; one server fewer on a small machine.
+    world
+        .kubectl
+        .ok(&["delete", "pgc", "copy", "--wait=false"])
+        .await;
+
+    // A missing WAL segment: the restore fails naming it, and touches nothing.
+    world.archive_now(&restored).await;
+    world.archive_now(&restored).await;
+    let claim = world.claim_dir("db-backups").await;
+    let start_lsn = world.cluster("db").await["status"]["lastBackup"]["lsn"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let (segment, saved) = remove_needed_segment(&claim.join("wal"), &start_lsn);
+    let before_gap = snapshot(&claim);
+    world
+        .create(cluster_manifest(
+            "gap",
+            serde_json::json!({"size": 1, "version": "16", "bootstrap": {"fromBackup": {"cluster": "db"}}}),
+        ))
+        .await;
+    let reason = common::eventually(DEADLINE, "phase Failed (a missing segment)", || async {
+        let status = world.cluster("gap").await["status"].clone();
+        (status["phase"] == "Failed")
+            .then(|| status["restore"]["message"].as_str().map(str::to_string))
+            .flatten()
+    })
+    .await;
+    assert!(
+        reason.contains(&format!("{segment}.gz is missing")),
+        "the reason names the segment {segment}: {reason}"
+    );
+    assert_untouched(&before_gap, &snapshot(&claim));
+    saved.put_back();
+    world
+        .kubectl
+        .ok(&["delete", "pgc", "gap", "--wait=false"])
+        .await;
 
     // A corrupt base backup: the restore fails naming the file, and touches nothing.
     let tar = format!("/backups/base/{backup}/base.tar");

@@ -204,6 +204,11 @@ pub fn member_pod(cluster: &PostgresCluster, role: Role, backups: &PodBackups) -
     }) {
         extend(&mut container["args"], args);
         extend(&mut container["volumeMounts"], mounts);
+        if restore.is_some() {
+            // A server that stops during recovery (a segment it cannot replay) says why in its
+            // log; the kubelet copies the log's end into the status, where the operator reads it.
+            container["terminationMessagePolicy"] = json!("FallbackToLogsOnError");
+        }
     }
     extend(&mut spec["volumes"], volumes);
     pod
@@ -254,8 +259,8 @@ pub fn restore_container(source: &RestoreSource, image: &str, pgdata: &str) -> V
 /// Shell functions both scripts use: WAL file names from LSNs, and failing with a message.
 const SCRIPT_FUNCTIONS: &str = r#"fail() {
   echo "$*" >&2
-  # The kubelet copies this file into the pod's status; || true where /dev is read only.
-  { echo "$*" > /dev/termination-log; } 2>/dev/null || true
+  # The kubelet copies this file into the pod's status (state.terminated.message).
+  echo "$*" > /dev/termination-log || true
   exit 1
 }
 # A WAL segment's number from an LSN X/Y, for the default 16 MB segments (wal_segment_size is
@@ -340,7 +345,8 @@ oldest_timeline=$(manifest_field "$base/$oldest/backup_manifest" Timeline | head
 pg_archivecleanup -x .gz "$wal" "$(segment "$oldest_timeline" "$(segno "$oldest_lsn")")"
 result="backup-done name=$name time=$(date -u -d "@$now" +%Y-%m-%dT%H:%M:%SZ) lsn=$start_lsn bytes=$bytes"
 echo "$result"
-{ echo "$result" > /dev/termination-log; } 2>/dev/null || true
+# The operator reads it from the pod's status: the kubelet copies this file there.
+echo "$result" > /dev/termination-log
 "#;
 
 /// The restoring seed's init container: the newest base backup (completed before the target
@@ -674,6 +680,50 @@ mod tests {
             claim["metadata"]["ownerReferences"][0]["kind"],
             "PostgresCluster"
         );
+    }
+
+    /// A restoring seed gets the restore init container, and its server reports a failure
+    /// during recovery through its termination message (its log's end); a replica does not.
+    #[test]
+    fn a_restoring_seed_reports_why_it_failed_in_its_status() {
+        let cluster = PostgresCluster::new(
+            "prod",
+            "db",
+            crate::api::PostgresClusterSpec {
+                size: 1,
+                version: "16".into(),
+                paused: false,
+                backup: Some(crate::api::BackupSpec::default()),
+                bootstrap: None,
+            },
+        );
+        let restore = Some(RestoreSource {
+            claim: "db-backups".into(),
+            own: true,
+            target_time: None,
+        });
+        let seed = member_pod(
+            &cluster,
+            Role::Primary,
+            &PodBackups {
+                archive: true,
+                restore,
+            },
+        );
+        assert_eq!(seed["spec"]["initContainers"][0]["name"], RESTORE_CONTAINER);
+        assert_eq!(
+            seed["spec"]["containers"][0]["terminationMessagePolicy"],
+            "FallbackToLogsOnError"
+        );
+        let member = member_pod(
+            &cluster,
+            Role::Replica,
+            &PodBackups {
+                archive: true,
+                restore: None,
+            },
+        );
+        assert!(member["spec"]["containers"][0]["terminationMessagePolicy"].is_null());
     }
 
     /// The report is the last `backup-done` line; anything else is an error quoting the text.

@@ -753,8 +753,9 @@ impl Task {
 
     /// Why the restoring seed `pod` failed, if it did: the `restore` init container exited
     /// non-zero, or the postgres container stopped during recovery. The reason is the
-    /// container's termination message, else the last lines of its log (what the kubelet's
-    /// `FallbackToLogsOnError` would have put there).
+    /// container's termination message: what the script wrote to /dev/termination-log, or
+    /// (`terminationMessagePolicy: FallbackToLogsOnError`) the kubelet's copy of its last log
+    /// lines, so no `pods/log` request is needed.
     async fn restore_failure(&self, pod: &str) -> Option<String> {
         let path = format!("/api/v1/namespaces/{}/pods/{pod}", self.namespace());
         let pod_json = self
@@ -772,59 +773,24 @@ impl Task {
                 .as_array()
                 .and_then(|all| all.iter().find(|c| c["name"] == container))?
                 .clone();
-            let failed_now = &status["state"]["terminated"];
-            let failed_before = &status["lastState"]["terminated"];
-            let (terminated, previous) = if failed_now["exitCode"].as_i64().is_some_and(|c| c != 0)
-            {
-                (failed_now, false)
-            } else if failed_before["exitCode"].as_i64().is_some_and(|c| c != 0) {
-                (failed_before, true)
-            } else {
+            // A failed instance is `state` until the kubelet restarts it, `lastState` after.
+            let failed = [
+                &status["state"]["terminated"],
+                &status["lastState"]["terminated"],
+            ]
+            .into_iter()
+            .find(|t| t["exitCode"].as_i64().is_some_and(|c| c != 0));
+            let Some(terminated) = failed else {
                 continue;
             };
-            let message = terminated["message"].as_str().unwrap_or_default().trim();
-            let reason = if message.is_empty() {
-                // Between the exit and the restart the instance counted as "previous" moves;
-                // whichever of the two logs holds text is the one that just failed.
-                match self.log_tail(pod, container, previous).await {
-                    Some(line) => line,
-                    None => self
-                        .log_tail(pod, container, !previous)
-                        .await
-                        .unwrap_or_else(|| "(no log)".to_string()),
-                }
-            } else {
-                message.to_string()
-            };
+            let reason = last_line(terminated["message"].as_str().unwrap_or_default())
+                .unwrap_or("(no termination message, and nothing in its log)");
             let exit = terminated["exitCode"].as_i64().unwrap_or_default();
             return Some(format!(
                 "container {container} exited with {exit}: {reason}"
             ));
         }
         None
-    }
-
-    /// The last non-empty line of a container's log (`previous`: its last run's), if any.
-    async fn log_tail(&self, pod: &str, container: &str, previous: bool) -> Option<String> {
-        let path = format!(
-            "/api/v1/namespaces/{}/pods/{pod}/log?container={container}&tailLines=20{}",
-            self.namespace(),
-            if previous { "&previous=true" } else { "" }
-        );
-        let mut text = Vec::new();
-        if let Ok(mut stream) = self.worker.client.stream(&path).await {
-            while let Some(Ok(chunk)) = stream.next_chunk().await {
-                text.extend_from_slice(&chunk);
-                if text.len() > 64 * 1024 {
-                    break;
-                }
-            }
-        }
-        String::from_utf8_lossy(&text)
-            .lines()
-            .rev()
-            .find(|line| !line.trim().is_empty())
-            .map(|line| line.trim().to_string())
     }
 
     /// One backup step: collect a finished backup pod, or start one when due.
@@ -913,24 +879,18 @@ impl Task {
     }
 
     /// Read a finished backup pod's report, record it (status, Event, a story line), delete it.
+    /// The report is the container's termination message: its result line on success, or
+    /// (`FallbackToLogsOnError`) the end of its log when it failed without writing one.
     async fn collect_backup(&mut self, pod: &str, succeeded: bool) {
         let path = format!("/api/v1/namespaces/{}/pods/{pod}", self.namespace());
-        let message = match self.worker.client.get::<serde_json::Value>(&path).await {
+        let text = match self.worker.client.get::<serde_json::Value>(&path).await {
             Ok(json) => json["status"]["containerStatuses"]
                 .as_array()
                 .and_then(|all| all.iter().find(|c| c["name"] == backup::BACKUP_CONTAINER))
                 .and_then(|c| c["state"]["terminated"]["message"].as_str())
                 .unwrap_or_default()
                 .to_string(),
-            Err(_) => String::new(),
-        };
-        // Where the kubelet filled no termination message, the log's last line is the same text.
-        let text = if message.trim().is_empty() {
-            self.log_tail(pod, backup::BACKUP_CONTAINER, false)
-                .await
-                .unwrap_or_default()
-        } else {
-            message
+            Err(error) => format!("(could not read the pod: {error})"),
         };
         match BackupReport::parse(&text).ok().filter(|_| succeeded) {
             Some(report) => {
@@ -951,7 +911,8 @@ impl Task {
             }
             None => {
                 self.backup_failed_at = Some(Instant::now());
-                let line = format!("Backup by {pod} failed: {}", text.trim());
+                let why = last_line(&text).unwrap_or("(no termination message)");
+                let line = format!("Backup by {pod} failed: {why}");
                 self.say(format!(
                     "{line}; trying again in {}s",
                     super::plan::BACKUP_RETRY_AFTER.as_secs()
@@ -1421,4 +1382,14 @@ fn image_tag(pod: &Pod) -> String {
 /// `0/3000148`, as Postgres prints an LSN.
 fn lsn_text(lsn: u64) -> String {
     format!("{:X}/{:X}", lsn >> 32, lsn & 0xFFFF_FFFF)
+}
+
+/// The last non-empty line of a termination message: under `FallbackToLogsOnError` it can be
+/// up to 80 log lines, of which the last says what went wrong.
+fn last_line(message: &str) -> Option<&str> {
+    message
+        .lines()
+        .map(str::trim)
+        .rev()
+        .find(|line| !line.is_empty())
 }

@@ -8,7 +8,9 @@
 //! before the next restart), `Completed` and `Error` (exit codes), and restarts after a
 //! failed liveness or startup probe.
 
+use std::io::{Read, Seek, SeekFrom};
 use std::net::Ipv4Addr;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -22,7 +24,9 @@ use super::image::{self, Image, POSTGRES_DATA_VOLUME, POSTGRES_ENTRYPOINT};
 use super::jail::{Jail, Mount};
 use super::probes::{self, Check, Probe};
 use super::process;
-use super::status::{ContainerRecord, State};
+use super::status::{
+    self, ContainerRecord, State, MESSAGE_FILE_BYTES, MESSAGE_LOG_BYTES, TERMINATION_MESSAGE_PATH,
+};
 use super::worker::{PodWorker, StoreLookup};
 use super::{logs, services, volumes, Node};
 use crate::sync::lock;
@@ -420,6 +424,13 @@ pub(super) fn plan(node: &Node, worker: &PodWorker, spec: &Value) -> Result<Plan
         // Debian's PostgreSQL puts its Unix socket in /var/run/postgresql (= /run/postgresql).
         volumes::make_dir(&run.join("postgresql"), 0o2775, owner)?;
         volumes::make_dir(&container_dir.join("log"), 0o755, None)?;
+        // Created once, never truncated here: an exec plans too, while the container runs.
+        let message_file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(termination_message_file(&worker.dir, name))?;
+        // 0666, as the kubelet leaves it: whatever user the container runs as may write it.
+        message_file.set_permissions(std::fs::Permissions::from_mode(0o666))?;
         if postgres
             && !mounts
                 .iter()
@@ -431,6 +442,18 @@ pub(super) fn plan(node: &Node, worker: &PodWorker, spec: &Value) -> Result<Plan
     })();
     let (tmp, run) = dirs
         .map_err(|e| Blocked::Mount(format!("cannot create {}: {e}", container_dir.display())))?;
+    // The container's termination message file, bound writable at `terminationMessagePath`
+    // (a file mount: bwrap creates the mount point, in /dev's tmpfs for the default path).
+    mounts.push(Mount {
+        source: termination_message_file(&worker.dir, name),
+        destination: PathBuf::from(
+            spec["terminationMessagePath"]
+                .as_str()
+                .filter(|path| path.starts_with('/'))
+                .unwrap_or(TERMINATION_MESSAGE_PATH),
+        ),
+        writable: true,
+    });
     let etc = worker.dir.join("etc");
     for file in ["passwd", "group", "hosts", "hostname"] {
         mounts.push(Mount {
@@ -474,6 +497,44 @@ pub(super) fn plan(node: &Node, worker: &PodWorker, spec: &Value) -> Result<Plan
             working_dir: spec["workingDir"].as_str().map(String::from),
         },
     })
+}
+
+/// Where a container's termination message file lives on the host: one per container, emptied
+/// as each instance starts (the kubelet makes a new file per instance).
+fn termination_message_file(pod_dir: &Path, container: &str) -> PathBuf {
+    pod_dir
+        .join("containers")
+        .join(container)
+        .join("termination-log")
+}
+
+/// The message for an instance that exited with `exit_code`: its termination message file, or
+/// under `FallbackToLogsOnError` the end of its log (`status::termination_message`).
+fn read_termination_message(
+    spec: &Value,
+    message_file: &Path,
+    log_path: &Path,
+    exit_code: i32,
+) -> String {
+    let written = read_end(message_file, MESSAGE_FILE_BYTES);
+    let fallback = spec["terminationMessagePolicy"] == "FallbackToLogsOnError";
+    let log_end = if fallback && exit_code != 0 {
+        read_end(log_path, MESSAGE_LOG_BYTES).unwrap_or_default()
+    } else {
+        Vec::new()
+    };
+    status::termination_message(written.as_deref(), &log_end, fallback, exit_code)
+}
+
+/// The last `limit` bytes of `path`; None if it cannot be read.
+fn read_end(path: &Path, limit: usize) -> Option<Vec<u8>> {
+    let mut file = std::fs::File::open(path).ok()?;
+    let length = file.metadata().ok()?.len();
+    file.seek(SeekFrom::Start(length.saturating_sub(limit as u64)))
+        .ok()?;
+    let mut bytes = Vec::new();
+    file.take(limit as u64).read_to_end(&mut bytes).ok()?;
+    Some(bytes)
 }
 
 /// What every container's environment starts with (the image's ENV, and the kubelet's own).
@@ -559,10 +620,18 @@ async fn run_instance(
             started_at: started,
         };
     }
+    let message_file = termination_message_file(&worker.dir, name);
+    // Each instance starts with an empty message: a restart must not report the last one's.
     let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&log_path);
+        .write(true)
+        .truncate(true)
+        .open(&message_file)
+        .and_then(|_| {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&log_path)
+        });
     let spawned = log.and_then(|log| {
         process::spawn(
             &node.config.tools.bwrap,
@@ -662,9 +731,10 @@ async fn run_instance(
         }
     };
     probes_stop.cancel();
+    let message = read_termination_message(spec, &message_file, &log_path, exit_code);
     Ended {
         exit_code,
-        state: State::exited(exit_code, started_at, timefmt::now_rfc3339()),
+        state: State::exited(exit_code, started_at, timefmt::now_rfc3339()).with_message(message),
         stopped,
         started_at: started,
     }

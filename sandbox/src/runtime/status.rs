@@ -1,13 +1,62 @@
 //! What the kubelet knows about a pod, and the `status` it writes from it: phase, conditions,
-//! and one status per (init) container with its state, last state and restart count.
+//! and one status per (init) container with its state, last state and restart count; and the
+//! termination message a finished container leaves in its terminated state.
 //!
 //! WORKSHOP.md, "Set-up: the sandbox". kubectl derives its STATUS column from exactly these
 //! fields (`Init:0/1`, `PodInitializing`, `CrashLoopBackOff`, `CreateContainerConfigError`,
 //! `Error`, `Completed`), so writing them as the kubelet does is what makes the column right.
+//! The kubelet also caps all containers' messages together at 12 KiB; the sandbox does not.
 
 use std::net::Ipv4Addr;
 
 use serde_json::{json, Value};
+
+/// The default `terminationMessagePath`, which the API server fills in on every container.
+pub(crate) const TERMINATION_MESSAGE_PATH: &str = "/dev/termination-log";
+/// The kubelet keeps the last 4 KiB of what a container wrote to its termination message file.
+pub(crate) const MESSAGE_FILE_BYTES: usize = 4096;
+/// `FallbackToLogsOnError` takes the log's last 80 lines, of which the last 2 KiB.
+pub(crate) const MESSAGE_LOG_BYTES: usize = 2048;
+const MESSAGE_LOG_LINES: usize = 80;
+
+/// The message of a terminated state, as kuberuntime's getTerminationMessage picks it:
+/// `written` is the end of the container's termination message file (None if it is gone),
+/// `log_end` the last [`MESSAGE_LOG_BYTES`] of its log. The file wins; its absence or
+/// emptiness falls back to the log only under `terminationMessagePolicy:
+/// FallbackToLogsOnError` and a non-zero exit (a success never reports its log).
+pub(crate) fn termination_message(
+    written: Option<&[u8]>,
+    log_end: &[u8],
+    fallback_to_logs: bool,
+    exit_code: i32,
+) -> String {
+    let written = written.unwrap_or_default();
+    let written = &written[written.len().saturating_sub(MESSAGE_FILE_BYTES)..];
+    if !written.is_empty() || !fallback_to_logs || exit_code == 0 {
+        return String::from_utf8_lossy(written).into_owned();
+    }
+    // The last 80 lines cut to the last 2 KiB: within the last 2 KiB, at most 80 lines.
+    let log_end = &log_end[log_end.len().saturating_sub(MESSAGE_LOG_BYTES)..];
+    let mut lines_seen = 0;
+    let mut start = 0;
+    for (at, _) in log_end
+        .iter()
+        .enumerate()
+        .rev()
+        .filter(|(_, b)| **b == b'\n')
+    {
+        // The newline that ends the log is not the start of a line.
+        if at + 1 == log_end.len() {
+            continue;
+        }
+        lines_seen += 1;
+        if lines_seen == MESSAGE_LOG_LINES {
+            start = at + 1;
+            break;
+        }
+    }
+    String::from_utf8_lossy(&log_end[start..]).into_owned()
+}
 
 /// A container's state, as `containerStatuses[].state` has it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -45,6 +94,14 @@ impl State {
             started_at,
             finished_at,
         }
+    }
+
+    /// A terminated state with `message` (the termination message); others as they are.
+    pub(crate) fn with_message(mut self, text: String) -> State {
+        if let State::Terminated { message, .. } = &mut self {
+            *message = text;
+        }
+        self
     }
 
     fn to_json(&self) -> Value {
@@ -293,5 +350,43 @@ mod tests {
         assert_eq!(pod.phase(), "Failed");
         pod.main[0].state = State::exited(0, "a".into(), "b".into());
         assert_eq!(pod.phase(), "Succeeded");
+    }
+
+    #[test]
+    fn the_message_file_wins_and_the_log_stands_in_only_for_a_failure() {
+        let log = b"starting\nERROR: no such file\n";
+        assert_eq!(termination_message(Some(b"done\n"), log, true, 1), "done\n");
+        assert_eq!(
+            termination_message(Some(b""), log, true, 1),
+            "starting\nERROR: no such file\n"
+        );
+        assert_eq!(
+            termination_message(None, log, true, 2),
+            "starting\nERROR: no such file\n"
+        );
+        assert_eq!(termination_message(Some(b""), log, true, 0), "");
+        assert_eq!(termination_message(Some(b""), log, false, 1), "");
+        let big = vec![b'x'; MESSAGE_FILE_BYTES + 10];
+        assert_eq!(
+            termination_message(Some(&big), log, false, 0).len(),
+            MESSAGE_FILE_BYTES
+        );
+    }
+
+    #[test]
+    fn the_log_fallback_keeps_the_last_80_lines_within_2_kib() {
+        let many: String = (1..=100).map(|i| format!("{i}\n")).collect();
+        let message = termination_message(None, many.as_bytes(), true, 1);
+        assert_eq!(message.lines().count(), 80);
+        assert!(
+            message.starts_with("21\n") && message.ends_with("100\n"),
+            "{message}"
+        );
+        let long: String = (1..=10)
+            .map(|i| format!("{i} {}\n", "y".repeat(400)))
+            .collect();
+        let message = termination_message(None, long.as_bytes(), true, 1);
+        assert_eq!(message.len(), MESSAGE_LOG_BYTES);
+        assert!(message.ends_with(&format!("10 {}\n", "y".repeat(400))));
     }
 }
