@@ -656,6 +656,9 @@ impl Task {
     /// Create the seed that restores from `from`, and record the restore as under way.
     async fn restore_seed(&mut self, from: &str, version: Option<&str>) -> Option<String> {
         let has_run = from == backup::backup_claim_name(&self.cluster.metadata.name);
+        if has_run && !self.still_wanted().await {
+            return None;
+        }
         let source = self.restore_source(has_run)?;
         if has_run {
             self.say("All Postgres pods are dead. Trying to recover from a previous backup");
@@ -1203,6 +1206,30 @@ impl Task {
             superuser_password: key(manifests::SUPERUSER_PASSWORD_KEY)?,
             replication_password: key(manifests::REPLICATION_PASSWORD_KEY)?,
         })
+    }
+
+    /// Is the cluster still there, the same one, and not being deleted? After `kubectl delete
+    /// pgc` the garbage collector may remove the pods before this task hears of the deletion,
+    /// which looks exactly like the loss of every member: without this check a restore would
+    /// start for a cluster that is going (its seed then outlives it, owned by nothing). A list
+    /// by name rather than a GET: the Role grants `list` and `watch` on postgresclusters only.
+    /// Unsure (the list failed): not now, the next round asks again.
+    async fn still_wanted(&self) -> bool {
+        let path = format!(
+            "{}?fieldSelector=metadata.name%3D{}",
+            crate::api::collection_path(self.namespace()),
+            self.cluster.metadata.name
+        );
+        match self.worker.client.get::<serde_json::Value>(&path).await {
+            Ok(list) => list["items"]
+                .as_array()
+                .and_then(|items| items.first())
+                .is_some_and(|cluster| {
+                    cluster["metadata"]["uid"] == self.cluster.metadata.uid.as_str()
+                        && cluster["metadata"]["deletionTimestamp"].is_null()
+                }),
+            Err(_) => false,
+        }
     }
 
     async fn exists(&self, path: &str) -> Result<bool, ClientError> {
