@@ -3,7 +3,8 @@
 //! own gets the operator's ServiceAccount and the file's roles and bindings holding every rule
 //! but that one; the stage binary that `kube/deployment.yaml`'s `command:` names runs as a host
 //! process authenticated with that account's token (TLS to the sandbox, RBAC enforced, as a pod
-//! would be), and admin kubectl drives it through a cluster's life — create (size 2), lose the
+//! would be), and admin kubectl drives it through a cluster's life — create (size 2, with
+//! `spec.backup` for stage 05's claim), lose the
 //! primary (failover through `pods/exec`), scale to 1 — until the operator's output shows
 //! `cannot VERB resource "RES"` for the missing rule. A rule whose case reaches the end of the
 //! scenario without that 403 fails the test: the rule is not needed, or the scenario misses the
@@ -600,7 +601,10 @@ async fn run_case(
         "apiVersion": "workshop.example.com/v1",
         "kind": "PostgresCluster",
         "metadata": {"name": CLUSTER},
-        "spec": {"size": 2, "version": "16"},
+        // With backups, so stage 05 makes its stage-05 calls (the claim `<name>-backups`, the
+        // backup pod's status); stage 04 ignores the field.
+        "spec": {"size": 2, "version": "16",
+                 "backup": {"storageSize": "64Mi", "intervalMinutes": 60, "keep": 1}},
     });
     std::fs::write(&cluster_file, manifest.to_string()).expect("cluster manifest written");
     let result = scenario(
