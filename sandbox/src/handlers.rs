@@ -477,19 +477,8 @@ fn delete_options(
 
 /// A pod that `delete` left Terminating is removed later by the simulated kubelet.
 fn start_pod_termination(shared: &Arc<Shared>, object: &Value) {
-    let metadata = &object["metadata"];
-    let terminating = object["kind"] == "Pod"
-        && !metadata["deletionTimestamp"].is_null()
-        && metadata["deletionGracePeriodSeconds"].as_i64().unwrap_or(0) > 0;
-    if terminating {
-        controllers::spawn_follow_ups(
-            shared,
-            vec![objects::FollowUp::RemovePod {
-                namespace: metadata["namespace"].as_str().unwrap_or_default().into(),
-                name: metadata["name"].as_str().unwrap_or_default().into(),
-                uid: metadata["uid"].as_str().unwrap_or_default().into(),
-            }],
-        );
+    if let Some(removal) = objects::FollowUp::after_delete(object) {
+        controllers::spawn_follow_ups(shared, vec![removal]);
     }
 }
 

@@ -82,6 +82,22 @@ pub(crate) enum FollowUp {
     },
 }
 
+impl FollowUp {
+    /// What a deletion leaves to do: a pod it left in graceful termination (a deletion
+    /// timestamp and a grace period) is removed later, by the kubelet.
+    pub(crate) fn after_delete(deleted: &Value) -> Option<FollowUp> {
+        let metadata = &deleted["metadata"];
+        let terminating = deleted["kind"] == "Pod"
+            && !metadata["deletionTimestamp"].is_null()
+            && metadata["deletionGracePeriodSeconds"].as_i64().unwrap_or(0) > 0;
+        terminating.then(|| FollowUp::RemovePod {
+            namespace: metadata["namespace"].as_str().unwrap_or_default().into(),
+            name: metadata["name"].as_str().unwrap_or_default().into(),
+            uid: metadata["uid"].as_str().unwrap_or_default().into(),
+        })
+    }
+}
+
 /// A successful write.
 pub(crate) struct WriteOutcome {
     pub(crate) object: Arc<Value>,

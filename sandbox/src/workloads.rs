@@ -282,18 +282,8 @@ impl Writer<'_> {
             &options,
             false,
         )?;
-        let metadata = &deleted["metadata"];
         // As after a kubectl delete: the (simulated) kubelet removes a terminating pod later.
-        if store_key == PODS
-            && !metadata["deletionTimestamp"].is_null()
-            && metadata["deletionGracePeriodSeconds"].as_i64().unwrap_or(0) > 0
-        {
-            self.follow_ups.push(FollowUp::RemovePod {
-                namespace: namespace(&deleted).into(),
-                name: name(&deleted).into(),
-                uid: uid(&deleted).into(),
-            });
-        }
+        self.follow_ups.extend(FollowUp::after_delete(&deleted));
         Ok(())
     }
 
