@@ -13,7 +13,7 @@
 //! | `pod.rs` | one pod's worker's life: address, files, init containers then containers, status, deletion |
 //! | `worker.rs` | what a pod's tasks share (`PodWorker`) and the store lookups they read; below `pod.rs`, `container.rs` and `logs.rs` |
 //! | `container.rs` | one container: start, restart with back-off, probes, stop |
-//! | `status.rs` | what the kubelet tracks and the `status` it writes from it |
+//! | `status.rs` | what the kubelet tracks and the `status` it writes from it, termination messages included |
 //! | `logs.rs` | `kubectl logs`: the current or previous instance's output, or following it |
 //! | `exec.rs` | `kubectl exec`: one more process in a running container's jail, its streams piped (a pty through `script` for `-t`) |
 //! | `env.rs`, `volumes.rs`, `image.rs` | environment, volumes and what an image runs |
