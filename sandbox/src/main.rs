@@ -64,8 +64,8 @@ struct Flags {
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
     /// Where pods of the image `postgres-operator:<tag>` (the Dockerfile's) find the operator's
-    /// stage binaries, stage01 ... stage04 (`cargo build --bins` puts them in target/debug).
-    /// Default: this program's own directory, when stage04 is there too.
+    /// stage binaries, stage01 ... stage05 (`cargo build --bins` puts them in target/debug).
+    /// Default: this program's own directory, when stage05 is there too.
     #[arg(long, value_name = "DIR")]
     operator_binaries: Option<PathBuf>,
 }
@@ -153,7 +153,7 @@ async fn main() -> ExitCode {
 fn own_directory_with_stages() -> Option<PathBuf> {
     let exe = std::env::current_exe().ok()?;
     let dir = exe.parent()?;
-    dir.join("stage04").is_file().then(|| dir.to_path_buf())
+    dir.join("stage05").is_file().then(|| dir.to_path_buf())
 }
 
 /// `--runtime` as given, or the default: processes where the host has what they need. The
