@@ -51,7 +51,7 @@ use postgres_operator::api::{
 use postgres_operator::client::{Client, Patch};
 use postgres_operator::config::{Config, ConfigArgs, CONNECTION_ORDER_HELP};
 use postgres_operator::controller::pods::{label_selector, pods_path, Pod, CLUSTER_LABEL};
-use postgres_operator::controller::{run_operator, ControllerOptions};
+use postgres_operator::controller::{run_operator, ControllerOptions, ControllerStopped};
 use postgres_operator::crd::{self, DEFAULT_ESTABLISHED_TIMEOUT};
 use postgres_operator::postgres::backup::{backup_claim_name, ARCHIVE_TIMEOUT_SECONDS};
 use postgres_operator::postgres::cluster::psql_in_pod;
@@ -235,6 +235,22 @@ enum TourEnd {
     Interrupted,
 }
 
+/// Stop an operator task as SIGTERM would and wait for it (step 03's and step 05's curtains),
+/// then print the story lines it told while stopping: how many cluster tasks it stopped.
+async fn stop_and_wait<E: std::fmt::Display>(
+    stop: &CancellationToken,
+    operator: tokio::task::JoinHandle<Result<ControllerStopped, E>>,
+    story: &mut Story,
+) -> Result<usize, TourEnd> {
+    stop.cancel();
+    let stopped = operator
+        .await
+        .map_err(|error| failed(format!("the operator task failed: {error}")))?
+        .map_err(failed)?;
+    story.rest().await;
+    Ok(stopped.tasks_stopped)
+}
+
 /// For `.map_err(failed)?`: the error's own message says which step failed.
 fn failed(error: impl std::fmt::Display) -> TourEnd {
     TourEnd::Failed {
@@ -382,16 +398,8 @@ async fn play(
             None => "== Curtain: stopping the operator, as SIGTERM would",
         }
     );
-    stop_operator.cancel();
-    let stopped = operator
-        .await
-        .map_err(|error| failed(format!("the operator task failed: {error}")))?
-        .map_err(failed)?;
-    story.rest().await;
-    print!(
-        "operator stopped ({} cluster tasks left to stop)",
-        stopped.tasks_stopped
-    );
+    let tasks_stopped = stop_and_wait(&stop_operator, operator, &mut story).await?;
+    print!("operator stopped ({tasks_stopped} cluster tasks left to stop)");
     match runtime {
         Some(runtime) => {
             println!();
@@ -536,16 +544,8 @@ async fn play_steps_04_and_05(
         .await?;
 
     println!("== Curtain: stopping the step-05 operator, as SIGTERM would");
-    stop_operator.cancel();
-    let stopped = operator
-        .await
-        .map_err(|error| failed(format!("the operator task failed: {error}")))?
-        .map_err(failed)?;
-    story.rest().await;
-    println!(
-        "operator stopped ({} cluster tasks left to stop)",
-        stopped.tasks_stopped
-    );
+    let tasks_stopped = stop_and_wait(&stop_operator, operator, &mut story).await?;
+    println!("operator stopped ({tasks_stopped} cluster tasks left to stop)");
     Ok(())
 }
 
