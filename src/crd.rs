@@ -305,16 +305,58 @@ fn condition_list_schema() -> Value {
     })
 }
 
-/// What `ensure` did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// What [`ensure`] (stage 01) or [`check`] (every later stage) found, and what it did.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Registration {
     /// There was no CRD of our name: we created it (201).
     Created,
-    /// The CRD was there with exactly our group, names, scope and versions: nothing was written.
+    /// The CRD was there as this build defines it (server defaults aside): nothing was written.
     UpToDate,
-    /// The CRD was there with something else in what we own (an older schema, say stage 01's
-    /// from before the status and scale subresources): we replaced it with a PUT (200).
+    /// Stage 01 only: the CRD was there with an older schema (stage 01's from before the status
+    /// and scale subresources, say): we replaced it with a PUT (200).
     Updated,
+    /// A later stage found the CRD different from this build's, and left it as it is: the type
+    /// is stage 01's (or the administrator's) to change, not every operator's.
+    Differs(Vec<Difference>),
+    /// The CRD serves versions or fields this build does not know (a newer release installed
+    /// it): left as it is by every stage, stage 01 too, which would otherwise downgrade it.
+    Newer(Vec<Difference>),
+}
+
+impl Registration {
+    /// What a found CRD's differences from ours make of it.
+    fn from_differences(differences: Vec<Difference>) -> Registration {
+        if differences.is_empty() {
+            Registration::UpToDate
+        } else if differences
+            .iter()
+            .any(|difference| matches!(difference, Difference::Unknown(_)))
+        {
+            Registration::Newer(differences)
+        } else {
+            Registration::Differs(differences)
+        }
+    }
+
+    /// Say once, at info level, each place where the CRD differs and how to update it.
+    fn report_differences(&self) {
+        let (Registration::Differs(differences) | Registration::Newer(differences)) = self else {
+            return;
+        };
+        const SHOWN: usize = 8;
+        let mut list: Vec<String> = differences
+            .iter()
+            .take(SHOWN)
+            .map(|d| d.to_string())
+            .collect();
+        if differences.len() > SHOWN {
+            list.push(format!("and {} more", differences.len() - SHOWN));
+        }
+        tracing::info!(
+            differences = %list.join("; "),
+            "the CustomResourceDefinition on the server differs from this build's; to update it: `cargo run --bin stage01`, or `kubectl apply -f kube/crd.yaml`"
+        );
+    }
 }
 
 impl std::fmt::Display for Registration {
@@ -329,6 +371,38 @@ impl std::fmt::Display for Registration {
                 f,
                 "CustomResourceDefinition {CRD_NAME} updated: an older schema was replaced"
             ),
+            Registration::Differs(differences) => write!(
+                f,
+                "CustomResourceDefinition {CRD_NAME} found, not as this build defines it ({} {}); left as it is: stage 01 registers the type",
+                differences.len(),
+                if differences.len() == 1 { "difference" } else { "differences" }
+            ),
+            Registration::Newer(_) => write!(
+                f,
+                "CustomResourceDefinition {CRD_NAME} found, newer than this build's (it serves versions or fields this build does not know); left as it is"
+            ),
+        }
+    }
+}
+
+/// One place where the CRD on the server differs from ours, named by its path in the CRD's
+/// `spec` (`versions[v1]: spec.backup` is the field `spec.backup` of version v1's schema).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Difference {
+    /// Ours has it; the server's does not (an older schema).
+    Missing(String),
+    /// Both have it, with other values.
+    Changed(String),
+    /// The server's has a version or a schema field that ours does not know (a newer schema).
+    Unknown(String),
+}
+
+impl std::fmt::Display for Difference {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Difference::Missing(path) => write!(f, "{path}: missing on the server"),
+            Difference::Changed(path) => write!(f, "{path}: differs"),
+            Difference::Unknown(path) => write!(f, "{path}: unknown to this build"),
         }
     }
 }
@@ -345,8 +419,8 @@ pub struct ServedResource {
     pub namespaced: bool,
 }
 
-/// Which step of stage 01 failed; each variant with a client error underneath wraps it as its
-/// `source()`.
+/// Which step of registering or checking the type failed; each variant with a client error
+/// underneath wraps it as its `source()`.
 #[derive(Debug, thiserror::Error)]
 pub enum CrdError {
     /// GET of the CRD, to see whether it exists and what it says, failed (other than 404).
@@ -355,7 +429,8 @@ pub enum CrdError {
     /// POST of the CRD failed (other than 409: someone created it first, so we read it again).
     #[error("creating CustomResourceDefinition {CRD_NAME}: {0}")]
     Create(#[source] ClientError),
-    /// PUT of our schema over an existing CRD failed (other than 409: it changed since we read it).
+    /// Stage 01's PUT of our schema over an existing CRD failed (other than 409: it changed since
+    /// we read it).
     #[error("updating CustomResourceDefinition {CRD_NAME} to our schema: {0}")]
     Update(#[source] ClientError),
     /// Every attempt met a 409: the CRD kept changing between our GET and our write, or a server
@@ -366,6 +441,13 @@ pub enum CrdError {
         #[source]
         last: ClientError,
     },
+    /// The server answered the GET with something that is not a CRD as `apiextensions.k8s.io/v1`
+    /// defines it (no `spec`, `versions` not a list, ...).
+    #[error("CustomResourceDefinition {CRD_NAME} as the server sent it is not one: {what}")]
+    Malformed { what: String },
+    /// The CRD exists but does not serve `v1`, the only version this operator reads.
+    #[error("CustomResourceDefinition {CRD_NAME} does not serve {VERSION} (it serves: {})", if .served.is_empty() { "nothing".to_string() } else { .served.join(", ") })]
+    NotServed { served: Vec<String> },
     /// GET of the CRD failed while waiting for Established.
     #[error("waiting for CustomResourceDefinition {CRD_NAME} to be Established: {0}")]
     WaitEstablished(#[source] ClientError),
@@ -393,7 +475,10 @@ impl CrdError {
             | CrdError::WaitEstablished(error)
             | CrdError::Discovery(error)
             | CrdError::KeptChanging { last: error, .. } => Some(error),
-            CrdError::NamesNotAccepted { .. } | CrdError::NotEstablished { .. } => None,
+            CrdError::Malformed { .. }
+            | CrdError::NotServed { .. }
+            | CrdError::NamesNotAccepted { .. }
+            | CrdError::NotEstablished { .. } => None,
         }
     }
 
@@ -411,6 +496,16 @@ impl CrdError {
                     "something else keeps writing the CRD (another operator, or a `kubectl apply -f kube/crd.yaml` of another version); see `kubectl get crd {CRD_NAME} -o yaml`"
                 ))
             }
+            CrdError::Malformed { .. } => {
+                return Some(format!(
+                    "is this a Kubernetes API server? See what it sends with `kubectl get crd {CRD_NAME} -o json`"
+                ))
+            }
+            CrdError::NotServed { .. } => {
+                return Some(format!(
+                    "this operator reads {GROUP}/{VERSION}: serve it (`kubectl apply -f kube/crd.yaml`, or `cargo run --bin stage01`), or run the operator release that matches the CRD"
+                ))
+            }
             CrdError::NamesNotAccepted { .. } => {
                 return Some(format!(
                     "another CustomResourceDefinition already uses one of our names; see `kubectl get crd {CRD_NAME} -o yaml`"
@@ -422,14 +517,22 @@ impl CrdError {
                 ))
             }
         };
+        let register_elsewhere = "have the type registered once by someone who may (`kubectl apply -f kube/crd.yaml`, or `cargo run --bin stage01`)";
         match self.client_error()?.status_code()? {
             // RBAC says no: name the exact permission, which is what a ClusterRole grants.
+            403 if verb == "create" => Some(format!(
+                "the PostgresCluster type is not registered and this account may not {verb} {resource}: {register_elsewhere}, or grant {verb} in a ClusterRole (see kube/rbac.yaml)"
+            )),
             403 => Some(format!(
                 "the service account may not {verb} {resource}; grant it in a ClusterRole (see kube/rbac.yaml) and apply it"
             )),
             401 => Some(
                 "the API server did not accept our credentials: check --token/--token-file, or the service account token".into(),
             ),
+            // The server has no such verb for CRDs (a proxy, a mock, a read-only front end).
+            404 | 405 | 501 if verb != "get" => Some(format!(
+                "this server does not let us {verb} {resource}: {register_elsewhere}"
+            )),
             // The server checked our schema and refused it: a CRD of our name whose scope differs
             // cannot be changed in place (scope is immutable), only deleted and created again.
             422 => Some(format!(
@@ -440,21 +543,21 @@ impl CrdError {
     }
 }
 
-/// How many times `ensure` reads and writes again after a 409 before giving up.
+/// How many times `ensure` and `check` read and write again after a 409 before giving up.
 pub const ENSURE_ATTEMPTS: u32 = 5;
 
-/// The parts of a CRD's `spec` that are ours to say: the rest (`conversion`, and whatever a newer
-/// API server adds) is defaulted by the server, and we leave it alone.
+/// The parts of a CRD's `spec` that are ours to say: the rest (`conversion`,
+/// `preserveUnknownFields`, and whatever a newer API server adds) is defaulted by the server,
+/// and we leave it alone.
 pub const OWNED_SPEC_FIELDS: [&str; 4] = ["group", "names", "scope", "versions"];
 
-/// Make the cluster's CRD ours: GET it; absent → POST it; present but different in what we own
-/// (`OWNED_SPEC_FIELDS`) → PUT ours over it, with the resourceVersion we read so that a write made
-/// in between is not overwritten; the same → write nothing.
+/// Stage 01: make the cluster's CRD ours. GET it; absent → POST it; present but older in what we
+/// own (`OWNED_SPEC_FIELDS`) → PUT ours over it, with the resourceVersion we read so that a
+/// write made in between is not overwritten; the same → write nothing; newer (it serves versions
+/// or fields ours does not know) → write nothing either: replacing it would take away what a
+/// newer release of the operator relies on.
 ///
-/// A CRD of our name is ours whoever registered it: an older stage's schema, a hand-edited
-/// `kube/crd.yaml`, or another program's schema for the same name all get replaced, since one
-/// name can have only one schema and the operator cannot work with any other. Objects already
-/// stored are kept; the new schema applies to them from their next write.
+/// Objects already stored are kept; the new schema applies to them from their next write.
 ///
 /// 409 on either write means someone else wrote in between (the POST lost a race with another
 /// creator, or the PUT's resourceVersion is stale): read again and decide again, at most
@@ -473,11 +576,12 @@ pub async fn ensure(client: &Client) -> Result<Registration, CrdError> {
             }
             Err(error) => return Err(CrdError::Read(error)),
             Ok(current) => {
-                let outdated = outdated_fields(&current, &ours);
-                if outdated.is_empty() {
-                    return Ok(Registration::UpToDate);
+                let found = Registration::from_differences(differences(&current, &ours)?);
+                if !matches!(found, Registration::Differs(_)) {
+                    found.report_differences();
+                    return Ok(found);
                 }
-                tracing::info!(?outdated, "replacing the CRD's schema with ours");
+                tracing::info!("replacing the CRD's schema with ours");
                 match client
                     .replace::<_, Value>(&crd_path(), &replacement(current, &ours))
                     .await
@@ -499,19 +603,209 @@ pub async fn ensure(client: &Client) -> Result<Registration, CrdError> {
     }
 }
 
-/// Step 01's name for [`ensure`], which every stage calls to make sure the type exists.
-pub async fn register(client: &Client) -> Result<Registration, CrdError> {
-    ensure(client).await
+/// Every later stage: make sure the type exists and is served, without changing it. Absent →
+/// create it (as the workshop's operators registered their type at start) and wait until it is
+/// Established; present and serving `v1` → go on, saying once what differs from this build's.
+/// Never a PUT: an operator that only watches needs no cluster-wide write, an administrator's
+/// CRD stays as installed, and an older operator never downgrades a newer release's schema.
+/// `found` hears what was found before the wait, so a learner sees "created" while it lasts.
+pub async fn check(
+    client: &Client,
+    established_timeout: Duration,
+    found: impl FnOnce(&Registration),
+) -> Result<Registration, CrdError> {
+    let ours = postgres_cluster_crd();
+    let mut attempt = 1;
+    let (registration, current) = loop {
+        match client.get::<Value>(&crd_path()).await {
+            Err(error) if error.status_code() == Some(404) => {
+                match client.create::<_, Value>(CRDS_PATH, &ours).await {
+                    Ok(_) => break (Registration::Created, None),
+                    // kube answers AlreadyExists when another creator won the race; any 409 means
+                    // the same to us: it is there now, so read it.
+                    Err(error) if error.status_code() == Some(409) => {
+                        if attempt == ENSURE_ATTEMPTS {
+                            return Err(CrdError::KeptChanging {
+                                attempts: attempt,
+                                last: error,
+                            });
+                        }
+                        attempt += 1;
+                    }
+                    Err(error) => return Err(CrdError::Create(error)),
+                }
+            }
+            Err(error) => return Err(CrdError::Read(error)),
+            Ok(current) => {
+                let registration = Registration::from_differences(differences(&current, &ours)?);
+                serves_our_version(&current)?;
+                break (registration, Some(current));
+            }
+        }
+    };
+    registration.report_differences();
+    found(&registration);
+    match current.as_ref().map(established) {
+        // Created just now, or not yet Established: the API server serves nothing until it is.
+        None | Some(Some(false)) => wait_established(client, established_timeout).await?,
+        Some(Some(true)) => {}
+        Some(None) => tracing::debug!("the CRD reports no Established condition; going on"),
+    }
+    Ok(registration)
 }
 
-/// Which of `OWNED_SPEC_FIELDS` differ between the CRD on the server and ours. Exact JSON
-/// equality: the API server stores a CRD's schema as sent (it adds defaults only outside these
-/// fields), so any difference is a real one.
-pub fn outdated_fields(current: &Value, ours: &Value) -> Vec<&'static str> {
-    OWNED_SPEC_FIELDS
-        .into_iter()
-        .filter(|field| current["spec"][field] != ours["spec"][field])
-        .collect()
+/// Every place where the CRD on the server differs from ours in what we own
+/// (`OWNED_SPEC_FIELDS`). Fields the server fills in are no difference: `conversion` and
+/// `preserveUnknownFields` lie outside what we own, and a field ours does not set is taken as a
+/// server default when its value is a zero (`false`, `0`, `""`, `[]`, `{}`, `null`), as Go's
+/// `omitempty` writes them. Versions and printer columns are matched by name. An error when the
+/// answer is not a CRD at all.
+pub fn differences(current: &Value, ours: &Value) -> Result<Vec<Difference>, CrdError> {
+    let malformed = |what: &str| CrdError::Malformed { what: what.into() };
+    let spec = current
+        .get("spec")
+        .ok_or_else(|| malformed("it has no spec"))?;
+    if !spec.is_object() {
+        return Err(malformed("its spec is not an object"));
+    }
+    if !spec["versions"].is_array() {
+        return Err(malformed("its spec.versions is not a list"));
+    }
+    let mut found = Vec::new();
+    for field in OWNED_SPEC_FIELDS {
+        compare(&spec[field], &ours["spec"][field], field, &mut found);
+    }
+    Ok(found)
+}
+
+/// `differences` for one value, recursively; `path` is where it is, as `versions[v1].schema.…`.
+fn compare(server: &Value, ours: &Value, path: &str, found: &mut Vec<Difference>) {
+    match (server, ours) {
+        (Value::Object(server), Value::Object(ours)) => {
+            for (key, value) in ours {
+                let here = format!("{path}.{key}");
+                match server.get(key) {
+                    Some(theirs) => compare(theirs, value, &here, found),
+                    None => found.push(Difference::Missing(readable(&here))),
+                }
+            }
+            for (key, value) in server {
+                if ours.contains_key(key) || is_zero(value) {
+                    continue;
+                }
+                let here = readable(&format!("{path}.{key}"));
+                // A key under a schema's `properties` is a field of the resource.
+                if path.ends_with(".properties") {
+                    found.push(Difference::Unknown(here));
+                } else {
+                    found.push(Difference::Changed(here));
+                }
+            }
+        }
+        (Value::Array(server_items), Value::Array(our_items))
+            if all_named(server_items) && all_named(our_items) =>
+        {
+            let name = |item: &Value| item["name"].as_str().unwrap_or_default().to_string();
+            for item in our_items {
+                let here = format!("{path}[{}]", name(item));
+                match server_items
+                    .iter()
+                    .find(|theirs| name(theirs) == name(item))
+                {
+                    Some(theirs) => compare(theirs, item, &here, found),
+                    None => found.push(Difference::Missing(readable(&here))),
+                }
+            }
+            for item in server_items {
+                if our_items.iter().any(|ours| name(ours) == name(item)) {
+                    continue;
+                }
+                let here = readable(&format!("{path}[{}]", name(item)));
+                // A version ours does not have is a newer release's; a column is only looks.
+                if path == "versions" {
+                    found.push(Difference::Unknown(here));
+                } else {
+                    found.push(Difference::Changed(here));
+                }
+            }
+        }
+        _ if server == ours => {}
+        (Value::Null, _) => found.push(Difference::Missing(readable(path))),
+        _ => found.push(Difference::Changed(readable(path))),
+    }
+}
+
+/// `versions[v1].schema.openAPIV3Schema.properties.spec.properties.backup` →
+/// `versions[v1]: spec.backup`: inside a schema, `properties` and `items` are structure, not names.
+fn readable(path: &str) -> String {
+    let Some((version, schema)) = path.split_once(".schema.openAPIV3Schema") else {
+        return path.to_string();
+    };
+    let mut field = String::new();
+    let segments: Vec<&str> = schema.split('.').filter(|s| !s.is_empty()).collect();
+    for (index, segment) in segments.iter().enumerate() {
+        let last = index + 1 == segments.len();
+        match *segment {
+            "properties" if !last => {}
+            "items" => field.push_str("[]"),
+            _ => {
+                if !field.is_empty() {
+                    field.push('.');
+                }
+                field.push_str(segment);
+            }
+        }
+    }
+    if field.is_empty() {
+        format!("{version}: the schema")
+    } else {
+        format!("{version}: {field}")
+    }
+}
+
+/// Whether every item is an object with a string `name` (versions, printer columns).
+fn all_named(items: &[Value]) -> bool {
+    items.iter().all(|item| item["name"].is_string())
+}
+
+/// A value Go's `omitempty` would leave out: what a server writes for a field it defaulted.
+fn is_zero(value: &Value) -> bool {
+    match value {
+        Value::Null => true,
+        Value::Bool(flag) => !flag,
+        Value::Number(number) => number.as_f64() == Some(0.0),
+        Value::String(text) => text.is_empty(),
+        Value::Array(items) => items.is_empty(),
+        Value::Object(fields) => fields.is_empty(),
+    }
+}
+
+/// The CRD must serve `v1`, the version every stage reads and writes.
+fn serves_our_version(current: &Value) -> Result<(), CrdError> {
+    let versions = current["spec"]["versions"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let served: Vec<String> = versions
+        .iter()
+        .filter(|version| version["served"].as_bool() == Some(true))
+        .filter_map(|version| version["name"].as_str().map(str::to_string))
+        .collect();
+    if served.iter().any(|name| name == VERSION) {
+        Ok(())
+    } else {
+        Err(CrdError::NotServed { served })
+    }
+}
+
+/// The CRD's `Established` condition: `None` when it reports none at all (some servers that are
+/// not kube-apiserver write no status).
+fn established(crd: &Value) -> Option<bool> {
+    crd["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|condition| condition["type"].as_str() == Some("Established"))
+        .map(|condition| condition["status"].as_str() == Some("True"))
 }
 
 /// The PUT body: the CRD as read (its metadata with the resourceVersion, the spec fields the
@@ -721,36 +1015,126 @@ mod tests {
         }
     }
 
-    /// Only the fields we own count: a server-filled `conversion` or status is no difference, a
-    /// changed schema or short name is.
+    /// Only the fields we own count: a server-filled `conversion`, `preserveUnknownFields`,
+    /// status, managedFields or a zero-valued default is no difference; a changed short name, a
+    /// lost subresource and a field the server lacks are.
     #[test]
-    fn only_owned_fields_make_a_crd_outdated() {
+    fn only_owned_fields_make_a_crd_differ() {
         let ours = postgres_cluster_crd();
         let mut served = ours.clone();
         served["spec"]["conversion"] = json!({"strategy": "None"});
-        served["status"] = json!({"conditions": []});
+        served["spec"]["preserveUnknownFields"] = json!(false);
+        served["spec"]["versions"][0]["deprecated"] = json!(false);
+        served["spec"]["versions"][0]["additionalPrinterColumns"][0]["priority"] = json!(0);
+        served["status"] = json!({"conditions": [], "storedVersions": ["v1"]});
         served["metadata"]["resourceVersion"] = json!("42");
-        assert!(outdated_fields(&served, &ours).is_empty());
+        served["metadata"]["managedFields"] = json!([{"manager": "kubectl"}]);
+        assert_eq!(differences(&served, &ours).unwrap(), []);
 
         served["spec"]["names"]["shortNames"] = json!(["pg"]);
         served["spec"]["versions"][0]["subresources"] = json!({"status": {}});
-        assert_eq!(outdated_fields(&served, &ours), ["names", "versions"]);
+        served["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+            ["properties"]
+            .as_object_mut()
+            .unwrap()
+            .remove("backup");
+        assert_eq!(
+            differences(&served, &ours).unwrap(),
+            [
+                Difference::Changed("names.shortNames".into()),
+                Difference::Missing("versions[v1]: spec.backup".into()),
+                Difference::Missing("versions[v1].subresources.scale".into()),
+            ]
+        );
+        assert!(matches!(
+            Registration::from_differences(differences(&served, &ours).unwrap()),
+            Registration::Differs(_)
+        ));
 
         let body = replacement(served, &ours);
-        assert!(outdated_fields(&body, &ours).is_empty());
+        assert_eq!(differences(&body, &ours).unwrap(), []);
         assert_eq!(body["metadata"]["resourceVersion"], "42");
         assert_eq!(body["spec"]["conversion"]["strategy"], "None");
     }
 
-    /// A malformed answer (no object, or a spec that is not one) becomes a plain body, not a panic.
+    /// A newer release's CRD — another version, a field ours does not know — is `Newer`.
     #[test]
-    fn a_malformed_current_crd_does_not_panic() {
+    fn a_crd_with_versions_or_fields_we_do_not_know_is_newer() {
         let ours = postgres_cluster_crd();
-        assert_eq!(outdated_fields(&json!("nonsense"), &ours).len(), 4);
-        let body = replacement(json!({"spec": 3}), &ours);
-        assert!(outdated_fields(&body, &ours).is_empty());
-        let body = replacement(json!([1, 2]), &ours);
-        assert!(outdated_fields(&body, &ours).is_empty());
+        let mut newer = ours.clone();
+        newer["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+            ["properties"]["monitoring"] = json!({"type": "object"});
+        let mut v2 = ours["spec"]["versions"][0].clone();
+        v2["name"] = json!("v2");
+        v2["storage"] = json!(false);
+        newer["spec"]["versions"].as_array_mut().unwrap().push(v2);
+        let found = differences(&newer, &ours).unwrap();
+        assert_eq!(
+            found,
+            [
+                Difference::Unknown("versions[v1]: spec.monitoring".into()),
+                Difference::Unknown("versions[v2]".into()),
+            ]
+        );
+        assert!(matches!(
+            Registration::from_differences(found),
+            Registration::Newer(_)
+        ));
+    }
+
+    /// A malformed answer (no spec, a spec that is not an object, versions not a list) is a clear
+    /// error, not a panic; the PUT body is built safely from anything.
+    #[test]
+    fn a_malformed_current_crd_is_an_error_not_a_panic() {
+        let ours = postgres_cluster_crd();
+        for (answer, what) in [
+            (json!("nonsense"), "it has no spec"),
+            (json!({"metadata": {}}), "it has no spec"),
+            (json!({"spec": 3}), "its spec is not an object"),
+            (
+                json!({"spec": {"versions": {"v1": {}}}}),
+                "its spec.versions is not a list",
+            ),
+        ] {
+            match differences(&answer, &ours) {
+                Err(CrdError::Malformed { what: said }) => assert_eq!(said, what),
+                other => panic!("{answer}: {other:?}"),
+            }
+        }
+        for answer in [json!({"spec": 3}), json!([1, 2])] {
+            let body = replacement(answer, &ours);
+            assert_eq!(differences(&body, &ours).unwrap(), []);
+        }
+    }
+
+    /// Only a served `v1` will do.
+    #[test]
+    fn the_crd_must_serve_v1() {
+        let mut crd = postgres_cluster_crd();
+        assert!(serves_our_version(&crd).is_ok());
+        crd["spec"]["versions"][0]["served"] = json!(false);
+        match serves_our_version(&crd) {
+            Err(error @ CrdError::NotServed { .. }) => assert_eq!(
+                error.to_string(),
+                format!(
+                    "CustomResourceDefinition {CRD_NAME} does not serve v1 (it serves: nothing)"
+                )
+            ),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn schema_paths_read_as_fields() {
+        assert_eq!(
+            readable("versions[v1].schema.openAPIV3Schema.properties.status.properties.conditions.items.properties.type"),
+            "versions[v1]: status.conditions[].type"
+        );
+        assert_eq!(
+            readable("versions[v1].schema.openAPIV3Schema.properties"),
+            "versions[v1]: properties"
+        );
+        assert_eq!(readable("names.shortNames"), "names.shortNames");
     }
 
     #[test]

@@ -4,8 +4,8 @@
 //! WORKSHOP.md, "Step 02". New since stage 01: `src/watch/` — bytes → lines (`frame.rs`), lines →
 //! typed events (`event.rs`), and `list_then_watch` (`watch/mod.rs`), which resumes from the last
 //! resourceVersion when a watch ends, relists after a 410, and backs off on failures; the lines it
-//! prints are `src/story.rs`'s. Registering the CRD is stage 01's library code, called again here
-//! (the CRD may already exist: fine).
+//! prints are `src/story.rs`'s. The CRD is checked with `crd::check` (`src/crd.rs`): created if
+//! absent, else left as it is — changing it is stage 01's job, not every operator's.
 //!
 //! ```text
 //! cargo run --bin sandbox                                      # terminal 1: prints its URL
@@ -31,7 +31,7 @@ use postgres_operator::watch::{list_then_watch, WatchItem, WatchOptions, Watcher
 
 /// stage02: workshop step 02. Lists the PostgresClusters, then watches for changes and prints each
 /// one, resuming, relisting and backing off as Kubernetes requires, until SIGTERM or Ctrl-C.
-/// Registers the CustomResourceDefinition first, as stage01 does.
+/// Creates the CustomResourceDefinition first if it is absent; never changes one that exists.
 #[derive(Parser)]
 #[command(after_help = format!("{CONNECTION_ORDER_HELP}\n\n{EXAMPLES}"))]
 struct Flags {
@@ -69,10 +69,14 @@ async fn main() -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// Stage 01's step, reused: make sure our resource type exists and is served.
+/// Make sure our resource type exists and is served: created if absent, as the workshop's
+/// operators did at start; if present, checked and left as it is (stage 01 owns it).
 async fn register_crd(client: &Client) -> Result<(), CrdError> {
-    println!("{}", crd::register(client).await?);
-    crd::wait_established(client, DEFAULT_ESTABLISHED_TIMEOUT).await
+    crd::check(client, DEFAULT_ESTABLISHED_TIMEOUT, |found| {
+        println!("{found}")
+    })
+    .await?;
+    Ok(())
 }
 
 /// Every event and notice, as the workshop's lines. Ends when the watch stops (on shutdown).

@@ -128,7 +128,10 @@ async fn an_older_crd_is_updated_in_place() {
     );
     let after: Value = client.get(&crd_path()).await.unwrap();
     assert_eq!(after["metadata"]["uid"], before["metadata"]["uid"]);
-    assert!(crd::outdated_fields(&after, &crd::postgres_cluster_crd()).is_empty());
+    assert_eq!(
+        crd::differences(&after, &crd::postgres_cluster_crd()).unwrap(),
+        []
+    );
 
     let scale: Value = client
         .get(&format!("{}/scale", object_path("default", "old")))
@@ -198,7 +201,10 @@ async fn a_crd_of_our_name_with_someone_elses_schema_is_updated() {
 
     assert_eq!(crd_writes(&sandbox).len(), writes_before + 1);
     let after: Value = client.get(&crd_path()).await.unwrap();
-    assert!(crd::outdated_fields(&after, &crd::postgres_cluster_crd()).is_empty());
+    assert_eq!(
+        crd::differences(&after, &crd::postgres_cluster_crd()).unwrap(),
+        []
+    );
     assert_eq!(after["spec"]["names"]["shortNames"], json!(["pgc"]));
     assert_eq!(after["metadata"]["labels"]["owner"], "someone-else");
     let kept: PostgresCluster = client.get(&object_path("default", "theirs")).await.unwrap();

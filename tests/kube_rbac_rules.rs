@@ -230,7 +230,7 @@ impl Manifests {
 }
 
 impl Rule {
-    /// `ClusterRole postgres-operator #1: apiextensions.k8s.io customresourcedefinitions [get, update] names [...]`.
+    /// `ClusterRole postgres-operator #1: apiextensions.k8s.io customresourcedefinitions [get] names [...]`.
     fn describe(&self) -> String {
         let groups: Vec<String> = strings(&self.rule["apiGroups"])
             .into_iter()

@@ -59,7 +59,7 @@ impl Cluster {
         .expect("sandbox starts");
         let client =
             Client::new(Config::from_url(&sandbox.url()).expect("sandbox URL")).expect("client");
-        postgres_operator::crd::register(&client)
+        postgres_operator::crd::ensure(&client)
             .await
             .expect("CRD registered");
         postgres_operator::crd::wait_established(&client, Duration::from_secs(10))

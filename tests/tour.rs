@@ -350,7 +350,7 @@ async fn tour_refuses_to_touch_an_existing_example() {
     .await
     .unwrap();
     let client = Client::new(Config::from_url(&sandbox.url()).unwrap()).unwrap();
-    postgres_operator::crd::register(&client).await.unwrap();
+    postgres_operator::crd::ensure(&client).await.unwrap();
     postgres_operator::crd::wait_established(&client, Duration::from_secs(10))
         .await
         .unwrap();

@@ -26,7 +26,7 @@ async fn sandbox_with_crd() -> (Sandbox, Client) {
     .await
     .expect("sandbox starts");
     let client = plain_client(&sandbox.url());
-    crd::register(&client).await.expect("CRD registered");
+    crd::ensure(&client).await.expect("CRD registered");
     crd::wait_established(&client, WITHIN)
         .await
         .expect("CRD established");
@@ -209,7 +209,7 @@ async fn a_401_after_token_rotation_rereads_the_token_file() {
     let make_client =
         || Client::new(Config::infer_from(&args, &no_env).expect("config")).expect("client");
     let client = make_client();
-    crd::register(&client).await.expect("CRD registered");
+    crd::ensure(&client).await.expect("CRD registered");
     crd::wait_established(&client, WITHIN)
         .await
         .expect("established");

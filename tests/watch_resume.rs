@@ -22,7 +22,7 @@ async fn sandbox_with_crd(options: SandboxOptions) -> (Sandbox, Client) {
         .await
         .expect("sandbox starts");
     let client = plain_client(&sandbox.url());
-    crd::register(&client).await.expect("CRD registered");
+    crd::ensure(&client).await.expect("CRD registered");
     crd::wait_established(&client, WITHIN)
         .await
         .expect("CRD established");

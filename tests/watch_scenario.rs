@@ -124,7 +124,7 @@ async fn random_changes_under_broken_watches_end_in_agreement() {
         .await
         .expect("sandbox");
     let client = plain_client(&sandbox.url());
-    crd::register(&client).await.expect("CRD");
+    crd::ensure(&client).await.expect("CRD");
     crd::wait_established(&client, Duration::from_secs(10))
         .await
         .expect("established");

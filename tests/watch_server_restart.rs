@@ -231,7 +231,7 @@ async fn start_sandbox(options: SandboxOptions) -> (Sandbox, Client) {
 }
 
 async fn install_crd(client: &Client) {
-    crd::register(client).await.expect("CRD registered");
+    crd::ensure(client).await.expect("CRD registered");
     crd::wait_established(client, WITHIN)
         .await
         .expect("CRD established");

@@ -313,7 +313,7 @@ async fn play(
     check_namespace(client).await?;
 
     println!("== Step 01: kubectl apply -f kube/crd.yaml   (register the PostgresCluster type)");
-    println!("{}", crd::register(client).await.map_err(failed)?);
+    println!("{}", crd::ensure(client).await.map_err(failed)?);
     crd::wait_established(client, DEFAULT_ESTABLISHED_TIMEOUT)
         .await
         .map_err(failed)?;

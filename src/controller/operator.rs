@@ -1,11 +1,11 @@
-//! The whole step-03 operator in one call: register the type (step 01), list then watch it (step
+//! The whole step-03 operator in one call: check the type (step 01's, created if absent), list then watch it (step
 //! 02), and route every event to a cluster task (step 03). `stages/stage03.rs` and the tour
 //! (`src/bin/tour.rs`) both run exactly this.
 //!
 //! WORKSHOP.md, step 03 ("Putting it together").
 //!
 //! ```text
-//! run_operator ── crd::register, crd::wait_established
+//! run_operator ── crd::check (created if absent, never changed)
 //!      │
 //!      ├── list_then_watch ──items──▶ narrate: notices ("Watch version: 4566", ...) are told,
 //!      │                                events are told ("PostgresCluster event: ADDED ..")
@@ -87,18 +87,18 @@ pub async fn run_operator(
     Ok(stopped)
 }
 
-/// Step 01, reused: make sure our resource type exists and is served.
+/// Make sure our resource type exists and is served (`crd::check`: created if absent, else
+/// checked and left as it is — registering it is step 01's).
 pub(crate) async fn register_resource(
     client: &Client,
     reporter: &Reporter,
 ) -> Result<(), OperatorError> {
-    let registration = crd::register(client)
-        .await
-        .map_err(OperatorError::RegisterResource)?;
-    reporter.report_operator(registration.to_string());
-    crd::wait_established(client, DEFAULT_ESTABLISHED_TIMEOUT)
-        .await
-        .map_err(OperatorError::RegisterResource)
+    crd::check(client, DEFAULT_ESTABLISHED_TIMEOUT, |found| {
+        reporter.report_operator(found.to_string())
+    })
+    .await
+    .map_err(OperatorError::RegisterResource)?;
+    Ok(())
 }
 
 /// Tell step 02's story, then hand each event to the controller. Items arrive in order: a notice

@@ -134,7 +134,7 @@ pub async fn sandbox_with_crd(
     .expect("sandbox starts");
     let config = postgres_operator::config::Config::from_url(&sandbox.url()).expect("sandbox url");
     let client = postgres_operator::client::Client::new(config).expect("client");
-    postgres_operator::crd::register(&client)
+    postgres_operator::crd::ensure(&client)
         .await
         .expect("CRD registered");
     postgres_operator::crd::wait_established(&client, Duration::from_secs(10))

@@ -311,3 +311,38 @@ pub fn plain_client(url: &str) -> postgres_operator::client::Client {
     let config = postgres_operator::config::Config::from_url(url).unwrap();
     postgres_operator::client::Client::new(config).unwrap()
 }
+
+/// A watch response: these lines (each a JSON event), then a body that stays open and sends
+/// nothing more, as a quiet watch does until its timeout.
+pub fn lines_then_quiet(lines: Vec<String>) -> Response<Body> {
+    Response::builder()
+        .status(200)
+        .header("content-type", "application/json")
+        .body(
+            LinesThenQuiet {
+                lines: lines.into_iter().map(|line| format!("{line}\n")).collect(),
+            }
+            .boxed(),
+        )
+        .unwrap()
+}
+
+struct LinesThenQuiet {
+    lines: std::collections::VecDeque<String>,
+}
+
+impl hyper::body::Body for LinesThenQuiet {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        match self.lines.pop_front() {
+            Some(line) => Poll::Ready(Some(Ok(Frame::data(Bytes::from(line))))),
+            // Never woken again: the connection stays open until the client or the test ends it.
+            None => Poll::Pending,
+        }
+    }
+}
