@@ -424,6 +424,50 @@ impl std::fmt::Display for PostgresClusterSpec {
     }
 }
 
+/// Why a spec cannot be acted on. The CRD's schema enforces the same rules on the server, so
+/// these fire only when the CRD is old or was registered by someone else.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SpecError {
+    #[error("spec.size must be between 1 and {MAX_SIZE}, got {size}")]
+    SizeOutOfRange { size: i64 },
+    #[error("spec.version: {0}")]
+    Version(#[source] VersionError),
+}
+
+/// The checks a cluster task runs on a spec before acting (and that a spec update must pass to
+/// be accepted).
+pub fn validate_spec(spec: &PostgresClusterSpec) -> Result<(), SpecError> {
+    if !(1..=MAX_SIZE).contains(&spec.size) {
+        return Err(SpecError::SizeOutOfRange { size: spec.size });
+    }
+    spec.version
+        .parse::<PostgresVersion>()
+        .map_err(SpecError::Version)?;
+    Ok(())
+}
+
+/// `{phase: Running, size: 3}` with the fields that are set, or `<none>` (the workshop's word).
+pub fn describe_status(status: Option<&PostgresClusterStatus>) -> String {
+    let Some(status) = status else {
+        return "<none>".to_string();
+    };
+    let mut fields = Vec::new();
+    if let Some(phase) = &status.phase {
+        fields.push(format!("phase: {phase}"));
+    }
+    if let Some(size) = status.size {
+        fields.push(format!("size: {size}"));
+    }
+    if let Some(ready) = status.ready_instances {
+        fields.push(format!("readyInstances: {ready}"));
+    }
+    if fields.is_empty() {
+        "<none>".to_string()
+    } else {
+        format!("{{{}}}", fields.join(", "))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -559,5 +603,63 @@ mod tests {
             serde_json::to_value(PostgresClusterStatus::default()).unwrap(),
             serde_json::json!({})
         );
+    }
+
+    fn spec(size: i64, version: &str) -> PostgresClusterSpec {
+        PostgresClusterSpec {
+            size,
+            version: version.into(),
+            paused: false,
+            backup: None,
+            bootstrap: None,
+        }
+    }
+
+    /// A task refuses a size outside 1..=7 and a version that is not a tag of major 13 or later,
+    /// naming the field and the rule.
+    #[test]
+    fn setup_rejects_sizes_out_of_range_and_bad_versions() {
+        assert_eq!(validate_spec(&spec(3, "16")), Ok(()));
+        assert_eq!(validate_spec(&spec(1, "16.4")), Ok(()));
+        assert_eq!(validate_spec(&spec(7, "13")), Ok(()));
+        for size in [0, 8, -1] {
+            assert_eq!(
+                validate_spec(&spec(size, "16")),
+                Err(SpecError::SizeOutOfRange { size })
+            );
+        }
+        assert_eq!(
+            validate_spec(&spec(8, "16")).unwrap_err().to_string(),
+            "spec.size must be between 1 and 7, got 8"
+        );
+        let error = validate_spec(&spec(3, "9.6.3")).unwrap_err();
+        assert!(matches!(
+            error,
+            SpecError::Version(VersionError::NotAVersion { .. })
+        ));
+        assert_eq!(
+            validate_spec(&spec(3, "9.6")).unwrap_err().to_string(),
+            "spec.version: \"9.6\" is too old: major version 9 is below 13, the oldest this operator runs"
+        );
+        assert!(matches!(
+            validate_spec(&spec(1, " ")),
+            Err(SpecError::Version(VersionError::NotAVersion { .. }))
+        ));
+    }
+
+    /// A missing or empty status prints as the workshop's `<none>`; otherwise only set fields.
+    #[test]
+    fn status_prints_none_or_its_set_fields() {
+        assert_eq!(describe_status(None), "<none>");
+        assert_eq!(
+            describe_status(Some(&PostgresClusterStatus::default())),
+            "<none>"
+        );
+        let status = PostgresClusterStatus {
+            phase: Some("Running".into()),
+            size: Some(3),
+            ..Default::default()
+        };
+        assert_eq!(describe_status(Some(&status)), "{phase: Running, size: 3}");
     }
 }

@@ -262,3 +262,155 @@ fn paths_resolve_and_cycles_are_found() {
         Some(vec!["a".to_string(), "c".to_string(), "a".to_string()])
     );
 }
+
+/// Module path → its file, relative to the repository (`watch::frame` → `src/watch/frame.rs`).
+fn module_files(root: &Path) -> BTreeMap<String, String> {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    collect(&repo.join(root), &mut files);
+    let mut found = BTreeMap::new();
+    for file in files {
+        let relative = file.strip_prefix(repo.join(root)).expect("under the root");
+        let mut parts: Vec<String> = relative
+            .with_extension("")
+            .iter()
+            .map(|part| part.to_string_lossy().into_owned())
+            .collect();
+        if parts.first().is_some_and(|first| first == "bin") {
+            continue;
+        }
+        if parts
+            .last()
+            .is_some_and(|last| last == "mod" || last == "lib")
+        {
+            parts.pop();
+        }
+        let path = file.strip_prefix(repo).expect("in the repository");
+        found.insert(parts.join("::"), path.to_string_lossy().into_owned());
+    }
+    found
+}
+
+/// The modules of `src/` a stage binary reaches: what it names of the library
+/// (`postgres_operator::a::b`), then from each module reached what that one names (`crate::`,
+/// `super::`) and the child modules it declares (`mod x;`). The root's declarations are not
+/// followed: `lib.rs` declares every module, and a binary uses only what it names.
+fn reached_by(stage: &str, known: &BTreeMap<String, String>) -> BTreeSet<String> {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(repo.join(stage)).expect("the stage's source");
+    let mut todo: Vec<String> = code_lines(&text)
+        .into_iter()
+        .flat_map(|code| named_paths(code, "postgres_operator::"))
+        .map(|path| resolve("", &path, known))
+        .collect();
+    let mut reached = BTreeSet::new();
+    while let Some(module) = todo.pop() {
+        if !reached.insert(module.clone()) || module.is_empty() {
+            continue;
+        }
+        for code in code_lines(&known[&module]) {
+            for path in named_paths(code, "crate::") {
+                todo.push(resolve("", &path, known));
+            }
+            for path in named_paths(code, "super::") {
+                let mut with_super = vec!["super".to_string()];
+                with_super.extend(path);
+                todo.push(resolve(&module, &with_super, known));
+            }
+            let declared = code
+                .trim()
+                .trim_start_matches("pub(crate) ")
+                .trim_start_matches("pub ")
+                .strip_prefix("mod ")
+                .and_then(|rest| rest.trim().strip_suffix(';'));
+            if let Some(child) = declared {
+                let child = format!("{module}::{}", child.trim());
+                if known.contains_key(&child) {
+                    todo.push(child);
+                }
+            }
+        }
+    }
+    reached.remove("");
+    reached
+}
+
+/// Lines of code: not blank, not a comment, nothing from `#[cfg(test)]` on.
+fn code_line_count(text: &str) -> usize {
+    code_lines(text)
+        .into_iter()
+        .filter(|line| !line.trim().is_empty())
+        .count()
+}
+
+/// The files WORKSHOP.md's step `number` lists under "Read, in order".
+fn reading_list(workshop: &str, number: usize) -> Vec<String> {
+    let heading = format!("## Step {number:02}:");
+    let Some(start) = workshop.find(&heading) else {
+        panic!("WORKSHOP.md has no {heading} section");
+    };
+    let section = &workshop[start + heading.len()..];
+    let section = &section[..section.find("\n## ").unwrap_or(section.len())];
+    // No list at all: an empty one, which the test reports as every file missing.
+    let Some(list) = section.split_once("**Read, in order:**") else {
+        return Vec::new();
+    };
+    list.1
+        .lines()
+        .skip_while(|line| line.trim().is_empty())
+        .take_while(|line| !line.trim().is_empty())
+        .filter_map(|line| {
+            let item = line.trim_start();
+            let rest = item.trim_start_matches(|c: char| c.is_ascii_digit());
+            (rest.len() < item.len() && rest.starts_with(". `"))
+                .then(|| rest[3..].split('`').next().unwrap_or_default().to_string())
+        })
+        .collect()
+}
+
+/// Each step of WORKSHOP.md opens with the files to read, and that list is exactly the stage's
+/// binary and the files of `src/` it reaches that the earlier stages did not: the text cannot
+/// drift from the code. Prints each step's files and lines of code (not blank, not comments, not
+/// tests), the measure of how much a learner reads per step.
+#[test]
+fn each_steps_reading_list_is_what_its_stage_newly_reaches() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let known = modules(&repo.join("src"));
+    let files = module_files(Path::new("src"));
+    let workshop = std::fs::read_to_string(repo.join("WORKSHOP.md")).expect("WORKSHOP.md");
+    let mut seen = BTreeSet::new();
+    let mut total = 0;
+    let mut mismatches = Vec::new();
+    for number in 1..=5 {
+        let stage = format!("stages/stage{number:02}.rs");
+        let reached = reached_by(&stage, &known);
+        let mut new: BTreeSet<String> = reached
+            .difference(&seen)
+            .map(|module| files[module].clone())
+            .collect();
+        new.insert(stage.clone());
+        seen.extend(reached);
+        let lines: usize = new
+            .iter()
+            .map(|file| {
+                code_line_count(&std::fs::read_to_string(repo.join(file)).expect("readable"))
+            })
+            .sum();
+        total += lines;
+        println!(
+            "step {number:02}: {} files, {lines} lines of code: {}",
+            new.len(),
+            new.iter().cloned().collect::<Vec<_>>().join(", ")
+        );
+        let listed: BTreeSet<String> = reading_list(&workshop, number).into_iter().collect();
+        if listed != new {
+            mismatches.push(format!(
+                "step {number:02}: listed but not reached: {:?}; reached but not listed: {:?}",
+                listed.difference(&new).collect::<Vec<_>>(),
+                new.difference(&listed).collect::<Vec<_>>()
+            ));
+        }
+    }
+    println!("total: {total} lines of code");
+    assert!(mismatches.is_empty(), "{}", mismatches.join("\n"));
+}

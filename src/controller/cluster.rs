@@ -11,10 +11,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
 use super::pods::{label_selector, Pod, PodApi, PodApiError};
-use crate::api::{
-    PostgresCluster, PostgresClusterSpec, PostgresClusterStatus, PostgresVersion, VersionError,
-    MAX_SIZE,
-};
+use crate::api::{describe_status, validate_spec, PostgresCluster, SpecError};
 use crate::story::Reporter;
 
 /// What the controller wants a cluster to be. Sent over a `tokio::sync::watch` channel, which
@@ -35,49 +32,6 @@ pub enum TaskEnd {
     Deleted,
     /// The operator is shutting down.
     Stopped,
-}
-
-/// What `setup` checks before touching anything. The CRD's schema enforces the same rules on the
-/// server, so these fire only when the CRD is old or was registered by someone else.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum SetupError {
-    #[error("spec.size must be between 1 and {MAX_SIZE}, got {size}")]
-    SizeOutOfRange { size: i64 },
-    #[error("spec.version: {0}")]
-    Version(#[source] VersionError),
-}
-
-/// The checks `setup` runs on a spec (and that a spec update must pass to be accepted).
-pub fn validate_spec(spec: &PostgresClusterSpec) -> Result<(), SetupError> {
-    if !(1..=MAX_SIZE).contains(&spec.size) {
-        return Err(SetupError::SizeOutOfRange { size: spec.size });
-    }
-    spec.version
-        .parse::<PostgresVersion>()
-        .map_err(SetupError::Version)?;
-    Ok(())
-}
-
-/// `{phase: Running, size: 3}` with the fields that are set, or `<none>` (the workshop's word).
-pub fn describe_status(status: Option<&PostgresClusterStatus>) -> String {
-    let Some(status) = status else {
-        return "<none>".to_string();
-    };
-    let mut fields = Vec::new();
-    if let Some(phase) = &status.phase {
-        fields.push(format!("phase: {phase}"));
-    }
-    if let Some(size) = status.size {
-        fields.push(format!("size: {size}"));
-    }
-    if let Some(ready) = status.ready_instances {
-        fields.push(format!("readyInstances: {ready}"));
-    }
-    if fields.is_empty() {
-        "<none>".to_string()
-    } else {
-        format!("{{{}}}", fields.join(", "))
-    }
 }
 
 /// One cluster's state, as its task sees it.
@@ -163,7 +117,7 @@ impl<P: PodApi> ClusterTask<P> {
     }
 
     /// Validate, then create a new cluster or adopt one a previous operator already started.
-    fn setup(&self) -> Result<(), SetupError> {
+    fn setup(&self) -> Result<(), SpecError> {
         validate_spec(&self.cluster.spec)?;
         let phase = self
             .cluster
@@ -372,64 +326,6 @@ fn split_running_pending(pods: &[Pod]) -> (Vec<String>, Vec<String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn spec(size: i64, version: &str) -> PostgresClusterSpec {
-        PostgresClusterSpec {
-            size,
-            version: version.to_string(),
-            paused: false,
-            backup: None,
-            bootstrap: None,
-        }
-    }
-
-    /// setup refuses a size outside 1..=7 and a version that is not a tag of major 13 or later,
-    /// naming the field and the rule.
-    #[test]
-    fn setup_rejects_sizes_out_of_range_and_bad_versions() {
-        assert_eq!(validate_spec(&spec(3, "16")), Ok(()));
-        assert_eq!(validate_spec(&spec(1, "16.4")), Ok(()));
-        assert_eq!(validate_spec(&spec(7, "13")), Ok(()));
-        for size in [0, 8, -1] {
-            assert_eq!(
-                validate_spec(&spec(size, "16")),
-                Err(SetupError::SizeOutOfRange { size })
-            );
-        }
-        assert_eq!(
-            validate_spec(&spec(8, "16")).unwrap_err().to_string(),
-            "spec.size must be between 1 and 7, got 8"
-        );
-        let error = validate_spec(&spec(3, "9.6.3")).unwrap_err();
-        assert!(matches!(
-            error,
-            SetupError::Version(VersionError::NotAVersion { .. })
-        ));
-        assert_eq!(
-            validate_spec(&spec(3, "9.6")).unwrap_err().to_string(),
-            "spec.version: \"9.6\" is too old: major version 9 is below 13, the oldest this operator runs"
-        );
-        assert!(matches!(
-            validate_spec(&spec(1, " ")),
-            Err(SetupError::Version(VersionError::NotAVersion { .. }))
-        ));
-    }
-
-    /// A missing or empty status prints as the workshop's `<none>`; otherwise only set fields.
-    #[test]
-    fn status_prints_none_or_its_set_fields() {
-        assert_eq!(describe_status(None), "<none>");
-        assert_eq!(
-            describe_status(Some(&PostgresClusterStatus::default())),
-            "<none>"
-        );
-        let status = PostgresClusterStatus {
-            phase: Some("Running".into()),
-            size: Some(3),
-            ..Default::default()
-        };
-        assert_eq!(describe_status(Some(&status)), "{phase: Running, size: 3}");
-    }
 
     /// Running and Pending pods are listed apart, sorted; Failed ones are neither.
     #[test]

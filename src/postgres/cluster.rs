@@ -27,11 +27,12 @@ use std::time::Duration;
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
+use crate::api::{describe_status, validate_spec};
 use crate::api::{
     LastBackup, PostgresCluster, PostgresClusterStatus, RestoreStatus, BACKUP_NOW_ANNOTATION,
 };
 use crate::client::{Client, ClientError, Patch};
-use crate::controller::cluster::{describe_status, validate_spec, TaskEnd, Wanted};
+use crate::controller::cluster::{TaskEnd, Wanted};
 use crate::controller::pods::Pod;
 use crate::controller::{ClusterInbox, ClusterWorker};
 use crate::events::{rfc3339, EventRecorder, EventType};
