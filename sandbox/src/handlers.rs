@@ -852,18 +852,21 @@ fn token_request(
         audiences
     };
     let now = tokens::now_seconds();
-    let token = shared.tokens.issue(TokenClaims {
-        namespace: namespace.to_string(),
-        service_account: name.to_string(),
-        service_account_uid: account["metadata"]["uid"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string(),
-        pod: pod.clone(),
-        audiences: audiences.clone(),
-        issued_at: now,
-        expires_at: now + expiration,
-    });
+    let token = shared
+        .tokens
+        .issue(TokenClaims {
+            namespace: namespace.to_string(),
+            service_account: name.to_string(),
+            service_account_uid: account["metadata"]["uid"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            pod: pod.clone(),
+            audiences: audiences.clone(),
+            issued_at: now,
+            expires_at: now + expiration,
+        })
+        .map_err(|error| ApiError::internal(format!("cannot issue a token: {error}")))?;
     let expires = std::time::UNIX_EPOCH + Duration::from_secs(now + expiration);
     let mut answer_spec = json!({"audiences": audiences, "expirationSeconds": expiration,
                                  "boundObjectRef": null});

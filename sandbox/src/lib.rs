@@ -51,7 +51,7 @@
 //! | `schema.rs`, `patch.rs` | CRD schema validation and pruning; the three patch kinds | 0 helpers |
 //! | `selector.rs`, `names.rs` | label and field selectors; DNS-1123 names and label values | 0 helpers |
 //! | `status.rs`, `body.rs` | the `Status` wire type; the response body (whole or streamed) | 0 helpers |
-//! | `timefmt.rs`, `random.rs`, `sync.rs` | RFC 3339 and ages; xorshift; locking a mutex | 0 helpers |
+//! | `timefmt.rs`, `random.rs`, `sync.rs` | RFC 3339 and ages; xorshift for names, the OS CSPRNG for secrets; locking a mutex | 0 helpers |
 //!
 //! # Where it simplifies
 //!

@@ -89,6 +89,8 @@ pub enum SandboxError {
         path: PathBuf,
         source: std::io::Error,
     },
+    /// The operating system's random number generator, where tokens come from, failed.
+    Randomness,
 }
 
 impl std::fmt::Display for SandboxError {
@@ -102,6 +104,10 @@ impl std::fmt::Display for SandboxError {
             SandboxError::WriteCredentials { path, source } => {
                 write!(f, "cannot write {}: {source}", path.display())
             }
+            SandboxError::Randomness => write!(
+                f,
+                "the operating system's random number generator failed (is getrandom(2) or /dev/urandom available?)"
+            ),
         }
     }
 }
@@ -114,6 +120,7 @@ impl std::error::Error for SandboxError {
             }
             SandboxError::Certificates(e) => Some(e),
             SandboxError::TlsConfig(e) => Some(e),
+            SandboxError::Randomness => None,
         }
     }
 }

@@ -289,7 +289,8 @@ impl Node {
     /// The token the kubelet writes into the pod's service-account volume: bound to the pod,
     /// so it stops working when the pod (or its service account) is deleted, and valid for
     /// the pod's life otherwise (kube-apiserver's one-year extension of kubelet tokens), so
-    /// it is written once and never refreshed. None if the service account is gone.
+    /// it is written once and never refreshed. None if the service account is gone (or the
+    /// OS gave no randomness).
     pub(crate) fn pod_token(&self, pod: &Value) -> Option<String> {
         let namespace = pod["metadata"]["namespace"].as_str()?;
         let account = pod["spec"]["serviceAccountName"]
@@ -302,7 +303,7 @@ impl Node {
             .as_str()?
             .to_string();
         let now = tokens::now_seconds();
-        Some(self.tokens.issue(TokenClaims {
+        let issued = self.tokens.issue(TokenClaims {
             namespace: namespace.to_string(),
             service_account: account.to_string(),
             service_account_uid: account_uid,
@@ -313,7 +314,10 @@ impl Node {
             audiences: vec![tokens::ISSUER.to_string()],
             issued_at: now,
             expires_at: now + tokens::KUBELET_TOKEN_SECONDS,
-        }))
+        });
+        issued
+            .inspect_err(|error| tracing::error!(%error, "cannot issue a pod's token"))
+            .ok()
     }
 
     /// B of the sandbox's `127.B.0.0/16`: Services get ClusterIPs in `127.B.192.0/18`.
