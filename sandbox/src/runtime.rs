@@ -186,8 +186,31 @@ impl DataDir {
             path: path.clone(),
             source,
         };
+        let as_root = own_ids().0 == 0;
+        if as_root {
+            allow_others_to_enter_new_files();
+        }
         // 0755: the pods' users (999) must be able to reach their own directories inside.
         volumes::make_dir(&path, 0o755, None).map_err(failed)?;
+        // As root, pods run as another user (`worker::DEFAULT_POD_USER`), and bwrap, started
+        // as that user, must walk to every directory it mounts: a 0700 directory on the way
+        // (`mktemp -d` makes them) would crash-loop every pod. Say so now, naming it.
+        if as_root {
+            let pod_user = worker::DEFAULT_POD_USER;
+            if let Some((blocked, mode)) =
+                host::first_unsearchable(&path, pod_user, pod_user).map_err(failed)?
+            {
+                if temporary {
+                    let _ = std::fs::remove_dir_all(&path);
+                }
+                return Err(HostError::DataDirUnreachable {
+                    data_dir: path.clone(),
+                    blocked,
+                    mode,
+                    pod_user,
+                });
+            }
+        }
         let entrypoint = path.join("bin").join("docker-entrypoint.sh");
         volumes::make_dir(&path.join("bin"), 0o755, None).map_err(failed)?;
         std::fs::write(&entrypoint, POSTGRES_ENTRYPOINT_SCRIPT).map_err(failed)?;
@@ -198,6 +221,25 @@ impl DataDir {
         .map_err(failed)?;
         Ok(DataDir { path, temporary })
     }
+}
+
+/// As root, pods run as another user, who must enter every directory the sandbox makes for
+/// them (the data dir's parents it creates, `pods/<uid>/containers/...`, volumes): under a
+/// umask such as 077 those would be 0700 and every pod would crash-loop. So the umask keeps
+/// only its "no writing by others" bits (077 becomes 022), as a kubelet's umask is 022. Files
+/// holding secrets are created with explicit modes (0600 tokens, a 0700 credentials directory).
+fn allow_others_to_enter_new_files() {
+    // SAFETY: umask(2) only swaps an integer of the process; it cannot fail.
+    let previous = unsafe { libc::umask(0o022) };
+    // SAFETY: as above.
+    unsafe { libc::umask(previous & 0o022) };
+}
+
+/// The effective user and group of this process: the owner of /proc/self.
+fn own_ids() -> (u32, u32) {
+    std::fs::metadata("/proc/self")
+        .map(|m| (m.uid(), m.gid()))
+        .unwrap_or((65534, 65534))
 }
 
 /// Temporary data directories of sandboxes that were killed (SIGKILL leaves no chance to clean
@@ -256,10 +298,7 @@ impl Node {
         let block = config
             .address_block
             .unwrap_or_else(|| 16 + random.below(235) as u8);
-        // The effective user of this process, without libc: the owner of /proc/self.
-        let own_ids = std::fs::metadata("/proc/self")
-            .map(|m| (m.uid(), m.gid()))
-            .unwrap_or((65534, 65534));
+        let own_ids = own_ids();
         // kube-apiserver creates the `kubernetes` Service before anyone else can take the first
         // Service address; the loop below keeps it (and its Endpoints) as the apiserver does.
         if let Some(api_server) = config.cluster.api_server {

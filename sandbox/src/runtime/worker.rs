@@ -20,7 +20,7 @@ use crate::timefmt;
 
 /// The user a pod runs as when the sandbox is root and the pod names none: the official
 /// postgres image's `postgres` user.
-const DEFAULT_POD_USER: u32 = 999;
+pub(crate) const DEFAULT_POD_USER: u32 = 999;
 
 /// What one pod's tasks share.
 pub(crate) struct PodWorker {
