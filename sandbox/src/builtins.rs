@@ -453,6 +453,72 @@ pub(crate) fn default_volume(
     Ok(())
 }
 
+/// Where a PersistentVolume's data may live when pods run as processes: below `root`, the
+/// sandbox's own volume directory (`<data dir>/persistentvolumes`). A pod writes into its
+/// volume's directory as the sandbox's pod user, and a Delete reclaim removes it, so a
+/// hostPath of `/etc` or `/home/someone` would hand the host's files to any pod. Refused as an
+/// admission plugin refuses: `persistentvolumes "x" is forbidden: ...`. The path is judged after
+/// symbolic links of its existing part are resolved (a link inside the root pointing out of it
+/// does not pass).
+pub(crate) fn check_volume_path(
+    resource: &ResourceType,
+    volume: &Value,
+    name: &str,
+    root: &std::path::Path,
+) -> Result<(), ApiError> {
+    use std::path::{Component, Path};
+    for source in ["hostPath", "local"] {
+        let Some(path) = volume["spec"][source]["path"].as_str() else {
+            continue;
+        };
+        let field = format!("spec.{source}.path");
+        let given = Path::new(path);
+        let refuse = |why: String| {
+            Err(ApiError::forbidden(
+                resource,
+                name,
+                &format!(
+                    "{field} {path:?} {why}: pods may only write below {} (a PersistentVolumeClaim alone gets a volume there)",
+                    root.display()
+                ),
+            ))
+        };
+        if !given.is_absolute() {
+            return refuse("is not an absolute path".into());
+        }
+        if given.components().any(|c| c == Component::ParentDir) {
+            return refuse("must not contain '..'".into());
+        }
+        // The longest existing prefix, with its links resolved, then the rest as written.
+        let mut existing = given;
+        let mut rest = Vec::new();
+        while !existing.exists() {
+            match (existing.parent(), existing.file_name()) {
+                (Some(parent), Some(last)) => {
+                    rest.push(last);
+                    existing = parent;
+                }
+                _ => break,
+            }
+        }
+        let mut resolved = existing
+            .canonicalize()
+            .unwrap_or_else(|_| existing.to_path_buf());
+        resolved.extend(rest.iter().rev());
+        if !resolved.starts_with(root) || resolved == root {
+            return refuse(if resolved.as_path() == given {
+                "is outside the sandbox's volume directory".into()
+            } else {
+                format!(
+                    "is outside the sandbox's volume directory (it resolves to {})",
+                    resolved.display()
+                )
+            });
+        }
+    }
+    Ok(())
+}
+
 /// A StorageClass names its provisioner; reclaimPolicy Delete and volumeBindingMode Immediate
 /// unless it says otherwise, as kube-apiserver defaults them.
 pub(crate) fn default_storage_class(

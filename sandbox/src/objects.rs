@@ -61,6 +61,9 @@ pub(crate) struct WriteOptions<'a> {
     pub(crate) duplicate_fields: Vec<String>,
     /// Some(B): pods run as processes and Services get ClusterIPs in `127.B.192.0/18`.
     pub(crate) service_block: Option<u8>,
+    /// Pods run as processes: a PersistentVolume's hostPath must lie below this directory.
+    /// None for the sandbox's own controllers (the provisioner) and the simulated runtime.
+    pub(crate) volume_root: Option<std::path::PathBuf>,
 }
 
 /// Work to start once the store lock is released (timers, simulated controllers).
@@ -368,7 +371,12 @@ pub(crate) fn prepare_create(
         ("", "persistentvolumeclaims") => {
             crate::builtins::default_claim(resource, &mut body, &name)?
         }
-        ("", "persistentvolumes") => crate::builtins::default_volume(resource, &mut body, &name)?,
+        ("", "persistentvolumes") => {
+            crate::builtins::default_volume(resource, &mut body, &name)?;
+            if let Some(root) = &options.volume_root {
+                crate::builtins::check_volume_path(resource, &body, &name, root)?;
+            }
+        }
         ("storage.k8s.io", "storageclasses") => {
             crate::builtins::default_storage_class(resource, &mut body, &name)?
         }
@@ -1032,6 +1040,20 @@ pub(crate) fn prepare_update(
         ("", "secrets") => default_secret(resource, &mut next, &name)?,
         ("", "persistentvolumeclaims") if part == Part::Main => {
             crate::builtins::check_claim(resource, &next, &name)?
+        }
+        // What a volume is cannot change (else a checked path could become any path).
+        ("", "persistentvolumes")
+            if part == Part::Main
+                && (next["spec"]["hostPath"] != old["spec"]["hostPath"]
+                    || next["spec"]["local"] != old["spec"]["local"]) =>
+        {
+            return Err(ApiError::invalid_field(
+                resource,
+                &name,
+                "FieldValueForbidden",
+                "spec.persistentvolumesource",
+                "Forbidden: spec.persistentvolumesource is immutable after creation",
+            ));
         }
         ("apps", "deployments" | "replicasets") if part == Part::Main => {
             crate::builtins::check_workload_update(resource, &name, old, &mut next)?

@@ -359,6 +359,16 @@ impl Node {
             .ok()
     }
 
+    /// The directory every PersistentVolume's path must lie below (`storage.rs` provisions
+    /// there), with the data dir's links resolved, as admission compares resolved paths.
+    pub(crate) fn volume_root(&self) -> PathBuf {
+        let data_dir = self.config.data_dir();
+        let data_dir = data_dir
+            .canonicalize()
+            .unwrap_or_else(|_| data_dir.to_path_buf());
+        crate::storage::VolumeDirs::under(&data_dir).volumes
+    }
+
     /// B of the sandbox's `127.B.0.0/16`: Services get ClusterIPs in `127.B.192.0/18`.
     pub(crate) fn service_block(&self) -> u8 {
         lock(&self.addresses).block()

@@ -242,6 +242,7 @@ fn update(
         random,
         duplicate_fields: Vec::new(),
         service_block: None,
+        volume_root: None,
     };
     let written = objects::prepare_update(&resource, old, new, part, options)
         .and_then(|prepared| objects::commit(state, &resource, prepared));
@@ -555,6 +556,7 @@ fn provision(
         random,
         duplicate_fields: Vec::new(),
         service_block: None,
+        volume_root: None,
     };
     let created = objects::prepare_create(&resource, None, volume, options)
         .and_then(|prepared| objects::commit(state, &resource, prepared));

@@ -219,6 +219,7 @@ impl Writer<'_> {
             random: &mut self.random,
             duplicate_fields: Vec::new(),
             service_block: None,
+            volume_root: None,
         }
     }
 
