@@ -183,6 +183,60 @@ fn pod_spec_causes(spec: &Value, field: &str) -> Vec<StatusCause> {
     causes
 }
 
+/// The official postgres image's `postgres` user: the user pods run as on the host when the
+/// sandbox is root, whatever their `runAsUser` (the kubelet maps theirs onto it).
+pub(crate) const POSTGRES_USER: u32 = 999;
+/// The distroless `nonroot` user that kube/deployment.yaml's operator pod asks for.
+pub(crate) const OPERATOR_USER: u32 = 65532;
+/// The ids a pod may ask for (runAsUser, runAsGroup, fsGroup) when the sandbox runs as root: what
+/// the project's own pods need (src/postgres/manifests.rs: 999; kube/deployment.yaml: 65532),
+/// and 0, which never means root here (such a pod runs as the postgres user).
+pub(crate) const POD_IDS_AS_ROOT: [u64; 3] = [0, POSTGRES_USER as u64, OPERATOR_USER as u64];
+
+/// When the sandbox runs as root, the host's files are mirrored into pods and a pod's processes
+/// run as a host user: a pod asking for uid 4321 must not become host uid 4321 and read its
+/// 0600 files. Such pods are refused as PodSecurity admission refuses: `pods "x" is forbidden`.
+pub(crate) fn check_pod_ids_as_root(
+    resource: &ResourceType,
+    pod: &Value,
+    name: &str,
+) -> Result<(), ApiError> {
+    let spec = &pod["spec"];
+    let mut contexts = vec![("spec.securityContext".to_string(), &spec["securityContext"])];
+    for list in ["initContainers", "containers"] {
+        for (index, container) in spec[list].as_array().into_iter().flatten().enumerate() {
+            contexts.push((
+                format!("spec.{list}[{index}].securityContext"),
+                &container["securityContext"],
+            ));
+        }
+    }
+    let mut refused = Vec::new();
+    for (path, context) in contexts {
+        for field in ["runAsUser", "runAsGroup", "fsGroup"] {
+            let value = &context[field];
+            if !value.is_null()
+                && !value
+                    .as_u64()
+                    .is_some_and(|id| POD_IDS_AS_ROOT.contains(&id))
+            {
+                refused.push(format!("{path}.{field}={value}"));
+            }
+        }
+    }
+    if refused.is_empty() {
+        return Ok(());
+    }
+    Err(ApiError::forbidden(
+        resource,
+        name,
+        &format!(
+            "{} not allowed: this sandbox runs as root and pods see the host's files, so a pod may ask only for ids {POSTGRES_USER} (postgres) or {OPERATOR_USER} (the operator image's nonroot); either runs as host user {POSTGRES_USER}",
+            refused.join(", ")
+        ),
+    ))
+}
+
 pub(crate) fn default_pod(
     resource: &ResourceType,
     object: &mut Value,

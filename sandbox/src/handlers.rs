@@ -255,6 +255,7 @@ fn write_options<'a>(
         duplicate_fields,
         service_block: shared.node.as_ref().map(|n| n.service_block()),
         volume_root: shared.node.as_ref().map(|n| n.volume_root()),
+        pod_ids_restricted: shared.node.as_ref().is_some_and(|n| n.runs_as_root()),
     })
 }
 

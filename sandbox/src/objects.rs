@@ -64,6 +64,9 @@ pub(crate) struct WriteOptions<'a> {
     /// Pods run as processes: a PersistentVolume's hostPath must lie below this directory.
     /// None for the sandbox's own controllers (the provisioner) and the simulated runtime.
     pub(crate) volume_root: Option<std::path::PathBuf>,
+    /// Pods run as processes and the sandbox is root: pods may ask only for the ids in
+    /// `builtins::POD_IDS_AS_ROOT`.
+    pub(crate) pod_ids_restricted: bool,
 }
 
 /// Work to start once the store lock is released (timers, simulated controllers).
@@ -332,6 +335,9 @@ pub(crate) fn prepare_create(
         ("", "namespaces") => default_namespace(&mut body, &name),
         ("", "pods") => {
             default_pod(resource, &mut body, &name)?;
+            if options.pod_ids_restricted {
+                crate::builtins::check_pod_ids_as_root(resource, &body, &name)?;
+            }
             token_volume = Some(format!("kube-api-access-{}", options.random.name_suffix()));
             follow_ups.push(FollowUp::StartPod {
                 namespace: namespace.clone(),

@@ -44,8 +44,11 @@
 //!   that mirrors the host (`image.rs` says what happens to each field of kube/deployment.yaml).
 //!   Pods reach the API server at the sandbox's own address, which `KUBERNETES_SERVICE_HOST`
 //!   and `_PORT` name, not through the `kubernetes` Service's ClusterIP (`services.rs`).
-//! - Pod processes never run as root: as `runAsUser` when the sandbox is root (999, the official
-//!   image's postgres user, when unset), else as the sandbox's own user.
+//! - Pod processes never run as root. When the sandbox is root they run as host user 999 (the
+//!   official image's postgres user), seeing themselves as their `runAsUser`/`runAsGroup`
+//!   inside (bwrap maps one onto the other); pods asking for ids other than 999 and 65532 are
+//!   refused at admission (`builtins::check_pod_ids_as_root`). Otherwise they run as the
+//!   sandbox's own user.
 
 mod addresses;
 mod claims;
@@ -357,6 +360,11 @@ impl Node {
         issued
             .inspect_err(|error| tracing::error!(%error, "cannot issue a pod's token"))
             .ok()
+    }
+
+    /// Whether the sandbox runs as root: then pods run as host user 999 (`worker.rs`).
+    pub(crate) fn runs_as_root(&self) -> bool {
+        self.is_root
     }
 
     /// The directory every PersistentVolume's path must lie below (`storage.rs` provisions

@@ -243,6 +243,7 @@ fn update(
         duplicate_fields: Vec::new(),
         service_block: None,
         volume_root: None,
+        pod_ids_restricted: false,
     };
     let written = objects::prepare_update(&resource, old, new, part, options)
         .and_then(|prepared| objects::commit(state, &resource, prepared));
@@ -557,6 +558,7 @@ fn provision(
         duplicate_fields: Vec::new(),
         service_block: None,
         volume_root: None,
+        pod_ids_restricted: false,
     };
     let created = objects::prepare_create(&resource, None, volume, options)
         .and_then(|prepared| objects::commit(state, &resource, prepared));

@@ -220,6 +220,7 @@ impl Writer<'_> {
             duplicate_fields: Vec::new(),
             service_block: None,
             volume_root: None,
+            pod_ids_restricted: false,
         }
     }
 
