@@ -183,6 +183,60 @@ fn pod_spec_causes(spec: &Value, field: &str) -> Vec<StatusCause> {
     causes
 }
 
+/// The official postgres image's `postgres` user: the user pods run as on the host when the
+/// sandbox is root, whatever their `runAsUser` (the kubelet maps theirs onto it).
+pub(crate) const POSTGRES_USER: u32 = 999;
+/// The distroless `nonroot` user that kube/deployment.yaml's operator pod asks for.
+pub(crate) const OPERATOR_USER: u32 = 65532;
+/// The ids a pod may ask for (runAsUser, runAsGroup, fsGroup) when the sandbox runs as root: what
+/// the project's own pods need (src/postgres/manifests.rs: 999; kube/deployment.yaml: 65532),
+/// and 0, which never means root here (such a pod runs as the postgres user).
+pub(crate) const POD_IDS_AS_ROOT: [u64; 3] = [0, POSTGRES_USER as u64, OPERATOR_USER as u64];
+
+/// When the sandbox runs as root, the host's files are mirrored into pods and a pod's processes
+/// run as a host user: a pod asking for uid 4321 must not become host uid 4321 and read its
+/// 0600 files. Such pods are refused as PodSecurity admission refuses: `pods "x" is forbidden`.
+pub(crate) fn check_pod_ids_as_root(
+    resource: &ResourceType,
+    pod: &Value,
+    name: &str,
+) -> Result<(), ApiError> {
+    let spec = &pod["spec"];
+    let mut contexts = vec![("spec.securityContext".to_string(), &spec["securityContext"])];
+    for list in ["initContainers", "containers"] {
+        for (index, container) in spec[list].as_array().into_iter().flatten().enumerate() {
+            contexts.push((
+                format!("spec.{list}[{index}].securityContext"),
+                &container["securityContext"],
+            ));
+        }
+    }
+    let mut refused = Vec::new();
+    for (path, context) in contexts {
+        for field in ["runAsUser", "runAsGroup", "fsGroup"] {
+            let value = &context[field];
+            if !value.is_null()
+                && !value
+                    .as_u64()
+                    .is_some_and(|id| POD_IDS_AS_ROOT.contains(&id))
+            {
+                refused.push(format!("{path}.{field}={value}"));
+            }
+        }
+    }
+    if refused.is_empty() {
+        return Ok(());
+    }
+    Err(ApiError::forbidden(
+        resource,
+        name,
+        &format!(
+            "{} not allowed: this sandbox runs as root and pods see the host's files, so a pod may ask only for ids {POSTGRES_USER} (postgres) or {OPERATOR_USER} (the operator image's nonroot); either runs as host user {POSTGRES_USER}",
+            refused.join(", ")
+        ),
+    ))
+}
+
 pub(crate) fn default_pod(
     resource: &ResourceType,
     object: &mut Value,
@@ -450,6 +504,72 @@ pub(crate) fn default_volume(
     }
     add_finalizer(volume, VOLUME_PROTECTION);
     volume["status"] = json!({"phase": "Pending"});
+    Ok(())
+}
+
+/// Where a PersistentVolume's data may live when pods run as processes: below `root`, the
+/// sandbox's own volume directory (`<data dir>/persistentvolumes`). A pod writes into its
+/// volume's directory as the sandbox's pod user, and a Delete reclaim removes it, so a
+/// hostPath of `/etc` or `/home/someone` would hand the host's files to any pod. Refused as an
+/// admission plugin refuses: `persistentvolumes "x" is forbidden: ...`. The path is judged after
+/// symbolic links of its existing part are resolved (a link inside the root pointing out of it
+/// does not pass).
+pub(crate) fn check_volume_path(
+    resource: &ResourceType,
+    volume: &Value,
+    name: &str,
+    root: &std::path::Path,
+) -> Result<(), ApiError> {
+    use std::path::{Component, Path};
+    for source in ["hostPath", "local"] {
+        let Some(path) = volume["spec"][source]["path"].as_str() else {
+            continue;
+        };
+        let field = format!("spec.{source}.path");
+        let given = Path::new(path);
+        let refuse = |why: String| {
+            Err(ApiError::forbidden(
+                resource,
+                name,
+                &format!(
+                    "{field} {path:?} {why}: pods may only write below {} (a PersistentVolumeClaim alone gets a volume there)",
+                    root.display()
+                ),
+            ))
+        };
+        if !given.is_absolute() {
+            return refuse("is not an absolute path".into());
+        }
+        if given.components().any(|c| c == Component::ParentDir) {
+            return refuse("must not contain '..'".into());
+        }
+        // The longest existing prefix, with its links resolved, then the rest as written.
+        let mut existing = given;
+        let mut rest = Vec::new();
+        while !existing.exists() {
+            match (existing.parent(), existing.file_name()) {
+                (Some(parent), Some(last)) => {
+                    rest.push(last);
+                    existing = parent;
+                }
+                _ => break,
+            }
+        }
+        let mut resolved = existing
+            .canonicalize()
+            .unwrap_or_else(|_| existing.to_path_buf());
+        resolved.extend(rest.iter().rev());
+        if !resolved.starts_with(root) || resolved == root {
+            return refuse(if resolved.as_path() == given {
+                "is outside the sandbox's volume directory".into()
+            } else {
+                format!(
+                    "is outside the sandbox's volume directory (it resolves to {})",
+                    resolved.display()
+                )
+            });
+        }
+    }
     Ok(())
 }
 

@@ -231,7 +231,7 @@ fn write_options<'a>(
     query: &HashMap<String, String>,
     random: &'a mut Xorshift,
     raw_body: Option<&[u8]>,
-    service_block: Option<u8>,
+    shared: &Shared,
 ) -> Result<WriteOptions<'a>, ApiError> {
     let dry_run = match query.get("dryRun").map(String::as_str) {
         None | Some("") => false,
@@ -253,7 +253,9 @@ fn write_options<'a>(
         dry_run,
         random,
         duplicate_fields,
-        service_block,
+        service_block: shared.node.as_ref().map(|n| n.service_block()),
+        volume_root: shared.node.as_ref().map(|n| n.volume_root()),
+        pod_ids_restricted: shared.node.as_ref().is_some_and(|n| n.runs_as_root()),
     })
 }
 
@@ -354,12 +356,7 @@ pub(crate) async fn serve_resource(
             let body = parse_object_body(&parts, &raw)?;
             objects::check_namespace(&shared.store.lock(), &resource, target.namespace.as_deref())?;
             let mut random = request_random(shared);
-            let options = write_options(
-                &query,
-                &mut random,
-                Some(&raw),
-                shared.node.as_ref().map(|n| n.service_block()),
-            )?;
+            let options = write_options(&query, &mut random, Some(&raw), shared)?;
             let prepared =
                 objects::prepare_create(&resource, target.namespace.as_deref(), body, options)?;
             check_owners(shared, user, &resource, None, prepared.object())?;
@@ -374,12 +371,7 @@ pub(crate) async fn serve_resource(
             }
             let outcome =
                 update_with_retries(shared, user, &resource, &namespace, name, |old, random| {
-                    let options = write_options(
-                        &query,
-                        random,
-                        Some(&raw),
-                        shared.node.as_ref().map(|n| n.service_block()),
-                    )?;
+                    let options = write_options(&query, random, Some(&raw), shared)?;
                     match sub {
                         Some("scale") => prepare_scale(&resource, old, body.clone(), options),
                         Some("status") => objects::prepare_update(
@@ -641,24 +633,14 @@ fn patch(
         let ns = resource.namespaced.then_some(namespace);
         objects::check_namespace(&shared.store.lock(), resource, ns)?;
         let mut random = request_random(shared);
-        let options = write_options(
-            query,
-            &mut random,
-            None,
-            shared.node.as_ref().map(|n| n.service_block()),
-        )?;
+        let options = write_options(query, &mut random, None, shared)?;
         let prepared = objects::prepare_create(resource, ns, document, options)?;
         check_owners(shared, user, resource, None, prepared.object())?;
         let outcome = commit_create(shared, resource, prepared)?;
         return Ok(finish_write(shared, resource, outcome, table));
     }
     let outcome = update_with_retries(shared, user, resource, namespace, name, |old, random| {
-        let options = write_options(
-            query,
-            random,
-            None,
-            shared.node.as_ref().map(|n| n.service_block()),
-        )?;
+        let options = write_options(query, random, None, shared)?;
         let base = match subresource {
             Some("scale") => scale_of(resource, old),
             _ => (**old).clone(),
@@ -852,18 +834,21 @@ fn token_request(
         audiences
     };
     let now = tokens::now_seconds();
-    let token = shared.tokens.issue(TokenClaims {
-        namespace: namespace.to_string(),
-        service_account: name.to_string(),
-        service_account_uid: account["metadata"]["uid"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string(),
-        pod: pod.clone(),
-        audiences: audiences.clone(),
-        issued_at: now,
-        expires_at: now + expiration,
-    });
+    let token = shared
+        .tokens
+        .issue(TokenClaims {
+            namespace: namespace.to_string(),
+            service_account: name.to_string(),
+            service_account_uid: account["metadata"]["uid"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            pod: pod.clone(),
+            audiences: audiences.clone(),
+            issued_at: now,
+            expires_at: now + expiration,
+        })
+        .map_err(|error| ApiError::internal(format!("cannot issue a token: {error}")))?;
     let expires = std::time::UNIX_EPOCH + Duration::from_secs(now + expiration);
     let mut answer_spec = json!({"audiences": audiences, "expirationSeconds": expiration,
                                  "boundObjectRef": null});

@@ -43,6 +43,7 @@
 //! | `errors.rs` | the Status error answers (`ApiError`): not found, conflict, invalid, ... | 1 kinds |
 //! | `resources.rs` | built-in kinds, kinds learnt from CRDs, discovery and OpenAPI documents, the version | 1 kinds |
 //! | `options.rs` | [`SandboxOptions`] and [`SandboxError`]: how to start, what can fail | 0 helpers |
+//! | `connections.rs` | which connections stay open: a bounded number, idle ones closed first to make room; the open-file limit | 0 helpers |
 //! | `cluster_ips.rs` | the ClusterIP allocator: unique addresses from the Service range, requested ones honoured | 0 helpers |
 //! | `access.rs` | `kubectl auth can-i`: SelfSubjectAccessReview and SelfSubjectRulesReview answered by RBAC | 0 helpers |
 //! | `rbac.rs` | users and groups, request attributes from URLs, rule matching, kube's forbidden messages | 0 helpers |
@@ -51,7 +52,7 @@
 //! | `schema.rs`, `patch.rs` | CRD schema validation and pruning; the three patch kinds | 0 helpers |
 //! | `selector.rs`, `names.rs` | label and field selectors; DNS-1123 names and label values | 0 helpers |
 //! | `status.rs`, `body.rs` | the `Status` wire type; the response body (whole or streamed) | 0 helpers |
-//! | `timefmt.rs`, `random.rs`, `sync.rs` | RFC 3339 and ages; xorshift; locking a mutex | 0 helpers |
+//! | `timefmt.rs`, `random.rs`, `sync.rs` | RFC 3339 and ages; xorshift for names, the OS CSPRNG for secrets; locking a mutex | 0 helpers |
 //!
 //! # Where it simplifies
 //!
@@ -83,6 +84,7 @@ mod authn;
 mod body;
 mod builtins;
 mod cluster_ips;
+mod connections;
 mod controllers;
 mod errors;
 mod faults;

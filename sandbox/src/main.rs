@@ -179,6 +179,8 @@ fn choose_runtime(
                 Runtime::Processes(runtime),
                 "the default here: PostgreSQL and bubblewrap are installed".to_string(),
             )),
+            // A --data-dir pods cannot reach is the user's to fix, not a reason to fall back.
+            Err(error @ HostError::DataDirUnreachable { .. }) => Err(error.to_string()),
             // Installing packages does not give a system more loopback addresses.
             Err(error @ HostError::NoLoopbackAliases { .. }) => Ok((
                 Runtime::Simulated,

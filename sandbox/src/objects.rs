@@ -61,6 +61,12 @@ pub(crate) struct WriteOptions<'a> {
     pub(crate) duplicate_fields: Vec<String>,
     /// Some(B): pods run as processes and Services get ClusterIPs in `127.B.192.0/18`.
     pub(crate) service_block: Option<u8>,
+    /// Pods run as processes: a PersistentVolume's hostPath must lie below this directory.
+    /// None for the sandbox's own controllers (the provisioner) and the simulated runtime.
+    pub(crate) volume_root: Option<std::path::PathBuf>,
+    /// Pods run as processes and the sandbox is root: pods may ask only for the ids in
+    /// `builtins::POD_IDS_AS_ROOT`.
+    pub(crate) pod_ids_restricted: bool,
 }
 
 /// Work to start once the store lock is released (timers, simulated controllers).
@@ -329,6 +335,9 @@ pub(crate) fn prepare_create(
         ("", "namespaces") => default_namespace(&mut body, &name),
         ("", "pods") => {
             default_pod(resource, &mut body, &name)?;
+            if options.pod_ids_restricted {
+                crate::builtins::check_pod_ids_as_root(resource, &body, &name)?;
+            }
             token_volume = Some(format!("kube-api-access-{}", options.random.name_suffix()));
             follow_ups.push(FollowUp::StartPod {
                 namespace: namespace.clone(),
@@ -368,7 +377,12 @@ pub(crate) fn prepare_create(
         ("", "persistentvolumeclaims") => {
             crate::builtins::default_claim(resource, &mut body, &name)?
         }
-        ("", "persistentvolumes") => crate::builtins::default_volume(resource, &mut body, &name)?,
+        ("", "persistentvolumes") => {
+            crate::builtins::default_volume(resource, &mut body, &name)?;
+            if let Some(root) = &options.volume_root {
+                crate::builtins::check_volume_path(resource, &body, &name, root)?;
+            }
+        }
         ("storage.k8s.io", "storageclasses") => {
             crate::builtins::default_storage_class(resource, &mut body, &name)?
         }
@@ -1032,6 +1046,20 @@ pub(crate) fn prepare_update(
         ("", "secrets") => default_secret(resource, &mut next, &name)?,
         ("", "persistentvolumeclaims") if part == Part::Main => {
             crate::builtins::check_claim(resource, &next, &name)?
+        }
+        // What a volume is cannot change (else a checked path could become any path).
+        ("", "persistentvolumes")
+            if part == Part::Main
+                && (next["spec"]["hostPath"] != old["spec"]["hostPath"]
+                    || next["spec"]["local"] != old["spec"]["local"]) =>
+        {
+            return Err(ApiError::invalid_field(
+                resource,
+                &name,
+                "FieldValueForbidden",
+                "spec.persistentvolumesource",
+                "Forbidden: spec.persistentvolumesource is immutable after creation",
+            ));
         }
         ("apps", "deployments" | "replicasets") if part == Part::Main => {
             crate::builtins::check_workload_update(resource, &name, old, &mut next)?

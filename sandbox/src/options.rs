@@ -41,8 +41,11 @@ pub struct SandboxOptions {
     /// keep-alive connection is closed after this long too, as Go's server does without an
     /// `IdleTimeout`; clients open a new one.
     pub header_read_timeout: Duration,
-    /// Connections served at once. Beyond it the sandbox stops accepting: new connections wait
-    /// in the kernel's listen queue until one ends, so file descriptors never run out.
+    /// Connections open at once (kept within the open-file limit, which the sandbox raises to
+    /// the hard limit at start). At the cap, the connection that has waited longest for a
+    /// request head (over a quarter of a second) is closed to make room for a new one; when
+    /// every connection has a request in flight, new connections wait in the kernel's listen
+    /// queue until one ends.
     pub max_connections: usize,
     /// With the process runtime: the directory holding the operator's stage binaries (`stage01`
     /// ... `stage04`, as `cargo build --bins` leaves them in target/debug), which pods of the
@@ -66,7 +69,7 @@ impl Default for SandboxOptions {
             default_watch_timeout: Duration::from_secs(30 * 60),
             watch_queue_capacity: 1000,
             header_read_timeout: Duration::from_secs(32),
-            max_connections: 512,
+            max_connections: 4096,
             operator_binaries: None,
         }
     }
@@ -89,6 +92,8 @@ pub enum SandboxError {
         path: PathBuf,
         source: std::io::Error,
     },
+    /// The operating system's random number generator, where tokens come from, failed.
+    Randomness,
 }
 
 impl std::fmt::Display for SandboxError {
@@ -102,6 +107,10 @@ impl std::fmt::Display for SandboxError {
             SandboxError::WriteCredentials { path, source } => {
                 write!(f, "cannot write {}: {source}", path.display())
             }
+            SandboxError::Randomness => write!(
+                f,
+                "the operating system's random number generator failed (is getrandom(2) or /dev/urandom available?)"
+            ),
         }
     }
 }
@@ -114,6 +123,7 @@ impl std::error::Error for SandboxError {
             }
             SandboxError::Certificates(e) => Some(e),
             SandboxError::TlsConfig(e) => Some(e),
+            SandboxError::Randomness => None,
         }
     }
 }

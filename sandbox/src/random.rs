@@ -1,11 +1,64 @@
-//! A tiny xorshift random generator: uids, generated names, tokens, pod IPs and the seeded
-//! "kill random pods" fault. No `rand` crate: the project keeps its dependencies hand-picked.
+//! Two kinds of randomness. A tiny xorshift generator for what only needs to look random and
+//! may be reproducible: uids, generated names, pod IPs and the seeded "kill random pods" fault.
+//! And the operating system's CSPRNG (through `ring`, already compiled for rustls) for what
+//! must not be guessed: service-account tokens, their key ids and `jti`s, the admin token.
 //!
-//! WORKSHOP.md, "Set-up: the sandbox". Not cryptographic; the sandbox is a local teaching server.
+//! WORKSHOP.md, "Set-up: the sandbox". Why two: xorshift64*'s output gives away its state, so
+//! from one token a neighbour on the same machine could compute the next and previous ones.
+//! No `rand` crate: the project keeps its dependencies hand-picked.
 
 use std::hash::{BuildHasher, Hasher};
 
+use ring::rand::SecureRandom;
+
+/// The operating system's random number generator failed (on Linux, `getrandom(2)` did).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct NoRandomness;
+
+impl std::fmt::Display for NoRandomness {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the operating system's random number generator failed")
+    }
+}
+
+impl std::error::Error for NoRandomness {}
+
+/// `N` bytes from the operating system's CSPRNG: for secrets, never for names.
+pub(crate) fn secret_bytes<const N: usize>() -> Result<[u8; N], NoRandomness> {
+    let mut bytes = [0u8; N];
+    ring::rand::SystemRandom::new()
+        .fill(&mut bytes)
+        .map_err(|_| NoRandomness)?;
+    Ok(bytes)
+}
+
+/// `N` secret bytes as lower-case hex (32 bytes are 64 hex digits, 256 bits).
+pub(crate) fn secret_hex<const N: usize>() -> Result<String, NoRandomness> {
+    Ok(to_hex(&secret_bytes::<N>()?))
+}
+
+/// A version-4 UUID from the CSPRNG, as RFC 9562 asks for one (122 random bits).
+pub(crate) fn secret_uuid() -> Result<String, NoRandomness> {
+    let mut b = secret_bytes::<16>()?;
+    b[6] = b[6] & 0x0f | 0x40;
+    b[8] = b[8] & 0x3f | 0x80;
+    let hex = to_hex(&b);
+    Ok(format!(
+        "{}-{}-{}-{}-{}",
+        &hex[..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..]
+    ))
+}
+
+fn to_hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// xorshift64* (Marsaglia / Vigna): good enough spread for names and test fault injection.
+/// Never for secrets: one output reveals the state (see `secret_bytes`).
 #[derive(Clone, Debug)]
 pub(crate) struct Xorshift {
     state: u64,
@@ -105,5 +158,20 @@ mod tests {
         assert_eq!(suffix.len(), 5);
         assert!(suffix.chars().all(|c| !"aeiou013".contains(c)));
         assert_eq!(r.hex(32).len(), 64);
+    }
+
+    /// Secret uuids have the v4 shape and secret hex the asked length; two draws differ.
+    #[test]
+    fn secrets_have_their_shapes() {
+        let uid = secret_uuid().expect("OS randomness");
+        assert_eq!(uid.len(), 36, "{uid}");
+        assert_eq!(uid.as_bytes()[14], b'4', "{uid}");
+        assert!(
+            matches!(uid.as_bytes()[19], b'8' | b'9' | b'a' | b'b'),
+            "{uid}"
+        );
+        let a = secret_hex::<32>().expect("OS randomness");
+        assert_eq!(a.len(), 64);
+        assert_ne!(a, secret_hex::<32>().expect("OS randomness"));
     }
 }

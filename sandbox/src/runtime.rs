@@ -44,8 +44,11 @@
 //!   that mirrors the host (`image.rs` says what happens to each field of kube/deployment.yaml).
 //!   Pods reach the API server at the sandbox's own address, which `KUBERNETES_SERVICE_HOST`
 //!   and `_PORT` name, not through the `kubernetes` Service's ClusterIP (`services.rs`).
-//! - Pod processes never run as root: as `runAsUser` when the sandbox is root (999, the official
-//!   image's postgres user, when unset), else as the sandbox's own user.
+//! - Pod processes never run as root. When the sandbox is root they run as host user 999 (the
+//!   official image's postgres user), seeing themselves as their `runAsUser`/`runAsGroup`
+//!   inside (bwrap maps one onto the other); pods asking for ids other than 999 and 65532 are
+//!   refused at admission (`builtins::check_pod_ids_as_root`). Otherwise they run as the
+//!   sandbox's own user.
 
 mod addresses;
 mod claims;
@@ -186,8 +189,31 @@ impl DataDir {
             path: path.clone(),
             source,
         };
+        let as_root = own_ids().0 == 0;
+        if as_root {
+            allow_others_to_enter_new_files();
+        }
         // 0755: the pods' users (999) must be able to reach their own directories inside.
         volumes::make_dir(&path, 0o755, None).map_err(failed)?;
+        // As root, pods run as another user (`worker::DEFAULT_POD_USER`), and bwrap, started
+        // as that user, must walk to every directory it mounts: a 0700 directory on the way
+        // (`mktemp -d` makes them) would crash-loop every pod. Say so now, naming it.
+        if as_root {
+            let pod_user = worker::DEFAULT_POD_USER;
+            if let Some((blocked, mode)) =
+                host::first_unsearchable(&path, pod_user, pod_user).map_err(failed)?
+            {
+                if temporary {
+                    let _ = std::fs::remove_dir_all(&path);
+                }
+                return Err(HostError::DataDirUnreachable {
+                    data_dir: path.clone(),
+                    blocked,
+                    mode,
+                    pod_user,
+                });
+            }
+        }
         let entrypoint = path.join("bin").join("docker-entrypoint.sh");
         volumes::make_dir(&path.join("bin"), 0o755, None).map_err(failed)?;
         std::fs::write(&entrypoint, POSTGRES_ENTRYPOINT_SCRIPT).map_err(failed)?;
@@ -198,6 +224,25 @@ impl DataDir {
         .map_err(failed)?;
         Ok(DataDir { path, temporary })
     }
+}
+
+/// As root, pods run as another user, who must enter every directory the sandbox makes for
+/// them (the data dir's parents it creates, `pods/<uid>/containers/...`, volumes): under a
+/// umask such as 077 those would be 0700 and every pod would crash-loop. So the umask keeps
+/// only its "no writing by others" bits (077 becomes 022), as a kubelet's umask is 022. Files
+/// holding secrets are created with explicit modes (0600 tokens, a 0700 credentials directory).
+fn allow_others_to_enter_new_files() {
+    // SAFETY: umask(2) only swaps an integer of the process; it cannot fail.
+    let previous = unsafe { libc::umask(0o022) };
+    // SAFETY: as above.
+    unsafe { libc::umask(previous & 0o022) };
+}
+
+/// The effective user and group of this process: the owner of /proc/self.
+fn own_ids() -> (u32, u32) {
+    std::fs::metadata("/proc/self")
+        .map(|m| (m.uid(), m.gid()))
+        .unwrap_or((65534, 65534))
 }
 
 /// Temporary data directories of sandboxes that were killed (SIGKILL leaves no chance to clean
@@ -256,10 +301,7 @@ impl Node {
         let block = config
             .address_block
             .unwrap_or_else(|| 16 + random.below(235) as u8);
-        // The effective user of this process, without libc: the owner of /proc/self.
-        let own_ids = std::fs::metadata("/proc/self")
-            .map(|m| (m.uid(), m.gid()))
-            .unwrap_or((65534, 65534));
+        let own_ids = own_ids();
         // kube-apiserver creates the `kubernetes` Service before anyone else can take the first
         // Service address; the loop below keeps it (and its Endpoints) as the apiserver does.
         if let Some(api_server) = config.cluster.api_server {
@@ -289,7 +331,8 @@ impl Node {
     /// The token the kubelet writes into the pod's service-account volume: bound to the pod,
     /// so it stops working when the pod (or its service account) is deleted, and valid for
     /// the pod's life otherwise (kube-apiserver's one-year extension of kubelet tokens), so
-    /// it is written once and never refreshed. None if the service account is gone.
+    /// it is written once and never refreshed. None if the service account is gone (or the
+    /// OS gave no randomness).
     pub(crate) fn pod_token(&self, pod: &Value) -> Option<String> {
         let namespace = pod["metadata"]["namespace"].as_str()?;
         let account = pod["spec"]["serviceAccountName"]
@@ -302,7 +345,7 @@ impl Node {
             .as_str()?
             .to_string();
         let now = tokens::now_seconds();
-        Some(self.tokens.issue(TokenClaims {
+        let issued = self.tokens.issue(TokenClaims {
             namespace: namespace.to_string(),
             service_account: account.to_string(),
             service_account_uid: account_uid,
@@ -313,7 +356,25 @@ impl Node {
             audiences: vec![tokens::ISSUER.to_string()],
             issued_at: now,
             expires_at: now + tokens::KUBELET_TOKEN_SECONDS,
-        }))
+        });
+        issued
+            .inspect_err(|error| tracing::error!(%error, "cannot issue a pod's token"))
+            .ok()
+    }
+
+    /// Whether the sandbox runs as root: then pods run as host user 999 (`worker.rs`).
+    pub(crate) fn runs_as_root(&self) -> bool {
+        self.is_root
+    }
+
+    /// The directory every PersistentVolume's path must lie below (`storage.rs` provisions
+    /// there), with the data dir's links resolved, as admission compares resolved paths.
+    pub(crate) fn volume_root(&self) -> PathBuf {
+        let data_dir = self.config.data_dir();
+        let data_dir = data_dir
+            .canonicalize()
+            .unwrap_or_else(|_| data_dir.to_path_buf());
+        crate::storage::VolumeDirs::under(&data_dir).volumes
     }
 
     /// B of the sandbox's `127.B.0.0/16`: Services get ClusterIPs in `127.B.192.0/18`.

@@ -12,15 +12,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use http::{header, Method, Request, Response};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use serde_json::{json, Value};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::access;
 use crate::authn;
 use crate::body::ResponseBody;
+use crate::connections::{self, Connections, InFlight};
 use crate::errors::ApiError;
 use crate::handlers::{classify, parse_object_body, read_body, serve_resource, Target};
 use crate::rbac::Attributes;
@@ -37,21 +38,35 @@ pub(crate) async fn serve(listener: tokio::net::TcpListener, shared: Arc<Shared>
     let mut outages = shared.outage.subscribe();
     let mut listener = Some(listener);
     let mut connections = tokio::task::JoinSet::new();
-    // One permit per open connection; at the cap the loop stops accepting until one ends.
-    let slots = Arc::new(Semaphore::new(shared.options.max_connections.max(1)));
+    // Every connection is a file descriptor: take what the system allows, and keep the cap on
+    // open connections within it. At the cap, idle connections make room (connections.rs).
+    let open_files = connections::raise_open_file_limit();
+    let max_connections =
+        connections::connections_within(shared.options.max_connections, open_files);
+    tracing::debug!(?open_files, max_connections, "connection limits");
+    let slots = Connections::new(max_connections);
     let mut failed_accepts: u32 = 0;
     // The loop ends on shutdown, or if the port cannot be bound again after an outage.
     while let Some(accepting) = listener.as_ref() {
         tokio::select! {
-            accepted = accept_within_cap(accepting, &slots) => match accepted {
-                Ok((stream, slot)) => {
+            accepted = accepting.accept() => match accepted {
+                Ok((stream, _peer)) => {
                     if failed_accepts > 0 {
                         tracing::info!(failed_accepts, "accepting connections again");
                         failed_accepts = 0;
                     }
+                    // Here, not in the select above: accept() is cancel-safe, but a stream
+                    // waiting for its slot would be dropped (closed) when another branch won.
+                    let slot = tokio::select! {
+                        slot = slots.slot() => slot,
+                        _ = shared.shutdown.cancelled() => break,
+                    };
                     let shared = shared.clone();
                     connections.spawn(async move {
-                        serve_connection(stream, shared).await;
+                        tokio::select! {
+                            _ = serve_connection(stream, shared, slot.activity.clone()) => {}
+                            _ = slot.close.cancelled() => {}
+                        }
                         drop(slot);
                     });
                 }
@@ -104,21 +119,11 @@ pub(crate) async fn serve(listener: tokio::net::TcpListener, shared: Arc<Shared>
     tracing::info!("sandbox API server stopped");
 }
 
-/// Wait for a free connection slot, then for a connection.
-async fn accept_within_cap(
-    listener: &tokio::net::TcpListener,
-    slots: &Arc<Semaphore>,
-) -> std::io::Result<(tokio::net::TcpStream, OwnedSemaphorePermit)> {
-    let slot = slots
-        .clone()
-        .acquire_owned()
-        .await
-        .map_err(std::io::Error::other)?;
-    let (stream, _peer) = listener.accept().await?;
-    Ok((stream, slot))
-}
-
-async fn serve_connection(stream: tokio::net::TcpStream, shared: Arc<Shared>) {
+async fn serve_connection(
+    stream: tokio::net::TcpStream,
+    shared: Arc<Shared>,
+    activity: Arc<connections::Activity>,
+) {
     let _ = stream.set_nodelay(true);
     // With `--tls-dir` every connection is TLS. Without, the learner's kubectl speaks plain
     // HTTP, but in-cluster clients always speak HTTPS to the API server: a TLS connection
@@ -142,16 +147,16 @@ async fn serve_connection(stream: tokio::net::TcpStream, shared: Arc<Shared>) {
     if tls {
         let acceptor = tokio_rustls::TlsAcceptor::from(shared.certificates.tls_config.clone());
         match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream)).await {
-            Ok(Ok(tls)) => serve_http(TokioIo::new(tls), shared).await,
+            Ok(Ok(tls)) => serve_http(TokioIo::new(tls), shared, activity).await,
             Ok(Err(error)) => tracing::debug!(%error, "TLS handshake failed"),
             Err(_) => tracing::debug!("TLS handshake timed out"),
         }
     } else {
-        serve_http(TokioIo::new(stream), shared).await
+        serve_http(TokioIo::new(stream), shared, activity).await
     }
 }
 
-async fn serve_http<I>(io: I, shared: Arc<Shared>)
+async fn serve_http<I>(io: I, shared: Arc<Shared>, activity: Arc<connections::Activity>)
 where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
@@ -159,7 +164,17 @@ where
     let header_read_timeout = shared.options.header_read_timeout;
     let service = service_fn(move |request| {
         let shared = shared.clone();
-        async move { Ok::<_, Infallible>(handle_isolated(shared, request).await) }
+        // The connection counts as busy until the whole body is sent: a watch's stream too.
+        let in_flight = InFlight::start(&activity);
+        async move {
+            let response = handle_isolated(shared, request).await;
+            Ok::<_, Infallible>(response.map(|body| {
+                body.map_frame(move |frame| {
+                    let _busy = &in_flight;
+                    frame
+                })
+            }))
+        }
     });
     let connection = hyper::server::conn::http1::Builder::new()
         .timer(hyper_util::rt::TokioTimer::new())

@@ -242,6 +242,8 @@ fn update(
         random,
         duplicate_fields: Vec::new(),
         service_block: None,
+        volume_root: None,
+        pod_ids_restricted: false,
     };
     let written = objects::prepare_update(&resource, old, new, part, options)
         .and_then(|prepared| objects::commit(state, &resource, prepared));
@@ -555,6 +557,8 @@ fn provision(
         random,
         duplicate_fields: Vec::new(),
         service_block: None,
+        volume_root: None,
+        pod_ids_restricted: false,
     };
     let created = objects::prepare_create(&resource, None, volume, options)
         .and_then(|prepared| objects::commit(state, &resource, prepared));

@@ -14,7 +14,7 @@ use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, 
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 
 use crate::options::SandboxError;
-use crate::random::Xorshift;
+use crate::random;
 use crate::sync::lock;
 
 /// The CA and the serving certificate signed by it: generated in memory for every sandbox, so
@@ -98,7 +98,6 @@ impl Certificates {
 pub(crate) struct Security {
     token: Mutex<String>,
     dir: PathBuf,
-    random: Mutex<Xorshift>,
 }
 
 impl Security {
@@ -111,15 +110,13 @@ impl Security {
             path: dir.to_path_buf(),
             source,
         })?;
-        let mut random = Xorshift::from_entropy();
-        let token = random.hex(32);
+        let token = admin_token()?;
         write_atomically(&dir.join("ca.crt"), certificates.ca_pem.as_bytes())?;
         write_atomically(&dir.join("namespace"), b"default")?;
         write_atomically(&dir.join("token"), token.as_bytes())?;
         Ok(Security {
             token: Mutex::new(token),
             dir: dir.to_path_buf(),
-            random: Mutex::new(random),
         })
     }
 
@@ -141,14 +138,26 @@ impl Security {
 
     /// A new token; the old one is refused from now on. The file is replaced atomically (write a
     /// temporary file, then rename), as the kubelet does when it refreshes a projected token.
+    /// Should the OS have no randomness to give, the old token stays (and that is logged).
     pub(crate) fn rotate_token(&self) -> String {
-        let token = lock(&self.random).hex(32);
+        let token = match admin_token() {
+            Ok(token) => token,
+            Err(error) => {
+                tracing::error!(%error, "cannot rotate the admin token; the old one stays");
+                return self.current_token();
+            }
+        };
         *lock(&self.token) = token.clone();
         if let Err(error) = write_atomically(&self.dir.join("token"), token.as_bytes()) {
             tracing::warn!(%error, "could not rewrite the token file");
         }
         token
     }
+}
+
+/// The admin's bearer token: 32 bytes of the OS CSPRNG as 64 hex digits.
+fn admin_token() -> Result<String, SandboxError> {
+    random::secret_hex::<32>().map_err(|_| SandboxError::Randomness)
 }
 
 /// The credentials directory, readable by its owner only (0700), like the kubelet's

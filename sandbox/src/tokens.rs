@@ -5,7 +5,8 @@
 //! `base64url(header).base64url(claims).base64url(signature)` with the claims kube writes
 //! (`iss`, `sub`, `aud`, `exp`, `iat`, `nbf`, `jti`, `kubernetes.io: {namespace,
 //! serviceaccount, pod}`), so a learner can paste it into any JWT decoder. Where it
-//! simplifies: the signature is 32 random bytes this registry remembers, not an RS256
+//! simplifies: the signature is 32 random bytes (from the OS CSPRNG, as are the key id and
+//! `jti`, so no token can be computed from another) this registry remembers, not an RS256
 //! signature — the sandbox verifies a token by looking it up, never by cryptography, and a
 //! restarted sandbox has forgotten every token (as a real cluster would with a new signing key).
 //! Whether the service account (and bound pod) still exist is the caller's check.
@@ -17,7 +18,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use base64::Engine;
 use serde_json::json;
 
-use crate::random::Xorshift;
+use crate::random::{self, NoRandomness};
 
 /// kube-apiserver's default issuer and audience (`--service-account-issuer`, `--api-audiences`).
 pub(crate) const ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
@@ -29,6 +30,9 @@ pub(crate) const MIN_EXPIRATION_SECONDS: u64 = 600;
 /// The kubelet asks for 3607 s; kube-apiserver (`--service-account-extend-token-expiration`,
 /// on by default) turns such tokens into one-year ones, and so does the sandbox.
 pub(crate) const KUBELET_TOKEN_SECONDS: u64 = 365 * 24 * 3600;
+
+/// The signature part of a token: 256 bits, what guessing a token would have to find.
+pub(crate) const SIGNATURE_BYTES: usize = 32;
 
 /// Tokens are kept until they expire; past this many, the oldest-expiring go first.
 const MAX_TOKENS: usize = 100_000;
@@ -60,7 +64,6 @@ impl TokenClaims {
 /// Every token issued and not yet expired.
 pub(crate) struct Tokens {
     issued: Mutex<HashMap<String, TokenClaims>>,
-    random: Mutex<Xorshift>,
 }
 
 pub(crate) fn now_seconds() -> u64 {
@@ -74,19 +77,14 @@ impl Tokens {
     pub(crate) fn new() -> Tokens {
         Tokens {
             issued: Mutex::new(HashMap::new()),
-            random: Mutex::new(Xorshift::from_entropy()),
         }
     }
 
     /// A new JWT-shaped token carrying `claims`; remembered until it expires.
-    pub(crate) fn issue(&self, claims: TokenClaims) -> String {
-        let (signature, key_id, jti) = {
-            let mut random = self.random.lock().unwrap_or_else(|p| p.into_inner());
-            let signature: Vec<u8> = (0..4)
-                .flat_map(|_| random.next_u64().to_le_bytes())
-                .collect();
-            (signature, random.hex(20), random.uuid())
-        };
+    pub(crate) fn issue(&self, claims: TokenClaims) -> Result<String, NoRandomness> {
+        let signature = random::secret_bytes::<SIGNATURE_BYTES>()?;
+        let key_id = random::secret_hex::<20>()?;
+        let jti = random::secret_uuid()?;
         let mut kubernetes = json!({
             "namespace": claims.namespace,
             "serviceaccount": {"name": claims.service_account, "uid": claims.service_account_uid},
@@ -126,7 +124,7 @@ impl Tokens {
             }
         }
         issued.insert(token.clone(), claims);
-        token
+        Ok(token)
     }
 
     /// The claims of a token this registry issued and that has not expired at `now`.
@@ -156,7 +154,9 @@ mod tests {
     #[test]
     fn tokens_are_jwt_shaped_and_found_until_they_expire() {
         let tokens = Tokens::new();
-        let token = tokens.issue(claims(now_seconds() + 600));
+        let token = tokens
+            .issue(claims(now_seconds() + 600))
+            .expect("OS randomness");
         let parts: Vec<&str> = token.split('.').collect();
         assert_eq!(parts.len(), 3);
         let body = base64::engine::general_purpose::URL_SAFE_NO_PAD
@@ -182,7 +182,9 @@ mod tests {
     #[test]
     fn unknown_tokens_are_not_found() {
         let tokens = Tokens::new();
-        let token = tokens.issue(claims(now_seconds() + 600));
+        let token = tokens
+            .issue(claims(now_seconds() + 600))
+            .expect("OS randomness");
         let now = now_seconds();
         for presented in ["", "garbage", "a.b.c", &format!("{token}x"), &token[1..]] {
             assert_eq!(tokens.lookup(presented, now), None, "{presented}");

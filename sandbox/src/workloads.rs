@@ -219,6 +219,8 @@ impl Writer<'_> {
             random: &mut self.random,
             duplicate_fields: Vec::new(),
             service_block: None,
+            volume_root: None,
+            pod_ids_restricted: false,
         }
     }
 

@@ -374,3 +374,106 @@ async fn a_panicking_handler_is_a_500_for_that_request_only() {
     assert_eq!(again.status, 200, "{}", again.text());
     still_serving(&http, "after-a-panic").await;
 }
+
+/// This process's open-file soft limit (the sandbox raised it to the hard limit when it
+/// started), from /proc/self/limits.
+fn open_file_limit() -> Option<u64> {
+    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+    line.split_whitespace().nth(3)?.parse().ok()
+}
+
+/// 8: thousands of idle connections cannot lock out a real client. With 5,000 half-sent
+/// request heads open (or as many as the open-file limit allows), more than the connection
+/// slots (`SLOTS`) and each within the 32 s header timeout, a GET is answered within 2 s, and a
+/// watch opened before them still delivers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thousands_of_half_sent_heads_do_not_lock_out_a_real_request() {
+    const SLOTS: usize = 1024;
+    let sandbox = common::start_sandbox_with(SandboxOptions {
+        max_connections: SLOTS,
+        ..SandboxOptions::default()
+    })
+    .await;
+    let http = Http::new(&sandbox.url());
+    let mut watch = http
+        .stream("/api/v1/namespaces/default/configmaps?watch=true")
+        .await;
+    assert_eq!(watch.status, 200);
+    // Each half-sent head is one descriptor here; the server holds at most SLOTS more.
+    let limit = open_file_limit().expect("/proc/self/limits names the open-file limit");
+    let wanted = 5_000.min(limit.saturating_sub(1_024) as usize);
+    let mut slow = Vec::with_capacity(wanted);
+    let opening = std::time::Instant::now();
+    for _ in 0..wanted {
+        let Ok(mut stream) = tokio::net::TcpStream::connect(sandbox.addr()).await else {
+            break;
+        };
+        if stream
+            .write_all(b"GET /version HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+            .await
+            .is_err()
+        {
+            break;
+        }
+        slow.push(stream);
+    }
+    println!(
+        "open-file limit {limit}; opened {} half-sent heads in {:?}",
+        slow.len(),
+        opening.elapsed()
+    );
+    assert!(
+        slow.len() >= wanted.min(4_000),
+        "opened only {}",
+        slow.len()
+    );
+
+    let asking = std::time::Instant::now();
+    let answer = tokio::time::timeout(Duration::from_secs(2), http.get(NAMESPACES))
+        .await
+        .expect("GET answers within 2 s");
+    let took = asking.elapsed();
+    println!("GET {NAMESPACES} answered {} in {took:?}", answer.status);
+    assert_eq!(answer.status, 200, "{}", answer.text());
+
+    // The watch had a request in flight, so it was never closed to make room.
+    let created = http
+        .post(
+            "/api/v1/namespaces/default/configmaps",
+            &json!({"metadata": {"name": "after-the-flood"}}),
+        )
+        .await;
+    assert_eq!(created.status, 201, "{}", created.text());
+    // The first events are the initial ADDED of what existed (kube-root-ca.crt).
+    let mut names = Vec::new();
+    while let Some(event) = watch.next_event(Duration::from_secs(5)).await {
+        names.push(event["object"]["metadata"]["name"].clone());
+        if names.last() == Some(&json!("after-the-flood")) {
+            break;
+        }
+    }
+    assert_eq!(
+        names.last(),
+        Some(&json!("after-the-flood")),
+        "the watch opened before the flood still delivers: {names:?}"
+    );
+
+    // What the half-sent heads met: most were closed to make room (EOF), at most SLOTS held.
+    let mut closed = 0;
+    for stream in &slow {
+        let mut byte = [0u8; 1];
+        if matches!(stream.try_read(&mut byte), Ok(0)) {
+            closed += 1;
+        }
+    }
+    println!(
+        "{closed} of {} half-sent heads closed by the server",
+        slow.len()
+    );
+    assert!(
+        slow.len() - closed <= SLOTS,
+        "{} idle connections still held",
+        slow.len() - closed
+    );
+}

@@ -425,3 +425,88 @@ spec:
     .await;
     wait_bound(&kubectl, "data").await;
 }
+
+/// A PersistentVolume of the user's own.
+fn static_volume(name: &str, path: &str) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: PersistentVolume
+metadata: {{name: {name}}}
+spec:
+  capacity: {{storage: 1Gi}}
+  accessModes: [ReadWriteOnce]
+  persistentVolumeReclaimPolicy: Delete
+  hostPath: {{path: "{path}"}}
+"#
+    )
+}
+
+/// No pod writes outside the data dir: with pods running as processes, a PersistentVolume
+/// whose hostPath (or local path) lies outside `<data dir>/persistentvolumes` — written so, by
+/// `..`, or through a symbolic link planted inside — is refused at admission with kube's
+/// Forbidden wording; one inside is accepted, and its path cannot be changed afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn volumes_outside_the_data_dir_are_refused() {
+    let (_sandbox, kubectl, runtime) = start().await;
+    let root = runtime
+        .data_dir()
+        .canonicalize()
+        .expect("the data dir exists")
+        .join("persistentvolumes");
+    std::fs::create_dir_all(&root).expect("the volume directory");
+    std::os::unix::fs::symlink("/etc", root.join("planted")).expect("a link out");
+    let outside = [
+        "/etc".to_string(),
+        "/tmp/not-yet-there".to_string(),
+        runtime.data_dir().display().to_string(),
+        format!("{}/../bin", root.display()),
+        format!("{}/planted/cron.d", root.display()),
+        "relative/path".to_string(),
+    ];
+    for path in &outside {
+        let out = apply(&kubectl, &static_volume("escape", path)).await;
+        assert!(!out.success, "{path} accepted: {out:?}");
+        assert!(
+            out.stderr.contains(&format!(
+                "persistentvolumes \"escape\" is forbidden: spec.hostPath.path {path:?}"
+            )) && out.stderr.contains(&root.display().to_string()),
+            "{path}: {}",
+            out.stderr
+        );
+        println!("{path}: {}", out.stderr.trim());
+    }
+    assert!(
+        object(&kubectl, "pv", "escape").await.is_none(),
+        "nothing was stored"
+    );
+    assert!(
+        std::fs::read_dir("/etc").is_ok(),
+        "and /etc is still there, of course"
+    );
+
+    let inside = root.join("static-1");
+    let out = apply(
+        &kubectl,
+        &static_volume("mine", &inside.display().to_string()),
+    )
+    .await;
+    assert!(out.success, "{out:?}");
+    let moved = kubectl
+        .run(&[
+            "patch",
+            "pv",
+            "mine",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"hostPath":{"path":"/etc"}}}"#,
+        ])
+        .await;
+    assert!(!moved.success, "{moved:?}");
+    assert!(
+        moved
+            .stderr
+            .contains("spec.persistentvolumesource: Forbidden: spec.persistentvolumesource is immutable after creation"),
+        "{}",
+        moved.stderr
+    );
+}

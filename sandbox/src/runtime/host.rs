@@ -44,6 +44,15 @@ pub enum HostError {
         path: PathBuf,
         source: std::io::Error,
     },
+    /// The sandbox runs as root, so pods run as another user, who cannot enter `blocked`, a
+    /// directory on the way to the data directory (bwrap would fail with "Can't find source
+    /// path ...: Permission denied" in every pod).
+    DataDirUnreachable {
+        data_dir: PathBuf,
+        blocked: PathBuf,
+        mode: u32,
+        pod_user: u32,
+    },
 }
 
 impl std::fmt::Display for HostError {
@@ -68,6 +77,14 @@ impl std::fmt::Display for HostError {
             HostError::DataDir { path, source } => {
                 write!(f, "cannot prepare the data directory {}: {source}", path.display())
             }
+            HostError::DataDirUnreachable { data_dir, blocked, mode, pod_user } => write!(
+                f,
+                "pods cannot reach the data directory {}: they run as uid {pod_user}, which may not enter {} (mode {:o}); allow it with `chmod o+x {}`, or choose a --data-dir below directories everyone may enter (such as /var/tmp)",
+                data_dir.display(),
+                blocked.display(),
+                mode & 0o7777,
+                blocked.display()
+            ),
         }
     }
 }
@@ -80,6 +97,36 @@ impl std::error::Error for HostError {
             _ => None,
         }
     }
+}
+
+/// The first directory on the way to `path` (itself included) that a process of `uid`/`gid`,
+/// with no supplementary groups, may not enter (search, the `x` bit), with its mode. Read from
+/// the mode bits, as the kernel checks them for a non-root user; ACLs are not looked at.
+pub(crate) fn first_unsearchable(
+    path: &Path,
+    uid: u32,
+    gid: u32,
+) -> std::io::Result<Option<(PathBuf, u32)>> {
+    use std::os::unix::fs::MetadataExt;
+    // Symbolic links resolved: the kernel checks the directories the path really crosses.
+    let path = path.canonicalize()?;
+    let mut ancestors: Vec<&Path> = path.ancestors().collect();
+    ancestors.reverse();
+    for dir in ancestors {
+        let meta = std::fs::metadata(dir)?;
+        let mode = meta.mode();
+        let search = if meta.uid() == uid {
+            mode & 0o100
+        } else if meta.gid() == gid {
+            mode & 0o010
+        } else {
+            mode & 0o001
+        };
+        if search == 0 {
+            return Ok(Some((dir.to_path_buf(), mode)));
+        }
+    }
+    Ok(None)
 }
 
 impl HostTools {
@@ -217,5 +264,25 @@ mod tests {
         });
         let message = macos.map_err(|e| e.to_string()).expect_err("no aliases");
         assert!(message.contains("binding 127.0.0.2:0 failed"), "{message}");
+    }
+
+    /// A 0700 directory stops another user at its door; `o+x` lets them through.
+    #[test]
+    fn a_private_directory_on_the_way_is_found() {
+        use std::os::unix::fs::PermissionsExt;
+        let private = tempfile::tempdir().expect("a temporary directory");
+        let inner = private.path().join("data");
+        std::fs::create_dir(&inner).expect("mkdir");
+        std::fs::set_permissions(private.path(), std::fs::Permissions::from_mode(0o700))
+            .expect("chmod");
+        let found = first_unsearchable(&inner, 54_321, 54_321).expect("readable metadata");
+        let canonical = private.path().canonicalize().expect("canonical");
+        assert_eq!(found, Some((canonical, 0o40700)));
+        std::fs::set_permissions(private.path(), std::fs::Permissions::from_mode(0o701))
+            .expect("chmod");
+        assert_eq!(
+            first_unsearchable(&inner, 54_321, 54_321).expect("readable metadata"),
+            None
+        );
     }
 }

@@ -18,9 +18,9 @@ use crate::store::Store;
 use crate::sync::lock;
 use crate::timefmt;
 
-/// The user a pod runs as when the sandbox is root and the pod names none: the official
-/// postgres image's `postgres` user.
-const DEFAULT_POD_USER: u32 = 999;
+/// The host user every pod runs as when the sandbox is root (and the pod's user inside when it
+/// names none): the official postgres image's `postgres` user.
+pub(crate) const DEFAULT_POD_USER: u32 = crate::builtins::POSTGRES_USER;
 
 /// What one pod's tasks share.
 pub(crate) struct PodWorker {
@@ -36,9 +36,10 @@ pub(crate) struct PodWorker {
     /// Cancelled when the pod must stop; `grace` says how long its processes get.
     pub(crate) stop: CancellationToken,
     pub(crate) grace: Mutex<Duration>,
-    /// The user and group the pod's processes run as (inside and outside the jail).
+    /// The user and group the pod's processes see themselves as inside the jail.
     pub(crate) ids: (u32, u32),
-    /// Some(ids) when the sandbox is root: bwrap is started as that user.
+    /// Some((999, 999)) when the sandbox is root: bwrap is started as that host user, and maps
+    /// it onto `ids` inside.
     pub(crate) host_user: Option<(u32, u32)>,
     /// The volumes, once prepared: name → directory.
     pub(crate) volumes: Mutex<std::collections::BTreeMap<String, PathBuf>>,
@@ -116,7 +117,9 @@ impl PodWorker {
             stop: CancellationToken::new(),
             grace: Mutex::new(Duration::ZERO),
             ids,
-            host_user: node.is_root.then_some(ids),
+            // Whatever ids the pod sees inside, on the host it is always the pod user: a pod
+            // asking for uid N never acts as host user N (its files are mirrored in).
+            host_user: node.is_root.then_some((DEFAULT_POD_USER, DEFAULT_POD_USER)),
             volumes: Mutex::new(Default::default()),
             crash: pod["spec"]["containers"]
                 .as_array()
