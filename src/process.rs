@@ -116,6 +116,16 @@ pub async fn connect(args: &ConfigArgs) -> Result<Client, ExitCode> {
     }
 }
 
+/// How every binary's `main` begins: logging from `RUST_LOG`, the stop token that SIGTERM and
+/// Ctrl-C cancel, and a client for the API server the flags (or kubectl's rules) name. `Err` is
+/// the exit status, the reason already printed.
+pub async fn start(connection: &ConfigArgs) -> Result<(Client, CancellationToken), ExitCode> {
+    init_logging();
+    let shutdown = cancel_on_signal();
+    let client = connect(connection).await?;
+    Ok((client, shutdown))
+}
+
 /// [`exit_error`] for an error from talking to `client`'s API server: when the error has no hint
 /// of its own and the connection was refused, the hint says what to start on that port.
 pub fn fail(error: &(dyn Error + 'static), hint: Option<String>, client: &Client) -> ExitCode {

@@ -153,6 +153,18 @@ impl Reporter {
         )
     }
 
+    /// Story lines printed on stdout, in order, by a task that ends once every clone of the
+    /// `Reporter` is dropped: await it before exiting, so that the last lines are printed.
+    pub fn to_stdout() -> (Reporter, tokio::task::JoinHandle<()>) {
+        let (reporter, mut lines) = Reporter::channel();
+        let printer = tokio::spawn(async move {
+            while let Some(line) = lines.recv().await {
+                println!("{line}");
+            }
+        });
+        (reporter, printer)
+    }
+
     /// A line about one cluster, `namespace/name`.
     pub fn report(&self, cluster: &str, line: impl Into<String>) {
         self.send(LogLine {

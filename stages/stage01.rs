@@ -32,7 +32,7 @@ use clap::Parser;
 use postgres_operator::client::Client;
 use postgres_operator::config::{ConfigArgs, CONNECTION_ORDER_HELP};
 use postgres_operator::crd::{self, CrdError};
-use postgres_operator::process::{cancel_on_signal, connect, fail, init_logging, parse_seconds};
+use postgres_operator::process::{fail, parse_seconds, start};
 
 /// stage01: workshop step 01. Registers the PostgresCluster CustomResourceDefinition over raw
 /// REST (or updates an older schema of it), waits until the API server serves it (Established),
@@ -59,11 +59,8 @@ Exit status: 0 done or stopped by SIGTERM/Ctrl-C, 1 the API server or configurat
 #[tokio::main]
 async fn main() -> ExitCode {
     let flags = Flags::parse();
-    init_logging();
-    let shutdown = cancel_on_signal();
-    let client = match connect(&flags.connection).await {
-        Ok(client) => client,
-        Err(exit) => return exit,
+    let Ok((client, shutdown)) = start(&flags.connection).await else {
+        return ExitCode::FAILURE; // `start` has said why
     };
     tokio::select! {
         result = register_and_describe(&client, flags.established_timeout) => match result {

@@ -25,7 +25,7 @@ use postgres_operator::api::{collection_path, PostgresCluster};
 use postgres_operator::client::Client;
 use postgres_operator::config::{ConfigArgs, CONNECTION_ORDER_HELP};
 use postgres_operator::crd::{self, CrdError, DEFAULT_ESTABLISHED_TIMEOUT};
-use postgres_operator::process::{cancel_on_signal, connect, fail, init_logging};
+use postgres_operator::process::{fail, start};
 use postgres_operator::story::{event_line, watch_notice_lines};
 use postgres_operator::watch::{list_then_watch, WatchItem, WatchOptions, Watcher};
 
@@ -50,11 +50,8 @@ Exit status: 0 stopped by SIGTERM or Ctrl-C, 1 the API server or configuration s
 #[tokio::main]
 async fn main() -> ExitCode {
     let flags = Flags::parse();
-    init_logging();
-    let shutdown = cancel_on_signal();
-    let client = match connect(&flags.connection).await {
-        Ok(client) => client,
-        Err(exit) => return exit,
+    let Ok((client, shutdown)) = start(&flags.connection).await else {
+        return ExitCode::FAILURE; // `start` has said why
     };
     tokio::select! {
         registered = register_crd(&client) => if let Err(error) = registered {

@@ -25,7 +25,7 @@ use std::time::Duration;
 use clap::Parser;
 use postgres_operator::config::{ConfigArgs, CONNECTION_ORDER_HELP};
 use postgres_operator::controller::{run_operator, ControllerOptions};
-use postgres_operator::process::{cancel_on_signal, connect, fail, init_logging, parse_seconds};
+use postgres_operator::process::{fail, parse_seconds, start};
 use postgres_operator::story::Reporter;
 
 /// stage03: workshop step 03. The operator: lists and watches the PostgresClusters and hands each
@@ -52,23 +52,15 @@ Exit status: 0 stopped by SIGTERM or Ctrl-C, 1 the API server or configuration s
 #[tokio::main]
 async fn main() -> ExitCode {
     let flags = Flags::parse();
-    init_logging();
-    let shutdown = cancel_on_signal();
-    let client = match connect(&flags.connection).await {
-        Ok(client) => client,
-        Err(exit) => return exit,
+    let Ok((client, shutdown)) = start(&flags.connection).await else {
+        return ExitCode::FAILURE; // `start` has said why
     };
     let options = ControllerOptions {
         reconcile_interval: flags.reconcile_interval,
         ..ControllerOptions::default()
     };
-    // Every story line, in order, on stdout; the channel closes when the operator has stopped.
-    let (reporter, mut lines) = Reporter::channel();
-    let printer = tokio::spawn(async move {
-        while let Some(line) = lines.recv().await {
-            println!("{line}");
-        }
-    });
+    // Every story line, in order, on stdout; the printer ends when the operator has stopped.
+    let (reporter, printer) = Reporter::to_stdout();
     let outcome = run_operator(client.clone(), options, reporter, shutdown).await;
     let _ = printer.await;
     match outcome {

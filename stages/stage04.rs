@@ -25,16 +25,12 @@
 //! lists the flags.
 
 use std::process::ExitCode;
-use std::time::Duration;
 
 use clap::error::ErrorKind;
 use clap::{CommandFactory, Parser};
 use postgres_operator::config::{ConfigArgs, CONNECTION_ORDER_HELP};
-use postgres_operator::leader::LeaderElectionArgs;
-use postgres_operator::postgres::plan::Delays;
-use postgres_operator::postgres::{run_postgres_operator_when_leading, PostgresOptions};
-use postgres_operator::process::{cancel_on_signal, connect, fail, init_logging, parse_seconds};
-use postgres_operator::story::Reporter;
+use postgres_operator::postgres::{run_postgres_stage, PostgresFlags};
+use postgres_operator::process::start;
 
 /// stage04: workshop step 04. The operator that runs Postgres clusters: it creates each
 /// cluster's Secret, Services and pods (the official postgres image), keeps spec.size members
@@ -44,17 +40,8 @@ use postgres_operator::story::Reporter;
 #[derive(Parser)]
 #[command(after_help = format!("{CONNECTION_ORDER_HELP}\n\n{EXAMPLES}"))]
 struct Flags {
-    /// How often each cluster is reconciled when nothing happens, in seconds (pod changes wake it sooner)
-    #[arg(long, value_name = "SECS", default_value = "8", value_parser = parse_seconds, allow_negative_numbers = true)]
-    reconcile_interval: Duration,
-    /// How long the primary may be unready before a replica is promoted, in seconds
-    #[arg(long, value_name = "SECS", default_value = "10", value_parser = parse_seconds, allow_negative_numbers = true)]
-    failover_after: Duration,
-    /// How long a replica may be unready before it is replaced, in seconds
-    #[arg(long, value_name = "SECS", default_value = "60", value_parser = parse_seconds, allow_negative_numbers = true)]
-    member_lost_after: Duration,
     #[command(flatten)]
-    leader_election: LeaderElectionArgs,
+    operator: PostgresFlags,
     #[command(flatten)]
     connection: ConfigArgs,
 }
@@ -72,42 +59,13 @@ said no, or the Lease was lost (another copy may act now), 2 bad flags";
 #[tokio::main]
 async fn main() -> ExitCode {
     let flags = Flags::parse();
-    if let Err(error) = flags.leader_election.check() {
+    if let Err(error) = flags.operator.leader_election.check() {
         Flags::command()
             .error(ErrorKind::ValueValidation, error)
             .exit();
     }
-    init_logging();
-    let shutdown = cancel_on_signal();
-    let client = match connect(&flags.connection).await {
-        Ok(client) => client,
-        Err(exit) => return exit,
+    let Ok((client, shutdown)) = start(&flags.connection).await else {
+        return ExitCode::FAILURE; // `start` has said why
     };
-    let options = PostgresOptions {
-        reconcile_interval: flags.reconcile_interval,
-        delays: Delays {
-            failover_after: flags.failover_after,
-            member_lost_after: flags.member_lost_after,
-        },
-        ..PostgresOptions::default()
-    };
-    let (reporter, mut lines) = Reporter::channel();
-    let printer = tokio::spawn(async move {
-        while let Some(line) = lines.recv().await {
-            println!("{line}");
-        }
-    });
-    let election = match flags.leader_election.election(client.namespace()) {
-        Ok(election) => election,
-        Err(error) => return fail(&error, error.hint(), &client),
-    };
-    let outcome =
-        run_postgres_operator_when_leading(client.clone(), options, election, reporter, shutdown)
-            .await;
-    let _ = printer.await;
-    match outcome {
-        Ok(None | Some(Ok(_))) => ExitCode::SUCCESS,
-        Ok(Some(Err(error))) => fail(&error, error.hint(), &client),
-        Err(error) => fail(&error, error.hint(), &client),
-    }
+    run_postgres_stage(client, &flags.operator, flags.operator.options(), shutdown).await
 }

@@ -20,4 +20,6 @@ pub mod operator;
 pub mod plan;
 
 pub use cluster::{PostgresOptions, PostgresWorker};
-pub use operator::{run_postgres_operator, run_postgres_operator_when_leading};
+pub use operator::{
+    run_postgres_operator, run_postgres_operator_when_leading, run_postgres_stage, PostgresFlags,
+};

@@ -14,6 +14,9 @@
 //!                                           └── one PostgresWorker task per cluster
 //! ```
 
+use std::process::ExitCode;
+use std::time::Duration;
+
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -23,9 +26,67 @@ use crate::client::Client;
 use crate::controller::operator::{narrate_and_forward, register_resource};
 use crate::controller::pods::{pods_path, Pod, APP_LABEL, APP_LABEL_VALUE, CLUSTER_LABEL};
 use crate::controller::{Controller, ControllerOptions, ControllerStopped, OperatorError};
-use crate::leader::{run_when_leading, LeaderElection, LeaderError};
+use crate::leader::{run_when_leading, LeaderElection, LeaderElectionArgs, LeaderError};
+use crate::postgres::plan::Delays;
+use crate::process::{fail, parse_seconds};
 use crate::story::Reporter;
 use crate::watch::{list_then_watch, Event, WatchItem, WatchNotice, WatchOptions};
+
+/// The flags stage 04 and stage 05 take besides the connection's: the reconcile timer, the
+/// failover delays, and leader election.
+#[derive(clap::Args, Clone, Debug)]
+pub struct PostgresFlags {
+    /// How often each cluster is reconciled when nothing happens, in seconds (pod changes wake it sooner)
+    #[arg(long, value_name = "SECS", default_value = "8", value_parser = parse_seconds, allow_negative_numbers = true)]
+    pub reconcile_interval: Duration,
+    /// How long the primary may be unready before a replica is promoted, in seconds
+    #[arg(long, value_name = "SECS", default_value = "10", value_parser = parse_seconds, allow_negative_numbers = true)]
+    pub failover_after: Duration,
+    /// How long a replica may be unready before it is replaced, in seconds
+    #[arg(long, value_name = "SECS", default_value = "60", value_parser = parse_seconds, allow_negative_numbers = true)]
+    pub member_lost_after: Duration,
+    #[command(flatten)]
+    pub leader_election: LeaderElectionArgs,
+}
+
+impl PostgresFlags {
+    /// The tasks' options these flags set; the rest as `PostgresOptions::default()`.
+    pub fn options(&self) -> PostgresOptions {
+        PostgresOptions {
+            reconcile_interval: self.reconcile_interval,
+            delays: Delays {
+                failover_after: self.failover_after,
+                member_lost_after: self.member_lost_after,
+            },
+            ..PostgresOptions::default()
+        }
+    }
+}
+
+/// What `stages/stage04.rs` and `stage05.rs` run once connected: the operator with `options`,
+/// under leader election as `flags` say, its story on stdout. Exit status 0 after SIGTERM or
+/// Ctrl-C (the Lease released); 1, with the reason, when the start failed or the Lease was lost.
+pub async fn run_postgres_stage(
+    client: Client,
+    flags: &PostgresFlags,
+    options: PostgresOptions,
+    shutdown: CancellationToken,
+) -> ExitCode {
+    let election = match flags.leader_election.election(client.namespace()) {
+        Ok(election) => election,
+        Err(error) => return fail(&error, error.hint(), &client),
+    };
+    let (reporter, printer) = Reporter::to_stdout();
+    let outcome =
+        run_postgres_operator_when_leading(client.clone(), options, election, reporter, shutdown)
+            .await;
+    let _ = printer.await;
+    match outcome {
+        Ok(None | Some(Ok(_))) => ExitCode::SUCCESS,
+        Ok(Some(Err(error))) => fail(&error, error.hint(), &client),
+        Err(error) => fail(&error, error.hint(), &client),
+    }
+}
 
 /// [`run_postgres_operator`] while this process holds the Lease `election` names (another copy
 /// holding it: wait, as a standby), or at once with `None` (`--leader-elect=false`). The outer
