@@ -1,7 +1,9 @@
 //! State that survives a restart (`--data-dir`): the `sandbox` program, stopped by SIGTERM or
 //! killed by SIGKILL and started again on the same directory, comes back with its namespaces,
 //! ConfigMaps, CRDs and custom objects, with the same uids; resourceVersions keep rising, and a
-//! watch from before the restart gets 410 Expired. A damaged store file stops the start.
+//! watch from before the restart gets 410 Expired. A damaged store file stops the start. With
+//! the process runtime, a postgres pod runs again after the restart, on its data: a row written
+//! before is there after (that test needs PostgreSQL and bubblewrap, as `runtime_*.rs` do).
 //!
 //! WORKSHOP.md, "Set-up: the sandbox". Run: `cargo test -p sandbox --test state_survives_restart`.
 
@@ -11,7 +13,8 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::{Http, Kubectl};
+use common::runtime::{create, process_runtime, processes_matching, psql, wait_ready};
+use common::{eventually, Http, Kubectl};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
@@ -21,7 +24,7 @@ const WAIT: Duration = Duration::from_secs(10);
 
 /// `sandbox --listen 127.0.0.1:0 --data-dir DIR`, as a user starts it; its URL from the first
 /// line it prints. stderr goes to DIR/../sandbox-N.log so a full pipe never blocks it.
-async fn start(data_dir: &Path, run: u32) -> (Child, String) {
+async fn start(data_dir: &Path, run: u32, flags: &[&str]) -> (Child, String) {
     let log = std::fs::File::create(
         data_dir
             .parent()
@@ -32,6 +35,7 @@ async fn start(data_dir: &Path, run: u32) -> (Child, String) {
     let mut child = Command::new(BINARY)
         .args(["--listen", "127.0.0.1:0", "--data-dir"])
         .arg(data_dir)
+        .args(flags)
         .env("RUST_LOG", "warn")
         .stdout(Stdio::piped())
         .stderr(log)
@@ -158,7 +162,7 @@ async fn objects_survive_sigterm_and_sigkill() {
     let temporary = tempfile::tempdir().expect("a temporary directory");
     let data_dir = temporary.path().join("data");
 
-    let (mut first, url) = start(&data_dir, 1).await;
+    let (mut first, url) = start(&data_dir, 1, &[]).await;
     let http = Http::new(&url);
     let objects = create_objects(&http).await;
     let highest_before = rv(&http
@@ -168,7 +172,7 @@ async fn objects_survive_sigterm_and_sigkill() {
     let status = signal(&mut first, "TERM").await;
     assert!(status.success(), "{status:?}");
 
-    let (mut second, url) = start(&data_dir, 2).await;
+    let (mut second, url) = start(&data_dir, 2, &[]).await;
     let http = Http::new(&url);
     assert_objects_back(&http, &objects).await;
     let listed = rv(&http
@@ -193,7 +197,7 @@ async fn objects_survive_sigterm_and_sigkill() {
     let status = signal(&mut second, "KILL").await;
     assert!(!status.success());
 
-    let (mut third, url) = start(&data_dir, 3).await;
+    let (mut third, url) = start(&data_dir, 3, &[]).await;
     let http = Http::new(&url);
     assert_objects_back(&http, &objects).await;
     assert_objects_back(
@@ -279,4 +283,96 @@ async fn a_damaged_store_stops_the_start_naming_the_file() {
         std::fs::read(&file).expect("the file is still there"),
         garbage
     );
+}
+
+/// A `postgres:16` pod that was Running runs again after the sandbox restarts on its data
+/// directory (after a SIGTERM, then after a SIGKILL), on its old PGDATA: the rows written
+/// before each restart are read after it.
+#[tokio::test]
+async fn a_postgres_pod_runs_again_on_its_data_after_a_restart() {
+    let runtime = process_runtime();
+    let temporary = tempfile::tempdir().expect("a temporary directory");
+    let data_dir = temporary.path().join("data");
+    let flags = ["--runtime", "processes"];
+
+    let (mut first, url) = start(&data_dir, 1, &flags).await;
+    let kubectl = Kubectl::new(&url);
+    create(
+        &kubectl,
+        r#"apiVersion: v1
+kind: Pod
+metadata: {name: pg}
+spec:
+  containers:
+  - name: postgres
+    image: postgres:16
+    env: [{name: POSTGRES_HOST_AUTH_METHOD, value: trust}]
+    readinessProbe: {exec: {command: [pg_isready, -h, 127.0.0.1, -U, postgres]}, periodSeconds: 1}
+"#,
+    )
+    .await;
+    let before = wait_ready(&kubectl, "pg").await;
+    let ip = before["status"]["podIP"]
+        .as_str()
+        .expect("a pod IP")
+        .to_string();
+    let written = psql(
+        &runtime,
+        &ip,
+        "CREATE TABLE kept (note text); INSERT INTO kept VALUES ('before the restart'); SELECT count(*) FROM kept",
+    )
+    .await
+    .expect("the row is written");
+    assert_eq!(written.lines().last(), Some("1"));
+    let status = signal(&mut first, "TERM").await;
+    assert!(status.success(), "{status:?}");
+    assert!(
+        processes_matching(&format!("listen_addresses={ip}")).is_empty(),
+        "the first sandbox stopped its postmaster"
+    );
+
+    let (mut second, url) = start(&data_dir, 2, &flags).await;
+    let kubectl = Kubectl::new(&url);
+    let after = wait_ready(&kubectl, "pg").await;
+    assert_eq!(
+        after["metadata"]["uid"], before["metadata"]["uid"],
+        "the same pod"
+    );
+    let ip = after["status"]["podIP"]
+        .as_str()
+        .expect("a pod IP")
+        .to_string();
+    let read = eventually(Duration::from_secs(30), "the row read back", || async {
+        psql(&runtime, &ip, "SELECT note FROM kept").await.ok()
+    })
+    .await;
+    assert_eq!(read, "before the restart");
+    // SIGKILL: the sandbox cannot stop its pods or write anything; the postmaster dies with it
+    // and leaves its postmaster.pid, which the next postgres sees is stale.
+    psql(&runtime, &ip, "INSERT INTO kept VALUES ('before the kill')")
+        .await
+        .expect("the second row is written");
+    let status = signal(&mut second, "KILL").await;
+    assert!(!status.success());
+
+    let (mut third, url) = start(&data_dir, 3, &flags).await;
+    let kubectl = Kubectl::new(&url);
+    let after = wait_ready(&kubectl, "pg").await;
+    let ip = after["status"]["podIP"]
+        .as_str()
+        .expect("a pod IP")
+        .to_string();
+    let read = eventually(Duration::from_secs(30), "both rows read back", || async {
+        psql(
+            &runtime,
+            &ip,
+            "SELECT string_agg(note, ', ' ORDER BY note) FROM kept",
+        )
+        .await
+        .ok()
+    })
+    .await;
+    assert_eq!(read, "before the kill, before the restart");
+    let status = signal(&mut third, "TERM").await;
+    assert!(status.success(), "{status:?}");
 }
