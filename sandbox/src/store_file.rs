@@ -9,6 +9,14 @@
 //! The file records its format in `PRAGMA user_version`: a file written by a newer sandbox, a
 //! damaged one or another program's database is refused at start, naming the file, never
 //! mistaken for an empty cluster.
+//!
+//! # What it costs (measured)
+//!
+//! The debug build, one keep-alive connection creating ConfigMaps one after another (a Python
+//! `http.client` loop), ext4 on a virtual disk: 1,000 creates took 0.47 s in memory and 3.7 s
+//! with `--data-dir` (about 3 ms more per write: the fsync of each commit, taken under the
+//! store lock, so writes are serialised). Starting on a store of 10,000 ConfigMaps (4.3 MB)
+//! took 0.3–0.5 s to the printed URL, against 0.02–0.03 s with no data dir.
 
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};

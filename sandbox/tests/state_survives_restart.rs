@@ -376,3 +376,32 @@ spec:
     let status = signal(&mut third, "TERM").await;
     assert!(status.success(), "{status:?}");
 }
+
+/// `Sandbox::start` in one process, stopped and started again on the same directory (as a
+/// test or an embedding program does): the second start gets the objects, not "in use".
+#[tokio::test]
+async fn a_library_sandbox_restarts_on_its_data_dir_in_process() {
+    let temporary = tempfile::tempdir().expect("a temporary directory");
+    let options = sandbox::SandboxOptions {
+        data_dir: Some(temporary.path().join("data")),
+        ..sandbox::SandboxOptions::default()
+    };
+    let first = common::start_sandbox_with(options.clone()).await;
+    let created = Http::new(&first.url())
+        .post(
+            "/api/v1/namespaces/default/configmaps",
+            &json!({"metadata": {"name": "kept"}}),
+        )
+        .await;
+    assert_eq!(created.status, 201);
+    first.shutdown().await;
+    let second = common::start_sandbox_with(options).await;
+    let kept = Http::new(&second.url())
+        .get("/api/v1/namespaces/default/configmaps/kept")
+        .await;
+    assert_eq!(kept.status, 200, "{}", kept.text());
+    assert_eq!(
+        kept.json()["metadata"]["uid"],
+        created.json()["metadata"]["uid"]
+    );
+}
