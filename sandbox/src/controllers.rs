@@ -67,6 +67,56 @@ pub(crate) fn spawn_follow_ups(shared: &Arc<Shared>, follow_ups: Vec<FollowUp>) 
     }
 }
 
+/// After a restart on a data directory, pick up where the loaded objects left off: the
+/// process runtime runs the pods that were Running again (on their data, which stayed on disk),
+/// Pending pods are scheduled, pods that were terminating are removed (their processes ended
+/// with the previous sandbox), and CRDs not yet Established become so. A fresh store has none
+/// of these, so this does nothing.
+pub(crate) fn resume(shared: &Arc<Shared>) {
+    let mut follow_ups = Vec::new();
+    {
+        let mut state = shared.store.lock();
+        for pod in state.list("/pods", None) {
+            let metadata = &pod["metadata"];
+            let field = |name: &str| metadata[name].as_str().unwrap_or_default().to_string();
+            let (namespace, name, uid) = (field("namespace"), field("name"), field("uid"));
+            if !metadata["deletionTimestamp"].is_null() {
+                runtime::remove_terminated_pod(&mut state, &namespace, &name, &uid);
+                continue;
+            }
+            match pod["status"]["phase"].as_str() {
+                Some("Pending") | None => follow_ups.push(FollowUp::StartPod {
+                    namespace,
+                    name,
+                    uid,
+                }),
+                Some("Running") => {
+                    if let Some(node) = &shared.node {
+                        tracing::info!(%namespace, %name, "running a pod again after the restart");
+                        node.start_pod(&pod);
+                    }
+                }
+                // Succeeded and Failed pods stay as they ended.
+                Some(_) => {}
+            }
+        }
+        let crds = state.list("apiextensions.k8s.io/customresourcedefinitions", None);
+        for crd in crds {
+            let established = crd["status"]["conditions"]
+                .as_array()
+                .is_some_and(|c| c.iter().any(|c| c["type"] == "Established"));
+            if !established {
+                let field = |name: &str| crd["metadata"][name].as_str().unwrap_or_default().into();
+                follow_ups.push(FollowUp::EstablishCrd {
+                    name: field("name"),
+                    uid: field("uid"),
+                });
+            }
+        }
+    }
+    spawn_follow_ups(shared, follow_ups);
+}
+
 /// The kubelet's part: Pending → Running, with an IP, Ready conditions and container statuses.
 fn start_pod(shared: &Shared, namespace: &str, name: &str, uid: &str) {
     let mut state = shared.store.lock();

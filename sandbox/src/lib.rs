@@ -43,6 +43,7 @@
 //! | `errors.rs` | the Status error answers (`ApiError`): not found, conflict, invalid, ... | 1 kinds |
 //! | `resources.rs` | built-in kinds, kinds learnt from CRDs, discovery and OpenAPI documents, the version | 1 kinds |
 //! | `options.rs` | [`SandboxOptions`] and [`SandboxError`]: how to start, what can fail | 0 helpers |
+//! | `store_file.rs` | the store on disk (`--data-dir`): objects and the revision in an SQLite file, its format version, [`StoreFileError`] | 0 helpers |
 //! | `connections.rs` | which connections stay open: a bounded number, idle ones closed first to make room; the open-file limit | 0 helpers |
 //! | `cluster_ips.rs` | the ClusterIP allocator: unique addresses from the Service range, requested ones honoured | 0 helpers |
 //! | `access.rs` | `kubectl auth can-i`: SelfSubjectAccessReview and SelfSubjectRulesReview answered by RBAC | 0 helpers |
@@ -107,6 +108,7 @@ mod state;
 mod status;
 mod storage;
 mod store;
+mod store_file;
 mod sync;
 mod table;
 mod timefmt;
@@ -119,6 +121,7 @@ pub use faults::Faults;
 pub use options::{SandboxError, SandboxOptions};
 pub use runtime::{HostError, HostTools, ProcessRuntime, Runtime, INSTALL_HINT};
 pub use state::{InjectedFault, RequestRecord};
+pub use store_file::StoreFileError;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -193,7 +196,24 @@ impl Sandbox {
             Runtime::Processes(config) => Some(storage::VolumeDirs::under(config.data_dir())),
             Runtime::Simulated => None,
         };
+        // With a data directory, the cluster it holds; a damaged or newer file stops the start
+        // here, naming the file, rather than starting empty and orphaning what is there.
+        let store = match &options.data_dir {
+            Some(dir) => {
+                let (file, loaded) =
+                    store_file::StoreFile::open(dir).map_err(SandboxError::StoreFile)?;
+                tracing::info!(file = %dir.join(store_file::FILE_NAME).display(), objects = loaded.objects.len(), revision = loaded.revision, "loaded the store");
+                store::Store::open(
+                    options.history_window,
+                    options.watch_queue_capacity,
+                    file,
+                    loaded,
+                )
+            }
+            None => store::Store::new(options.history_window, options.watch_queue_capacity),
+        };
         let shared = Shared::new(
+            store,
             options,
             addr,
             security,
@@ -202,6 +222,8 @@ impl Sandbox {
             stop.child_token(),
         );
         storage::start(shared.store.clone(), volume_dirs, shared.shutdown.clone());
+        // Objects loaded from a data directory: pods run again, unfinished work is finished.
+        controllers::resume(&shared);
         tokio::spawn(workloads::run(shared.clone()));
         let server_task = tokio::spawn(server::serve(listener, shared.clone()));
         tracing::info!(%addr, "sandbox API server listening");

@@ -9,7 +9,7 @@
 //! cargo run --bin sandbox -- --listen 127.0.0.1:8001
 //! kubectl --server http://127.0.0.1:8001 get pgc
 //! cargo run --bin sandbox -- --listen 127.0.0.1:8443 --tls-dir /tmp/sandbox-creds
-//! cargo run --bin sandbox -- --runtime processes --data-dir /tmp/sandbox-data
+//! cargo run --bin sandbox -- --runtime processes --data-dir /tmp/sandbox-data   # kept across restarts
 //! cargo build --bins && target/debug/sandbox   # postgres-operator:<tag> pods run target/debug/stageNN
 //! ```
 
@@ -25,7 +25,8 @@ use tokio_util::sync::CancellationToken;
 /// sandbox: the workshop's set-up. An in-memory Kubernetes API server for kubectl and the
 /// operator stages. Pods run as real processes where PostgreSQL and bubblewrap are installed
 /// (`postgres:<tag>` pods run the installed PostgreSQL), else they only get a simulated status.
-/// Stops on SIGTERM or Ctrl-C (stopping every pod), and forgets everything.
+/// Stops on SIGTERM or Ctrl-C (stopping every pod). Without --data-dir it forgets everything;
+/// with it, a restart on the same directory brings back every object and runs its pods again.
 #[derive(Parser, Debug)]
 #[command(
     name = "sandbox",
@@ -33,8 +34,9 @@ use tokio_util::sync::CancellationToken;
         sandbox                                   # then: kubectl --server http://127.0.0.1:8001 get pgc\n  \
         sandbox --listen 127.0.0.1:8443 --tls-dir /tmp/sandbox-creds   # HTTPS with a token, like a cluster\n  \
         sandbox --established-delay-ms 2000 --kubelet-delay-ms 1000    # slower, like a real cluster\n  \
-        sandbox --runtime simulated               # pods get a status only, nothing runs\n\n\
-        Exit status: 0 stopped by SIGTERM or Ctrl-C, 1 could not start (is the port taken?), 2 bad flags"
+        sandbox --runtime simulated               # pods get a status only, nothing runs\n  \
+        sandbox --data-dir ~/sandbox-data         # objects and pod data survive a restart\n\n\
+        Exit status: 0 stopped by SIGTERM or Ctrl-C, 1 could not start (is the port taken? is the --data-dir store damaged?), 2 bad flags"
 )]
 struct Flags {
     /// Where to listen (port 0 picks a free one).
@@ -59,8 +61,10 @@ struct Flags {
     /// Default: processes where PostgreSQL and bubblewrap are found, else simulated.
     #[arg(long, value_enum, value_name = "KIND")]
     runtime: Option<RuntimeChoice>,
-    /// Keep pod data (PGDATA, emptyDirs, logs) in DIR, kept after exit. Default: a temporary
-    /// directory, removed on exit.
+    /// Keep every object (DIR/store.sqlite3, each write on disk before it is answered) and pod
+    /// data (PGDATA, emptyDirs, logs) in DIR, kept after exit: started again on DIR, the
+    /// sandbox comes back with its objects and runs their pods again. Default: objects in
+    /// memory only, pod data in a temporary directory removed on exit.
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
     /// Where pods of the image `postgres-operator:<tag>` (the Dockerfile's) find the operator's
@@ -90,6 +94,7 @@ async fn main() -> ExitCode {
         // What a learner sees in `kubectl describe pod`: the scheduler's and kubelet's Events.
         pod_events: true,
         operator_binaries: flags.operator_binaries.or_else(own_directory_with_stages),
+        data_dir: flags.data_dir.clone(),
         ..SandboxOptions::default()
     };
     let (runtime, runtime_note) = match choose_runtime(flags.runtime, flags.data_dir.clone()) {

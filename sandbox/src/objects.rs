@@ -570,6 +570,21 @@ pub(crate) fn populate_namespace(
     }
 }
 
+/// Give every namespace's `kube-root-ca.crt` the CA `ca_pem` (a restarted sandbox has a new
+/// CA; the objects it loaded still name the old one).
+pub(crate) fn publish_root_ca(state: &mut StoreState, ca_pem: &str) {
+    for config_map in state.list("/configmaps", None) {
+        if config_map["metadata"]["name"] != ROOT_CA_CONFIG_MAP
+            || config_map["data"]["ca.crt"] == ca_pem
+        {
+            continue;
+        }
+        let mut next = (*config_map).clone();
+        next["data"]["ca.crt"] = ca_pem.into();
+        state.commit_modified("/configmaps", next);
+    }
+}
+
 /// Store a prepared write: one atomic step under the store lock.
 pub(crate) fn commit(
     state: &mut StoreState,

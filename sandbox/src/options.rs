@@ -7,6 +7,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::store_file::StoreFileError;
+
 /// How to start a sandbox ([`crate::Sandbox::start`]). `Default` gives plain HTTP on `127.0.0.1:0` with no delays.
 #[derive(Clone, Debug)]
 pub struct SandboxOptions {
@@ -52,6 +54,10 @@ pub struct SandboxOptions {
     /// image `postgres-operator:<tag>` run (`runtime/image.rs`). None: such pods fail to pull.
     /// The `sandbox` binary defaults it to its own directory when `stage04` is there.
     pub operator_binaries: Option<PathBuf>,
+    /// Some(dir): keep every object in `dir/store.sqlite3`, each write on disk before it is
+    /// answered, and start from what is there (`store_file.rs`). None (the default): in memory
+    /// only, nothing written, an empty cluster at every start.
+    pub data_dir: Option<PathBuf>,
 }
 
 impl Default for SandboxOptions {
@@ -71,6 +77,7 @@ impl Default for SandboxOptions {
             header_read_timeout: Duration::from_secs(32),
             max_connections: 4096,
             operator_binaries: None,
+            data_dir: None,
         }
     }
 }
@@ -94,6 +101,8 @@ pub enum SandboxError {
     },
     /// The operating system's random number generator, where tokens come from, failed.
     Randomness,
+    /// The store file in the data directory could not be opened or read.
+    StoreFile(StoreFileError),
 }
 
 impl std::fmt::Display for SandboxError {
@@ -111,6 +120,7 @@ impl std::fmt::Display for SandboxError {
                 f,
                 "the operating system's random number generator failed (is getrandom(2) or /dev/urandom available?)"
             ),
+            SandboxError::StoreFile(e) => write!(f, "{e}"),
         }
     }
 }
@@ -123,6 +133,7 @@ impl std::error::Error for SandboxError {
             }
             SandboxError::Certificates(e) => Some(e),
             SandboxError::TlsConfig(e) => Some(e),
+            SandboxError::StoreFile(e) => Some(e),
             SandboxError::Randomness => None,
         }
     }

@@ -298,8 +298,10 @@ impl Node {
         shutdown: CancellationToken,
     ) -> Arc<Node> {
         let mut random = Xorshift::from_entropy();
+        // A store loaded from a data directory keeps its Services' ClusterIPs: keep their block.
         let block = config
             .address_block
+            .or_else(|| services::stored_block(&store.lock()))
             .unwrap_or_else(|| 16 + random.below(235) as u8);
         let own_ids = own_ids();
         // kube-apiserver creates the `kubernetes` Service before anyone else can take the first

@@ -55,8 +55,12 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    /// A fresh cluster: the namespaces and the node every cluster starts with, nothing else.
+    /// The shared state around `store`. An empty store becomes a fresh cluster: the
+    /// namespaces and the node every cluster starts with, nothing else. A store loaded from a
+    /// data directory already has them; its `kube-root-ca.crt` ConfigMaps are given this
+    /// start's CA, as kube-controller-manager's root-CA publisher does when the CA changes.
     pub(crate) fn new(
+        store: Store,
         options: SandboxOptions,
         addr: SocketAddr,
         security: Option<Security>,
@@ -64,12 +68,15 @@ impl Shared {
         runtime: Runtime,
         shutdown: CancellationToken,
     ) -> Arc<Shared> {
-        let store = Arc::new(Store::new(
-            options.history_window,
-            options.watch_queue_capacity,
-        ));
+        let store = Arc::new(store);
         let mut random = Xorshift::from_entropy();
         {
+            let mut state = store.lock();
+            if state.revision() > 0 {
+                objects::publish_root_ca(&mut state, &certificates.ca_pem);
+            }
+        }
+        if store.revision() == 0 {
             let mut state = store.lock();
             // The namespaces every cluster starts with.
             for name in ["default", "kube-system", "kube-public", "kube-node-lease"] {

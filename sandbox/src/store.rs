@@ -7,6 +7,9 @@
 //! across an `.await`: a watcher never blocks a write. Each watcher has a bounded queue; when it
 //! is full the watcher is dropped and its stream ends, as kube-apiserver ends watchers that fall
 //! behind (the client re-watches from its last RV).
+//!
+//! With a data directory each commit is first written to the store file (`store_file.rs`),
+//! then applied in memory; a restarted store loads the file and goes on from its revision.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -17,6 +20,7 @@ use tokio::sync::mpsc;
 
 use crate::resources::Registry;
 use crate::selector::{FieldSelector, LabelSelector};
+use crate::store_file::{Loaded, StoreFile};
 use crate::sync::lock;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -180,7 +184,12 @@ pub(crate) struct StoreState {
     uids: HashMap<String, ObjectKey>,
     /// owner uid → the objects naming it in `metadata.ownerReferences`.
     dependents: HashMap<String, BTreeSet<ObjectKey>>,
+    /// Some: every commit is on disk before it is applied here (`--data-dir`).
+    file: Option<StoreFile>,
 }
+
+/// Where CustomResourceDefinitions are kept: loading one teaches the registry its kind.
+const CRD_STORE_KEY: &str = "apiextensions.k8s.io/customresourcedefinitions";
 
 /// (store key, namespace, name)
 type ObjectKey = (String, String, String);
@@ -216,8 +225,33 @@ impl Store {
                 queue_capacity: queue_capacity.max(1),
                 uids: HashMap::new(),
                 dependents: HashMap::new(),
+                file: None,
             }),
         }
+    }
+
+    /// A store kept in `file`, holding what the file held. Its revision goes on from the
+    /// file's, and its history starts empty: a watch from any earlier resourceVersion gets
+    /// 410 Expired, as from an etcd that compacted everything before its restart.
+    pub(crate) fn open(
+        history_window: usize,
+        queue_capacity: usize,
+        file: StoreFile,
+        loaded: Loaded,
+    ) -> Store {
+        let store = Store::new(history_window, queue_capacity);
+        {
+            let mut state = store.lock();
+            for (store_key, object) in loaded.objects {
+                state.load(&store_key, object);
+            }
+            // The newest object's RV can be above the recorded revision only in a file edited
+            // by hand; never go back below an RV a client may have seen.
+            state.revision = state.revision.max(loaded.revision);
+            state.compact();
+            state.file = Some(file);
+        }
+        store
     }
 
     pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, StoreState> {
@@ -318,6 +352,23 @@ impl StoreState {
         }
     }
 
+    /// Put a loaded object back as it was, resourceVersion and all: no event, no file write.
+    fn load(&mut self, store_key: &str, object: Value) {
+        let revision = object["metadata"]["resourceVersion"]
+            .as_str()
+            .and_then(|rv| rv.parse::<u64>().ok())
+            .unwrap_or_default();
+        self.revision = self.revision.max(revision);
+        if store_key == CRD_STORE_KEY {
+            Arc::make_mut(&mut self.registry).register_crd(&object);
+        }
+        self.index(store_key, &object);
+        self.collections
+            .entry(store_key.to_string())
+            .or_default()
+            .insert(key_of(&object), Arc::new(object));
+    }
+
     /// Every object of every collection (a namespace's deletion takes its contents).
     pub(crate) fn all_objects(&self) -> Vec<(String, Arc<Value>)> {
         self.collections
@@ -364,11 +415,28 @@ impl StoreState {
         mut object: Value,
         previous: Option<Arc<Value>>,
     ) -> Arc<Value> {
-        self.revision += 1;
-        let revision = self.revision;
+        let revision = self.revision + 1;
         object["metadata"]["resourceVersion"] = json!(revision.to_string());
-        let object = Arc::new(object);
         let key = key_of(&object);
+        let json = OnceLock::new();
+        if let Some(file) = &mut self.file {
+            let written = if event_type == EventType::Deleted {
+                file.delete(revision, store_key, &key.0, &key.1)
+            } else {
+                let bytes = json
+                    .get_or_init(|| Bytes::from(serde_json::to_vec(&object).unwrap_or_default()));
+                file.put(revision, store_key, &key.0, &key.1, bytes)
+            };
+            if let Err(error) = written {
+                // Nothing in memory has changed yet. A write that is not on disk must not be
+                // acknowledged: the request's handler panics into a 500 (the server catches
+                // it), and the client retries; the store itself stays as it was.
+                tracing::error!(%error, "a write could not be stored");
+                panic!("{error}");
+            }
+        }
+        self.revision = revision;
+        let object = Arc::new(object);
         if let Some(previous) = &previous {
             self.unindex(store_key, previous);
         }
@@ -387,7 +455,7 @@ impl StoreState {
             event_type,
             object: object.clone(),
             previous,
-            json: OnceLock::new(),
+            json,
         });
         self.history.push_back(event.clone());
         while self.history.len() > self.history_window {
@@ -605,6 +673,42 @@ mod tests {
             receiver.try_recv(),
             Err(mpsc::error::TryRecvError::Disconnected)
         ));
+    }
+
+    /// A store reopened from its file has the objects, goes on from the file's revision (a
+    /// deletion's included), and answers a watch from before the restart with Expired.
+    #[test]
+    fn a_reopened_store_goes_on_from_its_files_revision() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        {
+            let (file, loaded) = StoreFile::open(dir.path()).expect("a new file");
+            let store = Store::open(10, 10, file, loaded);
+            let mut state = store.lock();
+            state.commit_added("/secrets", secret("a", json!({})));
+            state.commit_added("/secrets", secret("b", json!({})));
+            state.commit_deleted("/secrets", "default", "b");
+        }
+        let (file, loaded) = StoreFile::open(dir.path()).expect("reopened");
+        let store = Store::open(10, 10, file, loaded);
+        let mut state = store.lock();
+        assert_eq!(state.revision(), 3);
+        let a = state.get("/secrets", "default", "a").expect("a is back");
+        assert_eq!(
+            (
+                a["metadata"]["uid"].as_str(),
+                a["metadata"]["resourceVersion"].as_str()
+            ),
+            (Some("uid-a"), Some("1"))
+        );
+        assert!(state.get("/secrets", "default", "b").is_none());
+        assert!(state
+            .register_watcher(filter(None), WatchStart::After(2))
+            .is_err());
+        assert!(state
+            .register_watcher(filter(None), WatchStart::After(3))
+            .is_ok());
+        let c = state.commit_added("/secrets", secret("c", json!({})));
+        assert_eq!(c["metadata"]["resourceVersion"], "4");
     }
 
     /// The garbage collector's index: dependents by owner uid, kept current on every write.

@@ -71,7 +71,11 @@ pub(crate) async fn run(node: Arc<Node>, worker: Arc<PodWorker>) {
     *lock(&worker.grace) = grace;
     worker.stop.cancel();
     let _ = lifecycle.await;
-    publish(&node, &worker);
+    // A kubelet that is going down reports nothing more: the pod keeps its last status
+    // (Running), so a sandbox restarted on its data directory runs it again.
+    if !shutting_down {
+        publish(&node, &worker);
+    }
     if remove {
         super::remove_terminated_pod(
             &mut node.store.lock(),

@@ -623,6 +623,18 @@ pub(crate) fn kubernetes_service_env(api_server: SocketAddr) -> Vec<(String, Str
 /// (`127.B.192.1`), which kube-apiserver reserves for it; port 443 (`https`) targets the sandbox's
 /// port. It has no selector: the endpoints controller leaves it alone, and no proxy listens on
 /// its ClusterIP (see [`kubernetes_service_env`] for how pods reach the API).
+/// The address block of the stored `kubernetes` Service (`127.B.192.1`), if there is one: a
+/// sandbox restarted on its data directory keeps the block its Services' addresses are in.
+pub(crate) fn stored_block(state: &StoreState) -> Option<u8> {
+    let (namespace, name) = KUBERNETES_SERVICE;
+    let service = state.get("/services", namespace, name)?;
+    let ip: std::net::Ipv4Addr = service["spec"]["clusterIP"].as_str()?.parse().ok()?;
+    let [127, block, 192, 1] = ip.octets() else {
+        return None;
+    };
+    Some(block)
+}
+
 pub(crate) fn ensure_kubernetes_service(
     state: &mut StoreState,
     block: u8,
