@@ -72,7 +72,7 @@ pub fn postgres_cluster_crd() -> Value {
                     { "name": "Size", "type": "integer", "description": "Pods asked for.", "jsonPath": ".spec.size" },
                     { "name": "Ready", "type": "integer", "description": "Pods ready.", "jsonPath": ".status.readyInstances" },
                     { "name": "Primary", "type": "string", "description": "The primary's pod.", "jsonPath": ".status.primary" },
-                    { "name": "Phase", "type": "string", "description": "Creating, Running or Failed.", "jsonPath": ".status.phase" },
+                    { "name": "Phase", "type": "string", "description": "Creating, Running, Recovering or Failed.", "jsonPath": ".status.phase" },
                     { "name": "Version", "type": "string", "description": "The postgres image tag asked for.", "jsonPath": ".spec.version" },
                     // Stage 05. A `date` column prints an age ("12m"), like AGE; empty until the
                     // first base backup completes.
@@ -129,7 +129,7 @@ fn schema() -> Value {
                 "properties": {
                     "phase": {
                         "type": "string",
-                        "description": "Where the cluster is in its life: Creating, Running or Failed.",
+                        "description": "Where the cluster is in its life: Creating, Running, Recovering (step 05: restoring a backup) or Failed.",
                     },
                     "primary": {
                         "type": "string",
@@ -973,6 +973,37 @@ mod tests {
             .map(|(name, path)| (name.to_string(), path.to_string()))
             .collect();
         assert_eq!(columns, expected);
+    }
+
+    /// The phase column's and field's descriptions name every phase the operator writes
+    /// (`postgres::conditions`), so `kubectl explain` and `kubectl get crd -o yaml` cannot drift
+    /// from the code.
+    #[test]
+    fn the_phase_descriptions_name_every_phase() {
+        use crate::postgres::conditions::{
+            PHASE_CREATING, PHASE_FAILED, PHASE_RECOVERING, PHASE_RUNNING,
+        };
+        let crd = postgres_cluster_crd();
+        let version = &crd["spec"]["versions"][0];
+        let column = version["additionalPrinterColumns"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == "Phase")
+            .unwrap();
+        let field =
+            &version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]["phase"];
+        for description in [&column["description"], &field["description"]] {
+            let text = description.as_str().unwrap();
+            for phase in [
+                PHASE_CREATING,
+                PHASE_RUNNING,
+                PHASE_RECOVERING,
+                PHASE_FAILED,
+            ] {
+                assert!(text.contains(phase), "{phase} missing from {text:?}");
+            }
+        }
     }
 
     /// Every field of `PostgresClusterStatus`, serialized, is a property of the status schema:

@@ -174,7 +174,7 @@ async fn kubectl_sees_what_stage01_registered() {
     let size = kubectl.ok(&["explain", "pgc.spec.size"]).await;
     assert!(size.contains("Number of Postgres pods: 1 to 7"), "{size}");
     let phase = kubectl.ok(&["explain", "pgc.status.phase"]).await;
-    assert!(phase.contains("Creating, Running or Failed"), "{phase}");
+    assert!(phase.contains("Creating, Running, Recovering"), "{phase}");
 }
 
 /// `--server http://...` (the sandbox's plain mode, or `kubectl proxy`) works too.
