@@ -8,7 +8,7 @@
 //! | module | what it holds | WORKSHOP.md |
 //! |---|---|---|
 //! | [`config`] | where the API server is and how to authenticate: one file per source (flags, in-cluster, kubeconfig) | Set-up |
-//! | [`client`] | the HTTP client: JSON verbs, typed errors, retries, the raw watch stream | Set-up ("Talking to the API server") |
+//! | [`client`] | the HTTP client: one request (`mod.rs` opens with it), the JSON verbs, retries, the raw watch stream; its errors, token and TLS in files of their own | Set-up ("Talking to the API server") |
 //! | [`status`] | the Kubernetes `Status` error body | Set-up ("When the server says no") |
 //! | [`api`] | our resource's names, REST paths and typed `PostgresCluster` | Step 01 |
 //! | [`crd`] | the CustomResourceDefinition, built in Rust, and registering it | Step 01 |

@@ -51,7 +51,7 @@ pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceacc
 /// sandbox's `credentials_dir`, which has the same three files).
 pub const SERVICE_ACCOUNT_DIR_ENV: &str = "POSTGRES_OPERATOR_SERVICEACCOUNT_DIR";
 /// The service account's bearer token. Bound tokens expire (about an hour) and the kubelet
-/// rewrites this file, so the client re-reads it (see `client.rs`).
+/// rewrites this file, so the client re-reads it (see `client/token.rs`).
 pub const SERVICE_ACCOUNT_TOKEN_FILE: &str = "token";
 /// The CA that signed the API server's serving certificate.
 pub const SERVICE_ACCOUNT_CA_FILE: &str = "ca.crt";

@@ -1,0 +1,226 @@
+//! The client's errors: which step of a request failed (set-up, connecting, the answer), with
+//! the method and path, and the cause underneath. WORKSHOP.md, "When the server says no".
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use http::StatusCode;
+
+use crate::status::Status;
+
+/// What went wrong with one request, or with building the client. Every request variant names the
+/// method and path; each variant with a cause underneath wraps it as its `source()`, and its
+/// message carries that cause's text too, so printing the error alone tells the whole story.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// rustls refused the protocol versions (never, with the ring provider's defaults).
+    #[error("setting up TLS: no usable protocol versions: {source}")]
+    TlsVersions {
+        #[source]
+        source: rustls::Error,
+    },
+    /// A configured certificate authority is not a usable CA certificate.
+    #[error("setting up TLS: the certificate authority is not usable: {source}")]
+    CertificateAuthority {
+        #[source]
+        source: rustls::Error,
+    },
+    /// The client certificate and key do not belong together, or the key type is unsupported.
+    #[error("setting up TLS: the client certificate or key is not usable: {source}")]
+    ClientCertificate {
+        #[source]
+        source: rustls::Error,
+    },
+    /// The configuration names a token file we cannot read.
+    #[error("cannot read token file {}: {source}", path.display())]
+    ReadTokenFile {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The bearer token holds bytes an HTTP header may not carry (a newline inside the token?).
+    #[error("{method} {path}: the bearer token contains characters not allowed in an HTTP header; check the token or token file")]
+    TokenNotAHeader {
+        method: String,
+        path: String,
+        #[source]
+        source: http::header::InvalidHeaderValue,
+    },
+    /// Paths are absolute (`/api/v1/...`): they are appended to the server URL.
+    #[error("invalid request path {path:?}: must start with /")]
+    RelativePath { path: String },
+    /// The path does not make a valid URL once joined to the server URL.
+    #[error("invalid request path {path:?}: {source}")]
+    InvalidPath {
+        path: String,
+        #[source]
+        source: http::Error,
+    },
+    /// The request body could not be serialized.
+    #[error("{method} {path}: cannot encode the request body: {source}")]
+    Encode {
+        method: String,
+        path: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    /// No connection: refused, DNS, TLS handshake (wrong CA?).
+    #[error("{method} {path}: cannot connect to the API server: {} (server {server})", error_chain(.source))]
+    Connect {
+        method: String,
+        path: String,
+        server: String,
+        #[source]
+        source: Box<hyper_util::client::legacy::Error>,
+    },
+    /// The connection broke after it was made, before the response head arrived.
+    #[error("{method} {path}: connection failed mid-request: {}", error_chain(.source))]
+    Transport {
+        method: String,
+        path: String,
+        #[source]
+        source: Box<hyper_util::client::legacy::Error>,
+    },
+    /// The connection broke while the response body (or a watch stream) was arriving.
+    #[error("{method} {path}: connection failed while reading the response body: {}", error_chain(.source))]
+    ReadBody {
+        method: String,
+        path: String,
+        #[source]
+        source: hyper::Error,
+    },
+    /// The response body grew past [`Client::max_response_body`]: a misbehaving server (or
+    /// something posing as one) must not make us buffer without end.
+    #[error("{method} {path}: the response body is larger than the cap of {limit} bytes; page a big list with limit/continue, or raise the cap (Client::with_max_response_body)")]
+    BodyTooLarge {
+        method: String,
+        path: String,
+        limit: usize,
+    },
+    /// No complete response within the request timeout.
+    #[error("{method} {path}: no complete response within {}s", .after.as_secs_f64())]
+    Timeout {
+        method: String,
+        path: String,
+        after: Duration,
+    },
+    /// An upgrade request ([`Client::upgrade`]) got a 2xx answer instead of `101 Switching
+    /// Protocols`: something between us and the API server does not pass upgrades on.
+    #[error("{method} {path}: asked to upgrade the connection, got HTTP {code} instead of 101 Switching Protocols (a proxy in the way that does not pass upgrades on?)")]
+    NotUpgraded {
+        method: String,
+        path: String,
+        code: u16,
+    },
+    /// The server said `101 Switching Protocols`, but hyper could not hand over the connection.
+    #[error("{method} {path}: the connection could not be taken over after 101 Switching Protocols: {source}")]
+    Upgrade {
+        method: String,
+        path: String,
+        #[source]
+        source: hyper::Error,
+    },
+    /// The API server said no, with a `Status` body: code, reason, message, causes.
+    #[error("{method} {path}: {status}")]
+    Api {
+        method: String,
+        path: String,
+        status: Box<Status>,
+    },
+    /// A non-2xx response whose body is not a `Status` (an HTML page from a proxy or load balancer).
+    #[error(
+        "{method} {path}: HTTP {code} {} and the body is not a Kubernetes Status (a proxy in the way?): {body}",
+        canonical_reason(.code)
+    )]
+    Http {
+        method: String,
+        path: String,
+        code: u16,
+        body: String,
+    },
+    /// A 2xx response whose body is not the JSON we expected.
+    #[error("{method} {path}: HTTP {code} but the body is not the JSON expected: {source}; body starts: {snippet}")]
+    Decode {
+        method: String,
+        path: String,
+        code: u16,
+        snippet: String,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+impl ClientError {
+    /// The HTTP status code, when the server answered.
+    pub fn status_code(&self) -> Option<u16> {
+        match self {
+            ClientError::Api { status, .. } => Some(status.code),
+            ClientError::Http { code, .. } | ClientError::Decode { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+
+    /// The server's `Status`, when it sent one.
+    pub fn api_status(&self) -> Option<&Status> {
+        match self {
+            ClientError::Api { status, .. } => Some(status),
+            _ => None,
+        }
+    }
+
+    /// The `Status` reason (`AlreadyExists`, `NotFound`, `Forbidden`...), when there is one.
+    pub fn reason(&self) -> Option<&str> {
+        self.api_status().map(|status| status.reason.as_str())
+    }
+}
+
+/// `Bad Gateway` for 502: the words after the code in an HTTP status line.
+fn canonical_reason(code: &u16) -> &'static str {
+    StatusCode::from_u16(*code)
+        .ok()
+        .and_then(|code| code.canonical_reason())
+        .unwrap_or("")
+}
+
+/// Why [`Client::infer`] has no client to give: which of its two steps failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// No usable configuration (flags, in-cluster, kubeconfig): the message lists what was tried.
+    #[error("{0}")]
+    Config(#[source] crate::config::ConfigError),
+    /// A configuration was found, but no client could be built from it (TLS set-up, token file).
+    #[error("{0}")]
+    Client(#[source] ClientError),
+}
+
+/// How much of a non-Status error body goes into an error message.
+const SNIPPET_CHARS: usize = 200;
+
+/// The start of a body, whitespace collapsed, for error messages.
+pub(super) fn snippet(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(body);
+    let collapsed = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if collapsed.is_empty() {
+        return "(empty body)".into();
+    }
+    let mut cut: String = collapsed.chars().take(SNIPPET_CHARS).collect();
+    if collapsed.chars().count() > SNIPPET_CHARS {
+        cut.push_str("...");
+    }
+    cut
+}
+
+/// An error and its sources, so "connection refused" is not hidden behind "client error (Connect)".
+pub(super) fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
