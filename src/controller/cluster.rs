@@ -2,11 +2,14 @@
 //! reconcile" until the cluster is deleted or the operator stops.
 //!
 //! WORKSHOP.md, step 03 ("The cluster task"). The controller in `mod.rs` starts one of these per
-//! cluster with `run_cluster`; nothing in here knows about the other clusters.
+//! cluster with `run_cluster`; nothing in here knows about the other clusters. The loop itself,
+//! [`run_task_loop`], is every step's: stage 03's placeholder plugs in here, stage 04's task
+//! (`crate::postgres`) its own [`ClusterReconciler`].
 
+use std::future::Future;
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
@@ -43,6 +46,75 @@ struct ClusterTask<P> {
     reporter: Reporter,
 }
 
+/// What a cluster task does when it is woken. [`run_task_loop`] does the waking, the same for
+/// every step (as kube-rs's `Controller::run` takes only the reconcile): stage 03's placeholder
+/// below is one reconciler, stage 04's Postgres task another.
+pub trait ClusterReconciler: Send {
+    /// A story line about this cluster.
+    fn say(&self, line: &str);
+    /// A newer object from the watch (a spec change, or our own status write coming back).
+    /// `true`: reconcile now; `false`: wait for the timer.
+    fn take(&mut self, newer: PostgresCluster) -> bool;
+    /// One reconcile round.
+    fn reconcile(&mut self) -> impl Future<Output = ()> + Send;
+    /// The timer fired: by default a round like any other.
+    fn tick(&mut self) -> impl Future<Output = ()> + Send {
+        self.reconcile()
+    }
+    /// The user deleted the cluster; the task ends after this.
+    fn deleted(&mut self) -> impl Future<Output = ()> + Send;
+}
+
+/// The loop of every cluster task: until the operator stops or the cluster is deleted, wait for
+/// a newer object, a nudge (a pod of this cluster changed: stage 04), or the reconcile timer, and
+/// hand each to `task`. The first tick comes one interval after the start, as the original's 8 s
+/// timer did.
+pub async fn run_task_loop<R: ClusterReconciler>(
+    task: &mut R,
+    wanted: &mut watch::Receiver<Wanted>,
+    nudged: &Notify,
+    interval: Duration,
+    stop: &CancellationToken,
+) -> TaskEnd {
+    // tokio panics on a zero period; a caller's zero becomes the smallest sensible one.
+    let interval = interval.max(Duration::from_millis(1));
+    // Created once, outside the loop, so an event never resets it: a steady stream of events
+    // cannot starve reconciliation (the original re-armed `time.After` inside select: bug 6).
+    let mut timer = tokio::time::interval_at(Instant::now() + interval, interval);
+    // After a slow round (a slow API server), wait a full interval again instead of firing
+    // the missed ticks back to back.
+    timer.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => {
+                task.say("cluster task stopped: the operator is shutting down");
+                return TaskEnd::Stopped;
+            }
+            changed = wanted.changed() => {
+                if changed.is_err() {
+                    // The controller dropped our channel without a Deleted: it is going away.
+                    task.say("cluster task stopped: the controller let go of it");
+                    return TaskEnd::Stopped;
+                }
+                let latest = wanted.borrow_and_update().clone();
+                match latest {
+                    Wanted::Object(newer) => {
+                        if task.take(*newer) {
+                            task.reconcile().await;
+                        }
+                    }
+                    Wanted::Deleted => {
+                        task.deleted().await;
+                        return TaskEnd::Deleted;
+                    }
+                }
+            }
+            () = nudged.notified() => task.reconcile().await,
+            _ = timer.tick() => task.tick().await,
+        }
+    }
+}
+
 /// The task body the controller spawns for one cluster. Returns when the cluster is deleted, or
 /// when `stop` is cancelled. A failed setup does not end it: it waits for a
 /// corrected spec.
@@ -52,6 +124,7 @@ pub(crate) async fn run_cluster<P: PodApi>(
     reporter: Reporter,
     reconcile_interval: Duration,
     mut wanted: watch::Receiver<Wanted>,
+    nudged: std::sync::Arc<Notify>,
     stop: CancellationToken,
 ) -> TaskEnd {
     let mut task = ClusterTask {
@@ -73,41 +146,27 @@ pub(crate) async fn run_cluster<P: PodApi>(
             return end;
         }
     }
+    run_task_loop(&mut task, &mut wanted, &nudged, reconcile_interval, &stop).await
+}
 
-    // tokio panics on a zero period; a caller's zero becomes the smallest sensible one.
-    let reconcile_interval = reconcile_interval.max(Duration::from_millis(1));
-    // Created once, outside the loop, so an event never resets it: a steady stream of events
-    // cannot starve reconciliation (the original re-armed `time.After` inside select: bug 6).
-    // The first tick comes one interval after setup, as the original's 8 s timer did.
-    let mut reconcile =
-        tokio::time::interval_at(Instant::now() + reconcile_interval, reconcile_interval);
-    // After a slow round (a slow API server), wait a full interval again instead of firing
-    // the missed ticks back to back.
-    reconcile.set_missed_tick_behavior(MissedTickBehavior::Delay);
+/// Stage 03's reconciler: it tells what it would do.
+impl<P: PodApi> ClusterReconciler for ClusterTask<P> {
+    fn say(&self, line: &str) {
+        ClusterTask::say(self, line);
+    }
 
-    loop {
-        tokio::select! {
-            () = stop.cancelled() => {
-                task.say("cluster task stopped: the operator is shutting down");
-                return TaskEnd::Stopped;
-            }
-            changed = wanted.changed() => {
-                if changed.is_err() {
-                    // The controller dropped our channel without a Deleted: it is going away.
-                    task.say("cluster task stopped: the controller let go of it");
-                    return TaskEnd::Stopped;
-                }
-                let latest = wanted.borrow_and_update().clone();
-                match latest {
-                    Wanted::Object(cluster) => task.modify(*cluster),
-                    Wanted::Deleted => {
-                        task.delete().await;
-                        return TaskEnd::Deleted;
-                    }
-                }
-            }
-            _ = reconcile.tick() => task.reconcile().await,
-        }
+    /// A spec change waits for the next tick, as the original's did.
+    fn take(&mut self, newer: PostgresCluster) -> bool {
+        self.modify(newer);
+        false
+    }
+
+    async fn reconcile(&mut self) {
+        ClusterTask::reconcile(self).await;
+    }
+
+    async fn deleted(&mut self) {
+        self.delete().await;
     }
 }
 

@@ -124,6 +124,7 @@ impl<P: PodApi> ClusterWorker for PlaceholderTask<P> {
             self.reporter.clone(),
             self.reconcile_interval,
             inbox.wanted,
+            inbox.nudged,
             stop,
         )
     }

@@ -24,7 +24,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::time::Duration;
 
-use tokio::time::{Instant, MissedTickBehavior};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::api::{describe_status, validate_spec};
@@ -32,7 +32,7 @@ use crate::api::{
     LastBackup, PostgresCluster, PostgresClusterStatus, RestoreStatus, BACKUP_NOW_ANNOTATION,
 };
 use crate::client::{Client, ClientError, Patch};
-use crate::controller::cluster::{TaskEnd, Wanted};
+use crate::controller::cluster::{run_task_loop, ClusterReconciler, TaskEnd};
 use crate::controller::pods::Pod;
 use crate::controller::{ClusterInbox, ClusterWorker};
 use crate::events::{rfc3339, EventRecorder, EventType};
@@ -170,10 +170,7 @@ async fn run(
     stop: CancellationToken,
 ) -> TaskEnd {
     let ClusterInbox { mut wanted, nudged } = inbox;
-    let interval = worker
-        .options
-        .reconcile_interval
-        .max(Duration::from_millis(1));
+    let interval = worker.options.reconcile_interval;
     let mut task = Task {
         key: cluster.key(),
         cluster,
@@ -186,41 +183,36 @@ async fn run(
         stage05: Stage05Status::default(),
     };
     task.introduce();
-    let mut tick = tokio::time::interval_at(Instant::now() + interval, interval);
-    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     // Unlike stage 03, the first round is now: there is work to do.
     task.reconcile().await;
-    loop {
-        tokio::select! {
-            () = stop.cancelled() => {
-                task.say("cluster task stopped: the operator is shutting down");
-                return TaskEnd::Stopped;
-            }
-            changed = wanted.changed() => {
-                if changed.is_err() {
-                    task.say("cluster task stopped: the controller let go of it");
-                    return TaskEnd::Stopped;
-                }
-                let latest = wanted.borrow_and_update().clone();
-                match latest {
-                    Wanted::Object(newer) => {
-                        task.take(*newer);
-                        task.reconcile().await;
-                    }
-                    Wanted::Deleted => {
-                        task.say("cluster is deleted by the user; the garbage collector deletes its pods, Services, Secret and ConfigMap (they carry its ownerReference)");
-                        return TaskEnd::Deleted;
-                    }
-                }
-            }
-            () = nudged.notified() => task.reconcile().await,
-            _ = tick.tick() => {
-                // Re-check the owned objects on the timer only: a burst of pod events must not
-                // turn into a burst of GETs.
-                task.owned_checked = None;
-                task.reconcile().await;
-            }
-        }
+    run_task_loop(&mut task, &mut wanted, &nudged, interval, &stop).await
+}
+
+/// Stage 04's reconciler for the loop every step shares (`controller::cluster::run_task_loop`).
+impl ClusterReconciler for Task {
+    fn say(&self, line: &str) {
+        Task::say(self, line);
+    }
+
+    /// A changed spec is acted on at once.
+    fn take(&mut self, newer: PostgresCluster) -> bool {
+        Task::take(self, newer);
+        true
+    }
+
+    async fn reconcile(&mut self) {
+        Task::reconcile(self).await;
+    }
+
+    /// Re-check the owned objects on the timer only: a burst of pod events must not turn into
+    /// a burst of GETs.
+    async fn tick(&mut self) {
+        self.owned_checked = None;
+        Task::reconcile(self).await;
+    }
+
+    async fn deleted(&mut self) {
+        Task::say(self, "cluster is deleted by the user; the garbage collector deletes its pods, Services, Secret and ConfigMap (they carry its ownerReference)");
     }
 }
 
