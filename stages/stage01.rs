@@ -2,7 +2,7 @@
 //! raw REST; wait until it serves it, show what discovery now lists, and stop.
 //!
 //! WORKSHOP.md, "Step 01". New here: everything — finding the API server (`src/config/`), the
-//! HTTP client (`src/client/`), and the CustomResourceDefinition (`src/crd.rs`, which replaces
+//! HTTP client (`src/client/`), and the CustomResourceDefinition (`src/crd/`, which replaces
 //! the 2017 workshop's ThirdPartyResource). Running it twice is fine: the second run finds the
 //! CRD "already up to date", and a CRD of an older schema is "updated".
 //!

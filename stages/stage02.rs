@@ -4,7 +4,7 @@
 //! WORKSHOP.md, "Step 02". New since stage 01: `src/watch/` — bytes → lines (`frame.rs`), lines →
 //! typed events (`event.rs`), and `list_then_watch` (`watch/mod.rs`), which resumes from the last
 //! resourceVersion when a watch ends, relists after a 410, and backs off on failures; the lines it
-//! prints are `src/story.rs`'s. The CRD is checked with `crd::check` (`src/crd.rs`): created if
+//! prints are `src/story.rs`'s. The CRD is checked with `crd::check` (`src/crd/mod.rs`): created if
 //! absent, else left as it is — changing it is stage 01's job, not every operator's.
 //!
 //! ```text

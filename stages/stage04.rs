@@ -3,7 +3,7 @@
 //!
 //! WORKSHOP.md, "Step 04". New since stage 03: `src/postgres/` — the cluster task now acts.
 //! `manifests.rs` builds the Secret, ConfigMap, Services and pods a cluster owns; `plan.rs`
-//! decides the one next action from what the pods look like; `cluster.rs` carries it out (pods
+//! decides the one next action from what the pods look like; `cluster/` carries it out (pods
 //! through the API, Postgres through `pods/exec`, `src/exec.rs`), writes `status` and Events
 //! (`src/events.rs`); `operator.rs` adds a watch of the pods whose store (`src/watch/store.rs`)
 //! the tasks read and whose events wake them. Stage 03's lines stay; the placeholders are gone.

@@ -1,4 +1,4 @@
-//! `kube/crd.yaml` and `postgres_cluster_crd()` in `src/crd.rs` are the same object, so
+//! `kube/crd.yaml` and `postgres_cluster_crd()` in `src/crd/schema.rs` are the same object, so
 //! `kubectl apply -f kube/crd.yaml` and stage 01 register the same thing.
 //!
 //! No YAML crate: kubectl converts the file to JSON offline (`patch --local` with an empty patch
@@ -44,7 +44,7 @@ fn kube_crd_yaml_matches_the_crd_built_in_rust() {
     let from_rust = postgres_cluster_crd();
     if from_yaml != from_rust {
         panic!(
-            "kube/crd.yaml and src/crd.rs differ.\nYAML: {}\nRust: {}",
+            "kube/crd.yaml and src/crd/schema.rs differ.\nYAML: {}\nRust: {}",
             serde_json::to_string_pretty(&from_yaml).unwrap(),
             serde_json::to_string_pretty(&from_rust).unwrap()
         );

@@ -8,7 +8,7 @@
 //! | `manifests.rs` | the objects a `PostgresCluster` owns (Secret, ConfigMap, Services, pods) and the `psql` commands run in them |
 //! | `plan.rs` | the decisions, as one pure function: what the cluster looks like → the one next action |
 //! | `conditions.rs` | the `status` and its conditions, computed from the same observation |
-//! | `cluster.rs` | the cluster task: observe (the pod store), plan, act (pods, `pods/exec`), write status and Events |
+//! | `cluster/` | the cluster task: observe (the pod store), plan and write status and Events (`mod.rs`), act (`act.rs`: pods, `pods/exec`), the owned objects (`owned.rs`), step 05's restores and backups (`backups.rs`) |
 //! | `backup.rs` | step 05: the backup claim, WAL archiving settings, the backup pod and the restore init container |
 //! | `operator.rs` | `run_postgres_operator`: stage 03's operator plus a pod watch that feeds the tasks; `run_postgres_operator_when_leading`: the same under leader election (`src/leader/`) |
 

@@ -2,7 +2,7 @@
 //! thing to do.
 //!
 //! WORKSHOP.md, step 04 ("One action per tick"). [`next_action`] reads an [`Observed`] — the
-//! cluster's pods reduced to what matters — and returns one [`Action`]. The task in `cluster.rs`
+//! cluster's pods reduced to what matters — and returns one [`Action`]. The task in `cluster/`
 //! carries it out, then observes again before deciding anything else: a second action planned
 //! from the same observation would be planned from a world the first one just changed. This is
 //! etcd-operator's rule ("one member at a time"), and why every rule below can be simple.

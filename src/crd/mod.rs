@@ -1,22 +1,26 @@
-//! Our CustomResourceDefinition, built in Rust, and the three things stage 01 does with it:
+//! Our CustomResourceDefinition (built in `schema.rs`) and the three things stage 01 does with it:
 //! ensure the cluster has it as we define it (create it, or update an older schema), wait until
 //! the API server serves it, and read back what discovery serves.
 //!
 //! WORKSHOP.md, step 01. The 2017 workshop registered a ThirdPartyResource (removed in Kubernetes
 //! 1.8); today the same idea is a CRD in `apiextensions.k8s.io/v1`, which must carry a structural
 //! OpenAPI schema. `kube/crd.yaml` is the same object as YAML; `tests/crd_manifest.rs` proves they
-//! agree.
+//! agree. The later stages do not change it: they `check` it (created if absent, otherwise left
+//! as it is), since registering the type is this step's.
 
 use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::api::{
-    crd_path, group_version_path, CRD_NAME, GROUP, KIND, LIST_KIND, MAX_SIZE, PLURAL, SHORT_NAME,
-    SINGULAR, VERSION,
-};
+use crate::api::{crd_path, group_version_path, CRD_NAME, GROUP, VERSION};
 use crate::client::{Client, ClientError};
+
+mod compare;
+mod schema;
+
+pub use compare::{differences, Difference};
+pub use schema::{postgres_cluster_crd, QUANTITY_PATTERN, TARGET_TIME_PATTERN, VERSION_PATTERN};
 
 /// Where CRDs are created (cluster-scoped: no namespace in the path).
 pub const CRDS_PATH: &str = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
@@ -25,285 +29,6 @@ pub const DEFAULT_ESTABLISHED_TIMEOUT: Duration = Duration::from_secs(30);
 /// How often the CRD is re-read while waiting. Establishing takes well under a second on a
 /// healthy API server, so a short interval keeps stage 01 snappy.
 pub const ESTABLISHED_POLL_INTERVAL: Duration = Duration::from_millis(200);
-
-/// `postgresclusters.workshop.example.com`: one namespaced resource, version v1, with a
-/// structural schema, the status and scale subresources, and kubectl printer columns.
-pub fn postgres_cluster_crd() -> Value {
-    json!({
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        // The name must be exactly <plural>.<group>, or the API server refuses the CRD.
-        "metadata": { "name": CRD_NAME },
-        "spec": {
-            "group": GROUP,
-            "scope": "Namespaced",
-            "names": {
-                "kind": KIND,
-                "listKind": LIST_KIND,
-                "plural": PLURAL,
-                "singular": SINGULAR,
-                "shortNames": [SHORT_NAME],
-                // `kubectl get all` does not include custom resources; `kubectl get workshop` will.
-                "categories": ["workshop"],
-            },
-            "versions": [{
-                "name": VERSION,
-                // Exactly one version is the storage version: the form written to etcd.
-                "served": true,
-                "storage": true,
-                "schema": { "openAPIV3Schema": schema() },
-                "subresources": {
-                    // With the status subresource, PUT/PATCH on the object ignore .status and
-                    // /status ignores everything but .status: users own spec, the operator status.
-                    "status": {},
-                    // Lets `kubectl scale pgc NAME --replicas=5` (and autoscalers) set spec.size.
-                    // A HorizontalPodAutoscaler also reads status.selector to find the pods whose
-                    // metrics it averages; without labelSelectorPath it refuses the target.
-                    "scale": {
-                        "specReplicasPath": ".spec.size",
-                        "statusReplicasPath": ".status.size",
-                        "labelSelectorPath": ".status.selector",
-                    },
-                },
-                // kubectl upper-cases the names; a column whose path is missing prints empty
-                // (`<none>` with -o wide), so a cluster shows its SIZE before the operator writes
-                // any status.
-                "additionalPrinterColumns": [
-                    { "name": "Size", "type": "integer", "description": "Pods asked for.", "jsonPath": ".spec.size" },
-                    { "name": "Ready", "type": "integer", "description": "Pods ready.", "jsonPath": ".status.readyInstances" },
-                    { "name": "Primary", "type": "string", "description": "The primary's pod.", "jsonPath": ".status.primary" },
-                    { "name": "Phase", "type": "string", "description": "Creating, Running, Recovering or Failed.", "jsonPath": ".status.phase" },
-                    { "name": "Version", "type": "string", "description": "The postgres image tag asked for.", "jsonPath": ".spec.version" },
-                    // Stage 05. A `date` column prints an age ("12m"), like AGE; empty until the
-                    // first base backup completes.
-                    { "name": "Last Backup", "type": "date", "description": "When the newest base backup completed.", "jsonPath": ".status.lastBackup.time" },
-                    { "name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp" },
-                ],
-            }],
-        },
-    })
-}
-
-/// What `spec.version` must look like: a postgres image tag of major 13 or later, with an
-/// optional minor, digits without leading zeros. `api::PostgresVersion` parses by the same rule;
-/// a unit test below checks that the two agree. (The official image also has tags such as
-/// `16-alpine`; the operator runs only the plain ones, whose entrypoint contract it relies on.)
-pub const VERSION_PATTERN: &str = r"^(1[3-9]|[2-9][0-9]|[1-9][0-9][0-9]+)(\.(0|[1-9][0-9]*))?$";
-
-/// The structural schema: every field typed, so the API server validates (422 Invalid, with the
-/// field named in `details.causes`) and prunes unknown fields before they reach us.
-fn schema() -> Value {
-    // Every level has a description: `kubectl explain pgc` (and `pgc.spec.size`) shows them.
-    json!({
-        "type": "object",
-        "description": "A PostgreSQL cluster: one primary and streaming replicas, run by the workshop's operator.",
-        "required": ["spec"],
-        "properties": {
-            "spec": {
-                "type": "object",
-                "description": "What the user wants: how many members, which PostgreSQL, and whether the operator may act.",
-                "required": ["size", "version"],
-                "properties": {
-                    "size": {
-                        "type": "integer",
-                        "minimum": 1,
-                        "maximum": MAX_SIZE,
-                        "description": "Number of Postgres pods: 1 to 7, one primary and the rest streaming replicas.",
-                    },
-                    "version": {
-                        "type": "string",
-                        "pattern": VERSION_PATTERN,
-                        "description": "The postgres image tag to run: a major version of 13 or later, optionally with a minor, e.g. \"16\" or \"16.4\".",
-                    },
-                    "paused": {
-                        "type": "boolean",
-                        "description": "A paused cluster is left alone by the operator.",
-                    },
-                    "backup": backup_schema(),
-                    "bootstrap": bootstrap_schema(),
-                },
-            },
-            "status": {
-                "type": "object",
-                "description": "What the operator last saw; written by the operator only.",
-                "properties": {
-                    "phase": {
-                        "type": "string",
-                        "description": "Where the cluster is in its life: Creating, Running, Recovering (step 05: restoring a backup) or Failed.",
-                    },
-                    "primary": {
-                        "type": "string",
-                        "description": "The name of the pod that is the primary.",
-                    },
-                    "size": {
-                        "type": "integer",
-                        "description": "How many member pods exist.",
-                    },
-                    "readyInstances": {
-                        "type": "integer",
-                        "description": "How many member pods are ready.",
-                    },
-                    "currentVersion": {
-                        "type": "string",
-                        "description": "The postgres version the members run.",
-                    },
-                    "selector": {
-                        "type": "string",
-                        "description": "The label selector of the member pods, for the scale subresource.",
-                    },
-                    "observedGeneration": {
-                        "type": "integer",
-                        "description": "The metadata.generation of the spec this status describes.",
-                    },
-                    "conditions": condition_list_schema(),
-                    "lastBackup": {
-                        "type": "object",
-                        "description": "The newest base backup that completed (stage 05).",
-                        "properties": {
-                            "name": {"type": "string", "description": "Its directory under base/ in the claim <name>-backups: completion time and start LSN."},
-                            "time": {"type": "string", "format": "date-time", "description": "When it completed."},
-                            "lsn": {"type": "string", "description": "The WAL position a restore from it replays from."},
-                            "bytes": {"type": "integer", "description": "Its size in the claim."},
-                        },
-                    },
-                    "backupRequested": {
-                        "type": "string",
-                        "description": "The value of the workshop.example.com/backup-now annotation last acted on.",
-                    },
-                    "restore": {
-                        "type": "object",
-                        "description": "The last restore from backups: disaster recovery, or spec.bootstrap.fromBackup (stage 05).",
-                        "properties": {
-                            "source": {"type": "string", "description": "The claim restored from."},
-                            "pod": {"type": "string", "description": "The seed pod that restored."},
-                            "state": {"type": "string", "description": "Restoring, Restored or Failed."},
-                            "message": {"type": "string", "description": "The WAL position reached, or why the restore failed."},
-                        },
-                    },
-                },
-            },
-        },
-    })
-}
-
-/// What `spec.backup.storageSize` must look like: a Kubernetes quantity in bytes with a binary
-/// or decimal suffix (`1Gi`, `500Mi`, `2G`). The API server checks the claim's quantity again.
-pub const QUANTITY_PATTERN: &str = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$";
-
-/// What `spec.bootstrap.fromBackup.targetTime` must look like: RFC 3339 in UTC, whole seconds
-/// (`2026-01-22T10:15:00Z`), the form Kubernetes writes and `backup::parse_utc` reads.
-pub const TARGET_TIME_PATTERN: &str = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z$";
-
-/// `spec.backup` (stage 05): every field defaulted by the server, so `backup: {}` is enough.
-fn backup_schema() -> Value {
-    json!({
-        "type": "object",
-        "description": "Base backups and continuous WAL archiving to the PersistentVolumeClaim <name>-backups (stage 05; stage 04 ignores it).",
-        "properties": {
-            "storageSize": {
-                "type": "string",
-                "pattern": QUANTITY_PATTERN,
-                "default": "1Gi",
-                "description": "The size of the claim <name>-backups, e.g. \"1Gi\". It holds the base backups kept and the WAL archived since the oldest.",
-            },
-            "intervalMinutes": {
-                "type": "integer",
-                "minimum": 1,
-                "default": 60,
-                "description": "Minutes between two base backups. The annotation workshop.example.com/backup-now asks for one at once.",
-            },
-            "keep": {
-                "type": "integer",
-                "minimum": 1,
-                "maximum": 100,
-                "default": 3,
-                "description": "How many base backups to keep, the newest; the WAL older than the oldest kept is removed.",
-            },
-        },
-    })
-}
-
-/// `spec.bootstrap` (stage 05).
-fn bootstrap_schema() -> Value {
-    json!({
-        "type": "object",
-        "description": "How a new cluster's first member starts: empty (initdb), or from another cluster's backups.",
-        "properties": {
-            "fromBackup": {
-                "type": "object",
-                "description": "Seed from the newest base backup of another cluster in this namespace and replay its archived WAL (read only: nothing is written to its claim).",
-                "required": ["cluster"],
-                "properties": {
-                    "cluster": {
-                        "type": "string",
-                        "minLength": 1,
-                        "description": "The source cluster's name; its claim <cluster>-backups is read.",
-                    },
-                    "targetTime": {
-                        "type": "string",
-                        "pattern": TARGET_TIME_PATTERN,
-                        "description": "Stop replaying at this moment (RFC 3339 in UTC, e.g. 2026-01-22T10:15:00Z): the new cluster holds exactly what was committed before it. Absent: everything archived.",
-                    },
-                },
-            },
-        },
-    })
-}
-
-/// `status.conditions` as every Kubernetes API declares it (metav1.Condition, as controller-gen
-/// writes it): a list keyed by `type`, each entry with a status, a reason, a message and the time
-/// its status last flipped.
-fn condition_list_schema() -> Value {
-    json!({
-        "type": "array",
-        "description": "The latest observations of the cluster's state (Available, Progressing, Degraded), one per type.",
-        // A map keyed by type: server-side apply merges conditions by type, and the server
-        // refuses two entries of one type.
-        "x-kubernetes-list-type": "map",
-        "x-kubernetes-list-map-keys": ["type"],
-        "items": {
-            "type": "object",
-            "description": "One condition, as in every Kubernetes status.",
-            "required": ["type", "status", "lastTransitionTime", "reason", "message"],
-            "properties": {
-                "type": {
-                    "type": "string",
-                    "maxLength": 316,
-                    "pattern": r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$",
-                    "description": "The condition's name, in CamelCase.",
-                },
-                "status": {
-                    "type": "string",
-                    "enum": ["True", "False", "Unknown"],
-                    "description": "True, False or Unknown.",
-                },
-                "reason": {
-                    "type": "string",
-                    "minLength": 1,
-                    "maxLength": 1024,
-                    "pattern": r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$",
-                    "description": "Why, in one CamelCase word.",
-                },
-                "message": {
-                    "type": "string",
-                    "maxLength": 32768,
-                    "description": "Why, for people.",
-                },
-                "lastTransitionTime": {
-                    "type": "string",
-                    "format": "date-time",
-                    "description": "When status last changed.",
-                },
-                "observedGeneration": {
-                    "type": "integer",
-                    "format": "int64",
-                    "minimum": 0,
-                    "description": "The metadata.generation this condition was set for.",
-                },
-            },
-        },
-    })
-}
 
 /// What [`ensure`] (stage 01) or [`check`] (every later stage) found, and what it did.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -381,28 +106,6 @@ impl std::fmt::Display for Registration {
                 f,
                 "CustomResourceDefinition {CRD_NAME} found, newer than this build's (it serves versions or fields this build does not know); left as it is"
             ),
-        }
-    }
-}
-
-/// One place where the CRD on the server differs from ours, named by its path in the CRD's
-/// `spec` (`versions[v1]: spec.backup` is the field `spec.backup` of version v1's schema).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Difference {
-    /// Ours has it; the server's does not (an older schema).
-    Missing(String),
-    /// Both have it, with other values.
-    Changed(String),
-    /// The server's has a version or a schema field that ours does not know (a newer schema).
-    Unknown(String),
-}
-
-impl std::fmt::Display for Difference {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Difference::Missing(path) => write!(f, "{path}: missing on the server"),
-            Difference::Changed(path) => write!(f, "{path}: differs"),
-            Difference::Unknown(path) => write!(f, "{path}: unknown to this build"),
         }
     }
 }
@@ -654,132 +357,6 @@ pub async fn check(
     Ok(registration)
 }
 
-/// Every place where the CRD on the server differs from ours in what we own
-/// (`OWNED_SPEC_FIELDS`). Fields the server fills in are no difference: `conversion` and
-/// `preserveUnknownFields` lie outside what we own, and a field ours does not set is taken as a
-/// server default when its value is a zero (`false`, `0`, `""`, `[]`, `{}`, `null`), as Go's
-/// `omitempty` writes them. Versions and printer columns are matched by name. An error when the
-/// answer is not a CRD at all.
-pub fn differences(current: &Value, ours: &Value) -> Result<Vec<Difference>, CrdError> {
-    let malformed = |what: &str| CrdError::Malformed { what: what.into() };
-    let spec = current
-        .get("spec")
-        .ok_or_else(|| malformed("it has no spec"))?;
-    if !spec.is_object() {
-        return Err(malformed("its spec is not an object"));
-    }
-    if !spec["versions"].is_array() {
-        return Err(malformed("its spec.versions is not a list"));
-    }
-    let mut found = Vec::new();
-    for field in OWNED_SPEC_FIELDS {
-        compare(&spec[field], &ours["spec"][field], field, &mut found);
-    }
-    Ok(found)
-}
-
-/// `differences` for one value, recursively; `path` is where it is, as `versions[v1].schema.…`.
-fn compare(server: &Value, ours: &Value, path: &str, found: &mut Vec<Difference>) {
-    match (server, ours) {
-        (Value::Object(server), Value::Object(ours)) => {
-            for (key, value) in ours {
-                let here = format!("{path}.{key}");
-                match server.get(key) {
-                    Some(theirs) => compare(theirs, value, &here, found),
-                    None => found.push(Difference::Missing(readable(&here))),
-                }
-            }
-            for (key, value) in server {
-                if ours.contains_key(key) || is_zero(value) {
-                    continue;
-                }
-                let here = readable(&format!("{path}.{key}"));
-                // A key under a schema's `properties` is a field of the resource.
-                if path.ends_with(".properties") {
-                    found.push(Difference::Unknown(here));
-                } else {
-                    found.push(Difference::Changed(here));
-                }
-            }
-        }
-        (Value::Array(server_items), Value::Array(our_items))
-            if all_named(server_items) && all_named(our_items) =>
-        {
-            let name = |item: &Value| item["name"].as_str().unwrap_or_default().to_string();
-            for item in our_items {
-                let here = format!("{path}[{}]", name(item));
-                match server_items
-                    .iter()
-                    .find(|theirs| name(theirs) == name(item))
-                {
-                    Some(theirs) => compare(theirs, item, &here, found),
-                    None => found.push(Difference::Missing(readable(&here))),
-                }
-            }
-            for item in server_items {
-                if our_items.iter().any(|ours| name(ours) == name(item)) {
-                    continue;
-                }
-                let here = readable(&format!("{path}[{}]", name(item)));
-                // A version ours does not have is a newer release's; a column is only looks.
-                if path == "versions" {
-                    found.push(Difference::Unknown(here));
-                } else {
-                    found.push(Difference::Changed(here));
-                }
-            }
-        }
-        _ if server == ours => {}
-        (Value::Null, _) => found.push(Difference::Missing(readable(path))),
-        _ => found.push(Difference::Changed(readable(path))),
-    }
-}
-
-/// `versions[v1].schema.openAPIV3Schema.properties.spec.properties.backup` →
-/// `versions[v1]: spec.backup`: inside a schema, `properties` and `items` are structure, not names.
-fn readable(path: &str) -> String {
-    let Some((version, schema)) = path.split_once(".schema.openAPIV3Schema") else {
-        return path.to_string();
-    };
-    let mut field = String::new();
-    let segments: Vec<&str> = schema.split('.').filter(|s| !s.is_empty()).collect();
-    for (index, segment) in segments.iter().enumerate() {
-        let last = index + 1 == segments.len();
-        match *segment {
-            "properties" if !last => {}
-            "items" => field.push_str("[]"),
-            _ => {
-                if !field.is_empty() {
-                    field.push('.');
-                }
-                field.push_str(segment);
-            }
-        }
-    }
-    if field.is_empty() {
-        format!("{version}: the schema")
-    } else {
-        format!("{version}: {field}")
-    }
-}
-
-/// Whether every item is an object with a string `name` (versions, printer columns).
-fn all_named(items: &[Value]) -> bool {
-    items.iter().all(|item| item["name"].is_string())
-}
-
-/// A value Go's `omitempty` would leave out: what a server writes for a field it defaulted.
-fn is_zero(value: &Value) -> bool {
-    match value {
-        Value::Null => true,
-        Value::Bool(flag) => !flag,
-        Value::Number(number) => number.as_f64() == Some(0.0),
-        Value::String(text) => text.is_empty(),
-        Value::Array(items) => items.is_empty(),
-        Value::Object(fields) => fields.is_empty(),
-    }
-}
-
 /// The CRD must serve `v1`, the version every stage reads and writes.
 fn serves_our_version(current: &Value) -> Result<(), CrdError> {
     let versions = current["spec"]["versions"]
@@ -920,6 +497,7 @@ pub async fn served_resources(client: &Client) -> Result<Vec<ServedResource>, Cr
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::PLURAL;
 
     /// The CRD's name, names and version come from `api.rs`; scale and size bounds are in place.
     #[test]
@@ -1153,19 +731,6 @@ mod tests {
             ),
             other => panic!("{other:?}"),
         }
-    }
-
-    #[test]
-    fn schema_paths_read_as_fields() {
-        assert_eq!(
-            readable("versions[v1].schema.openAPIV3Schema.properties.status.properties.conditions.items.properties.type"),
-            "versions[v1]: status.conditions[].type"
-        );
-        assert_eq!(
-            readable("versions[v1].schema.openAPIV3Schema.properties"),
-            "versions[v1]: properties"
-        );
-        assert_eq!(readable("names.shortNames"), "names.shortNames");
     }
 
     #[test]

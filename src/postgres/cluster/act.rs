@@ -1,0 +1,326 @@
+//! Acting on the plan's one action: pods created and deleted, a failover (ask each ready replica
+//! how far it got through `pods/exec`, promote the most advanced, relabel it), each with its
+//! story line and Event. WORKSHOP.md, step 04 ("The reconcile loop").
+
+use super::*;
+
+impl Task {
+    /// Carry out one action. Returns the pod that is primary after it, if the action made one.
+    pub(super) async fn act(
+        &mut self,
+        action: &Action,
+        observed: &Observed,
+        image_version: Option<&str>,
+    ) -> Option<String> {
+        match action {
+            Action::Steady | Action::Wait(_) => None,
+            Action::CreateSeed => {
+                self.say("Launching seed Postgres node");
+                let name = self.create_pod(Role::Primary, image_version).await?;
+                self.say(format!("Launching seed Postgres node {name}"));
+                self.event(
+                    EventType::Normal,
+                    "SeedCreated",
+                    &format!("created the seed primary {name}"),
+                )
+                .await;
+                Some(name)
+            }
+            Action::CreateReplica => {
+                let count = observed
+                    .members
+                    .iter()
+                    .filter(|m| m.phase != Phase::Terminating)
+                    .count();
+                let name = self.create_pod(Role::Replica, image_version).await?;
+                self.say(format!(
+                    "Adding replica {name} ({} of {})",
+                    count + 1,
+                    observed.size
+                ));
+                self.event(
+                    EventType::Normal,
+                    "ReplicaCreated",
+                    &format!("created replica {name}, cloning the primary"),
+                )
+                .await;
+                None
+            }
+            Action::Delete { pod, reason } => {
+                let member = observed.members.iter().find(|m| &m.name == pod);
+                let (line, event_type, event_reason) = delete_story(pod, *reason, member, observed);
+                self.say(line.clone());
+                if self.delete_pod(pod).await {
+                    self.event(event_type, event_reason, &line).await;
+                }
+                None
+            }
+            Action::Failover { lost, candidates } => {
+                self.fail_over(lost.as_deref(), candidates).await
+            }
+            Action::Disaster => {
+                if self.status().phase.as_deref() != Some(PHASE_FAILED) {
+                    self.say(
+                        "All Postgres pods are dead. Trying to recover from a previous backup",
+                    );
+                    let failed_restore = self
+                        .stage05
+                        .restore
+                        .as_ref()
+                        .filter(|r| r.state == RESTORE_FAILED);
+                    if let Some(failed) = failed_restore {
+                        self.say(format!("The restore from {} failed ({}): the cluster is Failed. The backups are untouched; fix or remove the file named, then delete and re-create the cluster", failed.source, failed.message));
+                    } else {
+                        self.say("No backup to recover from (spec.backup, stage 05): the cluster is Failed. Its data is gone; delete and re-create it to start empty");
+                        self.event(EventType::Warning, "AllMembersLost", "every member of the running cluster is gone and there is no backup; phase Failed").await;
+                    }
+                }
+                None
+            }
+            Action::Restore { from } => self.restore_seed(from, image_version).await,
+            Action::RestoreFailed { pod, reason } => {
+                let source = self
+                    .stage05
+                    .restore
+                    .as_ref()
+                    .map_or(from_display(), |r| r.source.clone());
+                self.say(format!(
+                    "Restore failed: {reason}; deleting {pod}. The cluster is Failed; the backups in {source} are untouched"
+                ));
+                self.delete_pod(pod).await;
+                self.stage05.restore = Some(RestoreStatus {
+                    source,
+                    pod: pod.clone(),
+                    state: RESTORE_FAILED.into(),
+                    message: reason.clone(),
+                });
+                self.event(
+                    EventType::Warning,
+                    "RestoreFailed",
+                    &format!("restoring {pod} failed: {reason}"),
+                )
+                .await;
+                None
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // Stage 05: backups and restores
+    // ---------------------------------------------------------------------------------------
+
+    /// POST one pod; its name comes back from `generateName`.
+    pub(super) async fn create_pod(&mut self, role: Role, version: Option<&str>) -> Option<String> {
+        let backups = self.pod_backups(None);
+        self.create_pod_with(role, version, backups).await
+    }
+
+    pub(super) async fn create_pod_with(
+        &mut self,
+        role: Role,
+        version: Option<&str>,
+        backups: PodBackups,
+    ) -> Option<String> {
+        let path = format!("/api/v1/namespaces/{}/pods", self.namespace());
+        let mut cluster = self.cluster.clone();
+        if let Some(version) = version {
+            cluster.spec.version = version.to_string();
+        }
+        let body = backup::member_pod(&cluster, role, &backups);
+        match self.worker.client.create::<_, Pod>(&path, &body).await {
+            Ok(pod) => {
+                self.expect(Expect::Appears(pod.metadata.name.clone()));
+                Some(pod.metadata.name)
+            }
+            Err(error) => {
+                self.say(format!(
+                    "could not create a {} pod: {error}; trying again next round",
+                    role.label_value()
+                ));
+                None
+            }
+        }
+    }
+
+    pub(super) async fn delete_pod(&mut self, name: &str) -> bool {
+        let path = format!("/api/v1/namespaces/{}/pods/{name}", self.namespace());
+        match self.worker.client.delete::<serde_json::Value>(&path).await {
+            // 404: gone already, which is what we wanted.
+            Ok(_) => {}
+            Err(error) if error.status_code() == Some(404) => {}
+            Err(error) => {
+                self.say(format!(
+                    "could not delete pod {name}: {error}; trying again next round"
+                ));
+                return false;
+            }
+        }
+        self.expect(Expect::Leaves(name.to_string()));
+        true
+    }
+
+    /// Ask each candidate how far it got, promote the most advanced, label it primary.
+    pub(super) async fn fail_over(
+        &mut self,
+        lost: Option<&str>,
+        candidates: &[String],
+    ) -> Option<String> {
+        self.say(format!(
+            "Primary lost: {}; choosing among the ready replicas [{}]",
+            lost.unwrap_or("<none recorded>"),
+            candidates.join(", ")
+        ));
+        let mut positions = Vec::new();
+        for pod in candidates {
+            match self.position(pod).await {
+                Ok(position) => positions.push(position),
+                Err(error) => self.say(format!("cannot ask {pod} for its WAL position: {error}")),
+            }
+        }
+        let chosen = most_advanced(&positions)?.clone();
+        self.say(format!(
+            "Promoting {} to primary (WAL received up to {}, replayed up to {})",
+            chosen.pod,
+            lsn_text(chosen.received),
+            lsn_text(chosen.replayed)
+        ));
+        if chosen.in_recovery {
+            match self.psql(&chosen.pod, manifests::PROMOTE_SQL).await {
+                Ok(out) if out.trim() == "t" => {}
+                Ok(out) => {
+                    self.say(format!("promoting {} did not finish within its wait (pg_promote said {out:?}); trying again next round", chosen.pod));
+                    return None;
+                }
+                Err(error) => {
+                    self.say(format!(
+                        "promoting {} failed: {error}; trying again next round",
+                        chosen.pod
+                    ));
+                    self.event(
+                        EventType::Warning,
+                        "PromotionFailed",
+                        &format!("promoting {} failed: {error}", chosen.pod),
+                    )
+                    .await;
+                    return None;
+                }
+            }
+        }
+        // The label is what the `<name>-primary` Service selects: relabelled, the Service sends
+        // clients (and the other replicas, which stream from it) to the new primary.
+        let path = format!(
+            "/api/v1/namespaces/{}/pods/{}",
+            self.namespace(),
+            chosen.pod
+        );
+        let patch = Patch::Merge(manifests::role_patch(Role::Primary));
+        if let Err(error) = self
+            .worker
+            .client
+            .patch::<serde_json::Value>(&path, &patch)
+            .await
+        {
+            self.say(format!(
+                "labelling {} primary failed: {error}; trying again next round",
+                chosen.pod
+            ));
+            return None;
+        }
+        self.expect(Expect::Labelled(chosen.pod.clone(), Role::Primary));
+        self.event(
+            EventType::Normal,
+            "Promoted",
+            &format!(
+                "promoted {} to primary in place of {}",
+                chosen.pod,
+                lost.unwrap_or("the lost primary")
+            ),
+        )
+        .await;
+        Some(chosen.pod)
+    }
+
+    pub(super) async fn position(&self, pod: &str) -> Result<Position, String> {
+        let out = self
+            .psql(
+                pod,
+                "SELECT pg_is_in_recovery(), pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn()",
+            )
+            .await?;
+        let (in_recovery, lsns) = out
+            .trim()
+            .split_once('|')
+            .ok_or_else(|| format!("unexpected psql output {out:?}"))?;
+        let in_recovery = manifests::parse_bool(in_recovery).map_err(|e| e.to_string())?;
+        let lsns = manifests::ReplicaLsns::parse(lsns).map_err(|e| e.to_string())?;
+        Ok(Position {
+            pod: pod.to_string(),
+            in_recovery,
+            received: lsns.received.unwrap_or(0),
+            replayed: lsns.replayed.unwrap_or(0),
+        })
+    }
+
+    /// Run one SQL statement in `pod`'s postgres container; its stdout.
+    pub(super) async fn psql(&self, pod: &str, sql: &str) -> Result<String, String> {
+        psql_in_pod(
+            &self.worker.client,
+            self.namespace(),
+            pod,
+            &manifests::psql_argv(sql),
+        )
+        .await
+    }
+}
+
+/// The story line, Event type and reason for deleting `pod`.
+pub(super) fn delete_story(
+    pod: &str,
+    reason: DeleteReason,
+    member: Option<&Member>,
+    observed: &Observed,
+) -> (String, EventType, &'static str) {
+    let unready = member.map_or(0, |m| m.unready_for.as_secs());
+    match reason {
+        DeleteReason::SecondPrimary => (
+            format!("Deleting {pod}: a second pod labelled primary (keeping {})", observed.recorded_primary.as_deref().unwrap_or("the older one")),
+            EventType::Warning,
+            "SecondPrimary",
+        ),
+        DeleteReason::FencePrimary => (
+            format!("Member lost: {pod} (the primary, unready for {unready}s); deleting it before promoting a replica"),
+            EventType::Warning,
+            "PrimaryLost",
+        ),
+        DeleteReason::MemberLost => (
+            format!("Member lost: {pod} (unready for {unready}s); replacing it"),
+            EventType::Warning,
+            "MemberLost",
+        ),
+        DeleteReason::MemberDead => (
+            format!("Member lost: {pod} (its pod failed); replacing it"),
+            EventType::Warning,
+            "MemberLost",
+        ),
+        DeleteReason::ScaleDown => (
+            format!("Removing replica {pod} (scaling down to {})", observed.size),
+            EventType::Normal,
+            "ReplicaRemoved",
+        ),
+        DeleteReason::Upgrade => (
+            format!("Upgrading: replacing replica {pod} (runs {}, spec.version is {})", member.map_or("?", |m| m.version.as_str()), observed.wanted_version),
+            EventType::Normal,
+            "Upgrading",
+        ),
+        DeleteReason::Switchover => (
+            format!("Upgrading: every replica runs {}; switching over from the primary {pod}", observed.wanted_version),
+            EventType::Normal,
+            "Switchover",
+        ),
+    }
+}
+
+/// `0/3000148`, as Postgres prints an LSN.
+pub(super) fn lsn_text(lsn: u64) -> String {
+    format!("{:X}/{:X}", lsn >> 32, lsn & 0xFFFF_FFFF)
+}

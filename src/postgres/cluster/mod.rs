@@ -1,0 +1,583 @@
+//! One `PostgresCluster`'s task in stage 04: observe, decide one action, act, write status —
+//! on every tick, every spec change, and every change to one of the cluster's pods.
+//!
+//! WORKSHOP.md, step 04 ("The reconcile loop"). Where stage 03's task said `PLACEHOLDER`, this
+//! one acts: it creates the Secret, ConfigMap and Services the pods need, launches the seed,
+//! grows and shrinks the cluster one replica at a time, replaces lost members, fails over, and
+//! tells the story in log lines, Events and `status`.
+//!
+//! ```text
+//!   pod watch ──▶ Store<Pod> ◀─── observe ──▶ plan::next_action ──▶ act ──▶ status (if changed)
+//!       │                            ▲                                 │
+//!       └── nudge (pod changed) ─────┤                                 └─▶ Event, story line
+//!   cluster watch ── spec change ────┤
+//!   timer ───────────────────────────┘
+//! ```
+//!
+//! The pods are read from the pod watch's [`Store`], not listed on every round: the watch keeps
+//! it current, and a pod event wakes this task (a "nudge"). One catch, the one client-go's
+//! ReplicaSet controller calls *expectations*: right after we create or delete a pod, the store
+//! may not show it yet, and a round planned from that stale view would create a second pod.
+//! So after each action the task waits until the store shows its effect (or a timeout passes).
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::api::{describe_status, validate_spec};
+use crate::api::{
+    LastBackup, PostgresCluster, PostgresClusterStatus, RestoreStatus, BACKUP_NOW_ANNOTATION,
+};
+use crate::client::{Client, ClientError, Patch};
+use crate::controller::cluster::{run_task_loop, ClusterReconciler, TaskEnd};
+use crate::controller::pods::Pod;
+use crate::controller::{ClusterInbox, ClusterWorker};
+use crate::events::{rfc3339, EventRecorder, EventType};
+use crate::exec::exec;
+use crate::story::Reporter;
+use crate::watch::Store;
+
+use super::backup::{self, BackupReport, PodBackups, RestoreSource};
+use super::conditions::{
+    next_status, PHASE_FAILED, PHASE_RECOVERING, PHASE_RUNNING, RESTORE_FAILED, RESTORE_RESTORED,
+    RESTORE_RESTORING,
+};
+use super::manifests::{self, Credentials, Role, POSTGRES_CONTAINER, ROLE_LABEL};
+use super::plan::{
+    most_advanced, next_action, next_backup, version_change, Action, BackupObserved, BackupPod,
+    BackupSource, BackupStep, Delays, DeleteReason, Member, Observed, Phase, Position,
+    VersionChange,
+};
+
+mod act;
+mod backups;
+mod owned;
+
+use backups::{from_display, is_backup_pod};
+
+/// Tuning for the stage-04 tasks. `Default` is what a real operator should use.
+#[derive(Clone, Debug)]
+pub struct PostgresOptions {
+    /// Time between two rounds when nothing happens (pod events wake the task sooner).
+    pub reconcile_interval: Duration,
+    pub delays: Delays,
+    /// How long to wait for the pod watch to show an action's effect before planning anyway.
+    pub expectation_timeout: Duration,
+    /// Stage 05: act on `spec.backup` and `spec.bootstrap` (stage 04 ignores them).
+    pub backups: bool,
+}
+
+impl Default for PostgresOptions {
+    fn default() -> Self {
+        PostgresOptions {
+            reconcile_interval: Duration::from_secs(8),
+            delays: Delays::default(),
+            expectation_timeout: Duration::from_secs(30),
+            backups: false,
+        }
+    }
+}
+
+/// Stage 04's [`ClusterWorker`]: what every cluster task shares.
+#[derive(Clone)]
+pub struct PostgresWorker {
+    client: Client,
+    pods: Store<Pod>,
+    reporter: Reporter,
+    events: EventRecorder,
+    options: PostgresOptions,
+}
+
+impl PostgresWorker {
+    pub fn new(
+        client: Client,
+        pods: Store<Pod>,
+        reporter: Reporter,
+        options: PostgresOptions,
+    ) -> PostgresWorker {
+        PostgresWorker {
+            events: EventRecorder::new(client.clone()),
+            client,
+            pods,
+            reporter,
+            options,
+        }
+    }
+}
+
+impl ClusterWorker for PostgresWorker {
+    fn run_cluster(
+        &self,
+        cluster: PostgresCluster,
+        inbox: ClusterInbox,
+        stop: CancellationToken,
+    ) -> impl Future<Output = TaskEnd> + Send + 'static {
+        run(self.clone(), cluster, inbox, stop)
+    }
+}
+
+/// Why the cluster's Secret, ConfigMap or Services could not be made.
+#[derive(Debug, thiserror::Error)]
+enum OwnedError {
+    #[error(transparent)]
+    Api(#[from] ClientError),
+    #[error("making the cluster's passwords: {0}")]
+    Passwords(#[from] manifests::CredentialsError),
+    /// Stage 05: a cluster bootstrapped from another's backups takes that cluster's passwords.
+    #[error("{path}: key {key} is missing or not base64 text; the source cluster's Secret is needed to log in to its restored database")]
+    SourceSecret { path: String, key: String },
+}
+
+/// What the task waits to see in the pod store after acting.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Expect {
+    /// A pod we created.
+    Appears(String),
+    /// A pod we deleted: terminating or gone.
+    Leaves(String),
+    /// A pod we relabelled.
+    Labelled(String, Role),
+}
+
+struct Task {
+    worker: PostgresWorker,
+    cluster: PostgresCluster,
+    key: String,
+    /// When this task first saw each pod Running but not Ready.
+    unready_since: HashMap<String, Instant>,
+    expecting: Option<(Expect, Instant)>,
+    /// The last "Running: [...], pending: [...]" line, said again only when it changes.
+    last_members_line: String,
+    /// When the Secret, ConfigMap and Services were last checked.
+    owned_checked: Option<Instant>,
+    /// Stage 05: when the last backup pod failed (the next is tried after a pause).
+    backup_failed_at: Option<Instant>,
+    /// Stage 05: what this round changed in `status.lastBackup`, `backupRequested`, `restore`;
+    /// folded into the status written at the end of the round.
+    stage05: Stage05Status,
+}
+
+/// Stage 05's part of the status, as this round leaves it.
+#[derive(Clone, Debug, Default)]
+struct Stage05Status {
+    last_backup: Option<LastBackup>,
+    backup_requested: Option<String>,
+    restore: Option<RestoreStatus>,
+}
+
+/// The task body: set up, then loop until the cluster is deleted or the operator stops.
+async fn run(
+    worker: PostgresWorker,
+    cluster: PostgresCluster,
+    inbox: ClusterInbox,
+    stop: CancellationToken,
+) -> TaskEnd {
+    let ClusterInbox { mut wanted, nudged } = inbox;
+    let interval = worker.options.reconcile_interval;
+    let mut task = Task {
+        key: cluster.key(),
+        cluster,
+        worker,
+        unready_since: HashMap::new(),
+        expecting: None,
+        last_members_line: String::new(),
+        owned_checked: None,
+        backup_failed_at: None,
+        stage05: Stage05Status::default(),
+    };
+    task.introduce();
+    // Unlike stage 03, the first round is now: there is work to do.
+    task.reconcile().await;
+    run_task_loop(&mut task, &mut wanted, &nudged, interval, &stop).await
+}
+
+/// Stage 04's reconciler for the loop every step shares (`controller::cluster::run_task_loop`).
+impl ClusterReconciler for Task {
+    fn say(&self, line: &str) {
+        Task::say(self, line);
+    }
+
+    /// A changed spec is acted on at once.
+    fn take(&mut self, newer: PostgresCluster) -> bool {
+        Task::take(self, newer);
+        true
+    }
+
+    async fn reconcile(&mut self) {
+        Task::reconcile(self).await;
+    }
+
+    /// Re-check the owned objects on the timer only: a burst of pod events must not turn into
+    /// a burst of GETs.
+    async fn tick(&mut self) {
+        self.owned_checked = None;
+        Task::reconcile(self).await;
+    }
+
+    async fn deleted(&mut self) {
+        Task::say(self, "cluster is deleted by the user; the garbage collector deletes its pods, Services, Secret and ConfigMap (they carry its ownerReference)");
+    }
+}
+
+impl Task {
+    fn say(&self, line: impl Into<String>) {
+        self.worker.reporter.report(&self.key, line);
+    }
+
+    fn namespace(&self) -> &str {
+        &self.cluster.metadata.namespace
+    }
+
+    fn status(&self) -> PostgresClusterStatus {
+        self.cluster.status.clone().unwrap_or_default()
+    }
+
+    /// The workshop's first line about a cluster: created, or adopted from an earlier run.
+    fn introduce(&self) {
+        let status = self.cluster.status.as_ref();
+        let verb = match status.and_then(|s| s.phase.as_deref()) {
+            // `status` is written by an operator only: a phase means an earlier run of this
+            // operator got the cluster going. Take it over; never seed it a second time.
+            Some(_) => "adopting running cluster",
+            None => "creating cluster",
+        };
+        self.say(format!(
+            "{verb} with Spec {}, Status {}",
+            self.cluster.spec,
+            describe_status(status)
+        ));
+    }
+
+    /// A newer object from the watch: our own status writes come back this way too, so only a
+    /// changed spec is news.
+    fn take(&mut self, newer: PostgresCluster) {
+        if newer.spec != self.cluster.spec {
+            match validate_spec(&newer.spec) {
+                Ok(()) => self.say(format!(
+                    "spec update: from {} to {}",
+                    self.cluster.spec, newer.spec
+                )),
+                Err(error) => {
+                    self.say(format!(
+                        "ignoring spec update to {}: {error}; keeping {}",
+                        newer.spec, self.cluster.spec
+                    ));
+                    // Keep the old spec, take the rest (metadata, status).
+                    let spec = self.cluster.spec.clone();
+                    self.cluster = newer;
+                    self.cluster.spec = spec;
+                    return;
+                }
+            }
+        }
+        self.cluster = newer;
+    }
+
+    /// One round. Never fails: what goes wrong is said, and the next round tries again.
+    async fn reconcile(&mut self) {
+        if let Err(error) = validate_spec(&self.cluster.spec) {
+            tracing::debug!(%error, "spec invalid; not acting");
+            return;
+        }
+        if self.owned_checked.is_none() {
+            match self.ensure_owned().await {
+                Ok(()) => self.owned_checked = Some(Instant::now()),
+                Err(error) => {
+                    self.say(format!(
+                        "could not create the cluster's objects: {error}; trying again next round"
+                    ));
+                    return;
+                }
+            }
+        }
+        // One snapshot of the store for the whole round: the watch keeps writing to it, and an
+        // expectation checked against a later read than the plan's could pass while the plan
+        // still misses the pod (and creates a second one).
+        let all_pods = self.snapshot();
+        let waiting_for_watch = self.still_expecting(&all_pods);
+        let (backup_pods, pods): (Vec<Pod>, Vec<Pod>) =
+            all_pods.into_iter().partition(is_backup_pod);
+        let mut members = self.observe(&pods);
+        let status = self.status();
+        self.stage05 = Stage05Status {
+            last_backup: status.last_backup.clone(),
+            backup_requested: status.backup_requested.clone(),
+            restore: status.restore.clone(),
+        };
+        if self.backups_enabled() {
+            self.follow_restore(&mut members).await;
+        }
+        let restore = self.stage05.restore.clone();
+        let own_claim = backup::backup_claim_name(&self.cluster.metadata.name);
+        let has_run = match status.phase.as_deref() {
+            Some(PHASE_RUNNING) | Some(PHASE_FAILED) => true,
+            // Recovering from a disaster (its own claim), not bootstrapping from another's.
+            Some(PHASE_RECOVERING) => restore.as_ref().is_some_and(|r| r.source == own_claim),
+            _ => false,
+        };
+        let observed = Observed {
+            members,
+            recorded_primary: status.primary.clone(),
+            has_run,
+            size: usize::try_from(self.cluster.spec.size).unwrap_or(0),
+            wanted_version: self.cluster.spec.version.clone(),
+            restore_from: self.restore_source(has_run).map(|source| source.claim),
+            restoring: restore
+                .as_ref()
+                .is_some_and(|r| r.state == RESTORE_RESTORING),
+            restore_failed: restore.as_ref().is_some_and(|r| r.state == RESTORE_FAILED),
+        };
+        self.say_members(&observed);
+
+        let primary_now = observed
+            .members
+            .iter()
+            .find(|m| m.role == Some(Role::Primary) && m.phase != Phase::Terminating)
+            .map(|m| m.name.clone());
+        let running_version = primary_now
+            .as_ref()
+            .and_then(|p| observed.members.iter().find(|m| &m.name == p))
+            .map(|m| m.version.clone())
+            .or(status.current_version.clone());
+        let version = version_change(
+            running_version.as_deref(),
+            &self.cluster.spec.version,
+            observed.size,
+        );
+
+        let action = if self.cluster.spec.paused {
+            Action::Wait("the cluster is paused (spec.paused)".into())
+        } else if let Some(waiting) = waiting_for_watch {
+            Action::Wait(waiting)
+        } else {
+            next_action(&observed, &self.worker.options.delays)
+        };
+        // New pods run the spec's version, unless a change to it is refused: then the version the
+        // cluster runs, or a replica of another major would be cloned from this primary's data.
+        let image_version = match version {
+            VersionChange::None | VersionChange::Minor => None,
+            _ => running_version.clone(),
+        };
+        let primary_after = self
+            .act(&action, &observed, image_version.as_deref())
+            .await
+            .or(primary_now);
+        if self.backups_enabled() && !self.cluster.spec.paused {
+            let members_steady = action == Action::Steady;
+            self.backup_round(&backup_pods, &observed, members_steady)
+                .await;
+        }
+
+        // Stage 05's fields as this round left them, carried into the status by next_status.
+        let mut base = self.cluster.clone();
+        let mut previous = self.status();
+        previous.last_backup = self.stage05.last_backup.clone();
+        previous.backup_requested = self.stage05.backup_requested.clone();
+        previous.restore = self.stage05.restore.clone();
+        base.status = Some(previous);
+        let next = next_status(
+            &base,
+            &observed,
+            primary_after.as_deref(),
+            &action,
+            &version,
+            &rfc3339(std::time::SystemTime::now()),
+        );
+        self.write_status(next).await;
+    }
+
+    /// The cluster's pods in the store now: in its namespace and owned by its uid.
+    fn snapshot(&self) -> Vec<Pod> {
+        let namespace = &self.cluster.metadata.namespace;
+        let uid = &self.cluster.metadata.uid;
+        self.worker
+            .pods
+            .list(|pod: &Pod| &pod.metadata.namespace == namespace && pod.is_owned_by(uid))
+    }
+
+    /// The cluster's pods, reduced to what the plan reads.
+    fn observe(&mut self, pods: &[Pod]) -> Vec<Member> {
+        let now = Instant::now();
+        self.unready_since
+            .retain(|name, _| pods.iter().any(|p| &p.metadata.name == name));
+        pods.iter()
+            .map(|pod| {
+                let phase = if pod.is_terminating() {
+                    Phase::Terminating
+                } else {
+                    match pod.phase() {
+                        "Running" => Phase::Running,
+                        "Succeeded" | "Failed" => Phase::Done,
+                        // Unknown: the node stopped reporting. It may still run; treat it as a
+                        // running pod that is not ready, which the delays then judge.
+                        "Unknown" => Phase::Running,
+                        _ => Phase::Pending,
+                    }
+                };
+                let ready = phase == Phase::Running && pod.is_ready();
+                let unready_for = if phase == Phase::Running && !ready {
+                    let since = *self
+                        .unready_since
+                        .entry(pod.metadata.name.clone())
+                        .or_insert(now);
+                    now - since
+                } else {
+                    self.unready_since.remove(&pod.metadata.name);
+                    Duration::ZERO
+                };
+                Member {
+                    name: pod.metadata.name.clone(),
+                    role: match pod.metadata.labels.get(ROLE_LABEL).map(String::as_str) {
+                        Some("primary") => Some(Role::Primary),
+                        Some("replica") => Some(Role::Replica),
+                        _ => None,
+                    },
+                    phase,
+                    ready,
+                    unready_for,
+                    version: image_tag(pod),
+                    created: pod.metadata.creation_timestamp.clone().unwrap_or_default(),
+                    failure: None,
+                }
+            })
+            .collect()
+    }
+
+    /// `Running: [db-x (primary), db-y], pending: [db-z]`, when it changed since last said.
+    fn say_members(&mut self, observed: &Observed) {
+        let mut running = Vec::new();
+        let mut pending = Vec::new();
+        let mut members: Vec<&Member> = observed.members.iter().collect();
+        members.sort_by(|a, b| a.name.cmp(&b.name));
+        for member in members {
+            let mut name = member.name.clone();
+            if member.role == Some(Role::Primary) {
+                name.push_str(" (primary)");
+            }
+            match (member.phase, member.ready) {
+                (Phase::Running, true) => running.push(name),
+                (Phase::Terminating, _) => pending.push(format!("{name} terminating")),
+                (Phase::Done, _) => pending.push(format!("{name} failed")),
+                _ => pending.push(name),
+            }
+        }
+        let line = format!(
+            "Running: [{}], pending: [{}]",
+            running.join(", "),
+            pending.join(", ")
+        );
+        if line != self.last_members_line {
+            self.say(line.clone());
+            self.last_members_line = line;
+        }
+    }
+
+    /// Whether the store shows the last action's effect yet; `Some(why)` while it does not.
+    fn still_expecting(&mut self, pods: &[Pod]) -> Option<String> {
+        let (expect, until) = self.expecting.clone()?;
+        let find = |name: &str| pods.iter().find(|pod| pod.metadata.name == name);
+        let seen = match &expect {
+            Expect::Appears(name) => find(name).is_some(),
+            Expect::Leaves(name) => find(name).is_none_or(|pod| pod.is_terminating()),
+            Expect::Labelled(name, role) => find(name).is_none_or(|pod| {
+                pod.metadata.labels.get(ROLE_LABEL).map(String::as_str) == Some(role.label_value())
+            }),
+        };
+        if seen || Instant::now() >= until {
+            if !seen {
+                tracing::warn!(
+                    ?expect,
+                    "the pod watch never showed the last action; planning anyway"
+                );
+            }
+            self.expecting = None;
+            return None;
+        }
+        Some(format!("waiting for the pod watch to show {expect:?}"))
+    }
+
+    fn expect(&mut self, expect: Expect) {
+        let until = Instant::now() + self.worker.options.expectation_timeout;
+        self.expecting = Some((expect, until));
+    }
+
+    async fn event(&self, kind: EventType, reason: &str, message: &str) {
+        self.worker
+            .events
+            .record(&self.cluster, kind, reason, message)
+            .await;
+    }
+
+    /// Merge-patch `/status` when it changed. Our own write comes back as a watch event; keeping
+    /// the answer here means the next round compares with what we wrote.
+    async fn write_status(&mut self, next: PostgresClusterStatus) {
+        if self.cluster.status.as_ref() == Some(&next) {
+            return;
+        }
+        let path = format!(
+            "{}/status",
+            crate::api::object_path(self.namespace(), &self.cluster.metadata.name)
+        );
+        let patch = Patch::Merge(serde_json::json!({ "status": next }));
+        match self
+            .worker
+            .client
+            .patch::<PostgresCluster>(&path, &patch)
+            .await
+        {
+            Ok(updated) => self.cluster.status = updated.status,
+            // A cluster deleted meanwhile: its Deleted event ends this task shortly.
+            Err(error) if error.status_code() == Some(404) => {}
+            Err(error) => tracing::warn!(%error, "could not write the cluster's status"),
+        }
+    }
+}
+
+/// Run `argv` (a `psql` command line, see [`manifests::psql_argv`]) in `pod`'s postgres
+/// container through `pods/exec`, as `kubectl exec` would: its stdout, or psql's stderr when it
+/// exits non-zero.
+pub async fn psql_in_pod(
+    client: &Client,
+    namespace: &str,
+    pod: &str,
+    argv: &[String],
+) -> Result<String, String> {
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let output = exec(
+        client,
+        namespace,
+        pod,
+        Some(POSTGRES_CONTAINER),
+        &argv,
+        None,
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    if output.exit_code != 0 {
+        return Err(format!(
+            "psql exited with {}: {}",
+            output.exit_code,
+            output.stderr_text().trim()
+        ));
+    }
+    Ok(output.stdout_text())
+}
+
+/// The tag of the pod's postgres container image: `postgres:16.4` → `16.4`.
+fn image_tag(pod: &Pod) -> String {
+    let image = pod
+        .spec
+        .containers
+        .iter()
+        .find(|c| c.name == POSTGRES_CONTAINER)
+        .or(pod.spec.containers.first())
+        .map_or("", |c| c.image.as_str());
+    // A registry with a port (`host:5000/postgres`) has a ':' before the last '/'.
+    let name_and_tag = image.rsplit('/').next().unwrap_or(image);
+    name_and_tag
+        .split_once(':')
+        .map_or(String::new(), |(_, tag)| tag.to_string())
+}
