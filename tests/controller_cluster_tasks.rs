@@ -9,7 +9,7 @@ use std::time::Duration;
 use controller_support::{cluster, drain, owned_pod, resized, wait_for_line, FakePods};
 use postgres_operator::controller::{Controller, ControllerOptions};
 use postgres_operator::story::Reporter;
-use postgres_operator::watch::Event;
+use postgres_operator::watch::{Event, WatchItem};
 use tokio::sync::mpsc;
 
 const NS: &str = "default";
@@ -193,11 +193,17 @@ async fn flood_of_events_does_not_delay_the_reconcile_tick() {
     let running = tokio::spawn(controller.run(event_receiver, stop.clone()));
 
     let started = tokio::time::Instant::now();
-    events.send(Event::Added(db.clone())).await.unwrap();
+    events
+        .send(WatchItem::Event(Event::Added(db.clone())))
+        .await
+        .unwrap();
     for second in 1..=30 {
         tokio::time::sleep(Duration::from_secs(1)).await;
         events
-            .send(Event::Modified(resized(&db, 3 + second % 2)))
+            .send(WatchItem::Event(Event::Modified(resized(
+                &db,
+                3 + second % 2,
+            ))))
             .await
             .unwrap();
     }
@@ -489,7 +495,7 @@ async fn shutdown_ends_every_cluster_task() {
     let mut seen = Vec::new();
     for name in ["a", "b", "c"] {
         events
-            .send(Event::Added(cluster(NS, name, 1)))
+            .send(WatchItem::Event(Event::Added(cluster(NS, name, 1))))
             .await
             .unwrap();
         wait_for_line(

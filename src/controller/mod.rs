@@ -52,8 +52,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::api::PostgresCluster;
-use crate::story::Reporter;
-use crate::watch::Event;
+use crate::story::{event_line, watch_notice_lines, Reporter};
+use crate::watch::{Event, WatchItem};
 use cluster::run_cluster;
 pub use cluster::{TaskEnd, Wanted};
 pub use operator::{run_operator, OperatorError};
@@ -159,6 +159,8 @@ pub struct Controller<W: ClusterWorker> {
     tasks: JoinSet<(String, TaskEnd)>,
     /// Cancelled by [`Controller::shutdown`]; every cluster task holds a child of it.
     stop: CancellationToken,
+    /// Step 02's "Starting at watchVersion" line is said for the first watch only.
+    first_watch: bool,
 }
 
 impl<P: PodApi> Controller<PlaceholderTask<P>> {
@@ -187,26 +189,28 @@ impl<W: ClusterWorker> Controller<W> {
             clusters: HashMap::new(),
             tasks: JoinSet::new(),
             stop: CancellationToken::new(),
+            first_watch: true,
         }
     }
 
-    /// Handle events until `shutdown` is cancelled or the event channel closes (the watch ended),
-    /// then stop every cluster task and wait for them.
+    /// Take the watch's items until `shutdown` is cancelled or the channel closes (the watch
+    /// ended): tell each notice and event as step 02's lines, route each event to its cluster's
+    /// task; then stop every cluster task and wait for them.
     pub async fn run(
         self,
-        events: mpsc::Receiver<Event<PostgresCluster>>,
+        items: mpsc::Receiver<WatchItem<PostgresCluster>>,
         shutdown: CancellationToken,
     ) -> ControllerStopped {
         // A sender nobody holds: the nudge branch below is simply never ready.
         let (_, no_nudges) = mpsc::channel(1);
-        self.run_with_nudges(events, no_nudges, shutdown).await
+        self.run_with_nudges(items, no_nudges, shutdown).await
     }
 
     /// [`Controller::run`], plus `nudges`: `namespace/name` keys of clusters to look again now
     /// (stage 04 sends one whenever a pod of that cluster changes).
     pub async fn run_with_nudges(
         mut self,
-        mut events: mpsc::Receiver<Event<PostgresCluster>>,
+        mut items: mpsc::Receiver<WatchItem<PostgresCluster>>,
         mut nudges: mpsc::Receiver<String>,
         shutdown: CancellationToken,
     ) -> ControllerStopped {
@@ -219,8 +223,18 @@ impl<W: ClusterWorker> Controller<W> {
                     Some(key) => self.nudge(&key),
                     None => nudges_open = false,
                 },
-                event = events.recv() => match event {
-                    Some(event) => self.handle_event(event),
+                item = items.recv() => match item {
+                    Some(WatchItem::Notice(notice)) => {
+                        for line in watch_notice_lines(&notice, &mut self.first_watch) {
+                            self.reporter.report_operator(line);
+                        }
+                    }
+                    Some(WatchItem::Event(event)) => {
+                        // Step 02's line, said here where the event is routed: the items come
+                        // straight from the watch, in order, with no task in between.
+                        self.reporter.report_operator(event_line(&event));
+                        self.handle_event(event);
+                    }
                     None => {
                         tracing::info!("the event channel closed (the watch ended); stopping");
                         break;

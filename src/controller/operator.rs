@@ -7,13 +7,12 @@
 //! ```text
 //! run_operator ── crd::check (created if absent, never changed)
 //!      │
-//!      ├── list_then_watch ──items──▶ narrate: notices ("Watch version: 4566", ...) are told,
-//!      │                                events are told ("PostgresCluster event: ADDED ..")
-//!      │                                and passed on ──▶ Controller::run
+//!      ├── list_then_watch ──items──▶ Controller::run: notices ("Watch version: 4566", ...) and
+//!      │                                events ("PostgresCluster event: ADDED ..") are told, and
+//!      │                                each event is routed to its cluster's task
 //!      └── shutdown (one CancellationToken): the watch and the controller both stop on it
 //! ```
 
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::{Controller, ControllerOptions, ControllerStopped};
@@ -21,8 +20,7 @@ use crate::api::{collection_path, PostgresCluster};
 use crate::client::Client;
 use crate::crd::{self, CrdError, DEFAULT_ESTABLISHED_TIMEOUT};
 use crate::story::Reporter;
-use crate::story::{event_line, watch_notice_lines};
-use crate::watch::{list_then_watch, Event, WatchItem, WatchOptions};
+use crate::watch::{list_then_watch, WatchOptions};
 
 /// Which step of starting the operator failed.
 #[derive(Debug, thiserror::Error)]
@@ -71,19 +69,13 @@ pub async fn run_operator(
         stop_watch.clone(),
     );
 
-    let (to_controller, controller_events) = mpsc::channel(1);
-    let narrator = tokio::spawn(narrate_and_forward(
-        watcher.items,
-        to_controller,
-        reporter.clone(),
-    ));
     let controller = Controller::new(client, options, reporter);
-    // Ends on `shutdown`, or if the narrator stops forwarding (the watch task is gone).
-    let stopped = controller.run(controller_events, shutdown).await;
+    // The watch's items go straight to the controller, which tells step 02's lines as it routes
+    // them. It ends on `shutdown`, or when the watch task is gone (its channel closes).
+    let stopped = controller.run(watcher.items, shutdown).await;
     stop_watch.cancel();
-    // Both end promptly once the watch is told to stop.
+    // Ends promptly once told to stop.
     let _ = watcher.task.await;
-    let _ = narrator.await;
     Ok(stopped)
 }
 
@@ -99,29 +91,4 @@ pub(crate) async fn register_resource(
     .await
     .map_err(OperatorError::RegisterResource)?;
     Ok(())
-}
-
-/// Tell step 02's story, then hand each event to the controller. Items arrive in order: a notice
-/// comes before the events it explains.
-pub(crate) async fn narrate_and_forward(
-    mut items: mpsc::Receiver<WatchItem<PostgresCluster>>,
-    to_controller: mpsc::Sender<Event<PostgresCluster>>,
-    reporter: Reporter,
-) {
-    let mut first_watch = true;
-    while let Some(item) = items.recv().await {
-        match item {
-            WatchItem::Notice(notice) => {
-                for line in watch_notice_lines(&notice, &mut first_watch) {
-                    reporter.report_operator(line);
-                }
-            }
-            WatchItem::Event(event) => {
-                reporter.report_operator(event_line(&event));
-                if to_controller.send(event).await.is_err() {
-                    return; // the controller has stopped
-                }
-            }
-        }
-    }
 }

@@ -5,12 +5,12 @@
 //! WORKSHOP.md, step 04 ("Watching the pods too").
 //!
 //! ```text
-//! run_postgres_operator ── ensure the CRD (step 01)
+//! run_postgres_operator ── check the CRD (step 01's, created if absent)
 //!      ├── pod watch (label app.kubernetes.io/name=postgres) ──▶ Store<Pod> ── read by every task
 //!      │        └── each pod event ── "namespace/<its cluster label>" ──▶ nudges ─┐
 //!      │   (wait until its first list is in: a task planning from an empty store  │
 //!      │    would take a running cluster for a new one)                           │
-//!      └── cluster watch ──▶ narrate ──▶ Controller::run_with_nudges ◀────────────┘
+//!      └── cluster watch ──items──▶ Controller::run_with_nudges ◀──────────────────┘
 //!                                           └── one PostgresWorker task per cluster
 //! ```
 
@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 use super::cluster::{PostgresOptions, PostgresWorker};
 use crate::api::{collection_path, PostgresCluster};
 use crate::client::Client;
-use crate::controller::operator::{narrate_and_forward, register_resource};
+use crate::controller::operator::register_resource;
 use crate::controller::pods::{pods_path, Pod, APP_LABEL, APP_LABEL_VALUE, CLUSTER_LABEL};
 use crate::controller::{Controller, ControllerOptions, ControllerStopped, OperatorError};
 use crate::leader::{run_when_leading, LeaderElection, LeaderElectionArgs, LeaderError};
@@ -164,12 +164,6 @@ pub async fn run_postgres_operator(
         WatchOptions::default(),
         stop_watches.clone(),
     );
-    let (to_controller, controller_events) = mpsc::channel(1);
-    let narrator = tokio::spawn(narrate_and_forward(
-        cluster_watcher.items,
-        to_controller,
-        reporter.clone(),
-    ));
     let controller_options = ControllerOptions {
         reconcile_interval: options.reconcile_interval,
         ..ControllerOptions::default()
@@ -177,12 +171,11 @@ pub async fn run_postgres_operator(
     let worker = PostgresWorker::new(client, pods, reporter.clone(), options);
     let controller = Controller::with_worker(worker, controller_options, reporter);
     let stopped = controller
-        .run_with_nudges(controller_events, nudges, shutdown)
+        .run_with_nudges(cluster_watcher.items, nudges, shutdown)
         .await;
     stop_watches.cancel();
     let _ = cluster_watcher.task.await;
     let _ = pod_watcher.task.await;
-    let _ = narrator.await;
     let _ = pod_forwarder.await;
     Ok(stopped)
 }

@@ -76,6 +76,13 @@ pub(crate) async fn run(node: Arc<Node>, worker: Arc<PodWorker>) {
     if !shutting_down {
         publish(&node, &worker);
     }
+    // emptyDirs, /tmp, /run and logs go with the pod; claims stay. When the sandbox stops, a
+    // `--data-dir` keeps them for inspection (a temporary data directory goes as a whole).
+    // Before the object goes, as the kubelet cleans up before it lets the API server forget the
+    // pod: whoever sees the pod gone may rely on its volumes being gone too.
+    if !shutting_down {
+        let _ = std::fs::remove_dir_all(&worker.dir);
+    }
     if remove {
         super::remove_terminated_pod(
             &mut node.store.lock(),
@@ -83,11 +90,6 @@ pub(crate) async fn run(node: Arc<Node>, worker: Arc<PodWorker>) {
             &worker.name,
             &worker.uid,
         );
-    }
-    // emptyDirs, /tmp, /run and logs go with the pod; claims stay. When the sandbox stops, a
-    // `--data-dir` keeps them for inspection (a temporary data directory goes as a whole).
-    if !shutting_down {
-        let _ = std::fs::remove_dir_all(&worker.dir);
     }
     if let Some(ip) = address {
         lock(&node.addresses).release(ip);
