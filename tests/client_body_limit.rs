@@ -5,9 +5,10 @@
 
 mod fake_api_server;
 
-use fake_api_server::{endless, plain_client, raw, ready, FakeServer};
+use fake_api_server::{endless, raw, ready, FakeServer};
 use postgres_operator::client::{ClientError, DEFAULT_MAX_RESPONSE_BODY};
 use serde_json::Value;
+use test_support::plain_client;
 
 /// An endless 200 body stops at the default cap with an error naming method, path and cap.
 #[tokio::test]

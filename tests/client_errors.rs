@@ -7,10 +7,11 @@ mod fake_api_server;
 
 use std::time::Duration;
 
-use fake_api_server::{json, plain_client, raw, ready, status, FakeServer};
+use fake_api_server::{json, raw, ready, status, FakeServer};
 use postgres_operator::client::{Client, ClientError, Patch};
 use postgres_operator::config::Config;
 use serde_json::{json, Value};
+use test_support::plain_client;
 
 /// A 403 Status comes back as `ClientError::Api` with code, reason and message intact.
 #[tokio::test]

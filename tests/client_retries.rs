@@ -163,7 +163,7 @@ async fn a_429_waits_for_retry_after_then_retries() {
         }
     })
     .await;
-    let client = fake_api_server::plain_client(&server.url);
+    let client = test_support::plain_client(&server.url);
     let started = tokio::time::Instant::now();
     let list: Value = client.get("/api/v1/pods").await.unwrap();
     assert_eq!(list["kind"], "PodList");
@@ -189,7 +189,7 @@ async fn a_503_uses_retry_after_seconds_from_the_status() {
         }
     })
     .await;
-    let client = fake_api_server::plain_client(&server.url);
+    let client = test_support::plain_client(&server.url);
     let started = tokio::time::Instant::now();
     let _: Value = client
         .create("/api/v1/namespaces/default/pods", &json!({}))
@@ -210,7 +210,7 @@ async fn throttling_retries_are_bounded() {
         ready(response)
     })
     .await;
-    let client = fake_api_server::plain_client(&server.url);
+    let client = test_support::plain_client(&server.url);
     let started = tokio::time::Instant::now();
     let error = client.get::<Value>("/api/v1/pods").await.unwrap_err();
     assert!(matches!(error, ClientError::Api { .. }), "{error:?}");
@@ -238,7 +238,7 @@ async fn stream_retries_a_throttled_start() {
         }
     })
     .await;
-    let client = fake_api_server::plain_client(&server.url);
+    let client = test_support::plain_client(&server.url);
     let mut stream = client.stream("/api/v1/pods?watch=true").await.unwrap();
     let chunk = stream.next_chunk().await.unwrap().unwrap();
     assert_eq!(&chunk[..], b"{\"type\":\"ADDED\"}\n");

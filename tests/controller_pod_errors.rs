@@ -6,9 +6,10 @@ mod fake_api_server;
 
 use std::error::Error as _;
 
-use fake_api_server::{plain_client, ready, status, FakeServer};
+use fake_api_server::{ready, status, FakeServer};
 use postgres_operator::client::ClientError;
 use postgres_operator::controller::pods::{label_selector, PodApi, PodApiError};
+use test_support::plain_client;
 
 /// The answer a pod list gets: 403 for namespace `locked`, 503 (retry at once) for `busy`.
 async fn refusing_server() -> FakeServer {

@@ -12,11 +12,10 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fake_api_server::{
-    json, lines_then_quiet, plain_client, ready, status, FakeServer, Recorded, Reply,
-};
+use fake_api_server::{json, lines_then_quiet, ready, status, FakeServer, Recorded, Reply};
 use postgres_operator::crd::{self, CrdError, Difference, Registration};
 use serde_json::{json, Value};
+use test_support::plain_client;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 const CRD_URL: &str =

@@ -3,11 +3,8 @@
 //! the objects already stored kept; a current CRD is left alone, with no write in the server's
 //! request log. And the server's `spec.version` pattern agrees with `PostgresVersion`.
 
-mod common;
-
 use std::time::Duration;
 
-use common::start_sandbox_with;
 use postgres_operator::api::{
     collection_path, crd_path, object_path, PostgresCluster, PostgresClusterSpec, PostgresVersion,
     CRD_NAME,
@@ -16,11 +13,11 @@ use postgres_operator::client::Client;
 use postgres_operator::crd::{self, Registration, CRDS_PATH};
 use sandbox::{Sandbox, SandboxOptions};
 use serde_json::{json, Value};
+use test_support::start_sandbox_with;
 
 async fn sandbox_and_client() -> (Sandbox, Client) {
     let sandbox = start_sandbox_with(SandboxOptions::default()).await;
-    let config = postgres_operator::config::Config::from_url(&sandbox.url()).expect("sandbox url");
-    let client = Client::new(config).expect("client");
+    let client = test_support::plain_client(&sandbox.url());
     (sandbox, client)
 }
 

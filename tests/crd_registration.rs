@@ -9,9 +9,10 @@ mod fake_api_server;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use fake_api_server::{json, plain_client, ready, status, FakeServer};
+use fake_api_server::{json, ready, status, FakeServer};
 use postgres_operator::crd::{self, CrdError, Registration, ENSURE_ATTEMPTS};
 use serde_json::json;
+use test_support::plain_client;
 
 const CRD_URL: &str =
     "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/postgresclusters.workshop.example.com";

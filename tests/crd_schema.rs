@@ -4,24 +4,21 @@
 //! and bad specs (size 0 or 8, version "abc" or "9.6") are refused with the field named, and
 //! nothing is created.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{start_sandbox_with, Kubectl, EXAMPLE_FIXTURE};
 use postgres_operator::api::{object_path, PostgresCluster};
 use postgres_operator::client::{Client, Patch};
 use postgres_operator::crd;
 use sandbox::{Sandbox, SandboxOptions};
 use serde_json::json;
+use test_support::{start_sandbox_with, Kubectl, EXAMPLE_FIXTURE};
 
 const NAME: &str = "example-postgresql-cluster";
 
 /// A sandbox with our CRD ensured and Established, a client and kubectl for it.
 async fn ready_sandbox() -> (Sandbox, Client, Kubectl) {
     let sandbox = start_sandbox_with(SandboxOptions::default()).await;
-    let config = postgres_operator::config::Config::from_url(&sandbox.url()).expect("sandbox url");
-    let client = Client::new(config).expect("client");
+    let client = test_support::plain_client(&sandbox.url());
     crd::ensure(&client).await.expect("CRD");
     crd::wait_established(&client, Duration::from_secs(10))
         .await

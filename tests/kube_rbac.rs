@@ -15,23 +15,21 @@
 //! authorizer matches them (group, resource[/subresource], verb, and resourceNames against the
 //! URL's name; a Role only in its namespace).
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::Kubectl;
 use postgres_operator::client::{Client, USER_AGENT};
 use postgres_operator::config::Config;
 use postgres_operator::leader::LeaderElection;
 use postgres_operator::postgres::plan::Delays;
 use postgres_operator::postgres::{run_postgres_operator_when_leading, PostgresOptions};
 use postgres_operator::story::Reporter;
-use sandbox::{RequestRecord, Runtime, Sandbox, SandboxOptions};
+use sandbox::{RequestRecord, SandboxOptions};
 use serde_json::{json, Value};
+use test_support::Kubectl;
 use tokio_util::sync::CancellationToken;
 
 const CLUSTER: &str = "db";
@@ -356,7 +354,7 @@ async fn members(kubectl: &Kubectl) -> Vec<(String, String, bool)> {
 
 /// Exactly `size` members, all ready, one primary, and the status agrees; the primary's name.
 async fn healthy(kubectl: &Kubectl, size: usize) -> String {
-    common::eventually(
+    test_support::eventually(
         DEADLINE,
         &format!("{size} ready members, one primary"),
         || async {
@@ -450,13 +448,7 @@ async fn kube_rbac_grants_exactly_the_requests_stage05_makes() {
     let grants = grants(&objects, &who);
     assert!(!grants.is_empty(), "no rule is bound to the operator");
 
-    let sandbox = Sandbox::start_with_runtime(
-        SandboxOptions::default(),
-        Runtime::Processes(common::process_runtime()),
-        CancellationToken::new(),
-    )
-    .await
-    .expect("sandbox starts");
+    let sandbox = test_support::start_process_sandbox(SandboxOptions::default()).await;
     let kubectl = Kubectl::new(&sandbox.url()).with_flags(&["--namespace", &who.namespace]);
     // The operator's namespace, as the Deployment would run it.
     kubectl.ok(&["create", "namespace", &who.namespace]).await;
@@ -466,7 +458,7 @@ async fn kube_rbac_grants_exactly_the_requests_stage05_makes() {
 
     // A first run on a cluster without the CRD: the operator creates it.
     let operator = Operator::start(&client);
-    common::eventually(DEADLINE, "the operator to create the CRD", || {
+    test_support::eventually(DEADLINE, "the operator to create the CRD", || {
         crd_is_current(&kubectl)
     })
     .await;
@@ -487,7 +479,7 @@ async fn kube_rbac_grants_exactly_the_requests_stage05_makes() {
         .await;
     assert_eq!(crd_is_current(&kubectl).await, None, "the CRD is old now");
     let operator = Operator::start(&client);
-    common::eventually(
+    test_support::eventually(
         DEADLINE,
         "the operator to find the old CRD and go on",
         || operator.has_said("not as this build defines it"),
@@ -502,7 +494,7 @@ async fn kube_rbac_grants_exactly_the_requests_stage05_makes() {
     kubectl
         .ok(&["apply", "-f", &crd_yaml.to_string_lossy()])
         .await;
-    common::eventually(DEADLINE, "kubectl apply to update the old CRD", || {
+    test_support::eventually(DEADLINE, "kubectl apply to update the old CRD", || {
         crd_is_current(&kubectl)
     })
     .await;
@@ -518,7 +510,7 @@ async fn kube_rbac_grants_exactly_the_requests_stage05_makes() {
     let cluster_file = tempfile::NamedTempFile::new().expect("temp file");
     std::fs::write(cluster_file.path(), manifest.to_string()).expect("manifest written");
     let cluster_path = cluster_file.path().to_string_lossy().to_string();
-    common::eventually(DEADLINE, "kubectl to create the cluster", || async {
+    test_support::eventually(DEADLINE, "kubectl to create the cluster", || async {
         kubectl
             .run(&["create", "-f", &cluster_path])
             .await
@@ -529,7 +521,7 @@ async fn kube_rbac_grants_exactly_the_requests_stage05_makes() {
     let primary = healthy(&kubectl, 2).await;
 
     // The first base backup: a backup pod created, its result read, the pod deleted.
-    common::eventually(DEADLINE, "status.lastBackup", || async {
+    test_support::eventually(DEADLINE, "status.lastBackup", || async {
         let status = get_json(&kubectl, &["get", "pgc", CLUSTER]).await["status"].clone();
         status["lastBackup"]["name"].as_str().map(str::to_string)
     })
@@ -540,7 +532,7 @@ async fn kube_rbac_grants_exactly_the_requests_stage05_makes() {
     kubectl
         .ok(&["delete", "pod", &primary, "--wait=false"])
         .await;
-    let new_primary = common::eventually(DEADLINE, "a new ready primary", || async {
+    let new_primary = test_support::eventually(DEADLINE, "a new ready primary", || async {
         members(&kubectl)
             .await
             .into_iter()

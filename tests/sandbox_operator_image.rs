@@ -9,15 +9,13 @@
 //! is what `SandboxOptions::operator_binaries` points at. Needs PostgreSQL, bubblewrap and
 //! kubectl (`.ci/install-test-deps`). Run: `cargo test --test sandbox_operator_image`.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::{eventually, process_runtime, Kubectl, EXAMPLE_FIXTURE};
-use sandbox::{Runtime, Sandbox, SandboxOptions};
+use sandbox::{Sandbox, SandboxOptions};
 use serde_json::Value;
+use test_support::{eventually, Kubectl, EXAMPLE_FIXTURE};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 const WITHIN: Duration = Duration::from_secs(90);
@@ -31,16 +29,11 @@ fn stage_binaries() -> PathBuf {
 }
 
 async fn start(operator_binaries: Option<PathBuf>) -> (Sandbox, Kubectl) {
-    let sandbox = Sandbox::start_with_runtime(
-        SandboxOptions {
-            operator_binaries,
-            ..SandboxOptions::default()
-        },
-        Runtime::Processes(process_runtime()),
-        tokio_util::sync::CancellationToken::new(),
-    )
-    .await
-    .expect("sandbox starts");
+    let sandbox = test_support::start_process_sandbox(SandboxOptions {
+        operator_binaries,
+        ..SandboxOptions::default()
+    })
+    .await;
     let kubectl = Kubectl::new(&sandbox.url());
     (sandbox, kubectl)
 }

@@ -8,9 +8,10 @@
 
 mod common;
 
-use common::{Http, Kubectl};
+use common::Http;
 use http::Method;
 use serde_json::{json, Value};
+use test_support::Kubectl;
 
 /// `kubectl apply -f` of a manifest given as text.
 async fn apply(kubectl: &Kubectl, manifest: &str) {
@@ -37,7 +38,7 @@ struct Demo {
 /// account. kubectl sends a bearer token only over HTTPS, so it speaks TLS to the sandbox's
 /// plain-HTTP port, trusting the CA from `kube-root-ca.crt`, as an in-cluster client would.
 async fn demo() -> Demo {
-    let sandbox = common::start_sandbox().await;
+    let sandbox = test_support::start_sandbox().await;
     let admin = Kubectl::new(&sandbox.url());
     admin.ok(&["create", "namespace", "demo"]).await;
     admin

@@ -26,8 +26,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::runtime::{create, pod_json};
-use common::Kubectl;
 use sandbox::{ProcessRuntime, Runtime, Sandbox, SandboxOptions};
+use test_support::Kubectl;
 
 const READY_DEADLINE: Duration = Duration::from_secs(120);
 const MIN_MEMORY_KIB: u64 = 512 * 1024;

@@ -129,7 +129,7 @@ async fn directories_the_sandbox_makes_are_passable_and_pods_run() {
         let mode = std::fs::metadata(&dir).expect("created").mode();
         assert_eq!(mode & 0o111, 0o111, "{} has mode {mode:o}", dir.display());
     }
-    let kubectl = common::Kubectl::new(&url);
+    let kubectl = test_support::Kubectl::new(&url);
     common::runtime::create(
         &kubectl,
         r#"apiVersion: v1
@@ -143,7 +143,7 @@ spec:
 "#,
     )
     .await;
-    common::eventually(Duration::from_secs(60), "the pod's log line", || async {
+    test_support::eventually(Duration::from_secs(60), "the pod's log line", || async {
         let logs = kubectl.run(&["logs", "hello"]).await;
         logs.stdout.contains("hello from the pod").then_some(())
     })

@@ -9,7 +9,8 @@ mod common;
 use std::process::Stdio;
 
 use common::runtime::{create, start, wait_ready};
-use common::{start_sandbox, Http, Kubectl};
+use common::Http;
+use test_support::{start_sandbox, Kubectl};
 use tokio::io::AsyncWriteExt;
 
 const TRUSTING_POSTGRES: &str = r#"apiVersion: v1

@@ -14,14 +14,14 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::time::Duration;
 
 use common::runtime::{create, start};
-use common::Kubectl;
+use test_support::Kubectl;
 
 fn running_as_root() -> bool {
     std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
 }
 
 /// `kubectl create -f` of a manifest given as text; the whole output, failed or not.
-async fn try_create(kubectl: &Kubectl, manifest: &str) -> common::KubectlOutput {
+async fn try_create(kubectl: &Kubectl, manifest: &str) -> test_support::KubectlOutput {
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("manifest.yaml");
     std::fs::write(&file, manifest).expect("write manifest");
@@ -123,7 +123,7 @@ async fn an_allowed_id_is_seen_inside_but_is_not_the_host_user() {
         ),
     )
     .await;
-    let logs = common::eventually(Duration::from_secs(60), "the pod's output", || async {
+    let logs = test_support::eventually(Duration::from_secs(60), "the pod's output", || async {
         let logs = kubectl.run(&["logs", "nonroot"]).await.stdout;
         (logs.contains("cannot-read") || logs.contains("host secret")).then_some(logs)
     })

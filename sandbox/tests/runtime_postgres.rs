@@ -14,11 +14,11 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use common::runtime::{
-    create, pod_json, process_runtime, processes_matching, psql, running_trusting_postgres, start,
-    wait_ready,
+    create, pod_json, processes_matching, psql, running_trusting_postgres, start, wait_ready,
 };
-use common::{eventually, Kubectl};
 use serde_json::Value;
+use test_support::process_runtime;
+use test_support::{eventually, Kubectl};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 const CREDENTIALS: &str = r#"
@@ -567,7 +567,7 @@ async fn a_crashed_container_is_restarted_with_exit_code_137() {
     .await;
     let last = &pod["status"]["containerStatuses"][0]["lastState"]["terminated"];
     assert_eq!(last["exitCode"], 137, "{last}");
-    let simulated = common::start_sandbox().await;
+    let simulated = test_support::start_sandbox().await;
     assert!(!simulated
         .faults()
         .crash_container("default", "victim", "main"));

@@ -11,9 +11,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::eventually;
 use common::runtime::{create, psql, running_trusting_postgres, start, wait_ready};
-use common::Kubectl;
+use test_support::eventually;
+use test_support::Kubectl;
 
 const MANIFESTS: &str = r#"
 apiVersion: v1

@@ -69,7 +69,7 @@ async fn prints_its_url_serves_and_stops_on_sigterm() {
         "{more}"
     );
     let cache = tempfile::tempdir().expect("cache dir");
-    let namespaces = Command::new(common::kubectl_path())
+    let namespaces = Command::new(test_support::kubectl_path())
         .args(["get", "namespaces", "-o", "name", "--cache-dir"])
         .arg(cache.path())
         .env("KUBECONFIG", &kubeconfig)
@@ -172,7 +172,7 @@ async fn bad_flags_exit_2_naming_the_flag() {
 /// `Sandbox::shutdown` ends open watches and stops accepting connections.
 #[tokio::test]
 async fn shutdown_ends_watches_and_closes_the_port() {
-    let sandbox = common::start_sandbox().await;
+    let sandbox = test_support::start_sandbox().await;
     let http = common::Http::new(&sandbox.url());
     let mut watch = http
         .stream("/api/v1/namespaces/default/pods?watch=true")

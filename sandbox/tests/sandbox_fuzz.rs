@@ -406,7 +406,7 @@ async fn random_requests_never_break_the_sandbox() {
                 .unwrap_or(1)
         });
     println!("sandbox fuzz: SANDBOX_FUZZ_SEED={seed} SANDBOX_FUZZ_COUNT={count}");
-    let sandbox = common::start_sandbox().await;
+    let sandbox = test_support::start_sandbox().await;
     let http = common::Http::new(&sandbox.url());
     http.install_crd().await;
     let mut random = Random(seed | 1);

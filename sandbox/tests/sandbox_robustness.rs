@@ -22,7 +22,7 @@ fn reason(answer: &common::Answer) -> String {
 /// Each kind of bad request gets its own code and reason, as kube-apiserver answers it.
 #[tokio::test]
 async fn bad_requests_get_the_right_status() {
-    let sandbox = common::start_sandbox().await;
+    let sandbox = test_support::start_sandbox().await;
     let http = Http::new(&sandbox.url());
     http.install_crd().await;
 
@@ -203,7 +203,7 @@ async fn bad_requests_get_the_right_status() {
 /// apply (JSON body) creating then merging.
 #[tokio::test]
 async fn json_strategic_and_apply_patches_work() {
-    let sandbox = common::start_sandbox().await;
+    let sandbox = test_support::start_sandbox().await;
     let http = Http::new(&sandbox.url());
     http.install_crd().await;
     http.post(PGC, &cluster("db1", 1)).await;
@@ -392,7 +392,7 @@ impl Xorshift {
 /// error is a Status, and the sandbox still serves kubectl-shaped requests afterwards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_storm_of_random_requests_leaves_it_serving() {
-    let sandbox = common::start_sandbox().await;
+    let sandbox = test_support::start_sandbox().await;
     let http = Http::new(&sandbox.url());
     http.install_crd().await;
     http.post(PGC, &cluster("db1", 1)).await;
@@ -587,7 +587,7 @@ async fn a_storm_of_random_requests_leaves_it_serving() {
 #[tokio::test]
 async fn garbage_on_the_wire_only_costs_that_connection() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let sandbox = common::start_sandbox().await;
+    let sandbox = test_support::start_sandbox().await;
     let huge_header = format!(
         "GET /version HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
         "a".repeat(1 << 20)

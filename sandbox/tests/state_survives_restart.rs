@@ -13,9 +13,11 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::runtime::{create, process_runtime, processes_matching, psql, wait_ready};
-use common::{eventually, Http, Kubectl};
+use common::runtime::{create, processes_matching, psql, wait_ready};
+use common::Http;
 use serde_json::{json, Value};
+use test_support::process_runtime;
+use test_support::{eventually, Kubectl};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
@@ -231,7 +233,7 @@ async fn objects_survive_sigterm_and_sigkill() {
 /// Without --data-dir nothing is written and a second start is empty.
 #[tokio::test]
 async fn without_a_data_dir_nothing_is_written() {
-    let sandbox = common::start_sandbox().await;
+    let sandbox = test_support::start_sandbox().await;
     let http = Http::new(&sandbox.url());
     let created = http
         .post(
@@ -241,7 +243,7 @@ async fn without_a_data_dir_nothing_is_written() {
         .await;
     assert_eq!(created.status, 201);
     sandbox.shutdown().await;
-    let sandbox = common::start_sandbox().await;
+    let sandbox = test_support::start_sandbox().await;
     let http = Http::new(&sandbox.url());
     assert_eq!(
         http.get("/api/v1/namespaces/default/configmaps/forgotten")
@@ -386,7 +388,7 @@ async fn a_library_sandbox_restarts_on_its_data_dir_in_process() {
         data_dir: Some(temporary.path().join("data")),
         ..sandbox::SandboxOptions::default()
     };
-    let first = common::start_sandbox_with(options.clone()).await;
+    let first = test_support::start_sandbox_with(options.clone()).await;
     let created = Http::new(&first.url())
         .post(
             "/api/v1/namespaces/default/configmaps",
@@ -395,7 +397,7 @@ async fn a_library_sandbox_restarts_on_its_data_dir_in_process() {
         .await;
     assert_eq!(created.status, 201);
     first.shutdown().await;
-    let second = common::start_sandbox_with(options).await;
+    let second = test_support::start_sandbox_with(options).await;
     let kept = Http::new(&second.url())
         .get("/api/v1/namespaces/default/configmaps/kept")
         .await;

@@ -10,9 +10,10 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::{eventually, Http, Kubectl};
+use common::Http;
 use sandbox::{Sandbox, SandboxOptions};
 use serde_json::{json, Value};
+use test_support::{eventually, Kubectl};
 use tokio_util::sync::CancellationToken;
 
 const DEPLOYMENTS: &str = "/apis/apps/v1/namespaces/default/deployments";
@@ -162,7 +163,7 @@ fn observe_pods(http: Http, stop: CancellationToken) -> tokio::task::JoinHandle<
 }
 
 async fn start(options: SandboxOptions) -> (Sandbox, Http, Kubectl) {
-    let sandbox = common::start_sandbox_with(options).await;
+    let sandbox = test_support::start_sandbox_with(options).await;
     let http = Http::new(&sandbox.url());
     let kubectl = Kubectl::new(&sandbox.url());
     (sandbox, http, kubectl)
@@ -387,7 +388,7 @@ async fn a_rolling_update_stays_within_surge_and_unavailable_and_undoes() {
 
     let stop = CancellationToken::new();
     let watcher = observe_pods(http.clone(), stop.clone());
-    common::until_watch_opened(&_sandbox, "pods").await;
+    test_support::until_watch_opened(&_sandbox, "pods").await;
     kubectl
         .ok(&["set", "image", "deploy/web", "web=nginx:1.27"])
         .await;
@@ -589,7 +590,7 @@ async fn recreate_stops_old_pods_before_starting_new_ones() {
             mixed
         }
     });
-    common::until_watch_opened(&sandbox, "pods").await;
+    test_support::until_watch_opened(&sandbox, "pods").await;
     kubectl
         .ok(&["set", "image", "deploy/db", "db=nginx:1.27"])
         .await;

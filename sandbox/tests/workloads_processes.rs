@@ -8,8 +8,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::{eventually, runtime, Http};
+use common::{runtime, Http};
 use serde_json::Value;
+use test_support::eventually;
 
 const PODS: &str = "/api/v1/namespaces/default/pods";
 

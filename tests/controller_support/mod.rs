@@ -132,8 +132,7 @@ pub async fn sandbox_with_crd(
     )
     .await
     .expect("sandbox starts");
-    let config = postgres_operator::config::Config::from_url(&sandbox.url()).expect("sandbox url");
-    let client = postgres_operator::client::Client::new(config).expect("client");
+    let client = test_support::plain_client(&sandbox.url());
     postgres_operator::crd::ensure(&client)
         .await
         .expect("CRD registered");

@@ -306,12 +306,6 @@ impl TestPki {
     }
 }
 
-/// A client for `url` with the given request timeout and no auth (plain http).
-pub fn plain_client(url: &str) -> postgres_operator::client::Client {
-    let config = postgres_operator::config::Config::from_url(url).unwrap();
-    postgres_operator::client::Client::new(config).unwrap()
-}
-
 /// A watch response: these lines (each a JSON event), then a body that stays open and sends
 /// nothing more, as a quiet watch does until its timeout.
 pub fn lines_then_quiet(lines: Vec<String>) -> Response<Body> {

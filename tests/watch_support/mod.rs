@@ -11,7 +11,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use postgres_operator::api::{collection_path, PostgresCluster};
 use postgres_operator::client::Client;
-use postgres_operator::config::Config;
 use postgres_operator::watch::backoff::BackoffPolicy;
 use postgres_operator::watch::{
     list_then_watch, Event, WatchItem, WatchNotice, WatchOptions, Watcher,
@@ -35,9 +34,7 @@ pub fn test_options() -> WatchOptions {
     }
 }
 
-pub fn plain_client(url: &str) -> Client {
-    Client::new(Config::from_url(url).expect("plain http URL")).expect("client")
-}
+pub use test_support::plain_client;
 
 /// A running watch over `default/postgresclusters`, with everything it hands over recorded.
 pub struct Running {

@@ -7,22 +7,7 @@ use std::time::Duration;
 use sandbox::{ProcessRuntime, Runtime, Sandbox, SandboxOptions};
 use serde_json::Value;
 
-use super::{eventually, Kubectl};
-
-/// The process runtime with short back-offs, or a failure that says what to install.
-pub fn process_runtime() -> ProcessRuntime {
-    let mut runtime = ProcessRuntime::detect(None).unwrap_or_else(|error| {
-        panic!(
-            "these tests run pods as real processes, which this machine cannot: {error}. \
-             Install what they need with .ci/install-test-deps"
-        )
-    });
-    runtime.restart_backoff = Duration::from_millis(200);
-    runtime.max_restart_backoff = Duration::from_secs(1);
-    runtime.retry_period = Duration::from_millis(200);
-    runtime.sync_period = Duration::from_millis(100);
-    runtime
-}
+use test_support::{eventually, process_runtime, Kubectl};
 
 pub async fn start() -> (Sandbox, Kubectl, ProcessRuntime) {
     let runtime = process_runtime();
@@ -39,12 +24,7 @@ pub async fn start() -> (Sandbox, Kubectl, ProcessRuntime) {
 
 /// `kubectl create -f` of a manifest given as text.
 pub async fn create(kubectl: &Kubectl, manifest: &str) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let file = dir.path().join("manifest.yaml");
-    std::fs::write(&file, manifest).expect("write manifest");
-    kubectl
-        .ok(&["create", "-f", file.to_str().expect("utf-8 path")])
-        .await;
+    kubectl.create_manifest(manifest).await;
 }
 
 pub async fn pod_json(kubectl: &Kubectl, name: &str) -> Option<Value> {

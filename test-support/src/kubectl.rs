@@ -1,0 +1,109 @@
+//! The real kubectl, bound to one server: never a real cluster (`KUBECONFIG=/dev/null`, no
+//! in-cluster variables) and a discovery cache of its own, so a port a test reuses is never
+//! answered from an earlier server's cache.
+
+use std::time::Duration;
+
+/// The kubectl binary (override with `KUBECTL=/path`).
+pub fn kubectl_path() -> String {
+    std::env::var("KUBECTL").unwrap_or_else(|_| "/usr/bin/kubectl".into())
+}
+
+/// kubectl bound to one server, with its own `--cache-dir` (removed when this is dropped).
+pub struct Kubectl {
+    pub server: String,
+    cache_dir: tempfile::TempDir,
+    extra: Vec<String>,
+}
+
+/// What one kubectl run printed and how it ended.
+#[derive(Debug)]
+pub struct KubectlOutput {
+    pub success: bool,
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Kubectl {
+    pub fn new(server: &str) -> Kubectl {
+        Kubectl {
+            server: server.to_string(),
+            cache_dir: tempfile::tempdir().expect("cache dir"),
+            extra: Vec::new(),
+        }
+    }
+
+    /// Extra global flags for every call (`--token`, `--certificate-authority`, ...).
+    pub fn with_flags(mut self, flags: &[&str]) -> Kubectl {
+        self.extra.extend(flags.iter().map(|f| f.to_string()));
+        self
+    }
+
+    /// The cache directory this kubectl uses.
+    pub fn cache_dir(&self) -> &std::path::Path {
+        self.cache_dir.path()
+    }
+
+    /// The whole command line of `kubectl ARGS`, for running it under another program (`script`
+    /// gives it a terminal); the environment [`Kubectl::command`] sets must be set around it.
+    pub fn argv(&self, args: &[&str]) -> Vec<String> {
+        let mut argv = vec![
+            kubectl_path(),
+            "--cache-dir".into(),
+            self.cache_dir.path().to_string_lossy().into_owned(),
+            "--server".into(),
+            self.server.clone(),
+        ];
+        argv.extend(self.extra.iter().cloned());
+        argv.extend(args.iter().map(|a| a.to_string()));
+        argv
+    }
+
+    /// `kubectl ARGS` ready to spawn: stdin closed, killed when dropped.
+    pub fn command(&self, args: &[&str]) -> tokio::process::Command {
+        let argv = self.argv(args);
+        let mut command = tokio::process::Command::new(&argv[0]);
+        command
+            .env("KUBECONFIG", "/dev/null")
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .args(&argv[1..])
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true);
+        command
+    }
+
+    /// Run kubectl to completion (30 s at most).
+    pub async fn run(&self, args: &[&str]) -> KubectlOutput {
+        let output = tokio::time::timeout(Duration::from_secs(30), self.command(args).output())
+            .await
+            .unwrap_or_else(|_| panic!("kubectl {args:?} did not finish in 30 s"))
+            .expect("kubectl runs");
+        KubectlOutput {
+            success: output.status.success(),
+            code: output.status.code(),
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        }
+    }
+
+    /// Run and require success; returns stdout.
+    pub async fn ok(&self, args: &[&str]) -> String {
+        let output = self.run(args).await;
+        assert!(
+            output.success,
+            "kubectl {args:?} failed ({:?}):\nstdout: {}\nstderr: {}",
+            output.code, output.stdout, output.stderr
+        );
+        output.stdout
+    }
+
+    /// `kubectl create -f` of a manifest given as text.
+    pub async fn create_manifest(&self, manifest: &str) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("manifest.yaml");
+        std::fs::write(&file, manifest).expect("write manifest");
+        self.ok(&["create", "-f", file.to_str().expect("utf-8 path")])
+            .await;
+    }
+}

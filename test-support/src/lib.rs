@@ -1,0 +1,39 @@
+//! The helpers both crates' tests share, so each lives once (STYLE.md, item 15): the operator's
+//! tests (`tests/`) and the sandbox's (`sandbox/tests/`) name this crate as a dev-dependency.
+//!
+//! - [`kubectl`]: the real kubectl against one server, with its own cache and no kubeconfig.
+//! - [`eventually`]: poll a check until it holds or a deadline passes.
+//! - [`sandbox`]: start a sandbox on 127.0.0.1:0, in memory or with pods as real processes.
+//! - [`plain_client`]: the operator's client for a plain-HTTP URL.
+//!
+//! ```text
+//! let sandbox = test_support::start_sandbox().await;
+//! let kubectl = test_support::Kubectl::new(&sandbox.url());
+//! kubectl.ok(&["create", "-f", test_support::EXAMPLE_FIXTURE]).await;
+//! test_support::eventually(Duration::from_secs(10), "the pods", || async { ... }).await;
+//! ```
+
+pub mod eventually;
+pub mod kubectl;
+pub mod sandbox;
+
+pub use eventually::{eventually, POLL_INTERVAL};
+pub use kubectl::{kubectl_path, Kubectl, KubectlOutput};
+pub use sandbox::{
+    process_runtime, start_process_sandbox, start_sandbox, start_sandbox_with, until_watch_opened,
+};
+
+/// The CRD manifest users apply (`kube/crd.yaml`).
+pub const CRD_FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../kube/crd.yaml");
+/// The workshop's example cluster: example-postgresql-cluster, size 3, version "16".
+pub const EXAMPLE_FIXTURE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../kube/example-postgres-cluster.yaml"
+);
+
+/// The operator's client for a plain-HTTP `url` (a sandbox or a scripted server): no auth, the
+/// default timeouts.
+pub fn plain_client(url: &str) -> postgres_operator::client::Client {
+    let config = postgres_operator::config::Config::from_url(url).expect("a plain http URL");
+    postgres_operator::client::Client::new(config).expect("client")
+}
