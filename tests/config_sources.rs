@@ -5,18 +5,16 @@
 //! The environment is passed as a value (`Environment::from_pairs`), never set on the process:
 //! tests run in parallel threads of one process.
 
-mod fake_api_server;
-
 use std::path::Path;
 
 use base64::Engine as _;
 use clap::Parser;
-use fake_api_server::{json, ready, FakeServer, TestPki};
 use postgres_operator::client::{Client, ClientError};
 use postgres_operator::config::{
     Config, ConfigArgs, ConfigError, ConfigSource, Environment, TokenSource,
 };
 use serde_json::{json, Value};
+use test_support::scripted_server::{json, ready, ScriptedServer, TestPki};
 
 /// The connection flags as a binary's clap parser would read them.
 fn args(list: &[&str]) -> ConfigArgs {
@@ -71,8 +69,8 @@ fn service_account_dir(pki: &TestPki, namespace: &str) -> tempfile::TempDir {
     dir
 }
 
-async fn ok_server(pki: &TestPki, require_client_certificate: bool) -> FakeServer {
-    FakeServer::https(pki.server_config(require_client_certificate), |_, _| {
+async fn ok_server(pki: &TestPki, require_client_certificate: bool) -> ScriptedServer {
+    ScriptedServer::https(pki.server_config(require_client_certificate), |_, _| {
         ready(json(200, json!({"kind": "APIVersions"})))
     })
     .await

@@ -34,7 +34,7 @@ async fn one_byte_chunks_over_http_yield_whole_events() {
         event_line("ADDED", &object("b-日本", "uid-b", "13", 1)),
     ]
     .concat();
-    let server = ScriptedServer::start(move |index, path| match (index, is_watch(path)) {
+    let server = scripted_server(move |index, path| match (index, is_watch(path)) {
         (_, false) => Reply::Json {
             code: 200,
             body: list_body("10", &[]),
@@ -94,7 +94,7 @@ async fn many_events_in_one_chunk_all_arrive_in_order() {
             )
         })
         .collect();
-    let server = ScriptedServer::start(move |index, path| match (index, is_watch(path)) {
+    let server = scripted_server(move |index, path| match (index, is_watch(path)) {
         (_, false) => Reply::Json {
             code: 200,
             body: list_body("99", &[]),
@@ -127,7 +127,7 @@ async fn a_five_megabyte_event_is_delivered() {
     big["metadata"]["annotations"]["blob"] = serde_json::Value::String("日本é".repeat(700_000));
     let line = event_line("ADDED", &big);
     assert!(line.len() > 5_000_000);
-    let server = ScriptedServer::start(move |index, path| match (index, is_watch(path)) {
+    let server = scripted_server(move |index, path| match (index, is_watch(path)) {
         (_, false) => Reply::Json {
             code: 200,
             body: list_body("10", &[]),
@@ -154,7 +154,7 @@ async fn a_five_megabyte_event_is_delivered() {
 async fn the_last_line_without_a_newline_is_delivered() {
     let mut stream = event_line("ADDED", &object("a", "uid-a", "11", 3));
     stream.push_str(event_line("ADDED", &object("b", "uid-b", "12", 2)).trim_end());
-    let server = ScriptedServer::start(move |index, path| match (index, is_watch(path)) {
+    let server = scripted_server(move |index, path| match (index, is_watch(path)) {
         (_, false) => Reply::Json {
             code: 200,
             body: list_body("10", &[]),
@@ -195,7 +195,7 @@ async fn in_stream_gone_relists_and_hands_over_the_difference() {
         format!("{gone}\n"),
     ]
     .concat();
-    let server = ScriptedServer::start(move |index, path| match (index, is_watch(path)) {
+    let server = scripted_server(move |index, path| match (index, is_watch(path)) {
         (0, false) => Reply::Json {
             code: 200,
             body: list_body("10", &[]),
@@ -282,7 +282,7 @@ async fn in_stream_gone_relists_and_hands_over_the_difference() {
 #[tokio::test]
 async fn a_bare_status_line_saying_410_relists() {
     let bare = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"expired","reason":"Expired","code":410}"#;
-    let server = ScriptedServer::start(move |index, path| match (index, is_watch(path)) {
+    let server = scripted_server(move |index, path| match (index, is_watch(path)) {
         (_, false) => Reply::Json {
             code: 200,
             body: list_body(&format!("{}", 10 + index), &[]),
@@ -319,7 +319,7 @@ async fn an_undecodable_line_relists_instead_of_dying() {
         "{}{{\"type\":\"ADDED\",\"object\":{{\"metadata\":{{\"name\":\"x\"}}}}}}\n",
         event_line("ADDED", &object("a", "uid-a", "11", 3))
     );
-    let server = ScriptedServer::start(move |index, path| match (index, is_watch(path)) {
+    let server = scripted_server(move |index, path| match (index, is_watch(path)) {
         (0, false) => Reply::Json {
             code: 200,
             body: list_body("10", &[]),
@@ -372,7 +372,7 @@ async fn an_undecodable_line_relists_instead_of_dying() {
 #[tokio::test]
 async fn http_410_at_watch_start_relists() {
     let expired = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"too old resource version: 10 (20)","reason":"Expired","code":410}"#;
-    let server = ScriptedServer::start(move |index, path| match (index, is_watch(path)) {
+    let server = scripted_server(move |index, path| match (index, is_watch(path)) {
         (0, false) => Reply::Json {
             code: 200,
             body: list_body("10", &[]),
@@ -405,7 +405,7 @@ async fn http_410_at_watch_start_relists() {
 /// 200 with an empty body, over and over: the watch backs off instead of spinning.
 #[tokio::test]
 async fn empty_200_bodies_back_off_instead_of_busy_looping() {
-    let server = ScriptedServer::start(move |_, path| match is_watch(path) {
+    let server = scripted_server(move |_, path| match is_watch(path) {
         false => Reply::Json {
             code: 200,
             body: list_body("10", &[]),
@@ -444,7 +444,7 @@ async fn empty_200_bodies_back_off_instead_of_busy_looping() {
 #[tokio::test]
 async fn an_in_stream_410_at_once_every_time_backs_off() {
     let expired = r#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"too old resource version: 10 (20)","reason":"Expired","code":410}}"#;
-    let server = ScriptedServer::start(move |_, path| match is_watch(path) {
+    let server = scripted_server(move |_, path| match is_watch(path) {
         false => Reply::Json {
             code: 200,
             body: list_body("10", &[]),
@@ -476,7 +476,7 @@ async fn an_in_stream_410_at_once_every_time_backs_off() {
 async fn a_huge_retry_after_is_capped_at_the_backoff_maximum() {
     let too_long = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"busy","reason":"InternalError","details":{"retryAfterSeconds":4000000000},"code":500}"#;
     let added = event_line("ADDED", &object("later", "uid-l", "11", 2));
-    let server = ScriptedServer::start(move |index, path| match (index, is_watch(path)) {
+    let server = scripted_server(move |index, path| match (index, is_watch(path)) {
         (_, false) => Reply::Json {
             code: 200,
             body: list_body("10", &[]),
@@ -513,7 +513,7 @@ async fn a_huge_retry_after_is_capped_at_the_backoff_maximum() {
 #[tokio::test]
 async fn a_relist_reports_a_recreated_name_as_deleted_then_added_and_skips_unchanged() {
     let expired = r#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"too old resource version: 10 (30)","reason":"Expired","code":410}}"#;
-    let server = ScriptedServer::start(move |index, path| match (index, is_watch(path)) {
+    let server = scripted_server(move |index, path| match (index, is_watch(path)) {
         (0, false) => Reply::Json {
             code: 200,
             body: list_body(
@@ -588,7 +588,7 @@ async fn a_relist_reports_a_recreated_name_as_deleted_then_added_and_skips_uncha
 /// at once, not when the client's request timeout finally fires.
 #[tokio::test]
 async fn dropping_the_receiver_during_a_hung_list_ends_the_task_promptly() {
-    let server = ScriptedServer::start(|_, _| Reply::Silent).await;
+    let server = scripted_server(|_, _| Reply::Silent).await;
     let running = start_watch(plain_client(&server.url), test_options());
     let deadline = tokio::time::Instant::now() + WITHIN;
     while server.paths().is_empty() {
@@ -613,7 +613,7 @@ async fn a_bookmark_without_a_resource_version_keeps_the_last_one() {
         "\n".to_string(),
     ]
     .concat();
-    let server = ScriptedServer::start(move |index, path| match (index, is_watch(path)) {
+    let server = scripted_server(move |index, path| match (index, is_watch(path)) {
         (_, false) => Reply::Json {
             code: 200,
             body: list_body("10", &[]),
@@ -649,7 +649,7 @@ async fn a_bookmark_without_a_resource_version_keeps_the_last_one() {
 /// would replay every listed object as a second ADDED.
 #[tokio::test]
 async fn a_list_without_a_resource_version_is_retried() {
-    let server = ScriptedServer::start(move |index, path| match (index, is_watch(path)) {
+    let server = scripted_server(move |index, path| match (index, is_watch(path)) {
         (0, false) => Reply::Json {
             code: 200,
             body: list_body("", &[object("a", "uid-a", "5", 3)]),

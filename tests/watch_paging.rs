@@ -229,7 +229,7 @@ async fn an_expired_continue_token_starts_a_fresh_list() {
     let first_page = page("10", "page-2-of-rv-10", &[object("a", "uid-a", "5", 1)]);
     let fresh_first_page = page("20", "page-2-of-rv-20", &[object("a", "uid-a", "15", 3)]);
     let fresh_last_page = page("20", "", &[object("b", "uid-b", "16", 2)]);
-    let server = ScriptedServer::start(move |_, path| {
+    let server = scripted_server(move |_, path| {
         let json = |code: u16, body: &str| Reply::Json {
             code,
             body: body.to_string(),
@@ -341,7 +341,7 @@ async fn a_first_list_that_fails_halfway_is_finished_by_a_relist() {
         &[object("a", "uid-a", "5", 1)],
     );
     let relist_last_page = list_page("12", "", None, &[object("c", "uid-c", "11", 2)]);
-    let server = ScriptedServer::start(move |_, path| {
+    let server = scripted_server(move |_, path| {
         let json = |code: u16, body: &str| Reply::Json {
             code,
             body: body.to_string(),

@@ -46,7 +46,7 @@ enum Refusal {
 /// only `a`, current at RV 3. The consumer must get DELETED for the ghost, and the next watch
 /// must start from 3, never from 11 again.
 async fn the_ghost_is_deleted_after(refusal: Refusal) -> Box<postgres_operator::status::Status> {
-    let server = ScriptedServer::start(move |index, path| match (index, is_watch(path)) {
+    let server = scripted_server(move |index, path| match (index, is_watch(path)) {
         (0, false) => Reply::Json {
             code: 200,
             body: list_body(
@@ -184,7 +184,7 @@ async fn http_404_for_the_collection_relists() {
 #[tokio::test]
 async fn an_unrelated_504_is_retried_without_a_relist() {
     let timeout = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Timeout: request did not complete within the allotted timeout","reason":"Timeout","details":{},"code":504}"#;
-    let server = ScriptedServer::start(move |index, path| match (index, is_watch(path)) {
+    let server = scripted_server(move |index, path| match (index, is_watch(path)) {
         (_, false) => Reply::Json {
             code: 200,
             body: list_body("11", &[]),

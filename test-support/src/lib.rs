@@ -4,6 +4,7 @@
 //! - [`kubectl`]: the real kubectl against one server, with its own cache and no kubeconfig.
 //! - [`eventually`]: poll a check until it holds or a deadline passes.
 //! - [`sandbox`]: start a sandbox on 127.0.0.1:0, in memory or with pods as real processes.
+//! - [`scripted_server`]: an HTTP(S) server whose every answer a test decides, to the chunk.
 //! - [`plain_client`]: the operator's client for a plain-HTTP URL.
 //!
 //! ```text
@@ -16,12 +17,14 @@
 pub mod eventually;
 pub mod kubectl;
 pub mod sandbox;
+pub mod scripted_server;
 
 pub use eventually::{eventually, POLL_INTERVAL};
 pub use kubectl::{kubectl_path, Kubectl, KubectlOutput};
 pub use sandbox::{
     process_runtime, start_process_sandbox, start_sandbox, start_sandbox_with, until_watch_opened,
 };
+pub use scripted_server::{ScriptedServer, TestPki};
 
 /// The CRD manifest users apply (`kube/crd.yaml`).
 pub const CRD_FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../kube/crd.yaml");
