@@ -4,11 +4,8 @@
 //! and bad specs (size 0 or 8, version "abc" or "9.6") are refused with the field named, and
 //! nothing is created.
 
-use std::time::Duration;
-
 use postgres_operator::api::{object_path, PostgresCluster};
 use postgres_operator::client::{Client, Patch};
-use postgres_operator::crd;
 use sandbox::{Sandbox, SandboxOptions};
 use serde_json::json;
 use test_support::{start_sandbox_with, Kubectl, EXAMPLE_FIXTURE};
@@ -19,10 +16,7 @@ const NAME: &str = "example-postgresql-cluster";
 async fn ready_sandbox() -> (Sandbox, Client, Kubectl) {
     let sandbox = start_sandbox_with(SandboxOptions::default()).await;
     let client = test_support::plain_client(&sandbox.url());
-    crd::ensure(&client).await.expect("CRD");
-    crd::wait_established(&client, Duration::from_secs(10))
-        .await
-        .expect("established");
+    test_support::register_crd(&client).await;
     let kubectl = Kubectl::new(&sandbox.url());
     (sandbox, client, kubectl)
 }

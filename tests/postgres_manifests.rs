@@ -49,12 +49,7 @@ impl Cluster {
     async fn start() -> Cluster {
         let sandbox = test_support::start_process_sandbox(SandboxOptions::default()).await;
         let client = test_support::plain_client(&sandbox.url());
-        postgres_operator::crd::ensure(&client)
-            .await
-            .expect("CRD registered");
-        postgres_operator::crd::wait_established(&client, Duration::from_secs(10))
-            .await
-            .expect("CRD established");
+        test_support::register_crd(&client).await;
         let kubectl = Kubectl::new(&sandbox.url());
         Cluster {
             sandbox,

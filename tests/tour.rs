@@ -348,10 +348,7 @@ async fn tour_refuses_to_touch_an_existing_example() {
     .await
     .unwrap();
     let client = test_support::plain_client(&sandbox.url());
-    postgres_operator::crd::ensure(&client).await.unwrap();
-    postgres_operator::crd::wait_established(&client, Duration::from_secs(10))
-        .await
-        .unwrap();
+    test_support::register_crd(&client).await;
     let example = serde_json::json!({
         "apiVersion": "workshop.example.com/v1", "kind": "PostgresCluster",
         "metadata": {"name": "example-postgresql-cluster"},

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use postgres_operator::watch::{RelistReason, ResumeReason, WatchNotice};
+use test_support::plain_client;
 use watch_support::*;
 
 const WITHIN: Duration = Duration::from_secs(10);

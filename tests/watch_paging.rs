@@ -13,9 +13,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use postgres_operator::api::object_path;
 use postgres_operator::client::{Client, Patch};
-use postgres_operator::crd;
 use postgres_operator::watch::{RelistReason, WatchNotice};
 use sandbox::{Sandbox, SandboxOptions};
+use test_support::plain_client;
 use watch_support::*;
 
 const WITHIN: Duration = Duration::from_secs(20);
@@ -23,17 +23,7 @@ const WITHIN: Duration = Duration::from_secs(20);
 const OBJECTS: usize = 1_200;
 
 async fn sandbox_with_clusters(count: usize) -> (Sandbox, Client) {
-    let sandbox = Sandbox::start(
-        SandboxOptions::default(),
-        tokio_util::sync::CancellationToken::new(),
-    )
-    .await
-    .expect("sandbox starts");
-    let client = plain_client(&sandbox.url());
-    crd::ensure(&client).await.expect("CRD registered");
-    crd::wait_established(&client, WITHIN)
-        .await
-        .expect("CRD established");
+    let (sandbox, client) = test_support::sandbox_with_crd(SandboxOptions::default()).await;
     let mut writers = tokio::task::JoinSet::new();
     for writer in 0..8 {
         let client = client.clone();

@@ -14,9 +14,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use postgres_operator::api::object_path;
 use postgres_operator::client::{Client, Patch};
-use postgres_operator::crd;
 use postgres_operator::watch::{RelistReason, WatchNotice};
 use sandbox::{Sandbox, SandboxOptions};
+use test_support::plain_client;
 use tokio_util::sync::CancellationToken;
 use watch_support::*;
 
@@ -230,13 +230,6 @@ async fn start_sandbox(options: SandboxOptions) -> (Sandbox, Client) {
     (sandbox, client)
 }
 
-async fn install_crd(client: &Client) {
-    crd::ensure(client).await.expect("CRD registered");
-    crd::wait_established(client, WITHIN)
-        .await
-        .expect("CRD established");
-}
-
 fn revision(sandbox: &Sandbox) -> u64 {
     // Only a test may read the sandbox's counter as a number; clients compare RVs for equality.
     sandbox.resource_version().parse().expect("a number")
@@ -249,7 +242,7 @@ fn revision(sandbox: &Sandbox) -> u64 {
 #[tokio::test]
 async fn a_restarted_server_without_the_cluster_yields_deleted_not_a_ghost() {
     let (first, client) = start_sandbox(SandboxOptions::default()).await;
-    install_crd(&client).await;
+    test_support::register_crd(&client).await;
     create_cluster(&client, "ghost", 3).await;
     // A few writes, so the old resourceVersion is well ahead of a fresh server's.
     for size in 4..7 {
@@ -305,7 +298,7 @@ async fn a_restarted_server_without_the_cluster_yields_deleted_not_a_ghost() {
             .await
             .expect("create a secret");
     }
-    install_crd(&client).await;
+    test_support::register_crd(&client).await;
 
     assert_eq!(
         summary(&running.next_event(WITHIN).await),

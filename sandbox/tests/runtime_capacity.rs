@@ -87,28 +87,9 @@ fn disk_usage(dir: &Path) -> u64 {
 
 /// (pid, parent pid, command line) of every process.
 fn process_table() -> Vec<(u32, u32, String)> {
-    std::fs::read_dir("/proc")
+    test_support::processes()
         .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|entry| {
-            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
-            let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
-            // The parent pid is the second field after the command name, which is in parentheses.
-            let parent = stat
-                .rsplit_once(')')?
-                .1
-                .split_whitespace()
-                .nth(1)?
-                .parse()
-                .ok()?;
-            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
-            Some((
-                pid,
-                parent,
-                String::from_utf8_lossy(&cmdline).replace('\0', " "),
-            ))
-        })
+        .filter_map(|process| Some((process.pid, process.parent?, process.command_line)))
         .collect()
 }
 

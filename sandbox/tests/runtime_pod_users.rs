@@ -132,7 +132,7 @@ async fn an_allowed_id_is_seen_inside_but_is_not_the_host_user() {
     assert!(!logs.contains("host secret"), "the pod read it: {logs}");
     if running_as_root() {
         assert!(logs.contains("uid=65532 gid=65532"), "{logs}");
-        let host_users: Vec<u32> = common::runtime::processes_matching("exec sleep 600")
+        let host_users: Vec<u32> = test_support::processes_matching("exec sleep 600")
             .into_iter()
             .filter_map(|pid| std::fs::metadata(format!("/proc/{pid}")).ok())
             .map(|m| m.uid())

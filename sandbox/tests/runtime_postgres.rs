@@ -13,11 +13,10 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::runtime::{
-    create, pod_json, processes_matching, psql, running_trusting_postgres, start, wait_ready,
-};
+use common::runtime::{create, pod_json, psql, running_trusting_postgres, start, wait_ready};
 use serde_json::Value;
 use test_support::process_runtime;
+use test_support::processes_matching;
 use test_support::{eventually, Kubectl};
 use tokio::io::{AsyncBufReadExt, BufReader};
 

@@ -13,10 +13,11 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::runtime::{create, processes_matching, psql, wait_ready};
+use common::runtime::{create, psql, wait_ready};
 use common::Http;
 use serde_json::{json, Value};
 use test_support::process_runtime;
+use test_support::processes_matching;
 use test_support::{eventually, Kubectl};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};

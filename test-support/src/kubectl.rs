@@ -98,6 +98,15 @@ impl Kubectl {
         output.stdout
     }
 
+    /// `kubectl ARGS` (add `-o json` yourself) parsed as JSON, or None if it fails: what a
+    /// check inside `eventually` wants when the object may not exist yet.
+    pub async fn get_json(&self, args: &[&str]) -> Option<serde_json::Value> {
+        let out = self.run(args).await;
+        out.success
+            .then(|| serde_json::from_str(&out.stdout).ok())
+            .flatten()
+    }
+
     /// `kubectl create -f` of a manifest given as text.
     pub async fn create_manifest(&self, manifest: &str) {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -106,4 +115,15 @@ impl Kubectl {
         self.ok(&["create", "-f", file.to_str().expect("utf-8 path")])
             .await;
     }
+}
+
+/// True if `pod` (as JSON) has the condition Ready=True.
+pub fn pod_is_ready(pod: &serde_json::Value) -> bool {
+    pod["status"]["conditions"]
+        .as_array()
+        .is_some_and(|conditions| {
+            conditions
+                .iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        })
 }

@@ -5,7 +5,8 @@
 //! - [`eventually`]: poll a check until it holds or a deadline passes.
 //! - [`sandbox`]: start a sandbox on 127.0.0.1:0, in memory or with pods as real processes.
 //! - [`scripted_server`]: an HTTP(S) server whose every answer a test decides, to the chunk.
-//! - [`plain_client`]: the operator's client for a plain-HTTP URL.
+//! - [`processes`]: the host's process table, where pods run as real processes.
+//! - [`operator`]: the operator's client for a URL, and its CRD registered on a sandbox.
 //!
 //! ```text
 //! let sandbox = test_support::start_sandbox().await;
@@ -16,11 +17,15 @@
 
 pub mod eventually;
 pub mod kubectl;
+pub mod operator;
+pub mod processes;
 pub mod sandbox;
 pub mod scripted_server;
 
 pub use eventually::{eventually, POLL_INTERVAL};
-pub use kubectl::{kubectl_path, Kubectl, KubectlOutput};
+pub use kubectl::{kubectl_path, pod_is_ready, Kubectl, KubectlOutput};
+pub use operator::{plain_client, register_crd, sandbox_with_crd};
+pub use processes::{processes, processes_matching, Process};
 pub use sandbox::{
     process_runtime, start_process_sandbox, start_sandbox, start_sandbox_with, until_watch_opened,
 };
@@ -33,10 +38,3 @@ pub const EXAMPLE_FIXTURE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../kube/example-postgres-cluster.yaml"
 );
-
-/// The operator's client for a plain-HTTP `url` (a sandbox or a scripted server): no auth, the
-/// default timeouts.
-pub fn plain_client(url: &str) -> postgres_operator::client::Client {
-    let config = postgres_operator::config::Config::from_url(url).expect("a plain http URL");
-    postgres_operator::client::Client::new(config).expect("client")
-}

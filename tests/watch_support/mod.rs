@@ -33,8 +33,6 @@ pub fn test_options() -> WatchOptions {
     }
 }
 
-pub use test_support::plain_client;
-
 /// A running watch over `default/postgresclusters`, with everything it hands over recorded.
 pub struct Running {
     pub watcher: Watcher<PostgresCluster>,

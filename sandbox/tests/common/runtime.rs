@@ -7,7 +7,7 @@ use std::time::Duration;
 use sandbox::{ProcessRuntime, Runtime, Sandbox, SandboxOptions};
 use serde_json::Value;
 
-use test_support::{eventually, process_runtime, Kubectl};
+use test_support::{eventually, pod_is_ready, process_runtime, processes_matching, Kubectl};
 
 pub async fn start() -> (Sandbox, Kubectl, ProcessRuntime) {
     let runtime = process_runtime();
@@ -28,10 +28,7 @@ pub async fn create(kubectl: &Kubectl, manifest: &str) {
 }
 
 pub async fn pod_json(kubectl: &Kubectl, name: &str) -> Option<Value> {
-    let out = kubectl.run(&["get", "pod", name, "-o", "json"]).await;
-    out.success
-        .then(|| serde_json::from_str(&out.stdout).ok())
-        .flatten()
+    kubectl.get_json(&["get", "pod", name, "-o", "json"]).await
 }
 
 pub async fn wait_ready(kubectl: &Kubectl, name: &str) -> Value {
@@ -40,11 +37,7 @@ pub async fn wait_ready(kubectl: &Kubectl, name: &str) -> Value {
         &format!("pod {name} Ready"),
         || async {
             let pod = pod_json(kubectl, name).await?;
-            let ready = pod["status"]["conditions"]
-                .as_array()?
-                .iter()
-                .any(|c| c["type"] == "Ready" && c["status"] == "True");
-            ready.then_some(pod)
+            pod_is_ready(&pod).then_some(pod)
         },
     )
     .await
@@ -77,21 +70,6 @@ spec:
         "the postmaster of {name} runs"
     );
     ip
-}
-
-/// PIDs of processes whose command line contains `needle` (the process table, from /proc).
-pub fn processes_matching(needle: &str) -> Vec<u32> {
-    std::fs::read_dir("/proc")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|entry| {
-            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
-            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
-            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-            cmdline.contains(needle).then_some(pid)
-        })
-        .collect()
 }
 
 /// `psql -Atc SQL` against a pod IP from the host, as the superuser.
