@@ -47,20 +47,14 @@ enum Refusal {
 /// must start from 3, never from 11 again.
 async fn the_ghost_is_deleted_after(refusal: Refusal) -> Box<postgres_operator::status::Status> {
     let server = scripted_server(move |index, path| match (index, is_watch(path)) {
-        (0, false) => Reply::Json {
-            code: 200,
-            body: list_body(
-                "11",
-                &[
-                    object("a", "uid-a", "2", 1),
-                    object("ghost", "uid-g", "11", 3),
-                ],
-            ),
-        },
-        (_, false) => Reply::Json {
-            code: 200,
-            body: list_body("3", &[object("a", "uid-a", "2", 1)]),
-        },
+        (0, false) => Reply::list(
+            "11",
+            &[
+                object("a", "uid-a", "2", 1),
+                object("ghost", "uid-g", "11", 3),
+            ],
+        ),
+        (_, false) => Reply::list("3", &[object("a", "uid-a", "2", 1)]),
         (1, true) => match refusal {
             Refusal::Http { code, body } => Reply::Json {
                 code,
@@ -73,10 +67,7 @@ async fn the_ghost_is_deleted_after(refusal: Refusal) -> Box<postgres_operator::
                 hold_open: false,
             },
         },
-        _ => Reply::Chunks {
-            chunks: vec![],
-            hold_open: true,
-        },
+        _ => Reply::quiet(),
     })
     .await;
     let mut running = start_watch(plain_client(&server.url), test_options());
@@ -185,18 +176,12 @@ async fn http_404_for_the_collection_relists() {
 async fn an_unrelated_504_is_retried_without_a_relist() {
     let timeout = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Timeout: request did not complete within the allotted timeout","reason":"Timeout","details":{},"code":504}"#;
     let server = scripted_server(move |index, path| match (index, is_watch(path)) {
-        (_, false) => Reply::Json {
-            code: 200,
-            body: list_body("11", &[]),
-        },
+        (_, false) => Reply::list("11", &[]),
         (1, true) => Reply::Json {
             code: 504,
             body: timeout.to_string(),
         },
-        _ => Reply::Chunks {
-            chunks: vec![],
-            hold_open: true,
-        },
+        _ => Reply::quiet(),
     })
     .await;
     let mut running = start_watch(plain_client(&server.url), test_options());

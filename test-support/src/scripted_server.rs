@@ -219,15 +219,19 @@ pub fn endless(code: u16) -> Response<Body> {
     Response::builder()
         .status(code)
         .header("content-type", "application/json")
-        .body(Endless { started: false }.boxed())
+        .body(Frames(endless_chunks()).boxed())
         .unwrap()
 }
 
-struct Endless {
-    started: bool,
-}
+/// A body whose every frame `next` decides: `Ready(Some(bytes))` is one chunk, `Ready(None)` the
+/// end, and `Pending` silence from then on (the body is never woken again, so the connection
+/// stays open until the client or the test ends it).
+struct Frames<F>(F);
 
-impl hyper::body::Body for Endless {
+impl<F> hyper::body::Body for Frames<F>
+where
+    F: FnMut() -> Poll<Option<Bytes>> + Unpin,
+{
     type Data = Bytes;
     type Error = Infallible;
 
@@ -235,14 +239,22 @@ impl hyper::body::Body for Endless {
         mut self: Pin<&mut Self>,
         _: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        const CHUNK: &[u8] = &[b' '; 64 * 1024];
-        let chunk = if self.started {
+        (self.0)().map(|chunk| chunk.map(|chunk| Ok(Frame::data(chunk))))
+    }
+}
+
+/// `{"items":[`, then 64 KiB of spaces at every call.
+fn endless_chunks() -> impl FnMut() -> Poll<Option<Bytes>> + Send + Sync + Unpin + 'static {
+    const CHUNK: &[u8] = &[b' '; 64 * 1024];
+    let mut started = false;
+    move || {
+        let chunk = if started {
             Bytes::from_static(CHUNK)
         } else {
-            self.started = true;
+            started = true;
             Bytes::from_static(br#"{"items":["#)
         };
-        Poll::Ready(Some(Ok(Frame::data(chunk))))
+        Poll::Ready(Some(chunk))
     }
 }
 
@@ -324,14 +336,16 @@ pub fn never() -> Reply {
 /// (flushed on its own), then the terminating chunk, unless `hold_open`: then the body stays
 /// open and silent, as a quiet watch does, until the client or the test ends it.
 pub fn chunked(chunks: Vec<Bytes>, hold_open: bool) -> Response<Body> {
+    let mut chunks = std::collections::VecDeque::from(chunks);
     Response::builder()
         .status(200)
         .header("content-type", "application/json")
         .body(
-            Chunks {
-                chunks: chunks.into(),
-                hold_open,
-            }
+            Frames(move || match chunks.pop_front() {
+                Some(chunk) => Poll::Ready(Some(chunk)),
+                None if hold_open => Poll::Pending,
+                None => Poll::Ready(None),
+            })
             .boxed(),
         )
         .unwrap()
@@ -347,26 +361,4 @@ pub fn lines_then_quiet(lines: Vec<String>) -> Response<Body> {
             .collect(),
         true,
     )
-}
-
-struct Chunks {
-    chunks: std::collections::VecDeque<Bytes>,
-    hold_open: bool,
-}
-
-impl hyper::body::Body for Chunks {
-    type Data = Bytes;
-    type Error = Infallible;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        _: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        match self.chunks.pop_front() {
-            Some(chunk) => Poll::Ready(Some(Ok(Frame::data(chunk)))),
-            // Never woken again: the connection stays open until the client or the test ends it.
-            None if self.hold_open => Poll::Pending,
-            None => Poll::Ready(None),
-        }
-    }
 }

@@ -216,6 +216,40 @@ pub enum Reply {
     Silent,
 }
 
+impl Reply {
+    /// 200 with a list body (see [`list_body`]).
+    pub fn list(rv: &str, items: &[serde_json::Value]) -> Reply {
+        Reply::Json {
+            code: 200,
+            body: list_body(rv, items),
+        }
+    }
+
+    /// A watch that sends `text` in one chunk and then stays open and silent.
+    pub fn open_with(text: impl Into<Bytes>) -> Reply {
+        Reply::Chunks {
+            chunks: vec![text.into()],
+            hold_open: true,
+        }
+    }
+
+    /// A watch that sends nothing and stays open: a quiet one.
+    pub fn quiet() -> Reply {
+        Reply::Chunks {
+            chunks: vec![],
+            hold_open: true,
+        }
+    }
+
+    /// A watch that ends at once, without a byte.
+    pub fn ended() -> Reply {
+        Reply::Chunks {
+            chunks: vec![],
+            hold_open: false,
+        }
+    }
+}
+
 /// A [`ScriptedServer`] where `script(index, path)` decides the answer to the index-th request
 /// (from 0). Every answer closes its connection, so each request arrives on a new one.
 pub async fn scripted_server(

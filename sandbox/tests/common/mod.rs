@@ -306,26 +306,25 @@ impl Connection {
         }
     }
 
+    async fn send_json(
+        &mut self,
+        method: Method,
+        path: &str,
+        content_type: &str,
+        body: &Value,
+    ) -> Answer {
+        let body = body.to_string().into_bytes();
+        self.send(method, path, Some(content_type), body, &[]).await
+    }
+
     pub async fn post(&mut self, path: &str, body: &Value) -> Answer {
-        self.send(
-            Method::POST,
-            path,
-            Some("application/json"),
-            body.to_string().into_bytes(),
-            &[],
-        )
-        .await
+        self.send_json(Method::POST, path, "application/json", body)
+            .await
     }
 
     pub async fn merge_patch(&mut self, path: &str, body: &Value) -> Answer {
-        self.send(
-            Method::PATCH,
-            path,
-            Some("application/merge-patch+json"),
-            body.to_string().into_bytes(),
-            &[],
-        )
-        .await
+        self.send_json(Method::PATCH, path, "application/merge-patch+json", body)
+            .await
     }
 }
 
