@@ -24,21 +24,11 @@ async fn sandbox_and_client() -> (Sandbox, Client) {
 /// The CRD stage 01 registered before this schema: no status or scale subresource, no size
 /// maximum, no version rule, and only the 2017 columns.
 fn older_crd() -> Value {
-    let mut crd = crd::postgres_cluster_crd();
-    let version = &mut crd["spec"]["versions"][0];
-    version.as_object_mut().unwrap().remove("subresources");
-    version["additionalPrinterColumns"] = json!([
+    let mut crd = test_support::older_crd();
+    crd["spec"]["versions"][0]["additionalPrinterColumns"] = json!([
         { "name": "Size", "type": "integer", "jsonPath": ".spec.size" },
         { "name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp" },
     ]);
-    let schema = &mut version["schema"]["openAPIV3Schema"];
-    schema["properties"]
-        .as_object_mut()
-        .unwrap()
-        .remove("status");
-    let spec = &mut schema["properties"]["spec"]["properties"];
-    spec["size"].as_object_mut().unwrap().remove("maximum");
-    spec["version"].as_object_mut().unwrap().remove("pattern");
     crd
 }
 

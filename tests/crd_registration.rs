@@ -34,22 +34,6 @@ fn served(crd: serde_json::Value, resource_version: &str) -> serde_json::Value {
     crd
 }
 
-/// The CRD stage 01 registered before the status and scale subresources and the version rule.
-fn older_crd() -> serde_json::Value {
-    let mut crd = crd::postgres_cluster_crd();
-    let version = &mut crd["spec"]["versions"][0];
-    version.as_object_mut().unwrap().remove("subresources");
-    let schema = &mut version["schema"]["openAPIV3Schema"];
-    schema["properties"]
-        .as_object_mut()
-        .unwrap()
-        .remove("status");
-    let spec = &mut schema["properties"]["spec"]["properties"];
-    spec["size"].as_object_mut().unwrap().remove("maximum");
-    spec["version"].as_object_mut().unwrap().remove("pattern");
-    crd
-}
-
 /// No CRD yet: a GET (404), then the POST to the apiextensions collection with our object as the
 /// body; 201 → Created.
 #[tokio::test]
@@ -97,7 +81,7 @@ async fn an_up_to_date_crd_is_left_alone() {
 #[tokio::test]
 async fn an_outdated_crd_is_replaced_with_the_resource_version_read() {
     let server = ScriptedServer::http(|request, _| match request.method.as_str() {
-        "GET" => ready(json(200, served(older_crd(), "17"))),
+        "GET" => ready(json(200, served(test_support::older_crd(), "17"))),
         _ => {
             let mut body: serde_json::Value = serde_json::from_slice(&request.body).unwrap();
             body["metadata"]["resourceVersion"] = json!("18");
@@ -131,9 +115,9 @@ async fn an_outdated_crd_is_replaced_with_the_resource_version_read() {
 #[tokio::test]
 async fn a_conflicting_update_reads_again_and_retries() {
     let server = ScriptedServer::http(|request, index| match (request.method.as_str(), index) {
-        ("GET", 0) => ready(json(200, served(older_crd(), "17"))),
+        ("GET", 0) => ready(json(200, served(test_support::older_crd(), "17"))),
         ("PUT", 1) => ready(status(409, "Conflict", "Operation cannot be fulfilled on customresourcedefinitions.apiextensions.k8s.io \"postgresclusters.workshop.example.com\": the object has been modified; please apply your changes to the latest version and try again")),
-        ("GET", _) => ready(json(200, served(older_crd(), "19"))),
+        ("GET", _) => ready(json(200, served(test_support::older_crd(), "19"))),
         _ => {
             let body: serde_json::Value = serde_json::from_slice(&request.body).unwrap();
             ready(json(200, body))
@@ -228,7 +212,7 @@ async fn forbidden_writes_hint_at_create_and_update() {
         .contains("may not create customresourcedefinitions"));
 
     let server = ScriptedServer::http(|request, _| match request.method.as_str() {
-        "GET" => ready(json(200, served(older_crd(), "5"))),
+        "GET" => ready(json(200, served(test_support::older_crd(), "5"))),
         _ => ready(status(403, "Forbidden", "cannot update")),
     })
     .await;

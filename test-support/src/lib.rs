@@ -24,7 +24,7 @@ pub mod scripted_server;
 
 pub use eventually::{eventually, POLL_INTERVAL};
 pub use kubectl::{kubectl_path, pod_is_ready, Kubectl, KubectlOutput};
-pub use operator::{plain_client, register_crd, sandbox_with_crd};
+pub use operator::{older_crd, plain_client, register_crd, sandbox_with_crd};
 pub use processes::{processes, processes_matching, Process};
 pub use sandbox::{
     process_runtime, start_process_sandbox, start_sandbox, start_sandbox_with, until_watch_opened,

@@ -32,3 +32,29 @@ pub async fn sandbox_with_crd(options: SandboxOptions) -> (Sandbox, Client) {
     register_crd(&client).await;
     (sandbox, client)
 }
+
+/// The CRD stage 01 registered before the status and scale subresources, the size maximum and
+/// the version rule: what an older operator left on a cluster.
+pub fn older_crd() -> serde_json::Value {
+    let mut crd = postgres_operator::crd::postgres_cluster_crd();
+    let version = &mut crd["spec"]["versions"][0];
+    version
+        .as_object_mut()
+        .expect("a version object")
+        .remove("subresources");
+    let schema = &mut version["schema"]["openAPIV3Schema"];
+    schema["properties"]
+        .as_object_mut()
+        .expect("schema properties")
+        .remove("status");
+    let spec = &mut schema["properties"]["spec"]["properties"];
+    spec["size"]
+        .as_object_mut()
+        .expect("spec.size")
+        .remove("maximum");
+    spec["version"]
+        .as_object_mut()
+        .expect("spec.version")
+        .remove("pattern");
+    crd
+}

@@ -174,31 +174,17 @@ impl Http {
             .await
     }
 
-    /// A JSON body with its Content-Type: what every write below sends.
-    async fn send_json(
-        &self,
-        method: Method,
-        path: &str,
-        content_type: &str,
-        body: &Value,
-    ) -> Answer {
-        let body = body.to_string().into_bytes();
-        self.send(method, path, Some(content_type), body, &[]).await
-    }
-
+    /// The writes go on a fresh connection each, as [`Http::send`] does.
     pub async fn post(&self, path: &str, body: &Value) -> Answer {
-        self.send_json(Method::POST, path, "application/json", body)
-            .await
+        self.connect().await.post(path, body).await
     }
 
     pub async fn put(&self, path: &str, body: &Value) -> Answer {
-        self.send_json(Method::PUT, path, "application/json", body)
-            .await
+        self.connect().await.put(path, body).await
     }
 
     pub async fn merge_patch(&self, path: &str, body: &Value) -> Answer {
-        self.send_json(Method::PATCH, path, "application/merge-patch+json", body)
-            .await
+        self.connect().await.merge_patch(path, body).await
     }
 
     pub async fn delete(&self, path: &str) -> Answer {
@@ -306,6 +292,7 @@ impl Connection {
         }
     }
 
+    /// A JSON body with its Content-Type: what every write below sends.
     async fn send_json(
         &mut self,
         method: Method,
@@ -319,6 +306,11 @@ impl Connection {
 
     pub async fn post(&mut self, path: &str, body: &Value) -> Answer {
         self.send_json(Method::POST, path, "application/json", body)
+            .await
+    }
+
+    pub async fn put(&mut self, path: &str, body: &Value) -> Answer {
+        self.send_json(Method::PUT, path, "application/json", body)
             .await
     }
 
