@@ -10,16 +10,14 @@
 mod common;
 
 use std::path::Path;
-use std::process::Stdio;
 use std::time::Duration;
 
-use common::runtime::{create, psql, wait_ready};
+use common::runtime::{create, psql, wait_ready, TRUSTING_POSTGRES};
 use common::Http;
 use serde_json::{json, Value};
 use test_support::process_runtime;
 use test_support::processes_matching;
 use test_support::{eventually, Kubectl};
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 const BINARY: &str = env!("CARGO_BIN_EXE_sandbox");
@@ -35,29 +33,16 @@ async fn start(data_dir: &Path, run: u32, flags: &[&str]) -> (Child, String) {
             .join(format!("sandbox-{run}.log")),
     )
     .expect("a log file");
-    let mut child = Command::new(BINARY)
-        .args(["--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(data_dir)
-        .args(flags)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(log)
-        .kill_on_drop(true)
-        .spawn()
-        .expect("sandbox starts");
-    let mut stdout = BufReader::new(child.stdout.take().expect("stdout")).lines();
-    let first = tokio::time::timeout(WAIT, stdout.next_line())
-        .await
-        .expect("prints its URL within 10 s")
-        .expect("read")
-        .expect("a line");
-    let url = first
-        .strip_prefix("sandbox API server at ")
-        .unwrap_or_else(|| panic!("unexpected first line {first:?}"))
-        .to_string();
-    // Keep reading its banner so it never blocks on a full pipe.
-    tokio::spawn(async move { while let Ok(Some(_)) = stdout.next_line().await {} });
-    (child, url)
+    test_support::spawn_sandbox_binary(
+        Command::new(BINARY)
+            .args(["--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(data_dir)
+            .args(flags)
+            .env("RUST_LOG", "warn")
+            .stderr(log),
+        WAIT,
+    )
+    .await
 }
 
 async fn signal(child: &mut Child, name: &str) -> std::process::ExitStatus {
@@ -300,20 +285,7 @@ async fn a_postgres_pod_runs_again_on_its_data_after_a_restart() {
 
     let (mut first, url) = start(&data_dir, 1, &flags).await;
     let kubectl = Kubectl::new(&url);
-    create(
-        &kubectl,
-        r#"apiVersion: v1
-kind: Pod
-metadata: {name: pg}
-spec:
-  containers:
-  - name: postgres
-    image: postgres:16
-    env: [{name: POSTGRES_HOST_AUTH_METHOD, value: trust}]
-    readinessProbe: {exec: {command: [pg_isready, -h, 127.0.0.1, -U, postgres]}, periodSeconds: 1}
-"#,
-    )
-    .await;
+    create(&kubectl, TRUSTING_POSTGRES).await;
     let before = wait_ready(&kubectl, "pg").await;
     let ip = before["status"]["podIP"]
         .as_str()

@@ -27,7 +27,8 @@ pub use kubectl::{kubectl_path, pod_is_ready, Kubectl, KubectlOutput};
 pub use operator::{older_crd, plain_client, register_crd, sandbox_with_crd};
 pub use processes::{processes, processes_matching, Process};
 pub use sandbox::{
-    process_runtime, start_process_sandbox, start_sandbox, start_sandbox_with, until_watch_opened,
+    process_runtime, spawn_sandbox_binary, start_process_sandbox, start_sandbox,
+    start_sandbox_with, until_watch_opened,
 };
 pub use scripted_server::{ScriptedServer, TestPki};
 

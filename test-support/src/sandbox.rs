@@ -63,3 +63,31 @@ pub async fn until_watch_opened(sandbox: &Sandbox, resource: &str) {
     )
     .await;
 }
+
+/// Spawn the `sandbox` binary as `command` describes (its stdout is taken here; stderr is the
+/// caller's choice) and return it with the URL its first line names (`sandbox API server at
+/// URL`), read within `within`. The rest of stdout is read away in the background, so the
+/// program never blocks on a full pipe. Killed when the child is dropped.
+pub async fn spawn_sandbox_binary(
+    command: &mut tokio::process::Command,
+    within: Duration,
+) -> (tokio::process::Child, String) {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let mut child = command
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the sandbox binary starts");
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let first = tokio::time::timeout(within, stdout.next_line())
+        .await
+        .unwrap_or_else(|_| panic!("the sandbox prints its URL within {within:?}"))
+        .expect("read")
+        .unwrap_or_default();
+    let url = first
+        .strip_prefix("sandbox API server at ")
+        .unwrap_or_else(|| panic!("unexpected first line {first:?}"))
+        .to_string();
+    tokio::spawn(async move { while let Ok(Some(_)) = stdout.next_line().await {} });
+    (child, url)
+}

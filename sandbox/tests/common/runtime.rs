@@ -9,6 +9,20 @@ use serde_json::Value;
 
 use test_support::{eventually, pod_is_ready, process_runtime, processes_matching, Kubectl};
 
+/// A pod `pg` running `postgres:16` with trust authentication, Ready once `pg_isready` answers.
+pub const TRUSTING_POSTGRES: &str = r#"apiVersion: v1
+kind: Pod
+metadata: {name: pg}
+spec:
+  containers:
+  - name: postgres
+    image: postgres:16
+    env: [{name: POSTGRES_HOST_AUTH_METHOD, value: trust}]
+    readinessProbe:
+      exec: {command: [pg_isready, -h, 127.0.0.1, -U, postgres]}
+      periodSeconds: 1
+"#;
+
 pub async fn start() -> (Sandbox, Kubectl, ProcessRuntime) {
     let runtime = process_runtime();
     let sandbox = Sandbox::start_with_runtime(
