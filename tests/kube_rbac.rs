@@ -18,15 +18,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::Command;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use postgres_operator::client::{Client, USER_AGENT};
 use postgres_operator::config::Config;
 use postgres_operator::leader::LeaderElection;
-use postgres_operator::postgres::plan::Delays;
 use postgres_operator::postgres::{run_postgres_operator_when_leading, PostgresOptions};
-use postgres_operator::story::Reporter;
 use sandbox::{RequestRecord, SandboxOptions};
 use serde_json::{json, Value};
 use test_support::Kubectl;
@@ -385,29 +382,16 @@ async fn crd_is_current(kubectl: &Kubectl) -> Option<()> {
 struct Operator {
     stop: CancellationToken,
     task: tokio::task::JoinHandle<()>,
-    said: Arc<Mutex<Vec<String>>>,
+    said: test_support::Story,
 }
 
 impl Operator {
     fn start(client: &Client) -> Operator {
         let options = PostgresOptions {
-            reconcile_interval: Duration::from_secs(1),
-            delays: Delays {
-                failover_after: Duration::from_secs(2),
-                member_lost_after: Duration::from_secs(30),
-            },
-            expectation_timeout: Duration::from_secs(10),
             backups: true,
+            ..test_support::quick_postgres_options()
         };
-        let (reporter, mut lines) = Reporter::channel();
-        let said = Arc::new(Mutex::new(Vec::new()));
-        let record = said.clone();
-        tokio::spawn(async move {
-            while let Some(line) = lines.recv().await {
-                println!("operator: {line}");
-                record.lock().expect("not poisoned").push(line.to_string());
-            }
-        });
+        let (reporter, said) = test_support::Story::record();
         let stop = CancellationToken::new();
         // With leader election, as stage05 runs by default: the Lease's get, create and update
         // are requests of the operator too.
@@ -429,8 +413,7 @@ impl Operator {
 
     /// `Some(())` once the operator has said a line containing `text`.
     async fn has_said(&self, text: &str) -> Option<()> {
-        let said = self.said.lock().expect("not poisoned");
-        said.iter().any(|line| line.contains(text)).then_some(())
+        self.said.said(text).then_some(())
     }
 
     async fn stop(self) {

@@ -7,14 +7,11 @@
 //! are printed, not asserted: `cargo test --test stage04_cluster -- --nocapture`.
 
 use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use postgres_operator::client::Client;
 use postgres_operator::postgres::manifests::{psql_argv, POSTGRES_CONTAINER};
-use postgres_operator::postgres::plan::Delays;
-use postgres_operator::postgres::{run_postgres_operator, PostgresOptions};
-use postgres_operator::story::Reporter;
+use postgres_operator::postgres::run_postgres_operator;
 use sandbox::{Sandbox, SandboxOptions};
 use serde_json::Value;
 use test_support::Kubectl;
@@ -29,29 +26,13 @@ const DEADLINE: Duration = Duration::from_secs(240);
 struct Operator {
     stop: CancellationToken,
     task: JoinHandle<()>,
-    lines: Arc<Mutex<Vec<String>>>,
+    lines: test_support::Story,
 }
 
 impl Operator {
     fn start(client: &Client) -> Operator {
-        let options = PostgresOptions {
-            reconcile_interval: Duration::from_secs(1),
-            delays: Delays {
-                failover_after: Duration::from_secs(2),
-                member_lost_after: Duration::from_secs(30),
-            },
-            expectation_timeout: Duration::from_secs(10),
-            ..PostgresOptions::default()
-        };
-        let (reporter, mut receiver) = Reporter::channel();
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let collected = Arc::clone(&lines);
-        tokio::spawn(async move {
-            while let Some(line) = receiver.recv().await {
-                println!("operator: {line}");
-                collected.lock().expect("lines").push(line.to_string());
-            }
-        });
+        let options = test_support::quick_postgres_options();
+        let (reporter, lines) = test_support::Story::record();
         let stop = CancellationToken::new();
         let running = run_postgres_operator(client.clone(), options, reporter, stop.clone());
         let task = tokio::spawn(async move {
@@ -61,11 +42,7 @@ impl Operator {
     }
 
     fn said(&self, part: &str) -> bool {
-        self.lines
-            .lock()
-            .expect("lines")
-            .iter()
-            .any(|l| l.contains(part))
+        self.lines.said(part)
     }
 
     async fn stop(self) {

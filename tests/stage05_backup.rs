@@ -15,9 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use postgres_operator::postgres::manifests::{psql_argv, POSTGRES_CONTAINER};
-use postgres_operator::postgres::plan::Delays;
 use postgres_operator::postgres::{run_postgres_operator, PostgresOptions};
-use postgres_operator::story::Reporter;
 use sandbox::{Sandbox, SandboxOptions};
 use serde_json::Value;
 use test_support::Kubectl;
@@ -28,7 +26,7 @@ const DEADLINE: Duration = Duration::from_secs(300);
 struct World {
     _sandbox: Sandbox,
     kubectl: Kubectl,
-    lines: Arc<Mutex<Vec<String>>>,
+    lines: test_support::Story,
 }
 
 impl World {
@@ -36,23 +34,10 @@ impl World {
         let sandbox = test_support::start_process_sandbox(SandboxOptions::default()).await;
         let client = test_support::plain_client(&sandbox.url());
         let options = PostgresOptions {
-            reconcile_interval: Duration::from_secs(1),
-            delays: Delays {
-                failover_after: Duration::from_secs(2),
-                member_lost_after: Duration::from_secs(30),
-            },
-            expectation_timeout: Duration::from_secs(10),
             backups: true,
+            ..test_support::quick_postgres_options()
         };
-        let (reporter, mut receiver) = Reporter::channel();
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let collected = Arc::clone(&lines);
-        tokio::spawn(async move {
-            while let Some(line) = receiver.recv().await {
-                println!("operator: {line}");
-                collected.lock().expect("lines").push(line.to_string());
-            }
-        });
+        let (reporter, lines) = test_support::Story::record();
         tokio::spawn(run_postgres_operator(
             client,
             options,
@@ -148,11 +133,7 @@ impl World {
     }
 
     fn said(&self, part: &str) -> bool {
-        self.lines
-            .lock()
-            .expect("lines")
-            .iter()
-            .any(|l| l.contains(part))
+        self.lines.said(part)
     }
 }
 

@@ -24,7 +24,9 @@ pub mod scripted_server;
 
 pub use eventually::{eventually, POLL_INTERVAL};
 pub use kubectl::{kubectl_path, pod_is_ready, Kubectl, KubectlOutput};
-pub use operator::{older_crd, plain_client, register_crd, sandbox_with_crd};
+pub use operator::{
+    older_crd, plain_client, quick_postgres_options, register_crd, sandbox_with_crd, Story,
+};
 pub use processes::{processes, processes_matching, Process};
 pub use sandbox::{
     process_runtime, spawn_sandbox_binary, start_process_sandbox, start_sandbox,

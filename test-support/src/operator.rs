@@ -58,3 +58,57 @@ pub fn older_crd() -> serde_json::Value {
         .remove("pattern");
     crd
 }
+
+/// The stage-04 operator's options with the short timings end-to-end tests want: a round every
+/// second, failover after 2 s, a member lost after 30 s, expectations given up after 10 s.
+/// Stage 05's tests add `backups: true`.
+pub fn quick_postgres_options() -> postgres_operator::postgres::PostgresOptions {
+    postgres_operator::postgres::PostgresOptions {
+        reconcile_interval: Duration::from_secs(1),
+        delays: postgres_operator::postgres::plan::Delays {
+            failover_after: Duration::from_secs(2),
+            member_lost_after: Duration::from_secs(30),
+        },
+        expectation_timeout: Duration::from_secs(10),
+        ..postgres_operator::postgres::PostgresOptions::default()
+    }
+}
+
+/// Every story line an operator tells through its [`Reporter`], kept for the test to search
+/// (and printed as `operator: LINE`, which `--nocapture` shows).
+///
+/// [`Reporter`]: postgres_operator::story::Reporter
+#[derive(Clone, Default)]
+pub struct Story {
+    lines: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl Story {
+    /// A reporter to hand to the operator, and the story it fills.
+    pub fn record() -> (postgres_operator::story::Reporter, Story) {
+        let (reporter, mut receiver) = postgres_operator::story::Reporter::channel();
+        let story = Story::default();
+        let lines = story.lines.clone();
+        tokio::spawn(async move {
+            while let Some(line) = receiver.recv().await {
+                println!("operator: {line}");
+                lines.lock().expect("story lines").push(line.to_string());
+            }
+        });
+        (reporter, story)
+    }
+
+    /// True once some line contains `part`.
+    pub fn said(&self, part: &str) -> bool {
+        self.lines
+            .lock()
+            .expect("story lines")
+            .iter()
+            .any(|line| line.contains(part))
+    }
+
+    /// Every line so far.
+    pub fn lines(&self) -> Vec<String> {
+        self.lines.lock().expect("story lines").clone()
+    }
+}
