@@ -48,33 +48,19 @@ async fn kubectl_get_prints_size_ready_primary_phase_version_last_backup_age() {
     kubectl.ok(&["create", "-f", EXAMPLE_FIXTURE]).await;
 
     let table = kubectl.ok(&["get", "pgc"]).await;
-    let mut lines = table.lines();
-    let header: Vec<&str> = lines
-        .next()
-        .unwrap_or_default()
-        .split_whitespace()
-        .collect();
+    let header = test_support::table_row(&table, 0);
     assert_eq!(
         header,
         // LAST BACKUP: stage 05's column, empty until a base backup completes.
         ["NAME", "SIZE", "READY", "PRIMARY", "PHASE", "VERSION", "LAST", "BACKUP", "AGE"],
         "{table}"
     );
-    let row: Vec<&str> = lines
-        .next()
-        .unwrap_or_default()
-        .split_whitespace()
-        .collect();
+    let row = test_support::table_row(&table, 1);
     assert_eq!(row[..3], [NAME, "3", "16"], "no status yet: {table}");
 
     write_status(&client).await;
     let table = kubectl.ok(&["get", "pgc"]).await;
-    let row: Vec<&str> = table
-        .lines()
-        .nth(1)
-        .unwrap_or_default()
-        .split_whitespace()
-        .collect();
+    let row = test_support::table_row(&table, 1);
     assert_eq!(
         row[..6],
         [

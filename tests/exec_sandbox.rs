@@ -75,14 +75,7 @@ async fn running_trusting_postgres(client: &Client, name: &str) {
             .get(&format!("/api/v1/namespaces/default/pods/{name}"))
             .await
             .expect("pod readable");
-        let ready = pod["status"]["conditions"]
-            .as_array()
-            .is_some_and(|conditions| {
-                conditions
-                    .iter()
-                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
-            });
-        if ready {
+        if test_support::pod_is_ready(&pod) {
             return;
         }
         assert!(

@@ -105,16 +105,10 @@ async fn operator_pods(shell: &Shell) -> Vec<(String, bool, u64)> {
             "kubectl -n {NAMESPACE} get pods -l app.kubernetes.io/name=postgres-operator -o json"
         ))
         .await;
-    list["items"]
-        .as_array()
+    test_support::live_items(&list)
         .into_iter()
-        .flatten()
-        .filter(|pod| pod["metadata"]["deletionTimestamp"].is_null())
         .map(|pod| {
-            let ready = pod["status"]["conditions"].as_array().is_some_and(|c| {
-                c.iter()
-                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
-            });
+            let ready = test_support::pod_is_ready(pod);
             let restarts = pod["status"]["containerStatuses"][0]["restartCount"]
                 .as_u64()
                 .unwrap_or(0);
@@ -145,16 +139,10 @@ async fn members(shell: &Shell) -> Vec<(String, String, bool)> {
             "kubectl -n {NAMESPACE} get pods -l workshop.example.com/cluster={CLUSTER} -o json"
         ))
         .await;
-    list["items"]
-        .as_array()
+    test_support::live_items(&list)
         .into_iter()
-        .flatten()
-        .filter(|pod| pod["metadata"]["deletionTimestamp"].is_null())
         .map(|pod| {
-            let ready = pod["status"]["conditions"].as_array().is_some_and(|c| {
-                c.iter()
-                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
-            });
+            let ready = test_support::pod_is_ready(pod);
             (
                 pod["metadata"]["name"]
                     .as_str()

@@ -328,18 +328,12 @@ async fn get_json(kubectl: &Kubectl, args: &[&str]) -> Value {
 async fn members(kubectl: &Kubectl) -> Vec<(String, String, bool)> {
     let selector = format!("workshop.example.com/cluster={CLUSTER}");
     let list = get_json(kubectl, &["get", "pods", "-l", &selector]).await;
-    list["items"]
-        .as_array()
+    test_support::live_items(&list)
         .into_iter()
-        .flatten()
-        .filter(|pod| pod["metadata"]["deletionTimestamp"].is_null())
         // A backup pod carries the cluster's label too, but is no member.
         .filter(|pod| pod["metadata"]["labels"]["workshop.example.com/role"] != "backup")
         .map(|pod| {
-            let ready = pod["status"]["conditions"].as_array().is_some_and(|c| {
-                c.iter()
-                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
-            });
+            let ready = test_support::pod_is_ready(pod);
             (
                 text(&pod["metadata"]["name"]),
                 text(&pod["metadata"]["labels"]["workshop.example.com/role"]),

@@ -460,18 +460,12 @@ async fn get_json(kubectl: &Kubectl, args: &[&str]) -> Value {
 async fn members(kubectl: &Kubectl) -> Vec<Member> {
     let selector = format!("workshop.example.com/cluster={CLUSTER}");
     let list = get_json(kubectl, &["get", "pods", "-l", &selector]).await;
-    list["items"]
-        .as_array()
+    test_support::live_items(&list)
         .into_iter()
-        .flatten()
-        .filter(|pod| pod["metadata"]["deletionTimestamp"].is_null())
         .map(|pod| Member {
             name: text(&pod["metadata"]["name"]).to_string(),
             role: text(&pod["metadata"]["labels"]["workshop.example.com/role"]).to_string(),
-            ready: pod["status"]["conditions"].as_array().is_some_and(|c| {
-                c.iter()
-                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
-            }),
+            ready: test_support::pod_is_ready(pod),
         })
         .collect()
 }

@@ -91,11 +91,7 @@ impl Cluster {
     async fn wait_ready(&self, name: &str) -> Value {
         test_support::eventually(START_DEADLINE, &format!("pod {name} Ready"), || async {
             let pod = self.get("pods", name).await?;
-            let ready = pod["status"]["conditions"]
-                .as_array()?
-                .iter()
-                .any(|c| c["type"] == "Ready" && c["status"] == "True");
-            ready.then_some(pod)
+            test_support::pod_is_ready(&pod).then_some(pod)
         })
         .await
     }

@@ -86,10 +86,7 @@ impl World {
                     .iter()
                     .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
                     .map(|p| {
-                        let ready = p["status"]["conditions"].as_array().is_some_and(|c| {
-                            c.iter()
-                                .any(|c| c["type"] == "Ready" && c["status"] == "True")
-                        });
+                        let ready = test_support::pod_is_ready(p);
                         (
                             p["metadata"]["name"]
                                 .as_str()

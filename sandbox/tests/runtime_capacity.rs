@@ -176,12 +176,7 @@ async fn pods_per_machine_before_something_gives() {
         let created = Instant::now();
         let ready = loop {
             let pod = pod_json(&kubectl, &name).await;
-            let is_ready = pod.as_ref().is_some_and(|pod| {
-                pod["status"]["conditions"].as_array().is_some_and(|c| {
-                    c.iter()
-                        .any(|c| c["type"] == "Ready" && c["status"] == "True")
-                })
-            });
+            let is_ready = pod.as_ref().is_some_and(test_support::pod_is_ready);
             if is_ready {
                 break pod;
             }

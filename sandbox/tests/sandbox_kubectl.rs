@@ -68,18 +68,13 @@ async fn example_cluster_goes_through_every_kubectl_verb() {
     );
 
     let table = kubectl.ok(&["get", "pgc"]).await;
-    let mut lines = table.lines();
-    let header: Vec<&str> = lines
-        .next()
-        .unwrap_or_default()
-        .split_whitespace()
-        .collect();
+    let header = test_support::table_row(&table, 0);
     assert_eq!(
         header,
         ["NAME", "SIZE", "READY", "PRIMARY", "PHASE", "VERSION", "LAST", "BACKUP", "AGE"],
         "{table}"
     );
-    let row = lines.next().unwrap_or_default();
+    let row = table.lines().nth(1).unwrap_or_default();
     assert!(
         row.starts_with("example-postgresql-cluster")
             && row.contains(" 3 ")

@@ -197,12 +197,7 @@ async fn imperative_creates_and_their_get_columns() {
     }
 
     let deployments = kubectl.ok(&["get", "deployments", "-o", "wide"]).await;
-    let header: Vec<&str> = deployments
-        .lines()
-        .next()
-        .unwrap_or_default()
-        .split_whitespace()
-        .collect();
+    let header = test_support::table_row(&deployments, 0);
     assert_eq!(
         header,
         [

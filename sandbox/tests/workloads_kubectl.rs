@@ -72,14 +72,6 @@ fn names(objects: &[Value]) -> Vec<String> {
         .collect()
 }
 
-fn is_ready(pod: &Value) -> bool {
-    pod["status"]["conditions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .any(|c| c["type"] == "Ready" && c["status"] == "True")
-}
-
 /// Pods that are not terminating.
 async fn live_pods(http: &Http) -> Vec<Value> {
     items(http, PODS)
@@ -116,7 +108,7 @@ fn observe_pods(http: Http, stop: CancellationToken) -> tokio::task::JoinHandle<
                     name,
                     (
                         pod["metadata"]["deletionTimestamp"].is_null(),
-                        is_ready(pod),
+                        test_support::pod_is_ready(pod),
                     ),
                 )
             })
@@ -147,7 +139,7 @@ fn observe_pods(http: Http, stop: CancellationToken) -> tokio::task::JoinHandle<
                 pods.remove(&name);
             } else {
                 let live = pod["metadata"]["deletionTimestamp"].is_null();
-                pods.insert(name, (live, is_ready(pod)));
+                pods.insert(name, (live, test_support::pod_is_ready(pod)));
             }
             observed.events += 1;
             let live = pods.values().filter(|(live, _)| *live).count();
@@ -286,7 +278,7 @@ async fn a_deployment_makes_a_replica_set_and_ready_pods() {
             pod["metadata"]["ownerReferences"][0]["uid"],
             rs["metadata"]["uid"]
         );
-        assert!(is_ready(pod));
+        assert!(test_support::pod_is_ready(pod));
     }
 
     let table = kubectl.ok(&["get", "deploy,rs,pods"]).await;

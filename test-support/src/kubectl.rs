@@ -127,3 +127,25 @@ pub fn pod_is_ready(pod: &serde_json::Value) -> bool {
                 .any(|c| c["type"] == "Ready" && c["status"] == "True")
         })
 }
+
+/// Line `index` of kubectl's table output (0 is the header) split into its words; empty when
+/// the table has no such line.
+pub fn table_row(table: &str, index: usize) -> Vec<&str> {
+    table
+        .lines()
+        .nth(index)
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect()
+}
+
+/// The items of a list (`kubectl get ... -o json`) that are not being deleted: those without a
+/// `deletionTimestamp`, as a terminating pod is no member any more.
+pub fn live_items(list: &serde_json::Value) -> Vec<&serde_json::Value> {
+    list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|item| item["metadata"]["deletionTimestamp"].is_null())
+        .collect()
+}
