@@ -54,11 +54,7 @@ async fn a_401_rereads_the_token_file_and_retries_once() {
     std::fs::write(dir.path().join("token"), "token-two\n").unwrap();
     let _: Value = client.get("/api/v1/namespaces/team-a/pods").await.unwrap();
 
-    let seen: Vec<_> = server
-        .requests()
-        .into_iter()
-        .map(|r| r.authorization.unwrap())
-        .collect();
+    let seen = authorizations(&server);
     assert_eq!(
         seen,
         ["Bearer token-one", "Bearer token-one", "Bearer token-two"]
@@ -127,11 +123,7 @@ async fn the_token_file_is_reread_every_minute_and_a_failed_read_keeps_the_last_
     tokio::time::advance(Duration::from_secs(61)).await;
     let _: Value = client.get("/d").await.unwrap(); // re-read fails: keep "second"
 
-    let seen: Vec<_> = server
-        .requests()
-        .into_iter()
-        .map(|r| r.authorization.unwrap())
-        .collect();
+    let seen = authorizations(&server);
     assert_eq!(
         seen,
         [
@@ -242,4 +234,13 @@ async fn stream_retries_a_throttled_start() {
     let chunk = stream.next_chunk().await.unwrap().unwrap();
     assert_eq!(&chunk[..], b"{\"type\":\"ADDED\"}\n");
     assert_eq!(server.requests().len(), 2);
+}
+
+/// The Authorization header of every request the server saw, in order.
+fn authorizations(server: &ScriptedServer) -> Vec<String> {
+    server
+        .requests()
+        .into_iter()
+        .map(|r| r.authorization.expect("an Authorization header"))
+        .collect()
 }

@@ -9,7 +9,6 @@
 mod common;
 
 use common::Http;
-use http::Method;
 use serde_json::{json, Value};
 use test_support::Kubectl;
 
@@ -274,11 +273,8 @@ roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: exec-get-only}
     let mut http = Http::new(&sandbox.url());
     http.token = Some(token);
     let upgrade = http
-        .send(
-            Method::GET,
+        .get_with_headers(
             "/api/v1/namespaces/demo/pods/p/exec?command=true&stdout=true",
-            None,
-            Vec::new(),
             &[
                 ("Connection", "Upgrade"),
                 ("Upgrade", "websocket"),
@@ -522,13 +518,7 @@ async fn impersonation_needs_the_impersonate_verb() {
     let mut as_app = Http::new(&sandbox.url());
     as_app.token = Some(token);
     let answer = as_app
-        .send(
-            Method::GET,
-            "/api/v1/pods",
-            None,
-            Vec::new(),
-            &[("Impersonate-User", "alice")],
-        )
+        .get_with_headers("/api/v1/pods", &[("Impersonate-User", "alice")])
         .await;
     assert_eq!(answer.status, 403);
     assert_eq!(
@@ -541,11 +531,8 @@ async fn impersonation_needs_the_impersonate_verb() {
     );
     let admin_as = Http::new(&sandbox.url());
     let answer = admin_as
-        .send(
-            Method::GET,
+        .get_with_headers(
             "/api/v1/namespaces/demo/pods",
-            None,
-            Vec::new(),
             &[("Impersonate-User", "alice"), ("Impersonate-Group", "devs")],
         )
         .await;
@@ -661,23 +648,11 @@ async fn hostile_credentials_and_rbac_objects_never_break_the_sandbox() {
     let http = Http::new(&sandbox.url());
     let huge = "u".repeat(5000);
     let answer = http
-        .send(
-            Method::GET,
-            "/api",
-            None,
-            Vec::new(),
-            &[("Impersonate-User", &huge)],
-        )
+        .get_with_headers("/api", &[("Impersonate-User", &huge)])
         .await;
     assert_eq!(answer.status, 400);
     let groups_only = http
-        .send(
-            Method::GET,
-            "/api",
-            None,
-            Vec::new(),
-            &[("Impersonate-Group", "g")],
-        )
+        .get_with_headers("/api", &[("Impersonate-Group", "g")])
         .await;
     assert_eq!(groups_only.status, 400);
     for malformed in [

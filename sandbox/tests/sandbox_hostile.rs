@@ -210,13 +210,7 @@ async fn cross_site_requests_are_refused() {
     let port = sandbox.addr().port();
     let rebound = format!("attacker.example:{port}");
     let answer = http
-        .send(
-            Method::GET,
-            "/version",
-            None,
-            Vec::new(),
-            &[("host", &rebound)],
-        )
+        .get_with_headers("/version", &[("host", &rebound)])
         .await;
     assert_eq!(answer.status, 403, "{}", answer.text());
     let answer = http
@@ -231,20 +225,12 @@ async fn cross_site_requests_are_refused() {
     assert_eq!(answer.status, 403, "{}", answer.text());
     assert_eq!(http.get(&format!("{NAMESPACES}/csrf")).await.status, 404);
     for own in [format!("localhost:{port}"), format!("[::1]:{port}")] {
-        let answer = http
-            .send(Method::GET, "/version", None, Vec::new(), &[("host", &own)])
-            .await;
+        let answer = http.get_with_headers("/version", &[("host", &own)]).await;
         assert_eq!(answer.status, 200, "{own}");
     }
     let same_origin = format!("http://127.0.0.1:{port}");
     let answer = http
-        .send(
-            Method::GET,
-            "/version",
-            None,
-            Vec::new(),
-            &[("origin", &same_origin)],
-        )
+        .get_with_headers("/version", &[("origin", &same_origin)])
         .await;
     assert_eq!(answer.status, 200);
     still_serving(&http, "after-csrf").await;

@@ -170,7 +170,12 @@ impl Http {
     }
 
     pub async fn get_accept(&self, path: &str, accept: &str) -> Answer {
-        self.send(Method::GET, path, None, Vec::new(), &[("accept", accept)])
+        self.get_with_headers(path, &[("accept", accept)]).await
+    }
+
+    /// A GET with these extra headers (`Impersonate-User`, a forged `host`, ...).
+    pub async fn get_with_headers(&self, path: &str, headers: &[(&str, &str)]) -> Answer {
+        self.send(Method::GET, path, None, Vec::new(), headers)
             .await
     }
 
