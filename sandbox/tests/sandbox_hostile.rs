@@ -24,10 +24,7 @@ async fn still_serving(http: &Http, name: &str) {
         .await
         .expect("GET /version answers within a second");
     assert_eq!(version.status, 200);
-    let created = http
-        .post(NAMESPACES, &json!({"metadata": {"name": name}}))
-        .await;
-    assert_eq!(created.status, 201, "{}", created.text());
+    http.create_named(NAMESPACES, name).await;
     let read = http.get(&format!("{NAMESPACES}/{name}")).await;
     assert_eq!(read.status, 200);
     assert_eq!(read.json()["metadata"]["name"], name);
@@ -424,13 +421,8 @@ async fn thousands_of_half_sent_heads_do_not_lock_out_a_real_request() {
     assert_eq!(answer.status, 200, "{}", answer.text());
 
     // The watch had a request in flight, so it was never closed to make room.
-    let created = http
-        .post(
-            "/api/v1/namespaces/default/configmaps",
-            &json!({"metadata": {"name": "after-the-flood"}}),
-        )
+    http.create_named("/api/v1/namespaces/default/configmaps", "after-the-flood")
         .await;
-    assert_eq!(created.status, 201, "{}", created.text());
     // The first events are the initial ADDED of what existed (kube-root-ca.crt).
     let mut names = Vec::new();
     while let Some(event) = watch.next_event(Duration::from_secs(5)).await {

@@ -564,13 +564,7 @@ async fn a_storm_of_random_requests_leaves_it_serving() {
     assert_eq!(http.get("/version").await.status, 200);
     // The storm may have deleted the default namespace or the CRD, as it would on a real
     // cluster; a fresh namespace and object must still work.
-    let namespace = http
-        .post(
-            "/api/v1/namespaces",
-            &json!({"metadata": {"name": "after-storm"}}),
-        )
-        .await;
-    assert_eq!(namespace.status, 201, "{}", namespace.text());
+    http.create_named("/api/v1/namespaces", "after-storm").await;
     let secrets = "/api/v1/namespaces/after-storm/secrets";
     assert_eq!(
         http.post(secrets, &json!({"metadata": {"name": "s"}}))

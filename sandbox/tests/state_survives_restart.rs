@@ -73,13 +73,7 @@ const CRD: &str =
 
 /// The namespace, ConfigMap, CRD and custom object as the first sandbox stored them.
 async fn create_objects(http: &Http) -> Vec<(&'static str, Value)> {
-    let namespace = http
-        .post(
-            "/api/v1/namespaces",
-            &json!({"metadata": {"name": "persist"}}),
-        )
-        .await;
-    assert_eq!(namespace.status, 201, "{}", namespace.text());
+    http.create_named("/api/v1/namespaces", "persist").await;
     let config_map = http
         .post(
             "/api/v1/namespaces/persist/configmaps",
@@ -197,12 +191,8 @@ async fn objects_survive_sigterm_and_sigkill() {
     )
     .await;
     let later = http
-        .post(
-            "/api/v1/namespaces/persist/configmaps",
-            &json!({"metadata": {"name": "later"}}),
-        )
+        .create_named("/api/v1/namespaces/persist/configmaps", "later")
         .await;
-    assert_eq!(later.status, 201, "{}", later.text());
     assert!(rv(&later.json()) > rv(&acknowledged));
     // (A watch from the last RV before the restart, `acknowledged`'s, misses nothing and is
     // allowed; one from any earlier RV may have missed events and gets 410.)

@@ -188,6 +188,15 @@ impl Http {
         self.connect().await.put(path, body).await
     }
 
+    /// POST `{"metadata":{"name":NAME}}` to the collection `path` and require 201 Created.
+    pub async fn create_named(&self, path: &str, name: &str) -> Answer {
+        let created = self
+            .post(path, &serde_json::json!({"metadata": {"name": name}}))
+            .await;
+        assert_eq!(created.status, 201, "{}", created.text());
+        created
+    }
+
     pub async fn merge_patch(&self, path: &str, body: &Value) -> Answer {
         self.connect().await.merge_patch(path, body).await
     }
