@@ -103,7 +103,7 @@ spec:
 async fn the_operator_image_runs_a_stage_binary_restarts_after_kill_9_and_stops_on_sigterm() {
     let (sandbox, kubectl) = start(Some(stage_binaries())).await;
     kubectl.ok(&["create", "namespace", "x"]).await;
-    kubectl.create_manifest(STAGE02_POD).await;
+    kubectl.ok_manifest("create", STAGE02_POD).await;
     let logs = logs_containing(&kubectl, &["-n", "x", "operator"], "Controller initialised").await;
     assert!(
         logs.starts_with("CustomResourceDefinition postgresclusters.workshop.example.com created\nFinding existing clusters...\n"),
@@ -205,7 +205,8 @@ async fn the_operator_image_runs_a_stage_binary_restarts_after_kill_9_and_stops_
 async fn every_pod_is_told_where_the_api_server_is() {
     let (sandbox, kubectl) = start(None).await;
     kubectl
-        .create_manifest(
+        .ok_manifest(
+            "create",
             r#"apiVersion: v1
 kind: Pod
 metadata: {name: whereami, namespace: default}
@@ -276,7 +277,8 @@ async fn without_stage_binaries_the_operator_image_fails_to_pull_and_says_how_to
     let empty = tempfile::tempdir().expect("tempdir");
     let (_sandbox, kubectl) = start(Some(empty.path().to_path_buf())).await;
     kubectl
-        .create_manifest(
+        .ok_manifest(
+            "create",
             r#"apiVersion: v1
 kind: Pod
 metadata: {name: operator, namespace: default}

@@ -14,12 +14,7 @@ use test_support::Kubectl;
 
 /// `kubectl apply -f` of a manifest given as text.
 async fn apply(kubectl: &Kubectl, manifest: &str) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let file = dir.path().join("manifest.yaml");
-    std::fs::write(&file, manifest).expect("write manifest");
-    kubectl
-        .ok(&["apply", "-f", file.to_str().expect("utf-8 path")])
-        .await;
+    kubectl.ok_manifest("apply", manifest).await;
 }
 
 /// The demo: a sandbox, the admin's kubectl, kubectl as service account `app` of namespace

@@ -22,12 +22,7 @@ fn running_as_root() -> bool {
 
 /// `kubectl create -f` of a manifest given as text; the whole output, failed or not.
 async fn try_create(kubectl: &Kubectl, manifest: &str) -> test_support::KubectlOutput {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let file = dir.path().join("manifest.yaml");
-    std::fs::write(&file, manifest).expect("write manifest");
-    kubectl
-        .run(&["create", "-f", file.to_str().expect("utf-8 path")])
-        .await
+    kubectl.run_manifest("create", manifest).await
 }
 
 fn pod(name: &str, pod_context: &str, container_context: &str, command: &str) -> String {

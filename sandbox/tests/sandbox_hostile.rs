@@ -49,8 +49,7 @@ async fn send_json_patch(http: &Http, path: &str, operations: &[Value]) -> commo
 /// build 8,000 levels and overflow the stack).
 #[tokio::test]
 async fn copy_into_own_child_is_refused() {
-    let sandbox = test_support::start_sandbox().await;
-    let http = Http::new(&sandbox.url());
+    let (_sandbox, http) = common::sandbox_and_http().await;
     let created = http
         .post(
             NAMESPACES,
@@ -74,8 +73,7 @@ async fn copy_into_own_child_is_refused() {
 /// etcd's 1.5 MiB is never stored, whichever way it is built.
 #[tokio::test]
 async fn doubling_copies_and_huge_objects_are_refused() {
-    let sandbox = test_support::start_sandbox().await;
-    let http = Http::new(&sandbox.url());
+    let (_sandbox, http) = common::sandbox_and_http().await;
     http.post(NAMESPACES, &json!({"metadata": {"name": "victim"}}))
         .await;
     let mut operations = vec![
@@ -128,8 +126,7 @@ fn crd_with_pattern(pattern: &str) -> Value {
 /// pattern's field (its first instance write used to overflow the parser's stack).
 #[tokio::test]
 async fn deeply_nested_pattern_is_refused_at_crd_write() {
-    let sandbox = test_support::start_sandbox().await;
-    let http = Http::new(&sandbox.url());
+    let (_sandbox, http) = common::sandbox_and_http().await;
     let deep = format!("{}a{}", "(".repeat(5000), ")".repeat(5000));
     let answer = http.post(CRDS, &crd_with_pattern(&deep)).await;
     assert_eq!(answer.status, 422, "{}", answer.text());
@@ -147,8 +144,7 @@ async fn deeply_nested_pattern_is_refused_at_crd_write() {
 /// write is checked outside the store lock and gives up within its step budget (422).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn costly_pattern_does_not_block_other_requests() {
-    let sandbox = test_support::start_sandbox().await;
-    let http = Http::new(&sandbox.url());
+    let (_sandbox, http) = common::sandbox_and_http().await;
     let answer = http
         .post(CRDS, &crd_with_pattern("(?:[a-z]{0,1000}){0,23}0"))
         .await;
@@ -185,8 +181,7 @@ async fn costly_pattern_does_not_block_other_requests() {
 /// refused (403) — what a web page in the learner's browser would send.
 #[tokio::test]
 async fn cross_site_requests_are_refused() {
-    let sandbox = test_support::start_sandbox().await;
-    let http = Http::new(&sandbox.url());
+    let (sandbox, http) = common::sandbox_and_http().await;
     let body = json!({"metadata": {"name": "csrf"}})
         .to_string()
         .into_bytes();
@@ -314,9 +309,7 @@ async fn credentials_are_private_and_symlinks_are_not_followed() {
 /// resourceVersion is 409, a PATCH of a missing object 404, apply creates.
 #[tokio::test]
 async fn ordinary_writes_still_behave() {
-    let sandbox = test_support::start_sandbox().await;
-    let http = Http::new(&sandbox.url());
-    http.install_crd().await;
+    let (_sandbox, http) = common::sandbox_with_crd().await;
     let created = http.post(PGC, &cluster("db1", 1)).await;
     assert_eq!(created.status, 201);
     let mut stale = created.json();
@@ -344,8 +337,7 @@ async fn ordinary_writes_still_behave() {
 /// process, the connection pool and every other request live on.
 #[tokio::test]
 async fn a_panicking_handler_is_a_500_for_that_request_only() {
-    let sandbox = test_support::start_sandbox().await;
-    let http = Http::new(&sandbox.url());
+    let (sandbox, http) = common::sandbox_and_http().await;
     sandbox.faults().fail_next(
         1,
         "/api/v1/namespaces/default/configmaps",

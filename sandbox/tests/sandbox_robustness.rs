@@ -22,9 +22,7 @@ fn reason(answer: &common::Answer) -> String {
 /// Each kind of bad request gets its own code and reason, as kube-apiserver answers it.
 #[tokio::test]
 async fn bad_requests_get_the_right_status() {
-    let sandbox = test_support::start_sandbox().await;
-    let http = Http::new(&sandbox.url());
-    http.install_crd().await;
+    let (_sandbox, http) = common::sandbox_with_crd().await;
 
     let unknown = http.get("/apis/nope.example.com/v1/things").await;
     assert_eq!(
@@ -203,9 +201,7 @@ async fn bad_requests_get_the_right_status() {
 /// apply (JSON body) creating then merging.
 #[tokio::test]
 async fn json_strategic_and_apply_patches_work() {
-    let sandbox = test_support::start_sandbox().await;
-    let http = Http::new(&sandbox.url());
-    http.install_crd().await;
+    let (_sandbox, http) = common::sandbox_with_crd().await;
     http.post(PGC, &cluster("db1", 1)).await;
     let json_patch = http
         .send(
@@ -392,9 +388,7 @@ impl Xorshift {
 /// error is a Status, and the sandbox still serves kubectl-shaped requests afterwards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_storm_of_random_requests_leaves_it_serving() {
-    let sandbox = test_support::start_sandbox().await;
-    let http = Http::new(&sandbox.url());
-    http.install_crd().await;
+    let (sandbox, http) = common::sandbox_with_crd().await;
     http.post(PGC, &cluster("db1", 1)).await;
     // Watches among the random requests end at once instead of holding the storm up.
     sandbox

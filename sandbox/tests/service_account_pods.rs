@@ -27,8 +27,7 @@ fn pod(name: &str, spec: Value) -> Value {
 /// false; a missing service account is refused in kube's words.
 #[tokio::test]
 async fn pods_get_the_service_account_volume_by_admission() {
-    let sandbox = test_support::start_sandbox().await;
-    let http = Http::new(&sandbox.url());
+    let (sandbox, http) = common::sandbox_and_http().await;
     let kubectl = Kubectl::new(&sandbox.url());
     kubectl.ok(&["create", "namespace", "fresh"]).await;
     for namespace in ["default", "kube-system", "fresh"] {
@@ -107,8 +106,7 @@ async fn pods_get_the_service_account_volume_by_admission() {
 /// `kube-root-ca.crt`, is served over HTTPS; the certificate names what in-cluster clients use.
 #[tokio::test]
 async fn the_plain_port_also_speaks_tls_with_the_cluster_ca() {
-    let sandbox = test_support::start_sandbox().await;
-    let http = Http::new(&sandbox.url());
+    let (sandbox, http) = common::sandbox_and_http().await;
     let ca = http
         .get("/api/v1/namespaces/default/configmaps/kube-root-ca.crt")
         .await

@@ -209,8 +209,7 @@ async fn objects_survive_sigterm_and_sigkill() {
 /// Without --data-dir nothing is written and a second start is empty.
 #[tokio::test]
 async fn without_a_data_dir_nothing_is_written() {
-    let sandbox = test_support::start_sandbox().await;
-    let http = Http::new(&sandbox.url());
+    let (sandbox, http) = common::sandbox_and_http().await;
     let created = http
         .post(
             "/api/v1/namespaces/default/configmaps",
@@ -219,8 +218,7 @@ async fn without_a_data_dir_nothing_is_written() {
         .await;
     assert_eq!(created.status, 201);
     sandbox.shutdown().await;
-    let sandbox = test_support::start_sandbox().await;
-    let http = Http::new(&sandbox.url());
+    let (_sandbox, http) = common::sandbox_and_http().await;
     assert_eq!(
         http.get("/api/v1/namespaces/default/configmaps/forgotten")
             .await

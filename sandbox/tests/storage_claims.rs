@@ -27,12 +27,7 @@ spec:
 
 /// `kubectl apply -f` of a manifest given as text; the whole output, failed or not.
 async fn apply(kubectl: &Kubectl, manifest: &str) -> test_support::KubectlOutput {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let file = dir.path().join("manifest.yaml");
-    std::fs::write(&file, manifest).expect("write manifest");
-    kubectl
-        .run(&["apply", "-f", file.to_str().expect("utf-8 path")])
-        .await
+    kubectl.run_manifest("apply", manifest).await
 }
 
 async fn object(kubectl: &Kubectl, kind: &str, name: &str) -> Option<Value> {

@@ -22,12 +22,7 @@ const PODS: &str = "/api/v1/namespaces/default/pods";
 
 /// `kubectl apply -f` of a manifest given as text.
 async fn apply(kubectl: &Kubectl, manifest: &str) -> String {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let file = dir.path().join("manifest.yaml");
-    std::fs::write(&file, manifest).expect("write manifest");
-    kubectl
-        .ok(&["apply", "-f", file.to_str().expect("utf-8 path")])
-        .await
+    kubectl.ok_manifest("apply", manifest).await
 }
 
 fn deployment_yaml(name: &str, replicas: u32, image: &str, extra_spec: &str) -> String {

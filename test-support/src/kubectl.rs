@@ -89,13 +89,7 @@ impl Kubectl {
 
     /// Run and require success; returns stdout.
     pub async fn ok(&self, args: &[&str]) -> String {
-        let output = self.run(args).await;
-        assert!(
-            output.success,
-            "kubectl {args:?} failed ({:?}):\nstdout: {}\nstderr: {}",
-            output.code, output.stdout, output.stderr
-        );
-        output.stdout
+        self.run(args).await.stdout_of_success(args)
     }
 
     /// `kubectl ARGS` (add `-o json` yourself) parsed as JSON, or None if it fails: what a
@@ -107,13 +101,33 @@ impl Kubectl {
             .flatten()
     }
 
-    /// `kubectl create -f` of a manifest given as text.
-    pub async fn create_manifest(&self, manifest: &str) {
+    /// `kubectl VERB -f FILE` (`create`, `apply`, ...) where FILE holds `manifest`; the whole
+    /// output, failed or not.
+    pub async fn run_manifest(&self, verb: &str, manifest: &str) -> KubectlOutput {
         let dir = tempfile::tempdir().expect("tempdir");
         let file = dir.path().join("manifest.yaml");
         std::fs::write(&file, manifest).expect("write manifest");
-        self.ok(&["create", "-f", file.to_str().expect("utf-8 path")])
-            .await;
+        self.run(&[verb, "-f", file.to_str().expect("utf-8 path")])
+            .await
+    }
+
+    /// The same, required to succeed; returns stdout.
+    pub async fn ok_manifest(&self, verb: &str, manifest: &str) -> String {
+        self.run_manifest(verb, manifest)
+            .await
+            .stdout_of_success(&[verb, "-f", "(manifest)"])
+    }
+}
+
+impl KubectlOutput {
+    /// stdout, after asserting that `kubectl ARGS` succeeded (the failure shows both streams).
+    pub fn stdout_of_success(self, args: &[&str]) -> String {
+        assert!(
+            self.success,
+            "kubectl {args:?} failed ({:?}):\nstdout: {}\nstderr: {}",
+            self.code, self.stdout, self.stderr
+        );
+        self.stdout
     }
 }
 

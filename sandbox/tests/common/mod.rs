@@ -29,6 +29,20 @@ use serde_json::Value;
 use test_support::eventually;
 use tokio::time::Instant;
 
+/// A sandbox on 127.0.0.1:0 with default options, and a client for it.
+pub async fn sandbox_and_http() -> (sandbox::Sandbox, Http) {
+    let sandbox = test_support::start_sandbox().await;
+    let http = Http::new(&sandbox.url());
+    (sandbox, http)
+}
+
+/// The same with the PostgresCluster CRD installed and Established.
+pub async fn sandbox_with_crd() -> (sandbox::Sandbox, Http) {
+    let (sandbox, http) = sandbox_and_http().await;
+    http.install_crd().await;
+    (sandbox, http)
+}
+
 // ---------------------------------------------------------------------------------------------
 // A minimal HTTP client (hyper's client connection, one request per connection unless reused).
 // ---------------------------------------------------------------------------------------------

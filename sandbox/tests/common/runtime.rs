@@ -38,7 +38,7 @@ pub async fn start() -> (Sandbox, Kubectl, ProcessRuntime) {
 
 /// `kubectl create -f` of a manifest given as text.
 pub async fn create(kubectl: &Kubectl, manifest: &str) {
-    kubectl.create_manifest(manifest).await;
+    kubectl.ok_manifest("create", manifest).await;
 }
 
 pub async fn pod_json(kubectl: &Kubectl, name: &str) -> Option<Value> {
