@@ -52,7 +52,7 @@ async fn kubectl_get_prints_size_ready_primary_phase_version_last_backup_age() {
     assert_eq!(
         header,
         // LAST BACKUP: stage 05's column, empty until a base backup completes.
-        ["NAME", "SIZE", "READY", "PRIMARY", "PHASE", "VERSION", "LAST", "BACKUP", "AGE"],
+        test_support::PGC_TABLE_HEADER,
         "{table}"
     );
     let row = test_support::table_row(&table, 1);

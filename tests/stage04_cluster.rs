@@ -106,6 +106,21 @@ impl World {
 
     /// Wait until the cluster has exactly `size` pods, all Ready, one of them primary, and the
     /// status says so; returns the primary's name.
+    /// Delete one replica pod, without waiting for it to go; its name.
+    async fn delete_a_replica(&self) -> String {
+        let replica = self
+            .pods()
+            .await
+            .into_iter()
+            .find(|p| p.1 == "replica")
+            .expect("a replica")
+            .0;
+        self.kubectl
+            .ok(&["delete", "pod", &replica, "--wait=false"])
+            .await;
+        replica
+    }
+
     async fn wait_healthy(&self, size: usize) -> String {
         test_support::eventually(
             DEADLINE,
@@ -204,17 +219,7 @@ async fn the_operator_runs_a_real_postgres_cluster_through_failover() {
 
     // Lose a replica: a new one, with a new name, takes its place.
     let before: BTreeSet<String> = world.pods().await.into_iter().map(|p| p.0).collect();
-    let replica = world
-        .pods()
-        .await
-        .into_iter()
-        .find(|p| p.1 == "replica")
-        .expect("a replica")
-        .0;
-    world
-        .kubectl
-        .ok(&["delete", "pod", &replica, "--wait=false"])
-        .await;
+    let replica = world.delete_a_replica().await;
     world.wait_healthy(5).await;
     let after: BTreeSet<String> = world.pods().await.into_iter().map(|p| p.0).collect();
     assert!(!after.contains(&replica), "the deleted replica is gone");
@@ -345,17 +350,7 @@ async fn the_operator_runs_a_real_postgres_cluster_through_failover() {
     );
 
     // A replica lost while the change is refused is replaced on the version the cluster runs.
-    let replica = world
-        .pods()
-        .await
-        .into_iter()
-        .find(|p| p.1 == "replica")
-        .expect("a replica")
-        .0;
-    world
-        .kubectl
-        .ok(&["delete", "pod", &replica, "--wait=false"])
-        .await;
+    world.delete_a_replica().await;
     world.wait_healthy(2).await;
     let images = world
         .kubectl

@@ -26,6 +26,7 @@ pub use eventually::{eventually, POLL_INTERVAL};
 pub use kubectl::{kubectl_path, live_items, pod_is_ready, table_row, Kubectl, KubectlOutput};
 pub use operator::{
     older_crd, plain_client, quick_postgres_options, register_crd, sandbox_with_crd, Story,
+    PGC_TABLE_HEADER,
 };
 pub use processes::{processes, processes_matching, Process};
 pub use sandbox::{

@@ -112,3 +112,9 @@ impl Story {
         self.lines.lock().expect("story lines").clone()
     }
 }
+
+/// The header of `kubectl get pgc`, split into words: the CRD's printer columns (LAST BACKUP,
+/// stage 05's column, is two words).
+pub const PGC_TABLE_HEADER: [&str; 9] = [
+    "NAME", "SIZE", "READY", "PRIMARY", "PHASE", "VERSION", "LAST", "BACKUP", "AGE",
+];
