@@ -39,10 +39,10 @@ fn write_kubeconfig(dir: &Path, cluster: &str, user: &str, namespace: &str) -> s
     path
 }
 
-/// On this machine `/usr/bin/kubectl` is gcloud's dispatcher, which first GETs `/version` from
-/// the kubeconfig's server (even for `config view`) to pick a kubectl. Tests call the bundled
-/// kubectl directly so the fake servers see only our client's requests.
-const BUNDLED_KUBECTL: &str = "/usr/lib/google-cloud-sdk/bin/kubectl.1.32";
+// On this machine `/usr/bin/kubectl` is gcloud's dispatcher, which first GETs `/version` from
+// the kubeconfig's server (even for `config view`) to pick a kubectl. Tests call the bundled
+// kubectl directly so the fake servers see only our client's requests.
+use test_support::BUNDLED_KUBECTL;
 
 /// An environment with only what kubectl needs plus the given variables.
 fn env_with(kubeconfig: &Path, home: &Path, extra: &[(&str, String)]) -> Environment {

@@ -17,7 +17,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use postgres_operator::client::{Client, USER_AGENT};
@@ -42,34 +41,12 @@ const DEADLINE: Duration = Duration::from_secs(240);
 /// offline; `patch --local` with an empty patch turns each rendered YAML document into JSON
 /// without asking a server (no YAML crate needed, as in tests/crd_manifest.rs).
 fn applied_objects() -> Vec<Value> {
-    // /usr/bin/kubectl on this machine is a dispatcher that asks a server for /version first.
-    let bundled = "/usr/lib/google-cloud-sdk/bin/kubectl.1.32";
-    let kubectl = if Path::new(bundled).exists() {
-        bundled
-    } else {
-        "kubectl"
-    };
-    let cache = tempfile::tempdir().expect("cache dir");
-    let run = |args: &[&str]| {
-        let output = Command::new(kubectl)
-            .args(args)
-            .arg("--cache-dir")
-            .arg(cache.path())
-            .env("KUBECONFIG", "/dev/null")
-            .output()
-            .unwrap_or_else(|error| panic!("kubectl ({kubectl}) does not run: {error}"));
-        assert!(
-            output.status.success(),
-            "kubectl {args:?}: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        output.stdout
-    };
-    let rendered = run(&["kustomize", concat!(env!("CARGO_MANIFEST_DIR"), "/kube")]);
+    let rendered =
+        test_support::kubectl_offline(&["kustomize", concat!(env!("CARGO_MANIFEST_DIR"), "/kube")]);
     let file = tempfile::NamedTempFile::new().expect("temp file");
     std::fs::write(file.path(), rendered).expect("rendered manifests written");
     let path = file.path().to_string_lossy().to_string();
-    let json = run(&[
+    let json = test_support::kubectl_offline(&[
         "patch", "--local", "--type", "merge", "-p", "{}", "-o", "json", "-f", &path,
     ]);
     serde_json::Deserializer::from_slice(&json)

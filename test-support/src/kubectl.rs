@@ -163,3 +163,33 @@ pub fn live_items(list: &serde_json::Value) -> Vec<&serde_json::Value> {
         .filter(|item| item["metadata"]["deletionTimestamp"].is_null())
         .collect()
 }
+
+/// The kubectl that gcloud's dispatcher (`/usr/bin/kubectl` on this machine) runs. The
+/// dispatcher first GETs `/version` from a server, even for `config view`; this one never does.
+pub const BUNDLED_KUBECTL: &str = "/usr/lib/google-cloud-sdk/bin/kubectl.1.32";
+
+/// kubectl for what it does without any server (`kustomize`, `patch --local`), run to
+/// completion: stdout, after asserting success. On this machine `/usr/bin/kubectl` is a
+/// dispatcher that first asks a server for `/version`; the bundled kubectl it dispatches to never
+/// does, so that one runs when present. No kubeconfig, a fresh `--cache-dir`.
+pub fn kubectl_offline(args: &[&str]) -> Vec<u8> {
+    let kubectl = if std::path::Path::new(BUNDLED_KUBECTL).exists() {
+        BUNDLED_KUBECTL
+    } else {
+        "kubectl"
+    };
+    let cache = tempfile::tempdir().expect("cache dir");
+    let output = std::process::Command::new(kubectl)
+        .args(args)
+        .arg("--cache-dir")
+        .arg(cache.path())
+        .env("KUBECONFIG", "/dev/null")
+        .output()
+        .unwrap_or_else(|error| panic!("kubectl ({kubectl}) does not run: {error}"));
+    assert!(
+        output.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output.stdout
+}

@@ -23,7 +23,10 @@ pub mod sandbox;
 pub mod scripted_server;
 
 pub use eventually::{eventually, POLL_INTERVAL};
-pub use kubectl::{kubectl_path, live_items, pod_is_ready, table_row, Kubectl, KubectlOutput};
+pub use kubectl::{
+    kubectl_offline, kubectl_path, live_items, pod_is_ready, table_row, Kubectl, KubectlOutput,
+    BUNDLED_KUBECTL,
+};
 pub use operator::{
     older_crd, plain_client, quick_postgres_options, register_crd, sandbox_with_crd, Story,
     PGC_TABLE_HEADER,
