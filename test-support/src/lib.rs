@@ -3,6 +3,7 @@
 //!
 //! - [`kubectl`]: the real kubectl against one server, with its own cache and no kubeconfig.
 //! - [`eventually`]: poll a check until it holds or a deadline passes.
+//! - [`graph`]: module graphs and their cycles, for the layering tests.
 //! - [`sandbox`]: start a sandbox on 127.0.0.1:0, in memory or with pods as real processes.
 //! - [`scripted_server`]: an HTTP(S) server whose every answer a test decides, to the chunk.
 //! - [`processes`]: the host's process table, where pods run as real processes.
@@ -16,6 +17,7 @@
 //! ```
 
 pub mod eventually;
+pub mod graph;
 pub mod kubectl;
 pub mod operator;
 pub mod processes;
