@@ -212,24 +212,15 @@ spec:
 async fn killing_the_sandbox_binary_leaves_no_postgres() {
     process_runtime();
     let data_dir = tempfile::tempdir().expect("tempdir");
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_sandbox"))
-        .args(["--listen", "127.0.0.1:0", "--runtime", "processes"])
-        .arg("--data-dir")
-        .arg(data_dir.path())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("sandbox starts");
-    let mut stdout = BufReader::new(child.stdout.take().expect("stdout")).lines();
-    let mut banner = String::new();
-    while let Ok(Some(line)) = stdout.next_line().await {
-        banner.push_str(&line);
-        banner.push('\n');
-        if line.contains("Ctrl-C") {
-            break;
-        }
-    }
+    let (mut child, banner) = test_support::spawn_sandbox_binary_banner(
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_sandbox"))
+            .args(["--listen", "127.0.0.1:0", "--runtime", "processes"])
+            .arg("--data-dir")
+            .arg(data_dir.path())
+            .stderr(Stdio::null()),
+        "Ctrl-C",
+    )
+    .await;
     assert!(banner.contains("pods run as processes"), "{banner}");
     let url = banner
         .lines()

@@ -218,29 +218,18 @@ async fn the_kubectl_cache_of_an_earlier_server_on_the_port_is_emptied() {
     let stale = cache.join("discovery/127.0.0.1_PORT/servergroups.json");
     std::fs::create_dir_all(stale.parent().expect("a parent")).expect("mkdir");
     std::fs::write(&stale, "{}").expect("a stale cache file");
-    let mut child = Command::new(BINARY)
-        .args([
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--runtime",
-            "simulated",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("sandbox starts");
-    let mut stdout = BufReader::new(child.stdout.take().expect("stdout")).lines();
-    let mut banner = String::new();
-    while let Ok(Ok(Some(line))) =
-        tokio::time::timeout(Duration::from_secs(10), stdout.next_line()).await
-    {
-        banner.push_str(&line);
-        banner.push('\n');
-        if line.contains("KUBECACHEDIR") {
-            break;
-        }
-    }
+    let (mut child, banner) = test_support::spawn_sandbox_binary_banner(
+        Command::new(BINARY)
+            .args([
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--runtime",
+                "simulated",
+            ])
+            .stderr(Stdio::null()),
+        "KUBECACHEDIR",
+    )
+    .await;
     assert!(banner.contains(&cache.display().to_string()), "{banner}");
     assert!(!stale.exists(), "the stale cache file is gone");
     assert!(cache.is_dir());

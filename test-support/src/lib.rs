@@ -35,8 +35,8 @@ pub use operator::{
 };
 pub use processes::{processes, processes_matching, Process};
 pub use sandbox::{
-    process_runtime, spawn_sandbox_binary, start_process_sandbox, start_sandbox,
-    start_sandbox_with, until_watch_opened,
+    process_runtime, spawn_sandbox_binary, spawn_sandbox_binary_banner, start_process_sandbox,
+    start_sandbox, start_sandbox_with, until_watch_opened,
 };
 pub use scripted_server::{ScriptedServer, TestPki};
 

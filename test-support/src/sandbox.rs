@@ -64,6 +64,22 @@ pub async fn until_watch_opened(sandbox: &Sandbox, resource: &str) {
     .await;
 }
 
+type StdoutLines = tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>;
+
+/// Spawn `command` with its stdout piped to us, killed when the child is dropped.
+fn spawn_reading_stdout(
+    command: &mut tokio::process::Command,
+) -> (tokio::process::Child, StdoutLines) {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let mut child = command
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the sandbox binary starts");
+    let stdout = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    (child, stdout)
+}
+
 /// Spawn the `sandbox` binary as `command` describes (its stdout is taken here; stderr is the
 /// caller's choice) and return it with the URL its first line names (`sandbox API server at
 /// URL`), read within `within`. The rest of stdout is read away in the background, so the
@@ -72,13 +88,7 @@ pub async fn spawn_sandbox_binary(
     command: &mut tokio::process::Command,
     within: Duration,
 ) -> (tokio::process::Child, String) {
-    use tokio::io::{AsyncBufReadExt, BufReader};
-    let mut child = command
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("the sandbox binary starts");
-    let mut stdout = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let (child, mut stdout) = spawn_reading_stdout(command);
     let first = tokio::time::timeout(within, stdout.next_line())
         .await
         .unwrap_or_else(|_| panic!("the sandbox prints its URL within {within:?}"))
@@ -90,4 +100,25 @@ pub async fn spawn_sandbox_binary(
         .to_string();
     tokio::spawn(async move { while let Ok(Some(_)) = stdout.next_line().await {} });
     (child, url)
+}
+
+/// Spawn the `sandbox` binary as `command` describes and read its banner: every line up to
+/// and including the first that contains `last` (or until stdout ends, or a line takes more
+/// than 10 s). Killed when the child is dropped.
+pub async fn spawn_sandbox_binary_banner(
+    command: &mut tokio::process::Command,
+    last: &str,
+) -> (tokio::process::Child, String) {
+    let (child, mut stdout) = spawn_reading_stdout(command);
+    let mut banner = String::new();
+    while let Ok(Ok(Some(line))) =
+        tokio::time::timeout(Duration::from_secs(10), stdout.next_line()).await
+    {
+        banner.push_str(&line);
+        banner.push('\n');
+        if line.contains(last) {
+            break;
+        }
+    }
+    (child, banner)
 }
