@@ -3,16 +3,15 @@
 //! request fail with `BodyTooLarge` naming the method, path and cap, instead of growing the
 //! process until the allocator aborts (issue 11, point 8).
 
-mod fake_api_server;
-
-use fake_api_server::{endless, plain_client, raw, ready, FakeServer};
 use postgres_operator::client::{ClientError, DEFAULT_MAX_RESPONSE_BODY};
 use serde_json::Value;
+use test_support::plain_client;
+use test_support::scripted_server::{endless, raw, ready, ScriptedServer};
 
 /// An endless 200 body stops at the default cap with an error naming method, path and cap.
 #[tokio::test]
 async fn an_endless_success_body_stops_at_the_default_cap() {
-    let server = FakeServer::http(|_, _| ready(endless(200))).await;
+    let server = ScriptedServer::http(|_, _| ready(endless(200))).await;
     let client = plain_client(&server.url);
     assert_eq!(client.max_response_body(), DEFAULT_MAX_RESPONSE_BODY);
     let error = client
@@ -44,7 +43,7 @@ async fn an_endless_success_body_stops_at_the_default_cap() {
 /// is not retried: the next attempt would stream just as much.
 #[tokio::test]
 async fn an_endless_error_body_stops_at_the_cap_and_is_not_retried() {
-    let server = FakeServer::http(|_, _| ready(endless(503))).await;
+    let server = ScriptedServer::http(|_, _| ready(endless(503))).await;
     let client = plain_client(&server.url).with_max_response_body(1024 * 1024);
     let error = client
         .delete::<Value>("/api/v1/namespaces/default/pods/db-0000")
@@ -75,7 +74,7 @@ async fn the_cap_is_inclusive_and_a_declared_length_over_it_fails() {
     let body = format!("\"{}\"", "x".repeat(1022));
     assert_eq!(body.len(), 1024);
     let longer = format!("\"{}\"", "x".repeat(1023));
-    let server = FakeServer::http(move |request, _| {
+    let server = ScriptedServer::http(move |request, _| {
         let answer = if request.path == "/fits" {
             &body
         } else {

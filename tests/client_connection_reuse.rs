@@ -1,20 +1,18 @@
 //! The client keeps connections alive and shares one pool between clones: a hundred sequential
 //! requests over TLS cost one TCP connection and one handshake. Prints the mean request time.
 
-mod fake_api_server;
-
 use std::time::Instant;
 
-use fake_api_server::{json, ready, FakeServer, TestPki};
 use postgres_operator::client::Client;
 use postgres_operator::config::{Config, ConfigArgs, Environment, SecretString};
 use serde_json::{json, Value};
+use test_support::scripted_server::{json, ready, ScriptedServer, TestPki};
 
 /// 100 GETs through clones of one client over HTTPS use a single connection.
 #[tokio::test]
 async fn sequential_requests_reuse_one_tls_connection() {
     let pki = TestPki::generate();
-    let server = FakeServer::https(pki.server_config(false), |_, _| {
+    let server = ScriptedServer::https(pki.server_config(false), |_, _| {
         ready(json(200, json!({"kind": "PodList", "items": []})))
     })
     .await;

@@ -3,19 +3,18 @@
 //! HTML 502), connection refused, bad JSON in a 2xx body, and a request timeout. Also: the headers
 //! every request carries.
 
-mod fake_api_server;
-
 use std::time::Duration;
 
-use fake_api_server::{json, plain_client, raw, ready, status, FakeServer};
 use postgres_operator::client::{Client, ClientError, Patch};
 use postgres_operator::config::Config;
 use serde_json::{json, Value};
+use test_support::plain_client;
+use test_support::scripted_server::{json, raw, ready, status, ScriptedServer};
 
 /// A 403 Status comes back as `ClientError::Api` with code, reason and message intact.
 #[tokio::test]
 async fn forbidden_is_an_api_error_with_the_status() {
-    let server = FakeServer::http(|_, _| {
+    let server = ScriptedServer::http(|_, _| {
         ready(status(
             403,
             "Forbidden",
@@ -39,7 +38,7 @@ async fn forbidden_is_an_api_error_with_the_status() {
 /// A 422 Invalid names the offending field from `details.causes`, and is not retried.
 #[tokio::test]
 async fn invalid_names_the_field_from_the_causes() {
-    let server = FakeServer::http(|_, _| {
+    let server = ScriptedServer::http(|_, _| {
         ready(json(422, json!({
             "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
             "message": "PostgresCluster.workshop.example.com \"db\" is invalid: spec.size: Invalid value: 0: spec.size in body should be greater than or equal to 1",
@@ -72,7 +71,7 @@ async fn invalid_names_the_field_from_the_causes() {
 /// A 500 with a Status body is an Api error too, not retried.
 #[tokio::test]
 async fn internal_error_is_an_api_error() {
-    let server = FakeServer::http(|_, _| {
+    let server = ScriptedServer::http(|_, _| {
         ready(status(
             500,
             "InternalError",
@@ -99,7 +98,7 @@ async fn internal_error_is_an_api_error() {
 /// An HTML 502 from a proxy still gives a readable message: method, path, code and a snippet.
 #[tokio::test]
 async fn an_html_error_page_is_readable() {
-    let server = FakeServer::http(|_, _| {
+    let server = ScriptedServer::http(|_, _| {
         ready(raw(
             502,
             "text/html",
@@ -127,7 +126,7 @@ async fn an_html_error_page_is_readable() {
 /// A 2xx body that is not the expected JSON is a Decode error naming the step.
 #[tokio::test]
 async fn bad_json_in_a_success_body_is_a_decode_error() {
-    let server = FakeServer::http(|_, _| {
+    let server = ScriptedServer::http(|_, _| {
         ready(raw(
             200,
             "application/json",
@@ -193,7 +192,7 @@ async fn connection_refused_is_a_connect_error() {
 /// (paused clock: the 30 s default passes instantly).
 #[tokio::test(start_paused = true)]
 async fn a_silent_server_times_out() {
-    let server = FakeServer::http(|_, _| Box::pin(std::future::pending())).await;
+    let server = ScriptedServer::http(|_, _| Box::pin(std::future::pending())).await;
     let client = plain_client(&server.url);
     let started = tokio::time::Instant::now();
     let error = client
@@ -214,7 +213,7 @@ async fn a_silent_server_times_out() {
 /// The timeout is configurable per Config.
 #[tokio::test(start_paused = true)]
 async fn the_request_timeout_is_configurable() {
-    let server = FakeServer::http(|_, _| Box::pin(std::future::pending())).await;
+    let server = ScriptedServer::http(|_, _| Box::pin(std::future::pending())).await;
     let mut config = Config::from_url(&server.url).unwrap();
     config.request_timeout = Duration::from_secs(2);
     let client = Client::new(config).unwrap();
@@ -228,7 +227,7 @@ async fn the_request_timeout_is_configurable() {
 /// patches carry the patch content type.
 #[tokio::test]
 async fn requests_carry_user_agent_accept_and_content_type() {
-    let server = FakeServer::http(|_, _| ready(json(200, json!({"kind": "Pod"})))).await;
+    let server = ScriptedServer::http(|_, _| ready(json(200, json!({"kind": "Pod"})))).await;
     let client = plain_client(&server.url);
     let _: Value = client
         .get("/api/v1/namespaces/default/pods/p")
@@ -274,7 +273,7 @@ async fn requests_carry_user_agent_accept_and_content_type() {
 /// A server URL with a path prefix (as behind Rancher) keeps the prefix; query strings pass through.
 #[tokio::test]
 async fn paths_append_to_the_server_url() {
-    let server = FakeServer::http(|_, _| ready(json(200, json!({})))).await;
+    let server = ScriptedServer::http(|_, _| ready(json(200, json!({})))).await;
     let client = plain_client(&format!("{}/k8s/clusters/c-1/", server.url));
     let _: Value = client
         .get("/api/v1/pods?labelSelector=app%3Dpostgres&limit=5")
@@ -289,7 +288,7 @@ async fn paths_append_to_the_server_url() {
 /// `stream` returns the body chunk by chunk and ends cleanly; a non-2xx at the start is an error.
 #[tokio::test]
 async fn stream_yields_bytes_then_ends_and_reports_errors_at_start() {
-    let server = FakeServer::http(|request, _| {
+    let server = ScriptedServer::http(|request, _| {
         if request.path.contains("forbidden") {
             ready(status(403, "Forbidden", "no watching for you"))
         } else {

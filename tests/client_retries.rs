@@ -3,19 +3,17 @@
 //! a file-backed token is re-read every minute, and a failed re-read keeps the last good token.
 //! Timer logic runs under paused tokio time.
 
-mod fake_api_server;
-
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use fake_api_server::{json, ready, status, FakeServer, TestPki};
 use postgres_operator::client::{Client, ClientError};
 use postgres_operator::config::{Config, ConfigArgs, SecretString};
 use serde_json::{json, Value};
+use test_support::scripted_server::{json, ready, status, ScriptedServer, TestPki};
 
 /// A server that accepts exactly one bearer token at a time (`accepted` can be changed).
-async fn token_checking_server(pki: &TestPki, accepted: Arc<Mutex<String>>) -> FakeServer {
-    FakeServer::https(pki.server_config(false), move |request, _| {
+async fn token_checking_server(pki: &TestPki, accepted: Arc<Mutex<String>>) -> ScriptedServer {
+    ScriptedServer::https(pki.server_config(false), move |request, _| {
         let expected = format!("Bearer {}", accepted.lock().unwrap());
         if request.authorization.as_deref() == Some(expected.as_str()) {
             ready(json(200, json!({"kind": "PodList", "items": []})))
@@ -29,7 +27,7 @@ async fn token_checking_server(pki: &TestPki, accepted: Arc<Mutex<String>>) -> F
 /// A service-account directory (token, ca.crt, namespace) and an in-cluster client for `server`.
 fn in_cluster_client(
     pki: &TestPki,
-    server: &FakeServer,
+    server: &ScriptedServer,
     token: &str,
 ) -> (tempfile::TempDir, Client) {
     let dir = tempfile::tempdir().unwrap();
@@ -56,11 +54,7 @@ async fn a_401_rereads_the_token_file_and_retries_once() {
     std::fs::write(dir.path().join("token"), "token-two\n").unwrap();
     let _: Value = client.get("/api/v1/namespaces/team-a/pods").await.unwrap();
 
-    let seen: Vec<_> = server
-        .requests()
-        .into_iter()
-        .map(|r| r.authorization.unwrap())
-        .collect();
+    let seen = authorizations(&server);
     assert_eq!(
         seen,
         ["Bearer token-one", "Bearer token-one", "Bearer token-two"]
@@ -85,7 +79,8 @@ async fn a_second_401_is_returned_not_retried_forever() {
 /// An inline token (`--token`) cannot change, so a 401 is returned at once.
 #[tokio::test]
 async fn an_inline_token_is_not_retried_after_401() {
-    let server = FakeServer::http(|_, _| ready(status(401, "Unauthorized", "Unauthorized"))).await;
+    let server =
+        ScriptedServer::http(|_, _| ready(status(401, "Unauthorized", "Unauthorized"))).await;
     let args = ConfigArgs {
         server: Some(server.url.clone()),
         token: Some(SecretString::new("abc")),
@@ -105,7 +100,7 @@ async fn an_inline_token_is_not_retried_after_401() {
 /// fails (file gone mid-rewrite) keeps the last good token.
 #[tokio::test(start_paused = true)]
 async fn the_token_file_is_reread_every_minute_and_a_failed_read_keeps_the_last_token() {
-    let server = FakeServer::http(|_, _| ready(json(200, json!({})))).await;
+    let server = ScriptedServer::http(|_, _| ready(json(200, json!({})))).await;
     let dir = tempfile::tempdir().unwrap();
     let token_path = dir.path().join("token");
     std::fs::write(&token_path, "first").unwrap();
@@ -128,11 +123,7 @@ async fn the_token_file_is_reread_every_minute_and_a_failed_read_keeps_the_last_
     tokio::time::advance(Duration::from_secs(61)).await;
     let _: Value = client.get("/d").await.unwrap(); // re-read fails: keep "second"
 
-    let seen: Vec<_> = server
-        .requests()
-        .into_iter()
-        .map(|r| r.authorization.unwrap())
-        .collect();
+    let seen = authorizations(&server);
     assert_eq!(
         seen,
         [
@@ -147,7 +138,7 @@ async fn the_token_file_is_reread_every_minute_and_a_failed_read_keeps_the_last_
 /// 429 with `Retry-After: 2`: the client waits 2 s (paused clock) and retries, then succeeds.
 #[tokio::test(start_paused = true)]
 async fn a_429_waits_for_retry_after_then_retries() {
-    let server = FakeServer::http(|_, index| {
+    let server = ScriptedServer::http(|_, index| {
         if index == 0 {
             let mut response = status(
                 429,
@@ -163,7 +154,7 @@ async fn a_429_waits_for_retry_after_then_retries() {
         }
     })
     .await;
-    let client = fake_api_server::plain_client(&server.url);
+    let client = test_support::plain_client(&server.url);
     let started = tokio::time::Instant::now();
     let list: Value = client.get("/api/v1/pods").await.unwrap();
     assert_eq!(list["kind"], "PodList");
@@ -174,7 +165,7 @@ async fn a_429_waits_for_retry_after_then_retries() {
 /// 503 with `details.retryAfterSeconds: 3` and no header: that wait is used.
 #[tokio::test(start_paused = true)]
 async fn a_503_uses_retry_after_seconds_from_the_status() {
-    let server = FakeServer::http(|_, index| {
+    let server = ScriptedServer::http(|_, index| {
         if index == 0 {
             ready(json(
                 503,
@@ -189,7 +180,7 @@ async fn a_503_uses_retry_after_seconds_from_the_status() {
         }
     })
     .await;
-    let client = fake_api_server::plain_client(&server.url);
+    let client = test_support::plain_client(&server.url);
     let started = tokio::time::Instant::now();
     let _: Value = client
         .create("/api/v1/namespaces/default/pods", &json!({}))
@@ -202,7 +193,7 @@ async fn a_503_uses_retry_after_seconds_from_the_status() {
 /// Throttling that never ends: at most 3 retries, each wait capped at 10 s, then the 429 error.
 #[tokio::test(start_paused = true)]
 async fn throttling_retries_are_bounded() {
-    let server = FakeServer::http(|_, _| {
+    let server = ScriptedServer::http(|_, _| {
         let mut response = status(429, "TooManyRequests", "slow down");
         response
             .headers_mut()
@@ -210,7 +201,7 @@ async fn throttling_retries_are_bounded() {
         ready(response)
     })
     .await;
-    let client = fake_api_server::plain_client(&server.url);
+    let client = test_support::plain_client(&server.url);
     let started = tokio::time::Instant::now();
     let error = client.get::<Value>("/api/v1/pods").await.unwrap_err();
     assert!(matches!(error, ClientError::Api { .. }), "{error:?}");
@@ -226,11 +217,11 @@ async fn throttling_retries_are_bounded() {
 /// A watch start that is throttled is retried the same way before the stream is handed over.
 #[tokio::test(start_paused = true)]
 async fn stream_retries_a_throttled_start() {
-    let server = FakeServer::http(|_, index| {
+    let server = ScriptedServer::http(|_, index| {
         if index == 0 {
             ready(status(503, "ServiceUnavailable", "try again"))
         } else {
-            ready(fake_api_server::raw(
+            ready(test_support::scripted_server::raw(
                 200,
                 "application/json",
                 "{\"type\":\"ADDED\"}\n",
@@ -238,9 +229,18 @@ async fn stream_retries_a_throttled_start() {
         }
     })
     .await;
-    let client = fake_api_server::plain_client(&server.url);
+    let client = test_support::plain_client(&server.url);
     let mut stream = client.stream("/api/v1/pods?watch=true").await.unwrap();
     let chunk = stream.next_chunk().await.unwrap().unwrap();
     assert_eq!(&chunk[..], b"{\"type\":\"ADDED\"}\n");
     assert_eq!(server.requests().len(), 2);
+}
+
+/// The Authorization header of every request the server saw, in order.
+fn authorizations(server: &ScriptedServer) -> Vec<String> {
+    server
+        .requests()
+        .into_iter()
+        .map(|r| r.authorization.expect("an Authorization header"))
+        .collect()
 }

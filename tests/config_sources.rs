@@ -5,18 +5,16 @@
 //! The environment is passed as a value (`Environment::from_pairs`), never set on the process:
 //! tests run in parallel threads of one process.
 
-mod fake_api_server;
-
 use std::path::Path;
 
 use base64::Engine as _;
 use clap::Parser;
-use fake_api_server::{json, ready, FakeServer, TestPki};
 use postgres_operator::client::{Client, ClientError};
 use postgres_operator::config::{
     Config, ConfigArgs, ConfigError, ConfigSource, Environment, TokenSource,
 };
 use serde_json::{json, Value};
+use test_support::scripted_server::{json, ready, ScriptedServer, TestPki};
 
 /// The connection flags as a binary's clap parser would read them.
 fn args(list: &[&str]) -> ConfigArgs {
@@ -41,10 +39,10 @@ fn write_kubeconfig(dir: &Path, cluster: &str, user: &str, namespace: &str) -> s
     path
 }
 
-/// On this machine `/usr/bin/kubectl` is gcloud's dispatcher, which first GETs `/version` from
-/// the kubeconfig's server (even for `config view`) to pick a kubectl. Tests call the bundled
-/// kubectl directly so the fake servers see only our client's requests.
-const BUNDLED_KUBECTL: &str = "/usr/lib/google-cloud-sdk/bin/kubectl.1.32";
+// On this machine `/usr/bin/kubectl` is gcloud's dispatcher, which first GETs `/version` from
+// the kubeconfig's server (even for `config view`) to pick a kubectl. Tests call the bundled
+// kubectl directly so the fake servers see only our client's requests.
+use test_support::BUNDLED_KUBECTL;
 
 /// An environment with only what kubectl needs plus the given variables.
 fn env_with(kubeconfig: &Path, home: &Path, extra: &[(&str, String)]) -> Environment {
@@ -71,8 +69,8 @@ fn service_account_dir(pki: &TestPki, namespace: &str) -> tempfile::TempDir {
     dir
 }
 
-async fn ok_server(pki: &TestPki, require_client_certificate: bool) -> FakeServer {
-    FakeServer::https(pki.server_config(require_client_certificate), |_, _| {
+async fn ok_server(pki: &TestPki, require_client_certificate: bool) -> ScriptedServer {
+    ScriptedServer::https(pki.server_config(require_client_certificate), |_, _| {
         ready(json(200, json!({"kind": "APIVersions"})))
     })
     .await

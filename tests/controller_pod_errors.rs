@@ -2,17 +2,16 @@
 //! the HTTP status survives — 403 (RBAC says no: retrying will not help) is told apart from 503
 //! (the apiserver is busy: the next tick may well work). Against a scripted server.
 
-mod fake_api_server;
-
 use std::error::Error as _;
 
-use fake_api_server::{plain_client, ready, status, FakeServer};
 use postgres_operator::client::ClientError;
 use postgres_operator::controller::pods::{label_selector, PodApi, PodApiError};
+use test_support::plain_client;
+use test_support::scripted_server::{ready, status, ScriptedServer};
 
 /// The answer a pod list gets: 403 for namespace `locked`, 503 (retry at once) for `busy`.
-async fn refusing_server() -> FakeServer {
-    FakeServer::http(|request, _| {
+async fn refusing_server() -> ScriptedServer {
+    ScriptedServer::http(|request, _| {
         if request.path.starts_with("/api/v1/namespaces/locked/") {
             ready(status(403, "Forbidden", "pods is forbidden: User \"system:serviceaccount:default:postgres-operator\" cannot list resource \"pods\""))
         } else {
@@ -66,7 +65,7 @@ async fn a_pod_list_error_keeps_the_http_status_403_apart_from_503() {
 /// A failed delete names the pod and keeps the status too; a 404 is success (already gone).
 #[tokio::test]
 async fn a_pod_delete_error_keeps_its_status_and_404_is_success() {
-    let server = FakeServer::http(|request, _| {
+    let server = ScriptedServer::http(|request, _| {
         if request.path.ends_with("/gone") {
             ready(status(404, "NotFound", "pods \"gone\" not found"))
         } else {

@@ -62,6 +62,24 @@ impl Stage03 {
             self.seen.join("\n")
         );
     }
+
+    /// Send SIGTERM and block until the process exits: its status and how long that took.
+    /// `when` names the moment in the failure message ("stage03 ignored SIGTERM{when}").
+    fn terminate(&mut self, when: &str) -> (std::process::ExitStatus, Duration) {
+        let asked = Instant::now();
+        let killed = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return (status, asked.elapsed());
+            }
+            assert!(asked.elapsed() < DEADLINE, "stage03 ignored SIGTERM{when}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
 }
 
 impl Drop for Stage03 {
@@ -122,19 +140,7 @@ async fn stage03_prints_the_workshop_lines_and_stops_on_sigterm() {
     let (status, took) = tokio::task::spawn_blocking(move || {
         stage.expect(&format!("{key} cluster is deleted by the user"));
         stage.expect(&format!("{key} cluster task ended"));
-        let asked = Instant::now();
-        let killed = Command::new("kill")
-            .args(["-TERM", &stage.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(killed.success());
-        loop {
-            if let Some(status) = stage.child.try_wait().unwrap() {
-                return (status, asked.elapsed());
-            }
-            assert!(asked.elapsed() < DEADLINE, "stage03 ignored SIGTERM");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        stage.terminate("")
     })
     .await
     .unwrap();
@@ -183,22 +189,7 @@ async fn stage03_stops_cleanly_during_start_up() {
     let (status, took) = tokio::task::spawn_blocking(move || {
         let mut stage = Stage03::start(&url, &[]);
         stage.expect("CustomResourceDefinition postgresclusters.workshop.example.com created");
-        let asked = Instant::now();
-        let killed = Command::new("kill")
-            .args(["-TERM", &stage.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(killed.success());
-        loop {
-            if let Some(status) = stage.child.try_wait().unwrap() {
-                return (status, asked.elapsed());
-            }
-            assert!(
-                asked.elapsed() < DEADLINE,
-                "stage03 ignored SIGTERM during start-up"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        stage.terminate(" during start-up")
     })
     .await
     .unwrap();

@@ -6,17 +6,16 @@
 //! a forbidden or impossible create and malformed answers; then each binary from stage 02 on,
 //! run as a learner runs it, reaches its first watch event on such a server.
 
-mod fake_api_server;
-
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fake_api_server::{
-    json, lines_then_quiet, plain_client, ready, status, FakeServer, Recorded, Reply,
-};
 use postgres_operator::crd::{self, CrdError, Difference, Registration};
 use serde_json::{json, Value};
+use test_support::plain_client;
+use test_support::scripted_server::{
+    json, lines_then_quiet, ready, status, Recorded, Reply, ScriptedServer,
+};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 const CRD_URL: &str =
@@ -79,7 +78,7 @@ fn newer_crd() -> Value {
     served(crd)
 }
 
-fn not_found() -> hyper::Response<fake_api_server::Body> {
+fn not_found() -> hyper::Response<test_support::scripted_server::Body> {
     status(
         404,
         "NotFound",
@@ -88,8 +87,8 @@ fn not_found() -> hyper::Response<fake_api_server::Body> {
 }
 
 /// A server whose CRD is `crd` and whose PUT of it answers `put_code`; everything else 404.
-async fn crd_server(crd: Value, put_code: u16) -> FakeServer {
-    FakeServer::http(
+async fn crd_server(crd: Value, put_code: u16) -> ScriptedServer {
+    ScriptedServer::http(
         move |request, _| match (request.method.as_str(), request.path.as_str()) {
             ("GET", CRD_URL) => ready(json(200, crd.clone())),
             ("PUT", _) => ready(status(put_code, "Refused", "this server takes no PUT")),
@@ -99,7 +98,7 @@ async fn crd_server(crd: Value, put_code: u16) -> FakeServer {
     .await
 }
 
-fn writes(server: &FakeServer) -> Vec<String> {
+fn writes(server: &ScriptedServer) -> Vec<String> {
     server
         .requests()
         .iter()
@@ -188,7 +187,7 @@ async fn a_newer_crd_is_never_replaced() {
 /// A server that answers the CRD's GET with 404 until `created` requests were made, and the
 /// POST with `post`.
 fn absent_then(
-    post: impl Fn() -> hyper::Response<fake_api_server::Body> + Send + Sync + 'static,
+    post: impl Fn() -> hyper::Response<test_support::scripted_server::Body> + Send + Sync + 'static,
 ) -> impl Fn(Recorded, usize) -> Reply + Send + Sync + 'static {
     let posted = Arc::new(std::sync::atomic::AtomicBool::new(false));
     move |request, _| match request.method.as_str() {
@@ -207,14 +206,14 @@ fn absent_then(
 /// another creator won: read it again and go on.
 #[tokio::test]
 async fn any_409_on_create_reads_the_winner() {
-    let answers: [fn() -> hyper::Response<fake_api_server::Body>; 2] = [
+    let answers: [fn() -> hyper::Response<test_support::scripted_server::Body>; 2] = [
         || {
             status(409, "AlreadyExists", "customresourcedefinitions.apiextensions.k8s.io \"postgresclusters.workshop.example.com\" already exists")
         },
-        || fake_api_server::raw(409, "text/plain", "conflict: try later"),
+        || test_support::scripted_server::raw(409, "text/plain", "conflict: try later"),
     ];
     for answer in answers {
-        let server = FakeServer::http(absent_then(answer)).await;
+        let server = ScriptedServer::http(absent_then(answer)).await;
         let client = plain_client(&server.url);
         assert_eq!(
             crd::check(&client, WAIT, |_| {}).await.unwrap(),
@@ -242,7 +241,7 @@ async fn any_409_on_create_reads_the_winner() {
 async fn an_absent_crd_that_cannot_be_created_is_a_clear_error() {
     for code in [403, 405, 501] {
         let server =
-            FakeServer::http(absent_then(move || status(code, "Refused", "not here"))).await;
+            ScriptedServer::http(absent_then(move || status(code, "Refused", "not here"))).await;
         let error = crd::check(&plain_client(&server.url), WAIT, |_| {})
             .await
             .unwrap_err();
@@ -297,14 +296,14 @@ async fn malformed_or_unserved_crds_are_clear_errors() {
 /// A server for the binaries: the foreign CRD (PUT → 404), a list of no PostgresClusters at
 /// resourceVersion 10, then a watch that sends one ADDED and stays open; an empty pod list and a
 /// quiet pod watch; 404 for anything else.
-async fn watch_server() -> FakeServer {
+async fn watch_server() -> ScriptedServer {
     let cluster = json!({
         "apiVersion": "workshop.example.com/v1", "kind": "PostgresCluster",
         "metadata": {"name": "example", "namespace": "default", "uid": "u-1", "resourceVersion": "11", "generation": 1},
         "spec": {"size": 3, "version": "16"},
     });
     let added = json!({"type": "ADDED", "object": cluster}).to_string();
-    FakeServer::http(move |request, _| {
+    ScriptedServer::http(move |request, _| {
         let path = request.path.as_str();
         let watching = path.contains("watch=true") || path.contains("watch=1");
         match request.method.as_str() {

@@ -3,11 +3,8 @@
 //! the objects already stored kept; a current CRD is left alone, with no write in the server's
 //! request log. And the server's `spec.version` pattern agrees with `PostgresVersion`.
 
-mod common;
-
 use std::time::Duration;
 
-use common::start_sandbox_with;
 use postgres_operator::api::{
     collection_path, crd_path, object_path, PostgresCluster, PostgresClusterSpec, PostgresVersion,
     CRD_NAME,
@@ -16,32 +13,22 @@ use postgres_operator::client::Client;
 use postgres_operator::crd::{self, Registration, CRDS_PATH};
 use sandbox::{Sandbox, SandboxOptions};
 use serde_json::{json, Value};
+use test_support::start_sandbox_with;
 
 async fn sandbox_and_client() -> (Sandbox, Client) {
     let sandbox = start_sandbox_with(SandboxOptions::default()).await;
-    let config = postgres_operator::config::Config::from_url(&sandbox.url()).expect("sandbox url");
-    let client = Client::new(config).expect("client");
+    let client = test_support::plain_client(&sandbox.url());
     (sandbox, client)
 }
 
 /// The CRD stage 01 registered before this schema: no status or scale subresource, no size
 /// maximum, no version rule, and only the 2017 columns.
 fn older_crd() -> Value {
-    let mut crd = crd::postgres_cluster_crd();
-    let version = &mut crd["spec"]["versions"][0];
-    version.as_object_mut().unwrap().remove("subresources");
-    version["additionalPrinterColumns"] = json!([
+    let mut crd = test_support::older_crd();
+    crd["spec"]["versions"][0]["additionalPrinterColumns"] = json!([
         { "name": "Size", "type": "integer", "jsonPath": ".spec.size" },
         { "name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp" },
     ]);
-    let schema = &mut version["schema"]["openAPIV3Schema"];
-    schema["properties"]
-        .as_object_mut()
-        .unwrap()
-        .remove("status");
-    let spec = &mut schema["properties"]["spec"]["properties"];
-    spec["size"].as_object_mut().unwrap().remove("maximum");
-    spec["version"].as_object_mut().unwrap().remove("pattern");
     crd
 }
 

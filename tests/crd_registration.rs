@@ -4,20 +4,19 @@
 //! (bounded) for Established, and reading discovery back. Against a scripted server, so each
 //! answer is exact; `tests/crd_ensure.rs` and `tests/stage01_register.rs` do it against the sandbox.
 
-mod fake_api_server;
-
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use fake_api_server::{json, plain_client, ready, status, FakeServer};
 use postgres_operator::crd::{self, CrdError, Registration, ENSURE_ATTEMPTS};
 use serde_json::json;
+use test_support::plain_client;
+use test_support::scripted_server::{json, ready, status, ScriptedServer};
 
 const CRD_URL: &str =
     "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/postgresclusters.workshop.example.com";
 const CRDS_URL: &str = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
 
-fn not_found() -> hyper::Response<fake_api_server::Body> {
+fn not_found() -> hyper::Response<test_support::scripted_server::Body> {
     status(
         404,
         "NotFound",
@@ -35,27 +34,11 @@ fn served(crd: serde_json::Value, resource_version: &str) -> serde_json::Value {
     crd
 }
 
-/// The CRD stage 01 registered before the status and scale subresources and the version rule.
-fn older_crd() -> serde_json::Value {
-    let mut crd = crd::postgres_cluster_crd();
-    let version = &mut crd["spec"]["versions"][0];
-    version.as_object_mut().unwrap().remove("subresources");
-    let schema = &mut version["schema"]["openAPIV3Schema"];
-    schema["properties"]
-        .as_object_mut()
-        .unwrap()
-        .remove("status");
-    let spec = &mut schema["properties"]["spec"]["properties"];
-    spec["size"].as_object_mut().unwrap().remove("maximum");
-    spec["version"].as_object_mut().unwrap().remove("pattern");
-    crd
-}
-
 /// No CRD yet: a GET (404), then the POST to the apiextensions collection with our object as the
 /// body; 201 → Created.
 #[tokio::test]
 async fn an_absent_crd_is_created() {
-    let server = FakeServer::http(|request, _| match request.method.as_str() {
+    let server = ScriptedServer::http(|request, _| match request.method.as_str() {
         "GET" => ready(not_found()),
         _ => {
             let body: serde_json::Value = serde_json::from_slice(&request.body).unwrap();
@@ -80,7 +63,8 @@ async fn an_absent_crd_is_created() {
 #[tokio::test]
 async fn an_up_to_date_crd_is_left_alone() {
     let server =
-        FakeServer::http(|_, _| ready(json(200, served(crd::postgres_cluster_crd(), "17")))).await;
+        ScriptedServer::http(|_, _| ready(json(200, served(crd::postgres_cluster_crd(), "17"))))
+            .await;
     let registration = crd::ensure(&plain_client(&server.url)).await.unwrap();
     assert_eq!(registration, Registration::UpToDate);
     assert_eq!(
@@ -96,8 +80,8 @@ async fn an_up_to_date_crd_is_left_alone() {
 /// read (so a write in between is refused, not overwritten) and what the server filled in.
 #[tokio::test]
 async fn an_outdated_crd_is_replaced_with_the_resource_version_read() {
-    let server = FakeServer::http(|request, _| match request.method.as_str() {
-        "GET" => ready(json(200, served(older_crd(), "17"))),
+    let server = ScriptedServer::http(|request, _| match request.method.as_str() {
+        "GET" => ready(json(200, served(test_support::older_crd(), "17"))),
         _ => {
             let mut body: serde_json::Value = serde_json::from_slice(&request.body).unwrap();
             body["metadata"]["resourceVersion"] = json!("18");
@@ -130,10 +114,10 @@ async fn an_outdated_crd_is_replaced_with_the_resource_version_read() {
 /// of the newer resourceVersion.
 #[tokio::test]
 async fn a_conflicting_update_reads_again_and_retries() {
-    let server = FakeServer::http(|request, index| match (request.method.as_str(), index) {
-        ("GET", 0) => ready(json(200, served(older_crd(), "17"))),
+    let server = ScriptedServer::http(|request, index| match (request.method.as_str(), index) {
+        ("GET", 0) => ready(json(200, served(test_support::older_crd(), "17"))),
         ("PUT", 1) => ready(status(409, "Conflict", "Operation cannot be fulfilled on customresourcedefinitions.apiextensions.k8s.io \"postgresclusters.workshop.example.com\": the object has been modified; please apply your changes to the latest version and try again")),
-        ("GET", _) => ready(json(200, served(older_crd(), "19"))),
+        ("GET", _) => ready(json(200, served(test_support::older_crd(), "19"))),
         _ => {
             let body: serde_json::Value = serde_json::from_slice(&request.body).unwrap();
             ready(json(200, body))
@@ -155,7 +139,7 @@ async fn a_conflicting_update_reads_again_and_retries() {
 /// CRD found is compared like any other.
 #[tokio::test]
 async fn losing_the_create_race_reads_the_winner() {
-    let server = FakeServer::http(|request, index| match (request.method.as_str(), index) {
+    let server = ScriptedServer::http(|request, index| match (request.method.as_str(), index) {
         ("GET", 0) => ready(not_found()),
         ("POST", _) => ready(status(409, "AlreadyExists", "customresourcedefinitions.apiextensions.k8s.io \"postgresclusters.workshop.example.com\" already exists")),
         _ => ready(json(200, served(crd::postgres_cluster_crd(), "3"))),
@@ -174,7 +158,7 @@ async fn losing_the_create_race_reads_the_winner() {
 /// last 409 as its cause.
 #[tokio::test]
 async fn endless_conflicts_end_in_an_error() {
-    let server = FakeServer::http(|request, _| match request.method.as_str() {
+    let server = ScriptedServer::http(|request, _| match request.method.as_str() {
         "POST" => ready(status(409, "Object Already Exists", "it is there")),
         _ => ready(not_found()),
     })
@@ -197,7 +181,7 @@ async fn endless_conflicts_end_in_an_error() {
 /// and kube/rbac.yaml.
 #[tokio::test]
 async fn forbidden_read_hints_at_the_missing_rbac_rule() {
-    let server = FakeServer::http(|_, _| {
+    let server = ScriptedServer::http(|_, _| {
         ready(status(403, "Forbidden", "customresourcedefinitions.apiextensions.k8s.io \"postgresclusters.workshop.example.com\" is forbidden: User \"system:serviceaccount:default:postgres-operator\" cannot get resource \"customresourcedefinitions\" in API group \"apiextensions.k8s.io\" at the cluster scope"))
     })
     .await;
@@ -215,7 +199,7 @@ async fn forbidden_read_hints_at_the_missing_rbac_rule() {
 /// 403 on the POST or the PUT: each hint names its own verb.
 #[tokio::test]
 async fn forbidden_writes_hint_at_create_and_update() {
-    let server = FakeServer::http(|request, _| match request.method.as_str() {
+    let server = ScriptedServer::http(|request, _| match request.method.as_str() {
         "GET" => ready(not_found()),
         _ => ready(status(403, "Forbidden", "cannot create")),
     })
@@ -227,8 +211,8 @@ async fn forbidden_writes_hint_at_create_and_update() {
         .unwrap()
         .contains("may not create customresourcedefinitions"));
 
-    let server = FakeServer::http(|request, _| match request.method.as_str() {
-        "GET" => ready(json(200, served(older_crd(), "5"))),
+    let server = ScriptedServer::http(|request, _| match request.method.as_str() {
+        "GET" => ready(json(200, served(test_support::older_crd(), "5"))),
         _ => ready(status(403, "Forbidden", "cannot update")),
     })
     .await;
@@ -244,7 +228,7 @@ async fn forbidden_writes_hint_at_create_and_update() {
 /// Other failures (a 500 on the GET) are errors without an RBAC hint, and nothing is written.
 #[tokio::test]
 async fn other_failures_are_errors() {
-    let server = FakeServer::http(|_, _| ready(status(500, "InternalError", "boom"))).await;
+    let server = ScriptedServer::http(|_, _| ready(status(500, "InternalError", "boom"))).await;
     let error = crd::ensure(&plain_client(&server.url)).await.unwrap_err();
     assert_eq!(error.client_error().unwrap().status_code(), Some(500));
     assert_eq!(error.hint(), None);
@@ -261,7 +245,7 @@ fn crd_with_conditions(conditions: serde_json::Value) -> serde_json::Value {
 /// as soon as it is True, polling every 200 ms.
 #[tokio::test(start_paused = true)]
 async fn wait_established_polls_until_the_condition_is_true() {
-    let server = FakeServer::http(|_, index| match index {
+    let server = ScriptedServer::http(|_, index| match index {
         0 => ready(status(404, "NotFound", "not yet")),
         1..=4 => ready(json(
             200,
@@ -296,7 +280,7 @@ async fn wait_established_polls_until_the_condition_is_true() {
 /// Never Established: a NotEstablished error after the timeout, naming the last conditions.
 #[tokio::test(start_paused = true)]
 async fn wait_established_is_bounded() {
-    let server = FakeServer::http(|_, _| {
+    let server = ScriptedServer::http(|_, _| {
         ready(json(
             200,
             crd_with_conditions(
@@ -328,7 +312,7 @@ async fn wait_established_is_bounded() {
 /// A name clash (NamesAccepted False) fails at once with the server's message.
 #[tokio::test]
 async fn names_not_accepted_fails_fast() {
-    let server = FakeServer::http(|_, _| {
+    let server = ScriptedServer::http(|_, _| {
         ready(json(200, crd_with_conditions(json!([
             {"type": "NamesAccepted", "status": "False", "reason": "ShortNamesConflict", "message": "\"pgc\" is already in use"}
         ]))))
@@ -347,7 +331,7 @@ async fn names_not_accepted_fails_fast() {
 /// 403 while waiting: WaitEstablished, with a hint about `get`.
 #[tokio::test]
 async fn forbidden_wait_hints_at_get() {
-    let server = FakeServer::http(|_, _| ready(status(403, "Forbidden", "cannot get"))).await;
+    let server = ScriptedServer::http(|_, _| ready(status(403, "Forbidden", "cannot get"))).await;
     let error = crd::wait_established(&plain_client(&server.url), Duration::from_secs(30))
         .await
         .unwrap_err();
@@ -363,7 +347,7 @@ async fn forbidden_wait_hints_at_get() {
 async fn served_resources_reads_the_group_version_discovery() {
     let seen = Arc::new(Mutex::new(String::new()));
     let path = seen.clone();
-    let server = FakeServer::http(move |request, _| {
+    let server = ScriptedServer::http(move |request, _| {
         *path.lock().unwrap() = request.path;
         ready(json(200, json!({
             "kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "workshop.example.com/v1",
@@ -393,7 +377,7 @@ async fn served_resources_reads_the_group_version_discovery() {
 /// bounded by the time left, not by the client's 30 s request timeout).
 #[tokio::test(start_paused = true)]
 async fn a_hanging_poll_does_not_stretch_the_wait() {
-    let server = FakeServer::http(|_, index| {
+    let server = ScriptedServer::http(|_, index| {
         if index == 0 {
             ready(json(
                 200,

@@ -4,28 +4,19 @@
 //! and bad specs (size 0 or 8, version "abc" or "9.6") are refused with the field named, and
 //! nothing is created.
 
-mod common;
-
-use std::time::Duration;
-
-use common::{start_sandbox_with, Kubectl, EXAMPLE_FIXTURE};
 use postgres_operator::api::{object_path, PostgresCluster};
 use postgres_operator::client::{Client, Patch};
-use postgres_operator::crd;
 use sandbox::{Sandbox, SandboxOptions};
 use serde_json::json;
+use test_support::{start_sandbox_with, Kubectl, EXAMPLE_FIXTURE};
 
 const NAME: &str = "example-postgresql-cluster";
 
 /// A sandbox with our CRD ensured and Established, a client and kubectl for it.
 async fn ready_sandbox() -> (Sandbox, Client, Kubectl) {
     let sandbox = start_sandbox_with(SandboxOptions::default()).await;
-    let config = postgres_operator::config::Config::from_url(&sandbox.url()).expect("sandbox url");
-    let client = Client::new(config).expect("client");
-    crd::ensure(&client).await.expect("CRD");
-    crd::wait_established(&client, Duration::from_secs(10))
-        .await
-        .expect("established");
+    let client = test_support::plain_client(&sandbox.url());
+    test_support::register_crd(&client).await;
     let kubectl = Kubectl::new(&sandbox.url());
     (sandbox, client, kubectl)
 }
@@ -57,33 +48,19 @@ async fn kubectl_get_prints_size_ready_primary_phase_version_last_backup_age() {
     kubectl.ok(&["create", "-f", EXAMPLE_FIXTURE]).await;
 
     let table = kubectl.ok(&["get", "pgc"]).await;
-    let mut lines = table.lines();
-    let header: Vec<&str> = lines
-        .next()
-        .unwrap_or_default()
-        .split_whitespace()
-        .collect();
+    let header = test_support::table_row(&table, 0);
     assert_eq!(
         header,
         // LAST BACKUP: stage 05's column, empty until a base backup completes.
-        ["NAME", "SIZE", "READY", "PRIMARY", "PHASE", "VERSION", "LAST", "BACKUP", "AGE"],
+        test_support::PGC_TABLE_HEADER,
         "{table}"
     );
-    let row: Vec<&str> = lines
-        .next()
-        .unwrap_or_default()
-        .split_whitespace()
-        .collect();
+    let row = test_support::table_row(&table, 1);
     assert_eq!(row[..3], [NAME, "3", "16"], "no status yet: {table}");
 
     write_status(&client).await;
     let table = kubectl.ok(&["get", "pgc"]).await;
-    let row: Vec<&str> = table
-        .lines()
-        .nth(1)
-        .unwrap_or_default()
-        .split_whitespace()
-        .collect();
+    let row = test_support::table_row(&table, 1);
     assert_eq!(
         row[..6],
         [

@@ -6,16 +6,14 @@
 //! for the process runtime (the test fails, saying what is missing, without them) and kubectl.
 //! Run: `cargo test -p postgres-operator --test exec_sandbox`.
 
-mod common;
-
 use std::time::Duration;
 
-use common::Kubectl;
 use postgres_operator::client::Client;
 use postgres_operator::config::Config;
 use postgres_operator::exec::{exec, ExecError};
 use sandbox::{ProcessRuntime, Runtime, Sandbox, SandboxOptions};
 use serde_json::{json, Value};
+use test_support::Kubectl;
 use tokio_util::sync::CancellationToken;
 
 /// A sandbox serving HTTPS with a token (files in `dir`), a client configured from those files
@@ -77,14 +75,7 @@ async fn running_trusting_postgres(client: &Client, name: &str) {
             .get(&format!("/api/v1/namespaces/default/pods/{name}"))
             .await
             .expect("pod readable");
-        let ready = pod["status"]["conditions"]
-            .as_array()
-            .is_some_and(|conditions| {
-                conditions
-                    .iter()
-                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
-            });
-        if ready {
+        if test_support::pod_is_ready(&pod) {
             return;
         }
         assert!(

@@ -9,17 +9,14 @@
 //! WORKSHOP.md, "Inside step 04: one operator at a time", and the README's deploy section. Needs
 //! PostgreSQL, bubblewrap and kubectl: without them the test fails and says what is missing.
 
-mod common;
-
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use sandbox::{RequestRecord, Runtime, Sandbox, SandboxOptions};
+use sandbox::{RequestRecord, SandboxOptions};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio_util::sync::CancellationToken;
 
 const NAMESPACE: &str = "postgres-operator";
 const DEPLOYMENT: &str = "postgres-operator";
@@ -108,16 +105,10 @@ async fn operator_pods(shell: &Shell) -> Vec<(String, bool, u64)> {
             "kubectl -n {NAMESPACE} get pods -l app.kubernetes.io/name=postgres-operator -o json"
         ))
         .await;
-    list["items"]
-        .as_array()
+    test_support::live_items(&list)
         .into_iter()
-        .flatten()
-        .filter(|pod| pod["metadata"]["deletionTimestamp"].is_null())
         .map(|pod| {
-            let ready = pod["status"]["conditions"].as_array().is_some_and(|c| {
-                c.iter()
-                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
-            });
+            let ready = test_support::pod_is_ready(pod);
             let restarts = pod["status"]["containerStatuses"][0]["restartCount"]
                 .as_u64()
                 .unwrap_or(0);
@@ -148,16 +139,10 @@ async fn members(shell: &Shell) -> Vec<(String, String, bool)> {
             "kubectl -n {NAMESPACE} get pods -l workshop.example.com/cluster={CLUSTER} -o json"
         ))
         .await;
-    list["items"]
-        .as_array()
+    test_support::live_items(&list)
         .into_iter()
-        .flatten()
-        .filter(|pod| pod["metadata"]["deletionTimestamp"].is_null())
         .map(|pod| {
-            let ready = pod["status"]["conditions"].as_array().is_some_and(|c| {
-                c.iter()
-                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
-            });
+            let ready = test_support::pod_is_ready(pod);
             (
                 pod["metadata"]["name"]
                     .as_str()
@@ -175,7 +160,7 @@ async fn members(shell: &Shell) -> Vec<(String, String, bool)> {
 
 /// Wait for three ready members, one primary, and the status agreeing; the primary's name.
 async fn wait_healthy(shell: &Shell) -> String {
-    common::eventually(DEADLINE, "three ready members, one primary", || async {
+    test_support::eventually(DEADLINE, "three ready members, one primary", || async {
         let pods = members(shell).await;
         let primaries: Vec<_> = pods.iter().filter(|p| p.1 == "primary").collect();
         let status = shell
@@ -205,7 +190,7 @@ async fn replace_a_replica(shell: &Shell) {
             "kubectl -n {NAMESPACE} delete pod {replica} --wait=false"
         ))
         .await;
-    common::eventually(DEADLINE, "the lost replica replaced", || async {
+    test_support::eventually(DEADLINE, "the lost replica replaced", || async {
         let pods = members(shell).await;
         (pods.len() == 3 && pods.iter().all(|p| p.2) && !pods.iter().any(|p| p.0 == replica))
             .then_some(())
@@ -304,13 +289,7 @@ async fn the_readme_deploys_the_operator_into_the_sandbox() {
         operator_binaries: Some(binaries),
         ..SandboxOptions::default()
     };
-    let sandbox = Sandbox::start_with_runtime(
-        options,
-        Runtime::Processes(common::process_runtime()),
-        CancellationToken::new(),
-    )
-    .await
-    .expect("sandbox starts");
+    let sandbox = test_support::start_process_sandbox(options).await;
     let shell = Shell::new(&sandbox.url());
 
     // The README, verbatim: apply, rollout status, the example, then `logs -f` in the background.
@@ -335,12 +314,13 @@ async fn the_readme_deploys_the_operator_into_the_sandbox() {
     let (mut logs_child, mut logs) = follow.expect("the README follows the operator's logs");
 
     // Two operator pods, Running and Ready; one of them holds the Lease.
-    let pods = common::eventually(DEADLINE, "two ready operator pods", || async {
+    let pods = test_support::eventually(DEADLINE, "two ready operator pods", || async {
         let pods = operator_pods(&shell).await;
         (pods.len() == 2 && pods.iter().all(|p| p.1)).then_some(pods)
     })
     .await;
-    let (_, leader) = common::eventually(DEADLINE, "a lease holder", || lease_holder(&shell)).await;
+    let (_, leader) =
+        test_support::eventually(DEADLINE, "a lease holder", || lease_holder(&shell)).await;
     assert!(
         pods.iter().any(|p| p.0 == leader),
         "the holder {leader} is one of {pods:?}"
@@ -382,15 +362,16 @@ async fn the_readme_deploys_the_operator_into_the_sandbox() {
             "kubectl -n {NAMESPACE} rollout status deploy/{DEPLOYMENT} --timeout=240s"
         ))
         .await;
-    let (new_holder, new_leader) = common::eventually(DEADLINE, "a new pod leading", || async {
-        let pods = operator_pods(&shell).await;
-        let holder = lease_holder(&shell).await?;
-        (pods.len() == 2
-            && pods.iter().all(|p| p.1 && p.0 != leader)
-            && pods.iter().any(|p| p.0 == holder.1))
-        .then_some(holder)
-    })
-    .await;
+    let (new_holder, new_leader) =
+        test_support::eventually(DEADLINE, "a new pod leading", || async {
+            let pods = operator_pods(&shell).await;
+            let holder = lease_holder(&shell).await?;
+            (pods.len() == 2
+                && pods.iter().all(|p| p.1 && p.0 != leader)
+                && pods.iter().any(|p| p.0 == holder.1))
+            .then_some(holder)
+        })
+        .await;
     replace_a_replica(&shell).await;
     println!("after the restart {new_leader} leads");
 
@@ -405,7 +386,7 @@ async fn the_readme_deploys_the_operator_into_the_sandbox() {
         .args(["-9", &pid.to_string()])
         .status()
         .expect("kill runs");
-    let (_, standby) = common::eventually(DEADLINE, "another candidate leading", || async {
+    let (_, standby) = test_support::eventually(DEADLINE, "another candidate leading", || async {
         let holder = lease_holder(&shell).await?;
         (holder.0 != new_holder).then_some(holder)
     })
@@ -413,7 +394,7 @@ async fn the_readme_deploys_the_operator_into_the_sandbox() {
     replace_a_replica(&shell).await;
     println!("after kill -9 of {new_holder}, {standby} leads");
     // The kubelet restarted the killed container, which now stands by.
-    common::eventually(DEADLINE, "the killed operator restarted", || async {
+    test_support::eventually(DEADLINE, "the killed operator restarted", || async {
         operator_pods(&shell)
             .await
             .iter()

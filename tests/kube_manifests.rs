@@ -3,27 +3,10 @@
 //! in the operator's namespace, a ClusterRole only for the cluster-scoped CRD. (Which verbs: the
 //! rules are checked against the operator's own requests in tests/kube_rbac.rs.)
 
-use std::path::Path;
-use std::process::Command;
-
 fn render() -> String {
-    let bundled = "/usr/lib/google-cloud-sdk/bin/kubectl.1.32";
-    let kubectl = if Path::new(bundled).exists() {
-        bundled
-    } else {
-        "kubectl"
-    };
-    let output = Command::new(kubectl)
-        .args(["kustomize", concat!(env!("CARGO_MANIFEST_DIR"), "/kube")])
-        .env("KUBECONFIG", "/dev/null")
-        .output()
-        .expect("kubectl runs");
-    assert!(
-        output.status.success(),
-        "kubectl kustomize: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout).unwrap()
+    let rendered =
+        test_support::kubectl_offline(&["kustomize", concat!(env!("CARGO_MANIFEST_DIR"), "/kube")]);
+    String::from_utf8(rendered).unwrap()
 }
 
 /// Rendering works offline and yields each kind once.

@@ -15,23 +15,17 @@
 //! authorizer matches them (group, resource[/subresource], verb, and resourceNames against the
 //! URL's name; a Role only in its namespace).
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::process::Command;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::Kubectl;
 use postgres_operator::client::{Client, USER_AGENT};
 use postgres_operator::config::Config;
 use postgres_operator::leader::LeaderElection;
-use postgres_operator::postgres::plan::Delays;
 use postgres_operator::postgres::{run_postgres_operator_when_leading, PostgresOptions};
-use postgres_operator::story::Reporter;
-use sandbox::{RequestRecord, Runtime, Sandbox, SandboxOptions};
+use sandbox::{RequestRecord, SandboxOptions};
 use serde_json::{json, Value};
+use test_support::Kubectl;
 use tokio_util::sync::CancellationToken;
 
 const CLUSTER: &str = "db";
@@ -47,34 +41,12 @@ const DEADLINE: Duration = Duration::from_secs(240);
 /// offline; `patch --local` with an empty patch turns each rendered YAML document into JSON
 /// without asking a server (no YAML crate needed, as in tests/crd_manifest.rs).
 fn applied_objects() -> Vec<Value> {
-    // /usr/bin/kubectl on this machine is a dispatcher that asks a server for /version first.
-    let bundled = "/usr/lib/google-cloud-sdk/bin/kubectl.1.32";
-    let kubectl = if Path::new(bundled).exists() {
-        bundled
-    } else {
-        "kubectl"
-    };
-    let cache = tempfile::tempdir().expect("cache dir");
-    let run = |args: &[&str]| {
-        let output = Command::new(kubectl)
-            .args(args)
-            .arg("--cache-dir")
-            .arg(cache.path())
-            .env("KUBECONFIG", "/dev/null")
-            .output()
-            .unwrap_or_else(|error| panic!("kubectl ({kubectl}) does not run: {error}"));
-        assert!(
-            output.status.success(),
-            "kubectl {args:?}: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        output.stdout
-    };
-    let rendered = run(&["kustomize", concat!(env!("CARGO_MANIFEST_DIR"), "/kube")]);
+    let rendered =
+        test_support::kubectl_offline(&["kustomize", concat!(env!("CARGO_MANIFEST_DIR"), "/kube")]);
     let file = tempfile::NamedTempFile::new().expect("temp file");
     std::fs::write(file.path(), rendered).expect("rendered manifests written");
     let path = file.path().to_string_lossy().to_string();
-    let json = run(&[
+    let json = test_support::kubectl_offline(&[
         "patch", "--local", "--type", "merge", "-p", "{}", "-o", "json", "-f", &path,
     ]);
     serde_json::Deserializer::from_slice(&json)
@@ -333,18 +305,12 @@ async fn get_json(kubectl: &Kubectl, args: &[&str]) -> Value {
 async fn members(kubectl: &Kubectl) -> Vec<(String, String, bool)> {
     let selector = format!("workshop.example.com/cluster={CLUSTER}");
     let list = get_json(kubectl, &["get", "pods", "-l", &selector]).await;
-    list["items"]
-        .as_array()
+    test_support::live_items(&list)
         .into_iter()
-        .flatten()
-        .filter(|pod| pod["metadata"]["deletionTimestamp"].is_null())
         // A backup pod carries the cluster's label too, but is no member.
         .filter(|pod| pod["metadata"]["labels"]["workshop.example.com/role"] != "backup")
         .map(|pod| {
-            let ready = pod["status"]["conditions"].as_array().is_some_and(|c| {
-                c.iter()
-                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
-            });
+            let ready = test_support::pod_is_ready(pod);
             (
                 text(&pod["metadata"]["name"]),
                 text(&pod["metadata"]["labels"]["workshop.example.com/role"]),
@@ -356,7 +322,7 @@ async fn members(kubectl: &Kubectl) -> Vec<(String, String, bool)> {
 
 /// Exactly `size` members, all ready, one primary, and the status agrees; the primary's name.
 async fn healthy(kubectl: &Kubectl, size: usize) -> String {
-    common::eventually(
+    test_support::eventually(
         DEADLINE,
         &format!("{size} ready members, one primary"),
         || async {
@@ -387,29 +353,16 @@ async fn crd_is_current(kubectl: &Kubectl) -> Option<()> {
 struct Operator {
     stop: CancellationToken,
     task: tokio::task::JoinHandle<()>,
-    said: Arc<Mutex<Vec<String>>>,
+    said: test_support::Story,
 }
 
 impl Operator {
     fn start(client: &Client) -> Operator {
         let options = PostgresOptions {
-            reconcile_interval: Duration::from_secs(1),
-            delays: Delays {
-                failover_after: Duration::from_secs(2),
-                member_lost_after: Duration::from_secs(30),
-            },
-            expectation_timeout: Duration::from_secs(10),
             backups: true,
+            ..test_support::quick_postgres_options()
         };
-        let (reporter, mut lines) = Reporter::channel();
-        let said = Arc::new(Mutex::new(Vec::new()));
-        let record = said.clone();
-        tokio::spawn(async move {
-            while let Some(line) = lines.recv().await {
-                println!("operator: {line}");
-                record.lock().expect("not poisoned").push(line.to_string());
-            }
-        });
+        let (reporter, said) = test_support::Story::record();
         let stop = CancellationToken::new();
         // With leader election, as stage05 runs by default: the Lease's get, create and update
         // are requests of the operator too.
@@ -431,8 +384,7 @@ impl Operator {
 
     /// `Some(())` once the operator has said a line containing `text`.
     async fn has_said(&self, text: &str) -> Option<()> {
-        let said = self.said.lock().expect("not poisoned");
-        said.iter().any(|line| line.contains(text)).then_some(())
+        self.said.said(text).then_some(())
     }
 
     async fn stop(self) {
@@ -450,13 +402,7 @@ async fn kube_rbac_grants_exactly_the_requests_stage05_makes() {
     let grants = grants(&objects, &who);
     assert!(!grants.is_empty(), "no rule is bound to the operator");
 
-    let sandbox = Sandbox::start_with_runtime(
-        SandboxOptions::default(),
-        Runtime::Processes(common::process_runtime()),
-        CancellationToken::new(),
-    )
-    .await
-    .expect("sandbox starts");
+    let sandbox = test_support::start_process_sandbox(SandboxOptions::default()).await;
     let kubectl = Kubectl::new(&sandbox.url()).with_flags(&["--namespace", &who.namespace]);
     // The operator's namespace, as the Deployment would run it.
     kubectl.ok(&["create", "namespace", &who.namespace]).await;
@@ -466,7 +412,7 @@ async fn kube_rbac_grants_exactly_the_requests_stage05_makes() {
 
     // A first run on a cluster without the CRD: the operator creates it.
     let operator = Operator::start(&client);
-    common::eventually(DEADLINE, "the operator to create the CRD", || {
+    test_support::eventually(DEADLINE, "the operator to create the CRD", || {
         crd_is_current(&kubectl)
     })
     .await;
@@ -487,7 +433,7 @@ async fn kube_rbac_grants_exactly_the_requests_stage05_makes() {
         .await;
     assert_eq!(crd_is_current(&kubectl).await, None, "the CRD is old now");
     let operator = Operator::start(&client);
-    common::eventually(
+    test_support::eventually(
         DEADLINE,
         "the operator to find the old CRD and go on",
         || operator.has_said("not as this build defines it"),
@@ -502,7 +448,7 @@ async fn kube_rbac_grants_exactly_the_requests_stage05_makes() {
     kubectl
         .ok(&["apply", "-f", &crd_yaml.to_string_lossy()])
         .await;
-    common::eventually(DEADLINE, "kubectl apply to update the old CRD", || {
+    test_support::eventually(DEADLINE, "kubectl apply to update the old CRD", || {
         crd_is_current(&kubectl)
     })
     .await;
@@ -518,7 +464,7 @@ async fn kube_rbac_grants_exactly_the_requests_stage05_makes() {
     let cluster_file = tempfile::NamedTempFile::new().expect("temp file");
     std::fs::write(cluster_file.path(), manifest.to_string()).expect("manifest written");
     let cluster_path = cluster_file.path().to_string_lossy().to_string();
-    common::eventually(DEADLINE, "kubectl to create the cluster", || async {
+    test_support::eventually(DEADLINE, "kubectl to create the cluster", || async {
         kubectl
             .run(&["create", "-f", &cluster_path])
             .await
@@ -529,7 +475,7 @@ async fn kube_rbac_grants_exactly_the_requests_stage05_makes() {
     let primary = healthy(&kubectl, 2).await;
 
     // The first base backup: a backup pod created, its result read, the pod deleted.
-    common::eventually(DEADLINE, "status.lastBackup", || async {
+    test_support::eventually(DEADLINE, "status.lastBackup", || async {
         let status = get_json(&kubectl, &["get", "pgc", CLUSTER]).await["status"].clone();
         status["lastBackup"]["name"].as_str().map(str::to_string)
     })
@@ -540,7 +486,7 @@ async fn kube_rbac_grants_exactly_the_requests_stage05_makes() {
     kubectl
         .ok(&["delete", "pod", &primary, "--wait=false"])
         .await;
-    let new_primary = common::eventually(DEADLINE, "a new ready primary", || async {
+    let new_primary = test_support::eventually(DEADLINE, "a new ready primary", || async {
         members(&kubectl)
             .await
             .into_iter()

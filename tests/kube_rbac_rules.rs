@@ -20,19 +20,16 @@
 //! `cargo test -p postgres-operator --test kube_rbac_rules -- --nocapture` prints the table of
 //! rule → the 403 line the operator printed, and the total time (about 20 s).
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::Kubectl;
-use sandbox::{Runtime, Sandbox, SandboxOptions};
+use sandbox::SandboxOptions;
 use serde_json::{json, Value};
+use test_support::Kubectl;
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::sync::Semaphore;
-use tokio_util::sync::CancellationToken;
 
 const CLUSTER: &str = "db";
 /// Generous: up to three cases run real Postgres on two cores at once.
@@ -463,18 +460,12 @@ async fn get_json(kubectl: &Kubectl, args: &[&str]) -> Value {
 async fn members(kubectl: &Kubectl) -> Vec<Member> {
     let selector = format!("workshop.example.com/cluster={CLUSTER}");
     let list = get_json(kubectl, &["get", "pods", "-l", &selector]).await;
-    list["items"]
-        .as_array()
+    test_support::live_items(&list)
         .into_iter()
-        .flatten()
-        .filter(|pod| pod["metadata"]["deletionTimestamp"].is_null())
         .map(|pod| Member {
             name: text(&pod["metadata"]["name"]).to_string(),
             role: text(&pod["metadata"]["labels"]["workshop.example.com/role"]).to_string(),
-            ready: pod["status"]["conditions"].as_array().is_some_and(|c| {
-                c.iter()
-                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
-            }),
+            ready: test_support::pod_is_ready(pod),
         })
         .collect()
 }
@@ -540,7 +531,7 @@ async fn run_case(
         .await;
     let token_file = dir.path().join("token");
     std::fs::write(&token_file, token.trim()).expect("token written");
-    let ca = common::eventually(DEADLINE, "the kube-root-ca.crt ConfigMap", || async {
+    let ca = test_support::eventually(DEADLINE, "the kube-root-ca.crt ConfigMap", || async {
         let out = kubectl
             .run(&[
                 "get",
@@ -667,13 +658,7 @@ async fn run_case(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_rule_in_kube_rbac_is_needed() {
     let started = Instant::now();
-    let sandbox = Sandbox::start_with_runtime(
-        SandboxOptions::default(),
-        Runtime::Processes(common::process_runtime()),
-        CancellationToken::new(),
-    )
-    .await
-    .expect("sandbox starts");
+    let sandbox = test_support::start_process_sandbox(SandboxOptions::default()).await;
     let server = sandbox.url();
     let admin = Kubectl::new(&server);
     let manifests = Arc::new(read_manifests(&admin).await);

@@ -7,13 +7,10 @@
 //! The stage-04 binary doing the same, in processes (SIGTERM, kill -9, real Postgres):
 //! tests/leader_stage04.rs.
 
-mod common;
-
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use postgres_operator::client::Client;
-use postgres_operator::config::Config;
 use postgres_operator::leader::{lease_path, run_when_leading, LeaderElection, LeaderError, Lease};
 use postgres_operator::story::{
     leading_line, lost_line, released_line, waiting_line, Reporter, Takeover,
@@ -30,7 +27,7 @@ const DEADLINE: Duration = Duration::from_secs(30);
 type Timeline = Arc<Mutex<Vec<String>>>;
 
 fn client(sandbox: &Sandbox) -> Client {
-    Client::new(Config::from_url(&sandbox.url()).expect("sandbox URL")).expect("client")
+    test_support::plain_client(&sandbox.url())
 }
 
 fn election(identity: &str) -> LeaderElection {
@@ -93,7 +90,7 @@ impl Candidate {
     }
 
     async fn said(&self, line: &str) {
-        common::eventually(DEADLINE, &format!("{}: {line}", self.identity), || async {
+        test_support::eventually(DEADLINE, &format!("{}: {line}", self.identity), || async {
             self.lines().iter().any(|l| l == line).then_some(())
         })
         .await;
@@ -118,13 +115,13 @@ async fn lease(client: &Client) -> Lease {
 /// waits; when the leader is stopped it releases, and only then does the standby act.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_leads_the_other_waits_and_a_release_hands_over() {
-    let sandbox = common::start_sandbox_with(SandboxOptions::default()).await;
+    let sandbox = test_support::start_sandbox_with(SandboxOptions::default()).await;
     let timeline = Timeline::default();
     let a = Candidate::start(&sandbox, "a_1", &timeline);
     let b = Candidate::start(&sandbox, "b_2", &timeline);
     let api = client(&sandbox);
 
-    let first = common::eventually(DEADLINE, "a leader", || async {
+    let first = test_support::eventually(DEADLINE, "a leader", || async {
         timeline.lock().unwrap().first().cloned()
     })
     .await;
@@ -148,7 +145,7 @@ async fn one_leads_the_other_waits_and_a_release_hands_over() {
     assert_eq!(first.spec.holder(), Some(leader.identity.as_str()));
     let mut seen = first.spec.renew_time.clone();
     for _ in 0..2 {
-        seen = common::eventually(DEADLINE, "a renewal", || async {
+        seen = test_support::eventually(DEADLINE, "a renewal", || async {
             let now = lease(&api).await;
             assert_eq!(now.spec.holder(), Some(leader.identity.as_str()));
             (now.spec.renew_time != seen).then_some(now.spec.renew_time)
@@ -166,7 +163,7 @@ async fn one_leads_the_other_waits_and_a_release_hands_over() {
     let leader_lines = leader.lines.clone();
     assert!(leader.ended().await.expect("a clean stop").is_some());
     // The story lines reach the test through a channel: poll, the task may have ended first.
-    common::eventually(DEADLINE, "the released line", || async {
+    test_support::eventually(DEADLINE, "the released line", || async {
         let said = leader_lines
             .lock()
             .unwrap()
@@ -199,7 +196,7 @@ async fn one_leads_the_other_waits_and_a_release_hands_over() {
 /// only once its lease expired: the standby says so, and the holder's name stayed until then.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_vanished_leader_is_replaced_after_its_lease_expired() {
-    let sandbox = common::start_sandbox_with(SandboxOptions::default()).await;
+    let sandbox = test_support::start_sandbox_with(SandboxOptions::default()).await;
     let timeline = Timeline::default();
     let a = Candidate::start(&sandbox, "a_1", &timeline);
     a.said(&leading_line("a_1", LEASE_KEY, &Takeover::Created))
@@ -227,7 +224,7 @@ async fn a_vanished_leader_is_replaced_after_its_lease_expired() {
 /// passes: its work's token is cancelled and it ends with `Lost`, saying so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_that_cannot_renew_stops_acting() {
-    let sandbox = common::start_sandbox_with(SandboxOptions::default()).await;
+    let sandbox = test_support::start_sandbox_with(SandboxOptions::default()).await;
     let timeline = Timeline::default();
     let a = Candidate::start(&sandbox, "a_1", &timeline);
     a.said(&leading_line("a_1", LEASE_KEY, &Takeover::Created))
@@ -251,7 +248,7 @@ async fn a_leader_that_cannot_renew_stops_acting() {
     }
     let token = acting.lock().unwrap().clone().expect("the work ran");
     assert!(token.is_cancelled(), "the work was told to stop");
-    common::eventually(DEADLINE, "the lost line", || async {
+    test_support::eventually(DEADLINE, "the lost line", || async {
         let said = lines
             .lock()
             .unwrap()
@@ -265,7 +262,7 @@ async fn a_leader_that_cannot_renew_stops_acting() {
 /// then a read that names them), long before the renew deadline.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_whose_lease_is_taken_stops_at_once() {
-    let sandbox = common::start_sandbox_with(SandboxOptions::default()).await;
+    let sandbox = test_support::start_sandbox_with(SandboxOptions::default()).await;
     let timeline = Timeline::default();
     let a = Candidate::start(&sandbox, "a_1", &timeline);
     a.said(&leading_line("a_1", LEASE_KEY, &Takeover::Created))
@@ -287,7 +284,7 @@ async fn a_leader_whose_lease_is_taken_stops_at_once() {
 /// its work never starts; a 403 on the Lease (RBAC) ends it with the verb's hint.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_candidate_only_reads_the_lease_until_it_leads() {
-    let sandbox = common::start_sandbox_with(SandboxOptions::default()).await;
+    let sandbox = test_support::start_sandbox_with(SandboxOptions::default()).await;
     let api = client(&sandbox);
     let mut held = postgres_operator::leader::taken(
         None,
@@ -308,7 +305,7 @@ async fn a_candidate_only_reads_the_lease_until_it_leads() {
     let b = Candidate::start(&sandbox, "b_2", &timeline);
     b.said(&waiting_line(LEASE_KEY, "elsewhere_7")).await;
     // Several rounds of reading.
-    common::eventually(DEADLINE, "three reads of the Lease", || async {
+    test_support::eventually(DEADLINE, "three reads of the Lease", || async {
         (sandbox.requests().len() >= before + 3).then_some(())
     })
     .await;

@@ -12,21 +12,18 @@
 //! The real-cluster test needs PostgreSQL, bubblewrap and kubectl: without them it fails and
 //! says what is missing.
 
-mod common;
-
 use std::net::SocketAddr;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::Kubectl;
 use hyper::body::Incoming;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use postgres_operator::client::{Client, USER_AGENT};
-use postgres_operator::config::Config;
 use postgres_operator::leader::{lease_path, Lease};
-use sandbox::{RequestRecord, Runtime, Sandbox, SandboxOptions};
+use sandbox::{RequestRecord, Sandbox, SandboxOptions};
+use test_support::Kubectl;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
@@ -89,7 +86,7 @@ impl Operator {
     /// Wait until a line starting with `prefix` and containing `rest` is printed.
     async fn said(&self, prefix: &str, rest: &str) -> String {
         let what = format!("{}: {prefix}...{rest}", self.name);
-        common::eventually(DEADLINE, &what, || async {
+        test_support::eventually(DEADLINE, &what, || async {
             self.lines()
                 .into_iter()
                 .find(|line| line.starts_with(prefix) && line.contains(rest))
@@ -123,7 +120,7 @@ impl Operator {
 }
 
 fn client(sandbox: &Sandbox) -> Client {
-    Client::new(Config::from_url(&sandbox.url()).expect("sandbox URL")).expect("client")
+    test_support::plain_client(&sandbox.url())
 }
 
 async fn lease(client: &Client) -> Lease {
@@ -145,7 +142,7 @@ fn pod_of(holder: Option<&str>) -> Option<&str> {
 /// judges it expired. A Lease overwritten with another name: the leader exits 1 at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stage04_hands_over_on_sigterm_waits_out_kill_9_and_exits_when_taken() {
-    let sandbox = common::start_sandbox_with(SandboxOptions::default()).await;
+    let sandbox = test_support::start_sandbox_with(SandboxOptions::default()).await;
     let url = sandbox.url();
     let api = client(&sandbox);
 
@@ -307,13 +304,7 @@ fn acts(record: &RequestRecord) -> bool {
 /// take-over, then B's actions; before it led, B only read the Lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn never_two_leaders_act_on_a_real_cluster() {
-    let sandbox = Sandbox::start_with_runtime(
-        SandboxOptions::default(),
-        Runtime::Processes(common::process_runtime()),
-        CancellationToken::new(),
-    )
-    .await
-    .expect("sandbox starts");
+    let sandbox = test_support::start_process_sandbox(SandboxOptions::default()).await;
     let stop_proxies = CancellationToken::new();
     let via_a = tagging_proxy(sandbox.addr(), "operator-a", stop_proxies.clone()).await;
     let via_b = tagging_proxy(sandbox.addr(), "operator-b", stop_proxies.clone()).await;
@@ -337,7 +328,7 @@ async fn never_two_leaders_act_on_a_real_cluster() {
     let file = tempfile::NamedTempFile::new().expect("temp file");
     std::fs::write(file.path(), manifest.to_string()).expect("manifest written");
     let path = file.path().to_string_lossy().to_string();
-    common::eventually(DEADLINE, "kubectl to create the cluster", || async {
+    test_support::eventually(DEADLINE, "kubectl to create the cluster", || async {
         kubectl
             .run(&["create", "-f", &path])
             .await
@@ -355,7 +346,7 @@ async fn never_two_leaders_act_on_a_real_cluster() {
         .await;
 
     // The standby finishes the job: two ready members.
-    common::eventually(DEADLINE, "the cluster ready with 2 members", || async {
+    test_support::eventually(DEADLINE, "the cluster ready with 2 members", || async {
         let out = kubectl
             .run(&[
                 "get",

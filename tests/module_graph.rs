@@ -12,7 +12,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-type Graph = BTreeMap<String, BTreeSet<String>>;
+use test_support::graph::{find_cycle, Graph};
 
 /// Module path (`watch::frame`, `runtime::pod`; `""` for the crate root) → source text.
 fn modules(root: &Path) -> BTreeMap<String, String> {
@@ -179,38 +179,6 @@ fn graph(root: &Path) -> Graph {
         graph.insert(module.clone(), uses);
     }
     graph
-}
-
-/// One cycle, if there is any: the modules in order, the first repeated at the end.
-fn find_cycle(graph: &Graph) -> Option<Vec<String>> {
-    fn visit(
-        node: &str,
-        graph: &Graph,
-        path: &mut Vec<String>,
-        done: &mut BTreeSet<String>,
-    ) -> Option<Vec<String>> {
-        if let Some(at) = path.iter().position(|seen| seen == node) {
-            let mut cycle = path[at..].to_vec();
-            cycle.push(node.to_string());
-            return Some(cycle);
-        }
-        if done.contains(node) {
-            return None;
-        }
-        path.push(node.to_string());
-        for next in graph.get(node).into_iter().flatten() {
-            if let Some(cycle) = visit(next, graph, path, done) {
-                return Some(cycle);
-            }
-        }
-        path.pop();
-        done.insert(node.to_string());
-        None
-    }
-    let mut done = BTreeSet::new();
-    graph
-        .keys()
-        .find_map(|node| visit(node, graph, &mut Vec::new(), &mut done))
 }
 
 fn assert_acyclic(root: &str) {

@@ -10,22 +10,19 @@
 //! Run: `cargo test -p postgres-operator --test postgres_manifests -- --nocapture` (the timings
 //! are printed, not asserted).
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::Kubectl;
 use postgres_operator::api::{collection_path, PostgresCluster, PostgresClusterSpec};
 use postgres_operator::client::{Client, Patch};
-use postgres_operator::config::Config;
 use postgres_operator::postgres::manifests::{
     credentials_secret, init_scripts, pod, primary_service, primary_service_name, psql_argv,
     replicas_service, replicas_service_name, role_patch, Credentials, ReplicaLsns, Role,
     CURRENT_WAL_LSN_SQL, IS_IN_RECOVERY_SQL, POSTGRES_CONTAINER, PROMOTE_SQL, REPLICA_LSNS_SQL,
     ROLE_LABEL,
 };
-use sandbox::{Runtime, Sandbox, SandboxOptions};
+use sandbox::{Sandbox, SandboxOptions};
 use serde_json::Value;
+use test_support::Kubectl;
 
 const NAMESPACE: &str = "default";
 const CLUSTER: &str = "pg";
@@ -50,21 +47,9 @@ struct Cluster {
 
 impl Cluster {
     async fn start() -> Cluster {
-        let sandbox = Sandbox::start_with_runtime(
-            SandboxOptions::default(),
-            Runtime::Processes(common::process_runtime()),
-            tokio_util::sync::CancellationToken::new(),
-        )
-        .await
-        .expect("sandbox starts");
-        let client =
-            Client::new(Config::from_url(&sandbox.url()).expect("sandbox URL")).expect("client");
-        postgres_operator::crd::ensure(&client)
-            .await
-            .expect("CRD registered");
-        postgres_operator::crd::wait_established(&client, Duration::from_secs(10))
-            .await
-            .expect("CRD established");
+        let sandbox = test_support::start_process_sandbox(SandboxOptions::default()).await;
+        let client = test_support::plain_client(&sandbox.url());
+        test_support::register_crd(&client).await;
         let kubectl = Kubectl::new(&sandbox.url());
         Cluster {
             sandbox,
@@ -104,13 +89,9 @@ impl Cluster {
     }
 
     async fn wait_ready(&self, name: &str) -> Value {
-        common::eventually(START_DEADLINE, &format!("pod {name} Ready"), || async {
+        test_support::eventually(START_DEADLINE, &format!("pod {name} Ready"), || async {
             let pod = self.get("pods", name).await?;
-            let ready = pod["status"]["conditions"]
-                .as_array()?
-                .iter()
-                .any(|c| c["type"] == "Ready" && c["status"] == "True");
-            ready.then_some(pod)
+            test_support::pod_is_ready(&pod).then_some(pod)
         })
         .await
     }
@@ -158,7 +139,10 @@ impl Cluster {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_manifests_make_a_replicated_cluster_that_survives_a_failover() {
     let cluster = Cluster::start().await;
-    let runtime_major = common::process_runtime().tools.postgres_major().to_string();
+    let runtime_major = test_support::process_runtime()
+        .tools
+        .postgres_major()
+        .to_string();
     let owner: PostgresCluster = cluster
         .client
         .create(
@@ -206,7 +190,7 @@ async fn the_manifests_make_a_replicated_cluster_that_survives_a_failover() {
         "t",
         "the init script made the replication role"
     );
-    common::eventually(
+    test_support::eventually(
         Duration::from_secs(30),
         "the primary in the primary Service's endpoints",
         || async {
@@ -290,7 +274,7 @@ async fn the_manifests_make_a_replicated_cluster_that_survives_a_failover() {
     // The primary streams to both, each under its pod's name (application_name from -d).
     let mut expected_streams = replicas.to_vec();
     expected_streams.sort();
-    common::eventually(
+    test_support::eventually(
         Duration::from_secs(30),
         "two streaming replicas",
         || async {
@@ -308,7 +292,7 @@ async fn the_manifests_make_a_replicated_cluster_that_survives_a_failover() {
     .await;
     let mut replica_ips = vec![first.1.clone(), second.1.clone()];
     replica_ips.sort();
-    common::eventually(
+    test_support::eventually(
         Duration::from_secs(30),
         "both replicas in the replicas Service's endpoints",
         || async {
@@ -329,7 +313,7 @@ async fn the_manifests_make_a_replicated_cluster_that_survives_a_failover() {
     let written_at =
         postgres_operator::postgres::manifests::parse_lsn(&written_at).expect("an LSN");
     for replica in &replicas {
-        common::eventually(
+        test_support::eventually(
             Duration::from_secs(30),
             &format!("the row on {replica}"),
             || async {
@@ -356,7 +340,7 @@ async fn the_manifests_make_a_replicated_cluster_that_survives_a_failover() {
         .delete(&format!("/api/v1/namespaces/{NAMESPACE}/pods/{primary}"))
         .await
         .expect("primary deleted");
-    common::eventually(Duration::from_secs(90), "the old primary gone", || async {
+    test_support::eventually(Duration::from_secs(90), "the old primary gone", || async {
         cluster.get("pods", &primary).await.is_none().then_some(())
     })
     .await;
@@ -391,7 +375,7 @@ async fn the_manifests_make_a_replicated_cluster_that_survives_a_failover() {
         .as_str()
         .expect("a pod IP")
         .to_string();
-    common::eventually(
+    test_support::eventually(
         Duration::from_secs(30),
         "the promoted pod behind the primary Service",
         || async {
@@ -416,7 +400,7 @@ async fn the_manifests_make_a_replicated_cluster_that_survives_a_failover() {
         .psql_ok(&promoted, "INSERT INTO notes VALUES ('after the failover')")
         .await;
     let followed = Instant::now();
-    common::eventually(
+    test_support::eventually(
         Duration::from_secs(90),
         &format!("the post-failover row on {follower}"),
         || async {
@@ -461,7 +445,7 @@ async fn the_manifests_make_a_replicated_cluster_that_survives_a_failover() {
         .delete(&postgres_operator::api::object_path(NAMESPACE, CLUSTER))
         .await
         .expect("cluster deleted");
-    common::eventually(
+    test_support::eventually(
         Duration::from_secs(90),
         "every owned object collected",
         || async {

@@ -9,15 +9,13 @@
 //! is what `SandboxOptions::operator_binaries` points at. Needs PostgreSQL, bubblewrap and
 //! kubectl (`.ci/install-test-deps`). Run: `cargo test --test sandbox_operator_image`.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::{eventually, process_runtime, Kubectl, EXAMPLE_FIXTURE};
-use sandbox::{Runtime, Sandbox, SandboxOptions};
+use sandbox::{Sandbox, SandboxOptions};
 use serde_json::Value;
+use test_support::{eventually, Kubectl, EXAMPLE_FIXTURE};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 const WITHIN: Duration = Duration::from_secs(90);
@@ -31,37 +29,19 @@ fn stage_binaries() -> PathBuf {
 }
 
 async fn start(operator_binaries: Option<PathBuf>) -> (Sandbox, Kubectl) {
-    let sandbox = Sandbox::start_with_runtime(
-        SandboxOptions {
-            operator_binaries,
-            ..SandboxOptions::default()
-        },
-        Runtime::Processes(process_runtime()),
-        tokio_util::sync::CancellationToken::new(),
-    )
-    .await
-    .expect("sandbox starts");
+    let sandbox = test_support::start_process_sandbox(SandboxOptions {
+        operator_binaries,
+        ..SandboxOptions::default()
+    })
+    .await;
     let kubectl = Kubectl::new(&sandbox.url());
     (sandbox, kubectl)
 }
 
-/// `kubectl create -f` of a manifest given as text.
-async fn create(kubectl: &Kubectl, manifest: &str) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let file = dir.path().join("manifest.yaml");
-    std::fs::write(&file, manifest).expect("write manifest");
-    kubectl
-        .ok(&["create", "-f", file.to_str().expect("utf-8 path")])
-        .await;
-}
-
 async fn pod_json(kubectl: &Kubectl, namespace: &str, name: &str) -> Option<Value> {
-    let out = kubectl
-        .run(&["-n", namespace, "get", "pod", name, "-o", "json"])
-        .await;
-    out.success
-        .then(|| serde_json::from_str(&out.stdout).ok())
-        .flatten()
+    kubectl
+        .get_json(&["-n", namespace, "get", "pod", name, "-o", "json"])
+        .await
 }
 
 /// `kubectl logs` once it contains `needle` (extra flags such as `--previous` before the name).
@@ -80,21 +60,13 @@ async fn logs_containing(kubectl: &Kubectl, args: &[&str], needle: &str) -> Stri
 /// PIDs of processes whose argv[0] is `program` and whose command line contains `needle`,
 /// from the process table (the jailed process as the host sees it; bwrap's own argv[0] differs).
 fn processes(program: &str, needle: &str) -> Vec<u32> {
-    std::fs::read_dir("/proc")
+    test_support::processes()
         .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|entry| {
-            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
-            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
-            let argv: Vec<String> = cmdline
-                .split(|b| *b == 0)
-                .map(|a| String::from_utf8_lossy(a).into_owned())
-                .collect();
-            (argv.first().map(String::as_str) == Some(program)
-                && argv.iter().any(|a| a.contains(needle)))
-            .then_some(pid)
+        .filter(|process| {
+            process.argv.first().map(String::as_str) == Some(program)
+                && process.argv.iter().any(|a| a.contains(needle))
         })
+        .map(|process| process.pid)
         .collect()
 }
 
@@ -131,7 +103,7 @@ spec:
 async fn the_operator_image_runs_a_stage_binary_restarts_after_kill_9_and_stops_on_sigterm() {
     let (sandbox, kubectl) = start(Some(stage_binaries())).await;
     kubectl.ok(&["create", "namespace", "x"]).await;
-    create(&kubectl, STAGE02_POD).await;
+    kubectl.ok_manifest("create", STAGE02_POD).await;
     let logs = logs_containing(&kubectl, &["-n", "x", "operator"], "Controller initialised").await;
     assert!(
         logs.starts_with("CustomResourceDefinition postgresclusters.workshop.example.com created\nFinding existing clusters...\n"),
@@ -232,9 +204,10 @@ async fn the_operator_image_runs_a_stage_binary_restarts_after_kill_9_and_stops_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_pod_is_told_where_the_api_server_is() {
     let (sandbox, kubectl) = start(None).await;
-    create(
-        &kubectl,
-        r#"apiVersion: v1
+    kubectl
+        .ok_manifest(
+            "create",
+            r#"apiVersion: v1
 kind: Pod
 metadata: {name: whereami, namespace: default}
 spec:
@@ -244,8 +217,8 @@ spec:
     image: busybox:1.36
     command: [sh, -c, 'echo $KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT $HOSTNAME']
 "#,
-    )
-    .await;
+        )
+        .await;
     let addr = sandbox.addr();
     let expected = format!("{}:{} whereami\n", addr.ip(), addr.port());
     let logs = logs_containing(&kubectl, &["whereami"], "whereami").await;
@@ -303,17 +276,18 @@ spec:
 async fn without_stage_binaries_the_operator_image_fails_to_pull_and_says_how_to_build_them() {
     let empty = tempfile::tempdir().expect("tempdir");
     let (_sandbox, kubectl) = start(Some(empty.path().to_path_buf())).await;
-    create(
-        &kubectl,
-        r#"apiVersion: v1
+    kubectl
+        .ok_manifest(
+            "create",
+            r#"apiVersion: v1
 kind: Pod
 metadata: {name: operator, namespace: default}
 spec:
   containers:
   - {name: operator, image: "postgres-operator:latest"}
 "#,
-    )
-    .await;
+        )
+        .await;
     eventually(WITHIN, "the pod in ImagePullBackOff", || async {
         let pod = pod_json(&kubectl, "default", "operator").await?;
         (pod["status"]["containerStatuses"][0]["state"]["waiting"]["reason"] == "ImagePullBackOff")

@@ -4,14 +4,12 @@
 //! run against an older CRD updates it. Real kubectl then sees what stage 01 registered. Failures
 //! exit non-zero with the Status and a hint.
 
-mod common;
-
 use std::process::Output;
 use std::time::Duration;
 
-use common::{start_sandbox_with, Kubectl};
 use postgres_operator::api::CRD_NAME;
 use sandbox::{InjectedFault, Sandbox, SandboxOptions};
+use test_support::{start_sandbox_with, Kubectl};
 
 /// An HTTPS sandbox whose service-account style credentials are written to a temp dir, with a
 /// CRD Established delay so the wait is observable.
@@ -234,8 +232,7 @@ async fn stage01_reports_forbidden_with_an_rbac_hint() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stage01_updates_an_older_crd() {
     let sandbox = start_sandbox_with(SandboxOptions::default()).await;
-    let config = postgres_operator::config::Config::from_url(&sandbox.url()).unwrap();
-    let client = postgres_operator::client::Client::new(config).unwrap();
+    let client = test_support::plain_client(&sandbox.url());
     let mut older = postgres_operator::crd::postgres_cluster_crd();
     let version = &mut older["spec"]["versions"][0];
     version.as_object_mut().unwrap().remove("subresources");

@@ -3,16 +3,12 @@
 //!
 //! WORKSHOP.md, step 02 (the transcript). Runs the built binary against the sandbox.
 
-mod common;
-
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::{Kubectl, EXAMPLE_FIXTURE};
 use postgres_operator::api::object_path;
-use postgres_operator::client::Client;
-use postgres_operator::config::Config;
 use sandbox::{InjectedFault, Sandbox, SandboxOptions};
+use test_support::{Kubectl, EXAMPLE_FIXTURE};
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout, Command};
 
@@ -164,7 +160,7 @@ async fn stage02_prints_the_workshop_story_and_stops_on_sigterm() {
         },
     );
     faults.end_all_watches_now();
-    let client = Client::new(Config::from_url(&sandbox.url()).expect("url")).expect("client");
+    let client = test_support::plain_client(&sandbox.url());
     let _: serde_json::Value = client
         .delete(&object_path("default", "example-postgresql-cluster"))
         .await

@@ -6,21 +6,15 @@
 //! and says what is missing. The timings (create → 3 ready, primary deleted → new primary ready)
 //! are printed, not asserted: `cargo test --test stage04_cluster -- --nocapture`.
 
-mod common;
-
 use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::Kubectl;
 use postgres_operator::client::Client;
-use postgres_operator::config::Config;
 use postgres_operator::postgres::manifests::{psql_argv, POSTGRES_CONTAINER};
-use postgres_operator::postgres::plan::Delays;
-use postgres_operator::postgres::{run_postgres_operator, PostgresOptions};
-use postgres_operator::story::Reporter;
-use sandbox::{Runtime, Sandbox, SandboxOptions};
+use postgres_operator::postgres::run_postgres_operator;
+use sandbox::{Sandbox, SandboxOptions};
 use serde_json::Value;
+use test_support::Kubectl;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -32,29 +26,13 @@ const DEADLINE: Duration = Duration::from_secs(240);
 struct Operator {
     stop: CancellationToken,
     task: JoinHandle<()>,
-    lines: Arc<Mutex<Vec<String>>>,
+    lines: test_support::Story,
 }
 
 impl Operator {
     fn start(client: &Client) -> Operator {
-        let options = PostgresOptions {
-            reconcile_interval: Duration::from_secs(1),
-            delays: Delays {
-                failover_after: Duration::from_secs(2),
-                member_lost_after: Duration::from_secs(30),
-            },
-            expectation_timeout: Duration::from_secs(10),
-            ..PostgresOptions::default()
-        };
-        let (reporter, mut receiver) = Reporter::channel();
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let collected = Arc::clone(&lines);
-        tokio::spawn(async move {
-            while let Some(line) = receiver.recv().await {
-                println!("operator: {line}");
-                collected.lock().expect("lines").push(line.to_string());
-            }
-        });
+        let options = test_support::quick_postgres_options();
+        let (reporter, lines) = test_support::Story::record();
         let stop = CancellationToken::new();
         let running = run_postgres_operator(client.clone(), options, reporter, stop.clone());
         let task = tokio::spawn(async move {
@@ -64,11 +42,7 @@ impl Operator {
     }
 
     fn said(&self, part: &str) -> bool {
-        self.lines
-            .lock()
-            .expect("lines")
-            .iter()
-            .any(|l| l.contains(part))
+        self.lines.said(part)
     }
 
     async fn stop(self) {
@@ -112,10 +86,7 @@ impl World {
                     .iter()
                     .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
                     .map(|p| {
-                        let ready = p["status"]["conditions"].as_array().is_some_and(|c| {
-                            c.iter()
-                                .any(|c| c["type"] == "Ready" && c["status"] == "True")
-                        });
+                        let ready = test_support::pod_is_ready(p);
                         (
                             p["metadata"]["name"]
                                 .as_str()
@@ -135,8 +106,23 @@ impl World {
 
     /// Wait until the cluster has exactly `size` pods, all Ready, one of them primary, and the
     /// status says so; returns the primary's name.
+    /// Delete one replica pod, without waiting for it to go; its name.
+    async fn delete_a_replica(&self) -> String {
+        let replica = self
+            .pods()
+            .await
+            .into_iter()
+            .find(|p| p.1 == "replica")
+            .expect("a replica")
+            .0;
+        self.kubectl
+            .ok(&["delete", "pod", &replica, "--wait=false"])
+            .await;
+        replica
+    }
+
     async fn wait_healthy(&self, size: usize) -> String {
-        common::eventually(
+        test_support::eventually(
             DEADLINE,
             &format!("{size} ready members, one primary"),
             || async {
@@ -167,14 +153,8 @@ impl World {
 /// survives the failover.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_operator_runs_a_real_postgres_cluster_through_failover() {
-    let sandbox = Sandbox::start_with_runtime(
-        SandboxOptions::default(),
-        Runtime::Processes(common::process_runtime()),
-        CancellationToken::new(),
-    )
-    .await
-    .expect("sandbox starts");
-    let client = Client::new(Config::from_url(&sandbox.url()).expect("URL")).expect("client");
+    let sandbox = test_support::start_process_sandbox(SandboxOptions::default()).await;
+    let client = test_support::plain_client(&sandbox.url());
     let world = World {
         kubectl: Kubectl::new(&sandbox.url()),
         sandbox,
@@ -191,7 +171,7 @@ async fn the_operator_runs_a_real_postgres_cluster_through_failover() {
     std::fs::write(file.path(), &manifest).expect("manifest written");
     let path = file.path().to_string_lossy().to_string();
     // The CRD is ensured by the operator as it starts: wait for kubectl to accept the kind.
-    common::eventually(DEADLINE, "kubectl to create the cluster", || async {
+    test_support::eventually(DEADLINE, "kubectl to create the cluster", || async {
         world
             .kubectl
             .run(&["create", "-f", &path])
@@ -239,17 +219,7 @@ async fn the_operator_runs_a_real_postgres_cluster_through_failover() {
 
     // Lose a replica: a new one, with a new name, takes its place.
     let before: BTreeSet<String> = world.pods().await.into_iter().map(|p| p.0).collect();
-    let replica = world
-        .pods()
-        .await
-        .into_iter()
-        .find(|p| p.1 == "replica")
-        .expect("a replica")
-        .0;
-    world
-        .kubectl
-        .ok(&["delete", "pod", &replica, "--wait=false"])
-        .await;
+    let replica = world.delete_a_replica().await;
     world.wait_healthy(5).await;
     let after: BTreeSet<String> = world.pods().await.into_iter().map(|p| p.0).collect();
     assert!(!after.contains(&replica), "the deleted replica is gone");
@@ -272,7 +242,7 @@ async fn the_operator_runs_a_real_postgres_cluster_through_failover() {
         .kubectl
         .ok(&["delete", "pod", &primary, "--wait=false"])
         .await;
-    let new_primary = common::eventually(DEADLINE, "a new primary", || async {
+    let new_primary = test_support::eventually(DEADLINE, "a new primary", || async {
         let pods = world.pods().await;
         pods.iter()
             .find(|p| p.1 == "primary" && p.0 != primary && p.2)
@@ -299,7 +269,7 @@ async fn the_operator_runs_a_real_postgres_cluster_through_failover() {
     for (pod, role, _) in world.pods().await {
         if role == "replica" {
             assert_eq!(world.psql(&pod, "SELECT pg_is_in_recovery()").await, "t");
-            let rows = common::eventually(
+            let rows = test_support::eventually(
                 DEADLINE,
                 "the replica to follow the new primary",
                 || async {
@@ -316,7 +286,7 @@ async fn the_operator_runs_a_real_postgres_cluster_through_failover() {
     let pods_before: BTreeSet<String> = world.pods().await.into_iter().map(|p| p.0).collect();
     operator.stop().await;
     let operator = Operator::start(&client);
-    common::eventually(
+    test_support::eventually(
         DEADLINE,
         "the new operator to adopt the cluster",
         || async { operator.said("adopting running cluster").then_some(()) },
@@ -332,7 +302,7 @@ async fn the_operator_runs_a_real_postgres_cluster_through_failover() {
             .count()
     };
     let checks_at_adoption = secret_checks(&world);
-    common::eventually(DEADLINE, "three more reconcile rounds", || async {
+    test_support::eventually(DEADLINE, "three more reconcile rounds", || async {
         (secret_checks(&world) >= checks_at_adoption + 3).then_some(())
     })
     .await;
@@ -358,7 +328,7 @@ async fn the_operator_runs_a_real_postgres_cluster_through_failover() {
             r#"{"spec":{"version":"15"}}"#,
         ])
         .await;
-    let degraded = common::eventually(DEADLINE, "the Degraded condition", || async {
+    let degraded = test_support::eventually(DEADLINE, "the Degraded condition", || async {
         let status = world.cluster().await["status"].clone();
         status["conditions"].as_array().and_then(|c| {
             c.iter()
@@ -380,17 +350,7 @@ async fn the_operator_runs_a_real_postgres_cluster_through_failover() {
     );
 
     // A replica lost while the change is refused is replaced on the version the cluster runs.
-    let replica = world
-        .pods()
-        .await
-        .into_iter()
-        .find(|p| p.1 == "replica")
-        .expect("a replica")
-        .0;
-    world
-        .kubectl
-        .ok(&["delete", "pod", &replica, "--wait=false"])
-        .await;
+    world.delete_a_replica().await;
     world.wait_healthy(2).await;
     let images = world
         .kubectl
@@ -421,7 +381,7 @@ async fn the_operator_runs_a_real_postgres_cluster_through_failover() {
             "--wait=false",
         ])
         .await;
-    common::eventually(DEADLINE, "phase Failed", || async {
+    test_support::eventually(DEADLINE, "phase Failed", || async {
         let status = world.cluster().await["status"].clone();
         (status["phase"] == "Failed").then_some(())
     })
@@ -433,7 +393,7 @@ async fn the_operator_runs_a_real_postgres_cluster_through_failover() {
         "a Warning event: {described}"
     );
     let secret_gets = secret_checks(&world);
-    common::eventually(DEADLINE, "two more reconcile rounds", || async {
+    test_support::eventually(DEADLINE, "two more reconcile rounds", || async {
         (secret_checks(&world) >= secret_gets + 2).then_some(())
     })
     .await;
@@ -441,7 +401,7 @@ async fn the_operator_runs_a_real_postgres_cluster_through_failover() {
 
     // Delete: every owned object is collected.
     world.kubectl.ok(&["delete", "pgc", CLUSTER]).await;
-    common::eventually(DEADLINE, "every owned object collected", || async {
+    test_support::eventually(DEADLINE, "every owned object collected", || async {
         let left = world
             .kubectl
             .ok(&["get", "pods,services,secrets,configmaps", "-o", "name"])

@@ -7,8 +7,6 @@
 //! PersistentVolumeClaims. The timings (all pods lost → ready primary, backup duration and size)
 //! are printed, not asserted: `cargo test --test stage05_backup -- --nocapture`.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
 use std::os::unix::fs::MetadataExt;
@@ -16,15 +14,11 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::Kubectl;
-use postgres_operator::client::Client;
-use postgres_operator::config::Config;
 use postgres_operator::postgres::manifests::{psql_argv, POSTGRES_CONTAINER};
-use postgres_operator::postgres::plan::Delays;
 use postgres_operator::postgres::{run_postgres_operator, PostgresOptions};
-use postgres_operator::story::Reporter;
-use sandbox::{Runtime, Sandbox, SandboxOptions};
+use sandbox::{Sandbox, SandboxOptions};
 use serde_json::Value;
+use test_support::Kubectl;
 use tokio_util::sync::CancellationToken;
 
 const DEADLINE: Duration = Duration::from_secs(300);
@@ -32,37 +26,18 @@ const DEADLINE: Duration = Duration::from_secs(300);
 struct World {
     _sandbox: Sandbox,
     kubectl: Kubectl,
-    lines: Arc<Mutex<Vec<String>>>,
+    lines: test_support::Story,
 }
 
 impl World {
     async fn start() -> World {
-        let sandbox = Sandbox::start_with_runtime(
-            SandboxOptions::default(),
-            Runtime::Processes(common::process_runtime()),
-            CancellationToken::new(),
-        )
-        .await
-        .expect("sandbox starts");
-        let client = Client::new(Config::from_url(&sandbox.url()).expect("URL")).expect("client");
+        let sandbox = test_support::start_process_sandbox(SandboxOptions::default()).await;
+        let client = test_support::plain_client(&sandbox.url());
         let options = PostgresOptions {
-            reconcile_interval: Duration::from_secs(1),
-            delays: Delays {
-                failover_after: Duration::from_secs(2),
-                member_lost_after: Duration::from_secs(30),
-            },
-            expectation_timeout: Duration::from_secs(10),
             backups: true,
+            ..test_support::quick_postgres_options()
         };
-        let (reporter, mut receiver) = Reporter::channel();
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let collected = Arc::clone(&lines);
-        tokio::spawn(async move {
-            while let Some(line) = receiver.recv().await {
-                println!("operator: {line}");
-                collected.lock().expect("lines").push(line.to_string());
-            }
-        });
+        let (reporter, lines) = test_support::Story::record();
         tokio::spawn(run_postgres_operator(
             client,
             options,
@@ -80,7 +55,7 @@ impl World {
         let file = tempfile::NamedTempFile::new().expect("temp file");
         std::fs::write(file.path(), manifest.to_string()).expect("manifest written");
         let path = file.path().to_string_lossy().to_string();
-        common::eventually(DEADLINE, "kubectl to create the cluster", || async {
+        test_support::eventually(DEADLINE, "kubectl to create the cluster", || async {
             self.kubectl
                 .run(&["create", "-f", &path])
                 .await
@@ -97,7 +72,7 @@ impl World {
 
     /// The members' names, and the primary once it is ready and recorded with `ready` members.
     async fn wait_healthy(&self, name: &str, size: usize) -> String {
-        common::eventually(
+        test_support::eventually(
             DEADLINE,
             &format!("{name}: {size} ready members"),
             || async {
@@ -123,7 +98,7 @@ impl World {
         let switched = self
             .psql(primary, "SELECT pg_walfile_name(pg_switch_wal())")
             .await;
-        common::eventually(DEADLINE, &format!("{switched} archived"), || async {
+        test_support::eventually(DEADLINE, &format!("{switched} archived"), || async {
             let last = self
                 .psql(
                     primary,
@@ -158,11 +133,7 @@ impl World {
     }
 
     fn said(&self, part: &str) -> bool {
-        self.lines
-            .lock()
-            .expect("lines")
-            .iter()
-            .any(|l| l.contains(part))
+        self.lines.said(part)
     }
 }
 
@@ -300,7 +271,7 @@ async fn a_cluster_lost_entirely_comes_back_from_its_backups() {
 
     // A base backup: the first is taken as soon as the cluster is steady.
     let started = Instant::now();
-    let backup = common::eventually(DEADLINE, "status.lastBackup", || async {
+    let backup = test_support::eventually(DEADLINE, "status.lastBackup", || async {
         let status = world.cluster("db").await["status"].clone();
         status["lastBackup"]["name"].as_str().map(str::to_string)
     })
@@ -320,7 +291,7 @@ async fn a_cluster_lost_entirely_comes_back_from_its_backups() {
     let between = world
         .psql(&primary, "SELECT to_char(now() AT TIME ZONE 'UTC' + interval '1 second', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')")
         .await;
-    common::eventually(DEADLINE, "the clock to pass the target time", || async {
+    test_support::eventually(DEADLINE, "the clock to pass the target time", || async {
         let passed = world
             .psql(
                 &primary,
@@ -350,7 +321,7 @@ async fn a_cluster_lost_entirely_comes_back_from_its_backups() {
             "--wait=false",
         ])
         .await;
-    common::eventually(DEADLINE, "phase Recovering", || async {
+    test_support::eventually(DEADLINE, "phase Recovering", || async {
         (world.cluster("db").await["status"]["phase"] == "Recovering").then_some(())
     })
     .await;
@@ -406,7 +377,7 @@ async fn a_cluster_lost_entirely_comes_back_from_its_backups() {
             serde_json::json!({"size": 1, "version": "16", "bootstrap": {"fromBackup": {"cluster": "db"}}}),
         ))
         .await;
-    let reason = common::eventually(DEADLINE, "phase Failed (a missing segment)", || async {
+    let reason = test_support::eventually(DEADLINE, "phase Failed (a missing segment)", || async {
         let status = world.cluster("gap").await["status"].clone();
         (status["phase"] == "Failed")
             .then(|| status["restore"]["message"].as_str().map(str::to_string))
@@ -463,7 +434,7 @@ async fn a_cluster_lost_entirely_comes_back_from_its_backups() {
             serde_json::json!({"size": 1, "version": "16", "bootstrap": {"fromBackup": {"cluster": "db"}}}),
         ))
         .await;
-    let reason = common::eventually(DEADLINE, "phase Failed", || async {
+    let reason = test_support::eventually(DEADLINE, "phase Failed", || async {
         let status = world.cluster("broken").await["status"].clone();
         (status["phase"] == "Failed")
             .then(|| status["restore"]["message"].as_str().map(str::to_string))
@@ -509,7 +480,7 @@ async fn measure_the_loss_window_the_recovery_time_and_a_100_mb_backup() {
         ))
         .await;
     let primary = world.wait_healthy("db", 1).await;
-    let first = common::eventually(DEADLINE, "the first base backup", || async {
+    let first = test_support::eventually(DEADLINE, "the first base backup", || async {
         world.cluster("db").await["status"]["lastBackup"]["name"]
             .as_str()
             .map(str::to_string)
@@ -546,7 +517,7 @@ async fn measure_the_loss_window_the_recovery_time_and_a_100_mb_backup() {
             &format!("{BACKUP_NOW_ANNOTATION}=measure"),
         ])
         .await;
-    let backup = common::eventually(DEADLINE, "the backup of 100 MB", || async {
+    let backup = test_support::eventually(DEADLINE, "the backup of 100 MB", || async {
         let last = world.cluster("db").await["status"]["lastBackup"].clone();
         (last["name"].as_str() != Some(first.as_str())).then_some(last)
     })
@@ -596,7 +567,7 @@ async fn measure_the_loss_window_the_recovery_time_and_a_100_mb_backup() {
     };
     // Longer than archive_timeout, so that at least one forced switch has archived rows.
     let wanted = u64::from(ARCHIVE_TIMEOUT_SECONDS) * 10 + 300;
-    common::eventually(
+    test_support::eventually(
         Duration::from_secs(u64::from(ARCHIVE_TIMEOUT_SECONDS) * 3),
         "the writer's rows",
         || async {
@@ -626,7 +597,7 @@ async fn measure_the_loss_window_the_recovery_time_and_a_100_mb_backup() {
         .expect("the writer committed rows");
     let restored = world.wait_healthy("db", 1).await;
     let ready_after = lost.elapsed();
-    common::eventually(DEADLINE, "the restore recorded", || async {
+    test_support::eventually(DEADLINE, "the restore recorded", || async {
         (world.cluster("db").await["status"]["restore"]["state"] == "Restored").then_some(())
     })
     .await;

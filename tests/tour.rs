@@ -7,8 +7,6 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use postgres_operator::api::{object_path, PostgresCluster};
-use postgres_operator::client::Client;
-use postgres_operator::config::Config;
 use sandbox::{Sandbox, SandboxOptions};
 
 /// Only a bound for a hung tour: steps 04 and 05 start real PostgreSQL servers (and restore
@@ -349,11 +347,8 @@ async fn tour_refuses_to_touch_an_existing_example() {
     )
     .await
     .unwrap();
-    let client = Client::new(Config::from_url(&sandbox.url()).unwrap()).unwrap();
-    postgres_operator::crd::ensure(&client).await.unwrap();
-    postgres_operator::crd::wait_established(&client, Duration::from_secs(10))
-        .await
-        .unwrap();
+    let client = test_support::plain_client(&sandbox.url());
+    test_support::register_crd(&client).await;
     let example = serde_json::json!({
         "apiVersion": "workshop.example.com/v1", "kind": "PostgresCluster",
         "metadata": {"name": "example-postgresql-cluster"},
@@ -448,7 +443,7 @@ async fn tour_interrupted_half_way_removes_its_example() {
         ),
         "{stdout}"
     );
-    let client = Client::new(Config::from_url(&sandbox.url()).unwrap()).unwrap();
+    let client = test_support::plain_client(&sandbox.url());
     let gone = client
         .get::<serde_json::Value>(&object_path("default", "example-postgresql-cluster"))
         .await;

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use postgres_operator::watch::{RelistReason, ResumeReason, WatchNotice};
+use test_support::plain_client;
 use watch_support::*;
 
 const WITHIN: Duration = Duration::from_secs(10);
@@ -34,19 +35,13 @@ async fn one_byte_chunks_over_http_yield_whole_events() {
         event_line("ADDED", &object("b-日本", "uid-b", "13", 1)),
     ]
     .concat();
-    let server = ScriptedServer::start(move |index, path| match (index, is_watch(path)) {
-        (_, false) => Reply::Json {
-            code: 200,
-            body: list_body("10", &[]),
-        },
+    let server = scripted_server(move |index, path| match (index, is_watch(path)) {
+        (_, false) => Reply::list("10", &[]),
         (1, true) => Reply::Chunks {
             chunks: chunks_of(&stream, 1),
             hold_open: false,
         },
-        _ => Reply::Chunks {
-            chunks: vec![],
-            hold_open: true,
-        },
+        _ => Reply::quiet(),
     })
     .await;
     let mut running = start_watch(plain_client(&server.url), test_options());
@@ -94,19 +89,10 @@ async fn many_events_in_one_chunk_all_arrive_in_order() {
             )
         })
         .collect();
-    let server = ScriptedServer::start(move |index, path| match (index, is_watch(path)) {
-        (_, false) => Reply::Json {
-            code: 200,
-            body: list_body("99", &[]),
-        },
-        (1, true) => Reply::Chunks {
-            chunks: vec![Bytes::from(stream.clone())],
-            hold_open: true,
-        },
-        _ => Reply::Chunks {
-            chunks: vec![],
-            hold_open: true,
-        },
+    let server = scripted_server(move |index, path| match (index, is_watch(path)) {
+        (_, false) => Reply::list("99", &[]),
+        (1, true) => Reply::open_with(stream.clone()),
+        _ => Reply::quiet(),
     })
     .await;
     let mut running = start_watch(plain_client(&server.url), test_options());
@@ -127,19 +113,13 @@ async fn a_five_megabyte_event_is_delivered() {
     big["metadata"]["annotations"]["blob"] = serde_json::Value::String("日本é".repeat(700_000));
     let line = event_line("ADDED", &big);
     assert!(line.len() > 5_000_000);
-    let server = ScriptedServer::start(move |index, path| match (index, is_watch(path)) {
-        (_, false) => Reply::Json {
-            code: 200,
-            body: list_body("10", &[]),
-        },
+    let server = scripted_server(move |index, path| match (index, is_watch(path)) {
+        (_, false) => Reply::list("10", &[]),
         (1, true) => Reply::Chunks {
             chunks: chunks_of(&line, 16 * 1024),
             hold_open: true,
         },
-        _ => Reply::Chunks {
-            chunks: vec![],
-            hold_open: true,
-        },
+        _ => Reply::quiet(),
     })
     .await;
     let mut running = start_watch(plain_client(&server.url), test_options());
@@ -154,19 +134,13 @@ async fn a_five_megabyte_event_is_delivered() {
 async fn the_last_line_without_a_newline_is_delivered() {
     let mut stream = event_line("ADDED", &object("a", "uid-a", "11", 3));
     stream.push_str(event_line("ADDED", &object("b", "uid-b", "12", 2)).trim_end());
-    let server = ScriptedServer::start(move |index, path| match (index, is_watch(path)) {
-        (_, false) => Reply::Json {
-            code: 200,
-            body: list_body("10", &[]),
-        },
+    let server = scripted_server(move |index, path| match (index, is_watch(path)) {
+        (_, false) => Reply::list("10", &[]),
         (1, true) => Reply::Chunks {
             chunks: chunks_of(&stream, 100),
             hold_open: false,
         },
-        _ => Reply::Chunks {
-            chunks: vec![],
-            hold_open: true,
-        },
+        _ => Reply::quiet(),
     })
     .await;
     let mut running = start_watch(plain_client(&server.url), test_options());
@@ -195,26 +169,14 @@ async fn in_stream_gone_relists_and_hands_over_the_difference() {
         format!("{gone}\n"),
     ]
     .concat();
-    let server = ScriptedServer::start(move |index, path| match (index, is_watch(path)) {
-        (0, false) => Reply::Json {
-            code: 200,
-            body: list_body("10", &[]),
-        },
-        (_, false) => Reply::Json {
-            code: 200,
-            body: list_body(
-                "40",
-                &[object("a", "uid-a", "30", 5), object("b", "uid-b", "31", 2)],
-            ),
-        },
-        (1, true) => Reply::Chunks {
-            chunks: vec![Bytes::from(first.clone())],
-            hold_open: true,
-        },
-        _ => Reply::Chunks {
-            chunks: vec![],
-            hold_open: true,
-        },
+    let server = scripted_server(move |index, path| match (index, is_watch(path)) {
+        (0, false) => Reply::list("10", &[]),
+        (_, false) => Reply::list(
+            "40",
+            &[object("a", "uid-a", "30", 5), object("b", "uid-b", "31", 2)],
+        ),
+        (1, true) => Reply::open_with(first.clone()),
+        _ => Reply::quiet(),
     })
     .await;
     let mut running = start_watch(plain_client(&server.url), test_options());
@@ -282,19 +244,10 @@ async fn in_stream_gone_relists_and_hands_over_the_difference() {
 #[tokio::test]
 async fn a_bare_status_line_saying_410_relists() {
     let bare = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"expired","reason":"Expired","code":410}"#;
-    let server = ScriptedServer::start(move |index, path| match (index, is_watch(path)) {
-        (_, false) => Reply::Json {
-            code: 200,
-            body: list_body(&format!("{}", 10 + index), &[]),
-        },
-        (1, true) => Reply::Chunks {
-            chunks: vec![Bytes::from(format!("{bare}\n"))],
-            hold_open: true,
-        },
-        _ => Reply::Chunks {
-            chunks: vec![],
-            hold_open: true,
-        },
+    let server = scripted_server(move |index, path| match (index, is_watch(path)) {
+        (_, false) => Reply::list(&format!("{}", 10 + index), &[]),
+        (1, true) => Reply::open_with(format!("{bare}\n")),
+        _ => Reply::quiet(),
     })
     .await;
     let mut running = start_watch(plain_client(&server.url), test_options());
@@ -319,23 +272,11 @@ async fn an_undecodable_line_relists_instead_of_dying() {
         "{}{{\"type\":\"ADDED\",\"object\":{{\"metadata\":{{\"name\":\"x\"}}}}}}\n",
         event_line("ADDED", &object("a", "uid-a", "11", 3))
     );
-    let server = ScriptedServer::start(move |index, path| match (index, is_watch(path)) {
-        (0, false) => Reply::Json {
-            code: 200,
-            body: list_body("10", &[]),
-        },
-        (_, false) => Reply::Json {
-            code: 200,
-            body: list_body("20", &[object("a", "uid-a", "11", 3)]),
-        },
-        (1, true) => Reply::Chunks {
-            chunks: vec![Bytes::from(stream.clone())],
-            hold_open: true,
-        },
-        _ => Reply::Chunks {
-            chunks: vec![],
-            hold_open: true,
-        },
+    let server = scripted_server(move |index, path| match (index, is_watch(path)) {
+        (0, false) => Reply::list("10", &[]),
+        (_, false) => Reply::list("20", &[object("a", "uid-a", "11", 3)]),
+        (1, true) => Reply::open_with(stream.clone()),
+        _ => Reply::quiet(),
     })
     .await;
     let mut running = start_watch(plain_client(&server.url), test_options());
@@ -372,23 +313,14 @@ async fn an_undecodable_line_relists_instead_of_dying() {
 #[tokio::test]
 async fn http_410_at_watch_start_relists() {
     let expired = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"too old resource version: 10 (20)","reason":"Expired","code":410}"#;
-    let server = ScriptedServer::start(move |index, path| match (index, is_watch(path)) {
-        (0, false) => Reply::Json {
-            code: 200,
-            body: list_body("10", &[]),
-        },
-        (_, false) => Reply::Json {
-            code: 200,
-            body: list_body("20", &[object("n", "uid-n", "19", 4)]),
-        },
+    let server = scripted_server(move |index, path| match (index, is_watch(path)) {
+        (0, false) => Reply::list("10", &[]),
+        (_, false) => Reply::list("20", &[object("n", "uid-n", "19", 4)]),
         (1, true) => Reply::Json {
             code: 410,
             body: expired.to_string(),
         },
-        _ => Reply::Chunks {
-            chunks: vec![],
-            hold_open: true,
-        },
+        _ => Reply::quiet(),
     })
     .await;
     let mut running = start_watch(plain_client(&server.url), test_options());
@@ -405,15 +337,9 @@ async fn http_410_at_watch_start_relists() {
 /// 200 with an empty body, over and over: the watch backs off instead of spinning.
 #[tokio::test]
 async fn empty_200_bodies_back_off_instead_of_busy_looping() {
-    let server = ScriptedServer::start(move |_, path| match is_watch(path) {
-        false => Reply::Json {
-            code: 200,
-            body: list_body("10", &[]),
-        },
-        true => Reply::Chunks {
-            chunks: vec![],
-            hold_open: false,
-        },
+    let server = scripted_server(move |_, path| match is_watch(path) {
+        false => Reply::list("10", &[]),
+        true => Reply::ended(),
     })
     .await;
     let mut running = start_watch(plain_client(&server.url), test_options());
@@ -444,11 +370,8 @@ async fn empty_200_bodies_back_off_instead_of_busy_looping() {
 #[tokio::test]
 async fn an_in_stream_410_at_once_every_time_backs_off() {
     let expired = r#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"too old resource version: 10 (20)","reason":"Expired","code":410}}"#;
-    let server = ScriptedServer::start(move |_, path| match is_watch(path) {
-        false => Reply::Json {
-            code: 200,
-            body: list_body("10", &[]),
-        },
+    let server = scripted_server(move |_, path| match is_watch(path) {
+        false => Reply::list("10", &[]),
         true => Reply::Chunks {
             chunks: vec![Bytes::from(format!("{expired}\n"))],
             hold_open: false,
@@ -476,19 +399,13 @@ async fn an_in_stream_410_at_once_every_time_backs_off() {
 async fn a_huge_retry_after_is_capped_at_the_backoff_maximum() {
     let too_long = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"busy","reason":"InternalError","details":{"retryAfterSeconds":4000000000},"code":500}"#;
     let added = event_line("ADDED", &object("later", "uid-l", "11", 2));
-    let server = ScriptedServer::start(move |index, path| match (index, is_watch(path)) {
-        (_, false) => Reply::Json {
-            code: 200,
-            body: list_body("10", &[]),
-        },
+    let server = scripted_server(move |index, path| match (index, is_watch(path)) {
+        (_, false) => Reply::list("10", &[]),
         (1, true) => Reply::Json {
             code: 500,
             body: too_long.to_string(),
         },
-        _ => Reply::Chunks {
-            chunks: vec![Bytes::from(added.clone())],
-            hold_open: true,
-        },
+        _ => Reply::open_with(added.clone()),
     })
     .await;
     let options = test_options();
@@ -513,29 +430,20 @@ async fn a_huge_retry_after_is_capped_at_the_backoff_maximum() {
 #[tokio::test]
 async fn a_relist_reports_a_recreated_name_as_deleted_then_added_and_skips_unchanged() {
     let expired = r#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"too old resource version: 10 (30)","reason":"Expired","code":410}}"#;
-    let server = ScriptedServer::start(move |index, path| match (index, is_watch(path)) {
-        (0, false) => Reply::Json {
-            code: 200,
-            body: list_body(
-                "10",
-                &[object("a", "uid-a", "5", 3), object("b", "uid-b", "6", 1)],
-            ),
-        },
-        (_, false) => Reply::Json {
-            code: 200,
-            body: list_body(
-                "30",
-                &[object("a", "uid-a2", "25", 7), object("b", "uid-b", "6", 1)],
-            ),
-        },
+    let server = scripted_server(move |index, path| match (index, is_watch(path)) {
+        (0, false) => Reply::list(
+            "10",
+            &[object("a", "uid-a", "5", 3), object("b", "uid-b", "6", 1)],
+        ),
+        (_, false) => Reply::list(
+            "30",
+            &[object("a", "uid-a2", "25", 7), object("b", "uid-b", "6", 1)],
+        ),
         (1, true) => Reply::Chunks {
             chunks: vec![Bytes::from(format!("{expired}\n"))],
             hold_open: false,
         },
-        _ => Reply::Chunks {
-            chunks: vec![],
-            hold_open: true,
-        },
+        _ => Reply::quiet(),
     })
     .await;
     let mut running = start_watch(plain_client(&server.url), test_options());
@@ -588,7 +496,7 @@ async fn a_relist_reports_a_recreated_name_as_deleted_then_added_and_skips_uncha
 /// at once, not when the client's request timeout finally fires.
 #[tokio::test]
 async fn dropping_the_receiver_during_a_hung_list_ends_the_task_promptly() {
-    let server = ScriptedServer::start(|_, _| Reply::Silent).await;
+    let server = scripted_server(|_, _| Reply::Silent).await;
     let running = start_watch(plain_client(&server.url), test_options());
     let deadline = tokio::time::Instant::now() + WITHIN;
     while server.paths().is_empty() {
@@ -613,19 +521,13 @@ async fn a_bookmark_without_a_resource_version_keeps_the_last_one() {
         "\n".to_string(),
     ]
     .concat();
-    let server = ScriptedServer::start(move |index, path| match (index, is_watch(path)) {
-        (_, false) => Reply::Json {
-            code: 200,
-            body: list_body("10", &[]),
-        },
+    let server = scripted_server(move |index, path| match (index, is_watch(path)) {
+        (_, false) => Reply::list("10", &[]),
         (1, true) => Reply::Chunks {
             chunks: vec![Bytes::from(first.clone())],
             hold_open: false,
         },
-        _ => Reply::Chunks {
-            chunks: vec![],
-            hold_open: true,
-        },
+        _ => Reply::quiet(),
     })
     .await;
     let mut running = start_watch(plain_client(&server.url), test_options());
@@ -649,19 +551,10 @@ async fn a_bookmark_without_a_resource_version_keeps_the_last_one() {
 /// would replay every listed object as a second ADDED.
 #[tokio::test]
 async fn a_list_without_a_resource_version_is_retried() {
-    let server = ScriptedServer::start(move |index, path| match (index, is_watch(path)) {
-        (0, false) => Reply::Json {
-            code: 200,
-            body: list_body("", &[object("a", "uid-a", "5", 3)]),
-        },
-        (_, false) => Reply::Json {
-            code: 200,
-            body: list_body("10", &[object("a", "uid-a", "5", 3)]),
-        },
-        _ => Reply::Chunks {
-            chunks: vec![],
-            hold_open: true,
-        },
+    let server = scripted_server(move |index, path| match (index, is_watch(path)) {
+        (0, false) => Reply::list("", &[object("a", "uid-a", "5", 3)]),
+        (_, false) => Reply::list("10", &[object("a", "uid-a", "5", 3)]),
+        _ => Reply::quiet(),
     })
     .await;
     let mut running = start_watch(plain_client(&server.url), test_options());

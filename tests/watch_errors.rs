@@ -10,28 +10,12 @@ use std::time::Duration;
 
 use postgres_operator::client::Client;
 use postgres_operator::config::{Config, ConfigArgs, Environment};
-use postgres_operator::crd;
 use postgres_operator::watch::WatchNotice;
 use sandbox::{InjectedFault, Sandbox, SandboxOptions};
 use tokio::time::Instant;
 use watch_support::*;
 
 const WITHIN: Duration = Duration::from_secs(10);
-
-async fn sandbox_with_crd() -> (Sandbox, Client) {
-    let sandbox = Sandbox::start(
-        SandboxOptions::default(),
-        tokio_util::sync::CancellationToken::new(),
-    )
-    .await
-    .expect("sandbox starts");
-    let client = plain_client(&sandbox.url());
-    crd::ensure(&client).await.expect("CRD registered");
-    crd::wait_established(&client, WITHIN)
-        .await
-        .expect("CRD established");
-    (sandbox, client)
-}
 
 fn status(code: u16, reason: &str, retry_after_seconds: Option<u32>) -> InjectedFault {
     InjectedFault::Status {
@@ -53,7 +37,7 @@ fn watch_requests_with_code(sandbox: &Sandbox, code: u16) -> usize {
 /// 500 at watch start: back off, retry from the same resourceVersion (no relist), recover.
 #[tokio::test]
 async fn a_500_at_watch_start_is_retried_and_the_watch_recovers() {
-    let (sandbox, client) = sandbox_with_crd().await;
+    let (sandbox, client) = test_support::sandbox_with_crd(SandboxOptions::default()).await;
     let mut running = start_watch(client.clone(), test_options());
     running.until_watching(WITHIN).await;
     sandbox
@@ -79,7 +63,7 @@ async fn a_500_at_watch_start_is_retried_and_the_watch_recovers() {
 /// 503 beyond the client's own retries: the watch loop backs off and recovers.
 #[tokio::test]
 async fn a_503_storm_is_ridden_out() {
-    let (sandbox, client) = sandbox_with_crd().await;
+    let (sandbox, client) = test_support::sandbox_with_crd(SandboxOptions::default()).await;
     let mut running = start_watch(client.clone(), test_options());
     running.until_watching(WITHIN).await;
     // The client retries a 503 three times itself (Retry-After 0 here); the fifth attempt succeeds.
@@ -104,7 +88,7 @@ async fn a_503_storm_is_ridden_out() {
 /// 429 with Retry-After: 1 — the retry waits at least that second.
 #[tokio::test]
 async fn a_429_waits_for_its_retry_after() {
-    let (sandbox, client) = sandbox_with_crd().await;
+    let (sandbox, client) = test_support::sandbox_with_crd(SandboxOptions::default()).await;
     let mut running = start_watch(client.clone(), test_options());
     running.until_watching(WITHIN).await;
     sandbox
@@ -130,7 +114,7 @@ async fn a_429_waits_for_its_retry_after() {
 /// delays — a handful of requests, not a hot loop.
 #[tokio::test]
 async fn a_persistent_403_backs_off_and_is_reported() {
-    let (sandbox, client) = sandbox_with_crd().await;
+    let (sandbox, client) = test_support::sandbox_with_crd(SandboxOptions::default()).await;
     let mut running = start_watch(client.clone(), test_options());
     running.until_watching(WITHIN).await;
     sandbox
@@ -168,7 +152,7 @@ async fn a_persistent_403_backs_off_and_is_reported() {
 /// Right after the CRD is Established the collection can briefly 404: the first list is retried.
 #[tokio::test]
 async fn a_404_on_the_first_list_is_retried() {
-    let (sandbox, client) = sandbox_with_crd().await;
+    let (sandbox, client) = test_support::sandbox_with_crd(SandboxOptions::default()).await;
     create_cluster(&client, "early", 3).await;
     sandbox
         .faults()
@@ -209,10 +193,7 @@ async fn a_401_after_token_rotation_rereads_the_token_file() {
     let make_client =
         || Client::new(Config::infer_from(&args, &no_env).expect("config")).expect("client");
     let client = make_client();
-    crd::ensure(&client).await.expect("CRD registered");
-    crd::wait_established(&client, WITHIN)
-        .await
-        .expect("established");
+    test_support::register_crd(&client).await;
 
     let mut running = start_watch(make_client(), test_options());
     running.until_watching(WITHIN).await;

@@ -10,12 +10,11 @@ mod watch_support;
 
 use std::time::Duration;
 
-use bytes::Bytes;
 use postgres_operator::api::object_path;
 use postgres_operator::client::{Client, Patch};
-use postgres_operator::crd;
 use postgres_operator::watch::{RelistReason, WatchNotice};
 use sandbox::{Sandbox, SandboxOptions};
+use test_support::plain_client;
 use watch_support::*;
 
 const WITHIN: Duration = Duration::from_secs(20);
@@ -23,17 +22,7 @@ const WITHIN: Duration = Duration::from_secs(20);
 const OBJECTS: usize = 1_200;
 
 async fn sandbox_with_clusters(count: usize) -> (Sandbox, Client) {
-    let sandbox = Sandbox::start(
-        SandboxOptions::default(),
-        tokio_util::sync::CancellationToken::new(),
-    )
-    .await
-    .expect("sandbox starts");
-    let client = plain_client(&sandbox.url());
-    crd::ensure(&client).await.expect("CRD registered");
-    crd::wait_established(&client, WITHIN)
-        .await
-        .expect("CRD established");
+    let (sandbox, client) = test_support::sandbox_with_crd(SandboxOptions::default()).await;
     let mut writers = tokio::task::JoinSet::new();
     for writer in 0..8 {
         let client = client.clone();
@@ -229,16 +218,13 @@ async fn an_expired_continue_token_starts_a_fresh_list() {
     let first_page = page("10", "page-2-of-rv-10", &[object("a", "uid-a", "5", 1)]);
     let fresh_first_page = page("20", "page-2-of-rv-20", &[object("a", "uid-a", "15", 3)]);
     let fresh_last_page = page("20", "", &[object("b", "uid-b", "16", 2)]);
-    let server = ScriptedServer::start(move |_, path| {
+    let server = scripted_server(move |_, path| {
         let json = |code: u16, body: &str| Reply::Json {
             code,
             body: body.to_string(),
         };
         if path.contains("watch=true") {
-            return Reply::Chunks {
-                chunks: Vec::<Bytes>::new(),
-                hold_open: true,
-            };
+            return Reply::quiet();
         }
         if !path.contains("limit=500") {
             return json(400, "unpaged list");
@@ -341,16 +327,13 @@ async fn a_first_list_that_fails_halfway_is_finished_by_a_relist() {
         &[object("a", "uid-a", "5", 1)],
     );
     let relist_last_page = list_page("12", "", None, &[object("c", "uid-c", "11", 2)]);
-    let server = ScriptedServer::start(move |_, path| {
+    let server = scripted_server(move |_, path| {
         let json = |code: u16, body: &str| Reply::Json {
             code,
             body: body.to_string(),
         };
         if path.contains("watch=true") {
-            return Reply::Chunks {
-                chunks: Vec::<Bytes>::new(),
-                hold_open: true,
-            };
+            return Reply::quiet();
         }
         if path.contains("continue=page-2-of-rv-10") {
             return json(500, internal);

@@ -8,29 +8,13 @@ mod watch_support;
 use std::time::Duration;
 
 use postgres_operator::api::object_path;
-use postgres_operator::client::{Client, Patch};
-use postgres_operator::crd;
+use postgres_operator::client::Patch;
 use postgres_operator::watch::backoff::BackoffPolicy;
 use postgres_operator::watch::{RelistReason, WatchNotice, WatchOptions};
-use sandbox::{InjectedFault, Sandbox, SandboxOptions};
+use sandbox::{InjectedFault, SandboxOptions};
 use watch_support::*;
 
 const WITHIN: Duration = Duration::from_secs(10);
-
-async fn sandbox_with_crd() -> (Sandbox, Client) {
-    let sandbox = Sandbox::start(
-        SandboxOptions::default(),
-        tokio_util::sync::CancellationToken::new(),
-    )
-    .await
-    .expect("sandbox starts");
-    let client = plain_client(&sandbox.url());
-    crd::ensure(&client).await.expect("CRD registered");
-    crd::wait_established(&client, WITHIN)
-        .await
-        .expect("CRD established");
-    (sandbox, client)
-}
 
 fn slow_backoff() -> WatchOptions {
     WatchOptions {
@@ -55,7 +39,7 @@ fn server_error(code: u16, reason: &str) -> InjectedFault {
 /// in-stream 410 Expired as DELETED (last known state), MODIFIED and ADDED, each exactly once.
 #[tokio::test]
 async fn deletes_during_an_outage_are_reported_after_the_expired_relist() {
-    let (sandbox, client) = sandbox_with_crd().await;
+    let (sandbox, client) = test_support::sandbox_with_crd(SandboxOptions::default()).await;
     for (name, size) in [("a", 3), ("b", 1), ("c", 2)] {
         create_cluster(&client, name, size).await;
     }
@@ -134,7 +118,7 @@ async fn deletes_during_an_outage_are_reported_after_the_expired_relist() {
 /// An HTTP 410 at watch start (not in-stream) relists too, instead of killing the process.
 #[tokio::test]
 async fn http_410_from_the_api_server_relists() {
-    let (sandbox, client) = sandbox_with_crd().await;
+    let (sandbox, client) = test_support::sandbox_with_crd(SandboxOptions::default()).await;
     let mut running = start_watch(client.clone(), test_options());
     running.until_watching(WITHIN).await;
     sandbox
@@ -158,7 +142,7 @@ async fn http_410_from_the_api_server_relists() {
 /// through the relist; memory never holds the whole event.
 #[tokio::test]
 async fn an_oversize_event_relists_and_the_object_arrives_through_the_list() {
-    let (_sandbox, client) = sandbox_with_crd().await;
+    let (_sandbox, client) = test_support::sandbox_with_crd(SandboxOptions::default()).await;
     let options = WatchOptions {
         max_event_bytes: 4096,
         ..test_options()
@@ -197,7 +181,7 @@ async fn an_oversize_event_relists_and_the_object_arrives_through_the_list() {
 /// Events the sandbox cuts into 1-byte HTTP chunks (UTF-8 annotations included) arrive whole.
 #[tokio::test]
 async fn one_byte_chunks_from_the_api_server_arrive_whole() {
-    let (sandbox, client) = sandbox_with_crd().await;
+    let (sandbox, client) = test_support::sandbox_with_crd(SandboxOptions::default()).await;
     sandbox.faults().watch_chunk_size(Some(1));
     let mut running = start_watch(client.clone(), test_options());
     running.until_watching(WITHIN).await;

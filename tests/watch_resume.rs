@@ -9,25 +9,12 @@ mod watch_support;
 use std::time::Duration;
 
 use postgres_operator::api::collection_path;
-use postgres_operator::client::Client;
-use postgres_operator::crd;
 use postgres_operator::watch::{ResumeReason, WatchNotice};
 use sandbox::{Sandbox, SandboxOptions};
+use test_support::plain_client;
 use watch_support::*;
 
 const WITHIN: Duration = Duration::from_secs(10);
-
-async fn sandbox_with_crd(options: SandboxOptions) -> (Sandbox, Client) {
-    let sandbox = Sandbox::start(options, tokio_util::sync::CancellationToken::new())
-        .await
-        .expect("sandbox starts");
-    let client = plain_client(&sandbox.url());
-    crd::ensure(&client).await.expect("CRD registered");
-    crd::wait_established(&client, WITHIN)
-        .await
-        .expect("CRD established");
-    (sandbox, client)
-}
 
 /// The resourceVersion each watch request of ours asked for, in order.
 fn watch_versions(sandbox: &Sandbox) -> Vec<String> {
@@ -57,7 +44,7 @@ fn list_count(sandbox: &Sandbox) -> usize {
 /// list in total, each object handed over exactly once.
 #[tokio::test]
 async fn clean_end_of_stream_resumes_from_the_last_rv_without_relist_or_duplicates() {
-    let (sandbox, client) = sandbox_with_crd(SandboxOptions::default()).await;
+    let (sandbox, client) = test_support::sandbox_with_crd(SandboxOptions::default()).await;
     let existing = create_cluster(&client, "a", 3).await;
     sandbox.faults().end_watches_after_events(Some(1));
     let mut running = start_watch(client.clone(), test_options());
@@ -109,7 +96,7 @@ async fn bookmarks_advance_the_resource_version() {
         bookmark_interval: Duration::from_millis(100),
         ..SandboxOptions::default()
     };
-    let (sandbox, client) = sandbox_with_crd(options).await;
+    let (sandbox, client) = test_support::sandbox_with_crd(options).await;
     let mut running = start_watch(client.clone(), test_options());
     let listed = running
         .notice(WITHIN, "listed", |n| {
@@ -154,7 +141,7 @@ async fn bookmarks_advance_the_resource_version() {
 /// reopened from the same resourceVersion.
 #[tokio::test]
 async fn a_stalled_watch_is_reopened_after_the_idle_timeout() {
-    let (sandbox, client) = sandbox_with_crd(SandboxOptions::default()).await;
+    let (sandbox, client) = test_support::sandbox_with_crd(SandboxOptions::default()).await;
     sandbox.faults().stall_watches(true);
     let mut options = test_options();
     options.watch_timeout_min = Duration::from_secs(1);
@@ -186,7 +173,7 @@ async fn a_stalled_watch_is_reopened_after_the_idle_timeout() {
 /// backs off, then lists and delivers.
 #[tokio::test]
 async fn connection_refused_then_recovery() {
-    let (first, _) = sandbox_with_crd(SandboxOptions::default()).await;
+    let (first, _) = test_support::sandbox_with_crd(SandboxOptions::default()).await;
     let addr = first.addr();
     first.shutdown().await;
 
@@ -201,7 +188,7 @@ async fn connection_refused_then_recovery() {
         listen: addr,
         ..SandboxOptions::default()
     };
-    let (second, client) = sandbox_with_crd(options).await;
+    let (second, client) = test_support::sandbox_with_crd(options).await;
     create_cluster(&client, "back", 3).await;
     assert_eq!(
         summary(&running.next_event(WITHIN).await),
@@ -220,7 +207,7 @@ async fn connection_refused_then_recovery() {
 /// On shutdown the watch task ends promptly, mid-watch.
 #[tokio::test]
 async fn shutdown_ends_the_watch_task() {
-    let (_sandbox, client) = sandbox_with_crd(SandboxOptions::default()).await;
+    let (_sandbox, client) = test_support::sandbox_with_crd(SandboxOptions::default()).await;
     let mut running = start_watch(client, test_options());
     running.until_watching(WITHIN).await;
     running.stop().await;
@@ -230,7 +217,7 @@ async fn shutdown_ends_the_watch_task() {
 /// stops the watch task.
 #[tokio::test]
 async fn into_events_gives_a_plain_event_receiver() {
-    let (_sandbox, client) = sandbox_with_crd(SandboxOptions::default()).await;
+    let (_sandbox, client) = test_support::sandbox_with_crd(SandboxOptions::default()).await;
     create_cluster(&client, "seen", 2).await;
     let watcher =
         postgres_operator::watch::list_then_watch::<postgres_operator::api::PostgresCluster>(

@@ -11,10 +11,9 @@ use std::time::Duration;
 
 use postgres_operator::api::{collection_path, object_path, PostgresCluster};
 use postgres_operator::client::{Client, Patch};
-use postgres_operator::crd;
 use postgres_operator::watch::backoff::BackoffPolicy;
 use postgres_operator::watch::{Event, WatchNotice, WatchOptions};
-use sandbox::{Sandbox, SandboxOptions};
+use sandbox::SandboxOptions;
 use tokio::time::Instant;
 use watch_support::*;
 
@@ -120,14 +119,7 @@ async fn random_changes_under_broken_watches_end_in_agreement() {
         bookmark_interval: Duration::from_millis(150),
         ..SandboxOptions::default()
     };
-    let sandbox = Sandbox::start(options, tokio_util::sync::CancellationToken::new())
-        .await
-        .expect("sandbox");
-    let client = plain_client(&sandbox.url());
-    crd::ensure(&client).await.expect("CRD");
-    crd::wait_established(&client, Duration::from_secs(10))
-        .await
-        .expect("established");
+    let (sandbox, client) = test_support::sandbox_with_crd(options).await;
 
     let watch_options = WatchOptions {
         backoff: BackoffPolicy {

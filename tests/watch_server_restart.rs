@@ -14,9 +14,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use postgres_operator::api::object_path;
 use postgres_operator::client::{Client, Patch};
-use postgres_operator::crd;
 use postgres_operator::watch::{RelistReason, WatchNotice};
 use sandbox::{Sandbox, SandboxOptions};
+use test_support::plain_client;
 use tokio_util::sync::CancellationToken;
 use watch_support::*;
 
@@ -46,21 +46,15 @@ enum Refusal {
 /// only `a`, current at RV 3. The consumer must get DELETED for the ghost, and the next watch
 /// must start from 3, never from 11 again.
 async fn the_ghost_is_deleted_after(refusal: Refusal) -> Box<postgres_operator::status::Status> {
-    let server = ScriptedServer::start(move |index, path| match (index, is_watch(path)) {
-        (0, false) => Reply::Json {
-            code: 200,
-            body: list_body(
-                "11",
-                &[
-                    object("a", "uid-a", "2", 1),
-                    object("ghost", "uid-g", "11", 3),
-                ],
-            ),
-        },
-        (_, false) => Reply::Json {
-            code: 200,
-            body: list_body("3", &[object("a", "uid-a", "2", 1)]),
-        },
+    let server = scripted_server(move |index, path| match (index, is_watch(path)) {
+        (0, false) => Reply::list(
+            "11",
+            &[
+                object("a", "uid-a", "2", 1),
+                object("ghost", "uid-g", "11", 3),
+            ],
+        ),
+        (_, false) => Reply::list("3", &[object("a", "uid-a", "2", 1)]),
         (1, true) => match refusal {
             Refusal::Http { code, body } => Reply::Json {
                 code,
@@ -73,10 +67,7 @@ async fn the_ghost_is_deleted_after(refusal: Refusal) -> Box<postgres_operator::
                 hold_open: false,
             },
         },
-        _ => Reply::Chunks {
-            chunks: vec![],
-            hold_open: true,
-        },
+        _ => Reply::quiet(),
     })
     .await;
     let mut running = start_watch(plain_client(&server.url), test_options());
@@ -184,19 +175,13 @@ async fn http_404_for_the_collection_relists() {
 #[tokio::test]
 async fn an_unrelated_504_is_retried_without_a_relist() {
     let timeout = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Timeout: request did not complete within the allotted timeout","reason":"Timeout","details":{},"code":504}"#;
-    let server = ScriptedServer::start(move |index, path| match (index, is_watch(path)) {
-        (_, false) => Reply::Json {
-            code: 200,
-            body: list_body("11", &[]),
-        },
+    let server = scripted_server(move |index, path| match (index, is_watch(path)) {
+        (_, false) => Reply::list("11", &[]),
         (1, true) => Reply::Json {
             code: 504,
             body: timeout.to_string(),
         },
-        _ => Reply::Chunks {
-            chunks: vec![],
-            hold_open: true,
-        },
+        _ => Reply::quiet(),
     })
     .await;
     let mut running = start_watch(plain_client(&server.url), test_options());
@@ -230,13 +215,6 @@ async fn start_sandbox(options: SandboxOptions) -> (Sandbox, Client) {
     (sandbox, client)
 }
 
-async fn install_crd(client: &Client) {
-    crd::ensure(client).await.expect("CRD registered");
-    crd::wait_established(client, WITHIN)
-        .await
-        .expect("CRD established");
-}
-
 fn revision(sandbox: &Sandbox) -> u64 {
     // Only a test may read the sandbox's counter as a number; clients compare RVs for equality.
     sandbox.resource_version().parse().expect("a number")
@@ -249,7 +227,7 @@ fn revision(sandbox: &Sandbox) -> u64 {
 #[tokio::test]
 async fn a_restarted_server_without_the_cluster_yields_deleted_not_a_ghost() {
     let (first, client) = start_sandbox(SandboxOptions::default()).await;
-    install_crd(&client).await;
+    test_support::register_crd(&client).await;
     create_cluster(&client, "ghost", 3).await;
     // A few writes, so the old resourceVersion is well ahead of a fresh server's.
     for size in 4..7 {
@@ -305,7 +283,7 @@ async fn a_restarted_server_without_the_cluster_yields_deleted_not_a_ghost() {
             .await
             .expect("create a secret");
     }
-    install_crd(&client).await;
+    test_support::register_crd(&client).await;
 
     assert_eq!(
         summary(&running.next_event(WITHIN).await),

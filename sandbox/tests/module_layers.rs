@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 /// Module name → the modules its code names. `lib` is the crate root (`src/lib.rs`).
-type Graph = BTreeMap<String, BTreeSet<String>>;
+use test_support::graph::{find_cycle, Graph};
 
 /// `src/*.rs` except `main.rs` (the binary is its own crate; it sees the library as `sandbox::`).
 fn read_sources() -> BTreeMap<String, String> {
@@ -101,39 +101,6 @@ fn dependency_graph(sources: &BTreeMap<String, String>) -> Graph {
         graph.insert(module.clone(), uses);
     }
     graph
-}
-
-/// A cycle in the graph as a path `a → b → … → a`, if there is one (depth-first search: a cycle
-/// exists exactly when the search meets a module that is still on its own path).
-fn find_cycle(graph: &Graph) -> Option<Vec<String>> {
-    fn visit(
-        module: &str,
-        graph: &Graph,
-        path: &mut Vec<String>,
-        finished: &mut BTreeSet<String>,
-    ) -> Option<Vec<String>> {
-        if let Some(start) = path.iter().position(|m| m == module) {
-            let mut cycle = path[start..].to_vec();
-            cycle.push(module.to_string());
-            return Some(cycle);
-        }
-        if finished.contains(module) {
-            return None;
-        }
-        path.push(module.to_string());
-        for next in graph.get(module).into_iter().flatten() {
-            if let Some(cycle) = visit(next, graph, path, finished) {
-                return Some(cycle);
-            }
-        }
-        path.pop();
-        finished.insert(module.to_string());
-        None
-    }
-    let mut finished = BTreeSet::new();
-    graph
-        .keys()
-        .find_map(|module| visit(module, graph, &mut Vec::new(), &mut finished))
 }
 
 /// The layer table in lib.rs's doc: rows `//! | `store.rs` | ... | 2 store |` give

@@ -8,18 +8,13 @@
 
 mod common;
 
-use common::{Http, Kubectl};
-use http::Method;
+use common::Http;
 use serde_json::{json, Value};
+use test_support::Kubectl;
 
 /// `kubectl apply -f` of a manifest given as text.
 async fn apply(kubectl: &Kubectl, manifest: &str) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let file = dir.path().join("manifest.yaml");
-    std::fs::write(&file, manifest).expect("write manifest");
-    kubectl
-        .ok(&["apply", "-f", file.to_str().expect("utf-8 path")])
-        .await;
+    kubectl.ok_manifest("apply", manifest).await;
 }
 
 /// The demo: a sandbox, the admin's kubectl, kubectl as service account `app` of namespace
@@ -37,7 +32,7 @@ struct Demo {
 /// account. kubectl sends a bearer token only over HTTPS, so it speaks TLS to the sandbox's
 /// plain-HTTP port, trusting the CA from `kube-root-ca.crt`, as an in-cluster client would.
 async fn demo() -> Demo {
-    let sandbox = common::start_sandbox().await;
+    let sandbox = test_support::start_sandbox().await;
     let admin = Kubectl::new(&sandbox.url());
     admin.ok(&["create", "namespace", "demo"]).await;
     admin
@@ -273,11 +268,8 @@ roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: exec-get-only}
     let mut http = Http::new(&sandbox.url());
     http.token = Some(token);
     let upgrade = http
-        .send(
-            Method::GET,
+        .get_with_headers(
             "/api/v1/namespaces/demo/pods/p/exec?command=true&stdout=true",
-            None,
-            Vec::new(),
             &[
                 ("Connection", "Upgrade"),
                 ("Upgrade", "websocket"),
@@ -521,13 +513,7 @@ async fn impersonation_needs_the_impersonate_verb() {
     let mut as_app = Http::new(&sandbox.url());
     as_app.token = Some(token);
     let answer = as_app
-        .send(
-            Method::GET,
-            "/api/v1/pods",
-            None,
-            Vec::new(),
-            &[("Impersonate-User", "alice")],
-        )
+        .get_with_headers("/api/v1/pods", &[("Impersonate-User", "alice")])
         .await;
     assert_eq!(answer.status, 403);
     assert_eq!(
@@ -540,11 +526,8 @@ async fn impersonation_needs_the_impersonate_verb() {
     );
     let admin_as = Http::new(&sandbox.url());
     let answer = admin_as
-        .send(
-            Method::GET,
+        .get_with_headers(
             "/api/v1/namespaces/demo/pods",
-            None,
-            Vec::new(),
             &[("Impersonate-User", "alice"), ("Impersonate-Group", "devs")],
         )
         .await;
@@ -660,23 +643,11 @@ async fn hostile_credentials_and_rbac_objects_never_break_the_sandbox() {
     let http = Http::new(&sandbox.url());
     let huge = "u".repeat(5000);
     let answer = http
-        .send(
-            Method::GET,
-            "/api",
-            None,
-            Vec::new(),
-            &[("Impersonate-User", &huge)],
-        )
+        .get_with_headers("/api", &[("Impersonate-User", &huge)])
         .await;
     assert_eq!(answer.status, 400);
     let groups_only = http
-        .send(
-            Method::GET,
-            "/api",
-            None,
-            Vec::new(),
-            &[("Impersonate-Group", "g")],
-        )
+        .get_with_headers("/api", &[("Impersonate-Group", "g")])
         .await;
     assert_eq!(groups_only.status, 400);
     for malformed in [

@@ -26,8 +26,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::runtime::{create, pod_json};
-use common::Kubectl;
 use sandbox::{ProcessRuntime, Runtime, Sandbox, SandboxOptions};
+use test_support::Kubectl;
 
 const READY_DEADLINE: Duration = Duration::from_secs(120);
 const MIN_MEMORY_KIB: u64 = 512 * 1024;
@@ -87,28 +87,9 @@ fn disk_usage(dir: &Path) -> u64 {
 
 /// (pid, parent pid, command line) of every process.
 fn process_table() -> Vec<(u32, u32, String)> {
-    std::fs::read_dir("/proc")
+    test_support::processes()
         .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|entry| {
-            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
-            let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
-            // The parent pid is the second field after the command name, which is in parentheses.
-            let parent = stat
-                .rsplit_once(')')?
-                .1
-                .split_whitespace()
-                .nth(1)?
-                .parse()
-                .ok()?;
-            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
-            Some((
-                pid,
-                parent,
-                String::from_utf8_lossy(&cmdline).replace('\0', " "),
-            ))
-        })
+        .filter_map(|process| Some((process.pid, process.parent?, process.command_line)))
         .collect()
 }
 
@@ -195,12 +176,7 @@ async fn pods_per_machine_before_something_gives() {
         let created = Instant::now();
         let ready = loop {
             let pod = pod_json(&kubectl, &name).await;
-            let is_ready = pod.as_ref().is_some_and(|pod| {
-                pod["status"]["conditions"].as_array().is_some_and(|c| {
-                    c.iter()
-                        .any(|c| c["type"] == "Ready" && c["status"] == "True")
-                })
-            });
+            let is_ready = pod.as_ref().is_some_and(test_support::pod_is_ready);
             if is_ready {
                 break pod;
             }

@@ -14,7 +14,6 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 
 const BINARY: &str = env!("CARGO_BIN_EXE_sandbox");
@@ -25,25 +24,8 @@ fn running_as_root() -> bool {
 
 /// The program, started in the background; its first line names its URL.
 async fn start_program(command: &mut Command) -> (tokio::process::Child, String) {
-    let mut child = command
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("the sandbox program starts");
-    let mut stdout = BufReader::new(child.stdout.take().expect("stdout")).lines();
-    let first = tokio::time::timeout(Duration::from_secs(20), stdout.next_line())
+    test_support::spawn_sandbox_binary(command.stderr(Stdio::piped()), Duration::from_secs(20))
         .await
-        .expect("prints within 20 s")
-        .expect("read")
-        .unwrap_or_default();
-    let url = first
-        .strip_prefix("sandbox API server at ")
-        .unwrap_or_else(|| panic!("unexpected first line {first:?}"))
-        .to_string();
-    // Keep reading so the program never blocks on a full pipe.
-    tokio::spawn(async move { while let Ok(Some(_)) = stdout.next_line().await {} });
-    (child, url)
 }
 
 /// As root, a data dir below a 0700 directory is refused at once, with or without
@@ -129,7 +111,7 @@ async fn directories_the_sandbox_makes_are_passable_and_pods_run() {
         let mode = std::fs::metadata(&dir).expect("created").mode();
         assert_eq!(mode & 0o111, 0o111, "{} has mode {mode:o}", dir.display());
     }
-    let kubectl = common::Kubectl::new(&url);
+    let kubectl = test_support::Kubectl::new(&url);
     common::runtime::create(
         &kubectl,
         r#"apiVersion: v1
@@ -143,7 +125,7 @@ spec:
 "#,
     )
     .await;
-    common::eventually(Duration::from_secs(60), "the pod's log line", || async {
+    test_support::eventually(Duration::from_secs(60), "the pod's log line", || async {
         let logs = kubectl.run(&["logs", "hello"]).await;
         logs.stdout.contains("hello from the pod").then_some(())
     })

@@ -8,22 +8,10 @@ mod common;
 
 use std::process::Stdio;
 
-use common::runtime::{create, start, wait_ready};
-use common::{start_sandbox, Http, Kubectl};
+use common::runtime::{create, start, wait_ready, TRUSTING_POSTGRES};
+use common::Http;
+use test_support::{start_sandbox, Kubectl};
 use tokio::io::AsyncWriteExt;
-
-const TRUSTING_POSTGRES: &str = r#"apiVersion: v1
-kind: Pod
-metadata: {name: pg}
-spec:
-  containers:
-  - name: postgres
-    image: postgres:16
-    env: [{name: POSTGRES_HOST_AUTH_METHOD, value: trust}]
-    readinessProbe:
-      exec: {command: [pg_isready, -h, 127.0.0.1, -U, postgres]}
-      periodSeconds: 1
-"#;
 
 /// One shell word, for the command line `script` runs.
 fn quote(word: &str) -> String {

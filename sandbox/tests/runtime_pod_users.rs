@@ -14,20 +14,15 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::time::Duration;
 
 use common::runtime::{create, start};
-use common::Kubectl;
+use test_support::Kubectl;
 
 fn running_as_root() -> bool {
     std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
 }
 
 /// `kubectl create -f` of a manifest given as text; the whole output, failed or not.
-async fn try_create(kubectl: &Kubectl, manifest: &str) -> common::KubectlOutput {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let file = dir.path().join("manifest.yaml");
-    std::fs::write(&file, manifest).expect("write manifest");
-    kubectl
-        .run(&["create", "-f", file.to_str().expect("utf-8 path")])
-        .await
+async fn try_create(kubectl: &Kubectl, manifest: &str) -> test_support::KubectlOutput {
+    kubectl.run_manifest("create", manifest).await
 }
 
 fn pod(name: &str, pod_context: &str, container_context: &str, command: &str) -> String {
@@ -123,7 +118,7 @@ async fn an_allowed_id_is_seen_inside_but_is_not_the_host_user() {
         ),
     )
     .await;
-    let logs = common::eventually(Duration::from_secs(60), "the pod's output", || async {
+    let logs = test_support::eventually(Duration::from_secs(60), "the pod's output", || async {
         let logs = kubectl.run(&["logs", "nonroot"]).await.stdout;
         (logs.contains("cannot-read") || logs.contains("host secret")).then_some(logs)
     })
@@ -132,7 +127,7 @@ async fn an_allowed_id_is_seen_inside_but_is_not_the_host_user() {
     assert!(!logs.contains("host secret"), "the pod read it: {logs}");
     if running_as_root() {
         assert!(logs.contains("uid=65532 gid=65532"), "{logs}");
-        let host_users: Vec<u32> = common::runtime::processes_matching("exec sleep 600")
+        let host_users: Vec<u32> = test_support::processes_matching("exec sleep 600")
             .into_iter()
             .filter_map(|pid| std::fs::metadata(format!("/proc/{pid}")).ok())
             .map(|m| m.uid())

@@ -13,12 +13,11 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::runtime::{
-    create, pod_json, process_runtime, processes_matching, psql, running_trusting_postgres, start,
-    wait_ready,
-};
-use common::{eventually, Kubectl};
+use common::runtime::{create, pod_json, psql, running_trusting_postgres, start, wait_ready};
 use serde_json::Value;
+use test_support::process_runtime;
+use test_support::processes_matching;
+use test_support::{eventually, Kubectl};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 const CREDENTIALS: &str = r#"
@@ -213,24 +212,15 @@ spec:
 async fn killing_the_sandbox_binary_leaves_no_postgres() {
     process_runtime();
     let data_dir = tempfile::tempdir().expect("tempdir");
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_sandbox"))
-        .args(["--listen", "127.0.0.1:0", "--runtime", "processes"])
-        .arg("--data-dir")
-        .arg(data_dir.path())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("sandbox starts");
-    let mut stdout = BufReader::new(child.stdout.take().expect("stdout")).lines();
-    let mut banner = String::new();
-    while let Ok(Some(line)) = stdout.next_line().await {
-        banner.push_str(&line);
-        banner.push('\n');
-        if line.contains("Ctrl-C") {
-            break;
-        }
-    }
+    let (mut child, banner) = test_support::spawn_sandbox_binary_banner(
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_sandbox"))
+            .args(["--listen", "127.0.0.1:0", "--runtime", "processes"])
+            .arg("--data-dir")
+            .arg(data_dir.path())
+            .stderr(Stdio::null()),
+        "Ctrl-C",
+    )
+    .await;
     assert!(banner.contains("pods run as processes"), "{banner}");
     let url = banner
         .lines()
@@ -567,7 +557,7 @@ async fn a_crashed_container_is_restarted_with_exit_code_137() {
     .await;
     let last = &pod["status"]["containerStatuses"][0]["lastState"]["terminated"];
     assert_eq!(last["exitCode"], 137, "{last}");
-    let simulated = common::start_sandbox().await;
+    let simulated = test_support::start_sandbox().await;
     assert!(!simulated
         .faults()
         .crash_container("default", "victim", "main"));

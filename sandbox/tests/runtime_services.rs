@@ -11,9 +11,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::eventually;
 use common::runtime::{create, psql, running_trusting_postgres, start, wait_ready};
-use common::Kubectl;
+use test_support::eventually;
+use test_support::Kubectl;
 
 const MANIFESTS: &str = r#"
 apiVersion: v1
@@ -129,12 +129,7 @@ async fn a_cluster_ip_forwards_to_the_ready_pod_and_refuses_without_one() {
     let slice_name = slice["metadata"]["name"].as_str().expect("a slice name");
     assert!(slice_name.starts_with("db-"), "{slice_name}");
     let table = kubectl.ok(&["get", "endpointslices"]).await;
-    let header: Vec<&str> = table
-        .lines()
-        .next()
-        .unwrap_or_default()
-        .split_whitespace()
-        .collect();
+    let header = test_support::table_row(&table, 0);
     assert_eq!(header, ["NAME", "ADDRESSTYPE", "PORTS", "ENDPOINTS", "AGE"]);
     let row: Vec<&str> = table
         .lines()

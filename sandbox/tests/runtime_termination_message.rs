@@ -10,10 +10,10 @@ mod common;
 
 use std::time::Duration;
 
-use common::eventually;
 use common::runtime::{create, pod_json, start};
-use common::Kubectl;
 use serde_json::Value;
+use test_support::eventually;
+use test_support::Kubectl;
 
 /// One pod that runs `script` once (`restartPolicy` as given) with extra container fields.
 fn shell_pod(name: &str, restart_policy: &str, extra: &str, script: &str) -> String {

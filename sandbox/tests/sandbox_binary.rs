@@ -69,7 +69,7 @@ async fn prints_its_url_serves_and_stops_on_sigterm() {
         "{more}"
     );
     let cache = tempfile::tempdir().expect("cache dir");
-    let namespaces = Command::new(common::kubectl_path())
+    let namespaces = Command::new(test_support::kubectl_path())
         .args(["get", "namespaces", "-o", "name", "--cache-dir"])
         .arg(cache.path())
         .env("KUBECONFIG", &kubeconfig)
@@ -172,7 +172,7 @@ async fn bad_flags_exit_2_naming_the_flag() {
 /// `Sandbox::shutdown` ends open watches and stops accepting connections.
 #[tokio::test]
 async fn shutdown_ends_watches_and_closes_the_port() {
-    let sandbox = common::start_sandbox().await;
+    let sandbox = test_support::start_sandbox().await;
     let http = common::Http::new(&sandbox.url());
     let mut watch = http
         .stream("/api/v1/namespaces/default/pods?watch=true")
@@ -218,29 +218,18 @@ async fn the_kubectl_cache_of_an_earlier_server_on_the_port_is_emptied() {
     let stale = cache.join("discovery/127.0.0.1_PORT/servergroups.json");
     std::fs::create_dir_all(stale.parent().expect("a parent")).expect("mkdir");
     std::fs::write(&stale, "{}").expect("a stale cache file");
-    let mut child = Command::new(BINARY)
-        .args([
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--runtime",
-            "simulated",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("sandbox starts");
-    let mut stdout = BufReader::new(child.stdout.take().expect("stdout")).lines();
-    let mut banner = String::new();
-    while let Ok(Ok(Some(line))) =
-        tokio::time::timeout(Duration::from_secs(10), stdout.next_line()).await
-    {
-        banner.push_str(&line);
-        banner.push('\n');
-        if line.contains("KUBECACHEDIR") {
-            break;
-        }
-    }
+    let (mut child, banner) = test_support::spawn_sandbox_binary_banner(
+        Command::new(BINARY)
+            .args([
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--runtime",
+                "simulated",
+            ])
+            .stderr(Stdio::null()),
+        "KUBECACHEDIR",
+    )
+    .await;
     assert!(banner.contains(&cache.display().to_string()), "{banner}");
     assert!(!stale.exists(), "the stale cache file is gone");
     assert!(cache.is_dir());

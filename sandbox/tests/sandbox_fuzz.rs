@@ -406,7 +406,7 @@ async fn random_requests_never_break_the_sandbox() {
                 .unwrap_or(1)
         });
     println!("sandbox fuzz: SANDBOX_FUZZ_SEED={seed} SANDBOX_FUZZ_COUNT={count}");
-    let sandbox = common::start_sandbox().await;
+    let sandbox = test_support::start_sandbox().await;
     let http = common::Http::new(&sandbox.url());
     http.install_crd().await;
     let mut random = Random(seed | 1);
@@ -430,13 +430,7 @@ async fn random_requests_never_break_the_sandbox() {
         .await
         .expect("GET /version answers within a second");
     assert_eq!(version.status, 200);
-    let created = http
-        .post(
-            "/api/v1/namespaces",
-            &json!({"metadata": {"name": "after-fuzz"}}),
-        )
-        .await;
-    assert_eq!(created.status, 201, "{}", created.text());
+    http.create_named("/api/v1/namespaces", "after-fuzz").await;
     let read = http.get("/api/v1/namespaces/after-fuzz").await;
     assert_eq!(read.json()["metadata"]["name"], "after-fuzz");
 }

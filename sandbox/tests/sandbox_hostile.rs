@@ -24,10 +24,7 @@ async fn still_serving(http: &Http, name: &str) {
         .await
         .expect("GET /version answers within a second");
     assert_eq!(version.status, 200);
-    let created = http
-        .post(NAMESPACES, &json!({"metadata": {"name": name}}))
-        .await;
-    assert_eq!(created.status, 201, "{}", created.text());
+    http.create_named(NAMESPACES, name).await;
     let read = http.get(&format!("{NAMESPACES}/{name}")).await;
     assert_eq!(read.status, 200);
     assert_eq!(read.json()["metadata"]["name"], name);
@@ -52,8 +49,7 @@ async fn send_json_patch(http: &Http, path: &str, operations: &[Value]) -> commo
 /// build 8,000 levels and overflow the stack).
 #[tokio::test]
 async fn copy_into_own_child_is_refused() {
-    let sandbox = common::start_sandbox().await;
-    let http = Http::new(&sandbox.url());
+    let (_sandbox, http) = common::sandbox_and_http().await;
     let created = http
         .post(
             NAMESPACES,
@@ -77,8 +73,7 @@ async fn copy_into_own_child_is_refused() {
 /// etcd's 1.5 MiB is never stored, whichever way it is built.
 #[tokio::test]
 async fn doubling_copies_and_huge_objects_are_refused() {
-    let sandbox = common::start_sandbox().await;
-    let http = Http::new(&sandbox.url());
+    let (_sandbox, http) = common::sandbox_and_http().await;
     http.post(NAMESPACES, &json!({"metadata": {"name": "victim"}}))
         .await;
     let mut operations = vec![
@@ -131,8 +126,7 @@ fn crd_with_pattern(pattern: &str) -> Value {
 /// pattern's field (its first instance write used to overflow the parser's stack).
 #[tokio::test]
 async fn deeply_nested_pattern_is_refused_at_crd_write() {
-    let sandbox = common::start_sandbox().await;
-    let http = Http::new(&sandbox.url());
+    let (_sandbox, http) = common::sandbox_and_http().await;
     let deep = format!("{}a{}", "(".repeat(5000), ")".repeat(5000));
     let answer = http.post(CRDS, &crd_with_pattern(&deep)).await;
     assert_eq!(answer.status, 422, "{}", answer.text());
@@ -150,14 +144,13 @@ async fn deeply_nested_pattern_is_refused_at_crd_write() {
 /// write is checked outside the store lock and gives up within its step budget (422).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn costly_pattern_does_not_block_other_requests() {
-    let sandbox = common::start_sandbox().await;
-    let http = Http::new(&sandbox.url());
+    let (_sandbox, http) = common::sandbox_and_http().await;
     let answer = http
         .post(CRDS, &crd_with_pattern("(?:[a-z]{0,1000}){0,23}0"))
         .await;
     assert_eq!(answer.status, 201, "{}", answer.text());
     let things = "/apis/hostile.example.com/v1/namespaces/default/things";
-    common::eventually(Duration::from_secs(5), "the CRD is served", || async {
+    test_support::eventually(Duration::from_secs(5), "the CRD is served", || async {
         (http.get(things).await.status == 200).then_some(())
     })
     .await;
@@ -188,8 +181,7 @@ async fn costly_pattern_does_not_block_other_requests() {
 /// refused (403) — what a web page in the learner's browser would send.
 #[tokio::test]
 async fn cross_site_requests_are_refused() {
-    let sandbox = common::start_sandbox().await;
-    let http = Http::new(&sandbox.url());
+    let (sandbox, http) = common::sandbox_and_http().await;
     let body = json!({"metadata": {"name": "csrf"}})
         .to_string()
         .into_bytes();
@@ -210,13 +202,7 @@ async fn cross_site_requests_are_refused() {
     let port = sandbox.addr().port();
     let rebound = format!("attacker.example:{port}");
     let answer = http
-        .send(
-            Method::GET,
-            "/version",
-            None,
-            Vec::new(),
-            &[("host", &rebound)],
-        )
+        .get_with_headers("/version", &[("host", &rebound)])
         .await;
     assert_eq!(answer.status, 403, "{}", answer.text());
     let answer = http
@@ -231,20 +217,12 @@ async fn cross_site_requests_are_refused() {
     assert_eq!(answer.status, 403, "{}", answer.text());
     assert_eq!(http.get(&format!("{NAMESPACES}/csrf")).await.status, 404);
     for own in [format!("localhost:{port}"), format!("[::1]:{port}")] {
-        let answer = http
-            .send(Method::GET, "/version", None, Vec::new(), &[("host", &own)])
-            .await;
+        let answer = http.get_with_headers("/version", &[("host", &own)]).await;
         assert_eq!(answer.status, 200, "{own}");
     }
     let same_origin = format!("http://127.0.0.1:{port}");
     let answer = http
-        .send(
-            Method::GET,
-            "/version",
-            None,
-            Vec::new(),
-            &[("origin", &same_origin)],
-        )
+        .get_with_headers("/version", &[("origin", &same_origin)])
         .await;
     assert_eq!(answer.status, 200);
     still_serving(&http, "after-csrf").await;
@@ -254,7 +232,7 @@ async fn cross_site_requests_are_refused() {
 /// connection cap new connections wait instead of using up file descriptors.
 #[tokio::test]
 async fn half_sent_heads_time_out_and_connections_are_capped() {
-    let sandbox = common::start_sandbox_with(SandboxOptions {
+    let sandbox = test_support::start_sandbox_with(SandboxOptions {
         header_read_timeout: Duration::from_millis(300),
         max_connections: 4,
         ..SandboxOptions::default()
@@ -299,7 +277,7 @@ async fn credentials_are_private_and_symlinks_are_not_followed() {
     let target = scratch.path().join("precious");
     std::fs::write(&target, "keep me").expect("write target");
     std::os::unix::fs::symlink(&target, dir.join("token.tmp")).expect("plant symlink");
-    let sandbox = common::start_sandbox_with(SandboxOptions {
+    let sandbox = test_support::start_sandbox_with(SandboxOptions {
         credentials_dir: Some(dir.clone()),
         ..SandboxOptions::default()
     })
@@ -331,9 +309,7 @@ async fn credentials_are_private_and_symlinks_are_not_followed() {
 /// resourceVersion is 409, a PATCH of a missing object 404, apply creates.
 #[tokio::test]
 async fn ordinary_writes_still_behave() {
-    let sandbox = common::start_sandbox().await;
-    let http = Http::new(&sandbox.url());
-    http.install_crd().await;
+    let (_sandbox, http) = common::sandbox_with_crd().await;
     let created = http.post(PGC, &cluster("db1", 1)).await;
     assert_eq!(created.status, 201);
     let mut stale = created.json();
@@ -361,8 +337,7 @@ async fn ordinary_writes_still_behave() {
 /// process, the connection pool and every other request live on.
 #[tokio::test]
 async fn a_panicking_handler_is_a_500_for_that_request_only() {
-    let sandbox = common::start_sandbox().await;
-    let http = Http::new(&sandbox.url());
+    let (sandbox, http) = common::sandbox_and_http().await;
     sandbox.faults().fail_next(
         1,
         "/api/v1/namespaces/default/configmaps",
@@ -390,7 +365,7 @@ fn open_file_limit() -> Option<u64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thousands_of_half_sent_heads_do_not_lock_out_a_real_request() {
     const SLOTS: usize = 1024;
-    let sandbox = common::start_sandbox_with(SandboxOptions {
+    let sandbox = test_support::start_sandbox_with(SandboxOptions {
         max_connections: SLOTS,
         ..SandboxOptions::default()
     })
@@ -438,13 +413,8 @@ async fn thousands_of_half_sent_heads_do_not_lock_out_a_real_request() {
     assert_eq!(answer.status, 200, "{}", answer.text());
 
     // The watch had a request in flight, so it was never closed to make room.
-    let created = http
-        .post(
-            "/api/v1/namespaces/default/configmaps",
-            &json!({"metadata": {"name": "after-the-flood"}}),
-        )
+    http.create_named("/api/v1/namespaces/default/configmaps", "after-the-flood")
         .await;
-    assert_eq!(created.status, 201, "{}", created.text());
     // The first events are the initial ADDED of what existed (kube-root-ca.crt).
     let mut names = Vec::new();
     while let Some(event) = watch.next_event(Duration::from_secs(5)).await {

@@ -7,14 +7,15 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Http, Kubectl, CRD_FIXTURE, EXAMPLE_FIXTURE};
+use common::Http;
+use test_support::{Kubectl, CRD_FIXTURE, EXAMPLE_FIXTURE};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 /// `kubectl api-resources` sees the built-in kinds, and PostgresCluster (short name pgc) as
 /// soon as its CRD is created.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_resources_shows_builtins_and_a_new_crd() {
-    let sandbox = common::start_sandbox().await;
+    let sandbox = test_support::start_sandbox().await;
     let kubectl = Kubectl::new(&sandbox.url());
     let before = kubectl.ok(&["api-resources"]).await;
     assert!(
@@ -48,7 +49,7 @@ async fn api_resources_shows_builtins_and_a_new_crd() {
 /// apply twice (the second is `unchanged`), patch --type=merge, scale, delete -f.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn example_cluster_goes_through_every_kubectl_verb() {
-    let sandbox = common::start_sandbox().await;
+    let sandbox = test_support::start_sandbox().await;
     let kubectl = Kubectl::new(&sandbox.url());
     kubectl.ok(&["apply", "-f", CRD_FIXTURE]).await;
     kubectl
@@ -67,18 +68,9 @@ async fn example_cluster_goes_through_every_kubectl_verb() {
     );
 
     let table = kubectl.ok(&["get", "pgc"]).await;
-    let mut lines = table.lines();
-    let header: Vec<&str> = lines
-        .next()
-        .unwrap_or_default()
-        .split_whitespace()
-        .collect();
-    assert_eq!(
-        header,
-        ["NAME", "SIZE", "READY", "PRIMARY", "PHASE", "VERSION", "LAST", "BACKUP", "AGE"],
-        "{table}"
-    );
-    let row = lines.next().unwrap_or_default();
+    let header = test_support::table_row(&table, 0);
+    assert_eq!(header, test_support::PGC_TABLE_HEADER, "{table}");
+    let row = table.lines().nth(1).unwrap_or_default();
     assert!(
         row.starts_with("example-postgresql-cluster")
             && row.contains(" 3 ")
@@ -169,7 +161,7 @@ async fn example_cluster_goes_through_every_kubectl_verb() {
 /// a default (strategic) patch on a custom resource gets a clean 415.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalid_clusters_and_strategic_patches_are_refused_clearly() {
-    let sandbox = common::start_sandbox().await;
+    let sandbox = test_support::start_sandbox().await;
     Http::new(&sandbox.url()).install_crd().await;
     let kubectl = Kubectl::new(&sandbox.url());
     let bad = concat!(
@@ -211,7 +203,7 @@ async fn invalid_clusters_and_strategic_patches_are_refused_clearly() {
 /// kubelet marks it Running.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn get_pods_watch_prints_each_change() {
-    let sandbox = common::start_sandbox_with(sandbox::SandboxOptions {
+    let sandbox = test_support::start_sandbox_with(sandbox::SandboxOptions {
         kubelet_delay: Duration::from_millis(300),
         ..Default::default()
     })
@@ -226,7 +218,7 @@ async fn get_pods_watch_prints_each_change() {
     let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
     let http = Http::new(&sandbox.url());
     // Wait until kubectl's watch is open, so the pod's ADDED is a live event.
-    common::until_watch_opened(&sandbox, "pods").await;
+    test_support::until_watch_opened(&sandbox, "pods").await;
     let created = http
         .post(
             "/api/v1/namespaces/default/pods",
@@ -266,7 +258,7 @@ async fn get_pods_watch_prints_each_change() {
 /// (strategic merge), `get all`, `logs`, `describe` (events by field selector), `delete`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn everyday_commands_on_built_in_kinds() {
-    let sandbox = common::start_sandbox().await;
+    let sandbox = test_support::start_sandbox().await;
     let kubectl = Kubectl::new(&sandbox.url());
     assert!(kubectl
         .ok(&["create", "namespace", "demo"])
@@ -368,7 +360,7 @@ async fn everyday_commands_on_built_in_kinds() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_over_tls_with_a_bearer_token() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let sandbox = common::start_sandbox_with(sandbox::SandboxOptions {
+    let sandbox = test_support::start_sandbox_with(sandbox::SandboxOptions {
         credentials_dir: Some(dir.path().to_path_buf()),
         ..Default::default()
     })
@@ -406,7 +398,7 @@ async fn kubectl_over_tls_with_a_bearer_token() {
 /// its RV-0 watch, so the server must send the synthetic ADDED).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_side_apply_json_patch_describe_and_watch_one_object() {
-    let sandbox = common::start_sandbox().await;
+    let sandbox = test_support::start_sandbox().await;
     Http::new(&sandbox.url()).install_crd().await;
     let kubectl = Kubectl::new(&sandbox.url());
     let out = kubectl
@@ -442,7 +434,7 @@ async fn server_side_apply_json_patch_describe_and_watch_one_object() {
     assert!(header.starts_with("NAME"), "{header}");
     let first = lines.next_line().await.expect("read").expect("row");
     assert!(first.contains(" 2 "), "{first}");
-    common::until_watch_opened(&sandbox, "postgresclusters").await;
+    test_support::until_watch_opened(&sandbox, "postgresclusters").await;
     Http::new(&sandbox.url())
         .merge_patch(
             "/apis/workshop.example.com/v1/namespaces/default/postgresclusters/example-postgresql-cluster",

@@ -8,7 +8,8 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Http, Kubectl, EXAMPLE_FIXTURE};
+use common::Http;
+use test_support::{Kubectl, EXAMPLE_FIXTURE};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 const CLUSTER: &str = "example-postgresql-cluster";
@@ -17,7 +18,7 @@ const CLUSTER: &str = "example-postgresql-cluster";
 /// `explain pgc.metadata.labels` follows the ObjectMeta reference, as kube-apiserver publishes it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn explain_describes_metadata_of_custom_and_built_in_kinds() {
-    let sandbox = common::start_sandbox().await;
+    let sandbox = test_support::start_sandbox().await;
     Http::new(&sandbox.url()).install_crd().await;
     let kubectl = Kubectl::new(&sandbox.url());
 
@@ -51,7 +52,7 @@ async fn explain_describes_metadata_of_custom_and_built_in_kinds() {
 /// does removing the last annotation), as Go's `omitempty` ObjectMeta does in kube-apiserver.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn removing_the_last_label_or_annotation_removes_the_map() {
-    let sandbox = common::start_sandbox().await;
+    let sandbox = test_support::start_sandbox().await;
     Http::new(&sandbox.url()).install_crd().await;
     let kubectl = Kubectl::new(&sandbox.url());
     kubectl.ok(&["create", "-f", EXAMPLE_FIXTURE]).await;
@@ -79,12 +80,12 @@ async fn removing_the_last_label_or_annotation_removes_the_map() {
 /// carries a deletionTimestamp, as kube-apiserver's always-graceful pod deletion leaves it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn get_pods_watch_shows_a_deleted_pod_as_terminating() {
-    let sandbox = common::start_sandbox().await;
+    let sandbox = test_support::start_sandbox().await;
     let kubectl = Kubectl::new(&sandbox.url());
     let pod_file = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/pod.yaml");
     kubectl.ok(&["apply", "-f", pod_file]).await;
     let http = Http::new(&sandbox.url());
-    common::eventually(Duration::from_secs(5), "pod Running", || {
+    test_support::eventually(Duration::from_secs(5), "pod Running", || {
         let http = http.clone();
         async move {
             let pod = http.get("/api/v1/namespaces/default/pods/web").await.json();
@@ -103,7 +104,7 @@ async fn get_pods_watch_shows_a_deleted_pod_as_terminating() {
     assert!(header.starts_with("NAME"), "{header}");
     let running = lines.next_line().await.expect("read").expect("row");
     assert!(running.contains("Running"), "{running}");
-    common::until_watch_opened(&sandbox, "pods").await;
+    test_support::until_watch_opened(&sandbox, "pods").await;
 
     let out = kubectl
         .ok(&["delete", "pod", "web", "--grace-period=0", "--force"])
@@ -125,7 +126,7 @@ async fn get_pods_watch_shows_a_deleted_pod_as_terminating() {
 /// system:masters), with no warning, and `--list` shows one rule allowing everything.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn auth_can_i_says_yes_to_the_admin() {
-    let sandbox = common::start_sandbox().await;
+    let sandbox = test_support::start_sandbox().await;
     let kubectl = Kubectl::new(&sandbox.url());
     let out = kubectl.run(&["auth", "can-i", "delete", "pods"]).await;
     assert!(out.success, "{out:?}");
@@ -139,7 +140,7 @@ async fn auth_can_i_says_yes_to_the_admin() {
 /// bodies) work, and `get` prints kube-apiserver's columns for them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn imperative_creates_and_their_get_columns() {
-    let sandbox = common::start_sandbox().await;
+    let sandbox = test_support::start_sandbox().await;
     let kubectl = Kubectl::new(&sandbox.url());
     for (args, printed) in [
         (
@@ -196,12 +197,7 @@ async fn imperative_creates_and_their_get_columns() {
     }
 
     let deployments = kubectl.ok(&["get", "deployments", "-o", "wide"]).await;
-    let header: Vec<&str> = deployments
-        .lines()
-        .next()
-        .unwrap_or_default()
-        .split_whitespace()
-        .collect();
+    let header = test_support::table_row(&deployments, 0);
     assert_eq!(
         header,
         [
@@ -266,7 +262,7 @@ async fn imperative_creates_and_their_get_columns() {
 /// divide by (no `-9223372036854775808%`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn describe_shows_pod_events_and_node_allocations() {
-    let sandbox = common::start_sandbox_with(sandbox::SandboxOptions {
+    let sandbox = test_support::start_sandbox_with(sandbox::SandboxOptions {
         pod_events: true,
         ..Default::default()
     })
@@ -274,7 +270,7 @@ async fn describe_shows_pod_events_and_node_allocations() {
     let kubectl = Kubectl::new(&sandbox.url());
     let pod_file = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/pod.yaml");
     kubectl.ok(&["apply", "-f", pod_file]).await;
-    let events = common::eventually(Duration::from_secs(5), "the pod's events", || {
+    let events = test_support::eventually(Duration::from_secs(5), "the pod's events", || {
         let kubectl = &kubectl;
         async move {
             let out = kubectl.ok(&["get", "events"]).await;
@@ -304,7 +300,7 @@ async fn describe_shows_pod_events_and_node_allocations() {
 /// requested resource".)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn apply_k_on_an_empty_sandbox_works_and_the_example_comes_second() {
-    let sandbox = common::start_sandbox().await;
+    let sandbox = test_support::start_sandbox().await;
     let kubectl = Kubectl::new(&sandbox.url());
     let kube = concat!(env!("CARGO_MANIFEST_DIR"), "/../kube");
     let example = format!("{kube}/example-postgres-cluster.yaml");
@@ -340,7 +336,7 @@ async fn apply_k_on_an_empty_sandbox_works_and_the_example_comes_second() {
 /// "32", runs its built-in v1.32 client: `kubectl version` shows both sides at 1.32.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_kubectl_dispatcher_picks_v1_32() {
-    let sandbox = common::start_sandbox().await;
+    let sandbox = test_support::start_sandbox().await;
     let kubectl = Kubectl::new(&sandbox.url());
     let versions: serde_json::Value =
         serde_json::from_str(&kubectl.ok(&["version", "-o", "json"]).await).expect("JSON");
@@ -360,7 +356,7 @@ async fn the_kubectl_dispatcher_picks_v1_32() {
 /// `kubectl replace --force` (delete, then create) is the way out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pod_specs_are_immutable_except_images() {
-    let sandbox = common::start_sandbox().await;
+    let sandbox = test_support::start_sandbox().await;
     let kubectl = Kubectl::new(&sandbox.url());
     let pod_file = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/pod.yaml");
     let original = std::fs::read_to_string(pod_file).expect("fixture");

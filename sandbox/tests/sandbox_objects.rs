@@ -22,9 +22,7 @@ const CRD: &str =
 /// generateName gets a 5-character suffix; a second create of the same name is 409 AlreadyExists.
 #[tokio::test]
 async fn create_sets_server_metadata_and_refuses_duplicates() {
-    let sandbox = common::start_sandbox().await;
-    let http = Http::new(&sandbox.url());
-    http.install_crd().await;
+    let (sandbox, http) = common::sandbox_with_crd().await;
     let mut body = cluster("db1", 3);
     body.as_object_mut().map(|o| o.remove("kind"));
     let created = http.post(PGC, &body).await;
@@ -73,9 +71,7 @@ async fn create_sets_server_metadata_and_refuses_duplicates() {
 /// PUT with a stale resourceVersion is 409 Conflict; generation moves on spec changes only.
 #[tokio::test]
 async fn updates_are_optimistic_and_generation_tracks_spec() {
-    let sandbox = common::start_sandbox().await;
-    let http = Http::new(&sandbox.url());
-    http.install_crd().await;
+    let (_sandbox, http) = common::sandbox_with_crd().await;
     let first = http.post(PGC, &cluster("db1", 3)).await.json();
 
     let mut changed = first.clone();
@@ -131,9 +127,7 @@ async fn updates_are_optimistic_and_generation_tracks_spec() {
 /// only status (and do not bump generation).
 #[tokio::test]
 async fn status_subresource_separates_spec_and_status_writers() {
-    let sandbox = common::start_sandbox().await;
-    let http = Http::new(&sandbox.url());
-    http.install_crd().await;
+    let (_sandbox, http) = common::sandbox_with_crd().await;
     let mut body = cluster("db1", 3);
     body["status"] = json!({"phase": "Sneaky"});
     let created = http.post(PGC, &body).await.json();
@@ -178,9 +172,7 @@ async fn status_subresource_separates_spec_and_status_writers() {
 /// Content-Type works, as kubectl sends it.
 #[tokio::test]
 async fn scale_subresource_maps_replicas_to_spec_size() {
-    let sandbox = common::start_sandbox().await;
-    let http = Http::new(&sandbox.url());
-    http.install_crd().await;
+    let (_sandbox, http) = common::sandbox_with_crd().await;
     http.post(PGC, &cluster("db1", 3)).await;
     http.merge_patch(
         &format!("{PGC}/db1/status"),
@@ -237,9 +229,7 @@ async fn scale_subresource_maps_replicas_to_spec_size() {
 /// pruned, or refused with 400 under fieldValidation=Strict.
 #[tokio::test]
 async fn custom_objects_are_validated_and_pruned_by_schema() {
-    let sandbox = common::start_sandbox().await;
-    let http = Http::new(&sandbox.url());
-    http.install_crd().await;
+    let (_sandbox, http) = common::sandbox_with_crd().await;
     let mut bad = cluster("bad", 3);
     bad["spec"]["size"] = json!("three");
     let answer = http.post(PGC, &bad).await;
@@ -292,9 +282,7 @@ async fn custom_objects_are_validated_and_pruned_by_schema() {
 /// Deleting a CRD removes its endpoints, discovery entry and objects; re-creating serves again.
 #[tokio::test]
 async fn deleting_a_crd_removes_its_api() {
-    let sandbox = common::start_sandbox().await;
-    let http = Http::new(&sandbox.url());
-    http.install_crd().await;
+    let (_sandbox, http) = common::sandbox_with_crd().await;
     http.post(PGC, &cluster("db1", 3)).await;
     let crd = http.get(CRD).await.json();
     assert_eq!(crd["status"]["acceptedNames"]["kind"], "PostgresCluster");
@@ -340,7 +328,7 @@ async fn deleting_a_crd_removes_its_api() {
 /// The CRD's Established condition waits for the configured delay (a MODIFIED on CRD watches).
 #[tokio::test]
 async fn established_waits_for_the_configured_delay() {
-    let sandbox = common::start_sandbox_with(SandboxOptions {
+    let sandbox = test_support::start_sandbox_with(SandboxOptions {
         established_delay: Duration::from_millis(400),
         ..Default::default()
     })
@@ -379,9 +367,7 @@ async fn established_waits_for_the_configured_delay() {
 /// finalizer is only marked for deletion.
 #[tokio::test]
 async fn deleting_an_owner_collects_its_pods_unless_a_finalizer_holds_one() {
-    let sandbox = common::start_sandbox().await;
-    let http = Http::new(&sandbox.url());
-    http.install_crd().await;
+    let (_sandbox, http) = common::sandbox_with_crd().await;
     let owner = http.post(PGC, &cluster("db1", 2)).await.json();
     let reference = json!([{"apiVersion": "workshop.example.com/v1", "kind": "PostgresCluster",
         "name": "db1", "uid": owner["metadata"]["uid"], "controller": true, "blockOwnerDeletion": true}]);
@@ -424,7 +410,7 @@ async fn deleting_an_owner_collects_its_pods_unless_a_finalizer_holds_one() {
 /// kubelet_delay; logs are text/plain; nothing actually runs.
 #[tokio::test]
 async fn pods_go_pending_then_running_without_running_anything() {
-    let sandbox = common::start_sandbox_with(SandboxOptions {
+    let sandbox = test_support::start_sandbox_with(SandboxOptions {
         kubelet_delay: Duration::from_millis(100),
         ..Default::default()
     })
@@ -432,7 +418,7 @@ async fn pods_go_pending_then_running_without_running_anything() {
     let http = Http::new(&sandbox.url());
     let created = http.post(PODS, &pod("web", json!({}))).await.json();
     assert_eq!(created["status"]["phase"], "Pending");
-    let running = common::eventually(Duration::from_secs(5), "pod Running", || {
+    let running = test_support::eventually(Duration::from_secs(5), "pod Running", || {
         let http = http.clone();
         async move {
             let pod = http.get(&format!("{PODS}/web")).await.json();
@@ -499,9 +485,7 @@ async fn pods_go_pending_then_running_without_running_anything() {
 /// subresources listed; OpenAPI v3 lists fieldValidation on each kind's patch; v2 is 404.
 #[tokio::test]
 async fn discovery_and_openapi_describe_custom_resources() {
-    let sandbox = common::start_sandbox().await;
-    let http = Http::new(&sandbox.url());
-    http.install_crd().await;
+    let (_sandbox, http) = common::sandbox_with_crd().await;
     let version = http.get("/version").await.json();
     assert_eq!(
         (version["major"].as_str(), version["minor"].as_str()),
@@ -573,9 +557,7 @@ async fn discovery_and_openapi_describe_custom_resources() {
 /// Tables for `kubectl get`: Name first, printer columns with ages, row.object metadata.
 #[tokio::test]
 async fn lists_become_tables_when_kubectl_asks() {
-    let sandbox = common::start_sandbox().await;
-    let http = Http::new(&sandbox.url());
-    http.install_crd().await;
+    let (_sandbox, http) = common::sandbox_with_crd().await;
     http.post(PGC, &cluster("db1", 3)).await;
     let accept = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
     let table = http
@@ -628,8 +610,7 @@ async fn lists_become_tables_when_kubectl_asks() {
 /// Lists page with limit/continue and filter with selectors.
 #[tokio::test]
 async fn lists_page_and_filter() {
-    let sandbox = common::start_sandbox().await;
-    let http = Http::new(&sandbox.url());
+    let (_sandbox, http) = common::sandbox_and_http().await;
     let secrets = "/api/v1/namespaces/default/secrets";
     for i in 0..5 {
         http.post(secrets, &json!({"metadata": {"name": format!("s{i}"), "labels": {"even": (i % 2 == 0).to_string()}}})).await;
@@ -676,7 +657,7 @@ async fn lists_page_and_filter() {
 #[tokio::test]
 async fn tls_mode_requires_the_current_bearer_token() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let sandbox = common::start_sandbox_with(SandboxOptions {
+    let sandbox = test_support::start_sandbox_with(SandboxOptions {
         credentials_dir: Some(dir.path().to_path_buf()),
         ..Default::default()
     })
@@ -719,8 +700,7 @@ async fn tls_mode_requires_the_current_bearer_token() {
 /// can be requested again; the address cannot be changed by an update.
 #[tokio::test]
 async fn cluster_ips_are_unique_and_requested_ones_honoured() {
-    let sandbox = common::start_sandbox().await;
-    let http = Http::new(&sandbox.url());
+    let (_sandbox, http) = common::sandbox_and_http().await;
     let services = "/api/v1/namespaces/default/services";
     let service = |name: &str, ip: Option<&str>| {
         let mut body = json!({"metadata": {"name": name}, "spec": {"ports": [{"port": 5432}]}});
@@ -790,8 +770,7 @@ async fn cluster_ips_are_unique_and_requested_ones_honoured() {
 /// a Secret's stringData is base64-encoded into data.
 #[tokio::test]
 async fn built_in_kinds_get_their_defaults() {
-    let sandbox = common::start_sandbox().await;
-    let http = Http::new(&sandbox.url());
+    let (_sandbox, http) = common::sandbox_and_http().await;
     let services = "/api/v1/namespaces/default/services";
     let service = http
         .post(
@@ -833,8 +812,7 @@ async fn built_in_kinds_get_their_defaults() {
 /// `default:` values in a CRD schema are filled in on create, as kube-apiserver does.
 #[tokio::test]
 async fn schema_defaults_are_applied() {
-    let sandbox = common::start_sandbox().await;
-    let http = Http::new(&sandbox.url());
+    let (_sandbox, http) = common::sandbox_and_http().await;
     let mut crd = common::crd_json();
     crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
         ["paused"]["default"] = json!(false);
@@ -854,7 +832,7 @@ async fn schema_defaults_are_applied() {
 /// gracePeriodSeconds=0 deletes at once.
 #[tokio::test]
 async fn pods_terminate_gracefully_when_asked_to() {
-    let sandbox = common::start_sandbox_with(SandboxOptions {
+    let sandbox = test_support::start_sandbox_with(SandboxOptions {
         pod_termination_delay: Duration::from_millis(300),
         ..Default::default()
     })
@@ -909,9 +887,7 @@ async fn pods_terminate_gracefully_when_asked_to() {
 /// finalizer, stays while a dependent is held by its own finalizer, and goes once that clears.
 #[tokio::test]
 async fn foreground_deletion_waits_for_dependents() {
-    let sandbox = common::start_sandbox().await;
-    let http = Http::new(&sandbox.url());
-    http.install_crd().await;
+    let (_sandbox, http) = common::sandbox_with_crd().await;
     let owner = http.post(PGC, &cluster("db1", 1)).await.json();
     let mut held = pod("db1-0", json!({}));
     held["metadata"]["ownerReferences"] = json!([{"apiVersion": "workshop.example.com/v1",

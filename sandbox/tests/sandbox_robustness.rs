@@ -22,9 +22,7 @@ fn reason(answer: &common::Answer) -> String {
 /// Each kind of bad request gets its own code and reason, as kube-apiserver answers it.
 #[tokio::test]
 async fn bad_requests_get_the_right_status() {
-    let sandbox = common::start_sandbox().await;
-    let http = Http::new(&sandbox.url());
-    http.install_crd().await;
+    let (_sandbox, http) = common::sandbox_with_crd().await;
 
     let unknown = http.get("/apis/nope.example.com/v1/things").await;
     assert_eq!(
@@ -203,9 +201,7 @@ async fn bad_requests_get_the_right_status() {
 /// apply (JSON body) creating then merging.
 #[tokio::test]
 async fn json_strategic_and_apply_patches_work() {
-    let sandbox = common::start_sandbox().await;
-    let http = Http::new(&sandbox.url());
-    http.install_crd().await;
+    let (_sandbox, http) = common::sandbox_with_crd().await;
     http.post(PGC, &cluster("db1", 1)).await;
     let json_patch = http
         .send(
@@ -392,9 +388,7 @@ impl Xorshift {
 /// error is a Status, and the sandbox still serves kubectl-shaped requests afterwards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_storm_of_random_requests_leaves_it_serving() {
-    let sandbox = common::start_sandbox().await;
-    let http = Http::new(&sandbox.url());
-    http.install_crd().await;
+    let (sandbox, http) = common::sandbox_with_crd().await;
     http.post(PGC, &cluster("db1", 1)).await;
     // Watches among the random requests end at once instead of holding the storm up.
     sandbox
@@ -564,13 +558,7 @@ async fn a_storm_of_random_requests_leaves_it_serving() {
     assert_eq!(http.get("/version").await.status, 200);
     // The storm may have deleted the default namespace or the CRD, as it would on a real
     // cluster; a fresh namespace and object must still work.
-    let namespace = http
-        .post(
-            "/api/v1/namespaces",
-            &json!({"metadata": {"name": "after-storm"}}),
-        )
-        .await;
-    assert_eq!(namespace.status, 201, "{}", namespace.text());
+    http.create_named("/api/v1/namespaces", "after-storm").await;
     let secrets = "/api/v1/namespaces/after-storm/secrets";
     assert_eq!(
         http.post(secrets, &json!({"metadata": {"name": "s"}}))
@@ -587,7 +575,7 @@ async fn a_storm_of_random_requests_leaves_it_serving() {
 #[tokio::test]
 async fn garbage_on_the_wire_only_costs_that_connection() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let sandbox = common::start_sandbox().await;
+    let sandbox = test_support::start_sandbox().await;
     let huge_header = format!(
         "GET /version HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
         "a".repeat(1 << 20)

@@ -63,7 +63,7 @@ async fn write_all(
 /// RV 0 receives all 10,000 objects.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_watcher_sees_every_event_in_order() {
-    let sandbox = common::start_sandbox_with(SandboxOptions {
+    let sandbox = test_support::start_sandbox_with(SandboxOptions {
         watch_queue_capacity: OBJECTS + 10,
         ..Default::default()
     })

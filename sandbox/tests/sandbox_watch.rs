@@ -25,8 +25,7 @@ fn rv(value: &serde_json::Value) -> String {
 /// A watch from a list's resourceVersion sees only what changed after it: no replay.
 #[tokio::test]
 async fn resuming_from_a_resource_version_replays_nothing_older() {
-    let sandbox = common::start_sandbox().await;
-    let http = Http::new(&sandbox.url());
+    let (_sandbox, http) = common::sandbox_and_http().await;
     let secrets = "/api/v1/namespaces/default/secrets";
     http.post(secrets, &json!({"metadata": {"name": "a"}}))
         .await;
@@ -56,9 +55,7 @@ async fn resuming_from_a_resource_version_replays_nothing_older() {
 /// RV unset or "0": one synthetic ADDED per existing object, then live events.
 #[tokio::test]
 async fn resource_version_zero_starts_with_synthetic_added_events() {
-    let sandbox = common::start_sandbox().await;
-    let http = Http::new(&sandbox.url());
-    http.install_crd().await;
+    let (_sandbox, http) = common::sandbox_with_crd().await;
     let path = "/apis/workshop.example.com/v1/namespaces/default/postgresclusters";
     http.post(path, &cluster("one", 1)).await;
     http.post(path, &cluster("two", 2)).await;
@@ -91,8 +88,7 @@ async fn resource_version_zero_starts_with_synthetic_added_events() {
 /// then the end of the stream.
 #[tokio::test]
 async fn compacted_history_gives_an_in_stream_410_expired() {
-    let sandbox = common::start_sandbox().await;
-    let http = Http::new(&sandbox.url());
+    let (sandbox, http) = common::sandbox_and_http().await;
     let secrets = "/api/v1/namespaces/default/secrets";
     let old_rv = sandbox.resource_version();
     http.post(secrets, &json!({"metadata": {"name": "a"}}))
@@ -133,7 +129,7 @@ async fn compacted_history_gives_an_in_stream_410_expired() {
 /// The history window is bounded: an RV that fell out of it is Expired too.
 #[tokio::test]
 async fn an_rv_older_than_the_history_window_expires() {
-    let sandbox = common::start_sandbox_with(SandboxOptions {
+    let sandbox = test_support::start_sandbox_with(SandboxOptions {
         history_window: 5,
         ..Default::default()
     })
@@ -155,7 +151,7 @@ async fn an_rv_older_than_the_history_window_expires() {
 /// allowWatchBookmarks=true: BOOKMARK events carrying only kind, apiVersion and the current RV.
 #[tokio::test]
 async fn bookmarks_arrive_with_the_current_resource_version() {
-    let sandbox = common::start_sandbox_with(SandboxOptions {
+    let sandbox = test_support::start_sandbox_with(SandboxOptions {
         bookmark_interval: Duration::from_millis(50),
         ..Default::default()
     })
@@ -189,8 +185,7 @@ async fn bookmarks_arrive_with_the_current_resource_version() {
 /// timeoutSeconds ends the stream cleanly (no error event, a proper end of the chunked body).
 #[tokio::test]
 async fn timeout_seconds_ends_the_stream_cleanly() {
-    let sandbox = common::start_sandbox().await;
-    let http = Http::new(&sandbox.url());
+    let (sandbox, http) = common::sandbox_and_http().await;
     let current = sandbox.resource_version();
     let started = std::time::Instant::now();
     let mut watch = http
@@ -209,8 +204,7 @@ async fn timeout_seconds_ends_the_stream_cleanly() {
 /// DELETED, one relabelled into it as ADDED (kube-apiserver does the same).
 #[tokio::test]
 async fn selectors_filter_and_leaving_the_selector_is_a_delete() {
-    let sandbox = common::start_sandbox().await;
-    let http = Http::new(&sandbox.url());
+    let (sandbox, http) = common::sandbox_and_http().await;
     let current = sandbox.resource_version();
     let mut by_label = http
         .stream(&format!(
@@ -275,9 +269,7 @@ async fn selectors_filter_and_leaving_the_selector_is_a_delete() {
 /// when an update empties the finalizers, carrying the last state with a new RV.
 #[tokio::test]
 async fn deleted_arrives_only_after_finalizers_are_cleared() {
-    let sandbox = common::start_sandbox().await;
-    let http = Http::new(&sandbox.url());
-    http.install_crd().await;
+    let (sandbox, http) = common::sandbox_with_crd().await;
     let path = "/apis/workshop.example.com/v1/namespaces/default/postgresclusters";
     let mut body = cluster("held", 1);
     body["metadata"]["finalizers"] = json!(["workshop.example.com/cleanup"]);
@@ -327,9 +319,7 @@ async fn deleted_arrives_only_after_finalizers_are_cleared() {
 /// `kubectl get -w` asks for Tables: each event's object is a Table with one row.
 #[tokio::test]
 async fn table_watches_send_one_row_tables() {
-    let sandbox = common::start_sandbox().await;
-    let http = Http::new(&sandbox.url());
-    http.install_crd().await;
+    let (_sandbox, http) = common::sandbox_with_crd().await;
     let path = "/apis/workshop.example.com/v1/namespaces/default/postgresclusters";
     http.post(path, &cluster("db1", 3)).await;
     let accept = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json";
@@ -349,8 +339,7 @@ async fn table_watches_send_one_row_tables() {
 /// Faults: end after N events, split output into 1-byte chunks, stall, end all watches now.
 #[tokio::test]
 async fn watch_faults_cut_split_stall_and_end_streams() {
-    let sandbox = common::start_sandbox().await;
-    let http = Http::new(&sandbox.url());
+    let (sandbox, http) = common::sandbox_and_http().await;
     let secrets = "/api/v1/namespaces/default/secrets";
     for name in ["a", "b", "c"] {
         http.post(
@@ -407,8 +396,7 @@ async fn watch_faults_cut_split_stall_and_end_streams() {
 /// fail_next answers matching requests with the injected fault, then goes back to normal.
 #[tokio::test]
 async fn injected_failures_have_proper_bodies_and_headers() {
-    let sandbox = common::start_sandbox().await;
-    let http = Http::new(&sandbox.url());
+    let (sandbox, http) = common::sandbox_and_http().await;
     let faults = sandbox.faults();
     faults.fail_next(
         1,
@@ -473,7 +461,7 @@ async fn injected_failures_have_proper_bodies_and_headers() {
 /// A watcher that stops reading is ended instead of blocking writers (its queue is bounded).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watcher_that_falls_behind_is_ended_not_waited_for() {
-    let sandbox = common::start_sandbox_with(SandboxOptions {
+    let sandbox = test_support::start_sandbox_with(SandboxOptions {
         watch_queue_capacity: 8,
         ..Default::default()
     })
@@ -515,8 +503,7 @@ async fn a_watcher_that_falls_behind_is_ended_not_waited_for() {
 /// same address serves again with the same objects and resourceVersion.
 #[tokio::test]
 async fn going_offline_drops_connections_then_serves_the_same_store() {
-    let sandbox = common::start_sandbox().await;
-    let http = Http::new(&sandbox.url());
+    let (sandbox, http) = common::sandbox_and_http().await;
     let secrets = "/api/v1/namespaces/default/secrets";
     http.post(secrets, &json!({"metadata": {"name": "kept"}}))
         .await;
@@ -527,14 +514,14 @@ async fn going_offline_drops_connections_then_serves_the_same_store() {
 
     sandbox.faults().go_offline(Duration::from_millis(500));
     assert!(watch.ends_within(WAIT).await, "the open watch is cut");
-    common::eventually(WAIT, "the port to refuse connections", || async {
+    test_support::eventually(WAIT, "the port to refuse connections", || async {
         tokio::net::TcpStream::connect(sandbox.addr())
             .await
             .is_err()
             .then_some(())
     })
     .await;
-    common::eventually(WAIT, "the port to listen again", || async {
+    test_support::eventually(WAIT, "the port to listen again", || async {
         tokio::net::TcpStream::connect(sandbox.addr())
             .await
             .ok()
@@ -549,8 +536,7 @@ async fn going_offline_drops_connections_then_serves_the_same_store() {
 /// refused with 504 "Too large resource version", so the client relists.
 #[tokio::test]
 async fn a_resource_version_from_the_future_is_refused() {
-    let sandbox = common::start_sandbox().await;
-    let http = Http::new(&sandbox.url());
+    let (_sandbox, http) = common::sandbox_and_http().await;
     let answer = http
         .get(&format!("{PODS}?watch=true&resourceVersion=999999"))
         .await;
@@ -568,8 +554,7 @@ async fn a_resource_version_from_the_future_is_refused() {
 /// annotated `k8s.io/initial-events-end`, then live events.
 #[tokio::test]
 async fn send_initial_events_ends_with_an_annotated_bookmark() {
-    let sandbox = common::start_sandbox().await;
-    let http = Http::new(&sandbox.url());
+    let (sandbox, http) = common::sandbox_and_http().await;
     let secrets = "/api/v1/namespaces/default/secrets";
     http.post(secrets, &json!({"metadata": {"name": "a"}}))
         .await;

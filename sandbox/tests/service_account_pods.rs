@@ -12,8 +12,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::{eventually, Http, Kubectl};
+use common::Http;
 use serde_json::{json, Value};
+use test_support::{eventually, Kubectl};
 
 const MOUNT: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 
@@ -26,8 +27,7 @@ fn pod(name: &str, spec: Value) -> Value {
 /// false; a missing service account is refused in kube's words.
 #[tokio::test]
 async fn pods_get_the_service_account_volume_by_admission() {
-    let sandbox = common::start_sandbox().await;
-    let http = Http::new(&sandbox.url());
+    let (sandbox, http) = common::sandbox_and_http().await;
     let kubectl = Kubectl::new(&sandbox.url());
     kubectl.ok(&["create", "namespace", "fresh"]).await;
     for namespace in ["default", "kube-system", "fresh"] {
@@ -106,8 +106,7 @@ async fn pods_get_the_service_account_volume_by_admission() {
 /// `kube-root-ca.crt`, is served over HTTPS; the certificate names what in-cluster clients use.
 #[tokio::test]
 async fn the_plain_port_also_speaks_tls_with_the_cluster_ca() {
-    let sandbox = common::start_sandbox().await;
-    let http = Http::new(&sandbox.url());
+    let (sandbox, http) = common::sandbox_and_http().await;
     let ca = http
         .get("/api/v1/namespaces/default/configmaps/kube-root-ca.crt")
         .await
@@ -154,7 +153,7 @@ async fn the_plain_port_also_speaks_tls_with_the_cluster_ca() {
 #[tokio::test]
 async fn a_tls_sandbox_tells_the_admin_token_from_service_account_tokens() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let sandbox = common::start_sandbox_with(sandbox::SandboxOptions {
+    let sandbox = test_support::start_sandbox_with(sandbox::SandboxOptions {
         credentials_dir: Some(dir.path().to_path_buf()),
         ..Default::default()
     })

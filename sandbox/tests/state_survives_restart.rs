@@ -10,13 +10,14 @@
 mod common;
 
 use std::path::Path;
-use std::process::Stdio;
 use std::time::Duration;
 
-use common::runtime::{create, process_runtime, processes_matching, psql, wait_ready};
-use common::{eventually, Http, Kubectl};
+use common::runtime::{create, psql, wait_ready, TRUSTING_POSTGRES};
+use common::Http;
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, BufReader};
+use test_support::process_runtime;
+use test_support::processes_matching;
+use test_support::{eventually, Kubectl};
 use tokio::process::{Child, Command};
 
 const BINARY: &str = env!("CARGO_BIN_EXE_sandbox");
@@ -32,29 +33,16 @@ async fn start(data_dir: &Path, run: u32, flags: &[&str]) -> (Child, String) {
             .join(format!("sandbox-{run}.log")),
     )
     .expect("a log file");
-    let mut child = Command::new(BINARY)
-        .args(["--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(data_dir)
-        .args(flags)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(log)
-        .kill_on_drop(true)
-        .spawn()
-        .expect("sandbox starts");
-    let mut stdout = BufReader::new(child.stdout.take().expect("stdout")).lines();
-    let first = tokio::time::timeout(WAIT, stdout.next_line())
-        .await
-        .expect("prints its URL within 10 s")
-        .expect("read")
-        .expect("a line");
-    let url = first
-        .strip_prefix("sandbox API server at ")
-        .unwrap_or_else(|| panic!("unexpected first line {first:?}"))
-        .to_string();
-    // Keep reading its banner so it never blocks on a full pipe.
-    tokio::spawn(async move { while let Ok(Some(_)) = stdout.next_line().await {} });
-    (child, url)
+    test_support::spawn_sandbox_binary(
+        Command::new(BINARY)
+            .args(["--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(data_dir)
+            .args(flags)
+            .env("RUST_LOG", "warn")
+            .stderr(log),
+        WAIT,
+    )
+    .await
 }
 
 async fn signal(child: &mut Child, name: &str) -> std::process::ExitStatus {
@@ -85,13 +73,7 @@ const CRD: &str =
 
 /// The namespace, ConfigMap, CRD and custom object as the first sandbox stored them.
 async fn create_objects(http: &Http) -> Vec<(&'static str, Value)> {
-    let namespace = http
-        .post(
-            "/api/v1/namespaces",
-            &json!({"metadata": {"name": "persist"}}),
-        )
-        .await;
-    assert_eq!(namespace.status, 201, "{}", namespace.text());
+    http.create_named("/api/v1/namespaces", "persist").await;
     let config_map = http
         .post(
             "/api/v1/namespaces/persist/configmaps",
@@ -209,12 +191,8 @@ async fn objects_survive_sigterm_and_sigkill() {
     )
     .await;
     let later = http
-        .post(
-            "/api/v1/namespaces/persist/configmaps",
-            &json!({"metadata": {"name": "later"}}),
-        )
+        .create_named("/api/v1/namespaces/persist/configmaps", "later")
         .await;
-    assert_eq!(later.status, 201, "{}", later.text());
     assert!(rv(&later.json()) > rv(&acknowledged));
     // (A watch from the last RV before the restart, `acknowledged`'s, misses nothing and is
     // allowed; one from any earlier RV may have missed events and gets 410.)
@@ -231,8 +209,7 @@ async fn objects_survive_sigterm_and_sigkill() {
 /// Without --data-dir nothing is written and a second start is empty.
 #[tokio::test]
 async fn without_a_data_dir_nothing_is_written() {
-    let sandbox = common::start_sandbox().await;
-    let http = Http::new(&sandbox.url());
+    let (sandbox, http) = common::sandbox_and_http().await;
     let created = http
         .post(
             "/api/v1/namespaces/default/configmaps",
@@ -241,8 +218,7 @@ async fn without_a_data_dir_nothing_is_written() {
         .await;
     assert_eq!(created.status, 201);
     sandbox.shutdown().await;
-    let sandbox = common::start_sandbox().await;
-    let http = Http::new(&sandbox.url());
+    let (_sandbox, http) = common::sandbox_and_http().await;
     assert_eq!(
         http.get("/api/v1/namespaces/default/configmaps/forgotten")
             .await
@@ -297,20 +273,7 @@ async fn a_postgres_pod_runs_again_on_its_data_after_a_restart() {
 
     let (mut first, url) = start(&data_dir, 1, &flags).await;
     let kubectl = Kubectl::new(&url);
-    create(
-        &kubectl,
-        r#"apiVersion: v1
-kind: Pod
-metadata: {name: pg}
-spec:
-  containers:
-  - name: postgres
-    image: postgres:16
-    env: [{name: POSTGRES_HOST_AUTH_METHOD, value: trust}]
-    readinessProbe: {exec: {command: [pg_isready, -h, 127.0.0.1, -U, postgres]}, periodSeconds: 1}
-"#,
-    )
-    .await;
+    create(&kubectl, TRUSTING_POSTGRES).await;
     let before = wait_ready(&kubectl, "pg").await;
     let ip = before["status"]["podIP"]
         .as_str()
@@ -386,7 +349,7 @@ async fn a_library_sandbox_restarts_on_its_data_dir_in_process() {
         data_dir: Some(temporary.path().join("data")),
         ..sandbox::SandboxOptions::default()
     };
-    let first = common::start_sandbox_with(options.clone()).await;
+    let first = test_support::start_sandbox_with(options.clone()).await;
     let created = Http::new(&first.url())
         .post(
             "/api/v1/namespaces/default/configmaps",
@@ -395,7 +358,7 @@ async fn a_library_sandbox_restarts_on_its_data_dir_in_process() {
         .await;
     assert_eq!(created.status, 201);
     first.shutdown().await;
-    let second = common::start_sandbox_with(options).await;
+    let second = test_support::start_sandbox_with(options).await;
     let kept = Http::new(&second.url())
         .get("/api/v1/namespaces/default/configmaps/kept")
         .await;

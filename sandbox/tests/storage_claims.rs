@@ -14,8 +14,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use common::runtime::{create, start, wait_ready};
-use common::{eventually, start_sandbox, Kubectl};
 use serde_json::Value;
+use test_support::{eventually, start_sandbox, Kubectl};
 
 const CLAIM: &str = r#"apiVersion: v1
 kind: PersistentVolumeClaim
@@ -26,13 +26,8 @@ spec:
 "#;
 
 /// `kubectl apply -f` of a manifest given as text; the whole output, failed or not.
-async fn apply(kubectl: &Kubectl, manifest: &str) -> common::KubectlOutput {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let file = dir.path().join("manifest.yaml");
-    std::fs::write(&file, manifest).expect("write manifest");
-    kubectl
-        .run(&["apply", "-f", file.to_str().expect("utf-8 path")])
-        .await
+async fn apply(kubectl: &Kubectl, manifest: &str) -> test_support::KubectlOutput {
+    kubectl.run_manifest("apply", manifest).await
 }
 
 async fn object(kubectl: &Kubectl, kind: &str, name: &str) -> Option<Value> {

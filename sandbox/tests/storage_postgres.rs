@@ -11,7 +11,7 @@ mod common;
 use std::time::Duration;
 
 use common::runtime::{create, start, wait_ready};
-use common::{eventually, Kubectl};
+use test_support::{eventually, Kubectl};
 
 /// A postgres:15 pod named `name` with PGDATA in a subdirectory of the claim `pgdata`, as the
 /// official image's documentation advises for a mounted volume.

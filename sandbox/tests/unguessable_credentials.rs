@@ -76,7 +76,7 @@ fn recovering_the_state_predicts_a_xorshift_sequence() {
 /// signature, read as xorshift64* output, predicts the rest of it or the next token.
 #[tokio::test]
 async fn no_token_predicts_another() {
-    let sandbox = common::start_sandbox().await;
+    let sandbox = test_support::start_sandbox().await;
     let http = common::Http::new(&sandbox.url());
     let request = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
                          "spec": {}});
@@ -137,7 +137,7 @@ async fn no_token_predicts_another() {
 #[tokio::test]
 async fn admin_tokens_are_256_bit_and_new_on_rotation() {
     let dir = tempfile::tempdir().expect("temporary directory");
-    let sandbox = common::start_sandbox_with(SandboxOptions {
+    let sandbox = test_support::start_sandbox_with(SandboxOptions {
         credentials_dir: Some(dir.path().to_path_buf()),
         ..SandboxOptions::default()
     })

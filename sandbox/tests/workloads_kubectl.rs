@@ -10,9 +10,10 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::{eventually, Http, Kubectl};
+use common::Http;
 use sandbox::{Sandbox, SandboxOptions};
 use serde_json::{json, Value};
+use test_support::{eventually, Kubectl};
 use tokio_util::sync::CancellationToken;
 
 const DEPLOYMENTS: &str = "/apis/apps/v1/namespaces/default/deployments";
@@ -21,12 +22,7 @@ const PODS: &str = "/api/v1/namespaces/default/pods";
 
 /// `kubectl apply -f` of a manifest given as text.
 async fn apply(kubectl: &Kubectl, manifest: &str) -> String {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let file = dir.path().join("manifest.yaml");
-    std::fs::write(&file, manifest).expect("write manifest");
-    kubectl
-        .ok(&["apply", "-f", file.to_str().expect("utf-8 path")])
-        .await
+    kubectl.ok_manifest("apply", manifest).await
 }
 
 fn deployment_yaml(name: &str, replicas: u32, image: &str, extra_spec: &str) -> String {
@@ -71,14 +67,6 @@ fn names(objects: &[Value]) -> Vec<String> {
         .collect()
 }
 
-fn is_ready(pod: &Value) -> bool {
-    pod["status"]["conditions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .any(|c| c["type"] == "Ready" && c["status"] == "True")
-}
-
 /// Pods that are not terminating.
 async fn live_pods(http: &Http) -> Vec<Value> {
     items(http, PODS)
@@ -115,7 +103,7 @@ fn observe_pods(http: Http, stop: CancellationToken) -> tokio::task::JoinHandle<
                     name,
                     (
                         pod["metadata"]["deletionTimestamp"].is_null(),
-                        is_ready(pod),
+                        test_support::pod_is_ready(pod),
                     ),
                 )
             })
@@ -146,7 +134,7 @@ fn observe_pods(http: Http, stop: CancellationToken) -> tokio::task::JoinHandle<
                 pods.remove(&name);
             } else {
                 let live = pod["metadata"]["deletionTimestamp"].is_null();
-                pods.insert(name, (live, is_ready(pod)));
+                pods.insert(name, (live, test_support::pod_is_ready(pod)));
             }
             observed.events += 1;
             let live = pods.values().filter(|(live, _)| *live).count();
@@ -162,7 +150,7 @@ fn observe_pods(http: Http, stop: CancellationToken) -> tokio::task::JoinHandle<
 }
 
 async fn start(options: SandboxOptions) -> (Sandbox, Http, Kubectl) {
-    let sandbox = common::start_sandbox_with(options).await;
+    let sandbox = test_support::start_sandbox_with(options).await;
     let http = Http::new(&sandbox.url());
     let kubectl = Kubectl::new(&sandbox.url());
     (sandbox, http, kubectl)
@@ -285,7 +273,7 @@ async fn a_deployment_makes_a_replica_set_and_ready_pods() {
             pod["metadata"]["ownerReferences"][0]["uid"],
             rs["metadata"]["uid"]
         );
-        assert!(is_ready(pod));
+        assert!(test_support::pod_is_ready(pod));
     }
 
     let table = kubectl.ok(&["get", "deploy,rs,pods"]).await;
@@ -387,7 +375,7 @@ async fn a_rolling_update_stays_within_surge_and_unavailable_and_undoes() {
 
     let stop = CancellationToken::new();
     let watcher = observe_pods(http.clone(), stop.clone());
-    common::until_watch_opened(&_sandbox, "pods").await;
+    test_support::until_watch_opened(&_sandbox, "pods").await;
     kubectl
         .ok(&["set", "image", "deploy/web", "web=nginx:1.27"])
         .await;
@@ -589,7 +577,7 @@ async fn recreate_stops_old_pods_before_starting_new_ones() {
             mixed
         }
     });
-    common::until_watch_opened(&sandbox, "pods").await;
+    test_support::until_watch_opened(&sandbox, "pods").await;
     kubectl
         .ok(&["set", "image", "deploy/db", "db=nginx:1.27"])
         .await;

@@ -8,8 +8,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::{eventually, runtime, Http};
+use common::{runtime, Http};
 use serde_json::Value;
+use test_support::eventually;
 
 const PODS: &str = "/api/v1/namespaces/default/pods";
 
@@ -65,7 +66,7 @@ async fn rollout_restart_replaces_running_pods() {
         .await;
     let first: Vec<String> = pods(&http).await.into_iter().map(|(n, _)| n).collect();
     assert_eq!(first.len(), 2);
-    let running = runtime::processes_matching("sleep infinity").len();
+    let running = test_support::processes_matching("sleep infinity").len();
     assert!(running >= 2, "two sleep processes run, found {running}");
 
     kubectl.ok(&["rollout", "restart", "deploy/sleepers"]).await;

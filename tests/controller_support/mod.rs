@@ -122,25 +122,11 @@ pub fn drain(lines: &mut mpsc::UnboundedReceiver<LogLine>, seen: &mut Vec<LogLin
 pub async fn sandbox_with_crd(
     kubelet_delay: Duration,
 ) -> (sandbox::Sandbox, postgres_operator::client::Client) {
-    use sandbox::{Sandbox, SandboxOptions};
-    let sandbox = Sandbox::start(
-        SandboxOptions {
-            kubelet_delay,
-            ..SandboxOptions::default()
-        },
-        tokio_util::sync::CancellationToken::new(),
-    )
+    test_support::sandbox_with_crd(sandbox::SandboxOptions {
+        kubelet_delay,
+        ..sandbox::SandboxOptions::default()
+    })
     .await
-    .expect("sandbox starts");
-    let config = postgres_operator::config::Config::from_url(&sandbox.url()).expect("sandbox url");
-    let client = postgres_operator::client::Client::new(config).expect("client");
-    postgres_operator::crd::ensure(&client)
-        .await
-        .expect("CRD registered");
-    postgres_operator::crd::wait_established(&client, Duration::from_secs(10))
-        .await
-        .expect("CRD established");
-    (sandbox, client)
 }
 
 /// POST a PostgresCluster and return it as the server stored it (with its uid).

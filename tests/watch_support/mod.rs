@@ -1,22 +1,20 @@
 //! Helpers for the watch tests: run `list_then_watch` against a server and read what the consumer
-//! gets, with deadlines instead of sleeps; plus a scripted raw-HTTP server for byte-level cases.
+//! gets, with deadlines instead of sleeps; plus byte-level scripts for the shared `ScriptedServer`.
 //!
 //! WORKSHOP.md, step 02 ("Testing against faults").
 #![allow(dead_code)] // each test file uses a different part
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
 use postgres_operator::api::{collection_path, PostgresCluster};
 use postgres_operator::client::Client;
-use postgres_operator::config::Config;
 use postgres_operator::watch::backoff::BackoffPolicy;
 use postgres_operator::watch::{
     list_then_watch, Event, WatchItem, WatchNotice, WatchOptions, Watcher,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use test_support::scripted_server;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -33,10 +31,6 @@ pub fn test_options() -> WatchOptions {
         },
         ..WatchOptions::default()
     }
-}
-
-pub fn plain_client(url: &str) -> Client {
-    Client::new(Config::from_url(url).expect("plain http URL")).expect("client")
 }
 
 /// A running watch over `default/postgresclusters`, with everything it hands over recorded.
@@ -205,8 +199,10 @@ pub fn cluster_json(name: &str, size: i64) -> serde_json::Value {
 }
 
 // ---------------------------------------------------------------------------------------------
-// A scripted API server that writes HTTP/1.1 by hand, so a test controls every byte and chunk.
+// Byte-level scripts for the shared `ScriptedServer` (test-support): a test decides every chunk.
 // ---------------------------------------------------------------------------------------------
+
+pub use test_support::ScriptedServer;
 
 /// What one request gets.
 #[derive(Clone, Debug)]
@@ -220,95 +216,58 @@ pub enum Reply {
     Silent,
 }
 
-pub type Script = Arc<dyn Fn(usize, &str) -> Reply + Send + Sync>;
+impl Reply {
+    /// 200 with a list body (see [`list_body`]).
+    pub fn list(rv: &str, items: &[serde_json::Value]) -> Reply {
+        Reply::Json {
+            code: 200,
+            body: list_body(rv, items),
+        }
+    }
 
-pub struct ScriptedServer {
-    pub url: String,
-    pub paths: Arc<Mutex<Vec<String>>>,
-    task: tokio::task::JoinHandle<()>,
-}
+    /// A watch that sends `text` in one chunk and then stays open and silent.
+    pub fn open_with(text: impl Into<Bytes>) -> Reply {
+        Reply::Chunks {
+            chunks: vec![text.into()],
+            hold_open: true,
+        }
+    }
 
-impl Drop for ScriptedServer {
-    fn drop(&mut self) {
-        self.task.abort();
+    /// A watch that sends nothing and stays open: a quiet one.
+    pub fn quiet() -> Reply {
+        Reply::Chunks {
+            chunks: vec![],
+            hold_open: true,
+        }
+    }
+
+    /// A watch that ends at once, without a byte.
+    pub fn ended() -> Reply {
+        Reply::Chunks {
+            chunks: vec![],
+            hold_open: false,
+        }
     }
 }
 
-impl ScriptedServer {
-    /// `script(index, path)` decides the answer to the index-th request (from 0).
-    pub async fn start(
-        script: impl Fn(usize, &str) -> Reply + Send + Sync + 'static,
-    ) -> ScriptedServer {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let url = format!("http://{}", listener.local_addr().expect("addr"));
-        let paths = Arc::new(Mutex::new(Vec::new()));
-        let script: Script = Arc::new(script);
-        let recorded = paths.clone();
-        let task = tokio::spawn(async move {
-            let mut held = Vec::new();
-            loop {
-                let Ok((mut socket, _)) = listener.accept().await else {
-                    return;
-                };
-                let script = script.clone();
-                let recorded = recorded.clone();
-                held.push(tokio::spawn(async move {
-                    let mut head = Vec::new();
-                    let mut byte = [0u8; 1024];
-                    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                        match socket.read(&mut byte).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => head.extend_from_slice(&byte[..n]),
-                        }
-                    }
-                    let text = String::from_utf8_lossy(&head).into_owned();
-                    let path = text.split(' ').nth(1).unwrap_or("").to_string();
-                    let index = {
-                        let mut paths = recorded.lock().unwrap();
-                        paths.push(path.clone());
-                        paths.len() - 1
-                    };
-                    match script(index, &path) {
-                        Reply::Json { code, body } => {
-                            let response = format!(
-                                "HTTP/1.1 {code} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                                body.len()
-                            );
-                            let _ = socket.write_all(response.as_bytes()).await;
-                        }
-                        Reply::Silent => std::future::pending::<()>().await,
-                        Reply::Chunks { chunks, hold_open } => {
-                            let head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n";
-                            if socket.write_all(head.as_bytes()).await.is_err() {
-                                return;
-                            }
-                            for chunk in chunks {
-                                let mut frame = format!("{:x}\r\n", chunk.len()).into_bytes();
-                                frame.extend_from_slice(&chunk);
-                                frame.extend_from_slice(b"\r\n");
-                                if socket.write_all(&frame).await.is_err() {
-                                    return;
-                                }
-                                let _ = socket.flush().await;
-                            }
-                            if hold_open {
-                                std::future::pending::<()>().await;
-                            }
-                            let _ = socket.write_all(b"0\r\n\r\n").await;
-                        }
-                    }
-                    let _ = socket.shutdown().await;
-                }));
-            }
-        });
-        ScriptedServer { url, paths, task }
-    }
-
-    pub fn paths(&self) -> Vec<String> {
-        self.paths.lock().unwrap().clone()
-    }
+/// A [`ScriptedServer`] where `script(index, path)` decides the answer to the index-th request
+/// (from 0). Every answer closes its connection, so each request arrives on a new one.
+pub async fn scripted_server(
+    script: impl Fn(usize, &str) -> Reply + Send + Sync + 'static,
+) -> ScriptedServer {
+    ScriptedServer::http(move |request, index| {
+        let mut response = match script(index, &request.path) {
+            Reply::Json { code, body } => scripted_server::raw(code, "application/json", &body),
+            Reply::Chunks { chunks, hold_open } => scripted_server::chunked(chunks, hold_open),
+            Reply::Silent => return scripted_server::never(),
+        };
+        response.headers_mut().insert(
+            http::header::CONNECTION,
+            http::HeaderValue::from_static("close"),
+        );
+        scripted_server::ready(response)
+    })
+    .await
 }
 
 /// A list body: `items` as JSON objects, current at `rv`.

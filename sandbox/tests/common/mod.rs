@@ -1,16 +1,17 @@
-//! Shared test helpers: start a sandbox, talk HTTP to it with a minimal hyper client, and run the
-//! real kubectl against it with a fresh cache directory (never a real cluster: KUBECONFIG=/dev/null).
+//! The sandbox's own test helpers: talk HTTP to it with a minimal hyper client, and the object
+//! bodies the tests send. Starting a sandbox, kubectl and `eventually` are in the `test-support`
+//! crate, shared with the operator's tests.
 //!
 //! WORKSHOP.md, "Set-up: the sandbox" (how the tests drive it). Each test file does
 //! `mod common;` and uses what it needs, hence the `dead_code` allowance.
 //!
 //! ```text
-//! let sandbox = common::start_sandbox().await;             // 127.0.0.1:0, plain HTTP
+//! let sandbox = test_support::start_sandbox().await;         // 127.0.0.1:0, plain HTTP
 //! let http = common::Http::new(&sandbox.url());
 //! http.install_crd().await;                                 // PostgresCluster, Established
 //! let created = http.post(PATH, &common::cluster("db1", 3)).await;   // Answer {status, headers, body}
 //! let mut watch = http.stream("...?watch=true").await;      // Stream: next_event / next_line
-//! let out = common::Kubectl::new(&sandbox.url()).ok(&["get", "pgc"]).await;
+//! let out = test_support::Kubectl::new(&sandbox.url()).ok(&["get", "pgc"]).await;
 //! ```
 #![allow(dead_code)]
 
@@ -24,62 +25,22 @@ use http::{Method, Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
-use sandbox::{Sandbox, SandboxOptions};
 use serde_json::Value;
+use test_support::eventually;
 use tokio::time::Instant;
 
-/// The CRD manifest users apply (`kube/crd.yaml`); `crd_json()` is the same CRD built in Rust.
-pub const CRD_FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../kube/crd.yaml");
-/// The workshop's example cluster: example-postgresql-cluster, size 3, version "16".
-pub const EXAMPLE_FIXTURE: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../kube/example-postgres-cluster.yaml"
-);
-
-/// A sandbox on 127.0.0.1:0 with default options.
-pub async fn start_sandbox() -> Sandbox {
-    start_sandbox_with(SandboxOptions::default()).await
+/// A sandbox on 127.0.0.1:0 with default options, and a client for it.
+pub async fn sandbox_and_http() -> (sandbox::Sandbox, Http) {
+    let sandbox = test_support::start_sandbox().await;
+    let http = Http::new(&sandbox.url());
+    (sandbox, http)
 }
 
-pub async fn start_sandbox_with(options: SandboxOptions) -> Sandbox {
-    Sandbox::start(options, tokio_util::sync::CancellationToken::new())
-        .await
-        .expect("sandbox starts")
-}
-
-/// Poll `check` every 10 ms until it returns Some, or panic after `deadline`.
-pub async fn eventually<T, F, Fut>(deadline: Duration, what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let end = Instant::now() + deadline;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        if Instant::now() > end {
-            panic!("timed out after {deadline:?} waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
-/// Wait until some client (kubectl, say) has a watch open on `resource`, per the request log, so
-/// that a change made next arrives as a live event rather than in the initial list.
-pub async fn until_watch_opened(sandbox: &Sandbox, resource: &str) {
-    eventually(
-        Duration::from_secs(15),
-        &format!("a watch on {resource}"),
-        || {
-            let opened = sandbox
-                .requests()
-                .iter()
-                .any(|r| r.verb == "watch" && r.resource == resource);
-            async move { opened.then_some(()) }
-        },
-    )
-    .await;
+/// The same with the PostgresCluster CRD installed and Established.
+pub async fn sandbox_with_crd() -> (sandbox::Sandbox, Http) {
+    let (sandbox, http) = sandbox_and_http().await;
+    http.install_crd().await;
+    (sandbox, http)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -223,35 +184,35 @@ impl Http {
     }
 
     pub async fn get_accept(&self, path: &str, accept: &str) -> Answer {
-        self.send(Method::GET, path, None, Vec::new(), &[("accept", accept)])
+        self.get_with_headers(path, &[("accept", accept)]).await
+    }
+
+    /// A GET with these extra headers (`Impersonate-User`, a forged `host`, ...).
+    pub async fn get_with_headers(&self, path: &str, headers: &[(&str, &str)]) -> Answer {
+        self.send(Method::GET, path, None, Vec::new(), headers)
             .await
     }
 
-    /// A JSON body with its Content-Type: what every write below sends.
-    async fn send_json(
-        &self,
-        method: Method,
-        path: &str,
-        content_type: &str,
-        body: &Value,
-    ) -> Answer {
-        let body = body.to_string().into_bytes();
-        self.send(method, path, Some(content_type), body, &[]).await
-    }
-
+    /// The writes go on a fresh connection each, as [`Http::send`] does.
     pub async fn post(&self, path: &str, body: &Value) -> Answer {
-        self.send_json(Method::POST, path, "application/json", body)
-            .await
+        self.connect().await.post(path, body).await
     }
 
     pub async fn put(&self, path: &str, body: &Value) -> Answer {
-        self.send_json(Method::PUT, path, "application/json", body)
-            .await
+        self.connect().await.put(path, body).await
+    }
+
+    /// POST `{"metadata":{"name":NAME}}` to the collection `path` and require 201 Created.
+    pub async fn create_named(&self, path: &str, name: &str) -> Answer {
+        let created = self
+            .post(path, &serde_json::json!({"metadata": {"name": name}}))
+            .await;
+        assert_eq!(created.status, 201, "{}", created.text());
+        created
     }
 
     pub async fn merge_patch(&self, path: &str, body: &Value) -> Answer {
-        self.send_json(Method::PATCH, path, "application/merge-patch+json", body)
-            .await
+        self.connect().await.merge_patch(path, body).await
     }
 
     pub async fn delete(&self, path: &str) -> Answer {
@@ -359,26 +320,31 @@ impl Connection {
         }
     }
 
+    /// A JSON body with its Content-Type: what every write below sends.
+    async fn send_json(
+        &mut self,
+        method: Method,
+        path: &str,
+        content_type: &str,
+        body: &Value,
+    ) -> Answer {
+        let body = body.to_string().into_bytes();
+        self.send(method, path, Some(content_type), body, &[]).await
+    }
+
     pub async fn post(&mut self, path: &str, body: &Value) -> Answer {
-        self.send(
-            Method::POST,
-            path,
-            Some("application/json"),
-            body.to_string().into_bytes(),
-            &[],
-        )
-        .await
+        self.send_json(Method::POST, path, "application/json", body)
+            .await
+    }
+
+    pub async fn put(&mut self, path: &str, body: &Value) -> Answer {
+        self.send_json(Method::PUT, path, "application/json", body)
+            .await
     }
 
     pub async fn merge_patch(&mut self, path: &str, body: &Value) -> Answer {
-        self.send(
-            Method::PATCH,
-            path,
-            Some("application/merge-patch+json"),
-            body.to_string().into_bytes(),
-            &[],
-        )
-        .await
+        self.send_json(Method::PATCH, path, "application/merge-patch+json", body)
+            .await
     }
 }
 
@@ -474,101 +440,4 @@ pub fn pod(name: &str, labels: Value) -> Value {
         "metadata": {"name": name, "labels": labels},
         "spec": {"containers": [{"name": "postgres", "image": "postgres:16.4"}]}
     })
-}
-
-// ---------------------------------------------------------------------------------------------
-// kubectl
-// ---------------------------------------------------------------------------------------------
-
-/// The kubectl binary (override with `KUBECTL=/path`).
-pub fn kubectl_path() -> String {
-    std::env::var("KUBECTL").unwrap_or_else(|_| "/usr/bin/kubectl".into())
-}
-
-/// kubectl bound to one server, with its own discovery cache (a reused port must never be
-/// answered from an earlier server's cache).
-pub struct Kubectl {
-    pub server: String,
-    cache_dir: tempfile::TempDir,
-    extra: Vec<String>,
-}
-
-#[derive(Debug)]
-pub struct KubectlOutput {
-    pub success: bool,
-    pub code: Option<i32>,
-    pub stdout: String,
-    pub stderr: String,
-}
-
-impl Kubectl {
-    pub fn new(server: &str) -> Kubectl {
-        Kubectl {
-            server: server.to_string(),
-            cache_dir: tempfile::tempdir().expect("cache dir"),
-            extra: Vec::new(),
-        }
-    }
-
-    /// Extra global flags for every call (`--token`, `--certificate-authority`, ...).
-    pub fn with_flags(mut self, flags: &[&str]) -> Kubectl {
-        self.extra.extend(flags.iter().map(|f| f.to_string()));
-        self
-    }
-
-    /// The whole command line of `kubectl ARGS`, for running it under another program (`script`
-    /// gives it a terminal); the environment [`Kubectl::command`] sets must be set around it.
-    pub fn argv(&self, args: &[&str]) -> Vec<String> {
-        let mut argv = vec![
-            kubectl_path(),
-            "--cache-dir".into(),
-            self.cache_dir.path().to_string_lossy().into_owned(),
-            "--server".into(),
-            self.server.clone(),
-        ];
-        argv.extend(self.extra.iter().cloned());
-        argv.extend(args.iter().map(|a| a.to_string()));
-        argv
-    }
-
-    pub fn command(&self, args: &[&str]) -> tokio::process::Command {
-        let mut command = tokio::process::Command::new(kubectl_path());
-        command
-            .env("KUBECONFIG", "/dev/null")
-            .env_remove("KUBERNETES_SERVICE_HOST")
-            .arg("--cache-dir")
-            .arg(self.cache_dir.path())
-            .arg("--server")
-            .arg(&self.server)
-            .args(&self.extra)
-            .args(args)
-            .stdin(std::process::Stdio::null())
-            .kill_on_drop(true);
-        command
-    }
-
-    /// Run kubectl to completion (30 s at most).
-    pub async fn run(&self, args: &[&str]) -> KubectlOutput {
-        let output = tokio::time::timeout(Duration::from_secs(30), self.command(args).output())
-            .await
-            .unwrap_or_else(|_| panic!("kubectl {args:?} did not finish in 30 s"))
-            .expect("kubectl runs");
-        KubectlOutput {
-            success: output.status.success(),
-            code: output.status.code(),
-            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-        }
-    }
-
-    /// Run and require success; returns stdout.
-    pub async fn ok(&self, args: &[&str]) -> String {
-        let output = self.run(args).await;
-        assert!(
-            output.success,
-            "kubectl {args:?} failed ({:?}):\nstdout: {}\nstderr: {}",
-            output.code, output.stdout, output.stderr
-        );
-        output.stdout
-    }
 }

@@ -7,22 +7,21 @@ use std::time::Duration;
 use sandbox::{ProcessRuntime, Runtime, Sandbox, SandboxOptions};
 use serde_json::Value;
 
-use super::{eventually, Kubectl};
+use test_support::{eventually, pod_is_ready, process_runtime, processes_matching, Kubectl};
 
-/// The process runtime with short back-offs, or a failure that says what to install.
-pub fn process_runtime() -> ProcessRuntime {
-    let mut runtime = ProcessRuntime::detect(None).unwrap_or_else(|error| {
-        panic!(
-            "these tests run pods as real processes, which this machine cannot: {error}. \
-             Install what they need with .ci/install-test-deps"
-        )
-    });
-    runtime.restart_backoff = Duration::from_millis(200);
-    runtime.max_restart_backoff = Duration::from_secs(1);
-    runtime.retry_period = Duration::from_millis(200);
-    runtime.sync_period = Duration::from_millis(100);
-    runtime
-}
+/// A pod `pg` running `postgres:16` with trust authentication, Ready once `pg_isready` answers.
+pub const TRUSTING_POSTGRES: &str = r#"apiVersion: v1
+kind: Pod
+metadata: {name: pg}
+spec:
+  containers:
+  - name: postgres
+    image: postgres:16
+    env: [{name: POSTGRES_HOST_AUTH_METHOD, value: trust}]
+    readinessProbe:
+      exec: {command: [pg_isready, -h, 127.0.0.1, -U, postgres]}
+      periodSeconds: 1
+"#;
 
 pub async fn start() -> (Sandbox, Kubectl, ProcessRuntime) {
     let runtime = process_runtime();
@@ -39,19 +38,11 @@ pub async fn start() -> (Sandbox, Kubectl, ProcessRuntime) {
 
 /// `kubectl create -f` of a manifest given as text.
 pub async fn create(kubectl: &Kubectl, manifest: &str) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let file = dir.path().join("manifest.yaml");
-    std::fs::write(&file, manifest).expect("write manifest");
-    kubectl
-        .ok(&["create", "-f", file.to_str().expect("utf-8 path")])
-        .await;
+    kubectl.ok_manifest("create", manifest).await;
 }
 
 pub async fn pod_json(kubectl: &Kubectl, name: &str) -> Option<Value> {
-    let out = kubectl.run(&["get", "pod", name, "-o", "json"]).await;
-    out.success
-        .then(|| serde_json::from_str(&out.stdout).ok())
-        .flatten()
+    kubectl.get_json(&["get", "pod", name, "-o", "json"]).await
 }
 
 pub async fn wait_ready(kubectl: &Kubectl, name: &str) -> Value {
@@ -60,11 +51,7 @@ pub async fn wait_ready(kubectl: &Kubectl, name: &str) -> Value {
         &format!("pod {name} Ready"),
         || async {
             let pod = pod_json(kubectl, name).await?;
-            let ready = pod["status"]["conditions"]
-                .as_array()?
-                .iter()
-                .any(|c| c["type"] == "Ready" && c["status"] == "True");
-            ready.then_some(pod)
+            pod_is_ready(&pod).then_some(pod)
         },
     )
     .await
@@ -97,21 +84,6 @@ spec:
         "the postmaster of {name} runs"
     );
     ip
-}
-
-/// PIDs of processes whose command line contains `needle` (the process table, from /proc).
-pub fn processes_matching(needle: &str) -> Vec<u32> {
-    std::fs::read_dir("/proc")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|entry| {
-            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
-            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
-            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-            cmdline.contains(needle).then_some(pid)
-        })
-        .collect()
 }
 
 /// `psql -Atc SQL` against a pod IP from the host, as the superuser.

@@ -1,12 +1,11 @@
-//! A purpose-built, scriptable API server for the client's tests: each test decides what every
-//! request gets, so each error class of `client.rs` can be provoked exactly. Plain HTTP or HTTPS
-//! with a freshly generated CA (optionally requiring a client certificate), bound to 127.0.0.1:0.
-//! Bodies are whole ([`json`], [`status`], [`raw`]) or never end ([`endless`]).
+//! One scriptable HTTP server for the tests that need a server dumber than the sandbox: each test
+//! decides what every request gets, so a test can say "the third request gets a 503" or "this
+//! watch sends these bytes in 1-byte chunks, then stays open". Plain HTTP or HTTPS with a freshly
+//! generated CA ([`TestPki`], optionally requiring a client certificate), bound to 127.0.0.1:0.
 //!
-//! The full in-memory API server that kubectl accepts is `postgres_operator::sandbox`; this one is
-//! deliberately dumber so a test can say "the third request gets a 503".
-
-#![allow(dead_code)] // each test file uses a different part
+//! Bodies are whole ([`json`], [`status`], [`raw`]), cut into chosen HTTP chunks ([`chunked`]:
+//! each piece is one chunk on the wire), or never end ([`endless`], [`lines_then_quiet`]); a
+//! request can also go unanswered ([`never`]).
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -41,36 +40,36 @@ pub type Reply = Pin<Box<dyn Future<Output = Response<Body>> + Send>>;
 type Handler = Arc<dyn Fn(Recorded, usize) -> Reply + Send + Sync>;
 
 /// A running fake server; stops when dropped.
-pub struct FakeServer {
+pub struct ScriptedServer {
     pub url: String,
     requests: Arc<Mutex<Vec<Recorded>>>,
     connections: Arc<std::sync::atomic::AtomicUsize>,
     task: tokio::task::JoinHandle<()>,
 }
 
-impl Drop for FakeServer {
+impl Drop for ScriptedServer {
     fn drop(&mut self) {
         self.task.abort();
     }
 }
 
-impl FakeServer {
+impl ScriptedServer {
     /// Plain HTTP. `handler(request, index)` answers; `index` counts requests from 0.
     pub async fn http(
         handler: impl Fn(Recorded, usize) -> Reply + Send + Sync + 'static,
-    ) -> FakeServer {
-        FakeServer::start(None, Arc::new(handler)).await
+    ) -> ScriptedServer {
+        ScriptedServer::start(None, Arc::new(handler)).await
     }
 
     /// HTTPS with the given server configuration (see [`TestPki`]).
     pub async fn https(
         tls: Arc<rustls::ServerConfig>,
         handler: impl Fn(Recorded, usize) -> Reply + Send + Sync + 'static,
-    ) -> FakeServer {
-        FakeServer::start(Some(tls), Arc::new(handler)).await
+    ) -> ScriptedServer {
+        ScriptedServer::start(Some(tls), Arc::new(handler)).await
     }
 
-    async fn start(tls: Option<Arc<rustls::ServerConfig>>, handler: Handler) -> FakeServer {
+    async fn start(tls: Option<Arc<rustls::ServerConfig>>, handler: Handler) -> ScriptedServer {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let scheme = if tls.is_some() { "https" } else { "http" };
@@ -147,7 +146,7 @@ impl FakeServer {
                 });
             }
         });
-        FakeServer {
+        ScriptedServer {
             url: format!("{scheme}://{addr}"),
             requests,
             connections,
@@ -163,6 +162,16 @@ impl FakeServer {
     /// Every request so far, in order.
     pub fn requests(&self) -> Vec<Recorded> {
         self.requests.lock().unwrap().clone()
+    }
+
+    /// The path and query of every request so far, in order.
+    pub fn paths(&self) -> Vec<String> {
+        self.requests
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|request| request.path.clone())
+            .collect()
     }
 }
 
@@ -210,15 +219,19 @@ pub fn endless(code: u16) -> Response<Body> {
     Response::builder()
         .status(code)
         .header("content-type", "application/json")
-        .body(Endless { started: false }.boxed())
+        .body(Frames(endless_chunks()).boxed())
         .unwrap()
 }
 
-struct Endless {
-    started: bool,
-}
+/// A body whose every frame `next` decides: `Ready(Some(bytes))` is one chunk, `Ready(None)` the
+/// end, and `Pending` silence from then on (the body is never woken again, so the connection
+/// stays open until the client or the test ends it).
+struct Frames<F>(F);
 
-impl hyper::body::Body for Endless {
+impl<F> hyper::body::Body for Frames<F>
+where
+    F: FnMut() -> Poll<Option<Bytes>> + Unpin,
+{
     type Data = Bytes;
     type Error = Infallible;
 
@@ -226,14 +239,22 @@ impl hyper::body::Body for Endless {
         mut self: Pin<&mut Self>,
         _: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        const CHUNK: &[u8] = &[b' '; 64 * 1024];
-        let chunk = if self.started {
+        (self.0)().map(|chunk| chunk.map(|chunk| Ok(Frame::data(chunk))))
+    }
+}
+
+/// `{"items":[`, then 64 KiB of spaces at every call.
+fn endless_chunks() -> impl FnMut() -> Poll<Option<Bytes>> + Send + Sync + Unpin + 'static {
+    const CHUNK: &[u8] = &[b' '; 64 * 1024];
+    let mut started = false;
+    move || {
+        let chunk = if started {
             Bytes::from_static(CHUNK)
         } else {
-            self.started = true;
+            started = true;
             Bytes::from_static(br#"{"items":["#)
         };
-        Poll::Ready(Some(Ok(Frame::data(chunk))))
+        Poll::Ready(Some(chunk))
     }
 }
 
@@ -306,43 +327,38 @@ impl TestPki {
     }
 }
 
-/// A client for `url` with the given request timeout and no auth (plain http).
-pub fn plain_client(url: &str) -> postgres_operator::client::Client {
-    let config = postgres_operator::config::Config::from_url(url).unwrap();
-    postgres_operator::client::Client::new(config).unwrap()
+/// An answer that never comes: the request is read and left hanging (a hung server or proxy).
+pub fn never() -> Reply {
+    Box::pin(std::future::pending())
 }
 
-/// A watch response: these lines (each a JSON event), then a body that stays open and sends
-/// nothing more, as a quiet watch does until its timeout.
-pub fn lines_then_quiet(lines: Vec<String>) -> Response<Body> {
+/// A 200 JSON response in chunked transfer encoding: each element of `chunks` is one HTTP chunk
+/// (flushed on its own), then the terminating chunk, unless `hold_open`: then the body stays
+/// open and silent, as a quiet watch does, until the client or the test ends it.
+pub fn chunked(chunks: Vec<Bytes>, hold_open: bool) -> Response<Body> {
+    let mut chunks = std::collections::VecDeque::from(chunks);
     Response::builder()
         .status(200)
         .header("content-type", "application/json")
         .body(
-            LinesThenQuiet {
-                lines: lines.into_iter().map(|line| format!("{line}\n")).collect(),
-            }
+            Frames(move || match chunks.pop_front() {
+                Some(chunk) => Poll::Ready(Some(chunk)),
+                None if hold_open => Poll::Pending,
+                None => Poll::Ready(None),
+            })
             .boxed(),
         )
         .unwrap()
 }
 
-struct LinesThenQuiet {
-    lines: std::collections::VecDeque<String>,
-}
-
-impl hyper::body::Body for LinesThenQuiet {
-    type Data = Bytes;
-    type Error = Infallible;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        _: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        match self.lines.pop_front() {
-            Some(line) => Poll::Ready(Some(Ok(Frame::data(Bytes::from(line))))),
-            // Never woken again: the connection stays open until the client or the test ends it.
-            None => Poll::Pending,
-        }
-    }
+/// A watch response: these lines (each a JSON event), then a body that stays open and sends
+/// nothing more, as a quiet watch does until its timeout.
+pub fn lines_then_quiet(lines: Vec<String>) -> Response<Body> {
+    chunked(
+        lines
+            .into_iter()
+            .map(|line| Bytes::from(format!("{line}\n")))
+            .collect(),
+        true,
+    )
 }

@@ -1,0 +1,195 @@
+//! The real kubectl, bound to one server: never a real cluster (`KUBECONFIG=/dev/null`, no
+//! in-cluster variables) and a discovery cache of its own, so a port a test reuses is never
+//! answered from an earlier server's cache.
+
+use std::time::Duration;
+
+/// The kubectl binary (override with `KUBECTL=/path`).
+pub fn kubectl_path() -> String {
+    std::env::var("KUBECTL").unwrap_or_else(|_| "/usr/bin/kubectl".into())
+}
+
+/// kubectl bound to one server, with its own `--cache-dir` (removed when this is dropped).
+pub struct Kubectl {
+    pub server: String,
+    cache_dir: tempfile::TempDir,
+    extra: Vec<String>,
+}
+
+/// What one kubectl run printed and how it ended.
+#[derive(Debug)]
+pub struct KubectlOutput {
+    pub success: bool,
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Kubectl {
+    pub fn new(server: &str) -> Kubectl {
+        Kubectl {
+            server: server.to_string(),
+            cache_dir: tempfile::tempdir().expect("cache dir"),
+            extra: Vec::new(),
+        }
+    }
+
+    /// Extra global flags for every call (`--token`, `--certificate-authority`, ...).
+    pub fn with_flags(mut self, flags: &[&str]) -> Kubectl {
+        self.extra.extend(flags.iter().map(|f| f.to_string()));
+        self
+    }
+
+    /// The cache directory this kubectl uses.
+    pub fn cache_dir(&self) -> &std::path::Path {
+        self.cache_dir.path()
+    }
+
+    /// The whole command line of `kubectl ARGS`, for running it under another program (`script`
+    /// gives it a terminal); the environment [`Kubectl::command`] sets must be set around it.
+    pub fn argv(&self, args: &[&str]) -> Vec<String> {
+        let mut argv = vec![
+            kubectl_path(),
+            "--cache-dir".into(),
+            self.cache_dir.path().to_string_lossy().into_owned(),
+            "--server".into(),
+            self.server.clone(),
+        ];
+        argv.extend(self.extra.iter().cloned());
+        argv.extend(args.iter().map(|a| a.to_string()));
+        argv
+    }
+
+    /// `kubectl ARGS` ready to spawn: stdin closed, killed when dropped.
+    pub fn command(&self, args: &[&str]) -> tokio::process::Command {
+        let argv = self.argv(args);
+        let mut command = tokio::process::Command::new(&argv[0]);
+        command
+            .env("KUBECONFIG", "/dev/null")
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .args(&argv[1..])
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true);
+        command
+    }
+
+    /// Run kubectl to completion (30 s at most).
+    pub async fn run(&self, args: &[&str]) -> KubectlOutput {
+        let output = tokio::time::timeout(Duration::from_secs(30), self.command(args).output())
+            .await
+            .unwrap_or_else(|_| panic!("kubectl {args:?} did not finish in 30 s"))
+            .expect("kubectl runs");
+        KubectlOutput {
+            success: output.status.success(),
+            code: output.status.code(),
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        }
+    }
+
+    /// Run and require success; returns stdout.
+    pub async fn ok(&self, args: &[&str]) -> String {
+        self.run(args).await.stdout_of_success(args)
+    }
+
+    /// `kubectl ARGS` (add `-o json` yourself) parsed as JSON, or None if it fails: what a
+    /// check inside `eventually` wants when the object may not exist yet.
+    pub async fn get_json(&self, args: &[&str]) -> Option<serde_json::Value> {
+        let out = self.run(args).await;
+        out.success
+            .then(|| serde_json::from_str(&out.stdout).ok())
+            .flatten()
+    }
+
+    /// `kubectl VERB -f FILE` (`create`, `apply`, ...) where FILE holds `manifest`; the whole
+    /// output, failed or not.
+    pub async fn run_manifest(&self, verb: &str, manifest: &str) -> KubectlOutput {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("manifest.yaml");
+        std::fs::write(&file, manifest).expect("write manifest");
+        self.run(&[verb, "-f", file.to_str().expect("utf-8 path")])
+            .await
+    }
+
+    /// The same, required to succeed; returns stdout.
+    pub async fn ok_manifest(&self, verb: &str, manifest: &str) -> String {
+        self.run_manifest(verb, manifest)
+            .await
+            .stdout_of_success(&[verb, "-f", "(manifest)"])
+    }
+}
+
+impl KubectlOutput {
+    /// stdout, after asserting that `kubectl ARGS` succeeded (the failure shows both streams).
+    pub fn stdout_of_success(self, args: &[&str]) -> String {
+        assert!(
+            self.success,
+            "kubectl {args:?} failed ({:?}):\nstdout: {}\nstderr: {}",
+            self.code, self.stdout, self.stderr
+        );
+        self.stdout
+    }
+}
+
+/// True if `pod` (as JSON) has the condition Ready=True.
+pub fn pod_is_ready(pod: &serde_json::Value) -> bool {
+    pod["status"]["conditions"]
+        .as_array()
+        .is_some_and(|conditions| {
+            conditions
+                .iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        })
+}
+
+/// Line `index` of kubectl's table output (0 is the header) split into its words; empty when
+/// the table has no such line.
+pub fn table_row(table: &str, index: usize) -> Vec<&str> {
+    table
+        .lines()
+        .nth(index)
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect()
+}
+
+/// The items of a list (`kubectl get ... -o json`) that are not being deleted: those without a
+/// `deletionTimestamp`, as a terminating pod is no member any more.
+pub fn live_items(list: &serde_json::Value) -> Vec<&serde_json::Value> {
+    list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|item| item["metadata"]["deletionTimestamp"].is_null())
+        .collect()
+}
+
+/// The kubectl that gcloud's dispatcher (`/usr/bin/kubectl` on this machine) runs. The
+/// dispatcher first GETs `/version` from a server, even for `config view`; this one never does.
+pub const BUNDLED_KUBECTL: &str = "/usr/lib/google-cloud-sdk/bin/kubectl.1.32";
+
+/// kubectl for what it does without any server (`kustomize`, `patch --local`), run to
+/// completion: stdout, after asserting success. On this machine `/usr/bin/kubectl` is a
+/// dispatcher that first asks a server for `/version`; the bundled kubectl it dispatches to never
+/// does, so that one runs when present. No kubeconfig, a fresh `--cache-dir`.
+pub fn kubectl_offline(args: &[&str]) -> Vec<u8> {
+    let kubectl = if std::path::Path::new(BUNDLED_KUBECTL).exists() {
+        BUNDLED_KUBECTL
+    } else {
+        "kubectl"
+    };
+    let cache = tempfile::tempdir().expect("cache dir");
+    let output = std::process::Command::new(kubectl)
+        .args(args)
+        .arg("--cache-dir")
+        .arg(cache.path())
+        .env("KUBECONFIG", "/dev/null")
+        .output()
+        .unwrap_or_else(|error| panic!("kubectl ({kubectl}) does not run: {error}"));
+    assert!(
+        output.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output.stdout
+}

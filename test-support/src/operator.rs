@@ -1,0 +1,120 @@
+//! The operator's side of a test: its client for a server, and its CRD registered.
+
+use std::time::Duration;
+
+use postgres_operator::client::Client;
+use sandbox::{Sandbox, SandboxOptions};
+
+use crate::start_sandbox_with;
+
+/// The operator's client for a plain-HTTP `url` (a sandbox or a scripted server): no auth, the
+/// default timeouts.
+pub fn plain_client(url: &str) -> Client {
+    let config = postgres_operator::config::Config::from_url(url).expect("a plain http URL");
+    Client::new(config).expect("client")
+}
+
+/// Register the PostgresCluster CRD through `client` and wait (10 s at most) until the server
+/// says it is Established, so the collection is served.
+pub async fn register_crd(client: &Client) {
+    postgres_operator::crd::ensure(client)
+        .await
+        .expect("CRD registered");
+    postgres_operator::crd::wait_established(client, Duration::from_secs(10))
+        .await
+        .expect("CRD established");
+}
+
+/// A sandbox with these options, the CRD registered and Established, and a client for it.
+pub async fn sandbox_with_crd(options: SandboxOptions) -> (Sandbox, Client) {
+    let sandbox = start_sandbox_with(options).await;
+    let client = plain_client(&sandbox.url());
+    register_crd(&client).await;
+    (sandbox, client)
+}
+
+/// The CRD stage 01 registered before the status and scale subresources, the size maximum and
+/// the version rule: what an older operator left on a cluster.
+pub fn older_crd() -> serde_json::Value {
+    let mut crd = postgres_operator::crd::postgres_cluster_crd();
+    let version = &mut crd["spec"]["versions"][0];
+    version
+        .as_object_mut()
+        .expect("a version object")
+        .remove("subresources");
+    let schema = &mut version["schema"]["openAPIV3Schema"];
+    schema["properties"]
+        .as_object_mut()
+        .expect("schema properties")
+        .remove("status");
+    let spec = &mut schema["properties"]["spec"]["properties"];
+    spec["size"]
+        .as_object_mut()
+        .expect("spec.size")
+        .remove("maximum");
+    spec["version"]
+        .as_object_mut()
+        .expect("spec.version")
+        .remove("pattern");
+    crd
+}
+
+/// The stage-04 operator's options with the short timings end-to-end tests want: a round every
+/// second, failover after 2 s, a member lost after 30 s, expectations given up after 10 s.
+/// Stage 05's tests add `backups: true`.
+pub fn quick_postgres_options() -> postgres_operator::postgres::PostgresOptions {
+    postgres_operator::postgres::PostgresOptions {
+        reconcile_interval: Duration::from_secs(1),
+        delays: postgres_operator::postgres::plan::Delays {
+            failover_after: Duration::from_secs(2),
+            member_lost_after: Duration::from_secs(30),
+        },
+        expectation_timeout: Duration::from_secs(10),
+        ..postgres_operator::postgres::PostgresOptions::default()
+    }
+}
+
+/// Every story line an operator tells through its [`Reporter`], kept for the test to search
+/// (and printed as `operator: LINE`, which `--nocapture` shows).
+///
+/// [`Reporter`]: postgres_operator::story::Reporter
+#[derive(Clone, Default)]
+pub struct Story {
+    lines: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl Story {
+    /// A reporter to hand to the operator, and the story it fills.
+    pub fn record() -> (postgres_operator::story::Reporter, Story) {
+        let (reporter, mut receiver) = postgres_operator::story::Reporter::channel();
+        let story = Story::default();
+        let lines = story.lines.clone();
+        tokio::spawn(async move {
+            while let Some(line) = receiver.recv().await {
+                println!("operator: {line}");
+                lines.lock().expect("story lines").push(line.to_string());
+            }
+        });
+        (reporter, story)
+    }
+
+    /// True once some line contains `part`.
+    pub fn said(&self, part: &str) -> bool {
+        self.lines
+            .lock()
+            .expect("story lines")
+            .iter()
+            .any(|line| line.contains(part))
+    }
+
+    /// Every line so far.
+    pub fn lines(&self) -> Vec<String> {
+        self.lines.lock().expect("story lines").clone()
+    }
+}
+
+/// The header of `kubectl get pgc`, split into words: the CRD's printer columns (LAST BACKUP,
+/// stage 05's column, is two words).
+pub const PGC_TABLE_HEADER: [&str; 9] = [
+    "NAME", "SIZE", "READY", "PRIMARY", "PHASE", "VERSION", "LAST", "BACKUP", "AGE",
+];
