@@ -415,3 +415,71 @@ fn the_code_cites_nothing_outside_the_repository() {
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
+
+/// Step 01's prose lists the CRD's spec and status fields and kubectl's columns: each list names
+/// exactly what `postgres_cluster_crd()` declares, so a field or column added to the code cannot
+/// go unmentioned (nor a removed one stay in the text).
+#[test]
+fn step_01_lists_the_crds_fields_and_columns() {
+    let text = workshop();
+    let start = text.find("## Step 01:").expect("a Step 01 section");
+    let section = &text[start..];
+    let section = &section[..section[3..]
+        .find("\n## ")
+        .map_or(section.len(), |end| end + 3)];
+    let crd = postgres_operator::crd::postgres_cluster_crd();
+    let version = &crd["spec"]["versions"][0];
+    let properties = &version["schema"]["openAPIV3Schema"]["properties"];
+    let mut problems = Vec::new();
+    for field in properties["spec"]["properties"]
+        .as_object()
+        .expect("spec properties")
+        .keys()
+    {
+        if !section.contains(&format!("`spec.{field}`")) {
+            problems.push(format!("spec.{field} is not named in step 01"));
+        }
+    }
+    let status_list = section
+        .split_once("`status` with ")
+        .map(|(_, rest)| rest.split(";\n").next().unwrap_or_default())
+        .expect("step 01 lists the status fields after \"`status` with \"");
+    for field in properties["status"]["properties"]
+        .as_object()
+        .expect("status properties")
+        .keys()
+    {
+        if !status_list.contains(&format!("`{field}`")) {
+            problems.push(format!("status.{field} is not in step 01's status list"));
+        }
+    }
+    let columns: Vec<String> = version["additionalPrinterColumns"]
+        .as_array()
+        .expect("printer columns")
+        .iter()
+        .map(|column| column["name"].as_str().unwrap_or_default().to_uppercase())
+        .collect();
+    let shown = section
+        .split_once("`kubectl get pgc` shows ")
+        .map(|(_, rest)| rest.split(';').next().unwrap_or_default())
+        .expect("step 01 lists the columns after \"`kubectl get pgc` shows \"");
+    let listed: Vec<String> = shown
+        .replace(" and ", ", ")
+        .split(',')
+        .map(|name| {
+            name.split('(')
+                .next()
+                .unwrap_or_default()
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .filter(|name| !name.is_empty())
+        .collect();
+    if listed != columns {
+        problems.push(format!(
+            "step 01 lists the columns {listed:?}; the CRD has {columns:?}"
+        ));
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
