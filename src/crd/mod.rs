@@ -269,16 +269,10 @@ pub async fn ensure(client: &Client) -> Result<Registration, CrdError> {
     let ours = postgres_cluster_crd();
     let mut attempt = 1;
     loop {
-        let conflict = match client.get::<Value>(&crd_path()).await {
-            Err(error) if error.status_code() == Some(404) => {
-                match client.create::<_, Value>(CRDS_PATH, &ours).await {
-                    Ok(_) => return Ok(Registration::Created),
-                    Err(error) if error.status_code() == Some(409) => error,
-                    Err(error) => return Err(CrdError::Create(error)),
-                }
-            }
-            Err(error) => return Err(CrdError::Read(error)),
-            Ok(current) => {
+        let conflict = match read_or_create(client, &ours).await? {
+            Read::Created => return Ok(Registration::Created),
+            Read::Conflict(error) => error,
+            Read::Found(current) => {
                 let found = Registration::from_differences(differences(&current, &ours)?);
                 if !matches!(found, Registration::Differs(_)) {
                     found.report_differences();
@@ -295,14 +289,7 @@ pub async fn ensure(client: &Client) -> Result<Registration, CrdError> {
                 }
             }
         };
-        if attempt == ENSURE_ATTEMPTS {
-            return Err(CrdError::KeptChanging {
-                attempts: attempt,
-                last: conflict,
-            });
-        }
-        tracing::debug!(attempt, error = %conflict, "the CRD changed under us; reading it again");
-        attempt += 1;
+        read_again(&mut attempt, conflict)?;
     }
 }
 
@@ -319,31 +306,19 @@ pub async fn check(
 ) -> Result<Registration, CrdError> {
     let ours = postgres_cluster_crd();
     let mut attempt = 1;
-    let (registration, current) = loop {
-        match client.get::<Value>(&crd_path()).await {
-            Err(error) if error.status_code() == Some(404) => {
-                match client.create::<_, Value>(CRDS_PATH, &ours).await {
-                    Ok(_) => break (Registration::Created, None),
-                    // kube answers AlreadyExists when another creator won the race; any 409 means
-                    // the same to us: it is there now, so read it.
-                    Err(error) if error.status_code() == Some(409) => {
-                        if attempt == ENSURE_ATTEMPTS {
-                            return Err(CrdError::KeptChanging {
-                                attempts: attempt,
-                                last: error,
-                            });
-                        }
-                        attempt += 1;
-                    }
-                    Err(error) => return Err(CrdError::Create(error)),
-                }
-            }
-            Err(error) => return Err(CrdError::Read(error)),
-            Ok(current) => {
-                let registration = Registration::from_differences(differences(&current, &ours)?);
-                serves_our_version(&current)?;
-                break (registration, Some(current));
-            }
+    let current = loop {
+        match read_or_create(client, &ours).await? {
+            Read::Created => break None,
+            Read::Found(current) => break Some(current),
+            Read::Conflict(error) => read_again(&mut attempt, error)?,
+        }
+    };
+    let registration = match &current {
+        None => Registration::Created,
+        Some(current) => {
+            let registration = Registration::from_differences(differences(current, &ours)?);
+            serves_our_version(current)?;
+            registration
         }
     };
     registration.report_differences();
@@ -355,6 +330,44 @@ pub async fn check(
         Some(None) => tracing::debug!("the CRD reports no Established condition; going on"),
     }
     Ok(registration)
+}
+
+/// What one read of the CRD found: GET it, and POST ours when the GET says 404.
+enum Read {
+    /// It was absent and our POST created it (201).
+    Created,
+    /// It is there, as the server holds it.
+    Found(Value),
+    /// The POST met a 409: someone else created it between our GET and our POST. kube answers
+    /// AlreadyExists; any 409 means the same to us: it is there now, so read it again.
+    Conflict(ClientError),
+}
+
+async fn read_or_create(client: &Client, ours: &Value) -> Result<Read, CrdError> {
+    match client.get::<Value>(&crd_path()).await {
+        Ok(current) => Ok(Read::Found(current)),
+        Err(error) if error.status_code() == Some(404) => {
+            match client.create::<_, Value>(CRDS_PATH, ours).await {
+                Ok(_) => Ok(Read::Created),
+                Err(error) if error.status_code() == Some(409) => Ok(Read::Conflict(error)),
+                Err(error) => Err(CrdError::Create(error)),
+            }
+        }
+        Err(error) => Err(CrdError::Read(error)),
+    }
+}
+
+/// After a 409: count the attempt, and give up with the last answer after `ENSURE_ATTEMPTS`.
+fn read_again(attempt: &mut u32, conflict: ClientError) -> Result<(), CrdError> {
+    if *attempt == ENSURE_ATTEMPTS {
+        return Err(CrdError::KeptChanging {
+            attempts: *attempt,
+            last: conflict,
+        });
+    }
+    tracing::debug!(attempt = *attempt, error = %conflict, "the CRD changed under us; reading it again");
+    *attempt += 1;
+    Ok(())
 }
 
 /// The CRD must serve `v1`, the version every stage reads and writes.
