@@ -16,6 +16,7 @@
 //! | [`story`] | what the operator says: the workshop's log lines, and the `Reporter` that tags each with its cluster | Steps 02 and 03 (who leads: step 04) |
 //! | [`controller`] | one task per cluster, its own channel, and a reconcile timer | Step 03 |
 //! | [`postgres`] | step 04, a Postgres cluster for real: what a cluster owns, the plan, the cluster task that acts, status | Step 04 |
+//! | [`backups`] | step 05, a layer over step 04's cluster task: WAL archiving, base backups, and restoring a seed from them | Step 05 |
 //! | [`exec`] | `pods/exec`: a command in a pod over a WebSocket (`channel.k8s.io` streams, the exit Status) | Step 04 ("Inside step 04: one `pods/exec`, byte by byte") |
 //! | [`leader`] | one operator acts at a time: leader election on a `coordination.k8s.io` Lease, as client-go does it | Step 04 ("Inside step 04: one operator at a time") |
 //! | [`events`] | Kubernetes Events about a cluster, what `kubectl describe pgc` shows | Step 04 |
@@ -30,6 +31,7 @@
 //! dev-dependency, and the tour runs its binary.
 
 pub mod api;
+pub mod backups;
 pub mod client;
 pub mod config;
 pub mod controller;

@@ -67,5 +67,7 @@ async fn main() -> ExitCode {
     let Ok((client, shutdown)) = start(&flags.connection).await else {
         return ExitCode::FAILURE; // `start` has said why
     };
-    run_postgres_stage(client, &flags.operator, flags.operator.options(), shutdown).await
+    // `()`: no layer over the cluster task's round (`ClusterLayer`, src/postgres/cluster/layer.rs).
+    let options = flags.operator.options();
+    run_postgres_stage(client, &flags.operator, options, (), shutdown).await
 }

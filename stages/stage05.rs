@@ -1,12 +1,13 @@
 //! Stage 05 of the workshop: stage 04 plus backups — continuous WAL archiving, base backups,
 //! and disaster recovery from them — until SIGTERM or Ctrl-C.
 //!
-//! WORKSHOP.md, "Step 05". New since stage 04: `src/postgres/backup.rs` — the claim
+//! WORKSHOP.md, "Step 05". New since stage 04: `src/backups/`, a layer over stage 04's cluster
+//! task (`ClusterLayer` in `src/postgres/cluster/layer.rs`): `manifests.rs` — the claim
 //! `<name>-backups`, the archive settings every member gets, the backup pod and the restore init
-//! container — and, in `plan.rs`, `Action::Restore` in place of the disaster when a backup exists
-//! and `next_backup` for when to take one. The same operator as stage 04 with one option on:
-//! `PostgresOptions::backups`. A cluster without `spec.backup` runs exactly as in stage 04. Like
-//! stage 04 it acts only while it holds the Lease `postgres-operator` (`src/leader/`).
+//! container; `plan.rs` — a seed that restores in place of the disaster when a backup exists, and
+//! when to take a base backup; `restore.rs` and `base_backups.rs` carry them out. The same
+//! operator as stage 04 with that layer plugged in: a cluster without `spec.backup` runs exactly
+//! as in stage 04. Like stage 04 it acts only while it holds the Lease `postgres-operator`.
 //!
 //! ```text
 //! cargo run --bin sandbox -- --listen 127.0.0.1:8001           # terminal 1
@@ -26,8 +27,9 @@ use std::process::ExitCode;
 
 use clap::error::ErrorKind;
 use clap::{CommandFactory, Parser};
+use postgres_operator::backups::Backups;
 use postgres_operator::config::{ConfigArgs, CONNECTION_ORDER_HELP};
-use postgres_operator::postgres::{run_postgres_stage, PostgresFlags, PostgresOptions};
+use postgres_operator::postgres::{run_postgres_stage, PostgresFlags};
 use postgres_operator::process::start;
 
 /// stage05: workshop step 05. Stage 04's operator plus backups: for a cluster with spec.backup
@@ -66,10 +68,7 @@ async fn main() -> ExitCode {
     let Ok((client, shutdown)) = start(&flags.connection).await else {
         return ExitCode::FAILURE; // `start` has said why
     };
-    // The one difference from stage 04: act on spec.backup and spec.bootstrap.
-    let options = PostgresOptions {
-        backups: true,
-        ..flags.operator.options()
-    };
-    run_postgres_stage(client, &flags.operator, options, shutdown).await
+    // The one difference from stage 04: the backup layer acts on spec.backup and spec.bootstrap.
+    let options = flags.operator.options();
+    run_postgres_stage(client, &flags.operator, options, Backups, shutdown).await
 }

@@ -19,10 +19,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::Duration;
 
+use postgres_operator::backups::Backups;
 use postgres_operator::client::{Client, USER_AGENT};
 use postgres_operator::config::Config;
 use postgres_operator::leader::LeaderElection;
-use postgres_operator::postgres::{run_postgres_operator_when_leading, PostgresOptions};
+use postgres_operator::postgres::run_postgres_operator_when_leading;
 use sandbox::{RequestRecord, SandboxOptions};
 use serde_json::{json, Value};
 use test_support::Kubectl;
@@ -358,10 +359,7 @@ struct Operator {
 
 impl Operator {
     fn start(client: &Client) -> Operator {
-        let options = PostgresOptions {
-            backups: true,
-            ..test_support::quick_postgres_options()
-        };
+        let options = test_support::quick_postgres_options();
         let (reporter, said) = test_support::Story::record();
         let stop = CancellationToken::new();
         // With leader election, as stage05 runs by default: the Lease's get, create and update
@@ -370,6 +368,7 @@ impl Operator {
         let running = run_postgres_operator_when_leading(
             client.clone(),
             options,
+            Backups,
             Some(election),
             reporter,
             stop.clone(),

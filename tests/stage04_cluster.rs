@@ -34,7 +34,7 @@ impl Operator {
         let options = test_support::quick_postgres_options();
         let (reporter, lines) = test_support::Story::record();
         let stop = CancellationToken::new();
-        let running = run_postgres_operator(client.clone(), options, reporter, stop.clone());
+        let running = run_postgres_operator(client.clone(), options, (), reporter, stop.clone());
         let task = tokio::spawn(async move {
             running.await.expect("the operator starts");
         });

@@ -14,8 +14,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use postgres_operator::backups::Backups;
 use postgres_operator::postgres::manifests::{psql_argv, POSTGRES_CONTAINER};
-use postgres_operator::postgres::{run_postgres_operator, PostgresOptions};
+use postgres_operator::postgres::run_postgres_operator;
 use sandbox::{Sandbox, SandboxOptions};
 use serde_json::Value;
 use test_support::Kubectl;
@@ -33,14 +34,12 @@ impl World {
     async fn start() -> World {
         let sandbox = test_support::start_process_sandbox(SandboxOptions::default()).await;
         let client = test_support::plain_client(&sandbox.url());
-        let options = PostgresOptions {
-            backups: true,
-            ..test_support::quick_postgres_options()
-        };
+        let options = test_support::quick_postgres_options();
         let (reporter, lines) = test_support::Story::record();
         tokio::spawn(run_postgres_operator(
             client,
             options,
+            Backups,
             reporter,
             CancellationToken::new(),
         ));
@@ -469,7 +468,7 @@ async fn a_cluster_lost_entirely_comes_back_from_its_backups() {
 #[ignore = "a measurement of several minutes: run with --ignored --nocapture"]
 async fn measure_the_loss_window_the_recovery_time_and_a_100_mb_backup() {
     use postgres_operator::api::BACKUP_NOW_ANNOTATION;
-    use postgres_operator::postgres::backup::ARCHIVE_TIMEOUT_SECONDS;
+    use postgres_operator::backups::manifests::ARCHIVE_TIMEOUT_SECONDS;
     use tokio::io::AsyncBufReadExt;
 
     let world = World::start().await;

@@ -48,14 +48,16 @@ use postgres_operator::api::{
     collection_path, object_path, BackupSpec, LastBackup, PostgresCluster, PostgresClusterSpec,
     PostgresClusterStatus, BACKUP_NOW_ANNOTATION, CRD_NAME,
 };
+use postgres_operator::backups::manifests::{backup_claim_name, ARCHIVE_TIMEOUT_SECONDS};
+use postgres_operator::backups::restore::RESTORE_RESTORED;
+use postgres_operator::backups::Backups;
 use postgres_operator::client::{Client, Patch};
 use postgres_operator::config::{Config, ConfigArgs, CONNECTION_ORDER_HELP};
 use postgres_operator::controller::pods::{label_selector, pods_path, Pod, CLUSTER_LABEL};
 use postgres_operator::controller::{run_operator, ControllerOptions, ControllerStopped};
 use postgres_operator::crd::{self, DEFAULT_ESTABLISHED_TIMEOUT};
-use postgres_operator::postgres::backup::{backup_claim_name, ARCHIVE_TIMEOUT_SECONDS};
 use postgres_operator::postgres::cluster::psql_in_pod;
-use postgres_operator::postgres::conditions::{PHASE_RUNNING, RESTORE_RESTORED};
+use postgres_operator::postgres::conditions::PHASE_RUNNING;
 use postgres_operator::postgres::manifests::{
     credentials_secret_name, primary_service_name, psql_argv, POSTGRES_CONTAINER, POSTGRES_PORT,
     SUPERUSER_PASSWORD_KEY,
@@ -445,14 +447,14 @@ async fn play_steps_04_and_05(
     let (reporter, lines) = Reporter::channel();
     let options = PostgresOptions {
         reconcile_interval: flags.reconcile_interval,
-        // What stages/stage05.rs turns on: act on spec.backup.
-        backups: true,
         ..PostgresOptions::default()
     };
     let stop_operator = stop_operators.child_token();
+    // What stages/stage05.rs runs: stage 04's operator with the backup layer.
     let operator = tokio::spawn(run_postgres_operator(
         client.clone(),
         options,
+        Backups,
         reporter,
         stop_operator.clone(),
     ));

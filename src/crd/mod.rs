@@ -567,13 +567,12 @@ mod tests {
     }
 
     /// The phase column's and field's descriptions name every phase the operator writes
-    /// (`postgres::conditions`), so `kubectl explain` and `kubectl get crd -o yaml` cannot drift
+    /// (`postgres::conditions`, `backups::restore`), so `kubectl explain` and `kubectl get crd -o yaml` cannot drift
     /// from the code.
     #[test]
     fn the_phase_descriptions_name_every_phase() {
-        use crate::postgres::conditions::{
-            PHASE_CREATING, PHASE_FAILED, PHASE_RECOVERING, PHASE_RUNNING,
-        };
+        use crate::backups::restore::PHASE_RECOVERING;
+        use crate::postgres::conditions::{PHASE_CREATING, PHASE_FAILED, PHASE_RUNNING};
         let crd = postgres_cluster_crd();
         let version = &crd["spec"]["versions"][0];
         let column = version["additionalPrinterColumns"]

@@ -19,17 +19,11 @@ use super::plan::{Action, Observed, Phase, VersionChange};
 pub const PHASE_CREATING: &str = "Creating";
 pub const PHASE_RUNNING: &str = "Running";
 pub const PHASE_FAILED: &str = "Failed";
-/// Stage 05: a seed restores a backup and replays the archived WAL; Running once promoted.
-pub const PHASE_RECOVERING: &str = "Recovering";
-/// `status.restore.state`.
-pub const RESTORE_RESTORING: &str = "Restoring";
-pub const RESTORE_RESTORED: &str = "Restored";
-pub const RESTORE_FAILED: &str = "Failed";
 
 /// The status for `cluster` after this observation. `primary`: the pod labelled primary now (or
 /// just promoted); `version`: what a `spec.version` change means; `now`: RFC 3339, used only
-/// for conditions whose status flips. Stage 05's fields (`lastBackup`, `backupRequested`,
-/// `restore`) are carried over from `cluster.status`, where the task puts what it changed.
+/// for conditions whose status flips. Fields this step does not write are carried over from
+/// `cluster.status`.
 pub fn next_status(
     cluster: &PostgresCluster,
     observed: &Observed,
@@ -47,14 +41,10 @@ pub fn next_status(
     let ready = alive.iter().filter(|m| m.ready).count();
     let primary_ready = primary.is_some_and(|name| alive.iter().any(|m| m.name == name && m.ready));
 
-    let restore_state = previous.restore.as_ref().map(|r| r.state.as_str());
-    let phase = if matches!(action, Action::Disaster | Action::RestoreFailed { .. })
-        || restore_state == Some(RESTORE_FAILED)
+    let phase = if matches!(action, Action::Disaster)
         || (previous.phase.as_deref() == Some(PHASE_FAILED) && alive.is_empty())
     {
         PHASE_FAILED
-    } else if matches!(action, Action::Restore { .. }) || restore_state == Some(RESTORE_RESTORING) {
-        PHASE_RECOVERING
     } else if primary_ready || previous.phase.as_deref() == Some(PHASE_RUNNING) {
         // Once running, a cluster stays Running through a failover; Available says the rest.
         PHASE_RUNNING
@@ -83,34 +73,12 @@ pub fn next_status(
             "PrimaryReady",
             format!("{} accepts writes", primary.unwrap_or_default()),
         )
-    } else if let Some(failed) = previous
-        .restore
-        .as_ref()
-        .filter(|_| phase == PHASE_FAILED)
-        .filter(|r| r.state == RESTORE_FAILED)
-    {
-        condition(
-            "Available",
-            false,
-            "RestoreFailed",
-            format!(
-                "restoring from {} failed: {}",
-                failed.source, failed.message
-            ),
-        )
     } else if phase == PHASE_FAILED {
         condition(
             "Available",
             false,
             "AllMembersLost",
             "every member is gone and there is no backup to restore".into(),
-        )
-    } else if phase == PHASE_RECOVERING {
-        condition(
-            "Available",
-            false,
-            "Recovering",
-            "the seed replays the archived WAL; writes resume when it is promoted".into(),
         )
     } else {
         condition(
@@ -152,18 +120,6 @@ pub fn next_status(
                 lost.as_deref().unwrap_or("the lost primary")
             ),
         ),
-        Action::Restore { from } => condition(
-            "Progressing",
-            true,
-            "Restoring",
-            format!("creating a seed that restores the newest base backup in {from}"),
-        ),
-        Action::RestoreFailed { pod, .. } => condition(
-            "Progressing",
-            false,
-            "RestoreFailed",
-            format!("the restoring seed {pod} failed; nothing more is tried"),
-        ),
     };
     let degraded = match version {
         VersionChange::Major { from, to } => condition(
@@ -179,38 +135,67 @@ pub fn next_status(
             "a one-member cluster cannot change version without losing its data: scale to 2 first".into(),
         ),
         VersionChange::Invalid(error) => condition("Degraded", true, "InvalidVersion", error.clone()),
-        _ if phase == PHASE_FAILED => condition("Degraded", true, "AllMembersLost", "every member of the running cluster is gone".into()),
+        _ if phase == PHASE_FAILED => all_members_lost(),
         _ if ready_count < size => condition("Degraded", true, "MembersNotReady", format!("{ready_count} of {size} members ready")),
         _ => condition("Degraded", false, "AllMembersReady", format!("{ready_count} of {size} members ready")),
     };
 
-    let mut conditions = Vec::new();
-    for mut next in [available, progressing, degraded] {
-        next.observed_generation = cluster.metadata.generation;
-        let before = previous.conditions.iter().find(|c| c.type_ == next.type_);
-        next.last_transition_time = match before {
-            Some(before) if before.status == next.status => before.last_transition_time.clone(),
-            _ => now.to_string(),
-        };
-        conditions.push(next);
-    }
-
-    PostgresClusterStatus {
+    let mut next = PostgresClusterStatus {
         phase: Some(phase.to_string()),
-        primary: primary.map(str::to_string).or(previous.primary),
+        primary: primary.map(str::to_string).or(previous.primary.clone()),
         size: Some(i64::try_from(alive.len()).unwrap_or(i64::MAX)),
         ready_instances: Some(ready_count),
         current_version,
         selector: Some(label_selector(&cluster.metadata.name)),
         observed_generation: cluster.metadata.generation,
-        conditions,
-        last_backup: previous.last_backup,
-        backup_requested: previous.backup_requested,
-        restore: previous.restore,
+        conditions: Vec::new(),
+        ..previous.clone()
+    };
+    for condition in [available, progressing, degraded] {
+        set_condition(&mut next, &previous, condition, now);
+    }
+    next
+}
+
+/// Put `condition` into `next` in place of its type's, with `lastTransitionTime` kept from
+/// `previous` unless its status flips.
+pub fn set_condition(
+    next: &mut PostgresClusterStatus,
+    previous: &PostgresClusterStatus,
+    mut condition: Condition,
+    now: &str,
+) {
+    condition.observed_generation = next.observed_generation;
+    let before = previous
+        .conditions
+        .iter()
+        .find(|c| c.type_ == condition.type_);
+    condition.last_transition_time = match before {
+        Some(before) if before.status == condition.status => before.last_transition_time.clone(),
+        _ => now.to_string(),
+    };
+    match next
+        .conditions
+        .iter_mut()
+        .find(|c| c.type_ == condition.type_)
+    {
+        Some(slot) => *slot = condition,
+        None => next.conditions.push(condition),
     }
 }
 
-fn condition(type_: &str, status: bool, reason: &str, message: String) -> Condition {
+/// Degraded when every member of a cluster that ran is gone.
+pub fn all_members_lost() -> Condition {
+    condition(
+        "Degraded",
+        true,
+        "AllMembersLost",
+        "every member of the running cluster is gone".into(),
+    )
+}
+
+/// A condition with no times yet ([`set_condition`] sets them).
+pub fn condition(type_: &str, status: bool, reason: &str, message: String) -> Condition {
     Condition {
         type_: type_.to_string(),
         status: if status { "True" } else { "False" }.to_string(),
@@ -259,16 +244,12 @@ mod tests {
                     unready_for: Duration::ZERO,
                     version: "16".into(),
                     created: String::new(),
-                    failure: None,
                 })
                 .collect(),
             recorded_primary: Some("db-0".into()),
             has_run: true,
             size: 2,
             wanted_version: "16".into(),
-            restore_from: None,
-            restoring: false,
-            restore_failed: false,
         }
     }
 
@@ -387,55 +368,5 @@ mod tests {
         );
         assert_eq!(again.phase.as_deref(), Some("Failed"));
         assert_eq!(find(&again, "Available").reason, "AllMembersLost");
-    }
-
-    /// Stage 05: a restore under way is Recovering; a failed one is Failed with its reason.
-    #[test]
-    fn a_restore_is_recovering_then_failed_with_the_reason() {
-        let mut cluster = cluster();
-        cluster.status = Some(PostgresClusterStatus {
-            phase: Some("Running".into()),
-            restore: Some(crate::api::RestoreStatus {
-                source: "db-backups".into(),
-                pod: "db-x".into(),
-                state: RESTORE_RESTORING.into(),
-                message: String::new(),
-            }),
-            ..Default::default()
-        });
-        let seed = observed(&[false]);
-        let recovering = next_status(
-            &cluster,
-            &seed,
-            Some("db-0"),
-            &Action::Wait("x".into()),
-            &VersionChange::None,
-            "T1",
-        );
-        assert_eq!(recovering.phase.as_deref(), Some("Recovering"));
-        assert_eq!(
-            recovering.restore,
-            cluster.status.as_ref().and_then(|s| s.restore.clone())
-        );
-        if let Some(restore) = cluster.status.as_mut().and_then(|s| s.restore.as_mut()) {
-            restore.state = RESTORE_FAILED.into();
-            restore.message = "/backups/base/x/base.tar: not a readable tar archive".into();
-        }
-        let failed = next_status(
-            &cluster,
-            &observed(&[]),
-            None,
-            &Action::Disaster,
-            &VersionChange::None,
-            "T2",
-        );
-        assert_eq!(failed.phase.as_deref(), Some("Failed"));
-        let available = find(&failed, "Available");
-        assert_eq!(available.reason, "RestoreFailed");
-        assert!(
-            available.message.contains("base.tar"),
-            "{}",
-            available.message
-        );
     }
 }

@@ -283,7 +283,7 @@ pub fn init_scripts(cluster: &PostgresCluster) -> Value {
 }
 
 /// An env var read from one key of the cluster's credentials Secret.
-pub(super) fn from_secret(cluster: &PostgresCluster, variable: &str, key: &str) -> Value {
+pub fn from_secret(cluster: &PostgresCluster, variable: &str, key: &str) -> Value {
     json!({
         "name": variable,
         "valueFrom": {"secretKeyRef": {

@@ -8,18 +8,18 @@
 //! | `manifests.rs` | the objects a `PostgresCluster` owns (Secret, ConfigMap, Services, pods) and the `psql` commands run in them |
 //! | `plan.rs` | the decisions, as one pure function: what the cluster looks like → the one next action |
 //! | `conditions.rs` | the `status` and its conditions, computed from the same observation |
-//! | `cluster/` | the cluster task: observe (the pod store), plan and write status and Events (`mod.rs`), act (`act.rs`: pods, `pods/exec`), the owned objects (`owned.rs`), step 05's restores and backups (`backups.rs`) |
-//! | `backup.rs` | step 05: the backup claim, WAL archiving settings, the backup pod and the restore init container |
+//! | `cluster/` | the cluster task: observe (the pod store), plan and write status and Events (`mod.rs`), act (`act.rs`: pods, `pods/exec`), the owned objects (`owned.rs`), and the places a later step adds to a round (`layer.rs`) |
 //! | `operator.rs` | `run_postgres_operator`: stage 03's operator plus a pod watch that feeds the tasks; `run_postgres_operator_when_leading`: the same under leader election (`src/leader/`) |
 
-pub mod backup;
 pub mod cluster;
 pub mod conditions;
 pub mod manifests;
 pub mod operator;
 pub mod plan;
 
-pub use cluster::{PostgresOptions, PostgresWorker};
+pub use cluster::{
+    ClusterLayer, OwnedError, Planned, PostgresOptions, PostgresTask, PostgresWorker,
+};
 pub use operator::{
     run_postgres_operator, run_postgres_operator_when_leading, run_postgres_stage, PostgresFlags,
 };

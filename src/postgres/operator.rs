@@ -20,7 +20,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::cluster::{PostgresOptions, PostgresWorker};
+use super::cluster::{ClusterLayer, PostgresOptions, PostgresWorker};
 use crate::api::{collection_path, PostgresCluster};
 use crate::client::Client;
 use crate::controller::operator::register_resource;
@@ -63,13 +63,15 @@ impl PostgresFlags {
     }
 }
 
-/// What `stages/stage04.rs` and `stage05.rs` run once connected: the operator with `options`,
-/// under leader election as `flags` say, its story on stdout. Exit status 0 after SIGTERM or
-/// Ctrl-C (the Lease released); 1, with the reason, when the start failed or the Lease was lost.
-pub async fn run_postgres_stage(
+/// What `stages/stage04.rs` runs once connected (and a later stage, with its `layer`): the
+/// operator with `options`, under leader election as `flags` say, its story on stdout. Exit
+/// status 0 after SIGTERM or Ctrl-C (the Lease released); 1, with the reason, when the start
+/// failed or the Lease was lost.
+pub async fn run_postgres_stage<L: ClusterLayer>(
     client: Client,
     flags: &PostgresFlags,
     options: PostgresOptions,
+    layer: L,
     shutdown: CancellationToken,
 ) -> ExitCode {
     let election = match flags.leader_election.election(client.namespace()) {
@@ -77,9 +79,15 @@ pub async fn run_postgres_stage(
         Err(error) => return fail(&error, error.hint(), &client),
     };
     let (reporter, printer) = Reporter::to_stdout();
-    let outcome =
-        run_postgres_operator_when_leading(client.clone(), options, election, reporter, shutdown)
-            .await;
+    let outcome = run_postgres_operator_when_leading(
+        client.clone(),
+        options,
+        layer,
+        election,
+        reporter,
+        shutdown,
+    )
+    .await;
     let _ = printer.await;
     match outcome {
         Ok(None | Some(Ok(_))) => ExitCode::SUCCESS,
@@ -91,17 +99,18 @@ pub async fn run_postgres_stage(
 /// [`run_postgres_operator`] while this process holds the Lease `election` names (another copy
 /// holding it: wait, as a standby), or at once with `None` (`--leader-elect=false`). The outer
 /// `Err` is the election's (the Lease was lost: stop, another copy may act now); `Ok(None)`:
-/// shut down before ever leading. What `stages/stage04.rs` and `stage05.rs` run.
-pub async fn run_postgres_operator_when_leading(
+/// shut down before ever leading.
+pub async fn run_postgres_operator_when_leading<L: ClusterLayer>(
     client: Client,
     options: PostgresOptions,
+    layer: L,
     election: Option<LeaderElection>,
     reporter: Reporter,
     shutdown: CancellationToken,
 ) -> Result<Option<Result<ControllerStopped, OperatorError>>, LeaderError> {
     let operator = {
         let (client, reporter) = (client.clone(), reporter.clone());
-        move |acting| run_postgres_operator(client, options, reporter, acting)
+        move |acting| run_postgres_operator(client, options, layer, reporter, acting)
     };
     match election {
         Some(election) => run_when_leading(client, election, reporter, shutdown, operator).await,
@@ -109,10 +118,12 @@ pub async fn run_postgres_operator_when_leading(
     }
 }
 
-/// Run the stage-04 operator on the client's namespace until `shutdown` is cancelled.
-pub async fn run_postgres_operator(
+/// Run the stage-04 operator, with `layer` over each cluster's round (`()`: none), on the
+/// client's namespace until `shutdown` is cancelled.
+pub async fn run_postgres_operator<L: ClusterLayer>(
     client: Client,
     options: PostgresOptions,
+    _layer: L,
     reporter: Reporter,
     shutdown: CancellationToken,
 ) -> Result<ControllerStopped, OperatorError> {
@@ -168,7 +179,7 @@ pub async fn run_postgres_operator(
         reconcile_interval: options.reconcile_interval,
         ..ControllerOptions::default()
     };
-    let worker = PostgresWorker::new(client, pods, reporter.clone(), options);
+    let worker = PostgresWorker::<L>::new(client, pods, reporter.clone(), options);
     let controller = Controller::with_worker(worker, controller_options, reporter);
     let stopped = controller
         .run_with_nudges(cluster_watcher.items, nudges, shutdown)

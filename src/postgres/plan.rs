@@ -17,9 +17,7 @@
 //! 3. **Wait while anything moves**: a pod pending (a replica's base backup runs in its init
 //!    container), starting, or terminating.
 //! 4. **Count.** No pods: a new cluster gets its seed primary; a cluster that ran is a disaster
-//!    (re-seeding an empty database would hide the loss). Stage 05: a disaster with a backup, or
-//!    a new cluster bootstrapped from another's backups, gets a seed that restores instead; a
-//!    restore that failed is a disaster, never retried on its own.
+//!    (re-seeding an empty database would hide the loss).
 //!    Fewer than `size`: add one replica. More: delete one replica, never the primary (an unready
 //!    one first, else the newest).
 //! 5. **Minor upgrades**, one pod at a time: replace a replica still on the old image; when every
@@ -62,9 +60,6 @@ pub struct Member {
     pub version: String,
     /// `metadata.creationTimestamp` (RFC 3339, so later sorts after earlier).
     pub created: String,
-    /// Stage 05: a restoring seed whose restore failed (its init container, or its server during
-    /// recovery, exited with an error): why, naming the file.
-    pub failure: Option<String>,
 }
 
 impl Member {
@@ -87,13 +82,6 @@ pub struct Observed {
     pub size: usize,
     /// `spec.version`.
     pub wanted_version: String,
-    /// Stage 05: the claim a seed would restore from, if there is one to use now: the cluster's
-    /// own (a backup exists and it has run) or `spec.bootstrap.fromBackup`'s (it is new).
-    pub restore_from: Option<String>,
-    /// Stage 05: a seed is restoring and has not been promoted yet (`status.restore`).
-    pub restoring: bool,
-    /// Stage 05: the last restore failed: the cluster stays Failed, never re-seeded empty.
-    pub restore_failed: bool,
 }
 
 /// How long to give a pod before acting on it.
@@ -158,18 +146,8 @@ pub enum Action {
         lost: Option<String>,
         candidates: Vec<String>,
     },
-    /// Every member of a cluster that ran is gone (or its restore failed).
+    /// Every member of a cluster that ran is gone.
     Disaster,
-    /// Stage 05: create the seed primary restoring from the claim `from` (disaster recovery, or
-    /// a new cluster bootstrapped from another's backups).
-    Restore {
-        from: String,
-    },
-    /// Stage 05: the restoring seed `pod` failed; delete it and fail the cluster with `reason`.
-    RestoreFailed {
-        pod: String,
-        reason: String,
-    },
 }
 
 /// What a change of `spec.version` means.
@@ -226,15 +204,6 @@ pub fn next_action(observed: &Observed, delays: &Delays) -> Action {
         .iter()
         .filter(|m| m.phase != Phase::Terminating)
         .collect();
-
-    // 0. Stage 05: a restore that failed is not retried: it would fail the same way, and the
-    // pod's log and the reason are what the user needs to look at.
-    if let Some(failed) = alive.iter().find(|m| m.failure.is_some()) {
-        return Action::RestoreFailed {
-            pod: failed.name.clone(),
-            reason: failed.failure.clone().unwrap_or_default(),
-        };
-    }
 
     // 1. The primary first.
     let primaries: Vec<&Member> = alive
@@ -338,22 +307,8 @@ pub fn next_action(observed: &Observed, delays: &Delays) -> Action {
     if !moving.is_empty() {
         return Action::Wait(format!("waiting for {} to settle", moving.join(", ")));
     }
-    // A restored seed answers read-only queries once consistent, before it promotes: replicas
-    // cloned then would clone a server still in recovery. Wait for the promotion.
-    if observed.restoring && !alive.is_empty() {
-        return Action::Wait(
-            "restoring: waiting for the seed to replay the archived WAL and be promoted".into(),
-        );
-    }
-
     // 4. Count.
     if alive.is_empty() {
-        if observed.restore_failed {
-            return Action::Disaster;
-        }
-        if let Some(from) = &observed.restore_from {
-            return Action::Restore { from: from.clone() };
-        }
         return if observed.has_run {
             Action::Disaster
         } else {
@@ -433,86 +388,6 @@ pub fn most_advanced(positions: &[Position]) -> Option<&Position> {
     })
 }
 
-/// Stage 05: a backup pod of the cluster, as the backup plan sees it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct BackupPod {
-    pub name: String,
-    pub phase: Phase,
-}
-
-/// Stage 05: what decides whether to take a base backup now.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct BackupObserved {
-    /// The cluster's backup pods (role label `backup`).
-    pub pods: Vec<BackupPod>,
-    /// How long ago the last base backup completed; `None`: there is none yet.
-    pub since_last: Option<Duration>,
-    /// `spec.backup.intervalMinutes`.
-    pub interval: Duration,
-    /// The backup-now annotation holds a value not acted on yet.
-    pub requested: bool,
-    /// How long ago the last backup pod failed, if the last one did.
-    pub since_failure: Option<Duration>,
-    /// Whether a replica is ready: back up from `<name>-replicas`, else from `<name>-primary`.
-    pub replica_ready: bool,
-}
-
-/// How long after a failed backup the next is tried (unless one is asked for).
-pub const BACKUP_RETRY_AFTER: Duration = Duration::from_secs(60);
-
-/// Where to take a base backup from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BackupSource {
-    /// `<name>-replicas`: the copy's reads do not compete with the primary's clients.
-    Replicas,
-    /// `<name>-primary`, when no replica is ready.
-    Primary,
-}
-
-/// Stage 05's backup step, planned after the members' [`next_action`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum BackupStep {
-    /// Nothing to do.
-    Idle,
-    /// A backup pod is running.
-    Running(String),
-    /// A backup pod finished (Succeeded or Failed): read its report, record it, delete it.
-    Collect(String),
-    /// Start a backup pod.
-    Start { from: BackupSource },
-}
-
-/// The backup step for `observed`. `members_steady`: the members' plan had nothing to do. A
-/// finished pod is collected whatever the members do; a new backup starts only on a steady
-/// cluster (a failover or a clone in progress would change the source under it), and one at a
-/// time.
-pub fn next_backup(observed: &BackupObserved, members_steady: bool) -> BackupStep {
-    if let Some(done) = observed.pods.iter().find(|p| p.phase == Phase::Done) {
-        return BackupStep::Collect(done.name.clone());
-    }
-    if let Some(running) = observed.pods.first() {
-        return BackupStep::Running(running.name.clone());
-    }
-    if !members_steady {
-        return BackupStep::Idle;
-    }
-    let due = observed
-        .since_last
-        .is_none_or(|since| since >= observed.interval);
-    let backing_off = observed
-        .since_failure
-        .is_some_and(|since| since < BACKUP_RETRY_AFTER);
-    if observed.requested || (due && !backing_off) {
-        let from = if observed.replica_ready {
-            BackupSource::Replicas
-        } else {
-            BackupSource::Primary
-        };
-        return BackupStep::Start { from };
-    }
-    BackupStep::Idle
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -526,7 +401,6 @@ mod tests {
             unready_for: Duration::ZERO,
             version: "16".into(),
             created: format!("2026-11-22T10:00:0{}Z", name.len() % 10),
-            failure: None,
         }
     }
 
@@ -545,9 +419,6 @@ mod tests {
             recorded_primary,
             size,
             wanted_version: "16".into(),
-            restore_from: None,
-            restoring: false,
-            restore_failed: false,
         }
     }
 
@@ -796,112 +667,5 @@ mod tests {
             Some("db-z")
         );
         assert_eq!(most_advanced(&[]), None);
-    }
-
-    /// Stage 05: every member lost with a backup → a restoring seed; a failed restore → the
-    /// disaster, never an empty seed; a new cluster bootstrapped from a backup restores too.
-    #[test]
-    fn no_pods_with_a_backup_means_restore_and_a_failed_restore_means_disaster() {
-        let mut lost = observed(vec![], 3);
-        lost.has_run = true;
-        lost.restore_from = Some("db-backups".into());
-        assert_eq!(
-            plan(&lost),
-            Action::Restore {
-                from: "db-backups".into()
-            }
-        );
-        lost.restore_failed = true;
-        assert_eq!(plan(&lost), Action::Disaster);
-        let mut new = observed(vec![], 2);
-        new.restore_from = Some("src-backups".into());
-        assert!(matches!(plan(&new), Action::Restore { .. }));
-        new.restore_failed = true;
-        assert_eq!(plan(&new), Action::Disaster);
-    }
-
-    /// A restoring seed's failure wins over everything; while it replays, no replica is added.
-    #[test]
-    fn a_restoring_seed_is_waited_for_and_its_failure_reported() {
-        let mut cluster = observed(vec![ready("db-p", Role::Primary)], 3);
-        cluster.restoring = true;
-        assert!(matches!(plan(&cluster), Action::Wait(why) if why.starts_with("restoring")));
-        cluster.members[0].failure = Some("base/x/base.tar: not a readable tar archive".into());
-        assert_eq!(
-            plan(&cluster),
-            Action::RestoreFailed {
-                pod: "db-p".into(),
-                reason: "base/x/base.tar: not a readable tar archive".into()
-            }
-        );
-    }
-
-    fn backups(pods: Vec<BackupPod>, since_last: Option<u64>) -> BackupObserved {
-        BackupObserved {
-            pods,
-            since_last: since_last.map(Duration::from_secs),
-            interval: Duration::from_secs(3600),
-            requested: false,
-            since_failure: None,
-            replica_ready: true,
-        }
-    }
-
-    /// A first backup at once, then one per interval, from the replicas when one is ready.
-    #[test]
-    fn backups_are_taken_when_due_from_a_replica() {
-        let start = BackupStep::Start {
-            from: BackupSource::Replicas,
-        };
-        assert_eq!(next_backup(&backups(vec![], None), true), start);
-        assert_eq!(
-            next_backup(&backups(vec![], Some(60)), true),
-            BackupStep::Idle
-        );
-        assert_eq!(next_backup(&backups(vec![], Some(3600)), true), start);
-        let mut alone = backups(vec![], None);
-        alone.replica_ready = false;
-        assert_eq!(
-            next_backup(&alone, true),
-            BackupStep::Start {
-                from: BackupSource::Primary
-            }
-        );
-        // Not while the members are busy.
-        assert_eq!(next_backup(&backups(vec![], None), false), BackupStep::Idle);
-    }
-
-    /// The annotation asks at once; a failure backs off unless asked; one pod at a time, and a
-    /// finished pod is collected even while the members are busy.
-    #[test]
-    fn requests_failures_and_running_pods() {
-        let mut asked = backups(vec![], Some(60));
-        asked.requested = true;
-        assert!(matches!(
-            next_backup(&asked, true),
-            BackupStep::Start { .. }
-        ));
-        let mut failed = backups(vec![], Some(7200));
-        failed.since_failure = Some(Duration::from_secs(10));
-        assert_eq!(next_backup(&failed, true), BackupStep::Idle);
-        failed.since_failure = Some(BACKUP_RETRY_AFTER);
-        assert!(matches!(
-            next_backup(&failed, true),
-            BackupStep::Start { .. }
-        ));
-        let pod = |name: &str, phase| BackupPod {
-            name: name.into(),
-            phase,
-        };
-        let running = backups(vec![pod("b-1", Phase::Running)], None);
-        assert_eq!(
-            next_backup(&running, true),
-            BackupStep::Running("b-1".into())
-        );
-        let done = backups(
-            vec![pod("b-1", Phase::Running), pod("b-2", Phase::Done)],
-            None,
-        );
-        assert_eq!(next_backup(&done, false), BackupStep::Collect("b-2".into()));
     }
 }

@@ -61,7 +61,7 @@ pub fn older_crd() -> serde_json::Value {
 
 /// The stage-04 operator's options with the short timings end-to-end tests want: a round every
 /// second, failover after 2 s, a member lost after 30 s, expectations given up after 10 s.
-/// Stage 05's tests add `backups: true`.
+/// Stage 05's tests run the same operator with the `Backups` layer.
 pub fn quick_postgres_options() -> postgres_operator::postgres::PostgresOptions {
     postgres_operator::postgres::PostgresOptions {
         reconcile_interval: Duration::from_secs(1),
@@ -70,7 +70,6 @@ pub fn quick_postgres_options() -> postgres_operator::postgres::PostgresOptions 
             member_lost_after: Duration::from_secs(30),
         },
         expectation_timeout: Duration::from_secs(10),
-        ..postgres_operator::postgres::PostgresOptions::default()
     }
 }
 

@@ -4,7 +4,7 @@
 
 use super::*;
 
-impl Task {
+impl<L: ClusterLayer> PostgresTask<L> {
     /// Carry out one action. Returns the pod that is primary after it, if the action made one.
     pub(super) async fn act(
         &mut self,
@@ -16,7 +16,7 @@ impl Task {
             Action::Steady | Action::Wait(_) => None,
             Action::CreateSeed => {
                 self.say("Launching seed Postgres node");
-                let name = self.create_pod(Role::Primary, image_version).await?;
+                let name = self.create_member(Role::Primary, image_version).await?;
                 self.say(format!("Launching seed Postgres node {name}"));
                 self.event(
                     EventType::Normal,
@@ -32,7 +32,7 @@ impl Task {
                     .iter()
                     .filter(|m| m.phase != Phase::Terminating)
                     .count();
-                let name = self.create_pod(Role::Replica, image_version).await?;
+                let name = self.create_member(Role::Replica, image_version).await?;
                 self.say(format!(
                     "Adding replica {name} ({} of {})",
                     count + 1,
@@ -63,71 +63,43 @@ impl Task {
                     self.say(
                         "All Postgres pods are dead. Trying to recover from a previous backup",
                     );
-                    let failed_restore = self
-                        .stage05
-                        .restore
-                        .as_ref()
-                        .filter(|r| r.state == RESTORE_FAILED);
-                    if let Some(failed) = failed_restore {
-                        self.say(format!("The restore from {} failed ({}): the cluster is Failed. The backups are untouched; fix or remove the file named, then delete and re-create the cluster", failed.source, failed.message));
-                    } else {
-                        self.say("No backup to recover from (spec.backup, stage 05): the cluster is Failed. Its data is gone; delete and re-create it to start empty");
-                        self.event(EventType::Warning, "AllMembersLost", "every member of the running cluster is gone and there is no backup; phase Failed").await;
-                    }
+                    self.say("No backup to recover from (spec.backup, stage 05): the cluster is Failed. Its data is gone; delete and re-create it to start empty");
+                    self.event(EventType::Warning, "AllMembersLost", "every member of the running cluster is gone and there is no backup; phase Failed").await;
                 }
-                None
-            }
-            Action::Restore { from } => self.restore_seed(from, image_version).await,
-            Action::RestoreFailed { pod, reason } => {
-                let source = self
-                    .stage05
-                    .restore
-                    .as_ref()
-                    .map_or(from_display(), |r| r.source.clone());
-                self.say(format!(
-                    "Restore failed: {reason}; deleting {pod}. The cluster is Failed; the backups in {source} are untouched"
-                ));
-                self.delete_pod(pod).await;
-                self.stage05.restore = Some(RestoreStatus {
-                    source,
-                    pod: pod.clone(),
-                    state: RESTORE_FAILED.into(),
-                    message: reason.clone(),
-                });
-                self.event(
-                    EventType::Warning,
-                    "RestoreFailed",
-                    &format!("restoring {pod} failed: {reason}"),
-                )
-                .await;
                 None
             }
         }
     }
 
-    // ---------------------------------------------------------------------------------------
-    // Stage 05: backups and restores
-    // ---------------------------------------------------------------------------------------
-
-    /// POST one pod; its name comes back from `generateName`.
-    pub(super) async fn create_pod(&mut self, role: Role, version: Option<&str>) -> Option<String> {
-        let backups = self.pod_backups(None);
-        self.create_pod_with(role, version, backups).await
+    /// A member pod as this task creates it: `manifests::pod` for the spec (with `version` in
+    /// place of spec.version when given), dressed by the layer.
+    pub fn member_pod(&self, role: Role, version: Option<&str>) -> serde_json::Value {
+        let cluster = self.at_version(version);
+        let mut pod = manifests::pod(&cluster, role);
+        L::dress_pod(self, &cluster, role, &mut pod);
+        pod
     }
 
-    pub(super) async fn create_pod_with(
-        &mut self,
-        role: Role,
-        version: Option<&str>,
-        backups: PodBackups,
-    ) -> Option<String> {
-        let path = format!("/api/v1/namespaces/{}/pods", self.namespace());
+    /// The cluster, with `version` in place of spec.version when given.
+    pub fn at_version(&self, version: Option<&str>) -> PostgresCluster {
         let mut cluster = self.cluster.clone();
         if let Some(version) = version {
             cluster.spec.version = version.to_string();
         }
-        let body = backup::member_pod(&cluster, role, &backups);
-        match self.worker.client.create::<_, Pod>(&path, &body).await {
+        cluster
+    }
+
+    /// POST one member pod; its name comes back from `generateName`.
+    async fn create_member(&mut self, role: Role, version: Option<&str>) -> Option<String> {
+        let body = self.member_pod(role, version);
+        self.create_pod(role, &body).await
+    }
+
+    /// POST `body`, a pod for `role`; its name. The task then waits for the pod watch to show
+    /// it before planning again. A failure is said, and the next round tries again.
+    pub async fn create_pod(&mut self, role: Role, body: &serde_json::Value) -> Option<String> {
+        let path = format!("/api/v1/namespaces/{}/pods", self.namespace());
+        match self.worker.client.create::<_, Pod>(&path, body).await {
             Ok(pod) => {
                 self.expect(Expect::Appears(pod.metadata.name.clone()));
                 Some(pod.metadata.name)
@@ -142,7 +114,8 @@ impl Task {
         }
     }
 
-    pub(super) async fn delete_pod(&mut self, name: &str) -> bool {
+    /// DELETE a pod (gone already is fine); the task then waits for the watch to show it leave.
+    pub async fn delete_pod(&mut self, name: &str) -> bool {
         let path = format!("/api/v1/namespaces/{}/pods/{name}", self.namespace());
         match self.worker.client.delete::<serde_json::Value>(&path).await {
             // 404: gone already, which is what we wanted.
@@ -262,7 +235,7 @@ impl Task {
     }
 
     /// Run one SQL statement in `pod`'s postgres container; its stdout.
-    pub(super) async fn psql(&self, pod: &str, sql: &str) -> Result<String, String> {
+    pub async fn psql(&self, pod: &str, sql: &str) -> Result<String, String> {
         psql_in_pod(
             &self.worker.client,
             self.namespace(),

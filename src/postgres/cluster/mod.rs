@@ -27,10 +27,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use std::marker::PhantomData;
+
 use crate::api::{describe_status, validate_spec};
-use crate::api::{
-    LastBackup, PostgresCluster, PostgresClusterStatus, RestoreStatus, BACKUP_NOW_ANNOTATION,
-};
+use crate::api::{PostgresCluster, PostgresClusterStatus};
 use crate::client::{Client, ClientError, Patch};
 use crate::controller::cluster::{run_task_loop, ClusterReconciler, TaskEnd};
 use crate::controller::pods::Pod;
@@ -40,23 +40,18 @@ use crate::exec::exec;
 use crate::story::Reporter;
 use crate::watch::Store;
 
-use super::backup::{self, BackupReport, PodBackups, RestoreSource};
-use super::conditions::{
-    next_status, PHASE_FAILED, PHASE_RECOVERING, PHASE_RUNNING, RESTORE_FAILED, RESTORE_RESTORED,
-    RESTORE_RESTORING,
-};
+use super::conditions::{next_status, PHASE_FAILED, PHASE_RUNNING};
 use super::manifests::{self, Credentials, Role, POSTGRES_CONTAINER, ROLE_LABEL};
 use super::plan::{
-    most_advanced, next_action, next_backup, version_change, Action, BackupObserved, BackupPod,
-    BackupSource, BackupStep, Delays, DeleteReason, Member, Observed, Phase, Position,
-    VersionChange,
+    most_advanced, next_action, version_change, Action, Delays, DeleteReason, Member, Observed,
+    Phase, Position, VersionChange,
 };
 
 mod act;
-mod backups;
+mod layer;
 mod owned;
 
-use backups::{from_display, is_backup_pod};
+pub use layer::{ClusterLayer, Planned};
 
 /// Tuning for the stage-04 tasks. `Default` is what a real operator should use.
 #[derive(Clone, Debug)]
@@ -66,8 +61,6 @@ pub struct PostgresOptions {
     pub delays: Delays,
     /// How long to wait for the pod watch to show an action's effect before planning anyway.
     pub expectation_timeout: Duration,
-    /// Stage 05: act on `spec.backup` and `spec.bootstrap` (stage 04 ignores them).
-    pub backups: bool,
 }
 
 impl Default for PostgresOptions {
@@ -76,39 +69,54 @@ impl Default for PostgresOptions {
             reconcile_interval: Duration::from_secs(8),
             delays: Delays::default(),
             expectation_timeout: Duration::from_secs(30),
-            backups: false,
         }
     }
 }
 
-/// Stage 04's [`ClusterWorker`]: what every cluster task shares.
-#[derive(Clone)]
-pub struct PostgresWorker {
+/// Stage 04's [`ClusterWorker`]: what every cluster task shares. `L`: the layer over each
+/// round (`()` in stage 04, see [`ClusterLayer`]).
+pub struct PostgresWorker<L> {
     client: Client,
     pods: Store<Pod>,
     reporter: Reporter,
     events: EventRecorder,
     options: PostgresOptions,
+    layer: PhantomData<fn() -> L>,
 }
 
-impl PostgresWorker {
+// By hand: a derived Clone would ask `L: Clone`, and a layer is never cloned.
+impl<L> Clone for PostgresWorker<L> {
+    fn clone(&self) -> Self {
+        PostgresWorker {
+            client: self.client.clone(),
+            pods: self.pods.clone(),
+            reporter: self.reporter.clone(),
+            events: self.events.clone(),
+            options: self.options.clone(),
+            layer: PhantomData,
+        }
+    }
+}
+
+impl<L: ClusterLayer> PostgresWorker<L> {
     pub fn new(
         client: Client,
         pods: Store<Pod>,
         reporter: Reporter,
         options: PostgresOptions,
-    ) -> PostgresWorker {
+    ) -> PostgresWorker<L> {
         PostgresWorker {
             events: EventRecorder::new(client.clone()),
             client,
             pods,
             reporter,
             options,
+            layer: PhantomData,
         }
     }
 }
 
-impl ClusterWorker for PostgresWorker {
+impl<L: ClusterLayer> ClusterWorker for PostgresWorker<L> {
     fn run_cluster(
         &self,
         cluster: PostgresCluster,
@@ -119,16 +127,16 @@ impl ClusterWorker for PostgresWorker {
     }
 }
 
-/// Why the cluster's Secret, ConfigMap or Services could not be made.
+/// Why the cluster's Secret, ConfigMap or Services (or a layer's objects) could not be made.
 #[derive(Debug, thiserror::Error)]
-enum OwnedError {
+pub enum OwnedError {
     #[error(transparent)]
     Api(#[from] ClientError),
     #[error("making the cluster's passwords: {0}")]
     Passwords(#[from] manifests::CredentialsError),
-    /// Stage 05: a cluster bootstrapped from another's backups takes that cluster's passwords.
-    #[error("{path}: key {key} is missing or not base64 text; the source cluster's Secret is needed to log in to its restored database")]
-    SourceSecret { path: String, key: String },
+    /// A layer's reason, kept whole.
+    #[error(transparent)]
+    Layer(Box<dyn std::error::Error + Send + Sync>),
 }
 
 /// What the task waits to see in the pod store after acting.
@@ -142,8 +150,10 @@ enum Expect {
     Labelled(String, Role),
 }
 
-struct Task {
-    worker: PostgresWorker,
+/// One cluster's task: the cluster as last seen, and what the task remembers between rounds.
+/// Its `pub` methods are what a [`ClusterLayer`] may use.
+pub struct PostgresTask<L: ClusterLayer> {
+    worker: PostgresWorker<L>,
     cluster: PostgresCluster,
     key: String,
     /// When this task first saw each pod Running but not Ready.
@@ -153,31 +163,20 @@ struct Task {
     last_members_line: String,
     /// When the Secret, ConfigMap and Services were last checked.
     owned_checked: Option<Instant>,
-    /// Stage 05: when the last backup pod failed (the next is tried after a pause).
-    backup_failed_at: Option<Instant>,
-    /// Stage 05: what this round changed in `status.lastBackup`, `backupRequested`, `restore`;
-    /// folded into the status written at the end of the round.
-    stage05: Stage05Status,
-}
-
-/// Stage 05's part of the status, as this round leaves it.
-#[derive(Clone, Debug, Default)]
-struct Stage05Status {
-    last_backup: Option<LastBackup>,
-    backup_requested: Option<String>,
-    restore: Option<RestoreStatus>,
+    /// The layer's own state for this cluster.
+    pub layer: L::State,
 }
 
 /// The task body: set up, then loop until the cluster is deleted or the operator stops.
-async fn run(
-    worker: PostgresWorker,
+async fn run<L: ClusterLayer>(
+    worker: PostgresWorker<L>,
     cluster: PostgresCluster,
     inbox: ClusterInbox,
     stop: CancellationToken,
 ) -> TaskEnd {
     let ClusterInbox { mut wanted, nudged } = inbox;
     let interval = worker.options.reconcile_interval;
-    let mut task = Task {
+    let mut task = PostgresTask {
         key: cluster.key(),
         cluster,
         worker,
@@ -185,8 +184,7 @@ async fn run(
         expecting: None,
         last_members_line: String::new(),
         owned_checked: None,
-        backup_failed_at: None,
-        stage05: Stage05Status::default(),
+        layer: L::State::default(),
     };
     task.introduce();
     // Unlike stage 03, the first round is now: there is work to do.
@@ -195,43 +193,54 @@ async fn run(
 }
 
 /// Stage 04's reconciler for the loop every step shares (`controller::cluster::run_task_loop`).
-impl ClusterReconciler for Task {
+impl<L: ClusterLayer> ClusterReconciler for PostgresTask<L> {
     fn say(&self, line: &str) {
-        Task::say(self, line);
+        PostgresTask::say(self, line);
     }
 
     /// A changed spec is acted on at once.
     fn take(&mut self, newer: PostgresCluster) -> bool {
-        Task::take(self, newer);
+        PostgresTask::take(self, newer);
         true
     }
 
     async fn reconcile(&mut self) {
-        Task::reconcile(self).await;
+        PostgresTask::reconcile(self).await;
     }
 
     /// Re-check the owned objects on the timer only: a burst of pod events must not turn into
     /// a burst of GETs.
     async fn tick(&mut self) {
         self.owned_checked = None;
-        Task::reconcile(self).await;
+        PostgresTask::reconcile(self).await;
     }
 
     async fn deleted(&mut self) {
-        Task::say(self, "cluster is deleted by the user; the garbage collector deletes its pods, Services, Secret and ConfigMap (they carry its ownerReference)");
+        PostgresTask::say(self, "cluster is deleted by the user; the garbage collector deletes its pods, Services, Secret and ConfigMap (they carry its ownerReference)");
     }
 }
 
-impl Task {
-    fn say(&self, line: impl Into<String>) {
+impl<L: ClusterLayer> PostgresTask<L> {
+    /// A story line about this cluster.
+    pub fn say(&self, line: impl Into<String>) {
         self.worker.reporter.report(&self.key, line);
     }
 
-    fn namespace(&self) -> &str {
+    /// The cluster as last seen (its spec, metadata, and the status last written).
+    pub fn cluster(&self) -> &PostgresCluster {
+        &self.cluster
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.worker.client
+    }
+
+    pub fn namespace(&self) -> &str {
         &self.cluster.metadata.namespace
     }
 
-    fn status(&self) -> PostgresClusterStatus {
+    /// The status as last written (empty before the first write).
+    pub fn status(&self) -> PostgresClusterStatus {
         self.cluster.status.clone().unwrap_or_default()
     }
 
@@ -298,38 +307,20 @@ impl Task {
         // still misses the pod (and creates a second one).
         let all_pods = self.snapshot();
         let waiting_for_watch = self.still_expecting(&all_pods);
-        let (backup_pods, pods): (Vec<Pod>, Vec<Pod>) =
-            all_pods.into_iter().partition(is_backup_pod);
-        let mut members = self.observe(&pods);
+        let (own_pods, pods): (Vec<Pod>, Vec<Pod>) =
+            all_pods.into_iter().partition(|pod| L::is_own_pod(pod));
         let status = self.status();
-        self.stage05 = Stage05Status {
-            last_backup: status.last_backup.clone(),
-            backup_requested: status.backup_requested.clone(),
-            restore: status.restore.clone(),
-        };
-        if self.backups_enabled() {
-            self.follow_restore(&mut members).await;
-        }
-        let restore = self.stage05.restore.clone();
-        let own_claim = backup::backup_claim_name(&self.cluster.metadata.name);
-        let has_run = match status.phase.as_deref() {
-            Some(PHASE_RUNNING) | Some(PHASE_FAILED) => true,
-            // Recovering from a disaster (its own claim), not bootstrapping from another's.
-            Some(PHASE_RECOVERING) => restore.as_ref().is_some_and(|r| r.source == own_claim),
-            _ => false,
-        };
-        let observed = Observed {
-            members,
+        let mut observed = Observed {
+            members: self.observe(&pods),
             recorded_primary: status.primary.clone(),
-            has_run,
+            has_run: matches!(
+                status.phase.as_deref(),
+                Some(PHASE_RUNNING) | Some(PHASE_FAILED)
+            ),
             size: usize::try_from(self.cluster.spec.size).unwrap_or(0),
             wanted_version: self.cluster.spec.version.clone(),
-            restore_from: self.restore_source(has_run).map(|source| source.claim),
-            restoring: restore
-                .as_ref()
-                .is_some_and(|r| r.state == RESTORE_RESTORING),
-            restore_failed: restore.as_ref().is_some_and(|r| r.state == RESTORE_FAILED),
         };
+        L::observe(self, &mut observed).await;
         self.say_members(&observed);
 
         let primary_now = observed
@@ -348,6 +339,7 @@ impl Task {
             observed.size,
         );
 
+        let planning = !self.cluster.spec.paused && waiting_for_watch.is_none();
         let action = if self.cluster.spec.paused {
             Action::Wait("the cluster is paused (spec.paused)".into())
         } else if let Some(waiting) = waiting_for_watch {
@@ -355,37 +347,38 @@ impl Task {
         } else {
             next_action(&observed, &self.worker.options.delays)
         };
+        // The layer's word on a planned action: the same, or one of its own in its place.
+        let planned = if planning {
+            L::plan(self, &observed, action.clone())
+        } else {
+            Planned::Core(action.clone())
+        };
         // New pods run the spec's version, unless a change to it is refused: then the version the
         // cluster runs, or a replica of another major would be cloned from this primary's data.
         let image_version = match version {
             VersionChange::None | VersionChange::Minor => None,
             _ => running_version.clone(),
         };
-        let primary_after = self
-            .act(&action, &observed, image_version.as_deref())
-            .await
-            .or(primary_now);
-        if self.backups_enabled() && !self.cluster.spec.paused {
-            let members_steady = action == Action::Steady;
-            self.backup_round(&backup_pods, &observed, members_steady)
-                .await;
+        let acted = match &planned {
+            Planned::Core(action) => self.act(action, &observed, image_version.as_deref()).await,
+            Planned::Own(action) => L::act(self, action, image_version.as_deref()).await,
+        };
+        let primary_after = acted.or(primary_now);
+        if !self.cluster.spec.paused {
+            let steady = planned == Planned::Core(Action::Steady);
+            L::after_round(self, &own_pods, &observed, steady).await;
         }
 
-        // Stage 05's fields as this round left them, carried into the status by next_status.
-        let mut base = self.cluster.clone();
-        let mut previous = self.status();
-        previous.last_backup = self.stage05.last_backup.clone();
-        previous.backup_requested = self.stage05.backup_requested.clone();
-        previous.restore = self.stage05.restore.clone();
-        base.status = Some(previous);
-        let next = next_status(
-            &base,
+        let now = rfc3339(std::time::SystemTime::now());
+        let mut next = next_status(
+            &self.cluster,
             &observed,
             primary_after.as_deref(),
             &action,
             &version,
-            &rfc3339(std::time::SystemTime::now()),
+            &now,
         );
+        L::status(self, &planned, &mut next, &now);
         self.write_status(next).await;
     }
 
@@ -440,7 +433,6 @@ impl Task {
                     unready_for,
                     version: image_tag(pod),
                     created: pod.metadata.creation_timestamp.clone().unwrap_or_default(),
-                    failure: None,
                 }
             })
             .collect()
@@ -504,7 +496,8 @@ impl Task {
         self.expecting = Some((expect, until));
     }
 
-    async fn event(&self, kind: EventType, reason: &str, message: &str) {
+    /// An Event about the cluster, what `kubectl describe pgc` shows.
+    pub async fn event(&self, kind: EventType, reason: &str, message: &str) {
         self.worker
             .events
             .record(&self.cluster, kind, reason, message)

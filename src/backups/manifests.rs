@@ -25,8 +25,7 @@ use serde_json::{json, Value};
 
 use crate::api::PostgresCluster;
 use crate::controller::pods::{owner_reference, pod_labels};
-
-use super::manifests::{
+use crate::postgres::manifests::{
     self, from_secret, Role, DATA_MOUNT, PGDATA, POSTGRES_CONTAINER, POSTGRES_UID,
     REPLICATION_PASSWORD_KEY, ROLE_LABEL, SUPERUSER_PASSWORD_KEY,
 };
@@ -165,12 +164,18 @@ pub struct PodBackups {
     pub restore: Option<RestoreSource>,
 }
 
-/// Stage 04's pod ([`manifests::pod`]) with stage 05's additions: the claim mounted and the
+/// Stage 04's pod ([`manifests::pod`]) with stage 05's additions ([`dress_member`]).
+pub fn member_pod(cluster: &PostgresCluster, role: Role, backups: &PodBackups) -> Value {
+    let mut pod = manifests::pod(cluster, role);
+    dress_member(&mut pod, cluster, role, backups);
+    pod
+}
+
+/// Add to a member `pod` of `cluster` (whose spec.version it runs): the claim mounted and the
 /// archive settings when `backups.archive`; for a restoring seed, the source claim, the restore
 /// init container (in place of initdb: the entrypoint skips initdb on a PGDATA that holds a
 /// database) and the recovery settings.
-pub fn member_pod(cluster: &PostgresCluster, role: Role, backups: &PodBackups) -> Value {
-    let mut pod = manifests::pod(cluster, role);
+pub fn dress_member(pod: &mut Value, cluster: &PostgresCluster, role: Role, backups: &PodBackups) {
     let name = &cluster.metadata.name;
     let image = format!("postgres:{}", cluster.spec.version);
     let mut args = Vec::new();
@@ -211,7 +216,6 @@ pub fn member_pod(cluster: &PostgresCluster, role: Role, backups: &PodBackups) -
         }
     }
     extend(&mut spec["volumes"], volumes);
-    pod
 }
 
 /// Append `items` to the JSON array `list` (made one if it is not).

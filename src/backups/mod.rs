@@ -1,0 +1,156 @@
+//! Step 05: backups and disaster recovery, as a layer over step 04's cluster task. Stage 05 is
+//! stage 04 with this layer plugged in ([`Backups`]); nothing of step 04 names it.
+//!
+//! WORKSHOP.md, step 05. Read in this order:
+//!
+//! | file | what it holds |
+//! |---|---|
+//! | `manifests.rs` | the claim `<name>-backups`, the archive settings every member gets, the backup pod, the restore init container: pure functions |
+//! | `plan.rs` | the decisions: a seed that restores in place of the disaster, and when a base backup is due |
+//! | `mod.rs` | the layer: which of step 04's hooks it fills, and what it keeps per cluster |
+//! | `restore.rs` | a seed restored from a backup, followed to its promotion; `status.restore` and the Recovering phase |
+//! | `base_backups.rs` | the base backups' rounds: start a backup pod when due, collect its report |
+//!
+//! A cluster without `spec.backup` or `spec.bootstrap` runs exactly as in stage 04.
+
+pub mod base_backups;
+pub mod manifests;
+pub mod plan;
+pub mod restore;
+
+use serde_json::Value;
+use tokio::time::Instant;
+
+use crate::api::{LastBackup, PostgresCluster, PostgresClusterStatus, RestoreStatus};
+use crate::controller::pods::Pod;
+use crate::postgres::manifests::{Credentials, Role, ROLE_LABEL};
+use crate::postgres::plan::{Action, Observed};
+use crate::postgres::{ClusterLayer, OwnedError, Planned, PostgresTask};
+
+use manifests::{PodBackups, BACKUP_ROLE};
+use plan::{plan_restore, BackupAction, RestoreObserved};
+
+/// The backup layer: stage 05's operator is `run_postgres_stage(.., Backups, ..)`.
+pub struct Backups;
+
+/// What the layer keeps per cluster.
+#[derive(Debug, Default)]
+pub struct BackupState {
+    /// `status.lastBackup`, `backupRequested` and `restore` as this round leaves them: read at
+    /// the start of the round, changed by what it does, written with the round's status.
+    last_backup: Option<LastBackup>,
+    backup_requested: Option<String>,
+    restore: Option<RestoreStatus>,
+    /// When the last backup pod failed (the next is tried after a pause).
+    backup_failed_at: Option<Instant>,
+    /// This round's view for the restore rules.
+    restore_observed: RestoreObserved,
+}
+
+impl ClusterLayer for Backups {
+    type State = BackupState;
+    type Action = BackupAction;
+
+    /// Backup pods carry the role label `backup`: they are not members.
+    fn is_own_pod(pod: &Pod) -> bool {
+        pod.metadata.labels.get(ROLE_LABEL).map(String::as_str) == Some(BACKUP_ROLE)
+    }
+
+    /// A cluster restored from another's backups has that cluster's roles and passwords (they
+    /// live in the database): its Secret must hold the same ones.
+    async fn credentials(task: &PostgresTask<Self>) -> Result<Option<Credentials>, OwnedError> {
+        match restore::bootstrap_source(task.cluster()) {
+            Some(_) => restore::source_credentials(task).await.map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// The claim `<name>-backups`, when `spec.backup` asks for it.
+    async fn ensure_owned(task: &PostgresTask<Self>) -> Result<(), OwnedError> {
+        let cluster = task.cluster();
+        let Some(spec) = &cluster.spec.backup else {
+            return Ok(());
+        };
+        let claim = manifests::backup_claim_name(&cluster.metadata.name);
+        let path = format!(
+            "/api/v1/namespaces/{}/persistentvolumeclaims/{claim}",
+            task.namespace()
+        );
+        if !task.exists(&path).await? {
+            let body = manifests::backup_claim(cluster, &spec.storage_size);
+            task.create_owned("persistentvolumeclaims", &body, &claim)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Every member archives its WAL when `spec.backup` is set.
+    fn dress_pod(
+        _task: &PostgresTask<Self>,
+        cluster: &PostgresCluster,
+        role: Role,
+        pod: &mut Value,
+    ) {
+        let backups = PodBackups {
+            archive: cluster.spec.backup.is_some(),
+            restore: None,
+        };
+        manifests::dress_member(pod, cluster, role, &backups);
+    }
+
+    async fn observe(task: &mut PostgresTask<Self>, observed: &mut Observed) {
+        restore::observe(task, observed).await;
+    }
+
+    fn plan(
+        task: &PostgresTask<Self>,
+        observed: &Observed,
+        action: Action,
+    ) -> Planned<BackupAction> {
+        plan_restore(&task.layer.restore_observed, observed, action)
+    }
+
+    async fn act(
+        task: &mut PostgresTask<Self>,
+        action: &BackupAction,
+        image_version: Option<&str>,
+    ) -> Option<String> {
+        match action {
+            BackupAction::Restore { from } => {
+                restore::restore_seed(task, from, image_version).await
+            }
+            BackupAction::RestoreFailed { pod, reason } => {
+                restore::restore_failed(task, pod, reason).await;
+                None
+            }
+            BackupAction::StayFailed => {
+                restore::stay_failed(task);
+                None
+            }
+        }
+    }
+
+    async fn after_round(
+        task: &mut PostgresTask<Self>,
+        own_pods: &[Pod],
+        observed: &Observed,
+        steady: bool,
+    ) {
+        if task.cluster().spec.backup.is_some() {
+            base_backups::round(task, own_pods, observed, steady).await;
+        }
+    }
+
+    fn status(
+        task: &PostgresTask<Self>,
+        planned: &Planned<BackupAction>,
+        status: &mut PostgresClusterStatus,
+        now: &str,
+    ) {
+        let state = &task.layer;
+        status.last_backup = state.last_backup.clone();
+        status.backup_requested = state.backup_requested.clone();
+        status.restore = state.restore.clone();
+        restore::phase_and_conditions(status, &task.status(), planned, now);
+    }
+}

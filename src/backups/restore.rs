@@ -1,0 +1,548 @@
+//! Restoring a seed from a backup — disaster recovery, or a new cluster bootstrapped from
+//! another's backups — and following it to its promotion; what that means for `status`.
+//! WORKSHOP.md, step 05 ("Disaster recovery").
+
+use crate::api::{PostgresCluster, PostgresClusterStatus, RestoreStatus};
+use crate::config::SecretString;
+use crate::events::EventType;
+use crate::postgres::conditions::{all_members_lost, condition, set_condition, PHASE_FAILED};
+use crate::postgres::manifests::{
+    self as pg, Credentials, Role, POSTGRES_CONTAINER, REPLICATION_PASSWORD_KEY,
+    SUPERUSER_PASSWORD_KEY,
+};
+use crate::postgres::plan::{Member, Observed, Phase};
+use crate::postgres::{OwnedError, Planned, PostgresTask};
+
+use super::manifests::{self, PodBackups, RestoreSource, RESTORE_CONTAINER};
+use super::plan::{BackupAction, RestoreObserved};
+use super::Backups;
+
+/// A seed restores a backup and replays the archived WAL; Running once promoted.
+pub const PHASE_RECOVERING: &str = "Recovering";
+/// `status.restore.state`.
+pub const RESTORE_RESTORING: &str = "Restoring";
+pub const RESTORE_RESTORED: &str = "Restored";
+pub const RESTORE_FAILED: &str = "Failed";
+
+/// Why the source cluster's passwords could not be taken.
+#[derive(Debug, thiserror::Error)]
+#[error("{path}: key {key} is missing or not base64 text; the source cluster's Secret is needed to log in to its restored database")]
+pub struct SourceSecretError {
+    path: String,
+    key: String,
+}
+
+/// `spec.bootstrap.fromBackup`, as a restore source.
+pub fn bootstrap_source(cluster: &PostgresCluster) -> Option<RestoreSource> {
+    let from = cluster.spec.bootstrap.as_ref()?.from_backup.as_ref()?;
+    Some(RestoreSource {
+        claim: manifests::backup_claim_name(&from.cluster),
+        own: false,
+        target_time: from.target_time.clone(),
+    })
+}
+
+/// The round's start: take the layer's part of the status, follow a restore under way, and say
+/// what the restore rules need.
+pub(super) async fn observe(task: &mut PostgresTask<Backups>, observed: &mut Observed) {
+    let status = task.status();
+    task.layer.last_backup = status.last_backup;
+    task.layer.backup_requested = status.backup_requested;
+    task.layer.restore = status.restore;
+    let spec = &task.cluster().spec;
+    let seed_failure = if spec.backup.is_some() || spec.bootstrap.is_some() {
+        follow_restore(task, &observed.members).await
+    } else {
+        None
+    };
+    let restore = task.layer.restore.clone();
+    // Recovering from a disaster (its own claim) is a cluster that ran; bootstrapping from
+    // another's is not.
+    let own_claim = manifests::backup_claim_name(&task.cluster().metadata.name);
+    if status.phase.as_deref() == Some(PHASE_RECOVERING)
+        && restore.as_ref().is_some_and(|r| r.source == own_claim)
+    {
+        observed.has_run = true;
+    }
+    task.layer.restore_observed = RestoreObserved {
+        from: restore_source(task, observed.has_run).map(|source| source.claim),
+        restoring: restore
+            .as_ref()
+            .is_some_and(|r| r.state == RESTORE_RESTORING),
+        failed: restore.as_ref().is_some_and(|r| r.state == RESTORE_FAILED),
+        seed_failure,
+    };
+}
+
+/// What a seed would restore from now: after the cluster ran, its own claim if a base backup
+/// completed; before, the bootstrap source. Restoring a cluster that ran from the bootstrap
+/// source would silently drop every write made since.
+fn restore_source(task: &PostgresTask<Backups>, has_run: bool) -> Option<RestoreSource> {
+    let cluster = task.cluster();
+    if has_run {
+        let backed_up = cluster.spec.backup.is_some() && task.layer.last_backup.is_some();
+        return backed_up.then(|| RestoreSource {
+            claim: manifests::backup_claim_name(&cluster.metadata.name),
+            own: true,
+            target_time: None,
+        });
+    }
+    bootstrap_source(cluster)
+}
+
+/// Create the seed that restores from `from`, and record the restore as under way.
+pub(super) async fn restore_seed(
+    task: &mut PostgresTask<Backups>,
+    from: &str,
+    version: Option<&str>,
+) -> Option<String> {
+    let has_run = from == manifests::backup_claim_name(&task.cluster().metadata.name);
+    if has_run && !still_wanted(task).await {
+        return None;
+    }
+    let source = restore_source(task, has_run)?;
+    if has_run {
+        task.say("All Postgres pods are dead. Trying to recover from a previous backup");
+    }
+    let newest = task
+        .layer
+        .last_backup
+        .as_ref()
+        .filter(|_| has_run)
+        .map_or("the newest base backup".to_string(), |b| {
+            format!("base backup {} (LSN {})", b.name, b.lsn)
+        });
+    task.say(format!(
+        "Launching seed Postgres node restoring {newest} from {from}{}",
+        source
+            .target_time
+            .as_ref()
+            .map_or(String::new(), |t| format!(", replaying WAL up to {t}"))
+    ));
+    let cluster = task.at_version(version);
+    let backups = PodBackups {
+        archive: cluster.spec.backup.is_some(),
+        restore: Some(source),
+    };
+    let body = manifests::member_pod(&cluster, Role::Primary, &backups);
+    let name = task.create_pod(Role::Primary, &body).await?;
+    task.say(format!(
+        "Launching seed Postgres node {name}: restoring, then replaying the archived WAL"
+    ));
+    task.event(
+        EventType::Normal,
+        "Restoring",
+        &format!("created the seed {name}, restoring {newest} from {from}"),
+    )
+    .await;
+    task.layer.restore = Some(RestoreStatus {
+        source: from.to_string(),
+        pod: name.clone(),
+        state: RESTORE_RESTORING.into(),
+        message: String::new(),
+    });
+    Some(name)
+}
+
+/// The restoring seed `pod` failed: delete it, and record the restore as failed.
+pub(super) async fn restore_failed(task: &mut PostgresTask<Backups>, pod: &str, reason: &str) {
+    let source = task
+        .layer
+        .restore
+        .as_ref()
+        .map_or("the backups".to_string(), |r| r.source.clone());
+    task.say(format!(
+        "Restore failed: {reason}; deleting {pod}. The cluster is Failed; the backups in {source} are untouched"
+    ));
+    task.delete_pod(pod).await;
+    task.layer.restore = Some(RestoreStatus {
+        source,
+        pod: pod.to_string(),
+        state: RESTORE_FAILED.into(),
+        message: reason.to_string(),
+    });
+    task.event(
+        EventType::Warning,
+        "RestoreFailed",
+        &format!("restoring {pod} failed: {reason}"),
+    )
+    .await;
+}
+
+/// Every member is gone after a restore failed: say so once, when the cluster turns Failed.
+pub(super) fn stay_failed(task: &PostgresTask<Backups>) {
+    if task.status().phase.as_deref() == Some(PHASE_FAILED) {
+        return;
+    }
+    task.say("All Postgres pods are dead. Trying to recover from a previous backup");
+    if let Some(failed) = &task.layer.restore {
+        task.say(format!("The restore from {} failed ({}): the cluster is Failed. The backups are untouched; fix or remove the file named, then delete and re-create the cluster", failed.source, failed.message));
+    }
+}
+
+/// While a seed restores: has it failed (its `restore` init container, or its server during
+/// recovery, exited with an error)? Has it been promoted? The first is returned for the plan
+/// (the pod, and why); the second records the restore as done, with the WAL position it
+/// reached.
+async fn follow_restore(
+    task: &mut PostgresTask<Backups>,
+    members: &[Member],
+) -> Option<(String, String)> {
+    let restore = task
+        .layer
+        .restore
+        .clone()
+        .filter(|r| r.state == RESTORE_RESTORING)?;
+    let member = members.iter().find(|m| m.name == restore.pod)?;
+    if member.phase == Phase::Running && member.ready {
+        // Ready is not promoted: a server in archive recovery accepts read-only queries once
+        // consistent. pg_is_in_recovery() says when it is a primary.
+        let out = task.psql(&member.name, pg::IS_IN_RECOVERY_SQL).await.ok()?;
+        if pg::parse_bool(&out) != Ok(false) {
+            return None;
+        }
+        let lsn = task
+            .psql(&member.name, pg::CURRENT_WAL_LSN_SQL)
+            .await
+            .map(|out| out.trim().to_string())
+            .unwrap_or_default();
+        task.say(format!(
+            "Restored: {} replayed the archived WAL up to {lsn} and was promoted; it is the primary",
+            member.name
+        ));
+        task.event(
+            EventType::Normal,
+            "Restored",
+            &format!(
+                "{} restored from {} and promoted at WAL position {lsn}",
+                member.name, restore.source
+            ),
+        )
+        .await;
+        task.layer.restore = Some(RestoreStatus {
+            state: RESTORE_RESTORED.into(),
+            message: format!("promoted at WAL position {lsn}"),
+            ..restore
+        });
+        return None;
+    }
+    if member.phase == Phase::Terminating {
+        return None;
+    }
+    let why = restore_failure(task, &member.name).await?;
+    Some((member.name.clone(), why))
+}
+
+/// Why the restoring seed `pod` failed, if it did: the `restore` init container exited
+/// non-zero, or the postgres container stopped during recovery. The reason is the container's
+/// termination message: what the script wrote to /dev/termination-log, or
+/// (`terminationMessagePolicy: FallbackToLogsOnError`) the kubelet's copy of its last log
+/// lines, so no `pods/log` request is needed.
+async fn restore_failure(task: &PostgresTask<Backups>, pod: &str) -> Option<String> {
+    let path = format!("/api/v1/namespaces/{}/pods/{pod}", task.namespace());
+    let pod_json = task.client().get::<serde_json::Value>(&path).await.ok()?;
+    let statuses = [
+        ("initContainerStatuses", RESTORE_CONTAINER),
+        ("containerStatuses", POSTGRES_CONTAINER),
+    ];
+    for (list, container) in statuses {
+        let status = pod_json["status"][list]
+            .as_array()
+            .and_then(|all| all.iter().find(|c| c["name"] == container))?
+            .clone();
+        // A failed instance is `state` until the kubelet restarts it, `lastState` after.
+        let failed = [
+            &status["state"]["terminated"],
+            &status["lastState"]["terminated"],
+        ]
+        .into_iter()
+        .find(|t| t["exitCode"].as_i64().is_some_and(|c| c != 0));
+        let Some(terminated) = failed else {
+            continue;
+        };
+        let reason = last_line(terminated["message"].as_str().unwrap_or_default())
+            .unwrap_or("(no termination message, and nothing in its log)");
+        let exit = terminated["exitCode"].as_i64().unwrap_or_default();
+        return Some(format!(
+            "container {container} exited with {exit}: {reason}"
+        ));
+    }
+    None
+}
+
+/// Is the cluster still there, the same one, and not being deleted? After `kubectl delete pgc`
+/// the garbage collector may remove the pods before this task hears of the deletion, which
+/// looks exactly like the loss of every member: without this check a restore would start for a
+/// cluster that is going (its seed then outlives it, owned by nothing). A list by name rather
+/// than a GET: the Role grants `list` and `watch` on postgresclusters only. Unsure (the list
+/// failed): not now, the next round asks again.
+async fn still_wanted(task: &PostgresTask<Backups>) -> bool {
+    let cluster = task.cluster();
+    let path = format!(
+        "{}?fieldSelector=metadata.name%3D{}",
+        crate::api::collection_path(task.namespace()),
+        cluster.metadata.name
+    );
+    match task.client().get::<serde_json::Value>(&path).await {
+        Ok(list) => list["items"]
+            .as_array()
+            .and_then(|items| items.first())
+            .is_some_and(|found| {
+                found["metadata"]["uid"] == cluster.metadata.uid.as_str()
+                    && found["metadata"]["deletionTimestamp"].is_null()
+            }),
+        Err(_) => false,
+    }
+}
+
+/// The source cluster's passwords (`spec.bootstrap.fromBackup.cluster`'s Secret).
+pub(super) async fn source_credentials(
+    task: &PostgresTask<Backups>,
+) -> Result<Credentials, OwnedError> {
+    let source = task
+        .cluster()
+        .spec
+        .bootstrap
+        .as_ref()
+        .and_then(|b| b.from_backup.as_ref())
+        .map(|f| f.cluster.clone())
+        .unwrap_or_default();
+    let path = format!(
+        "/api/v1/namespaces/{}/secrets/{}",
+        task.namespace(),
+        pg::credentials_secret_name(&source)
+    );
+    let secret: serde_json::Value = task.client().get(&path).await?;
+    let key = |key: &str| -> Result<SecretString, OwnedError> {
+        let missing = || {
+            OwnedError::Layer(Box::new(SourceSecretError {
+                path: path.clone(),
+                key: key.to_string(),
+            }))
+        };
+        let encoded = secret["data"][key].as_str().unwrap_or_default();
+        let bytes = base64::Engine::decode(&base64::engine::general_purpose::STANDARD, encoded)
+            .map_err(|_| missing())?;
+        String::from_utf8(bytes)
+            .map(SecretString::new)
+            .map_err(|_| missing())
+    };
+    Ok(Credentials {
+        superuser_password: key(SUPERUSER_PASSWORD_KEY)?,
+        replication_password: key(REPLICATION_PASSWORD_KEY)?,
+    })
+}
+
+/// The phase and conditions a restore gives the status step 04 computed: Failed after a failed
+/// restore (with its reason), Recovering while a seed restores.
+pub fn phase_and_conditions(
+    next: &mut PostgresClusterStatus,
+    previous: &PostgresClusterStatus,
+    planned: &Planned<BackupAction>,
+    now: &str,
+) {
+    let state = next.restore.as_ref().map(|r| r.state.as_str());
+    let primary_ready = next
+        .conditions
+        .iter()
+        .any(|c| c.type_ == "Available" && c.status == "True");
+    if state == Some(RESTORE_FAILED) {
+        next.phase = Some(PHASE_FAILED.into());
+        if let Some(failed) = next.restore.clone().filter(|_| !primary_ready) {
+            let message = format!(
+                "restoring from {} failed: {}",
+                failed.source, failed.message
+            );
+            let available = condition("Available", false, "RestoreFailed", message);
+            set_condition(next, previous, available, now);
+        }
+        let members_only = next.conditions.iter().any(|c| {
+            c.type_ == "Degraded"
+                && matches!(c.reason.as_str(), "MembersNotReady" | "AllMembersReady")
+        });
+        if members_only {
+            set_condition(next, previous, all_members_lost(), now);
+        }
+    } else if matches!(planned, Planned::Own(BackupAction::Restore { .. }))
+        || state == Some(RESTORE_RESTORING)
+    {
+        next.phase = Some(PHASE_RECOVERING.into());
+        if !primary_ready {
+            let message =
+                "the seed replays the archived WAL; writes resume when it is promoted".into();
+            let available = condition("Available", false, "Recovering", message);
+            set_condition(next, previous, available, now);
+        }
+    }
+    let progressing = match planned {
+        Planned::Own(BackupAction::Restore { from }) => condition(
+            "Progressing",
+            true,
+            "Restoring",
+            format!("creating a seed that restores the newest base backup in {from}"),
+        ),
+        Planned::Own(BackupAction::RestoreFailed { pod, .. }) => condition(
+            "Progressing",
+            false,
+            "RestoreFailed",
+            format!("the restoring seed {pod} failed; nothing more is tried"),
+        ),
+        Planned::Own(BackupAction::StayFailed) => {
+            condition("Progressing", false, "Steady", "nothing to do".into())
+        }
+        Planned::Core(_) => return,
+    };
+    set_condition(next, previous, progressing, now);
+}
+
+/// The last non-empty line of a termination message: under `FallbackToLogsOnError` it can be
+/// up to 80 log lines, of which the last says what went wrong.
+pub(super) fn last_line(message: &str) -> Option<&str> {
+    message
+        .lines()
+        .map(str::trim)
+        .rev()
+        .find(|line| !line.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::api::{Condition, PostgresClusterSpec};
+    use crate::postgres::conditions::next_status;
+    use crate::postgres::plan::{Action, VersionChange};
+
+    fn cluster(status: PostgresClusterStatus) -> PostgresCluster {
+        let spec = PostgresClusterSpec {
+            size: 2,
+            version: "16".into(),
+            paused: false,
+            backup: None,
+            bootstrap: None,
+        };
+        let mut cluster = PostgresCluster::new("default", "db", spec);
+        cluster.status = Some(status);
+        cluster
+    }
+
+    /// One unready primary (the restoring seed), or none.
+    fn observed(seed: bool) -> Observed {
+        let members = seed.then(|| Member {
+            name: "db-x".into(),
+            role: Some(Role::Primary),
+            phase: Phase::Running,
+            ready: false,
+            unready_for: Duration::ZERO,
+            version: "16".into(),
+            created: String::new(),
+        });
+        Observed {
+            members: members.into_iter().collect(),
+            recorded_primary: Some("db-0".into()),
+            has_run: true,
+            size: 2,
+            wanted_version: "16".into(),
+        }
+    }
+
+    /// Step 04's status for this round, then the layer's word on it.
+    fn status_after(
+        cluster: &PostgresCluster,
+        observed: &Observed,
+        action: Action,
+        planned: Planned<BackupAction>,
+    ) -> PostgresClusterStatus {
+        let mut next = next_status(cluster, observed, None, &action, &VersionChange::None, "T2");
+        next.restore = cluster.status.as_ref().and_then(|s| s.restore.clone());
+        let previous = cluster.status.clone().unwrap_or_default();
+        phase_and_conditions(&mut next, &previous, &planned, "T2");
+        next
+    }
+
+    fn find<'a>(status: &'a PostgresClusterStatus, type_: &str) -> &'a Condition {
+        status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == type_)
+            .expect("every condition is written")
+    }
+
+    /// A restore under way is Recovering; a failed one is Failed with its reason; with no
+    /// restore, step 04's status stands.
+    #[test]
+    fn a_restore_is_recovering_then_failed_with_the_reason() {
+        let mut restore = RestoreStatus {
+            source: "db-backups".into(),
+            pod: "db-x".into(),
+            state: RESTORE_RESTORING.into(),
+            message: String::new(),
+        };
+        let running = PostgresClusterStatus {
+            phase: Some("Running".into()),
+            restore: Some(restore.clone()),
+            ..Default::default()
+        };
+        let wait = Action::Wait("x".into());
+        let recovering = status_after(
+            &cluster(running.clone()),
+            &observed(true),
+            wait.clone(),
+            Planned::Core(wait.clone()),
+        );
+        assert_eq!(recovering.phase.as_deref(), Some(PHASE_RECOVERING));
+        assert_eq!(find(&recovering, "Available").reason, "Recovering");
+        assert_eq!(recovering.restore.as_ref(), Some(&restore));
+
+        restore.state = RESTORE_FAILED.into();
+        restore.message = "/backups/base/x/base.tar: not a readable tar archive".into();
+        let failed_before = PostgresClusterStatus {
+            restore: Some(restore),
+            ..running
+        };
+        let failed = status_after(
+            &cluster(failed_before),
+            &observed(false),
+            Action::Disaster,
+            Planned::Own(BackupAction::StayFailed),
+        );
+        assert_eq!(failed.phase.as_deref(), Some(PHASE_FAILED));
+        let available = find(&failed, "Available");
+        assert_eq!(available.reason, "RestoreFailed");
+        assert!(
+            available.message.contains("base.tar"),
+            "{}",
+            available.message
+        );
+        assert_eq!(find(&failed, "Progressing").reason, "Steady");
+
+        let plain = status_after(
+            &cluster(PostgresClusterStatus::default()),
+            &observed(true),
+            wait.clone(),
+            Planned::Core(wait),
+        );
+        assert_eq!(plain.phase.as_deref(), Some("Creating"));
+        assert_eq!(find(&plain, "Available").reason, "NoReadyPrimary");
+    }
+
+    /// Restoring a seed from a backup says so in Progressing and puts the cluster in Recovering.
+    #[test]
+    fn a_restore_planned_is_recovering_and_progressing() {
+        let ran = PostgresClusterStatus {
+            phase: Some("Running".into()),
+            ..Default::default()
+        };
+        let planned = Planned::Own(BackupAction::Restore {
+            from: "db-backups".into(),
+        });
+        let next = status_after(&cluster(ran), &observed(false), Action::Disaster, planned);
+        assert_eq!(next.phase.as_deref(), Some(PHASE_RECOVERING));
+        let progressing = find(&next, "Progressing");
+        assert_eq!(
+            (progressing.status.as_str(), progressing.reason.as_str()),
+            ("True", "Restoring")
+        );
+    }
+}

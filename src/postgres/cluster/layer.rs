@@ -1,0 +1,122 @@
+//! The places where a later step adds to a cluster's round without changing it: more objects,
+//! more on each member pod, its own pods, its own actions in place of some of the plan's, its
+//! own part of `status`. Stage 04 plugs in `()`, which adds nothing; step 05's backups are one
+//! such layer (`src/backups/`). As CloudNativePG keeps its backup controller apart from its
+//! cluster controller, the round below never needs to know what a layer is for.
+//!
+//! ```text
+//!   round:  owned objects ─ + L::ensure_owned          (a Secret's passwords: L::credentials)
+//!           observe pods  ─ pods L::is_own_pod are not members; L::observe adjusts the view
+//!           plan          ─ next_action → L::plan: the core's action, or the layer's own
+//!           act           ─ Planned::Core → act.rs, Planned::Own → L::act; L::after_round
+//!           status        ─ next_status → L::status
+//!   every member pod ─ manifests::pod → L::dress_pod
+//! ```
+
+use std::fmt::Debug;
+use std::future::Future;
+
+use serde_json::Value;
+
+use super::{OwnedError, PostgresTask};
+use crate::api::{PostgresCluster, PostgresClusterStatus};
+use crate::controller::pods::Pod;
+use crate::postgres::manifests::{Credentials, Role};
+use crate::postgres::plan::{Action, Observed};
+
+/// What a round does: the plan's action, or one the layer put in its place.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Planned<A> {
+    Core(Action),
+    Own(A),
+}
+
+/// A layer over the stage-04 round. Every hook has a default that does nothing, so a layer
+/// names only the places it adds to. The hooks get the task (its cluster, its client, its
+/// story, and the layer's own `state`).
+pub trait ClusterLayer: Send + Sync + Sized + 'static {
+    /// What the layer keeps per cluster between rounds.
+    type State: Default + Send + Sync + 'static;
+    /// The layer's own actions.
+    type Action: Clone + Debug + PartialEq + Send + Sync + 'static;
+
+    /// A pod of the cluster that is the layer's, not a member.
+    fn is_own_pod(_pod: &Pod) -> bool {
+        false
+    }
+
+    /// The passwords for a new Secret; `None`: make new ones.
+    fn credentials(
+        _task: &PostgresTask<Self>,
+    ) -> impl Future<Output = Result<Option<Credentials>, OwnedError>> + Send {
+        async { Ok(None) }
+    }
+
+    /// Create the objects the layer adds, those that do not exist (after the Secret).
+    fn ensure_owned(
+        _task: &PostgresTask<Self>,
+    ) -> impl Future<Output = Result<(), OwnedError>> + Send {
+        async { Ok(()) }
+    }
+
+    /// Add to a member pod before it is created; `cluster` carries the version it runs.
+    fn dress_pod(
+        _task: &PostgresTask<Self>,
+        _cluster: &PostgresCluster,
+        _role: Role,
+        _pod: &mut Value,
+    ) {
+    }
+
+    /// Before planning: read what the layer needs and adjust the observation.
+    fn observe(
+        _task: &mut PostgresTask<Self>,
+        _observed: &mut Observed,
+    ) -> impl Future<Output = ()> + Send {
+        async {}
+    }
+
+    /// The plan's `action`, or one of the layer's own in its place.
+    fn plan(
+        _task: &PostgresTask<Self>,
+        _observed: &Observed,
+        action: Action,
+    ) -> Planned<Self::Action> {
+        Planned::Core(action)
+    }
+
+    /// Carry out one of the layer's actions; the pod that is primary after it, if it made one.
+    fn act(
+        _task: &mut PostgresTask<Self>,
+        _action: &Self::Action,
+        _image_version: Option<&str>,
+    ) -> impl Future<Output = Option<String>> + Send {
+        async { None }
+    }
+
+    /// After the round acted (not while the cluster is paused). `own_pods`: see `is_own_pod`;
+    /// `steady`: the plan had nothing to do.
+    fn after_round(
+        _task: &mut PostgresTask<Self>,
+        _own_pods: &[Pod],
+        _observed: &Observed,
+        _steady: bool,
+    ) -> impl Future<Output = ()> + Send {
+        async {}
+    }
+
+    /// The layer's part of the status written at the end of the round; `now` is RFC 3339.
+    fn status(
+        _task: &PostgresTask<Self>,
+        _planned: &Planned<Self::Action>,
+        _status: &mut PostgresClusterStatus,
+        _now: &str,
+    ) {
+    }
+}
+
+/// Stage 04: no layer.
+impl ClusterLayer for () {
+    type State = ();
+    type Action = std::convert::Infallible;
+}
