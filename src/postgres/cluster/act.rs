@@ -50,7 +50,13 @@ impl<L: ClusterLayer> PostgresTask<L> {
                 let member = observed.members.iter().find(|m| &m.name == pod);
                 let (line, event_type, event_reason) = delete_story(pod, *reason, member, observed);
                 self.say(line.clone());
-                if self.delete_pod(pod).await {
+                // A primary fenced for being unready may be hung (every process stopped): it
+                // would never act on SIGINT, and the failover waits for it to be gone, so the
+                // pod's 60 s grace period would be 60 s more without writes. A short one: the
+                // kubelet's SIGKILL then ends even a stopped process. What it had not streamed
+                // is lost either way; a healthy but slow primary is not fenced (unready first).
+                let grace = (*reason == DeleteReason::FencePrimary).then_some(FENCE_GRACE_SECONDS);
+                if self.delete_pod_within(pod, grace).await {
                     self.event(event_type, event_reason, &line).await;
                 }
                 None
@@ -116,7 +122,16 @@ impl<L: ClusterLayer> PostgresTask<L> {
 
     /// DELETE a pod (gone already is fine); the task then waits for the watch to show it leave.
     pub async fn delete_pod(&mut self, name: &str) -> bool {
-        let path = format!("/api/v1/namespaces/{}/pods/{name}", self.namespace());
+        self.delete_pod_within(name, None).await
+    }
+
+    /// DELETE a pod with `grace` seconds for its processes to stop in place of its own
+    /// `terminationGracePeriodSeconds` (`kubectl delete --grace-period`).
+    async fn delete_pod_within(&mut self, name: &str, grace: Option<u32>) -> bool {
+        let mut path = format!("/api/v1/namespaces/{}/pods/{name}", self.namespace());
+        if let Some(seconds) = grace {
+            path.push_str(&format!("?gracePeriodSeconds={seconds}"));
+        }
         match self.worker.client.delete::<serde_json::Value>(&path).await {
             // 404: gone already, which is what we wanted.
             Ok(_) => {}
@@ -245,6 +260,9 @@ impl<L: ClusterLayer> PostgresTask<L> {
         .await
     }
 }
+
+/// How long a fenced primary gets to stop before the kubelet kills it (see `act`).
+pub(super) const FENCE_GRACE_SECONDS: u32 = 5;
 
 /// The story line, Event type and reason for deleting `pod`.
 pub(super) fn delete_story(
