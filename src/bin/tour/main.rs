@@ -33,52 +33,47 @@
 //! operator's own lines, or polls the cluster's status, after each act (with a deadline) rather
 //! than sleeping. `cargo run -- --help` lists the flags.
 
+mod example;
 mod sandbox;
+mod sql;
+mod status;
+mod story;
 
-use std::cell::RefCell;
-use std::future::Future;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use base64::Engine;
-
 use clap::Parser;
 use postgres_operator::api::{
-    collection_path, object_path, BackupSpec, LastBackup, PostgresCluster, PostgresClusterSpec,
-    PostgresClusterStatus, BACKUP_NOW_ANNOTATION, CRD_NAME,
+    collection_path, object_path, PostgresCluster, BACKUP_NOW_ANNOTATION, CRD_NAME,
 };
 use postgres_operator::client::{Client, Patch};
 use postgres_operator::config::{Config, ConfigArgs, CONNECTION_ORDER_HELP};
-use postgres_operator::controller::pods::{label_selector, pods_path, Pod, CLUSTER_LABEL};
+use postgres_operator::controller::pods::{pods_path, CLUSTER_LABEL};
 use postgres_operator::controller::{run_operator, ControllerOptions, ControllerStopped};
 use postgres_operator::crd::{self, DEFAULT_ESTABLISHED_TIMEOUT};
 use postgres_operator::postgres::backup::{backup_claim_name, ARCHIVE_TIMEOUT_SECONDS};
-use postgres_operator::postgres::cluster::psql_in_pod;
-use postgres_operator::postgres::conditions::{PHASE_RUNNING, RESTORE_RESTORED};
-use postgres_operator::postgres::manifests::{
-    credentials_secret_name, primary_service_name, psql_argv, POSTGRES_CONTAINER, POSTGRES_PORT,
-    SUPERUSER_PASSWORD_KEY,
-};
+use postgres_operator::postgres::manifests::primary_service_name;
 use postgres_operator::postgres::{run_postgres_operator, PostgresOptions};
 use postgres_operator::process::{
     cancel_on_signal, connect, exit_error, init_logging, parse_seconds,
 };
-use postgres_operator::story::{LogLine, Reporter};
-use tokio::sync::mpsc;
+use postgres_operator::story::Reporter;
 use tokio_util::sync::CancellationToken;
 
+use crate::example::{
+    example_cluster, example_cluster_with_backups, BACKUP_KEEP, BACKUP_STORAGE_SIZE, EXAMPLE_NAME,
+    EXAMPLE_SIZE, GROWN_SIZE, RESIZED_SIZE,
+};
 use crate::sandbox::{PodRuntime, SandboxProcess};
+use crate::sql::SqlRoute;
+use crate::status::{
+    last_backup_name, new_last_backup, new_primary, pod_with_address, ready_members,
+    restored_primary, PhaseLog,
+};
+use crate::story::Story;
 
-/// The workshop's example object, as in `kube/example-postgres-cluster.yaml`.
-const EXAMPLE_NAME: &str = "example-postgresql-cluster";
-const EXAMPLE_SIZE: i64 = 3;
-const RESIZED_SIZE: i64 = 5;
-/// Step 04 grows the example by one: one more replica cloned from the primary.
-const GROWN_SIZE: i64 = 4;
-const EXAMPLE_VERSION: &str = "16";
 /// How long one act may take before the tour gives up on the operator's reply.
 const ACT_DEADLINE: Duration = Duration::from_secs(15);
 /// How long a step-04 act may take: real pods run initdb or copy the primary with
@@ -89,11 +84,6 @@ const POD_ACT_DEADLINE: Duration = Duration::from_secs(180);
 const TOUR_TABLE: &str = "tour";
 const TOUR_NOTE: &str = "written before the failover";
 const SECOND_NOTE: &str = "written after the base backup";
-/// Step 05's `spec.backup` for the example: a claim of this size (the sandbox records it, a real
-/// provisioner would enforce it; two base backups of the tour's small database and its WAL take
-/// well under 100 MB), the newest two base backups kept.
-const BACKUP_STORAGE_SIZE: &str = "256Mi";
-const BACKUP_KEEP: i64 = 2;
 
 /// tour: the whole workshop in one command (`cargo run`). Registers the PostgresCluster type,
 /// runs the step-03 operator on a cluster, then the step-05 operator (step 04's plus backups):
@@ -735,459 +725,4 @@ async fn read_rows(
         )));
     }
     Ok(())
-}
-
-/// `pod NAME` for a pod IP of the example's pods, or a note that none has it.
-async fn pod_with_address(client: &Client, address: &str) -> String {
-    let path = pods_path(client.namespace(), &label_selector(EXAMPLE_NAME));
-    let pods = client.get::<serde_json::Value>(&path).await.ok();
-    let items = pods
-        .as_ref()
-        .and_then(|list| list["items"].as_array())
-        .cloned()
-        .unwrap_or_default();
-    items
-        .iter()
-        .find(|pod| pod["status"]["podIP"].as_str() == Some(address))
-        .and_then(|pod| pod["metadata"]["name"].as_str())
-        .map_or_else(
-            || "no pod of the cluster has that address".to_string(),
-            |name| format!("pod {name}"),
-        )
-}
-
-/// The primary's name once the cluster has `size` members, all ready (from its `status`).
-async fn ready_members(client: &Client, cluster_path: &str, size: i64) -> Option<String> {
-    let cluster: PostgresCluster = client.get(cluster_path).await.ok()?;
-    let status = cluster.status?;
-    (status.size == Some(size) && status.ready_instances == Some(size))
-        .then_some(status.primary)
-        .flatten()
-}
-
-/// The new primary's name once `status.primary` names another pod than `old` and it is ready.
-async fn new_primary(client: &Client, cluster_path: &str, old: &str) -> Option<String> {
-    let cluster: PostgresCluster = client.get(cluster_path).await.ok()?;
-    let primary = cluster.status?.primary.filter(|name| name != old)?;
-    let pod: Pod = client
-        .get(&format!(
-            "/api/v1/namespaces/{}/pods/{primary}",
-            client.namespace()
-        ))
-        .await
-        .ok()?;
-    pod.is_ready().then_some(primary)
-}
-
-/// `status.lastBackup.name`, if a base backup has completed.
-async fn last_backup_name(client: &Client, cluster_path: &str) -> Option<String> {
-    let cluster: PostgresCluster = client.get(cluster_path).await.ok()?;
-    Some(cluster.status?.last_backup?.name)
-}
-
-/// `status.lastBackup` once it names another backup than `before`.
-async fn new_last_backup(
-    client: &Client,
-    cluster_path: &str,
-    before: Option<&str>,
-) -> Option<LastBackup> {
-    let cluster: PostgresCluster = client.get(cluster_path).await.ok()?;
-    cluster
-        .status?
-        .last_backup
-        .filter(|backup| Some(backup.name.as_str()) != before)
-}
-
-/// The phases `status.phase` goes through while the tour polls it (the cluster was Running
-/// before the act).
-struct PhaseLog {
-    last: RefCell<String>,
-}
-
-impl Default for PhaseLog {
-    fn default() -> Self {
-        PhaseLog {
-            last: RefCell::new(PHASE_RUNNING.to_string()),
-        }
-    }
-}
-
-impl PhaseLog {
-    /// A line to print if `phase` is not the one seen last.
-    fn changed(&self, phase: Option<&str>) -> Option<String> {
-        let phase = phase.unwrap_or("<none>");
-        let mut last = self.last.borrow_mut();
-        (*last != phase).then(|| {
-            let note = format!("   status.phase: {last} -> {phase}");
-            *last = phase.to_string();
-            note
-        })
-    }
-}
-
-/// Once the restore is recorded as done, the phase is Running again and the restored pod is
-/// ready: its name and `status.restore.message` (the WAL position it reached). And a note when
-/// the phase has changed.
-async fn restored_primary(
-    client: &Client,
-    cluster_path: &str,
-    phases: &PhaseLog,
-) -> (Option<(String, String)>, Option<String>) {
-    let Some(status) = client
-        .get::<PostgresCluster>(cluster_path)
-        .await
-        .ok()
-        .and_then(|cluster| cluster.status)
-    else {
-        return (None, None);
-    };
-    let note = phases.changed(status.phase.as_deref());
-    (restored_and_ready(client, status).await, note)
-}
-
-async fn restored_and_ready(
-    client: &Client,
-    status: PostgresClusterStatus,
-) -> Option<(String, String)> {
-    let restore = status
-        .restore
-        .filter(|restore| restore.state == RESTORE_RESTORED)?;
-    let running = status.phase.as_deref() == Some(PHASE_RUNNING);
-    let primary = status
-        .primary
-        .filter(|primary| running && *primary == restore.pod)?;
-    let pod: Pod = client
-        .get(&format!(
-            "/api/v1/namespaces/{}/pods/{primary}",
-            client.namespace()
-        ))
-        .await
-        .ok()?;
-    pod.is_ready().then_some((primary, restore.message))
-}
-
-/// How the tour's SQL reaches Postgres.
-enum SqlRoute {
-    /// This host's `psql`, through the primary Service: its ClusterIP is a loopback address on
-    /// the sandbox's process runtime, so the host reaches it as any pod would.
-    HostPsql(PathBuf),
-    /// No `psql` on this host: `psql` inside the primary pod, through `pods/exec`.
-    Exec,
-}
-
-impl SqlRoute {
-    /// `None` for simulated pods: no Postgres runs to answer.
-    async fn for_runtime(runtime: &PodRuntime) -> Option<SqlRoute> {
-        match runtime {
-            PodRuntime::Simulated { .. } => None,
-            PodRuntime::Processes { .. } => Some(match find_psql(runtime).await {
-                Some(psql) => SqlRoute::HostPsql(psql),
-                None => SqlRoute::Exec,
-            }),
-        }
-    }
-
-    /// Where to send SQL now that `primary` is the primary.
-    async fn target(&self, client: &Client, primary: &str) -> Result<SqlTarget, TourEnd> {
-        let psql = match self {
-            SqlRoute::Exec => return Ok(SqlTarget::Pod(primary.to_string())),
-            SqlRoute::HostPsql(psql) => psql.clone(),
-        };
-        let namespace = client.namespace();
-        let service: serde_json::Value = client
-            .get(&format!(
-                "/api/v1/namespaces/{namespace}/services/{}",
-                primary_service_name(EXAMPLE_NAME)
-            ))
-            .await
-            .map_err(failed)?;
-        let address = service["spec"]["clusterIP"]
-            .as_str()
-            .filter(|ip| !ip.is_empty() && *ip != "None")
-            .ok_or_else(|| failed("the primary Service has no ClusterIP"))?
-            .to_string();
-        let secret_name = credentials_secret_name(EXAMPLE_NAME);
-        let secret: serde_json::Value = client
-            .get(&format!(
-                "/api/v1/namespaces/{namespace}/secrets/{secret_name}"
-            ))
-            .await
-            .map_err(failed)?;
-        // A Secret's `data` is base64: the API server encodes what was written as `stringData`.
-        let password = secret["data"][SUPERUSER_PASSWORD_KEY]
-            .as_str()
-            .and_then(|encoded| {
-                base64::engine::general_purpose::STANDARD
-                    .decode(encoded)
-                    .ok()
-            })
-            .and_then(|bytes| String::from_utf8(bytes).ok())
-            .ok_or_else(|| {
-                failed(format!(
-                    "Secret {secret_name} has no readable {SUPERUSER_PASSWORD_KEY}"
-                ))
-            })?;
-        Ok(SqlTarget::Service {
-            psql,
-            address,
-            password,
-        })
-    }
-}
-
-/// One place to send SQL to.
-enum SqlTarget {
-    /// The primary Service's ClusterIP, as the superuser with the Secret's password.
-    Service {
-        psql: PathBuf,
-        address: String,
-        password: String,
-    },
-    /// The named pod's postgres container, through `pods/exec`.
-    Pod(String),
-}
-
-impl SqlTarget {
-    /// What a learner would type for the same (the password stays out of it).
-    fn command_line(&self, sql: &str) -> String {
-        match self {
-            SqlTarget::Service { address, .. } => format!(
-                "PGPASSWORD=... psql -h {address} -p {POSTGRES_PORT} -U postgres -c \"{sql}\"   (the Service {}; the password from Secret {})",
-                primary_service_name(EXAMPLE_NAME),
-                credentials_secret_name(EXAMPLE_NAME)
-            ),
-            SqlTarget::Pod(pod) => format!(
-                "kubectl exec {pod} -c {POSTGRES_CONTAINER} -- psql -U postgres -c \"{sql}\""
-            ),
-        }
-    }
-
-    /// Run `sql`; its output (`-qAt`: bare values, `|` between columns, no command tags).
-    async fn run(&self, client: &Client, sql: &str) -> Result<String, String> {
-        match self {
-            SqlTarget::Service {
-                psql,
-                address,
-                password,
-            } => {
-                let port = POSTGRES_PORT.to_string();
-                let mut command = tokio::process::Command::new(psql);
-                command
-                    .args([
-                        "-h", address, "-p", &port, "-U", "postgres", "-d", "postgres",
-                    ])
-                    .args(["-v", "ON_ERROR_STOP=1", "-qAtX", "-c", sql])
-                    // The password in the environment, never in the command line (which
-                    // `ps` shows to every user of the machine).
-                    .env("PGPASSWORD", password)
-                    .env("PGCONNECT_TIMEOUT", "5")
-                    .stdin(std::process::Stdio::null())
-                    .kill_on_drop(true);
-                let output = command
-                    .output()
-                    .await
-                    .map_err(|error| format!("running {}: {error}", psql.display()))?;
-                if output.status.success() {
-                    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
-                } else {
-                    Err(String::from_utf8_lossy(&output.stderr).trim().to_string())
-                }
-            }
-            SqlTarget::Pod(pod) => {
-                let mut argv = psql_argv(sql);
-                // Quiet: no `CREATE TABLE`/`INSERT 0 1` command tags between the values.
-                argv.insert(1, "-q".to_string());
-                psql_in_pod(client, client.namespace(), pod, &argv).await
-            }
-        }
-    }
-
-    /// [`SqlTarget::run`] again until it answers: right after a failover the Service may have
-    /// no ready endpoint for a moment (connections are refused), or still the old one.
-    async fn run_until_answered(&self, client: &Client, sql: &str) -> Result<String, String> {
-        let deadline = Instant::now() + ACT_DEADLINE;
-        loop {
-            match self.run(client, sql).await {
-                Ok(answer) => return Ok(answer),
-                Err(error) if Instant::now() >= deadline => return Err(error),
-                Err(_) => tokio::time::sleep(Duration::from_millis(250)).await,
-            }
-        }
-    }
-}
-
-/// The host's `psql`: beside the PostgreSQL the sandbox runs, else `pg_config --bindir`, else
-/// the newest of Debian's `/usr/lib/postgresql/*/bin`.
-async fn find_psql(runtime: &PodRuntime) -> Option<PathBuf> {
-    let mut dirs: Vec<PathBuf> = runtime.postgres_bin().into_iter().collect();
-    if let Ok(output) = tokio::process::Command::new("pg_config")
-        .arg("--bindir")
-        .output()
-        .await
-    {
-        if output.status.success() {
-            dirs.push(PathBuf::from(
-                String::from_utf8_lossy(&output.stdout).trim(),
-            ));
-        }
-    }
-    let mut debian: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|entry| {
-            let major = entry.file_name().to_str()?.parse::<u32>().ok()?;
-            Some((major, entry.path().join("bin")))
-        })
-        .collect();
-    debian.sort();
-    dirs.extend(debian.into_iter().rev().map(|(_, dir)| dir));
-    dirs.into_iter()
-        .map(|dir| dir.join("psql"))
-        .find(|psql| psql.is_file())
-}
-
-/// `kube/example-postgres-cluster.yaml`.
-fn example_cluster(namespace: &str) -> PostgresCluster {
-    let spec = PostgresClusterSpec {
-        size: EXAMPLE_SIZE,
-        version: EXAMPLE_VERSION.to_string(),
-        paused: false,
-        backup: None,
-        bootstrap: None,
-    };
-    PostgresCluster::new(namespace, EXAMPLE_NAME, spec)
-}
-
-/// The example with step 05's `spec.backup` (every other field of it at its default).
-fn example_cluster_with_backups(namespace: &str) -> PostgresCluster {
-    let mut cluster = example_cluster(namespace);
-    cluster.spec.backup = Some(BackupSpec {
-        storage_size: BACKUP_STORAGE_SIZE.to_string(),
-        keep: BACKUP_KEEP,
-        ..BackupSpec::default()
-    });
-    cluster
-}
-
-/// The operator's lines, printed as they come.
-struct Story {
-    lines: mpsc::UnboundedReceiver<LogLine>,
-}
-
-impl Story {
-    /// Print lines until one (of `cluster`, if given) contains `needle`. The operator reacts
-    /// in milliseconds; the deadline is there so a broken operator fails the tour instead of
-    /// hanging it.
-    async fn until(&mut self, cluster: Option<&str>, needle: &str) -> Result<(), TourEnd> {
-        self.until_within(cluster, needle, ACT_DEADLINE).await
-    }
-
-    async fn until_within(
-        &mut self,
-        cluster: Option<&str>,
-        needle: &str,
-        deadline: Duration,
-    ) -> Result<(), TourEnd> {
-        let wait = async {
-            while let Some(log) = self.lines.recv().await {
-                println!("{log}");
-                if cluster.is_none_or(|c| log.is_about(c)) && log.line.contains(needle) {
-                    return true;
-                }
-            }
-            false
-        };
-        match tokio::time::timeout(deadline, wait).await {
-            Ok(true) => Ok(()),
-            Ok(false) => Err(failed(format!(
-                "the operator stopped before saying {needle:?}"
-            ))),
-            Err(_) => Err(failed(format!(
-                "the operator did not say {needle:?} within {} s",
-                deadline.as_secs()
-            ))),
-        }
-    }
-
-    /// Print lines until `check` returns something (it is asked every 250 ms): for an act whose
-    /// end is a state of the cluster rather than one line of the operator's.
-    async fn until_state<T, F, Fut>(&mut self, what: &str, mut check: F) -> Result<T, TourEnd>
-    where
-        F: FnMut() -> Fut,
-        Fut: Future<Output = Option<T>>,
-    {
-        self.until_state_noting(what, || {
-            let checked = check();
-            async move { (checked.await, None) }
-        })
-        .await
-    }
-
-    /// [`Story::until_state`], where each check may also return a note to print (a status field
-    /// that changed). After each check, the lines the operator has said so far are printed
-    /// before its note or the tour's next caption: the operator says a line before it writes
-    /// the status that goes with it, so the story keeps the order things happened in.
-    async fn until_state_noting<T, F, Fut>(
-        &mut self,
-        what: &str,
-        mut check: F,
-    ) -> Result<T, TourEnd>
-    where
-        F: FnMut() -> Fut,
-        Fut: Future<Output = (Option<T>, Option<String>)>,
-    {
-        let wait = async {
-            let mut poll = tokio::time::interval(Duration::from_millis(250));
-            loop {
-                tokio::select! {
-                    log = self.lines.recv() => match log {
-                        Some(log) => println!("{log}"),
-                        None => return None,
-                    },
-                    _ = poll.tick() => {
-                        let (found, note) = check().await;
-                        while let Ok(log) = self.lines.try_recv() {
-                            println!("{log}");
-                        }
-                        if let Some(note) = note {
-                            println!("{note}");
-                        }
-                        if found.is_some() {
-                            return found;
-                        }
-                    }
-                }
-            }
-        };
-        match tokio::time::timeout(POD_ACT_DEADLINE, wait).await {
-            Ok(Some(found)) => Ok(found),
-            Ok(None) => Err(failed(format!("the operator stopped before {what}"))),
-            Err(_) => Err(failed(format!(
-                "no {what} within {} s",
-                POD_ACT_DEADLINE.as_secs()
-            ))),
-        }
-    }
-
-    /// Print lines while `work` runs; its answer, or its error as the tour's.
-    async fn while_printing(
-        &mut self,
-        work: impl Future<Output = Result<String, String>>,
-    ) -> Result<String, TourEnd> {
-        tokio::pin!(work);
-        loop {
-            tokio::select! {
-                outcome = &mut work => return outcome.map_err(|error| failed(format!("psql: {error}"))),
-                Some(log) = self.lines.recv() => println!("{log}"),
-            }
-        }
-    }
-
-    /// Print whatever is left once the operator has stopped.
-    async fn rest(&mut self) {
-        while let Ok(log) = self.lines.try_recv() {
-            println!("{log}");
-        }
-    }
 }
