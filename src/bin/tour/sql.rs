@@ -1,5 +1,6 @@
 //! How the tour's SQL reaches Postgres: this host's `psql` through the primary Service, or, where
-//! the host has none, `psql` inside the primary pod through `pods/exec`.
+//! the host has none, `psql` inside the primary pod through `pods/exec`. And the SQL itself: a
+//! table of notes, written, read back, and one WAL switch.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -16,6 +17,38 @@ use postgres_operator::postgres::manifests::{
 use crate::example::EXAMPLE_NAME;
 use crate::sandbox::PodRuntime;
 use crate::{failed, TourEnd, ACT_DEADLINE};
+
+/// The table the tour writes its notes to.
+const TOUR_TABLE: &str = "tour";
+/// Asked every 250 ms after the switch: the newest segment archived.
+pub const LAST_ARCHIVED: &str = "SELECT coalesce(last_archived_wal, '') FROM pg_stat_archiver";
+
+/// The tour's SQL, by what it is for. A write answers `inet_server_addr()`: which server took it.
+pub enum Sql {
+    /// Create the tour's table and write its first note.
+    CreateTableAndWrite(&'static str),
+    /// Write one more note.
+    Write(&'static str),
+    /// Read every note back; they must be these, in the order written.
+    ReadRows(&'static [&'static str]),
+    /// Finish the WAL segment being written, so that it is archived now; its name.
+    SwitchWal,
+}
+
+impl Sql {
+    pub fn text(&self) -> String {
+        match self {
+            Sql::CreateTableAndWrite(note) => format!(
+                "CREATE TABLE {TOUR_TABLE} (note text); INSERT INTO {TOUR_TABLE} VALUES ('{note}') RETURNING inet_server_addr()"
+            ),
+            Sql::Write(note) => {
+                format!("INSERT INTO {TOUR_TABLE} VALUES ('{note}') RETURNING inet_server_addr()")
+            }
+            Sql::ReadRows(_) => format!("SELECT note, inet_server_addr() FROM {TOUR_TABLE}"),
+            Sql::SwitchWal => "SELECT pg_walfile_name(pg_switch_wal())".to_string(),
+        }
+    }
+}
 
 /// How the tour's SQL reaches Postgres.
 pub enum SqlRoute {

@@ -8,22 +8,28 @@ use std::time::Duration;
 use postgres_operator::story::LogLine;
 use tokio::sync::mpsc;
 
-use crate::{failed, TourEnd, ACT_DEADLINE, POD_ACT_DEADLINE};
+use crate::{failed, TourEnd};
 
 /// The operator's lines, printed as they come.
 pub struct Story {
-    pub lines: mpsc::UnboundedReceiver<LogLine>,
+    lines: mpsc::UnboundedReceiver<LogLine>,
 }
 
 impl Story {
-    /// Print lines until one (of `cluster`, if given) contains `needle`. The operator reacts
-    /// in milliseconds; the deadline is there so a broken operator fails the tour instead of
-    /// hanging it.
-    pub async fn until(&mut self, cluster: Option<&str>, needle: &str) -> Result<(), TourEnd> {
-        self.until_within(cluster, needle, ACT_DEADLINE).await
+    pub fn new(lines: mpsc::UnboundedReceiver<LogLine>) -> Story {
+        Story { lines }
     }
 
-    pub async fn until_within(
+    /// No operator is running: a story that has ended.
+    pub fn ended() -> Story {
+        let (_, lines) = mpsc::unbounded_channel();
+        Story { lines }
+    }
+
+    /// Print lines until one (of `cluster`, if given) contains `needle`. The operator reacts in
+    /// milliseconds; the deadline is there so a broken operator fails the tour instead of
+    /// hanging it.
+    pub async fn until(
         &mut self,
         cluster: Option<&str>,
         needle: &str,
@@ -52,12 +58,17 @@ impl Story {
 
     /// Print lines until `check` returns something (it is asked every 250 ms): for an act whose
     /// end is a state of the cluster rather than one line of the operator's.
-    pub async fn until_state<T, F, Fut>(&mut self, what: &str, mut check: F) -> Result<T, TourEnd>
+    pub async fn until_state<T, F, Fut>(
+        &mut self,
+        what: &str,
+        deadline: Duration,
+        mut check: F,
+    ) -> Result<T, TourEnd>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Option<T>>,
     {
-        self.until_state_noting(what, || {
+        self.until_state_noting(what, deadline, || {
             let checked = check();
             async move { (checked.await, None) }
         })
@@ -71,6 +82,7 @@ impl Story {
     pub async fn until_state_noting<T, F, Fut>(
         &mut self,
         what: &str,
+        deadline: Duration,
         mut check: F,
     ) -> Result<T, TourEnd>
     where
@@ -100,13 +112,10 @@ impl Story {
                 }
             }
         };
-        match tokio::time::timeout(POD_ACT_DEADLINE, wait).await {
+        match tokio::time::timeout(deadline, wait).await {
             Ok(Some(found)) => Ok(found),
             Ok(None) => Err(failed(format!("the operator stopped before {what}"))),
-            Err(_) => Err(failed(format!(
-                "no {what} within {} s",
-                POD_ACT_DEADLINE.as_secs()
-            ))),
+            Err(_) => Err(failed(format!("no {what} within {} s", deadline.as_secs()))),
         }
     }
 
@@ -125,7 +134,7 @@ impl Story {
     }
 
     /// Print whatever is left once the operator has stopped.
-    pub async fn rest(&mut self) {
+    pub fn rest(&mut self) {
         while let Ok(log) = self.lines.try_recv() {
             println!("{log}");
         }
