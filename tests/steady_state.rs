@@ -69,18 +69,14 @@ async fn idle_clusters_cost_no_request_per_round() {
     .await;
     // The last status writes of the climb (conditions settling) are not the idle cost: wait
     // for a second with no request, then measure.
-    test_support::eventually(
-        Duration::from_secs(30),
-        "a quiet second",
-        || {
-            let sandbox = &sandbox;
-            async move {
-                let before = operators(&sandbox.requests()).len();
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                (operators(&sandbox.requests()).len() == before).then_some(())
-            }
-        },
-    )
+    test_support::eventually(Duration::from_secs(30), "a quiet second", || {
+        let sandbox = &sandbox;
+        async move {
+            let before = operators(&sandbox.requests()).len();
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            (operators(&sandbox.requests()).len() == before).then_some(())
+        }
+    })
     .await;
     let before = sandbox.requests().len();
     // The measurement window itself, not a synchronisation: rounds run on their timer.

@@ -1,4 +1,4 @@
-//! The one-command tour (`cargo run`, `src/bin/tour.rs`) runs to the end on its own
+//! The one-command tour (`cargo run`, `src/bin/tour/main.rs`) runs to the end on its own
 //! sandbox — steps 04 and 05 on real PostgreSQL there, or on simulated pods when asked — and
 //! against a named API server writes only what it announced. WORKSHOP.md, "The whole workshop in one command".
 

@@ -1,6 +1,6 @@
 //! The whole step-03 operator in one call: check the type (step 01's, created if absent), list then watch it (step
 //! 02), and route every event to a cluster task (step 03). `stages/stage03.rs` and the tour
-//! (`src/bin/tour.rs`) both run exactly this.
+//! (`src/bin/tour/does.rs`) both run exactly this.
 //!
 //! WORKSHOP.md, step 03 ("Putting it together").
 //!
