@@ -67,6 +67,7 @@ fn cluster(index: usize) -> PostgresCluster {
         paused: false,
         backup: None,
         bootstrap: None,
+        replication: None,
     };
     let mut cluster = PostgresCluster::new("default", &format!("db-{index:04}"), spec);
     cluster.metadata.uid = format!("uid-{index}");

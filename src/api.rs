@@ -130,6 +130,50 @@ pub struct PostgresClusterSpec {
     /// Stage 05: how a new cluster's first member starts (empty, or from another's backups).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bootstrap: Option<BootstrapSpec>,
+    /// How the replicas follow the primary; absent: asynchronous streaming.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replication: Option<ReplicationSpec>,
+}
+
+/// `spec.replication`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplicationSpec {
+    /// Absent: a commit returns once the primary has it (PostgreSQL's default, asynchronous).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub synchronous: Option<SynchronousSpec>,
+}
+
+/// `spec.replication.synchronous`: a commit returns once `number` standbys have it too.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SynchronousSpec {
+    /// How many standbys must have each commit: at least 1, less than `spec.size`.
+    pub number: i64,
+    #[serde(default)]
+    pub data_durability: DataDurability,
+}
+
+/// What to do when fewer than `number` standbys can answer (the CRD allows these two only).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum DataDurability {
+    /// Commits wait until enough standbys have them: no acknowledged commit is ever lost to a
+    /// failover, and writes stop while too few standbys run.
+    #[default]
+    Required,
+    /// Commits go on with fewer standbys, or none (asynchronous): writes never stop, and a
+    /// failover then may lose the last commits.
+    Preferred,
+}
+
+impl std::fmt::Display for DataDurability {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            DataDurability::Required => "required",
+            DataDurability::Preferred => "preferred",
+        })
+    }
 }
 
 /// Asks for a base backup at once when its value changes (any value; a timestamp is handy):
@@ -234,6 +278,22 @@ pub struct PostgresClusterStatus {
     /// Stage 05: the last restore (disaster recovery or `bootstrap.fromBackup`), or why it failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restore: Option<RestoreStatus>,
+    /// The synchronous standbys the operator last set on the primary; absent: asynchronous.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub synchronous: Option<SynchronousStatus>,
+}
+
+/// `status.synchronous`: the primary's `synchronous_standby_names` is `ANY number (standbys)`,
+/// so every commit acknowledged since was on at least `number` of `standbys`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SynchronousStatus {
+    /// The primary it was set on.
+    pub primary: String,
+    pub number: i64,
+    /// The standbys' pod names (their `application_name`).
+    #[serde(default)]
+    pub standbys: Vec<String>,
 }
 
 /// `status.lastBackup`: one base backup, as its backup pod reported it.
@@ -420,6 +480,17 @@ impl std::fmt::Display for PostgresClusterSpec {
             }
             write!(f, "}}")?;
         }
+        if let Some(sync) = self
+            .replication
+            .as_ref()
+            .and_then(|r| r.synchronous.as_ref())
+        {
+            write!(
+                f,
+                ", synchronous: {{number: {}, dataDurability: {}}}",
+                sync.number, sync.data_durability
+            )?;
+        }
         write!(f, "}}")
     }
 }
@@ -432,6 +503,8 @@ pub enum SpecError {
     SizeOutOfRange { size: i64 },
     #[error("spec.version: {0}")]
     Version(#[source] VersionError),
+    #[error("spec.replication.synchronous.number must be at least 1 and less than spec.size ({size}), so that enough standbys exist to acknowledge each commit; got {number}")]
+    SynchronousNumber { number: i64, size: i64 },
 }
 
 /// The checks a cluster task runs on a spec before acting (and that a spec update must pass to
@@ -443,6 +516,18 @@ pub fn validate_spec(spec: &PostgresClusterSpec) -> Result<(), SpecError> {
     spec.version
         .parse::<PostgresVersion>()
         .map_err(SpecError::Version)?;
+    let synchronous = spec
+        .replication
+        .as_ref()
+        .and_then(|r| r.synchronous.as_ref());
+    if let Some(synchronous) = synchronous {
+        if synchronous.number < 1 || synchronous.number >= spec.size {
+            return Err(SpecError::SynchronousNumber {
+                number: synchronous.number,
+                size: spec.size,
+            });
+        }
+    }
     Ok(())
 }
 
@@ -490,6 +575,7 @@ mod tests {
             paused: false,
             backup: None,
             bootstrap: None,
+            replication: None,
         };
         assert_eq!(spec.to_string(), "{size: 3, version: 16, paused: false}");
     }
@@ -502,6 +588,7 @@ mod tests {
             paused: false,
             backup: None,
             bootstrap: None,
+            replication: None,
         };
         let body = serde_json::to_value(PostgresCluster::new("default", "db", spec)).unwrap();
         assert_eq!(
@@ -612,6 +699,7 @@ mod tests {
             paused: false,
             backup: None,
             bootstrap: None,
+            replication: None,
         }
     }
 

@@ -162,6 +162,7 @@ mod tests {
                 paused: false,
                 backup: None,
                 bootstrap: None,
+                replication: None,
             },
         );
         cluster.metadata.uid = "uid-1".into();

@@ -210,6 +210,7 @@ mod tests {
             paused: false,
             backup: None,
             bootstrap: None,
+            replication: None,
         };
         PostgresCluster::new("default", "db", spec)
     }

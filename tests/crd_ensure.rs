@@ -84,6 +84,7 @@ fn example(name: &str, size: i64, version: &str) -> PostgresCluster {
             paused: false,
             backup: None,
             bootstrap: None,
+            replication: None,
         },
     )
 }

@@ -158,6 +158,7 @@ async fn the_manifests_make_a_replicated_cluster_that_survives_a_failover() {
                     paused: false,
                     backup: None,
                     bootstrap: None,
+                    replication: None,
                 },
             ),
         )

@@ -27,6 +27,7 @@ fn replica_pod() -> Value {
             paused: false,
             backup: None,
             bootstrap: None,
+            replication: None,
         },
     );
     cluster.metadata.uid = "uid-db".into();

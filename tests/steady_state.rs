@@ -43,6 +43,7 @@ async fn idle_clusters_cost_no_request_per_round() {
             paused: false,
             backup: None,
             bootstrap: None,
+            replication: None,
         };
         let cluster = PostgresCluster::new(client.namespace(), &format!("idle-{i}"), spec);
         client

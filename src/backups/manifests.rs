@@ -659,6 +659,7 @@ mod tests {
                 paused: false,
                 backup: Some(crate::api::BackupSpec::default()),
                 bootstrap: None,
+                replication: None,
             },
         );
         let pod = backup_pod(&cluster, "db-replicas", 3);
@@ -699,6 +700,7 @@ mod tests {
                 paused: false,
                 backup: Some(crate::api::BackupSpec::default()),
                 bootstrap: None,
+                replication: None,
             },
         );
         let restore = Some(RestoreSource {

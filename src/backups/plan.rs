@@ -179,6 +179,7 @@ mod tests {
             members,
             size,
             wanted_version: "16".into(),
+            quorum: None,
         }
     }
 

@@ -421,6 +421,7 @@ mod tests {
             paused: false,
             backup: None,
             bootstrap: None,
+            replication: None,
         };
         let mut cluster = PostgresCluster::new("default", "db", spec);
         cluster.status = Some(status);
@@ -444,6 +445,7 @@ mod tests {
             has_run: true,
             size: 2,
             wanted_version: "16".into(),
+            quorum: None,
         }
     }
 

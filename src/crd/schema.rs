@@ -104,6 +104,7 @@ fn schema() -> Value {
                     },
                     "backup": backup_schema(),
                     "bootstrap": bootstrap_schema(),
+                    "replication": replication_schema(),
                 },
             },
             "status": {
@@ -163,6 +164,15 @@ fn schema() -> Value {
                             "message": {"type": "string", "description": "The WAL position reached, or why the restore failed."},
                         },
                     },
+                    "synchronous": {
+                        "type": "object",
+                        "description": "The synchronous standbys last set on the primary: its synchronous_standby_names is ANY number (standbys). Absent: asynchronous.",
+                        "properties": {
+                            "primary": {"type": "string", "description": "The primary they were set on."},
+                            "number": {"type": "integer", "description": "How many of the standbys have each commit before it returns."},
+                            "standbys": {"type": "array", "items": {"type": "string"}, "description": "The standbys' pod names."},
+                        },
+                    },
                 },
             },
         },
@@ -201,6 +211,35 @@ fn backup_schema() -> Value {
                 "maximum": 100,
                 "default": 3,
                 "description": "How many base backups to keep, the newest; the WAL older than the oldest kept is removed.",
+            },
+        },
+    })
+}
+
+/// `spec.replication`: synchronous replication, opt-in (CloudNativePG's
+/// `.spec.postgresql.synchronous`, cut down to `number` and `dataDurability`).
+fn replication_schema() -> Value {
+    json!({
+        "type": "object",
+        "description": "How the replicas follow the primary. Absent: asynchronous streaming, where a failover may lose the last commits.",
+        "properties": {
+            "synchronous": {
+                "type": "object",
+                "description": "Synchronous replication: a commit returns once `number` standbys have it (synchronous_standby_names = ANY number (...), kept up to date as members come and go).",
+                "required": ["number"],
+                "properties": {
+                    "number": {
+                        "type": "integer",
+                        "minimum": 1,
+                        "description": "How many standbys must have each commit: at least 1, less than spec.size.",
+                    },
+                    "dataDurability": {
+                        "type": "string",
+                        "enum": ["required", "preferred"],
+                        "default": "required",
+                        "description": "required: commits wait for enough standbys (no acknowledged commit lost; writes stop while too few run), and a failover that could lose a commit is refused. preferred: commits go on with fewer standbys or none, and a failover may lose the last commits.",
+                    },
+                },
             },
         },
     })

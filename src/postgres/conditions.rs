@@ -89,6 +89,9 @@ pub fn next_status(
         )
     };
     let progressing = match action {
+        Action::FailoverRefused(why) => {
+            condition("Progressing", false, "FailoverRefused", why.clone())
+        }
         Action::Steady | Action::Disaster => {
             condition("Progressing", false, "Steady", "nothing to do".into())
         }
@@ -225,6 +228,7 @@ mod tests {
                 paused: false,
                 backup: None,
                 bootstrap: None,
+                replication: None,
             },
         );
         cluster.metadata.generation = Some(4);
@@ -250,6 +254,7 @@ mod tests {
             has_run: true,
             size: 2,
             wanted_version: "16".into(),
+            quorum: None,
         }
     }
 

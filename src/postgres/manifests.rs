@@ -549,6 +549,7 @@ mod tests {
             paused: false,
             backup: None,
             bootstrap: None,
+            replication: None,
         };
         let mut cluster = PostgresCluster::new("prod", "db", spec);
         cluster.metadata.uid = "uid-db".into();

@@ -82,6 +82,16 @@ pub struct Observed {
     pub size: usize,
     /// `spec.version`.
     pub wanted_version: String,
+    /// With synchronous replication `required`: the standbys every acknowledged commit reached
+    /// `number` of (`status.synchronous`). Only a promotion among them loses nothing.
+    pub quorum: Option<Quorum>,
+}
+
+/// `synchronous_standby_names = ANY number (standbys)` as last set on the primary.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Quorum {
+    pub number: usize,
+    pub standbys: Vec<String>,
 }
 
 /// How long to give a pod before acting on it.
@@ -148,6 +158,9 @@ pub enum Action {
     },
     /// Every member of a cluster that ran is gone.
     Disaster,
+    /// The primary is gone, and promoting one of the standbys that answer could lose an
+    /// acknowledged commit (synchronous replication, `required`): wait for more of them.
+    FailoverRefused(String),
 }
 
 /// What a change of `spec.version` means.
@@ -261,10 +274,23 @@ pub fn next_action(observed: &Observed, delays: &Delays) -> Action {
         }
         Some(_) => {}
         None if observed.has_run || observed.recorded_primary.is_some() => {
+            if let Some(quorum) = &observed.quorum {
+                if let Err(why) = quorum.allows(&ready_replicas) {
+                    return Action::FailoverRefused(why);
+                }
+            }
             if !ready_replicas.is_empty() {
+                // Synchronous: the most advanced of the standbys, never a replica outside them.
+                let candidates = match &observed.quorum {
+                    Some(quorum) => ready_replicas
+                        .into_iter()
+                        .filter(|name| quorum.standbys.contains(name))
+                        .collect(),
+                    None => ready_replicas,
+                };
                 return Action::Failover {
                     lost: observed.recorded_primary.clone(),
-                    candidates: ready_replicas,
+                    candidates,
                 };
             }
             if alive.iter().any(|m| m.is(Role::Replica)) {
@@ -355,6 +381,34 @@ pub fn next_action(observed: &Observed, delays: &Delays) -> Action {
     Action::Steady
 }
 
+impl Quorum {
+    /// Whether promoting the most advanced of `ready` loses no acknowledged commit. Each such
+    /// commit reached `number` of the `standbys` (M of them), so it is on at least one of any
+    /// M − number + 1 of them: that many must answer. (CloudNativePG's failover quorum.)
+    pub fn allows(&self, ready: &[String]) -> Result<(), String> {
+        let answering: Vec<&String> = self
+            .standbys
+            .iter()
+            .filter(|name| ready.contains(name))
+            .collect();
+        let needed = (self.standbys.len() + 1).saturating_sub(self.number).max(1);
+        if answering.len() >= needed {
+            return Ok(());
+        }
+        Err(format!(
+            "promoting could lose acknowledged commits: each reached {} of the synchronous standbys [{}], and only {} of them [{}] can answer ({needed} needed)",
+            self.number,
+            self.standbys.join(", "),
+            answering.len(),
+            answering
+                .iter()
+                .map(|name| name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
+    }
+}
+
 fn sorted_names<'a>(members: impl Iterator<Item = &'a Member>) -> Vec<String> {
     let mut names: Vec<String> = members.map(|m| m.name.clone()).collect();
     names.sort();
@@ -419,6 +473,7 @@ mod tests {
             recorded_primary,
             size,
             wanted_version: "16".into(),
+            quorum: None,
         }
     }
 
@@ -667,5 +722,46 @@ mod tests {
             Some("db-z")
         );
         assert_eq!(most_advanced(&[]), None);
+    }
+
+    /// Synchronous `required`: the primary gone, a promotion only among the standbys, and only
+    /// when enough of them answer that every acknowledged commit is on one of them.
+    #[test]
+    fn a_synchronous_failover_needs_its_quorum() {
+        let mut lost = observed(
+            vec![ready("db-a", Role::Replica), ready("db-b", Role::Replica)],
+            3,
+        );
+        lost.has_run = true;
+        lost.recorded_primary = Some("db-p".into());
+        lost.quorum = Some(Quorum {
+            number: 1,
+            standbys: vec!["db-a".into(), "db-b".into()],
+        });
+        assert!(
+            matches!(plan(&lost), Action::Failover { candidates, .. } if candidates.len() == 2)
+        );
+        // One of two answers with ANY 1: a commit may be on the other only.
+        lost.members[1].ready = false;
+        assert!(
+            matches!(plan(&lost), Action::FailoverRefused(why) if why.contains("only 1 of them [db-a]"))
+        );
+        // ANY 2 of two: every commit is on both, one suffices.
+        lost.quorum = Some(Quorum {
+            number: 2,
+            standbys: vec!["db-a".into(), "db-b".into()],
+        });
+        assert!(
+            matches!(plan(&lost), Action::Failover { candidates, .. } if candidates == ["db-a"])
+        );
+        // A ready replica outside the standbys is never the one promoted.
+        lost.quorum = Some(Quorum {
+            number: 1,
+            standbys: vec!["db-a".into()],
+        });
+        lost.members[1].ready = true;
+        assert!(
+            matches!(plan(&lost), Action::Failover { candidates, .. } if candidates == ["db-a"])
+        );
     }
 }

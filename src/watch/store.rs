@@ -160,6 +160,7 @@ mod tests {
                     paused: false,
                     backup: None,
                     bootstrap: None,
+                    replication: None,
                 },
             );
             cluster.metadata = ObjectMeta {

@@ -19,6 +19,7 @@ pub fn cluster(namespace: &str, name: &str, size: i64) -> PostgresCluster {
         paused: false,
         backup: None,
         bootstrap: None,
+        replication: None,
     };
     let mut cluster = PostgresCluster::new(namespace, name, spec);
     cluster.metadata.uid = format!("uid-{namespace}-{name}");

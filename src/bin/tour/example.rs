@@ -24,6 +24,7 @@ pub fn example_cluster(namespace: &str) -> PostgresCluster {
         paused: false,
         backup: None,
         bootstrap: None,
+        replication: None,
     };
     PostgresCluster::new(namespace, EXAMPLE_NAME, spec)
 }

@@ -61,6 +61,17 @@ impl<L: ClusterLayer> PostgresTask<L> {
                 }
                 None
             }
+            Action::FailoverRefused(why) => {
+                // Said once: the round repeats it every tick until enough standbys answer.
+                let said = self.status().conditions.iter().any(|c| {
+                    c.type_ == "Progressing" && c.reason == "FailoverRefused" && &c.message == why
+                });
+                if !said {
+                    self.say(format!("Not failing over: {why}"));
+                    self.event(EventType::Warning, "FailoverRefused", why).await;
+                }
+                None
+            }
             Action::Failover { lost, candidates } => {
                 self.fail_over(lost.as_deref(), candidates).await
             }

@@ -50,6 +50,7 @@ use super::plan::{
 mod act;
 mod layer;
 mod owned;
+mod synchronous;
 
 pub use layer::{ClusterLayer, Planned};
 
@@ -167,6 +168,8 @@ pub struct PostgresTask<L: ClusterLayer> {
     last_members_line: String,
     /// When the Secret, ConfigMap and Services were last checked.
     owned_checked: Option<Instant>,
+    /// The synchronous standbys this task last set on a primary (`synchronous.rs`).
+    synchronous_set: Option<crate::api::SynchronousStatus>,
     /// The layer's own state for this cluster.
     pub layer: L::State,
 }
@@ -188,6 +191,7 @@ async fn run<L: ClusterLayer>(
         expecting: None,
         last_members_line: String::new(),
         owned_checked: None,
+        synchronous_set: None,
         layer: L::State::default(),
     };
     task.introduce();
@@ -329,6 +333,7 @@ impl<L: ClusterLayer> PostgresTask<L> {
             ),
             size: usize::try_from(self.cluster.spec.size).unwrap_or(0),
             wanted_version: self.cluster.spec.version.clone(),
+            quorum: synchronous::quorum(&self.cluster),
         };
         L::observe(self, &mut observed).await;
         self.say_members(&observed);
@@ -378,6 +383,9 @@ impl<L: ClusterLayer> PostgresTask<L> {
             let steady = planned == Planned::Core(Action::Steady);
             L::after_round(self, &own_pods, &observed, steady).await;
         }
+        let synchronous = self
+            .keep_synchronous(&observed, primary_after.as_deref())
+            .await;
 
         let now = rfc3339(std::time::SystemTime::now());
         let mut next = next_status(
@@ -388,6 +396,7 @@ impl<L: ClusterLayer> PostgresTask<L> {
             &version,
             &now,
         );
+        synchronous::set_status(&mut next, &self.status(), synchronous, &now);
         L::status(self, &planned, &mut next, &now);
         self.write_status(next).await;
     }

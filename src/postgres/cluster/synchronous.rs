@@ -1,0 +1,267 @@
+//! Synchronous replication, opt-in (`spec.replication.synchronous`): the primary's
+//! `synchronous_standby_names` kept equal to what the members are, and what it means for
+//! `status`. WORKSHOP.md, step 04 ("Synchronous replication").
+//!
+//! With `ANY n (a, b, ...)` PostgreSQL returns a commit once `n` of the named standbys (matched
+//! by `application_name`, which each replica sets to its pod name) have flushed it. The operator
+//! sets it with `ALTER SYSTEM` and a reload, through `pods/exec`, only when it changes, and
+//! records it in `status.synchronous`: the plan reads it back when the primary is lost, to
+//! promote only a standby that holds every acknowledged commit (`plan::Quorum`).
+
+use super::*;
+use crate::api::{Condition, DataDurability, SynchronousSpec, SynchronousStatus};
+use crate::postgres::conditions::{condition, set_condition};
+use crate::postgres::plan::Quorum;
+
+/// The condition type this file writes (only when the spec asks for synchronous replication).
+pub const SYNCHRONOUS_CONDITION: &str = "SynchronousReplication";
+
+/// What this round leaves in `status.synchronous` and its condition.
+pub(super) struct SynchronousRound {
+    status: Option<SynchronousStatus>,
+    /// `None`: no synchronous replication asked for, the condition is dropped.
+    condition: Option<Condition>,
+}
+
+fn spec(cluster: &PostgresCluster) -> Option<&SynchronousSpec> {
+    cluster.spec.replication.as_ref()?.synchronous.as_ref()
+}
+
+/// The quorum a failover must respect: with `required`, the standbys last set on the primary.
+pub(super) fn quorum(cluster: &PostgresCluster) -> Option<Quorum> {
+    let spec = spec(cluster)?;
+    if spec.data_durability != DataDurability::Required {
+        return None;
+    }
+    let set = cluster.status.as_ref()?.synchronous.as_ref()?;
+    Some(Quorum {
+        number: usize::try_from(set.number).ok()?,
+        standbys: set.standbys.clone(),
+    })
+}
+
+/// The standbys and their number wanted now; `None`: asynchronous. `required` names every
+/// replica, ready or not (a commit then waits for them, which is the point); with fewer than
+/// `number` left it keeps the ones set before, so commits keep waiting rather than turn
+/// asynchronous. `preferred` names the ready ones, as many as there are up to `number`, and
+/// none at all when none is ready.
+pub fn wanted(
+    spec: &SynchronousSpec,
+    members: &[Member],
+    previous: Option<&SynchronousStatus>,
+) -> Option<(i64, Vec<String>)> {
+    let replica = |m: &&Member| m.role == Some(Role::Replica) && m.phase != Phase::Terminating;
+    let mut names: Vec<String> = members
+        .iter()
+        .filter(replica)
+        .filter(|m| spec.data_durability == DataDurability::Required || m.ready)
+        .map(|m| m.name.clone())
+        .collect();
+    names.sort();
+    let have = i64::try_from(names.len()).unwrap_or(i64::MAX);
+    match spec.data_durability {
+        DataDurability::Required => {
+            if have < spec.number {
+                names.extend(previous.into_iter().flat_map(|p| p.standbys.clone()));
+                names.sort();
+                names.dedup();
+            }
+            (!names.is_empty()).then_some((spec.number, names))
+        }
+        DataDurability::Preferred => (have > 0).then_some((spec.number.min(have), names)),
+    }
+}
+
+/// `ANY 1 ("db-a", "db-b")`, or `''` (asynchronous). Pod names are DNS labels: quoting them
+/// as identifiers is all they need, and no `'` can appear to break the SQL string.
+pub fn standby_names(set: Option<&SynchronousStatus>) -> String {
+    match set {
+        Some(set) => {
+            let names: Vec<String> = set.standbys.iter().map(|n| format!("\"{n}\"")).collect();
+            format!("ANY {} ({})", set.number, names.join(", "))
+        }
+        None => String::new(),
+    }
+}
+
+impl<L: ClusterLayer> PostgresTask<L> {
+    /// Keep the primary's `synchronous_standby_names` as the spec and the members want it: one
+    /// `ALTER SYSTEM` and a reload when it changes (or the primary did: a promoted replica
+    /// carries whatever it cloned), nothing otherwise.
+    pub(super) async fn keep_synchronous(
+        &mut self,
+        observed: &Observed,
+        primary: Option<&str>,
+    ) -> SynchronousRound {
+        let previous = self.status().synchronous;
+        let spec = spec(&self.cluster).cloned();
+        // Observed before this round acted: a replica promoted just now is still among them.
+        let others: Vec<Member> = observed
+            .members
+            .iter()
+            .filter(|m| Some(m.name.as_str()) != primary)
+            .cloned()
+            .collect();
+        let wanted = spec
+            .as_ref()
+            .and_then(|spec| wanted(spec, &others, previous.as_ref()));
+        let ready_primary = primary.filter(|name| {
+            observed
+                .members
+                .iter()
+                .any(|m| &m.name == name && m.ready && m.phase == Phase::Running)
+        });
+        let Some(primary) = ready_primary else {
+            // Nothing to set it on: keep what was set, and say so in the condition.
+            let condition = spec.as_ref().map(|_| {
+                condition(
+                    SYNCHRONOUS_CONDITION,
+                    false,
+                    "NoReadyPrimary",
+                    "no ready primary to set the synchronous standbys on".into(),
+                )
+            });
+            return SynchronousRound {
+                status: previous,
+                condition,
+            };
+        };
+        let next = wanted.map(|(number, standbys)| SynchronousStatus {
+            primary: primary.to_string(),
+            number,
+            standbys,
+        });
+        let mut round = SynchronousRound {
+            status: next.clone(),
+            condition: spec.as_ref().map(|spec| match &next {
+                Some(set) => condition(
+                    SYNCHRONOUS_CONDITION,
+                    true,
+                    "Quorum",
+                    format!(
+                        "a commit returns once {} of [{}] have it ({})",
+                        set.number,
+                        set.standbys.join(", "),
+                        spec.data_durability
+                    ),
+                ),
+                None => condition(
+                    SYNCHRONOUS_CONDITION,
+                    false,
+                    "NoStandbyReady",
+                    "dataDurability preferred and no standby is ready: commits are asynchronous until one is".into(),
+                ),
+            }),
+        };
+        // What this task set last counts too: the status it reads may be an older write's,
+        // still on its way back through the watch.
+        if next == previous || (next.is_some() && next == self.synchronous_set) {
+            return round;
+        }
+        let value = standby_names(next.as_ref());
+        let set = format!("ALTER SYSTEM SET synchronous_standby_names = '{value}'");
+        // ALTER SYSTEM writes postgresql.auto.conf; the running server reads it on reload.
+        // Two statements, two exec calls: ALTER SYSTEM refuses to run in a transaction block,
+        // which one query string of two statements would be.
+        let applied = match self.psql(primary, &set).await {
+            Ok(_) => self.psql(primary, "SELECT pg_reload_conf()").await,
+            Err(error) => Err(error),
+        };
+        match applied {
+            Ok(_) => {
+                self.synchronous_set = next;
+                let shown = if value.is_empty() {
+                    "none (asynchronous)"
+                } else {
+                    &value
+                };
+                self.say(format!("Synchronous standbys on {primary}: {shown}"));
+            }
+            Err(error) => {
+                self.say(format!(
+                    "could not set synchronous_standby_names on {primary}: {error}; trying again next round"
+                ));
+                round.status = previous;
+                round.condition = Some(condition(
+                    SYNCHRONOUS_CONDITION,
+                    false,
+                    "NotApplied",
+                    format!("setting synchronous_standby_names on {primary} failed: {error}"),
+                ));
+            }
+        }
+        round
+    }
+}
+
+/// Put this round's synchronous state into the status `next_status` made.
+pub(super) fn set_status(
+    next: &mut PostgresClusterStatus,
+    previous: &PostgresClusterStatus,
+    round: SynchronousRound,
+    now: &str,
+) {
+    next.synchronous = round.status;
+    next.conditions.retain(|c| c.type_ != SYNCHRONOUS_CONDITION);
+    if let Some(condition) = round.condition {
+        set_condition(next, previous, condition, now);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member(name: &str, role: Role, ready: bool) -> Member {
+        Member {
+            name: name.into(),
+            role: Some(role),
+            phase: Phase::Running,
+            ready,
+            unready_for: Duration::ZERO,
+            version: "16".into(),
+            created: String::new(),
+        }
+    }
+
+    fn spec(number: i64, data_durability: DataDurability) -> SynchronousSpec {
+        SynchronousSpec {
+            number,
+            data_durability,
+        }
+    }
+
+    /// `required` names every replica, and keeps the old names while too few are left;
+    /// `preferred` names the ready ones and turns asynchronous with none.
+    #[test]
+    fn the_standbys_follow_the_members() {
+        let members = vec![
+            member("db-p", Role::Primary, true),
+            member("db-b", Role::Replica, false),
+            member("db-a", Role::Replica, true),
+        ];
+        let required = spec(1, DataDurability::Required);
+        assert_eq!(
+            wanted(&required, &members, None),
+            Some((1, vec!["db-a".into(), "db-b".into()]))
+        );
+        let preferred = spec(2, DataDurability::Preferred);
+        assert_eq!(
+            wanted(&preferred, &members, None),
+            Some((1, vec!["db-a".into()]))
+        );
+        let alone = vec![member("db-p", Role::Primary, true)];
+        assert_eq!(wanted(&preferred, &alone, None), None);
+        let before = SynchronousStatus {
+            primary: "db-p".into(),
+            number: 1,
+            standbys: vec!["db-gone".into()],
+        };
+        assert_eq!(
+            wanted(&required, &alone, Some(&before)),
+            Some((1, vec!["db-gone".into()]))
+        );
+        assert_eq!(standby_names(Some(&before)), "ANY 1 (\"db-gone\")");
+        assert_eq!(standby_names(None), "");
+    }
+}
