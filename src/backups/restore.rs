@@ -436,6 +436,7 @@ mod tests {
             phase: Phase::Running,
             ready: false,
             unready_for: Duration::ZERO,
+            terminating_for: Duration::ZERO,
             version: "16".into(),
             created: String::new(),
         });

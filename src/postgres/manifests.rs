@@ -136,6 +136,8 @@ pub fn replicas_service_name(cluster_name: &str) -> String {
 pub enum Role {
     Primary,
     Replica,
+    /// An old primary that did not stop when deleted (its node is lost): no Service selects it.
+    Fenced,
 }
 
 impl Role {
@@ -143,6 +145,7 @@ impl Role {
         match self {
             Role::Primary => "primary",
             Role::Replica => "replica",
+            Role::Fenced => "fenced",
         }
     }
 }
@@ -337,11 +340,16 @@ fn postgres_container(cluster: &PostgresCluster, image: &str) -> Value {
         // Ready = accepting connections: a primary, or a hot standby that reached a consistent
         // state. 127.0.0.1, not the Unix socket, which the entrypoint's temporary init server
         // also listens on. Ready decides which pods the Services send traffic to.
+        // Every 2 s, unready after two misses in a row: a hung primary (its processes stopped:
+        // TCP still accepts, nothing answers) is unready within about 6 s, and the failover
+        // delay counts from there. One slow answer under load is not two. pg_isready gives up
+        // after its -t; the kubelet's timeout is a little longer, so a late answer is pg_isready's
+        // "no response" (exit 2), not a killed probe.
         "readinessProbe": {
-            "exec": {"command": ["pg_isready", "-h", "127.0.0.1", "-p", "5432"]},
-            "periodSeconds": 5,
-            "timeoutSeconds": 5,
-            "failureThreshold": 3,
+            "exec": {"command": ["pg_isready", "-h", "127.0.0.1", "-p", "5432", "-t", "2"]},
+            "periodSeconds": 2,
+            "timeoutSeconds": 3,
+            "failureThreshold": 2,
         },
         // A replica replaying WAL answers "rejecting connections" (exit 1): alive, so only
         // "no response" for 6 × 10 s restarts the container. A liveness probe that demanded

@@ -40,7 +40,7 @@ pub struct PostgresFlags {
     #[arg(long, value_name = "SECS", default_value = "8", value_parser = parse_seconds, allow_negative_numbers = true)]
     pub reconcile_interval: Duration,
     /// How long the primary may be unready before a replica is promoted, in seconds
-    #[arg(long, value_name = "SECS", default_value = "10", value_parser = parse_seconds, allow_negative_numbers = true)]
+    #[arg(long, value_name = "SECS", default_value = "6", value_parser = parse_seconds, allow_negative_numbers = true)]
     pub failover_after: Duration,
     /// How long a replica may be unready before it is replaced, in seconds
     #[arg(long, value_name = "SECS", default_value = "60", value_parser = parse_seconds, allow_negative_numbers = true)]
@@ -57,6 +57,7 @@ impl PostgresFlags {
             delays: Delays {
                 failover_after: self.failover_after,
                 member_lost_after: self.member_lost_after,
+                ..Delays::default()
             },
             ..PostgresOptions::default()
         }

@@ -56,6 +56,8 @@ pub struct Member {
     /// How long this task has seen the pod Running but not Ready (zero when Ready). Kept by the
     /// task, not read from the pod: the time a pod went unready is the task's own observation.
     pub unready_for: Duration,
+    /// How long this task has seen the pod terminating (zero when it is not).
+    pub terminating_for: Duration,
     /// The `postgres` image tag its container runs (`16.4`).
     pub version: String,
     /// `metadata.creationTimestamp` (RFC 3339, so later sorts after earlier).
@@ -98,19 +100,26 @@ pub struct Quorum {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Delays {
     /// The primary unready this long is failed over. Short: writes stop while it is down. Not
-    /// zero: a readiness probe can miss once under load (the default probe fails after three
-    /// misses, 30 s; we count from the first time we see it unready).
+    /// zero: a restart in place (the kubelet restarting a crashed postgres, which recovers on
+    /// its own data in a few seconds) should not cost a failover; we count from the first time
+    /// we see it unready, which the readiness probe says after two misses, 2 s apart.
     pub failover_after: Duration,
     /// A replica Running but unready this long is deleted and replaced. Longer than a replica's
     /// start (recovery replays the WAL it missed) on a slow machine.
     pub member_lost_after: Duration,
+    /// How long a deleted primary may take to stop before the failover goes on without it. A
+    /// clean stop takes a second or two; one that takes longer is on a lost node, whose pods
+    /// stay Terminating until someone confirms the node is gone. It is fenced (relabelled, out
+    /// of the primary Service) and a replica promoted.
+    pub stop_timeout: Duration,
 }
 
 impl Default for Delays {
     fn default() -> Self {
         Delays {
-            failover_after: Duration::from_secs(10),
+            failover_after: Duration::from_secs(6),
             member_lost_after: Duration::from_secs(60),
+            stop_timeout: Duration::from_secs(20),
         }
     }
 }
@@ -241,12 +250,13 @@ pub fn next_action(observed: &Observed, delays: &Delays) -> Action {
     // sends its last WAL to every connected replica, so all stop at the same point and any can
     // be promoted with the others able to follow. Promoted before that, the new primary would
     // miss WAL a sibling received, and that sibling could never follow its new timeline.
+    // Unless it does not stop (a lost node): then it is fenced and the failover goes on.
     if let Some(leaving) = observed
         .members
         .iter()
         .find(|m| m.is(Role::Primary) && m.phase == Phase::Terminating)
     {
-        if primaries.is_empty() {
+        if primaries.is_empty() && leaving.terminating_for < delays.stop_timeout {
             return Action::Wait(format!(
                 "waiting for the old primary {} to stop",
                 leaving.name
@@ -325,9 +335,10 @@ pub fn next_action(observed: &Observed, delays: &Delays) -> Action {
     }
 
     // 3. Wait while anything moves.
+    // A pod terminating past the stop timeout is not moving: it is stuck on a lost node.
     let moving: Vec<String> = sorted_names(observed.members.iter().filter(|m| {
         m.phase == Phase::Pending
-            || m.phase == Phase::Terminating
+            || (m.phase == Phase::Terminating && m.terminating_for < delays.stop_timeout)
             || (m.phase == Phase::Running && !m.ready)
     }));
     if !moving.is_empty() {
@@ -453,6 +464,7 @@ mod tests {
             phase,
             ready,
             unready_for: Duration::ZERO,
+            terminating_for: Duration::ZERO,
             version: "16".into(),
             created: format!("2026-11-22T10:00:0{}Z", name.len() % 10),
         }
@@ -763,5 +775,24 @@ mod tests {
         assert!(
             matches!(plan(&lost), Action::Failover { candidates, .. } if candidates == ["db-a"])
         );
+    }
+
+    /// A deleted primary is waited for while it stops; one that does not stop within
+    /// `stop_timeout` (its node is lost) no longer holds the failover up.
+    #[test]
+    fn a_primary_that_does_not_stop_is_failed_over_after_the_stop_timeout() {
+        let mut leaving = member("db-p", Role::Primary, Phase::Terminating, false);
+        let mut cluster = observed(vec![leaving.clone(), ready("db-r", Role::Replica)], 2);
+        assert!(matches!(plan(&cluster), Action::Wait(why) if why.contains("to stop")));
+        leaving.terminating_for = Delays::default().stop_timeout;
+        cluster.members[0] = leaving;
+        assert!(matches!(
+            plan(&cluster),
+            Action::Failover { candidates, .. } if candidates == ["db-r"]
+        ));
+        // Fenced and failed over: the stuck pod does not hold up its replacement.
+        cluster.members[0].role = Some(Role::Fenced);
+        cluster.members[1].role = Some(Role::Primary);
+        assert_eq!(plan(&cluster), Action::CreateReplica);
     }
 }

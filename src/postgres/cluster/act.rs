@@ -73,6 +73,9 @@ impl<L: ClusterLayer> PostgresTask<L> {
                 None
             }
             Action::Failover { lost, candidates } => {
+                if !self.fence_the_leaving(observed).await {
+                    return None;
+                }
                 self.fail_over(lost.as_deref(), candidates).await
             }
             Action::Disaster => {
@@ -155,6 +158,47 @@ impl<L: ClusterLayer> PostgresTask<L> {
             }
         }
         self.expect(Expect::Leaves(name.to_string()));
+        true
+    }
+
+    /// An old primary still terminating when the failover goes on has not stopped within
+    /// `stop_timeout`: its node is lost, and the pod stays Terminating until the node is
+    /// confirmed gone. Relabelled `fenced`, no Service selects it, whatever its readiness.
+    /// False: the relabel failed, and the failover waits for the next round.
+    async fn fence_the_leaving(&mut self, observed: &Observed) -> bool {
+        let leaving = observed
+            .members
+            .iter()
+            .filter(|m| m.role == Some(Role::Primary) && m.phase == Phase::Terminating);
+        for member in leaving {
+            self.say(format!(
+                "Fencing {}: deleted {}s ago and still not stopped (its node may be lost); relabelling it {} so that no Service sends it clients, then promoting a replica",
+                member.name,
+                member.terminating_for.as_secs(),
+                Role::Fenced.label_value()
+            ));
+            let path = format!("/api/v1/namespaces/{}/pods/{}", self.namespace(), member.name);
+            let patch = Patch::Merge(manifests::role_patch(Role::Fenced));
+            let patched = self.worker.client.patch::<serde_json::Value>(&path, &patch).await;
+            match patched {
+                // Gone meanwhile: fenced by the best means there is.
+                Ok(_) => {}
+                Err(error) if error.status_code() == Some(404) => {}
+                Err(error) => {
+                    self.say(format!(
+                        "fencing {} failed: {error}; not promoting until it is fenced",
+                        member.name
+                    ));
+                    return false;
+                }
+            }
+            self.event(
+                EventType::Warning,
+                "Fenced",
+                &format!("{} did not stop when deleted; relabelled fenced", member.name),
+            )
+            .await;
+        }
         true
     }
 

@@ -163,6 +163,8 @@ pub struct PostgresTask<L: ClusterLayer> {
     key: String,
     /// When this task first saw each pod Running but not Ready.
     unready_since: HashMap<String, Instant>,
+    /// When this task first saw each pod terminating.
+    terminating_since: HashMap<String, Instant>,
     expecting: Option<(Expect, Instant)>,
     /// The last "Running: [...], pending: [...]" line, said again only when it changes.
     last_members_line: String,
@@ -188,6 +190,7 @@ async fn run<L: ClusterLayer>(
         cluster,
         worker,
         unready_since: HashMap::new(),
+        terminating_since: HashMap::new(),
         expecting: None,
         last_members_line: String::new(),
         owned_checked: None,
@@ -413,8 +416,9 @@ impl<L: ClusterLayer> PostgresTask<L> {
     /// The cluster's pods, reduced to what the plan reads.
     fn observe(&mut self, pods: &[Pod]) -> Vec<Member> {
         let now = Instant::now();
-        self.unready_since
-            .retain(|name, _| pods.iter().any(|p| &p.metadata.name == name));
+        let exists = |name: &String| pods.iter().any(|p| &p.metadata.name == name);
+        self.unready_since.retain(|name, _| exists(name));
+        self.terminating_since.retain(|name, _| exists(name));
         pods.iter()
             .map(|pod| {
                 let phase = if pod.is_terminating() {
@@ -440,16 +444,27 @@ impl<L: ClusterLayer> PostgresTask<L> {
                     self.unready_since.remove(&pod.metadata.name);
                     Duration::ZERO
                 };
+                let terminating_for = if phase == Phase::Terminating {
+                    let since = *self
+                        .terminating_since
+                        .entry(pod.metadata.name.clone())
+                        .or_insert(now);
+                    now - since
+                } else {
+                    Duration::ZERO
+                };
                 Member {
                     name: pod.metadata.name.clone(),
                     role: match pod.metadata.labels.get(ROLE_LABEL).map(String::as_str) {
                         Some("primary") => Some(Role::Primary),
                         Some("replica") => Some(Role::Replica),
+                        Some("fenced") => Some(Role::Fenced),
                         _ => None,
                     },
                     phase,
                     ready,
                     unready_for,
+                    terminating_for,
                     version: image_tag(pod),
                     created: pod.metadata.creation_timestamp.clone().unwrap_or_default(),
                 }

@@ -219,6 +219,7 @@ mod tests {
             phase: Phase::Running,
             ready,
             unready_for: Duration::ZERO,
+            terminating_for: Duration::ZERO,
             version: "16".into(),
             created: String::new(),
         }
