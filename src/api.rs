@@ -180,6 +180,10 @@ impl std::fmt::Display for DataDurability {
 /// `kubectl annotate pgc NAME workshop.example.com/backup-now="$(date +%s)" --overwrite`.
 pub const BACKUP_NOW_ANNOTATION: &str = "workshop.example.com/backup-now";
 
+/// Asks for a planned switchover to the replica it names: `kubectl annotate pgc NAME
+/// workshop.example.com/switchover-to=POD`. Acted on once per value (`status.switchover`).
+pub const SWITCHOVER_ANNOTATION: &str = "workshop.example.com/switchover-to";
+
 /// `spec.backup`. The names are fixed: scripts rely on them.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -278,6 +282,9 @@ pub struct PostgresClusterStatus {
     /// Stage 05: the last restore (disaster recovery or `bootstrap.fromBackup`), or why it failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restore: Option<RestoreStatus>,
+    /// The [`SWITCHOVER_ANNOTATION`] value last acted on: the pod it named became the primary.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub switchover: Option<String>,
     /// The synchronous standbys the operator last set on the primary; absent: asynchronous.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub synchronous: Option<SynchronousStatus>,

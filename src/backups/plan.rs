@@ -179,6 +179,7 @@ mod tests {
             members,
             size,
             wanted_version: "16".into(),
+            switchover_to: None,
             quorum: None,
         }
     }

@@ -446,6 +446,7 @@ mod tests {
             has_run: true,
             size: 2,
             wanted_version: "16".into(),
+            switchover_to: None,
             quorum: None,
         }
     }

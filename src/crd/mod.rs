@@ -615,6 +615,7 @@ mod tests {
             last_backup: Some(crate::api::LastBackup::default()),
             backup_requested: Some("1".into()),
             restore: Some(crate::api::RestoreStatus::default()),
+            switchover: Some("p".into()),
             synchronous: Some(crate::api::SynchronousStatus::default()),
         };
         let status = serde_json::to_value(status).unwrap();

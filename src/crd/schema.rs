@@ -164,6 +164,10 @@ fn schema() -> Value {
                             "message": {"type": "string", "description": "The WAL position reached, or why the restore failed."},
                         },
                     },
+                    "switchover": {
+                        "type": "string",
+                        "description": "The value of the workshop.example.com/switchover-to annotation last acted on: the pod it named became the primary. `kubectl annotate pgc NAME workshop.example.com/switchover-to=POD` asks for a planned switchover to the ready replica POD.",
+                    },
                     "synchronous": {
                         "type": "object",
                         "description": "The synchronous standbys last set on the primary: its synchronous_standby_names is ANY number (standbys). Absent: asynchronous.",

@@ -11,7 +11,7 @@
 //! only when `status` flips — a reason or message may change under the same status without
 //! moving it. "Since when has it been unavailable" is what that time answers.
 
-use crate::api::{Condition, PostgresCluster, PostgresClusterStatus};
+use crate::api::{Condition, PostgresCluster, PostgresClusterStatus, SWITCHOVER_ANNOTATION};
 use crate::controller::pods::label_selector;
 
 use super::plan::{Action, Observed, Phase, VersionChange};
@@ -152,6 +152,12 @@ pub fn next_status(
         selector: Some(label_selector(&cluster.metadata.name)),
         observed_generation: cluster.metadata.generation,
         conditions: Vec::new(),
+        // A switchover is done once the pod it names is the primary; no annotation, no record.
+        switchover: match cluster.metadata.annotations.get(SWITCHOVER_ANNOTATION) {
+            Some(pod) if primary == Some(pod.as_str()) => Some(pod.clone()),
+            Some(_) => previous.switchover.clone(),
+            None => None,
+        },
         ..previous.clone()
     };
     for condition in [available, progressing, degraded] {
@@ -255,6 +261,7 @@ mod tests {
             has_run: true,
             size: 2,
             wanted_version: "16".into(),
+            switchover_to: None,
             quorum: None,
         }
     }

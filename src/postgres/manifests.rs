@@ -733,7 +733,7 @@ mod tests {
         let container = &pod["spec"]["containers"][0];
         assert_eq!(
             container["readinessProbe"]["exec"]["command"],
-            json!(["pg_isready", "-h", "127.0.0.1", "-p", "5432"])
+            json!(["pg_isready", "-h", "127.0.0.1", "-p", "5432", "-t", "2"])
         );
         for probe in ["startupProbe", "livenessProbe"] {
             let command = &container[probe]["exec"]["command"];

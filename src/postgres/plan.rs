@@ -20,7 +20,9 @@
 //!    (re-seeding an empty database would hide the loss).
 //!    Fewer than `size`: add one replica. More: delete one replica, never the primary (an unready
 //!    one first, else the newest).
-//! 5. **Minor upgrades**, one pod at a time: replace a replica still on the old image; when every
+//! 5. **A planned switchover** (the `workshop.example.com/switchover-to` annotation names a
+//!    ready replica): the primary is deleted and stops cleanly; rule 1 promotes that replica.
+//! 6. **Minor upgrades**, one pod at a time: replace a replica still on the old image; when every
 //!    replica runs the new one, switch over (delete the primary, so rule 1 promotes an upgraded
 //!    replica). A major-version change is refused (see [`version_change`]): `pg_upgrade` is not
 //!    a rolling restart.
@@ -84,6 +86,8 @@ pub struct Observed {
     pub size: usize,
     /// `spec.version`.
     pub wanted_version: String,
+    /// The `workshop.example.com/switchover-to` annotation's pod, when not acted on yet.
+    pub switchover_to: Option<String>,
     /// With synchronous replication `required`: the standbys every acknowledged commit reached
     /// `number` of (`status.synchronous`). Only a promotion among them loses nothing.
     pub quorum: Option<Quorum>,
@@ -142,6 +146,9 @@ pub enum DeleteReason {
     Upgrade,
     /// Every replica runs the new minor version: the primary goes last, a replica takes over.
     Switchover,
+    /// A switchover asked for by the annotation: the primary stops cleanly, the named replica
+    /// takes over.
+    PlannedSwitchover,
 }
 
 /// The one next thing to do.
@@ -371,7 +378,22 @@ pub fn next_action(observed: &Observed, delays: &Delays) -> Action {
         }
     }
 
-    // 5. Minor upgrades, one pod at a time, the primary last. Per pod, so a spec changed back
+    // 5. A planned switchover, on a healthy cluster only (every member ready, rule 3): the
+    // primary is deleted, stops cleanly, shipping its last WAL to every replica, and rule 1
+    // promotes the named replica, now as advanced as any (see `choose`).
+    if let (Some(target), Some(primary)) = (&observed.switchover_to, primary) {
+        let target_ready = replicas
+            .iter()
+            .any(|m| &m.name == target && m.is(Role::Replica) && m.ready);
+        if target_ready {
+            return Action::Delete {
+                pod: primary.name.clone(),
+                reason: DeleteReason::PlannedSwitchover,
+            };
+        }
+    }
+
+    // 6. Minor upgrades, one pod at a time, the primary last. Per pod, so a spec changed back
     // half-way brings the pods already replaced back too.
     let wanted = observed.wanted_version.as_str();
     let outdated = |m: &Member| {
@@ -418,6 +440,18 @@ impl Quorum {
                 .join(", ")
         ))
     }
+}
+
+/// The replica to promote, `preferred` (a planned switchover's) when it has everything the most
+/// advanced has, so that choosing it loses nothing; else the most advanced.
+pub fn choose<'a>(positions: &'a [Position], preferred: Option<&str>) -> Option<&'a Position> {
+    let best = most_advanced(positions)?;
+    let reach = |p: &Position| p.received.max(p.replayed);
+    let preferred = positions
+        .iter()
+        .find(|p| Some(p.pod.as_str()) == preferred)
+        .filter(|p| p.in_recovery == best.in_recovery && reach(p) >= reach(best));
+    Some(preferred.unwrap_or(best))
 }
 
 fn sorted_names<'a>(members: impl Iterator<Item = &'a Member>) -> Vec<String> {
@@ -485,6 +519,7 @@ mod tests {
             recorded_primary,
             size,
             wanted_version: "16".into(),
+            switchover_to: None,
             quorum: None,
         }
     }
@@ -794,5 +829,51 @@ mod tests {
         cluster.members[0].role = Some(Role::Fenced);
         cluster.members[1].role = Some(Role::Primary);
         assert_eq!(plan(&cluster), Action::CreateReplica);
+    }
+
+    /// A planned switchover: on a healthy cluster the primary goes first; then the named
+    /// replica is promoted when it is as advanced as the best, never at the cost of a commit.
+    #[test]
+    fn a_planned_switchover_stops_the_primary_then_prefers_the_named_replica() {
+        let mut cluster = observed(
+            vec![
+                ready("db-p", Role::Primary),
+                ready("db-a", Role::Replica),
+                ready("db-b", Role::Replica),
+            ],
+            3,
+        );
+        cluster.switchover_to = Some("db-b".into());
+        assert_eq!(
+            plan(&cluster),
+            Action::Delete {
+                pod: "db-p".into(),
+                reason: DeleteReason::PlannedSwitchover
+            }
+        );
+        // Not while a member is unready, nor to a pod that is not a ready replica.
+        cluster.members[1].ready = false;
+        assert!(matches!(plan(&cluster), Action::Wait(_)));
+        cluster.members[1].ready = true;
+        cluster.switchover_to = Some("db-x".into());
+        assert_eq!(plan(&cluster), Action::Steady);
+
+        let at = |pod: &str, lsn: u64| Position {
+            pod: pod.into(),
+            in_recovery: true,
+            received: lsn,
+            replayed: lsn,
+        };
+        let even = [at("db-a", 100), at("db-b", 100)];
+        assert_eq!(
+            choose(&even, Some("db-b")).map(|p| p.pod.as_str()),
+            Some("db-b")
+        );
+        let behind = [at("db-a", 100), at("db-b", 90)];
+        assert_eq!(
+            choose(&behind, Some("db-b")).map(|p| p.pod.as_str()),
+            Some("db-a")
+        );
+        assert_eq!(choose(&even, None).map(|p| p.pod.as_str()), Some("db-a"));
     }
 }

@@ -76,7 +76,8 @@ impl<L: ClusterLayer> PostgresTask<L> {
                 if !self.fence_the_leaving(observed).await {
                     return None;
                 }
-                self.fail_over(lost.as_deref(), candidates).await
+                let prefer = observed.switchover_to.as_deref();
+                self.fail_over(lost.as_deref(), candidates, prefer).await
             }
             Action::Disaster => {
                 if self.status().phase.as_deref() != Some(PHASE_FAILED) {
@@ -177,9 +178,17 @@ impl<L: ClusterLayer> PostgresTask<L> {
                 member.terminating_for.as_secs(),
                 Role::Fenced.label_value()
             ));
-            let path = format!("/api/v1/namespaces/{}/pods/{}", self.namespace(), member.name);
+            let path = format!(
+                "/api/v1/namespaces/{}/pods/{}",
+                self.namespace(),
+                member.name
+            );
             let patch = Patch::Merge(manifests::role_patch(Role::Fenced));
-            let patched = self.worker.client.patch::<serde_json::Value>(&path, &patch).await;
+            let patched = self
+                .worker
+                .client
+                .patch::<serde_json::Value>(&path, &patch)
+                .await;
             match patched {
                 // Gone meanwhile: fenced by the best means there is.
                 Ok(_) => {}
@@ -195,7 +204,10 @@ impl<L: ClusterLayer> PostgresTask<L> {
             self.event(
                 EventType::Warning,
                 "Fenced",
-                &format!("{} did not stop when deleted; relabelled fenced", member.name),
+                &format!(
+                    "{} did not stop when deleted; relabelled fenced",
+                    member.name
+                ),
             )
             .await;
         }
@@ -207,6 +219,7 @@ impl<L: ClusterLayer> PostgresTask<L> {
         &mut self,
         lost: Option<&str>,
         candidates: &[String],
+        prefer: Option<&str>,
     ) -> Option<String> {
         self.say(format!(
             "Primary lost: {}; choosing among the ready replicas [{}]",
@@ -220,7 +233,7 @@ impl<L: ClusterLayer> PostgresTask<L> {
                 Err(error) => self.say(format!("cannot ask {pod} for its WAL position: {error}")),
             }
         }
-        let chosen = most_advanced(&positions)?.clone();
+        let chosen = choose(&positions, prefer)?.clone();
         self.say(format!(
             "Promoting {} to primary (WAL received up to {}, replayed up to {})",
             chosen.pod,
@@ -357,6 +370,11 @@ pub(super) fn delete_story(
             format!("Upgrading: replacing replica {pod} (runs {}, spec.version is {})", member.map_or("?", |m| m.version.as_str()), observed.wanted_version),
             EventType::Normal,
             "Upgrading",
+        ),
+        DeleteReason::PlannedSwitchover => (
+            format!("Switching over to {}: stopping the primary {pod} cleanly (it ships its last WAL to every replica), then promoting it", observed.switchover_to.as_deref().unwrap_or("the named replica")),
+            EventType::Normal,
+            "Switchover",
         ),
         DeleteReason::Switchover => (
             format!("Upgrading: every replica runs {}; switching over from the primary {pod}", observed.wanted_version),

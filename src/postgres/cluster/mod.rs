@@ -30,7 +30,7 @@ use tokio_util::sync::CancellationToken;
 use std::marker::PhantomData;
 
 use crate::api::{describe_status, validate_spec};
-use crate::api::{PostgresCluster, PostgresClusterStatus};
+use crate::api::{PostgresCluster, PostgresClusterStatus, SWITCHOVER_ANNOTATION};
 use crate::client::{Client, ClientError, Patch};
 use crate::controller::cluster::{run_task_loop, ClusterReconciler, TaskEnd};
 use crate::controller::pods::Pod;
@@ -43,8 +43,8 @@ use crate::watch::Store;
 use super::conditions::{next_status, PHASE_FAILED, PHASE_RUNNING};
 use super::manifests::{self, Credentials, Role, POSTGRES_CONTAINER, ROLE_LABEL};
 use super::plan::{
-    most_advanced, next_action, version_change, Action, Delays, DeleteReason, Member, Observed,
-    Phase, Position, VersionChange,
+    choose, next_action, version_change, Action, Delays, DeleteReason, Member, Observed, Phase,
+    Position, VersionChange,
 };
 
 mod act;
@@ -336,6 +336,13 @@ impl<L: ClusterLayer> PostgresTask<L> {
             ),
             size: usize::try_from(self.cluster.spec.size).unwrap_or(0),
             wanted_version: self.cluster.spec.version.clone(),
+            switchover_to: self
+                .cluster
+                .metadata
+                .annotations
+                .get(SWITCHOVER_ANNOTATION)
+                .filter(|pod| status.switchover.as_ref() != Some(*pod))
+                .cloned(),
             quorum: synchronous::quorum(&self.cluster),
         };
         L::observe(self, &mut observed).await;
