@@ -70,6 +70,7 @@ pub fn quick_postgres_options() -> postgres_operator::postgres::PostgresOptions 
             member_lost_after: Duration::from_secs(30),
         },
         expectation_timeout: Duration::from_secs(10),
+        ..Default::default()
     }
 }
 

@@ -109,6 +109,7 @@ impl<L: ClusterLayer> PostgresTask<L> {
                     "could not create a {} pod: {error}; trying again next round",
                     role.label_value()
                 ));
+                self.fail_round();
                 None
             }
         }
@@ -125,6 +126,7 @@ impl<L: ClusterLayer> PostgresTask<L> {
                 self.say(format!(
                     "could not delete pod {name}: {error}; trying again next round"
                 ));
+                self.fail_round();
                 return false;
             }
         }
@@ -162,6 +164,7 @@ impl<L: ClusterLayer> PostgresTask<L> {
                 Ok(out) if out.trim() == "t" => {}
                 Ok(out) => {
                     self.say(format!("promoting {} did not finish within its wait (pg_promote said {out:?}); trying again next round", chosen.pod));
+                    self.fail_round();
                     return None;
                 }
                 Err(error) => {
@@ -175,6 +178,7 @@ impl<L: ClusterLayer> PostgresTask<L> {
                         &format!("promoting {} failed: {error}", chosen.pod),
                     )
                     .await;
+                    self.fail_round();
                     return None;
                 }
             }
@@ -197,6 +201,7 @@ impl<L: ClusterLayer> PostgresTask<L> {
                 "labelling {} primary failed: {error}; trying again next round",
                 chosen.pod
             ));
+            self.fail_round();
             return None;
         }
         self.expect(Expect::Labelled(chosen.pod.clone(), Role::Primary));
