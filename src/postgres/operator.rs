@@ -34,7 +34,7 @@ use crate::metrics::{serve, HealthBounds};
 use crate::postgres::plan::Delays;
 use crate::process::{fail, parse_seconds};
 use crate::story::Reporter;
-use crate::watch::{list_then_watch, Event, WatchItem, WatchNotice, WatchOptions};
+use crate::watch::{list_then_watch, Event, WatchItem, WatchNotice};
 
 /// The flags stage 04 and stage 05 take besides the connection's: the reconcile timer, the
 /// failover delays, where `/metrics` is served, and leader election.
@@ -86,7 +86,7 @@ pub async fn run_postgres_stage<L: ClusterLayer>(
         Err(error) => return fail(&error, error.hint(), &client),
     };
     // The probes' bounds follow the timers they watch (see `HealthBounds::for_operator`).
-    let bounds = HealthBounds::for_operator(options.reconcile_interval, &WatchOptions::default());
+    let bounds = HealthBounds::for_operator(options.reconcile_interval, &options.watch);
     let metrics = Arc::clone(&options.metrics);
     if let Err(error) = serve(flags.metrics_address, metrics, bounds, shutdown.clone()).await {
         // Not fatal: a second copy on one machine (the standby of step 04's terminal 4) finds
@@ -168,7 +168,7 @@ pub async fn run_postgres_operator<L: ClusterLayer>(
             client.namespace(),
             &format!("{APP_LABEL}={APP_LABEL_VALUE}"),
         ),
-        WatchOptions::default(),
+        options.watch.clone(),
         stop_watches.clone(),
     );
     let pods = pod_watcher.store.clone();
@@ -196,7 +196,7 @@ pub async fn run_postgres_operator<L: ClusterLayer>(
     let cluster_watcher = list_then_watch::<PostgresCluster>(
         client.clone(),
         collection_path(client.namespace()),
-        WatchOptions::default(),
+        options.watch.clone(),
         stop_watches.clone(),
     );
     let figures = ClusterFigures::new(client.clone(), cluster_watcher.store.clone());

@@ -40,7 +40,7 @@ use crate::events::{rfc3339, EventRecorder, EventType};
 use crate::exec::exec;
 use crate::metrics::Metrics;
 use crate::story::Reporter;
-use crate::watch::Store;
+use crate::watch::{Store, WatchOptions};
 
 use super::conditions::{next_status, PHASE_FAILED, PHASE_RUNNING};
 use super::manifests::{self, Credentials, Role, POSTGRES_CONTAINER, ROLE_LABEL};
@@ -63,6 +63,8 @@ pub struct PostgresOptions {
     pub delays: Delays,
     /// How long to wait for the pod watch to show an action's effect before planning anyway.
     pub expectation_timeout: Duration,
+    /// The pod and cluster watches' tuning (and so the bound `/healthz` gives them).
+    pub watch: WatchOptions,
     /// Where the rounds are counted and timed (`src/metrics/`): by default a `Metrics` nobody
     /// serves; `run_postgres_stage` serves it.
     pub metrics: Arc<Metrics>,
@@ -74,6 +76,7 @@ impl Default for PostgresOptions {
             reconcile_interval: Duration::from_secs(8),
             delays: Delays::default(),
             expectation_timeout: Duration::from_secs(30),
+            watch: WatchOptions::default(),
             metrics: Arc::new(Metrics::new()),
         }
     }
