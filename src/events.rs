@@ -8,7 +8,7 @@
 //! default), so nothing may depend on reading them back, and failing to write one is logged, never
 //! fatal.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::json;
 
@@ -117,6 +117,48 @@ pub fn rfc3339(time: SystemTime) -> String {
         rest % 3600 / 60,
         rest % 60
     )
+}
+
+/// `2026-01-22T10:15:00Z` (UTC, whole seconds: what Kubernetes and the backup pod write) as a
+/// time; anything else is `None`.
+pub fn parse_utc(text: &str) -> Option<SystemTime> {
+    let bytes = text.as_bytes();
+    if bytes.len() != 20 || &text[4..5] != "-" || &text[7..8] != "-" || &text[10..11] != "T" {
+        return None;
+    }
+    if &text[13..14] != ":" || &text[16..17] != ":" || &text[19..20] != "Z" {
+        return None;
+    }
+    let number = |range: std::ops::Range<usize>| -> Option<i64> {
+        let part = &text[range];
+        part.bytes()
+            .all(|b| b.is_ascii_digit())
+            .then(|| part.parse().ok())
+            .flatten()
+    };
+    let (year, month, day) = (number(0..4)?, number(5..7)?, number(8..10)?);
+    let (hour, minute, second) = (number(11..13)?, number(14..16)?, number(17..19)?);
+    if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || minute > 59 {
+        return None;
+    }
+    if second > 60 {
+        return None;
+    }
+    let days = days_from_civil(year, month, day);
+    let seconds = days * 86_400 + hour * 3600 + minute * 60 + second;
+    Some(UNIX_EPOCH + Duration::from_secs(u64::try_from(seconds).ok()?))
+}
+
+/// (year, month, day) → days since 1970-01-01 (Howard Hinnant's `days_from_civil`, the inverse
+/// of `civil_from_days`).
+fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+    let year = if month <= 2 { year - 1 } else { year };
+    let era = year.div_euclid(400);
+    let year_of_era = year.rem_euclid(400);
+    let month_index = if month > 2 { month - 3 } else { month + 9 };
+    let day_of_year = (153 * month_index + 2) / 5 + day - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    era * 146_097 + day_of_era - 719_468
 }
 
 /// Days since 1970-01-01 → (year, month, day) in the proleptic Gregorian calendar (Howard

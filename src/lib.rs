@@ -20,6 +20,7 @@
 //! | [`exec`] | `pods/exec`: a command in a pod over a WebSocket (`channel.k8s.io` streams, the exit Status) | Step 04 ("Inside step 04: one `pods/exec`, byte by byte") |
 //! | [`leader`] | one operator acts at a time: leader election on a `coordination.k8s.io` Lease, as client-go does it | Step 04 ("Inside step 04: one operator at a time") |
 //! | [`events`] | Kubernetes Events about a cluster, what `kubectl describe pgc` shows | Step 04 |
+//! | [`metrics`] | what a user watches: `/metrics` in the Prometheus text format, `/healthz` and `/readyz` for the probes, and their server | Step 04 ("Watching the operator") |
 //! | [`process`] | what every binary does alike: logging, the stop token, connecting, duration flags, the error exit | Set-up |
 //!
 //! The binaries in `stages/` are the workshop's steps; each is a short `main` over this library.
@@ -39,6 +40,7 @@ pub mod crd;
 pub mod events;
 pub mod exec;
 pub mod leader;
+pub mod metrics;
 pub mod postgres;
 pub mod process;
 pub mod status;

@@ -39,6 +39,7 @@ const STAGE04_FLAGS: &[&str] = &[
     "--reconcile-interval <SECS>",
     "--failover-after <SECS>",
     "--member-lost-after <SECS>",
+    "--metrics-address <IP:PORT>",
     "--leader-elect[=<BOOL>]",
     "--lease-name <NAME>",
     "--lease-duration <SECS>",

@@ -70,6 +70,29 @@ fn the_deployment_is_hardened_and_gets_its_namespace() {
     }
 }
 
+/// Each operator pod serves /metrics, /healthz and /readyz on its own IP (from the downward
+/// API) at the named port `metrics`, which the liveness and readiness probes and the scrape
+/// annotations name.
+#[test]
+fn the_deployment_is_probed_and_scraped_on_its_metrics_port() {
+    let rendered = render();
+    for expected in [
+        "--metrics-address=$(POD_IP):8080",
+        "fieldPath: status.podIP",
+        "- containerPort: 8080\n          name: metrics",
+        "livenessProbe:\n          failureThreshold: 3\n          httpGet:\n            path: /healthz\n            port: metrics",
+        "readinessProbe:\n          httpGet:\n            path: /readyz\n            port: metrics",
+        "prometheus.io/scrape: \"true\"",
+        "prometheus.io/port: \"8080\"",
+        "prometheus.io/path: /metrics",
+    ] {
+        assert!(
+            rendered.contains(expected),
+            "missing {expected:?} in:\n{rendered}"
+        );
+    }
+}
+
 /// The example cluster is applied second (its kind exists only once the CRD is Established), so
 /// it is not in the kustomization; it carries the workshop's name and size, and a current major
 /// version (the CRD refuses the 2017 workshop's 9.6.3).

@@ -199,7 +199,10 @@ async fn no_acknowledged_commit_is_lost_when_the_primary_node_is_lost() {
     // A planned switchover to one of them, under writes: the primary stops cleanly and the
     // named standby takes over with every acknowledged row.
     let target = standbys[0].clone();
-    let (acknowledged, writing) = (Arc::new(AtomicI64::new(last)), Arc::new(AtomicBool::new(true)));
+    let (acknowledged, writing) = (
+        Arc::new(AtomicI64::new(last)),
+        Arc::new(AtomicBool::new(true)),
+    );
     let writer = {
         let (client, primary) = (client.clone(), new_primary.clone());
         let (acknowledged, writing) = (acknowledged.clone(), writing.clone());
@@ -245,7 +248,10 @@ async fn no_acknowledged_commit_is_lost_when_the_primary_node_is_lost() {
         "switchover to {target}: {last} commits acknowledged, max on it {kept}; annotation to a writable primary: {:.1} s",
         switched.as_secs_f64()
     );
-    assert!(kept.parse::<i64>().unwrap_or(0) >= last, "rows lost in the switchover");
+    assert!(
+        kept.parse::<i64>().unwrap_or(0) >= last,
+        "rows lost in the switchover"
+    );
     assert!(story.said("Switching over to"));
 
     stop.cancel();

@@ -101,9 +101,12 @@ pub(super) async fn round(
                         task.layer.backup_requested = requested_value;
                     }
                 }
-                Err(error) => task.say(format!(
-                    "could not create a backup pod: {error}; trying again next round"
-                )),
+                Err(error) => {
+                    task.say(format!(
+                        "could not create a backup pod: {error}; trying again next round"
+                    ));
+                    task.fail_round();
+                }
             }
         }
     }

@@ -63,7 +63,13 @@ pub struct Client {
     inner: Arc<Inner>,
     /// Per handle, so one caller can allow a bigger body without changing the others.
     max_response_body: usize,
+    /// Told of every attempt's answer; see [`Client::observed_by`].
+    observer: Option<RequestObserver>,
 }
+
+/// Called once per attempt with its method and the answer's status, `None` when none came (a
+/// refused connection, a timeout): what `/metrics` counts requests by (`src/metrics/`).
+pub type RequestObserver = Arc<dyn Fn(&Method, Option<StatusCode>) + Send + Sync>;
 
 impl fmt::Debug for Client {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -78,6 +84,7 @@ impl fmt::Debug for Client {
             .field("token", &token)
             .field("request_timeout", &self.inner.request_timeout)
             .field("max_response_body", &self.max_response_body)
+            .field("observed", &self.observer.is_some())
             .finish()
     }
 }
@@ -208,7 +215,15 @@ impl Client {
                 request_timeout: config.request_timeout,
             }),
             max_response_body: DEFAULT_MAX_RESPONSE_BODY,
+            observer: None,
         })
+    }
+
+    /// The same client (same connection pool) telling `observer` of every attempt it makes;
+    /// clones made from it afterwards tell it too. Replaces an earlier observer.
+    pub fn observed_by(mut self, observer: RequestObserver) -> Client {
+        self.observer = Some(observer);
+        self
     }
 
     /// The same client (same connection pool) with another cap on response bodies, in bytes.
@@ -364,7 +379,12 @@ impl Client {
                 self.send(method, path, body.clone(), extra_headers),
             )
             .await
-            .map_err(|_| self.timeout_error(method, path))??;
+            .map_err(|_| self.timeout_error(method, path))
+            .and_then(|sent| sent);
+            if let Some(observer) = &self.observer {
+                observer(method, response.as_ref().ok().map(|r| r.status()));
+            }
+            let response = response?;
             let status = response.status();
             log_request(method, path, status, started);
             // 101: the server took up our `Upgrade` (pods/exec); it sends one only when asked.

@@ -14,26 +14,30 @@
 //!                                           └── one PostgresWorker task per cluster
 //! ```
 
+use std::net::SocketAddr;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::cluster::{ClusterLayer, PostgresOptions, PostgresWorker};
+use super::figures::ClusterFigures;
 use crate::api::{collection_path, PostgresCluster};
 use crate::client::Client;
 use crate::controller::operator::register_resource;
 use crate::controller::pods::{pods_path, Pod, APP_LABEL, APP_LABEL_VALUE, CLUSTER_LABEL};
 use crate::controller::{Controller, ControllerOptions, ControllerStopped, OperatorError};
 use crate::leader::{run_when_leading, LeaderElection, LeaderElectionArgs, LeaderError};
+use crate::metrics::{serve, HealthBounds};
 use crate::postgres::plan::Delays;
 use crate::process::{fail, parse_seconds};
 use crate::story::Reporter;
-use crate::watch::{list_then_watch, Event, WatchItem, WatchNotice, WatchOptions};
+use crate::watch::{list_then_watch, Event, WatchItem, WatchNotice};
 
 /// The flags stage 04 and stage 05 take besides the connection's: the reconcile timer, the
-/// failover delays, and leader election.
+/// failover delays, where `/metrics` is served, and leader election.
 #[derive(clap::Args, Clone, Debug)]
 pub struct PostgresFlags {
     /// How often each cluster is reconciled when nothing happens, in seconds (pod changes wake it sooner)
@@ -45,6 +49,9 @@ pub struct PostgresFlags {
     /// How long a replica may be unready before it is replaced, in seconds
     #[arg(long, value_name = "SECS", default_value = "60", value_parser = parse_seconds, allow_negative_numbers = true)]
     pub member_lost_after: Duration,
+    /// Where /metrics (Prometheus), /healthz and /readyz (probes) are served, as IP:PORT (port 0: any free one)
+    #[arg(long, value_name = "IP:PORT", default_value = "127.0.0.1:8080")]
+    pub metrics_address: SocketAddr,
     #[command(flatten)]
     pub leader_election: LeaderElectionArgs,
 }
@@ -79,6 +86,14 @@ pub async fn run_postgres_stage<L: ClusterLayer>(
         Ok(election) => election,
         Err(error) => return fail(&error, error.hint(), &client),
     };
+    // The probes' bounds follow the timers they watch (see `HealthBounds::for_operator`).
+    let bounds = HealthBounds::for_operator(options.reconcile_interval, &options.watch);
+    let metrics = Arc::clone(&options.metrics);
+    if let Err(error) = serve(flags.metrics_address, metrics, bounds, shutdown.clone()).await {
+        // Not fatal: a second copy on one machine (the standby of step 04's terminal 4) finds
+        // the port taken. In a pod the liveness probe then fails, and says so.
+        tracing::warn!(address = %flags.metrics_address, %error, "not serving /metrics, /healthz and /readyz (pick another --metrics-address)");
+    }
     let (reporter, printer) = Reporter::to_stdout();
     let outcome = run_postgres_operator_when_leading(
         client.clone(),
@@ -109,12 +124,17 @@ pub async fn run_postgres_operator_when_leading<L: ClusterLayer>(
     reporter: Reporter,
     shutdown: CancellationToken,
 ) -> Result<Option<Result<ControllerStopped, OperatorError>>, LeaderError> {
+    let client = client.observed_by(options.metrics.request_observer());
+    let metrics = Arc::clone(&options.metrics);
     let operator = {
         let (client, reporter) = (client.clone(), reporter.clone());
         move |acting| run_postgres_operator(client, options, layer, reporter, acting)
     };
     match election {
-        Some(election) => run_when_leading(client, election, reporter, shutdown, operator).await,
+        Some(election) => {
+            metrics.standing_by();
+            run_when_leading(client, election, reporter, shutdown, operator).await
+        }
         None => Ok(Some(operator(shutdown).await)),
     }
 }
@@ -128,6 +148,9 @@ pub async fn run_postgres_operator<L: ClusterLayer>(
     reporter: Reporter,
     shutdown: CancellationToken,
 ) -> Result<ControllerStopped, OperatorError> {
+    // Every request counted, and `/healthz` checking the watches and loops, while this runs.
+    let client = client.observed_by(options.metrics.request_observer());
+    let _acting = options.metrics.acting();
     let stopped_early = ControllerStopped {
         tasks_stopped: 0,
         tasks_aborted: 0,
@@ -146,13 +169,14 @@ pub async fn run_postgres_operator<L: ClusterLayer>(
             client.namespace(),
             &format!("{APP_LABEL}={APP_LABEL_VALUE}"),
         ),
-        WatchOptions::default(),
+        options.watch.clone(),
         stop_watches.clone(),
     );
     let pods = pod_watcher.store.clone();
     let (nudge, nudges) = mpsc::channel(16);
     let (synced_sender, mut synced) = tokio::sync::watch::channel(false);
-    let pod_forwarder = tokio::spawn(forward_pod_events(pod_watcher.items, nudge, synced_sender));
+    let pod_items = options.metrics.observe_watch("pods", pod_watcher.items);
+    let pod_forwarder = tokio::spawn(forward_pod_events(pod_items, nudge, synced_sender));
     reporter.report_operator("Watching the clusters' pods...");
     // client-go's WaitForCacheSync: plan nothing until the store holds every pod that exists.
     tokio::select! {
@@ -173,9 +197,14 @@ pub async fn run_postgres_operator<L: ClusterLayer>(
     let cluster_watcher = list_then_watch::<PostgresCluster>(
         client.clone(),
         collection_path(client.namespace()),
-        WatchOptions::default(),
+        options.watch.clone(),
         stop_watches.clone(),
     );
+    let figures = ClusterFigures::new(client.clone(), cluster_watcher.store.clone());
+    options.metrics.scrape_also(Arc::new(figures));
+    let cluster_items = options
+        .metrics
+        .observe_watch("postgresclusters", cluster_watcher.items);
     let controller_options = ControllerOptions {
         reconcile_interval: options.reconcile_interval,
         ..ControllerOptions::default()
@@ -183,7 +212,7 @@ pub async fn run_postgres_operator<L: ClusterLayer>(
     let worker = PostgresWorker::<L>::new(client, pods, reporter.clone(), options);
     let controller = Controller::with_worker(worker, controller_options, reporter);
     let stopped = controller
-        .run_with_nudges(cluster_watcher.items, nudges, shutdown)
+        .run_with_nudges(cluster_items, nudges, shutdown)
         .await;
     stop_watches.cancel();
     let _ = cluster_watcher.task.await;

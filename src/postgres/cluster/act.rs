@@ -130,6 +130,7 @@ impl<L: ClusterLayer> PostgresTask<L> {
                     "could not create a {} pod: {error}; trying again next round",
                     role.label_value()
                 ));
+                self.fail_round();
                 None
             }
         }
@@ -155,6 +156,7 @@ impl<L: ClusterLayer> PostgresTask<L> {
                 self.say(format!(
                     "could not delete pod {name}: {error}; trying again next round"
                 ));
+                self.fail_round();
                 return false;
             }
         }
@@ -194,6 +196,7 @@ impl<L: ClusterLayer> PostgresTask<L> {
                 Ok(_) => {}
                 Err(error) if error.status_code() == Some(404) => {}
                 Err(error) => {
+                    self.fail_round();
                     self.say(format!(
                         "fencing {} failed: {error}; not promoting until it is fenced",
                         member.name
@@ -245,6 +248,7 @@ impl<L: ClusterLayer> PostgresTask<L> {
                 Ok(out) if out.trim() == "t" => {}
                 Ok(out) => {
                     self.say(format!("promoting {} did not finish within its wait (pg_promote said {out:?}); trying again next round", chosen.pod));
+                    self.fail_round();
                     return None;
                 }
                 Err(error) => {
@@ -258,6 +262,7 @@ impl<L: ClusterLayer> PostgresTask<L> {
                         &format!("promoting {} failed: {error}", chosen.pod),
                     )
                     .await;
+                    self.fail_round();
                     return None;
                 }
             }
@@ -280,6 +285,7 @@ impl<L: ClusterLayer> PostgresTask<L> {
                 "labelling {} primary failed: {error}; trying again next round",
                 chosen.pod
             ));
+            self.fail_round();
             return None;
         }
         self.expect(Expect::Labelled(chosen.pod.clone(), Role::Primary));

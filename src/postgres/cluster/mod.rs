@@ -28,6 +28,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use std::marker::PhantomData;
+use std::sync::Arc;
 
 use crate::api::{describe_status, validate_spec};
 use crate::api::{PostgresCluster, PostgresClusterStatus, SWITCHOVER_ANNOTATION};
@@ -37,8 +38,9 @@ use crate::controller::pods::Pod;
 use crate::controller::{ClusterInbox, ClusterWorker};
 use crate::events::{rfc3339, EventRecorder, EventType};
 use crate::exec::exec;
+use crate::metrics::Metrics;
 use crate::story::Reporter;
-use crate::watch::Store;
+use crate::watch::{Store, WatchOptions};
 
 use super::conditions::{next_status, PHASE_FAILED, PHASE_RUNNING};
 use super::manifests::{self, Credentials, Role, POSTGRES_CONTAINER, ROLE_LABEL};
@@ -65,6 +67,11 @@ pub struct PostgresOptions {
     /// How often the Secret, ConfigMap and Services are checked again (with a GET each) after
     /// the task's first round and each spec change. One that was deleted is re-created then.
     pub owned_recheck: Duration,
+    /// The pod and cluster watches' tuning (and so the bound `/healthz` gives them).
+    pub watch: WatchOptions,
+    /// Where the rounds are counted and timed (`src/metrics/`): by default a `Metrics` nobody
+    /// serves; `run_postgres_stage` serves it.
+    pub metrics: Arc<Metrics>,
 }
 
 impl Default for PostgresOptions {
@@ -74,6 +81,8 @@ impl Default for PostgresOptions {
             delays: Delays::default(),
             expectation_timeout: Duration::from_secs(30),
             owned_recheck: Duration::from_secs(300),
+            watch: WatchOptions::default(),
+            metrics: Arc::new(Metrics::new()),
         }
     }
 }
@@ -172,6 +181,8 @@ pub struct PostgresTask<L: ClusterLayer> {
     owned_checked: Option<Instant>,
     /// The synchronous standbys this task last set on a primary (`synchronous.rs`).
     synchronous_set: Option<crate::api::SynchronousStatus>,
+    /// Something this round set out to do failed (`/metrics` counts such rounds).
+    round_failed: bool,
     /// The layer's own state for this cluster.
     pub layer: L::State,
 }
@@ -185,6 +196,8 @@ async fn run<L: ClusterLayer>(
 ) -> TaskEnd {
     let ClusterInbox { mut wanted, nudged } = inbox;
     let interval = worker.options.reconcile_interval;
+    // `/healthz` watches this loop until the task ends (and fails if it panics).
+    let _loop = worker.options.metrics.reconcile_loop(&cluster.key());
     let mut task = PostgresTask {
         key: cluster.key(),
         cluster,
@@ -195,6 +208,7 @@ async fn run<L: ClusterLayer>(
         last_members_line: String::new(),
         owned_checked: None,
         synchronous_set: None,
+        round_failed: false,
         layer: L::State::default(),
     };
     task.introduce();
@@ -302,8 +316,22 @@ impl<L: ClusterLayer> PostgresTask<L> {
         self.cluster = newer;
     }
 
-    /// One round. Never fails: what goes wrong is said, and the next round tries again.
+    /// One round, counted and timed for `/metrics` and `/healthz`.
     async fn reconcile(&mut self) {
+        let started = Instant::now();
+        self.round_failed = false;
+        self.round().await;
+        let metrics = &self.worker.options.metrics;
+        metrics.round_ended(&self.key, started.elapsed(), self.round_failed);
+    }
+
+    /// Count this round as failed in `/metrics`; the story has said why.
+    pub fn fail_round(&mut self) {
+        self.round_failed = true;
+    }
+
+    /// One round. Never fails: what goes wrong is said, and the next round tries again.
+    async fn round(&mut self) {
         if let Err(error) = validate_spec(&self.cluster.spec) {
             tracing::debug!(%error, "spec invalid; not acting");
             return;
@@ -315,6 +343,7 @@ impl<L: ClusterLayer> PostgresTask<L> {
                     self.say(format!(
                         "could not create the cluster's objects: {error}; trying again next round"
                     ));
+                    self.fail_round();
                     return;
                 }
             }
@@ -565,7 +594,10 @@ impl<L: ClusterLayer> PostgresTask<L> {
             Ok(updated) => self.cluster.status = updated.status,
             // A cluster deleted meanwhile: its Deleted event ends this task shortly.
             Err(error) if error.status_code() == Some(404) => {}
-            Err(error) => tracing::warn!(%error, "could not write the cluster's status"),
+            Err(error) => {
+                tracing::warn!(%error, "could not write the cluster's status");
+                self.fail_round();
+            }
         }
     }
 }

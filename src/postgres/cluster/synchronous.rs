@@ -178,6 +178,7 @@ impl<L: ClusterLayer> PostgresTask<L> {
                 self.say(format!("Synchronous standbys on {primary}: {shown}"));
             }
             Err(error) => {
+                self.fail_round();
                 self.say(format!(
                     "could not set synchronous_standby_names on {primary}: {error}; trying again next round"
                 ));
