@@ -4,9 +4,11 @@
 //! - [`kubectl`]: the real kubectl against one server, with its own cache and no kubeconfig.
 //! - [`eventually`]: poll a check until it holds or a deadline passes.
 //! - [`graph`]: module graphs and their cycles, for the layering tests.
+//! - [`http_client`]: exact HTTP requests to a sandbox, below the operator's client.
 //! - [`sandbox`]: start a sandbox on 127.0.0.1:0, in memory or with pods as real processes.
 //! - [`scripted_server`]: an HTTP(S) server whose every answer a test decides, to the chunk.
 //! - [`processes`]: the host's process table, where pods run as real processes.
+//! - [`runtime`]: pods as real PostgreSQL processes, created with kubectl and waited for.
 //! - [`operator`]: the operator's client for a URL, and its CRD registered on a sandbox.
 //!
 //! ```text
@@ -18,9 +20,11 @@
 
 pub mod eventually;
 pub mod graph;
+pub mod http_client;
 pub mod kubectl;
 pub mod operator;
 pub mod processes;
+pub mod runtime;
 pub mod sandbox;
 pub mod scripted_server;
 
@@ -30,8 +34,8 @@ pub use kubectl::{
     BUNDLED_KUBECTL,
 };
 pub use operator::{
-    older_crd, plain_client, quick_postgres_options, register_crd, sandbox_with_crd, Story,
-    PGC_TABLE_HEADER,
+    cluster_spec, create_cluster, older_crd, plain_client, quick_postgres_options, register_crd,
+    sandbox_with_crd, Story, PGC_TABLE_HEADER,
 };
 pub use processes::{processes, processes_matching, Process};
 pub use sandbox::{

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use postgres_operator::api::{collection_path, PostgresCluster, PostgresClusterSpec};
 use postgres_operator::client::Client;
 use sandbox::{Sandbox, SandboxOptions};
 
@@ -31,6 +32,32 @@ pub async fn sandbox_with_crd(options: SandboxOptions) -> (Sandbox, Client) {
     let client = plain_client(&sandbox.url());
     register_crd(&client).await;
     (sandbox, client)
+}
+
+/// A spec of `size` members running PostgreSQL 16, with nothing else asked for.
+pub fn cluster_spec(size: i64) -> PostgresClusterSpec {
+    PostgresClusterSpec {
+        size,
+        version: "16".into(),
+        paused: false,
+        backup: None,
+        bootstrap: None,
+    }
+}
+
+/// POST `namespace/name` with [`cluster_spec`]`(size)` through `client`, and return it as the
+/// server stored it (with its uid and resourceVersion).
+pub async fn create_cluster(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    size: i64,
+) -> PostgresCluster {
+    let body = PostgresCluster::new(namespace, name, cluster_spec(size));
+    client
+        .create(&collection_path(namespace), &body)
+        .await
+        .expect("cluster created")
 }
 
 /// The CRD stage 01 registered before the status and scale subresources, the size maximum and
