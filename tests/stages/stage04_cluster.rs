@@ -1,0 +1,414 @@
+//! Stage 04 end to end: the operator runs real PostgreSQL clusters on the sandbox's process
+//! runtime, driven by real kubectl — create, scale, lose a replica, shrink, lose the primary,
+//! restart the operator, refuse a major downgrade, delete.
+//!
+//! WORKSHOP.md, step 04. Needs PostgreSQL, bubblewrap and kubectl: without them the test fails
+//! and says what is missing. The timings (create → 3 ready, primary deleted → new primary ready)
+//! are printed, not asserted: `cargo test --test stages stage04_cluster:: -- --nocapture`.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use postgres_operator::client::Client;
+use postgres_operator::postgres::manifests::{psql_argv, POSTGRES_CONTAINER};
+use postgres_operator::postgres::run_postgres_operator;
+use sandbox::{Sandbox, SandboxOptions};
+use serde_json::Value;
+use test_support::Kubectl;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+const CLUSTER: &str = "db";
+/// Generous: the machine may be compiling other tests meanwhile.
+const DEADLINE: Duration = Duration::from_secs(240);
+
+/// The operator running in this process, and the story lines it told.
+struct Operator {
+    stop: CancellationToken,
+    task: JoinHandle<()>,
+    lines: test_support::Story,
+}
+
+impl Operator {
+    fn start(client: &Client) -> Operator {
+        let options = test_support::quick_postgres_options();
+        let (reporter, lines) = test_support::Story::record();
+        let stop = CancellationToken::new();
+        let running = run_postgres_operator(client.clone(), options, reporter, stop.clone());
+        let task = tokio::spawn(async move {
+            running.await.expect("the operator starts");
+        });
+        Operator { stop, task, lines }
+    }
+
+    fn said(&self, part: &str) -> bool {
+        self.lines.said(part)
+    }
+
+    async fn stop(self) {
+        self.stop.cancel();
+        self.task.await.expect("the operator stops cleanly");
+    }
+}
+
+struct World {
+    sandbox: Sandbox,
+    kubectl: Kubectl,
+}
+
+impl World {
+    async fn cluster(&self) -> Value {
+        let out = self
+            .kubectl
+            .ok(&["get", "pgc", CLUSTER, "-o", "json"])
+            .await;
+        serde_json::from_str(&out).expect("kubectl prints JSON")
+    }
+
+    /// The cluster's pods: name → (role, ready).
+    async fn pods(&self) -> Vec<(String, String, bool)> {
+        let out = self
+            .kubectl
+            .ok(&[
+                "get",
+                "pods",
+                "-l",
+                &format!("workshop.example.com/cluster={CLUSTER}"),
+                "-o",
+                "json",
+            ])
+            .await;
+        let list: Value = serde_json::from_str(&out).expect("kubectl prints JSON");
+        list["items"]
+            .as_array()
+            .map(|items| {
+                items
+                    .iter()
+                    .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+                    .map(|p| {
+                        let ready = test_support::pod_is_ready(p);
+                        (
+                            p["metadata"]["name"]
+                                .as_str()
+                                .unwrap_or_default()
+                                .to_string(),
+                            p["metadata"]["labels"]["workshop.example.com/role"]
+                                .as_str()
+                                .unwrap_or_default()
+                                .to_string(),
+                            ready,
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Wait until the cluster has exactly `size` pods, all Ready, one of them primary, and the
+    /// status says so; returns the primary's name.
+    /// Delete one replica pod, without waiting for it to go; its name.
+    async fn delete_a_replica(&self) -> String {
+        let replica = self
+            .pods()
+            .await
+            .into_iter()
+            .find(|p| p.1 == "replica")
+            .expect("a replica")
+            .0;
+        self.kubectl
+            .ok(&["delete", "pod", &replica, "--wait=false"])
+            .await;
+        replica
+    }
+
+    async fn wait_healthy(&self, size: usize) -> String {
+        test_support::eventually(
+            DEADLINE,
+            &format!("{size} ready members, one primary"),
+            || async {
+                let pods = self.pods().await;
+                let primaries: Vec<_> = pods.iter().filter(|p| p.1 == "primary").collect();
+                let status = self.cluster().await["status"].clone();
+                let healthy = pods.len() == size
+                    && pods.iter().all(|p| p.2)
+                    && primaries.len() == 1
+                    && status["readyInstances"] == size
+                    && status["primary"] == primaries[0].0.as_str();
+                healthy.then(|| primaries[0].0.clone())
+            },
+        )
+        .await
+    }
+
+    async fn psql(&self, pod: &str, sql: &str) -> String {
+        let argv = psql_argv(sql);
+        let mut args = vec!["exec", pod, "-c", POSTGRES_CONTAINER, "--"];
+        args.extend(argv.iter().map(String::as_str));
+        self.kubectl.ok(&args).await.trim().to_string()
+    }
+}
+
+/// The whole homework: create 3, scale to 5, lose a replica, shrink to 2, lose the primary,
+/// restart the operator, refuse a major downgrade, lose every member, delete — with a row that
+/// survives the failover.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operator_runs_a_real_postgres_cluster_through_failover() {
+    let sandbox = test_support::start_process_sandbox(SandboxOptions::default()).await;
+    let client = test_support::plain_client(&sandbox.url());
+    let world = World {
+        kubectl: Kubectl::new(&sandbox.url()),
+        sandbox,
+    };
+    let operator = Operator::start(&client);
+
+    // Create: one primary, two replicas, the Services and the Secret.
+    let started = Instant::now();
+    let manifest = format!(
+        "{{\"apiVersion\":\"workshop.example.com/v1\",\"kind\":\"PostgresCluster\",\
+         \"metadata\":{{\"name\":\"{CLUSTER}\"}},\"spec\":{{\"size\":3,\"version\":\"16\"}}}}"
+    );
+    let file = tempfile::NamedTempFile::new().expect("temp file");
+    std::fs::write(file.path(), &manifest).expect("manifest written");
+    let path = file.path().to_string_lossy().to_string();
+    // The CRD is ensured by the operator as it starts: wait for kubectl to accept the kind.
+    test_support::eventually(DEADLINE, "kubectl to create the cluster", || async {
+        world
+            .kubectl
+            .run(&["create", "-f", &path])
+            .await
+            .success
+            .then_some(())
+    })
+    .await;
+    let primary = world.wait_healthy(3).await;
+    println!(
+        "create → 3 ready members: {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(
+        operator.said("Launching seed Postgres node"),
+        "the seed line"
+    );
+    for object in [
+        "service/db-primary",
+        "service/db-replicas",
+        "secret/db-credentials",
+        "configmap/db-init",
+    ] {
+        world.kubectl.ok(&["get", object]).await;
+    }
+    let status = world.cluster().await["status"].clone();
+    assert_eq!(status["phase"], "Running");
+    assert_eq!(status["size"], 3);
+    let columns = world.kubectl.ok(&["get", "pgc", CLUSTER]).await;
+    assert!(columns.contains(&primary), "PRIMARY column: {columns}");
+
+    world
+        .psql(
+            &primary,
+            "CREATE TABLE kept (note text); INSERT INTO kept VALUES ('written before')",
+        )
+        .await;
+
+    // Scale with kubectl through the scale subresource.
+    world
+        .kubectl
+        .ok(&["scale", "pgc", CLUSTER, "--replicas=5"])
+        .await;
+    world.wait_healthy(5).await;
+
+    // Lose a replica: a new one, with a new name, takes its place.
+    let before: BTreeSet<String> = world.pods().await.into_iter().map(|p| p.0).collect();
+    let replica = world.delete_a_replica().await;
+    world.wait_healthy(5).await;
+    let after: BTreeSet<String> = world.pods().await.into_iter().map(|p| p.0).collect();
+    assert!(!after.contains(&replica), "the deleted replica is gone");
+    assert_eq!(after.difference(&before).count(), 1, "exactly one new pod");
+
+    // Shrink to 2: the primary survives.
+    world
+        .kubectl
+        .ok(&["scale", "pgc", CLUSTER, "--replicas=2"])
+        .await;
+    assert_eq!(
+        world.wait_healthy(2).await,
+        primary,
+        "the primary is never removed"
+    );
+
+    // Lose the primary: a replica is promoted, and the row written before is there.
+    let lost_at = Instant::now();
+    world
+        .kubectl
+        .ok(&["delete", "pod", &primary, "--wait=false"])
+        .await;
+    let new_primary = test_support::eventually(DEADLINE, "a new primary", || async {
+        let pods = world.pods().await;
+        pods.iter()
+            .find(|p| p.1 == "primary" && p.0 != primary && p.2)
+            .map(|p| p.0.clone())
+    })
+    .await;
+    println!(
+        "primary deleted → new primary ready: {:.1} s",
+        lost_at.elapsed().as_secs_f64()
+    );
+    assert!(operator.said(&format!("Promoting {new_primary} to primary")));
+    assert_eq!(
+        world.psql(&new_primary, "SELECT note FROM kept").await,
+        "written before"
+    );
+    assert_eq!(
+        world.psql(&new_primary, "SELECT pg_is_in_recovery()").await,
+        "f"
+    );
+    world.wait_healthy(2).await;
+    world
+        .psql(&new_primary, "INSERT INTO kept VALUES ('written after')")
+        .await;
+    for (pod, role, _) in world.pods().await {
+        if role == "replica" {
+            assert_eq!(world.psql(&pod, "SELECT pg_is_in_recovery()").await, "t");
+            let rows = test_support::eventually(
+                DEADLINE,
+                "the replica to follow the new primary",
+                || async {
+                    let rows = world.psql(&pod, "SELECT count(*) FROM kept").await;
+                    (rows == "2").then_some(rows)
+                },
+            )
+            .await;
+            assert_eq!(rows, "2");
+        }
+    }
+
+    // Restart the operator: it adopts the cluster, makes no pod and no new primary.
+    let pods_before: BTreeSet<String> = world.pods().await.into_iter().map(|p| p.0).collect();
+    operator.stop().await;
+    let operator = Operator::start(&client);
+    test_support::eventually(
+        DEADLINE,
+        "the new operator to adopt the cluster",
+        || async { operator.said("adopting running cluster").then_some(()) },
+    )
+    .await;
+    // Three timer rounds after adopting: each one checks the Secret (a GET in the request log).
+    let secret_checks = |world: &World| {
+        world
+            .sandbox
+            .requests()
+            .iter()
+            .filter(|r| r.verb == "get" && r.resource == "secrets")
+            .count()
+    };
+    let checks_at_adoption = secret_checks(&world);
+    test_support::eventually(DEADLINE, "three more reconcile rounds", || async {
+        (secret_checks(&world) >= checks_at_adoption + 3).then_some(())
+    })
+    .await;
+    let pods_after: BTreeSet<String> = world.pods().await.into_iter().map(|p| p.0).collect();
+    assert_eq!(
+        pods_before, pods_after,
+        "adopting creates and deletes nothing"
+    );
+    assert_eq!(
+        world.cluster().await["status"]["primary"],
+        new_primary.as_str()
+    );
+
+    // A major downgrade is refused with a condition; nothing is replaced.
+    world
+        .kubectl
+        .ok(&[
+            "patch",
+            "pgc",
+            CLUSTER,
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"version":"15"}}"#,
+        ])
+        .await;
+    let degraded = test_support::eventually(DEADLINE, "the Degraded condition", || async {
+        let status = world.cluster().await["status"].clone();
+        status["conditions"].as_array().and_then(|c| {
+            c.iter()
+                .find(|c| c["type"] == "Degraded" && c["reason"] == "MajorVersionChangeRefused")
+                .cloned()
+        })
+    })
+    .await;
+    assert_eq!(degraded["status"], "True");
+    let pods_now: BTreeSet<String> = world.pods().await.into_iter().map(|p| p.0).collect();
+    assert_eq!(
+        pods_before, pods_now,
+        "nothing replaced for a refused change"
+    );
+    let described = world.kubectl.ok(&["describe", "pgc", CLUSTER]).await;
+    assert!(
+        described.contains("Promoted"),
+        "Events tell the story: {described}"
+    );
+
+    // A replica lost while the change is refused is replaced on the version the cluster runs.
+    world.delete_a_replica().await;
+    world.wait_healthy(2).await;
+    let images = world
+        .kubectl
+        .ok(&[
+            "get",
+            "pods",
+            "-l",
+            "workshop.example.com/cluster=db",
+            "-o",
+            "jsonpath={.items[*].spec.containers[0].image}",
+        ])
+        .await;
+    assert!(
+        images
+            .split_whitespace()
+            .all(|image| image == "postgres:16"),
+        "no pod of another major: {images}"
+    );
+
+    // Every member lost at once: a disaster, phase Failed, and no silent re-seed.
+    world
+        .kubectl
+        .ok(&[
+            "delete",
+            "pods",
+            "-l",
+            "workshop.example.com/cluster=db",
+            "--wait=false",
+        ])
+        .await;
+    test_support::eventually(DEADLINE, "phase Failed", || async {
+        let status = world.cluster().await["status"].clone();
+        (status["phase"] == "Failed").then_some(())
+    })
+    .await;
+    assert!(operator.said("All Postgres pods are dead"));
+    let described = world.kubectl.ok(&["describe", "pgc", CLUSTER]).await;
+    assert!(
+        described.contains("AllMembersLost"),
+        "a Warning event: {described}"
+    );
+    let secret_gets = secret_checks(&world);
+    test_support::eventually(DEADLINE, "two more reconcile rounds", || async {
+        (secret_checks(&world) >= secret_gets + 2).then_some(())
+    })
+    .await;
+    assert!(world.pods().await.is_empty(), "no empty database re-seeded");
+
+    // Delete: every owned object is collected.
+    world.kubectl.ok(&["delete", "pgc", CLUSTER]).await;
+    test_support::eventually(DEADLINE, "every owned object collected", || async {
+        let left = world
+            .kubectl
+            .ok(&["get", "pods,services,secrets,configmaps", "-o", "name"])
+            .await;
+        let ours: Vec<&str> = left.lines().filter(|l| l.contains("/db-")).collect();
+        ours.is_empty().then_some(())
+    })
+    .await;
+    operator.stop().await;
+}
