@@ -4,31 +4,15 @@
 //!
 //! WORKSHOP.md, step 04. Run: `cargo test -p postgres-operator --test postgres scripts::`.
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Command, Output};
-use std::sync::Mutex;
 
-use postgres_operator::api::{PostgresCluster, PostgresClusterSpec};
+use postgres_operator::api::PostgresCluster;
 use postgres_operator::postgres::manifests::{pod, Role};
 use serde_json::Value;
 
-/// One test at a time: a script written by one test thread while another forks can be
-/// inherited open for writing, and exec'ing it then fails with "Text file busy" (ETXTBSY).
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
 fn replica_pod() -> Value {
-    let mut cluster = PostgresCluster::new(
-        "default",
-        "db",
-        PostgresClusterSpec {
-            size: 2,
-            version: "16".into(),
-            paused: false,
-            backup: None,
-            bootstrap: None,
-        },
-    );
+    let mut cluster = PostgresCluster::new("default", "db", test_support::cluster_spec(2));
     cluster.metadata.uid = "uid-db".into();
     pod(&cluster, Role::Replica)
 }
@@ -42,19 +26,32 @@ fn argv(command: &Value) -> Vec<String> {
         .collect()
 }
 
+/// Write an executable shell script `dir/name` running `body`. A child `sh` writes it, not this
+/// process: a file this process had open for writing could be inherited by a child another test
+/// thread forks at that moment, and exec'ing the script would then fail with "Text file busy"
+/// (ETXTBSY) until that child execs.
+fn write_tool(dir: &Path, name: &str, body: &str) {
+    let status = Command::new("sh")
+        .args([
+            "-c",
+            "printf '#!/bin/sh\\n%s\\n' \"$2\" > \"$1\" && chmod 755 \"$1\"",
+        ])
+        .args(["sh", &dir.join(name).to_string_lossy(), body])
+        .status()
+        .expect("sh runs");
+    assert!(status.success(), "writing {name}");
+}
+
 /// A directory holding a `pg_isready` that records its arguments and exits with `code`, and
 /// a `pg_basebackup` that fails loudly (the tests below must never reach it).
 fn fake_tools(dir: &Path, code: i32) {
-    let write = |name: &str, body: &str| {
-        let path = dir.join(name);
-        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).expect("write tool");
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-    };
-    write(
+    write_tool(
+        dir,
         "pg_isready",
         &format!("echo \"$@\" >> \"$(dirname \"$0\")/calls\"; exit {code}"),
     );
-    write(
+    write_tool(
+        dir,
         "pg_basebackup",
         "echo pg_basebackup must not run >&2; exit 99",
     );
@@ -78,7 +75,6 @@ fn run(argv: &[String], tools: &Path, envs: &[(&str, &str)]) -> Output {
 /// stopping) as alive, and 2 (no response) and 3 (no attempt) as dead; both ask 127.0.0.1:5432.
 #[test]
 fn liveness_and_startup_count_rejecting_connections_as_alive() {
-    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let pod = replica_pod();
     let container = &pod["spec"]["containers"][0];
     for probe in ["startupProbe", "livenessProbe"] {
@@ -102,7 +98,6 @@ fn liveness_and_startup_count_rejecting_connections_as_alive() {
 /// kept) exits 0 at once: no waiting for the primary, no pg_basebackup over its data.
 #[test]
 fn the_clone_keeps_an_existing_database() {
-    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let pod = replica_pod();
     let clone = argv(&pod["spec"]["initContainers"][0]["command"]);
     let data = tempfile::tempdir().expect("tempdir");
@@ -141,7 +136,6 @@ fn the_clone_keeps_an_existing_database() {
 /// so the script is stopped after its first wait).
 #[test]
 fn an_interrupted_clone_starts_over() {
-    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let pod = replica_pod();
     let clone = argv(&pod["spec"]["initContainers"][0]["command"]);
     let data = tempfile::tempdir().expect("tempdir");
@@ -152,12 +146,7 @@ fn an_interrupted_clone_starts_over() {
     let tools = tempfile::tempdir().expect("tempdir");
     fake_tools(tools.path(), 2);
     // `sleep` that ends the script instead of waiting: proves it got to the wait loop.
-    std::fs::write(tools.path().join("sleep"), "#!/bin/sh\nexit 42\n").expect("sleep");
-    std::fs::set_permissions(
-        tools.path().join("sleep"),
-        std::fs::Permissions::from_mode(0o755),
-    )
-    .expect("chmod");
+    write_tool(tools.path(), "sleep", "exit 42");
     let output = run(
         &clone,
         tools.path(),
