@@ -5,22 +5,26 @@
 
 use std::time::Duration;
 
-use crate::support::*;
-use bytes::Bytes;
 use postgres_operator::watch::{RelistReason, ResumeReason, WatchNotice};
 use test_support::plain_client;
 
-const WITHIN: Duration = Duration::from_secs(10);
+use crate::support::*;
 
-fn chunks_of(text: &str, size: usize) -> Vec<Bytes> {
-    text.as_bytes()
-        .chunks(size)
-        .map(Bytes::copy_from_slice)
-        .collect()
+/// A server whose every list is empty at `rv`, whose first watch gets `first_watch`, and whose
+/// later watches stay open and quiet.
+async fn empty_list_then(rv: &str, first_watch: Reply) -> ScriptedServer {
+    let list = Reply::list(rv, &[]);
+    lists_and_a_watch(list.clone(), list, first_watch).await
 }
 
-fn is_watch(path: &str) -> bool {
-    path.contains("watch=true")
+/// What kube-apiserver sends when a watch's resourceVersion was compacted away: an ERROR event
+/// with 410 and this reason.
+fn expired_line(reason: &str, current: u32) -> String {
+    error_line(&status_json(
+        410,
+        reason,
+        &format!("too old resource version: 10 ({current})"),
+    ))
 }
 
 /// Events split into 1-byte HTTP chunks (inside `é` and `日本` too) arrive whole, and the next
@@ -33,16 +37,8 @@ async fn one_byte_chunks_over_http_yield_whole_events() {
         event_line("ADDED", &object("b-日本", "uid-b", "13", 1)),
     ]
     .concat();
-    let server = scripted_server(move |index, path| match (index, is_watch(path)) {
-        (_, false) => Reply::list("10", &[]),
-        (1, true) => Reply::Chunks {
-            chunks: chunks_of(&stream, 1),
-            hold_open: false,
-        },
-        _ => Reply::quiet(),
-    })
-    .await;
-    let mut running = start_watch(plain_client(&server.url), test_options());
+    let server = empty_list_then("10", Reply::in_chunks(&stream, 1, false)).await;
+    let mut running = watch_scripted(&server);
     assert_eq!(
         running.next_summaries(3, WITHIN).await,
         vec![
@@ -56,13 +52,7 @@ async fn one_byte_chunks_over_http_yield_whole_events() {
             matches!(n, WatchNotice::Resumed { resource_version, why: ResumeReason::EndOfStream { events: 3 } } if resource_version == "13")
         })
         .await;
-    running
-        .notice(
-            WITHIN,
-            "watching from 13",
-            |n| matches!(n, WatchNotice::Watching { resource_version } if resource_version == "13"),
-        )
-        .await;
+    running.watching_from(WITHIN, "13").await;
     let paths = server.paths();
     assert!(paths[1].contains("resourceVersion=10"), "{paths:?}");
     assert!(paths[1].contains("allowWatchBookmarks=true") && paths[1].contains("timeoutSeconds=5"));
@@ -87,13 +77,8 @@ async fn many_events_in_one_chunk_all_arrive_in_order() {
             )
         })
         .collect();
-    let server = scripted_server(move |index, path| match (index, is_watch(path)) {
-        (_, false) => Reply::list("99", &[]),
-        (1, true) => Reply::open_with(stream.clone()),
-        _ => Reply::quiet(),
-    })
-    .await;
-    let mut running = start_watch(plain_client(&server.url), test_options());
+    let server = empty_list_then("99", Reply::open_with(stream)).await;
+    let mut running = watch_scripted(&server);
     for i in 0..300 {
         let event = running.next_event(WITHIN).await;
         assert_eq!(
@@ -111,16 +96,8 @@ async fn a_five_megabyte_event_is_delivered() {
     big["metadata"]["annotations"]["blob"] = serde_json::Value::String("日本é".repeat(700_000));
     let line = event_line("ADDED", &big);
     assert!(line.len() > 5_000_000);
-    let server = scripted_server(move |index, path| match (index, is_watch(path)) {
-        (_, false) => Reply::list("10", &[]),
-        (1, true) => Reply::Chunks {
-            chunks: chunks_of(&line, 16 * 1024),
-            hold_open: true,
-        },
-        _ => Reply::quiet(),
-    })
-    .await;
-    let mut running = start_watch(plain_client(&server.url), test_options());
+    let server = empty_list_then("10", Reply::in_chunks(&line, 16 * 1024, true)).await;
+    let mut running = watch_scripted(&server);
     let event = running.next_event(WITHIN).await;
     assert_eq!(summary(&event), "ADDED default/big size=3");
     running.stop().await;
@@ -132,27 +109,13 @@ async fn a_five_megabyte_event_is_delivered() {
 async fn the_last_line_without_a_newline_is_delivered() {
     let mut stream = event_line("ADDED", &object("a", "uid-a", "11", 3));
     stream.push_str(event_line("ADDED", &object("b", "uid-b", "12", 2)).trim_end());
-    let server = scripted_server(move |index, path| match (index, is_watch(path)) {
-        (_, false) => Reply::list("10", &[]),
-        (1, true) => Reply::Chunks {
-            chunks: chunks_of(&stream, 100),
-            hold_open: false,
-        },
-        _ => Reply::quiet(),
-    })
-    .await;
-    let mut running = start_watch(plain_client(&server.url), test_options());
+    let server = empty_list_then("10", Reply::in_chunks(&stream, 100, false)).await;
+    let mut running = watch_scripted(&server);
     assert_eq!(
         running.next_summaries(2, WITHIN).await,
         vec!["ADDED default/a size=3", "ADDED default/b size=2"]
     );
-    running
-        .notice(
-            WITHIN,
-            "watching from 12",
-            |n| matches!(n, WatchNotice::Watching { resource_version } if resource_version == "12"),
-        )
-        .await;
+    running.watching_from(WITHIN, "12").await;
     running.stop().await;
 }
 
@@ -160,24 +123,27 @@ async fn the_last_line_without_a_newline_is_delivered() {
 /// changed while away: Modified for a moved object, Added for a new one, Deleted for a gone one.
 #[tokio::test]
 async fn in_stream_gone_relists_and_hands_over_the_difference() {
-    let gone = r#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"too old resource version: 11 (40)","reason":"Gone","code":410}}"#;
+    let gone = error_line(&status_json(
+        410,
+        "Gone",
+        "too old resource version: 11 (40)",
+    ));
     let first = [
         event_line("ADDED", &object("a", "uid-a", "11", 3)),
         event_line("ADDED", &object("c", "uid-c", "12", 1)),
-        format!("{gone}\n"),
+        gone,
     ]
     .concat();
-    let server = scripted_server(move |index, path| match (index, is_watch(path)) {
-        (0, false) => Reply::list("10", &[]),
-        (_, false) => Reply::list(
+    let server = lists_and_a_watch(
+        Reply::list("10", &[]),
+        Reply::list(
             "40",
             &[object("a", "uid-a", "30", 5), object("b", "uid-b", "31", 2)],
         ),
-        (1, true) => Reply::open_with(first.clone()),
-        _ => Reply::quiet(),
-    })
+        Reply::open_with(first),
+    )
     .await;
-    let mut running = start_watch(plain_client(&server.url), test_options());
+    let mut running = watch_scripted(&server);
     assert_eq!(
         running.next_summaries(2, WITHIN).await,
         vec!["ADDED default/a size=3", "ADDED default/c size=1"]
@@ -201,33 +167,16 @@ async fn in_stream_gone_relists_and_hands_over_the_difference() {
             "MODIFIED default/a size=5"
         ]
     );
-    let relisted = running
-        .notice(WITHIN, "relisted", |n| {
-            matches!(n, WatchNotice::Relisted { .. })
-        })
-        .await;
-    let WatchNotice::Relisted {
-        why: RelistReason::Expired { status },
-        resource_version,
-        added,
-        modified,
-        deleted,
-    } = relisted
-    else {
-        panic!("expected a relist for Expired, got {relisted:?}")
+    let relist = running.relisted(WITHIN).await;
+    let RelistReason::Expired { status } = &relist.why else {
+        panic!("expected a relist for Expired, got {relist:?}")
     };
     assert_eq!((status.reason.as_str(), status.code), ("Gone", 410));
     assert_eq!(
-        (resource_version.as_str(), added, modified, deleted),
-        ("40", 1, 1, 1)
+        (relist.resource_version.as_str(), relist.changes),
+        ("40", (1, 1, 1))
     );
-    running
-        .notice(
-            WITHIN,
-            "watching from 40",
-            |n| matches!(n, WatchNotice::Watching { resource_version } if resource_version == "40"),
-        )
-        .await;
+    running.watching_from(WITHIN, "40").await;
     assert!(
         !server
             .paths()
@@ -241,25 +190,19 @@ async fn in_stream_gone_relists_and_hands_over_the_difference() {
 /// A bare Status line (no `type`) that says 410 is treated like an in-stream 410: relist.
 #[tokio::test]
 async fn a_bare_status_line_saying_410_relists() {
-    let bare = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"expired","reason":"Expired","code":410}"#;
+    let bare = status_json(410, "Expired", "expired");
     let server = scripted_server(move |index, path| match (index, is_watch(path)) {
         (_, false) => Reply::list(&format!("{}", 10 + index), &[]),
         (1, true) => Reply::open_with(format!("{bare}\n")),
         _ => Reply::quiet(),
     })
     .await;
-    let mut running = start_watch(plain_client(&server.url), test_options());
-    running
-        .notice(WITHIN, "relisted after a bare Status", |n| {
-            matches!(
-                n,
-                WatchNotice::Relisted {
-                    why: RelistReason::Expired { .. },
-                    ..
-                }
-            )
-        })
-        .await;
+    let mut running = watch_scripted(&server);
+    let relist = running.relisted(WITHIN).await;
+    assert!(
+        matches!(relist.why, RelistReason::Expired { .. }),
+        "relisted after a bare Status: {relist:?}"
+    );
     running.stop().await;
 }
 
@@ -270,58 +213,42 @@ async fn an_undecodable_line_relists_instead_of_dying() {
         "{}{{\"type\":\"ADDED\",\"object\":{{\"metadata\":{{\"name\":\"x\"}}}}}}\n",
         event_line("ADDED", &object("a", "uid-a", "11", 3))
     );
-    let server = scripted_server(move |index, path| match (index, is_watch(path)) {
-        (0, false) => Reply::list("10", &[]),
-        (_, false) => Reply::list("20", &[object("a", "uid-a", "11", 3)]),
-        (1, true) => Reply::open_with(stream.clone()),
-        _ => Reply::quiet(),
-    })
+    let server = lists_and_a_watch(
+        Reply::list("10", &[]),
+        Reply::list("20", &[object("a", "uid-a", "11", 3)]),
+        Reply::open_with(stream),
+    )
     .await;
-    let mut running = start_watch(plain_client(&server.url), test_options());
+    let mut running = watch_scripted(&server);
     assert_eq!(
         summary(&running.next_event(WITHIN).await),
         "ADDED default/a size=3"
     );
-    let relisted = running
-        .notice(WITHIN, "relisted", |n| {
-            matches!(n, WatchNotice::Relisted { .. })
-        })
-        .await;
-    let WatchNotice::Relisted {
-        why: RelistReason::Undecodable { error },
-        added,
-        modified,
-        deleted,
-        ..
-    } = relisted
-    else {
-        panic!("expected an Undecodable relist, got {relisted:?}")
+    let relist = running.relisted(WITHIN).await;
+    let RelistReason::Undecodable { error } = &relist.why else {
+        panic!("expected an Undecodable relist, got {relist:?}")
     };
     assert!(error.contains("missing field `spec`"), "{error}");
     assert_eq!(
-        (added, modified, deleted),
+        relist.changes,
         (0, 0, 0),
         "a is unchanged: no duplicate event"
     );
-    assert!(running.no_event_for(Duration::from_millis(300)).await);
+    running.assert_nothing_twice().await;
     running.stop().await;
 }
 
 /// HTTP 410 with a Status body at watch start relists, too.
 #[tokio::test]
 async fn http_410_at_watch_start_relists() {
-    let expired = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"too old resource version: 10 (20)","reason":"Expired","code":410}"#;
-    let server = scripted_server(move |index, path| match (index, is_watch(path)) {
-        (0, false) => Reply::list("10", &[]),
-        (_, false) => Reply::list("20", &[object("n", "uid-n", "19", 4)]),
-        (1, true) => Reply::Json {
-            code: 410,
-            body: expired.to_string(),
-        },
-        _ => Reply::quiet(),
-    })
+    let expired = status_json(410, "Expired", "too old resource version: 10 (20)");
+    let server = lists_and_a_watch(
+        Reply::list("10", &[]),
+        Reply::list("20", &[object("n", "uid-n", "19", 4)]),
+        Reply::status(410, &expired),
+    )
     .await;
-    let mut running = start_watch(plain_client(&server.url), test_options());
+    let mut running = watch_scripted(&server);
     assert_eq!(
         summary(&running.next_event(WITHIN).await),
         "ADDED default/n size=4"
@@ -340,14 +267,8 @@ async fn empty_200_bodies_back_off_instead_of_busy_looping() {
         true => Reply::ended(),
     })
     .await;
-    let mut running = start_watch(plain_client(&server.url), test_options());
-    running
-        .notice(
-            WITHIN,
-            "retrying",
-            |n| matches!(n, WatchNotice::Retrying { error, .. } if error.contains("ended at once")),
-        )
-        .await;
+    let mut running = watch_scripted(&server);
+    running.retrying_with(WITHIN, "ended at once").await;
     tokio::time::sleep(Duration::from_secs(2)).await; // the measurement window, not synchronisation
     let watches = server.paths().iter().filter(|p| is_watch(p)).count();
     // Backoff 100 ms, 200, 400, 800, 1000 (±20 %): about 6 attempts in 2 s; a busy loop makes thousands.
@@ -367,22 +288,15 @@ async fn empty_200_bodies_back_off_instead_of_busy_looping() {
 /// listed: relisting does not help, so the loop backs off between rounds instead of hammering.
 #[tokio::test]
 async fn an_in_stream_410_at_once_every_time_backs_off() {
-    let expired = r#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"too old resource version: 10 (20)","reason":"Expired","code":410}}"#;
+    let expired = expired_line("Expired", 20);
     let server = scripted_server(move |_, path| match is_watch(path) {
         false => Reply::list("10", &[]),
-        true => Reply::Chunks {
-            chunks: vec![Bytes::from(format!("{expired}\n"))],
-            hold_open: false,
-        },
+        true => Reply::once(expired.clone()),
     })
     .await;
-    let mut running = start_watch(plain_client(&server.url), test_options());
+    let mut running = watch_scripted(&server);
     running
-        .notice(
-            WITHIN,
-            "retrying",
-            |n| matches!(n, WatchNotice::Retrying { error, .. } if error.contains("fresh list expired at once")),
-        )
+        .retrying_with(WITHIN, "fresh list expired at once")
         .await;
     tokio::time::sleep(Duration::from_secs(2)).await; // the measurement window, not synchronisation
     let lists = server.paths().iter().filter(|p| !is_watch(p)).count();
@@ -399,10 +313,7 @@ async fn a_huge_retry_after_is_capped_at_the_backoff_maximum() {
     let added = event_line("ADDED", &object("later", "uid-l", "11", 2));
     let server = scripted_server(move |index, path| match (index, is_watch(path)) {
         (_, false) => Reply::list("10", &[]),
-        (1, true) => Reply::Json {
-            code: 500,
-            body: too_long.to_string(),
-        },
+        (1, true) => Reply::status(500, too_long),
         _ => Reply::open_with(added.clone()),
     })
     .await;
@@ -427,24 +338,19 @@ async fn a_huge_retry_after_is_capped_at_the_backoff_maximum() {
 /// the old object before ADDED for the new one; an object whose RV did not move is not repeated.
 #[tokio::test]
 async fn a_relist_reports_a_recreated_name_as_deleted_then_added_and_skips_unchanged() {
-    let expired = r#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"too old resource version: 10 (30)","reason":"Expired","code":410}}"#;
-    let server = scripted_server(move |index, path| match (index, is_watch(path)) {
-        (0, false) => Reply::list(
+    let server = lists_and_a_watch(
+        Reply::list(
             "10",
             &[object("a", "uid-a", "5", 3), object("b", "uid-b", "6", 1)],
         ),
-        (_, false) => Reply::list(
+        Reply::list(
             "30",
             &[object("a", "uid-a2", "25", 7), object("b", "uid-b", "6", 1)],
         ),
-        (1, true) => Reply::Chunks {
-            chunks: vec![Bytes::from(format!("{expired}\n"))],
-            hold_open: false,
-        },
-        _ => Reply::quiet(),
-    })
+        Reply::once(expired_line("Expired", 30)),
+    )
     .await;
-    let mut running = start_watch(plain_client(&server.url), test_options());
+    let mut running = watch_scripted(&server);
     assert_eq!(
         running.next_summaries(2, WITHIN).await,
         vec!["ADDED default/a size=3", "ADDED default/b size=1"]
@@ -459,30 +365,9 @@ async fn a_relist_reports_a_recreated_name_as_deleted_then_added_and_skips_uncha
         (summary(&reborn), reborn.object().metadata.uid.as_str()),
         ("ADDED default/a size=7".to_string(), "uid-a2")
     );
-    let relisted = running
-        .notice(WITHIN, "relisted", |n| {
-            matches!(n, WatchNotice::Relisted { .. })
-        })
-        .await;
-    assert!(
-        matches!(
-            relisted,
-            WatchNotice::Relisted {
-                added: 1,
-                modified: 0,
-                deleted: 1,
-                ..
-            }
-        ),
-        "{relisted:?}"
-    );
-    running
-        .notice(
-            WITHIN,
-            "watching from 30",
-            |n| matches!(n, WatchNotice::Watching { resource_version } if resource_version == "30"),
-        )
-        .await;
+    let relist = running.relisted(WITHIN).await;
+    assert_eq!(relist.changes, (1, 0, 1), "{relist:?}");
+    running.watching_from(WITHIN, "30").await;
     assert!(
         running.take_available_events().is_empty(),
         "b did not change: nothing more"
@@ -495,7 +380,7 @@ async fn a_relist_reports_a_recreated_name_as_deleted_then_added_and_skips_uncha
 #[tokio::test]
 async fn dropping_the_receiver_during_a_hung_list_ends_the_task_promptly() {
     let server = scripted_server(|_, _| Reply::Silent).await;
-    let running = start_watch(plain_client(&server.url), test_options());
+    let running = watch_scripted(&server);
     let deadline = tokio::time::Instant::now() + WITHIN;
     while server.paths().is_empty() {
         assert!(tokio::time::Instant::now() < deadline, "no list request");
@@ -519,16 +404,8 @@ async fn a_bookmark_without_a_resource_version_keeps_the_last_one() {
         "\n".to_string(),
     ]
     .concat();
-    let server = scripted_server(move |index, path| match (index, is_watch(path)) {
-        (_, false) => Reply::list("10", &[]),
-        (1, true) => Reply::Chunks {
-            chunks: vec![Bytes::from(first.clone())],
-            hold_open: false,
-        },
-        _ => Reply::quiet(),
-    })
-    .await;
-    let mut running = start_watch(plain_client(&server.url), test_options());
+    let server = empty_list_then("10", Reply::once(first)).await;
+    let mut running = watch_scripted(&server);
     assert_eq!(
         summary(&running.next_event(WITHIN).await),
         "ADDED default/a size=3"
@@ -555,22 +432,13 @@ async fn a_list_without_a_resource_version_is_retried() {
         _ => Reply::quiet(),
     })
     .await;
-    let mut running = start_watch(plain_client(&server.url), test_options());
+    let mut running = watch_scripted(&server);
     assert_eq!(
         summary(&running.next_event(WITHIN).await),
         "ADDED default/a size=3"
     );
-    running
-        .notice(
-            WITHIN,
-            "watching from 10",
-            |n| matches!(n, WatchNotice::Watching { resource_version } if resource_version == "10"),
-        )
-        .await;
-    assert_eq!(
-        running.count_notices(|n| matches!(n, WatchNotice::Retrying { error, .. } if error.contains("resourceVersion"))),
-        1
-    );
+    running.watching_from(WITHIN, "10").await;
+    assert_eq!(running.retries_with("resourceVersion"), 1);
     assert!(
         server
             .paths()

@@ -6,22 +6,13 @@
 
 use std::time::Duration;
 
-use crate::support::*;
 use postgres_operator::client::Client;
 use postgres_operator::config::{Config, ConfigArgs, Environment};
 use postgres_operator::watch::WatchNotice;
-use sandbox::{InjectedFault, Sandbox, SandboxOptions};
+use sandbox::{Sandbox, SandboxOptions};
 use tokio::time::Instant;
 
-const WITHIN: Duration = Duration::from_secs(10);
-
-fn status(code: u16, reason: &str, retry_after_seconds: Option<u32>) -> InjectedFault {
-    InjectedFault::Status {
-        code,
-        reason: reason.into(),
-        retry_after_seconds,
-    }
-}
+use crate::support::*;
 
 fn watch_requests_with_code(sandbox: &Sandbox, code: u16) -> usize {
     sandbox
@@ -35,22 +26,14 @@ fn watch_requests_with_code(sandbox: &Sandbox, code: u16) -> usize {
 /// 500 at watch start: back off, retry from the same resourceVersion (no relist), recover.
 #[tokio::test]
 async fn a_500_at_watch_start_is_retried_and_the_watch_recovers() {
-    let (sandbox, client) = test_support::sandbox_with_crd(SandboxOptions::default()).await;
-    let mut running = start_watch(client.clone(), test_options());
-    running.until_watching(WITHIN).await;
-    sandbox
-        .faults()
-        .fail_next(2, "watch=true", status(500, "InternalError", None));
-    sandbox.faults().end_all_watches_now();
+    let (sandbox, client, mut running) = watching_a_sandbox(test_options()).await;
+    fail_next_watches(&sandbox, 2, injected(500, "InternalError", None));
     create_cluster(&client, "during", 3).await;
     assert_eq!(
         summary(&running.next_event(WITHIN).await),
         "ADDED default/during size=3"
     );
-    assert_eq!(
-        running.count_notices(|n| matches!(n, WatchNotice::Retrying { error, .. } if error.contains("InternalError (500)"))),
-        2
-    );
+    assert_eq!(running.retries_with("InternalError (500)"), 2);
     assert_eq!(
         running.count_notices(|n| matches!(n, WatchNotice::Relisted { .. })),
         0
@@ -61,24 +44,16 @@ async fn a_500_at_watch_start_is_retried_and_the_watch_recovers() {
 /// 503 beyond the client's own retries: the watch loop backs off and recovers.
 #[tokio::test]
 async fn a_503_storm_is_ridden_out() {
-    let (sandbox, client) = test_support::sandbox_with_crd(SandboxOptions::default()).await;
-    let mut running = start_watch(client.clone(), test_options());
-    running.until_watching(WITHIN).await;
+    let (sandbox, client, mut running) = watching_a_sandbox(test_options()).await;
     // The client retries a 503 three times itself (Retry-After 0 here); the fifth attempt succeeds.
-    sandbox
-        .faults()
-        .fail_next(5, "watch=true", status(503, "ServiceUnavailable", Some(0)));
-    sandbox.faults().end_all_watches_now();
+    let unavailable = injected(503, "ServiceUnavailable", Some(0));
+    fail_next_watches(&sandbox, 5, unavailable);
     create_cluster(&client, "after-503", 1).await;
     assert_eq!(
         summary(&running.next_event(WITHIN).await),
         "ADDED default/after-503 size=1"
     );
-    assert!(
-        running.count_notices(
-            |n| matches!(n, WatchNotice::Retrying { error, .. } if error.contains("503"))
-        ) >= 1
-    );
+    assert!(running.retries_with("503") >= 1);
     assert_eq!(watch_requests_with_code(&sandbox, 503), 5);
     running.stop().await;
 }
@@ -86,14 +61,9 @@ async fn a_503_storm_is_ridden_out() {
 /// 429 with Retry-After: 1 — the retry waits at least that second.
 #[tokio::test]
 async fn a_429_waits_for_its_retry_after() {
-    let (sandbox, client) = test_support::sandbox_with_crd(SandboxOptions::default()).await;
-    let mut running = start_watch(client.clone(), test_options());
-    running.until_watching(WITHIN).await;
-    sandbox
-        .faults()
-        .fail_next(1, "watch=true", status(429, "TooManyRequests", Some(1)));
+    let (sandbox, client, mut running) = watching_a_sandbox(test_options()).await;
     let started = Instant::now();
-    sandbox.faults().end_all_watches_now();
+    fail_next_watches(&sandbox, 1, injected(429, "TooManyRequests", Some(1)));
     create_cluster(&client, "throttled", 2).await;
     assert_eq!(
         summary(&running.next_event(WITHIN).await),
@@ -112,18 +82,9 @@ async fn a_429_waits_for_its_retry_after() {
 /// delays — a handful of requests, not a hot loop.
 #[tokio::test]
 async fn a_persistent_403_backs_off_and_is_reported() {
-    let (sandbox, client) = test_support::sandbox_with_crd(SandboxOptions::default()).await;
-    let mut running = start_watch(client.clone(), test_options());
-    running.until_watching(WITHIN).await;
-    sandbox
-        .faults()
-        .fail_next(1000, "watch=true", status(403, "Forbidden", None));
-    sandbox.faults().end_all_watches_now();
-    running
-        .notice(WITHIN, "forbidden reported", |n| {
-            matches!(n, WatchNotice::Retrying { error, .. } if error.contains("Forbidden (403)"))
-        })
-        .await;
+    let (sandbox, _client, mut running) = watching_a_sandbox(test_options()).await;
+    fail_next_watches(&sandbox, 1000, injected(403, "Forbidden", None));
+    running.retrying_with(WITHIN, "Forbidden (403)").await;
     tokio::time::sleep(Duration::from_secs(2)).await; // the measurement window
     let forbidden = watch_requests_with_code(&sandbox, 403);
     // 100 ms, 200, 400, 800, 1000 (±20 %) → about 5 attempts in 2 s.
@@ -154,18 +115,13 @@ async fn a_404_on_the_first_list_is_retried() {
     create_cluster(&client, "early", 3).await;
     sandbox
         .faults()
-        .fail_next(2, "/postgresclusters", status(404, "NotFound", None));
+        .fail_next(2, "/postgresclusters", injected(404, "NotFound", None));
     let mut running = start_watch(client.clone(), test_options());
     assert_eq!(
         summary(&running.next_event(WITHIN).await),
         "ADDED default/early size=3"
     );
-    assert_eq!(
-        running.count_notices(
-            |n| matches!(n, WatchNotice::Retrying { error, .. } if error.contains("NotFound (404)"))
-        ),
-        2
-    );
+    assert_eq!(running.retries_with("NotFound (404)"), 2);
     running.stop().await;
 }
 
@@ -207,14 +163,7 @@ async fn a_401_after_token_rotation_rereads_the_token_file() {
         "the old token was refused on a watch"
     );
     // (A "watch ended at once" retry can appear: the test ends the first watch right after it began.)
-    assert_eq!(
-        running.count_notices(
-            |n| matches!(n, WatchNotice::Retrying { error, .. } if error.contains("401"))
-        ),
-        0,
-        "{:#?}",
-        running.notices
-    );
+    assert_eq!(running.retries_with("401"), 0, "{:#?}", running.notices);
     assert_eq!(
         running.count_notices(|n| matches!(n, WatchNotice::Relisted { .. })),
         0

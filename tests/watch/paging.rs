@@ -6,14 +6,13 @@
 //! WORKSHOP.md, step 02 ("Listing in pages"). Against the sandbox, and a scripted server for the
 //! expired token.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crate::support::*;
-use postgres_operator::api::object_path;
-use postgres_operator::client::{Client, Patch};
+use postgres_operator::client::Client;
 use postgres_operator::watch::{RelistReason, WatchNotice};
 use sandbox::{Sandbox, SandboxOptions};
-use test_support::plain_client;
 
 const WITHIN: Duration = Duration::from_secs(20);
 /// More than two pages of 500.
@@ -36,14 +35,40 @@ async fn sandbox_with_clusters(count: usize) -> (Sandbox, Client) {
     (sandbox, client)
 }
 
-/// The list requests the sandbox answered, oldest first (watches and writes left out).
+/// The paths of the list requests the sandbox answered, oldest first.
 fn list_requests(sandbox: &Sandbox) -> Vec<String> {
-    sandbox
-        .requests()
-        .into_iter()
-        .filter(|r| r.verb == "list" && r.resource == "postgresclusters")
-        .map(|r| r.path)
-        .collect()
+    let lists = cluster_requests(sandbox, "list");
+    lists.into_iter().map(|r| r.path).collect()
+}
+
+/// A scripted server whose first list breaks off after its first page: the first list request
+/// gets `first_page` (continue token `page-2-of-rv-10`), and the request for the page after it
+/// gets `broken`. Every later list gets `fresh_first_page`, then `fresh_last_page` for the page
+/// after that. Watches stay open and quiet; a list without `limit=500` is refused.
+async fn first_list_breaks_off(
+    first_page: String,
+    broken: Reply,
+    fresh_first_page: String,
+    fresh_last_page: String,
+) -> ScriptedServer {
+    // Two first-page requests look alike: the server tells them apart by counting.
+    let first_pages = AtomicUsize::new(0);
+    scripted_server(move |_, path| {
+        if is_watch(path) {
+            Reply::quiet()
+        } else if !path.contains("limit=500") {
+            Reply::status(400, "unpaged list")
+        } else if path.contains("continue=page-2-of-rv-10") {
+            broken.clone()
+        } else if path.contains("continue=") {
+            Reply::status(200, &fresh_last_page)
+        } else if first_pages.fetch_add(1, Ordering::SeqCst) == 0 {
+            Reply::status(200, &first_page)
+        } else {
+            Reply::status(200, &fresh_first_page)
+        }
+    })
+    .await
 }
 
 /// 1,200 objects arrive as 1,200 ADDED events, listed in three requests: `limit=500`, then two
@@ -60,11 +85,7 @@ async fn a_large_collection_is_listed_in_pages_of_500() {
         names.insert(event.object().key());
     }
     assert_eq!(names.len(), OBJECTS, "each object exactly once");
-    let listed = running
-        .notice(WITHIN, "listed", |n| {
-            matches!(n, WatchNotice::Listed { .. })
-        })
-        .await;
+    let listed = running.listed(WITHIN).await;
     assert_eq!(
         listed,
         WatchNotice::Listed {
@@ -72,11 +93,7 @@ async fn a_large_collection_is_listed_in_pages_of_500() {
             count: OBJECTS
         }
     );
-    running
-        .notice(WITHIN, "watching", |n| {
-            matches!(n, WatchNotice::Watching { resource_version: rv } if *rv == resource_version)
-        })
-        .await;
+    running.watching_from(WITHIN, &resource_version).await;
 
     let lists = list_requests(&sandbox);
     assert_eq!(lists.len(), 3, "three pages: {lists:#?}");
@@ -137,28 +154,8 @@ async fn a_paged_relist_reports_only_the_changes() {
     running.until_watching(WITHIN).await;
 
     // While the watch is down ...
-    sandbox.faults().fail_next(
-        2,
-        "watch=true",
-        sandbox::InjectedFault::Status {
-            code: 500,
-            reason: "InternalError".into(),
-            retry_after_seconds: None,
-        },
-    );
-    sandbox.faults().end_all_watches_now();
-    let _: serde_json::Value = client
-        .delete(&object_path("default", "pg-0003"))
-        .await
-        .expect("delete pg-0003");
-    let _: serde_json::Value = client
-        .patch(
-            &object_path("default", "pg-1100"),
-            &Patch::Merge(serde_json::json!({"spec": {"size": 5}})),
-        )
-        .await
-        .expect("resize pg-1100");
-    create_cluster(&client, "pg-9999", 4).await;
+    fail_next_watches(&sandbox, 2, injected(500, "InternalError", None));
+    delete_resize_create(&client, "pg-0003", "pg-1100", "pg-9999").await;
     // ... its resourceVersion is compacted away: the next watch gets 410 and relists.
     sandbox.faults().compact_history();
     let lists_before = list_requests(&sandbox).len();
@@ -173,28 +170,15 @@ async fn a_paged_relist_reports_only_the_changes() {
             "MODIFIED default/pg-1100 size=5",
         ]
     );
-    let relisted = running
-        .notice(WITHIN, "relisted", |n| {
-            matches!(n, WatchNotice::Relisted { .. })
-        })
-        .await;
-    let WatchNotice::Relisted {
-        why: RelistReason::Expired { .. },
-        added: 1,
-        modified: 1,
-        deleted: 1,
-        ..
-    } = relisted
-    else {
-        panic!("expected an Expired relist with 1 added, 1 modified, 1 deleted: {relisted:?}")
-    };
+    let relist = running.relisted(WITHIN).await;
+    assert!(
+        matches!(relist.why, RelistReason::Expired { .. }) && relist.changes == (1, 1, 1),
+        "expected an Expired relist with 1 added, 1 modified, 1 deleted: {relist:?}"
+    );
     let relist_pages = &list_requests(&sandbox)[lists_before..];
     assert_eq!(relist_pages.len(), 3, "{relist_pages:#?}");
     assert!(relist_pages[1].contains("continue="));
-    assert!(
-        running.no_event_for(Duration::from_millis(300)).await,
-        "nothing handed over twice"
-    );
+    running.assert_nothing_twice().await;
     running.stop().await;
 }
 
@@ -203,44 +187,30 @@ async fn a_paged_relist_reports_only_the_changes() {
 /// relist: the first page's object, already handed over, comes again only as MODIFIED; no backoff.
 #[tokio::test]
 async fn an_expired_continue_token_starts_a_fresh_list() {
-    let expired = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.","reason":"Expired","code":410}"#;
-    let page = |rv: &str, token: &str, items: &[serde_json::Value]| {
-        serde_json::json!({
-            "apiVersion": "workshop.example.com/v1", "kind": "PostgresClusterList",
-            "metadata": {"resourceVersion": rv, "continue": token}, "items": items
-        })
-        .to_string()
-    };
-    // Two first-page requests look alike: the server tells them apart by counting.
-    let calls = std::sync::atomic::AtomicUsize::new(0);
-    let first_page = page("10", "page-2-of-rv-10", &[object("a", "uid-a", "5", 1)]);
-    let fresh_first_page = page("20", "page-2-of-rv-20", &[object("a", "uid-a", "15", 3)]);
-    let fresh_last_page = page("20", "", &[object("b", "uid-b", "16", 2)]);
-    let server = scripted_server(move |_, path| {
-        let json = |code: u16, body: &str| Reply::Json {
-            code,
-            body: body.to_string(),
-        };
-        if path.contains("watch=true") {
-            return Reply::quiet();
-        }
-        if !path.contains("limit=500") {
-            return json(400, "unpaged list");
-        }
-        if path.contains("continue=page-2-of-rv-10") {
-            return json(410, expired);
-        }
-        if path.contains("continue=page-2-of-rv-20") {
-            return json(200, &fresh_last_page);
-        }
-        match calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) {
-            0 => json(200, &first_page),
-            _ => json(200, &fresh_first_page),
-        }
-    })
+    let expired = status_json(
+        410,
+        "Expired",
+        "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.",
+    );
+    let server = first_list_breaks_off(
+        list_page(
+            "10",
+            "page-2-of-rv-10",
+            None,
+            &[object("a", "uid-a", "5", 1)],
+        ),
+        Reply::status(410, &expired),
+        list_page(
+            "20",
+            "page-2-of-rv-20",
+            None,
+            &[object("a", "uid-a", "15", 3)],
+        ),
+        list_page("20", "", None, &[object("b", "uid-b", "16", 2)]),
+    )
     .await;
 
-    let mut running = start_watch(plain_client(&server.url), test_options());
+    let mut running = watch_scripted(&server);
     let events = running.next_summaries(3, WITHIN).await;
     assert_eq!(
         events,
@@ -251,13 +221,7 @@ async fn an_expired_continue_token_starts_a_fresh_list() {
         ],
         "the first page as it came, then what the fresh list found different"
     );
-    running
-        .notice(
-            WITHIN,
-            "watching from 20",
-            |n| matches!(n, WatchNotice::Watching { resource_version } if resource_version == "20"),
-        )
-        .await;
+    running.watching_from(WITHIN, "20").await;
     assert_eq!(
         running.notices[0],
         WatchNotice::Listed {
@@ -288,10 +252,7 @@ async fn an_expired_continue_token_starts_a_fresh_list() {
         0,
         "an expired continue token is not a failure"
     );
-    assert!(
-        running.no_event_for(Duration::from_millis(300)).await,
-        "nothing handed over twice"
-    );
+    running.assert_nothing_twice().await;
     let paths = server.paths();
     let lists: Vec<&String> = paths.iter().filter(|p| !p.contains("watch=true")).collect();
     assert_eq!(lists.len(), 4, "{lists:#?}");
@@ -310,43 +271,26 @@ async fn an_expired_continue_token_starts_a_fresh_list() {
 /// says "Watch version" once and then that the list was redone.
 #[tokio::test]
 async fn a_first_list_that_fails_halfway_is_finished_by_a_relist() {
-    let internal = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"etcd leader changed","reason":"InternalError","code":500}"#;
-    let calls = std::sync::atomic::AtomicUsize::new(0);
-    let first_page = list_page(
-        "10",
-        "page-2-of-rv-10",
-        Some(2),
-        &[object("a", "uid-a", "5", 1), object("b", "uid-b", "6", 1)],
-    );
-    let relist_first_page = list_page(
-        "12",
-        "page-2-of-rv-12",
-        Some(1),
-        &[object("a", "uid-a", "5", 1)],
-    );
-    let relist_last_page = list_page("12", "", None, &[object("c", "uid-c", "11", 2)]);
-    let server = scripted_server(move |_, path| {
-        let json = |code: u16, body: &str| Reply::Json {
-            code,
-            body: body.to_string(),
-        };
-        if path.contains("watch=true") {
-            return Reply::quiet();
-        }
-        if path.contains("continue=page-2-of-rv-10") {
-            return json(500, internal);
-        }
-        if path.contains("continue=page-2-of-rv-12") {
-            return json(200, &relist_last_page);
-        }
-        match calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) {
-            0 => json(200, &first_page),
-            _ => json(200, &relist_first_page),
-        }
-    })
+    let internal = status_json(500, "InternalError", "etcd leader changed");
+    let server = first_list_breaks_off(
+        list_page(
+            "10",
+            "page-2-of-rv-10",
+            Some(2),
+            &[object("a", "uid-a", "5", 1), object("b", "uid-b", "6", 1)],
+        ),
+        Reply::status(500, &internal),
+        list_page(
+            "12",
+            "page-2-of-rv-12",
+            Some(1),
+            &[object("a", "uid-a", "5", 1)],
+        ),
+        list_page("12", "", None, &[object("c", "uid-c", "11", 2)]),
+    )
     .await;
 
-    let mut running = start_watch(plain_client(&server.url), test_options());
+    let mut running = watch_scripted(&server);
     let events = running.next_summaries(4, WITHIN).await;
     assert_eq!(
         events,
@@ -357,17 +301,8 @@ async fn a_first_list_that_fails_halfway_is_finished_by_a_relist() {
             "ADDED default/c size=2",
         ]
     );
-    running
-        .notice(
-            WITHIN,
-            "watching from 12",
-            |n| matches!(n, WatchNotice::Watching { resource_version } if resource_version == "12"),
-        )
-        .await;
-    assert!(
-        running.no_event_for(Duration::from_millis(300)).await,
-        "nothing handed over twice"
-    );
+    running.watching_from(WITHIN, "12").await;
+    running.assert_nothing_twice().await;
     let notices = running.notices.clone();
     assert_eq!(
         notices[0],

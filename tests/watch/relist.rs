@@ -6,13 +6,9 @@
 use std::time::Duration;
 
 use crate::support::*;
-use postgres_operator::api::object_path;
-use postgres_operator::client::Patch;
 use postgres_operator::watch::backoff::BackoffPolicy;
 use postgres_operator::watch::{RelistReason, WatchNotice, WatchOptions};
-use sandbox::{InjectedFault, SandboxOptions};
-
-const WITHIN: Duration = Duration::from_secs(10);
+use sandbox::SandboxOptions;
 
 fn slow_backoff() -> WatchOptions {
     WatchOptions {
@@ -22,14 +18,6 @@ fn slow_backoff() -> WatchOptions {
             ..BackoffPolicy::default()
         },
         ..test_options()
-    }
-}
-
-fn server_error(code: u16, reason: &str) -> InjectedFault {
-    InjectedFault::Status {
-        code,
-        reason: reason.into(),
-        retry_after_seconds: None,
     }
 }
 
@@ -55,22 +43,8 @@ async fn deletes_during_an_outage_are_reported_after_the_expired_relist() {
     running.until_watching(WITHIN).await;
 
     // Outage: the next two watch attempts fail (300 ms + 600 ms of backoff), and meanwhile ...
-    sandbox
-        .faults()
-        .fail_next(2, "watch=true", server_error(500, "InternalError"));
-    sandbox.faults().end_all_watches_now();
-    let _: serde_json::Value = client
-        .delete(&object_path("default", "b"))
-        .await
-        .expect("delete b");
-    let _: serde_json::Value = client
-        .patch(
-            &object_path("default", "a"),
-            &Patch::Merge(serde_json::json!({"spec": {"size": 5}})),
-        )
-        .await
-        .expect("resize a");
-    create_cluster(&client, "d", 4).await;
+    fail_next_watches(&sandbox, 2, injected(500, "InternalError", None));
+    delete_resize_create(&client, "b", "a", "d").await;
     // ... etcd compacts: the old resourceVersion is gone, the next watch gets 410 Expired.
     sandbox.faults().compact_history();
 
@@ -84,45 +58,22 @@ async fn deletes_during_an_outage_are_reported_after_the_expired_relist() {
             "MODIFIED default/a size=5"
         ]
     );
-    let relisted = running
-        .notice(WITHIN, "relisted", |n| {
-            matches!(n, WatchNotice::Relisted { .. })
-        })
-        .await;
-    let WatchNotice::Relisted {
-        why: RelistReason::Expired { status },
-        added,
-        modified,
-        deleted,
-        ..
-    } = relisted
-    else {
-        panic!("expected an Expired relist, got {relisted:?}")
+    let relist = running.relisted(WITHIN).await;
+    let RelistReason::Expired { status } = &relist.why else {
+        panic!("expected an Expired relist, got {relist:?}")
     };
     assert_eq!((status.code, status.reason.as_str()), (410, "Expired"));
-    assert_eq!((added, modified, deleted), (1, 1, 1));
-    assert!(
-        running.count_notices(
-            |n| matches!(n, WatchNotice::Retrying { error, .. } if error.contains("500"))
-        ) >= 2
-    );
-    assert!(
-        running.no_event_for(Duration::from_millis(300)).await,
-        "nothing handed over twice"
-    );
+    assert_eq!(relist.changes, (1, 1, 1));
+    assert!(running.retries_with("500") >= 2);
+    running.assert_nothing_twice().await;
     running.stop().await;
 }
 
 /// An HTTP 410 at watch start (not in-stream) relists too, instead of killing the process.
 #[tokio::test]
 async fn http_410_from_the_api_server_relists() {
-    let (sandbox, client) = test_support::sandbox_with_crd(SandboxOptions::default()).await;
-    let mut running = start_watch(client.clone(), test_options());
-    running.until_watching(WITHIN).await;
-    sandbox
-        .faults()
-        .fail_next(1, "watch=true", server_error(410, "Expired"));
-    sandbox.faults().end_all_watches_now();
+    let (sandbox, client, mut running) = watching_a_sandbox(test_options()).await;
+    fail_next_watches(&sandbox, 1, injected(410, "Expired", None));
     running
         .notice(WITHIN, "relisted", |n| {
             matches!(n, WatchNotice::Relisted { why: RelistReason::Expired { status }, .. } if status.code == 410)
@@ -140,13 +91,11 @@ async fn http_410_from_the_api_server_relists() {
 /// through the relist; memory never holds the whole event.
 #[tokio::test]
 async fn an_oversize_event_relists_and_the_object_arrives_through_the_list() {
-    let (_sandbox, client) = test_support::sandbox_with_crd(SandboxOptions::default()).await;
     let options = WatchOptions {
         max_event_bytes: 4096,
         ..test_options()
     };
-    let mut running = start_watch(client.clone(), options);
-    running.until_watching(WITHIN).await;
+    let (_sandbox, client, mut running) = watching_a_sandbox(options).await;
     let mut body = cluster_json("big", 3);
     body["metadata"]["annotations"]["blob"] = serde_json::Value::String("é".repeat(8000));
     let _: serde_json::Value = client
@@ -157,21 +106,10 @@ async fn an_oversize_event_relists_and_the_object_arrives_through_the_list() {
         summary(&running.next_event(WITHIN).await),
         "ADDED default/big size=3"
     );
-    let relisted = running
-        .notice(WITHIN, "relisted", |n| {
-            matches!(n, WatchNotice::Relisted { .. })
-        })
-        .await;
+    let relist = running.relisted(WITHIN).await;
     assert!(
-        matches!(
-            relisted,
-            WatchNotice::Relisted {
-                why: RelistReason::EventTooLarge { limit: 4096 },
-                added: 1,
-                ..
-            }
-        ),
-        "{relisted:?}"
+        matches!(relist.why, RelistReason::EventTooLarge { limit: 4096 }) && relist.changes.0 == 1,
+        "{relist:?}"
     );
     running.stop().await;
 }

@@ -12,14 +12,10 @@ use postgres_operator::watch::{ResumeReason, WatchNotice};
 use sandbox::{Sandbox, SandboxOptions};
 use test_support::plain_client;
 
-const WITHIN: Duration = Duration::from_secs(10);
-
 /// The resourceVersion each watch request of ours asked for, in order.
 fn watch_versions(sandbox: &Sandbox) -> Vec<String> {
-    sandbox
-        .requests()
+    cluster_requests(sandbox, "watch")
         .into_iter()
-        .filter(|r| r.verb == "watch" && r.resource == "postgresclusters")
         .map(|r| {
             r.path
                 .split(['?', '&'])
@@ -31,11 +27,7 @@ fn watch_versions(sandbox: &Sandbox) -> Vec<String> {
 }
 
 fn list_count(sandbox: &Sandbox) -> usize {
-    sandbox
-        .requests()
-        .iter()
-        .filter(|r| r.verb == "list" && r.resource == "postgresclusters")
-        .count()
+    cluster_requests(sandbox, "list").len()
 }
 
 /// Watches that end after every event are resumed from the last event's resourceVersion: one
@@ -60,15 +52,8 @@ async fn clean_end_of_stream_resumes_from_the_last_rv_without_relist_or_duplicat
             format!("ADDED default/{name} size={size}")
         );
     }
-    running
-        .notice(WITHIN, "watching from d's RV", |n| {
-            matches!(n, WatchNotice::Watching { resource_version } if *resource_version == versions[2])
-        })
-        .await;
-    assert!(
-        running.no_event_for(Duration::from_millis(300)).await,
-        "no duplicates"
-    );
+    running.watching_from(WITHIN, &versions[2]).await;
+    running.assert_nothing_twice().await;
     assert_eq!(list_count(&sandbox), 1, "a clean end never relists");
     let watched = watch_versions(&sandbox);
     assert!(!watched.contains(&"0".to_string()) && !watched.contains(&String::new()));
@@ -96,11 +81,7 @@ async fn bookmarks_advance_the_resource_version() {
     };
     let (sandbox, client) = test_support::sandbox_with_crd(options).await;
     let mut running = start_watch(client.clone(), test_options());
-    let listed = running
-        .notice(WITHIN, "listed", |n| {
-            matches!(n, WatchNotice::Listed { .. })
-        })
-        .await;
+    let listed = running.listed(WITHIN).await;
     let WatchNotice::Listed {
         resource_version: listed_rv,
         ..
@@ -176,11 +157,7 @@ async fn connection_refused_then_recovery() {
     first.shutdown().await;
 
     let mut running = start_watch(plain_client(&format!("http://{addr}")), test_options());
-    running
-        .notice(WITHIN, "retrying after refused", |n| {
-            matches!(n, WatchNotice::Retrying { error, .. } if error.contains("cannot connect"))
-        })
-        .await;
+    running.retrying_with(WITHIN, "cannot connect").await;
 
     let options = SandboxOptions {
         listen: addr,
@@ -192,11 +169,7 @@ async fn connection_refused_then_recovery() {
         summary(&running.next_event(WITHIN).await),
         "ADDED default/back size=3"
     );
-    running
-        .notice(WITHIN, "listed", |n| {
-            matches!(n, WatchNotice::Listed { .. })
-        })
-        .await;
+    running.listed(WITHIN).await;
     assert!(collection_path("default").ends_with("postgresclusters"));
     running.stop().await;
     second.shutdown().await;
@@ -205,9 +178,7 @@ async fn connection_refused_then_recovery() {
 /// On shutdown the watch task ends promptly, mid-watch.
 #[tokio::test]
 async fn shutdown_ends_the_watch_task() {
-    let (_sandbox, client) = test_support::sandbox_with_crd(SandboxOptions::default()).await;
-    let mut running = start_watch(client, test_options());
-    running.until_watching(WITHIN).await;
+    let (_sandbox, _client, running) = watching_a_sandbox(test_options()).await;
     running.stop().await;
 }
 

@@ -28,6 +28,16 @@ impl Xorshift {
 /// (uid, resourceVersion, size) per `namespace/name`.
 type Beliefs = BTreeMap<String, (String, String, i64)>;
 
+/// What the consumer believes of one object: its uid, resourceVersion and size.
+fn belief(object: &PostgresCluster) -> (String, String, i64) {
+    let meta = &object.metadata;
+    (
+        meta.uid.clone(),
+        meta.resource_version.clone(),
+        object.spec.size,
+    )
+}
+
 /// Apply one event to the consumer's beliefs, checking it makes sense given what came before:
 /// ADDED only for unknown names, MODIFIED/DELETED only for known ones (same uid), MODIFIED only
 /// with a new resourceVersion, and no (type, name, resourceVersion) ever twice.
@@ -37,45 +47,26 @@ fn apply(beliefs: &mut Beliefs, seen: &mut HashSet<String>, event: &Event<Postgr
     let meta = &object.metadata;
     let id = format!("{} {key} {}", event.type_name(), meta.resource_version);
     assert!(seen.insert(id.clone()), "handed over twice: {id}");
-    match event {
-        Event::Added(_) => {
-            assert!(
-                !beliefs.contains_key(&key),
-                "ADDED for a name already known: {id}"
-            );
-            beliefs.insert(
-                key,
-                (
-                    meta.uid.clone(),
-                    meta.resource_version.clone(),
-                    object.spec.size,
-                ),
-            );
-        }
-        Event::Modified(_) => {
-            let known = beliefs
-                .get(&key)
-                .unwrap_or_else(|| panic!("MODIFIED for an unknown name: {id}"));
-            assert_eq!(known.0, meta.uid, "MODIFIED of another incarnation: {id}");
-            assert_ne!(
-                known.1, meta.resource_version,
-                "MODIFIED without change: {id}"
-            );
-            beliefs.insert(
-                key,
-                (
-                    meta.uid.clone(),
-                    meta.resource_version.clone(),
-                    object.spec.size,
-                ),
-            );
-        }
-        Event::Deleted(_) => {
-            let known = beliefs
-                .remove(&key)
-                .unwrap_or_else(|| panic!("DELETED for an unknown name: {id}"));
-            assert_eq!(known.0, meta.uid, "DELETED of another incarnation: {id}");
-        }
+    if let Event::Added(_) = event {
+        assert!(
+            !beliefs.contains_key(&key),
+            "ADDED for a name already known: {id}"
+        );
+        beliefs.insert(key, belief(object));
+        return;
+    }
+    // MODIFIED and DELETED: only for a known name, and the same incarnation of it.
+    let kind = event.type_name();
+    let known = beliefs
+        .remove(&key)
+        .unwrap_or_else(|| panic!("{kind} for an unknown name: {id}"));
+    assert_eq!(known.0, meta.uid, "{kind} of another incarnation: {id}");
+    if let Event::Modified(_) = event {
+        assert_ne!(
+            known.1, meta.resource_version,
+            "MODIFIED without change: {id}"
+        );
+        beliefs.insert(key, belief(object));
     }
 }
 
@@ -87,16 +78,7 @@ async fn server_state(client: &Client) -> Beliefs {
     let list: List = client.get(&collection_path("default")).await.expect("list");
     list.items
         .into_iter()
-        .map(|c| {
-            (
-                c.key(),
-                (
-                    c.metadata.uid.clone(),
-                    c.metadata.resource_version.clone(),
-                    c.spec.size,
-                ),
-            )
-        })
+        .map(|c| (c.key(), belief(&c)))
         .collect()
 }
 

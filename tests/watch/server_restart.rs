@@ -5,20 +5,15 @@
 //! silently with a ghost object.
 //!
 //! WORKSHOP.md, step 02 ("The state machine that never loses its place"). The byte-level cases run against the scripted
-//! server in `watch_support`; the restart runs against two sandboxes on the same address.
+//! server in `support.rs`; the restart runs against two sandboxes on the same address.
 
-use std::time::Duration;
-
-use crate::support::*;
-use bytes::Bytes;
 use postgres_operator::api::object_path;
 use postgres_operator::client::{Client, Patch};
 use postgres_operator::watch::{RelistReason, WatchNotice};
 use sandbox::{Sandbox, SandboxOptions};
 use test_support::plain_client;
-use tokio_util::sync::CancellationToken;
 
-const WITHIN: Duration = Duration::from_secs(10);
+use crate::support::*;
 
 /// What kube-apiserver sends for a watch from a resourceVersion it has not reached
 /// (`storage.NewTooLargeResourceVersionError`, reason Timeout, retry after 1 s).
@@ -27,48 +22,24 @@ const TOO_LARGE: &str = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"sta
 /// What kube-apiserver sends for a collection whose type it does not serve.
 const NOT_FOUND: &str = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"the server could not find the requested resource","reason":"NotFound","details":{},"code":404}"#;
 
-fn is_watch(path: &str) -> bool {
-    path.contains("watch=true")
-}
-
-/// How the scripted server refuses the watch from the old resourceVersion.
-#[derive(Clone, Copy)]
-enum Refusal {
-    /// As the HTTP status of the watch request.
-    Http { code: u16, body: &'static str },
-    /// HTTP 200, then one `ERROR` event and the end of the stream: what the watch cache sends.
-    InStream { status: &'static str },
-}
-
-/// Before: `a` and `ghost`, current at RV 11. The watch from 11 is refused; the server now holds
-/// only `a`, current at RV 3. The consumer must get DELETED for the ghost, and the next watch
-/// must start from 3, never from 11 again.
-async fn the_ghost_is_deleted_after(refusal: Refusal) -> Box<postgres_operator::status::Status> {
-    let server = scripted_server(move |index, path| match (index, is_watch(path)) {
-        (0, false) => Reply::list(
+/// Before: `a` and `ghost`, current at RV 11. The watch from 11 is refused with `refusal` (as
+/// the HTTP status of the watch request, or as HTTP 200 and one `ERROR` event, which is what the
+/// watch cache sends); the server now holds only `a`, current at RV 3. The consumer must get
+/// DELETED for the ghost, and the next watch must start from 3, never from 11 again.
+async fn the_ghost_is_deleted_after(refusal: Reply) -> Box<postgres_operator::status::Status> {
+    let server = lists_and_a_watch(
+        Reply::list(
             "11",
             &[
                 object("a", "uid-a", "2", 1),
                 object("ghost", "uid-g", "11", 3),
             ],
         ),
-        (_, false) => Reply::list("3", &[object("a", "uid-a", "2", 1)]),
-        (1, true) => match refusal {
-            Refusal::Http { code, body } => Reply::Json {
-                code,
-                body: body.to_string(),
-            },
-            Refusal::InStream { status } => Reply::Chunks {
-                chunks: vec![Bytes::from(format!(
-                    "{{\"type\":\"ERROR\",\"object\":{status}}}\n"
-                ))],
-                hold_open: false,
-            },
-        },
-        _ => Reply::quiet(),
-    })
+        Reply::list("3", &[object("a", "uid-a", "2", 1)]),
+        refusal,
+    )
     .await;
-    let mut running = start_watch(plain_client(&server.url), test_options());
+    let mut running = watch_scripted(&server);
     assert_eq!(
         running.next_summaries(2, WITHIN).await,
         vec!["ADDED default/a size=1", "ADDED default/ghost size=3"]
@@ -77,33 +48,13 @@ async fn the_ghost_is_deleted_after(refusal: Refusal) -> Box<postgres_operator::
         summary(&running.next_event(WITHIN).await),
         "DELETED default/ghost size=3"
     );
-    let relisted = running
-        .notice(WITHIN, "relisted", |n| {
-            matches!(n, WatchNotice::Relisted { .. })
-        })
-        .await;
-    let WatchNotice::Relisted {
-        why,
-        resource_version,
-        added,
-        modified,
-        deleted,
-    } = relisted
-    else {
-        unreachable!("matched above")
-    };
+    let relist = running.relisted(WITHIN).await;
     assert_eq!(
-        (resource_version.as_str(), added, modified, deleted),
-        ("3", 0, 0, 1),
+        (relist.resource_version.as_str(), relist.changes),
+        ("3", (0, 0, 1)),
         "only the ghost changed"
     );
-    running
-        .notice(
-            WITHIN,
-            "watching from the new list",
-            |n| matches!(n, WatchNotice::Watching { resource_version } if resource_version == "3"),
-        )
-        .await;
+    running.watching_from(WITHIN, "3").await;
     assert_eq!(
         running.count_notices(|n| matches!(n, WatchNotice::Retrying { .. })),
         1,
@@ -119,7 +70,7 @@ async fn the_ghost_is_deleted_after(refusal: Refusal) -> Box<postgres_operator::
         "the old resourceVersion is never retried"
     );
     running.stop().await;
-    match why {
+    match relist.why {
         RelistReason::AheadOfServer { status } | RelistReason::CollectionNotFound { status } => {
             status
         }
@@ -130,11 +81,7 @@ async fn the_ghost_is_deleted_after(refusal: Refusal) -> Box<postgres_operator::
 /// HTTP 504 "Too large resource version" at watch start: back off, relist, DELETED for the ghost.
 #[tokio::test]
 async fn http_504_too_large_resource_version_relists() {
-    let status = the_ghost_is_deleted_after(Refusal::Http {
-        code: 504,
-        body: TOO_LARGE,
-    })
-    .await;
+    let status = the_ghost_is_deleted_after(Reply::status(504, TOO_LARGE)).await;
     assert_eq!((status.code, status.reason.as_str()), (504, "Timeout"));
 }
 
@@ -142,17 +89,15 @@ async fn http_504_too_large_resource_version_relists() {
 /// waiting 3 s for the resourceVersion: relist, DELETED for the ghost.
 #[tokio::test]
 async fn in_stream_504_too_large_resource_version_relists() {
-    let status = the_ghost_is_deleted_after(Refusal::InStream { status: TOO_LARGE }).await;
+    let status = the_ghost_is_deleted_after(Reply::once(error_line(TOO_LARGE))).await;
     assert!(status.message.starts_with("Too large resource version"));
 }
 
 /// A server before 1.18.6 gave no cause type, only the Timeout's message: still recognised.
 #[tokio::test]
 async fn a_too_large_resource_version_without_a_cause_type_relists() {
-    let status = the_ghost_is_deleted_after(Refusal::InStream {
-        status: r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Too large resource version: 11, current: 3","reason":"Timeout","code":504}"#,
-    })
-    .await;
+    let without_cause = status_json(504, "Timeout", "Too large resource version: 11, current: 3");
+    let status = the_ghost_is_deleted_after(Reply::once(error_line(&without_cause))).await;
     assert_eq!(status.code, 504);
 }
 
@@ -160,11 +105,7 @@ async fn a_too_large_resource_version_without_a_cause_type_relists() {
 /// what is left), never watch on from the old resourceVersion.
 #[tokio::test]
 async fn http_404_for_the_collection_relists() {
-    let status = the_ghost_is_deleted_after(Refusal::Http {
-        code: 404,
-        body: NOT_FOUND,
-    })
-    .await;
+    let status = the_ghost_is_deleted_after(Reply::status(404, NOT_FOUND)).await;
     assert_eq!(status.reason, "NotFound");
 }
 
@@ -173,30 +114,11 @@ async fn http_404_for_the_collection_relists() {
 #[tokio::test]
 async fn an_unrelated_504_is_retried_without_a_relist() {
     let timeout = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Timeout: request did not complete within the allotted timeout","reason":"Timeout","details":{},"code":504}"#;
-    let server = scripted_server(move |index, path| match (index, is_watch(path)) {
-        (_, false) => Reply::list("11", &[]),
-        (1, true) => Reply::Json {
-            code: 504,
-            body: timeout.to_string(),
-        },
-        _ => Reply::quiet(),
-    })
-    .await;
-    let mut running = start_watch(plain_client(&server.url), test_options());
-    running
-        .notice(
-            WITHIN,
-            "retrying after the 504",
-            |n| matches!(n, WatchNotice::Retrying { error, .. } if error.contains("504")),
-        )
-        .await;
-    running
-        .notice(
-            WITHIN,
-            "watching again from 11",
-            |n| matches!(n, WatchNotice::Watching { resource_version } if resource_version == "11"),
-        )
-        .await;
+    let list = Reply::list("11", &[]);
+    let server = lists_and_a_watch(list.clone(), list, Reply::status(504, timeout)).await;
+    let mut running = watch_scripted(&server);
+    running.retrying_with(WITHIN, "504").await;
+    running.watching_from(WITHIN, "11").await;
     assert_eq!(
         server.paths().iter().filter(|p| !is_watch(p)).count(),
         1,
@@ -206,9 +128,7 @@ async fn an_unrelated_504_is_retried_without_a_relist() {
 }
 
 async fn start_sandbox(options: SandboxOptions) -> (Sandbox, Client) {
-    let sandbox = Sandbox::start(options, CancellationToken::new())
-        .await
-        .expect("sandbox starts");
+    let sandbox = test_support::start_sandbox_with(options).await;
     let client = plain_client(&sandbox.url());
     (sandbox, client)
 }
@@ -246,11 +166,7 @@ async fn a_restarted_server_without_the_cluster_yields_deleted_not_a_ghost() {
     let old_version = first.resource_version();
     let addr = first.addr();
     first.shutdown().await;
-    running
-        .notice(WITHIN, "retrying while the server is down", |n| {
-            matches!(n, WatchNotice::Retrying { error, .. } if error.contains("cannot connect"))
-        })
-        .await;
+    running.retrying_with(WITHIN, "cannot connect").await;
     let restarted_at = running.count_notices(|_| true);
 
     let (second, client) = start_sandbox(SandboxOptions {
@@ -260,15 +176,9 @@ async fn a_restarted_server_without_the_cluster_yields_deleted_not_a_ghost() {
     .await;
     // Wait until the watch has met the missing type, then move the new server's counter past the
     // old resourceVersion, then install the CRD again.
-    running
-        .notice(
-            WITHIN,
-            "a 404 from the new server",
-            // "(404 NotFound: ..." or "NotFound (404): ...": a bare "404" also matches the
-            // server's port in a "cannot connect" error (127.0.0.1:40441).
-            |n| matches!(n, WatchNotice::Retrying { error, .. } if error.contains("(404")),
-        )
-        .await;
+    // "(404 NotFound: ..." or "NotFound (404): ...": a bare "404" also matches the
+    // server's port in a "cannot connect" error (127.0.0.1:40441).
+    running.retrying_with(WITHIN, "(404").await;
     let old: u64 = old_version.parse().expect("a number");
     let mut filler = 0;
     while revision(&second) <= old {
@@ -287,26 +197,13 @@ async fn a_restarted_server_without_the_cluster_yields_deleted_not_a_ghost() {
         summary(&running.next_event(WITHIN).await),
         "DELETED default/ghost size=6"
     );
-    let relisted = running
-        .notice(WITHIN, "relisted", |n| {
-            matches!(n, WatchNotice::Relisted { .. })
-        })
-        .await;
-    let WatchNotice::Relisted {
-        why: RelistReason::CollectionNotFound { .. },
-        resource_version: relisted_at,
-        deleted: 1,
-        ..
-    } = relisted
-    else {
-        panic!("expected a relist for the 404 with one deletion, got {relisted:?}")
-    };
+    let relist = running.relisted(WITHIN).await;
+    assert!(
+        matches!(relist.why, RelistReason::CollectionNotFound { .. }) && relist.changes.2 == 1,
+        "expected a relist for the 404 with one deletion, got {relist:?}"
+    );
     running
-        .notice(
-            WITHIN,
-            "watching from the relist",
-            |n| matches!(n, WatchNotice::Watching { resource_version } if *resource_version == relisted_at),
-        )
+        .watching_from(WITHIN, &relist.resource_version)
         .await;
     let since_restart = &running.notices[restarted_at..];
     assert!(

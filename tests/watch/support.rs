@@ -7,15 +7,19 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use bytes::Bytes;
-use postgres_operator::api::{collection_path, PostgresCluster};
-use postgres_operator::client::Client;
+use postgres_operator::api::{collection_path, object_path, PostgresCluster};
+use postgres_operator::client::{Client, Patch};
 use postgres_operator::watch::backoff::BackoffPolicy;
 use postgres_operator::watch::{
-    list_then_watch, Event, WatchItem, WatchNotice, WatchOptions, Watcher,
+    list_then_watch, Event, RelistReason, WatchItem, WatchNotice, WatchOptions, Watcher,
 };
+use sandbox::{InjectedFault, RequestRecord, Sandbox, SandboxOptions};
 use test_support::scripted_server;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+
+/// How long a watch test waits for any one event or notice.
+pub const WITHIN: Duration = Duration::from_secs(10);
 
 /// Short timers for tests: watches of 5 s, a quick backoff.
 pub fn test_options() -> WatchOptions {
@@ -32,6 +36,15 @@ pub fn test_options() -> WatchOptions {
     }
 }
 
+/// What a relist reported: a `WatchNotice::Relisted`, unpacked.
+#[derive(Debug)]
+pub struct Relist {
+    pub why: RelistReason,
+    pub resource_version: String,
+    /// (added, modified, deleted): the changes it found and handed over as events.
+    pub changes: (usize, usize, usize),
+}
+
 /// A running watch over `default/postgresclusters`, with everything it hands over recorded.
 pub struct Running {
     pub watcher: Watcher<PostgresCluster>,
@@ -40,6 +53,11 @@ pub struct Running {
     pub notices: Vec<WatchNotice>,
     /// Events read while looking for a notice, not yet taken by `next_event`.
     pending: VecDeque<Event<PostgresCluster>>,
+}
+
+/// A watch with [`test_options`] against a scripted server.
+pub fn watch_scripted(server: &ScriptedServer) -> Running {
+    start_watch(test_support::plain_client(&server.url), test_options())
 }
 
 pub fn start_watch(client: Client, options: WatchOptions) -> Running {
@@ -133,6 +151,14 @@ impl Running {
         false
     }
 
+    /// Assert that no event arrives for 300 ms: all that was due has come, none of it twice.
+    pub async fn assert_nothing_twice(&mut self) {
+        assert!(
+            self.no_event_for(Duration::from_millis(300)).await,
+            "nothing handed over twice"
+        );
+    }
+
     /// Wait for a notice matching `wanted` (earlier ones included), or panic after `within`.
     pub async fn notice(
         &mut self,
@@ -166,6 +192,65 @@ impl Running {
         .await;
     }
 
+    /// Wait for a watch opened from `resource_version`.
+    pub async fn watching_from(&mut self, within: Duration, resource_version: &str) {
+        let what = format!("watching from {resource_version}");
+        self.notice(within, &what, |n| {
+            matches!(n, WatchNotice::Watching { resource_version: rv } if rv == resource_version)
+        })
+        .await;
+    }
+
+    /// Wait for a retry whose error mentions `part`.
+    pub async fn retrying_with(&mut self, within: Duration, part: &str) -> WatchNotice {
+        let what = format!("retrying after {part}");
+        self.notice(
+            within,
+            &what,
+            |n| matches!(n, WatchNotice::Retrying { error, .. } if error.contains(part)),
+        )
+        .await
+    }
+
+    /// Wait for the (first) relist and return what it reported.
+    pub async fn relisted(&mut self, within: Duration) -> Relist {
+        let notice = self
+            .notice(within, "relisted", |n| {
+                matches!(n, WatchNotice::Relisted { .. })
+            })
+            .await;
+        let WatchNotice::Relisted {
+            why,
+            resource_version,
+            added,
+            modified,
+            deleted,
+        } = notice
+        else {
+            unreachable!("matched above")
+        };
+        Relist {
+            why,
+            resource_version,
+            changes: (added, modified, deleted),
+        }
+    }
+
+    /// How many retries so far had an error mentioning `part`.
+    pub fn retries_with(&mut self, part: &str) -> usize {
+        self.count_notices(
+            |n| matches!(n, WatchNotice::Retrying { error, .. } if error.contains(part)),
+        )
+    }
+
+    /// Wait for the (first) list and return its notice.
+    pub async fn listed(&mut self, within: Duration) -> WatchNotice {
+        self.notice(within, "listed", |n| {
+            matches!(n, WatchNotice::Listed { .. })
+        })
+        .await
+    }
+
     pub fn count_notices(&mut self, wanted: impl Fn(&WatchNotice) -> bool) -> usize {
         self.drain();
         self.notices.iter().filter(|n| wanted(n)).count()
@@ -179,6 +264,58 @@ impl Running {
             .expect("the watch task stops promptly on shutdown")
             .expect("the watch task did not panic");
     }
+}
+
+/// A sandbox with the CRD registered, a client for it, and a watch over its clusters with
+/// `options` that has listed and opened its first watch, so a fault injected next hits a live
+/// watch rather than the list.
+pub async fn watching_a_sandbox(options: WatchOptions) -> (Sandbox, Client, Running) {
+    let (sandbox, client) = test_support::sandbox_with_crd(SandboxOptions::default()).await;
+    let mut running = start_watch(client.clone(), options);
+    running.until_watching(WITHIN).await;
+    (sandbox, client, running)
+}
+
+/// A Status answer the sandbox gives instead of serving a request (see [`fail_next_watches`]).
+pub fn injected(code: u16, reason: &str, retry_after_seconds: Option<u32>) -> InjectedFault {
+    InjectedFault::Status {
+        code,
+        reason: reason.into(),
+        retry_after_seconds,
+    }
+}
+
+/// An outage of the watch: the next `times` watch requests get `fault`, and the open watches
+/// end now, so the watch's next request is the first of them.
+pub fn fail_next_watches(sandbox: &Sandbox, times: usize, fault: InjectedFault) {
+    sandbox.faults().fail_next(times, "watch=true", fault);
+    sandbox.faults().end_all_watches_now();
+}
+
+/// The sandbox's requests for PostgresClusters with this verb (`list`, `watch`), oldest first.
+pub fn cluster_requests(sandbox: &Sandbox, verb: &str) -> Vec<RequestRecord> {
+    sandbox
+        .requests()
+        .into_iter()
+        .filter(|r| r.verb == verb && r.resource == "postgresclusters")
+        .collect()
+}
+
+/// What changes while a watch is down, for the relist to report: `gone` is deleted, `resized`
+/// grows to size 5, and `new` is created with size 4.
+pub async fn delete_resize_create(client: &Client, gone: &str, resized: &str, new: &str) {
+    let _: serde_json::Value = client
+        .delete(&object_path("default", gone))
+        .await
+        .expect("delete");
+    let _: serde_json::Value = client
+        .patch(
+            &object_path("default", resized),
+            &Patch::Merge(serde_json::json!({"spec": {"size": 5}})),
+        )
+        .await
+        .expect("resize");
+    create_cluster(client, new, 4).await;
 }
 
 /// Create `default/name` with `size`, through the library's client.
@@ -247,6 +384,69 @@ impl Reply {
             hold_open: false,
         }
     }
+
+    /// A watch that sends `text` in one chunk and then ends.
+    pub fn once(text: impl Into<Bytes>) -> Reply {
+        Reply::Chunks {
+            chunks: vec![text.into()],
+            hold_open: false,
+        }
+    }
+
+    /// `text` cut into chunks of `size` bytes (the last one shorter), then the end of the
+    /// stream, or silence if `hold_open`.
+    pub fn in_chunks(text: &str, size: usize, hold_open: bool) -> Reply {
+        let chunks = text
+            .as_bytes()
+            .chunks(size)
+            .map(Bytes::copy_from_slice)
+            .collect();
+        Reply::Chunks { chunks, hold_open }
+    }
+
+    /// A whole JSON body with this code (a Status, usually).
+    pub fn status(code: u16, body: &str) -> Reply {
+        Reply::Json {
+            code,
+            body: body.to_string(),
+        }
+    }
+}
+
+/// True if the path is a watch request (`watch=true`), not a list.
+pub fn is_watch(path: &str) -> bool {
+    path.contains("watch=true")
+}
+
+/// A [`scripted_server`] for one watch's life: the first list gets `first_list`, every later
+/// list `relist`, the first watch (the second request) `first_watch`, and every later watch
+/// stays open and quiet.
+pub async fn lists_and_a_watch(
+    first_list: Reply,
+    relist: Reply,
+    first_watch: Reply,
+) -> ScriptedServer {
+    scripted_server(move |index, path| match (index, is_watch(path)) {
+        (0, false) => first_list.clone(),
+        (_, false) => relist.clone(),
+        (1, true) => first_watch.clone(),
+        _ => Reply::quiet(),
+    })
+    .await
+}
+
+/// A Kubernetes Failure Status as JSON text, as the API server writes it.
+pub fn status_json(code: u16, reason: &str, message: &str) -> String {
+    serde_json::json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": message, "reason": reason, "code": code,
+    })
+    .to_string()
+}
+
+/// An in-stream `ERROR` event line carrying `status` (a Status as JSON text).
+pub fn error_line(status: &str) -> String {
+    format!("{{\"type\":\"ERROR\",\"object\":{status}}}\n")
 }
 
 /// A [`ScriptedServer`] where `script(index, path)` decides the answer to the index-th request
