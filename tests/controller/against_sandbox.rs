@@ -4,19 +4,11 @@
 
 use std::time::Duration;
 
-use crate::support::{create_owned_pod, sandbox_with_crd, wait_for_line};
+use crate::support::{create_owned_pod, every, sandbox_with_crd, start, Transcript};
 use postgres_operator::controller::pods::{label_selector, PodApi};
-use postgres_operator::controller::{Controller, ControllerOptions};
-use postgres_operator::story::Reporter;
+use postgres_operator::controller::ControllerOptions;
 use postgres_operator::watch::Event;
 use test_support::create_cluster;
-
-fn options(reconcile_interval: Duration) -> ControllerOptions {
-    ControllerOptions {
-        reconcile_interval,
-        ..Default::default()
-    }
-}
 
 /// A tick lists pods by label selector over HTTP and keeps only those the cluster owns: the
 /// sandbox's kubelet moves them from pending to running between two ticks.
@@ -32,39 +24,26 @@ async fn reconcile_sees_owned_pods_go_from_pending_to_running() {
     labelled_alike.metadata.name = "db".into();
     create_owned_pod(&client, &labelled_alike, "not-db-0000").await;
 
-    let (reporter, mut lines) = Reporter::channel();
-    let mut controller = Controller::new(
-        client.clone(),
-        options(Duration::from_millis(300)),
-        reporter,
-    );
+    let (mut controller, mut story) = start(client.clone(), every(Duration::from_millis(300)));
     controller.handle_event(Event::Added(db));
-    let mut seen = Vec::new();
-    let first = wait_for_line(
-        &mut lines,
-        &mut seen,
-        "default/db",
-        "Running:",
-        Duration::from_secs(5),
-    )
-    .await;
+    let first = story
+        .wait_for("default/db", "Running:", Duration::from_secs(5))
+        .await;
     assert_eq!(first.line, "Running: [], pending: [db-0000, db-0001]");
-    wait_for_line(
-        &mut lines,
-        &mut seen,
-        "default/db",
-        "Running: [db-0000, db-0001], pending: []",
-        Duration::from_secs(10),
-    )
-    .await;
-    wait_for_line(
-        &mut lines,
-        &mut seen,
-        "default/db",
-        "PLACEHOLDER: resize from 2 to 3 pods",
-        Duration::from_secs(1),
-    )
-    .await;
+    story
+        .wait_for(
+            "default/db",
+            "Running: [db-0000, db-0001], pending: []",
+            Duration::from_secs(10),
+        )
+        .await;
+    story
+        .wait_for(
+            "default/db",
+            "PLACEHOLDER: resize from 2 to 3 pods",
+            Duration::from_secs(1),
+        )
+        .await;
     controller.shutdown().await;
 }
 
@@ -80,29 +59,18 @@ async fn delete_removes_the_clusters_pods_through_the_api() {
         1
     );
 
-    let (reporter, mut lines) = Reporter::channel();
-    let mut controller = Controller::new(client.clone(), ControllerOptions::default(), reporter);
+    let (mut controller, mut story) = start(client.clone(), ControllerOptions::default());
     controller.handle_event(Event::Added(db.clone()));
     // Only the operator hears of this delete: the object is still in the sandbox, so the garbage
     // collector has no reason to touch the pod. Any deletion is the task's doing.
     controller.handle_event(Event::Deleted(db));
-    let mut seen = Vec::new();
-    wait_for_line(
-        &mut lines,
-        &mut seen,
-        "default/db",
-        "cluster is deleted by the user",
-        Duration::from_secs(5),
-    )
-    .await;
-    wait_for_line(
-        &mut lines,
-        &mut seen,
-        "default/db",
-        "cluster task ended",
-        Duration::from_secs(5),
-    )
-    .await;
+    story
+        .wait_for_each(
+            "default/db",
+            &["cluster is deleted by the user", "cluster task ended"],
+            Duration::from_secs(5),
+        )
+        .await;
     assert!(client
         .list_pods("default", &selector)
         .await
@@ -126,30 +94,16 @@ async fn refused_pod_list_line(code: u16, reason: &str, times: usize) -> String 
             retry_after_seconds: Some(0),
         },
     );
-    let (reporter, mut lines) = Reporter::channel();
-    let mut controller = Controller::new(
-        client.clone(),
-        options(Duration::from_millis(200)),
-        reporter,
-    );
+    let (mut controller, mut story) = start(client.clone(), every(Duration::from_millis(200)));
     controller.handle_event(Event::Added(db));
-    let mut seen = Vec::new();
-    let refused = wait_for_line(
-        &mut lines,
-        &mut seen,
-        "default/db",
-        "reconcile skipped",
-        Duration::from_secs(5),
-    )
-    .await;
-    wait_for_line(
-        &mut lines,
-        &mut seen,
-        "default/db",
-        "Running: [], pending: []",
-        Duration::from_secs(5),
-    )
-    .await;
+    let five_seconds = Duration::from_secs(5);
+    let refused = story
+        .wait_for("default/db", "reconcile skipped", five_seconds)
+        .await;
+    // The task carries on: the next tick lists again.
+    story
+        .wait_for("default/db", "Running: [], pending: []", five_seconds)
+        .await;
     controller.shutdown().await;
     refused.line
 }
@@ -182,37 +136,31 @@ async fn operator_follows_create_resize_delete_end_to_end() {
     let (_sandbox, client) = sandbox_with_crd(Duration::ZERO).await;
     // Exists before the operator starts: it arrives through the list, not the watch.
     let early = create_cluster(&client, "default", "early", 1).await;
-    let (reporter, mut lines) = Reporter::channel();
+    let (reporter, mut story) = Transcript::record();
     let stop = tokio_util::sync::CancellationToken::new();
     let operator = tokio::spawn(postgres_operator::controller::run_operator(
         client.clone(),
-        options(Duration::from_millis(500)),
+        every(Duration::from_millis(500)),
         reporter,
         stop.clone(),
     ));
-    let mut seen = Vec::new();
     let deadline = Duration::from_secs(10);
-    wait_for_line(
-        &mut lines,
-        &mut seen,
-        "default/early",
-        "creating cluster",
-        deadline,
-    )
-    .await;
-    assert!(seen
+    story
+        .wait_for("default/early", "creating cluster", deadline)
+        .await;
+    assert!(story
+        .seen
         .iter()
         .any(|l| l.cluster.is_none() && l.line.starts_with("Watch version: ")));
 
     let db = create_cluster(&client, "default", "db", 3).await;
-    wait_for_line(
-        &mut lines,
-        &mut seen,
-        "default/db",
-        "creating cluster with Spec {size: 3",
-        deadline,
-    )
-    .await;
+    story
+        .wait_for(
+            "default/db",
+            "creating cluster with Spec {size: 3",
+            deadline,
+        )
+        .await;
     let resize = postgres_operator::client::Patch::Merge(serde_json::json!({"spec": {"size": 5}}));
     let _: serde_json::Value = client
         .patch(
@@ -221,38 +169,29 @@ async fn operator_follows_create_resize_delete_end_to_end() {
         )
         .await
         .unwrap();
-    wait_for_line(
-        &mut lines,
-        &mut seen,
-        "default/db",
-        "spec update: from {size: 3, version: 16, paused: false} to {size: 5",
-        deadline,
-    )
-    .await;
+    story
+        .wait_for(
+            "default/db",
+            "spec update: from {size: 3, version: 16, paused: false} to {size: 5",
+            deadline,
+        )
+        .await;
     let _: serde_json::Value = client
         .delete(&postgres_operator::api::object_path("default", "db"))
         .await
         .unwrap();
-    wait_for_line(
-        &mut lines,
-        &mut seen,
-        "default/db",
-        "cluster task ended",
-        deadline,
-    )
-    .await;
+    story
+        .wait_for("default/db", "cluster task ended", deadline)
+        .await;
 
     // The other cluster still ticks after its neighbour is gone.
-    let index = seen.len();
-    wait_for_line(
-        &mut lines,
-        &mut seen,
-        "default/early",
-        "Running: [], pending: []",
-        deadline,
-    )
-    .await;
-    assert!(seen[index..].iter().all(|l| !l.is_about("default/db")));
+    let index = story.seen.len();
+    story
+        .wait_for("default/early", "Running: [], pending: []", deadline)
+        .await;
+    assert!(story.seen[index..]
+        .iter()
+        .all(|l| !l.is_about("default/db")));
 
     stop.cancel();
     let summary = tokio::time::timeout(deadline, operator)

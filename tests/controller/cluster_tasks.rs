@@ -1,44 +1,27 @@
 //! The controller's routing and each cluster task's loop, with an in-memory `PodApi` and paused
 //! tokio time: timers, floods and full channels, without a network. WORKSHOP.md step 03.
-//! (`controller_against_sandbox.rs` runs the same story over real HTTP.)
+//! (`against_sandbox.rs` runs the same story over real HTTP.)
 
 use std::time::Duration;
 
-use crate::support::{cluster, drain, owned_pod, resized, wait_for_line, FakePods};
-use postgres_operator::controller::{Controller, ControllerOptions};
-use postgres_operator::story::Reporter;
+use crate::support::{cluster, every, owned_pod, resized, start, FakePods};
+use postgres_operator::controller::ControllerOptions;
 use postgres_operator::watch::{Event, WatchItem};
 use tokio::sync::mpsc;
 
 const NS: &str = "default";
 const DB: &str = "default/db";
-
-fn options(reconcile_interval: Duration) -> ControllerOptions {
-    ControllerOptions {
-        reconcile_interval,
-        ..Default::default()
-    }
-}
+const SECOND: Duration = Duration::from_secs(1);
 
 /// Creating a cluster runs setup: the workshop's three create lines, spec and status printed plainly.
 #[tokio::test(start_paused = true)]
 async fn added_cluster_is_created_with_the_workshop_lines() {
-    let (reporter, mut lines) = Reporter::channel();
-    let mut controller =
-        Controller::new(FakePods::default(), ControllerOptions::default(), reporter);
+    let (mut controller, mut story) = start(FakePods::default(), ControllerOptions::default());
     controller.handle_event(Event::Added(cluster(NS, "db", 3)));
     assert_eq!(controller.cluster_keys(), vec![DB.to_string()]);
 
-    let mut seen = Vec::new();
-    wait_for_line(
-        &mut lines,
-        &mut seen,
-        DB,
-        "Start cluster",
-        Duration::from_secs(1),
-    )
-    .await;
-    let texts: Vec<&str> = seen.iter().map(|l| l.line.as_str()).collect();
+    story.wait_for(DB, "Start cluster", SECOND).await;
+    let texts: Vec<&str> = story.seen.iter().map(|l| l.line.as_str()).collect();
     assert_eq!(
         texts,
         [
@@ -53,41 +36,27 @@ async fn added_cluster_is_created_with_the_workshop_lines() {
 /// With no pods at all, each tick reports them all dead and asks for disaster recovery, every 8 s.
 #[tokio::test(start_paused = true)]
 async fn reconcile_tick_with_no_pods_calls_for_disaster_recovery() {
-    let (reporter, mut lines) = Reporter::channel();
-    let mut controller =
-        Controller::new(FakePods::default(), ControllerOptions::default(), reporter);
+    let (mut controller, mut story) = start(FakePods::default(), ControllerOptions::default());
     let started = tokio::time::Instant::now();
     controller.handle_event(Event::Added(cluster(NS, "db", 3)));
-    let mut seen = Vec::new();
-    wait_for_line(
-        &mut lines,
-        &mut seen,
-        DB,
-        "Running: [], pending: []",
-        Duration::from_secs(9),
-    )
-    .await;
+    story
+        .wait_for(DB, "Running: [], pending: []", Duration::from_secs(9))
+        .await;
     assert_eq!(
         started.elapsed(),
         Duration::from_secs(8),
         "first tick one interval after setup"
     );
-    wait_for_line(
-        &mut lines,
-        &mut seen,
-        DB,
-        "Trying to recover from a previous backup",
-        Duration::from_secs(1),
-    )
-    .await;
-    wait_for_line(
-        &mut lines,
-        &mut seen,
-        DB,
-        "PLACEHOLDER: disaster recovery!",
-        Duration::from_secs(1),
-    )
-    .await;
+    story
+        .wait_for_each(
+            DB,
+            &[
+                "Trying to recover from a previous backup",
+                "PLACEHOLDER: disaster recovery!",
+            ],
+            SECOND,
+        )
+        .await;
     controller.shutdown().await;
 }
 
@@ -104,18 +73,9 @@ async fn reconcile_counts_only_owned_pods_split_by_phase() {
         // Same labels would not matter: a different owner uid is not ours.
         owned_pod(&other, "other-0000", "Running"),
     ]);
-    let (reporter, mut lines) = Reporter::channel();
-    let mut controller = Controller::new(pods, options(Duration::from_secs(2)), reporter);
+    let (mut controller, mut story) = start(pods, every(Duration::from_secs(2)));
     controller.handle_event(Event::Added(db));
-    let mut seen = Vec::new();
-    let line = wait_for_line(
-        &mut lines,
-        &mut seen,
-        DB,
-        "Running:",
-        Duration::from_secs(3),
-    )
-    .await;
+    let line = story.wait_for(DB, "Running:", Duration::from_secs(3)).await;
     assert_eq!(line.line, "Running: [db-0000, db-0001], pending: [db-0002]");
     controller.shutdown().await;
 }
@@ -126,8 +86,7 @@ async fn paused_cluster_skips_reconcile() {
     let mut db = cluster(NS, "db", 3);
     db.spec.paused = true;
     let pods = FakePods::default();
-    let (reporter, _lines) = Reporter::channel();
-    let mut controller = Controller::new(pods.clone(), options(Duration::from_secs(1)), reporter);
+    let (mut controller, _story) = start(pods.clone(), every(SECOND));
     controller.handle_event(Event::Added(db));
     tokio::time::sleep(Duration::from_secs(10)).await;
     assert_eq!(*pods.lists.lock().unwrap(), 0);
@@ -139,43 +98,20 @@ async fn paused_cluster_skips_reconcile() {
 #[tokio::test(start_paused = true)]
 async fn spec_update_is_logged_and_unchanged_specs_are_ignored() {
     let db = cluster(NS, "db", 3);
-    let (reporter, mut lines) = Reporter::channel();
-    let mut controller =
-        Controller::new(FakePods::default(), ControllerOptions::default(), reporter);
+    let (mut controller, mut story) = start(FakePods::default(), ControllerOptions::default());
     controller.handle_event(Event::Added(db.clone()));
-    let mut seen = Vec::new();
-    wait_for_line(
-        &mut lines,
-        &mut seen,
-        DB,
-        "Start cluster",
-        Duration::from_secs(1),
-    )
-    .await;
+    story.wait_for(DB, "Start cluster", SECOND).await;
 
     let mut relabelled = db.clone();
     relabelled.metadata.resource_version = "42".into();
     controller.handle_event(Event::Modified(relabelled));
     controller.handle_event(Event::Modified(resized(&db, 5)));
-    let line = wait_for_line(
-        &mut lines,
-        &mut seen,
-        DB,
-        "spec update",
-        Duration::from_secs(1),
-    )
-    .await;
+    let line = story.wait_for(DB, "spec update", SECOND).await;
     assert_eq!(
         line.line,
         "spec update: from {size: 3, version: 16, paused: false} to {size: 5, version: 16, paused: false}"
     );
-    drain(&mut lines, &mut seen);
-    assert_eq!(
-        seen.iter()
-            .filter(|l| l.line.starts_with("spec update"))
-            .count(),
-        1
-    );
+    assert_eq!(story.count(|l| l.line.starts_with("spec update")), 1);
     controller.shutdown().await;
 }
 
@@ -184,9 +120,8 @@ async fn spec_update_is_logged_and_unchanged_specs_are_ignored() {
 #[tokio::test(start_paused = true)]
 async fn flood_of_events_does_not_delay_the_reconcile_tick() {
     let db = cluster(NS, "db", 3);
-    let (reporter, mut lines) = Reporter::channel();
     let (events, event_receiver) = mpsc::channel(16);
-    let controller = Controller::new(FakePods::default(), ControllerOptions::default(), reporter);
+    let (controller, mut story) = start(FakePods::default(), ControllerOptions::default());
     let stop = tokio_util::sync::CancellationToken::new();
     let running = tokio::spawn(controller.run(event_receiver, stop.clone()));
 
@@ -196,7 +131,7 @@ async fn flood_of_events_does_not_delay_the_reconcile_tick() {
         .await
         .unwrap();
     for second in 1..=30 {
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        tokio::time::sleep(SECOND).await;
         events
             .send(WatchItem::Event(Event::Modified(resized(
                 &db,
@@ -205,16 +140,8 @@ async fn flood_of_events_does_not_delay_the_reconcile_tick() {
             .await
             .unwrap();
     }
-    let mut seen = Vec::new();
-    drain(&mut lines, &mut seen);
-    let updates = seen
-        .iter()
-        .filter(|l| l.line.starts_with("spec update"))
-        .count();
-    let ticks = seen
-        .iter()
-        .filter(|l| l.line.starts_with("Running:"))
-        .count();
+    let updates = story.count(|l| l.line.starts_with("spec update"));
+    let ticks = story.count(|l| l.line.starts_with("Running:"));
     assert!(updates >= 29, "the events did arrive: {updates}");
     assert_eq!(
         ticks,
@@ -233,9 +160,7 @@ async fn flood_of_events_does_not_delay_the_reconcile_tick() {
 #[tokio::test(start_paused = true)]
 async fn full_channel_never_blocks_and_the_newest_spec_wins() {
     let db = cluster(NS, "db", 3);
-    let (reporter, mut lines) = Reporter::channel();
-    let mut controller =
-        Controller::new(FakePods::default(), ControllerOptions::default(), reporter);
+    let (mut controller, mut story) = start(FakePods::default(), ControllerOptions::default());
     controller.handle_event(Event::Added(db.clone()));
     // handle_event is synchronous: on this single-threaded runtime the task cannot run in between,
     // so every update lands while the task is busy elsewhere.
@@ -245,27 +170,13 @@ async fn full_channel_never_blocks_and_the_newest_spec_wins() {
         newer.spec.version = format!("16.{minor}");
         controller.handle_event(Event::Modified(newer));
     }
-    let mut seen = Vec::new();
-    let line = wait_for_line(
-        &mut lines,
-        &mut seen,
-        DB,
-        "spec update",
-        Duration::from_secs(1),
-    )
-    .await;
+    let line = story.wait_for(DB, "spec update", SECOND).await;
     assert_eq!(
         line.line,
         "spec update: from {size: 3, version: 16, paused: false} to {size: 3, version: 16.10000, paused: false}"
     );
     tokio::time::sleep(Duration::from_millis(100)).await;
-    drain(&mut lines, &mut seen);
-    assert_eq!(
-        seen.iter()
-            .filter(|l| l.line.starts_with("spec update"))
-            .count(),
-        1
-    );
+    assert_eq!(story.count(|l| l.line.starts_with("spec update")), 1);
     controller.shutdown().await;
 }
 
@@ -280,40 +191,24 @@ async fn deleted_cluster_cleans_up_ends_and_is_forgotten() {
         owned_pod(&db, "db-0000", "Running"),
         owned_pod(&other, "other-0000", "Running"),
     ]);
-    let (reporter, mut lines) = Reporter::channel();
-    let mut controller = Controller::new(pods.clone(), ControllerOptions::default(), reporter);
+    let (mut controller, mut story) = start(pods.clone(), ControllerOptions::default());
     controller.handle_event(Event::Added(db.clone()));
     controller.handle_event(Event::Deleted(db.clone()));
     assert!(controller.cluster_keys().is_empty(), "forgotten at once");
 
-    let mut seen = Vec::new();
-    wait_for_line(
-        &mut lines,
-        &mut seen,
-        DB,
-        "cluster is deleted by the user",
-        Duration::from_secs(1),
-    )
-    .await;
-    wait_for_line(
-        &mut lines,
-        &mut seen,
-        DB,
-        "cluster task ended",
-        Duration::from_secs(1),
-    )
-    .await;
+    story
+        .wait_for_each(
+            DB,
+            &["cluster is deleted by the user", "cluster task ended"],
+            SECOND,
+        )
+        .await;
     assert_eq!(*pods.deleted.lock().unwrap(), ["db-0000"]);
 
     controller.handle_event(Event::Modified(db));
-    wait_for_line(
-        &mut lines,
-        &mut seen,
-        DB,
-        "did not know; adopting it",
-        Duration::from_secs(1),
-    )
-    .await;
+    story
+        .wait_for(DB, "did not know; adopting it", SECOND)
+        .await;
     controller.shutdown().await;
 }
 
@@ -321,38 +216,24 @@ async fn deleted_cluster_cleans_up_ends_and_is_forgotten() {
 /// it (a task starts), Deleted is logged and ignored.
 #[tokio::test(start_paused = true)]
 async fn events_for_unknown_clusters_are_adopted_or_ignored() {
-    let (reporter, mut lines) = Reporter::channel();
-    let mut controller =
-        Controller::new(FakePods::default(), ControllerOptions::default(), reporter);
+    let (mut controller, mut story) = start(FakePods::default(), ControllerOptions::default());
     controller.handle_event(Event::Deleted(cluster(NS, "ghost", 3)));
     controller.handle_event(Event::Modified(cluster(NS, "stray", 2)));
     assert_eq!(controller.cluster_keys(), vec!["default/stray".to_string()]);
 
-    let mut seen = Vec::new();
-    wait_for_line(
-        &mut lines,
-        &mut seen,
-        "default/ghost",
-        "did not know; nothing to do",
-        Duration::from_secs(1),
-    )
-    .await;
-    wait_for_line(
-        &mut lines,
-        &mut seen,
-        "default/stray",
-        "did not know; adopting it",
-        Duration::from_secs(1),
-    )
-    .await;
-    wait_for_line(
-        &mut lines,
-        &mut seen,
-        "default/stray",
-        "creating cluster with Spec {size: 2",
-        Duration::from_secs(1),
-    )
-    .await;
+    story
+        .wait_for("default/ghost", "did not know; nothing to do", SECOND)
+        .await;
+    story
+        .wait_for_each(
+            "default/stray",
+            &[
+                "did not know; adopting it",
+                "creating cluster with Spec {size: 2",
+            ],
+            SECOND,
+        )
+        .await;
     controller.shutdown().await;
 }
 
@@ -361,19 +242,9 @@ async fn events_for_unknown_clusters_are_adopted_or_ignored() {
 #[tokio::test(start_paused = true)]
 async fn failed_setup_waits_and_a_fixed_spec_starts_the_cluster() {
     let broken = cluster(NS, "db", 0);
-    let (reporter, mut lines) = Reporter::channel();
-    let mut controller =
-        Controller::new(FakePods::default(), ControllerOptions::default(), reporter);
+    let (mut controller, mut story) = start(FakePods::default(), ControllerOptions::default());
     controller.handle_event(Event::Added(broken.clone()));
-    let mut seen = Vec::new();
-    let failed = wait_for_line(
-        &mut lines,
-        &mut seen,
-        DB,
-        "setup failed",
-        Duration::from_secs(1),
-    )
-    .await;
+    let failed = story.wait_for(DB, "setup failed", SECOND).await;
     assert!(
         failed
             .line
@@ -386,23 +257,12 @@ async fn failed_setup_waits_and_a_fixed_spec_starts_the_cluster() {
         controller.handle_event(Event::Modified(broken.clone()));
     }
     tokio::time::sleep(Duration::from_millis(100)).await;
-    drain(&mut lines, &mut seen);
-    assert_eq!(
-        seen.iter()
-            .filter(|l| l.line.contains("setup failed"))
-            .count(),
-        1
-    );
+    assert_eq!(story.count(|l| l.line.contains("setup failed")), 1);
 
     controller.handle_event(Event::Modified(resized(&broken, 3)));
-    wait_for_line(
-        &mut lines,
-        &mut seen,
-        DB,
-        "creating cluster with Spec {size: 3",
-        Duration::from_secs(1),
-    )
-    .await;
+    story
+        .wait_for(DB, "creating cluster with Spec {size: 3", SECOND)
+        .await;
     controller.shutdown().await;
 }
 
@@ -411,21 +271,13 @@ async fn failed_setup_waits_and_a_fixed_spec_starts_the_cluster() {
 #[tokio::test(start_paused = true)]
 async fn a_fix_sent_while_setup_is_failing_still_starts_the_cluster() {
     let broken = cluster(NS, "db", 0);
-    let (reporter, mut lines) = Reporter::channel();
-    let mut controller =
-        Controller::new(FakePods::default(), ControllerOptions::default(), reporter);
+    let (mut controller, mut story) = start(FakePods::default(), ControllerOptions::default());
     // Synchronous, on one thread: the task sets up only after both events are in its channel.
     controller.handle_event(Event::Added(broken.clone()));
     controller.handle_event(Event::Modified(resized(&broken, 3)));
-    let mut seen = Vec::new();
-    wait_for_line(
-        &mut lines,
-        &mut seen,
-        DB,
-        "creating cluster with Spec {size: 3",
-        Duration::from_secs(1),
-    )
-    .await;
+    story
+        .wait_for(DB, "creating cluster with Spec {size: 3", SECOND)
+        .await;
     controller.shutdown().await;
 }
 
@@ -434,44 +286,21 @@ async fn a_fix_sent_while_setup_is_failing_still_starts_the_cluster() {
 async fn two_clusters_live_independently() {
     let a = cluster(NS, "a", 3);
     let b = cluster("prod", "b", 1);
-    let (reporter, mut lines) = Reporter::channel();
-    let mut controller = Controller::new(
-        FakePods::default(),
-        options(Duration::from_secs(2)),
-        reporter,
-    );
+    let (mut controller, mut story) = start(FakePods::default(), every(Duration::from_secs(2)));
     controller.handle_event(Event::Added(a.clone()));
     controller.handle_event(Event::Added(b.clone()));
-    let mut seen = Vec::new();
     controller.handle_event(Event::Modified(resized(&a, 5)));
-    wait_for_line(
-        &mut lines,
-        &mut seen,
-        "default/a",
-        "spec update",
-        Duration::from_secs(1),
-    )
-    .await;
+    story.wait_for("default/a", "spec update", SECOND).await;
     controller.handle_event(Event::Deleted(a));
-    wait_for_line(
-        &mut lines,
-        &mut seen,
-        "default/a",
-        "cluster task ended",
-        Duration::from_secs(1),
-    )
-    .await;
+    story
+        .wait_for("default/a", "cluster task ended", SECOND)
+        .await;
     assert_eq!(controller.cluster_keys(), vec!["prod/b".to_string()]);
 
-    seen.clear();
+    story.seen.clear();
     tokio::time::sleep(Duration::from_secs(5)).await;
-    drain(&mut lines, &mut seen);
-    assert!(
-        seen.iter()
-            .filter(|l| l.is_about("prod/b") && l.line.starts_with("Running:"))
-            .count()
-            >= 2
-    );
+    assert!(story.count(|l| l.is_about("prod/b") && l.line.starts_with("Running:")) >= 2);
+    let seen = &story.seen;
     assert!(
         seen.iter().all(|l| !l.is_about("default/a")),
         "a is gone: {seen:?}"
@@ -485,25 +314,22 @@ async fn two_clusters_live_independently() {
 /// Shutdown tells every task to stop and waits for all of them, well inside the grace period.
 #[tokio::test]
 async fn shutdown_ends_every_cluster_task() {
-    let (reporter, mut lines) = Reporter::channel();
     let (events, event_receiver) = mpsc::channel(16);
-    let controller = Controller::new(FakePods::default(), ControllerOptions::default(), reporter);
+    let (controller, mut story) = start(FakePods::default(), ControllerOptions::default());
     let stop = tokio_util::sync::CancellationToken::new();
     let running = tokio::spawn(controller.run(event_receiver, stop.clone()));
-    let mut seen = Vec::new();
     for name in ["a", "b", "c"] {
         events
             .send(WatchItem::Event(Event::Added(cluster(NS, name, 1))))
             .await
             .unwrap();
-        wait_for_line(
-            &mut lines,
-            &mut seen,
-            &format!("default/{name}"),
-            "Start cluster",
-            Duration::from_secs(5),
-        )
-        .await;
+        story
+            .wait_for(
+                &format!("default/{name}"),
+                "Start cluster",
+                Duration::from_secs(5),
+            )
+            .await;
     }
     let asked = std::time::Instant::now();
     stop.cancel();
@@ -513,12 +339,9 @@ async fn shutdown_ends_every_cluster_task() {
         .unwrap();
     assert_eq!(summary.tasks_stopped, 3);
     assert_eq!(summary.tasks_aborted, 0);
-    assert!(asked.elapsed() < Duration::from_secs(1));
-    drain(&mut lines, &mut seen);
+    assert!(asked.elapsed() < SECOND);
     assert_eq!(
-        seen.iter()
-            .filter(|l| l.line.contains("operator is shutting down"))
-            .count(),
+        story.count(|l| l.line.contains("operator is shutting down")),
         3
     );
 }
@@ -528,54 +351,26 @@ async fn shutdown_ends_every_cluster_task() {
 #[tokio::test(start_paused = true)]
 async fn relisted_cluster_is_updated_and_a_new_uid_replaces_the_task() {
     let db = cluster(NS, "db", 3);
-    let (reporter, mut lines) = Reporter::channel();
-    let mut controller =
-        Controller::new(FakePods::default(), ControllerOptions::default(), reporter);
+    let (mut controller, mut story) = start(FakePods::default(), ControllerOptions::default());
     controller.handle_event(Event::Added(db.clone()));
     controller.handle_event(Event::Added(resized(&db, 4)));
-    let mut seen = Vec::new();
-    wait_for_line(
-        &mut lines,
-        &mut seen,
-        DB,
-        "spec update",
-        Duration::from_secs(1),
-    )
-    .await;
-    assert_eq!(
-        seen.iter()
-            .filter(|l| l.line.starts_with("creating cluster"))
-            .count(),
-        1
-    );
+    story.wait_for(DB, "spec update", SECOND).await;
+    assert_eq!(story.count(|l| l.line.starts_with("creating cluster")), 1);
 
     let mut reborn = resized(&db, 2);
     reborn.metadata.uid = "uid-new".into();
     controller.handle_event(Event::Added(reborn));
-    wait_for_line(
-        &mut lines,
-        &mut seen,
-        DB,
-        "re-created under the same name",
-        Duration::from_secs(1),
-    )
-    .await;
-    wait_for_line(
-        &mut lines,
-        &mut seen,
-        DB,
-        "cluster is deleted by the user",
-        Duration::from_secs(1),
-    )
-    .await;
-    wait_for_line(
-        &mut lines,
-        &mut seen,
-        DB,
-        "creating cluster with Spec {size: 2",
-        Duration::from_secs(1),
-    )
-    .await;
+    story
+        .wait_for_each(
+            DB,
+            &[
+                "re-created under the same name",
+                "cluster is deleted by the user",
+                "creating cluster with Spec {size: 2",
+            ],
+            SECOND,
+        )
+        .await;
     assert_eq!(controller.cluster_keys(), vec![DB.to_string()]);
     controller.shutdown().await;
 }
@@ -589,28 +384,18 @@ async fn running_cluster_is_adopted_not_created_again() {
         size: Some(3),
         ..Default::default()
     });
-    let (reporter, mut lines) = Reporter::channel();
-    let mut controller =
-        Controller::new(FakePods::default(), ControllerOptions::default(), reporter);
+    let (mut controller, mut story) = start(FakePods::default(), ControllerOptions::default());
     controller.handle_event(Event::Added(db));
-    let mut seen = Vec::new();
-    let line = wait_for_line(
-        &mut lines,
-        &mut seen,
-        DB,
-        "adopting",
-        Duration::from_secs(1),
-    )
-    .await;
+    let line = story.wait_for(DB, "adopting", SECOND).await;
     assert_eq!(
         line.line,
         "adopting running cluster with Spec {size: 3, version: 16, paused: false}, Status {phase: Running, size: 3}"
     );
     tokio::time::sleep(Duration::from_millis(10)).await;
-    drain(&mut lines, &mut seen);
-    assert!(seen
-        .iter()
-        .all(|l| !l.line.contains("PLACEHOLDER: Launch seed")));
+    assert_eq!(
+        story.count(|l| l.line.contains("PLACEHOLDER: Launch seed")),
+        0
+    );
     controller.shutdown().await;
 }
 
@@ -627,36 +412,20 @@ async fn recreated_cluster_old_task_cleans_its_own_pods_and_a_new_task_starts() 
         owned_pod(&old, "db-old", "Running"),
         owned_pod(&new, "db-new", "Running"),
     ]);
-    let (reporter, mut lines) = Reporter::channel();
-    let mut controller = Controller::new(pods.clone(), ControllerOptions::default(), reporter);
+    let (mut controller, mut story) = start(pods.clone(), ControllerOptions::default());
     controller.handle_event(Event::Added(old.clone()));
-    let mut seen = Vec::new();
-    wait_for_line(
-        &mut lines,
-        &mut seen,
-        DB,
-        "creating cluster with Spec {size: 3",
-        Duration::from_secs(1),
-    )
-    .await;
+    story
+        .wait_for(DB, "creating cluster with Spec {size: 3", SECOND)
+        .await;
     controller.handle_event(Event::Deleted(old));
     controller.handle_event(Event::Added(new));
-    wait_for_line(
-        &mut lines,
-        &mut seen,
-        DB,
-        "cluster task ended",
-        Duration::from_secs(1),
-    )
-    .await;
-    wait_for_line(
-        &mut lines,
-        &mut seen,
-        DB,
-        "creating cluster with Spec {size: 2",
-        Duration::from_secs(1),
-    )
-    .await;
+    story
+        .wait_for_each(
+            DB,
+            &["cluster task ended", "creating cluster with Spec {size: 2"],
+            SECOND,
+        )
+        .await;
     assert_eq!(*pods.deleted.lock().unwrap(), ["db-old"]);
     assert_eq!(controller.cluster_keys(), vec![DB.to_string()]);
     controller.shutdown().await;
@@ -666,18 +435,9 @@ async fn recreated_cluster_old_task_cleans_its_own_pods_and_a_new_task_starts() 
 /// intervals refuse a zero period, so the task uses the smallest one it allows instead.
 #[tokio::test(start_paused = true)]
 async fn a_zero_reconcile_interval_does_not_panic_the_task() {
-    let (reporter, mut lines) = Reporter::channel();
-    let mut controller = Controller::new(FakePods::default(), options(Duration::ZERO), reporter);
+    let (mut controller, mut story) = start(FakePods::default(), every(Duration::ZERO));
     controller.handle_event(Event::Added(cluster(NS, "db", 1)));
-    let mut seen = Vec::new();
-    wait_for_line(
-        &mut lines,
-        &mut seen,
-        DB,
-        "Running: [], pending: []",
-        Duration::from_secs(1),
-    )
-    .await;
+    story.wait_for(DB, "Running: [], pending: []", SECOND).await;
     let stopped = controller.shutdown().await;
     assert_eq!(stopped.tasks_stopped, 1, "the task was alive to be stopped");
 }

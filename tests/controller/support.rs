@@ -1,5 +1,5 @@
-//! Shared by the `controller_*` tests: PostgresCluster objects to feed the controller, an
-//! in-memory `PodApi`, and a way to wait for a cluster's story line with a deadline.
+//! Shared by the controller's tests: PostgresCluster objects to feed the controller, an
+//! in-memory `PodApi`, and the transcript of its story lines, waited on with a deadline.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -8,7 +8,8 @@ use postgres_operator::api::{ObjectMeta, PostgresCluster};
 use postgres_operator::controller::pods::{
     owner_reference, pod_labels, Pod, PodApi, PodApiError, PodStatus,
 };
-use postgres_operator::story::LogLine;
+use postgres_operator::controller::{Controller, ControllerOptions, PlaceholderTask};
+use postgres_operator::story::{LogLine, Reporter};
 use tokio::sync::mpsc;
 
 pub fn cluster(namespace: &str, name: &str, size: i64) -> PostgresCluster {
@@ -66,47 +67,91 @@ impl PodApi for FakePods {
     }
 }
 
-/// Every line received so far plus the new ones, until one for `cluster` contains `needle`.
-/// Panics with the whole transcript when `deadline` passes first.
-pub async fn wait_for_line(
-    lines: &mut mpsc::UnboundedReceiver<LogLine>,
-    seen: &mut Vec<LogLine>,
-    cluster: &str,
-    needle: &str,
-    deadline: Duration,
-) -> LogLine {
-    if let Some(found) = seen
-        .iter()
-        .find(|l| l.is_about(cluster) && l.line.contains(needle))
-    {
-        return found.clone();
-    }
-    let waited = tokio::time::timeout(deadline, async {
-        while let Some(line) = lines.recv().await {
-            seen.push(line.clone());
-            if line.is_about(cluster) && line.line.contains(needle) {
-                return Some(line);
-            }
-        }
-        None
-    })
-    .await;
-    match waited {
-        Ok(Some(line)) => line,
-        _ => panic!(
-            "no line for {cluster} containing {needle:?} within {deadline:?}; transcript:\n{}",
-            seen.iter()
-                .map(|l| l.to_string())
-                .collect::<Vec<_>>()
-                .join("\n")
-        ),
+/// Stage 03's controller over `pods` (in memory or the real client) with `options`, and the
+/// transcript of what it says.
+pub fn start<P: PodApi>(
+    pods: P,
+    options: ControllerOptions,
+) -> (Controller<PlaceholderTask<P>>, Transcript) {
+    let (reporter, transcript) = Transcript::record();
+    (Controller::new(pods, options, reporter), transcript)
+}
+
+/// Options with this reconcile interval, the rest the defaults.
+pub fn every(reconcile_interval: Duration) -> ControllerOptions {
+    ControllerOptions {
+        reconcile_interval,
+        ..ControllerOptions::default()
     }
 }
 
-/// Whatever lines are already waiting, without blocking.
-pub fn drain(lines: &mut mpsc::UnboundedReceiver<LogLine>, seen: &mut Vec<LogLine>) {
-    while let Ok(line) = lines.try_recv() {
-        seen.push(line);
+/// The story lines an operator tells, as they arrive: each wait has a deadline, never a sleep.
+pub struct Transcript {
+    lines: mpsc::UnboundedReceiver<LogLine>,
+    /// Every line received so far, in order.
+    pub seen: Vec<LogLine>,
+}
+
+impl Transcript {
+    /// A reporter to hand to the operator, and the transcript it fills.
+    pub fn record() -> (Reporter, Transcript) {
+        let (reporter, lines) = Reporter::channel();
+        let transcript = Transcript {
+            lines,
+            seen: Vec::new(),
+        };
+        (reporter, transcript)
+    }
+
+    /// The first line for `cluster` containing `needle`, among those received so far or those
+    /// still to come. Panics with the whole transcript when `deadline` passes first.
+    pub async fn wait_for(&mut self, cluster: &str, needle: &str, deadline: Duration) -> LogLine {
+        let wanted = |l: &LogLine| l.is_about(cluster) && l.line.contains(needle);
+        if let Some(found) = self.seen.iter().find(|l| wanted(l)) {
+            return found.clone();
+        }
+        let (lines, seen) = (&mut self.lines, &mut self.seen);
+        let waited = tokio::time::timeout(deadline, async {
+            while let Some(line) = lines.recv().await {
+                seen.push(line.clone());
+                if wanted(&line) {
+                    return Some(line);
+                }
+            }
+            None
+        })
+        .await;
+        match waited {
+            Ok(Some(line)) => line,
+            _ => panic!(
+                "no line for {cluster} containing {needle:?} within {deadline:?}; transcript:\n{}",
+                self.seen
+                    .iter()
+                    .map(|l| l.to_string())
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            ),
+        }
+    }
+
+    /// [`Transcript::wait_for`] each of `needles` in turn, each within `deadline`.
+    pub async fn wait_for_each(&mut self, cluster: &str, needles: &[&str], deadline: Duration) {
+        for needle in needles {
+            self.wait_for(cluster, needle, deadline).await;
+        }
+    }
+
+    /// Take in whatever lines are already waiting, without blocking.
+    pub fn drain(&mut self) {
+        while let Ok(line) = self.lines.try_recv() {
+            self.seen.push(line);
+        }
+    }
+
+    /// How many lines so far (waiting ones included) are `wanted`.
+    pub fn count(&mut self, wanted: impl Fn(&LogLine) -> bool) -> usize {
+        self.drain();
+        self.seen.iter().filter(|l| wanted(l)).count()
     }
 }
 
