@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use crate::eventually;
 use bytes::Bytes;
+use http::request::Builder as RequestBuilder;
 use http::{Method, Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
@@ -50,6 +51,17 @@ pub struct Answer {
 }
 
 impl Answer {
+    /// The whole answer to a request whose headers are in.
+    async fn read(response: hyper::Response<Incoming>) -> Answer {
+        let (parts, body) = response.into_parts();
+        let body = body.collect().await.expect("body").to_bytes();
+        Answer {
+            status: parts.status,
+            headers: parts.headers,
+            body,
+        }
+    }
+
     pub fn json(&self) -> Value {
         serde_json::from_slice(&self.body).unwrap_or_else(|e| {
             panic!(
@@ -158,6 +170,22 @@ impl Http {
         }
     }
 
+    /// A request to this server: its Host, the Content-Type when given, the bearer token when
+    /// there is one.
+    fn request(&self, method: Method, path: &str, content_type: Option<&str>) -> RequestBuilder {
+        let mut builder = Request::builder()
+            .method(method)
+            .uri(path)
+            .header("host", self.authority());
+        if let Some(kind) = content_type {
+            builder = builder.header("content-type", kind);
+        }
+        if let Some(token) = &self.token {
+            builder = builder.header("authorization", format!("Bearer {token}"));
+        }
+        builder
+    }
+
     /// One request on a fresh connection; `content_type` None sends no Content-Type header.
     pub async fn send(
         &self,
@@ -167,10 +195,12 @@ impl Http {
         body: Vec<u8>,
         headers: &[(&str, &str)],
     ) -> Answer {
-        let mut connection = self.connect().await;
-        connection
-            .send(method, path, content_type, body, headers)
-            .await
+        let mut builder = self.request(method, path, content_type);
+        for (name, value) in headers {
+            builder = builder.header(*name, *value);
+        }
+        let request = builder.body(Full::new(Bytes::from(body))).expect("request");
+        Answer::read(self.connect().await.raw(request).await).await
     }
 
     pub async fn get(&self, path: &str) -> Answer {
@@ -226,10 +256,12 @@ impl Http {
     }
 
     pub async fn stream_accept(&self, path: &str, accept: &str) -> Stream {
-        let mut connection = self.connect().await;
-        let response = connection
-            .raw(Method::GET, path, None, Vec::new(), &[("accept", accept)])
-            .await;
+        let request = self
+            .request(Method::GET, path, None)
+            .header("accept", accept)
+            .body(Full::new(Bytes::new()))
+            .expect("request");
+        let response = self.connect().await.raw(request).await;
         let (parts, body) = response.into_parts();
         Stream {
             status: parts.status,
@@ -270,48 +302,10 @@ impl Http {
 }
 
 impl Connection {
-    async fn raw(
-        &mut self,
-        method: Method,
-        path: &str,
-        content_type: Option<&str>,
-        body: Vec<u8>,
-        headers: &[(&str, &str)],
-    ) -> hyper::Response<Incoming> {
-        let mut builder = Request::builder()
-            .method(method)
-            .uri(path)
-            .header("host", self.http.authority());
-        if let Some(kind) = content_type {
-            builder = builder.header("content-type", kind);
-        }
-        if let Some(token) = &self.http.token {
-            builder = builder.header("authorization", format!("Bearer {token}"));
-        }
-        for (name, value) in headers {
-            builder = builder.header(*name, *value);
-        }
-        let request = builder.body(Full::new(Bytes::from(body))).expect("request");
+    /// Send `request` on this connection once it is ready for one; the answer's headers.
+    async fn raw(&mut self, request: Request<Full<Bytes>>) -> hyper::Response<Incoming> {
         self.sender.ready().await.expect("connection ready");
         self.sender.send_request(request).await.expect("response")
-    }
-
-    pub async fn send(
-        &mut self,
-        method: Method,
-        path: &str,
-        content_type: Option<&str>,
-        body: Vec<u8>,
-        headers: &[(&str, &str)],
-    ) -> Answer {
-        let response = self.raw(method, path, content_type, body, headers).await;
-        let (parts, body) = response.into_parts();
-        let body = body.collect().await.expect("body").to_bytes();
-        Answer {
-            status: parts.status,
-            headers: parts.headers,
-            body,
-        }
     }
 
     /// A JSON body with its Content-Type: what every write below sends.
@@ -322,8 +316,12 @@ impl Connection {
         content_type: &str,
         body: &Value,
     ) -> Answer {
-        let body = body.to_string().into_bytes();
-        self.send(method, path, Some(content_type), body, &[]).await
+        let request = self
+            .http
+            .request(method, path, Some(content_type))
+            .body(Full::new(Bytes::from(body.to_string())))
+            .expect("request");
+        Answer::read(self.raw(request).await).await
     }
 
     pub async fn post(&mut self, path: &str, body: &Value) -> Answer {
