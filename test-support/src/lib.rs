@@ -2,6 +2,7 @@
 //! tests (`tests/`) and the sandbox's (`sandbox/tests/`) name this crate as a dev-dependency.
 //!
 //! - [`kubectl`]: the real kubectl against one server, with its own cache and no kubeconfig.
+//! - [`cluster`]: a PostgresCluster of real PostgreSQL pods, through kubectl: members, psql.
 //! - [`eventually`]: poll a check until it holds or a deadline passes.
 //! - [`graph`]: module graphs and their cycles, for the layering tests.
 //! - [`http_client`]: exact HTTP requests to a sandbox, below the operator's client.
@@ -18,6 +19,7 @@
 //! test_support::eventually(Duration::from_secs(10), "the pods", || async { ... }).await;
 //! ```
 
+pub mod cluster;
 pub mod eventually;
 pub mod graph;
 pub mod http_client;
@@ -34,8 +36,8 @@ pub use kubectl::{
     BUNDLED_KUBECTL,
 };
 pub use operator::{
-    cluster_spec, create_cluster, older_crd, plain_client, quick_postgres_options, register_crd,
-    sandbox_with_crd, Story, PGC_TABLE_HEADER,
+    cluster_spec, create_cluster, older_crd, operator_command, plain_client,
+    quick_postgres_options, register_crd, sandbox_with_crd, Story, PGC_TABLE_HEADER,
 };
 pub use processes::{processes, processes_matching, Process};
 pub use sandbox::{

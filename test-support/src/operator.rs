@@ -60,6 +60,25 @@ pub async fn create_cluster(
         .expect("cluster created")
 }
 
+/// An operator binary (`program`, from `env!("CARGO_BIN_EXE_...")`) as a learner starts it
+/// against `server`: `--server SERVER`, no kubeconfig and no in-cluster variables (so only the
+/// flag names a server), warnings only on stderr, stdin closed, stdout piped; killed when dropped.
+/// Add the binary's own flags, then spawn.
+pub fn operator_command(program: &str, server: &str) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(program);
+    command
+        .args(["--server", server])
+        .env("KUBECONFIG", "/dev/null")
+        .env("RUST_LOG", "warn")
+        .env_remove("KUBE_SERVER")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .kill_on_drop(true);
+    command
+}
+
 /// The CRD stage 01 registered before the status and scale subresources, the size maximum and
 /// the version rule: what an older operator left on a cluster.
 pub fn older_crd() -> serde_json::Value {

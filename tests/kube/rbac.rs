@@ -25,7 +25,7 @@ use postgres_operator::leader::LeaderElection;
 use postgres_operator::postgres::{run_postgres_operator_when_leading, PostgresOptions};
 use sandbox::{RequestRecord, SandboxOptions};
 use serde_json::{json, Value};
-use test_support::Kubectl;
+use test_support::{cluster, Kubectl};
 use tokio_util::sync::CancellationToken;
 
 const CLUSTER: &str = "db";
@@ -295,49 +295,9 @@ fn is_discovery(path: &str) -> bool {
 // The scenario
 // ---------------------------------------------------------------------------------------------
 
-async fn get_json(kubectl: &Kubectl, args: &[&str]) -> Value {
-    let mut args = args.to_vec();
-    args.extend(["-o", "json"]);
-    serde_json::from_str(&kubectl.ok(&args).await).expect("kubectl prints JSON")
-}
-
-/// The cluster's pods that are not terminating: (name, role label, ready).
-async fn members(kubectl: &Kubectl) -> Vec<(String, String, bool)> {
-    let selector = format!("workshop.example.com/cluster={CLUSTER}");
-    let list = get_json(kubectl, &["get", "pods", "-l", &selector]).await;
-    test_support::live_items(&list)
-        .into_iter()
-        // A backup pod carries the cluster's label too, but is no member.
-        .filter(|pod| pod["metadata"]["labels"]["workshop.example.com/role"] != "backup")
-        .map(|pod| {
-            let ready = test_support::pod_is_ready(pod);
-            (
-                text(&pod["metadata"]["name"]),
-                text(&pod["metadata"]["labels"]["workshop.example.com/role"]),
-                ready,
-            )
-        })
-        .collect()
-}
-
-/// Exactly `size` members, all ready, one primary, and the status agrees; the primary's name.
+/// Wait until the cluster is healthy at `size` members: the primary's name.
 async fn healthy(kubectl: &Kubectl, size: usize) -> String {
-    test_support::eventually(
-        DEADLINE,
-        &format!("{size} ready members, one primary"),
-        || async {
-            let pods = members(kubectl).await;
-            let primaries: Vec<_> = pods.iter().filter(|p| p.1 == "primary").collect();
-            let status = get_json(kubectl, &["get", "pgc", CLUSTER]).await["status"].clone();
-            let ok = pods.len() == size
-                && pods.iter().all(|p| p.2)
-                && primaries.len() == 1
-                && status["readyInstances"] == size
-                && status["primary"] == primaries[0].0.as_str();
-            ok.then(|| primaries[0].0.clone())
-        },
-    )
-    .await
+    cluster::wait_healthy(kubectl, CLUSTER, size, DEADLINE).await
 }
 
 /// Whether the CRD on the server has the status subresource stage 04's schema adds.
@@ -461,22 +421,14 @@ async fn kube_rbac_grants_exactly_the_requests_stage05_makes() {
         "metadata": {"name": CLUSTER},
         "spec": {"size": 2, "version": "16", "backup": {}},
     });
-    let cluster_file = tempfile::NamedTempFile::new().expect("temp file");
-    std::fs::write(cluster_file.path(), manifest.to_string()).expect("manifest written");
-    let cluster_path = cluster_file.path().to_string_lossy().to_string();
-    test_support::eventually(DEADLINE, "kubectl to create the cluster", || async {
-        kubectl
-            .run(&["create", "-f", &cluster_path])
-            .await
-            .success
-            .then_some(())
-    })
-    .await;
+    kubectl
+        .create_when_served(&manifest.to_string(), DEADLINE)
+        .await;
     let primary = healthy(&kubectl, 2).await;
 
     // The first base backup: a backup pod created, its result read, the pod deleted.
     test_support::eventually(DEADLINE, "status.lastBackup", || async {
-        let status = get_json(&kubectl, &["get", "pgc", CLUSTER]).await["status"].clone();
+        let status = kubectl.json(&["get", "pgc", CLUSTER]).await["status"].clone();
         status["lastBackup"]["name"].as_str().map(str::to_string)
     })
     .await;
@@ -487,11 +439,11 @@ async fn kube_rbac_grants_exactly_the_requests_stage05_makes() {
         .ok(&["delete", "pod", &primary, "--wait=false"])
         .await;
     let new_primary = test_support::eventually(DEADLINE, "a new ready primary", || async {
-        members(&kubectl)
+        cluster::members(&kubectl, CLUSTER)
             .await
             .into_iter()
-            .find(|p| p.1 == "primary" && p.0 != primary && p.2)
-            .map(|p| p.0)
+            .find(|p| p.role == "primary" && p.name != primary && p.ready)
+            .map(|p| p.name)
     })
     .await;
     assert_eq!(healthy(&kubectl, 2).await, new_primary);
@@ -546,7 +498,7 @@ async fn kube_rbac_grants_exactly_the_requests_stage05_makes() {
         if !group.is_empty() || resource == "events" {
             continue;
         }
-        let list = get_json(&kubectl, &["get", resource]).await;
+        let list = kubectl.json(&["get", resource]).await;
         for object in list["items"].as_array().into_iter().flatten() {
             for owner in object["metadata"]["ownerReferences"]
                 .as_array()

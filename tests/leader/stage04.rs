@@ -13,7 +13,6 @@
 //! says what is missing.
 
 use std::net::SocketAddr;
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -45,20 +44,11 @@ struct Operator {
 impl Operator {
     /// `stage04 --server URL` with `HOSTNAME=name` and a 2-second lease.
     fn start(name: &'static str, server: &str) -> Operator {
-        let mut child = tokio::process::Command::new(STAGE04)
-            .args(["--server", server, "--reconcile-interval", "1"])
-            .args(["--failover-after", "2"])
+        let mut child = test_support::operator_command(STAGE04, server)
+            .args(["--reconcile-interval", "1", "--failover-after", "2"])
             .args(["--lease-duration", "2", "--renew-deadline", "1.5"])
             .args(["--retry-period", "0.25"])
             .env("HOSTNAME", name)
-            .env("RUST_LOG", "warn")
-            .env("KUBECONFIG", "/dev/null")
-            .env_remove("KUBE_SERVER")
-            .env_remove("KUBERNETES_SERVICE_HOST")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true)
             .spawn()
             .expect("stage04 starts");
         let stdout = Arc::new(Mutex::new(Vec::new()));
@@ -325,17 +315,9 @@ async fn never_two_leaders_act_on_a_real_cluster() {
         "metadata": {"name": "db"},
         "spec": {"size": 2, "version": "16"},
     });
-    let file = tempfile::NamedTempFile::new().expect("temp file");
-    std::fs::write(file.path(), manifest.to_string()).expect("manifest written");
-    let path = file.path().to_string_lossy().to_string();
-    test_support::eventually(DEADLINE, "kubectl to create the cluster", || async {
-        kubectl
-            .run(&["create", "-f", &path])
-            .await
-            .success
-            .then_some(())
-    })
-    .await;
+    kubectl
+        .create_when_served(&manifest.to_string(), DEADLINE)
+        .await;
 
     // Mid-way: the seed is being launched, the replica not yet.
     a.said("[default/db] Launching seed Postgres node db-", "")

@@ -3,14 +3,13 @@
 //!
 //! WORKSHOP.md, step 02 (the transcript). Runs the built binary against the sandbox.
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use postgres_operator::api::object_path;
-use sandbox::{InjectedFault, Sandbox, SandboxOptions};
+use sandbox::InjectedFault;
 use test_support::{Kubectl, EXAMPLE_FIXTURE};
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
-use tokio::process::{Child, ChildStdout, Command};
+use tokio::process::{Child, ChildStdout};
 
 const WITHIN: Duration = Duration::from_secs(20);
 
@@ -22,15 +21,7 @@ struct Stage02 {
 
 impl Stage02 {
     fn start(server: &str) -> Stage02 {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_stage02"))
-            .args(["--server", server])
-            .env("KUBECONFIG", "/dev/null")
-            .env_remove("KUBERNETES_SERVICE_HOST")
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true)
+        let mut child = test_support::operator_command(env!("CARGO_BIN_EXE_stage02"), server)
             .spawn()
             .expect("stage02 starts");
         let stdout = BufReader::new(child.stdout.take().expect("piped stdout")).lines();
@@ -95,12 +86,7 @@ fn event_line(kind: &str, size: i64) -> String {
 /// watches from the list's resourceVersion (no replay). Both runs exit 0 on SIGTERM.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stage02_prints_the_workshop_story_and_stops_on_sigterm() {
-    let sandbox = Sandbox::start(
-        SandboxOptions::default(),
-        tokio_util::sync::CancellationToken::new(),
-    )
-    .await
-    .expect("sandbox");
+    let sandbox = test_support::start_sandbox().await;
     let kubectl = Kubectl::new(&sandbox.url());
 
     let mut stage = Stage02::start(&sandbox.url());
@@ -236,12 +222,7 @@ async fn stage02_prints_the_workshop_story_and_stops_on_sigterm() {
 /// exit 0, promptly.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stage02_exits_0_on_sigterm_while_the_list_is_failing() {
-    let sandbox = Sandbox::start(
-        SandboxOptions::default(),
-        tokio_util::sync::CancellationToken::new(),
-    )
-    .await
-    .expect("sandbox");
+    let sandbox = test_support::start_sandbox().await;
     sandbox.faults().fail_next(
         1000,
         "namespaces/default/postgresclusters",

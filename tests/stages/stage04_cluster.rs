@@ -10,10 +10,10 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use postgres_operator::client::Client;
-use postgres_operator::postgres::manifests::{psql_argv, POSTGRES_CONTAINER};
 use postgres_operator::postgres::run_postgres_operator;
 use sandbox::{Sandbox, SandboxOptions};
 use serde_json::Value;
+use test_support::cluster::{self, Member};
 use test_support::Kubectl;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -58,93 +58,36 @@ struct World {
 
 impl World {
     async fn cluster(&self) -> Value {
-        let out = self
-            .kubectl
-            .ok(&["get", "pgc", CLUSTER, "-o", "json"])
-            .await;
-        serde_json::from_str(&out).expect("kubectl prints JSON")
+        self.kubectl.json(&["get", "pgc", CLUSTER]).await
     }
 
-    /// The cluster's pods: name → (role, ready).
-    async fn pods(&self) -> Vec<(String, String, bool)> {
-        let out = self
-            .kubectl
-            .ok(&[
-                "get",
-                "pods",
-                "-l",
-                &format!("workshop.example.com/cluster={CLUSTER}"),
-                "-o",
-                "json",
-            ])
-            .await;
-        let list: Value = serde_json::from_str(&out).expect("kubectl prints JSON");
-        list["items"]
-            .as_array()
-            .map(|items| {
-                items
-                    .iter()
-                    .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
-                    .map(|p| {
-                        let ready = test_support::pod_is_ready(p);
-                        (
-                            p["metadata"]["name"]
-                                .as_str()
-                                .unwrap_or_default()
-                                .to_string(),
-                            p["metadata"]["labels"]["workshop.example.com/role"]
-                                .as_str()
-                                .unwrap_or_default()
-                                .to_string(),
-                            ready,
-                        )
-                    })
-                    .collect()
-            })
-            .unwrap_or_default()
+    async fn pods(&self) -> Vec<Member> {
+        cluster::members(&self.kubectl, CLUSTER).await
     }
 
-    /// Wait until the cluster has exactly `size` pods, all Ready, one of them primary, and the
-    /// status says so; returns the primary's name.
     /// Delete one replica pod, without waiting for it to go; its name.
     async fn delete_a_replica(&self) -> String {
         let replica = self
             .pods()
             .await
             .into_iter()
-            .find(|p| p.1 == "replica")
+            .find(|p| p.role == "replica")
             .expect("a replica")
-            .0;
+            .name;
         self.kubectl
             .ok(&["delete", "pod", &replica, "--wait=false"])
             .await;
         replica
     }
 
+    /// Wait until the cluster has exactly `size` pods, all Ready, one of them primary, and the
+    /// status says so; returns the primary's name.
     async fn wait_healthy(&self, size: usize) -> String {
-        test_support::eventually(
-            DEADLINE,
-            &format!("{size} ready members, one primary"),
-            || async {
-                let pods = self.pods().await;
-                let primaries: Vec<_> = pods.iter().filter(|p| p.1 == "primary").collect();
-                let status = self.cluster().await["status"].clone();
-                let healthy = pods.len() == size
-                    && pods.iter().all(|p| p.2)
-                    && primaries.len() == 1
-                    && status["readyInstances"] == size
-                    && status["primary"] == primaries[0].0.as_str();
-                healthy.then(|| primaries[0].0.clone())
-            },
-        )
-        .await
+        cluster::wait_healthy(&self.kubectl, CLUSTER, size, DEADLINE).await
     }
 
     async fn psql(&self, pod: &str, sql: &str) -> String {
-        let argv = psql_argv(sql);
-        let mut args = vec!["exec", pod, "-c", POSTGRES_CONTAINER, "--"];
-        args.extend(argv.iter().map(String::as_str));
-        self.kubectl.ok(&args).await.trim().to_string()
+        cluster::psql(&self.kubectl, pod, sql).await
     }
 }
 
@@ -167,19 +110,8 @@ async fn the_operator_runs_a_real_postgres_cluster_through_failover() {
         "{{\"apiVersion\":\"workshop.example.com/v1\",\"kind\":\"PostgresCluster\",\
          \"metadata\":{{\"name\":\"{CLUSTER}\"}},\"spec\":{{\"size\":3,\"version\":\"16\"}}}}"
     );
-    let file = tempfile::NamedTempFile::new().expect("temp file");
-    std::fs::write(file.path(), &manifest).expect("manifest written");
-    let path = file.path().to_string_lossy().to_string();
     // The CRD is ensured by the operator as it starts: wait for kubectl to accept the kind.
-    test_support::eventually(DEADLINE, "kubectl to create the cluster", || async {
-        world
-            .kubectl
-            .run(&["create", "-f", &path])
-            .await
-            .success
-            .then_some(())
-    })
-    .await;
+    world.kubectl.create_when_served(&manifest, DEADLINE).await;
     let primary = world.wait_healthy(3).await;
     println!(
         "create → 3 ready members: {:.1} s",
@@ -218,10 +150,10 @@ async fn the_operator_runs_a_real_postgres_cluster_through_failover() {
     world.wait_healthy(5).await;
 
     // Lose a replica: a new one, with a new name, takes its place.
-    let before: BTreeSet<String> = world.pods().await.into_iter().map(|p| p.0).collect();
+    let before: BTreeSet<String> = world.pods().await.into_iter().map(|p| p.name).collect();
     let replica = world.delete_a_replica().await;
     world.wait_healthy(5).await;
-    let after: BTreeSet<String> = world.pods().await.into_iter().map(|p| p.0).collect();
+    let after: BTreeSet<String> = world.pods().await.into_iter().map(|p| p.name).collect();
     assert!(!after.contains(&replica), "the deleted replica is gone");
     assert_eq!(after.difference(&before).count(), 1, "exactly one new pod");
 
@@ -245,8 +177,8 @@ async fn the_operator_runs_a_real_postgres_cluster_through_failover() {
     let new_primary = test_support::eventually(DEADLINE, "a new primary", || async {
         let pods = world.pods().await;
         pods.iter()
-            .find(|p| p.1 == "primary" && p.0 != primary && p.2)
-            .map(|p| p.0.clone())
+            .find(|p| p.role == "primary" && p.name != primary && p.ready)
+            .map(|p| p.name.clone())
     })
     .await;
     println!(
@@ -266,7 +198,10 @@ async fn the_operator_runs_a_real_postgres_cluster_through_failover() {
     world
         .psql(&new_primary, "INSERT INTO kept VALUES ('written after')")
         .await;
-    for (pod, role, _) in world.pods().await {
+    for Member {
+        name: pod, role, ..
+    } in world.pods().await
+    {
         if role == "replica" {
             assert_eq!(world.psql(&pod, "SELECT pg_is_in_recovery()").await, "t");
             let rows = test_support::eventually(
@@ -283,7 +218,7 @@ async fn the_operator_runs_a_real_postgres_cluster_through_failover() {
     }
 
     // Restart the operator: it adopts the cluster, makes no pod and no new primary.
-    let pods_before: BTreeSet<String> = world.pods().await.into_iter().map(|p| p.0).collect();
+    let pods_before: BTreeSet<String> = world.pods().await.into_iter().map(|p| p.name).collect();
     operator.stop().await;
     let operator = Operator::start(&client);
     test_support::eventually(
@@ -306,7 +241,7 @@ async fn the_operator_runs_a_real_postgres_cluster_through_failover() {
         (secret_checks(&world) >= checks_at_adoption + 3).then_some(())
     })
     .await;
-    let pods_after: BTreeSet<String> = world.pods().await.into_iter().map(|p| p.0).collect();
+    let pods_after: BTreeSet<String> = world.pods().await.into_iter().map(|p| p.name).collect();
     assert_eq!(
         pods_before, pods_after,
         "adopting creates and deletes nothing"
@@ -338,7 +273,7 @@ async fn the_operator_runs_a_real_postgres_cluster_through_failover() {
     })
     .await;
     assert_eq!(degraded["status"], "True");
-    let pods_now: BTreeSet<String> = world.pods().await.into_iter().map(|p| p.0).collect();
+    let pods_now: BTreeSet<String> = world.pods().await.into_iter().map(|p| p.name).collect();
     assert_eq!(
         pods_before, pods_now,
         "nothing replaced for a refused change"

@@ -52,22 +52,12 @@ impl World {
     }
 
     async fn create(&self, manifest: Value) {
-        let file = tempfile::NamedTempFile::new().expect("temp file");
-        std::fs::write(file.path(), manifest.to_string()).expect("manifest written");
-        let path = file.path().to_string_lossy().to_string();
-        test_support::eventually(DEADLINE, "kubectl to create the cluster", || async {
-            self.kubectl
-                .run(&["create", "-f", &path])
-                .await
-                .success
-                .then_some(())
-        })
-        .await;
+        let manifest = manifest.to_string();
+        self.kubectl.create_when_served(&manifest, DEADLINE).await;
     }
 
     async fn cluster(&self, name: &str) -> Value {
-        let out = self.kubectl.ok(&["get", "pgc", name, "-o", "json"]).await;
-        serde_json::from_str(&out).expect("kubectl prints JSON")
+        self.kubectl.json(&["get", "pgc", name]).await
     }
 
     /// The members' names, and the primary once it is ready and recorded with `ready` members.
@@ -87,10 +77,7 @@ impl World {
     }
 
     async fn psql(&self, pod: &str, sql: &str) -> String {
-        let argv = psql_argv(sql);
-        let mut args = vec!["exec", pod, "-c", POSTGRES_CONTAINER, "--"];
-        args.extend(argv.iter().map(String::as_str));
-        self.kubectl.ok(&args).await.trim().to_string()
+        test_support::cluster::psql(&self.kubectl, pod, sql).await
     }
 
     /// Switch the primary to a new WAL segment and wait until the finished one is archived.
