@@ -71,6 +71,18 @@ impl Answer {
         })
     }
 
+    /// Assert a refusal: status `code`, and a Status whose message is exactly `message`.
+    pub fn assert_refused(&self, code: u16, message: &str) {
+        assert_eq!(self.status, code, "{}", self.text());
+        assert_eq!(self.json()["message"], message);
+    }
+
+    /// Assert status `code` and a body that says `part` (the body shows when it does not).
+    pub fn assert_says(&self, code: u16, part: &str) {
+        assert_eq!(self.status, code, "{}", self.text());
+        assert!(self.text().contains(part), "{}", self.text());
+    }
+
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.body).into_owned()
     }
@@ -226,13 +238,17 @@ impl Http {
         self.connect().await.put(path, body).await
     }
 
-    /// POST `{"metadata":{"name":NAME}}` to the collection `path` and require 201 Created.
-    pub async fn create_named(&self, path: &str, name: &str) -> Answer {
-        let created = self
-            .post(path, &serde_json::json!({"metadata": {"name": name}}))
-            .await;
+    /// POST `body` to the collection `path` and require 201 Created.
+    pub async fn create(&self, path: &str, body: &Value) -> Answer {
+        let created = self.post(path, body).await;
         assert_eq!(created.status, 201, "{}", created.text());
         created
+    }
+
+    /// POST `{"metadata":{"name":NAME}}` to the collection `path` and require 201 Created.
+    pub async fn create_named(&self, path: &str, name: &str) -> Answer {
+        let body = serde_json::json!({"metadata": {"name": name}});
+        self.create(path, &body).await
     }
 
     pub async fn merge_patch(&self, path: &str, body: &Value) -> Answer {

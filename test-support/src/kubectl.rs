@@ -163,6 +163,12 @@ pub fn pod_is_ready(pod: &serde_json::Value) -> bool {
         })
 }
 
+/// The IP address a pod (as JSON) was given; panics if it has none yet.
+pub fn pod_ip(pod: &serde_json::Value) -> String {
+    let ip = pod["status"]["podIP"].as_str();
+    ip.expect("a pod IP").to_string()
+}
+
 /// Line `index` of kubectl's table output (0 is the header) split into its words; empty when
 /// the table has no such line.
 pub fn table_row(table: &str, index: usize) -> Vec<&str> {

@@ -32,17 +32,17 @@ pub mod scripted_server;
 
 pub use eventually::{eventually, POLL_INTERVAL};
 pub use kubectl::{
-    kubectl_offline, kubectl_path, live_items, pod_is_ready, table_row, Kubectl, KubectlOutput,
-    BUNDLED_KUBECTL,
+    kubectl_offline, kubectl_path, live_items, pod_ip, pod_is_ready, table_row, Kubectl,
+    KubectlOutput, BUNDLED_KUBECTL,
 };
 pub use operator::{
     cluster_spec, create_cluster, older_crd, operator_command, plain_client,
     quick_postgres_options, register_crd, sandbox_with_crd, Story, PGC_TABLE_HEADER,
 };
-pub use processes::{processes, processes_matching, Process};
+pub use processes::{processes, processes_matching, run_with_deadline, Process};
 pub use sandbox::{
     process_runtime, spawn_sandbox_binary, spawn_sandbox_binary_banner, start_process_sandbox,
-    start_sandbox, start_sandbox_with, until_watch_opened,
+    start_sandbox, start_sandbox_with, start_tls_sandbox, until_watch_opened,
 };
 pub use scripted_server::{ScriptedServer, TestPki};
 

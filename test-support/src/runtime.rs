@@ -36,6 +36,11 @@ pub async fn start() -> (Sandbox, Kubectl, ProcessRuntime) {
     (sandbox, kubectl, runtime)
 }
 
+/// A pod manifest (YAML) named `name` whose spec is `spec`: its lines, indented by two spaces.
+pub fn pod_manifest(name: &str, spec: &str) -> String {
+    format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n{spec}")
+}
+
 /// `kubectl create -f` of a manifest given as text.
 pub async fn create(kubectl: &Kubectl, manifest: &str) {
     kubectl.ok_manifest("create", manifest).await;
@@ -61,24 +66,15 @@ pub async fn wait_ready(kubectl: &Kubectl, name: &str) -> Value {
 /// readiness probe, created and waited for until Ready; checks its postmaster runs (on the pod
 /// IP, as the process table shows) and returns its IP.
 pub async fn running_trusting_postgres(kubectl: &Kubectl, name: &str) -> String {
-    create(
-        kubectl,
-        &format!(
-            r#"apiVersion: v1
-kind: Pod
-metadata: {{name: {name}}}
-spec:
-  containers:
+    let spec = r#"  containers:
   - name: postgres
     image: postgres:15
-    env: [{{name: POSTGRES_HOST_AUTH_METHOD, value: trust}}]
-    readinessProbe: {{tcpSocket: {{port: 5432}}, periodSeconds: 1}}
-"#
-        ),
-    )
-    .await;
+    env: [{name: POSTGRES_HOST_AUTH_METHOD, value: trust}]
+    readinessProbe: {tcpSocket: {port: 5432}, periodSeconds: 1}
+"#;
+    create(kubectl, &pod_manifest(name, spec)).await;
     let pod = wait_ready(kubectl, name).await;
-    let ip = pod["status"]["podIP"].as_str().expect("pod IP").to_string();
+    let ip = crate::pod_ip(&pod);
     assert!(
         !processes_matching(&format!("listen_addresses={ip}")).is_empty(),
         "the postmaster of {name} runs"

@@ -19,6 +19,18 @@ pub async fn start_sandbox_with(options: SandboxOptions) -> Sandbox {
         .expect("sandbox starts")
 }
 
+/// A sandbox with these options that serves HTTPS and wants a bearer token: its CA, admin token
+/// and the rest are written to a fresh credentials directory (laid out as a pod's
+/// service-account files), returned with it, to be kept as long as the sandbox.
+pub async fn start_tls_sandbox(options: SandboxOptions) -> (Sandbox, tempfile::TempDir) {
+    let credentials = tempfile::tempdir().expect("a credentials directory");
+    let options = SandboxOptions {
+        credentials_dir: Some(credentials.path().to_path_buf()),
+        ..options
+    };
+    (start_sandbox_with(options).await, credentials)
+}
+
 /// A sandbox whose pods run as real PostgreSQL processes ([`process_runtime`]).
 pub async fn start_process_sandbox(options: SandboxOptions) -> Sandbox {
     Sandbox::start_with_runtime(
