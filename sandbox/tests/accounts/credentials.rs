@@ -11,7 +11,6 @@
 use std::collections::HashSet;
 
 use base64::Engine;
-use sandbox::SandboxOptions;
 use serde_json::json;
 use test_support::http_client::Http;
 
@@ -82,12 +81,11 @@ async fn no_token_predicts_another() {
     let mut tokens = Vec::new();
     for _ in 0..200 {
         let answer = http
-            .post(
+            .create(
                 "/api/v1/namespaces/default/serviceaccounts/default/token",
                 &request,
             )
             .await;
-        assert_eq!(answer.status, 201, "{}", answer.text());
         let token = answer.json()["status"]["token"]
             .as_str()
             .expect("status.token")
@@ -135,12 +133,7 @@ async fn no_token_predicts_another() {
 /// gives an unrelated one.
 #[tokio::test]
 async fn admin_tokens_are_256_bit_and_new_on_rotation() {
-    let dir = tempfile::tempdir().expect("temporary directory");
-    let sandbox = test_support::start_sandbox_with(SandboxOptions {
-        credentials_dir: Some(dir.path().to_path_buf()),
-        ..SandboxOptions::default()
-    })
-    .await;
+    let (sandbox, dir) = test_support::start_tls_sandbox(Default::default()).await;
     let first = sandbox.token().expect("an admin token in TLS mode");
     let written = std::fs::read_to_string(dir.path().join("token")).expect("token file");
     assert_eq!(first, written);

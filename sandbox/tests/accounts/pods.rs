@@ -52,8 +52,7 @@ async fn pods_get_the_service_account_volume_by_admission() {
         "two",
         json!({"containers": [{"name": "a", "image": "nginx"}, {"name": "b", "image": "nginx"}]}),
     );
-    let created = http.post("/api/v1/namespaces/fresh/pods", &two).await;
-    assert_eq!(created.status, 201, "{}", created.text());
+    let created = http.create("/api/v1/namespaces/fresh/pods", &two).await;
     let spec = &created.json()["spec"];
     assert_eq!(spec["serviceAccountName"], "default");
     let volume = &spec["volumes"][0];
@@ -93,11 +92,7 @@ async fn pods_get_the_service_account_volume_by_admission() {
         json!({"serviceAccountName": "ghost", "containers": [{"name": "a", "image": "nginx"}]}),
     );
     let refused = http.post("/api/v1/namespaces/fresh/pods", &orphan).await;
-    assert_eq!(refused.status, 403);
-    assert_eq!(
-        refused.json()["message"],
-        "pods \"orphan\" is forbidden: error looking up service account fresh/ghost: serviceaccount \"ghost\" not found"
-    );
+    refused.assert_refused(403, "pods \"orphan\" is forbidden: error looking up service account fresh/ghost: serviceaccount \"ghost\" not found");
 }
 
 /// A client that speaks TLS to the plain-HTTP sandbox's port, trusting the CA from
@@ -150,12 +145,7 @@ async fn the_plain_port_also_speaks_tls_with_the_cluster_ca() {
 /// held to RBAC.
 #[tokio::test]
 async fn a_tls_sandbox_tells_the_admin_token_from_service_account_tokens() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let sandbox = test_support::start_sandbox_with(sandbox::SandboxOptions {
-        credentials_dir: Some(dir.path().to_path_buf()),
-        ..Default::default()
-    })
-    .await;
+    let (sandbox, dir) = test_support::start_tls_sandbox(Default::default()).await;
     let ca = dir.path().join("ca.crt");
     let admin_token = sandbox.token().expect("an admin token");
     let flags = |token: &str| {

@@ -23,8 +23,7 @@ async fn create_sets_server_metadata_and_refuses_duplicates() {
     let (sandbox, http) = sandbox_with_crd().await;
     let mut body = cluster("db1", 3);
     body.as_object_mut().map(|o| o.remove("kind"));
-    let created = http.post(PGC, &body).await;
-    assert_eq!(created.status, 201, "{}", created.text());
+    let created = http.create(PGC, &body).await;
     let object = created.json();
     assert_eq!(object["kind"], "PostgresCluster");
     assert_eq!(object["apiVersion"], "workshop.example.com/v1");
@@ -59,11 +58,7 @@ async fn create_sets_server_metadata_and_refuses_duplicates() {
     let missing = http
         .post("/api/v1/namespaces/nowhere/pods", &pod("p", json!({})))
         .await;
-    assert_eq!(missing.status, 404);
-    assert_eq!(
-        missing.json()["message"],
-        "namespaces \"nowhere\" not found"
-    );
+    missing.assert_refused(404, "namespaces \"nowhere\" not found");
 }
 
 /// PUT with a stale resourceVersion is 409 Conflict; generation moves on spec changes only.
@@ -244,11 +239,7 @@ async fn custom_objects_are_validated_and_pruned_by_schema() {
     let strict = http
         .post(&format!("{PGC}?fieldValidation=Strict"), &extra)
         .await;
-    assert_eq!(strict.status, 400);
-    assert_eq!(
-        strict.json()["message"],
-        "PostgresCluster in version \"v1\" cannot be handled as a PostgresCluster: strict decoding error: unknown field \"spec.colour\""
-    );
+    strict.assert_refused(400, "PostgresCluster in version \"v1\" cannot be handled as a PostgresCluster: strict decoding error: unknown field \"spec.colour\"");
     let duplicated = br#"{"apiVersion":"workshop.example.com/v1","kind":"PostgresCluster","metadata":{"name":"dup"},"spec":{"size":1,"size":2,"version":"1"}}"#;
     let answer = http
         .send(
@@ -643,23 +634,14 @@ async fn lists_page_and_filter() {
     let unsupported = http
         .get(&format!("{secrets}?fieldSelector=data.k%3Dv"))
         .await;
-    assert_eq!(unsupported.status, 400);
-    assert_eq!(
-        unsupported.json()["message"],
-        "field label not supported: data.k"
-    );
+    unsupported.assert_refused(400, "field label not supported: data.k");
 }
 
 /// TLS mode: the files of a service-account directory, 401 without the right token, and a
 /// rotated token replaces the old one (file rewritten).
 #[tokio::test]
 async fn tls_mode_requires_the_current_bearer_token() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let sandbox = test_support::start_sandbox_with(SandboxOptions {
-        credentials_dir: Some(dir.path().to_path_buf()),
-        ..Default::default()
-    })
-    .await;
+    let (sandbox, dir) = test_support::start_tls_sandbox(Default::default()).await;
     assert!(sandbox.url().starts_with("https://127.0.0.1:"));
     let ca = std::fs::read(dir.path().join("ca.crt")).expect("ca.crt");
     let token = std::fs::read_to_string(dir.path().join("token")).expect("token");
@@ -708,29 +690,17 @@ async fn cluster_ips_are_unique_and_requested_ones_honoured() {
         body
     };
     let pinned = http
-        .post(services, &service("pinned", Some("10.96.0.10")))
+        .create(services, &service("pinned", Some("10.96.0.10")))
         .await;
-    assert_eq!(pinned.status, 201, "{}", pinned.text());
     assert_eq!(pinned.json()["spec"]["clusterIPs"], json!(["10.96.0.10"]));
     let taken = http
         .post(services, &service("again", Some("10.96.0.10")))
         .await;
-    assert_eq!(taken.status, 422);
-    assert_eq!(
-        taken.json()["message"],
-        "Service \"again\" is invalid: spec.clusterIPs: Invalid value: []string{\"10.96.0.10\"}: failed to allocate IP 10.96.0.10: provided IP is already allocated"
-    );
+    taken.assert_refused(422, "Service \"again\" is invalid: spec.clusterIPs: Invalid value: []string{\"10.96.0.10\"}: failed to allocate IP 10.96.0.10: provided IP is already allocated");
     let outside = http
         .post(services, &service("outside", Some("192.168.0.1")))
         .await;
-    assert_eq!(outside.status, 422);
-    assert!(
-        outside
-            .text()
-            .contains("The range of valid IPs is 10.96.0.0/16"),
-        "{}",
-        outside.text()
-    );
+    outside.assert_says(422, "The range of valid IPs is 10.96.0.0/16");
     let headless = http
         .post(services, &service("headless", Some("None")))
         .await;
@@ -758,10 +728,8 @@ async fn cluster_ips_are_unique_and_requested_ones_honoured() {
         .await;
     assert_eq!(changed.status, 422, "{}", changed.text());
     assert_eq!(http.delete(&format!("{services}/pinned")).await.status, 200);
-    let reused = http
-        .post(services, &service("again", Some("10.96.0.10")))
+    http.create(services, &service("again", Some("10.96.0.10")))
         .await;
-    assert_eq!(reused.status, 201, "{}", reused.text());
 }
 
 /// Built-in defaulting: a Service gets a cluster IP and TCP ports, needs ports unless headless;

@@ -189,9 +189,9 @@ async fn bad_requests_get_the_right_status() {
         (protected.status.as_u16(), reason(&protected).as_str()),
         (403, "Forbidden")
     );
-    assert_eq!(
-        protected.json()["message"],
-        "namespaces \"default\" is forbidden: this namespace may not be deleted"
+    protected.assert_refused(
+        403,
+        "namespaces \"default\" is forbidden: this namespace may not be deleted",
     );
 }
 

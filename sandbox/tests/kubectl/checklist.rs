@@ -217,13 +217,11 @@ async fn get_pods_watch_prints_each_change() {
     let http = Http::new(&sandbox.url());
     // Wait until kubectl's watch is open, so the pod's ADDED is a live event.
     test_support::until_watch_opened(&sandbox, "pods").await;
-    let created = http
-        .post(
-            "/api/v1/namespaces/default/pods",
-            &pod("web", serde_json::json!({})),
-        )
-        .await;
-    assert_eq!(created.status, 201, "{}", created.text());
+    http.create(
+        "/api/v1/namespaces/default/pods",
+        &pod("web", serde_json::json!({})),
+    )
+    .await;
 
     let mut seen = Vec::new();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
@@ -357,12 +355,7 @@ async fn everyday_commands_on_built_in_kinds() {
 /// kubectl over HTTPS with the sandbox's CA and bearer token; a wrong token is Unauthorized.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_over_tls_with_a_bearer_token() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let sandbox = test_support::start_sandbox_with(sandbox::SandboxOptions {
-        credentials_dir: Some(dir.path().to_path_buf()),
-        ..Default::default()
-    })
-    .await;
+    let (sandbox, dir) = test_support::start_tls_sandbox(Default::default()).await;
     let ca = dir.path().join("ca.crt").to_string_lossy().to_string();
     let token = sandbox.token().expect("a token in TLS mode");
     let kubectl = Kubectl::new(&sandbox.url()).with_flags(&[

@@ -72,21 +72,17 @@ const CRD: &str =
 /// The namespace, ConfigMap, CRD and custom object as the first sandbox stored them.
 async fn create_objects(http: &Http) -> Vec<(&'static str, Value)> {
     http.create_named("/api/v1/namespaces", "persist").await;
-    let config_map = http
-        .post(
-            "/api/v1/namespaces/persist/configmaps",
-            &json!({"metadata": {"name": "settings"}, "data": {"colour": "blue"}}),
-        )
-        .await;
-    assert_eq!(config_map.status, 201, "{}", config_map.text());
+    http.create(
+        "/api/v1/namespaces/persist/configmaps",
+        &json!({"metadata": {"name": "settings"}, "data": {"colour": "blue"}}),
+    )
+    .await;
     http.install_crd().await;
-    let cluster = http
-        .post(
-            "/apis/workshop.example.com/v1/namespaces/persist/postgresclusters",
-            &cluster("db", 3),
-        )
-        .await;
-    assert_eq!(cluster.status, 201, "{}", cluster.text());
+    http.create(
+        "/apis/workshop.example.com/v1/namespaces/persist/postgresclusters",
+        &cluster("db", 3),
+    )
+    .await;
     let mut objects = Vec::new();
     for path in ["/api/v1/namespaces/persist", CONFIG_MAP, CRD, CLUSTER] {
         let answer = http.get(path).await;
@@ -163,12 +159,11 @@ async fn objects_survive_sigterm_and_sigkill() {
     assert_watch_expired(&http, rv(&objects[1].1)).await;
     // Written, acknowledged, then killed: a SIGKILL gives the sandbox no chance to save anything.
     let acknowledged = http
-        .post(
+        .create(
             "/api/v1/namespaces/persist/configmaps",
             &json!({"metadata": {"name": "acknowledged"}, "data": {"k": "v"}}),
         )
         .await;
-    assert_eq!(acknowledged.status, 201, "{}", acknowledged.text());
     let acknowledged = acknowledged.json();
     assert!(
         rv(&acknowledged) > highest_before,
@@ -208,13 +203,8 @@ async fn objects_survive_sigterm_and_sigkill() {
 #[tokio::test]
 async fn without_a_data_dir_nothing_is_written() {
     let (sandbox, http) = sandbox_and_http().await;
-    let created = http
-        .post(
-            "/api/v1/namespaces/default/configmaps",
-            &json!({"metadata": {"name": "forgotten"}}),
-        )
+    http.create_named("/api/v1/namespaces/default/configmaps", "forgotten")
         .await;
-    assert_eq!(created.status, 201);
     sandbox.shutdown().await;
     let (_sandbox, http) = sandbox_and_http().await;
     assert_eq!(
@@ -273,10 +263,7 @@ async fn a_postgres_pod_runs_again_on_its_data_after_a_restart() {
     let kubectl = Kubectl::new(&url);
     create(&kubectl, TRUSTING_POSTGRES).await;
     let before = wait_ready(&kubectl, "pg").await;
-    let ip = before["status"]["podIP"]
-        .as_str()
-        .expect("a pod IP")
-        .to_string();
+    let ip = test_support::pod_ip(&before);
     let written = psql(
         &runtime,
         &ip,
@@ -299,10 +286,7 @@ async fn a_postgres_pod_runs_again_on_its_data_after_a_restart() {
         after["metadata"]["uid"], before["metadata"]["uid"],
         "the same pod"
     );
-    let ip = after["status"]["podIP"]
-        .as_str()
-        .expect("a pod IP")
-        .to_string();
+    let ip = test_support::pod_ip(&after);
     let read = eventually(Duration::from_secs(30), "the row read back", || async {
         psql(&runtime, &ip, "SELECT note FROM kept").await.ok()
     })
@@ -319,10 +303,7 @@ async fn a_postgres_pod_runs_again_on_its_data_after_a_restart() {
     let (mut third, url) = start(&data_dir, 3, &flags).await;
     let kubectl = Kubectl::new(&url);
     let after = wait_ready(&kubectl, "pg").await;
-    let ip = after["status"]["podIP"]
-        .as_str()
-        .expect("a pod IP")
-        .to_string();
+    let ip = test_support::pod_ip(&after);
     let read = eventually(Duration::from_secs(30), "both rows read back", || async {
         psql(
             &runtime,
@@ -349,12 +330,8 @@ async fn a_library_sandbox_restarts_on_its_data_dir_in_process() {
     };
     let first = test_support::start_sandbox_with(options.clone()).await;
     let created = Http::new(&first.url())
-        .post(
-            "/api/v1/namespaces/default/configmaps",
-            &json!({"metadata": {"name": "kept"}}),
-        )
+        .create_named("/api/v1/namespaces/default/configmaps", "kept")
         .await;
-    assert_eq!(created.status, 201);
     first.shutdown().await;
     let second = test_support::start_sandbox_with(options).await;
     let kept = Http::new(&second.url())

@@ -23,8 +23,7 @@ fn quote(word: &str) -> String {
 async fn kubectl_exec_runs_commands_in_a_running_pod() {
     let (_sandbox, kubectl, _) = start().await;
     create(&kubectl, TRUSTING_POSTGRES).await;
-    let pod = wait_ready(&kubectl, "pg").await;
-    let ip = pod["status"]["podIP"].as_str().expect("pod IP").to_string();
+    let ip = test_support::pod_ip(&wait_ready(&kubectl, "pg").await);
 
     let selected = kubectl
         .ok(&[

@@ -11,7 +11,7 @@
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::time::Duration;
 
-use test_support::runtime::{create, start};
+use test_support::runtime::{create, pod_manifest, start};
 use test_support::Kubectl;
 
 fn running_as_root() -> bool {
@@ -24,19 +24,16 @@ async fn try_create(kubectl: &Kubectl, manifest: &str) -> test_support::KubectlO
 }
 
 fn pod(name: &str, pod_context: &str, container_context: &str, command: &str) -> String {
-    format!(
-        r#"apiVersion: v1
-kind: Pod
-metadata: {{name: {name}}}
-spec:
-  securityContext: {pod_context}
+    let spec = format!(
+        r#"  securityContext: {pod_context}
   containers:
   - name: main
     image: busybox
     command: ["sh", "-c", {command:?}]
     securityContext: {container_context}
 "#
-    )
+    );
+    pod_manifest(name, &spec)
 }
 
 /// As root: ids other than 999 and 65532 (and 0, which never means root here) are refused,

@@ -77,10 +77,7 @@ async fn a_primary_and_a_basebackup_replica_replicate_and_stop_cleanly() {
     );
     create(&kubectl, &primary).await;
     let primary_pod = wait_ready(&kubectl, "pg-primary").await;
-    let primary_ip = primary_pod["status"]["podIP"]
-        .as_str()
-        .expect("a pod IP")
-        .to_string();
+    let primary_ip = test_support::pod_ip(&primary_pod);
     assert!(primary_ip.starts_with("127."), "{primary_ip}");
 
     let replica = format!(
@@ -112,10 +109,7 @@ spec:
     );
     create(&kubectl, &replica).await;
     let replica_pod = wait_ready(&kubectl, "pg-replica").await;
-    let replica_ip = replica_pod["status"]["podIP"]
-        .as_str()
-        .expect("a pod IP")
-        .to_string();
+    let replica_ip = test_support::pod_ip(&replica_pod);
     assert_ne!(replica_ip, primary_ip);
     assert_eq!(
         replica_pod["status"]["initContainerStatuses"][0]["state"]["terminated"]["reason"],

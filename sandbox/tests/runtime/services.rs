@@ -47,11 +47,7 @@ spec:
 async fn a_cluster_ip_forwards_to_the_ready_pod_and_refuses_without_one() {
     let (_sandbox, kubectl, runtime) = start().await;
     create(&kubectl, MANIFESTS).await;
-    let pod = wait_ready(&kubectl, "pg").await;
-    let pod_ip = pod["status"]["podIP"]
-        .as_str()
-        .expect("a pod IP")
-        .to_string();
+    let pod_ip = test_support::pod_ip(&wait_ready(&kubectl, "pg").await);
     let service: serde_json::Value =
         serde_json::from_str(&kubectl.ok(&["get", "service", "db", "-o", "json"]).await)
             .expect("service JSON");

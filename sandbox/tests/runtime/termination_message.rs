@@ -10,17 +10,13 @@ use std::time::Duration;
 
 use serde_json::Value;
 use test_support::eventually;
-use test_support::runtime::{create, pod_json, start};
+use test_support::runtime::{create, pod_json, pod_manifest, start};
 use test_support::Kubectl;
 
 /// One pod that runs `script` once (`restartPolicy` as given) with extra container fields.
 fn shell_pod(name: &str, restart_policy: &str, extra: &str, script: &str) -> String {
-    format!(
-        r#"apiVersion: v1
-kind: Pod
-metadata: {{name: {name}}}
-spec:
-  restartPolicy: {restart_policy}
+    let spec = format!(
+        r#"  restartPolicy: {restart_policy}
   volumes: [{{name: work, emptyDir: {{}}}}]
   containers:
   - name: main
@@ -28,7 +24,8 @@ spec:
     command: [sh, -c, '{script}']
     volumeMounts: [{{name: work, mountPath: /scratch}}]
 {extra}"#
-    )
+    );
+    pod_manifest(name, &spec)
 }
 
 /// The pod once it has reached `phase`.
