@@ -11,7 +11,7 @@ use test_support::scripted_server::{endless, raw, ready, ScriptedServer};
 /// An endless 200 body stops at the default cap with an error naming method, path and cap.
 #[tokio::test]
 async fn an_endless_success_body_stops_at_the_default_cap() {
-    let server = ScriptedServer::http(|_, _| ready(endless(200))).await;
+    let server = ScriptedServer::always(|| endless(200)).await;
     let client = plain_client(&server.url);
     assert_eq!(client.max_response_body(), DEFAULT_MAX_RESPONSE_BODY);
     let error = client
@@ -43,7 +43,7 @@ async fn an_endless_success_body_stops_at_the_default_cap() {
 /// is not retried: the next attempt would stream just as much.
 #[tokio::test]
 async fn an_endless_error_body_stops_at_the_cap_and_is_not_retried() {
-    let server = ScriptedServer::http(|_, _| ready(endless(503))).await;
+    let server = ScriptedServer::always(|| endless(503)).await;
     let client = plain_client(&server.url).with_max_response_body(1024 * 1024);
     let error = client
         .delete::<Value>("/api/v1/namespaces/default/pods/db-0000")

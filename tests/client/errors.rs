@@ -11,22 +11,22 @@ use serde_json::{json, Value};
 use test_support::plain_client;
 use test_support::scripted_server::{json, raw, ready, status, ScriptedServer};
 
+/// What a GET of `path` fails with, through the operator's client for `server`.
+async fn get_error(server: &ScriptedServer, path: &str) -> ClientError {
+    let client = plain_client(&server.url);
+    client.get::<Value>(path).await.unwrap_err()
+}
+
 /// A 403 Status comes back as `ClientError::Api` with code, reason and message intact.
 #[tokio::test]
 async fn forbidden_is_an_api_error_with_the_status() {
-    let server = ScriptedServer::http(|_, _| {
-        ready(status(
-            403,
-            "Forbidden",
-            "postgresclusters.workshop.example.com is forbidden: User \"system:serviceaccount:default:postgres-operator\" cannot list resource \"postgresclusters\"",
-        ))
-    })
+    let message = "postgresclusters.workshop.example.com is forbidden: User \"system:serviceaccount:default:postgres-operator\" cannot list resource \"postgresclusters\"";
+    let server = ScriptedServer::always(move || status(403, "Forbidden", message)).await;
+    let error = get_error(
+        &server,
+        "/apis/workshop.example.com/v1/namespaces/default/postgresclusters",
+    )
     .await;
-    let client = plain_client(&server.url);
-    let error = client
-        .get::<Value>("/apis/workshop.example.com/v1/namespaces/default/postgresclusters")
-        .await
-        .unwrap_err();
     assert_eq!(error.status_code(), Some(403));
     assert_eq!(error.reason(), Some("Forbidden"));
     let text = error.to_string();
@@ -38,17 +38,15 @@ async fn forbidden_is_an_api_error_with_the_status() {
 /// A 422 Invalid names the offending field from `details.causes`, and is not retried.
 #[tokio::test]
 async fn invalid_names_the_field_from_the_causes() {
-    let server = ScriptedServer::http(|_, _| {
-        ready(json(422, json!({
-            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-            "message": "PostgresCluster.workshop.example.com \"db\" is invalid: spec.size: Invalid value: 0: spec.size in body should be greater than or equal to 1",
-            "reason": "Invalid",
-            "details": {"name": "db", "group": "workshop.example.com", "kind": "PostgresCluster",
-                "causes": [{"reason": "FieldValueInvalid", "message": "Invalid value: 0: spec.size in body should be greater than or equal to 1", "field": "spec.size"}]},
-            "code": 422
-        })))
-    })
-    .await;
+    let invalid = json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": "PostgresCluster.workshop.example.com \"db\" is invalid: spec.size: Invalid value: 0: spec.size in body should be greater than or equal to 1",
+        "reason": "Invalid",
+        "details": {"name": "db", "group": "workshop.example.com", "kind": "PostgresCluster",
+            "causes": [{"reason": "FieldValueInvalid", "message": "Invalid value: 0: spec.size in body should be greater than or equal to 1", "field": "spec.size"}]},
+        "code": 422
+    });
+    let server = ScriptedServer::always(move || json(422, invalid.clone())).await;
     let client = plain_client(&server.url);
     let error = client
         .create::<_, Value>(
@@ -71,14 +69,9 @@ async fn invalid_names_the_field_from_the_causes() {
 /// A 500 with a Status body is an Api error too, not retried.
 #[tokio::test]
 async fn internal_error_is_an_api_error() {
-    let server = ScriptedServer::http(|_, _| {
-        ready(status(
-            500,
-            "InternalError",
-            "etcdserver: request timed out",
-        ))
-    })
-    .await;
+    let server =
+        ScriptedServer::always(|| status(500, "InternalError", "etcdserver: request timed out"))
+            .await;
     let client = plain_client(&server.url);
     let error = client
         .delete::<Value>("/api/v1/namespaces/default/pods/db-0000")
@@ -98,19 +91,9 @@ async fn internal_error_is_an_api_error() {
 /// An HTML 502 from a proxy still gives a readable message: method, path, code and a snippet.
 #[tokio::test]
 async fn an_html_error_page_is_readable() {
-    let server = ScriptedServer::http(|_, _| {
-        ready(raw(
-            502,
-            "text/html",
-            "<html>\n<head><title>502 Bad Gateway</title></head>\n<body>nginx</body>\n</html>\n",
-        ))
-    })
-    .await;
-    let client = plain_client(&server.url);
-    let error = client
-        .get::<Value>("/apis/workshop.example.com/v1")
-        .await
-        .unwrap_err();
+    let page = "<html>\n<head><title>502 Bad Gateway</title></head>\n<body>nginx</body>\n</html>\n";
+    let server = ScriptedServer::always(move || raw(502, "text/html", page)).await;
+    let error = get_error(&server, "/apis/workshop.example.com/v1").await;
     match &error {
         ClientError::Http { code, body, .. } => {
             assert_eq!(*code, 502);
@@ -126,19 +109,9 @@ async fn an_html_error_page_is_readable() {
 /// A 2xx body that is not the expected JSON is a Decode error naming the step.
 #[tokio::test]
 async fn bad_json_in_a_success_body_is_a_decode_error() {
-    let server = ScriptedServer::http(|_, _| {
-        ready(raw(
-            200,
-            "application/json",
-            "{\"kind\": \"PodList\", \"items\": [tru",
-        ))
-    })
-    .await;
-    let client = plain_client(&server.url);
-    let error = client
-        .get::<Value>("/api/v1/namespaces/default/pods")
-        .await
-        .unwrap_err();
+    let cut_short = "{\"kind\": \"PodList\", \"items\": [tru";
+    let server = ScriptedServer::always(move || raw(200, "application/json", cut_short)).await;
+    let error = get_error(&server, "/api/v1/namespaces/default/pods").await;
     match &error {
         ClientError::Decode {
             method,
@@ -192,13 +165,9 @@ async fn connection_refused_is_a_connect_error() {
 /// (paused clock: the 30 s default passes instantly).
 #[tokio::test(start_paused = true)]
 async fn a_silent_server_times_out() {
-    let server = ScriptedServer::http(|_, _| Box::pin(std::future::pending())).await;
-    let client = plain_client(&server.url);
+    let server = ScriptedServer::silent().await;
     let started = tokio::time::Instant::now();
-    let error = client
-        .get::<Value>("/api/v1/namespaces/default/pods")
-        .await
-        .unwrap_err();
+    let error = get_error(&server, "/api/v1/namespaces/default/pods").await;
     assert!(
         matches!(error, ClientError::Timeout { after, .. } if after == Duration::from_secs(30)),
         "{error:?}"
@@ -213,7 +182,7 @@ async fn a_silent_server_times_out() {
 /// The timeout is configurable per Config.
 #[tokio::test(start_paused = true)]
 async fn the_request_timeout_is_configurable() {
-    let server = ScriptedServer::http(|_, _| Box::pin(std::future::pending())).await;
+    let server = ScriptedServer::silent().await;
     let mut config = Config::from_url(&server.url).unwrap();
     config.request_timeout = Duration::from_secs(2);
     let client = Client::new(config).unwrap();
@@ -227,7 +196,7 @@ async fn the_request_timeout_is_configurable() {
 /// patches carry the patch content type.
 #[tokio::test]
 async fn requests_carry_user_agent_accept_and_content_type() {
-    let server = ScriptedServer::http(|_, _| ready(json(200, json!({"kind": "Pod"})))).await;
+    let server = ScriptedServer::always(|| json(200, json!({"kind": "Pod"}))).await;
     let client = plain_client(&server.url);
     let _: Value = client
         .get("/api/v1/namespaces/default/pods/p")
@@ -273,7 +242,7 @@ async fn requests_carry_user_agent_accept_and_content_type() {
 /// A server URL with a path prefix (as behind Rancher) keeps the prefix; query strings pass through.
 #[tokio::test]
 async fn paths_append_to_the_server_url() {
-    let server = ScriptedServer::http(|_, _| ready(json(200, json!({})))).await;
+    let server = ScriptedServer::always(|| json(200, json!({}))).await;
     let client = plain_client(&format!("{}/k8s/clusters/c-1/", server.url));
     let _: Value = client
         .get("/api/v1/pods?labelSelector=app%3Dpostgres&limit=5")

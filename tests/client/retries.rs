@@ -79,8 +79,7 @@ async fn a_second_401_is_returned_not_retried_forever() {
 /// An inline token (`--token`) cannot change, so a 401 is returned at once.
 #[tokio::test]
 async fn an_inline_token_is_not_retried_after_401() {
-    let server =
-        ScriptedServer::http(|_, _| ready(status(401, "Unauthorized", "Unauthorized"))).await;
+    let server = ScriptedServer::always(|| status(401, "Unauthorized", "Unauthorized")).await;
     let args = ConfigArgs {
         server: Some(server.url.clone()),
         token: Some(SecretString::new("abc")),
@@ -100,7 +99,7 @@ async fn an_inline_token_is_not_retried_after_401() {
 /// fails (file gone mid-rewrite) keeps the last good token.
 #[tokio::test(start_paused = true)]
 async fn the_token_file_is_reread_every_minute_and_a_failed_read_keeps_the_last_token() {
-    let server = ScriptedServer::http(|_, _| ready(json(200, json!({})))).await;
+    let server = ScriptedServer::always(|| json(200, json!({}))).await;
     let dir = tempfile::tempdir().unwrap();
     let token_path = dir.path().join("token");
     std::fs::write(&token_path, "first").unwrap();

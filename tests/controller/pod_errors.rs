@@ -66,11 +66,10 @@ async fn a_pod_list_error_keeps_the_http_status_403_apart_from_503() {
 #[tokio::test]
 async fn a_pod_delete_error_keeps_its_status_and_404_is_success() {
     let server = ScriptedServer::http(|request, _| {
-        if request.path.ends_with("/gone") {
-            ready(status(404, "NotFound", "pods \"gone\" not found"))
-        } else {
-            ready(status(403, "Forbidden", "pods \"db-0000\" is forbidden"))
-        }
+        ready(match request.path.ends_with("/gone") {
+            true => status(404, "NotFound", "pods \"gone\" not found"),
+            false => status(403, "Forbidden", "pods \"db-0000\" is forbidden"),
+        })
     })
     .await;
     let client = plain_client(&server.url);

@@ -14,7 +14,7 @@ use postgres_operator::crd::{self, CrdError, Difference, Registration};
 use serde_json::{json, Value};
 use test_support::plain_client;
 use test_support::scripted_server::{
-    json, lines_then_quiet, ready, status, Recorded, Reply, ScriptedServer,
+    json, lines_then_quiet, ready, status, Body, Recorded, Reply, ScriptedServer,
 };
 use tokio::io::{AsyncBufReadExt, BufReader};
 
@@ -43,27 +43,9 @@ fn served(crd: Value) -> Value {
     crd
 }
 
-/// The CRD of a server nobody here wrote (the side-by-side benchmark's feed has one like it):
-/// our names, v1 served, a schema that keeps any field, no scale subresource, no columns.
+/// The CRD of a server nobody here wrote, as that server serves it.
 fn foreign_crd() -> Value {
-    served(json!({
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": "postgresclusters.workshop.example.com"},
-        "spec": {
-            "group": "workshop.example.com",
-            "scope": "Namespaced",
-            "names": {
-                "kind": "PostgresCluster", "listKind": "PostgresClusterList",
-                "plural": "postgresclusters", "singular": "postgrescluster", "shortNames": ["pgc"],
-            },
-            "versions": [{
-                "name": "v1", "served": true, "storage": true,
-                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
-                "subresources": {"status": {}},
-            }],
-        },
-    }))
+    served(crate::support::foreign_crd())
 }
 
 /// A newer release's CRD: ours plus a field and a version this build does not know.
@@ -293,6 +275,17 @@ async fn malformed_or_unserved_crds_are_clear_errors() {
     }
 }
 
+/// A list of nothing, current at resourceVersion 10.
+fn empty_list(api_version: &str, kind: &str) -> hyper::Response<Body> {
+    json(
+        200,
+        json!({
+            "apiVersion": api_version, "kind": kind,
+            "metadata": {"resourceVersion": "10"}, "items": [],
+        }),
+    )
+}
+
 /// A server for the binaries: the foreign CRD (PUT → 404), a list of no PostgresClusters at
 /// resourceVersion 10, then a watch that sends one ADDED and stays open; an empty pod list and a
 /// quiet pod watch; 404 for anything else.
@@ -316,26 +309,14 @@ async fn watch_server() -> ScriptedServer {
                 if watching {
                     ready(lines_then_quiet(vec![added.clone()]))
                 } else {
-                    ready(json(
-                        200,
-                        json!({
-                            "apiVersion": "workshop.example.com/v1", "kind": "PostgresClusterList",
-                            "metadata": {"resourceVersion": "10"}, "items": [],
-                        }),
-                    ))
+                    ready(empty_list("workshop.example.com/v1", "PostgresClusterList"))
                 }
             }
             "GET" if path.starts_with("/api/v1/namespaces/default/pods") => {
                 if watching {
                     ready(lines_then_quiet(Vec::new()))
                 } else {
-                    ready(json(
-                        200,
-                        json!({
-                            "apiVersion": "v1", "kind": "PodList",
-                            "metadata": {"resourceVersion": "10"}, "items": [],
-                        }),
-                    ))
+                    ready(empty_list("v1", "PodList"))
                 }
             }
             "PUT" => ready(status(
@@ -375,13 +356,11 @@ async fn every_binary_after_stage01_reaches_its_first_watch_event() {
     ];
     for (name, path, extra) in binaries {
         let server = watch_server().await;
-        let mut child = tokio::process::Command::new(path)
-            .args(["--server", &server.url])
+        // At info level, so that what differs is said.
+        let mut child = test_support::operator_command(path, &server.url)
             .args(extra)
             .env("RUST_LOG", "info")
-            .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .kill_on_drop(true)
             .spawn()
             .expect("the binary starts");
         let stdout = child.stdout.take().expect("stdout");

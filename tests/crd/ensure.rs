@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use postgres_operator::api::{
     collection_path, crd_path, object_path, PostgresCluster, PostgresClusterSpec, PostgresVersion,
-    CRD_NAME,
 };
 use postgres_operator::client::Client;
 use postgres_operator::crd::{self, Registration, CRDS_PATH};
@@ -32,28 +31,17 @@ fn older_crd() -> Value {
     crd
 }
 
-/// Someone else's CRD of our name: same group and kind, a schema that takes anything, another
-/// short name.
+/// Someone else's CRD of our name: same group and kind, a schema that takes anything, no
+/// subresources, another short name, and a label of its own.
 fn foreign_crd() -> Value {
-    json!({
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": { "name": CRD_NAME, "labels": { "owner": "someone-else" } },
-        "spec": {
-            "group": "workshop.example.com",
-            "scope": "Namespaced",
-            "names": {
-                "kind": "PostgresCluster", "listKind": "PostgresClusterList",
-                "plural": "postgresclusters", "singular": "postgrescluster", "shortNames": ["pg"],
-            },
-            "versions": [{
-                "name": "v1", "served": true, "storage": true,
-                "schema": { "openAPIV3Schema": {
-                    "type": "object", "x-kubernetes-preserve-unknown-fields": true,
-                }},
-            }],
-        },
-    })
+    let mut crd = crate::support::foreign_crd();
+    crd["metadata"]["labels"] = json!({"owner": "someone-else"});
+    crd["spec"]["names"]["shortNames"] = json!(["pg"]);
+    let version = crd["spec"]["versions"][0]
+        .as_object_mut()
+        .expect("a version");
+    version.remove("subresources");
+    crd
 }
 
 /// Register `crd` as it is (what `kubectl apply` of another file would do) and wait for it.
@@ -62,6 +50,17 @@ async fn register_as_is(client: &Client, crd: &Value) {
     crd::wait_established(client, Duration::from_secs(10))
         .await
         .expect("established");
+}
+
+/// `crd::ensure`, which must say Updated, and the wait for Established after it: the writes of
+/// our CRD it made.
+async fn updated_by_ensure(sandbox: &Sandbox, client: &Client) -> Vec<String> {
+    let writes_before = crd_writes(sandbox).len();
+    assert_eq!(crd::ensure(client).await.unwrap(), Registration::Updated);
+    crd::wait_established(client, Duration::from_secs(10))
+        .await
+        .unwrap();
+    crd_writes(sandbox).split_off(writes_before)
 }
 
 /// Writes (create, update, patch, delete) of our CRD in the request log.
@@ -100,14 +99,7 @@ async fn an_older_crd_is_updated_in_place() {
         .create(&collection_path("default"), &example("old", 9, "16"))
         .await
         .expect("size 9 allowed by the old schema");
-    let writes_before = crd_writes(&sandbox).len();
-
-    assert_eq!(crd::ensure(&client).await.unwrap(), Registration::Updated);
-    crd::wait_established(&client, Duration::from_secs(10))
-        .await
-        .unwrap();
-
-    let writes: Vec<String> = crd_writes(&sandbox).split_off(writes_before);
+    let writes = updated_by_ensure(&sandbox, &client).await;
     assert_eq!(
         writes,
         [format!("update {} 200", crd_path())],
@@ -179,14 +171,8 @@ async fn a_crd_of_our_name_with_someone_elses_schema_is_updated() {
         )
         .await
         .expect("anything goes under their schema");
-    let writes_before = crd_writes(&sandbox).len();
-
-    assert_eq!(crd::ensure(&client).await.unwrap(), Registration::Updated);
-    crd::wait_established(&client, Duration::from_secs(10))
-        .await
-        .unwrap();
-
-    assert_eq!(crd_writes(&sandbox).len(), writes_before + 1);
+    let writes = updated_by_ensure(&sandbox, &client).await;
+    assert_eq!(writes.len(), 1, "{writes:?}");
     let after: Value = client.get(&crd_path()).await.unwrap();
     assert_eq!(
         crd::differences(&after, &crd::postgres_cluster_crd()).unwrap(),

@@ -4,6 +4,8 @@
 //!
 //! Run one part: `cargo test --test crd check::`.
 
+mod support;
+
 mod check;
 mod ensure;
 mod manifest;

@@ -63,8 +63,7 @@ async fn an_absent_crd_is_created() {
 #[tokio::test]
 async fn an_up_to_date_crd_is_left_alone() {
     let server =
-        ScriptedServer::http(|_, _| ready(json(200, served(crd::postgres_cluster_crd(), "17"))))
-            .await;
+        ScriptedServer::always(|| json(200, served(crd::postgres_cluster_crd(), "17"))).await;
     let registration = crd::ensure(&plain_client(&server.url)).await.unwrap();
     assert_eq!(registration, Registration::UpToDate);
     assert_eq!(
@@ -181,10 +180,8 @@ async fn endless_conflicts_end_in_an_error() {
 /// and kube/rbac.yaml.
 #[tokio::test]
 async fn forbidden_read_hints_at_the_missing_rbac_rule() {
-    let server = ScriptedServer::http(|_, _| {
-        ready(status(403, "Forbidden", "customresourcedefinitions.apiextensions.k8s.io \"postgresclusters.workshop.example.com\" is forbidden: User \"system:serviceaccount:default:postgres-operator\" cannot get resource \"customresourcedefinitions\" in API group \"apiextensions.k8s.io\" at the cluster scope"))
-    })
-    .await;
+    let message = "customresourcedefinitions.apiextensions.k8s.io \"postgresclusters.workshop.example.com\" is forbidden: User \"system:serviceaccount:default:postgres-operator\" cannot get resource \"customresourcedefinitions\" in API group \"apiextensions.k8s.io\" at the cluster scope";
+    let server = ScriptedServer::always(move || status(403, "Forbidden", message)).await;
     let error = crd::ensure(&plain_client(&server.url)).await.unwrap_err();
     assert!(matches!(error, CrdError::Read(_)), "{error:?}");
     assert!(error.to_string().starts_with("reading CustomResourceDefinition postgresclusters.workshop.example.com: GET /apis/apiextensions.k8s.io/v1/customresourcedefinitions/postgresclusters.workshop.example.com: Forbidden (403)"), "{error}");
@@ -228,7 +225,7 @@ async fn forbidden_writes_hint_at_create_and_update() {
 /// Other failures (a 500 on the GET) are errors without an RBAC hint, and nothing is written.
 #[tokio::test]
 async fn other_failures_are_errors() {
-    let server = ScriptedServer::http(|_, _| ready(status(500, "InternalError", "boom"))).await;
+    let server = ScriptedServer::always(|| status(500, "InternalError", "boom")).await;
     let error = crd::ensure(&plain_client(&server.url)).await.unwrap_err();
     assert_eq!(error.client_error().unwrap().status_code(), Some(500));
     assert_eq!(error.hint(), None);
@@ -280,13 +277,13 @@ async fn wait_established_polls_until_the_condition_is_true() {
 /// Never Established: a NotEstablished error after the timeout, naming the last conditions.
 #[tokio::test(start_paused = true)]
 async fn wait_established_is_bounded() {
-    let server = ScriptedServer::http(|_, _| {
-        ready(json(
+    let server = ScriptedServer::always(|| {
+        json(
             200,
             crd_with_conditions(
                 json!([{"type": "Established", "status": "False", "reason": "Installing"}]),
             ),
-        ))
+        )
     })
     .await;
     let started = tokio::time::Instant::now();
@@ -312,12 +309,11 @@ async fn wait_established_is_bounded() {
 /// A name clash (NamesAccepted False) fails at once with the server's message.
 #[tokio::test]
 async fn names_not_accepted_fails_fast() {
-    let server = ScriptedServer::http(|_, _| {
-        ready(json(200, crd_with_conditions(json!([
-            {"type": "NamesAccepted", "status": "False", "reason": "ShortNamesConflict", "message": "\"pgc\" is already in use"}
-        ]))))
-    })
-    .await;
+    let conditions = json!([
+        {"type": "NamesAccepted", "status": "False", "reason": "ShortNamesConflict", "message": "\"pgc\" is already in use"}
+    ]);
+    let server =
+        ScriptedServer::always(move || json(200, crd_with_conditions(conditions.clone()))).await;
     let error = crd::wait_established(&plain_client(&server.url), Duration::from_secs(30))
         .await
         .unwrap_err();
@@ -331,7 +327,7 @@ async fn names_not_accepted_fails_fast() {
 /// 403 while waiting: WaitEstablished, with a hint about `get`.
 #[tokio::test]
 async fn forbidden_wait_hints_at_get() {
-    let server = ScriptedServer::http(|_, _| ready(status(403, "Forbidden", "cannot get"))).await;
+    let server = ScriptedServer::always(|| status(403, "Forbidden", "cannot get")).await;
     let error = crd::wait_established(&plain_client(&server.url), Duration::from_secs(30))
         .await
         .unwrap_err();
