@@ -98,15 +98,24 @@ fn readme_deploy_commands() -> Vec<String> {
         .collect()
 }
 
-/// The operator pods: name → (ready, restart count), without terminating ones.
-async fn operator_pods(shell: &Shell) -> Vec<(String, bool, u64)> {
+/// The pods in the operator's namespace that `selector` picks, without terminating ones.
+async fn live_pods(shell: &Shell, selector: &str) -> Vec<Value> {
     let list = shell
         .json(&format!(
-            "kubectl -n {NAMESPACE} get pods -l app.kubernetes.io/name=postgres-operator -o json"
+            "kubectl -n {NAMESPACE} get pods -l {selector} -o json"
         ))
         .await;
     test_support::live_items(&list)
         .into_iter()
+        .cloned()
+        .collect()
+}
+
+/// The operator pods: name → (ready, restart count), without terminating ones.
+async fn operator_pods(shell: &Shell) -> Vec<(String, bool, u64)> {
+    live_pods(shell, "app.kubernetes.io/name=postgres-operator")
+        .await
+        .iter()
         .map(|pod| {
             let ready = test_support::pod_is_ready(pod);
             let restarts = pod["status"]["containerStatuses"][0]["restartCount"]
@@ -134,13 +143,9 @@ async fn lease_holder(shell: &Shell) -> Option<(String, String)> {
 
 /// The example cluster's members: (name, role, ready), without terminating ones.
 async fn members(shell: &Shell) -> Vec<(String, String, bool)> {
-    let list = shell
-        .json(&format!(
-            "kubectl -n {NAMESPACE} get pods -l workshop.example.com/cluster={CLUSTER} -o json"
-        ))
-        .await;
-    test_support::live_items(&list)
-        .into_iter()
+    live_pods(shell, &format!("workshop.example.com/cluster={CLUSTER}"))
+        .await
+        .iter()
         .map(|pod| {
             let ready = test_support::pod_is_ready(pod);
             (

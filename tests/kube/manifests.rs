@@ -3,16 +3,19 @@
 //! in the operator's namespace, a ClusterRole only for the cluster-scoped CRD. (Which verbs: the
 //! rules are checked against the operator's own requests in tests/kube/rbac.rs.)
 
-fn render() -> String {
-    let rendered =
-        test_support::kubectl_offline(&["kustomize", concat!(env!("CARGO_MANIFEST_DIR"), "/kube")]);
-    String::from_utf8(rendered).unwrap()
+/// `kubectl kustomize kube/`, rendered once for all the tests here.
+fn rendered() -> &'static str {
+    static RENDERED: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    RENDERED.get_or_init(|| {
+        let kube = concat!(env!("CARGO_MANIFEST_DIR"), "/kube");
+        String::from_utf8(test_support::kubectl_offline(&["kustomize", kube])).unwrap()
+    })
 }
 
 /// Rendering works offline and yields each kind once.
 #[test]
 fn kustomize_renders_every_kind() {
-    let rendered = render();
+    let rendered = rendered();
     for kind in [
         "CustomResourceDefinition",
         "ServiceAccount",
@@ -36,7 +39,7 @@ fn kustomize_renders_every_kind() {
 /// `default`).
 #[test]
 fn everything_lands_in_the_operator_namespace_and_the_binding_follows() {
-    let rendered = render();
+    let rendered = rendered();
     let namespaced = rendered.matches("  namespace: postgres-operator").count();
     // ServiceAccount, Role, RoleBinding and Deployment metadata, plus the two bindings' subjects.
     assert_eq!(namespaced, 6, "in:\n{rendered}");
@@ -47,7 +50,6 @@ fn everything_lands_in_the_operator_namespace_and_the_binding_follows() {
 /// capabilities, the runtime's seccomp profile, and the namespace from the downward API.
 #[test]
 fn the_deployment_is_hardened_and_gets_its_namespace() {
-    let rendered = render();
     for expected in [
         "runAsNonRoot: true",
         "runAsUser: 65532",
@@ -64,8 +66,9 @@ fn the_deployment_is_hardened_and_gets_its_namespace() {
         "serviceAccountName: postgres-operator",
     ] {
         assert!(
-            rendered.contains(expected),
-            "missing {expected:?} in:\n{rendered}"
+            rendered().contains(expected),
+            "missing {expected:?} in:\n{}",
+            rendered()
         );
     }
 }
@@ -75,7 +78,9 @@ fn the_deployment_is_hardened_and_gets_its_namespace() {
 /// version (the CRD refuses the 2017 workshop's 9.6.3).
 #[test]
 fn the_example_cluster_has_the_workshop_values_and_comes_second() {
-    assert!(!render().lines().any(|line| line == "kind: PostgresCluster"));
+    assert!(!rendered()
+        .lines()
+        .any(|line| line == "kind: PostgresCluster"));
     let rendered = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/kube/example-postgres-cluster.yaml"

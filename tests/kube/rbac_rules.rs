@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use sandbox::SandboxOptions;
 use serde_json::{json, Value};
-use test_support::Kubectl;
+use test_support::{cluster, Kubectl};
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::sync::Semaphore;
 
@@ -409,14 +409,16 @@ async fn scenario(
         )
         .await?;
     let primary = observer
-        .until("2 ready members, one primary", || healthy(kubectl, 2))
+        .until("2 ready members, one primary", || {
+            cluster::healthy(kubectl, CLUSTER, 2)
+        })
         .await?;
     kubectl
         .ok(&["delete", "pod", &primary, "--wait=false"])
         .await;
     let promoted = observer
         .until("a new ready primary", || async {
-            members(kubectl)
+            cluster::members(kubectl, CLUSTER)
                 .await
                 .into_iter()
                 .find(|p| p.role == "primary" && p.name != primary && p.ready)
@@ -424,7 +426,9 @@ async fn scenario(
         })
         .await?;
     let after_failover = observer
-        .until("2 ready members after the failover", || healthy(kubectl, 2))
+        .until("2 ready members after the failover", || {
+            cluster::healthy(kubectl, CLUSTER, 2)
+        })
         .await?;
     if after_failover != promoted {
         return Err(Stopped::Wrong(format!(
@@ -433,7 +437,9 @@ async fn scenario(
     }
     kubectl.ok(&["scale", "pgc", CLUSTER, "--replicas=1"]).await;
     let after_scale = observer
-        .until("1 ready member after scaling down", || healthy(kubectl, 1))
+        .until("1 ready member after scaling down", || {
+            cluster::healthy(kubectl, CLUSTER, 1)
+        })
         .await?;
     if after_scale != promoted {
         return Err(Stopped::Wrong(format!(
@@ -441,46 +447,6 @@ async fn scenario(
         )));
     }
     Ok(())
-}
-
-/// A cluster member: a pod of the cluster that is not terminating.
-struct Member {
-    name: String,
-    role: String,
-    ready: bool,
-}
-
-async fn get_json(kubectl: &Kubectl, args: &[&str]) -> Value {
-    let mut args = args.to_vec();
-    args.extend(["-o", "json"]);
-    let out = kubectl.run(&args).await;
-    serde_json::from_str(&out.stdout).unwrap_or(Value::Null)
-}
-
-async fn members(kubectl: &Kubectl) -> Vec<Member> {
-    let selector = format!("workshop.example.com/cluster={CLUSTER}");
-    let list = get_json(kubectl, &["get", "pods", "-l", &selector]).await;
-    test_support::live_items(&list)
-        .into_iter()
-        .map(|pod| Member {
-            name: text(&pod["metadata"]["name"]).to_string(),
-            role: text(&pod["metadata"]["labels"]["workshop.example.com/role"]).to_string(),
-            ready: test_support::pod_is_ready(pod),
-        })
-        .collect()
-}
-
-/// Exactly `size` members, all ready, one primary, and the status agrees: the primary's name.
-async fn healthy(kubectl: &Kubectl, size: usize) -> Option<String> {
-    let pods = members(kubectl).await;
-    let primaries: Vec<&Member> = pods.iter().filter(|p| p.role == "primary").collect();
-    let status = get_json(kubectl, &["get", "pgc", CLUSTER]).await["status"].clone();
-    let ok = pods.len() == size
-        && pods.iter().all(|p| p.ready)
-        && primaries.len() == 1
-        && status["readyInstances"] == size
-        && status["primary"] == primaries[0].name.as_str();
-    ok.then(|| primaries[0].name.clone())
 }
 
 /// What one case found.

@@ -131,18 +131,27 @@ fn run(path: &str, args: &[&str]) -> Output {
         .expect("the binary runs")
 }
 
+/// Run `binary` with `args`, requiring exit `code` (the failure shows both streams): its stdout
+/// and stderr.
+fn exits(binary: &Binary, args: &[&str], code: i32) -> (String, String) {
+    let output = run(binary.path, args);
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(
+        output.status.code(),
+        Some(code),
+        "{} {args:?}:\n{stdout}{stderr}",
+        binary.name
+    );
+    (stdout, stderr)
+}
+
 /// `--help` prints the name, the workshop step, every flag, examples and exit statuses; exit 0.
 #[test]
 fn help_lists_every_flag_and_exits_0() {
     for binary in BINARIES {
-        let output = run(binary.path, &["--help"]);
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        assert_eq!(output.status.code(), Some(0), "{}: {stdout}", binary.name);
-        assert!(
-            output.stderr.is_empty(),
-            "{}: help goes to stdout",
-            binary.name
-        );
+        let (stdout, stderr) = exits(binary, &["--help"], 0);
+        assert!(stderr.is_empty(), "{}: help goes to stdout", binary.name);
         let first_line = stdout.lines().next().unwrap_or_default();
         assert!(
             first_line.starts_with(binary.name) && first_line.contains(binary.step),
@@ -228,10 +237,8 @@ fn help_states_the_real_defaults() {
 #[test]
 fn unknown_flag_exits_2_and_points_at_help() {
     for binary in BINARIES {
-        let output = run(binary.path, &["--frobnicate"]);
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert_eq!(output.status.code(), Some(2), "{}: {stderr}", binary.name);
-        assert!(output.stdout.is_empty(), "{}", binary.name);
+        let (stdout, stderr) = exits(binary, &["--frobnicate"], 2);
+        assert!(stdout.is_empty(), "{}", binary.name);
         assert!(
             stderr.contains("'--frobnicate'") && stderr.contains("--help"),
             "{}: {stderr}",

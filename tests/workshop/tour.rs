@@ -2,7 +2,6 @@
 //! sandbox — steps 04 and 05 on real PostgreSQL there, or on simulated pods when asked — and
 //! against a named API server writes only what it announced. WORKSHOP.md, "The whole workshop in one command".
 
-use std::io::Read;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -29,38 +28,12 @@ fn tour_command(args: &[&str]) -> Command {
     command
 }
 
-/// Run to completion, killing it if it outlives the deadline. Blocking: call via spawn_blocking
+/// Run to completion, failing if it outlives the deadline. Blocking: call via spawn_blocking
 /// when a sandbox in this process must keep serving meanwhile.
 fn run_with_deadline(mut command: Command) -> (Output, Duration) {
     let started = Instant::now();
-    let mut child = command.spawn().expect("tour starts");
-    let mut stdout = child.stdout.take().expect("stdout");
-    let mut stderr = child.stderr.take().expect("stderr");
-    let out_reader = std::thread::spawn(move || {
-        let mut text = Vec::new();
-        let _ = stdout.read_to_end(&mut text);
-        text
-    });
-    let err_reader = std::thread::spawn(move || {
-        let mut text = Vec::new();
-        let _ = stderr.read_to_end(&mut text);
-        text
-    });
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            break status;
-        }
-        if started.elapsed() > TOUR_DEADLINE {
-            let _ = child.kill();
-            panic!("the tour ran longer than {TOUR_DEADLINE:?}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let output = Output {
-        status,
-        stdout: out_reader.join().unwrap(),
-        stderr: err_reader.join().unwrap(),
-    };
+    let (output, killed) = test_support::run_with_deadline(&mut command, TOUR_DEADLINE);
+    assert!(!killed, "the tour ran longer than {TOUR_DEADLINE:?}");
     (output, started.elapsed())
 }
 

@@ -36,7 +36,7 @@
 //! Shell sessions outside `console` blocks are not allowed: a test below checks that no other
 //! fenced block holds a `$ ` prompt, so every transcript in the text is one this test runs.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -334,6 +334,24 @@ struct Background {
 }
 
 impl Background {
+    /// Start `command` (the transcript's `text`, in `terminal`), collecting its stdout lines;
+    /// stderr is diagnostics, not story.
+    fn spawn(command: &mut Command, terminal: &str, text: &str) -> Background {
+        let mut child = command
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|error| panic!("start the background command {text:?}: {error}"));
+        let output = collect_lines(child.stdout.take().expect("stdout"));
+        Background {
+            terminal: terminal.to_string(),
+            command: text.to_string(),
+            child,
+            output,
+            cursor: 0,
+        }
+    }
+
     fn lines(&self) -> Vec<String> {
         self.output
             .lock()
@@ -425,17 +443,13 @@ impl Runner {
             .iter()
             .map(|arg| arg.replace(DOC_ADDRESS, "127.0.0.1:0"))
             .collect();
-        let mut child = Command::new(binary_path("sandbox"))
-            .args(&args)
-            .current_dir(&self.repo)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start the sandbox binary");
-        let output = collect_lines(child.stdout.take().expect("sandbox stdout"));
+        let mut sandbox = Command::new(binary_path("sandbox"));
+        sandbox.args(&args).current_dir(&self.repo);
+        let job = Background::spawn(&mut sandbox, terminal, command);
         let deadline = Instant::now() + Duration::from_secs(30);
         let address = loop {
-            let found = output
+            let found = job
+                .output
                 .lock()
                 .ok()
                 .and_then(|lines| lines.iter().find_map(|line| find_http_address(line)));
@@ -448,13 +462,7 @@ impl Runner {
             }
         };
         self.server = Some(address);
-        Background {
-            terminal: terminal.to_string(),
-            command: command.to_string(),
-            child,
-            output,
-            cursor: 0,
-        }
+        job
     }
 
     fn server_address(&mut self) -> String {
@@ -560,63 +568,26 @@ fn binary_path(name: &str) -> PathBuf {
 /// Run to completion; the lines a learner's terminal shows: stdout, and for kubectl its stderr too
 /// (it prints warnings and some answers there). Our binaries' stderr is diagnostics, not story.
 fn run_foreground(command: &mut Command, with_stderr: bool) -> (bool, Vec<String>) {
-    let mut child = command
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start a transcript command");
-    let mut stdout = child.stdout.take().expect("stdout");
-    let mut stderr = child.stderr.take().expect("stderr");
-    let out_reader = std::thread::spawn(move || {
-        let mut text = String::new();
-        let _ = stdout.read_to_string(&mut text);
-        text
-    });
-    let err_reader = std::thread::spawn(move || {
-        let mut text = String::new();
-        let _ = stderr.read_to_string(&mut text);
-        text
-    });
-    let deadline = Instant::now() + FOREGROUND_DEADLINE;
-    let status = loop {
-        if let Ok(Some(status)) = child.try_wait() {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            break child.wait().expect("wait for a killed command");
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    let (output, _) = test_support::run_with_deadline(command, FOREGROUND_DEADLINE);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = if with_stderr {
+        String::from_utf8_lossy(&output.stderr)
+    } else {
+        "".into()
     };
-    let stdout = out_reader.join().unwrap_or_default();
-    let stderr = err_reader.join().unwrap_or_default();
-    let stderr = if with_stderr { stderr } else { String::new() };
     let lines = stdout
         .lines()
         .chain(stderr.lines())
         .map(str::to_string)
         .collect();
-    (status.success(), lines)
+    (output.status.success(), lines)
 }
 
 fn start_background(runner: &mut Runner, command: &str, terminal: &str) -> Background {
     if command.starts_with("cargo run --bin sandbox") {
         return runner.start_sandbox(command, terminal);
     }
-    let mut child = runner
-        .command_for(command)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start a background transcript command");
-    let output = collect_lines(child.stdout.take().expect("stdout"));
-    Background {
-        terminal: terminal.to_string(),
-        command: command.to_string(),
-        child,
-        output,
-        cursor: 0,
-    }
+    Background::spawn(&mut runner.command_for(command), terminal, command)
 }
 
 fn run_transcript(runner: &mut Runner, transcript: &Transcript) {
