@@ -81,10 +81,7 @@ impl Cluster {
             .expect("the server named the pod from generateName")
             .to_string();
         let ready = self.wait_ready(&name).await;
-        let ip = ready["status"]["podIP"]
-            .as_str()
-            .expect("a pod IP")
-            .to_string();
+        let ip = test_support::pod_ip(&ready);
         (name, ip, started.elapsed())
     }
 
@@ -113,6 +110,14 @@ impl Cluster {
         self.psql(pod, sql)
             .await
             .unwrap_or_else(|e| panic!("psql {sql:?} in {pod}: {e}"))
+    }
+
+    /// Wait until the primary Service's one ready address is `ip`.
+    async fn until_primary_service_is(&self, ip: &str, what: &str) {
+        test_support::eventually(Duration::from_secs(30), what, || async {
+            (self.endpoint_ips(&primary_service_name(CLUSTER)).await == [ip]).then_some(())
+        })
+        .await;
     }
 
     /// The ready addresses of a Service's Endpoints, sorted.
@@ -190,15 +195,12 @@ async fn the_manifests_make_a_replicated_cluster_that_survives_a_failover() {
         "t",
         "the init script made the replication role"
     );
-    test_support::eventually(
-        Duration::from_secs(30),
-        "the primary in the primary Service's endpoints",
-        || async {
-            (cluster.endpoint_ips(&primary_service_name(CLUSTER)).await == [primary_ip.clone()])
-                .then_some(())
-        },
-    )
-    .await;
+    cluster
+        .until_primary_service_is(
+            &primary_ip,
+            "the primary in the primary Service's endpoints",
+        )
+        .await;
 
     // Replicas clone from the `pg-primary` Service by name. Where the name does not resolve in
     // a pod (see the report below), this test alone points them at the Service's ClusterIP,
@@ -371,19 +373,10 @@ async fn the_manifests_make_a_replicated_cluster_that_survives_a_failover() {
         .await
         .expect("relabelled");
     assert_eq!(relabelled["metadata"]["labels"][ROLE_LABEL], "primary");
-    let promoted_ip = relabelled["status"]["podIP"]
-        .as_str()
-        .expect("a pod IP")
-        .to_string();
-    test_support::eventually(
-        Duration::from_secs(30),
-        "the promoted pod behind the primary Service",
-        || async {
-            (cluster.endpoint_ips(&primary_service_name(CLUSTER)).await == [promoted_ip.clone()])
-                .then_some(())
-        },
-    )
-    .await;
+    let promoted_ip = test_support::pod_ip(&relabelled);
+    cluster
+        .until_primary_service_is(&promoted_ip, "the promoted pod behind the primary Service")
+        .await;
     eprintln!(
         "failover: old primary gone after {stopped:.1?}, {promoted} promoted and behind {} after {:.1?}",
         primary_service_name(CLUSTER),

@@ -71,6 +71,22 @@ fn run(argv: &[String], tools: &Path, envs: &[(&str, &str)]) -> Output {
         .expect("sh runs")
 }
 
+/// The command of the replica's clone init container.
+fn clone_command() -> Vec<String> {
+    argv(&replica_pod()["spec"]["initContainers"][0]["command"])
+}
+
+/// The clone init container `clone` of pod `db-abcde`, cloning from `db-primary` into `pgdata`.
+fn run_clone(clone: &[String], tools: &Path, pgdata: &Path) -> Output {
+    let pgdata = pgdata.to_str().expect("utf-8");
+    let envs = [
+        ("PGDATA", pgdata),
+        ("PRIMARY_HOST", "db-primary"),
+        ("POD_NAME", "db-abcde"),
+    ];
+    run(clone, tools, &envs)
+}
+
 /// Startup and liveness count exit 0 (accepting) and 1 (rejecting: replaying WAL, starting,
 /// stopping) as alive, and 2 (no response) and 3 (no attempt) as dead; both ask 127.0.0.1:5432.
 #[test]
@@ -98,8 +114,7 @@ fn liveness_and_startup_count_rejecting_connections_as_alive() {
 /// kept) exits 0 at once: no waiting for the primary, no pg_basebackup over its data.
 #[test]
 fn the_clone_keeps_an_existing_database() {
-    let pod = replica_pod();
-    let clone = argv(&pod["spec"]["initContainers"][0]["command"]);
+    let clone = clone_command();
     let data = tempfile::tempdir().expect("tempdir");
     let pgdata = data.path().join("pgdata");
     std::fs::create_dir(&pgdata).expect("pgdata");
@@ -108,15 +123,7 @@ fn the_clone_keeps_an_existing_database() {
     let tools = tempfile::tempdir().expect("tempdir");
     // A primary that never answers: the script must not even ask.
     fake_tools(tools.path(), 2);
-    let output = run(
-        &clone,
-        tools.path(),
-        &[
-            ("PGDATA", pgdata.to_str().expect("utf-8")),
-            ("PRIMARY_HOST", "db-primary"),
-            ("POD_NAME", "db-abcde"),
-        ],
-    );
+    let output = run_clone(&clone, tools.path(), &pgdata);
     assert!(output.status.success(), "{output:?}");
     assert!(
         String::from_utf8_lossy(&output.stdout).contains("already holds a database"),
@@ -136,8 +143,7 @@ fn the_clone_keeps_an_existing_database() {
 /// so the script is stopped after its first wait).
 #[test]
 fn an_interrupted_clone_starts_over() {
-    let pod = replica_pod();
-    let clone = argv(&pod["spec"]["initContainers"][0]["command"]);
+    let clone = clone_command();
     let data = tempfile::tempdir().expect("tempdir");
     let pgdata = data.path().join("pgdata");
     let partial = data.path().join("pgdata.partial");
@@ -147,15 +153,7 @@ fn an_interrupted_clone_starts_over() {
     fake_tools(tools.path(), 2);
     // `sleep` that ends the script instead of waiting: proves it got to the wait loop.
     write_tool(tools.path(), "sleep", "exit 42");
-    let output = run(
-        &clone,
-        tools.path(),
-        &[
-            ("PGDATA", pgdata.to_str().expect("utf-8")),
-            ("PRIMARY_HOST", "db-primary"),
-            ("POD_NAME", "db-abcde"),
-        ],
-    );
+    let output = run_clone(&clone, tools.path(), &pgdata);
     assert_eq!(output.status.code(), Some(42), "{output:?}");
     assert!(!partial.exists(), "the half copy was removed");
     assert!(!pgdata.exists(), "nothing claims to be a database");

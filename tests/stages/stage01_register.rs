@@ -14,14 +14,11 @@ use test_support::{start_sandbox_with, Kubectl};
 /// An HTTPS sandbox whose service-account style credentials are written to a temp dir, with a
 /// CRD Established delay so the wait is observable.
 async fn tls_sandbox(established_delay: Duration) -> (Sandbox, tempfile::TempDir) {
-    let credentials = tempfile::tempdir().unwrap();
-    let sandbox = start_sandbox_with(SandboxOptions {
-        credentials_dir: Some(credentials.path().to_path_buf()),
+    test_support::start_tls_sandbox(SandboxOptions {
         established_delay,
         ..SandboxOptions::default()
     })
-    .await;
-    (sandbox, credentials)
+    .await
 }
 
 /// The stage01 binary, configured only through the in-cluster environment: service host/port

@@ -129,14 +129,7 @@ async fn a_404_on_the_first_list_is_retried() {
 /// token file and the watch carries on — no backoff, no relist.
 #[tokio::test]
 async fn a_401_after_token_rotation_rereads_the_token_file() {
-    let credentials = tempfile::tempdir().expect("tempdir");
-    let options = SandboxOptions {
-        credentials_dir: Some(credentials.path().to_path_buf()),
-        ..SandboxOptions::default()
-    };
-    let sandbox = Sandbox::start(options, tokio_util::sync::CancellationToken::new())
-        .await
-        .expect("TLS sandbox starts");
+    let (sandbox, credentials) = test_support::start_tls_sandbox(SandboxOptions::default()).await;
     let args = ConfigArgs {
         server: Some(sandbox.url()),
         certificate_authority: Some(credentials.path().join("ca.crt")),

@@ -291,9 +291,8 @@ async fn a_first_list_that_fails_halfway_is_finished_by_a_relist() {
     .await;
 
     let mut running = watch_scripted(&server);
-    let events = running.next_summaries(4, WITHIN).await;
     assert_eq!(
-        events,
+        running.next_summaries(4, WITHIN).await,
         vec![
             "ADDED default/a size=1",
             "ADDED default/b size=1",
