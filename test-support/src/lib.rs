@@ -41,8 +41,9 @@ pub use operator::{
 };
 pub use processes::{processes, processes_matching, run_with_deadline, Process};
 pub use sandbox::{
-    process_runtime, spawn_sandbox_binary, spawn_sandbox_binary_banner, start_process_sandbox,
-    start_sandbox, start_sandbox_with, start_tls_sandbox, until_watch_opened,
+    process_runtime, sandbox_and_kubectl, spawn_sandbox_binary, spawn_sandbox_binary_banner,
+    start_process_sandbox, start_sandbox, start_sandbox_with, start_tls_sandbox,
+    until_watch_opened,
 };
 pub use scripted_server::{ScriptedServer, TestPki};
 

@@ -12,6 +12,13 @@ pub async fn start_sandbox() -> Sandbox {
     start_sandbox_with(SandboxOptions::default()).await
 }
 
+/// A sandbox on 127.0.0.1:0 with default options, and the real kubectl bound to it.
+pub async fn sandbox_and_kubectl() -> (Sandbox, crate::Kubectl) {
+    let sandbox = start_sandbox().await;
+    let kubectl = crate::Kubectl::new(&sandbox.url());
+    (sandbox, kubectl)
+}
+
 /// A sandbox on 127.0.0.1:0 with these options (pods are simulated, in memory).
 pub async fn start_sandbox_with(options: SandboxOptions) -> Sandbox {
     Sandbox::start(options, CancellationToken::new())

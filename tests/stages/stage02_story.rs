@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use postgres_operator::api::object_path;
 use sandbox::InjectedFault;
-use test_support::{Kubectl, EXAMPLE_FIXTURE};
+use test_support::EXAMPLE_FIXTURE;
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout};
 
@@ -86,8 +86,7 @@ fn event_line(kind: &str, size: i64) -> String {
 /// watches from the list's resourceVersion (no replay). Both runs exit 0 on SIGTERM.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stage02_prints_the_workshop_story_and_stops_on_sigterm() {
-    let sandbox = test_support::start_sandbox().await;
-    let kubectl = Kubectl::new(&sandbox.url());
+    let (sandbox, kubectl) = test_support::sandbox_and_kubectl().await;
 
     let mut stage = Stage02::start(&sandbox.url());
     assert_eq!(

@@ -13,8 +13,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 /// soon as its CRD is created.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_resources_shows_builtins_and_a_new_crd() {
-    let sandbox = test_support::start_sandbox().await;
-    let kubectl = Kubectl::new(&sandbox.url());
+    let (_sandbox, kubectl) = test_support::sandbox_and_kubectl().await;
     let before = kubectl.ok(&["api-resources"]).await;
     assert!(
         before.contains("pods") && before.contains("customresourcedefinitions"),
@@ -47,8 +46,7 @@ async fn api_resources_shows_builtins_and_a_new_crd() {
 /// apply twice (the second is `unchanged`), patch --type=merge, scale, delete -f.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn example_cluster_goes_through_every_kubectl_verb() {
-    let sandbox = test_support::start_sandbox().await;
-    let kubectl = Kubectl::new(&sandbox.url());
+    let (_sandbox, kubectl) = test_support::sandbox_and_kubectl().await;
     kubectl.ok(&["apply", "-f", CRD_FIXTURE]).await;
     kubectl
         .ok(&[
@@ -254,8 +252,7 @@ async fn get_pods_watch_prints_each_change() {
 /// (strategic merge), `get all`, `logs`, `describe` (events by field selector), `delete`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn everyday_commands_on_built_in_kinds() {
-    let sandbox = test_support::start_sandbox().await;
-    let kubectl = Kubectl::new(&sandbox.url());
+    let (sandbox, kubectl) = test_support::sandbox_and_kubectl().await;
     assert!(kubectl
         .ok(&["create", "namespace", "demo"])
         .await

@@ -78,8 +78,7 @@ async fn removing_the_last_label_or_annotation_removes_the_map() {
 /// carries a deletionTimestamp, as kube-apiserver's always-graceful pod deletion leaves it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn get_pods_watch_shows_a_deleted_pod_as_terminating() {
-    let sandbox = test_support::start_sandbox().await;
-    let kubectl = Kubectl::new(&sandbox.url());
+    let (sandbox, kubectl) = test_support::sandbox_and_kubectl().await;
     let pod_file = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/pod.yaml");
     kubectl.ok(&["apply", "-f", pod_file]).await;
     let http = Http::new(&sandbox.url());
@@ -124,8 +123,7 @@ async fn get_pods_watch_shows_a_deleted_pod_as_terminating() {
 /// system:masters), with no warning, and `--list` shows one rule allowing everything.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn auth_can_i_says_yes_to_the_admin() {
-    let sandbox = test_support::start_sandbox().await;
-    let kubectl = Kubectl::new(&sandbox.url());
+    let (_sandbox, kubectl) = test_support::sandbox_and_kubectl().await;
     let out = kubectl.run(&["auth", "can-i", "delete", "pods"]).await;
     assert!(out.success, "{out:?}");
     assert_eq!(out.stdout.trim(), "yes");
@@ -138,8 +136,7 @@ async fn auth_can_i_says_yes_to_the_admin() {
 /// bodies) work, and `get` prints kube-apiserver's columns for them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn imperative_creates_and_their_get_columns() {
-    let sandbox = test_support::start_sandbox().await;
-    let kubectl = Kubectl::new(&sandbox.url());
+    let (_sandbox, kubectl) = test_support::sandbox_and_kubectl().await;
     for (args, printed) in [
         (
             &[
@@ -298,8 +295,7 @@ async fn describe_shows_pod_events_and_node_allocations() {
 /// requested resource".)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn apply_k_on_an_empty_sandbox_works_and_the_example_comes_second() {
-    let sandbox = test_support::start_sandbox().await;
-    let kubectl = Kubectl::new(&sandbox.url());
+    let (_sandbox, kubectl) = test_support::sandbox_and_kubectl().await;
     let kube = concat!(env!("CARGO_MANIFEST_DIR"), "/../kube");
     let example = format!("{kube}/example-postgres-cluster.yaml");
     let crd = format!("{kube}/crd.yaml");
@@ -334,8 +330,7 @@ async fn apply_k_on_an_empty_sandbox_works_and_the_example_comes_second() {
 /// "32", runs its built-in v1.32 client: `kubectl version` shows both sides at 1.32.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_kubectl_dispatcher_picks_v1_32() {
-    let sandbox = test_support::start_sandbox().await;
-    let kubectl = Kubectl::new(&sandbox.url());
+    let (sandbox, kubectl) = test_support::sandbox_and_kubectl().await;
     let versions: serde_json::Value =
         serde_json::from_str(&kubectl.ok(&["version", "-o", "json"]).await).expect("JSON");
     assert!(
@@ -354,8 +349,7 @@ async fn the_kubectl_dispatcher_picks_v1_32() {
 /// `kubectl replace --force` (delete, then create) is the way out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pod_specs_are_immutable_except_images() {
-    let sandbox = test_support::start_sandbox().await;
-    let kubectl = Kubectl::new(&sandbox.url());
+    let (_sandbox, kubectl) = test_support::sandbox_and_kubectl().await;
     let pod_file = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/pod.yaml");
     let original = std::fs::read_to_string(pod_file).expect("fixture");
     let dir = tempfile::tempdir().expect("tempdir");

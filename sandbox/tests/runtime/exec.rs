@@ -1,7 +1,7 @@
 //! `kubectl exec` into a real PostgreSQL pod over a WebSocket: output, exit codes, stdin and a
 //! terminal; `kubectl port-forward` refused with what to do instead; a simulated pod refused.
 //!
-//! WORKSHOP.md, "Set-up: the sandbox". Needs PostgreSQL and bubblewrap (see `runtime_postgres.rs`);
+//! WORKSHOP.md, "Set-up: the sandbox". Needs PostgreSQL and bubblewrap (see `postgres.rs`);
 //! the terminal test needs `script` from util-linux. Run: `cargo test -p sandbox --test runtime exec::`.
 
 use std::process::Stdio;
