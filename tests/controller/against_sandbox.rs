@@ -4,11 +4,12 @@
 
 use std::time::Duration;
 
-use crate::support::{create_owned_pod, every, sandbox_with_crd, start, Transcript};
 use postgres_operator::controller::pods::{label_selector, PodApi};
 use postgres_operator::controller::ControllerOptions;
 use postgres_operator::watch::Event;
 use test_support::create_cluster;
+
+use crate::support::{create_owned_pod, every, sandbox_with_crd, start, Transcript};
 
 /// A tick lists pods by label selector over HTTP and keeps only those the cluster owns: the
 /// sandbox's kubelet moves them from pending to running between two ticks.

@@ -4,10 +4,11 @@
 
 use std::time::Duration;
 
-use crate::support::{cluster, every, owned_pod, resized, start, FakePods};
 use postgres_operator::controller::ControllerOptions;
 use postgres_operator::watch::{Event, WatchItem};
 use tokio::sync::mpsc;
+
+use crate::support::{cluster, every, owned_pod, resized, start, FakePods};
 
 const NS: &str = "default";
 const DB: &str = "default/db";

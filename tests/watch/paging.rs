@@ -9,10 +9,11 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use crate::support::*;
 use postgres_operator::client::Client;
 use postgres_operator::watch::{RelistReason, WatchNotice};
 use sandbox::{Sandbox, SandboxOptions};
+
+use crate::support::*;
 
 const WITHIN: Duration = Duration::from_secs(20);
 /// More than two pages of 500.

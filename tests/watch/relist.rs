@@ -5,10 +5,11 @@
 
 use std::time::Duration;
 
-use crate::support::*;
 use postgres_operator::watch::backoff::BackoffPolicy;
 use postgres_operator::watch::{RelistReason, WatchNotice, WatchOptions};
 use sandbox::SandboxOptions;
+
+use crate::support::*;
 
 fn slow_backoff() -> WatchOptions {
     WatchOptions {

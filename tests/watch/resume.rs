@@ -6,11 +6,12 @@
 
 use std::time::Duration;
 
-use crate::support::*;
 use postgres_operator::api::collection_path;
 use postgres_operator::watch::{ResumeReason, WatchNotice};
 use sandbox::{Sandbox, SandboxOptions};
 use test_support::plain_client;
+
+use crate::support::*;
 
 /// The resourceVersion each watch request of ours asked for, in order.
 fn watch_versions(sandbox: &Sandbox) -> Vec<String> {

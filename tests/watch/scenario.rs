@@ -7,13 +7,14 @@
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
-use crate::support::*;
 use postgres_operator::api::{collection_path, object_path, PostgresCluster};
 use postgres_operator::client::{Client, Patch};
 use postgres_operator::watch::backoff::BackoffPolicy;
 use postgres_operator::watch::{Event, WatchNotice, WatchOptions};
 use sandbox::SandboxOptions;
 use tokio::time::Instant;
+
+use crate::support::*;
 
 struct Xorshift(u64);
 impl Xorshift {
