@@ -16,7 +16,7 @@
 //! the store, the answers and handlers the state, and the server the handlers. Inside one
 //! layer imports go one way too. The house rule says "state below the store, the store below
 //! the handlers, the handlers below the server"; here `Shared` holds the `Store`, so the store
-//! sits below the state. `tests/module_layers.rs` reads this table
+//! sits below the state. `tests/program/module_layers.rs` reads this table
 //! and the `crate::` paths of every file, and fails on an import that points up or closes a
 //! cycle.
 //!

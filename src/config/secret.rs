@@ -1,7 +1,7 @@
 //! Secrets that must never reach a log: bearer tokens and client private keys. Both print
 //! `<redacted>` under `Debug`, so a `?config` in a tracing line or a panic message is safe.
 //!
-//! WORKSHOP.md, "Set-up" ("Secrets stay secret"); `tests/config_sources.rs` proves it.
+//! WORKSHOP.md, "Set-up" ("Secrets stay secret"); `tests/client/config_sources.rs` proves it.
 
 use std::fmt;
 use std::sync::Arc;

@@ -4,7 +4,7 @@
 //!
 //! WORKSHOP.md, step 01. The 2017 workshop registered a ThirdPartyResource (removed in Kubernetes
 //! 1.8); today the same idea is a CRD in `apiextensions.k8s.io/v1`, which must carry a structural
-//! OpenAPI schema. `kube/crd.yaml` is the same object as YAML; `tests/crd_manifest.rs` proves they
+//! OpenAPI schema. `kube/crd.yaml` is the same object as YAML; `tests/crd/manifest.rs` proves they
 //! agree. The later stages do not change it: they `check` it (created if absent, otherwise left
 //! as it is), since registering the type is this step's.
 

@@ -1,7 +1,7 @@
 //! Our CustomResourceDefinition as data: names, the structural schema every field of a
 //! `PostgresCluster` is checked against, the status and scale subresources, and kubectl's printer
 //! columns. WORKSHOP.md, step 01. `kube/crd.yaml` is the same object as YAML;
-//! `tests/crd_manifest.rs` proves they agree.
+//! `tests/crd/manifest.rs` proves they agree.
 
 use serde_json::{json, Value};
 

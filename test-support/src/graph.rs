@@ -1,5 +1,5 @@
-//! Module graphs, for the tests that keep each crate's layering (`tests/module_graph.rs`,
-//! `sandbox/tests/module_layers.rs`): which module uses which, and whether that goes in a circle.
+//! Module graphs, for the tests that keep each crate's layering (`tests/workshop/module_graph.rs`,
+//! `sandbox/tests/program/module_layers.rs`): which module uses which, and whether that goes in a circle.
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -101,6 +101,27 @@ impl Kubectl {
             .flatten()
     }
 
+    /// `kubectl ARGS -o json`, required to succeed, parsed.
+    pub async fn json(&self, args: &[&str]) -> serde_json::Value {
+        let mut args = args.to_vec();
+        args.extend(["-o", "json"]);
+        let out = self.ok(&args).await;
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("kubectl {args:?}: not JSON ({e})"))
+    }
+
+    /// `kubectl create -f` of `manifest`, tried again at every poll until the server accepts it
+    /// (`within` at most): its type may not be served yet, as when an operator registers its CRD
+    /// as it starts.
+    pub async fn create_when_served(&self, manifest: &str, within: Duration) {
+        crate::eventually(within, "kubectl to create the object", || async {
+            self.run_manifest("create", manifest)
+                .await
+                .success
+                .then_some(())
+        })
+        .await;
+    }
+
     /// `kubectl VERB -f FILE` (`create`, `apply`, ...) where FILE holds `manifest`; the whole
     /// output, failed or not.
     pub async fn run_manifest(&self, verb: &str, manifest: &str) -> KubectlOutput {
@@ -140,6 +161,12 @@ pub fn pod_is_ready(pod: &serde_json::Value) -> bool {
                 .iter()
                 .any(|c| c["type"] == "Ready" && c["status"] == "True")
         })
+}
+
+/// The IP address a pod (as JSON) was given; panics if it has none yet.
+pub fn pod_ip(pod: &serde_json::Value) -> String {
+    let ip = pod["status"]["podIP"].as_str();
+    ip.expect("a pod IP").to_string()
 }
 
 /// Line `index` of kubectl's table output (0 is the header) split into its words; empty when

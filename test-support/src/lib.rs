@@ -2,11 +2,14 @@
 //! tests (`tests/`) and the sandbox's (`sandbox/tests/`) name this crate as a dev-dependency.
 //!
 //! - [`kubectl`]: the real kubectl against one server, with its own cache and no kubeconfig.
+//! - [`cluster`]: a PostgresCluster of real PostgreSQL pods, through kubectl: members, psql.
 //! - [`eventually`]: poll a check until it holds or a deadline passes.
 //! - [`graph`]: module graphs and their cycles, for the layering tests.
+//! - [`http_client`]: exact HTTP requests to a sandbox, below the operator's client.
 //! - [`sandbox`]: start a sandbox on 127.0.0.1:0, in memory or with pods as real processes.
 //! - [`scripted_server`]: an HTTP(S) server whose every answer a test decides, to the chunk.
 //! - [`processes`]: the host's process table, where pods run as real processes.
+//! - [`runtime`]: pods as real PostgreSQL processes, created with kubectl and waited for.
 //! - [`operator`]: the operator's client for a URL, and its CRD registered on a sandbox.
 //!
 //! ```text
@@ -16,27 +19,31 @@
 //! test_support::eventually(Duration::from_secs(10), "the pods", || async { ... }).await;
 //! ```
 
+pub mod cluster;
 pub mod eventually;
 pub mod graph;
+pub mod http_client;
 pub mod kubectl;
 pub mod operator;
 pub mod processes;
+pub mod runtime;
 pub mod sandbox;
 pub mod scripted_server;
 
 pub use eventually::{eventually, POLL_INTERVAL};
 pub use kubectl::{
-    kubectl_offline, kubectl_path, live_items, pod_is_ready, table_row, Kubectl, KubectlOutput,
-    BUNDLED_KUBECTL,
+    kubectl_offline, kubectl_path, live_items, pod_ip, pod_is_ready, table_row, Kubectl,
+    KubectlOutput, BUNDLED_KUBECTL,
 };
 pub use operator::{
-    older_crd, plain_client, quick_postgres_options, register_crd, sandbox_with_crd, Story,
-    PGC_TABLE_HEADER,
+    cluster_spec, create_cluster, older_crd, operator_command, plain_client,
+    quick_postgres_options, register_crd, sandbox_with_crd, Story, PGC_TABLE_HEADER,
 };
-pub use processes::{processes, processes_matching, Process};
+pub use processes::{processes, processes_matching, run_with_deadline, Process};
 pub use sandbox::{
-    process_runtime, spawn_sandbox_binary, spawn_sandbox_binary_banner, start_process_sandbox,
-    start_sandbox, start_sandbox_with, until_watch_opened,
+    process_runtime, sandbox_and_kubectl, spawn_sandbox_binary, spawn_sandbox_binary_banner,
+    start_process_sandbox, start_sandbox, start_sandbox_with, start_tls_sandbox,
+    until_watch_opened,
 };
 pub use scripted_server::{ScriptedServer, TestPki};
 

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use postgres_operator::api::{collection_path, PostgresCluster, PostgresClusterSpec};
 use postgres_operator::client::Client;
 use sandbox::{Sandbox, SandboxOptions};
 
@@ -31,6 +32,52 @@ pub async fn sandbox_with_crd(options: SandboxOptions) -> (Sandbox, Client) {
     let client = plain_client(&sandbox.url());
     register_crd(&client).await;
     (sandbox, client)
+}
+
+/// A spec of `size` members running PostgreSQL 16, with nothing else asked for.
+pub fn cluster_spec(size: i64) -> PostgresClusterSpec {
+    PostgresClusterSpec {
+        size,
+        version: "16".into(),
+        paused: false,
+        backup: None,
+        bootstrap: None,
+        replication: None,
+    }
+}
+
+/// POST `namespace/name` with [`cluster_spec`]`(size)` through `client`, and return it as the
+/// server stored it (with its uid and resourceVersion).
+pub async fn create_cluster(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    size: i64,
+) -> PostgresCluster {
+    let body = PostgresCluster::new(namespace, name, cluster_spec(size));
+    client
+        .create(&collection_path(namespace), &body)
+        .await
+        .expect("cluster created")
+}
+
+/// An operator binary (`program`, from `env!("CARGO_BIN_EXE_...")`) as a learner starts it
+/// against `server`: `--server SERVER`, no kubeconfig and no in-cluster variables (so only the
+/// flag names a server), warnings only on stderr, stdin closed, stdout piped; killed when dropped.
+/// Add the binary's own flags, then spawn.
+pub fn operator_command(program: &str, server: &str) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(program);
+    command
+        .args(["--server", server])
+        .env("KUBECONFIG", "/dev/null")
+        .env("RUST_LOG", "warn")
+        .env_remove("KUBE_SERVER")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .kill_on_drop(true);
+    command
 }
 
 /// The CRD stage 01 registered before the status and scale subresources, the size maximum and

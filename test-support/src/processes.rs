@@ -52,3 +52,46 @@ pub fn processes_matching(needle: &str) -> Vec<u32> {
         .map(|process| process.pid)
         .collect()
 }
+
+/// Run `command` to its end with its stdout and stderr piped here (each read on a thread of its
+/// own, so the child never blocks on a full pipe), killing it once it outlives `deadline`. The
+/// output, and whether the child had to be killed. Blocking: from async code, call it through
+/// `spawn_blocking`.
+pub fn run_with_deadline(
+    command: &mut std::process::Command,
+    deadline: std::time::Duration,
+) -> (std::process::Output, bool) {
+    use std::io::Read;
+    use std::process::Stdio;
+    fn read_all(mut pipe: impl Read + Send + 'static) -> std::thread::JoinHandle<Vec<u8>> {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            let _ = pipe.read_to_end(&mut bytes);
+            bytes
+        })
+    }
+    let started = std::time::Instant::now();
+    command.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let spawned = command.spawn();
+    let mut child = spawned.unwrap_or_else(|error| panic!("{command:?} does not start: {error}"));
+    let stdout = read_all(child.stdout.take().expect("stdout piped"));
+    let stderr = read_all(child.stderr.take().expect("stderr piped"));
+    let mut killed = false;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for the child") {
+            break status;
+        }
+        if started.elapsed() > deadline {
+            let _ = child.kill();
+            killed = true;
+            break child.wait().expect("wait for the killed child");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let output = std::process::Output {
+        status,
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
+    };
+    (output, killed)
+}

@@ -12,11 +12,30 @@ pub async fn start_sandbox() -> Sandbox {
     start_sandbox_with(SandboxOptions::default()).await
 }
 
+/// A sandbox on 127.0.0.1:0 with default options, and the real kubectl bound to it.
+pub async fn sandbox_and_kubectl() -> (Sandbox, crate::Kubectl) {
+    let sandbox = start_sandbox().await;
+    let kubectl = crate::Kubectl::new(&sandbox.url());
+    (sandbox, kubectl)
+}
+
 /// A sandbox on 127.0.0.1:0 with these options (pods are simulated, in memory).
 pub async fn start_sandbox_with(options: SandboxOptions) -> Sandbox {
     Sandbox::start(options, CancellationToken::new())
         .await
         .expect("sandbox starts")
+}
+
+/// A sandbox with these options that serves HTTPS and wants a bearer token: its CA, admin token
+/// and the rest are written to a fresh credentials directory (laid out as a pod's
+/// service-account files), returned with it, to be kept as long as the sandbox.
+pub async fn start_tls_sandbox(options: SandboxOptions) -> (Sandbox, tempfile::TempDir) {
+    let credentials = tempfile::tempdir().expect("a credentials directory");
+    let options = SandboxOptions {
+        credentials_dir: Some(credentials.path().to_path_buf()),
+        ..options
+    };
+    (start_sandbox_with(options).await, credentials)
 }
 
 /// A sandbox whose pods run as real PostgreSQL processes ([`process_runtime`]).

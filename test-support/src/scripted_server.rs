@@ -61,6 +61,18 @@ impl ScriptedServer {
         ScriptedServer::start(None, Arc::new(handler)).await
     }
 
+    /// Plain HTTP giving every request the same answer, made afresh by `answer`.
+    pub async fn always(
+        answer: impl Fn() -> Response<Body> + Send + Sync + 'static,
+    ) -> ScriptedServer {
+        ScriptedServer::http(move |_, _| ready(answer())).await
+    }
+
+    /// Plain HTTP that reads every request and never answers (a hung server or proxy).
+    pub async fn silent() -> ScriptedServer {
+        ScriptedServer::http(|_, _| never()).await
+    }
+
     /// HTTPS with the given server configuration (see [`TestPki`]).
     pub async fn https(
         tls: Arc<rustls::ServerConfig>,

@@ -1,0 +1,236 @@
+//! The `sandbox` program: prints its URL and the kubectl line to use, logs requests, stops
+//! cleanly on SIGTERM, and refuses bad flags with exit code 2.
+//!
+//! WORKSHOP.md, "Set-up: the sandbox". Run: `cargo test -p sandbox --test program binary::`.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use test_support::http_client::Http;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+use tokio::process::Command;
+
+const BINARY: &str = env!("CARGO_BIN_EXE_sandbox");
+
+/// It starts on a free port, prints the URL and a kubectl command line, answers, and exits 0
+/// on SIGTERM after logging the request.
+#[tokio::test]
+async fn prints_its_url_serves_and_stops_on_sigterm() {
+    let mut child = Command::new(BINARY)
+        .args(["--listen", "127.0.0.1:0", "--kubelet-delay-ms", "50"])
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("sandbox starts");
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let first = tokio::time::timeout(Duration::from_secs(10), stdout.next_line())
+        .await
+        .expect("prints within 10 s")
+        .expect("read")
+        .expect("a line");
+    let url = first
+        .strip_prefix("sandbox API server at ")
+        .unwrap_or_else(|| panic!("unexpected first line {first:?}"))
+        .to_string();
+    let mut rest = String::new();
+    for _ in 0..3 {
+        rest.push_str(&stdout.next_line().await.expect("read").unwrap_or_default());
+        rest.push('\n');
+    }
+    assert!(
+        rest.contains(&format!("kubectl --server {url} get pgc")),
+        "{rest}"
+    );
+    // Its own kubectl discovery cache, named after its port and empty: it cannot be stale.
+    let port = url.rsplit(':').next().expect("a port");
+    let cache = std::env::temp_dir().join(format!("sandbox-kubectl-cache-{port}"));
+    assert!(
+        rest.contains(&format!("export KUBECACHEDIR={}", cache.display())),
+        "{rest}"
+    );
+    assert_eq!(
+        std::fs::read_dir(&cache)
+            .expect("the cache dir exists")
+            .count(),
+        0
+    );
+    // And a kubeconfig for commands written without --server (the README's `apply -k kube/`).
+    let mut more = String::new();
+    for _ in 0..2 {
+        more.push_str(&stdout.next_line().await.expect("read").unwrap_or_default());
+        more.push('\n');
+    }
+    let kubeconfig = std::env::temp_dir().join(format!("sandbox-kubeconfig-{port}"));
+    assert!(
+        more.contains(&format!("export KUBECONFIG={}", kubeconfig.display())),
+        "{more}"
+    );
+    let cache = tempfile::tempdir().expect("cache dir");
+    let namespaces = Command::new(test_support::kubectl_path())
+        .args(["get", "namespaces", "-o", "name", "--cache-dir"])
+        .arg(cache.path())
+        .env("KUBECONFIG", &kubeconfig)
+        .output()
+        .await
+        .expect("kubectl runs");
+    assert!(
+        String::from_utf8_lossy(&namespaces.stdout).contains("namespace/default"),
+        "{namespaces:?}"
+    );
+
+    let version = Http::new(&url).get("/version").await;
+    assert_eq!(version.json()["minor"], "32");
+
+    let pid = child.id().expect("pid").to_string();
+    let killed = Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .await
+        .expect("kill runs");
+    assert!(killed.success());
+    let status = tokio::time::timeout(Duration::from_secs(10), child.wait())
+        .await
+        .expect("stops within 10 s")
+        .expect("exit status");
+    assert!(status.success(), "{status:?}");
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut stderr)
+        .await
+        .expect("stderr");
+    let stderr = strip_ansi(&stderr);
+    assert!(
+        stderr.contains("path=/version") && stderr.contains("status=200"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("SIGTERM"), "{stderr}");
+}
+
+/// `--help` exits 0 and describes every flag.
+#[tokio::test]
+async fn help_names_every_flag() {
+    let output = Command::new(BINARY)
+        .arg("--help")
+        .output()
+        .await
+        .expect("runs");
+    assert_eq!(output.status.code(), Some(0));
+    let help = String::from_utf8_lossy(&output.stdout);
+    for flag in [
+        "--listen <ADDR:PORT>",
+        "--tls-dir <DIR>",
+        "--established-delay-ms <MS>",
+        "--kubelet-delay-ms <MS>",
+        "--pod-termination-delay-ms <MS>",
+        "--help",
+    ] {
+        assert!(help.contains(flag), "{flag} missing from:\n{help}");
+    }
+}
+
+/// A bad flag or value gets a message naming the flag and exit code 2 (a usage error, never a
+/// panic), and the server does not start.
+#[tokio::test]
+async fn bad_flags_exit_2_naming_the_flag() {
+    for (args, expected) in [
+        (vec!["--listen", "nonsense"], "--listen"),
+        (vec!["--kubelet-delay-ms", "abc"], "--kubelet-delay-ms"),
+        (vec!["--kubelet-delay-ms", "-1"], "--kubelet-delay-ms"),
+        (vec!["--kubelet-delay-ms", "1e30"], "--kubelet-delay-ms"),
+        (
+            vec!["--established-delay-ms", "1e-12"],
+            "--established-delay-ms",
+        ),
+        (
+            vec!["--pod-termination-delay-ms=-1"],
+            "--pod-termination-delay-ms",
+        ),
+        (vec!["--frobnicate"], "--frobnicate"),
+        (vec!["--tls-dir"], "--tls-dir"),
+    ] {
+        let output = Command::new(BINARY)
+            .args(&args)
+            .output()
+            .await
+            .expect("runs");
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.contains(expected) && stderr.contains("--help"),
+            "{args:?}: {stderr}"
+        );
+        assert!(output.stdout.is_empty(), "{args:?} started anyway");
+    }
+}
+
+/// `Sandbox::shutdown` ends open watches and stops accepting connections.
+#[tokio::test]
+async fn shutdown_ends_watches_and_closes_the_port() {
+    let sandbox = test_support::start_sandbox().await;
+    let http = Http::new(&sandbox.url());
+    let mut watch = http
+        .stream("/api/v1/namespaces/default/pods?watch=true")
+        .await;
+    let addr = sandbox.addr();
+    tokio::time::timeout(Duration::from_secs(10), sandbox.shutdown())
+        .await
+        .expect("shutdown finishes");
+    assert_eq!(watch.next_line(Duration::from_secs(5)).await, None);
+    assert!(
+        tokio::net::TcpStream::connect(addr).await.is_err(),
+        "no longer listening"
+    );
+}
+
+/// The log subscriber colours its output; compare the plain text.
+fn strip_ansi(text: &str) -> String {
+    let mut plain = String::new();
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for inner in chars.by_ref() {
+                if inner == 'm' {
+                    break;
+                }
+            }
+        } else {
+            plain.push(c);
+        }
+    }
+    plain
+}
+
+/// A kubectl cache left by an earlier sandbox on the same port is emptied at start, so kubectl
+/// never believes in resource types the new server does not serve.
+#[tokio::test]
+async fn the_kubectl_cache_of_an_earlier_server_on_the_port_is_emptied() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port();
+    let cache = std::env::temp_dir().join(format!("sandbox-kubectl-cache-{port}"));
+    let stale = cache.join("discovery/127.0.0.1_PORT/servergroups.json");
+    std::fs::create_dir_all(stale.parent().expect("a parent")).expect("mkdir");
+    std::fs::write(&stale, "{}").expect("a stale cache file");
+    let (mut child, banner) = test_support::spawn_sandbox_binary_banner(
+        Command::new(BINARY)
+            .args([
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--runtime",
+                "simulated",
+            ])
+            .stderr(Stdio::null()),
+        "KUBECACHEDIR",
+    )
+    .await;
+    assert!(banner.contains(&cache.display().to_string()), "{banner}");
+    assert!(!stale.exists(), "the stale cache file is gone");
+    assert!(cache.is_dir());
+    let _ = child.kill().await;
+}

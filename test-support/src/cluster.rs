@@ -1,0 +1,69 @@
+//! A PostgresCluster whose pods are real PostgreSQL, seen and driven through real kubectl as a
+//! learner does: its members, whether it is healthy, and SQL through `kubectl exec`.
+
+use std::time::Duration;
+
+use postgres_operator::postgres::manifests::{psql_argv, POSTGRES_CONTAINER};
+use serde_json::Value;
+
+use crate::{eventually, live_items, pod_is_ready, Kubectl};
+
+/// A member of a cluster: one of its pods that is not terminating.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Member {
+    pub name: String,
+    /// The `workshop.example.com/role` label: `primary` or `replica`.
+    pub role: String,
+    pub ready: bool,
+}
+
+/// The members of PostgresCluster `cluster` in kubectl's namespace: its pods that are not
+/// terminating. A backup pod carries the cluster's label too, but is no member.
+pub async fn members(kubectl: &Kubectl, cluster: &str) -> Vec<Member> {
+    let selector = format!("workshop.example.com/cluster={cluster}");
+    let list = kubectl.json(&["get", "pods", "-l", &selector]).await;
+    let text = |value: &Value| value.as_str().unwrap_or_default().to_string();
+    live_items(&list)
+        .into_iter()
+        .map(|pod| Member {
+            name: text(&pod["metadata"]["name"]),
+            role: text(&pod["metadata"]["labels"]["workshop.example.com/role"]),
+            ready: pod_is_ready(pod),
+        })
+        .filter(|member| member.role != "backup")
+        .collect()
+}
+
+/// The primary's name, once `cluster` has exactly `size` members, all ready, one of them the
+/// primary, and its status says the same.
+pub async fn healthy(kubectl: &Kubectl, cluster: &str, size: usize) -> Option<String> {
+    let members = members(kubectl, cluster).await;
+    let primaries: Vec<&Member> = members.iter().filter(|m| m.role == "primary").collect();
+    let status = kubectl.json(&["get", "pgc", cluster]).await["status"].clone();
+    let healthy = members.len() == size
+        && members.iter().all(|m| m.ready)
+        && primaries.len() == 1
+        && status["readyInstances"] == size
+        && status["primary"] == primaries[0].name.as_str();
+    healthy.then(|| primaries[0].name.clone())
+}
+
+/// Wait (`within` at most) until [`healthy`]: the primary's name.
+pub async fn wait_healthy(
+    kubectl: &Kubectl,
+    cluster: &str,
+    size: usize,
+    within: Duration,
+) -> String {
+    let what = format!("{cluster}: {size} ready members, one primary");
+    eventually(within, &what, || healthy(kubectl, cluster, size)).await
+}
+
+/// `psql` running `sql` as the superuser in `pod`'s postgres container, through `kubectl exec`
+/// (which must succeed): the output, trimmed.
+pub async fn psql(kubectl: &Kubectl, pod: &str, sql: &str) -> String {
+    let argv = psql_argv(sql);
+    let mut args = vec!["exec", pod, "-c", POSTGRES_CONTAINER, "--"];
+    args.extend(argv.iter().map(String::as_str));
+    kubectl.ok(&args).await.trim().to_string()
+}

@@ -1,0 +1,99 @@
+//! Pods as real processes, for the tests that need them (`sandbox/tests/runtime/` and others): a
+//! sandbox with the process runtime and short back-offs, manifests through kubectl, waiting for
+//! Ready, psql from the host, and the process table.
+
+use std::time::Duration;
+
+use sandbox::{ProcessRuntime, Runtime, Sandbox, SandboxOptions};
+use serde_json::Value;
+
+use crate::{eventually, pod_is_ready, process_runtime, processes_matching, Kubectl};
+
+/// A pod `pg` running `postgres:16` with trust authentication, Ready once `pg_isready` answers.
+pub const TRUSTING_POSTGRES: &str = r#"apiVersion: v1
+kind: Pod
+metadata: {name: pg}
+spec:
+  containers:
+  - name: postgres
+    image: postgres:16
+    env: [{name: POSTGRES_HOST_AUTH_METHOD, value: trust}]
+    readinessProbe:
+      exec: {command: [pg_isready, -h, 127.0.0.1, -U, postgres]}
+      periodSeconds: 1
+"#;
+
+pub async fn start() -> (Sandbox, Kubectl, ProcessRuntime) {
+    let runtime = process_runtime();
+    let sandbox = Sandbox::start_with_runtime(
+        SandboxOptions::default(),
+        Runtime::Processes(runtime.clone()),
+        tokio_util::sync::CancellationToken::new(),
+    )
+    .await
+    .expect("sandbox starts");
+    let kubectl = Kubectl::new(&sandbox.url());
+    (sandbox, kubectl, runtime)
+}
+
+/// A pod manifest (YAML) named `name` whose spec is `spec`: its lines, indented by two spaces.
+pub fn pod_manifest(name: &str, spec: &str) -> String {
+    format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n{spec}")
+}
+
+/// `kubectl create -f` of a manifest given as text.
+pub async fn create(kubectl: &Kubectl, manifest: &str) {
+    kubectl.ok_manifest("create", manifest).await;
+}
+
+pub async fn pod_json(kubectl: &Kubectl, name: &str) -> Option<Value> {
+    kubectl.get_json(&["get", "pod", name, "-o", "json"]).await
+}
+
+pub async fn wait_ready(kubectl: &Kubectl, name: &str) -> Value {
+    eventually(
+        Duration::from_secs(90),
+        &format!("pod {name} Ready"),
+        || async {
+            let pod = pod_json(kubectl, name).await?;
+            pod_is_ready(&pod).then_some(pod)
+        },
+    )
+    .await
+}
+
+/// A one-container `postgres:15` pod named `name` with trust authentication and a tcpSocket
+/// readiness probe, created and waited for until Ready; checks its postmaster runs (on the pod
+/// IP, as the process table shows) and returns its IP.
+pub async fn running_trusting_postgres(kubectl: &Kubectl, name: &str) -> String {
+    let spec = r#"  containers:
+  - name: postgres
+    image: postgres:15
+    env: [{name: POSTGRES_HOST_AUTH_METHOD, value: trust}]
+    readinessProbe: {tcpSocket: {port: 5432}, periodSeconds: 1}
+"#;
+    create(kubectl, &pod_manifest(name, spec)).await;
+    let pod = wait_ready(kubectl, name).await;
+    let ip = crate::pod_ip(&pod);
+    assert!(
+        !processes_matching(&format!("listen_addresses={ip}")).is_empty(),
+        "the postmaster of {name} runs"
+    );
+    ip
+}
+
+/// `psql -Atc SQL` against a pod IP from the host, as the superuser.
+pub async fn psql(runtime: &ProcessRuntime, host: &str, sql: &str) -> Result<String, String> {
+    let output = tokio::process::Command::new(runtime.tools.postgres_bin.join("psql"))
+        .args(["-h", host, "-U", "postgres", "-d", "postgres", "-Atc", sql])
+        .env("PGPASSWORD", "superuser-secret")
+        .env("PGCONNECT_TIMEOUT", "5")
+        .output()
+        .await
+        .map_err(|e| e.to_string())?;
+    if output.status.success() {
+        Ok(String::from_utf8_lossy(&output.stdout).trim().to_string())
+    } else {
+        Err(String::from_utf8_lossy(&output.stderr).into_owned())
+    }
+}

@@ -1,0 +1,27 @@
+//! Shared by the CRD tests: a CRD of our name that someone else wrote.
+
+use serde_json::{json, Value};
+
+/// The CRD of a server nobody here wrote (the side-by-side benchmark's feed has one like it):
+/// our group, names and v1 served, a schema that keeps any field, the status subresource but no
+/// scale subresource, no columns.
+pub fn foreign_crd() -> Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "postgresclusters.workshop.example.com"},
+        "spec": {
+            "group": "workshop.example.com",
+            "scope": "Namespaced",
+            "names": {
+                "kind": "PostgresCluster", "listKind": "PostgresClusterList",
+                "plural": "postgresclusters", "singular": "postgrescluster", "shortNames": ["pgc"],
+            },
+            "versions": [{
+                "name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
+                "subresources": {"status": {}},
+            }],
+        },
+    })
+}

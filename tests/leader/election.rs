@@ -1,0 +1,337 @@
+//! Leader election (`src/leader/`) against the sandbox: candidates in this process, each with
+//! its own story, racing for one Lease over real HTTP. One leads and renews, the other waits;
+//! a release hands over at once, a vanished leader only after its lease expired; a leader that
+//! cannot renew, or finds another name in the Lease, stops acting. Short durations (2 s lease)
+//! so the test need not wait 15 s; the logic is the same.
+//!
+//! The stage-04 binary doing the same, in processes (SIGTERM, kill -9, real Postgres):
+//! tests/leader/stage04.rs.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use postgres_operator::client::Client;
+use postgres_operator::leader::{lease_path, run_when_leading, LeaderElection, LeaderError, Lease};
+use postgres_operator::story::{
+    leading_line, lost_line, released_line, waiting_line, Reporter, Takeover,
+};
+use sandbox::{InjectedFault, Sandbox, SandboxOptions};
+use tokio_util::sync::CancellationToken;
+
+const NAMESPACE: &str = "default";
+const LEASE_KEY: &str = "default/postgres-operator";
+/// Bounds for a hung test, not timings.
+const DEADLINE: Duration = Duration::from_secs(30);
+
+/// What happened, in order, across candidates: `a acting`, `a stopped`, ...
+type Timeline = Arc<Mutex<Vec<String>>>;
+
+fn client(sandbox: &Sandbox) -> Client {
+    test_support::plain_client(&sandbox.url())
+}
+
+fn election(identity: &str) -> LeaderElection {
+    LeaderElection {
+        identity: identity.into(),
+        lease_duration: Duration::from_secs(2),
+        renew_deadline: Duration::from_millis(1500),
+        retry_period: Duration::from_millis(250),
+        ..LeaderElection::new(NAMESPACE)
+    }
+}
+
+/// One candidate running `run_when_leading`; its work notes in the timeline when it starts
+/// acting and when it stops (on its token), and keeps its token for the test to look at.
+struct Candidate {
+    identity: String,
+    lines: Arc<Mutex<Vec<String>>>,
+    stop: CancellationToken,
+    acting: Arc<Mutex<Option<CancellationToken>>>,
+    task: tokio::task::JoinHandle<Result<Option<()>, LeaderError>>,
+}
+
+impl Candidate {
+    fn start(sandbox: &Sandbox, identity: &str, timeline: &Timeline) -> Candidate {
+        let (reporter, mut receiver) = Reporter::channel();
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let collected = lines.clone();
+        tokio::spawn(async move {
+            while let Some(line) = receiver.recv().await {
+                collected.lock().unwrap().push(line.to_string());
+            }
+        });
+        let stop = CancellationToken::new();
+        let acting = Arc::new(Mutex::new(None));
+        let (name, timeline, slot) = (identity.to_string(), timeline.clone(), acting.clone());
+        let work = move |token: CancellationToken| async move {
+            timeline.lock().unwrap().push(format!("{name} acting"));
+            *slot.lock().unwrap() = Some(token.clone());
+            token.cancelled().await;
+            timeline.lock().unwrap().push(format!("{name} stopped"));
+        };
+        let task = tokio::spawn(run_when_leading(
+            client(sandbox),
+            election(identity),
+            reporter,
+            stop.clone(),
+            work,
+        ));
+        Candidate {
+            identity: identity.into(),
+            lines,
+            stop,
+            acting,
+            task,
+        }
+    }
+
+    fn lines(&self) -> Vec<String> {
+        self.lines.lock().unwrap().clone()
+    }
+
+    async fn said(&self, line: &str) {
+        test_support::eventually(DEADLINE, &format!("{}: {line}", self.identity), || async {
+            self.lines().iter().any(|l| l == line).then_some(())
+        })
+        .await;
+    }
+
+    async fn ended(self) -> Result<Option<()>, LeaderError> {
+        tokio::time::timeout(DEADLINE, self.task)
+            .await
+            .expect("the candidate ends")
+            .expect("the candidate does not panic")
+    }
+}
+
+async fn lease(client: &Client) -> Lease {
+    client
+        .get(&lease_path(NAMESPACE, "postgres-operator"))
+        .await
+        .expect("the Lease exists")
+}
+
+/// Two candidates: exactly one acts and renews (renewTime moves), the other says once that it
+/// waits; when the leader is stopped it releases, and only then does the standby act.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_leads_the_other_waits_and_a_release_hands_over() {
+    let sandbox = test_support::start_sandbox_with(SandboxOptions::default()).await;
+    let timeline = Timeline::default();
+    let a = Candidate::start(&sandbox, "a_1", &timeline);
+    let b = Candidate::start(&sandbox, "b_2", &timeline);
+    let api = client(&sandbox);
+
+    let first = test_support::eventually(DEADLINE, "a leader", || async {
+        timeline.lock().unwrap().first().cloned()
+    })
+    .await;
+    let (leader, standby) = if first == "a_1 acting" {
+        (a, b)
+    } else {
+        (b, a)
+    };
+    leader
+        .said(&leading_line(
+            &leader.identity,
+            LEASE_KEY,
+            &Takeover::Created,
+        ))
+        .await;
+    let waiting = waiting_line(LEASE_KEY, &leader.identity);
+    standby.said(&waiting).await;
+
+    // The holder renews: renewTime moves, twice, and the holder stays.
+    let first = lease(&api).await;
+    assert_eq!(first.spec.holder(), Some(leader.identity.as_str()));
+    let mut seen = first.spec.renew_time.clone();
+    for _ in 0..2 {
+        seen = test_support::eventually(DEADLINE, "a renewal", || async {
+            let now = lease(&api).await;
+            assert_eq!(now.spec.holder(), Some(leader.identity.as_str()));
+            (now.spec.renew_time != seen).then_some(now.spec.renew_time)
+        })
+        .await;
+    }
+    // Many retries later: still one acting, and the standby said it waits once.
+    assert_eq!(timeline.lock().unwrap().len(), 1, "{timeline:?}");
+    let times = standby.lines().iter().filter(|l| **l == waiting).count();
+    assert_eq!(times, 1, "{:?}", standby.lines());
+
+    // Stop the leader: its work stops, then it releases, then the standby acts.
+    leader.stop.cancel();
+    let leader_identity = leader.identity.clone();
+    let leader_lines = leader.lines.clone();
+    assert!(leader.ended().await.expect("a clean stop").is_some());
+    // The story lines reach the test through a channel: poll, the task may have ended first.
+    test_support::eventually(DEADLINE, "the released line", || async {
+        let said = leader_lines
+            .lock()
+            .unwrap()
+            .contains(&released_line(LEASE_KEY));
+        said.then_some(())
+    })
+    .await;
+    let handed_over = Takeover::Released {
+        previous: Some(leader_identity.clone()),
+    };
+    standby
+        .said(&leading_line(&standby.identity, LEASE_KEY, &handed_over))
+        .await;
+    assert_eq!(
+        *timeline.lock().unwrap(),
+        [
+            format!("{leader_identity} acting"),
+            format!("{leader_identity} stopped"),
+            format!("{} acting", standby.identity),
+        ]
+    );
+    let after = lease(&api).await;
+    assert_eq!(after.spec.holder(), Some(standby.identity.as_str()));
+    assert_eq!(after.spec.lease_transitions, Some(1), "one change of hands");
+    standby.stop.cancel();
+    assert!(standby.ended().await.expect("a clean stop").is_some());
+}
+
+/// A leader that vanishes without releasing (its task aborted, as `kill -9` would) is replaced
+/// only once its lease expired: the standby says so, and the holder's name stayed until then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vanished_leader_is_replaced_after_its_lease_expired() {
+    let sandbox = test_support::start_sandbox_with(SandboxOptions::default()).await;
+    let timeline = Timeline::default();
+    let a = Candidate::start(&sandbox, "a_1", &timeline);
+    a.said(&leading_line("a_1", LEASE_KEY, &Takeover::Created))
+        .await;
+    let b = Candidate::start(&sandbox, "b_2", &timeline);
+    b.said(&waiting_line(LEASE_KEY, "a_1")).await;
+
+    a.task.abort();
+    let api = client(&sandbox);
+    let held = lease(&api).await;
+    assert_eq!(held.spec.holder(), Some("a_1"), "no release: still a's");
+    let expired = Takeover::Expired {
+        previous: "a_1".into(),
+    };
+    b.said(&leading_line("b_2", LEASE_KEY, &expired)).await;
+    let taken = lease(&api).await;
+    assert_eq!(taken.spec.holder(), Some("b_2"));
+    assert_eq!(taken.spec.lease_transitions, Some(1));
+    assert_ne!(taken.spec.acquire_time, held.spec.acquire_time);
+    b.stop.cancel();
+    assert!(b.ended().await.expect("a clean stop").is_some());
+}
+
+/// A leader whose renewals all fail (500s on the Lease) stops acting when the renew deadline
+/// passes: its work's token is cancelled and it ends with `Lost`, saying so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_that_cannot_renew_stops_acting() {
+    let sandbox = test_support::start_sandbox_with(SandboxOptions::default()).await;
+    let timeline = Timeline::default();
+    let a = Candidate::start(&sandbox, "a_1", &timeline);
+    a.said(&leading_line("a_1", LEASE_KEY, &Takeover::Created))
+        .await;
+    let fault = InjectedFault::Status {
+        code: 500,
+        reason: "InternalError".into(),
+        retry_after_seconds: None,
+    };
+    sandbox
+        .faults()
+        .fail_next(1000, "/leases/postgres-operator", fault);
+    let acting = a.acting.clone();
+    let lines = a.lines.clone();
+    match a.ended().await {
+        Err(LeaderError::Lost { lease, why }) => {
+            assert_eq!(lease, LEASE_KEY);
+            assert_eq!(why, "not renewed within 1.5s");
+        }
+        other => panic!("expected Lost, got {other:?}"),
+    }
+    let token = acting.lock().unwrap().clone().expect("the work ran");
+    assert!(token.is_cancelled(), "the work was told to stop");
+    test_support::eventually(DEADLINE, "the lost line", || async {
+        let said = lines
+            .lock()
+            .unwrap()
+            .contains(&lost_line(LEASE_KEY, "not renewed within 1.5s"));
+        said.then_some(())
+    })
+    .await;
+}
+
+/// Someone else's name written into the Lease ends our leadership at the next renewal (409,
+/// then a read that names them), long before the renew deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_lease_is_taken_stops_at_once() {
+    let sandbox = test_support::start_sandbox_with(SandboxOptions::default()).await;
+    let timeline = Timeline::default();
+    let a = Candidate::start(&sandbox, "a_1", &timeline);
+    a.said(&leading_line("a_1", LEASE_KEY, &Takeover::Created))
+        .await;
+    let api = client(&sandbox);
+    let mut stolen = lease(&api).await;
+    stolen.spec.holder_identity = Some("intruder_9".into());
+    let _: Lease = api
+        .replace(&lease_path(NAMESPACE, "postgres-operator"), &stolen)
+        .await
+        .expect("the overwrite");
+    match a.ended().await {
+        Err(LeaderError::Lost { why, .. }) => assert_eq!(why, "held by intruder_9 now"),
+        other => panic!("expected Lost, got {other:?}"),
+    }
+}
+
+/// While another holds the Lease, a candidate makes no request but reading the Lease, and
+/// its work never starts; a 403 on the Lease (RBAC) ends it with the verb's hint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_candidate_only_reads_the_lease_until_it_leads() {
+    let sandbox = test_support::start_sandbox_with(SandboxOptions::default()).await;
+    let api = client(&sandbox);
+    let mut held = postgres_operator::leader::taken(
+        None,
+        NAMESPACE,
+        "postgres-operator",
+        "elsewhere_7",
+        Duration::from_secs(3600),
+        std::time::SystemTime::now(),
+    );
+    held = api
+        .create(&postgres_operator::leader::leases_path(NAMESPACE), &held)
+        .await
+        .expect("a Lease held elsewhere");
+    assert_eq!(held.spec.holder(), Some("elsewhere_7"));
+    let before = sandbox.requests().len();
+
+    let timeline = Timeline::default();
+    let b = Candidate::start(&sandbox, "b_2", &timeline);
+    b.said(&waiting_line(LEASE_KEY, "elsewhere_7")).await;
+    // Several rounds of reading.
+    test_support::eventually(DEADLINE, "three reads of the Lease", || async {
+        (sandbox.requests().len() >= before + 3).then_some(())
+    })
+    .await;
+    let requests = sandbox.requests();
+    for record in &requests[before..] {
+        assert_eq!(
+            (record.verb.as_str(), record.resource.as_str()),
+            ("get", "leases"),
+            "{record:?}"
+        );
+    }
+    assert!(timeline.lock().unwrap().is_empty(), "the work never ran");
+
+    let forbidden = InjectedFault::Status {
+        code: 403,
+        reason: "Forbidden".into(),
+        retry_after_seconds: None,
+    };
+    sandbox
+        .faults()
+        .fail_next(1, "/leases/postgres-operator", forbidden);
+    match b.ended().await {
+        Err(error @ LeaderError::Refused { .. }) => {
+            let hint = error.hint().expect("a hint");
+            assert!(hint.contains("kube/rbac.yaml"), "{hint}");
+        }
+        other => panic!("expected Refused, got {other:?}"),
+    }
+}

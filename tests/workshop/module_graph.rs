@@ -1,0 +1,384 @@
+//! Neither crate has an import cycle between its files: the operator (`src/`) and the sandbox
+//! (`sandbox/src/`, including its `runtime/` folder) each read top-down, every file using only
+//! files below it.
+//!
+//! The house rule: no file imports one above it; `sandbox/tests/program/module_layers.rs` also holds the sandbox's files to its layer
+//! table. The check reads source text: a file uses module `m` when its code (comments and
+//! `#[cfg(test)]` modules left out) names `crate::m::...` or, relative to its parent,
+//! `super::m::...`. A folder module (`watch/mod.rs`, `runtime.rs`) and the files inside it are one
+//! room: a child may use what its parent defines and the parent what its children do, as Rust
+//! modules are meant to; between sibling files, and between rooms, an import goes one way only.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use test_support::graph::{find_cycle, Graph};
+
+/// Module path (`watch::frame`, `runtime::pod`; `""` for the crate root) → source text.
+fn modules(root: &Path) -> BTreeMap<String, String> {
+    let mut files = Vec::new();
+    collect(root, &mut files);
+    let mut modules = BTreeMap::new();
+    for file in files {
+        let relative = file.strip_prefix(root).expect("under the root");
+        let mut parts: Vec<String> = relative
+            .with_extension("")
+            .iter()
+            .map(|part| part.to_string_lossy().into_owned())
+            .collect();
+        if parts.first().is_some_and(|first| first == "bin") || parts == ["main"] {
+            continue; // binaries are crates of their own
+        }
+        if parts
+            .last()
+            .is_some_and(|last| last == "mod" || last == "lib")
+        {
+            parts.pop();
+        }
+        let text = std::fs::read_to_string(&file).expect("source is UTF-8");
+        modules.insert(parts.join("::"), text);
+    }
+    modules
+}
+
+fn collect(dir: &Path, files: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir)
+        .expect("readable source folder")
+        .flatten()
+    {
+        let path = entry.path();
+        if path.is_dir() {
+            collect(&path, files);
+        } else if path.extension().is_some_and(|ext| ext == "rs") {
+            files.push(path);
+        }
+    }
+}
+
+/// The code a file runs: comments dropped, and nothing from its `#[cfg(test)]` module on.
+fn code_lines(text: &str) -> Vec<&str> {
+    text.lines()
+        .take_while(|line| line.trim() != "#[cfg(test)]")
+        .map(|line| line.split("//").next().unwrap_or_default())
+        .collect()
+}
+
+fn parent(module: &str) -> String {
+    module
+        .rsplit_once("::")
+        .map(|(parent, _)| parent.to_string())
+        .unwrap_or_default()
+}
+
+/// The paths a line names after `prefix` (`crate::` or `super::`), as segments: `a::b::C`, and
+/// each entry of a `{...}` group one level deep.
+fn named_paths(code: &str, prefix: &str) -> Vec<Vec<String>> {
+    let segments = |text: &str| -> Vec<String> {
+        text.split("::")
+            .map(|s| {
+                s.trim()
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect::<String>()
+            })
+            .take_while(|s| !s.is_empty())
+            .collect()
+    };
+    let mut found = Vec::new();
+    for (at, _) in code.match_indices(prefix) {
+        // `super::super::x` is seen once, from its first `super::`.
+        if prefix == "super::" && code[..at].ends_with("super::") {
+            continue;
+        }
+        let mut rest = &code[at + prefix.len()..];
+        let mut ups = 0;
+        while let Some(more) = rest.strip_prefix("super::") {
+            ups += 1;
+            rest = more;
+        }
+        let lead: Vec<String> = std::iter::repeat_n("super".to_string(), ups).collect();
+        let head = rest.split('{').next().unwrap_or_default();
+        let head_segments = segments(head);
+        // A `{...}` group right after the path (`crate::{a, b}`, `super::x::{C, D}`).
+        let group_start = rest.find('{').filter(|brace| {
+            let before = rest[..*brace].trim();
+            before.is_empty() || (before.ends_with("::") && segments(before) == head_segments)
+        });
+        match group_start {
+            Some(brace) => {
+                let group = rest[brace + 1..].split('}').next().unwrap_or_default();
+                for entry in group.split(',') {
+                    let mut path = lead.clone();
+                    path.extend(head_segments.iter().cloned());
+                    path.extend(segments(entry));
+                    found.push(path);
+                }
+            }
+            None => {
+                let mut path = lead;
+                path.extend(head_segments);
+                found.push(path);
+            }
+        }
+    }
+    found
+}
+
+/// The longest known module a path names, starting from `base`.
+fn resolve(base: &str, path: &[String], known: &BTreeMap<String, String>) -> String {
+    let mut base = base.to_string();
+    let mut rest = path;
+    while let Some((first, more)) = rest.split_first() {
+        if first != "super" {
+            break;
+        }
+        base = parent(&base);
+        rest = more;
+    }
+    let mut best = base.clone();
+    let mut candidate = base;
+    for segment in rest {
+        candidate = if candidate.is_empty() {
+            segment.clone()
+        } else {
+            format!("{candidate}::{segment}")
+        };
+        if known.contains_key(&candidate) {
+            best = candidate.clone();
+        } else {
+            break;
+        }
+    }
+    best
+}
+
+/// Whether one module is the other's ancestor (or the same): the same room.
+fn same_room(a: &str, b: &str) -> bool {
+    let within = |inner: &str, outer: &str| {
+        outer.is_empty() || inner == outer || inner.starts_with(&format!("{outer}::"))
+    };
+    within(a, b) || within(b, a)
+}
+
+fn graph(root: &Path) -> Graph {
+    let known = modules(root);
+    let mut graph = Graph::new();
+    for (module, text) in &known {
+        let mut uses = BTreeSet::new();
+        for code in code_lines(text) {
+            for path in named_paths(code, "crate::") {
+                uses.insert(resolve("", &path, &known));
+            }
+            for path in named_paths(code, "super::") {
+                let mut with_super = vec!["super".to_string()];
+                with_super.extend(path);
+                uses.insert(resolve(module, &with_super, &known));
+            }
+        }
+        uses.retain(|used| !same_room(module, used));
+        graph.insert(module.clone(), uses);
+    }
+    graph
+}
+
+fn assert_acyclic(root: &str) {
+    let graph = graph(&Path::new(env!("CARGO_MANIFEST_DIR")).join(root));
+    for (module, uses) in &graph {
+        let name = if module.is_empty() { "(root)" } else { module };
+        println!(
+            "{name:>22} → {}",
+            uses.iter().cloned().collect::<Vec<_>>().join(", ")
+        );
+    }
+    if let Some(cycle) = find_cycle(&graph) {
+        panic!("{root}: import cycle: {}", cycle.join(" → "));
+    }
+}
+
+/// The operator's files import each other one way only.
+#[test]
+fn the_operator_has_no_import_cycle() {
+    assert_acyclic("src");
+}
+
+/// The sandbox's files, its `runtime/` folder included, import each other one way only.
+#[test]
+fn the_sandbox_has_no_import_cycle() {
+    assert_acyclic("sandbox/src");
+}
+
+/// The reader resolves `crate::`, groups and `super::`, and the cycle finder finds a cycle.
+#[test]
+fn paths_resolve_and_cycles_are_found() {
+    let known: BTreeMap<String, String> = ["", "a", "a::b", "c"]
+        .iter()
+        .map(|m| (m.to_string(), String::new()))
+        .collect();
+    let paths = named_paths("use crate::{a::b::Thing, c};", "crate::");
+    let resolved: Vec<String> = paths.iter().map(|p| resolve("", p, &known)).collect();
+    assert_eq!(resolved, ["a::b", "c"]);
+    let up = named_paths("use super::b::Other;", "super::");
+    let mut with_super = vec!["super".to_string()];
+    with_super.extend(up[0].clone());
+    assert_eq!(resolve("a::x", &with_super, &known), "a::b");
+    assert!(same_room("a::b", "a") && !same_room("a::b", "c"));
+    let mut graph = Graph::new();
+    graph.insert("a".into(), BTreeSet::from(["c".to_string()]));
+    graph.insert("c".into(), BTreeSet::from(["a".to_string()]));
+    assert_eq!(
+        find_cycle(&graph),
+        Some(vec!["a".to_string(), "c".to_string(), "a".to_string()])
+    );
+}
+
+/// Module path → its file, relative to the repository (`watch::frame` → `src/watch/frame.rs`).
+fn module_files(root: &Path) -> BTreeMap<String, String> {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    collect(&repo.join(root), &mut files);
+    let mut found = BTreeMap::new();
+    for file in files {
+        let relative = file.strip_prefix(repo.join(root)).expect("under the root");
+        let mut parts: Vec<String> = relative
+            .with_extension("")
+            .iter()
+            .map(|part| part.to_string_lossy().into_owned())
+            .collect();
+        if parts.first().is_some_and(|first| first == "bin") {
+            continue;
+        }
+        if parts
+            .last()
+            .is_some_and(|last| last == "mod" || last == "lib")
+        {
+            parts.pop();
+        }
+        let path = file.strip_prefix(repo).expect("in the repository");
+        found.insert(parts.join("::"), path.to_string_lossy().into_owned());
+    }
+    found
+}
+
+/// The modules of `src/` a stage binary reaches: what it names of the library
+/// (`postgres_operator::a::b`), then from each module reached what that one names (`crate::`,
+/// `super::`) and the child modules it declares (`mod x;`). The root's declarations are not
+/// followed: `lib.rs` declares every module, and a binary uses only what it names.
+fn reached_by(stage: &str, known: &BTreeMap<String, String>) -> BTreeSet<String> {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(repo.join(stage)).expect("the stage's source");
+    let mut todo: Vec<String> = code_lines(&text)
+        .into_iter()
+        .flat_map(|code| named_paths(code, "postgres_operator::"))
+        .map(|path| resolve("", &path, known))
+        .collect();
+    let mut reached = BTreeSet::new();
+    while let Some(module) = todo.pop() {
+        if !reached.insert(module.clone()) || module.is_empty() {
+            continue;
+        }
+        for code in code_lines(&known[&module]) {
+            for path in named_paths(code, "crate::") {
+                todo.push(resolve("", &path, known));
+            }
+            for path in named_paths(code, "super::") {
+                let mut with_super = vec!["super".to_string()];
+                with_super.extend(path);
+                todo.push(resolve(&module, &with_super, known));
+            }
+            let declared = code
+                .trim()
+                .trim_start_matches("pub(crate) ")
+                .trim_start_matches("pub ")
+                .strip_prefix("mod ")
+                .and_then(|rest| rest.trim().strip_suffix(';'));
+            if let Some(child) = declared {
+                let child = format!("{module}::{}", child.trim());
+                if known.contains_key(&child) {
+                    todo.push(child);
+                }
+            }
+        }
+    }
+    reached.remove("");
+    reached
+}
+
+/// Lines of code: not blank, not a comment, nothing from `#[cfg(test)]` on.
+fn code_line_count(text: &str) -> usize {
+    code_lines(text)
+        .into_iter()
+        .filter(|line| !line.trim().is_empty())
+        .count()
+}
+
+/// The files WORKSHOP.md's step `number` lists under "Read, in order".
+fn reading_list(workshop: &str, number: usize) -> Vec<String> {
+    let heading = format!("## Step {number:02}:");
+    let Some(start) = workshop.find(&heading) else {
+        panic!("WORKSHOP.md has no {heading} section");
+    };
+    let section = &workshop[start + heading.len()..];
+    let section = &section[..section.find("\n## ").unwrap_or(section.len())];
+    // No list at all: an empty one, which the test reports as every file missing.
+    let Some(list) = section.split_once("**Read, in order:**") else {
+        return Vec::new();
+    };
+    list.1
+        .lines()
+        .skip_while(|line| line.trim().is_empty())
+        .take_while(|line| !line.trim().is_empty())
+        .filter_map(|line| {
+            let item = line.trim_start();
+            let rest = item.trim_start_matches(|c: char| c.is_ascii_digit());
+            (rest.len() < item.len() && rest.starts_with(". `"))
+                .then(|| rest[3..].split('`').next().unwrap_or_default().to_string())
+        })
+        .collect()
+}
+
+/// Each step of WORKSHOP.md opens with the files to read, and that list is exactly the stage's
+/// binary and the files of `src/` it reaches that the earlier stages did not: the text cannot
+/// drift from the code. Prints each step's files and lines of code (not blank, not comments, not
+/// tests), the measure of how much a learner reads per step.
+#[test]
+fn each_steps_reading_list_is_what_its_stage_newly_reaches() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let known = modules(&repo.join("src"));
+    let files = module_files(Path::new("src"));
+    let workshop = std::fs::read_to_string(repo.join("WORKSHOP.md")).expect("WORKSHOP.md");
+    let mut seen = BTreeSet::new();
+    let mut total = 0;
+    let mut mismatches = Vec::new();
+    for number in 1..=5 {
+        let stage = format!("stages/stage{number:02}.rs");
+        let reached = reached_by(&stage, &known);
+        let mut new: BTreeSet<String> = reached
+            .difference(&seen)
+            .map(|module| files[module].clone())
+            .collect();
+        new.insert(stage.clone());
+        seen.extend(reached);
+        let lines: usize = new
+            .iter()
+            .map(|file| {
+                code_line_count(&std::fs::read_to_string(repo.join(file)).expect("readable"))
+            })
+            .sum();
+        total += lines;
+        println!(
+            "step {number:02}: {} files, {lines} lines of code: {}",
+            new.len(),
+            new.iter().cloned().collect::<Vec<_>>().join(", ")
+        );
+        let listed: BTreeSet<String> = reading_list(&workshop, number).into_iter().collect();
+        if listed != new {
+            mismatches.push(format!(
+                "step {number:02}: listed but not reached: {:?}; reached but not listed: {:?}",
+                listed.difference(&new).collect::<Vec<_>>(),
+                new.difference(&listed).collect::<Vec<_>>()
+            ));
+        }
+    }
+    println!("total: {total} lines of code");
+    assert!(mismatches.is_empty(), "{}", mismatches.join("\n"));
+}
