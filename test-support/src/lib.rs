@@ -8,6 +8,7 @@
 //! - [`scripted_server`]: an HTTP(S) server whose every answer a test decides, to the chunk.
 //! - [`processes`]: the host's process table, where pods run as real processes.
 //! - [`operator`]: the operator's client for a URL, and its CRD registered on a sandbox.
+//! - [`psql`]: this host's `psql` against a pod or Service address, with a deadline.
 //!
 //! ```text
 //! let sandbox = test_support::start_sandbox().await;
@@ -21,6 +22,7 @@ pub mod graph;
 pub mod kubectl;
 pub mod operator;
 pub mod processes;
+pub mod psql;
 pub mod sandbox;
 pub mod scripted_server;
 
@@ -34,6 +36,7 @@ pub use operator::{
     PGC_TABLE_HEADER,
 };
 pub use processes::{processes, processes_matching, Process};
+pub use psql::HostPsql;
 pub use sandbox::{
     process_runtime, spawn_sandbox_binary, spawn_sandbox_binary_banner, start_process_sandbox,
     start_sandbox, start_sandbox_with, until_watch_opened,
