@@ -11,6 +11,7 @@ use std::time::Duration;
 use crate::builtins;
 use crate::objects::{self, DeleteOptions};
 use crate::random::Xorshift;
+use crate::runtime::LostNode;
 use crate::state::{InjectedFault, PendingFailure, Shared};
 use crate::sync::lock;
 
@@ -153,6 +154,40 @@ impl Faults {
             .node
             .as_ref()
             .is_some_and(|node| node.lose_node_for_pod(namespace, name))
+    }
+
+    /// With the process runtime: lose the node pod `namespace/name` runs on, as a cluster
+    /// loses one (`runtime/lost_node.rs`). Its kubelet stops reporting: the pod's processes are
+    /// frozen (SIGSTOP) or killed (SIGKILL), as `how.processes` says, and nothing restarts or
+    /// probes them; its object stays Running and Ready for `how.grace` (the node lifecycle
+    /// controller's grace period), then its Ready condition turns False; a deletion leaves it
+    /// Terminating for ever, unless made with `gracePeriodSeconds=0`; an exec into it fails.
+    /// Returns false when pods are simulated or no such pod runs.
+    pub fn lose_node(&self, namespace: &str, name: &str, how: LostNode) -> bool {
+        self.shared
+            .node
+            .as_ref()
+            .is_some_and(|node| node.lose_node(namespace, name, how))
+    }
+
+    /// With the process runtime: hang pod `namespace/name`: every process of its containers
+    /// stopped with SIGSTOP, its object untouched. The kubelet carries on as on a real node:
+    /// exec probes time out, and a liveness probe that fails often enough restarts the
+    /// container (a new process, not stopped). Returns false when no process was stopped.
+    pub fn hang_pod(&self, namespace: &str, name: &str) -> bool {
+        self.shared
+            .node
+            .as_ref()
+            .is_some_and(|node| node.hang_pod(namespace, name))
+    }
+
+    /// Resume a hung pod (or a lost node's frozen one): SIGCONT every process of its
+    /// containers. Returns false when there was none.
+    pub fn resume_pod(&self, namespace: &str, name: &str) -> bool {
+        self.shared
+            .node
+            .as_ref()
+            .is_some_and(|node| node.resume_pod(namespace, name))
     }
 
     /// Mark `count` Running pods (seeded pick) as crashed without deleting them: phase Failed,

@@ -119,7 +119,9 @@ mod workloads;
 
 pub use faults::Faults;
 pub use options::{SandboxError, SandboxOptions};
-pub use runtime::{HostError, HostTools, ProcessRuntime, Runtime, INSTALL_HINT};
+pub use runtime::{
+    HostError, HostTools, LostNode, LostProcesses, ProcessRuntime, Runtime, INSTALL_HINT,
+};
 pub use state::{InjectedFault, RequestRecord};
 pub use store_file::StoreFileError;
 

@@ -19,6 +19,7 @@
 //! | `env.rs`, `volumes.rs`, `image.rs` | environment, volumes and what an image runs |
 //! | `claims.rs` | a `persistentVolumeClaim` volume: the bound PersistentVolume's directory |
 //! | `probes.rs` | exec, tcpSocket and httpGet checks |
+//! | `lost_node.rs` | a node that stops reporting: frozen or killed processes, and the node lifecycle controller's grace period |
 //! | `jail.rs`, `process.rs` | the bubblewrap command line; starting and signalling a process |
 //! | `services.rs` | Services: Endpoints and EndpointSlices, a proxy on each ClusterIP (127.B.192.0/18) to ready endpoints, the names pods' /etc/hosts give them, the `<SVC>_SERVICE_HOST` variables; the `kubernetes` Service and the `KUBERNETES_SERVICE_*` variables every pod gets |
 //! | `host.rs`, `addresses.rs` | finding loopback addresses, PostgreSQL and bwrap; pod IPs on 127.B.0.0 to 127.B.191.255 |
@@ -37,8 +38,14 @@
 //!   persistentVolumeClaim volumes are plain directories that outlive their pods. An `exec`
 //!   runs in a bwrap of its own beside the container (same mounts, environment and user, its
 //!   own PID namespace), not inside the container's namespaces.
-//! - Losing a pod's node (`Faults::lose_node_for_pod`) kills its processes and freezes its
-//!   status with Ready False; nothing brings the node back.
+//! - Losing a pod's node (`Faults::lose_node`) loses that pod's node only: each pod has a
+//!   "node" of its own. Its processes are frozen or killed, its status stays as last written
+//!   until a grace period ends, then Ready False; its deletion is never confirmed. Nothing brings
+//!   the node back. `Faults::lose_node_for_pod` is the older, quicker form: processes killed
+//!   and Ready False at once, deletions still completed.
+//! - Hanging a pod (`Faults::hang_pod`) stops every process of its containers with SIGSTOP; the
+//!   kubelet carries on (probes time out, a failed liveness probe restarts the container). An
+//!   `exec` runs beside the stopped processes, not among them, as on a node.
 //! - `postgres-operator:<tag>` (the Dockerfile's image) runs the stage binaries cargo built from
 //!   this checkout ([`crate::SandboxOptions::operator_binaries`]), bound at `/stageNN` in a jail
 //!   that mirrors the host (`image.rs` says what happens to each field of kube/deployment.yaml).
@@ -59,6 +66,7 @@ mod host;
 mod image;
 mod jail;
 mod logs;
+mod lost_node;
 mod pod;
 mod probes;
 mod process;
@@ -70,6 +78,7 @@ mod worker;
 pub(crate) use exec::{ExecRequest, PreparedExec};
 pub use host::{HostError, HostTools, INSTALL_HINT};
 pub(crate) use logs::{LogOutput, LogRequest};
+pub use lost_node::{LostNode, LostProcesses};
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -514,6 +523,83 @@ impl Node {
             status["ready"] = json!(false);
         }
         state.commit_modified("/pods", next);
+        true
+    }
+
+    /// The worker of pod `namespace/name`, if it runs here.
+    fn worker(&self, namespace: &str, name: &str) -> Option<Arc<worker::PodWorker>> {
+        lock(&self.pods)
+            .values()
+            .find(|w| w.namespace == namespace && w.name == name)
+            .cloned()
+    }
+
+    /// Send `signal` to every process of every running container of `worker` (bwrap, the
+    /// shim, aside). The number of processes signalled.
+    fn signal_containers(worker: &worker::PodWorker, signal: i32) -> usize {
+        let roots: Vec<u32> = lock(&worker.running).iter().flatten().copied().collect();
+        roots
+            .into_iter()
+            .map(|root| process::signal_descendants(root, signal))
+            .sum()
+    }
+
+    /// Hang pod `namespace/name`: SIGSTOP every process of its containers. The kubelet goes on
+    /// (probes, restarts), and the pod object is left alone. False if no process was stopped.
+    pub(crate) fn hang_pod(&self, namespace: &str, name: &str) -> bool {
+        self.worker(namespace, name)
+            .is_some_and(|worker| Node::signal_containers(&worker, process::SIGSTOP) > 0)
+    }
+
+    /// Undo [`Node::hang_pod`] (or a frozen lost node's stop): SIGCONT every process of the
+    /// pod's containers. False if there was none.
+    pub(crate) fn resume_pod(&self, namespace: &str, name: &str) -> bool {
+        self.worker(namespace, name)
+            .is_some_and(|worker| Node::signal_containers(&worker, process::SIGCONT) > 0)
+    }
+
+    /// Lose the node of pod `namespace/name` as `how` says (`lost_node.rs`): the kubelet falls
+    /// silent, the processes are frozen or killed, and after `how.grace` the pod's Ready
+    /// condition turns False. False if no such pod runs here.
+    pub(crate) fn lose_node(self: &Arc<Self>, namespace: &str, name: &str, how: LostNode) -> bool {
+        let Some(worker) = self.worker(namespace, name) else {
+            return false;
+        };
+        // Silence first: no status write, probe or restart may follow what the fault does.
+        worker.silent.cancel();
+        match how.processes {
+            LostProcesses::Frozen => {
+                Node::signal_containers(&worker, process::SIGSTOP);
+            }
+            LostProcesses::Killed => worker.lost.cancel(),
+        }
+        // The node lifecycle controller: it sees the node's Lease go stale, waits out the grace
+        // period, then marks the node's pods not Ready.
+        let node = self.clone();
+        let node_controller = tokio::spawn(async move {
+            tokio::select! {
+                () = tokio::time::sleep(how.grace) => {}
+                () = node.shutdown.cancelled() => return,
+            }
+            let marked = lost_node::mark_pod_not_ready(
+                &mut node.store.lock(),
+                &worker.namespace,
+                &worker.name,
+                &worker.uid,
+            );
+            if marked {
+                tracing::info!(namespace = %worker.namespace, name = %worker.name, "fault: the lost node's pod is marked not ready");
+                node.event(
+                    &worker.pod,
+                    true,
+                    "NodeNotReady",
+                    "Node is not ready".to_string(),
+                );
+            }
+        });
+        let mut tasks = lock(&self.tasks);
+        tasks.retain(|t| !t.is_finished());
+        tasks.push(node_controller);
         true
     }
 

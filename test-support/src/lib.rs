@@ -11,6 +11,7 @@
 //! - [`processes`]: the host's process table, where pods run as real processes.
 //! - [`runtime`]: pods as real PostgreSQL processes, created with kubectl and waited for.
 //! - [`operator`]: the operator's client for a URL, and its CRD registered on a sandbox.
+//! - [`psql`]: this host's `psql` against a pod or Service address, with a deadline.
 //!
 //! ```text
 //! let sandbox = test_support::start_sandbox().await;
@@ -26,6 +27,7 @@ pub mod http_client;
 pub mod kubectl;
 pub mod operator;
 pub mod processes;
+pub mod psql;
 pub mod runtime;
 pub mod sandbox;
 pub mod scripted_server;
@@ -40,6 +42,7 @@ pub use operator::{
     quick_postgres_options, register_crd, sandbox_with_crd, Story, PGC_TABLE_HEADER,
 };
 pub use processes::{processes, processes_matching, run_with_deadline, Process};
+pub use psql::HostPsql;
 pub use sandbox::{
     process_runtime, sandbox_and_kubectl, spawn_sandbox_binary, spawn_sandbox_binary_banner,
     start_process_sandbox, start_sandbox, start_sandbox_with, start_tls_sandbox,

@@ -156,7 +156,7 @@ pub(crate) async fn supervise(node: Arc<Node>, worker: Arc<PodWorker>, kind: Kin
     let mut backoff = node.config.restart_backoff;
     loop {
         // A lost node restarts nothing: nobody is there to.
-        if worker.lost.is_cancelled() {
+        if worker.lost.is_cancelled() || worker.silent.is_cancelled() {
             return;
         }
         let Some(ended) = run_once(&node, &worker, kind, index).await else {
@@ -661,6 +661,14 @@ async fn run_instance(
             };
         }
     };
+    let set_running = |pid: Option<u32>| {
+        if kind == Kind::Main {
+            if let Some(slot) = lock(&worker.running).get_mut(index) {
+                *slot = pid;
+            }
+        }
+    };
+    set_running(jailed.pid());
     let has_startup = Probe::from_spec(spec, "startupProbe").is_some();
     let has_readiness = Probe::from_spec(spec, "readinessProbe").is_some();
     update(worker, kind, index, |c| {
@@ -731,6 +739,7 @@ async fn run_instance(
         }
     };
     probes_stop.cancel();
+    set_running(None);
     let message = read_termination_message(spec, &message_file, &log_path, exit_code);
     Ended {
         exit_code,
@@ -787,6 +796,26 @@ async fn run_simulated(
 /// Startup, then readiness and liveness, for one instance of a main container.
 #[allow(clippy::too_many_arguments)]
 async fn run_probes(
+    node: Arc<Node>,
+    worker: Arc<PodWorker>,
+    index: usize,
+    spec: Value,
+    context: Arc<(Jail, Vec<(String, String)>)>,
+    pod_ip: Ipv4Addr,
+    restart: mpsc::Sender<String>,
+    stop: CancellationToken,
+) {
+    // A node that stopped reporting probes nothing more: its kubelet is gone with it.
+    let silent = worker.silent.clone();
+    tokio::select! {
+        () = probe_instance(node, worker, index, spec, context, pod_ip, restart, stop) => {}
+        () = silent.cancelled() => {}
+    }
+}
+
+/// [`run_probes`] while the node reports.
+#[allow(clippy::too_many_arguments)]
+async fn probe_instance(
     node: Arc<Node>,
     worker: Arc<PodWorker>,
     index: usize,

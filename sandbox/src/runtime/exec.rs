@@ -83,6 +83,13 @@ pub(crate) fn prepare(
     let worker = lock(&node.pods).get(uid).cloned().ok_or_else(|| {
         ApiError::bad_request(format!("pod {pod_name} is not running on this node"))
     })?;
+    if worker.silent.is_cancelled() {
+        // kube-apiserver proxies an exec to the pod's kubelet; on a lost node nothing answers.
+        // It fails only after its dial timeout (30 s); the sandbox answers at once.
+        return Err(ApiError::internal(format!(
+            "error dialing backend: dial tcp: the kubelet of pod {pod_name}'s node does not answer (i/o timeout)"
+        )));
+    }
     let containers = pod["spec"]["containers"]
         .as_array()
         .cloned()

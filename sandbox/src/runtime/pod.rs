@@ -58,10 +58,14 @@ pub(crate) async fn run(node: Arc<Node>, worker: Arc<PodWorker>) {
         tokio::select! {
             _ = worker.changed.notified() => publish(&node, &worker),
             _ = tokio::time::sleep(node.config.sync_period) => match look_at_pod(&node, &worker) {
+                Seen::Present if worker.silent.is_cancelled() => {}
                 Seen::Present => {
                     publish(&node, &worker);
                     refresh_hosts(&node, &worker);
                 }
+                // No kubelet confirms the deletion of a pod on a lost node: it stays
+                // Terminating until someone removes it with gracePeriodSeconds=0.
+                Seen::Terminating(_) if worker.silent.is_cancelled() => {}
                 Seen::Terminating(grace) => break (grace, true, false),
                 Seen::Gone => break (Duration::ZERO, false, false),
             },
@@ -241,7 +245,7 @@ fn look_at_pod(node: &Node, worker: &PodWorker) -> Seen {
 /// Write the status if it changed (and the pod is still this pod).
 fn publish(node: &Node, worker: &PodWorker) {
     // A lost node's kubelet reports nothing more; the pod keeps its last status.
-    if worker.lost.is_cancelled() {
+    if worker.lost.is_cancelled() || worker.silent.is_cancelled() {
         return;
     }
     let record = lock(&worker.record).clone();

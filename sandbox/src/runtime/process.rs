@@ -18,6 +18,8 @@ use super::jail::Jail;
 /// Linux signal numbers (the same on every Linux architecture the sandbox runs on).
 pub(crate) const SIGTERM: i32 = 15;
 pub(crate) const SIGKILL: i32 = 9;
+pub(crate) const SIGSTOP: i32 = 19;
+pub(crate) const SIGCONT: i32 = 18;
 
 extern "C" {
     /// kill(2) from the C library std already links; the allowed crates offer no safe wrapper.
@@ -33,6 +35,47 @@ fn send_signal(pid: u32, signal: i32) -> bool {
     // addresses a process group, so a stale pid can at worst signal an unrelated process, which
     // the caller avoids by only signalling children it has not yet reaped.
     unsafe { kill(pid, signal) == 0 }
+}
+
+/// The children of `pid`, from every one of its threads' `/proc/PID/task/TID/children`
+/// (empty if it is gone).
+fn children_of(pid: u32) -> Vec<u32> {
+    let Ok(threads) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    threads
+        .flatten()
+        .filter_map(|thread| std::fs::read_to_string(thread.path().join("children")).ok())
+        .flat_map(|list| {
+            list.split_whitespace()
+                .filter_map(|child| child.parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .collect()
+}
+
+/// Send `signal` to every descendant of `root` (not `root` itself: bwrap, the runtime's shim),
+/// parents before children, and return how many were signalled. For SIGSTOP the tree is walked
+/// again until a walk finds no process it has not stopped yet: a parent stopped mid-`fork` may
+/// leave a child that the first walk did not see, and a stopped parent forks no more.
+pub(crate) fn signal_descendants(root: u32, signal: i32) -> usize {
+    let mut signalled = std::collections::HashSet::new();
+    // A bound on the walks, in case pids are recycled faster than they are stopped.
+    for _ in 0..10 {
+        let mut found_new = false;
+        let mut pending = children_of(root);
+        while let Some(pid) = pending.pop() {
+            if signalled.insert(pid) {
+                found_new = true;
+                send_signal(pid, signal);
+            }
+            pending.extend(children_of(pid));
+        }
+        if !found_new || signal != SIGSTOP {
+            break;
+        }
+    }
+    signalled.len()
 }
 
 /// A started process.
@@ -141,6 +184,11 @@ pub(crate) async fn run_captured(
 }
 
 impl Jailed {
+    /// bwrap's PID: the root of the container's process tree, as the host sees it.
+    pub(crate) fn pid(&self) -> Option<u32> {
+        self.bwrap_pid
+    }
+
     /// The jailed command's PID as the host sees it: bwrap's only child.
     fn command_pid(&self) -> Option<u32> {
         let pid = self.bwrap_pid?;

@@ -48,6 +48,13 @@ pub(crate) struct PodWorker {
     /// Cancelled when the pod's "node" is lost (the fault): its processes are killed and its
     /// status is no longer written, as when a kubelet stops reporting.
     pub(crate) lost: CancellationToken,
+    /// Cancelled when the pod's node stops reporting (`Node::lose_node`): no status is
+    /// written, no probe runs, nothing restarts, a deletion is never confirmed and no exec
+    /// reaches the pod; its processes are frozen or gone, as the fault said.
+    pub(crate) silent: CancellationToken,
+    /// One per main container: bwrap's PID while an instance runs (the root of its process
+    /// tree, for the freezing faults).
+    pub(crate) running: Mutex<Vec<Option<u32>>>,
     /// The /etc/hosts text last written (rewritten when the Services' addresses change); its
     /// lock also keeps two writers from interleaving.
     pub(crate) hosts: Mutex<String>,
@@ -128,6 +135,11 @@ impl PodWorker {
                 .map(|_| Notify::new())
                 .collect(),
             lost: CancellationToken::new(),
+            silent: CancellationToken::new(),
+            running: Mutex::new(vec![
+                None;
+                pod["spec"]["containers"].as_array().map_or(0, Vec::len)
+            ]),
             hosts: Mutex::new(String::new()),
         }
     }

@@ -10,6 +10,7 @@ mod capacity;
 mod data_dir;
 mod exec;
 mod http_probes;
+mod node_faults;
 mod pod_users;
 mod postgres;
 mod services;

@@ -1,0 +1,642 @@
+//! Chaos on real PostgreSQL: a size-3 cluster with synchronous replication (`ANY 1`,
+//! `dataDurability: required`), a writer committing numbered rows through the `<name>-primary`
+//! Service, and one fault after another. After each fault: the cluster converges (3 ready
+//! members, one primary, its standbys set), no acknowledged row is missing on the primary, and
+//! at no poll did two members answer `pg_is_in_recovery() = false`. The outage per fault (the
+//! longest stretch with no acknowledged write) is printed.
+//!
+//! WORKSHOP.md, step 04 ("Failover under faults"). Needs PostgreSQL and bubblewrap.
+//! The short run (each fault once): `cargo test --test chaos -- --nocapture`.
+//! The long run (the whole sequence N times, min/median/max per fault):
+//! `CHAOS_ROUNDS=20 cargo test --test chaos -- --nocapture`.
+
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use postgres_operator::api::{
+    collection_path, object_path, DataDurability, PostgresCluster, PostgresClusterSpec,
+    ReplicationSpec, SynchronousSpec,
+};
+use postgres_operator::client::Client;
+use postgres_operator::controller::pods::{pods_path, CLUSTER_LABEL};
+use postgres_operator::postgres::manifests::{
+    credentials_secret_name, primary_service_name, POSTGRES_CONTAINER, SUPERUSER_PASSWORD_KEY,
+};
+use postgres_operator::postgres::run_postgres_operator;
+use postgres_operator::story::Reporter;
+use sandbox::{LostNode, Sandbox, SandboxOptions};
+use serde_json::Value;
+use test_support::{HostPsql, Story};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+const CLUSTER: &str = "chaos";
+const SIZE: u64 = 3;
+/// How long one fault may take to converge: generous, the machine has 2 cores.
+const FAULT_DEADLINE: Duration = Duration::from_secs(180);
+/// One statement's deadline: a stopped server accepts connections and never answers.
+const SQL_DEADLINE: Duration = Duration::from_secs(3);
+/// How often every member is asked whether it is in recovery.
+const POLL_EVERY: Duration = Duration::from_millis(300);
+
+/// What each round does to the cluster, in order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fault {
+    /// `kubectl delete pod <primary>` (the API's DELETE, default grace period).
+    DeletePrimaryPod,
+    /// The primary's postmaster killed with SIGKILL; the kubelet restarts the container.
+    KillPrimaryPostmaster,
+    /// Every process of the primary stopped with SIGSTOP; resumed once the cluster converged.
+    HangPrimary,
+    /// The primary's node lost (processes killed, pod unready at once), and the operator
+    /// stopped one second into the failover that follows, then started anew.
+    KillOperatorMidFailover,
+    /// A replica's node lost (processes killed, pod unready at once).
+    LoseReplica,
+    /// The primary's node lost as a cluster loses one: processes frozen, pod Ready for 5 s,
+    /// its deletion never confirmed.
+    LosePrimaryNode,
+}
+
+/// The faults of one round. A planned switchover (issue 22) takes its place here once the
+/// operator has one: `Fault::Switchover`, before `LosePrimaryNode` (which may leave a pod
+/// Terminating for ever).
+const FAULTS: [Fault; 6] = [
+    Fault::DeletePrimaryPod,
+    Fault::KillPrimaryPostmaster,
+    Fault::HangPrimary,
+    Fault::KillOperatorMidFailover,
+    Fault::LoseReplica,
+    Fault::LosePrimaryNode,
+];
+
+impl Fault {
+    fn caption(self) -> &'static str {
+        match self {
+            Fault::DeletePrimaryPod => "kubectl delete pod <primary>",
+            Fault::KillPrimaryPostmaster => "SIGKILL of the primary's postmaster",
+            Fault::HangPrimary => "the primary hung (SIGSTOP)",
+            Fault::KillOperatorMidFailover => "the operator stopped 1 s into a failover",
+            Fault::LoseReplica => "a replica's node lost",
+            Fault::LosePrimaryNode => "the primary's node lost (frozen, 5 s grace)",
+        }
+    }
+}
+
+/// Every acknowledged commit: the highest row number, and when each was acknowledged.
+#[derive(Default)]
+struct Ledger {
+    last: AtomicI64,
+    times: Mutex<Vec<Instant>>,
+}
+
+impl Ledger {
+    fn acknowledge(&self, n: i64) {
+        self.times.lock().expect("ledger").push(Instant::now());
+        self.last.store(n, Ordering::SeqCst);
+    }
+
+    fn last(&self) -> i64 {
+        self.last.load(Ordering::SeqCst)
+    }
+
+    /// The longest stretch without an acknowledged write from the last one before `from` to
+    /// `to`.
+    fn longest_gap(&self, from: Instant, to: Instant) -> Duration {
+        let times = self.times.lock().expect("ledger");
+        let mut previous = times
+            .iter()
+            .rev()
+            .find(|t| **t <= from)
+            .copied()
+            .unwrap_or(from);
+        let mut longest = Duration::ZERO;
+        for time in times.iter().filter(|t| **t > from && **t <= to) {
+            longest = longest.max(*time - previous);
+            previous = *time;
+        }
+        longest.max(to.saturating_duration_since(previous))
+    }
+}
+
+/// Commit row 1, 2, 3 ... through `address`; a row counts once psql said COMMIT. A failed or
+/// timed-out insert is tried again with the same number (it may have committed: ON CONFLICT).
+async fn write(psql: HostPsql, address: String, ledger: Arc<Ledger>, stop: CancellationToken) {
+    let mut n = ledger.last() + 1;
+    while !stop.is_cancelled() {
+        let sql = format!("INSERT INTO ledger VALUES ({n}) ON CONFLICT DO NOTHING");
+        match psql.run(&address, &sql, SQL_DEADLINE).await {
+            Ok(_) => {
+                ledger.acknowledge(n);
+                n += 1;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+}
+
+/// What the split-brain watch saw: the most members answering "not in recovery" at one poll.
+#[derive(Default)]
+struct Writable {
+    most: AtomicUsize,
+    polls: AtomicUsize,
+    seen: Mutex<Vec<String>>,
+}
+
+impl Writable {
+    fn reset(&self) {
+        self.most.store(0, Ordering::SeqCst);
+        self.polls.store(0, Ordering::SeqCst);
+    }
+}
+
+/// Ask every member of the cluster `SELECT pg_is_in_recovery()` every [`POLL_EVERY`].
+async fn watch_writable(client: Client, psql: HostPsql, writable: Arc<Writable>) {
+    loop {
+        let pods = members(&client).await;
+        let asks: Vec<_> = pods
+            .iter()
+            .filter_map(|pod| {
+                let ip = pod["status"]["podIP"].as_str()?.to_string();
+                let name = pod["metadata"]["name"].as_str()?.to_string();
+                let psql = psql.clone();
+                Some(tokio::spawn(async move {
+                    let answer = psql
+                        .run(&ip, "SELECT pg_is_in_recovery()", Duration::from_secs(2))
+                        .await;
+                    (name, answer)
+                }))
+            })
+            .collect();
+        let mut primaries = Vec::new();
+        for ask in asks {
+            if let Ok((name, Ok(answer))) = ask.await {
+                if answer == "f" {
+                    primaries.push(name);
+                }
+            }
+        }
+        writable.polls.fetch_add(1, Ordering::SeqCst);
+        writable.most.fetch_max(primaries.len(), Ordering::SeqCst);
+        if primaries.len() > 1 {
+            writable
+                .seen
+                .lock()
+                .expect("writable")
+                .push(primaries.join(" and "));
+        }
+        tokio::time::sleep(POLL_EVERY).await;
+    }
+}
+
+/// Every pod of the cluster, terminating ones included.
+async fn members(client: &Client) -> Vec<Value> {
+    let path = pods_path(client.namespace(), &format!("{CLUSTER_LABEL}={CLUSTER}"));
+    client
+        .get::<Value>(&path)
+        .await
+        .ok()
+        .and_then(|list| list["items"].as_array().cloned())
+        .unwrap_or_default()
+}
+
+fn pod_ip(pods: &[Value], name: &str) -> Option<String> {
+    pods.iter()
+        .find(|p| p["metadata"]["name"] == name)
+        .and_then(|p| p["status"]["podIP"].as_str())
+        .map(str::to_string)
+}
+
+/// The operator in this process, as `run_postgres_operator` runs it.
+struct Operator {
+    stop: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+impl Operator {
+    fn start(client: &Client, reporter: &Reporter) -> Operator {
+        let stop = CancellationToken::new();
+        let running = run_postgres_operator(
+            client.clone(),
+            test_support::quick_postgres_options(),
+            (),
+            reporter.clone(),
+            stop.clone(),
+        );
+        let task = tokio::spawn(async move {
+            if let Err(error) = running.await {
+                println!("chaos: the operator ended with an error: {error}");
+            }
+        });
+        Operator { stop, task }
+    }
+
+    /// Cancel it and wait for it to end (30 s at most): how long it took.
+    async fn stop(self) -> Duration {
+        let asked = Instant::now();
+        self.stop.cancel();
+        let _ = tokio::time::timeout(Duration::from_secs(30), self.task).await;
+        asked.elapsed()
+    }
+}
+
+/// Everything the rounds share.
+struct Chaos {
+    sandbox: Sandbox,
+    client: Client,
+    story: Story,
+    reporter: Reporter,
+    operator: Option<Operator>,
+    psql: HostPsql,
+    ledger: Arc<Ledger>,
+    writable: Arc<Writable>,
+}
+
+/// The cluster as converged: its primary (and that primary's IP).
+struct Converged {
+    primary: String,
+    standbys: Vec<String>,
+}
+
+impl Chaos {
+    fn namespace(&self) -> &str {
+        self.client.namespace()
+    }
+
+    async fn status(&self) -> Value {
+        self.client
+            .get::<Value>(&object_path(self.namespace(), CLUSTER))
+            .await
+            .map(|cluster| cluster["status"].clone())
+            .unwrap_or(Value::Null)
+    }
+
+    /// The cluster converged now: SIZE ready members, the recorded primary is the one member
+    /// out of recovery, and its synchronous standbys are the other two.
+    async fn converged_now(&self) -> Option<Converged> {
+        let status = self.status().await;
+        let primary = status["primary"].as_str()?.to_string();
+        let standbys: Vec<String> = status["synchronous"]["standbys"]
+            .as_array()?
+            .iter()
+            .filter_map(|s| s.as_str().map(str::to_string))
+            .collect();
+        let settled = status["readyInstances"] == SIZE
+            && status["synchronous"]["primary"] == primary.as_str()
+            && standbys.len() as u64 == SIZE - 1
+            && !standbys.contains(&primary);
+        if !settled {
+            return None;
+        }
+        let pods = members(&self.client).await;
+        let live: Vec<&Value> = pods
+            .iter()
+            .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+            .collect();
+        if live.len() as u64 != SIZE {
+            return None;
+        }
+        let mut out_of_recovery = Vec::new();
+        for pod in live {
+            let ip = pod["status"]["podIP"].as_str()?;
+            let answer = self
+                .psql
+                .run(ip, "SELECT pg_is_in_recovery()", SQL_DEADLINE)
+                .await
+                .ok()?;
+            if answer == "f" {
+                out_of_recovery.push(pod["metadata"]["name"].as_str()?.to_string());
+            }
+        }
+        (out_of_recovery == [primary.clone()]).then_some(Converged { primary, standbys })
+    }
+
+    /// Wait for [`Chaos::converged_now`]; on timeout, print what the cluster looks like and the
+    /// operator's last lines, then fail naming `what`.
+    async fn converged(&self, what: &str) -> Converged {
+        let end = Instant::now() + FAULT_DEADLINE;
+        loop {
+            if let Some(converged) = self.converged_now().await {
+                return converged;
+            }
+            if Instant::now() >= end {
+                self.describe().await;
+                panic!("{what}: the cluster did not converge within {FAULT_DEADLINE:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    /// Print the cluster's status, its pods, and the operator's last 40 lines.
+    async fn describe(&self) {
+        println!("chaos: status {}", self.status().await);
+        for pod in members(&self.client).await {
+            let ready = pod["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|c| c["type"] == "Ready")
+                .map(|c| c["status"].clone());
+            println!(
+                "chaos: pod {} role={} ip={} ready={:?} deleting={}",
+                pod["metadata"]["name"],
+                pod["metadata"]["labels"]["workshop.example.com/role"],
+                pod["status"]["podIP"],
+                ready,
+                !pod["metadata"]["deletionTimestamp"].is_null()
+            );
+        }
+        let lines = self.story.lines();
+        for line in &lines[lines.len().saturating_sub(40)..] {
+            println!("chaos: story: {line}");
+        }
+    }
+
+    /// Every acknowledged row is on `primary`: rows 1..=last, all of them.
+    async fn no_acknowledged_row_lost(&self, primary: &str, fault: &str) -> i64 {
+        let last = self.ledger.last();
+        let pods = members(&self.client).await;
+        let ip = pod_ip(&pods, primary).expect("the primary's IP");
+        let count = self
+            .psql
+            .run(
+                &ip,
+                &format!("SELECT count(*) FROM ledger WHERE n <= {last}"),
+                Duration::from_secs(10),
+            )
+            .await
+            .unwrap_or_else(|error| panic!("{fault}: counting on {primary}: {error}"));
+        assert_eq!(
+            count,
+            last.to_string(),
+            "{fault}: acknowledged rows lost: {last} acknowledged, {count} of them on {primary}"
+        );
+        last
+    }
+
+    /// Wait until `more` rows beyond the current last were acknowledged.
+    async fn writes_resume(&self, more: i64, what: &str) -> Instant {
+        let target = self.ledger.last() + more;
+        test_support::eventually(FAULT_DEADLINE, what, || async {
+            (self.ledger.last() >= target).then(Instant::now)
+        })
+        .await
+    }
+
+    /// Inject `fault` against the converged cluster `before`.
+    async fn inject(&mut self, fault: Fault, before: &Converged) {
+        let namespace = self.namespace().to_string();
+        let primary = before.primary.as_str();
+        let faults = self.sandbox.faults();
+        match fault {
+            Fault::DeletePrimaryPod => {
+                let path = format!("/api/v1/namespaces/{namespace}/pods/{primary}");
+                self.client
+                    .delete::<Value>(&path)
+                    .await
+                    .expect("the primary pod deleted");
+            }
+            Fault::KillPrimaryPostmaster => {
+                assert!(faults.crash_container(&namespace, primary, POSTGRES_CONTAINER));
+            }
+            Fault::HangPrimary => assert!(faults.hang_pod(&namespace, primary)),
+            Fault::KillOperatorMidFailover => {
+                let said_before = self.story.lines().len();
+                assert!(faults.lose_node_for_pod(&namespace, primary));
+                // The failover has begun once the operator says it acts on the lost primary.
+                let started = tokio::time::timeout(Duration::from_secs(30), async {
+                    loop {
+                        let lines = self.story.lines();
+                        let acting = lines[said_before.min(lines.len())..]
+                            .iter()
+                            .find(|line| {
+                                line.contains(primary)
+                                    && ["romot", "Member lost", "ailover", "ailing over"]
+                                        .iter()
+                                        .any(|word| line.contains(word))
+                            })
+                            .cloned();
+                        if let Some(line) = acting {
+                            return line;
+                        }
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                })
+                .await;
+                match &started {
+                    Ok(line) => println!("chaos: failover begun: {line}"),
+                    Err(_) => println!(
+                        "chaos: no failover line within 30 s; stopping the operator anyway"
+                    ),
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                if let Some(operator) = self.operator.take() {
+                    let took = operator.stop().await;
+                    println!(
+                        "chaos: operator stopped ({:.1} s to end its tasks), starting a new one",
+                        took.as_secs_f64()
+                    );
+                }
+                self.operator = Some(Operator::start(&self.client, &self.reporter));
+            }
+            Fault::LoseReplica => {
+                let replica = before.standbys.first().expect("a standby");
+                assert!(faults.lose_node_for_pod(&namespace, replica));
+            }
+            Fault::LosePrimaryNode => {
+                assert!(faults.lose_node(&namespace, primary, LostNode::default()));
+            }
+        }
+    }
+
+    /// One fault: inject it, wait for convergence and resumed writes, check no row was lost
+    /// and no two primaries were seen. The outage.
+    async fn run_fault(&mut self, fault: Fault) -> Duration {
+        let caption = fault.caption();
+        let before = self.converged(&format!("before {caption}")).await;
+        self.writes_resume(5, &format!("writes before {caption}"))
+            .await;
+        self.writable.reset();
+        println!("chaos: --- {caption} (primary {})", before.primary);
+        let injected = Instant::now();
+        self.inject(fault, &before).await;
+        let after = self.converged(caption).await;
+        if fault == Fault::HangPrimary
+            && self
+                .sandbox
+                .faults()
+                .resume_pod(self.namespace(), &before.primary)
+        {
+            // The old primary was never removed: resumed, it must not take writes beside the
+            // new one (Patroni's lost rows came from exactly this).
+            println!("chaos: resumed the hung {}", before.primary);
+            tokio::time::sleep(Duration::from_secs(3)).await;
+        }
+        let resumed = self
+            .writes_resume(5, &format!("writes after {caption}"))
+            .await;
+        let outage = self.ledger.longest_gap(injected, resumed);
+        let after = if fault == Fault::HangPrimary {
+            self.converged(caption).await
+        } else {
+            after
+        };
+        let last = self.no_acknowledged_row_lost(&after.primary, caption).await;
+        let most = self.writable.most.load(Ordering::SeqCst);
+        let polls = self.writable.polls.load(Ordering::SeqCst);
+        println!(
+            "chaos: {caption}: outage {:.1} s, new primary {}, {last} rows acknowledged and all there, at most {most} writable member(s) in {polls} polls",
+            outage.as_secs_f64(),
+            after.primary
+        );
+        assert!(
+            most <= 1,
+            "{caption}: two writable primaries at once: {:?}",
+            self.writable.seen.lock().expect("writable")
+        );
+        outage
+    }
+}
+
+fn seconds(d: Duration) -> String {
+    format!("{:.1}", d.as_secs_f64())
+}
+
+/// Every fault of [`FAULTS`], once per round (`CHAOS_ROUNDS`, default 1), against one
+/// synchronous cluster under a steady writer: each converges, loses no acknowledged row, and
+/// never shows two writable primaries; the outages are printed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_fault_converges_without_losing_an_acknowledged_row() {
+    let rounds: usize = std::env::var("CHAOS_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(1);
+    let sandbox = test_support::start_process_sandbox(SandboxOptions::default()).await;
+    let client = test_support::plain_client(&sandbox.url());
+    test_support::register_crd(&client).await;
+    let (reporter, story) = Story::record();
+    let operator = Operator::start(&client, &reporter);
+    let spec = PostgresClusterSpec {
+        size: SIZE as _,
+        version: "16".into(),
+        paused: false,
+        backup: None,
+        bootstrap: None,
+        replication: Some(ReplicationSpec {
+            synchronous: Some(SynchronousSpec {
+                number: 1,
+                data_durability: DataDurability::Required,
+            }),
+        }),
+    };
+    let object = PostgresCluster::new(client.namespace(), CLUSTER, spec);
+    client
+        .create::<_, PostgresCluster>(&collection_path(client.namespace()), &object)
+        .await
+        .expect("cluster created");
+
+    // The superuser's password from the cluster's Secret, and the primary Service's address.
+    let namespace = client.namespace().to_string();
+    let secret = test_support::eventually(FAULT_DEADLINE, "the credentials Secret", || async {
+        let path = format!(
+            "/api/v1/namespaces/{namespace}/secrets/{}",
+            credentials_secret_name(CLUSTER)
+        );
+        let secret: Value = client.get(&path).await.ok()?;
+        let encoded = secret["data"][SUPERUSER_PASSWORD_KEY].as_str()?.to_string();
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(encoded)
+            .ok()?;
+        String::from_utf8(bytes).ok()
+    })
+    .await;
+    let service_ip = test_support::eventually(FAULT_DEADLINE, "the primary Service", || async {
+        let path = format!(
+            "/api/v1/namespaces/{namespace}/services/{}",
+            primary_service_name(CLUSTER)
+        );
+        let service: Value = client.get(&path).await.ok()?;
+        service["spec"]["clusterIP"]
+            .as_str()
+            .filter(|ip| !ip.is_empty() && *ip != "None")
+            .map(str::to_string)
+    })
+    .await;
+    let psql = HostPsql::installed("postgres", &secret);
+    let mut chaos = Chaos {
+        sandbox,
+        client: client.clone(),
+        story,
+        reporter,
+        operator: Some(operator),
+        psql: psql.clone(),
+        ledger: Arc::new(Ledger::default()),
+        writable: Arc::new(Writable::default()),
+    };
+    chaos.converged("the first start").await;
+    test_support::eventually(FAULT_DEADLINE, "the ledger table", || async {
+        psql.run(
+            &service_ip,
+            "CREATE TABLE IF NOT EXISTS ledger (n bigint PRIMARY KEY)",
+            SQL_DEADLINE,
+        )
+        .await
+        .ok()
+    })
+    .await;
+    let stop_writing = CancellationToken::new();
+    let writer = tokio::spawn(write(
+        psql.clone(),
+        service_ip.clone(),
+        chaos.ledger.clone(),
+        stop_writing.clone(),
+    ));
+    let watch = tokio::spawn(watch_writable(
+        client.clone(),
+        psql.clone(),
+        chaos.writable.clone(),
+    ));
+
+    let started = Instant::now();
+    let mut outages: Vec<(Fault, Vec<Duration>)> =
+        FAULTS.iter().map(|f| (*f, Vec::new())).collect();
+    for round in 1..=rounds {
+        println!("chaos: round {round} of {rounds}");
+        for (fault, measured) in outages.iter_mut() {
+            measured.push(chaos.run_fault(*fault).await);
+        }
+    }
+    stop_writing.cancel();
+    let _ = writer.await;
+    watch.abort();
+    let last = chaos.ledger.last();
+    let primary = chaos.converged("the end").await.primary;
+    chaos.no_acknowledged_row_lost(&primary, "the end").await;
+
+    println!(
+        "chaos: {rounds} round(s) in {:.0} s; {last} rows acknowledged, 0 lost",
+        started.elapsed().as_secs_f64()
+    );
+    println!("chaos: | fault | outage, s (min / median / max) |");
+    println!("chaos: |---|---|");
+    for (fault, mut measured) in outages {
+        measured.sort();
+        let (min, median, max) = (
+            measured[0],
+            measured[measured.len() / 2],
+            measured[measured.len() - 1],
+        );
+        println!(
+            "chaos: | {} | {} / {} / {} |",
+            fault.caption(),
+            seconds(min),
+            seconds(median),
+            seconds(max)
+        );
+    }
+    if let Some(operator) = chaos.operator.take() {
+        operator.stop().await;
+    }
+}
