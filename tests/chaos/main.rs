@@ -55,20 +55,22 @@ enum Fault {
     KillOperatorMidFailover,
     /// A replica's node lost (processes killed, pod unready at once).
     LoseReplica,
+    /// A planned switchover to a standby: `workshop.example.com/switchover-to=<pod>`.
+    Switchover,
     /// The primary's node lost as a cluster loses one: processes frozen, pod Ready for 5 s,
     /// its deletion never confirmed.
     LosePrimaryNode,
 }
 
-/// The faults of one round. A planned switchover (issue 22) takes its place here once the
-/// operator has one: `Fault::Switchover`, before `LosePrimaryNode` (which may leave a pod
-/// Terminating for ever).
-const FAULTS: [Fault; 6] = [
+/// The faults of one round; the switchover before `LosePrimaryNode`, which leaves a pod
+/// Terminating for ever.
+const FAULTS: [Fault; 7] = [
     Fault::DeletePrimaryPod,
     Fault::KillPrimaryPostmaster,
     Fault::HangPrimary,
     Fault::KillOperatorMidFailover,
     Fault::LoseReplica,
+    Fault::Switchover,
     Fault::LosePrimaryNode,
 ];
 
@@ -80,6 +82,7 @@ impl Fault {
             Fault::HangPrimary => "the primary hung (SIGSTOP)",
             Fault::KillOperatorMidFailover => "the operator stopped 1 s into a failover",
             Fault::LoseReplica => "a replica's node lost",
+            Fault::Switchover => "a planned switchover (switchover-to annotation)",
             Fault::LosePrimaryNode => "the primary's node lost (frozen, 5 s grace)",
         }
     }
@@ -444,6 +447,17 @@ impl Chaos {
             Fault::LoseReplica => {
                 let replica = before.standbys.first().expect("a standby");
                 assert!(faults.lose_node_for_pod(&namespace, replica));
+            }
+            Fault::Switchover => {
+                let target = before.standbys.first().expect("a standby");
+                let path = postgres_operator::api::object_path(&namespace, CLUSTER);
+                let patch = serde_json::json!({"metadata": {"annotations": {
+                    postgres_operator::api::SWITCHOVER_ANNOTATION: target,
+                }}});
+                self.client
+                    .patch::<Value>(&path, &postgres_operator::client::Patch::Merge(patch))
+                    .await
+                    .expect("annotated");
             }
             Fault::LosePrimaryNode => {
                 assert!(faults.lose_node(&namespace, primary, LostNode::default()));

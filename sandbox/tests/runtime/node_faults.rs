@@ -6,12 +6,11 @@
 //! WORKSHOP.md, "Set-up: the sandbox". Needs PostgreSQL and bubblewrap.
 //! Run: `cargo test -p sandbox --test runtime_node_faults`.
 
-
 use std::time::{Duration, Instant};
 
-use test_support::runtime::{create, pod_json, psql, start, wait_ready, TRUSTING_POSTGRES};
 use sandbox::{LostNode, LostProcesses};
 use serde_json::Value;
+use test_support::runtime::{create, pod_json, psql, start, wait_ready, TRUSTING_POSTGRES};
 use test_support::{eventually, pod_is_ready, processes_matching, Kubectl};
 
 /// A trusting postgres pod named `name` (exec readiness probe, 1 s timeout), Ready; its IP.
