@@ -61,14 +61,7 @@ fn print_memory(label: &str) {
 }
 
 fn cluster(index: usize) -> PostgresCluster {
-    let spec = PostgresClusterSpec {
-        size: 3,
-        version: "16".into(),
-        paused: false,
-        backup: None,
-        bootstrap: None,
-        replication: None,
-    };
+    let spec = PostgresClusterSpec::new(3, "16");
     let mut cluster = PostgresCluster::new("default", &format!("db-{index:04}"), spec);
     cluster.metadata.uid = format!("uid-{index}");
     cluster

@@ -464,6 +464,20 @@ impl HasMetadata for PostgresCluster {
     }
 }
 
+impl PostgresClusterSpec {
+    /// `size` members of `version`, with nothing else asked for (no backups, asynchronous).
+    pub fn new(size: i64, version: &str) -> PostgresClusterSpec {
+        PostgresClusterSpec {
+            size,
+            version: version.to_string(),
+            paused: false,
+            backup: None,
+            bootstrap: None,
+            replication: None,
+        }
+    }
+}
+
 impl std::fmt::Display for PostgresClusterSpec {
     /// `{size: 3, version: 16, paused: false}` — the workshop's log shape, without Go's format verbs.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -576,27 +590,13 @@ mod tests {
 
     #[test]
     fn spec_prints_like_the_workshop_log() {
-        let spec = PostgresClusterSpec {
-            size: 3,
-            version: "16".into(),
-            paused: false,
-            backup: None,
-            bootstrap: None,
-            replication: None,
-        };
+        let spec = PostgresClusterSpec::new(3, "16");
         assert_eq!(spec.to_string(), "{size: 3, version: 16, paused: false}");
     }
 
     #[test]
     fn a_new_cluster_serializes_as_a_create_body() {
-        let spec = PostgresClusterSpec {
-            size: 3,
-            version: "16".into(),
-            paused: false,
-            backup: None,
-            bootstrap: None,
-            replication: None,
-        };
+        let spec = PostgresClusterSpec::new(3, "16");
         let body = serde_json::to_value(PostgresCluster::new("default", "db", spec)).unwrap();
         assert_eq!(
             body,

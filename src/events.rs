@@ -195,18 +195,8 @@ mod tests {
     /// The event names the cluster by uid and carries what `kubectl describe` reads.
     #[test]
     fn the_event_names_its_cluster_with_the_uid() {
-        let mut cluster = PostgresCluster::new(
-            "prod",
-            "db",
-            crate::api::PostgresClusterSpec {
-                size: 1,
-                version: "16".into(),
-                paused: false,
-                backup: None,
-                bootstrap: None,
-                replication: None,
-            },
-        );
+        let mut cluster =
+            PostgresCluster::new("prod", "db", crate::api::PostgresClusterSpec::new(1, "16"));
         cluster.metadata.uid = "uid-1".into();
         let event = event_object(&cluster, EventType::Warning, "Failed", "gone", "now");
         assert_eq!(event["involvedObject"]["uid"], "uid-1");

@@ -415,14 +415,7 @@ mod tests {
     use crate::postgres::plan::{Action, VersionChange};
 
     fn cluster(status: PostgresClusterStatus) -> PostgresCluster {
-        let spec = PostgresClusterSpec {
-            size: 2,
-            version: "16".into(),
-            paused: false,
-            backup: None,
-            bootstrap: None,
-            replication: None,
-        };
+        let spec = PostgresClusterSpec::new(2, "16");
         let mut cluster = PostgresCluster::new("default", "db", spec);
         cluster.status = Some(status);
         cluster

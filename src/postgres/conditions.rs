@@ -225,18 +225,7 @@ mod tests {
     use crate::postgres::plan::Member;
 
     fn cluster() -> PostgresCluster {
-        let mut cluster = PostgresCluster::new(
-            "default",
-            "db",
-            PostgresClusterSpec {
-                size: 2,
-                version: "16".into(),
-                paused: false,
-                backup: None,
-                bootstrap: None,
-                replication: None,
-            },
-        );
+        let mut cluster = PostgresCluster::new("default", "db", PostgresClusterSpec::new(2, "16"));
         cluster.metadata.generation = Some(4);
         cluster
     }

@@ -239,18 +239,7 @@ mod tests {
     /// A cluster's figures come from its spec and status, and from what its primary said.
     #[test]
     fn figures_come_from_spec_status_and_the_primary() {
-        let mut cluster = PostgresCluster::new(
-            "ns",
-            "db",
-            PostgresClusterSpec {
-                size: 3,
-                version: "16".into(),
-                paused: false,
-                backup: None,
-                bootstrap: None,
-                replication: None,
-            },
-        );
+        let mut cluster = PostgresCluster::new("ns", "db", PostgresClusterSpec::new(3, "16"));
         cluster.status = Some(PostgresClusterStatus {
             primary: Some("db-a".into()),
             ready_instances: Some(2),

@@ -551,14 +551,7 @@ mod tests {
     use crate::controller::pods::APP_LABEL;
 
     fn cluster() -> PostgresCluster {
-        let spec = PostgresClusterSpec {
-            size: 3,
-            version: "16.4".into(),
-            paused: false,
-            backup: None,
-            bootstrap: None,
-            replication: None,
-        };
+        let spec = PostgresClusterSpec::new(3, "16.4");
         let mut cluster = PostgresCluster::new("prod", "db", spec);
         cluster.metadata.uid = "uid-db".into();
         cluster

@@ -37,14 +37,7 @@ async fn idle_clusters_cost_no_request_per_round() {
     ));
     let path = collection_path(client.namespace());
     for i in 0..CLUSTERS {
-        let spec = PostgresClusterSpec {
-            size: 2,
-            version: "16".into(),
-            paused: false,
-            backup: None,
-            bootstrap: None,
-            replication: None,
-        };
+        let spec = PostgresClusterSpec::new(2, "16");
         let cluster = PostgresCluster::new(client.namespace(), &format!("idle-{i}"), spec);
         client
             .create::<_, PostgresCluster>(&path, &cluster)
