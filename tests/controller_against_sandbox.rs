@@ -39,7 +39,7 @@ async fn reconcile_sees_owned_pods_go_from_pending_to_running() {
         options(Duration::from_millis(300)),
         reporter,
     );
-    controller.handle_event(Event::Added(db));
+    controller.handle_event(Event::Added(db.into()));
     let mut seen = Vec::new();
     let first = wait_for_line(
         &mut lines,
@@ -83,10 +83,10 @@ async fn delete_removes_the_clusters_pods_through_the_api() {
 
     let (reporter, mut lines) = Reporter::channel();
     let mut controller = Controller::new(client.clone(), ControllerOptions::default(), reporter);
-    controller.handle_event(Event::Added(db.clone()));
+    controller.handle_event(Event::Added(db.clone().into()));
     // Only the operator hears of this delete: the object is still in the sandbox, so the garbage
     // collector has no reason to touch the pod. Any deletion is the task's doing.
-    controller.handle_event(Event::Deleted(db));
+    controller.handle_event(Event::Deleted(db.into()));
     let mut seen = Vec::new();
     wait_for_line(
         &mut lines,
@@ -133,7 +133,7 @@ async fn refused_pod_list_line(code: u16, reason: &str, times: usize) -> String 
         options(Duration::from_millis(200)),
         reporter,
     );
-    controller.handle_event(Event::Added(db));
+    controller.handle_event(Event::Added(db.into()));
     let mut seen = Vec::new();
     let refused = wait_for_line(
         &mut lines,

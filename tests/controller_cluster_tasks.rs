@@ -9,7 +9,7 @@ use std::time::Duration;
 use controller_support::{cluster, drain, owned_pod, resized, wait_for_line, FakePods};
 use postgres_operator::controller::{Controller, ControllerOptions};
 use postgres_operator::story::Reporter;
-use postgres_operator::watch::{Event, WatchItem};
+use postgres_operator::watch::Event;
 use tokio::sync::mpsc;
 
 const NS: &str = "default";
@@ -28,7 +28,7 @@ async fn added_cluster_is_created_with_the_workshop_lines() {
     let (reporter, mut lines) = Reporter::channel();
     let mut controller =
         Controller::new(FakePods::default(), ControllerOptions::default(), reporter);
-    controller.handle_event(Event::Added(cluster(NS, "db", 3)));
+    controller.handle_event(Event::Added(cluster(NS, "db", 3).into()));
     assert_eq!(controller.cluster_keys(), vec![DB.to_string()]);
 
     let mut seen = Vec::new();
@@ -59,7 +59,7 @@ async fn reconcile_tick_with_no_pods_calls_for_disaster_recovery() {
     let mut controller =
         Controller::new(FakePods::default(), ControllerOptions::default(), reporter);
     let started = tokio::time::Instant::now();
-    controller.handle_event(Event::Added(cluster(NS, "db", 3)));
+    controller.handle_event(Event::Added(cluster(NS, "db", 3).into()));
     let mut seen = Vec::new();
     wait_for_line(
         &mut lines,
@@ -108,7 +108,7 @@ async fn reconcile_counts_only_owned_pods_split_by_phase() {
     ]);
     let (reporter, mut lines) = Reporter::channel();
     let mut controller = Controller::new(pods, options(Duration::from_secs(2)), reporter);
-    controller.handle_event(Event::Added(db));
+    controller.handle_event(Event::Added(db.into()));
     let mut seen = Vec::new();
     let line = wait_for_line(
         &mut lines,
@@ -130,7 +130,7 @@ async fn paused_cluster_skips_reconcile() {
     let pods = FakePods::default();
     let (reporter, _lines) = Reporter::channel();
     let mut controller = Controller::new(pods.clone(), options(Duration::from_secs(1)), reporter);
-    controller.handle_event(Event::Added(db));
+    controller.handle_event(Event::Added(db.into()));
     tokio::time::sleep(Duration::from_secs(10)).await;
     assert_eq!(*pods.lists.lock().unwrap(), 0);
     controller.shutdown().await;
@@ -144,7 +144,7 @@ async fn spec_update_is_logged_and_unchanged_specs_are_ignored() {
     let (reporter, mut lines) = Reporter::channel();
     let mut controller =
         Controller::new(FakePods::default(), ControllerOptions::default(), reporter);
-    controller.handle_event(Event::Added(db.clone()));
+    controller.handle_event(Event::Added(db.clone().into()));
     let mut seen = Vec::new();
     wait_for_line(
         &mut lines,
@@ -157,8 +157,8 @@ async fn spec_update_is_logged_and_unchanged_specs_are_ignored() {
 
     let mut relabelled = db.clone();
     relabelled.metadata.resource_version = "42".into();
-    controller.handle_event(Event::Modified(relabelled));
-    controller.handle_event(Event::Modified(resized(&db, 5)));
+    controller.handle_event(Event::Modified(relabelled.into()));
+    controller.handle_event(Event::Modified(resized(&db, 5).into()));
     let line = wait_for_line(
         &mut lines,
         &mut seen,
@@ -193,17 +193,11 @@ async fn flood_of_events_does_not_delay_the_reconcile_tick() {
     let running = tokio::spawn(controller.run(event_receiver, stop.clone()));
 
     let started = tokio::time::Instant::now();
-    events
-        .send(WatchItem::Event(Event::Added(db.clone())))
-        .await
-        .unwrap();
+    events.send(Event::Added(db.clone().into())).await.unwrap();
     for second in 1..=30 {
         tokio::time::sleep(Duration::from_secs(1)).await;
         events
-            .send(WatchItem::Event(Event::Modified(resized(
-                &db,
-                3 + second % 2,
-            ))))
+            .send(Event::Modified(resized(&db, 3 + second % 2).into()))
             .await
             .unwrap();
     }
@@ -238,14 +232,14 @@ async fn full_channel_never_blocks_and_the_newest_spec_wins() {
     let (reporter, mut lines) = Reporter::channel();
     let mut controller =
         Controller::new(FakePods::default(), ControllerOptions::default(), reporter);
-    controller.handle_event(Event::Added(db.clone()));
+    controller.handle_event(Event::Added(db.clone().into()));
     // handle_event is synchronous: on this single-threaded runtime the task cannot run in between,
     // so every update lands while the task is busy elsewhere.
     // Sizes stop at 7 (the CRD's maximum, which the task checks too): the minor version counts.
     for minor in 1..=10_000 {
         let mut newer = db.clone();
         newer.spec.version = format!("16.{minor}");
-        controller.handle_event(Event::Modified(newer));
+        controller.handle_event(Event::Modified(newer.into()));
     }
     let mut seen = Vec::new();
     let line = wait_for_line(
@@ -284,8 +278,8 @@ async fn deleted_cluster_cleans_up_ends_and_is_forgotten() {
     ]);
     let (reporter, mut lines) = Reporter::channel();
     let mut controller = Controller::new(pods.clone(), ControllerOptions::default(), reporter);
-    controller.handle_event(Event::Added(db.clone()));
-    controller.handle_event(Event::Deleted(db.clone()));
+    controller.handle_event(Event::Added(db.clone().into()));
+    controller.handle_event(Event::Deleted(db.clone().into()));
     assert!(controller.cluster_keys().is_empty(), "forgotten at once");
 
     let mut seen = Vec::new();
@@ -307,7 +301,7 @@ async fn deleted_cluster_cleans_up_ends_and_is_forgotten() {
     .await;
     assert_eq!(*pods.deleted.lock().unwrap(), ["db-0000"]);
 
-    controller.handle_event(Event::Modified(db));
+    controller.handle_event(Event::Modified(db.into()));
     wait_for_line(
         &mut lines,
         &mut seen,
@@ -326,8 +320,8 @@ async fn events_for_unknown_clusters_are_adopted_or_ignored() {
     let (reporter, mut lines) = Reporter::channel();
     let mut controller =
         Controller::new(FakePods::default(), ControllerOptions::default(), reporter);
-    controller.handle_event(Event::Deleted(cluster(NS, "ghost", 3)));
-    controller.handle_event(Event::Modified(cluster(NS, "stray", 2)));
+    controller.handle_event(Event::Deleted(cluster(NS, "ghost", 3).into()));
+    controller.handle_event(Event::Modified(cluster(NS, "stray", 2).into()));
     assert_eq!(controller.cluster_keys(), vec!["default/stray".to_string()]);
 
     let mut seen = Vec::new();
@@ -366,7 +360,7 @@ async fn failed_setup_waits_and_a_fixed_spec_starts_the_cluster() {
     let (reporter, mut lines) = Reporter::channel();
     let mut controller =
         Controller::new(FakePods::default(), ControllerOptions::default(), reporter);
-    controller.handle_event(Event::Added(broken.clone()));
+    controller.handle_event(Event::Added(broken.clone().into()));
     let mut seen = Vec::new();
     let failed = wait_for_line(
         &mut lines,
@@ -385,7 +379,7 @@ async fn failed_setup_waits_and_a_fixed_spec_starts_the_cluster() {
     );
 
     for _ in 0..500 {
-        controller.handle_event(Event::Modified(broken.clone()));
+        controller.handle_event(Event::Modified(broken.clone().into()));
     }
     tokio::time::sleep(Duration::from_millis(100)).await;
     drain(&mut lines, &mut seen);
@@ -396,7 +390,7 @@ async fn failed_setup_waits_and_a_fixed_spec_starts_the_cluster() {
         1
     );
 
-    controller.handle_event(Event::Modified(resized(&broken, 3)));
+    controller.handle_event(Event::Modified(resized(&broken, 3).into()));
     wait_for_line(
         &mut lines,
         &mut seen,
@@ -417,8 +411,8 @@ async fn a_fix_sent_while_setup_is_failing_still_starts_the_cluster() {
     let mut controller =
         Controller::new(FakePods::default(), ControllerOptions::default(), reporter);
     // Synchronous, on one thread: the task sets up only after both events are in its channel.
-    controller.handle_event(Event::Added(broken.clone()));
-    controller.handle_event(Event::Modified(resized(&broken, 3)));
+    controller.handle_event(Event::Added(broken.clone().into()));
+    controller.handle_event(Event::Modified(resized(&broken, 3).into()));
     let mut seen = Vec::new();
     wait_for_line(
         &mut lines,
@@ -442,10 +436,10 @@ async fn two_clusters_live_independently() {
         options(Duration::from_secs(2)),
         reporter,
     );
-    controller.handle_event(Event::Added(a.clone()));
-    controller.handle_event(Event::Added(b.clone()));
+    controller.handle_event(Event::Added(a.clone().into()));
+    controller.handle_event(Event::Added(b.clone().into()));
     let mut seen = Vec::new();
-    controller.handle_event(Event::Modified(resized(&a, 5)));
+    controller.handle_event(Event::Modified(resized(&a, 5).into()));
     wait_for_line(
         &mut lines,
         &mut seen,
@@ -454,7 +448,7 @@ async fn two_clusters_live_independently() {
         Duration::from_secs(1),
     )
     .await;
-    controller.handle_event(Event::Deleted(a));
+    controller.handle_event(Event::Deleted(a.into()));
     wait_for_line(
         &mut lines,
         &mut seen,
@@ -495,7 +489,7 @@ async fn shutdown_ends_every_cluster_task() {
     let mut seen = Vec::new();
     for name in ["a", "b", "c"] {
         events
-            .send(WatchItem::Event(Event::Added(cluster(NS, name, 1))))
+            .send(Event::Added(cluster(NS, name, 1).into()))
             .await
             .unwrap();
         wait_for_line(
@@ -533,8 +527,8 @@ async fn relisted_cluster_is_updated_and_a_new_uid_replaces_the_task() {
     let (reporter, mut lines) = Reporter::channel();
     let mut controller =
         Controller::new(FakePods::default(), ControllerOptions::default(), reporter);
-    controller.handle_event(Event::Added(db.clone()));
-    controller.handle_event(Event::Added(resized(&db, 4)));
+    controller.handle_event(Event::Added(db.clone().into()));
+    controller.handle_event(Event::Added(resized(&db, 4).into()));
     let mut seen = Vec::new();
     wait_for_line(
         &mut lines,
@@ -553,7 +547,7 @@ async fn relisted_cluster_is_updated_and_a_new_uid_replaces_the_task() {
 
     let mut reborn = resized(&db, 2);
     reborn.metadata.uid = "uid-new".into();
-    controller.handle_event(Event::Added(reborn));
+    controller.handle_event(Event::Added(reborn.into()));
     wait_for_line(
         &mut lines,
         &mut seen,
@@ -594,7 +588,7 @@ async fn running_cluster_is_adopted_not_created_again() {
     let (reporter, mut lines) = Reporter::channel();
     let mut controller =
         Controller::new(FakePods::default(), ControllerOptions::default(), reporter);
-    controller.handle_event(Event::Added(db));
+    controller.handle_event(Event::Added(db.into()));
     let mut seen = Vec::new();
     let line = wait_for_line(
         &mut lines,
@@ -631,7 +625,7 @@ async fn recreated_cluster_old_task_cleans_its_own_pods_and_a_new_task_starts() 
     ]);
     let (reporter, mut lines) = Reporter::channel();
     let mut controller = Controller::new(pods.clone(), ControllerOptions::default(), reporter);
-    controller.handle_event(Event::Added(old.clone()));
+    controller.handle_event(Event::Added(old.clone().into()));
     let mut seen = Vec::new();
     wait_for_line(
         &mut lines,
@@ -641,8 +635,8 @@ async fn recreated_cluster_old_task_cleans_its_own_pods_and_a_new_task_starts() 
         Duration::from_secs(1),
     )
     .await;
-    controller.handle_event(Event::Deleted(old));
-    controller.handle_event(Event::Added(new));
+    controller.handle_event(Event::Deleted(old.into()));
+    controller.handle_event(Event::Added(new.into()));
     wait_for_line(
         &mut lines,
         &mut seen,
@@ -670,7 +664,7 @@ async fn recreated_cluster_old_task_cleans_its_own_pods_and_a_new_task_starts() 
 async fn a_zero_reconcile_interval_does_not_panic_the_task() {
     let (reporter, mut lines) = Reporter::channel();
     let mut controller = Controller::new(FakePods::default(), options(Duration::ZERO), reporter);
-    controller.handle_event(Event::Added(cluster(NS, "db", 1)));
+    controller.handle_event(Event::Added(cluster(NS, "db", 1).into()));
     let mut seen = Vec::new();
     wait_for_line(
         &mut lines,

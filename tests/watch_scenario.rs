@@ -34,7 +34,7 @@ type Beliefs = BTreeMap<String, (String, String, i64)>;
 /// ADDED only for unknown names, MODIFIED/DELETED only for known ones (same uid), MODIFIED only
 /// with a new resourceVersion, and no (type, name, resourceVersion) ever twice.
 fn apply(beliefs: &mut Beliefs, seen: &mut HashSet<String>, event: &Event<PostgresCluster>) {
-    let object = event.object();
+    let object = event.object().expect("a change, not a notice");
     let key = object.key();
     let meta = &object.metadata;
     let id = format!("{} {key} {}", event.type_name(), meta.resource_version);
@@ -78,6 +78,7 @@ fn apply(beliefs: &mut Beliefs, seen: &mut HashSet<String>, event: &Event<Postgr
                 .unwrap_or_else(|| panic!("DELETED for an unknown name: {id}"));
             assert_eq!(known.0, meta.uid, "DELETED of another incarnation: {id}");
         }
+        Event::Notice(_) => unreachable!("`object` above has no notice"),
     }
 }
 
