@@ -824,7 +824,15 @@ pub const EVENT_BUFFER: usize = 16;
 // allocate no key. Only a new object's key is allocated, once, as the map's own.
 //
 // The store keeps the `Arc` of each event (see `store.rs`), not the object's JSON as it once did
-// (cut out of the watch line, decoded again on every read).
+// (cut out of the watch line by its `{"type":"ADDED","object":` prefix, decoded again on every
+// read and for a relist's `Deleted`). Measured on benches/peers' stream (200,000 events about
+// 1,000 objects, ~2.1 KB each), JSON store → `Arc` store:
+// - instructions per event (callgrind, 20,000 events, 16 KB chunks): 63,376 → 58,160 (−8 %);
+// - events/s, the two builds interleaved on one feed on a loaded machine: 94.5k/56.3k/53.3k →
+//   87.1k/60.1k/54.7k (16 KB chunks); 777/856/665 → 732/1072/1143 (1-byte chunks): no loss
+//   beyond the noise;
+// - resident memory: +0.7 KB per stored object (3.65 → 4.32 KB), 9.5 → 10.0 MB at 1,000 objects:
+//   a typed object is an allocation per string and map, where the JSON was one buffer.
 
 #[cfg(test)]
 mod tests {
