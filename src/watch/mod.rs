@@ -159,7 +159,7 @@ pub struct Watcher<T> {
 ///     postgres_operator::process::cancel_on_signal(),
 /// );
 /// while let Some(event) = watcher.events.recv().await {
-///     match event {
+///     match &event {
 ///         Event::Added(cluster) | Event::Modified(cluster) | Event::Deleted(cluster) => {
 ///             println!("{} {}", event.type_name(), cluster.key())
 ///         }
