@@ -23,7 +23,7 @@ use postgres_operator::config::Config;
 use postgres_operator::controller::pods::{Pod, PodApi, PodApiError};
 use postgres_operator::controller::{run_operator, Controller, ControllerOptions};
 use postgres_operator::story::{LogLine, Reporter};
-use postgres_operator::watch::{Event, WatchItem};
+use postgres_operator::watch::Event;
 use sandbox::{Sandbox, SandboxOptions};
 use tokio::sync::mpsc;
 
@@ -93,9 +93,7 @@ async fn memory_with_live_clusters() {
     print_memory("controller running, 0 clusters");
 
     for index in 0..CLUSTERS {
-        let _ = events
-            .send(WatchItem::Event(Event::Added(cluster(index))))
-            .await;
+        let _ = events.send(Event::Added(cluster(index).into())).await;
     }
     wait_for_lines(&mut lines, "PLACEHOLDER: Start cluster!", CLUSTERS).await;
     // Every task through one reconcile round too (a pod list and its lines).

@@ -14,7 +14,7 @@
 
 use bytes::Bytes;
 use postgres_operator::api::PostgresCluster;
-use postgres_operator::watch::event::{decode_event, WatchEvent};
+use postgres_operator::watch::event::{decode_line, Line};
 use postgres_operator::watch::frame::{LineFramer, DEFAULT_MAX_EVENT_BYTES};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
@@ -178,12 +178,12 @@ struct Measured {
 fn frame_and_decode(stream: &Bytes, chunk_size: usize) -> Measured {
     let mut framer = LineFramer::new(DEFAULT_MAX_EVENT_BYTES);
     let mut events = 0;
-    let mut handle = |line: &[u8]| match decode_event::<PostgresCluster>(line) {
-        Ok(WatchEvent::Added(c) | WatchEvent::Modified(c) | WatchEvent::Deleted(c)) => {
-            std::hint::black_box(&c);
+    let mut handle = |line: &[u8]| match decode_line::<PostgresCluster>(line) {
+        Ok(Line::Event(event)) => {
+            std::hint::black_box(&event);
             events += 1;
         }
-        Ok(WatchEvent::Bookmark { resource_version }) => {
+        Ok(Line::Bookmark { resource_version }) => {
             std::hint::black_box(&resource_version);
             events += 1;
         }
@@ -257,14 +257,12 @@ fn main() {
     let (typed_split_time, _) = median_duration(9, || {
         lines
             .iter()
-            .map(|line| {
-                std::hint::black_box(decode_event::<PostgresCluster>(line).is_ok()) as usize
-            })
+            .map(|line| std::hint::black_box(decode_line::<PostgresCluster>(line).is_ok()) as usize)
             .sum()
     });
     let typed_split_rate = baseline_events as f64 / typed_split_time.as_secs_f64();
     println!(
-        "typed decode_event::<PostgresCluster> on pre-split lines:  {:>10.0} events/s  ratio {:.2}x",
+        "typed decode_line::<PostgresCluster> on pre-split lines:  {:>10.0} events/s  ratio {:.2}x",
         typed_split_rate,
         typed_split_rate / baseline_rate
     );

@@ -12,15 +12,21 @@ use tokio::sync::mpsc;
 use crate::api::PostgresCluster;
 use crate::watch::{Event, WatchNotice};
 
-/// `PostgresCluster event: ADDED default/db {size: 3, version: 16, paused: false}` (step 02's line).
-pub fn event_line(event: &Event<PostgresCluster>) -> String {
-    let cluster = event.object();
-    format!(
-        "PostgresCluster event: {} {} {}",
-        event.type_name(),
-        cluster.key(),
-        cluster.spec
-    )
+/// Step 02's lines for one event: a change is one line,
+/// `PostgresCluster event: ADDED default/db {size: 3, version: 16, paused: false}`; a notice is
+/// told by [`watch_notice_lines`].
+pub fn event_lines(event: &Event<PostgresCluster>, first_watch: &mut bool) -> Vec<String> {
+    match event {
+        Event::Added(cluster) | Event::Modified(cluster) | Event::Deleted(cluster) => {
+            vec![format!(
+                "PostgresCluster event: {} {} {}",
+                event.type_name(),
+                cluster.key(),
+                cluster.spec
+            )]
+        }
+        Event::Notice(notice) => watch_notice_lines(notice, first_watch),
+    }
 }
 
 /// Step 02's lines for a notice: `Watch version: 4566` and `Controller initialised` after the first
@@ -198,6 +204,7 @@ impl Reporter {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
     use std::time::Duration;
 
     use super::*;
@@ -218,8 +225,8 @@ mod tests {
     #[test]
     fn events_read_like_the_workshop_log() {
         assert_eq!(
-            event_line(&Event::Modified(cluster(5))),
-            "PostgresCluster event: MODIFIED default/db {size: 5, version: 16, paused: false}"
+            event_lines(&Event::Modified(Arc::new(cluster(5))), &mut true),
+            ["PostgresCluster event: MODIFIED default/db {size: 5, version: 16, paused: false}"]
         );
     }
 

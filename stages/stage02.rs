@@ -2,7 +2,7 @@
 //! each one — until SIGTERM or Ctrl-C.
 //!
 //! WORKSHOP.md, "Step 02". New since stage 01: `src/watch/` — bytes → lines (`frame.rs`), lines →
-//! typed events (`event.rs`), and `list_then_watch` (`watch/mod.rs`), which resumes from the last
+//! events (`event.rs`), and `list_then_watch` (`watch/mod.rs`), which resumes from the last
 //! resourceVersion when a watch ends, relists after a 410, and backs off on failures; the lines it
 //! prints are `src/story.rs`'s. The CRD is checked with `crd::check` (`src/crd/mod.rs`): created if
 //! absent, else left as it is — changing it is stage 01's job, not every operator's.
@@ -26,8 +26,8 @@ use postgres_operator::client::Client;
 use postgres_operator::config::{ConfigArgs, CONNECTION_ORDER_HELP};
 use postgres_operator::crd::{self, CrdError, DEFAULT_ESTABLISHED_TIMEOUT};
 use postgres_operator::process::{fail, start};
-use postgres_operator::story::{event_line, watch_notice_lines};
-use postgres_operator::watch::{list_then_watch, WatchItem, WatchOptions, Watcher};
+use postgres_operator::story::event_lines;
+use postgres_operator::watch::{list_then_watch, WatchOptions, Watcher};
 
 /// stage02: workshop step 02. Lists the PostgresClusters, then watches for changes and prints each
 /// one, resuming, relisting and backing off as Kubernetes requires, until SIGTERM or Ctrl-C.
@@ -76,17 +76,13 @@ async fn register_crd(client: &Client) -> Result<(), CrdError> {
     Ok(())
 }
 
-/// Every event and notice, as the workshop's lines. Ends when the watch stops (on shutdown).
+/// Every event, change or notice, as the workshop's lines. Ends when the watch stops (on
+/// shutdown).
 async fn print_story(mut watcher: Watcher<PostgresCluster>) {
     let mut first_watch = true;
-    while let Some(item) = watcher.items.recv().await {
-        match item {
-            WatchItem::Event(event) => println!("{}", event_line(&event)),
-            WatchItem::Notice(notice) => {
-                for line in watch_notice_lines(&notice, &mut first_watch) {
-                    println!("{line}");
-                }
-            }
+    while let Some(event) = watcher.events.recv().await {
+        for line in event_lines(&event, &mut first_watch) {
+            println!("{line}");
         }
     }
 }

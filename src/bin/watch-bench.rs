@@ -42,7 +42,7 @@ use postgres_operator::client::Client;
 use postgres_operator::config::{parse_server, Config};
 use postgres_operator::crd;
 use postgres_operator::process::{cancel_on_signal, exit_error, init_logging};
-use postgres_operator::watch::{list_then_watch, Event, WatchItem, WatchNotice, WatchOptions};
+use postgres_operator::watch::{list_then_watch, Event, WatchNotice, WatchOptions};
 use tokio::time::Instant;
 
 /// watch-bench: workshop step 02, "How fast is it?". Measures how fast list_then_watch hands
@@ -222,17 +222,9 @@ async fn bench(flags: Flags) -> ExitCode {
     let mut feeder = None;
     let mut events = 0usize;
     while events < expect {
-        match watcher.items.recv().await {
-            Some(WatchItem::Event(event)) => {
-                first_event.get_or_insert_with(|| started.elapsed());
-                if let Event::Added(_) = event {
-                    objects += 1;
-                }
-                std::hint::black_box(&event);
-                events += 1;
-            }
+        match watcher.events.recv().await {
             // Feed only once the watch is open, so the events come through the watch.
-            Some(WatchItem::Notice(WatchNotice::Watching { .. }))
+            Some(Event::Notice(WatchNotice::Watching { .. }))
                 if feeder.is_none() && feed_count > 0 =>
             {
                 feeder = Some(tokio::spawn(feed(
@@ -241,7 +233,15 @@ async fn bench(flags: Flags) -> ExitCode {
                     flags.writers,
                 )));
             }
-            Some(WatchItem::Notice(notice)) => tracing::debug!(?notice, "watch notice"),
+            Some(Event::Notice(notice)) => tracing::debug!(?notice, "watch notice"),
+            Some(event) => {
+                first_event.get_or_insert_with(|| started.elapsed());
+                if let Event::Added(_) = event {
+                    objects += 1;
+                }
+                std::hint::black_box(&event);
+                events += 1;
+            }
             None if shutdown.is_cancelled() => return ExitCode::SUCCESS,
             None => return exit_error(&"the watch task ended early", None),
         }

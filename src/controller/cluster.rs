@@ -7,6 +7,7 @@
 //! (`crate::postgres`) its own [`ClusterReconciler`].
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{watch, Notify};
@@ -22,8 +23,8 @@ use crate::story::Reporter;
 /// `controller` for why that is right here).
 #[derive(Clone, Debug)]
 pub enum Wanted {
-    /// The latest object from the API server (spec and metadata).
-    Object(Box<PostgresCluster>),
+    /// The latest object from the API server (spec and metadata), as the watch handed it over.
+    Object(Arc<PostgresCluster>),
     /// The user deleted the cluster. Nothing can follow this, so it may replace any pending object.
     Deleted,
 }
@@ -99,7 +100,8 @@ pub async fn run_task_loop<R: ClusterReconciler>(
                 let latest = wanted.borrow_and_update().clone();
                 match latest {
                     Wanted::Object(newer) => {
-                        if task.take(*newer) {
+                        // Still shared with the channel and the controller: the task takes its own copy.
+                        if task.take(Arc::unwrap_or_clone(newer)) {
                             task.reconcile().await;
                         }
                     }
@@ -216,7 +218,7 @@ impl<P: PodApi> ClusterTask<P> {
                     match latest {
                         Wanted::Object(newer) => {
                             let spec_changed = newer.spec != self.cluster.spec;
-                            self.cluster = *newer;
+                            self.cluster = Arc::unwrap_or_clone(newer);
                             if spec_changed {
                                 return Ok(());
                             }

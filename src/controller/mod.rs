@@ -52,8 +52,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::api::PostgresCluster;
-use crate::story::{event_line, watch_notice_lines, Reporter};
-use crate::watch::{Event, WatchItem};
+use crate::story::{event_lines, Reporter};
+use crate::watch::Event;
 use cluster::run_cluster;
 pub use cluster::{TaskEnd, Wanted};
 pub use operator::{run_operator, OperatorError};
@@ -136,7 +136,7 @@ struct ClusterHandle {
     uid: String,
     /// The last object sent (or started with); used to skip restarting a task that panicked for
     /// an unchanged spec.
-    last_sent: PostgresCluster,
+    last_sent: Arc<PostgresCluster>,
     wanted: watch::Sender<Wanted>,
     nudged: Arc<Notify>,
 }
@@ -193,24 +193,24 @@ impl<W: ClusterWorker> Controller<W> {
         }
     }
 
-    /// Take the watch's items until `shutdown` is cancelled or the channel closes (the watch
-    /// ended): tell each notice and event as step 02's lines, route each event to its cluster's
-    /// task; then stop every cluster task and wait for them.
+    /// Take the watch's events until `shutdown` is cancelled or the channel closes (the watch
+    /// ended): tell each as step 02's lines, route each change to its cluster's task; then stop
+    /// every cluster task and wait for them.
     pub async fn run(
         self,
-        items: mpsc::Receiver<WatchItem<PostgresCluster>>,
+        events: mpsc::Receiver<Event<PostgresCluster>>,
         shutdown: CancellationToken,
     ) -> ControllerStopped {
         // A sender nobody holds: the nudge branch below is simply never ready.
         let (_, no_nudges) = mpsc::channel(1);
-        self.run_with_nudges(items, no_nudges, shutdown).await
+        self.run_with_nudges(events, no_nudges, shutdown).await
     }
 
     /// [`Controller::run`], plus `nudges`: `namespace/name` keys of clusters to look again now
     /// (stage 04 sends one whenever a pod of that cluster changes).
     pub async fn run_with_nudges(
         mut self,
-        mut items: mpsc::Receiver<WatchItem<PostgresCluster>>,
+        mut events: mpsc::Receiver<Event<PostgresCluster>>,
         mut nudges: mpsc::Receiver<String>,
         shutdown: CancellationToken,
     ) -> ControllerStopped {
@@ -223,16 +223,13 @@ impl<W: ClusterWorker> Controller<W> {
                     Some(key) => self.nudge(&key),
                     None => nudges_open = false,
                 },
-                item = items.recv() => match item {
-                    Some(WatchItem::Notice(notice)) => {
-                        for line in watch_notice_lines(&notice, &mut self.first_watch) {
+                event = events.recv() => match event {
+                    Some(event) => {
+                        // Step 02's lines, said here where the event is routed: the events come
+                        // straight from the watch, in order, with no task in between.
+                        for line in event_lines(&event, &mut self.first_watch) {
                             self.reporter.report_operator(line);
                         }
-                    }
-                    Some(WatchItem::Event(event)) => {
-                        // Step 02's line, said here where the event is routed: the items come
-                        // straight from the watch, in order, with no task in between.
-                        self.reporter.report_operator(event_line(&event));
                         self.handle_event(event);
                     }
                     None => {
@@ -251,6 +248,7 @@ impl<W: ClusterWorker> Controller<W> {
 
     /// Route one event. Never blocks: every send is `watch::Sender::send_replace`.
     pub fn handle_event(&mut self, event: Event<PostgresCluster>) {
+        // The object is the watch's `Arc`, shared with its store; the task's channel carries it on.
         match event {
             Event::Added(cluster) => {
                 if self.clusters.contains_key(&cluster.key()) {
@@ -288,6 +286,8 @@ impl<W: ClusterWorker> Controller<W> {
                     ),
                 }
             }
+            // About the watch, not a cluster: `run` has told it, there is nothing to route.
+            Event::Notice(_) => {}
         }
     }
 
@@ -311,18 +311,20 @@ impl<W: ClusterWorker> Controller<W> {
         self.tasks.len()
     }
 
-    fn start(&mut self, cluster: PostgresCluster) {
+    fn start(&mut self, cluster: Arc<PostgresCluster>) {
         let key = cluster.key();
-        let (wanted, wanted_receiver) = watch::channel(Wanted::Object(Box::new(cluster.clone())));
+        let (wanted, wanted_receiver) = watch::channel(Wanted::Object(Arc::clone(&cluster)));
         let nudged = Arc::new(Notify::new());
         let span = tracing::info_span!("cluster", cluster = %key);
         let inbox = ClusterInbox {
             wanted: wanted_receiver,
             nudged: Arc::clone(&nudged),
         };
-        let task = self
-            .worker
-            .run_cluster(cluster.clone(), inbox, self.stop.child_token());
+        let task = self.worker.run_cluster(
+            PostgresCluster::clone(&cluster),
+            inbox,
+            self.stop.child_token(),
+        );
         let task_key = key.clone();
         self.tasks
             .spawn(async move { (task_key, task.await) }.instrument(span));
@@ -337,7 +339,7 @@ impl<W: ClusterWorker> Controller<W> {
         );
     }
 
-    fn update(&mut self, cluster: PostgresCluster) {
+    fn update(&mut self, cluster: Arc<PostgresCluster>) {
         let key = cluster.key();
         let Some(handle) = self.clusters.get_mut(&key) else {
             return self.start(cluster);
@@ -366,11 +368,9 @@ impl<W: ClusterWorker> Controller<W> {
             self.clusters.remove(&key);
             return self.start(cluster);
         }
-        handle.last_sent = cluster.clone();
+        handle.last_sent = Arc::clone(&cluster);
         // Replaces any update the task has not read yet: the newest object wins.
-        handle
-            .wanted
-            .send_replace(Wanted::Object(Box::new(cluster)));
+        handle.wanted.send_replace(Wanted::Object(cluster));
     }
 
     fn task_ended(&mut self, ended: Result<(String, TaskEnd), tokio::task::JoinError>) {

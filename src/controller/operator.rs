@@ -7,7 +7,7 @@
 //! ```text
 //! run_operator ── crd::check (created if absent, never changed)
 //!      │
-//!      ├── list_then_watch ──items──▶ Controller::run: notices ("Watch version: 4566", ...) and
+//!      ├── list_then_watch ─events─▶ Controller::run: notices ("Watch version: 4566", ...) and
 //!      │                                events ("PostgresCluster event: ADDED ..") are told, and
 //!      │                                each event is routed to its cluster's task
 //!      └── shutdown (one CancellationToken): the watch and the controller both stop on it
@@ -70,9 +70,9 @@ pub async fn run_operator(
     );
 
     let controller = Controller::new(client, options, reporter);
-    // The watch's items go straight to the controller, which tells step 02's lines as it routes
+    // The watch's events go straight to the controller, which tells step 02's lines as it routes
     // them. It ends on `shutdown`, or when the watch task is gone (its channel closes).
-    let stopped = controller.run(watcher.items, shutdown).await;
+    let stopped = controller.run(watcher.events, shutdown).await;
     stop_watch.cancel();
     // Ends promptly once told to stop.
     let _ = watcher.task.await;

@@ -40,7 +40,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::client::RequestObserver;
-use crate::watch::{RelistReason, ResumeReason, WatchItem, WatchNotice};
+use crate::watch::{Event, RelistReason, ResumeReason, WatchNotice};
 
 use health::{Health, LoopProgress, WatchProgress};
 pub use health::{HealthBounds, Phase};
@@ -146,11 +146,11 @@ impl Metrics {
     /// type, restarts and relists by reason; a list done, a watch accepted or an event is
     /// progress (`/healthz`), the first watch accepted means listed (`/readyz`). Dropping the
     /// returned receiver drops `items`, which stops the watch, as dropping `items` would.
-    pub fn observe_watch<T: Send + 'static>(
+    pub fn observe_watch<T: Send + Sync + 'static>(
         self: &Arc<Self>,
         resource: &'static str,
-        mut items: mpsc::Receiver<WatchItem<T>>,
-    ) -> mpsc::Receiver<WatchItem<T>> {
+        mut items: mpsc::Receiver<Event<T>>,
+    ) -> mpsc::Receiver<Event<T>> {
         let progress = WatchProgress {
             listed: false,
             last: Instant::now(),
@@ -175,16 +175,16 @@ impl Metrics {
         observed
     }
 
-    fn count_watch_item<T>(&self, resource: &'static str, item: &WatchItem<T>) {
+    fn count_watch_item<T>(&self, resource: &'static str, item: &Event<T>) {
         let (progress, listed) = match item {
-            WatchItem::Event(event) => {
-                self.watch_events.inc(&[resource, event.type_name()]);
+            Event::Added(_) | Event::Modified(_) | Event::Deleted(_) => {
+                self.watch_events.inc(&[resource, item.type_name()]);
                 (true, false)
             }
-            WatchItem::Notice(WatchNotice::Listed { .. }) => (true, false),
+            Event::Notice(WatchNotice::Listed { .. }) => (true, false),
             // The first list is complete once a watch starts from its resourceVersion.
-            WatchItem::Notice(WatchNotice::Watching { .. }) => (true, true),
-            WatchItem::Notice(WatchNotice::Resumed { why, .. }) => {
+            Event::Notice(WatchNotice::Watching { .. }) => (true, true),
+            Event::Notice(WatchNotice::Resumed { why, .. }) => {
                 let reason = match why {
                     ResumeReason::EndOfStream { .. } => "end_of_stream",
                     ResumeReason::Idle { .. } => "idle",
@@ -192,11 +192,11 @@ impl Metrics {
                 self.watch_restarts.inc(&[resource, reason]);
                 (false, false)
             }
-            WatchItem::Notice(WatchNotice::Retrying { .. }) => {
+            Event::Notice(WatchNotice::Retrying { .. }) => {
                 self.watch_restarts.inc(&[resource, "error"]);
                 (false, false)
             }
-            WatchItem::Notice(WatchNotice::Relisted { why, .. }) => {
+            Event::Notice(WatchNotice::Relisted { why, .. }) => {
                 self.watch_relists.inc(&[resource, relist_reason(why)]);
                 (true, false)
             }

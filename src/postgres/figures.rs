@@ -14,6 +14,7 @@
 //! keeps anyway. The last three cost one `pods/exec` per cluster with a primary, per scrape,
 //! and only then: the reconcile rounds never pay for them.
 
+use std::borrow::Borrow;
 use std::future::Future;
 use std::pin::Pin;
 use std::time::SystemTime;
@@ -130,8 +131,8 @@ pub fn parse_stats(out: &str) -> PrimaryStats {
 
 /// The families, from each cluster and what its primary said: `stats[i]` is `clusters[i]`'s,
 /// `None` without a primary, `Some(None)` when the primary did not answer.
-pub fn figures(
-    clusters: &[PostgresCluster],
+pub fn figures<C: Borrow<PostgresCluster>>(
+    clusters: &[C],
     stats: &[Option<Option<PrimaryStats>>],
     now: SystemTime,
 ) -> Vec<Family> {
@@ -171,6 +172,7 @@ pub fn figures(
         Kind::Counter,
     );
     for (cluster, stats) in clusters.iter().zip(stats) {
+        let cluster: &PostgresCluster = cluster.borrow();
         let labels = vec![
             ("namespace", cluster.metadata.namespace.clone()),
             ("cluster", cluster.metadata.name.clone()),

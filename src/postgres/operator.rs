@@ -10,7 +10,7 @@
 //!      │        └── each pod event ── "namespace/<its cluster label>" ──▶ nudges ─┐
 //!      │   (wait until its first list is in: a task planning from an empty store  │
 //!      │    would take a running cluster for a new one)                           │
-//!      └── cluster watch ──items──▶ Controller::run_with_nudges ◀──────────────────┘
+//!      └── cluster watch ─events─▶ Controller::run_with_nudges ◀──────────────────┘
 //!                                           └── one PostgresWorker task per cluster
 //! ```
 
@@ -34,7 +34,7 @@ use crate::metrics::{serve, HealthBounds};
 use crate::postgres::plan::Delays;
 use crate::process::{fail, parse_seconds};
 use crate::story::Reporter;
-use crate::watch::{list_then_watch, Event, WatchItem, WatchNotice};
+use crate::watch::{list_then_watch, Event, WatchNotice};
 
 /// The flags stage 04 and stage 05 take besides the connection's: the reconcile timer, the
 /// failover delays, where `/metrics` is served, and leader election.
@@ -175,8 +175,8 @@ pub async fn run_postgres_operator<L: ClusterLayer>(
     let pods = pod_watcher.store.clone();
     let (nudge, nudges) = mpsc::channel(16);
     let (synced_sender, mut synced) = tokio::sync::watch::channel(false);
-    let pod_items = options.metrics.observe_watch("pods", pod_watcher.items);
-    let pod_forwarder = tokio::spawn(forward_pod_events(pod_items, nudge, synced_sender));
+    let pod_events = options.metrics.observe_watch("pods", pod_watcher.events);
+    let pod_forwarder = tokio::spawn(forward_pod_events(pod_events, nudge, synced_sender));
     reporter.report_operator("Watching the clusters' pods...");
     // client-go's WaitForCacheSync: plan nothing until the store holds every pod that exists.
     tokio::select! {
@@ -202,9 +202,9 @@ pub async fn run_postgres_operator<L: ClusterLayer>(
     );
     let figures = ClusterFigures::new(client.clone(), cluster_watcher.store.clone());
     options.metrics.scrape_also(Arc::new(figures));
-    let cluster_items = options
+    let cluster_events = options
         .metrics
-        .observe_watch("postgresclusters", cluster_watcher.items);
+        .observe_watch("postgresclusters", cluster_watcher.events);
     let controller_options = ControllerOptions {
         reconcile_interval: options.reconcile_interval,
         ..ControllerOptions::default()
@@ -212,7 +212,7 @@ pub async fn run_postgres_operator<L: ClusterLayer>(
     let worker = PostgresWorker::<L>::new(client, pods, reporter.clone(), options);
     let controller = Controller::with_worker(worker, controller_options, reporter);
     let stopped = controller
-        .run_with_nudges(cluster_items, nudges, shutdown)
+        .run_with_nudges(cluster_events, nudges, shutdown)
         .await;
     stop_watches.cancel();
     let _ = cluster_watcher.task.await;
@@ -223,21 +223,18 @@ pub async fn run_postgres_operator<L: ClusterLayer>(
 
 /// Turn each pod event into a nudge for its cluster's task; say when the first list is in.
 async fn forward_pod_events(
-    mut items: mpsc::Receiver<WatchItem<Pod>>,
+    mut events: mpsc::Receiver<Event<Pod>>,
     nudge: mpsc::Sender<String>,
     synced: tokio::sync::watch::Sender<bool>,
 ) {
-    while let Some(item) = items.recv().await {
-        match item {
+    while let Some(event) = events.recv().await {
+        match event {
             // The first list is complete once the watch starts from its resourceVersion.
-            WatchItem::Notice(WatchNotice::Watching { .. }) => {
+            Event::Notice(WatchNotice::Watching { .. }) => {
                 synced.send_replace(true);
             }
-            WatchItem::Notice(_) => {}
-            WatchItem::Event(event) => {
-                let pod = match &event {
-                    Event::Added(pod) | Event::Modified(pod) | Event::Deleted(pod) => pod,
-                };
+            Event::Notice(_) => {}
+            Event::Added(pod) | Event::Modified(pod) | Event::Deleted(pod) => {
                 if let Some(cluster) = pod.metadata.labels.get(CLUSTER_LABEL) {
                     let key = format!("{}/{cluster}", pod.metadata.namespace);
                     if nudge.send(key).await.is_err() {

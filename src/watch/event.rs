@@ -1,4 +1,5 @@
-//! Lines → typed events: decode one watch line, `{"type":"ADDED","object":{...}}`, in one pass.
+//! Lines → events: decode one watch line, `{"type":"ADDED","object":{...}}`, in one pass, into
+//! the [`Event`] the consumer gets.
 //!
 //! WORKSHOP.md, step 02 ("Decoding an event"). The line is an *adjacently tagged* enum in serde's
 //! terms: `type` names the variant, `object` holds its content, and serde's derive writes the
@@ -9,35 +10,102 @@
 //! built, which is why this beats parsing into a `serde_json::Value` first (see
 //! `benches/watch_decode.rs`). If some other writer puts `object` first, serde buffers it until
 //! `type` arrives.
+//!
+//! An `ADDED`, `MODIFIED` or `DELETED` line comes out as [`Line::Event`]: the object in an `Arc`,
+//! already the value the store keeps and the consumer receives. A `BOOKMARK` or an `ERROR` is for
+//! the watch loop alone, which reads its resourceVersion or its `Status` and never passes it on.
+
+use std::sync::Arc;
 
 use crate::status::Status;
+use crate::watch::notice::WatchNotice;
 use serde::de::{DeserializeOwned, Deserializer};
 use serde::Deserialize;
 use std::fmt;
 
+/// What `list_then_watch` hands its consumer, in order: a change to one object, or a notice of
+/// what the watch is doing. The one event type of the watch: the decoder makes the object
+/// variants, the watch stores their `Arc` and sends the same value on.
+///
+/// After a relist (a 410, or an oversize event) the consumer is told what changed while the watch
+/// was away, in these same terms: `Added` for objects it has not seen, `Modified` for objects whose
+/// resourceVersion moved, `Deleted` (with the last state it was given) for objects that vanished.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Event<T> {
+    Added(Arc<T>),
+    Modified(Arc<T>),
+    Deleted(Arc<T>),
+    /// Listed, watching, resumed, relisted, retrying: see [`WatchNotice`]. In the same channel as
+    /// the changes, so a notice always comes before the events it explains.
+    Notice(WatchNotice),
+}
+
+impl<T> Event<T> {
+    /// The object a change is about; None for a notice.
+    pub fn object(&self) -> Option<&T> {
+        match self {
+            Event::Added(object) | Event::Modified(object) | Event::Deleted(object) => Some(object),
+            Event::Notice(_) => None,
+        }
+    }
+
+    /// `ADDED`, `MODIFIED` or `DELETED`, as the API server spells it; `NOTICE` for a notice,
+    /// which no API server sends.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Event::Added(_) => "ADDED",
+            Event::Modified(_) => "MODIFIED",
+            Event::Deleted(_) => "DELETED",
+            Event::Notice(_) => "NOTICE",
+        }
+    }
+}
+
 /// One decoded watch line.
-// An event lives for one loop iteration and is moved, not copied about: boxing the Status would
+// A line lives for one loop iteration and is moved, not copied about: boxing the Status would
 // only add an allocation.
 #[allow(clippy::large_enum_variant)]
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq)]
+pub enum Line<T> {
+    /// ADDED, MODIFIED or DELETED: the event as the consumer will get it.
+    Event(Event<T>),
+    /// "You are up to date as of this resourceVersion." Only the RV is meaningful: the object is
+    /// an empty shell of the kind, with `metadata.resourceVersion` set.
+    Bookmark { resource_version: String },
+    /// The server ended the watch with an error, e.g. 410 Expired: our RV is too old.
+    Error(Status),
+}
+
+/// The line as serde's derive reads it; [`decode_line`] turns it into a [`Line`] at once.
+#[allow(clippy::large_enum_variant)]
+#[derive(Deserialize)]
 #[serde(
     tag = "type",
     content = "object",
     rename_all = "UPPERCASE",
     bound(deserialize = "T: DeserializeOwned")
 )]
-pub enum WatchEvent<T> {
+enum Wire<T> {
     Added(T),
     Modified(T),
     Deleted(T),
-    /// "You are up to date as of this resourceVersion." Only the RV is meaningful: the object is
-    /// an empty shell of the kind, with `metadata.resourceVersion` set.
     #[serde(deserialize_with = "bookmark_resource_version")]
     Bookmark {
         resource_version: String,
     },
-    /// The server ended the watch with an error, e.g. 410 Expired: our RV is too old.
     Error(Status),
+}
+
+impl<T> From<Wire<T>> for Line<T> {
+    fn from(wire: Wire<T>) -> Line<T> {
+        match wire {
+            Wire::Added(object) => Line::Event(Event::Added(Arc::new(object))),
+            Wire::Modified(object) => Line::Event(Event::Modified(Arc::new(object))),
+            Wire::Deleted(object) => Line::Event(Event::Deleted(Arc::new(object))),
+            Wire::Bookmark { resource_version } => Line::Bookmark { resource_version },
+            Wire::Error(status) => Line::Error(status),
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -93,17 +161,17 @@ fn excerpt(line: &[u8]) -> String {
 
 /// Decode one line from a watch stream.
 ///
-/// A line that is a bare `Status` (no `type`) also counts as an error event: some proxies and old
+/// A line that is a bare `Status` (no `type`) also counts as an error: some proxies and old
 /// servers end a watch that way.
-pub fn decode_event<T: DeserializeOwned>(line: &[u8]) -> Result<WatchEvent<T>, DecodeError> {
-    serde_json::from_slice(line).or_else(|source| not_a_plain_event(line, source))
+pub fn decode_line<T: DeserializeOwned>(line: &[u8]) -> Result<Line<T>, DecodeError> {
+    match serde_json::from_slice::<Wire<T>>(line) {
+        Ok(wire) => Ok(Line::from(wire)),
+        Err(source) => not_a_plain_event(line, source),
+    }
 }
 
 /// The slow path, taken only when a line is not a well-formed event: find out what it is instead.
-fn not_a_plain_event<T>(
-    line: &[u8],
-    source: serde_json::Error,
-) -> Result<WatchEvent<T>, DecodeError> {
+fn not_a_plain_event<T>(line: &[u8], source: serde_json::Error) -> Result<Line<T>, DecodeError> {
     /// The two top-level fields that tell the cases apart; everything else is skipped unread.
     #[derive(Deserialize)]
     struct Outline {
@@ -126,7 +194,7 @@ fn not_a_plain_event<T>(
         Some(_) => Err(undecodable(source)),
         // No `type` at all: a bare Status is the server telling us the watch failed.
         None if outline.kind.as_deref() == Some("Status") => serde_json::from_slice(line)
-            .map(WatchEvent::Error)
+            .map(Line::Error)
             .map_err(undecodable),
         None => Err(DecodeError::NotAnEvent {
             excerpt: excerpt(line),
@@ -167,9 +235,9 @@ mod tests {
 
     #[test]
     fn added_decodes_straight_into_the_typed_object() {
-        let event: WatchEvent<PostgresCluster> = decode_event(ADDED.as_bytes()).unwrap();
-        let WatchEvent::Added(cluster) = event else {
-            panic!("expected ADDED, got {event:?}")
+        let line: Line<PostgresCluster> = decode_line(ADDED.as_bytes()).unwrap();
+        let Line::Event(Event::Added(cluster)) = line else {
+            panic!("expected ADDED, got {line:?}")
         };
         assert_eq!(cluster.key(), "default/db");
         assert_eq!(cluster.metadata.resource_version, "42");
@@ -182,12 +250,12 @@ mod tests {
         let modified = br#"{"type":"MODIFIED","object":{"metadata":{"name":"db","resourceVersion":"43"},"spec":{"size":5,"version":"9.6.3"}}}"#;
         let deleted = br#"{"type":"DELETED","object":{"metadata":{"name":"db","resourceVersion":"44"},"spec":{"size":5,"version":"9.6.3"}}}"#;
         assert!(matches!(
-            decode_event::<PostgresCluster>(modified).unwrap(),
-            WatchEvent::Modified(c) if c.spec.size == 5
+            decode_line::<PostgresCluster>(modified).unwrap(),
+            Line::Event(Event::Modified(c)) if c.spec.size == 5
         ));
         assert!(matches!(
-            decode_event::<PostgresCluster>(deleted).unwrap(),
-            WatchEvent::Deleted(c) if c.metadata.resource_version == "44"
+            decode_line::<PostgresCluster>(deleted).unwrap(),
+            Line::Event(Event::Deleted(c)) if c.metadata.resource_version == "44"
         ));
     }
 
@@ -195,8 +263,8 @@ mod tests {
     fn a_bookmark_needs_only_the_resource_version() {
         let line = br#"{"type":"BOOKMARK","object":{"kind":"PostgresCluster","apiVersion":"workshop.example.com/v1","metadata":{"resourceVersion":"12345"}}}"#;
         assert_eq!(
-            decode_event::<PostgresCluster>(line).unwrap(),
-            WatchEvent::Bookmark {
+            decode_line::<PostgresCluster>(line).unwrap(),
+            Line::Bookmark {
                 resource_version: "12345".into()
             }
         );
@@ -205,7 +273,7 @@ mod tests {
     #[test]
     fn an_in_stream_error_carries_the_status() {
         let line = br#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"too old resource version: 657887 (680402)","reason":"Expired","code":410}}"#;
-        let WatchEvent::Error(status) = decode_event::<PostgresCluster>(line).unwrap() else {
+        let Line::Error(status) = decode_line::<PostgresCluster>(line).unwrap() else {
             panic!("expected ERROR")
         };
         assert!(status.is_expired());
@@ -215,7 +283,7 @@ mod tests {
     #[test]
     fn a_bare_status_line_is_an_error_event() {
         let line = br#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"gone","reason":"Gone","code":410}"#;
-        let WatchEvent::Error(status) = decode_event::<PostgresCluster>(line).unwrap() else {
+        let Line::Error(status) = decode_line::<PostgresCluster>(line).unwrap() else {
             panic!("expected ERROR")
         };
         assert_eq!(status.reason, "Gone");
@@ -226,15 +294,15 @@ mod tests {
     fn object_before_type_still_decodes() {
         let line = br#"{"object":{"metadata":{"name":"db","resourceVersion":"7"},"spec":{"size":1,"version":"16"}},"type":"MODIFIED"}"#;
         assert!(matches!(
-            decode_event::<PostgresCluster>(line).unwrap(),
-            WatchEvent::Modified(c) if c.metadata.resource_version == "7"
+            decode_line::<PostgresCluster>(line).unwrap(),
+            Line::Event(Event::Modified(c)) if c.metadata.resource_version == "7"
         ));
     }
 
     #[test]
     fn an_unknown_type_is_named_in_the_error() {
         let line = br#"{"type":"SHRUGGED","object":{"a":[1,2,{"b":null}]}}"#;
-        let error = decode_event::<PostgresCluster>(line).unwrap_err();
+        let error = decode_line::<PostgresCluster>(line).unwrap_err();
         assert!(
             matches!(&error, DecodeError::UnknownType { event_type } if event_type == "SHRUGGED")
         );
@@ -245,7 +313,7 @@ mod tests {
     fn malformed_json_gives_a_short_excerpt() {
         let mut line = br#"{"type":"ADDED","object":{"metadata":"#.to_vec();
         line.extend(std::iter::repeat_n(b'x', 1_000_000));
-        let error = decode_event::<PostgresCluster>(&line).unwrap_err();
+        let error = decode_line::<PostgresCluster>(&line).unwrap_err();
         let text = error.to_string();
         assert!(matches!(error, DecodeError::Undecodable { .. }));
         assert!(
@@ -259,7 +327,7 @@ mod tests {
     #[test]
     fn an_object_missing_its_spec_is_undecodable_and_says_why() {
         let line = br#"{"type":"ADDED","object":{"metadata":{"name":"db"}}}"#;
-        let error = decode_event::<PostgresCluster>(line).unwrap_err();
+        let error = decode_line::<PostgresCluster>(line).unwrap_err();
         assert!(
             error.to_string().contains("missing field `spec`"),
             "{error}"
@@ -268,9 +336,9 @@ mod tests {
 
     #[test]
     fn a_line_that_is_neither_event_nor_status_is_rejected() {
-        let error = decode_event::<PostgresCluster>(br#"{"kind":"Pod"}"#).unwrap_err();
+        let error = decode_line::<PostgresCluster>(br#"{"kind":"Pod"}"#).unwrap_err();
         assert!(matches!(error, DecodeError::NotAnEvent { .. }));
-        let error = decode_event::<PostgresCluster>(br#"{"type":"ADDED"}"#).unwrap_err();
+        let error = decode_line::<PostgresCluster>(br#"{"type":"ADDED"}"#).unwrap_err();
         assert!(
             error.to_string().contains("missing field `object`"),
             "{error}"

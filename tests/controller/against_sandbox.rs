@@ -26,7 +26,7 @@ async fn reconcile_sees_owned_pods_go_from_pending_to_running() {
     create_owned_pod(&client, &labelled_alike, "not-db-0000").await;
 
     let (mut controller, mut story) = start(client.clone(), every(Duration::from_millis(300)));
-    controller.handle_event(Event::Added(db));
+    controller.handle_event(Event::Added(db.into()));
     let first = story
         .wait_for("default/db", "Running:", Duration::from_secs(5))
         .await;
@@ -61,10 +61,10 @@ async fn delete_removes_the_clusters_pods_through_the_api() {
     );
 
     let (mut controller, mut story) = start(client.clone(), ControllerOptions::default());
-    controller.handle_event(Event::Added(db.clone()));
+    controller.handle_event(Event::Added(db.clone().into()));
     // Only the operator hears of this delete: the object is still in the sandbox, so the garbage
     // collector has no reason to touch the pod. Any deletion is the task's doing.
-    controller.handle_event(Event::Deleted(db));
+    controller.handle_event(Event::Deleted(db.into()));
     story
         .wait_for_each(
             "default/db",
@@ -96,7 +96,7 @@ async fn refused_pod_list_line(code: u16, reason: &str, times: usize) -> String 
         },
     );
     let (mut controller, mut story) = start(client.clone(), every(Duration::from_millis(200)));
-    controller.handle_event(Event::Added(db));
+    controller.handle_event(Event::Added(db.into()));
     let five_seconds = Duration::from_secs(5);
     let refused = story
         .wait_for("default/db", "reconcile skipped", five_seconds)

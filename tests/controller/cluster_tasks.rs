@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use postgres_operator::controller::ControllerOptions;
-use postgres_operator::watch::{Event, WatchItem};
+use postgres_operator::watch::Event;
 use tokio::sync::mpsc;
 
 use crate::support::{cluster, every, owned_pod, resized, start, FakePods};
@@ -18,7 +18,7 @@ const SECOND: Duration = Duration::from_secs(1);
 #[tokio::test(start_paused = true)]
 async fn added_cluster_is_created_with_the_workshop_lines() {
     let (mut controller, mut story) = start(FakePods::default(), ControllerOptions::default());
-    controller.handle_event(Event::Added(cluster(NS, "db", 3)));
+    controller.handle_event(Event::Added(cluster(NS, "db", 3).into()));
     assert_eq!(controller.cluster_keys(), vec![DB.to_string()]);
 
     story.wait_for(DB, "Start cluster", SECOND).await;
@@ -39,7 +39,7 @@ async fn added_cluster_is_created_with_the_workshop_lines() {
 async fn reconcile_tick_with_no_pods_calls_for_disaster_recovery() {
     let (mut controller, mut story) = start(FakePods::default(), ControllerOptions::default());
     let started = tokio::time::Instant::now();
-    controller.handle_event(Event::Added(cluster(NS, "db", 3)));
+    controller.handle_event(Event::Added(cluster(NS, "db", 3).into()));
     story
         .wait_for(DB, "Running: [], pending: []", Duration::from_secs(9))
         .await;
@@ -75,7 +75,7 @@ async fn reconcile_counts_only_owned_pods_split_by_phase() {
         owned_pod(&other, "other-0000", "Running"),
     ]);
     let (mut controller, mut story) = start(pods, every(Duration::from_secs(2)));
-    controller.handle_event(Event::Added(db));
+    controller.handle_event(Event::Added(db.into()));
     let line = story.wait_for(DB, "Running:", Duration::from_secs(3)).await;
     assert_eq!(line.line, "Running: [db-0000, db-0001], pending: [db-0002]");
     controller.shutdown().await;
@@ -88,7 +88,7 @@ async fn paused_cluster_skips_reconcile() {
     db.spec.paused = true;
     let pods = FakePods::default();
     let (mut controller, _story) = start(pods.clone(), every(SECOND));
-    controller.handle_event(Event::Added(db));
+    controller.handle_event(Event::Added(db.into()));
     tokio::time::sleep(Duration::from_secs(10)).await;
     assert_eq!(*pods.lists.lock().unwrap(), 0);
     controller.shutdown().await;
@@ -100,13 +100,13 @@ async fn paused_cluster_skips_reconcile() {
 async fn spec_update_is_logged_and_unchanged_specs_are_ignored() {
     let db = cluster(NS, "db", 3);
     let (mut controller, mut story) = start(FakePods::default(), ControllerOptions::default());
-    controller.handle_event(Event::Added(db.clone()));
+    controller.handle_event(Event::Added(db.clone().into()));
     story.wait_for(DB, "Start cluster", SECOND).await;
 
     let mut relabelled = db.clone();
     relabelled.metadata.resource_version = "42".into();
-    controller.handle_event(Event::Modified(relabelled));
-    controller.handle_event(Event::Modified(resized(&db, 5)));
+    controller.handle_event(Event::Modified(relabelled.into()));
+    controller.handle_event(Event::Modified(resized(&db, 5).into()));
     let line = story.wait_for(DB, "spec update", SECOND).await;
     assert_eq!(
         line.line,
@@ -127,17 +127,11 @@ async fn flood_of_events_does_not_delay_the_reconcile_tick() {
     let running = tokio::spawn(controller.run(event_receiver, stop.clone()));
 
     let started = tokio::time::Instant::now();
-    events
-        .send(WatchItem::Event(Event::Added(db.clone())))
-        .await
-        .unwrap();
+    events.send(Event::Added(db.clone().into())).await.unwrap();
     for second in 1..=30 {
         tokio::time::sleep(SECOND).await;
         events
-            .send(WatchItem::Event(Event::Modified(resized(
-                &db,
-                3 + second % 2,
-            ))))
+            .send(Event::Modified(resized(&db, 3 + second % 2).into()))
             .await
             .unwrap();
     }
@@ -162,14 +156,14 @@ async fn flood_of_events_does_not_delay_the_reconcile_tick() {
 async fn full_channel_never_blocks_and_the_newest_spec_wins() {
     let db = cluster(NS, "db", 3);
     let (mut controller, mut story) = start(FakePods::default(), ControllerOptions::default());
-    controller.handle_event(Event::Added(db.clone()));
+    controller.handle_event(Event::Added(db.clone().into()));
     // handle_event is synchronous: on this single-threaded runtime the task cannot run in between,
     // so every update lands while the task is busy elsewhere.
     // Sizes stop at 7 (the CRD's maximum, which the task checks too): the minor version counts.
     for minor in 1..=10_000 {
         let mut newer = db.clone();
         newer.spec.version = format!("16.{minor}");
-        controller.handle_event(Event::Modified(newer));
+        controller.handle_event(Event::Modified(newer.into()));
     }
     let line = story.wait_for(DB, "spec update", SECOND).await;
     assert_eq!(
@@ -193,8 +187,8 @@ async fn deleted_cluster_cleans_up_ends_and_is_forgotten() {
         owned_pod(&other, "other-0000", "Running"),
     ]);
     let (mut controller, mut story) = start(pods.clone(), ControllerOptions::default());
-    controller.handle_event(Event::Added(db.clone()));
-    controller.handle_event(Event::Deleted(db.clone()));
+    controller.handle_event(Event::Added(db.clone().into()));
+    controller.handle_event(Event::Deleted(db.clone().into()));
     assert!(controller.cluster_keys().is_empty(), "forgotten at once");
 
     story
@@ -206,7 +200,7 @@ async fn deleted_cluster_cleans_up_ends_and_is_forgotten() {
         .await;
     assert_eq!(*pods.deleted.lock().unwrap(), ["db-0000"]);
 
-    controller.handle_event(Event::Modified(db));
+    controller.handle_event(Event::Modified(db.into()));
     story
         .wait_for(DB, "did not know; adopting it", SECOND)
         .await;
@@ -218,8 +212,8 @@ async fn deleted_cluster_cleans_up_ends_and_is_forgotten() {
 #[tokio::test(start_paused = true)]
 async fn events_for_unknown_clusters_are_adopted_or_ignored() {
     let (mut controller, mut story) = start(FakePods::default(), ControllerOptions::default());
-    controller.handle_event(Event::Deleted(cluster(NS, "ghost", 3)));
-    controller.handle_event(Event::Modified(cluster(NS, "stray", 2)));
+    controller.handle_event(Event::Deleted(cluster(NS, "ghost", 3).into()));
+    controller.handle_event(Event::Modified(cluster(NS, "stray", 2).into()));
     assert_eq!(controller.cluster_keys(), vec!["default/stray".to_string()]);
 
     story
@@ -244,7 +238,7 @@ async fn events_for_unknown_clusters_are_adopted_or_ignored() {
 async fn failed_setup_waits_and_a_fixed_spec_starts_the_cluster() {
     let broken = cluster(NS, "db", 0);
     let (mut controller, mut story) = start(FakePods::default(), ControllerOptions::default());
-    controller.handle_event(Event::Added(broken.clone()));
+    controller.handle_event(Event::Added(broken.clone().into()));
     let failed = story.wait_for(DB, "setup failed", SECOND).await;
     assert!(
         failed
@@ -255,12 +249,12 @@ async fn failed_setup_waits_and_a_fixed_spec_starts_the_cluster() {
     );
 
     for _ in 0..500 {
-        controller.handle_event(Event::Modified(broken.clone()));
+        controller.handle_event(Event::Modified(broken.clone().into()));
     }
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(story.count(|l| l.line.contains("setup failed")), 1);
 
-    controller.handle_event(Event::Modified(resized(&broken, 3)));
+    controller.handle_event(Event::Modified(resized(&broken, 3).into()));
     story
         .wait_for(DB, "creating cluster with Spec {size: 3", SECOND)
         .await;
@@ -274,8 +268,8 @@ async fn a_fix_sent_while_setup_is_failing_still_starts_the_cluster() {
     let broken = cluster(NS, "db", 0);
     let (mut controller, mut story) = start(FakePods::default(), ControllerOptions::default());
     // Synchronous, on one thread: the task sets up only after both events are in its channel.
-    controller.handle_event(Event::Added(broken.clone()));
-    controller.handle_event(Event::Modified(resized(&broken, 3)));
+    controller.handle_event(Event::Added(broken.clone().into()));
+    controller.handle_event(Event::Modified(resized(&broken, 3).into()));
     story
         .wait_for(DB, "creating cluster with Spec {size: 3", SECOND)
         .await;
@@ -288,11 +282,11 @@ async fn two_clusters_live_independently() {
     let a = cluster(NS, "a", 3);
     let b = cluster("prod", "b", 1);
     let (mut controller, mut story) = start(FakePods::default(), every(Duration::from_secs(2)));
-    controller.handle_event(Event::Added(a.clone()));
-    controller.handle_event(Event::Added(b.clone()));
-    controller.handle_event(Event::Modified(resized(&a, 5)));
+    controller.handle_event(Event::Added(a.clone().into()));
+    controller.handle_event(Event::Added(b.clone().into()));
+    controller.handle_event(Event::Modified(resized(&a, 5).into()));
     story.wait_for("default/a", "spec update", SECOND).await;
-    controller.handle_event(Event::Deleted(a));
+    controller.handle_event(Event::Deleted(a.into()));
     story
         .wait_for("default/a", "cluster task ended", SECOND)
         .await;
@@ -321,7 +315,7 @@ async fn shutdown_ends_every_cluster_task() {
     let running = tokio::spawn(controller.run(event_receiver, stop.clone()));
     for name in ["a", "b", "c"] {
         events
-            .send(WatchItem::Event(Event::Added(cluster(NS, name, 1))))
+            .send(Event::Added(cluster(NS, name, 1).into()))
             .await
             .unwrap();
         story
@@ -353,14 +347,14 @@ async fn shutdown_ends_every_cluster_task() {
 async fn relisted_cluster_is_updated_and_a_new_uid_replaces_the_task() {
     let db = cluster(NS, "db", 3);
     let (mut controller, mut story) = start(FakePods::default(), ControllerOptions::default());
-    controller.handle_event(Event::Added(db.clone()));
-    controller.handle_event(Event::Added(resized(&db, 4)));
+    controller.handle_event(Event::Added(db.clone().into()));
+    controller.handle_event(Event::Added(resized(&db, 4).into()));
     story.wait_for(DB, "spec update", SECOND).await;
     assert_eq!(story.count(|l| l.line.starts_with("creating cluster")), 1);
 
     let mut reborn = resized(&db, 2);
     reborn.metadata.uid = "uid-new".into();
-    controller.handle_event(Event::Added(reborn));
+    controller.handle_event(Event::Added(reborn.into()));
     story
         .wait_for_each(
             DB,
@@ -386,7 +380,7 @@ async fn running_cluster_is_adopted_not_created_again() {
         ..Default::default()
     });
     let (mut controller, mut story) = start(FakePods::default(), ControllerOptions::default());
-    controller.handle_event(Event::Added(db));
+    controller.handle_event(Event::Added(db.into()));
     let line = story.wait_for(DB, "adopting", SECOND).await;
     assert_eq!(
         line.line,
@@ -414,12 +408,12 @@ async fn recreated_cluster_old_task_cleans_its_own_pods_and_a_new_task_starts() 
         owned_pod(&new, "db-new", "Running"),
     ]);
     let (mut controller, mut story) = start(pods.clone(), ControllerOptions::default());
-    controller.handle_event(Event::Added(old.clone()));
+    controller.handle_event(Event::Added(old.clone().into()));
     story
         .wait_for(DB, "creating cluster with Spec {size: 3", SECOND)
         .await;
-    controller.handle_event(Event::Deleted(old));
-    controller.handle_event(Event::Added(new));
+    controller.handle_event(Event::Deleted(old.into()));
+    controller.handle_event(Event::Added(new.into()));
     story
         .wait_for_each(
             DB,
@@ -437,7 +431,7 @@ async fn recreated_cluster_old_task_cleans_its_own_pods_and_a_new_task_starts() 
 #[tokio::test(start_paused = true)]
 async fn a_zero_reconcile_interval_does_not_panic_the_task() {
     let (mut controller, mut story) = start(FakePods::default(), every(Duration::ZERO));
-    controller.handle_event(Event::Added(cluster(NS, "db", 1)));
+    controller.handle_event(Event::Added(cluster(NS, "db", 1).into()));
     story.wait_for(DB, "Running: [], pending: []", SECOND).await;
     let stopped = controller.shutdown().await;
     assert_eq!(stopped.tasks_stopped, 1, "the task was alive to be stopped");

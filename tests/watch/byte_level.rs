@@ -82,7 +82,7 @@ async fn many_events_in_one_chunk_all_arrive_in_order() {
     for i in 0..300 {
         let event = running.next_event(WITHIN).await;
         assert_eq!(
-            event.object().metadata.resource_version,
+            event.object().unwrap().metadata.resource_version,
             (100 + i).to_string()
         );
     }
@@ -358,11 +358,14 @@ async fn a_relist_reports_a_recreated_name_as_deleted_then_added_and_skips_uncha
     let gone = running.next_event(WITHIN).await;
     let reborn = running.next_event(WITHIN).await;
     assert_eq!(
-        (summary(&gone), gone.object().metadata.uid.as_str()),
+        (summary(&gone), gone.object().unwrap().metadata.uid.as_str()),
         ("DELETED default/a size=3".to_string(), "uid-a")
     );
     assert_eq!(
-        (summary(&reborn), reborn.object().metadata.uid.as_str()),
+        (
+            summary(&reborn),
+            reborn.object().unwrap().metadata.uid.as_str()
+        ),
         ("ADDED default/a size=7".to_string(), "uid-a2")
     );
     let relist = running.relisted(WITHIN).await;
@@ -386,8 +389,8 @@ async fn dropping_the_receiver_during_a_hung_list_ends_the_task_promptly() {
         assert!(tokio::time::Instant::now() < deadline, "no list request");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    let postgres_operator::watch::Watcher { items, task, .. } = running.watcher;
-    drop(items);
+    let postgres_operator::watch::Watcher { events, task, .. } = running.watcher;
+    drop(events);
     tokio::time::timeout(Duration::from_secs(2), task)
         .await
         .expect("the watch task ends promptly once its consumer is gone")

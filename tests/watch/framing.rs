@@ -5,7 +5,7 @@
 //! can think of; framing + decoding must always yield the same events as decoding the lines whole.
 
 use postgres_operator::api::PostgresCluster;
-use postgres_operator::watch::event::{decode_event, WatchEvent};
+use postgres_operator::watch::event::{decode_line, Line};
 use postgres_operator::watch::frame::{FrameError, LineFramer};
 use proptest::prelude::*;
 
@@ -38,29 +38,21 @@ fn recorded_stream() -> Vec<u8> {
     text.into_bytes()
 }
 
-/// What each event means, in a comparable form.
-fn summary(event: &WatchEvent<PostgresCluster>) -> String {
-    match event {
-        WatchEvent::Added(c) => format!(
-            "ADDED {} {} {}",
-            c.key(),
-            c.metadata.resource_version,
-            c.spec
-        ),
-        WatchEvent::Modified(c) => format!(
-            "MODIFIED {} {} {}",
-            c.key(),
-            c.metadata.resource_version,
-            c.spec
-        ),
-        WatchEvent::Deleted(c) => format!(
-            "DELETED {} {} {}",
-            c.key(),
-            c.metadata.resource_version,
-            c.spec
-        ),
-        WatchEvent::Bookmark { resource_version } => format!("BOOKMARK {resource_version}"),
-        WatchEvent::Error(status) => format!("ERROR {status}"),
+/// What each line means, in a comparable form.
+fn summary(line: &Line<PostgresCluster>) -> String {
+    match line {
+        Line::Event(event) => match event.object() {
+            Some(c) => format!(
+                "{} {} {} {}",
+                event.type_name(),
+                c.key(),
+                c.metadata.resource_version,
+                c.spec
+            ),
+            None => format!("{event:?}"),
+        },
+        Line::Bookmark { resource_version } => format!("BOOKMARK {resource_version}"),
+        Line::Error(status) => format!("ERROR {status}"),
     }
 }
 
@@ -69,7 +61,7 @@ fn expected_events(stream: &[u8]) -> Vec<String> {
         .split(|&byte| byte == b'\n')
         .map(|line| line.strip_suffix(b"\r").unwrap_or(line))
         .filter(|line| !line.is_empty())
-        .map(|line| summary(&decode_event(line).expect("the recorded stream decodes")))
+        .map(|line| summary(&decode_line(line).expect("the recorded stream decodes")))
         .collect()
 }
 
@@ -84,13 +76,13 @@ fn frame_and_decode(stream: &[u8], cuts: &[usize], max_event_bytes: usize) -> Ve
         start = cut;
         while let Some(line) = framer.next_line() {
             events.push(summary(
-                &decode_event(&line).expect("a complete line decodes"),
+                &decode_line(&line).expect("a complete line decodes"),
             ));
         }
     }
     while let Some(line) = framer.finish() {
         events.push(summary(
-            &decode_event(&line).expect("a complete line decodes"),
+            &decode_line(&line).expect("a complete line decodes"),
         ));
     }
     events
@@ -196,7 +188,7 @@ fn an_oversize_event_is_an_error_and_framing_recovers_after_it() {
     assert!(framer.peak_buffered_bytes() <= limit);
     assert_eq!(lines.len(), 1);
     assert_eq!(
-        summary(&decode_event(&lines[0]).unwrap()),
+        summary(&decode_line(&lines[0]).unwrap()),
         "ADDED default/after 2 {size: 3, version: 9.6.3, paused: false}"
     );
 }

@@ -83,7 +83,7 @@ async fn a_large_collection_is_listed_in_pages_of_500() {
     for _ in 0..OBJECTS {
         let event = running.next_event(WITHIN).await;
         assert_eq!(event.type_name(), "ADDED");
-        names.insert(event.object().key());
+        names.insert(event.object().unwrap().key());
     }
     assert_eq!(names.len(), OBJECTS, "each object exactly once");
     let listed = running.listed(WITHIN).await;
@@ -131,11 +131,11 @@ async fn the_first_page_is_handed_over_before_the_next_is_read() {
         }],
         "the Listed notice, alone, before the first event"
     );
-    let mut names = std::collections::BTreeSet::from([first.object().key()]);
+    let mut names = std::collections::BTreeSet::from([first.object().unwrap().key()]);
     for _ in 1..OBJECTS {
         let event = running.next_event(WITHIN).await;
         assert_eq!(event.type_name(), "ADDED");
-        names.insert(event.object().key());
+        names.insert(event.object().unwrap().key());
     }
     assert_eq!(names.len(), OBJECTS, "each object exactly once");
     running.until_watching(WITHIN).await;

@@ -43,7 +43,7 @@ fn belief(object: &PostgresCluster) -> (String, String, i64) {
 /// ADDED only for unknown names, MODIFIED/DELETED only for known ones (same uid), MODIFIED only
 /// with a new resourceVersion, and no (type, name, resourceVersion) ever twice.
 fn apply(beliefs: &mut Beliefs, seen: &mut HashSet<String>, event: &Event<PostgresCluster>) {
-    let object = event.object();
+    let object = event.object().expect("a change, not a notice");
     let key = object.key();
     let meta = &object.metadata;
     let id = format!("{} {key} {}", event.type_name(), meta.resource_version);

@@ -11,7 +11,7 @@ use postgres_operator::api::{collection_path, object_path, PostgresCluster};
 use postgres_operator::client::{Client, Patch};
 use postgres_operator::watch::backoff::BackoffPolicy;
 use postgres_operator::watch::{
-    list_then_watch, Event, RelistReason, WatchItem, WatchNotice, WatchOptions, Watcher,
+    list_then_watch, Event, RelistReason, WatchNotice, WatchOptions, Watcher,
 };
 use sandbox::{InjectedFault, RequestRecord, Sandbox, SandboxOptions};
 use test_support::scripted_server;
@@ -78,7 +78,7 @@ pub fn start_watch(client: Client, options: WatchOptions) -> Running {
 
 /// `ADDED default/a size=3`: an event in one comparable line.
 pub fn summary(event: &Event<PostgresCluster>) -> String {
-    let object = event.object();
+    let object = event.object().expect("a change, not a notice");
     format!(
         "{} {} size={}",
         event.type_name(),
@@ -88,23 +88,23 @@ pub fn summary(event: &Event<PostgresCluster>) -> String {
 }
 
 impl Running {
-    fn record(&mut self, item: WatchItem<PostgresCluster>) {
-        match item {
-            WatchItem::Event(event) => self.pending.push_back(event),
-            WatchItem::Notice(notice) => self.notices.push(notice),
+    fn record(&mut self, event: Event<PostgresCluster>) {
+        match event {
+            Event::Notice(notice) => self.notices.push(notice),
+            change => self.pending.push_back(change),
         }
     }
 
     /// Take in whatever has arrived, without waiting.
     fn drain(&mut self) {
-        while let Ok(item) = self.watcher.items.try_recv() {
+        while let Ok(item) = self.watcher.events.try_recv() {
             self.record(item);
         }
     }
 
     /// Read one item, or None when `deadline` passes.
     async fn read_until(&mut self, deadline: Instant) -> Option<()> {
-        let item = tokio::time::timeout_at(deadline, self.watcher.items.recv())
+        let item = tokio::time::timeout_at(deadline, self.watcher.events.recv())
             .await
             .ok()?
             .expect("the watch task is running");

@@ -440,13 +440,17 @@ impl<L: ClusterLayer> PostgresTask<L> {
         self.write_status(next).await;
     }
 
-    /// The cluster's pods in the store now: in its namespace and owned by its uid.
+    /// The cluster's pods in the store now: in its namespace and owned by its uid. The store
+    /// shares its `Arc`s; the round takes its own copies, since it reads them as `&[Pod]`.
     fn snapshot(&self) -> Vec<Pod> {
         let namespace = &self.cluster.metadata.namespace;
         let uid = &self.cluster.metadata.uid;
         self.worker
             .pods
             .list(|pod: &Pod| &pod.metadata.namespace == namespace && pod.is_owned_by(uid))
+            .into_iter()
+            .map(std::sync::Arc::unwrap_or_clone)
+            .collect()
     }
 
     /// The cluster's pods, reduced to what the plan reads.
