@@ -152,6 +152,30 @@ impl Sandbox {
     /// server's address (`KUBERNETES_SERVICE_HOST`/`PORT`, the `kubernetes` Service), and
     /// `postgres-operator:<tag>` pods run [`SandboxOptions::operator_binaries`].
     pub async fn start_with_runtime(
+        options: SandboxOptions,
+        runtime: Runtime,
+        stop: CancellationToken,
+    ) -> Result<Sandbox, SandboxError> {
+        let listener = Sandbox::bind(options.listen).await?;
+        Sandbox::start_on(listener, options, runtime, stop).await
+    }
+
+    /// Bind `listen` (port 0 picks a free one): the first step of
+    /// [`Sandbox::start_with_runtime`], on its own for a caller that must know the port before
+    /// the sandbox starts (the `sandbox` binary names its credentials directory after it).
+    pub async fn bind(listen: SocketAddr) -> Result<tokio::net::TcpListener, SandboxError> {
+        tokio::net::TcpListener::bind(listen)
+            .await
+            .map_err(|source| SandboxError::Bind {
+                addr: listen,
+                source,
+            })
+    }
+
+    /// [`Sandbox::start_with_runtime`] on a listener already bound ([`Sandbox::bind`]);
+    /// `options.listen` is not used.
+    pub async fn start_on(
+        listener: tokio::net::TcpListener,
         mut options: SandboxOptions,
         mut runtime: Runtime,
         stop: CancellationToken,
@@ -162,12 +186,6 @@ impl Sandbox {
         if matches!(runtime, Runtime::Processes(_)) && options.pod_termination_delay.is_zero() {
             options.pod_termination_delay = std::time::Duration::from_secs(30);
         }
-        let listener = tokio::net::TcpListener::bind(options.listen)
-            .await
-            .map_err(|source| SandboxError::Bind {
-                addr: options.listen,
-                source,
-            })?;
         let addr = listener.local_addr().map_err(|source| SandboxError::Bind {
             addr: options.listen,
             source,
