@@ -96,6 +96,10 @@ async fn prints_its_url_serves_and_stops_on_sigterm() {
         .expect("stops within 10 s")
         .expect("exit status");
     assert!(status.success(), "{status:?}");
+    assert!(
+        !own_dir.exists(),
+        "its credentials are removed when it stops"
+    );
     let mut stderr = String::new();
     child
         .stderr
@@ -151,6 +155,7 @@ async fn an_anonymous_client_is_refused_by_default() {
         .await;
     assert_eq!(admin.status, 200, "{}", admin.text());
     let _ = child.kill().await;
+    let _ = std::fs::remove_dir_all(&own_dir);
 }
 
 /// With `--insecure-http` it serves plain HTTP, says in its banner what that means, and answers
@@ -186,6 +191,8 @@ async fn insecure_http_is_plain_http_and_says_so() {
         .await;
     assert_eq!(secrets.status, 200, "{}", secrets.text());
     let _ = child.kill().await;
+    let port = url.rsplit(':').next().expect("a port");
+    let _ = std::fs::remove_dir_all(std::env::temp_dir().join(format!("sandbox-{port}")));
 }
 
 /// `--insecure-http` with `--tls-dir` is a usage error: which one was meant?
