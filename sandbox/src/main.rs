@@ -114,12 +114,27 @@ async fn main() -> ExitCode {
         eprintln!("sandbox: cannot use {}: {error}", own_dir.display());
         return ExitCode::FAILURE;
     }
+    let status = serve(flags, listener, port, &own_dir).await;
+    // Its credentials die with it: the next start on this port writes new ones here.
+    if let Err(error) = std::fs::remove_dir_all(&own_dir) {
+        tracing::warn!(%error, dir = %own_dir.display(), "could not remove the sandbox's directory");
+    }
+    status
+}
+
+/// Start the sandbox on `listener`, print the banner, and serve until SIGTERM or Ctrl-C.
+async fn serve(
+    flags: Flags,
+    listener: tokio::net::TcpListener,
+    port: u16,
+    own_dir: &Path,
+) -> ExitCode {
     let credentials_dir = match (&flags.tls_dir, flags.insecure_http) {
         (_, true) => None,
         // Absolute, as the kubeconfig must name it: kubectl reads a relative path as relative
         // to the kubeconfig's own directory.
         (Some(dir), false) => Some(std::path::absolute(dir).unwrap_or_else(|_| dir.clone())),
-        (None, false) => Some(own_dir.clone()),
+        (None, false) => Some(own_dir.to_path_buf()),
     };
     let options = SandboxOptions {
         listen: flags.listen,
@@ -184,10 +199,6 @@ async fn main() -> ExitCode {
     shutdown_signal().await;
     stop.cancel();
     sandbox.stopped().await;
-    // Its credentials die with it: the next start on this port writes new ones here.
-    if let Err(error) = std::fs::remove_dir_all(&own_dir) {
-        tracing::warn!(%error, dir = %own_dir.display(), "could not remove the sandbox's directory");
-    }
     ExitCode::SUCCESS
 }
 
