@@ -9,11 +9,13 @@
 //! Run it against the embedded API server:
 //!
 //! ```text
-//! cargo run --bin sandbox                                      # terminal 1: prints its URL
-//! cargo run --bin stage01 -- --server http://127.0.0.1:8001    # terminal 2
+//! cargo run --bin sandbox                          # terminal 1: prints the two export lines
+//! export KUBECONFIG=/tmp/sandbox-8001/kubeconfig   # in each other terminal (and KUBECACHEDIR)
+//! cargo run --bin stage01                          # terminal 2
 //! ```
 //!
-//! against a real cluster, through `kubectl proxy` (which adds your kubeconfig's credentials):
+//! against a real cluster, with your kubeconfig (`cargo run --bin stage01`, as kubectl would), or
+//! through `kubectl proxy` (which adds your kubeconfig's credentials itself):
 //!
 //! ```text
 //! kubectl proxy --port 8001                                    # terminal 1
@@ -50,7 +52,8 @@ struct Flags {
 
 const EXAMPLES: &str = "\
 Examples:
-  stage01 --server http://127.0.0.1:8001     # the sandbox, or a cluster through kubectl proxy
+  stage01                                    # the sandbox, after its `export KUBECONFIG=...` line
+  stage01 --server http://127.0.0.1:8001     # a cluster through `kubectl proxy --port 8001`
   stage01 --established-timeout 60           # the cluster your kubeconfig points at
   KUBE_SERVER=http://127.0.0.1:8001 stage01  # the same as --server
 

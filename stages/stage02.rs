@@ -8,11 +8,12 @@
 //! absent, else left as it is — changing it is stage 01's job, not every operator's.
 //!
 //! ```text
-//! cargo run --bin sandbox                                      # terminal 1: prints its URL
-//! cargo run --bin stage02 -- --server http://127.0.0.1:8001    # terminal 3
-//! kubectl --server http://127.0.0.1:8001 apply -f kube/example-postgres-cluster.yaml   # terminal 2
-//! kubectl --server http://127.0.0.1:8001 patch pgc example-postgresql-cluster --type merge -p '{"spec":{"size":5}}'
-//! kubectl --server http://127.0.0.1:8001 delete pgc example-postgresql-cluster
+//! cargo run --bin sandbox                          # terminal 1: prints the two export lines
+//! export KUBECONFIG=/tmp/sandbox-8001/kubeconfig   # in each other terminal (and KUBECACHEDIR)
+//! cargo run --bin stage02                          # terminal 3
+//! kubectl apply -f kube/example-postgres-cluster.yaml   # terminal 2
+//! kubectl patch pgc example-postgresql-cluster --type merge -p '{"spec":{"size":5}}'
+//! kubectl delete pgc example-postgresql-cluster
 //! ```
 //!
 //! Story lines go to stdout, diagnostics (`RUST_LOG=debug` for more) to stderr. `stage02 --help`
@@ -41,7 +42,8 @@ struct Flags {
 
 const EXAMPLES: &str = "\
 Examples:
-  stage02 --server http://127.0.0.1:8001     # the sandbox, or a cluster through kubectl proxy
+  stage02                                    # the sandbox, after its `export KUBECONFIG=...` line
+  stage02 --server http://127.0.0.1:8001     # a cluster through `kubectl proxy --port 8001`
   stage02 --namespace team-a                 # the cluster your kubeconfig points at
   RUST_LOG=debug stage02 --server http://127.0.0.1:8001   # and every request on stderr
 

@@ -9,11 +9,12 @@
 //! lines come first, unchanged; every line about one cluster is prefixed with `[namespace/name]`.
 //!
 //! ```text
-//! cargo run --bin sandbox -- --listen 127.0.0.1:8001           # terminal 1
-//! cargo run --bin stage03 -- --server http://127.0.0.1:8001    # terminal 3
-//! kubectl --server http://127.0.0.1:8001 create -f kube/example-postgres-cluster.yaml   # terminal 2
-//! kubectl --server http://127.0.0.1:8001 patch pgc example-postgresql-cluster --type merge -p '{"spec":{"size":5}}'
-//! kubectl --server http://127.0.0.1:8001 delete pgc example-postgresql-cluster
+//! cargo run --bin sandbox                          # terminal 1: prints the two export lines
+//! export KUBECONFIG=/tmp/sandbox-8001/kubeconfig   # in each other terminal (and KUBECACHEDIR)
+//! cargo run --bin stage03                          # terminal 3
+//! kubectl create -f kube/example-postgres-cluster.yaml   # terminal 2
+//! kubectl patch pgc example-postgresql-cluster --type merge -p '{"spec":{"size":5}}'
+//! kubectl delete pgc example-postgresql-cluster
 //! ```
 //!
 //! Story lines go to stdout, diagnostics (`RUST_LOG=debug` for more) to stderr. `stage03 --help`
@@ -43,7 +44,8 @@ struct Flags {
 
 const EXAMPLES: &str = "\
 Examples:
-  stage03 --server http://127.0.0.1:8001     # the sandbox, or a cluster through kubectl proxy
+  stage03                                    # the sandbox, after its `export KUBECONFIG=...` line
+  stage03 --server http://127.0.0.1:8001     # a cluster through `kubectl proxy --port 8001`
   stage03 --reconcile-interval 2             # the cluster your kubeconfig points at
   stage03 --server https://127.0.0.1:8443 --certificate-authority creds/ca.crt --token-file creds/token
 

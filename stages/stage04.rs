@@ -11,14 +11,15 @@
 //! copy (a standby replica, the new pod of a rolling update) waits instead of fighting it.
 //!
 //! ```text
-//! cargo run --bin sandbox -- --listen 127.0.0.1:8001           # terminal 1
-//! cargo run --bin stage04 -- --server http://127.0.0.1:8001    # terminal 3
-//! kubectl --server http://127.0.0.1:8001 create -f kube/example-postgres-cluster.yaml   # terminal 2
-//! kubectl --server http://127.0.0.1:8001 get pgc,pods -w
-//! kubectl --server http://127.0.0.1:8001 scale pgc example-postgresql-cluster --replicas 5
-//! kubectl --server http://127.0.0.1:8001 delete pod -l workshop.example.com/role=primary
-//! cargo run --bin stage04 -- --server http://127.0.0.1:8001    # terminal 4: waits for the lease
-//! kubectl --server http://127.0.0.1:8001 get lease postgres-operator -o yaml
+//! cargo run --bin sandbox                          # terminal 1: prints the two export lines
+//! export KUBECONFIG=/tmp/sandbox-8001/kubeconfig   # in each other terminal (and KUBECACHEDIR)
+//! cargo run --bin stage04                          # terminal 3
+//! kubectl create -f kube/example-postgres-cluster.yaml   # terminal 2
+//! kubectl get pgc,pods -w
+//! kubectl scale pgc example-postgresql-cluster --replicas 5
+//! kubectl delete pod -l workshop.example.com/role=primary
+//! cargo run --bin stage04                          # terminal 4: waits for the lease
+//! kubectl get lease postgres-operator -o yaml
 //! ```
 //!
 //! Story lines go to stdout, diagnostics (`RUST_LOG=debug` for more) to stderr. `stage04 --help`
@@ -48,7 +49,8 @@ struct Flags {
 
 const EXAMPLES: &str = "\
 Examples:
-  stage04 --server http://127.0.0.1:8001     # the sandbox, or a cluster through kubectl proxy
+  stage04                                    # the sandbox, after its `export KUBECONFIG=...` line
+  stage04 --server http://127.0.0.1:8001     # a cluster through `kubectl proxy --port 8001`
   stage04 --failover-after 5                 # the cluster your kubeconfig points at
   stage04 --server https://127.0.0.1:8443 --certificate-authority creds/ca.crt --token-file creds/token
   stage04 --leader-elect=false               # act at once, sure that no other copy runs

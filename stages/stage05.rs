@@ -10,14 +10,15 @@
 //! as in stage 04. Like stage 04 it acts only while it holds the Lease `postgres-operator`.
 //!
 //! ```text
-//! cargo run --bin sandbox -- --listen 127.0.0.1:8001           # terminal 1
-//! cargo run --bin stage05 -- --server http://127.0.0.1:8001    # terminal 3
-//! kubectl --server http://127.0.0.1:8001 create -f kube/example-postgres-cluster.yaml   # terminal 2
-//! kubectl --server http://127.0.0.1:8001 patch pgc example-postgresql-cluster --type merge -p '{"spec":{"backup":{}}}'
-//! kubectl --server http://127.0.0.1:8001 annotate pgc example-postgresql-cluster workshop.example.com/backup-now=1
-//! kubectl --server http://127.0.0.1:8001 delete pod -l workshop.example.com/cluster=example-postgresql-cluster
-//! kubectl --server http://127.0.0.1:8001 get pgc,pods -w
-//! cargo run --bin stage05 -- --server http://127.0.0.1:8001    # terminal 4: waits for the lease
+//! cargo run --bin sandbox                          # terminal 1: prints the two export lines
+//! export KUBECONFIG=/tmp/sandbox-8001/kubeconfig   # in each other terminal (and KUBECACHEDIR)
+//! cargo run --bin stage05                          # terminal 3
+//! kubectl create -f kube/example-postgres-cluster.yaml   # terminal 2
+//! kubectl patch pgc example-postgresql-cluster --type merge -p '{"spec":{"backup":{}}}'
+//! kubectl annotate pgc example-postgresql-cluster workshop.example.com/backup-now=1
+//! kubectl delete pod -l workshop.example.com/cluster=example-postgresql-cluster
+//! kubectl get pgc,pods -w
+//! cargo run --bin stage05                          # terminal 4: waits for the lease
 //! ```
 //!
 //! Story lines go to stdout, diagnostics (`RUST_LOG=debug` for more) to stderr. `stage05 --help`
@@ -49,7 +50,8 @@ struct Flags {
 
 const EXAMPLES: &str = "\
 Examples:
-  stage05 --server http://127.0.0.1:8001     # the sandbox, or a cluster through kubectl proxy
+  stage05                                    # the sandbox, after its `export KUBECONFIG=...` line
+  stage05 --server http://127.0.0.1:8001     # a cluster through `kubectl proxy --port 8001`
   stage05 --failover-after 5                 # the cluster your kubeconfig points at
   stage05 --server https://127.0.0.1:8443 --certificate-authority creds/ca.crt --token-file creds/token
   stage05 --leader-elect=false               # act at once, sure that no other copy runs

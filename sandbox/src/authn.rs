@@ -5,8 +5,9 @@
 //! WORKSHOP.md, "Set-up: the sandbox" and the RBAC step. The order is kube-apiserver's:
 //! authentication (401 for a token it does not know), impersonation (`kubectl --as`; 403
 //! unless RBAC grants `impersonate`), then authorization (403 in kube's words). The
-//! learner's kubectl — no token on a plain-HTTP sandbox, or the generated admin token with
-//! `--tls-dir` — is `system:admin` in `system:masters` and is never restricted.
+//! learner's kubectl — with the generated admin token (the `sandbox` binary's default), or no
+//! token on a plain-HTTP sandbox (`--insecure-http`, tests) — is `system:admin` in
+//! `system:masters` and is never restricted.
 
 use std::sync::Arc;
 

@@ -34,7 +34,7 @@
 //! | `faults.rs` | the [`Faults`] handle tests use to break things on purpose | 4 answers |
 //! | `state.rs` | `Shared`: the store, options, fault switches, request log, process runtime and shutdown token everyone holds | 3 state |
 //! | `runtime.rs` | the process runtime: pods as jailed processes, real postgres, probes, restarts, logs (its own files in `runtime/`) | 3 state |
-//! | `tls.rs` | the generated CA and serving certificate (always), the admin's bearer token (`--tls-dir`) | 3 state |
+//! | `tls.rs` | the generated CA and serving certificate (always), the admin's bearer token (with a credentials directory: the `sandbox` binary's default) | 3 state |
 //! | `storage.rs` | the PersistentVolume controller: default StorageClass, provisioning, binding, reclaim, pvc/pv-protection; the scheduler's wait for claims | 2 store |
 //! | `objects.rs` | what the server does to an object on each write: metadata, generation, status, finalizers, garbage collection; service-account admission, each namespace's `default` ServiceAccount and `kube-root-ca.crt` | 2 store |
 //! | `table.rs` | `kubectl get` tables: printer columns and ages | 2 store |
@@ -76,8 +76,9 @@
 //! # Start it
 //!
 //! ```text
-//! cargo run --bin sandbox -- --listen 127.0.0.1:8001
-//! kubectl --server http://127.0.0.1:8001 api-resources
+//! cargo run --bin sandbox                          # HTTPS; prints the export lines below
+//! export KUBECONFIG=/tmp/sandbox-8001/kubeconfig   # names its CA and token
+//! kubectl api-resources
 //! ```
 
 mod access;
@@ -154,6 +155,30 @@ impl Sandbox {
     /// server's address (`KUBERNETES_SERVICE_HOST`/`PORT`, the `kubernetes` Service), and
     /// `postgres-operator:<tag>` pods run [`SandboxOptions::operator_binaries`].
     pub async fn start_with_runtime(
+        options: SandboxOptions,
+        runtime: Runtime,
+        stop: CancellationToken,
+    ) -> Result<Sandbox, SandboxError> {
+        let listener = Sandbox::bind(options.listen).await?;
+        Sandbox::start_on(listener, options, runtime, stop).await
+    }
+
+    /// Bind `listen` (port 0 picks a free one): the first step of
+    /// [`Sandbox::start_with_runtime`], on its own for a caller that must know the port before
+    /// the sandbox starts (the `sandbox` binary names its credentials directory after it).
+    pub async fn bind(listen: SocketAddr) -> Result<tokio::net::TcpListener, SandboxError> {
+        tokio::net::TcpListener::bind(listen)
+            .await
+            .map_err(|source| SandboxError::Bind {
+                addr: listen,
+                source,
+            })
+    }
+
+    /// [`Sandbox::start_with_runtime`] on a listener already bound ([`Sandbox::bind`]);
+    /// `options.listen` is not used.
+    pub async fn start_on(
+        listener: tokio::net::TcpListener,
         mut options: SandboxOptions,
         mut runtime: Runtime,
         stop: CancellationToken,
@@ -164,12 +189,6 @@ impl Sandbox {
         if matches!(runtime, Runtime::Processes(_)) && options.pod_termination_delay.is_zero() {
             options.pod_termination_delay = std::time::Duration::from_secs(30);
         }
-        let listener = tokio::net::TcpListener::bind(options.listen)
-            .await
-            .map_err(|source| SandboxError::Bind {
-                addr: options.listen,
-                source,
-            })?;
         let addr = listener.local_addr().map_err(|source| SandboxError::Bind {
             addr: options.listen,
             source,

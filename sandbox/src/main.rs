@@ -5,10 +5,15 @@
 //!
 //! WORKSHOP.md, "Set-up: the sandbox".
 //!
+//! It serves HTTPS with a CA it generates and wants a bearer token, like kind or k3s: both are
+//! written to a directory of its own (`$TMPDIR/sandbox-PORT/`, 0700, or `--tls-dir DIR`), with a
+//! kubeconfig that names them, so kubectl and the operator's binaries need only `KUBECONFIG`.
+//!
 //! ```text
-//! cargo run --bin sandbox -- --listen 127.0.0.1:8001
-//! kubectl --server http://127.0.0.1:8001 get pgc
-//! cargo run --bin sandbox -- --listen 127.0.0.1:8443 --tls-dir /tmp/sandbox-creds
+//! cargo run --bin sandbox                       # prints: export KUBECONFIG=/tmp/sandbox-8001/kubeconfig
+//! export KUBECONFIG=/tmp/sandbox-8001/kubeconfig && kubectl get pgc   # in every other terminal
+//! cargo run --bin sandbox -- --tls-dir /tmp/sandbox-creds   # the CA and token in a directory you name
+//! cargo run --bin sandbox -- --insecure-http    # plain HTTP, no credentials: anyone on the port is admin
 //! cargo run --bin sandbox -- --runtime processes --data-dir /tmp/sandbox-data   # kept across restarts
 //! cargo build --bins && target/debug/sandbox   # postgres-operator:<tag> pods run target/debug/stageNN
 //! ```
@@ -19,7 +24,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
-use sandbox::{HostError, ProcessRuntime, Runtime, Sandbox, SandboxOptions, INSTALL_HINT};
+use sandbox::{
+    HostError, ProcessRuntime, Runtime, Sandbox, SandboxError, SandboxOptions, INSTALL_HINT,
+};
 use tokio_util::sync::CancellationToken;
 
 /// sandbox: the workshop's set-up. An in-memory Kubernetes API server for kubectl and the
@@ -27,12 +34,16 @@ use tokio_util::sync::CancellationToken;
 /// (`postgres:<tag>` pods run the installed PostgreSQL), else they only get a simulated status.
 /// Stops on SIGTERM or Ctrl-C (stopping every pod). Without --data-dir it forgets everything;
 /// with it, a restart on the same directory brings back every object and runs its pods again.
+/// It serves HTTPS and wants a bearer token: its CA, token and a kubeconfig naming them are
+/// written to $TMPDIR/sandbox-PORT/ (readable by you only); the banner prints the
+/// `export KUBECONFIG=...` line that makes kubectl and the operator's binaries use them.
 #[derive(Parser, Debug)]
 #[command(
     name = "sandbox",
     after_help = "Examples:\n  \
-        sandbox                                   # then: kubectl --server http://127.0.0.1:8001 get pgc\n  \
-        sandbox --listen 127.0.0.1:8443 --tls-dir /tmp/sandbox-creds   # HTTPS with a token, like a cluster\n  \
+        sandbox                                   # then: export KUBECONFIG=/tmp/sandbox-8001/kubeconfig; kubectl get pgc\n  \
+        sandbox --tls-dir /tmp/sandbox-creds      # the CA and token in DIR, laid out as a pod's service account\n  \
+        sandbox --insecure-http                   # plain HTTP, no authentication (anyone on the port is admin)\n  \
         sandbox --established-delay-ms 2000 --kubelet-delay-ms 1000    # slower, like a real cluster\n  \
         sandbox --runtime simulated               # pods get a status only, nothing runs\n  \
         sandbox --data-dir ~/sandbox-data         # objects and pod data survive a restart\n\n\
@@ -42,10 +53,15 @@ struct Flags {
     /// Where to listen (port 0 picks a free one).
     #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:8001")]
     listen: SocketAddr,
-    /// Serve HTTPS with a generated CA, require a bearer token, and write DIR/ca.crt, DIR/token
-    /// and DIR/namespace (a service-account directory).
+    /// Write the generated CA and the bearer token to DIR/ca.crt and DIR/token (with
+    /// DIR/namespace: a pod's service-account directory) instead of $TMPDIR/sandbox-PORT/.
     #[arg(long, value_name = "DIR")]
     tls_dir: Option<PathBuf>,
+    /// Serve plain HTTP with no authentication. Anyone who can reach the port is cluster-admin:
+    /// they can read every Secret and run programs in pods as your user. For tests, and for a
+    /// port only you can reach; the default is HTTPS with a token.
+    #[arg(long, conflicts_with = "tls_dir")]
+    insecure_http: bool,
     /// How long a new CRD waits before it is Established, in milliseconds.
     #[arg(long, value_name = "MS", default_value = "0", value_parser = milliseconds, allow_negative_numbers = true)]
     established_delay_ms: Duration,
@@ -84,9 +100,45 @@ enum RuntimeChoice {
 async fn main() -> ExitCode {
     let flags = Flags::parse();
     init_logging();
+    // Bound first: the sandbox's own directory is named after the port (port 0 picks one).
+    let listener = match bind(flags.listen).await {
+        Ok(listener) => listener,
+        Err(error) => {
+            eprintln!("sandbox: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let (listener, port) = listener;
+    let own_dir = std::env::temp_dir().join(format!("sandbox-{port}"));
+    if let Err(error) = create_private_dir(&own_dir) {
+        eprintln!("sandbox: cannot use {}: {error}", own_dir.display());
+        return ExitCode::FAILURE;
+    }
+    let status = serve(flags, listener, port, &own_dir).await;
+    // Its credentials die with it: the next start on this port writes new ones here.
+    if let Err(error) = std::fs::remove_dir_all(&own_dir) {
+        tracing::warn!(%error, dir = %own_dir.display(), "could not remove the sandbox's directory");
+    }
+    status
+}
+
+/// Start the sandbox on `listener`, print the banner, and serve until SIGTERM or Ctrl-C.
+async fn serve(
+    flags: Flags,
+    listener: tokio::net::TcpListener,
+    port: u16,
+    own_dir: &Path,
+) -> ExitCode {
+    let credentials_dir = match (&flags.tls_dir, flags.insecure_http) {
+        (_, true) => None,
+        // Absolute, as the kubeconfig must name it: kubectl reads a relative path as relative
+        // to the kubeconfig's own directory.
+        (Some(dir), false) => Some(std::path::absolute(dir).unwrap_or_else(|_| dir.clone())),
+        (None, false) => Some(own_dir.to_path_buf()),
+    };
     let options = SandboxOptions {
         listen: flags.listen,
-        credentials_dir: flags.tls_dir.clone(),
+        credentials_dir: credentials_dir.clone(),
         established_delay: flags.established_delay_ms,
         kubelet_delay: flags.kubelet_delay_ms,
         pod_termination_delay: flags.pod_termination_delay_ms,
@@ -105,7 +157,7 @@ async fn main() -> ExitCode {
         }
     };
     let stop = CancellationToken::new();
-    let sandbox = match Sandbox::start_with_runtime(options, runtime, stop.clone()).await {
+    let sandbox = match Sandbox::start_on(listener, options, runtime, stop.clone()).await {
         Ok(sandbox) => sandbox,
         Err(error) => {
             eprintln!("sandbox: {error}");
@@ -113,29 +165,26 @@ async fn main() -> ExitCode {
         }
     };
     println!("sandbox API server at {}", sandbox.url());
-    let cache = kubectl_cache_dir(sandbox.addr().port());
-    println!("use it with (the export once per terminal):");
-    match &cache {
+    println!("use it with (the exports once per terminal):");
+    let kubeconfig = own_dir.join("kubeconfig");
+    match write_kubeconfig(&kubeconfig, &sandbox.url(), credentials_dir.as_deref()) {
+        Ok(()) => println!("  export KUBECONFIG={}", kubeconfig.display()),
+        Err(error) => println!(
+            "  (no kubeconfig written to {}: {error})",
+            kubeconfig.display()
+        ),
+    }
+    match kubectl_cache_dir(port) {
         Ok(cache) => println!("  export KUBECACHEDIR={}", cache.display()),
         Err(error) => {
             println!("  (no kubectl cache directory: {error}; pass --cache-dir \"$(mktemp -d)\")")
         }
     }
-    match &flags.tls_dir {
-        None => println!("  kubectl --server {} get pgc", sandbox.url()),
-        Some(dir) => println!(
-            "  kubectl --server {} --certificate-authority {} --token \"$(cat {})\" get pgc",
-            sandbox.url(),
-            dir.join("ca.crt").display(),
-            dir.join("token").display()
-        ),
-    }
-    match write_kubeconfig(&sandbox.url(), sandbox.addr().port(), flags.tls_dir.as_deref()) {
-        Ok(path) => println!(
-            "or, for kubectl without --server (the README's `kubectl apply -k kube/`):\n  export KUBECONFIG={}",
-            path.display()
-        ),
-        Err(error) => println!("  (no kubeconfig written: {error})"),
+    println!("  kubectl get pgc");
+    if flags.insecure_http {
+        println!(
+            "  (plain HTTP, no authentication: anyone who can reach this port is cluster-admin)"
+        );
     }
     // The runtime in two lines, then the same last line in every mode.
     match sandbox.runtime_description() {
@@ -151,6 +200,41 @@ async fn main() -> ExitCode {
     stop.cancel();
     sandbox.stopped().await;
     ExitCode::SUCCESS
+}
+
+/// Bind `listen`, and say which port that is.
+async fn bind(listen: SocketAddr) -> Result<(tokio::net::TcpListener, u16), SandboxError> {
+    let listener = Sandbox::bind(listen).await?;
+    let port = listener
+        .local_addr()
+        .map_err(|source| SandboxError::Bind {
+            addr: listen,
+            source,
+        })?
+        .port();
+    Ok((listener, port))
+}
+
+/// The sandbox's own directory, for its kubeconfig and (without --tls-dir) its credentials:
+/// made 0700, or, if it is there already, used only if it is a directory of this user's (not a
+/// link) — in a shared temporary directory another user could have made it first, to read the
+/// token or to swap the kubeconfig.
+fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => return Ok(()),
+        Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(error) => return Err(error),
+    }
+    let metadata = std::fs::symlink_metadata(dir)?;
+    // SAFETY: geteuid(2) takes nothing, touches no memory and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if !metadata.is_dir() || metadata.uid() != me {
+        return Err(std::io::Error::other(
+            "it is there but is not a directory of this user's; remove it, or start on another --listen port",
+        ));
+    }
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
 }
 
 /// The directory this program runs from, if the operator's stage binaries are there too: cargo
@@ -237,17 +321,17 @@ async fn shutdown_signal() {
     }
 }
 
-/// kubectl caches discovery per host and port for hours, so a sandbox restarted on the same port
-/// with other resource types would be misread from a stale cache. This sandbox's own cache
-/// directory (`KUBECACHEDIR`) is emptied at every start, so it cannot go stale.
-/// A kubeconfig whose current context is this sandbox, beside the cache directory, so that
-/// commands written for any cluster (`kubectl apply -k kube/`) work unchanged. JSON is YAML, so
-/// kubectl reads it. With `--tls-dir` it names the CA and the token file (kubectl re-reads a
-/// `tokenFile`, so a rotated token is picked up).
-fn write_kubeconfig(url: &str, port: u16, tls_dir: Option<&Path>) -> std::io::Result<PathBuf> {
+/// A kubeconfig at `path` whose current context, `sandbox`, is this sandbox, so that kubectl,
+/// `kubectl proxy` and the operator's binaries find it as they find any cluster. JSON is YAML,
+/// so kubectl reads it. It names the CA and the token file in `credentials_dir` (none with
+/// `--insecure-http`); kubectl re-reads a `tokenFile`, so a rotated token is picked up.
+/// Written 0600, though it holds only paths.
+fn write_kubeconfig(path: &Path, url: &str, credentials_dir: Option<&Path>) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let mut cluster = serde_json::json!({"server": url});
     let mut user = serde_json::json!({});
-    if let Some(dir) = tls_dir {
+    if let Some(dir) = credentials_dir {
         cluster["certificate-authority"] = dir.join("ca.crt").display().to_string().into();
         user["tokenFile"] = dir.join("token").display().to_string().into();
     }
@@ -259,14 +343,19 @@ fn write_kubeconfig(url: &str, port: u16, tls_dir: Option<&Path>) -> std::io::Re
         "contexts": [{"name": "sandbox", "context": {"cluster": "sandbox", "user": "sandbox-admin"}}],
         "current-context": "sandbox"
     });
-    let path = std::env::temp_dir().join(format!("sandbox-kubeconfig-{port}"));
-    std::fs::write(
-        &path,
-        serde_json::to_vec_pretty(&config).map_err(std::io::Error::other)?,
-    )?;
-    Ok(path)
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    file.write_all(&serde_json::to_vec_pretty(&config).map_err(std::io::Error::other)?)
 }
 
+/// kubectl caches discovery per host and port for hours, so a sandbox restarted on the same port
+/// with other resource types would be misread from a stale cache. This sandbox's own cache
+/// directory (`KUBECACHEDIR`) is emptied at every start, so it cannot go stale.
 fn kubectl_cache_dir(port: u16) -> std::io::Result<PathBuf> {
     let dir = std::env::temp_dir().join(format!("sandbox-kubectl-cache-{port}"));
     match std::fs::remove_dir_all(&dir) {

@@ -125,10 +125,10 @@ async fn serve_connection(
     activity: Arc<connections::Activity>,
 ) {
     let _ = stream.set_nodelay(true);
-    // With `--tls-dir` every connection is TLS. Without, the learner's kubectl speaks plain
-    // HTTP, but in-cluster clients always speak HTTPS to the API server: a TLS connection
-    // opens with a handshake record, whose first byte is 0x16; an HTTP request starts with a
-    // method name in ASCII.
+    // With credentials (the binary's default) every connection is TLS. Without them
+    // (`--insecure-http`, tests) kubectl speaks plain HTTP, but in-cluster clients always speak
+    // HTTPS to the API server: a TLS connection opens with a handshake record, whose first byte
+    // is 0x16; an HTTP request starts with a method name in ASCII.
     let tls = if shared.security.is_some() {
         true
     } else {

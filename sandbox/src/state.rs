@@ -32,7 +32,7 @@ pub(crate) struct Shared {
     pub(crate) store: Arc<Store>,
     pub(crate) options: SandboxOptions,
     pub(crate) addr: SocketAddr,
-    /// The admin's token and credentials directory (`--tls-dir`); None: plain HTTP, no token.
+    /// The admin's token and credentials directory (the `sandbox` binary's default, or `--tls-dir`); None: plain HTTP, no token (`--insecure-http`).
     pub(crate) security: Option<Security>,
     /// The CA and serving certificate: always there, for pods' HTTPS even on plain HTTP.
     pub(crate) certificates: Certificates,

@@ -11,9 +11,10 @@
 //! ```text
 //! # against any API server (someone else creates the objects):
 //! cargo run --release --bin watch-bench -- --server http://127.0.0.1:8001 --expect 10000
-//! # feed a sandbox (started in a terminal of its own): create N objects (16 writers) while
-//! # watching; max_rss_kb is the watcher's (plus the feeding client's) alone:
-//! cargo run --release --bin sandbox -- --listen 127.0.0.1:8001
+//! # feed a sandbox (started in a terminal of its own, on plain HTTP: this bench takes a URL
+//! # only): create N objects (16 writers) while watching; max_rss_kb is the watcher's (plus the
+//! # feeding client's) alone:
+//! cargo run --release --bin sandbox -- --insecure-http
 //! cargo run --release --bin watch-bench -- --server http://127.0.0.1:8001 --feed 20000
 //! # the client alone, not bounded by a server's write rate: an in-process replay server sends
 //! # N recorded ~2 KB events in 16 KB chunks as fast as the watch takes them:
@@ -75,7 +76,7 @@ struct Flags {
 
 const EXAMPLES: &str = "\
 Examples:
-  watch-bench --server http://127.0.0.1:8001 --feed 20000     # feed a sandbox
+  watch-bench --server http://127.0.0.1:8001 --feed 20000     # feed a `sandbox --insecure-http`
   watch-bench --server http://127.0.0.1:8001 --expect 10000   # someone else creates them
   watch-bench --replay 50000
 

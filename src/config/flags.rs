@@ -19,8 +19,8 @@ use super::{
 #[derive(clap::Parser, Clone, Debug, Default)]
 #[command(next_help_heading = "Connection (where the API server is, who we are)")]
 pub struct ConfigArgs {
-    /// The API server: http:// for `kubectl proxy` or the sandbox, https:// with
-    /// --certificate-authority and a token [env: KUBE_SERVER]
+    /// The API server: http:// for `kubectl proxy`, https:// with --certificate-authority and
+    /// a token (without it: the current kubeconfig context, as kubectl) [env: KUBE_SERVER]
     #[arg(long, value_name = "URL", value_parser = parse_server)]
     pub server: Option<String>,
     /// PEM file of the CA that signed an https:// server's certificate

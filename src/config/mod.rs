@@ -4,8 +4,8 @@
 //! and takes the first that is usable:
 //!
 //! 1. `--server URL` (or the `KUBE_SERVER` environment variable). `http://` is what `kubectl proxy`
-//!    and the sandbox serve; `https://` also needs `--certificate-authority FILE` and usually
-//!    `--token-file FILE` or `--token TOKEN`.
+//!    (and the sandbox with `--insecure-http`) serve; `https://` also needs
+//!    `--certificate-authority FILE` and usually `--token-file FILE` or `--token TOKEN`.
 //! 2. In-cluster: the `KUBERNETES_SERVICE_HOST`/`KUBERNETES_SERVICE_PORT` variables the kubelet sets
 //!    in every pod, and the service account's `token`, `ca.crt` and `namespace` files.
 //! 3. The current kubeconfig context, read as JSON through `kubectl config view` (this crate has no
@@ -251,7 +251,7 @@ impl fmt::Display for ConfigError {
                 )?;
                 write!(
                     f,
-                    "  - against the embedded API server: run `cargo run --bin sandbox` in another terminal and pass the --server URL it prints"
+                    "  - against the embedded API server: run `cargo run --bin sandbox` in another terminal, then the `export KUBECONFIG=...` line it prints"
                 )
             }
         }
@@ -339,7 +339,7 @@ impl Config {
     }
 
     /// Plain http, no authentication: `kubectl proxy` (which adds your credentials itself) or the
-    /// sandbox in its default mode.
+    /// sandbox with `--insecure-http`.
     pub fn from_url(server: &str) -> Result<Config, ConfigError> {
         let server = parse_server_url(server, "URL")?;
         if server.scheme() == "https" {

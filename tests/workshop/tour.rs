@@ -142,7 +142,7 @@ fn tour_plays_the_workshop_on_a_sandbox_of_its_own() {
          cannot run (install PostgreSQL and bubblewrap: .ci/install-test-deps); it said:\n{stdout}"
     );
     let key = "[default/example-postgresql-cluster]";
-    let mut expected = vec!["== The stage: a sandbox API server at http://127.0.0.1:".to_string()];
+    let mut expected = vec!["== The stage: a sandbox API server at https://127.0.0.1:".to_string()];
     expected.extend(steps_01_to_03(key));
     expected.extend(step_04_until_the_failover(
         key,
@@ -229,7 +229,7 @@ fn tour_on_simulated_pods_says_so_and_skips_the_sql() {
     let stdout = run_tour_to_the_end(&["--sandbox-runtime", "simulated"]);
     let key = "[default/example-postgresql-cluster]";
     let mut expected = vec![
-        "== The stage: a sandbox API server at http://127.0.0.1:".to_string(),
+        "== The stage: a sandbox API server at https://127.0.0.1:".to_string(),
         "   no containers run here: pods get a simulated status only.".to_string(),
     ];
     expected.extend(steps_01_to_03(key));

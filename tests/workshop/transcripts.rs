@@ -3,9 +3,8 @@
 //!
 //! A transcript is a fenced block tagged `console`, written as a learner sees their terminals:
 //! - `$ COMMAND` runs a command to completion. `cargo run --bin NAME -- ARGS` runs the built binary,
-//!   `cargo run` the tour, `kubectl ARGS` the real kubectl (with a fresh `--cache-dir` and no
-//!   kubeconfig). The lines after it are everything it prints, in order (`...` stands for any
-//!   number of lines).
+//!   `cargo run` the tour, `kubectl ARGS` the real kubectl (with a fresh `--cache-dir`). The lines
+//!   after it are everything it prints, in order (`...` stands for any number of lines).
 //! - `$ COMMAND` of a program that runs until stopped (the sandbox, an operator stage: see
 //!   [`runs_until_stopped`]) starts it in the current terminal, which the learner then leaves to
 //!   it. The lines after it are what it prints on its own; they must appear before the
@@ -28,10 +27,13 @@
 //! A command's words are split at spaces, except inside double quotes (`psql -c "SELECT 1"`),
 //! which are removed as a shell would; there is no other shell syntax.
 //!
-//! `127.0.0.1:8001` in a command is the sandbox the test runs: `cargo run --bin sandbox -- --listen
-//! 127.0.0.1:8001` starts it for real on a free port; a transcript that does not start one gets
-//! a sandbox started before its first use. Blocks run in document order against the same sandbox,
-//! as a learner working through the text would.
+//! `cargo run --bin sandbox` starts the sandbox for real, on a free port instead of 8001
+//! (`127.0.0.1:8001` in any command is that port). Every command runs as in a terminal where the
+//! learner ran the `export KUBECONFIG=...` line the sandbox prints: with `KUBECONFIG` naming the
+//! kubeconfig it wrote (its URL, CA and token), so kubectl and the stage binaries find it as
+//! they would. `$ export KUBECONFIG=PATH` itself checks that PATH is that file (numbers aside). A
+//! transcript that does not start a sandbox gets one started before its first use. Blocks run in
+//! document order against the same sandbox, as a learner working through the text would.
 //!
 //! Shell sessions outside `console` blocks are not allowed: a test below checks that no other
 //! fenced block holds a `$ ` prompt, so every transcript in the text is one this test runs.
@@ -418,10 +420,18 @@ fn collect_lines(stdout: std::process::ChildStdout) -> Arc<Mutex<Vec<String>>> {
     output
 }
 
+/// What the sandbox's banner tells a learner: where it is, and the kubeconfig to export.
+#[derive(Clone)]
+struct SandboxAddress {
+    /// `127.0.0.1:PORT`
+    host_port: String,
+    kubeconfig: PathBuf,
+}
+
 struct Runner {
     repo: PathBuf,
     cache_dir: tempfile::TempDir,
-    server: Option<String>,
+    server: Option<SandboxAddress>,
     sandbox: Option<Background>,
 }
 
@@ -439,10 +449,13 @@ impl Runner {
     fn start_sandbox(&mut self, command: &str, terminal: &str) -> Background {
         let words = shell_words(command);
         let (_, args) = binary_and_args(&words[2..]);
-        let args: Vec<String> = args
+        let mut args: Vec<String> = args
             .iter()
             .map(|arg| arg.replace(DOC_ADDRESS, "127.0.0.1:0"))
             .collect();
+        if !args.iter().any(|arg| arg.starts_with("--listen")) {
+            args.extend(["--listen".to_string(), "127.0.0.1:0".to_string()]);
+        }
         let mut sandbox = Command::new(binary_path("sandbox"));
         sandbox.args(&args).current_dir(&self.repo);
         let job = Background::spawn(&mut sandbox, terminal, command);
@@ -452,11 +465,11 @@ impl Runner {
                 .output
                 .lock()
                 .ok()
-                .and_then(|lines| lines.iter().find_map(|line| find_http_address(line)));
+                .and_then(|lines| sandbox_address(&lines));
             match found {
                 Some(address) => break address,
                 None if Instant::now() > deadline => {
-                    panic!("the sandbox never printed its http://127.0.0.1:PORT address")
+                    panic!("the sandbox never printed its address and an `export KUBECONFIG=` line")
                 }
                 None => std::thread::sleep(Duration::from_millis(20)),
             }
@@ -465,22 +478,36 @@ impl Runner {
         job
     }
 
-    fn server_address(&mut self) -> String {
-        if self.server.is_none() {
-            let command = format!("cargo run --bin sandbox -- --listen {DOC_ADDRESS}");
-            let sandbox = self.start_sandbox(&command, "sandbox");
-            self.sandbox = Some(sandbox);
+    /// The sandbox every command talks to, started now if no transcript has started one yet.
+    fn sandbox_address(&mut self) -> SandboxAddress {
+        match &self.server {
+            Some(address) => address.clone(),
+            None => {
+                let sandbox = self.start_sandbox("cargo run --bin sandbox", "sandbox");
+                self.sandbox = Some(sandbox);
+                self.sandbox_address()
+            }
         }
-        self.server.clone().unwrap_or_default()
     }
 
     /// Turn a transcript command into a process to run.
     fn command_for(&mut self, text: &str) -> Command {
         let words = shell_words(text);
-        let address = if text.contains(DOC_ADDRESS) {
-            self.server_address()
+        // The tour starts a sandbox of its own; every other command uses the learner's.
+        let tour = match words.as_slice() {
+            [cargo, run, rest @ ..] if cargo == "cargo" && run == "run" => {
+                binary_and_args(rest).0 == "tour"
+            }
+            _ => false,
+        };
+        let sandbox = if tour {
+            self.server.clone()
         } else {
-            String::new()
+            Some(self.sandbox_address())
+        };
+        let (address, kubeconfig) = match &sandbox {
+            Some(sandbox) => (sandbox.host_port.clone(), sandbox.kubeconfig.clone()),
+            None => (String::new(), PathBuf::from("/dev/null")),
         };
         let words: Vec<String> = words
             .into_iter()
@@ -492,11 +519,33 @@ impl Runner {
                 let mut command = Command::new(binary_path(&binary));
                 // Under `cargo run` the tour builds the sandbox first; here cargo already did, and
                 // holds the build directory while the tests run.
-                command.args(args).env_remove("CARGO");
+                command
+                    .args(args)
+                    .env_remove("CARGO")
+                    .env_remove("KUBE_SERVER")
+                    .env("KUBECONFIG", &kubeconfig);
                 command
             }
             // `export KUBECACHEDIR=...`: every kubectl here already gets a fresh cache directory.
             [export, variable] if export == "export" && variable.starts_with("KUBECACHEDIR=") => {
+                let mut command = Command::new("true");
+                command.arg(variable);
+                command
+            }
+            // `export KUBECONFIG=...`: every command here already runs with it; it must be the
+            // file the sandbox wrote.
+            [export, variable] if export == "export" && variable.starts_with("KUBECONFIG=") => {
+                let written = kubeconfig.display().to_string().replacen(
+                    &std::env::temp_dir().display().to_string(),
+                    "/tmp",
+                    1,
+                );
+                let exported = &variable["KUBECONFIG=".len()..];
+                assert_eq!(
+                    normalise(exported),
+                    normalise(&written),
+                    "`{text}` does not name the kubeconfig the sandbox wrote"
+                );
                 let mut command = Command::new("true");
                 command.arg(variable);
                 command
@@ -507,7 +556,7 @@ impl Runner {
                     .arg("--cache-dir")
                     .arg(self.cache_dir.path())
                     .args(rest)
-                    .env("KUBECONFIG", "/dev/null");
+                    .env("KUBECONFIG", &kubeconfig);
                 command
             }
             _ => panic!("WORKSHOP.md transcript runs a command this test does not know: {text}"),
@@ -516,21 +565,28 @@ impl Runner {
 }
 
 impl Drop for Runner {
+    /// SIGTERM, so the sandbox removes its credentials directory as it does for a learner.
     fn drop(&mut self) {
-        if let Some(mut sandbox) = self.sandbox.take() {
-            let _ = sandbox.child.kill();
-            let _ = sandbox.child.wait();
+        if let Some(sandbox) = self.sandbox.take() {
+            let _ = sandbox.terminate();
         }
     }
 }
 
-fn find_http_address(line: &str) -> Option<String> {
-    let start = line.find("http://127.0.0.1:")?;
-    let address: String = line[start + "http://".len()..]
-        .chars()
-        .take_while(|c| c.is_ascii_digit() || *c == '.' || *c == ':')
-        .collect();
-    Some(address)
+/// `sandbox API server at https://127.0.0.1:PORT` and `export KUBECONFIG=PATH`, from the
+/// sandbox's banner, once it has printed both.
+fn sandbox_address(banner: &[String]) -> Option<SandboxAddress> {
+    let url = banner
+        .iter()
+        .find_map(|line| line.strip_prefix("sandbox API server at "))?;
+    let (_, host_port) = url.split_once("://")?;
+    let kubeconfig = banner
+        .iter()
+        .find_map(|line| line.trim().strip_prefix("export KUBECONFIG="))?;
+    Some(SandboxAddress {
+        host_port: host_port.to_string(),
+        kubeconfig: PathBuf::from(kubeconfig),
+    })
 }
 
 /// `--bin NAME -- ARGS` → (NAME, ARGS); no `--bin` → the default binary, the tour.
@@ -711,7 +767,7 @@ fn every_shell_session_in_the_workshop_is_a_console_block() {
 /// The parser reads commands, background jobs, terminal switches and expected output.
 #[test]
 fn parser_reads_commands_background_jobs_and_terminals() {
-    let markdown = "text\n```console\n# terminal 1\n$ cargo run --bin stage02 -- --server http://127.0.0.1:8001\nWatch version: 12\n# terminal 2\n$ kubectl get pgc\nNAME   SIZE\n# terminal 1\nPostgresCluster event: ADDED\n# a comment\n```\n```sh\n$ not a transcript\n```\n";
+    let markdown = "text\n```console\n# terminal 1\n$ cargo run --bin stage02\nWatch version: 12\n# terminal 2\n$ kubectl get pgc\nNAME   SIZE\n# terminal 1\nPostgresCluster event: ADDED\n# a comment\n```\n```sh\n$ not a transcript\n```\n";
     let transcripts = parse_transcripts(markdown);
     assert_eq!(transcripts.len(), 1);
     let actions = &transcripts[0].actions;

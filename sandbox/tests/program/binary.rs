@@ -1,4 +1,5 @@
-//! The `sandbox` program: prints its URL and the kubectl line to use, logs requests, stops
+//! The `sandbox` program: serves HTTPS with credentials it writes (plain HTTP only with
+//! `--insecure-http`), prints its URL and the `export` lines to use, logs requests, stops
 //! cleanly on SIGTERM, and refuses bad flags with exit code 2.
 //!
 //! WORKSHOP.md, "Set-up: the sandbox". Run: `cargo test -p sandbox --test program binary::`.
@@ -12,8 +13,9 @@ use tokio::process::Command;
 
 const BINARY: &str = env!("CARGO_BIN_EXE_sandbox");
 
-/// It starts on a free port, prints the URL and a kubectl command line, answers, and exits 0
-/// on SIGTERM after logging the request.
+/// It starts on a free port over HTTPS, prints the URL and the `export` lines to use, writes
+/// a kubeconfig naming its CA and token (all 0600 in a 0700 directory of its own), answers
+/// kubectl through that kubeconfig, and exits 0 on SIGTERM after logging the request.
 #[tokio::test]
 async fn prints_its_url_serves_and_stops_on_sigterm() {
     let mut child = Command::new(BINARY)
@@ -34,17 +36,26 @@ async fn prints_its_url_serves_and_stops_on_sigterm() {
         .strip_prefix("sandbox API server at ")
         .unwrap_or_else(|| panic!("unexpected first line {first:?}"))
         .to_string();
+    assert!(url.starts_with("https://127.0.0.1:"), "{url}");
     let mut rest = String::new();
-    for _ in 0..3 {
+    for _ in 0..4 {
         rest.push_str(&stdout.next_line().await.expect("read").unwrap_or_default());
         rest.push('\n');
     }
+    // Its own directory, named after its port: the kubeconfig, the CA and the token.
+    let port = url.rsplit(':').next().expect("a port");
+    let own_dir = std::env::temp_dir().join(format!("sandbox-{port}"));
+    let kubeconfig = own_dir.join("kubeconfig");
     assert!(
-        rest.contains(&format!("kubectl --server {url} get pgc")),
+        rest.contains(&format!("export KUBECONFIG={}", kubeconfig.display())),
         "{rest}"
     );
+    assert!(rest.contains("\n  kubectl get pgc\n"), "{rest}");
+    assert_private(&own_dir, 0o700);
+    for file in ["kubeconfig", "ca.crt", "token"] {
+        assert_private(&own_dir.join(file), 0o600);
+    }
     // Its own kubectl discovery cache, named after its port and empty: it cannot be stale.
-    let port = url.rsplit(':').next().expect("a port");
     let cache = std::env::temp_dir().join(format!("sandbox-kubectl-cache-{port}"));
     assert!(
         rest.contains(&format!("export KUBECACHEDIR={}", cache.display())),
@@ -55,17 +66,6 @@ async fn prints_its_url_serves_and_stops_on_sigterm() {
             .expect("the cache dir exists")
             .count(),
         0
-    );
-    // And a kubeconfig for commands written without --server (the README's `apply -k kube/`).
-    let mut more = String::new();
-    for _ in 0..2 {
-        more.push_str(&stdout.next_line().await.expect("read").unwrap_or_default());
-        more.push('\n');
-    }
-    let kubeconfig = std::env::temp_dir().join(format!("sandbox-kubeconfig-{port}"));
-    assert!(
-        more.contains(&format!("export KUBECONFIG={}", kubeconfig.display())),
-        "{more}"
     );
     let cache = tempfile::tempdir().expect("cache dir");
     let namespaces = Command::new(test_support::kubectl_path())
@@ -80,7 +80,8 @@ async fn prints_its_url_serves_and_stops_on_sigterm() {
         "{namespaces:?}"
     );
 
-    let version = Http::new(&url).get("/version").await;
+    let ca = std::fs::read(own_dir.join("ca.crt")).expect("ca.crt");
+    let version = Http::with_tls(&url, &ca, None).get("/version").await;
     assert_eq!(version.json()["minor"], "32");
 
     let pid = child.id().expect("pid").to_string();
@@ -95,6 +96,10 @@ async fn prints_its_url_serves_and_stops_on_sigterm() {
         .expect("stops within 10 s")
         .expect("exit status");
     assert!(status.success(), "{status:?}");
+    assert!(
+        !own_dir.exists(),
+        "its credentials are removed when it stops"
+    );
     let mut stderr = String::new();
     child
         .stderr
@@ -111,6 +116,108 @@ async fn prints_its_url_serves_and_stops_on_sigterm() {
     assert!(stderr.contains("SIGTERM"), "{stderr}");
 }
 
+/// Started as a user starts it, the sandbox refuses a client without its token (401), over
+/// HTTPS and with plain HTTP alike; with the token from its directory, the same request is
+/// answered.
+#[tokio::test]
+async fn an_anonymous_client_is_refused_by_default() {
+    let (mut child, url) = test_support::spawn_sandbox_binary(
+        Command::new(BINARY)
+            .args(["--listen", "127.0.0.1:0", "--runtime", "simulated"])
+            .stderr(Stdio::null()),
+        Duration::from_secs(10),
+    )
+    .await;
+    let port = url.rsplit(':').next().expect("a port");
+    let own_dir = std::env::temp_dir().join(format!("sandbox-{port}"));
+    let ca = std::fs::read(own_dir.join("ca.crt")).expect("ca.crt");
+    let token = std::fs::read_to_string(own_dir.join("token")).expect("token");
+
+    let anonymous = Http::with_tls(&url, &ca, None)
+        .get("/api/v1/namespaces/kube-system/secrets")
+        .await;
+    assert_eq!(anonymous.status, 401, "{}", anonymous.text());
+    let wrong = Http::with_tls(&url, &ca, Some("not-the-token".into()))
+        .get("/api/v1/namespaces/kube-system/secrets")
+        .await;
+    assert_eq!(wrong.status, 401, "{}", wrong.text());
+    // Plain HTTP gets no answer at all: the port speaks TLS only.
+    let plain = Command::new("curl")
+        .args(["-s", "-o", "/dev/null", "-w", "%{http_code}"])
+        .arg(url.replace("https://", "http://") + "/api/v1/secrets")
+        .output()
+        .await;
+    if let Ok(plain) = plain {
+        assert_ne!(String::from_utf8_lossy(&plain.stdout), "200", "{plain:?}");
+    }
+    let admin = Http::with_tls(&url, &ca, Some(token.trim().to_string()))
+        .get("/api/v1/namespaces/kube-system/secrets")
+        .await;
+    assert_eq!(admin.status, 200, "{}", admin.text());
+    let _ = child.kill().await;
+    let _ = std::fs::remove_dir_all(&own_dir);
+}
+
+/// With `--insecure-http` it serves plain HTTP, says in its banner what that means, and answers
+/// anyone (the tests' and `kubectl proxy`'s door).
+#[tokio::test]
+async fn insecure_http_is_plain_http_and_says_so() {
+    let (mut child, banner) = test_support::spawn_sandbox_binary_banner(
+        Command::new(BINARY)
+            .args([
+                "--listen",
+                "127.0.0.1:0",
+                "--runtime",
+                "simulated",
+                "--insecure-http",
+            ])
+            .stderr(Stdio::null()),
+        "Ctrl-C stops it.",
+    )
+    .await;
+    let url = banner
+        .lines()
+        .next()
+        .and_then(|line| line.strip_prefix("sandbox API server at "))
+        .unwrap_or_else(|| panic!("no URL in {banner}"))
+        .to_string();
+    assert!(url.starts_with("http://127.0.0.1:"), "{banner}");
+    assert!(
+        banner.contains("anyone who can reach this port is cluster-admin"),
+        "{banner}"
+    );
+    let secrets = Http::new(&url)
+        .get("/api/v1/namespaces/kube-system/secrets")
+        .await;
+    assert_eq!(secrets.status, 200, "{}", secrets.text());
+    let _ = child.kill().await;
+    let port = url.rsplit(':').next().expect("a port");
+    let _ = std::fs::remove_dir_all(std::env::temp_dir().join(format!("sandbox-{port}")));
+}
+
+/// `--insecure-http` with `--tls-dir` is a usage error: which one was meant?
+#[tokio::test]
+async fn insecure_http_and_tls_dir_conflict() {
+    let output = Command::new(BINARY)
+        .args(["--insecure-http", "--tls-dir", "/tmp/nowhere"])
+        .output()
+        .await
+        .expect("runs");
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    assert!(output.stdout.is_empty());
+}
+
+/// A file or directory's permission bits, compared with what it should be.
+fn assert_private(path: &std::path::Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    let actual = std::fs::metadata(path)
+        .unwrap_or_else(|error| panic!("{}: {error}", path.display()))
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(actual, mode, "{}: {actual:o}", path.display());
+}
+
 /// `--help` exits 0 and describes every flag.
 #[tokio::test]
 async fn help_names_every_flag() {
@@ -124,6 +231,7 @@ async fn help_names_every_flag() {
     for flag in [
         "--listen <ADDR:PORT>",
         "--tls-dir <DIR>",
+        "--insecure-http",
         "--established-delay-ms <MS>",
         "--kubelet-delay-ms <MS>",
         "--pod-termination-delay-ms <MS>",
@@ -131,6 +239,10 @@ async fn help_names_every_flag() {
     ] {
         assert!(help.contains(flag), "{flag} missing from:\n{help}");
     }
+    assert!(
+        help.contains("Anyone who can reach the port is cluster-admin"),
+        "{help}"
+    );
 }
 
 /// A bad flag or value gets a message naming the flag and exit code 2 (a usage error, never a

@@ -33,7 +33,7 @@ async fn start(data_dir: &Path, run: u32, flags: &[&str]) -> (Child, String) {
     .expect("a log file");
     test_support::spawn_sandbox_binary(
         Command::new(BINARY)
-            .args(["--listen", "127.0.0.1:0", "--data-dir"])
+            .args(["--listen", "127.0.0.1:0", "--insecure-http", "--data-dir"])
             .arg(data_dir)
             .args(flags)
             .env("RUST_LOG", "warn")
@@ -228,7 +228,7 @@ async fn a_damaged_store_stops_the_start_naming_the_file() {
     let output = tokio::time::timeout(
         WAIT,
         Command::new(BINARY)
-            .args(["--listen", "127.0.0.1:0", "--data-dir"])
+            .args(["--listen", "127.0.0.1:0", "--insecure-http", "--data-dir"])
             .arg(&data_dir)
             .output(),
     )

@@ -38,7 +38,7 @@ async fn a_data_dir_pods_cannot_reach_is_refused_naming_the_fix() {
         // Pods run as the sandbox's own user then, who can reach its own directory.
         let (mut child, url) = start_program(
             Command::new(BINARY)
-                .args(["--listen", "127.0.0.1:0", "--data-dir"])
+                .args(["--listen", "127.0.0.1:0", "--insecure-http", "--data-dir"])
                 .arg(&data_dir),
         )
         .await;
@@ -51,7 +51,7 @@ async fn a_data_dir_pods_cannot_reach_is_refused_naming_the_fix() {
         let output = tokio::time::timeout(
             Duration::from_secs(20),
             Command::new(BINARY)
-                .args(["--listen", "127.0.0.1:0", "--data-dir"])
+                .args(["--listen", "127.0.0.1:0", "--insecure-http", "--data-dir"])
                 .arg(&data_dir)
                 .args(runtime)
                 .output(),
@@ -95,6 +95,7 @@ async fn directories_the_sandbox_makes_are_passable_and_pods_run() {
             .args([
                 "--listen",
                 "127.0.0.1:0",
+                "--insecure-http",
                 "--runtime",
                 "processes",
                 "--data-dir",

@@ -206,7 +206,13 @@ async fn killing_the_sandbox_binary_leaves_no_postgres() {
     let data_dir = tempfile::tempdir().expect("tempdir");
     let (mut child, banner) = test_support::spawn_sandbox_binary_banner(
         tokio::process::Command::new(env!("CARGO_BIN_EXE_sandbox"))
-            .args(["--listen", "127.0.0.1:0", "--runtime", "processes"])
+            .args([
+                "--listen",
+                "127.0.0.1:0",
+                "--insecure-http",
+                "--runtime",
+                "processes",
+            ])
             .arg("--data-dir")
             .arg(data_dir.path())
             .stderr(Stdio::null()),

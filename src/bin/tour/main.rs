@@ -60,7 +60,7 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use postgres_operator::api::{object_path, CRD_NAME};
 use postgres_operator::client::Client;
-use postgres_operator::config::{Config, ConfigArgs, CONNECTION_ORDER_HELP};
+use postgres_operator::config::{ConfigArgs, CONNECTION_ORDER_HELP};
 use postgres_operator::process::{
     cancel_on_signal, connect, exit_error, init_logging, parse_seconds,
 };
@@ -143,7 +143,7 @@ async fn tour(flags: TourFlags) -> ExitCode {
             Ok(sandbox) => sandbox,
             Err(error) => return exit_error(&format!("starting the sandbox: {error}"), None),
         };
-        let client = match Config::from_url(&sandbox.url).map(Client::new) {
+        let client = match sandbox.config().map(Client::new) {
             Ok(Ok(client)) => client,
             Ok(Err(error)) => return exit_error(&error, None),
             Err(error) => return exit_error(&error, None),

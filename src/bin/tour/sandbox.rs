@@ -1,25 +1,32 @@
 //! The sandbox API server as a child process: start the `sandbox` binary (built first under
-//! `cargo run`), read its banner (the URL, then what runs its pods), and stop it with SIGTERM at
-//! the end. Everything about how the tour starts the sandbox is in this file.
+//! `cargo run`), read its banner (the URL, the kubeconfig that names its CA and token, then what
+//! runs its pods), and stop it with SIGTERM at the end. Everything about how the tour starts the
+//! sandbox is in this file.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use postgres_operator::config::Config;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 /// The sandbox binary as a child process, for as long as the tour runs.
 pub struct SandboxProcess {
     child: tokio::process::Child,
     pub url: String,
+    /// The kubeconfig the sandbox wrote: its `https://` URL, its CA and its token file.
+    kubeconfig: PathBuf,
     pub runtime: PodRuntime,
 }
 
 /// The last line of the sandbox's banner, in every mode.
 const BANNER_END: &str = "Ctrl-C stops it.";
+/// The banner's line for a learner's other terminals; the path after it is the kubeconfig.
+const KUBECONFIG_EXPORT: &str = "export KUBECONFIG=";
 
 impl SandboxProcess {
     /// Start `sandbox --listen 127.0.0.1:0` (with `--runtime KIND` if given), and read its
-    /// banner: the URL first, then what runs its pods.
+    /// banner: the URL first, the kubeconfig, then what runs its pods. It serves HTTPS and wants
+    /// its token, as it does for a learner.
     pub async fn start(runtime: Option<&str>) -> Result<SandboxProcess, String> {
         let program = sandbox_binary().await?;
         let mut command = tokio::process::Command::new(&program);
@@ -56,14 +63,40 @@ impl SandboxProcess {
             .strip_prefix("sandbox API server at ")
             .ok_or_else(|| format!("unexpected first line from the sandbox: {first:?}"))?
             .to_string();
+        let kubeconfig = banner
+            .iter()
+            .find_map(|line| line.trim().strip_prefix(KUBECONFIG_EXPORT))
+            .map(PathBuf::from)
+            .ok_or_else(|| format!("the sandbox printed no `{KUBECONFIG_EXPORT}...` line"))?;
         let runtime = PodRuntime::from_banner(&banner);
         // Keep reading its stdout, so the child never blocks on a full pipe.
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
         Ok(SandboxProcess {
             child,
             url,
+            kubeconfig,
             runtime,
         })
+    }
+
+    /// How to reach the sandbox: its kubeconfig, read as kubectl would (the sandbox writes it as
+    /// JSON, which is YAML too, so no kubectl is needed to read it).
+    pub fn config(&self) -> Result<Config, String> {
+        let path = &self.kubeconfig;
+        let text = std::fs::read(path).map_err(|error| {
+            format!(
+                "reading the sandbox's kubeconfig {}: {error}",
+                path.display()
+            )
+        })?;
+        let json: serde_json::Value = serde_json::from_slice(&text).map_err(|error| {
+            format!(
+                "the sandbox's kubeconfig {} is not JSON: {error}",
+                path.display()
+            )
+        })?;
+        let dir = path.parent().unwrap_or(Path::new("."));
+        Config::from_kubeconfig_json(&json, dir).map_err(|error| error.to_string())
     }
 
     /// SIGTERM first: the sandbox then stops every pod's PostgreSQL and removes its temporary
