@@ -27,49 +27,18 @@
 
 use std::process::ExitCode;
 
-use clap::error::ErrorKind;
-use clap::{CommandFactory, Parser};
-use postgres_operator::config::{ConfigArgs, CONNECTION_ORDER_HELP};
-use postgres_operator::postgres::{run_postgres_stage, PostgresFlags};
-use postgres_operator::process::start;
+use postgres_operator::postgres::run_postgres_binary;
 
-/// stage04: workshop step 04. The operator that runs Postgres clusters: it creates each
-/// cluster's Secret, Services and pods (the official postgres image), keeps spec.size members
-/// with one primary, replaces lost members and fails over, and reports in status and Events.
-/// Lines about one cluster start with [namespace/name]. It acts only while it holds the Lease,
-/// so a second copy waits as a standby.
-#[derive(Parser)]
-#[command(after_help = format!("{CONNECTION_ORDER_HELP}\n\n{EXAMPLES}"))]
-struct Flags {
-    #[command(flatten)]
-    operator: PostgresFlags,
-    #[command(flatten)]
-    connection: ConfigArgs,
-}
-
-const EXAMPLES: &str = "\
-Examples:
-  stage04                                    # the sandbox, after its `export KUBECONFIG=...` line
-  stage04 --server http://127.0.0.1:8001     # a cluster through `kubectl proxy --port 8001`
-  stage04 --failover-after 5                 # the cluster your kubeconfig points at
-  stage04 --server https://127.0.0.1:8443 --certificate-authority creds/ca.crt --token-file creds/token
-  stage04 --leader-elect=false               # act at once, sure that no other copy runs
-
-Exit status: 0 stopped by SIGTERM or Ctrl-C (the Lease released), 1 the API server or configuration
-said no, or the Lease was lost (another copy may act now), 2 bad flags";
+/// What `stage04 --help` says first.
+const ABOUT: &str =
+    "stage04: workshop step 04. The operator that runs Postgres clusters: it creates each \
+    cluster's Secret, Services and pods (the official postgres image), keeps spec.size members \
+    with one primary, replaces lost members and fails over, and reports in status and Events. \
+    Lines about one cluster start with [namespace/name]. It acts only while it holds the Lease, \
+    so a second copy waits as a standby.";
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let flags = Flags::parse();
-    if let Err(error) = flags.operator.leader_election.check() {
-        Flags::command()
-            .error(ErrorKind::ValueValidation, error)
-            .exit();
-    }
-    let Ok((client, shutdown)) = start(&flags.connection).await else {
-        return ExitCode::FAILURE; // `start` has said why
-    };
     // `()`: no layer over the cluster task's round (`ClusterLayer`, src/postgres/cluster/layer.rs).
-    let options = flags.operator.options();
-    run_postgres_stage(client, &flags.operator, options, (), shutdown).await
+    run_postgres_binary("stage04", ABOUT, ()).await
 }

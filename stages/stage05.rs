@@ -26,51 +26,21 @@
 
 use std::process::ExitCode;
 
-use clap::error::ErrorKind;
-use clap::{CommandFactory, Parser};
 use postgres_operator::backups::Backups;
-use postgres_operator::config::{ConfigArgs, CONNECTION_ORDER_HELP};
-use postgres_operator::postgres::{run_postgres_stage, PostgresFlags};
-use postgres_operator::process::start;
+use postgres_operator::postgres::run_postgres_binary;
 
-/// stage05: workshop step 05. Stage 04's operator plus backups: for a cluster with spec.backup
-/// it archives every WAL segment to the claim <name>-backups, takes base backups every
-/// intervalMinutes (and on the workshop.example.com/backup-now annotation), and when every
-/// member is lost restores the newest backup and replays the archive. spec.bootstrap.fromBackup
-/// starts a new cluster from another's backups. Lines about one cluster start with [namespace/name].
-/// It acts only while it holds the Lease, so a second copy waits as a standby.
-#[derive(Parser)]
-#[command(after_help = format!("{CONNECTION_ORDER_HELP}\n\n{EXAMPLES}"))]
-struct Flags {
-    #[command(flatten)]
-    operator: PostgresFlags,
-    #[command(flatten)]
-    connection: ConfigArgs,
-}
-
-const EXAMPLES: &str = "\
-Examples:
-  stage05                                    # the sandbox, after its `export KUBECONFIG=...` line
-  stage05 --server http://127.0.0.1:8001     # a cluster through `kubectl proxy --port 8001`
-  stage05 --failover-after 5                 # the cluster your kubeconfig points at
-  stage05 --server https://127.0.0.1:8443 --certificate-authority creds/ca.crt --token-file creds/token
-  stage05 --leader-elect=false               # act at once, sure that no other copy runs
-
-Exit status: 0 stopped by SIGTERM or Ctrl-C (the Lease released), 1 the API server or configuration
-said no, or the Lease was lost (another copy may act now), 2 bad flags";
+/// What `stage05 --help` says first.
+const ABOUT: &str =
+    "stage05: workshop step 05. Stage 04's operator plus backups: for a cluster with spec.backup \
+    it archives every WAL segment to the claim <name>-backups, takes base backups every \
+    intervalMinutes (and on the workshop.example.com/backup-now annotation), and when every \
+    member is lost restores the newest backup and replays the archive. spec.bootstrap.fromBackup \
+    starts a new cluster from another's backups. Lines about one cluster start with \
+    [namespace/name]. It acts only while it holds the Lease, so a second copy waits as a \
+    standby.";
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let flags = Flags::parse();
-    if let Err(error) = flags.operator.leader_election.check() {
-        Flags::command()
-            .error(ErrorKind::ValueValidation, error)
-            .exit();
-    }
-    let Ok((client, shutdown)) = start(&flags.connection).await else {
-        return ExitCode::FAILURE; // `start` has said why
-    };
     // The one difference from stage 04: the backup layer acts on spec.backup and spec.bootstrap.
-    let options = flags.operator.options();
-    run_postgres_stage(client, &flags.operator, options, Backups, shutdown).await
+    run_postgres_binary("stage05", ABOUT, Backups).await
 }

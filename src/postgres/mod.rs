@@ -23,5 +23,6 @@ pub use cluster::{
     ClusterLayer, OwnedError, Planned, PostgresOptions, PostgresTask, PostgresWorker,
 };
 pub use operator::{
-    run_postgres_operator, run_postgres_operator_when_leading, run_postgres_stage, PostgresFlags,
+    run_postgres_binary, run_postgres_operator, run_postgres_operator_when_leading,
+    run_postgres_stage, PostgresFlags, PostgresStageFlags,
 };

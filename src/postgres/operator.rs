@@ -26,13 +26,14 @@ use super::cluster::{ClusterLayer, PostgresOptions, PostgresWorker};
 use super::figures::ClusterFigures;
 use crate::api::{collection_path, PostgresCluster};
 use crate::client::Client;
+use crate::config::{ConfigArgs, CONNECTION_ORDER_HELP};
 use crate::controller::operator::register_resource;
 use crate::controller::pods::{pods_path, Pod, APP_LABEL, APP_LABEL_VALUE, CLUSTER_LABEL};
 use crate::controller::{Controller, ControllerOptions, ControllerStopped, OperatorError};
 use crate::leader::{run_when_leading, LeaderElection, LeaderElectionArgs, LeaderError};
 use crate::metrics::{serve, HealthBounds};
 use crate::postgres::plan::Delays;
-use crate::process::{fail, parse_seconds};
+use crate::process::{fail, parse_seconds, start};
 use crate::story::Reporter;
 use crate::watch::{list_then_watch, Event, WatchNotice};
 
@@ -69,6 +70,59 @@ impl PostgresFlags {
             ..PostgresOptions::default()
         }
     }
+}
+
+/// The whole command line of a stage that runs this operator: its flags and the connection's.
+#[derive(clap::Parser, Debug)]
+pub struct PostgresStageFlags {
+    #[command(flatten)]
+    pub operator: PostgresFlags,
+    #[command(flatten)]
+    pub connection: ConfigArgs,
+}
+
+/// The `main` of `stages/stage04.rs` (and of a later stage, with its `layer`): the command line
+/// `name --help` describes with `about`, then connect ([`start`]) and [`run_postgres_stage`].
+pub async fn run_postgres_binary<L: ClusterLayer>(
+    name: &'static str,
+    about: &'static str,
+    layer: L,
+) -> ExitCode {
+    use clap::{CommandFactory, FromArgMatches};
+    let command = PostgresStageFlags::command()
+        .name(name)
+        .bin_name(name)
+        .about(about)
+        .after_help(format!("{CONNECTION_ORDER_HELP}\n\n{}", examples(name)));
+    let flags = PostgresStageFlags::from_arg_matches(&command.clone().get_matches())
+        .unwrap_or_else(|error| error.format(&mut command.clone()).exit());
+    if let Err(error) = flags.operator.leader_election.check() {
+        command
+            .clone()
+            .error(clap::error::ErrorKind::ValueValidation, error)
+            .exit();
+    }
+    let Ok((client, shutdown)) = start(&flags.connection).await else {
+        return ExitCode::FAILURE; // `start` has said why
+    };
+    let options = flags.operator.options();
+    run_postgres_stage(client, &flags.operator, options, layer, shutdown).await
+}
+
+/// `--help`'s examples for the stage binary `name`.
+fn examples(name: &str) -> String {
+    format!(
+        "\
+Examples:
+  {name}                                    # the sandbox, after its `export KUBECONFIG=...` line
+  {name} --server http://127.0.0.1:8001     # a cluster through `kubectl proxy --port 8001`
+  {name} --failover-after 5                 # the cluster your kubeconfig points at
+  {name} --server https://127.0.0.1:8443 --certificate-authority creds/ca.crt --token-file creds/token
+  {name} --leader-elect=false               # act at once, sure that no other copy runs
+
+Exit status: 0 stopped by SIGTERM or Ctrl-C (the Lease released), 1 the API server or configuration
+said no, or the Lease was lost (another copy may act now), 2 bad flags"
+    )
 }
 
 /// What `stages/stage04.rs` runs once connected (and a later stage, with its `layer`): the
