@@ -6,12 +6,14 @@
 //! | `postgres_cluster_members_ready` | `status.readyInstances` |
 //! | `postgres_cluster_primary{pod}` = 1 | `status.primary` |
 //! | `postgres_cluster_seconds_since_last_backup` | `status.lastBackup.time` (stage 05) |
+//! | `postgres_cluster_synchronous_standbys_wanted` | `spec.replication.synchronous.number` |
 //! | `postgres_cluster_replication_lag_bytes{pod}` | `pg_stat_replication` on the primary |
 //! | `postgres_cluster_wal_archive_failures_total` | `pg_stat_archiver.failed_count` on the primary |
+//! | `postgres_cluster_synchronous_standbys` | `pg_stat_replication.sync_state` on the primary |
 //! | `postgres_cluster_stats_up` | whether that `psql` answered before the scrape's deadline |
 //!
-//! The first four cost nothing: they come from the cluster watch's store, which the operator
-//! keeps anyway. The last three cost one `pods/exec` per cluster with a primary, per scrape,
+//! The first five cost nothing: they come from the cluster watch's store, which the operator
+//! keeps anyway. The last four cost one `pods/exec` per cluster with a primary, per scrape,
 //! and only then: the reconcile rounds never pay for them.
 
 use std::borrow::Borrow;
@@ -37,7 +39,9 @@ use crate::watch::Store;
 /// (nothing replayed yet) comes out empty and is left out.
 pub const STATS_SQL: &str = "SELECT 'archiver', '', failed_count FROM pg_stat_archiver \
      UNION ALL SELECT 'replica', application_name, \
-     pg_wal_lsn_diff(pg_current_wal_lsn(), replay_lsn)::bigint FROM pg_stat_replication";
+     pg_wal_lsn_diff(pg_current_wal_lsn(), replay_lsn)::bigint FROM pg_stat_replication \
+     UNION ALL SELECT 'synchronous', '', count(*) FROM pg_stat_replication \
+     WHERE sync_state IN ('sync', 'quorum')";
 
 /// `pods/exec` sessions open at once, whatever the number of clusters or scrapes.
 const CONCURRENT_EXECS: usize = 4;
@@ -55,6 +59,8 @@ pub struct PrimaryStats {
     pub archive_failures: Option<u64>,
     /// (replica pod, bytes behind).
     pub lag: Vec<(String, u64)>,
+    /// Standbys streaming as synchronous ones (`sync_state` sync or quorum).
+    pub synchronous: Option<u64>,
 }
 
 impl ClusterFigures {
@@ -122,6 +128,7 @@ pub fn parse_stats(out: &str) -> PrimaryStats {
         };
         match kind {
             "archiver" => stats.archive_failures = Some(number),
+            "synchronous" => stats.synchronous = Some(number),
             "replica" if !name.is_empty() => stats.lag.push((name.to_string(), number)),
             _ => {}
         }
@@ -166,6 +173,16 @@ pub fn figures<C: Borrow<PostgresCluster>>(
         "How far each replica's replay is behind the primary's WAL, in bytes (pg_stat_replication).",
         Kind::Gauge,
     );
+    let mut sync_wanted = Family::new(
+        "postgres_cluster_synchronous_standbys_wanted",
+        "Standbys each commit must reach (spec.replication.synchronous.number); absent: asynchronous.",
+        Kind::Gauge,
+    );
+    let mut sync_seen = Family::new(
+        "postgres_cluster_synchronous_standbys",
+        "Standbys streaming as synchronous ones now (pg_stat_replication.sync_state sync or quorum).",
+        Kind::Gauge,
+    );
     let mut archive_failures = Family::new(
         "postgres_cluster_wal_archive_failures_total",
         "Failed attempts to archive a WAL segment on the primary (pg_stat_archiver.failed_count; a new primary counts from 0).",
@@ -184,6 +201,13 @@ pub fn figures<C: Borrow<PostgresCluster>>(
         };
         let status = cluster.status.clone().unwrap_or_default();
         wanted = wanted.sample(labels.clone(), cluster.spec.size as f64);
+        let synchronous = cluster.spec.replication.as_ref();
+        if let Some(number) = synchronous
+            .and_then(|r| r.synchronous.as_ref())
+            .map(|s| s.number)
+        {
+            sync_wanted = sync_wanted.sample(labels.clone(), number as f64);
+        }
         ready = ready.sample(labels.clone(), status.ready_instances.unwrap_or(0) as f64);
         if let Some(primary) = &status.primary {
             primaries = primaries.sample(with_pod(primary), 1.0);
@@ -200,6 +224,9 @@ pub fn figures<C: Borrow<PostgresCluster>>(
         for (pod, bytes) in &answer.lag {
             lag = lag.sample(with_pod(pod), *bytes as f64);
         }
+        if let Some(seen) = answer.synchronous {
+            sync_seen = sync_seen.sample(labels.clone(), seen as f64);
+        }
         if let Some(failures) = answer.archive_failures {
             archive_failures = archive_failures.sample(labels.clone(), failures as f64);
         }
@@ -207,6 +234,8 @@ pub fn figures<C: Borrow<PostgresCluster>>(
     vec![
         wanted,
         ready,
+        sync_wanted,
+        sync_seen,
         primaries,
         since_backup,
         up,
@@ -228,12 +257,13 @@ mod tests {
     #[test]
     fn stats_lines_parse() {
         let stats =
-            parse_stats("archiver||2\nreplica|db-b|0\nreplica|db-c|8192\nreplica|db-d|\nnoise\n");
+            parse_stats("archiver||2\nreplica|db-b|0\nreplica|db-c|8192\nreplica|db-d|\nsynchronous||1\nnoise\n");
         assert_eq!(
             stats,
             PrimaryStats {
                 archive_failures: Some(2),
                 lag: vec![("db-b".into(), 0), ("db-c".into(), 8192)],
+                synchronous: Some(1),
             }
         );
     }

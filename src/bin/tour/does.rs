@@ -1,12 +1,15 @@
 //! What an act does, once its caption is printed: one write to the API server (what a learner
 //! would do with kubectl), an operator started or stopped, or the tour's SQL on the primary.
 
+use std::sync::Arc;
+
 use postgres_operator::api::{collection_path, PostgresCluster, BACKUP_NOW_ANNOTATION};
 use postgres_operator::backups::Backups;
 use postgres_operator::client::Patch;
 use postgres_operator::controller::pods::{pods_path, CLUSTER_LABEL};
 use postgres_operator::controller::{run_operator, ControllerOptions};
 use postgres_operator::crd;
+use postgres_operator::metrics::{serve, HealthBounds};
 use postgres_operator::postgres::{run_postgres_operator, PostgresOptions};
 use postgres_operator::story::Reporter;
 
@@ -175,6 +178,10 @@ async fn check_namespace(scene: &Scene) -> Result<(), TourEnd> {
     }
 }
 
+/// Where the tour's step-05 operator serves `/metrics`: the stages' default address.
+const METRICS_ADDRESS: std::net::SocketAddr =
+    std::net::SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 8080);
+
 /// The operator the stage runs, on a stop token of its own and a story of its own.
 fn start_operator(which: &Does, scene: &mut Scene) {
     let (reporter, lines) = Reporter::channel();
@@ -186,9 +193,33 @@ fn start_operator(which: &Does, scene: &mut Scene) {
                 reconcile_interval: scene.reconcile_interval,
                 ..PostgresOptions::default()
             };
+            // What stages/stage05.rs serves: /metrics, /healthz and /readyz. Port 8080 as the
+            // stage's default, or any free one when another operator holds it.
+            let metrics = Arc::clone(&options.metrics);
+            let bounds = HealthBounds::for_operator(options.reconcile_interval, &options.watch);
+            let serving = stop.clone();
             // What stages/stage05.rs runs: stage 04's operator with the backup layer.
             let operator = run_postgres_operator(client, options, Backups, reporter, stop.clone());
-            tokio::spawn(async move { operator.await.map_err(|error| error.to_string()) })
+            tokio::spawn(async move {
+                let mut served = serve(
+                    METRICS_ADDRESS,
+                    Arc::clone(&metrics),
+                    bounds,
+                    serving.clone(),
+                )
+                .await;
+                if served.is_err() {
+                    served = serve(([127, 0, 0, 1], 0).into(), metrics, bounds, serving).await;
+                }
+                match served {
+                    Ok(server) => println!(
+                        "   While it runs: curl http://{}/metrics   (members, primary, replication lag; /healthz, /readyz)",
+                        server.address
+                    ),
+                    Err(error) => println!("   (no /metrics this time: {error})"),
+                }
+                operator.await.map_err(|error| error.to_string())
+            })
         }
         _ => {
             let options = ControllerOptions {
