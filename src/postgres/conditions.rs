@@ -14,7 +14,7 @@
 use crate::api::{Condition, PostgresCluster, PostgresClusterStatus, SWITCHOVER_ANNOTATION};
 use crate::controller::pods::label_selector;
 
-use super::plan::{Action, Observed, Phase, VersionChange};
+use super::plan::{Action, DeleteReason, Observed, Phase, VersionChange};
 
 pub const PHASE_CREATING: &str = "Creating";
 pub const PHASE_RUNNING: &str = "Running";
@@ -152,9 +152,22 @@ pub fn next_status(
         selector: Some(label_selector(&cluster.metadata.name)),
         observed_generation: cluster.metadata.generation,
         conditions: Vec::new(),
-        // A switchover is done once the pod it names is the primary; no annotation, no record.
+        // A switchover is acted on once per value: when its primary is deleted (whichever
+        // replica then has the most WAL is promoted), or once the pod it names is the primary.
+        // No annotation, no record.
         switchover: match cluster.metadata.annotations.get(SWITCHOVER_ANNOTATION) {
-            Some(pod) if primary == Some(pod.as_str()) => Some(pod.clone()),
+            Some(pod)
+                if primary == Some(pod.as_str())
+                    || matches!(
+                        action,
+                        Action::Delete {
+                            reason: DeleteReason::PlannedSwitchover,
+                            ..
+                        }
+                    ) =>
+            {
+                Some(pod.clone())
+            }
             Some(_) => previous.switchover.clone(),
             None => None,
         },
@@ -370,5 +383,50 @@ mod tests {
         );
         assert_eq!(again.phase.as_deref(), Some("Failed"));
         assert_eq!(find(&again, "Available").reason, "AllMembersLost");
+    }
+
+    /// A switchover is acted on once per annotation value: recorded when the primary is
+    /// deleted for it, so that a target that could not be promoted is not tried again and again.
+    #[test]
+    fn a_switchover_is_recorded_once_acted_on() {
+        let mut cluster = cluster();
+        cluster
+            .metadata
+            .annotations
+            .insert(SWITCHOVER_ANNOTATION.into(), "db-1".into());
+        let switch = Action::Delete {
+            pod: "db-0".into(),
+            reason: DeleteReason::PlannedSwitchover,
+        };
+        let healthy = observed(&[true, true]);
+        let acted = next_status(
+            &cluster,
+            &healthy,
+            Some("db-0"),
+            &switch,
+            &VersionChange::None,
+            "T1",
+        );
+        assert_eq!(acted.switchover.as_deref(), Some("db-1"));
+        let waiting = next_status(
+            &cluster,
+            &healthy,
+            Some("db-0"),
+            &Action::Steady,
+            &VersionChange::None,
+            "T1",
+        );
+        assert_eq!(waiting.switchover, None);
+        cluster.metadata.annotations.clear();
+        cluster.status = Some(acted);
+        let removed = next_status(
+            &cluster,
+            &healthy,
+            Some("db-0"),
+            &Action::Steady,
+            &VersionChange::None,
+            "T2",
+        );
+        assert_eq!(removed.switchover, None);
     }
 }

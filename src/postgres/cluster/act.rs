@@ -76,8 +76,11 @@ impl<L: ClusterLayer> PostgresTask<L> {
                 if !self.fence_the_leaving(observed).await {
                     return None;
                 }
-                let prefer = observed.switchover_to.as_deref();
-                self.fail_over(lost.as_deref(), candidates, prefer).await
+                // The annotation, acted on or not: the failover a switchover began prefers it.
+                let annotations = &self.cluster.metadata.annotations;
+                let prefer = annotations.get(SWITCHOVER_ANNOTATION).cloned();
+                self.fail_over(lost.as_deref(), candidates, prefer.as_deref())
+                    .await
             }
             Action::Disaster => {
                 if self.status().phase.as_deref() != Some(PHASE_FAILED) {
@@ -237,6 +240,11 @@ impl<L: ClusterLayer> PostgresTask<L> {
             }
         }
         let chosen = choose(&positions, prefer)?.clone();
+        if let Some(wanted) = prefer.filter(|wanted| *wanted != chosen.pod) {
+            if candidates.iter().any(|c| c == wanted) {
+                self.say(format!("Switchover: {wanted} lacks WAL that {} has; promoting {} instead, so that nothing is lost", chosen.pod, chosen.pod));
+            }
+        }
         self.say(format!(
             "Promoting {} to primary (WAL received up to {}, replayed up to {})",
             chosen.pod,
