@@ -15,12 +15,12 @@
 //! | [`watch`] | bytes → lines → typed events, list-then-watch that never loses its place, and the `Store` it keeps | Step 02 (the store: step 04) |
 //! | [`story`] | what the operator says: the workshop's log lines, and the `Reporter` that tags each with its cluster | Steps 02 and 03 (who leads: step 04) |
 //! | [`controller`] | one task per cluster, its own channel, and a reconcile timer | Step 03 |
-//! | [`postgres`] | step 04, a Postgres cluster for real: what a cluster owns, the plan, the cluster task that acts, status | Step 04 |
-//! | [`backups`] | step 05, a layer over step 04's cluster task: WAL archiving, base backups, and restoring a seed from them | Step 05 |
+//! | [`postgres`] | step 04, a Postgres cluster for real: what a cluster owns, the plan, the cluster task that acts (and the seam a later step plugs into), synchronous replication, status, each cluster's figures | Step 04 |
 //! | [`exec`] | `pods/exec`: a command in a pod over a WebSocket (`channel.k8s.io` streams, the exit Status) | Step 04 ("Inside step 04: one `pods/exec`, byte by byte") |
 //! | [`leader`] | one operator acts at a time: leader election on a `coordination.k8s.io` Lease, as client-go does it | Step 04 ("Inside step 04: one operator at a time") |
 //! | [`events`] | Kubernetes Events about a cluster, what `kubectl describe pgc` shows | Step 04 |
 //! | [`metrics`] | what a user watches: `/metrics` in the Prometheus text format, `/healthz` and `/readyz` for the probes, and their server | Step 04 ("Watching the operator") |
+//! | [`backups`] | step 05, a layer over step 04's cluster task: WAL archiving, base backups, and restoring a seed from them | Step 05 |
 //! | [`process`] | what every binary does alike: logging, the stop token, connecting, duration flags, the error exit | Set-up |
 //!
 //! The binaries in `stages/` are the workshop's steps; each is a short `main` over this library.
