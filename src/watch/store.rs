@@ -88,18 +88,8 @@ mod tests {
     fn entries_read_back_by_key_and_filter() {
         let store = Store::<PostgresCluster>::new();
         for (name, size) in [("a", 1), ("b", 3)] {
-            let mut cluster = PostgresCluster::new(
-                "ns",
-                name,
-                PostgresClusterSpec {
-                    size,
-                    version: "16".into(),
-                    paused: false,
-                    backup: None,
-                    bootstrap: None,
-                    replication: None,
-                },
-            );
+            let mut cluster =
+                PostgresCluster::new("ns", name, PostgresClusterSpec::new(size, "16"));
             cluster.metadata = ObjectMeta {
                 name: name.into(),
                 namespace: "ns".into(),

@@ -36,13 +36,20 @@ pub async fn sandbox_with_crd(options: SandboxOptions) -> (Sandbox, Client) {
 
 /// A spec of `size` members running PostgreSQL 16, with nothing else asked for.
 pub fn cluster_spec(size: i64) -> PostgresClusterSpec {
+    PostgresClusterSpec::new(size, "16")
+}
+
+/// [`cluster_spec`] with synchronous replication: `number` standbys, `dataDurability: required`.
+pub fn synchronous_spec(size: i64, number: i64) -> PostgresClusterSpec {
+    use postgres_operator::api::{DataDurability, ReplicationSpec, SynchronousSpec};
     PostgresClusterSpec {
-        size,
-        version: "16".into(),
-        paused: false,
-        backup: None,
-        bootstrap: None,
-        replication: None,
+        replication: Some(ReplicationSpec {
+            synchronous: Some(SynchronousSpec {
+                number,
+                data_durability: DataDurability::Required,
+            }),
+        }),
+        ..PostgresClusterSpec::new(size, "16")
     }
 }
 

@@ -15,10 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use base64::Engine;
-use postgres_operator::api::{
-    collection_path, object_path, DataDurability, PostgresCluster, PostgresClusterSpec,
-    ReplicationSpec, SynchronousSpec,
-};
+use postgres_operator::api::{collection_path, object_path, PostgresCluster};
 use postgres_operator::client::Client;
 use postgres_operator::controller::pods::{pods_path, CLUSTER_LABEL};
 use postgres_operator::postgres::manifests::{
@@ -532,19 +529,7 @@ async fn every_fault_converges_without_losing_an_acknowledged_row() {
     test_support::register_crd(&client).await;
     let (reporter, story) = Story::record();
     let operator = Operator::start(&client, &reporter);
-    let spec = PostgresClusterSpec {
-        size: SIZE as _,
-        version: "16".into(),
-        paused: false,
-        backup: None,
-        bootstrap: None,
-        replication: Some(ReplicationSpec {
-            synchronous: Some(SynchronousSpec {
-                number: 1,
-                data_durability: DataDurability::Required,
-            }),
-        }),
-    };
+    let spec = test_support::synchronous_spec(SIZE as _, 1);
     let object = PostgresCluster::new(client.namespace(), CLUSTER, spec);
     client
         .create::<_, PostgresCluster>(&collection_path(client.namespace()), &object)

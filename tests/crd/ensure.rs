@@ -74,18 +74,7 @@ fn crd_writes(sandbox: &Sandbox) -> Vec<String> {
 }
 
 fn example(name: &str, size: i64, version: &str) -> PostgresCluster {
-    PostgresCluster::new(
-        "default",
-        name,
-        PostgresClusterSpec {
-            size,
-            version: version.to_string(),
-            paused: false,
-            backup: None,
-            bootstrap: None,
-            replication: None,
-        },
-    )
+    PostgresCluster::new("default", name, PostgresClusterSpec::new(size, version))
 }
 
 /// Stage 01's older CRD is replaced in place (same uid, one PUT): the scale subresource is served

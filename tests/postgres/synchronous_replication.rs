@@ -10,10 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use postgres_operator::api::{
-    collection_path, object_path, DataDurability, PostgresCluster, PostgresClusterSpec,
-    ReplicationSpec, SynchronousSpec,
-};
+use postgres_operator::api::{collection_path, object_path, PostgresCluster};
 use postgres_operator::client::Client;
 use postgres_operator::postgres::cluster::psql_in_pod;
 use postgres_operator::postgres::manifests::psql_argv;
@@ -76,19 +73,7 @@ async fn no_acknowledged_commit_is_lost_when_the_primary_node_is_lost() {
         reporter,
         stop.clone(),
     ));
-    let spec = PostgresClusterSpec {
-        size: 3,
-        version: "16".into(),
-        paused: false,
-        backup: None,
-        bootstrap: None,
-        replication: Some(ReplicationSpec {
-            synchronous: Some(SynchronousSpec {
-                number: 1,
-                data_durability: DataDurability::Required,
-            }),
-        }),
-    };
+    let spec = test_support::synchronous_spec(3, 1);
     let object = PostgresCluster::new(client.namespace(), CLUSTER, spec);
     client
         .create::<_, PostgresCluster>(&collection_path(client.namespace()), &object)
