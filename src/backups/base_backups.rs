@@ -2,6 +2,7 @@
 //! backup-now annotation), its report read when it finishes. WORKSHOP.md, step 05 ("Base
 //! backups").
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
@@ -24,7 +25,7 @@ use super::Backups;
 /// cluster's backup pods; `steady`: the members' plan had nothing to do.
 pub(super) async fn round(
     task: &mut PostgresTask<Backups>,
-    pods: &[Pod],
+    pods: &[Arc<Pod>],
     observed: &Observed,
     steady: bool,
 ) {

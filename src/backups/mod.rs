@@ -18,6 +18,8 @@ pub mod manifests;
 pub mod plan;
 pub mod restore;
 
+use std::sync::Arc;
+
 use serde_json::Value;
 use tokio::time::Instant;
 
@@ -132,7 +134,7 @@ impl ClusterLayer for Backups {
 
     async fn after_round(
         task: &mut PostgresTask<Self>,
-        own_pods: &[Pod],
+        own_pods: &[Arc<Pod>],
         observed: &Observed,
         steady: bool,
     ) {

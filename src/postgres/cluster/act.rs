@@ -183,18 +183,7 @@ impl<L: ClusterLayer> PostgresTask<L> {
                 member.terminating_for.as_secs(),
                 Role::Fenced.label_value()
             ));
-            let path = format!(
-                "/api/v1/namespaces/{}/pods/{}",
-                self.namespace(),
-                member.name
-            );
-            let patch = Patch::Merge(manifests::role_patch(Role::Fenced));
-            let patched = self
-                .worker
-                .client
-                .patch::<serde_json::Value>(&path, &patch)
-                .await;
-            match patched {
+            match self.relabel(&member.name, Role::Fenced).await {
                 // Gone meanwhile: fenced by the best means there is.
                 Ok(_) => {}
                 Err(error) if error.status_code() == Some(404) => {}
@@ -218,6 +207,17 @@ impl<L: ClusterLayer> PostgresTask<L> {
             .await;
         }
         true
+    }
+
+    /// Set `pod`'s role label (a merge patch leaves its other labels alone).
+    async fn relabel(&self, pod: &str, role: Role) -> Result<(), ClientError> {
+        let path = format!("/api/v1/namespaces/{}/pods/{pod}", self.namespace());
+        let patch = Patch::Merge(manifests::role_patch(role));
+        self.worker
+            .client
+            .patch::<serde_json::Value>(&path, &patch)
+            .await
+            .map(|_| ())
     }
 
     /// Ask each candidate how far it got, promote the most advanced, label it primary.
@@ -277,18 +277,7 @@ impl<L: ClusterLayer> PostgresTask<L> {
         }
         // The label is what the `<name>-primary` Service selects: relabelled, the Service sends
         // clients (and the other replicas, which stream from it) to the new primary.
-        let path = format!(
-            "/api/v1/namespaces/{}/pods/{}",
-            self.namespace(),
-            chosen.pod
-        );
-        let patch = Patch::Merge(manifests::role_patch(Role::Primary));
-        if let Err(error) = self
-            .worker
-            .client
-            .patch::<serde_json::Value>(&path, &patch)
-            .await
-        {
+        if let Err(error) = self.relabel(&chosen.pod, Role::Primary).await {
             self.say(format!(
                 "labelling {} primary failed: {error}; trying again next round",
                 chosen.pod

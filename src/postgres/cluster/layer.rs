@@ -15,6 +15,7 @@
 
 use std::fmt::Debug;
 use std::future::Future;
+use std::sync::Arc;
 
 use serde_json::Value;
 
@@ -98,7 +99,7 @@ pub trait ClusterLayer: Send + Sync + Sized + 'static {
     /// `steady`: the plan had nothing to do.
     fn after_round(
         _task: &mut PostgresTask<Self>,
-        _own_pods: &[Pod],
+        _own_pods: &[Arc<Pod>],
         _observed: &Observed,
         _steady: bool,
     ) -> impl Future<Output = ()> + Send {

@@ -353,7 +353,7 @@ impl<L: ClusterLayer> PostgresTask<L> {
         // still misses the pod (and creates a second one).
         let all_pods = self.snapshot();
         let waiting_for_watch = self.still_expecting(&all_pods);
-        let (own_pods, pods): (Vec<Pod>, Vec<Pod>) =
+        let (own_pods, pods): (Vec<Arc<Pod>>, Vec<Arc<Pod>>) =
             all_pods.into_iter().partition(|pod| L::is_own_pod(pod));
         let status = self.status();
         let mut observed = Observed {
@@ -440,21 +440,18 @@ impl<L: ClusterLayer> PostgresTask<L> {
         self.write_status(next).await;
     }
 
-    /// The cluster's pods in the store now: in its namespace and owned by its uid. The store
-    /// shares its `Arc`s; the round takes its own copies, since it reads them as `&[Pod]`.
-    fn snapshot(&self) -> Vec<Pod> {
+    /// The cluster's pods in the store now: in its namespace and owned by its uid, shared with
+    /// the store (no copy per round).
+    fn snapshot(&self) -> Vec<Arc<Pod>> {
         let namespace = &self.cluster.metadata.namespace;
         let uid = &self.cluster.metadata.uid;
         self.worker
             .pods
             .list(|pod: &Pod| &pod.metadata.namespace == namespace && pod.is_owned_by(uid))
-            .into_iter()
-            .map(std::sync::Arc::unwrap_or_clone)
-            .collect()
     }
 
     /// The cluster's pods, reduced to what the plan reads.
-    fn observe(&mut self, pods: &[Pod]) -> Vec<Member> {
+    fn observe(&mut self, pods: &[Arc<Pod>]) -> Vec<Member> {
         let now = Instant::now();
         let exists = |name: &String| pods.iter().any(|p| &p.metadata.name == name);
         self.unready_since.retain(|name, _| exists(name));
@@ -542,7 +539,7 @@ impl<L: ClusterLayer> PostgresTask<L> {
     }
 
     /// Whether the store shows the last action's effect yet; `Some(why)` while it does not.
-    fn still_expecting(&mut self, pods: &[Pod]) -> Option<String> {
+    fn still_expecting(&mut self, pods: &[Arc<Pod>]) -> Option<String> {
         let (expect, until) = self.expecting.clone()?;
         let find = |name: &str| pods.iter().find(|pod| pod.metadata.name == name);
         let seen = match &expect {

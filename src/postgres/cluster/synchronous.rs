@@ -48,9 +48,16 @@ pub(super) fn quorum(cluster: &PostgresCluster) -> Option<Quorum> {
 pub fn wanted(
     spec: &SynchronousSpec,
     members: &[Member],
+    primary: Option<&str>,
     previous: Option<&SynchronousStatus>,
 ) -> Option<(i64, Vec<String>)> {
-    let replica = |m: &&Member| m.role == Some(Role::Replica) && m.phase != Phase::Terminating;
+    // `members` were observed before this round acted: a replica promoted just now (`primary`)
+    // is still among them, labelled replica.
+    let replica = |m: &&Member| {
+        m.role == Some(Role::Replica)
+            && m.phase != Phase::Terminating
+            && Some(m.name.as_str()) != primary
+    };
     let mut names: Vec<String> = members
         .iter()
         .filter(replica)
@@ -95,16 +102,9 @@ impl<L: ClusterLayer> PostgresTask<L> {
     ) -> SynchronousRound {
         let previous = self.status().synchronous;
         let spec = spec(&self.cluster).cloned();
-        // Observed before this round acted: a replica promoted just now is still among them.
-        let others: Vec<Member> = observed
-            .members
-            .iter()
-            .filter(|m| Some(m.name.as_str()) != primary)
-            .cloned()
-            .collect();
         let wanted = spec
             .as_ref()
-            .and_then(|spec| wanted(spec, &others, previous.as_ref()));
+            .and_then(|spec| wanted(spec, &observed.members, primary, previous.as_ref()));
         let ready_primary = primary.filter(|name| {
             observed
                 .members
@@ -244,23 +244,23 @@ mod tests {
         ];
         let required = spec(1, DataDurability::Required);
         assert_eq!(
-            wanted(&required, &members, None),
+            wanted(&required, &members, Some("db-p"), None),
             Some((1, vec!["db-a".into(), "db-b".into()]))
         );
         let preferred = spec(2, DataDurability::Preferred);
         assert_eq!(
-            wanted(&preferred, &members, None),
+            wanted(&preferred, &members, Some("db-p"), None),
             Some((1, vec!["db-a".into()]))
         );
         let alone = vec![member("db-p", Role::Primary, true)];
-        assert_eq!(wanted(&preferred, &alone, None), None);
+        assert_eq!(wanted(&preferred, &alone, Some("db-p"), None), None);
         let before = SynchronousStatus {
             primary: "db-p".into(),
             number: 1,
             standbys: vec!["db-gone".into()],
         };
         assert_eq!(
-            wanted(&required, &alone, Some(&before)),
+            wanted(&required, &alone, Some("db-p"), Some(&before)),
             Some((1, vec!["db-gone".into()]))
         );
         assert_eq!(standby_names(Some(&before)), "ANY 1 (\"db-gone\")");
