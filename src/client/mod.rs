@@ -4,7 +4,7 @@
 //! send. Then the verbs (`get`, `create`, `replace`, `patch`, `delete`), the raw byte stream a
 //! watch reads, and the upgraded connection `pods/exec` speaks WebSocket on (`crate::exec`).
 //!
-//! WORKSHOP.md, step 01 ("Talking to the API server" and "When the server says no"). Built on
+//! WORKSHOP.md, "Talking to the API server" and "When the server says no" (Set-up). Built on
 //! hyper-util's pooled client over a rustls connector (ring provider, `tls.rs`), verifying the
 //! server against the CA the [`crate::config::Config`] names and nothing else.
 //!
