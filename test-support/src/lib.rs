@@ -35,7 +35,7 @@ pub mod scripted_server;
 pub use eventually::{eventually, POLL_INTERVAL};
 pub use kubectl::{
     kubectl_offline, kubectl_path, live_items, pod_ip, pod_is_ready, table_row, Kubectl,
-    KubectlOutput, BUNDLED_KUBECTL,
+    KubectlOutput, KubectlWatch, BUNDLED_KUBECTL,
 };
 pub use operator::{
     cluster_spec, create_cluster, older_crd, operator_command, plain_client,
@@ -53,6 +53,11 @@ pub use scripted_server::{ScriptedServer, TestPki};
 
 /// The CRD manifest users apply (`kube/crd.yaml`).
 pub const CRD_FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../kube/crd.yaml");
+/// The sandbox's pod fixture: pod `web`, label `app: web`, one container `c` of `nginx:1.27`.
+pub const POD_FIXTURE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../sandbox/tests/fixtures/pod.yaml"
+);
 /// The workshop's example cluster: example-postgresql-cluster, size 3, version "16".
 pub const EXAMPLE_FIXTURE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
