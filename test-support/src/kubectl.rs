@@ -42,6 +42,12 @@ impl Kubectl {
         self
     }
 
+    /// Over HTTPS: trust the CA in `ca_file` and present the bearer `token`.
+    pub fn with_ca_and_token(self, ca_file: &std::path::Path, token: &str) -> Kubectl {
+        let ca = ca_file.to_str().expect("a UTF-8 CA path");
+        self.with_flags(&["--certificate-authority", ca, "--token", token])
+    }
+
     /// The cache directory this kubectl uses.
     pub fn cache_dir(&self) -> &std::path::Path {
         self.cache_dir.path()

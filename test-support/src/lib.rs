@@ -47,7 +47,7 @@ pub use psql::HostPsql;
 pub use sandbox::{
     process_runtime, sandbox_and_kubectl, spawn_sandbox_binary, spawn_sandbox_binary_banner,
     start_process_sandbox, start_sandbox, start_sandbox_with, start_tls_sandbox,
-    until_watch_opened,
+    until_watch_opened, PROCESS_SANDBOX_FLAGS,
 };
 pub use scripted_server::{ScriptedServer, TestPki};
 

@@ -146,14 +146,9 @@ async fn kubectl_sees_what_stage01_registered() {
     let (sandbox, credentials) = tls_sandbox(Duration::ZERO).await;
     run(stage01_in_cluster(&sandbox, credentials.path()), 0).await;
 
-    let ca = credentials.path().join("ca.crt").display().to_string();
     let token = sandbox.token().expect("TLS mode has a token");
-    let kubectl = Kubectl::new(&sandbox.url()).with_flags(&[
-        "--certificate-authority",
-        &ca,
-        "--token",
-        &token,
-    ]);
+    let kubectl =
+        Kubectl::new(&sandbox.url()).with_ca_and_token(&credentials.path().join("ca.crt"), &token);
 
     let crd = kubectl.ok(&["get", "crd", CRD_NAME, "-o", "json"]).await;
     let crd: serde_json::Value = serde_json::from_str(&crd).unwrap();

@@ -56,12 +56,7 @@ async fn demo() -> Demo {
     let ca_file = ca_dir.path().join("ca.crt");
     std::fs::write(&ca_file, ca).expect("write the CA");
     let https = sandbox.url().replace("http://", "https://");
-    let app = Kubectl::new(&https).with_flags(&[
-        "--certificate-authority",
-        ca_file.to_str().expect("utf-8 path"),
-        "--token",
-        &token,
-    ]);
+    let app = Kubectl::new(&https).with_ca_and_token(&ca_file, &token);
     Demo {
         sandbox,
         admin,

@@ -53,11 +53,9 @@ async fn api_resources_shows_builtins_and_a_new_crd() {
 async fn example_cluster_goes_through_every_kubectl_verb() {
     let (_sandbox, kubectl) = test_support::sandbox_and_kubectl().await;
     apply_crd(&kubectl).await;
+    let created = "postgrescluster.workshop.example.com/example-postgresql-cluster created";
     kubectl
-        .ok_saying(
-            &["create", "-f", EXAMPLE_FIXTURE],
-            "postgrescluster.workshop.example.com/example-postgresql-cluster created",
-        )
+        .ok_saying(&["create", "-f", EXAMPLE_FIXTURE], created)
         .await;
 
     let table = kubectl.ok(&["get", "pgc"]).await;
@@ -71,12 +69,7 @@ async fn example_cluster_goes_through_every_kubectl_verb() {
         "{table}"
     );
 
-    let json: serde_json::Value = serde_json::from_str(
-        &kubectl
-            .ok(&["get", "pgc", "example-postgresql-cluster", "-o", "json"])
-            .await,
-    )
-    .expect("kubectl -o json prints JSON");
+    let json = kubectl.json(&["get", "pgc", CLUSTER]).await;
     assert_eq!(json["kind"], "PostgresCluster");
     assert_eq!(json["spec"]["size"], 3);
     assert_eq!(json["metadata"]["generation"], 1);
@@ -286,23 +279,13 @@ async fn everyday_commands_on_built_in_kinds() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_over_tls_with_a_bearer_token() {
     let (sandbox, dir) = test_support::start_tls_sandbox(Default::default()).await;
-    let ca = dir.path().join("ca.crt").to_string_lossy().to_string();
+    let ca = dir.path().join("ca.crt");
     let token = sandbox.token().expect("a token in TLS mode");
-    let kubectl = Kubectl::new(&sandbox.url()).with_flags(&[
-        "--certificate-authority",
-        &ca,
-        "--token",
-        &token,
-    ]);
+    let kubectl = Kubectl::new(&sandbox.url()).with_ca_and_token(&ca, &token);
     let namespaces = kubectl.ok(&["get", "namespaces"]).await;
     assert!(namespaces.contains("kube-system"), "{namespaces}");
 
-    let wrong = Kubectl::new(&sandbox.url()).with_flags(&[
-        "--certificate-authority",
-        &ca,
-        "--token",
-        "wrong",
-    ]);
+    let wrong = Kubectl::new(&sandbox.url()).with_ca_and_token(&ca, "wrong");
     let out = wrong.run(&["get", "namespaces"]).await;
     assert!(!out.success);
     // kubectl words a 401 during discovery as "the server has asked for the client to provide
