@@ -51,6 +51,14 @@ pub use sandbox::{
 };
 pub use scripted_server::{ScriptedServer, TestPki};
 
+/// The number in environment variable `name` (`SANDBOX_FUZZ_SEED=7`: a test's knob for a longer
+/// or a repeated run), or None when it is unset or not a number.
+pub fn env_number<T: std::str::FromStr>(name: &str) -> Option<T> {
+    std::env::var(name)
+        .ok()
+        .and_then(|value| value.parse().ok())
+}
+
 /// The CRD manifest users apply (`kube/crd.yaml`).
 pub const CRD_FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../kube/crd.yaml");
 /// The sandbox's pod fixture: pod `web`, label `app: web`, one container `c` of `nginx:1.27`.
