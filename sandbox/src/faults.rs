@@ -216,4 +216,33 @@ impl Faults {
         }
         failed
     }
+
+    /// Wedge every watch (`refuse: false` lifts it): the open ones end now, and each new one,
+    /// whoever sends it, is answered `500 InternalError` until lifted, so a client's watches make
+    /// no progress at all while its lists, reads and writes are answered as ever. What a client
+    /// sees behind a proxy or a watch cache that has stopped serving watches; unlike
+    /// `stall_watches` (headers, then silence), no watch is ever accepted, which a client counts
+    /// as progress. The sandbox's own controllers and kubelet read the store, not HTTP watches.
+    pub fn refuse_watches(&self, refuse: bool) {
+        // Every watch request carries it; the operator's, kubectl's and client-go's alike.
+        const WATCH: &str = "watch=true";
+        {
+            let mut faults = lock(&self.shared.faults);
+            faults.pending_failures.retain(|p| p.path_contains != WATCH);
+            if refuse {
+                faults.pending_failures.push(PendingFailure {
+                    remaining: usize::MAX,
+                    path_contains: WATCH.to_string(),
+                    fault: InjectedFault::Status {
+                        code: 500,
+                        reason: "InternalError".into(),
+                        retry_after_seconds: None,
+                    },
+                });
+            }
+        }
+        if refuse {
+            self.end_all_watches_now();
+        }
+    }
 }

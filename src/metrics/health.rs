@@ -97,13 +97,8 @@ impl Health {
             return Ok(());
         }
         for (resource, watch) in &self.watches {
-            let quiet = now.saturating_duration_since(watch.last);
-            if quiet > bounds.watch {
-                return Err(format!(
-                    "the {resource} watch made no progress for {}s (bound {}s)",
-                    quiet.as_secs(),
-                    bounds.watch.as_secs()
-                ));
+            if let Some(quiet) = quiet_past(watch.last, now, bounds.watch) {
+                return Err(format!("the {resource} watch made no progress {quiet}"));
             }
         }
         for (cluster, task) in &self.loops {
@@ -112,12 +107,9 @@ impl Health {
                     "the reconcile loop of {cluster} died (its task panicked)"
                 ));
             }
-            let quiet = now.saturating_duration_since(task.last);
-            if quiet > bounds.reconcile {
+            if let Some(quiet) = quiet_past(task.last, now, bounds.reconcile) {
                 return Err(format!(
-                    "the reconcile loop of {cluster} ended no round for {}s (bound {}s)",
-                    quiet.as_secs(),
-                    bounds.reconcile.as_secs()
+                    "the reconcile loop of {cluster} ended no round {quiet}"
                 ));
             }
         }
@@ -136,6 +128,12 @@ impl Health {
             },
         }
     }
+}
+
+/// `for 61s (bound 60s)`, when more than `bound` has passed between `last` and `now`.
+fn quiet_past(last: Instant, now: Instant, bound: Duration) -> Option<String> {
+    let quiet = now.saturating_duration_since(last);
+    (quiet > bound).then(|| format!("for {}s (bound {}s)", quiet.as_secs(), bound.as_secs()))
 }
 
 #[cfg(test)]

@@ -10,75 +10,15 @@
 //! PostgreSQL, bubblewrap and kubectl: without them the test fails and says what is missing.
 
 use std::collections::BTreeSet;
-use std::path::Path;
 use std::process::Stdio;
-use std::time::Duration;
 
-use sandbox::{RequestRecord, SandboxOptions};
-use serde_json::Value;
+use sandbox::RequestRecord;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-const NAMESPACE: &str = "postgres-operator";
-const DEPLOYMENT: &str = "postgres-operator";
-const LEASE: &str = "postgres-operator";
-const CLUSTER: &str = "example-postgresql-cluster";
-const OPERATOR_USER: &str = "system:serviceaccount:postgres-operator:postgres-operator";
-/// Generous: the machine may be compiling other tests meanwhile.
-const DEADLINE: Duration = Duration::from_secs(300);
-
-/// kubectl as the README's reader runs it: a kubeconfig whose current context is the sandbox,
-/// and a fresh discovery cache.
-struct Shell {
-    dir: tempfile::TempDir,
-}
-
-impl Shell {
-    fn new(server: &str) -> Shell {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let kubeconfig = format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: sandbox\n  cluster:\n    server: {server}\n\
-             contexts:\n- name: sandbox\n  context:\n    cluster: sandbox\n    user: learner\n\
-             users:\n- name: learner\n  user: {{}}\ncurrent-context: sandbox\n"
-        );
-        std::fs::write(dir.path().join("kubeconfig"), kubeconfig).expect("kubeconfig written");
-        std::fs::create_dir(dir.path().join("cache")).expect("cache dir");
-        Shell { dir }
-    }
-
-    /// One command line through `sh -c`, from the repository root (the README's paths are
-    /// relative to it).
-    fn command(&self, line: &str) -> tokio::process::Command {
-        let mut command = tokio::process::Command::new("sh");
-        command
-            .args(["-c", line])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .env("KUBECONFIG", self.dir.path().join("kubeconfig"))
-            .env("KUBECACHEDIR", self.dir.path().join("cache"))
-            .env_remove("KUBERNETES_SERVICE_HOST")
-            .stdin(Stdio::null())
-            .kill_on_drop(true);
-        command
-    }
-
-    async fn ok(&self, line: &str) -> String {
-        let output = tokio::time::timeout(DEADLINE, self.command(line).output())
-            .await
-            .unwrap_or_else(|_| panic!("`{line}` did not finish in {DEADLINE:?}"))
-            .expect("sh runs");
-        assert!(
-            output.status.success(),
-            "`{line}` failed ({:?}):\nstdout: {}\nstderr: {}",
-            output.status.code(),
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
-        String::from_utf8_lossy(&output.stdout).into_owned()
-    }
-
-    async fn json(&self, line: &str) -> Value {
-        serde_json::from_str(&self.ok(line).await).expect("kubectl prints JSON")
-    }
-}
+use super::deployed::{
+    lease_holder, members, operator_pods, start_sandbox, Shell, CLUSTER, DEADLINE, DEPLOYMENT,
+    NAMESPACE, OPERATOR_USER,
+};
 
 /// The README's deploy commands: the `sh` block that holds `kubectl apply -k kube/`, every
 /// line that starts with `kubectl`, comments cut off.
@@ -95,71 +35,6 @@ fn readme_deploy_commands() -> Vec<String> {
         .lines()
         .filter(|line| line.starts_with("kubectl "))
         .map(|line| line.split(" #").next().unwrap_or(line).trim().to_string())
-        .collect()
-}
-
-/// The pods in the operator's namespace that `selector` picks, without terminating ones.
-async fn live_pods(shell: &Shell, selector: &str) -> Vec<Value> {
-    let list = shell
-        .json(&format!(
-            "kubectl -n {NAMESPACE} get pods -l {selector} -o json"
-        ))
-        .await;
-    test_support::live_items(&list)
-        .into_iter()
-        .cloned()
-        .collect()
-}
-
-/// The operator pods: name → (ready, restart count), without terminating ones.
-async fn operator_pods(shell: &Shell) -> Vec<(String, bool, u64)> {
-    live_pods(shell, "app.kubernetes.io/name=postgres-operator")
-        .await
-        .iter()
-        .map(|pod| {
-            let ready = test_support::pod_is_ready(pod);
-            let restarts = pod["status"]["containerStatuses"][0]["restartCount"]
-                .as_u64()
-                .unwrap_or(0);
-            let name = pod["metadata"]["name"].as_str().unwrap_or_default();
-            (name.to_string(), ready, restarts)
-        })
-        .collect()
-}
-
-/// The Lease's holder, as `<pod name>_<suffix>` (client-go's identity), and the pod part.
-async fn lease_holder(shell: &Shell) -> Option<(String, String)> {
-    let lease = shell
-        .command(&format!(
-            "kubectl -n {NAMESPACE} get lease {LEASE} -o jsonpath='{{.spec.holderIdentity}}'"
-        ))
-        .output()
-        .await
-        .ok()?;
-    let holder = String::from_utf8_lossy(&lease.stdout).trim().to_string();
-    let pod = holder.rsplit_once('_')?.0.to_string();
-    (lease.status.success() && !holder.is_empty()).then_some((holder, pod))
-}
-
-/// The example cluster's members: (name, role, ready), without terminating ones.
-async fn members(shell: &Shell) -> Vec<(String, String, bool)> {
-    live_pods(shell, &format!("workshop.example.com/cluster={CLUSTER}"))
-        .await
-        .iter()
-        .map(|pod| {
-            let ready = test_support::pod_is_ready(pod);
-            (
-                pod["metadata"]["name"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string(),
-                pod["metadata"]["labels"]["workshop.example.com/role"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string(),
-                ready,
-            )
-        })
         .collect()
 }
 
@@ -286,15 +161,7 @@ fn operator_process(pod: &str) -> Option<u32> {
 /// `kill -9` of the leader hands over to the standby.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_readme_deploys_the_operator_into_the_sandbox() {
-    let binaries = Path::new(env!("CARGO_BIN_EXE_stage04"))
-        .parent()
-        .expect("the binaries' directory")
-        .to_path_buf();
-    let options = SandboxOptions {
-        operator_binaries: Some(binaries),
-        ..SandboxOptions::default()
-    };
-    let sandbox = test_support::start_process_sandbox(options).await;
+    let sandbox = start_sandbox().await;
     let shell = Shell::new(&sandbox.url());
 
     // The README, verbatim: apply, rollout status, the example, then `logs -f` in the background.
