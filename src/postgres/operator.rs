@@ -35,7 +35,7 @@ use crate::metrics::{serve, HealthBounds};
 use crate::postgres::plan::Delays;
 use crate::process::{fail, parse_seconds, start};
 use crate::story::Reporter;
-use crate::watch::{list_then_watch, Event, WatchNotice};
+use crate::watch::{list_then_watch, Event, WatchNotice, WatchOptions};
 
 /// The flags stage 04 and stage 05 take besides the connection's: the reconcile timer, the
 /// failover delays, where `/metrics` is served, and leader election.
@@ -50,6 +50,9 @@ pub struct PostgresFlags {
     /// How long a replica may be unready before it is replaced, in seconds
     #[arg(long, value_name = "SECS", default_value = "60", value_parser = parse_seconds, allow_negative_numbers = true)]
     pub member_lost_after: Duration,
+    /// The longest watch asked of the API server, in seconds (each asks between 85 % and 100 % of it); /healthz fails once a watch has not moved for twice this plus 60 s
+    #[arg(long, value_name = "SECS", default_value = "340", value_parser = parse_seconds, allow_negative_numbers = true)]
+    pub watch_timeout: Duration,
     /// Where /metrics (Prometheus), /healthz and /readyz (probes) are served, as IP:PORT (port 0: any free one)
     #[arg(long, value_name = "IP:PORT", default_value = "127.0.0.1:8080")]
     pub metrics_address: SocketAddr,
@@ -66,6 +69,13 @@ impl PostgresFlags {
                 failover_after: self.failover_after,
                 member_lost_after: self.member_lost_after,
                 ..Delays::default()
+            },
+            // Spread between 85 % and 100 %, as the default 290–340 s is: watches started
+            // together (after a relist) do not all end, and reconnect, at the same moment.
+            watch: WatchOptions {
+                watch_timeout_min: self.watch_timeout * 85 / 100,
+                watch_timeout_max: self.watch_timeout,
+                ..WatchOptions::default()
             },
             ..PostgresOptions::default()
         }
