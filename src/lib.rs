@@ -11,7 +11,7 @@
 //! | [`client`] | the HTTP client: one request (`mod.rs` opens with it), the JSON verbs, retries, the raw watch stream; its errors, token and TLS in files of their own | Set-up ("Talking to the API server") |
 //! | [`status`] | the Kubernetes `Status` error body | Set-up ("When the server says no") |
 //! | [`api`] | our resource's names, REST paths and typed `PostgresCluster` | Step 01 |
-//! | [`crd`] | the CustomResourceDefinition, built in Rust (`schema.rs`); registering it (stage 01) and checking it (every later stage) in `mod.rs`; how the server's differs (`compare.rs`) | Step 01 |
+//! | [`crd`] | the CustomResourceDefinition (data: `kube/crd.yaml`, compiled in); registering it (stage 01) and checking it (every later stage) in `mod.rs`; how the server's differs (`compare.rs`) | Step 01 |
 //! | [`watch`] | bytes → lines → typed events, list-then-watch that never loses its place, and the `Store` it keeps | Step 02 (the store: step 04) |
 //! | [`story`] | what the operator says: the workshop's log lines, and the `Reporter` that tags each with its cluster | Steps 02 and 03 (who leads: step 04) |
 //! | [`controller`] | one task per cluster, its own channel, and a reconcile timer | Step 03 |

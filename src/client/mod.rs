@@ -1,8 +1,9 @@
 //! The HTTP client every stage talks to the API server with. One request is what this file
 //! opens with (`Client::send`): a method, a path under the server's URL, `Accept:
 //! application/json`, our `User-Agent`, and `Authorization: Bearer <token>` — what `curl -H` would
-//! send. Then the verbs (`get`, `create`, `replace`, `patch`, `delete`), the raw byte stream a
-//! watch reads, and the upgraded connection `pods/exec` speaks WebSocket on (`crate::exec`).
+//! send. Then the JSON verbs (`get`, `create`, `replace`, `patch`, `delete`). The later steps add
+//! their own verb where they teach it: a watch's byte stream (`Client::stream`, step 02's
+//! `watch/stream.rs`) and `pods/exec`'s upgraded connection (`Client::upgrade`, step 04's `exec.rs`).
 //!
 //! WORKSHOP.md, step 01 ("Talking to the API server" and "When the server says no"). Built on
 //! hyper-util's pooled client over a rustls connector (ring provider, `tls.rs`), verifying the
@@ -10,8 +11,8 @@
 //!
 //! What it does for you, because Kubernetes says so (below the verbs, and in `error.rs` and
 //! `token.rs`):
-//! - every error body is a `Status`: decoded into [`ClientError::Api`]; a body that is not one (a
-//!   proxy's HTML page) still becomes a readable [`ClientError::Http`];
+//! - every error body is a `Status`: decoded into [`RequestError::Api`]; a body that is not one (a
+//!   proxy's HTML page) still becomes a readable [`RequestError::Http`];
 //! - 401: the token file may have been rotated: re-read it and retry once;
 //! - 429 and 503: wait for `Retry-After` (or `details.retryAfterSeconds`), bounded, then retry;
 //! - a file-backed token is re-read at least every minute (bound tokens expire in about an hour).
@@ -38,8 +39,9 @@ mod error;
 mod tls;
 mod token;
 
-use error::{error_chain, snippet};
-pub use error::{ClientError, ConnectError};
+pub(crate) use error::error_chain;
+use error::snippet;
+pub use error::{ClientError, ConnectError, RequestError};
 use tls::tls_client_config;
 pub use token::TOKEN_REREAD_INTERVAL;
 use token::{CachedToken, TokenState};
@@ -120,11 +122,7 @@ impl Client {
         if let Some(token) = self.inner.token.current() {
             let mut value =
                 HeaderValue::from_str(&format!("Bearer {}", token.expose())).map_err(|source| {
-                    ClientError::TokenNotAHeader {
-                        method: method.to_string(),
-                        path: path.to_string(),
-                        source,
-                    }
+                    ClientError::request(method, path, RequestError::TokenNotAHeader(source))
                 })?;
             // Keeps the token out of any header dump hyper or a proxy layer might log.
             value.set_sensitive(true);
@@ -143,22 +141,14 @@ impl Client {
 
         self.inner.http.request(request).await.map_err(|source| {
             tracing::debug!(method = %method, path, error = %error_chain(&source), "request failed");
-            // Boxed: it carries connection details that would make every ClientError large.
             let (is_connect, source) = (source.is_connect(), Box::new(source));
-            if is_connect {
-                ClientError::Connect {
-                    method: method.to_string(),
-                    path: path.to_string(),
-                    server: self.inner.base.clone(),
-                    source,
-                }
+            let kind = if is_connect {
+                let server = self.inner.base.clone();
+                RequestError::Connect { server, source }
             } else {
-                ClientError::Transport {
-                    method: method.to_string(),
-                    path: path.to_string(),
-                    source,
-                }
-            }
+                RequestError::Transport(source)
+            };
+            ClientError::request(method, path, kind)
         })
     }
 }
@@ -248,6 +238,11 @@ impl Client {
         &self.inner.base
     }
 
+    /// How long one attempt may wait for its answer.
+    pub(crate) fn request_timeout(&self) -> Duration {
+        self.inner.request_timeout
+    }
+
     /// GET a JSON object. `path` may carry a `?query`.
     pub async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
         self.json(Method::GET, path, None).await
@@ -292,54 +287,6 @@ impl Client {
         self.json(Method::DELETE, path, None).await
     }
 
-    /// GET with no overall timeout; returns once the response headers are in and 2xx. Only
-    /// getting the headers is bounded by the request timeout: a watch then stays open for minutes.
-    pub async fn stream(&self, path_and_query: &str) -> Result<ByteStream, ClientError> {
-        let response = self
-            .send_with_retries(&Method::GET, path_and_query, None, &HeaderMap::new())
-            .await?;
-        Ok(ByteStream {
-            body: response.into_body(),
-            path: path_and_query.to_string(),
-        })
-    }
-
-    /// GET with `headers` asking to switch protocols (`Connection: Upgrade`, `Upgrade: websocket`
-    /// and the WebSocket handshake, for `pods/exec`), and the connection once the server answers
-    /// `101 Switching Protocols`. The request goes out as every other does: the same TLS
-    /// configuration and token, the same retries after 401/429/503, the same typed error for a
-    /// refusal (403 without RBAC `create` on `pods/exec`, 404 for a pod that is gone). Checking
-    /// the protocol's own handshake headers is the caller's job.
-    pub async fn upgrade(
-        &self,
-        path_and_query: &str,
-        headers: HeaderMap,
-    ) -> Result<UpgradedConnection, ClientError> {
-        let method = Method::GET;
-        let response = self
-            .send_with_retries(&method, path_and_query, None, &headers)
-            .await?;
-        if response.status() != StatusCode::SWITCHING_PROTOCOLS {
-            return Err(ClientError::NotUpgraded {
-                method: method.to_string(),
-                path: path_and_query.to_string(),
-                code: response.status().as_u16(),
-            });
-        }
-        let headers = response.headers().clone();
-        // hyper's connection task hands the socket (with any bytes it read past the 101 head)
-        // over once it has seen the 101; the pool never gets this connection back.
-        let io = tokio::time::timeout(self.inner.request_timeout, hyper::upgrade::on(response))
-            .await
-            .map_err(|_| self.timeout_error(&method, path_and_query))?
-            .map_err(|source| ClientError::Upgrade {
-                method: method.to_string(),
-                path: path_and_query.to_string(),
-                source,
-            })?;
-        Ok(UpgradedConnection { headers, io })
-    }
-
     /// One JSON request with the retries Kubernetes asks for; decodes a 2xx body into `T`.
     async fn json<T: DeserializeOwned>(
         &self,
@@ -352,19 +299,24 @@ impl Client {
             .await?;
         let code = response.status().as_u16();
         let body = self.read_body_in_time(&method, path, response).await?;
-        serde_json::from_slice(&body).map_err(|source| ClientError::Decode {
-            method: method.to_string(),
-            path: path.to_string(),
-            code,
-            snippet: snippet(&body),
-            source,
+        serde_json::from_slice(&body).map_err(|source| {
+            let snippet = snippet(&body);
+            ClientError::request(
+                &method,
+                path,
+                RequestError::Decode {
+                    code,
+                    snippet,
+                    source,
+                },
+            )
         })
     }
 
     /// Send until the answer is 2xx or 101 (returned with its body still unread, so a watch can
-    /// stream it) or an error not worth retrying. Each attempt's wait for the response head is
+    /// stream it, or `pods/exec` take the connection over) or an error not worth retrying. Each attempt's wait for the response head is
     /// bounded by the request timeout. `extra_headers` go out with every attempt.
-    async fn send_with_retries(
+    pub(crate) async fn send_with_retries(
         &self,
         method: &Method,
         path: &str,
@@ -448,12 +400,9 @@ impl Client {
         }
     }
 
-    fn timeout_error(&self, method: &Method, path: &str) -> ClientError {
-        ClientError::Timeout {
-            method: method.to_string(),
-            path: path.to_string(),
-            after: self.inner.request_timeout,
-        }
+    pub(crate) fn timeout_error(&self, method: &Method, path: &str) -> ClientError {
+        let after = self.inner.request_timeout;
+        ClientError::request(method, path, RequestError::Timeout { after })
     }
 }
 
@@ -482,62 +431,6 @@ impl Patch {
         match self {
             Patch::Merge(value) | Patch::Json(value) | Patch::Strategic(value) => value,
         }
-    }
-}
-
-/// The body of a streaming response (a watch), read chunk by chunk as it arrives.
-pub struct ByteStream {
-    body: Incoming,
-    path: String,
-}
-
-impl fmt::Debug for ByteStream {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ByteStream")
-            .field("path", &self.path)
-            .finish()
-    }
-}
-
-impl ByteStream {
-    /// The next chunk of bytes as the server sent them; `None` at a clean end of stream. Chunk
-    /// boundaries mean nothing: an event can be split anywhere, several can share a chunk.
-    pub async fn next_chunk(&mut self) -> Option<Result<Bytes, ClientError>> {
-        loop {
-            match self.body.frame().await? {
-                Ok(frame) => {
-                    // Trailers and empty data frames carry no event bytes.
-                    if let Ok(data) = frame.into_data() {
-                        if !data.is_empty() {
-                            return Some(Ok(data));
-                        }
-                    }
-                }
-                Err(source) => {
-                    return Some(Err(ClientError::ReadBody {
-                        method: "GET".into(),
-                        path: self.path.clone(),
-                        source,
-                    }))
-                }
-            }
-        }
-    }
-}
-
-/// A connection the API server switched to another protocol with `101 Switching Protocols`
-/// ([`Client::upgrade`]): the answer's headers, to check the handshake, and the raw connection
-/// (TLS already inside) to speak that protocol on.
-pub struct UpgradedConnection {
-    pub headers: HeaderMap,
-    pub io: hyper::upgrade::Upgraded,
-}
-
-impl fmt::Debug for UpgradedConnection {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("UpgradedConnection")
-            .field("headers", &self.headers)
-            .finish_non_exhaustive()
     }
 }
 
@@ -576,11 +469,7 @@ fn encode<B: Serialize + ?Sized>(
 ) -> Result<Bytes, ClientError> {
     serde_json::to_vec(body)
         .map(Bytes::from)
-        .map_err(|source| ClientError::Encode {
-            method: method.to_string(),
-            path: path.to_string(),
-            source,
-        })
+        .map_err(|source| ClientError::request(method, path, RequestError::Encode(source)))
 }
 
 /// The whole body, but never more than `limit` bytes: past that, the request fails with
@@ -591,22 +480,15 @@ async fn read_body(
     mut body: Incoming,
     limit: usize,
 ) -> Result<Bytes, ClientError> {
-    let too_large = || ClientError::BodyTooLarge {
-        method: method.to_string(),
-        path: path.to_string(),
-        limit,
-    };
+    let too_large = || ClientError::request(method, path, RequestError::BodyTooLarge { limit });
     // A Content-Length over the cap fails before a byte of the body is read.
     if body.size_hint().lower() > limit as u64 {
         return Err(too_large());
     }
     let mut collected = BytesMut::new();
     while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|source| ClientError::ReadBody {
-            method: method.to_string(),
-            path: path.to_string(),
-            source,
-        })?;
+        let frame = frame
+            .map_err(|source| ClientError::request(method, path, RequestError::ReadBody(source)))?;
         // Trailers carry no body bytes.
         if let Ok(data) = frame.into_data() {
             if data.len() > limit - collected.len() {
@@ -631,24 +513,20 @@ fn log_request(method: &Method, path: &str, status: StatusCode, started: Instant
 
 /// A non-2xx answer as an error: the `Status` if the body is one, otherwise the code and a snippet.
 fn error_from_answer(method: &Method, path: &str, answer: &Answer) -> ClientError {
-    match Status::from_body(&answer.body) {
+    let code = answer.status.as_u16();
+    let kind = match Status::from_body(&answer.body) {
         Some(mut status) => {
             if status.code == 0 {
-                status.code = answer.status.as_u16();
+                status.code = code;
             }
-            ClientError::Api {
-                method: method.to_string(),
-                path: path.to_string(),
-                status: Box::new(status),
-            }
+            RequestError::Api(Box::new(status))
         }
-        None => ClientError::Http {
-            method: method.to_string(),
-            path: path.to_string(),
-            code: answer.status.as_u16(),
+        None => RequestError::Http {
+            code,
             body: snippet(&answer.body),
         },
-    }
+    };
+    ClientError::request(method, path, kind)
 }
 
 /// `Retry-After: N` (seconds), else the Status's `details.retryAfterSeconds`, else a default.

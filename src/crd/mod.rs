@@ -1,12 +1,12 @@
-//! Our CustomResourceDefinition (built in `schema.rs`) and the three things stage 01 does with it:
-//! ensure the cluster has it as we define it (create it, or update an older schema), wait until
-//! the API server serves it, and read back what discovery serves.
+//! Our CustomResourceDefinition and the three things stage 01 does with it: ensure the cluster
+//! has it as we define it (create it, or update an older schema), wait until the API server
+//! serves it, and read back what discovery serves.
 //!
 //! WORKSHOP.md, step 01. The 2017 workshop registered a ThirdPartyResource (removed in Kubernetes
 //! 1.8); today the same idea is a CRD in `apiextensions.k8s.io/v1`, which must carry a structural
-//! OpenAPI schema. `kube/crd.yaml` is the same object as YAML; `tests/crd/manifest.rs` proves they
-//! agree. The later stages do not change it: they `check` it (created if absent, otherwise left
-//! as it is), since registering the type is this step's.
+//! OpenAPI schema. The CRD itself is data: `kube/crd.yaml`, compiled in. The later stages do not
+//! change it: they `check` it (created if absent, otherwise left as it is), since registering
+//! the type is this step's.
 
 use std::time::Duration;
 
@@ -17,10 +17,21 @@ use crate::api::{crd_path, group_version_path, CRD_NAME, GROUP, VERSION};
 use crate::client::{Client, ClientError};
 
 mod compare;
-mod schema;
 
 pub use compare::{differences, Difference};
-pub use schema::{postgres_cluster_crd, QUANTITY_PATTERN, TARGET_TIME_PATTERN, VERSION_PATTERN};
+
+/// Our CRD as `kubectl apply -f kube/crd.yaml` sends it. The file is JSON (which is YAML too, so
+/// kubectl reads it) with whole-line `#` comments, which JSON lacks: they are dropped here. No
+/// line of JSON starts with `#`, since a JSON string cannot span lines.
+pub fn postgres_cluster_crd() -> Value {
+    const MANIFEST: &str = include_str!("../../kube/crd.yaml");
+    let json: String = MANIFEST
+        .lines()
+        .filter(|line| !line.trim_start().starts_with('#'))
+        .collect();
+    // Compiled in, not read at run time: the unit tests below parse it in every build.
+    serde_json::from_str(&json).expect("kube/crd.yaml is JSON with # comment lines")
+}
 
 /// Where CRDs are created (cluster-scoped: no namespace in the path).
 pub const CRDS_PATH: &str = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
@@ -510,15 +521,21 @@ pub async fn served_resources(client: &Client) -> Result<Vec<ServedResource>, Cr
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::PLURAL;
+    use crate::api::{KIND, LIST_KIND, MAX_SIZE, PLURAL, SHORT_NAME, SINGULAR};
 
-    /// The CRD's name, names and version come from `api.rs`; scale and size bounds are in place.
+    /// `kube/crd.yaml` says the names, version and size bound `api.rs` says; scale is in place.
     #[test]
     fn the_crd_is_named_plural_dot_group_and_uses_the_api_constants() {
         let crd = postgres_cluster_crd();
         assert_eq!(crd["metadata"]["name"], CRD_NAME);
-        assert_eq!(crd["spec"]["names"]["plural"], PLURAL);
-        assert_eq!(crd["spec"]["names"]["shortNames"][0], "pgc");
+        assert_eq!(CRD_NAME, format!("{PLURAL}.{GROUP}"));
+        assert_eq!(crd["spec"]["group"], GROUP);
+        let names = &crd["spec"]["names"];
+        assert_eq!(names["kind"], KIND);
+        assert_eq!(names["listKind"], LIST_KIND);
+        assert_eq!(names["plural"], PLURAL);
+        assert_eq!(names["singular"], SINGULAR);
+        assert_eq!(names["shortNames"], json!([SHORT_NAME]));
         let version = &crd["spec"]["versions"][0];
         assert_eq!(version["name"], "v1");
         assert_eq!(
@@ -531,7 +548,7 @@ mod tests {
         );
         let spec = &version["schema"]["openAPIV3Schema"]["properties"]["spec"];
         assert_eq!(spec["properties"]["size"]["minimum"], 1);
-        assert_eq!(spec["properties"]["size"]["maximum"], 7);
+        assert_eq!(spec["properties"]["size"]["maximum"], MAX_SIZE);
         assert_eq!(spec["required"], json!(["size", "version"]));
     }
 
