@@ -13,12 +13,28 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::api::{crd_path, group_version_path, CRD_NAME, GROUP, VERSION};
 use crate::client::{Client, ClientError};
 
 mod compare;
 
 pub use compare::{differences, Difference};
+
+/// The API group our CustomResourceDefinition adds (the 2017 workshop's TPR used `lukeb0nd.com`).
+pub const GROUP: &str = "workshop.example.com";
+/// The one version we serve and store.
+pub const VERSION: &str = "v1";
+/// A CRD's name must be `<plural>.<group>`; the API server rejects anything else.
+pub const CRD_NAME: &str = "postgresclusters.workshop.example.com";
+
+/// The CRD object itself, cluster-scoped under apiextensions.k8s.io.
+pub fn crd_path() -> String {
+    format!("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{CRD_NAME}")
+}
+
+/// `/apis/workshop.example.com/v1`: what discovery serves once the CRD is established.
+pub fn group_version_path() -> String {
+    format!("/apis/{GROUP}/{VERSION}")
+}
 
 /// Our CRD as `kubectl apply -f kube/crd.yaml` sends it. The file is JSON (which is YAML too, so
 /// kubectl reads it) with whole-line `#` comments, which JSON lacks: they are dropped here. No
@@ -521,7 +537,7 @@ pub async fn served_resources(client: &Client) -> Result<Vec<ServedResource>, Cr
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{KIND, LIST_KIND, MAX_SIZE, PLURAL, SHORT_NAME, SINGULAR};
+    use crate::api::{API_VERSION, KIND, LIST_KIND, MAX_SIZE, PLURAL, SHORT_NAME, SINGULAR};
 
     /// `kube/crd.yaml` says the names, version and size bound `api.rs` says; scale is in place.
     #[test]
@@ -529,6 +545,7 @@ mod tests {
         let crd = postgres_cluster_crd();
         assert_eq!(crd["metadata"]["name"], CRD_NAME);
         assert_eq!(CRD_NAME, format!("{PLURAL}.{GROUP}"));
+        assert_eq!(API_VERSION, format!("{GROUP}/{VERSION}"));
         assert_eq!(crd["spec"]["group"], GROUP);
         let names = &crd["spec"]["names"];
         assert_eq!(names["kind"], KIND);
