@@ -254,8 +254,7 @@ impl Client {
         path: &str,
         body: &B,
     ) -> Result<T, ClientError> {
-        let body = encode(&Method::POST, path, body)?;
-        self.json(Method::POST, path, Some((body, "application/json")))
+        self.json_body(Method::POST, path, body, "application/json")
             .await
     }
 
@@ -266,8 +265,7 @@ impl Client {
         path: &str,
         body: &B,
     ) -> Result<T, ClientError> {
-        let body = encode(&Method::PUT, path, body)?;
-        self.json(Method::PUT, path, Some((body, "application/json")))
+        self.json_body(Method::PUT, path, body, "application/json")
             .await
     }
 
@@ -277,14 +275,27 @@ impl Client {
         path: &str,
         patch: &Patch,
     ) -> Result<T, ClientError> {
-        let body = encode(&Method::PATCH, path, patch.value())?;
-        self.json(Method::PATCH, path, Some((body, patch.content_type())))
+        self.json_body(Method::PATCH, path, patch.value(), patch.content_type())
             .await
     }
 
     /// DELETE an object. The answer is the object (with a deletionTimestamp) or a Success Status.
     pub async fn delete<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
         self.json(Method::DELETE, path, None).await
+    }
+
+    /// [`Client::json`] with `body` encoded as JSON and sent as `content_type`.
+    async fn json_body<B: Serialize + ?Sized, T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: &B,
+        content_type: &'static str,
+    ) -> Result<T, ClientError> {
+        let body = serde_json::to_vec(body)
+            .map_err(|source| ClientError::request(&method, path, RequestError::Encode(source)))?;
+        self.json(method, path, Some((body.into(), content_type)))
+            .await
     }
 
     /// One JSON request with the retries Kubernetes asks for; decodes a 2xx body into `T`.
@@ -460,16 +471,6 @@ pub const DEFAULT_MAX_RESPONSE_BODY: usize = 64 * 1024 * 1024;
 struct Retries {
     reloaded_token: bool,
     throttled: u32,
-}
-
-fn encode<B: Serialize + ?Sized>(
-    method: &Method,
-    path: &str,
-    body: &B,
-) -> Result<Bytes, ClientError> {
-    serde_json::to_vec(body)
-        .map(Bytes::from)
-        .map_err(|source| ClientError::request(method, path, RequestError::Encode(source)))
 }
 
 /// The whole body, but never more than `limit` bytes: past that, the request fails with

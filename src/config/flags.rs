@@ -148,20 +148,11 @@ mod tests {
     /// `--server 127.0.0.1:8001` (what `kubectl proxy` prints) gets the URL it meant.
     #[test]
     fn a_server_without_scheme_suggests_http() {
-        let error = parse(&["--server", "127.0.0.1:8001"])
-            .unwrap_err()
-            .to_string();
-        assert!(
-            error.contains("did you mean http://127.0.0.1:8001?"),
-            "{error}"
-        );
-        let error = parse(&["--server", "localhost:8001"])
-            .unwrap_err()
-            .to_string();
-        assert!(
-            error.contains("did you mean http://localhost:8001?"),
-            "{error}"
-        );
+        for address in ["127.0.0.1:8001", "localhost:8001"] {
+            let error = parse(&["--server", address]).unwrap_err().to_string();
+            let suggestion = format!("did you mean http://{address}?");
+            assert!(error.contains(&suggestion), "{error}");
+        }
     }
 
     /// `--token` with `--token-file` is refused: which one would win?
