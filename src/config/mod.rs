@@ -267,9 +267,9 @@ impl Config {
         }
 
         let mut tried = vec![
-            ("--server flag".to_string(), "not given".to_string()),
+            (ConfigSource::Flags.to_string(), "not given".to_string()),
             (
-                format!("{KUBE_SERVER_ENV} environment variable"),
+                ConfigSource::KubeServerEnv.to_string(),
                 "not set".to_string(),
             ),
         ];
@@ -277,10 +277,10 @@ impl Config {
             env.get(SERVICE_ACCOUNT_DIR_ENV)
                 .unwrap_or(SERVICE_ACCOUNT_DIR),
         );
-        let in_cluster_label = format!(
-            "in-cluster service account ({})",
-            service_account_dir.display()
-        );
+        let in_cluster_label = ConfigSource::InCluster {
+            service_account_dir: service_account_dir.clone(),
+        }
+        .to_string();
         match (env.get(SERVICE_HOST_ENV), env.get(SERVICE_PORT_ENV)) {
             (Some(host), Some(port)) => {
                 match Config::incluster_from(&service_account_dir, host, port) {

@@ -214,38 +214,27 @@ impl CrdError {
 
     /// What to do about it, in one sentence, when there is something specific to say.
     pub fn hint(&self) -> Option<String> {
+        const CRDS: &str = "customresourcedefinitions.apiextensions.k8s.io";
         let (verb, resource) = match self {
-            CrdError::Create(_) => ("create", "customresourcedefinitions.apiextensions.k8s.io"),
-            CrdError::Update(_) => ("update", "customresourcedefinitions.apiextensions.k8s.io"),
-            CrdError::Read(_) | CrdError::WaitEstablished(_) => {
-                ("get", "customresourcedefinitions.apiextensions.k8s.io")
-            }
+            CrdError::Create(_) => ("create", CRDS),
+            CrdError::Update(_) => ("update", CRDS),
+            CrdError::Read(_) | CrdError::WaitEstablished(_) => ("get", CRDS),
             CrdError::Discovery(_) => ("get", "the /apis/workshop.example.com/v1 discovery URL"),
-            CrdError::KeptChanging { .. } => {
-                return Some(format!(
-                    "something else keeps writing the CRD (another operator, or a `kubectl apply -f kube/crd.yaml` of another version); see `kubectl get crd {CRD_NAME} -o yaml`"
-                ))
-            }
-            CrdError::Malformed { .. } => {
-                return Some(format!(
-                    "is this a Kubernetes API server? See what it sends with `kubectl get crd {CRD_NAME} -o json`"
-                ))
-            }
-            CrdError::NotServed { .. } => {
-                return Some(format!(
-                    "this operator reads {GROUP}/{VERSION}: serve it (`kubectl apply -f kube/crd.yaml`, or `cargo run --bin stage01`), or run the operator release that matches the CRD"
-                ))
-            }
-            CrdError::NamesNotAccepted { .. } => {
-                return Some(format!(
-                    "another CustomResourceDefinition already uses one of our names; see `kubectl get crd {CRD_NAME} -o yaml`"
-                ))
-            }
-            CrdError::NotEstablished { .. } => {
-                return Some(format!(
-                    "the API server has not started serving the resource; see `kubectl describe crd {CRD_NAME}`, or pass a longer --established-timeout"
-                ))
-            }
+            CrdError::KeptChanging { .. } => return Some(format!(
+                "something else keeps writing the CRD (another operator, or a `kubectl apply -f kube/crd.yaml` of another version); see `kubectl get crd {CRD_NAME} -o yaml`"
+            )),
+            CrdError::Malformed { .. } => return Some(format!(
+                "is this a Kubernetes API server? See what it sends with `kubectl get crd {CRD_NAME} -o json`"
+            )),
+            CrdError::NotServed { .. } => return Some(format!(
+                "this operator reads {GROUP}/{VERSION}: serve it (`kubectl apply -f kube/crd.yaml`, or `cargo run --bin stage01`), or run the operator release that matches the CRD"
+            )),
+            CrdError::NamesNotAccepted { .. } => return Some(format!(
+                "another CustomResourceDefinition already uses one of our names; see `kubectl get crd {CRD_NAME} -o yaml`"
+            )),
+            CrdError::NotEstablished { .. } => return Some(format!(
+                "the API server has not started serving the resource; see `kubectl describe crd {CRD_NAME}`, or pass a longer --established-timeout"
+            )),
         };
         let register_elsewhere = "have the type registered once by someone who may (`kubectl apply -f kube/crd.yaml`, or `cargo run --bin stage01`)";
         match self.client_error()?.status_code()? {
