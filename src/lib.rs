@@ -8,7 +8,7 @@
 //! | module | what it holds | WORKSHOP.md |
 //! |---|---|---|
 //! | [`config`] | where the API server is and how to authenticate: one file per source (flags, in-cluster, kubeconfig) | Set-up |
-//! | [`client`] | the HTTP client: one request (`mod.rs` opens with it), the JSON verbs, retries (a watch's byte stream is step 02's `watch/stream.rs`, `pods/exec`'s upgrade step 04's `exec.rs`); its errors, token and TLS in files of their own | Set-up ("Talking to the API server") |
+//! | [`client`] | the HTTP client: one request (`mod.rs` opens with it) and the JSON verbs; retries and reading the answer (`answer.rs`) (a watch's byte stream is step 02's `watch/stream.rs`, `pods/exec`'s upgrade step 04's `exec.rs`); its errors, token and TLS in files of their own | Set-up ("Talking to the API server") |
 //! | [`status`] | the Kubernetes `Status` error body | Set-up ("When the server says no") |
 //! | [`crd`] | the CustomResourceDefinition (data: `kube/crd.yaml`, compiled in) and the names it holds; registering it (stage 01) and checking it (every later stage) in `mod.rs`; how the server's differs (`compare.rs`) | Step 01 |
 //! | [`api`] | the typed `PostgresCluster` (spec, status), object metadata and lists, and the REST paths to our objects | Step 02 |

@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 
 use super::{
-    parse_certificates, parse_server_url, read_file, Auth, Config, ConfigError, ConfigSource,
+    parse_server_url, read_certificates, read_file, Auth, Config, ConfigError, ConfigSource,
     SecretString, Tls, TokenSource, DEFAULT_NAMESPACE, DEFAULT_REQUEST_TIMEOUT,
 };
 
@@ -74,9 +74,7 @@ impl Config {
         let mut tls = Tls::default();
         match &args.certificate_authority {
             Some(path) => {
-                let pem = read_file("certificate authority file", path)?;
-                tls.root_certificates =
-                    parse_certificates(&pem, &format!("certificate authority {}", path.display()))?;
+                tls.root_certificates = read_certificates("certificate authority file", path)?;
             }
             None if server.scheme() == "https" => {
                 return Err(ConfigError::MissingCertificateAuthority {

@@ -366,6 +366,15 @@ fn read_file(what: &'static str, path: &Path) -> Result<Vec<u8>, ConfigError> {
     })
 }
 
+/// Every certificate in the PEM file at `path`, which holds `what` (for messages).
+fn read_certificates(
+    what: &'static str,
+    path: &Path,
+) -> Result<Vec<CertificateDer<'static>>, ConfigError> {
+    let pem = read_file(what, path)?;
+    parse_certificates(&pem, &format!("{what} {}", path.display()))
+}
+
 /// Every certificate in a PEM bundle; none at all is an error.
 fn parse_certificates(pem: &[u8], what: &str) -> Result<Vec<CertificateDer<'static>>, ConfigError> {
     let certificates = CertificateDer::pem_slice_iter(pem)
