@@ -102,7 +102,7 @@ pub struct ListMeta {
     pub resource_version: String,
 }
 
-/// What the user asks for. The schema in `crd/schema.rs` enforces the same rules on the server side.
+/// What the user asks for. The schema in `kube/crd.yaml` enforces the same rules on the server side.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PostgresClusterSpec {
