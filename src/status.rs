@@ -1,7 +1,7 @@
 //! The Kubernetes `Status` object: the body of every error the API server returns, and of the
 //! `ERROR` events a watch can carry.
 //!
-//! WORKSHOP.md, step 01 ("When the server says no"). Shared by the client (which decodes it), the
+//! WORKSHOP.md, "When the server says no" (Set-up). Shared by the client (which decodes it), the
 //! watch decoder (which finds it inside events) and the sandbox (which sends it).
 
 use std::time::Duration;

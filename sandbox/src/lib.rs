@@ -32,6 +32,7 @@
 //! | `controllers.rs` | the simulated kubelet and CRD establishment (garbage collection is in `objects.rs`) | 4 answers |
 //! | `authn.rs` | who is asking (admin, service-account token, impersonation) and whether RBAC lets them; owner-reference admission | 4 answers |
 //! | `faults.rs` | the [`Faults`] handle tests use to break things on purpose | 4 answers |
+//! | `fault_door.rs` | the node faults over HTTP: `POST /sandbox/faults/namespaces/NS/pods/NAME/FAULT` (`kubectl create --raw`), admin only | 4 answers |
 //! | `state.rs` | `Shared`: the store, options, fault switches, request log, process runtime and shutdown token everyone holds | 3 state |
 //! | `runtime.rs` | the process runtime: pods as jailed processes, real postgres, probes, restarts, logs (its own files in `runtime/`) | 3 state |
 //! | `tls.rs` | the generated CA and serving certificate (always), the admin's bearer token (with a credentials directory: the `sandbox` binary's default) | 3 state |
@@ -89,6 +90,7 @@ mod cluster_ips;
 mod connections;
 mod controllers;
 mod errors;
+mod fault_door;
 mod faults;
 mod handlers;
 mod names;

@@ -23,6 +23,8 @@ use crate::authn;
 use crate::body::ResponseBody;
 use crate::connections::{self, Connections, InFlight};
 use crate::errors::ApiError;
+use crate::fault_door;
+use crate::faults::Faults;
 use crate::handlers::{classify, parse_object_body, read_body, serve_resource, Target};
 use crate::rbac::Attributes;
 use crate::resources::GIT_VERSION;
@@ -372,6 +374,11 @@ async fn answer(
                 Some(review) => Ok(json_response(201, &review)),
                 None => Err(ApiError::path_not_found()),
             }
+        }
+        ["sandbox", "faults", rest @ ..] => {
+            let faults = Faults::new(shared.clone());
+            let done = fault_door::answer(&faults, &method, rest, &query)?;
+            Ok(json_response(200, &done))
         }
         ["api", "v1", rest @ ..] => {
             let target = Target::parse(&registry, "", "v1", rest)?;

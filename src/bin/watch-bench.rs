@@ -5,7 +5,7 @@
 //! watch-bench events=N seconds=S events_per_s=R max_rss_kb=K first_event_s=F rss_per_object_b=B
 //! ```
 //!
-//! WORKSHOP.md, step 02 ("How fast is it, end to end?"). The watch is the library's, unchanged: list, then
+//! WORKSHOP.md, "How fast is it, end to end?". The watch is the library's, unchanged: list, then
 //! watch `default/postgresclusters`, counting events handed over until `--expect N` have arrived.
 //!
 //! ```text

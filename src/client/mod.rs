@@ -5,7 +5,7 @@
 //! their own verb where they teach it: a watch's byte stream (`Client::stream`, step 02's
 //! `watch/stream.rs`) and `pods/exec`'s upgraded connection (`Client::upgrade`, step 04's `exec.rs`).
 //!
-//! WORKSHOP.md, step 01 ("Talking to the API server" and "When the server says no"). Built on
+//! WORKSHOP.md, "Talking to the API server" and "When the server says no" (Set-up). Built on
 //! hyper-util's pooled client over a rustls connector (ring provider, `tls.rs`), verifying the
 //! server against the CA the [`crate::config::Config`] names and nothing else.
 //!

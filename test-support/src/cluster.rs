@@ -59,6 +59,24 @@ pub async fn wait_healthy(
     eventually(within, &what, || healthy(kubectl, cluster, size)).await
 }
 
+/// Delete every pod of `cluster` at once, without waiting for them to go: the disaster steps 04
+/// and 05 both stage.
+pub async fn delete_every_pod(kubectl: &Kubectl, cluster: &str) {
+    let selector = format!("workshop.example.com/cluster={cluster}");
+    kubectl
+        .ok(&["delete", "pods", "-l", &selector, "--wait=false"])
+        .await;
+}
+
+/// Wait (`within` at most) until `cluster`'s `status.phase` is `phase`: the status then.
+pub async fn wait_phase(kubectl: &Kubectl, cluster: &str, phase: &str, within: Duration) -> Value {
+    eventually(within, &format!("{cluster}: phase {phase}"), || async {
+        let status = kubectl.json(&["get", "pgc", cluster]).await["status"].clone();
+        (status["phase"] == phase).then_some(status)
+    })
+    .await
+}
+
 /// `psql` running `sql` as the superuser in `pod`'s postgres container, through `kubectl exec`
 /// (which must succeed): the output, trimmed.
 pub async fn psql(kubectl: &Kubectl, pod: &str, sql: &str) -> String {

@@ -31,6 +31,18 @@ pub async fn sandbox_and_http() -> (sandbox::Sandbox, Http) {
     (sandbox, http)
 }
 
+/// A sandbox on 127.0.0.1:0 with the default options as `adjust` changes them
+/// (`|options| options.kubelet_delay = ...`), and a client for it.
+pub async fn sandbox_and_http_with(
+    adjust: impl FnOnce(&mut sandbox::SandboxOptions),
+) -> (sandbox::Sandbox, Http) {
+    let mut options = sandbox::SandboxOptions::default();
+    adjust(&mut options);
+    let sandbox = crate::start_sandbox_with(options).await;
+    let http = Http::new(&sandbox.url());
+    (sandbox, http)
+}
+
 /// The same with the PostgresCluster CRD installed and Established.
 pub async fn sandbox_with_crd() -> (sandbox::Sandbox, Http) {
     let (sandbox, http) = sandbox_and_http().await;
@@ -75,6 +87,13 @@ impl Answer {
     pub fn assert_refused(&self, code: u16, message: &str) {
         assert_eq!(self.status, code, "{}", self.text());
         assert_eq!(self.json()["message"], message);
+    }
+
+    /// Assert a refusal: status `code`, and a Status whose reason is `reason` (`BadRequest`,
+    /// `Invalid`, ...).
+    pub fn assert_reason(&self, code: u16, reason: &str) {
+        assert_eq!(self.status, code, "{}", self.text());
+        assert_eq!(self.json()["reason"], reason, "{}", self.text());
     }
 
     /// Assert status `code` and a body that says `part` (the body shows when it does not).
@@ -215,6 +234,12 @@ impl Http {
         Answer::read(self.connect().await.raw(request).await).await
     }
 
+    /// `method` to `path` with these bytes as an `application/json` body, well-formed or not.
+    pub async fn send_json_bytes(&self, method: Method, path: &str, body: &[u8]) -> Answer {
+        let json = Some("application/json");
+        self.send(method, path, json, body.to_vec(), &[]).await
+    }
+
     pub async fn get(&self, path: &str) -> Answer {
         self.send(Method::GET, path, None, Vec::new(), &[]).await
     }
@@ -255,15 +280,36 @@ impl Http {
         self.connect().await.merge_patch(path, body).await
     }
 
-    pub async fn delete(&self, path: &str) -> Answer {
+    /// PATCH `body` to `path` as `content_type`: `application/json-patch+json`,
+    /// `application/strategic-merge-patch+json`, `application/apply-patch+yaml`, ...
+    pub async fn patch(&self, path: &str, content_type: &str, body: &[u8]) -> Answer {
+        self.send(Method::PATCH, path, Some(content_type), body.to_vec(), &[])
+            .await
+    }
+
+    /// Merge-patch away the finalizers of the object at `path`, which must succeed.
+    pub async fn clear_finalizers(&self, path: &str) -> Answer {
+        let cleared = serde_json::json!({"metadata": {"finalizers": null}});
+        let answer = self.merge_patch(path, &cleared).await;
+        assert_eq!(answer.status, 200, "{}", answer.text());
+        answer
+    }
+
+    /// DELETE `path` with these DeleteOptions (JSON) as the body.
+    pub async fn delete_with(&self, path: &str, options: &[u8]) -> Answer {
         self.send(
             Method::DELETE,
             path,
             Some("application/json"),
-            br#"{"propagationPolicy":"Background"}"#.to_vec(),
+            options.to_vec(),
             &[],
         )
         .await
+    }
+
+    pub async fn delete(&self, path: &str) -> Answer {
+        self.delete_with(path, br#"{"propagationPolicy":"Background"}"#)
+            .await
     }
 
     /// Start a streaming GET (a watch) and return once the headers are in.
@@ -404,6 +450,16 @@ impl Stream {
     pub async fn next_event(&mut self, within: Duration) -> Option<Value> {
         let line = self.next_line(within).await?;
         Some(serde_json::from_str(&line).unwrap_or_else(|e| panic!("bad event {line:?}: {e}")))
+    }
+
+    /// The next event, which must come within `within` and be of type `kind` (`ADDED`, ...).
+    pub async fn next_event_of(&mut self, kind: &str, within: Duration) -> Value {
+        let event = self
+            .next_event(within)
+            .await
+            .unwrap_or_else(|| panic!("no {kind} event within {within:?}"));
+        assert_eq!(event["type"], kind, "{event}");
+        event
     }
 
     /// Read until the stream ends, cleanly or not (a dropped connection is an error frame);

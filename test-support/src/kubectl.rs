@@ -4,6 +4,8 @@
 
 use std::time::Duration;
 
+use tokio::io::AsyncBufReadExt;
+
 /// The kubectl binary (override with `KUBECTL=/path`).
 pub fn kubectl_path() -> String {
     std::env::var("KUBECTL").unwrap_or_else(|_| "/usr/bin/kubectl".into())
@@ -38,6 +40,12 @@ impl Kubectl {
     pub fn with_flags(mut self, flags: &[&str]) -> Kubectl {
         self.extra.extend(flags.iter().map(|f| f.to_string()));
         self
+    }
+
+    /// Over HTTPS: trust the CA in `ca_file` and present the bearer `token`.
+    pub fn with_ca_and_token(self, ca_file: &std::path::Path, token: &str) -> Kubectl {
+        let ca = ca_file.to_str().expect("a UTF-8 CA path");
+        self.with_flags(&["--certificate-authority", ca, "--token", token])
     }
 
     /// The cache directory this kubectl uses.
@@ -138,6 +146,66 @@ impl Kubectl {
             .await
             .stdout_of_success(&[verb, "-f", "(manifest)"])
     }
+
+    /// `kubectl ARGS`, required to succeed and to print `expected`: stdout.
+    pub async fn ok_saying(&self, args: &[&str], expected: &str) -> String {
+        let out = self.ok(args).await;
+        assert!(
+            out.contains(expected),
+            "kubectl {args:?} did not print {expected:?}:\n{out}"
+        );
+        out
+    }
+
+    /// `kubectl ARGS`, required to fail with `expected` in its stderr: stderr.
+    pub async fn fails_saying(&self, args: &[&str], expected: &str) -> String {
+        self.run(args).await.stderr_of_failure(args, expected)
+    }
+
+    /// `kubectl VERB -f FILE` where FILE holds `manifest`, required to fail with `expected` in its
+    /// stderr: stderr.
+    pub async fn fails_saying_manifest(
+        &self,
+        verb: &str,
+        manifest: &str,
+        expected: &str,
+    ) -> String {
+        self.run_manifest(verb, manifest)
+            .await
+            .stderr_of_failure(&[verb, "-f", "(manifest)"], expected)
+    }
+
+    /// `kubectl ARGS` left running (`get -w`), its stdout read line by line; killed when dropped.
+    pub fn watch(&self, args: &[&str]) -> KubectlWatch {
+        let mut child = self
+            .command(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("kubectl starts");
+        let stdout = child.stdout.take().expect("kubectl's stdout");
+        KubectlWatch {
+            _child: child,
+            lines: tokio::io::BufReader::new(stdout).lines(),
+        }
+    }
+}
+
+/// A kubectl left running, such as `get -w`: the lines it prints, as they come.
+pub struct KubectlWatch {
+    _child: tokio::process::Child,
+    lines: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+}
+
+impl KubectlWatch {
+    /// The next line kubectl prints (10 s at most).
+    pub async fn next_line(&mut self) -> String {
+        tokio::time::timeout(Duration::from_secs(10), self.lines.next_line())
+            .await
+            .expect("kubectl printed a line within 10 s")
+            .expect("kubectl's output is readable")
+            .expect("kubectl still running")
+    }
 }
 
 impl KubectlOutput {
@@ -149,6 +217,17 @@ impl KubectlOutput {
             self.code, self.stdout, self.stderr
         );
         self.stdout
+    }
+
+    /// stderr, after asserting that `kubectl ARGS` failed and said `expected` there.
+    pub fn stderr_of_failure(self, args: &[&str], expected: &str) -> String {
+        assert!(!self.success, "kubectl {args:?} succeeded: {self:?}");
+        assert!(
+            self.stderr.contains(expected),
+            "kubectl {args:?} did not say {expected:?}:\n{}",
+            self.stderr
+        );
+        self.stderr
     }
 }
 

@@ -35,7 +35,7 @@ pub mod scripted_server;
 pub use eventually::{eventually, POLL_INTERVAL};
 pub use kubectl::{
     kubectl_offline, kubectl_path, live_items, pod_ip, pod_is_ready, table_row, Kubectl,
-    KubectlOutput, BUNDLED_KUBECTL,
+    KubectlOutput, KubectlWatch, BUNDLED_KUBECTL,
 };
 pub use operator::{
     cluster_spec, create_cluster, older_crd, operator_command, plain_client,
@@ -47,12 +47,25 @@ pub use psql::HostPsql;
 pub use sandbox::{
     process_runtime, sandbox_and_kubectl, spawn_sandbox_binary, spawn_sandbox_binary_banner,
     start_process_sandbox, start_sandbox, start_sandbox_with, start_tls_sandbox,
-    until_watch_opened,
+    until_watch_opened, PROCESS_SANDBOX_FLAGS,
 };
 pub use scripted_server::{ScriptedServer, TestPki};
 
+/// The number in environment variable `name` (`SANDBOX_FUZZ_SEED=7`: a test's knob for a longer
+/// or a repeated run), or None when it is unset or not a number.
+pub fn env_number<T: std::str::FromStr>(name: &str) -> Option<T> {
+    std::env::var(name)
+        .ok()
+        .and_then(|value| value.parse().ok())
+}
+
 /// The CRD manifest users apply (`kube/crd.yaml`).
 pub const CRD_FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../kube/crd.yaml");
+/// The sandbox's pod fixture: pod `web`, label `app: web`, one container `c` of `nginx:1.27`.
+pub const POD_FIXTURE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../sandbox/tests/fixtures/pod.yaml"
+);
 /// The workshop's example cluster: example-postgresql-cluster, size 3, version "16".
 pub const EXAMPLE_FIXTURE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),

@@ -36,6 +36,13 @@ pub async fn start() -> (Sandbox, Kubectl, ProcessRuntime) {
     (sandbox, kubectl, runtime)
 }
 
+/// A process sandbox ([`start`]) with `manifest` created in it.
+pub async fn start_with(manifest: &str) -> (Sandbox, Kubectl, ProcessRuntime) {
+    let (sandbox, kubectl, runtime) = start().await;
+    create(&kubectl, manifest).await;
+    (sandbox, kubectl, runtime)
+}
+
 /// A pod manifest (YAML) named `name` whose spec is `spec`: its lines, indented by two spaces.
 pub fn pod_manifest(name: &str, spec: &str) -> String {
     format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n{spec}")
@@ -96,4 +103,29 @@ pub async fn psql(runtime: &ProcessRuntime, host: &str, sql: &str) -> Result<Str
     } else {
         Err(String::from_utf8_lossy(&output.stderr).into_owned())
     }
+}
+
+/// Run `write` on `writer`, which must succeed, then wait (30 s at most) until `read` on `reader`
+/// answers with `expected`: a row that travels, by replication or through a Service.
+pub async fn write_then_read(
+    runtime: &ProcessRuntime,
+    (writer, write): (&str, &str),
+    (reader, read): (&str, &str),
+    expected: &str,
+) {
+    psql(runtime, writer, write)
+        .await
+        .unwrap_or_else(|error| panic!("{write:?} on {writer}: {error}"));
+    let rows = eventually(
+        Duration::from_secs(30),
+        &format!("{expected:?} read on {reader}"),
+        || async {
+            psql(runtime, reader, read)
+                .await
+                .ok()
+                .filter(|rows| rows.contains(expected))
+        },
+    )
+    .await;
+    assert_eq!(rows, expected, "{read:?} on {reader}");
 }

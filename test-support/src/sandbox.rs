@@ -99,6 +99,16 @@ fn spawn_reading_stdout(
     (child, stdout)
 }
 
+/// The `sandbox` binary's flags for pods as real processes, plain HTTP on a free port (add
+/// `--data-dir`).
+pub const PROCESS_SANDBOX_FLAGS: [&str; 5] = [
+    "--listen",
+    "127.0.0.1:0",
+    "--insecure-http",
+    "--runtime",
+    "processes",
+];
+
 /// Spawn the `sandbox` binary as `command` describes (its stdout is taken here; stderr is the
 /// caller's choice) and return it with the URL its first line names (`sandbox API server at
 /// URL`), read within `within`. The rest of stdout is read away in the background, so the

@@ -30,13 +30,8 @@ async fn start(runtime: Runtime, dir: &tempfile::TempDir) -> (Sandbox, Client, K
     let config = Config::incluster_from(dir.path(), "127.0.0.1", &port).expect("in-cluster files");
     let client = Client::new(config).expect("client");
     let token = sandbox.token().expect("a token in TLS mode");
-    let ca = dir.path().join("ca.crt");
-    let kubectl = Kubectl::new(&sandbox.url()).with_flags(&[
-        "--token",
-        &token,
-        "--certificate-authority",
-        ca.to_str().expect("utf-8 path"),
-    ]);
+    let kubectl =
+        Kubectl::new(&sandbox.url()).with_ca_and_token(&dir.path().join("ca.crt"), &token);
     (sandbox, client, kubectl)
 }
 

@@ -49,6 +49,33 @@ impl FakeExecServer {
         FakeExecServer { url, head, task }
     }
 
+    /// A server that upgrades to `protocol`, sends `messages` (then a close frame, if `close`),
+    /// and reads until the client leaves.
+    async fn sending(
+        protocol: &'static str,
+        messages: Vec<Message>,
+        close: bool,
+    ) -> FakeExecServer {
+        FakeExecServer::start(move |socket, head| async move {
+            let mut ws = accept(socket, &head, protocol).await;
+            for message in messages {
+                ws.send(message).await.expect("send");
+            }
+            if close {
+                ws.close(None).await.expect("close");
+            }
+            until_client_leaves(&mut ws).await;
+        })
+        .await
+    }
+
+    /// `true` run through this server, which must fail: the error.
+    async fn failed_exec(&self) -> ExecError {
+        exec(&self.client(), "db", "pg-0", None, &["true"], None)
+            .await
+            .expect_err("the exec fails")
+    }
+
     /// The request head the server read (after the exec).
     fn head(&self) -> String {
         self.head.lock().unwrap().clone().expect("a request came")
@@ -138,17 +165,10 @@ fn limits(timeout: Duration, max_output: usize) -> ExecLimits {
 /// of its number alone) still gives us stdout and the exit code.
 #[tokio::test]
 async fn the_request_offers_v5_then_v4_and_v4_works() {
-    let server = FakeExecServer::start(|socket, head| async move {
-        let mut ws = accept(socket, &head, "v4.channel.k8s.io").await;
-        for stream in 0..4u8 {
-            ws.send(binary(&[stream])).await.expect("open a stream");
-        }
-        ws.send(binary(b"\x011\n")).await.expect("stdout");
-        ws.send(exit_status(0)).await.expect("status");
-        ws.close(None).await.expect("close");
-        until_client_leaves(&mut ws).await;
-    })
-    .await;
+    // Each stream opened with its number alone, then stdout and the Status.
+    let mut messages: Vec<Message> = (0..4u8).map(|stream| binary(&[stream])).collect();
+    messages.extend([binary(b"\x011\n"), exit_status(0)]);
+    let server = FakeExecServer::sending("v4.channel.k8s.io", messages, true).await;
     let command = ["psql", "-Atc", "select 1"];
     let output = exec(
         &server.client(),
@@ -231,11 +251,7 @@ async fn stdin_is_sent_on_stream_0_then_closed() {
 /// v4 cannot close stdin, so input on v4 is refused instead of hanging until the deadline.
 #[tokio::test]
 async fn stdin_on_v4_is_refused() {
-    let server = FakeExecServer::start(|socket, head| async move {
-        let mut ws = accept(socket, &head, "v4.channel.k8s.io").await;
-        until_client_leaves(&mut ws).await;
-    })
-    .await;
+    let server = FakeExecServer::sending("v4.channel.k8s.io", vec![], false).await;
     let error = exec(&server.client(), "db", "pg-0", None, &["cat"], Some(b"x"))
         .await
         .expect_err("v4 with stdin");
@@ -296,9 +312,7 @@ async fn a_frame_announcing_a_gigabyte_is_refused_from_its_header() {
         let _ = socket.read_to_end(&mut rest).await;
     })
     .await;
-    let error = exec(&server.client(), "db", "pg-0", None, &["true"], None)
-        .await
-        .expect_err("a gigabyte frame");
+    let error = server.failed_exec().await;
     match &error {
         ExecError::WebSocket { source, .. } => assert!(
             matches!(**source, tungstenite::Error::Capacity(_)),
@@ -311,11 +325,7 @@ async fn a_frame_announcing_a_gigabyte_is_refused_from_its_header() {
 /// A server that upgrades and then says nothing: the deadline ends the exec.
 #[tokio::test]
 async fn a_server_that_never_sends_a_status_times_out() {
-    let server = FakeExecServer::start(|socket, head| async move {
-        let mut ws = accept(socket, &head, "v5.channel.k8s.io").await;
-        until_client_leaves(&mut ws).await;
-    })
-    .await;
+    let server = FakeExecServer::sending("v5.channel.k8s.io", vec![], false).await;
     let timeout = Duration::from_millis(300);
     let error = exec_with_limits(
         &server.client(),
@@ -339,16 +349,9 @@ async fn a_server_that_never_sends_a_status_times_out() {
 /// Output, then a clean close without a Status: we cannot know how the command ended.
 #[tokio::test]
 async fn a_close_without_a_status_is_an_error() {
-    let server = FakeExecServer::start(|socket, head| async move {
-        let mut ws = accept(socket, &head, "v5.channel.k8s.io").await;
-        ws.send(binary(b"\x011\n")).await.expect("stdout");
-        ws.close(None).await.expect("close");
-        until_client_leaves(&mut ws).await;
-    })
-    .await;
-    let error = exec(&server.client(), "db", "pg-0", None, &["true"], None)
-        .await
-        .expect_err("no status");
+    let stdout = binary(b"\x011\n");
+    let server = FakeExecServer::sending("v5.channel.k8s.io", vec![stdout], true).await;
+    let error = server.failed_exec().await;
     assert!(matches!(error, ExecError::NoStatus { .. }), "{error:?}");
 }
 
@@ -359,15 +362,8 @@ async fn an_unknown_stream_or_a_text_message_is_a_protocol_error() {
         (binary(b"\x07garbage"), "stream 7"),
         (Message::text("hello"), "a text message"),
     ] {
-        let server = FakeExecServer::start(move |socket, head| async move {
-            let mut ws = accept(socket, &head, "v5.channel.k8s.io").await;
-            ws.send(message).await.expect("send");
-            until_client_leaves(&mut ws).await;
-        })
-        .await;
-        let error = exec(&server.client(), "db", "pg-0", None, &["true"], None)
-            .await
-            .expect_err("garbage");
+        let server = FakeExecServer::sending("v5.channel.k8s.io", vec![message], false).await;
+        let error = server.failed_exec().await;
         assert!(matches!(error, ExecError::Protocol { .. }), "{error:?}");
         assert!(error.to_string().contains(expected), "{error}");
     }
@@ -382,9 +378,7 @@ async fn a_forged_accept_key_is_a_handshake_error() {
         let _ = socket.read_to_end(&mut rest).await;
     })
     .await;
-    let error = exec(&server.client(), "db", "pg-0", None, &["true"], None)
-        .await
-        .expect_err("forged");
+    let error = server.failed_exec().await;
     assert!(matches!(error, ExecError::Handshake { .. }), "{error:?}");
     assert!(error.to_string().contains("Zm9yZ2Vk"), "{error}");
 }
@@ -404,9 +398,7 @@ async fn a_refused_upgrade_keeps_the_status() {
         let _ = socket.read_to_end(&mut rest).await;
     })
     .await;
-    let error = exec(&server.client(), "db", "pg-0", None, &["true"], None)
-        .await
-        .expect_err("forbidden");
+    let error = server.failed_exec().await;
     assert_eq!(error.status_code(), Some(403));
     assert!(matches!(error, ExecError::Upgrade { .. }), "{error:?}");
     assert!(

@@ -85,6 +85,23 @@ impl Candidate {
         }
     }
 
+    /// A new sandbox and timeline, and a candidate started there that leads, having created
+    /// the Lease.
+    async fn first_leader(identity: &str) -> (Sandbox, Timeline, Candidate) {
+        let sandbox = test_support::start_sandbox_with(SandboxOptions::default()).await;
+        let timeline = Timeline::default();
+        let candidate = Candidate::start(&sandbox, identity, &timeline);
+        let created = leading_line(identity, LEASE_KEY, &Takeover::Created);
+        candidate.said(&created).await;
+        (sandbox, timeline, candidate)
+    }
+
+    /// Stop it, and require that it ends cleanly.
+    async fn stop_cleanly(self) {
+        self.stop.cancel();
+        assert!(self.ended().await.expect("a clean stop").is_some());
+    }
+
     fn lines(&self) -> Vec<String> {
         self.lines.lock().unwrap().clone()
     }
@@ -188,19 +205,14 @@ async fn one_leads_the_other_waits_and_a_release_hands_over() {
     let after = lease(&api).await;
     assert_eq!(after.spec.holder(), Some(standby.identity.as_str()));
     assert_eq!(after.spec.lease_transitions, Some(1), "one change of hands");
-    standby.stop.cancel();
-    assert!(standby.ended().await.expect("a clean stop").is_some());
+    standby.stop_cleanly().await;
 }
 
 /// A leader that vanishes without releasing (its task aborted, as `kill -9` would) is replaced
 /// only once its lease expired: the standby says so, and the holder's name stayed until then.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_vanished_leader_is_replaced_after_its_lease_expired() {
-    let sandbox = test_support::start_sandbox_with(SandboxOptions::default()).await;
-    let timeline = Timeline::default();
-    let a = Candidate::start(&sandbox, "a_1", &timeline);
-    a.said(&leading_line("a_1", LEASE_KEY, &Takeover::Created))
-        .await;
+    let (sandbox, timeline, a) = Candidate::first_leader("a_1").await;
     let b = Candidate::start(&sandbox, "b_2", &timeline);
     b.said(&waiting_line(LEASE_KEY, "a_1")).await;
 
@@ -216,19 +228,14 @@ async fn a_vanished_leader_is_replaced_after_its_lease_expired() {
     assert_eq!(taken.spec.holder(), Some("b_2"));
     assert_eq!(taken.spec.lease_transitions, Some(1));
     assert_ne!(taken.spec.acquire_time, held.spec.acquire_time);
-    b.stop.cancel();
-    assert!(b.ended().await.expect("a clean stop").is_some());
+    b.stop_cleanly().await;
 }
 
 /// A leader whose renewals all fail (500s on the Lease) stops acting when the renew deadline
 /// passes: its work's token is cancelled and it ends with `Lost`, saying so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_that_cannot_renew_stops_acting() {
-    let sandbox = test_support::start_sandbox_with(SandboxOptions::default()).await;
-    let timeline = Timeline::default();
-    let a = Candidate::start(&sandbox, "a_1", &timeline);
-    a.said(&leading_line("a_1", LEASE_KEY, &Takeover::Created))
-        .await;
+    let (sandbox, _timeline, a) = Candidate::first_leader("a_1").await;
     let fault = InjectedFault::Status {
         code: 500,
         reason: "InternalError".into(),
@@ -262,11 +269,7 @@ async fn a_leader_that_cannot_renew_stops_acting() {
 /// then a read that names them), long before the renew deadline.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_whose_lease_is_taken_stops_at_once() {
-    let sandbox = test_support::start_sandbox_with(SandboxOptions::default()).await;
-    let timeline = Timeline::default();
-    let a = Candidate::start(&sandbox, "a_1", &timeline);
-    a.said(&leading_line("a_1", LEASE_KEY, &Takeover::Created))
-        .await;
+    let (sandbox, _timeline, a) = Candidate::first_leader("a_1").await;
     let api = client(&sandbox);
     let mut stolen = lease(&api).await;
     stolen.spec.holder_identity = Some("intruder_9".into());

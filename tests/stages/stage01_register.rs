@@ -4,7 +4,6 @@
 //! run against an older CRD updates it. Real kubectl then sees what stage 01 registered. Failures
 //! exit non-zero with the Status and a hint.
 
-use std::process::Output;
 use std::time::Duration;
 
 use postgres_operator::api::CRD_NAME;
@@ -36,14 +35,50 @@ fn stage01_in_cluster(sandbox: &Sandbox, credentials: &std::path::Path) -> tokio
     command
 }
 
-async fn run(mut command: tokio::process::Command) -> (Output, String, String) {
+/// What one run of stage01 printed.
+struct Ran {
+    stdout: String,
+    stderr: String,
+}
+
+/// Run `command` to its end (60 s at most), requiring exit code `code`.
+async fn run(mut command: tokio::process::Command, code: i32) -> Ran {
     let output = tokio::time::timeout(Duration::from_secs(60), command.output())
         .await
         .expect("stage01 finishes within 60 s")
         .expect("stage01 runs");
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-    (output, stdout, stderr)
+    assert_eq!(
+        output.status.code(),
+        Some(code),
+        "stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    Ran { stdout, stderr }
+}
+
+/// The stage01 binary with these flags, and no kubeconfig.
+fn stage01(args: &[&str]) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_stage01"));
+    command
+        .args(args)
+        .env("KUBECONFIG", "/dev/null")
+        .kill_on_drop(true);
+    command
+}
+
+/// stage01 against a plain-HTTP sandbox through `--server`, required to succeed: its stdout.
+async fn run_plain(sandbox: &Sandbox) -> String {
+    let server = sandbox.url();
+    let flags = ["--server", &server, "--established-timeout", "10"];
+    run(stage01(&flags), 0).await.stdout
+}
+
+/// Assert that `text` (what stage01 wrote) contains each of `parts`.
+fn assert_says(text: &str, parts: &[&str]) {
+    for part in parts {
+        assert!(text.contains(part), "no {part:?} in:\n{text}");
+    }
 }
 
 /// First run creates the CRD and waits for Established; the second says "already up to date".
@@ -52,11 +87,7 @@ async fn run(mut command: tokio::process::Command) -> (Output, String, String) {
 async fn stage01_creates_then_finds_the_crd_up_to_date() {
     let (sandbox, credentials) = tls_sandbox(Duration::from_millis(700)).await;
 
-    let (output, stdout, stderr) = run(stage01_in_cluster(&sandbox, credentials.path())).await;
-    assert!(
-        output.status.success(),
-        "stdout:\n{stdout}\nstderr:\n{stderr}"
-    );
+    let Ran { stdout, stderr } = run(stage01_in_cluster(&sandbox, credentials.path()), 0).await;
     let lines: Vec<&str> = stdout.lines().collect();
     assert_eq!(
         lines[0],
@@ -94,11 +125,9 @@ async fn stage01_creates_then_finds_the_crd_up_to_date() {
         "expected the CRD to be polled while not Established, saw {polls} GETs"
     );
 
-    let (output, stdout, stderr) = run(stage01_in_cluster(&sandbox, credentials.path())).await;
-    assert!(
-        output.status.success(),
-        "stdout:\n{stdout}\nstderr:\n{stderr}"
-    );
+    let stdout = run(stage01_in_cluster(&sandbox, credentials.path()), 0)
+        .await
+        .stdout;
     assert_eq!(
         stdout.lines().next(),
         Some("CustomResourceDefinition postgresclusters.workshop.example.com already up to date")
@@ -115,20 +144,11 @@ async fn stage01_creates_then_finds_the_crd_up_to_date() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_sees_what_stage01_registered() {
     let (sandbox, credentials) = tls_sandbox(Duration::ZERO).await;
-    let (output, stdout, stderr) = run(stage01_in_cluster(&sandbox, credentials.path())).await;
-    assert!(
-        output.status.success(),
-        "stdout:\n{stdout}\nstderr:\n{stderr}"
-    );
+    run(stage01_in_cluster(&sandbox, credentials.path()), 0).await;
 
-    let ca = credentials.path().join("ca.crt").display().to_string();
     let token = sandbox.token().expect("TLS mode has a token");
-    let kubectl = Kubectl::new(&sandbox.url()).with_flags(&[
-        "--certificate-authority",
-        &ca,
-        "--token",
-        &token,
-    ]);
+    let kubectl =
+        Kubectl::new(&sandbox.url()).with_ca_and_token(&credentials.path().join("ca.crt"), &token);
 
     let crd = kubectl.ok(&["get", "crd", CRD_NAME, "-o", "json"]).await;
     let crd: serde_json::Value = serde_json::from_str(&crd).unwrap();
@@ -176,16 +196,7 @@ async fn kubectl_sees_what_stage01_registered() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stage01_works_through_a_plain_http_server_flag() {
     let sandbox = start_sandbox_with(SandboxOptions::default()).await;
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_stage01"));
-    command
-        .args(["--server", &sandbox.url(), "--established-timeout", "10"])
-        .env("KUBECONFIG", "/dev/null")
-        .kill_on_drop(true);
-    let (output, stdout, stderr) = run(command).await;
-    assert!(
-        output.status.success(),
-        "stdout:\n{stdout}\nstderr:\n{stderr}"
-    );
+    let stdout = run_plain(&sandbox).await;
     assert!(
         stdout
             .starts_with("CustomResourceDefinition postgresclusters.workshop.example.com created"),
@@ -207,20 +218,17 @@ async fn stage01_reports_forbidden_with_an_rbac_hint() {
             retry_after_seconds: None,
         },
     );
-    let (output, stdout, stderr) = run(stage01_in_cluster(&sandbox, credentials.path())).await;
-    assert_eq!(
-        output.status.code(),
-        Some(1),
-        "stdout:\n{stdout}\nstderr:\n{stderr}"
+    let stderr = run(stage01_in_cluster(&sandbox, credentials.path()), 1)
+        .await
+        .stderr;
+    assert_says(
+        &stderr,
+        &[
+            "error: reading CustomResourceDefinition postgresclusters.workshop.example.com: GET /apis/apiextensions.k8s.io/v1/customresourcedefinitions/postgresclusters.workshop.example.com: Forbidden (403)",
+            "hint: the service account may not get customresourcedefinitions.apiextensions.k8s.io",
+            "kube/rbac.yaml",
+        ],
     );
-    assert!(stderr.contains("error: reading CustomResourceDefinition postgresclusters.workshop.example.com: GET /apis/apiextensions.k8s.io/v1/customresourcedefinitions/postgresclusters.workshop.example.com: Forbidden (403)"), "{stderr}");
-    assert!(
-        stderr.contains(
-            "hint: the service account may not get customresourcedefinitions.apiextensions.k8s.io"
-        ),
-        "{stderr}"
-    );
-    assert!(stderr.contains("kube/rbac.yaml"), "{stderr}");
 }
 
 /// An older CRD of ours on the cluster (no status or scale subresource, no version rule): stage 01
@@ -242,25 +250,13 @@ async fn stage01_updates_an_older_crd() {
         .await
         .unwrap();
 
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_stage01"));
-    command
-        .args(["--server", &sandbox.url(), "--established-timeout", "10"])
-        .env("KUBECONFIG", "/dev/null")
-        .kill_on_drop(true);
-    let (output, stdout, stderr) = run(command).await;
-    assert!(
-        output.status.success(),
-        "stdout:\n{stdout}\nstderr:\n{stderr}"
-    );
+    let stdout = run_plain(&sandbox).await;
     assert_eq!(
         stdout.lines().next(),
         Some("CustomResourceDefinition postgresclusters.workshop.example.com updated: an older schema was replaced"),
         "{stdout}"
     );
-    assert!(
-        stdout.contains("served: postgresclusters/scale (Scale)"),
-        "{stdout}"
-    );
+    assert_says(&stdout, &["served: postgresclusters/scale (Scale)"]);
     let updates = sandbox
         .requests()
         .iter()
@@ -268,22 +264,13 @@ async fn stage01_updates_an_older_crd() {
         .count();
     assert_eq!(updates, 1);
 
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("old-version.json");
     let object = serde_json::json!({
         "apiVersion": "workshop.example.com/v1", "kind": "PostgresCluster",
         "metadata": {"name": "old-version"}, "spec": {"size": 3, "version": "9.6.3"},
     });
-    std::fs::write(&file, object.to_string()).unwrap();
-    let refused = Kubectl::new(&sandbox.url())
-        .run(&["create", "-f", file.to_str().unwrap()])
+    Kubectl::new(&sandbox.url())
+        .fails_saying_manifest("create", &object.to_string(), "spec.version")
         .await;
-    assert!(!refused.success, "{refused:?}");
-    assert!(
-        refused.stderr.contains("spec.version"),
-        "{}",
-        refused.stderr
-    );
 }
 
 /// A token the server does not accept: exit 1 with the 401 and a hint about credentials.
@@ -291,24 +278,22 @@ async fn stage01_updates_an_older_crd() {
 async fn stage01_reports_a_rejected_token() {
     let (sandbox, credentials) = tls_sandbox(Duration::ZERO).await;
     let ca = credentials.path().join("ca.crt").display().to_string();
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_stage01"));
-    command
-        .args([
-            "--server",
-            &sandbox.url(),
-            "--certificate-authority",
-            &ca,
-            "--token",
-            "not-the-token",
-        ])
-        .env("KUBECONFIG", "/dev/null")
-        .kill_on_drop(true);
-    let (output, _, stderr) = run(command).await;
-    assert_eq!(output.status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains("(401)"), "{stderr}");
-    assert!(
-        stderr.contains("hint: the API server did not accept our credentials"),
-        "{stderr}"
+    let server = sandbox.url();
+    let flags = [
+        "--server",
+        &server,
+        "--certificate-authority",
+        &ca,
+        "--token",
+        "not-the-token",
+    ];
+    let stderr = run(stage01(&flags), 1).await.stderr;
+    assert_says(
+        &stderr,
+        &[
+            "(401)",
+            "hint: the API server did not accept our credentials",
+        ],
     );
 }
 
@@ -323,45 +308,37 @@ async fn stage01_config_errors_are_clear() {
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env("HOME", home.path())
         .env("KUBECONFIG", home.path().join("missing"));
-    let (output, _, stderr) = run(command).await;
-    assert_eq!(output.status.code(), Some(1), "{stderr}");
-    assert!(
-        stderr.contains("no usable Kubernetes API server configuration"),
-        "{stderr}"
-    );
-    assert!(stderr.contains("cargo run --bin sandbox"), "{stderr}");
-
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_stage01"));
-    command.arg("--server");
-    let (output, _, stderr) = run(command).await;
-    assert_eq!(output.status.code(), Some(2), "{stderr}");
-    assert!(
-        stderr.contains("a value is required for '--server <URL>'"),
-        "{stderr}"
+    let stderr = run(command, 1).await.stderr;
+    assert_says(
+        &stderr,
+        &[
+            "no usable Kubernetes API server configuration",
+            "cargo run --bin sandbox",
+        ],
     );
 
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_stage01"));
-    command.args(["--server", "http://127.0.0.1:1", "--frobnicate"]);
-    let (output, _, stderr) = run(command).await;
-    assert_eq!(output.status.code(), Some(2), "{stderr}");
-    assert!(
-        stderr.contains("unexpected argument '--frobnicate'"),
-        "{stderr}"
-    );
+    for (args, says) in [
+        (
+            &["--server"][..],
+            "a value is required for '--server <URL>'",
+        ),
+        (
+            &["--server", "http://127.0.0.1:1", "--frobnicate"][..],
+            "unexpected argument '--frobnicate'",
+        ),
+    ] {
+        assert_says(&run(stage01(args), 2).await.stderr, &[says]);
+    }
 }
 
 /// `--server 127.0.0.1:8001`, the address `kubectl proxy` prints, is a usage error (exit 2) that
 /// says which URL was meant.
 #[tokio::test]
 async fn stage01_suggests_the_scheme_a_server_address_lacks() {
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_stage01"));
-    command.args(["--server", "127.0.0.1:8001"]);
-    let (output, _, stderr) = run(command).await;
-    assert_eq!(output.status.code(), Some(2), "{stderr}");
-    assert!(
-        stderr.contains("did you mean http://127.0.0.1:8001?"),
-        "{stderr}"
-    );
+    let stderr = run(stage01(&["--server", "127.0.0.1:8001"]), 2)
+        .await
+        .stderr;
+    assert_says(&stderr, &["did you mean http://127.0.0.1:8001?"]);
 }
 
 /// Nothing listening on the `--server` port: exit 1, and the hint says what to start there.
@@ -373,20 +350,15 @@ async fn stage01_hints_what_to_start_when_the_connection_is_refused() {
         .local_addr()
         .unwrap()
         .port();
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_stage01"));
-    command
-        .args(["--server", &format!("http://127.0.0.1:{port}")])
-        .env("KUBECONFIG", "/dev/null")
-        .kill_on_drop(true);
-    let (output, _, stderr) = run(command).await;
-    assert_eq!(output.status.code(), Some(1), "{stderr}");
-    assert!(
-        stderr.contains(&format!("hint: nothing is listening on 127.0.0.1:{port}"))
-            && stderr.contains(&format!(
-                "cargo run --bin sandbox -- --listen 127.0.0.1:{port}"
-            ))
-            && stderr.contains(&format!("kubectl proxy --port {port}")),
-        "{stderr}"
+    let server = format!("http://127.0.0.1:{port}");
+    let stderr = run(stage01(&["--server", &server]), 1).await.stderr;
+    assert_says(
+        &stderr,
+        &[
+            &format!("hint: nothing is listening on 127.0.0.1:{port}"),
+            &format!("cargo run --bin sandbox -- --listen 127.0.0.1:{port}"),
+            &format!("kubectl proxy --port {port}"),
+        ],
     );
 }
 
@@ -398,12 +370,9 @@ async fn stage01_exits_0_on_sigterm() {
     // installing its signal handlers, and still busy.
     let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", silent.local_addr().unwrap());
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_stage01"))
-        .args(["--server", &url])
-        .env("KUBECONFIG", "/dev/null")
+    let mut child = stage01(&["--server", &url])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
         .spawn()
         .unwrap();
     let (_connection, _) = tokio::time::timeout(Duration::from_secs(30), silent.accept())

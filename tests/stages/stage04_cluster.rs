@@ -311,21 +311,8 @@ async fn the_operator_runs_a_real_postgres_cluster_through_failover() {
     );
 
     // Every member lost at once: a disaster, phase Failed, and no silent re-seed.
-    world
-        .kubectl
-        .ok(&[
-            "delete",
-            "pods",
-            "-l",
-            "workshop.example.com/cluster=db",
-            "--wait=false",
-        ])
-        .await;
-    test_support::eventually(DEADLINE, "phase Failed", || async {
-        let status = world.cluster().await["status"].clone();
-        (status["phase"] == "Failed").then_some(())
-    })
-    .await;
+    cluster::delete_every_pod(&world.kubectl, CLUSTER).await;
+    cluster::wait_phase(&world.kubectl, CLUSTER, "Failed", DEADLINE).await;
     assert!(operator.said("All Postgres pods are dead"));
     let described = world.kubectl.ok(&["describe", "pgc", CLUSTER]).await;
     assert!(

@@ -121,6 +121,57 @@ impl World {
     fn said(&self, part: &str) -> bool {
         self.lines.said(part)
     }
+
+    /// Every pod of cluster `name` deleted at once, without waiting for them to go.
+    async fn lose_every_pod(&self, name: &str) {
+        test_support::cluster::delete_every_pod(&self.kubectl, name).await;
+    }
+
+    /// Table `t`'s rows in `pod`, counted by batch: `a=1000,b=1000`.
+    async fn batches(&self, pod: &str) -> String {
+        self.psql(pod, "SELECT string_agg(batch || '=' || c, ',') FROM (SELECT batch, count(*) c FROM t GROUP BY batch ORDER BY batch) x")
+            .await
+    }
+
+    /// A new cluster `name` of one member restored from `db`'s backups, whose restore must fail:
+    /// the reason its status gives.
+    async fn failed_restore(&self, name: &str) -> String {
+        self.create(cluster_manifest(
+            name,
+            serde_json::json!({"size": 1, "version": "16", "bootstrap": {"fromBackup": {"cluster": "db"}}}),
+        ))
+        .await;
+        test_support::eventually(DEADLINE, &format!("{name}: phase Failed"), || async {
+            let status = self.cluster(name).await["status"].clone();
+            (status["phase"] == "Failed")
+                .then(|| status["restore"]["message"].as_str().map(str::to_string))
+                .flatten()
+        })
+        .await
+    }
+
+    /// Delete cluster `name`, without waiting for it to go.
+    async fn delete(&self, name: &str) {
+        self.kubectl
+            .ok(&["delete", "pgc", name, "--wait=false"])
+            .await;
+    }
+
+    /// `script` run by `sh -c` in `pod`'s postgres container: its output.
+    async fn sh(&self, pod: &str, script: &str) -> String {
+        self.kubectl
+            .ok(&[
+                "exec",
+                pod,
+                "-c",
+                POSTGRES_CONTAINER,
+                "--",
+                "sh",
+                "-c",
+                script,
+            ])
+            .await
+    }
 }
 
 fn cluster_manifest(name: &str, spec: Value) -> Value {
@@ -297,28 +348,14 @@ async fn a_cluster_lost_entirely_comes_back_from_its_backups() {
 
     // Every pod at once.
     let lost = Instant::now();
-    world
-        .kubectl
-        .ok(&[
-            "delete",
-            "pods",
-            "-l",
-            "workshop.example.com/cluster=db",
-            "--wait=false",
-        ])
-        .await;
-    test_support::eventually(DEADLINE, "phase Recovering", || async {
-        (world.cluster("db").await["status"]["phase"] == "Recovering").then_some(())
-    })
-    .await;
+    world.lose_every_pod("db").await;
+    test_support::cluster::wait_phase(&world.kubectl, "db", "Recovering", DEADLINE).await;
     let restored = world.wait_healthy("db", 2).await;
     println!(
         "all pods lost → restored primary ready and 2 members: {:.1} s",
         lost.elapsed().as_secs_f64()
     );
-    let counts = world
-        .psql(&restored, "SELECT string_agg(batch || '=' || c, ',') FROM (SELECT batch, count(*) c FROM t GROUP BY batch ORDER BY batch) x")
-        .await;
+    let counts = world.batches(&restored).await;
     assert_eq!(counts, "a=1000,b=1000,c=1000", "every archived row is back");
     let status = world.cluster("db").await["status"].clone();
     assert_eq!(status["restore"]["state"], "Restored", "{status}");
@@ -333,19 +370,14 @@ async fn a_cluster_lost_entirely_comes_back_from_its_backups() {
         ))
         .await;
     let copy = world.wait_healthy("copy", 1).await;
-    let counts = world
-        .psql(&copy, "SELECT string_agg(batch || '=' || c, ',') FROM (SELECT batch, count(*) c FROM t GROUP BY batch ORDER BY batch) x")
-        .await;
+    let counts = world.batches(&copy).await;
     assert_eq!(
         counts, "a=1000,b=1000",
         "exactly the rows before the target"
     );
 
     // The copy has done its part; one server fewer on a small machine.
-    world
-        .kubectl
-        .ok(&["delete", "pgc", "copy", "--wait=false"])
-        .await;
+    world.delete("copy").await;
 
     // A missing WAL segment: the restore fails naming it, and touches nothing.
     world.archive_now(&restored).await;
@@ -357,29 +389,14 @@ async fn a_cluster_lost_entirely_comes_back_from_its_backups() {
         .to_string();
     let (segment, saved) = remove_needed_segment(&claim.join("wal"), &start_lsn);
     let before_gap = snapshot(&claim);
-    world
-        .create(cluster_manifest(
-            "gap",
-            serde_json::json!({"size": 1, "version": "16", "bootstrap": {"fromBackup": {"cluster": "db"}}}),
-        ))
-        .await;
-    let reason = test_support::eventually(DEADLINE, "phase Failed (a missing segment)", || async {
-        let status = world.cluster("gap").await["status"].clone();
-        (status["phase"] == "Failed")
-            .then(|| status["restore"]["message"].as_str().map(str::to_string))
-            .flatten()
-    })
-    .await;
+    let reason = world.failed_restore("gap").await;
     assert!(
         reason.contains(&format!("{segment}.gz is missing")),
         "the reason names the segment {segment}: {reason}"
     );
     assert_untouched(&before_gap, &snapshot(&claim));
     saved.put_back();
-    world
-        .kubectl
-        .ok(&["delete", "pgc", "gap", "--wait=false"])
-        .await;
+    world.delete("gap").await;
 
     // A corrupt base backup: the restore fails naming the file, and touches nothing.
     let tar = format!("/backups/base/{backup}/base.tar");
@@ -389,61 +406,19 @@ async fn a_cluster_lost_entirely_comes_back_from_its_backups() {
         .to_string();
     let newest_tar = format!("/backups/base/{newest}/base.tar");
     world
-        .kubectl
-        .ok(&[
-            "exec",
+        .sh(
             &restored,
-            "-c",
-            POSTGRES_CONTAINER,
-            "--",
-            "sh",
-            "-c",
             &format!("truncate -s 100000 {newest_tar}; ls -l {tar} {newest_tar}"),
-        ])
+        )
         .await;
-    let before = world
-        .kubectl
-        .ok(&[
-            "exec",
-            &restored,
-            "-c",
-            POSTGRES_CONTAINER,
-            "--",
-            "sh",
-            "-c",
-            "ls -lR /backups/base | sort",
-        ])
-        .await;
-    world
-        .create(cluster_manifest(
-            "broken",
-            serde_json::json!({"size": 1, "version": "16", "bootstrap": {"fromBackup": {"cluster": "db"}}}),
-        ))
-        .await;
-    let reason = test_support::eventually(DEADLINE, "phase Failed", || async {
-        let status = world.cluster("broken").await["status"].clone();
-        (status["phase"] == "Failed")
-            .then(|| status["restore"]["message"].as_str().map(str::to_string))
-            .flatten()
-    })
-    .await;
+    let listing = "ls -lR /backups/base | sort";
+    let before = world.sh(&restored, listing).await;
+    let reason = world.failed_restore("broken").await;
     assert!(
         reason.contains("base.tar"),
         "the reason names the file: {reason}"
     );
-    let after = world
-        .kubectl
-        .ok(&[
-            "exec",
-            &restored,
-            "-c",
-            POSTGRES_CONTAINER,
-            "--",
-            "sh",
-            "-c",
-            "ls -lR /backups/base | sort",
-        ])
-        .await;
+    let after = world.sh(&restored, listing).await;
     assert_eq!(before, after, "the backups are untouched");
 }
 
@@ -564,16 +539,7 @@ async fn measure_the_loss_window_the_recovery_time_and_a_100_mb_backup() {
     .await;
 
     let lost = Instant::now();
-    world
-        .kubectl
-        .ok(&[
-            "delete",
-            "pods",
-            "-l",
-            "workshop.example.com/cluster=db",
-            "--wait=false",
-        ])
-        .await;
+    world.lose_every_pod("db").await;
     let _ = writer.wait().await;
     let _ = reader.await;
     let (committed, committed_at) = last_commit

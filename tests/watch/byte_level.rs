@@ -39,14 +39,13 @@ async fn one_byte_chunks_over_http_yield_whole_events() {
     .concat();
     let server = empty_list_then("10", Reply::in_chunks(&stream, 1, false)).await;
     let mut running = watch_scripted(&server);
-    assert_eq!(
-        running.next_summaries(3, WITHIN).await,
-        vec![
+    running
+        .expect_events(&[
             "ADDED default/a size=3",
             "MODIFIED default/a size=5",
-            "ADDED default/b-日本 size=1"
-        ]
-    );
+            "ADDED default/b-日本 size=1",
+        ])
+        .await;
     running
         .notice(WITHIN, "resumed at 13", |n| {
             matches!(n, WatchNotice::Resumed { resource_version, why: ResumeReason::EndOfStream { events: 3 } } if resource_version == "13")
@@ -111,10 +110,9 @@ async fn the_last_line_without_a_newline_is_delivered() {
     stream.push_str(event_line("ADDED", &object("b", "uid-b", "12", 2)).trim_end());
     let server = empty_list_then("10", Reply::in_chunks(&stream, 100, false)).await;
     let mut running = watch_scripted(&server);
-    assert_eq!(
-        running.next_summaries(2, WITHIN).await,
-        vec!["ADDED default/a size=3", "ADDED default/b size=2"]
-    );
+    running
+        .expect_events(&["ADDED default/a size=3", "ADDED default/b size=2"])
+        .await;
     running.watching_from(WITHIN, "12").await;
     running.stop().await;
 }
@@ -144,10 +142,9 @@ async fn in_stream_gone_relists_and_hands_over_the_difference() {
     )
     .await;
     let mut running = watch_scripted(&server);
-    assert_eq!(
-        running.next_summaries(2, WITHIN).await,
-        vec!["ADDED default/a size=3", "ADDED default/c size=1"]
-    );
+    running
+        .expect_events(&["ADDED default/a size=3", "ADDED default/c size=1"])
+        .await;
     let first_after = summary(&running.next_event(WITHIN).await);
     assert!(
         running
@@ -220,10 +217,7 @@ async fn an_undecodable_line_relists_instead_of_dying() {
     )
     .await;
     let mut running = watch_scripted(&server);
-    assert_eq!(
-        summary(&running.next_event(WITHIN).await),
-        "ADDED default/a size=3"
-    );
+    running.expect_event("ADDED default/a size=3").await;
     let relist = running.relisted(WITHIN).await;
     let RelistReason::Undecodable { error } = &relist.why else {
         panic!("expected an Undecodable relist, got {relist:?}")
@@ -249,10 +243,7 @@ async fn http_410_at_watch_start_relists() {
     )
     .await;
     let mut running = watch_scripted(&server);
-    assert_eq!(
-        summary(&running.next_event(WITHIN).await),
-        "ADDED default/n size=4"
-    );
+    running.expect_event("ADDED default/n size=4").await;
     running
         .notice(WITHIN, "relisted", |n| matches!(n, WatchNotice::Relisted { why: RelistReason::Expired { status }, .. } if status.reason == "Expired"))
         .await;
@@ -327,10 +318,7 @@ async fn a_huge_retry_after_is_capped_at_the_backoff_maximum() {
             |n| matches!(n, WatchNotice::Retrying { after, .. } if *after <= longest),
         )
         .await;
-    assert_eq!(
-        summary(&running.next_event(WITHIN).await),
-        "ADDED default/later size=2"
-    );
+    running.expect_event("ADDED default/later size=2").await;
     running.stop().await;
 }
 
@@ -351,10 +339,9 @@ async fn a_relist_reports_a_recreated_name_as_deleted_then_added_and_skips_uncha
     )
     .await;
     let mut running = watch_scripted(&server);
-    assert_eq!(
-        running.next_summaries(2, WITHIN).await,
-        vec!["ADDED default/a size=3", "ADDED default/b size=1"]
-    );
+    running
+        .expect_events(&["ADDED default/a size=3", "ADDED default/b size=1"])
+        .await;
     let gone = running.next_event(WITHIN).await;
     let reborn = running.next_event(WITHIN).await;
     assert_eq!(
@@ -409,10 +396,7 @@ async fn a_bookmark_without_a_resource_version_keeps_the_last_one() {
     .concat();
     let server = empty_list_then("10", Reply::once(first)).await;
     let mut running = watch_scripted(&server);
-    assert_eq!(
-        summary(&running.next_event(WITHIN).await),
-        "ADDED default/a size=3"
-    );
+    running.expect_event("ADDED default/a size=3").await;
     let resumed = running
         .notice(WITHIN, "resumed", |n| {
             matches!(n, WatchNotice::Resumed { .. })
@@ -436,10 +420,7 @@ async fn a_list_without_a_resource_version_is_retried() {
     })
     .await;
     let mut running = watch_scripted(&server);
-    assert_eq!(
-        summary(&running.next_event(WITHIN).await),
-        "ADDED default/a size=3"
-    );
+    running.expect_event("ADDED default/a size=3").await;
     running.watching_from(WITHIN, "10").await;
     assert_eq!(running.retries_with("resourceVersion"), 1);
     assert!(

@@ -29,10 +29,7 @@ async fn a_500_at_watch_start_is_retried_and_the_watch_recovers() {
     let (sandbox, client, mut running) = watching_a_sandbox(test_options()).await;
     fail_next_watches(&sandbox, 2, injected(500, "InternalError", None));
     create_cluster(&client, "during", 3).await;
-    assert_eq!(
-        summary(&running.next_event(WITHIN).await),
-        "ADDED default/during size=3"
-    );
+    running.expect_event("ADDED default/during size=3").await;
     assert_eq!(running.retries_with("InternalError (500)"), 2);
     assert_eq!(
         running.count_notices(|n| matches!(n, WatchNotice::Relisted { .. })),
@@ -49,10 +46,7 @@ async fn a_503_storm_is_ridden_out() {
     let unavailable = injected(503, "ServiceUnavailable", Some(0));
     fail_next_watches(&sandbox, 5, unavailable);
     create_cluster(&client, "after-503", 1).await;
-    assert_eq!(
-        summary(&running.next_event(WITHIN).await),
-        "ADDED default/after-503 size=1"
-    );
+    running.expect_event("ADDED default/after-503 size=1").await;
     assert!(running.retries_with("503") >= 1);
     assert_eq!(watch_requests_with_code(&sandbox, 503), 5);
     running.stop().await;
@@ -65,10 +59,7 @@ async fn a_429_waits_for_its_retry_after() {
     let started = Instant::now();
     fail_next_watches(&sandbox, 1, injected(429, "TooManyRequests", Some(1)));
     create_cluster(&client, "throttled", 2).await;
-    assert_eq!(
-        summary(&running.next_event(WITHIN).await),
-        "ADDED default/throttled size=2"
-    );
+    running.expect_event("ADDED default/throttled size=2").await;
     assert!(
         started.elapsed() >= Duration::from_millis(950),
         "waited only {:?}",
@@ -117,10 +108,7 @@ async fn a_404_on_the_first_list_is_retried() {
         .faults()
         .fail_next(2, "/postgresclusters", injected(404, "NotFound", None));
     let mut running = start_watch(client.clone(), test_options());
-    assert_eq!(
-        summary(&running.next_event(WITHIN).await),
-        "ADDED default/early size=3"
-    );
+    running.expect_event("ADDED default/early size=3").await;
     assert_eq!(running.retries_with("NotFound (404)"), 2);
     running.stop().await;
 }
@@ -147,10 +135,9 @@ async fn a_401_after_token_rotation_rereads_the_token_file() {
     sandbox.rotate_token();
     sandbox.faults().end_all_watches_now();
     create_cluster(&make_client(), "after-rotation", 3).await;
-    assert_eq!(
-        summary(&running.next_event(WITHIN).await),
-        "ADDED default/after-rotation size=3"
-    );
+    running
+        .expect_event("ADDED default/after-rotation size=3")
+        .await;
     assert!(
         watch_requests_with_code(&sandbox, 401) >= 1,
         "the old token was refused on a watch"

@@ -161,16 +161,9 @@ async fn a_paged_relist_reports_only_the_changes() {
     sandbox.faults().compact_history();
     let lists_before = list_requests(&sandbox).len();
 
-    let mut changes = running.next_summaries(3, WITHIN).await;
-    changes.sort();
-    assert_eq!(
-        changes,
-        vec![
-            "ADDED default/pg-9999 size=4",
-            "DELETED default/pg-0003 size=1",
-            "MODIFIED default/pg-1100 size=5",
-        ]
-    );
+    running
+        .expect_deleted_resized_created(("pg-0003", 1), "pg-1100", "pg-9999")
+        .await;
     let relist = running.relisted(WITHIN).await;
     assert!(
         matches!(relist.why, RelistReason::Expired { .. }) && relist.changes == (1, 1, 1),
@@ -292,15 +285,14 @@ async fn a_first_list_that_fails_halfway_is_finished_by_a_relist() {
     .await;
 
     let mut running = watch_scripted(&server);
-    assert_eq!(
-        running.next_summaries(4, WITHIN).await,
-        vec![
+    running
+        .expect_events(&[
             "ADDED default/a size=1",
             "ADDED default/b size=1",
             "DELETED default/b size=1",
             "ADDED default/c size=2",
-        ]
-    );
+        ])
+        .await;
     running.watching_from(WITHIN, "12").await;
     running.assert_nothing_twice().await;
     let notices = running.notices.clone();

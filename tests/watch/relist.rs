@@ -31,16 +31,13 @@ async fn deletes_during_an_outage_are_reported_after_the_expired_relist() {
         create_cluster(&client, name, size).await;
     }
     let mut running = start_watch(client.clone(), slow_backoff());
-    let mut initial = running.next_summaries(3, WITHIN).await;
-    initial.sort();
-    assert_eq!(
-        initial,
-        vec![
+    running
+        .expect_events_in_any_order(&[
             "ADDED default/a size=3",
             "ADDED default/b size=1",
-            "ADDED default/c size=2"
-        ]
-    );
+            "ADDED default/c size=2",
+        ])
+        .await;
     running.until_watching(WITHIN).await;
 
     // Outage: the next two watch attempts fail (300 ms + 600 ms of backoff), and meanwhile ...
@@ -49,16 +46,9 @@ async fn deletes_during_an_outage_are_reported_after_the_expired_relist() {
     // ... etcd compacts: the old resourceVersion is gone, the next watch gets 410 Expired.
     sandbox.faults().compact_history();
 
-    let mut changes = running.next_summaries(3, WITHIN).await;
-    changes.sort();
-    assert_eq!(
-        changes,
-        vec![
-            "ADDED default/d size=4",
-            "DELETED default/b size=1",
-            "MODIFIED default/a size=5"
-        ]
-    );
+    running
+        .expect_deleted_resized_created(("b", 1), "a", "d")
+        .await;
     let relist = running.relisted(WITHIN).await;
     let RelistReason::Expired { status } = &relist.why else {
         panic!("expected an Expired relist, got {relist:?}")
@@ -81,10 +71,7 @@ async fn http_410_from_the_api_server_relists() {
         })
         .await;
     create_cluster(&client, "after", 2).await;
-    assert_eq!(
-        summary(&running.next_event(WITHIN).await),
-        "ADDED default/after size=2"
-    );
+    running.expect_event("ADDED default/after size=2").await;
     running.stop().await;
 }
 
@@ -103,10 +90,7 @@ async fn an_oversize_event_relists_and_the_object_arrives_through_the_list() {
         .create(&postgres_operator::api::collection_path("default"), &body)
         .await
         .expect("create big");
-    assert_eq!(
-        summary(&running.next_event(WITHIN).await),
-        "ADDED default/big size=3"
-    );
+    running.expect_event("ADDED default/big size=3").await;
     let relist = running.relisted(WITHIN).await;
     assert!(
         matches!(relist.why, RelistReason::EventTooLarge { limit: 4096 }) && relist.changes.0 == 1,

@@ -39,10 +39,7 @@ async fn clean_end_of_stream_resumes_from_the_last_rv_without_relist_or_duplicat
     let existing = create_cluster(&client, "a", 3).await;
     sandbox.faults().end_watches_after_events(Some(1));
     let mut running = start_watch(client.clone(), test_options());
-    assert_eq!(
-        running.next_summaries(1, WITHIN).await,
-        vec!["ADDED default/a size=3"]
-    );
+    running.expect_events(&["ADDED default/a size=3"]).await;
 
     let mut versions = vec![];
     for (name, size) in [("b", 1), ("c", 2), ("d", 4)] {
@@ -141,10 +138,9 @@ async fn a_stalled_watch_is_reopened_after_the_idle_timeout() {
         .await;
     sandbox.faults().stall_watches(false);
     create_cluster(&client, "after-stall", 2).await;
-    assert_eq!(
-        summary(&running.next_event(WITHIN).await),
-        "ADDED default/after-stall size=2"
-    );
+    running
+        .expect_event("ADDED default/after-stall size=2")
+        .await;
     assert_eq!(list_count(&sandbox), 1, "an idle reconnect does not relist");
     running.stop().await;
 }
@@ -166,10 +162,7 @@ async fn connection_refused_then_recovery() {
     };
     let (second, client) = test_support::sandbox_with_crd(options).await;
     create_cluster(&client, "back", 3).await;
-    assert_eq!(
-        summary(&running.next_event(WITHIN).await),
-        "ADDED default/back size=3"
-    );
+    running.expect_event("ADDED default/back size=3").await;
     running.listed(WITHIN).await;
     assert!(collection_path("default").ends_with("postgresclusters"));
     running.stop().await;

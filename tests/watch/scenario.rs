@@ -87,10 +87,7 @@ async fn server_state(client: &Client) -> Beliefs {
 /// with every event consistent with the ones before it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_changes_under_broken_watches_end_in_agreement() {
-    let seed = std::env::var("WATCH_SCENARIO_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0x5eed_2026_u64);
+    let seed = test_support::env_number("WATCH_SCENARIO_SEED").unwrap_or(0x5eed_2026_u64);
     println!("WATCH_SCENARIO_SEED={seed}");
     let mut random = Xorshift(seed.max(1));
 

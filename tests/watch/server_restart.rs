@@ -40,14 +40,10 @@ async fn the_ghost_is_deleted_after(refusal: Reply) -> Box<postgres_operator::st
     )
     .await;
     let mut running = watch_scripted(&server);
-    assert_eq!(
-        running.next_summaries(2, WITHIN).await,
-        vec!["ADDED default/a size=1", "ADDED default/ghost size=3"]
-    );
-    assert_eq!(
-        summary(&running.next_event(WITHIN).await),
-        "DELETED default/ghost size=3"
-    );
+    running
+        .expect_events(&["ADDED default/a size=1", "ADDED default/ghost size=3"])
+        .await;
+    running.expect_event("DELETED default/ghost size=3").await;
     let relist = running.relisted(WITHIN).await;
     assert_eq!(
         (relist.resource_version.as_str(), relist.changes),
@@ -158,10 +154,7 @@ async fn a_restarted_server_without_the_cluster_yields_deleted_not_a_ghost() {
             .expect("patch");
     }
     let mut running = start_watch(client, test_options());
-    assert_eq!(
-        summary(&running.next_event(WITHIN).await),
-        "ADDED default/ghost size=6"
-    );
+    running.expect_event("ADDED default/ghost size=6").await;
     running.until_watching(WITHIN).await;
     let old_version = first.resource_version();
     let addr = first.addr();
@@ -193,10 +186,7 @@ async fn a_restarted_server_without_the_cluster_yields_deleted_not_a_ghost() {
     }
     test_support::register_crd(&client).await;
 
-    assert_eq!(
-        summary(&running.next_event(WITHIN).await),
-        "DELETED default/ghost size=6"
-    );
+    running.expect_event("DELETED default/ghost size=6").await;
     let relist = running.relisted(WITHIN).await;
     assert!(
         matches!(relist.why, RelistReason::CollectionNotFound { .. }) && relist.changes.2 == 1,

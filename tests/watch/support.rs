@@ -125,6 +125,39 @@ impl Running {
         }
     }
 
+    /// Assert that the next event (within [`WITHIN`]) is `expected`, as its [`summary`] reads.
+    pub async fn expect_event(&mut self, expected: &str) {
+        assert_eq!(summary(&self.next_event(WITHIN).await), expected);
+    }
+
+    /// Assert that the next events (each within [`WITHIN`]) are `expected`, in this order.
+    pub async fn expect_events(&mut self, expected: &[&str]) {
+        assert_eq!(self.next_summaries(expected.len(), WITHIN).await, expected);
+    }
+
+    /// Assert that the next events are `expected` (written sorted), in any order: what a relist
+    /// hands over comes in the order of its diff, not of the changes.
+    pub async fn expect_events_in_any_order(&mut self, expected: &[&str]) {
+        let mut events = self.next_summaries(expected.len(), WITHIN).await;
+        events.sort();
+        assert_eq!(events, expected);
+    }
+
+    /// The changes [`delete_resize_create`] made while the watch was down, as the relist hands
+    /// them over (in any order): `gone`, of size `gone_size`, deleted; `resized` at size 5; `new`.
+    pub async fn expect_deleted_resized_created(
+        &mut self,
+        (gone, gone_size): (&str, i64),
+        resized: &str,
+        new: &str,
+    ) {
+        let added = format!("ADDED default/{new} size=4");
+        let deleted = format!("DELETED default/{gone} size={gone_size}");
+        let modified = format!("MODIFIED default/{resized} size=5");
+        self.expect_events_in_any_order(&[&added, &deleted, &modified])
+            .await;
+    }
+
     /// The next `count` events as summaries.
     pub async fn next_summaries(&mut self, count: usize, within: Duration) -> Vec<String> {
         let mut out = Vec::new();

@@ -5,6 +5,7 @@
 //! Run one part: `cargo test --test workshop transcripts::`.
 
 mod binaries_help;
+mod claims;
 mod module_graph;
 mod references;
 mod tour;

@@ -56,12 +56,7 @@ async fn demo() -> Demo {
     let ca_file = ca_dir.path().join("ca.crt");
     std::fs::write(&ca_file, ca).expect("write the CA");
     let https = sandbox.url().replace("http://", "https://");
-    let app = Kubectl::new(&https).with_flags(&[
-        "--certificate-authority",
-        ca_file.to_str().expect("utf-8 path"),
-        "--token",
-        &token,
-    ]);
+    let app = Kubectl::new(&https).with_ca_and_token(&ca_file, &token);
     Demo {
         sandbox,
         admin,
@@ -72,19 +67,51 @@ async fn demo() -> Demo {
 }
 
 const USER: &str = "system:serviceaccount:demo:app";
+/// Service account `app` as a RoleBinding's subject, its namespace given or (as the binding's)
+/// left out.
+const APP: &str = "{kind: ServiceAccount, name: app, namespace: demo}";
+const APP_BY_NAME: &str = "{kind: ServiceAccount, name: app}";
+
+impl Demo {
+    /// The admin applies Role `name` with `rules` (YAML list items) in namespace demo, and a
+    /// RoleBinding of the same name granting it to `subject`.
+    async fn grant(&self, name: &str, rules: &str, subject: &str) {
+        let manifest = format!(
+            "apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {{name: {name}, namespace: demo}}
+rules:{rules}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {{name: {name}, namespace: demo}}
+subjects: [{subject}]
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: {name}}}
+"
+        );
+        apply(&self.admin, &manifest).await;
+    }
+
+    /// The admin runs pod `p` (nginx) in namespace demo.
+    async fn admin_runs_pod_p(&self) {
+        let run = ["run", "p", "--image", "nginx", "-n", "demo"];
+        self.admin.ok(&run).await;
+    }
+
+    /// A plain HTTP client to the sandbox presenting bearer `token`.
+    fn http_with_token(&self, token: &str) -> Http {
+        let mut http = Http::new(&self.sandbox.url());
+        http.token = Some(token.to_string());
+        http
+    }
+}
 
 /// The token is JWT-shaped with kube's claims, and names the service account.
 #[tokio::test]
 async fn kubectl_create_token_prints_a_jwt_shaped_token() {
-    let Demo {
-        sandbox: _sandbox,
-        admin,
-        token,
-        _ca_dir,
-        ..
-    } = demo().await;
-    let parts: Vec<&str> = token.split('.').collect();
-    assert_eq!(parts.len(), 3, "{token}");
+    let demo = demo().await;
+    let parts: Vec<&str> = demo.token.split('.').collect();
+    assert_eq!(parts.len(), 3, "{}", demo.token);
     use base64::Engine;
     let claims = base64::engine::general_purpose::URL_SAFE_NO_PAD
         .decode(parts[1])
@@ -95,53 +122,34 @@ async fn kubectl_create_token_prints_a_jwt_shaped_token() {
     assert_eq!(claims["kubernetes.io"]["serviceaccount"]["name"], "app");
     let lifetime = claims["exp"].as_u64().unwrap_or(0) - claims["iat"].as_u64().unwrap_or(0);
     assert_eq!(lifetime, 3600, "the default expirationSeconds");
-    let short = admin
-        .run(&["create", "token", "app", "-n", "demo", "--duration", "5m"])
-        .await;
-    assert!(!short.success);
-    assert!(
-        short
-            .stderr
-            .contains("may not specify a duration less than 10 minutes"),
-        "{}",
-        short.stderr
-    );
-    let missing = admin
-        .run(&["create", "token", "nobody", "-n", "demo"])
-        .await;
-    assert!(
-        missing
-            .stderr
-            .contains("serviceaccounts \"nobody\" not found"),
-        "{}",
-        missing.stderr
-    );
+    for (args, refusal) in [
+        (
+            &["create", "token", "app", "-n", "demo", "--duration", "5m"][..],
+            "may not specify a duration less than 10 minutes",
+        ),
+        (
+            &["create", "token", "nobody", "-n", "demo"][..],
+            "serviceaccounts \"nobody\" not found",
+        ),
+    ] {
+        demo.admin.fails_saying(args, refusal).await;
+    }
 }
 
 /// Forbidden with kube's exact message until a Role and RoleBinding are applied; the admin's
 /// kubectl meanwhile can do anything.
 #[tokio::test]
 async fn a_service_account_is_forbidden_until_a_role_binding_grants_it() {
-    let Demo {
-        sandbox,
-        admin,
-        app,
-        _ca_dir,
-        ..
-    } = demo().await;
-    let refused = app.run(&["get", "pods", "-n", "demo"]).await;
+    let demo = demo().await;
+    let refused = demo.app.run(&["get", "pods", "-n", "demo"]).await;
     assert!(!refused.success);
     assert_eq!(
         refused.stderr.trim(),
         format!("Error from server (Forbidden): pods is forbidden: User \"{USER}\" cannot list resource \"pods\" in API group \"\" in the namespace \"demo\"")
     );
-    apply(
-        &admin,
+    demo.grant(
+        "pod-reader",
         r#"
-apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata: {name: pod-reader, namespace: demo}
-rules:
 - apiGroups: [""]
   resources: [pods, pods/log]
   verbs: [get, list, watch]
@@ -149,85 +157,65 @@ rules:
   resources: [secrets]
   resourceNames: [allowed]
   verbs: [get]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {name: app-reads-pods, namespace: demo}
-subjects:
-- kind: ServiceAccount
-  name: app
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: pod-reader}
 "#,
+        APP_BY_NAME,
     )
     .await;
-    let listed = app.ok(&["get", "pods", "-n", "demo"]).await;
+    let listed = demo.app.ok(&["get", "pods", "-n", "demo"]).await;
     assert!(listed.is_empty(), "{listed}");
     // The Role is in demo only.
-    let elsewhere = app.run(&["get", "pods", "-n", "default"]).await;
-    assert!(
-        elsewhere.stderr.contains("in the namespace \"default\""),
-        "{}",
-        elsewhere.stderr
-    );
+    demo.app
+        .fails_saying(
+            &["get", "pods", "-n", "default"],
+            "in the namespace \"default\"",
+        )
+        .await;
     // Verbs not granted.
-    let create = app
-        .run(&["run", "p", "--image", "nginx", "-n", "demo"])
-        .await;
-    assert!(
-        create.stderr.contains(&format!("pods is forbidden: User \"{USER}\" cannot create resource \"pods\" in API group \"\" in the namespace \"demo\"")),
-        "{}",
-        create.stderr
-    );
+    let forbidden = format!("pods is forbidden: User \"{USER}\" cannot create resource \"pods\" in API group \"\" in the namespace \"demo\"");
+    let run = ["run", "p", "--image", "nginx", "-n", "demo"];
+    demo.app.fails_saying(&run, &forbidden).await;
     // resourceNames: one secret yes, another no (with its name in the message).
-    admin
-        .ok(&[
+    for name in ["allowed", "other"] {
+        let secret = [
             "create",
             "secret",
             "generic",
-            "allowed",
+            name,
             "--from-literal=a=b",
             "-n",
             "demo",
-        ])
+        ];
+        demo.admin.ok(&secret).await;
+    }
+    demo.app
+        .ok(&["get", "secret", "allowed", "-n", "demo"])
         .await;
-    admin
-        .ok(&[
-            "create",
-            "secret",
-            "generic",
-            "other",
-            "--from-literal=a=b",
-            "-n",
-            "demo",
-        ])
+    let other = demo
+        .app
+        .run(&["get", "secret", "other", "-n", "demo"])
         .await;
-    app.ok(&["get", "secret", "allowed", "-n", "demo"]).await;
-    let other = app.run(&["get", "secret", "other", "-n", "demo"]).await;
     assert_eq!(
         other.stderr.trim(),
         format!("Error from server (Forbidden): secrets \"other\" is forbidden: User \"{USER}\" cannot get resource \"secrets\" in API group \"\" in the namespace \"demo\"")
     );
     // The admin is never restricted.
-    admin
-        .ok(&["run", "p", "--image", "nginx", "-n", "demo"])
-        .await;
+    demo.admin_runs_pod_p().await;
     // Subresources: pods/log is granted, pods/exec is not.
-    app.ok(&["logs", "p", "-n", "demo"]).await;
-    let exec = app.run(&["exec", "p", "-n", "demo", "--", "true"]).await;
-    assert!(
-        exec.stderr.contains(&format!("pods \"p\" is forbidden: User \"{USER}\" cannot create resource \"pods/exec\" in API group \"\" in the namespace \"demo\"")),
-        "{}",
-        exec.stderr
-    );
+    demo.app.ok(&["logs", "p", "-n", "demo"]).await;
+    let forbidden = format!("pods \"p\" is forbidden: User \"{USER}\" cannot create resource \"pods/exec\" in API group \"\" in the namespace \"demo\"");
+    let exec = ["exec", "p", "-n", "demo", "--", "true"];
+    demo.app.fails_saying(&exec, &forbidden).await;
     // Every request of the service account is logged as its user.
-    let logged: Vec<_> = sandbox
+    let logged: Vec<_> = demo
+        .sandbox
         .requests()
         .into_iter()
         .filter(|r| r.user == USER)
         .collect();
     assert!(logged.iter().any(|r| r.code == 403 && r.resource == "pods"));
     assert!(logged.iter().all(|r| r.pod.is_empty()));
-    assert!(sandbox
+    assert!(demo
+        .sandbox
         .requests()
         .iter()
         .any(|r| r.user == "system:admin" && r.verb == "create" && r.resource == "pods"));
@@ -236,35 +224,17 @@ roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: pod-reader}
 /// A WebSocket exec needs `get` and, as in Kubernetes >= 1.35, `create` on pods/exec.
 #[tokio::test]
 async fn websocket_exec_needs_get_and_create() {
-    let Demo {
-        sandbox,
-        admin,
-        token,
-        _ca_dir,
-        ..
-    } = demo().await;
-    admin
-        .ok(&["run", "p", "--image", "nginx", "-n", "demo"])
-        .await;
-    apply(
-        &admin,
+    let demo = demo().await;
+    demo.admin_runs_pod_p().await;
+    demo.grant(
+        "exec-get-only",
         r#"
-apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata: {name: exec-get-only, namespace: demo}
-rules:
 - {apiGroups: [""], resources: [pods/exec], verbs: [get]}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {name: exec, namespace: demo}
-subjects: [{kind: ServiceAccount, name: app, namespace: demo}]
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: exec-get-only}
 "#,
+        APP,
     )
     .await;
-    let mut http = Http::new(&sandbox.url());
-    http.token = Some(token);
+    let http = demo.http_with_token(&demo.token);
     let upgrade = http
         .get_with_headers(
             "/api/v1/namespaces/demo/pods/p/exec?command=true&stdout=true",
@@ -288,20 +258,14 @@ roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: exec-get-only}
 /// the cluster scope; Group subjects match the service account's groups.
 #[tokio::test]
 async fn cluster_roles_cluster_role_bindings_and_groups() {
-    let Demo {
-        sandbox: _sandbox,
-        admin,
-        app,
-        _ca_dir,
-        ..
-    } = demo().await;
-    let crds = app.run(&["get", "crd"]).await;
+    let demo = demo().await;
+    let crds = demo.app.run(&["get", "crd"]).await;
     assert_eq!(
         crds.stderr.trim(),
         format!("Error from server (Forbidden): customresourcedefinitions.apiextensions.k8s.io is forbidden: User \"{USER}\" cannot list resource \"customresourcedefinitions\" in API group \"apiextensions.k8s.io\" at the cluster scope")
     );
     apply(
-        &admin,
+        &demo.admin,
         r#"
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole
@@ -329,31 +293,27 @@ roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: crd-read
 "#,
     )
     .await;
-    let configmaps = app
+    let configmaps = demo
+        .app
         .ok(&["get", "configmaps", "-n", "demo", "-o", "name"])
         .await;
     assert!(
         configmaps.contains("configmap/kube-root-ca.crt"),
         "{configmaps}"
     );
-    let elsewhere = app.run(&["get", "configmaps", "-n", "default"]).await;
+    let elsewhere = demo.app.run(&["get", "configmaps", "-n", "default"]).await;
     assert!(
         !elsewhere.success,
         "a RoleBinding grants in its namespace only"
     );
-    app.ok(&["get", "crd"]).await;
+    demo.app.ok(&["get", "crd"]).await;
 }
 
 /// `kubectl auth can-i --as` answers for the impersonated account, yes and no, and `--list`
 /// lists its rules.
 #[tokio::test]
 async fn auth_can_i_tells_the_truth() {
-    let Demo {
-        sandbox: _sandbox,
-        admin,
-        _ca_dir,
-        ..
-    } = demo().await;
+    let demo = demo().await;
     let can_i = |args: &[&str]| {
         let mut all = vec!["auth", "can-i"];
         all.extend_from_slice(args);
@@ -361,7 +321,7 @@ async fn auth_can_i_tells_the_truth() {
         all.into_iter().map(String::from).collect::<Vec<_>>()
     };
     let ask = |args: Vec<String>| {
-        let admin = &admin;
+        let admin = &demo.admin;
         async move {
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
             admin.run(&args).await.stdout.trim().to_string()
@@ -372,22 +332,13 @@ async fn auth_can_i_tells_the_truth() {
         ask(can_i(&["create", "pods", "--subresource", "exec"])).await,
         "no"
     );
-    apply(
-        &admin,
+    demo.grant(
+        "operator",
         r#"
-apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata: {name: operator, namespace: demo}
-rules:
 - {apiGroups: [""], resources: [pods], verbs: [list, watch]}
 - {apiGroups: [""], resources: [pods/exec], verbs: [create]}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {name: operator, namespace: demo}
-subjects: [{kind: ServiceAccount, name: app, namespace: demo}]
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: operator}
 "#,
+        APP,
     )
     .await;
     assert_eq!(ask(can_i(&["list", "pods"])).await, "yes");
@@ -398,10 +349,14 @@ roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: operator}
     );
     // The learner's own kubectl may do anything.
     assert_eq!(
-        admin.ok(&["auth", "can-i", "delete", "nodes"]).await.trim(),
+        demo.admin
+            .ok(&["auth", "can-i", "delete", "nodes"])
+            .await
+            .trim(),
         "yes"
     );
-    let listed = admin
+    let listed = demo
+        .admin
         .ok(&["auth", "can-i", "--list", "--as", USER, "-n", "demo"])
         .await;
     let line = |resource: &str| {
@@ -430,17 +385,10 @@ roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: operator}
 /// Deleting the service account, or the pod a token is bound to, makes the token 401.
 #[tokio::test]
 async fn tokens_die_with_their_service_account_or_pod() {
-    let Demo {
-        sandbox,
-        admin,
-        token,
-        _ca_dir,
-        ..
-    } = demo().await;
-    admin
-        .ok(&["run", "p", "--image", "nginx", "-n", "demo"])
-        .await;
-    let bound = admin
+    let demo = demo().await;
+    demo.admin_runs_pod_p().await;
+    let bound = demo
+        .admin
         .ok(&[
             "create",
             "token",
@@ -452,60 +400,46 @@ async fn tokens_die_with_their_service_account_or_pod() {
             "--bound-object-name",
             "p",
         ])
-        .await
-        .trim()
-        .to_string();
-    let as_token = |token: &str| {
-        let mut http = Http::new(&sandbox.url());
-        http.token = Some(token.to_string());
-        http
-    };
+        .await;
+    let bound = demo.http_with_token(bound.trim());
+    let unbound = demo.http_with_token(&demo.token);
     // /api is discovery: every authenticated user may read it.
-    assert_eq!(as_token(&bound).get("/api").await.status, 200);
-    assert_eq!(as_token(&token).get("/api").await.status, 200);
-    let logged = sandbox.requests();
+    assert_eq!(bound.get("/api").await.status, 200);
+    assert_eq!(unbound.get("/api").await.status, 200);
+    let logged = demo.sandbox.requests();
     assert!(
         logged.iter().any(|r| r.user == USER && r.pod == "p"),
         "the bound pod is logged"
     );
-    admin.ok(&["delete", "pod", "p", "-n", "demo"]).await;
-    let gone = as_token(&bound).get("/api").await;
-    assert_eq!(gone.status, 401);
-    assert_eq!(gone.json()["reason"], "Unauthorized");
+    demo.admin.ok(&["delete", "pod", "p", "-n", "demo"]).await;
+    bound.get("/api").await.assert_reason(401, "Unauthorized");
     assert_eq!(
-        as_token(&token).get("/api").await.status,
+        unbound.get("/api").await.status,
         200,
         "unbound token lives on"
     );
-    admin
+    demo.admin
         .ok(&["delete", "serviceaccount", "app", "-n", "demo"])
         .await;
-    assert_eq!(as_token(&token).get("/api").await.status, 401);
+    assert_eq!(unbound.get("/api").await.status, 401);
     // A new account of the same name is another account: the old token stays dead.
-    admin
+    demo.admin
         .ok(&["create", "serviceaccount", "app", "-n", "demo"])
         .await;
-    assert_eq!(as_token(&token).get("/api").await.status, 401);
+    assert_eq!(unbound.get("/api").await.status, 401);
 }
 
 /// Only the admin may impersonate; anyone else gets kube's 403 for the `impersonate` verb.
 #[tokio::test]
 async fn impersonation_needs_the_impersonate_verb() {
-    let Demo {
-        sandbox,
-        app,
-        token,
-        _ca_dir,
-        ..
-    } = demo().await;
-    let refused = app.run(&["get", "pods", "--as", "alice"]).await;
-    assert!(
-        refused.stderr.contains("Error from server (Forbidden)"),
-        "{}",
-        refused.stderr
-    );
-    let mut as_app = Http::new(&sandbox.url());
-    as_app.token = Some(token);
+    let demo = demo().await;
+    demo.app
+        .fails_saying(
+            &["get", "pods", "--as", "alice"],
+            "Error from server (Forbidden)",
+        )
+        .await;
+    let as_app = demo.http_with_token(&demo.token);
     let answer = as_app
         .get_with_headers("/api/v1/pods", &[("Impersonate-User", "alice")])
         .await;
@@ -514,7 +448,7 @@ async fn impersonation_needs_the_impersonate_verb() {
         answer.json()["details"],
         json!({"name": "alice", "kind": "users"})
     );
-    let admin_as = Http::new(&sandbox.url());
+    let admin_as = Http::new(&demo.sandbox.url());
     let answer = admin_as
         .get_with_headers(
             "/api/v1/namespaces/demo/pods",
@@ -522,21 +456,15 @@ async fn impersonation_needs_the_impersonate_verb() {
         )
         .await;
     answer.assert_refused(403, "pods is forbidden: User \"alice\" cannot list resource \"pods\" in API group \"\" in the namespace \"demo\"");
-    assert!(sandbox.requests().iter().any(|r| r.user == "alice"));
+    assert!(demo.sandbox.requests().iter().any(|r| r.user == "alice"));
 }
 
 /// A `blockOwnerDeletion` owner reference needs `update` on the owner's `finalizers`
 /// (OwnerReferencesPermissionEnforcement), as `kube/rbac.yaml` grants for postgresclusters.
 #[tokio::test]
 async fn block_owner_deletion_needs_update_on_the_owners_finalizers() {
-    let Demo {
-        sandbox,
-        admin,
-        token,
-        _ca_dir,
-        ..
-    } = demo().await;
-    let http = Http::new(&sandbox.url());
+    let demo = demo().await;
+    let http = Http::new(&demo.sandbox.url());
     http.install_crd().await;
     let created = http
         .create(
@@ -548,25 +476,15 @@ async fn block_owner_deletion_needs_update_on_the_owners_finalizers() {
         .as_str()
         .unwrap_or_default()
         .to_string();
-    apply(
-        &admin,
+    demo.grant(
+        "cm-writer",
         r#"
-apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata: {name: cm-writer, namespace: demo}
-rules:
 - {apiGroups: [""], resources: [configmaps], verbs: [create]}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {name: cm-writer, namespace: demo}
-subjects: [{kind: ServiceAccount, name: app}]
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: cm-writer}
 "#,
+        APP_BY_NAME,
     )
     .await;
-    let mut as_app = Http::new(&sandbox.url());
-    as_app.token = Some(token);
+    let as_app = demo.http_with_token(&demo.token);
     let owned = |name: &str| {
         json!({"apiVersion": "v1", "kind": "ConfigMap",
                "metadata": {"name": name, "ownerReferences": [{
@@ -577,21 +495,12 @@ roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: cm-writer}
         .post("/api/v1/namespaces/demo/configmaps", &owned("c1"))
         .await;
     refused.assert_refused(403, &format!("configmaps \"c1\" is forbidden: cannot set blockOwnerDeletion if an ownerReference refers to a resource you can't set finalizers on: User \"{USER}\" cannot update resource \"postgresclusters/finalizers\" in API group \"workshop.example.com\" in the namespace \"demo\""));
-    apply(
-        &admin,
+    demo.grant(
+        "finalizers",
         r#"
-apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata: {name: finalizers, namespace: demo}
-rules:
 - {apiGroups: [workshop.example.com], resources: [postgresclusters/finalizers], verbs: [update]}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {name: finalizers, namespace: demo}
-subjects: [{kind: ServiceAccount, name: app}]
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: finalizers}
 "#,
+        APP_BY_NAME,
     )
     .await;
     as_app
@@ -603,24 +512,18 @@ roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: finalizers}
 /// never a crash: the sandbox keeps serving.
 #[tokio::test]
 async fn hostile_credentials_and_rbac_objects_never_break_the_sandbox() {
-    let Demo {
-        sandbox,
-        token,
-        _ca_dir,
-        ..
-    } = demo().await;
+    let demo = demo().await;
     for garbage in [
         "garbage",
         "a.b.c",
         "....",
-        &format!("{token}x"),
+        &format!("{}x", demo.token),
         &"x".repeat(8000),
     ] {
-        let mut http = Http::new(&sandbox.url());
-        http.token = Some(garbage.to_string());
+        let http = demo.http_with_token(garbage);
         assert_eq!(http.get("/api/v1/pods").await.status, 401, "{garbage:?}");
     }
-    let http = Http::new(&sandbox.url());
+    let http = Http::new(&demo.sandbox.url());
     let huge = "u".repeat(5000);
     let answer = http
         .get_with_headers("/api", &[("Impersonate-User", &huge)])
@@ -652,8 +555,7 @@ async fn hostile_credentials_and_rbac_objects_never_break_the_sandbox() {
             .await;
         assert!(stored.status.as_u16() < 500, "{}", stored.text());
     }
-    let mut as_app = Http::new(&sandbox.url());
-    as_app.token = Some(token);
+    let as_app = demo.http_with_token(&demo.token);
     assert_eq!(as_app.get("/api/v1/namespaces/demo/pods").await.status, 403);
     assert_eq!(http.get("/api/v1/namespaces/demo/pods").await.status, 200);
 }

@@ -391,19 +391,13 @@ async fn send_raw(addr: SocketAddr, request: &Request) -> Option<u16> {
 /// resourceVersion), never an abort, and the server still serves afterwards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_requests_never_break_the_sandbox() {
-    let count: usize = std::env::var("SANDBOX_FUZZ_COUNT")
-        .ok()
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(2000);
-    let seed: u64 = std::env::var("SANDBOX_FUZZ_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos() as u64)
-                .unwrap_or(1)
-        });
+    let count: usize = test_support::env_number("SANDBOX_FUZZ_COUNT").unwrap_or(2000);
+    let seed: u64 = test_support::env_number("SANDBOX_FUZZ_SEED").unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(1)
+    });
     println!("sandbox fuzz: SANDBOX_FUZZ_SEED={seed} SANDBOX_FUZZ_COUNT={count}");
     let sandbox = test_support::start_sandbox().await;
     let http = Http::new(&sandbox.url());

@@ -33,14 +33,8 @@ fn json_patch(operations: &[Value]) -> Vec<u8> {
 }
 
 async fn send_json_patch(http: &Http, path: &str, operations: &[Value]) -> Answer {
-    http.send(
-        Method::PATCH,
-        path,
-        Some("application/json-patch+json"),
-        json_patch(operations),
-        &[],
-    )
-    .await
+    http.patch(path, "application/json-patch+json", &json_patch(operations))
+        .await
 }
 
 /// 1: a `copy` of a value into its own child, repeated, is refused at 128 levels (it used to
@@ -317,12 +311,10 @@ async fn ordinary_writes_still_behave() {
         .await;
     assert_eq!(missing.status, 404);
     let applied = http
-        .send(
-            Method::PATCH,
+        .patch(
             &format!("{PGC}/db2?fieldManager=test"),
-            Some("application/apply-patch+yaml"),
-            cluster("db2", 2).to_string().into_bytes(),
-            &[],
+            "application/apply-patch+yaml",
+            cluster("db2", 2).to_string().as_bytes(),
         )
         .await;
     assert_eq!(applied.status, 201, "{}", applied.text());

@@ -7,14 +7,24 @@
 use std::time::Duration;
 
 use http::Method;
-use sandbox::SandboxOptions;
-use serde_json::json;
-use test_support::http_client::{cluster, crd_json, pod, sandbox_and_http, sandbox_with_crd, Http};
+use serde_json::{json, Value};
+use test_support::http_client::{
+    cluster, crd_json, pod, sandbox_and_http, sandbox_and_http_with, sandbox_with_crd, Http,
+};
 
 const PGC: &str = "/apis/workshop.example.com/v1/namespaces/default/postgresclusters";
 const PODS: &str = "/api/v1/namespaces/default/pods";
 const CRD: &str =
     "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/postgresclusters.workshop.example.com";
+
+/// The `name` of each element of the JSON array `list` (resources, table columns).
+fn names_in(list: &Value) -> Vec<&str> {
+    let items = list.as_array().expect("an array");
+    items
+        .iter()
+        .filter_map(|item| item["name"].as_str())
+        .collect()
+}
 
 /// Create fills in uid, creationTimestamp, generation, resourceVersion, kind and apiVersion;
 /// generateName gets a 5-character suffix; a second create of the same name is 409 AlreadyExists.
@@ -317,12 +327,9 @@ async fn deleting_a_crd_removes_its_api() {
 /// The CRD's Established condition waits for the configured delay (a MODIFIED on CRD watches).
 #[tokio::test]
 async fn established_waits_for_the_configured_delay() {
-    let sandbox = test_support::start_sandbox_with(SandboxOptions {
-        established_delay: Duration::from_millis(400),
-        ..Default::default()
-    })
-    .await;
-    let http = Http::new(&sandbox.url());
+    let (sandbox, http) =
+        sandbox_and_http_with(|options| options.established_delay = Duration::from_millis(400))
+            .await;
     let crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
     let mut watch = http
         .stream(&format!(
@@ -332,23 +339,18 @@ async fn established_waits_for_the_configured_delay() {
         .await;
     let created = http.post(crds, &crd_json()).await.json();
     assert!(!created["status"].to_string().contains("Established"));
-    let added = watch
-        .next_event(Duration::from_secs(2))
-        .await
-        .expect("ADDED");
-    assert_eq!(added["type"], "ADDED");
+    watch.next_event_of("ADDED", Duration::from_secs(2)).await;
     let started = std::time::Instant::now();
     let modified = watch
-        .next_event(Duration::from_secs(5))
-        .await
-        .expect("MODIFIED");
-    assert_eq!(modified["type"], "MODIFIED");
+        .next_event_of("MODIFIED", Duration::from_secs(5))
+        .await;
     assert!(modified["object"]["status"]
         .to_string()
         .contains("Established"));
+    let waited = started.elapsed();
     assert!(
-        started.elapsed() >= Duration::from_millis(250),
-        "came after the delay"
+        waited >= Duration::from_millis(250),
+        "came after the delay: {waited:?}"
     );
 }
 
@@ -384,14 +386,8 @@ async fn deleting_an_owner_collects_its_pods_unless_a_finalizer_holds_one() {
     orphan["metadata"]["ownerReferences"] = json!([{"apiVersion": "workshop.example.com/v1",
         "kind": "PostgresCluster", "name": "db2", "uid": owner["metadata"]["uid"]}]);
     http.post(PODS, &orphan).await;
-    http.send(
-        Method::DELETE,
-        &format!("{PGC}/db2"),
-        Some("application/json"),
-        br#"{"propagationPolicy":"Orphan"}"#.to_vec(),
-        &[],
-    )
-    .await;
+    http.delete_with(&format!("{PGC}/db2"), br#"{"propagationPolicy":"Orphan"}"#)
+        .await;
     assert_eq!(http.get(&format!("{PODS}/db2-0")).await.status, 200);
 }
 
@@ -399,12 +395,8 @@ async fn deleting_an_owner_collects_its_pods_unless_a_finalizer_holds_one() {
 /// kubelet_delay; logs are text/plain; nothing actually runs.
 #[tokio::test]
 async fn pods_go_pending_then_running_without_running_anything() {
-    let sandbox = test_support::start_sandbox_with(SandboxOptions {
-        kubelet_delay: Duration::from_millis(100),
-        ..Default::default()
-    })
-    .await;
-    let http = Http::new(&sandbox.url());
+    let (sandbox, http) =
+        sandbox_and_http_with(|options| options.kubelet_delay = Duration::from_millis(100)).await;
     let created = http.post(PODS, &pod("web", json!({}))).await.json();
     assert_eq!(created["status"]["phase"], "Pending");
     let running = test_support::eventually(Duration::from_secs(5), "pod Running", || {
@@ -497,12 +489,7 @@ async fn discovery_and_openapi_describe_custom_resources() {
     assert!(text.contains("\"subresource\":\"scale\""), "{text}");
 
     let legacy = http.get("/apis/workshop.example.com/v1").await.json();
-    let names: Vec<&str> = legacy["resources"]
-        .as_array()
-        .expect("resources")
-        .iter()
-        .filter_map(|r| r["name"].as_str())
-        .collect();
+    let names = names_in(&legacy["resources"]);
     assert_eq!(
         names,
         [
@@ -554,12 +541,7 @@ async fn lists_become_tables_when_kubectl_asks() {
         .await
         .json();
     assert_eq!(table["kind"], "Table");
-    let columns: Vec<&str> = table["columnDefinitions"]
-        .as_array()
-        .expect("columns")
-        .iter()
-        .filter_map(|c| c["name"].as_str())
-        .collect();
+    let columns = names_in(&table["columnDefinitions"]);
     assert_eq!(
         columns,
         [
@@ -654,9 +636,7 @@ async fn tls_mode_requires_the_current_bearer_token() {
     let good = Http::with_tls(&sandbox.url(), &ca, Some(token.clone()));
     assert_eq!(good.get(PODS).await.status, 200);
     let anonymous = Http::with_tls(&sandbox.url(), &ca, None);
-    let refused = anonymous.get(PODS).await;
-    assert_eq!(refused.status, 401);
-    assert_eq!(refused.json()["reason"], "Unauthorized");
+    anonymous.get(PODS).await.assert_reason(401, "Unauthorized");
     assert_eq!(
         anonymous.get("/version").await.status,
         200,
@@ -798,12 +778,9 @@ async fn schema_defaults_are_applied() {
 /// gracePeriodSeconds=0 deletes at once.
 #[tokio::test]
 async fn pods_terminate_gracefully_when_asked_to() {
-    let sandbox = test_support::start_sandbox_with(SandboxOptions {
-        pod_termination_delay: Duration::from_millis(300),
-        ..Default::default()
-    })
-    .await;
-    let http = Http::new(&sandbox.url());
+    let (sandbox, http) =
+        sandbox_and_http_with(|options| options.pod_termination_delay = Duration::from_millis(300))
+            .await;
     http.post(PODS, &pod("web", json!({}))).await;
     let mut watch = http
         .stream(&format!(
@@ -834,14 +811,8 @@ async fn pods_terminate_gracefully_when_asked_to() {
     assert_eq!(http.get(&format!("{PODS}/web")).await.status, 404);
 
     http.post(PODS, &pod("now", json!({}))).await;
-    http.send(
-        Method::DELETE,
-        &format!("{PODS}/now"),
-        Some("application/json"),
-        br#"{"gracePeriodSeconds":0}"#.to_vec(),
-        &[],
-    )
-    .await;
+    http.delete_with(&format!("{PODS}/now"), br#"{"gracePeriodSeconds":0}"#)
+        .await;
     assert_eq!(
         http.get(&format!("{PODS}/now")).await.status,
         404,
@@ -863,12 +834,9 @@ async fn foreground_deletion_waits_for_dependents() {
     http.post(PODS, &held).await;
 
     let answer = http
-        .send(
-            Method::DELETE,
+        .delete_with(
             &format!("{PGC}/db1"),
-            Some("application/json"),
-            br#"{"propagationPolicy":"Foreground"}"#.to_vec(),
-            &[],
+            br#"{"propagationPolicy":"Foreground"}"#,
         )
         .await;
     assert_eq!(answer.status, 200);
@@ -882,13 +850,7 @@ async fn foreground_deletion_waits_for_dependents() {
             .is_string()
     );
 
-    let released = http
-        .merge_patch(
-            &format!("{PODS}/db1-0"),
-            &json!({"metadata": {"finalizers": null}}),
-        )
-        .await;
-    assert_eq!(released.status, 200, "{}", released.text());
+    http.clear_finalizers(&format!("{PODS}/db1-0")).await;
     assert_eq!(http.get(&format!("{PODS}/db1-0")).await.status, 404);
     assert_eq!(
         http.get(&format!("{PGC}/db1")).await.status,

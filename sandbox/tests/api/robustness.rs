@@ -5,17 +5,10 @@
 
 use http::Method;
 use serde_json::json;
-use test_support::http_client::{cluster, pod, sandbox_with_crd, Answer, Http};
+use test_support::http_client::{cluster, pod, sandbox_with_crd, Http};
 
 const PGC: &str = "/apis/workshop.example.com/v1/namespaces/default/postgresclusters";
 const PODS: &str = "/api/v1/namespaces/default/pods";
-
-fn reason(answer: &Answer) -> String {
-    answer.json()["reason"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string()
-}
 
 /// Each kind of bad request gets its own code and reason, as kube-apiserver answers it.
 #[tokio::test]
@@ -23,42 +16,24 @@ async fn bad_requests_get_the_right_status() {
     let (_sandbox, http) = sandbox_with_crd().await;
 
     let unknown = http.get("/apis/nope.example.com/v1/things").await;
-    assert_eq!(
-        (unknown.status.as_u16(), reason(&unknown).as_str()),
-        (404, "NotFound")
-    );
+    unknown.assert_reason(404, "NotFound");
     assert_eq!(http.get("/no/such/path").await.status, 404);
 
     let malformed = http
-        .send(
-            Method::POST,
-            PODS,
-            Some("application/json"),
-            b"{\"metadata\":".to_vec(),
-            &[],
-        )
+        .send_json_bytes(Method::POST, PODS, b"{\"metadata\":")
         .await;
-    assert_eq!(
-        (malformed.status.as_u16(), reason(&malformed).as_str()),
-        (400, "BadRequest")
-    );
+    malformed.assert_reason(400, "BadRequest");
 
     let mut wrong_kind = cluster("db1", 1);
     wrong_kind["kind"] = json!("Pod");
     let answer = http.post(PGC, &wrong_kind).await;
-    assert_eq!(
-        (answer.status.as_u16(), reason(&answer).as_str()),
-        (400, "BadRequest")
-    );
+    answer.assert_reason(400, "BadRequest");
     let mut wrong_version = cluster("db1", 1);
     wrong_version["apiVersion"] = json!("workshop.example.com/v2");
     assert_eq!(http.post(PGC, &wrong_version).await.status, 400);
 
     let bad_name = http.post(PGC, &cluster("Not_A_Name", 1)).await;
-    assert_eq!(
-        (bad_name.status.as_u16(), reason(&bad_name).as_str()),
-        (422, "Invalid")
-    );
+    bad_name.assert_reason(422, "Invalid");
     assert_eq!(
         bad_name.json()["details"]["causes"][0]["field"],
         "metadata.name"
@@ -67,46 +42,25 @@ async fn bad_requests_get_the_right_status() {
     let mut huge = cluster("huge", 1);
     huge["metadata"]["annotations"] = json!({"x": "y".repeat(3 * 1024 * 1024 + 1)});
     let too_large = http.post(PGC, &huge).await;
-    assert_eq!(
-        (too_large.status.as_u16(), reason(&too_large).as_str()),
-        (413, "RequestEntityTooLarge")
-    );
+    too_large.assert_reason(413, "RequestEntityTooLarge");
 
-    let not_allowed = http
-        .send(
-            Method::PUT,
-            PGC,
-            Some("application/json"),
-            b"{}".to_vec(),
-            &[],
-        )
-        .await;
-    assert_eq!(
-        (not_allowed.status.as_u16(), reason(&not_allowed).as_str()),
-        (405, "MethodNotAllowed")
-    );
+    let not_allowed = http.send_json_bytes(Method::PUT, PGC, b"{}").await;
+    not_allowed.assert_reason(405, "MethodNotAllowed");
 
     http.post(PGC, &cluster("db1", 1)).await;
     let strategic = http
-        .send(
-            Method::PATCH,
+        .patch(
             &format!("{PGC}/db1"),
-            Some("application/strategic-merge-patch+json"),
-            b"{}".to_vec(),
-            &[],
+            "application/strategic-merge-patch+json",
+            b"{}",
         )
         .await;
-    assert_eq!(
-        (strategic.status.as_u16(), reason(&strategic).as_str()),
-        (415, "UnsupportedMediaType")
-    );
+    strategic.assert_reason(415, "UnsupportedMediaType");
     let yaml_apply = http
-        .send(
-            Method::PATCH,
+        .patch(
             &format!("{PGC}/db1"),
-            Some("application/apply-patch+yaml"),
-            b"spec:\n  size: 2\n".to_vec(),
-            &[],
+            "application/apply-patch+yaml",
+            b"spec:\n  size: 2\n",
         )
         .await;
     assert_eq!(
@@ -145,10 +99,7 @@ async fn bad_requests_get_the_right_status() {
     let mut bad_label = cluster("labelled", 1);
     bad_label["metadata"]["labels"] = json!({"tier": "not a valid value!"});
     let answer = http.post(PGC, &bad_label).await;
-    assert_eq!(
-        (answer.status.as_u16(), reason(&answer).as_str()),
-        (422, "Invalid")
-    );
+    answer.assert_reason(422, "Invalid");
     assert_eq!(
         answer.json()["details"]["causes"][0]["field"],
         "metadata.labels"
@@ -168,12 +119,10 @@ async fn bad_requests_get_the_right_status() {
         "metadata.ownerReferences[0].apiVersion"
     );
     let apply_array = http
-        .send(
-            Method::PATCH,
+        .patch(
             &format!("{PGC}/fresh"),
-            Some("application/apply-patch+yaml"),
-            b"[]".to_vec(),
-            &[],
+            "application/apply-patch+yaml",
+            b"[]",
         )
         .await;
     assert_eq!(apply_array.status, 400, "an apply body must be an object");
@@ -185,10 +134,7 @@ async fn bad_requests_get_the_right_status() {
         .await;
     assert_eq!(odd_spec.status, 400);
     let protected = http.delete("/api/v1/namespaces/default").await;
-    assert_eq!(
-        (protected.status.as_u16(), reason(&protected).as_str()),
-        (403, "Forbidden")
-    );
+    protected.assert_reason(403, "Forbidden");
     protected.assert_refused(
         403,
         "namespaces \"default\" is forbidden: this namespace may not be deleted",
@@ -201,26 +147,14 @@ async fn bad_requests_get_the_right_status() {
 async fn json_strategic_and_apply_patches_work() {
     let (_sandbox, http) = sandbox_with_crd().await;
     http.post(PGC, &cluster("db1", 1)).await;
-    let json_patch = http
-        .send(
-            Method::PATCH,
-            &format!("{PGC}/db1"),
-            Some("application/json-patch+json"),
-            br#"[{"op":"replace","path":"/spec/size","value":7}]"#.to_vec(),
-            &[],
-        )
-        .await;
-    assert_eq!(json_patch.json()["spec"]["size"], 7);
-    let failed = http
-        .send(
-            Method::PATCH,
-            &format!("{PGC}/db1"),
-            Some("application/json-patch+json"),
-            br#"[{"op":"test","path":"/spec/size","value":1}]"#.to_vec(),
-            &[],
-        )
-        .await;
-    assert_eq!(failed.status, 422);
+    let db1 = format!("{PGC}/db1");
+    let json_patch = "application/json-patch+json";
+    let replace = br#"[{"op":"replace","path":"/spec/size","value":7}]"#;
+    let patched = http.patch(&db1, json_patch, replace).await;
+    assert_eq!(patched.json()["spec"]["size"], 7);
+    // A failed `test` operation fails the whole patch.
+    let test = br#"[{"op":"test","path":"/spec/size","value":1}]"#;
+    assert_eq!(http.patch(&db1, json_patch, test).await.status, 422);
 
     let mut web = pod("web", json!({"a": "1"}));
     web["spec"]["containers"] =
@@ -230,12 +164,10 @@ async fn json_strategic_and_apply_patches_work() {
     http.post(PODS, &web).await;
     // Containers merge by name: only `side` gets the new image (a pod's one mutable field).
     let strategic = http
-        .send(
-            Method::PATCH,
+        .patch(
             &format!("{PODS}/web"),
-            Some("application/strategic-merge-patch+json"),
-            br#"{"spec":{"containers":[{"name":"side","image":"busybox:2"}]}}"#.to_vec(),
-            &[],
+            "application/strategic-merge-patch+json",
+            br#"{"spec":{"containers":[{"name":"side","image":"busybox:2"}]}}"#,
         )
         .await;
     assert_eq!(strategic.status, 200, "{}", strategic.text());
@@ -256,12 +188,10 @@ async fn json_strategic_and_apply_patches_work() {
     let removal =
         br#"{"spec":{"template":{"spec":{"containers":[{"name":"side","$patch":"delete"}]}}}}"#;
     let strategic = http
-        .send(
-            Method::PATCH,
+        .patch(
             &format!("{deployments}/web"),
-            Some("application/strategic-merge-patch+json"),
-            removal.to_vec(),
-            &[],
+            "application/strategic-merge-patch+json",
+            removal,
         )
         .await;
     assert_eq!(strategic.status, 200, "{}", strategic.text());
@@ -270,34 +200,28 @@ async fn json_strategic_and_apply_patches_work() {
         json!([{"name": "c", "image": "nginx"}])
     );
     let refused = http
-        .send(
-            Method::PATCH,
+        .patch(
             &format!("{PODS}/web"),
-            Some("application/strategic-merge-patch+json"),
-            br#"{"spec":{"containers":[{"name":"side","$patch":"delete"}]}}"#.to_vec(),
-            &[],
+            "application/strategic-merge-patch+json",
+            br#"{"spec":{"containers":[{"name":"side","$patch":"delete"}]}}"#,
         )
         .await;
     assert_eq!(refused.status, 422, "{}", refused.text());
 
     let apply = serde_json::to_vec(&cluster("applied", 2)).expect("json");
     let created = http
-        .send(
-            Method::PATCH,
+        .patch(
             &format!("{PGC}/applied?fieldManager=kubectl&force=false"),
-            Some("application/apply-patch+yaml"),
-            apply.clone(),
-            &[],
+            "application/apply-patch+yaml",
+            &apply,
         )
         .await;
     assert_eq!(created.status, 201, "{}", created.text());
     let merged = http
-        .send(
-            Method::PATCH,
+        .patch(
             &format!("{PGC}/applied?fieldManager=kubectl"),
-            Some("application/apply-patch+yaml"),
-            apply,
-            &[],
+            "application/apply-patch+yaml",
+            &apply,
         )
         .await;
     assert_eq!(merged.status, 200);
@@ -393,14 +317,8 @@ async fn a_storm_of_random_requests_leaves_it_serving() {
         .faults()
         .end_watches_after(Some(std::time::Duration::from_millis(5)));
     // SANDBOX_STORM_SEED / SANDBOX_STORM_COUNT explore further locally; CI runs the fixed seed.
-    let seed = std::env::var("SANDBOX_STORM_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0x5eed_1234_abcd_0001u64);
-    let count = std::env::var("SANDBOX_STORM_COUNT")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(600usize);
+    let seed = test_support::env_number("SANDBOX_STORM_SEED").unwrap_or(0x5eed_1234_abcd_0001u64);
+    let count = test_support::env_number("SANDBOX_STORM_COUNT").unwrap_or(600usize);
     let mut random = Xorshift(seed | 1);
     let prefixes = [
         "/api",

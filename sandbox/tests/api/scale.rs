@@ -8,9 +8,8 @@
 
 use std::time::{Duration, Instant};
 
-use sandbox::SandboxOptions;
 use serde_json::json;
-use test_support::http_client::Http;
+use test_support::http_client::{sandbox_and_http_with, Http};
 
 const OBJECTS: usize = 10_000;
 const UPDATES: usize = 1_000;
@@ -61,12 +60,8 @@ async fn write_all(
 /// RV 0 receives all 10,000 objects.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_watcher_sees_every_event_in_order() {
-    let sandbox = test_support::start_sandbox_with(SandboxOptions {
-        watch_queue_capacity: OBJECTS + 10,
-        ..Default::default()
-    })
-    .await;
-    let http = Http::new(&sandbox.url());
+    let (sandbox, http) =
+        sandbox_and_http_with(|options| options.watch_queue_capacity = OBJECTS + 10).await;
 
     let started = Instant::now();
     write_all(&http, OBJECTS, |_, i| {

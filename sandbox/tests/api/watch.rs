@@ -6,11 +6,30 @@
 
 use std::time::Duration;
 
-use sandbox::{InjectedFault, SandboxOptions};
+use sandbox::InjectedFault;
 use serde_json::json;
-use test_support::http_client::{cluster, pod, sandbox_and_http, sandbox_with_crd, Http};
+use test_support::http_client::{
+    cluster, pod, sandbox_and_http, sandbox_and_http_with, sandbox_with_crd, Http, Stream,
+};
 
 const PODS: &str = "/api/v1/namespaces/default/pods";
+const SECRETS: &str = "/api/v1/namespaces/default/secrets";
+/// A watch on `collection`, `query` after `watch=true` (`&timeoutSeconds=1`).
+async fn watch_of(http: &Http, collection: &str, query: &str) -> Stream {
+    http.stream(&format!("{collection}?watch=true{query}"))
+        .await
+}
+
+/// The same from `resource_version` on.
+async fn watch_from(http: &Http, collection: &str, resource_version: &str, query: &str) -> Stream {
+    watch_of(
+        http,
+        collection,
+        &format!("{query}&resourceVersion={resource_version}"),
+    )
+    .await
+}
+
 const WAIT: Duration = Duration::from_secs(5);
 
 fn rv(value: &serde_json::Value) -> String {
@@ -24,24 +43,17 @@ fn rv(value: &serde_json::Value) -> String {
 #[tokio::test]
 async fn resuming_from_a_resource_version_replays_nothing_older() {
     let (_sandbox, http) = sandbox_and_http().await;
-    let secrets = "/api/v1/namespaces/default/secrets";
-    http.post(secrets, &json!({"metadata": {"name": "a"}}))
-        .await;
-    http.post(secrets, &json!({"metadata": {"name": "b"}}))
-        .await;
-    let list = http.get(secrets).await.json();
+    http.create_named(SECRETS, "a").await;
+    http.create_named(SECRETS, "b").await;
+    let list = http.get(SECRETS).await.json();
     assert_eq!(list["kind"], "SecretList");
     assert_eq!(list["items"].as_array().map(Vec::len), Some(2));
     let list_rv = rv(&list);
-    http.post(secrets, &json!({"metadata": {"name": "c"}}))
-        .await;
+    http.create_named(SECRETS, "c").await;
 
-    let mut watch = http
-        .stream(&format!("{secrets}?watch=true&resourceVersion={list_rv}"))
-        .await;
+    let mut watch = watch_from(&http, SECRETS, &list_rv, "").await;
     assert_eq!(watch.status, 200);
-    let first = watch.next_event(WAIT).await.expect("an event");
-    assert_eq!(first["type"], "ADDED");
+    let first = watch.next_event_of("ADDED", WAIT).await;
     assert_eq!(first["object"]["metadata"]["name"], "c");
     assert_eq!(first["object"]["kind"], "Secret", "events carry kind");
     assert!(
@@ -76,8 +88,7 @@ async fn resource_version_zero_starts_with_synthetic_added_events() {
     assert_eq!(names, ["one", "two"]);
     http.merge_patch(&format!("{path}/one"), &json!({"spec": {"size": 4}}))
         .await;
-    let live = watch.next_event(WAIT).await.expect("live event");
-    assert_eq!(live["type"], "MODIFIED");
+    let live = watch.next_event_of("MODIFIED", WAIT).await;
     assert_eq!(live["object"]["spec"]["size"], 4);
     assert_eq!(live["object"]["metadata"]["generation"], 2);
 }
@@ -87,18 +98,13 @@ async fn resource_version_zero_starts_with_synthetic_added_events() {
 #[tokio::test]
 async fn compacted_history_gives_an_in_stream_410_expired() {
     let (sandbox, http) = sandbox_and_http().await;
-    let secrets = "/api/v1/namespaces/default/secrets";
     let old_rv = sandbox.resource_version();
-    http.post(secrets, &json!({"metadata": {"name": "a"}}))
-        .await;
+    http.create_named(SECRETS, "a").await;
     sandbox.faults().compact_history();
 
-    let mut watch = http
-        .stream(&format!("{secrets}?watch=true&resourceVersion={old_rv}"))
-        .await;
+    let mut watch = watch_from(&http, SECRETS, &old_rv, "").await;
     assert_eq!(watch.status, 200);
-    let error = watch.next_event(WAIT).await.expect("an ERROR event");
-    assert_eq!(error["type"], "ERROR");
+    let error = watch.next_event_of("ERROR", WAIT).await;
     assert_eq!(error["object"]["kind"], "Status");
     assert_eq!(error["object"]["code"], 410);
     assert_eq!(error["object"]["reason"], "Expired");
@@ -115,11 +121,8 @@ async fn compacted_history_gives_an_in_stream_410_expired() {
 
     // The current RV is still fine to watch from.
     let current = sandbox.resource_version();
-    let mut watch = http
-        .stream(&format!("{secrets}?watch=true&resourceVersion={current}"))
-        .await;
-    http.post(secrets, &json!({"metadata": {"name": "b"}}))
-        .await;
+    let mut watch = watch_from(&http, SECRETS, &current, "").await;
+    http.create_named(SECRETS, "b").await;
     let event = watch.next_event(WAIT).await.expect("live event");
     assert_eq!(event["object"]["metadata"]["name"], "b");
 }
@@ -127,21 +130,13 @@ async fn compacted_history_gives_an_in_stream_410_expired() {
 /// The history window is bounded: an RV that fell out of it is Expired too.
 #[tokio::test]
 async fn an_rv_older_than_the_history_window_expires() {
-    let sandbox = test_support::start_sandbox_with(SandboxOptions {
-        history_window: 5,
-        ..Default::default()
-    })
-    .await;
-    let http = Http::new(&sandbox.url());
-    let secrets = "/api/v1/namespaces/default/secrets";
+    let (sandbox, http) = sandbox_and_http_with(|options| options.history_window = 5).await;
     let start = sandbox.resource_version();
     for i in 0..10 {
-        http.post(secrets, &json!({"metadata": {"name": format!("s{i}")}}))
+        http.post(SECRETS, &json!({"metadata": {"name": format!("s{i}")}}))
             .await;
     }
-    let mut watch = http
-        .stream(&format!("{secrets}?watch=true&resourceVersion={start}"))
-        .await;
+    let mut watch = watch_from(&http, SECRETS, &start, "").await;
     let error = watch.next_event(WAIT).await.expect("ERROR");
     assert_eq!(error["object"]["reason"], "Expired");
 }
@@ -149,23 +144,13 @@ async fn an_rv_older_than_the_history_window_expires() {
 /// allowWatchBookmarks=true: BOOKMARK events carrying only kind, apiVersion and the current RV.
 #[tokio::test]
 async fn bookmarks_arrive_with_the_current_resource_version() {
-    let sandbox = test_support::start_sandbox_with(SandboxOptions {
-        bookmark_interval: Duration::from_millis(50),
-        ..Default::default()
-    })
-    .await;
-    let http = Http::new(&sandbox.url());
-    let secrets = "/api/v1/namespaces/default/secrets";
-    http.post(secrets, &json!({"metadata": {"name": "s"}}))
-        .await;
+    let (sandbox, http) =
+        sandbox_and_http_with(|options| options.bookmark_interval = Duration::from_millis(50))
+            .await;
+    http.create_named(SECRETS, "s").await;
     let current = sandbox.resource_version();
-    let mut watch = http
-        .stream(&format!(
-            "{secrets}?watch=true&allowWatchBookmarks=true&resourceVersion={current}"
-        ))
-        .await;
-    let bookmark = watch.next_event(WAIT).await.expect("bookmark");
-    assert_eq!(bookmark["type"], "BOOKMARK");
+    let mut watch = watch_from(&http, SECRETS, &current, "&allowWatchBookmarks=true").await;
+    let bookmark = watch.next_event_of("BOOKMARK", WAIT).await;
     assert_eq!(bookmark["object"]["kind"], "Secret");
     assert_eq!(bookmark["object"]["apiVersion"], "v1");
     assert_eq!(
@@ -174,9 +159,7 @@ async fn bookmarks_arrive_with_the_current_resource_version() {
     );
 
     // Without the parameter there are none.
-    let mut quiet = http
-        .stream(&format!("{secrets}?watch=true&resourceVersion={current}"))
-        .await;
+    let mut quiet = watch_from(&http, SECRETS, &current, "").await;
     assert!(quiet.is_silent_for(Duration::from_millis(300)).await);
 }
 
@@ -186,11 +169,7 @@ async fn timeout_seconds_ends_the_stream_cleanly() {
     let (sandbox, http) = sandbox_and_http().await;
     let current = sandbox.resource_version();
     let started = std::time::Instant::now();
-    let mut watch = http
-        .stream(&format!(
-            "{PODS}?watch=true&timeoutSeconds=1&resourceVersion={current}"
-        ))
-        .await;
+    let mut watch = watch_from(&http, PODS, &current, "&timeoutSeconds=1").await;
     assert_eq!(watch.next_line(Duration::from_secs(5)).await, None);
     assert!(
         started.elapsed() >= Duration::from_millis(900),
@@ -204,16 +183,14 @@ async fn timeout_seconds_ends_the_stream_cleanly() {
 async fn selectors_filter_and_leaving_the_selector_is_a_delete() {
     let (sandbox, http) = sandbox_and_http().await;
     let current = sandbox.resource_version();
-    let mut by_label = http
-        .stream(&format!(
-            "{PODS}?watch=true&labelSelector=app%3Ddb&resourceVersion={current}"
-        ))
-        .await;
-    let mut by_name = http
-        .stream(&format!(
-            "{PODS}?watch=true&fieldSelector=metadata.name%3Dother&resourceVersion={current}"
-        ))
-        .await;
+    let mut by_label = watch_from(&http, PODS, &current, "&labelSelector=app%3Ddb").await;
+    let mut by_name = watch_from(
+        &http,
+        PODS,
+        &current,
+        "&fieldSelector=metadata.name%3Dother",
+    )
+    .await;
     http.post(PODS, &pod("db-0", json!({"app": "db"}))).await;
     http.post(PODS, &pod("other", json!({"app": "web"}))).await;
 
@@ -229,16 +206,14 @@ async fn selectors_filter_and_leaving_the_selector_is_a_delete() {
     assert_eq!(named["object"]["metadata"]["name"], "other");
 
     // Skip the kubelet's Running update of db-0, then relabel it.
-    let running = by_label.next_event(WAIT).await.expect("MODIFIED");
-    assert_eq!(running["type"], "MODIFIED");
+    by_label.next_event_of("MODIFIED", WAIT).await;
     let patched = http
         .merge_patch(
             &format!("{PODS}/db-0"),
             &json!({"metadata": {"labels": {"app": "gone"}}}),
         )
         .await;
-    let gone = by_label.next_event(WAIT).await.expect("DELETED");
-    assert_eq!(gone["type"], "DELETED");
+    let gone = by_label.next_event_of("DELETED", WAIT).await;
     assert_eq!(
         gone["object"]["metadata"]["labels"]["app"], "db",
         "last matching state"
@@ -280,8 +255,7 @@ async fn deleted_arrives_only_after_finalizers_are_cleared() {
     let deleted = http.delete(&format!("{path}/held")).await;
     assert_eq!(deleted.status, 200);
     assert!(deleted.json()["metadata"]["deletionTimestamp"].is_string());
-    let marked = watch.next_event(WAIT).await.expect("MODIFIED");
-    assert_eq!(marked["type"], "MODIFIED");
+    let marked = watch.next_event_of("MODIFIED", WAIT).await;
     assert!(marked["object"]["metadata"]["deletionTimestamp"].is_string());
     assert_eq!(
         http.get(&format!("{path}/held")).await.status,
@@ -298,15 +272,8 @@ async fn deleted_arrives_only_after_finalizers_are_cleared() {
         "no new finalizers once deleting: {}",
         more.text()
     );
-    let cleared = http
-        .merge_patch(
-            &format!("{path}/held"),
-            &json!({"metadata": {"finalizers": null}}),
-        )
-        .await;
-    assert_eq!(cleared.status, 200, "{}", cleared.text());
-    let gone = watch.next_event(WAIT).await.expect("DELETED");
-    assert_eq!(gone["type"], "DELETED");
+    http.clear_finalizers(&format!("{path}/held")).await;
+    let gone = watch.next_event_of("DELETED", WAIT).await;
     assert_ne!(
         gone["object"]["metadata"]["resourceVersion"],
         marked["object"]["metadata"]["resourceVersion"]
@@ -324,8 +291,7 @@ async fn table_watches_send_one_row_tables() {
     let mut watch = http
         .stream_accept(&format!("{path}?watch=true&resourceVersion=0"), accept)
         .await;
-    let event = watch.next_event(WAIT).await.expect("event");
-    assert_eq!(event["type"], "ADDED");
+    let event = watch.next_event_of("ADDED", WAIT).await;
     let table = &event["object"];
     assert_eq!(table["kind"], "Table");
     assert_eq!(table["columnDefinitions"][0]["name"], "Name");
@@ -338,10 +304,9 @@ async fn table_watches_send_one_row_tables() {
 #[tokio::test]
 async fn watch_faults_cut_split_stall_and_end_streams() {
     let (sandbox, http) = sandbox_and_http().await;
-    let secrets = "/api/v1/namespaces/default/secrets";
     for name in ["a", "b", "c"] {
         http.post(
-            secrets,
+            SECRETS,
             &json!({"metadata": {"name": name}, "stringData": {"k": "é"}}),
         )
         .await;
@@ -349,14 +314,14 @@ async fn watch_faults_cut_split_stall_and_end_streams() {
     let faults = sandbox.faults();
 
     faults.end_watches_after_events(Some(2));
-    let mut cut = http.stream(&format!("{secrets}?watch=true")).await;
+    let mut cut = watch_of(&http, SECRETS, "").await;
     assert!(cut.next_event(WAIT).await.is_some());
     assert!(cut.next_event(WAIT).await.is_some());
     assert_eq!(cut.next_line(WAIT).await, None, "ended after two events");
     faults.end_watches_after_events(None);
 
     faults.watch_chunk_size(Some(1));
-    let mut split = http.stream(&format!("{secrets}?watch=true")).await;
+    let mut split = watch_of(&http, SECRETS, "").await;
     let line = split
         .next_line(WAIT)
         .await
@@ -366,7 +331,7 @@ async fn watch_faults_cut_split_stall_and_end_streams() {
     faults.watch_chunk_size(None);
 
     faults.watch_events_per_chunk(Some(3));
-    let mut grouped = http.stream(&format!("{secrets}?watch=true")).await;
+    let mut grouped = watch_of(&http, SECRETS, "").await;
     for _ in 0..3 {
         assert!(grouped.next_line(WAIT).await.is_some());
     }
@@ -374,7 +339,7 @@ async fn watch_faults_cut_split_stall_and_end_streams() {
     faults.watch_events_per_chunk(None);
 
     faults.stall_watches(true);
-    let mut stalled = http.stream(&format!("{secrets}?watch=true")).await;
+    let mut stalled = watch_of(&http, SECRETS, "").await;
     assert_eq!(stalled.status, 200);
     assert!(
         stalled.is_silent_for(Duration::from_millis(300)).await,
@@ -383,9 +348,7 @@ async fn watch_faults_cut_split_stall_and_end_streams() {
     faults.stall_watches(false);
 
     let current = sandbox.resource_version();
-    let mut open = http
-        .stream(&format!("{secrets}?watch=true&resourceVersion={current}"))
-        .await;
+    let mut open = watch_from(&http, SECRETS, &current, "").await;
     faults.end_all_watches_now();
     assert_eq!(open.next_line(WAIT).await, None);
     drop(stalled);
@@ -459,17 +422,9 @@ async fn injected_failures_have_proper_bodies_and_headers() {
 /// A watcher that stops reading is ended instead of blocking writers (its queue is bounded).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watcher_that_falls_behind_is_ended_not_waited_for() {
-    let sandbox = test_support::start_sandbox_with(SandboxOptions {
-        watch_queue_capacity: 8,
-        ..Default::default()
-    })
-    .await;
-    let http = Http::new(&sandbox.url());
-    let secrets = "/api/v1/namespaces/default/secrets";
+    let (sandbox, http) = sandbox_and_http_with(|options| options.watch_queue_capacity = 8).await;
     let current = sandbox.resource_version();
-    let mut slow = http
-        .stream(&format!("{secrets}?watch=true&resourceVersion={current}"))
-        .await;
+    let mut slow = watch_from(&http, SECRETS, &current, "").await;
     // ~24 MB of events: more than the socket buffers and the queues hold while nobody reads.
     let big = "x".repeat(200_000);
     let mut connection = http.connect().await;
@@ -477,7 +432,7 @@ async fn a_watcher_that_falls_behind_is_ended_not_waited_for() {
     for i in 0..120 {
         let answer = connection
             .post(
-                secrets,
+                SECRETS,
                 &json!({"metadata": {"name": format!("s{i}"), "annotations": {"big": big}}}),
             )
             .await;
@@ -502,13 +457,9 @@ async fn a_watcher_that_falls_behind_is_ended_not_waited_for() {
 #[tokio::test]
 async fn going_offline_drops_connections_then_serves_the_same_store() {
     let (sandbox, http) = sandbox_and_http().await;
-    let secrets = "/api/v1/namespaces/default/secrets";
-    http.post(secrets, &json!({"metadata": {"name": "kept"}}))
-        .await;
+    http.create_named(SECRETS, "kept").await;
     let before = sandbox.resource_version();
-    let mut watch = http
-        .stream(&format!("{secrets}?watch=true&resourceVersion={before}"))
-        .await;
+    let mut watch = watch_from(&http, SECRETS, &before, "").await;
 
     sandbox.faults().go_offline(Duration::from_millis(500));
     assert!(watch.ends_within(WAIT).await, "the open watch is cut");
@@ -527,7 +478,7 @@ async fn going_offline_drops_connections_then_serves_the_same_store() {
     })
     .await;
     assert_eq!(sandbox.resource_version(), before);
-    assert_eq!(http.get(&format!("{secrets}/kept")).await.status, 200);
+    assert_eq!(http.get(&format!("{SECRETS}/kept")).await.status, 200);
 }
 
 /// A watch from a resourceVersion the store has not reached (say, from before a restart) is
@@ -553,21 +504,19 @@ async fn a_resource_version_from_the_future_is_refused() {
 #[tokio::test]
 async fn send_initial_events_ends_with_an_annotated_bookmark() {
     let (sandbox, http) = sandbox_and_http().await;
-    let secrets = "/api/v1/namespaces/default/secrets";
-    http.post(secrets, &json!({"metadata": {"name": "a"}}))
-        .await;
+    http.create_named(SECRETS, "a").await;
     let at = sandbox.resource_version();
-    let mut watch = http
-        .stream(&format!(
-            "{secrets}?watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true"
-        ))
-        .await;
+    let mut watch = watch_of(
+        &http,
+        SECRETS,
+        "&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true",
+    )
+    .await;
     assert_eq!(
         watch.next_event(WAIT).await.expect("ADDED")["type"],
         "ADDED"
     );
-    let end = watch.next_event(WAIT).await.expect("BOOKMARK");
-    assert_eq!(end["type"], "BOOKMARK");
+    let end = watch.next_event_of("BOOKMARK", WAIT).await;
     assert_eq!(
         end["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"],
         "true"

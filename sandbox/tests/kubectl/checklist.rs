@@ -6,8 +6,22 @@
 use std::time::Duration;
 
 use test_support::http_client::{pod, Http};
-use test_support::{Kubectl, CRD_FIXTURE, EXAMPLE_FIXTURE};
-use tokio::io::{AsyncBufReadExt, BufReader};
+use test_support::{Kubectl, CRD_FIXTURE, EXAMPLE_FIXTURE, POD_FIXTURE};
+
+const CLUSTER: &str = "example-postgresql-cluster";
+
+/// `kubectl apply` of the CRD, and `kubectl wait` until it is Established.
+async fn apply_crd(kubectl: &Kubectl) {
+    kubectl
+        .ok_saying(
+            &["apply", "-f", CRD_FIXTURE],
+            "customresourcedefinition.apiextensions.k8s.io/postgresclusters.workshop.example.com created",
+        )
+        .await;
+    let crd = "crd/postgresclusters.workshop.example.com";
+    let wait = ["wait", "--for=condition=Established", crd, "--timeout=10s"];
+    kubectl.ok(&wait).await;
+}
 
 /// `kubectl api-resources` sees the built-in kinds, and PostgresCluster (short name pgc) as
 /// soon as its CRD is created.
@@ -21,16 +35,7 @@ async fn api_resources_shows_builtins_and_a_new_crd() {
     );
     assert!(!before.contains("postgresclusters"), "{before}");
 
-    let out = kubectl.ok(&["apply", "-f", CRD_FIXTURE]).await;
-    assert!(out.contains("customresourcedefinition.apiextensions.k8s.io/postgresclusters.workshop.example.com created"), "{out}");
-    kubectl
-        .ok(&[
-            "wait",
-            "--for=condition=Established",
-            "crd/postgresclusters.workshop.example.com",
-            "--timeout=10s",
-        ])
-        .await;
+    apply_crd(&kubectl).await;
     let after = kubectl.ok(&["api-resources"]).await;
     let line = after
         .lines()
@@ -47,21 +52,11 @@ async fn api_resources_shows_builtins_and_a_new_crd() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn example_cluster_goes_through_every_kubectl_verb() {
     let (_sandbox, kubectl) = test_support::sandbox_and_kubectl().await;
-    kubectl.ok(&["apply", "-f", CRD_FIXTURE]).await;
+    apply_crd(&kubectl).await;
+    let created = "postgrescluster.workshop.example.com/example-postgresql-cluster created";
     kubectl
-        .ok(&[
-            "wait",
-            "--for=condition=Established",
-            "crd/postgresclusters.workshop.example.com",
-            "--timeout=10s",
-        ])
+        .ok_saying(&["create", "-f", EXAMPLE_FIXTURE], created)
         .await;
-
-    let out = kubectl.ok(&["create", "-f", EXAMPLE_FIXTURE]).await;
-    assert!(
-        out.contains("postgrescluster.workshop.example.com/example-postgresql-cluster created"),
-        "{out}"
-    );
 
     let table = kubectl.ok(&["get", "pgc"]).await;
     let header = test_support::table_row(&table, 0);
@@ -74,53 +69,27 @@ async fn example_cluster_goes_through_every_kubectl_verb() {
         "{table}"
     );
 
-    let json: serde_json::Value = serde_json::from_str(
-        &kubectl
-            .ok(&["get", "pgc", "example-postgresql-cluster", "-o", "json"])
-            .await,
-    )
-    .expect("kubectl -o json prints JSON");
+    let json = kubectl.json(&["get", "pgc", CLUSTER]).await;
     assert_eq!(json["kind"], "PostgresCluster");
     assert_eq!(json["spec"]["size"], 3);
     assert_eq!(json["metadata"]["generation"], 1);
 
-    let out = kubectl.ok(&["replace", "-f", EXAMPLE_FIXTURE]).await;
-    assert!(out.contains("replaced"), "{out}");
-    let out = kubectl.ok(&["apply", "-f", EXAMPLE_FIXTURE]).await;
-    assert!(out.contains("configured"), "{out}");
-    let out = kubectl.ok(&["apply", "-f", EXAMPLE_FIXTURE]).await;
-    assert!(out.contains("unchanged"), "{out}");
-
-    let out = kubectl
-        .ok(&[
-            "patch",
-            "pgc",
-            "example-postgresql-cluster",
-            "--type=merge",
-            "-p",
-            r#"{"spec":{"paused":true}}"#,
-        ])
-        .await;
-    assert!(out.contains("patched"), "{out}");
-    let out = kubectl
-        .ok(&[
-            "patch",
-            "pgc",
-            "example-postgresql-cluster",
-            "--type=merge",
-            "-p",
-            r#"{"spec":{"paused":true}}"#,
-        ])
-        .await;
-    assert!(
-        out.contains("patched (no change)"),
-        "a no-op patch keeps the resourceVersion: {out}"
-    );
-
-    let out = kubectl
-        .ok(&["scale", "pgc/example-postgresql-cluster", "--replicas=5"])
-        .await;
-    assert!(out.contains("scaled"), "{out}");
+    let paused = r#"{"spec":{"paused":true}}"#;
+    let merge = ["patch", "pgc", CLUSTER, "--type=merge", "-p", paused];
+    for (args, printed) in [
+        (&["replace", "-f", EXAMPLE_FIXTURE][..], "replaced"),
+        (&["apply", "-f", EXAMPLE_FIXTURE][..], "configured"),
+        (&["apply", "-f", EXAMPLE_FIXTURE][..], "unchanged"),
+        (&merge[..], "patched"),
+        // A no-op patch keeps the resourceVersion.
+        (&merge[..], "patched (no change)"),
+        (
+            &["scale", "pgc/example-postgresql-cluster", "--replicas=5"][..],
+            "scaled",
+        ),
+    ] {
+        kubectl.ok_saying(args, printed).await;
+    }
     let size = kubectl
         .ok(&[
             "get",
@@ -144,11 +113,12 @@ async fn example_cluster_goes_through_every_kubectl_verb() {
         ])
         .await;
 
-    let out = kubectl.ok(&["delete", "-f", EXAMPLE_FIXTURE]).await;
-    assert!(
-        out.contains("\"example-postgresql-cluster\" deleted"),
-        "{out}"
-    );
+    kubectl
+        .ok_saying(
+            &["delete", "-f", EXAMPLE_FIXTURE],
+            "\"example-postgresql-cluster\" deleted",
+        )
+        .await;
     let out = kubectl.ok(&["get", "pgc"]).await;
     assert!(out.is_empty(), "{out}");
 }
@@ -164,35 +134,27 @@ async fn invalid_clusters_and_strategic_patches_are_refused_clearly() {
         env!("CARGO_MANIFEST_DIR"),
         "/tests/fixtures/bad-size-postgrescluster.yaml"
     );
-    let out = kubectl.run(&["create", "-f", bad]).await;
-    assert!(!out.success);
-    assert!(
-        out.stderr
-            .contains("The PostgresCluster \"bad-size\" is invalid: spec.size"),
-        "{}",
-        out.stderr
-    );
+    kubectl
+        .fails_saying(
+            &["create", "-f", bad],
+            "The PostgresCluster \"bad-size\" is invalid: spec.size",
+        )
+        .await;
 
     kubectl.ok(&["create", "-f", EXAMPLE_FIXTURE]).await;
-    let out = kubectl
-        .run(&[
-            "patch",
-            "pgc",
-            "example-postgresql-cluster",
-            "-p",
-            r#"{"spec":{"paused":true}}"#,
-        ])
+    let paused = r#"{"spec":{"paused":true}}"#;
+    kubectl
+        .fails_saying(
+            &["patch", "pgc", CLUSTER, "-p", paused],
+            "application/strategic-merge-patch+json is not supported",
+        )
         .await;
-    assert!(!out.success);
-    assert!(
-        out.stderr
-            .contains("application/strategic-merge-patch+json is not supported"),
-        "{}",
-        out.stderr
-    );
-
-    let out = kubectl.run(&["get", "pgc", "nope"]).await;
-    assert!(out.stderr.contains("Error from server (NotFound): postgresclusters.workshop.example.com \"nope\" not found"), "{}", out.stderr);
+    kubectl
+        .fails_saying(
+            &["get", "pgc", "nope"],
+            "Error from server (NotFound): postgresclusters.workshop.example.com \"nope\" not found",
+        )
+        .await;
 }
 
 /// `kubectl get pods -w` prints a row when a pod is created and another when the simulated
@@ -205,13 +167,7 @@ async fn get_pods_watch_prints_each_change() {
     })
     .await;
     let kubectl = Kubectl::new(&sandbox.url());
-    let mut child = kubectl
-        .command(&["get", "pods", "-w"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("kubectl starts");
-    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let mut watch = kubectl.watch(&["get", "pods", "-w"]);
     let http = Http::new(&sandbox.url());
     // Wait until kubectl's watch is open, so the pod's ADDED is a live event.
     test_support::until_watch_opened(&sandbox, "pods").await;
@@ -222,17 +178,11 @@ async fn get_pods_watch_prints_each_change() {
     .await;
 
     let mut seen = Vec::new();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while !seen
         .iter()
         .any(|l: &String| l.contains("web") && l.contains("Running"))
     {
-        let line = tokio::time::timeout_at(deadline, lines.next_line())
-            .await
-            .unwrap_or_else(|_| panic!("no Running row; saw {seen:?}"))
-            .expect("read kubectl output")
-            .expect("kubectl still running");
-        seen.push(line);
+        seen.push(watch.next_line().await);
     }
     assert!(
         seen.iter()
@@ -244,7 +194,6 @@ async fn get_pods_watch_prints_each_change() {
             .any(|l| l.contains("web") && l.contains("1/1") && l.contains("Running")),
         "{seen:?}"
     );
-    child.kill().await.ok();
 }
 
 /// The rest of kubectl's everyday commands on built-in kinds: `create namespace` and
@@ -253,22 +202,12 @@ async fn get_pods_watch_prints_each_change() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn everyday_commands_on_built_in_kinds() {
     let (sandbox, kubectl) = test_support::sandbox_and_kubectl().await;
-    assert!(kubectl
-        .ok(&["create", "namespace", "demo"])
-        .await
-        .contains("namespace/demo created"));
-    assert!(kubectl
-        .ok(&[
-            "create",
-            "secret",
-            "generic",
-            "creds",
-            "--from-literal=password=hunter2",
-            "-n",
-            "demo"
-        ])
-        .await
-        .contains("secret/creds created"));
+    kubectl
+        .ok_saying(&["create", "namespace", "demo"], "namespace/demo created")
+        .await;
+    let secret = "--from-literal=password=hunter2";
+    let create = ["create", "secret", "generic", "creds", secret, "-n", "demo"];
+    kubectl.ok_saying(&create, "secret/creds created").await;
     let password = kubectl
         .ok(&[
             "get",
@@ -282,26 +221,14 @@ async fn everyday_commands_on_built_in_kinds() {
         .await;
     assert_eq!(password, "aHVudGVyMg==");
 
-    let pod_file = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/pod.yaml");
-    assert!(kubectl
-        .ok(&["apply", "-f", pod_file])
-        .await
-        .contains("pod/web created"));
-    assert!(kubectl
-        .ok(&["apply", "-f", pod_file])
-        .await
-        .contains("pod/web unchanged"));
-    let relabelled = std::fs::read_to_string(pod_file)
+    let apply = ["apply", "-f", POD_FIXTURE];
+    kubectl.ok_saying(&apply, "pod/web created").await;
+    kubectl.ok_saying(&apply, "pod/web unchanged").await;
+    let relabelled = std::fs::read_to_string(POD_FIXTURE)
         .expect("fixture")
         .replace("app: web", "app: web2");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let changed = dir.path().join("pod.yaml");
-    std::fs::write(&changed, relabelled).expect("write");
-    let changed = changed.to_string_lossy().to_string();
-    assert!(kubectl
-        .ok(&["apply", "-f", &changed])
-        .await
-        .contains("pod/web configured"));
+    let applied = kubectl.ok_manifest("apply", &relabelled).await;
+    assert!(applied.contains("pod/web configured"), "{applied}");
     assert_eq!(
         kubectl
             .ok(&["get", "pod", "web", "-o", "jsonpath={.metadata.labels.app}"])
@@ -333,43 +260,32 @@ async fn everyday_commands_on_built_in_kinds() {
     let described = kubectl.ok(&["describe", "pod", "web"]).await;
     assert!(described.contains("simulated start"), "{described}");
 
-    assert!(kubectl
-        .ok(&["delete", "pod", "web"])
-        .await
-        .contains("pod \"web\" deleted"));
-    assert!(kubectl
-        .ok(&["delete", "namespace", "demo"])
-        .await
-        .contains("namespace \"demo\" deleted"));
-    let out = kubectl.run(&["get", "secret", "creds", "-n", "demo"]).await;
-    assert!(
-        out.stderr.contains("NotFound"),
-        "the namespace took its secret: {}",
-        out.stderr
-    );
+    kubectl
+        .ok_saying(&["delete", "pod", "web"], "pod \"web\" deleted")
+        .await;
+    kubectl
+        .ok_saying(
+            &["delete", "namespace", "demo"],
+            "namespace \"demo\" deleted",
+        )
+        .await;
+    // The namespace took its secret.
+    kubectl
+        .fails_saying(&["get", "secret", "creds", "-n", "demo"], "NotFound")
+        .await;
 }
 
 /// kubectl over HTTPS with the sandbox's CA and bearer token; a wrong token is Unauthorized.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_over_tls_with_a_bearer_token() {
     let (sandbox, dir) = test_support::start_tls_sandbox(Default::default()).await;
-    let ca = dir.path().join("ca.crt").to_string_lossy().to_string();
+    let ca = dir.path().join("ca.crt");
     let token = sandbox.token().expect("a token in TLS mode");
-    let kubectl = Kubectl::new(&sandbox.url()).with_flags(&[
-        "--certificate-authority",
-        &ca,
-        "--token",
-        &token,
-    ]);
+    let kubectl = Kubectl::new(&sandbox.url()).with_ca_and_token(&ca, &token);
     let namespaces = kubectl.ok(&["get", "namespaces"]).await;
     assert!(namespaces.contains("kube-system"), "{namespaces}");
 
-    let wrong = Kubectl::new(&sandbox.url()).with_flags(&[
-        "--certificate-authority",
-        &ca,
-        "--token",
-        "wrong",
-    ]);
+    let wrong = Kubectl::new(&sandbox.url()).with_ca_and_token(&ca, "wrong");
     let out = wrong.run(&["get", "namespaces"]).await;
     assert!(!out.success);
     // kubectl words a 401 during discovery as "the server has asked for the client to provide
@@ -389,38 +305,29 @@ async fn server_side_apply_json_patch_describe_and_watch_one_object() {
     let sandbox = test_support::start_sandbox().await;
     Http::new(&sandbox.url()).install_crd().await;
     let kubectl = Kubectl::new(&sandbox.url());
-    let out = kubectl
-        .ok(&["apply", "--server-side", "-f", EXAMPLE_FIXTURE])
+    kubectl
+        .ok_saying(
+            &["apply", "--server-side", "-f", EXAMPLE_FIXTURE],
+            "serverside-applied",
+        )
         .await;
-    assert!(out.contains("serverside-applied"), "{out}");
-    let out = kubectl
-        .ok(&[
-            "patch",
-            "pgc",
-            "example-postgresql-cluster",
-            "--type=json",
-            "-p",
-            r#"[{"op":"replace","path":"/spec/size","value":2}]"#,
-        ])
+    let resize = r#"[{"op":"replace","path":"/spec/size","value":2}]"#;
+    kubectl
+        .ok_saying(
+            &["patch", "pgc", CLUSTER, "--type=json", "-p", resize],
+            "patched",
+        )
         .await;
-    assert!(out.contains("patched"), "{out}");
-    let described = kubectl
-        .ok(&["describe", "pgc", "example-postgresql-cluster"])
-        .await;
+    let described = kubectl.ok(&["describe", "pgc", CLUSTER]).await;
     assert!(
         described.contains("Size:") && described.contains("Events:"),
         "{described}"
     );
 
-    let mut child = kubectl
-        .command(&["get", "pgc", "example-postgresql-cluster", "-w"])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("kubectl starts");
-    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-    let header = lines.next_line().await.expect("read").expect("header");
+    let mut watch = kubectl.watch(&["get", "pgc", CLUSTER, "-w"]);
+    let header = watch.next_line().await;
     assert!(header.starts_with("NAME"), "{header}");
-    let first = lines.next_line().await.expect("read").expect("row");
+    let first = watch.next_line().await;
     assert!(first.contains(" 2 "), "{first}");
     test_support::until_watch_opened(&sandbox, "postgresclusters").await;
     Http::new(&sandbox.url())
@@ -429,11 +336,6 @@ async fn server_side_apply_json_patch_describe_and_watch_one_object() {
             &serde_json::json!({"spec": {"size": 7}}),
         )
         .await;
-    let changed = tokio::time::timeout(Duration::from_secs(10), lines.next_line())
-        .await
-        .expect("a row for the change")
-        .expect("read")
-        .expect("row");
+    let changed = watch.next_line().await;
     assert!(changed.contains(" 7 "), "{changed}");
-    child.kill().await.ok();
 }

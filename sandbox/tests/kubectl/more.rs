@@ -7,8 +7,7 @@
 use std::time::Duration;
 
 use test_support::http_client::Http;
-use test_support::{Kubectl, EXAMPLE_FIXTURE};
-use tokio::io::{AsyncBufReadExt, BufReader};
+use test_support::{Kubectl, EXAMPLE_FIXTURE, POD_FIXTURE};
 
 const CLUSTER: &str = "example-postgresql-cluster";
 
@@ -55,20 +54,20 @@ async fn removing_the_last_label_or_annotation_removes_the_map() {
     let kubectl = Kubectl::new(&sandbox.url());
     kubectl.ok(&["create", "-f", EXAMPLE_FIXTURE]).await;
 
-    let out = kubectl.ok(&["label", "pgc", CLUSTER, "tier=db"]).await;
-    assert!(out.contains("labeled"), "{out}");
+    kubectl
+        .ok_saying(&["label", "pgc", CLUSTER, "tier=db"], "labeled")
+        .await;
     let shown = kubectl.ok(&["get", "pgc", "--show-labels"]).await;
     assert!(shown.contains("tier=db"), "{shown}");
     kubectl
         .ok(&["annotate", "pgc", CLUSTER, "note=hello"])
         .await;
 
-    let out = kubectl.ok(&["label", "pgc", CLUSTER, "tier-"]).await;
-    assert!(out.contains("unlabeled"), "{out}");
+    kubectl
+        .ok_saying(&["label", "pgc", CLUSTER, "tier-"], "unlabeled")
+        .await;
     kubectl.ok(&["annotate", "pgc", CLUSTER, "note-"]).await;
-    let object: serde_json::Value =
-        serde_json::from_str(&kubectl.ok(&["get", "pgc", CLUSTER, "-o", "json"]).await)
-            .expect("JSON");
+    let object = kubectl.json(&["get", "pgc", CLUSTER]).await;
     let metadata = &object["metadata"];
     assert!(metadata.get("labels").is_none(), "{metadata}");
     assert!(metadata.get("annotations").is_none(), "{metadata}");
@@ -79,8 +78,7 @@ async fn removing_the_last_label_or_annotation_removes_the_map() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn get_pods_watch_shows_a_deleted_pod_as_terminating() {
     let (sandbox, kubectl) = test_support::sandbox_and_kubectl().await;
-    let pod_file = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/pod.yaml");
-    kubectl.ok(&["apply", "-f", pod_file]).await;
+    kubectl.ok(&["apply", "-f", POD_FIXTURE]).await;
     let http = Http::new(&sandbox.url());
     test_support::eventually(Duration::from_secs(5), "pod Running", || {
         let http = http.clone();
@@ -91,32 +89,24 @@ async fn get_pods_watch_shows_a_deleted_pod_as_terminating() {
     })
     .await;
 
-    let mut child = kubectl
-        .command(&["get", "pods", "-w"])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("kubectl starts");
-    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-    let header = lines.next_line().await.expect("read").expect("header");
+    let mut watch = kubectl.watch(&["get", "pods", "-w"]);
+    let header = watch.next_line().await;
     assert!(header.starts_with("NAME"), "{header}");
-    let running = lines.next_line().await.expect("read").expect("row");
+    let running = watch.next_line().await;
     assert!(running.contains("Running"), "{running}");
     test_support::until_watch_opened(&sandbox, "pods").await;
 
-    let out = kubectl
-        .ok(&["delete", "pod", "web", "--grace-period=0", "--force"])
+    kubectl
+        .ok_saying(
+            &["delete", "pod", "web", "--grace-period=0", "--force"],
+            "pod \"web\" force deleted",
+        )
         .await;
-    assert!(out.contains("pod \"web\" force deleted"), "{out}");
-    let deleted = tokio::time::timeout(Duration::from_secs(10), lines.next_line())
-        .await
-        .expect("a row for the deletion")
-        .expect("read")
-        .expect("row");
+    let deleted = watch.next_line().await;
     assert!(
         deleted.starts_with("web") && deleted.contains("Terminating"),
         "{deleted}"
     );
-    child.kill().await.ok();
 }
 
 /// `kubectl auth can-i` gets "yes" for the sandbox's own kubectl (the admin, in
@@ -187,8 +177,7 @@ async fn imperative_creates_and_their_get_columns() {
             "rolebinding.rbac.authorization.k8s.io/pods-reader created",
         ),
     ] {
-        let out = kubectl.ok(args).await;
-        assert!(out.contains(printed), "{args:?}: {out}");
+        kubectl.ok_saying(args, printed).await;
     }
 
     let deployments = kubectl.ok(&["get", "deployments", "-o", "wide"]).await;
@@ -263,8 +252,7 @@ async fn describe_shows_pod_events_and_node_allocations() {
     })
     .await;
     let kubectl = Kubectl::new(&sandbox.url());
-    let pod_file = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/pod.yaml");
-    kubectl.ok(&["apply", "-f", pod_file]).await;
+    kubectl.ok(&["apply", "-f", POD_FIXTURE]).await;
     let events = test_support::eventually(Duration::from_secs(5), "the pod's events", || {
         let kubectl = &kubectl;
         async move {
@@ -301,29 +289,27 @@ async fn apply_k_on_an_empty_sandbox_works_and_the_example_comes_second() {
     let crd = format!("{kube}/crd.yaml");
 
     // The CRD and the example in one call: the kind is unknown until the CRD is Established.
-    let together = kubectl.run(&["apply", "-f", &crd, "-f", &example]).await;
-    assert!(!together.success, "{together:?}");
-    assert!(
-        together
-            .stderr
-            .contains("no matches for kind \"PostgresCluster\"")
-            && together.stderr.contains("ensure CRDs are installed first"),
-        "{}",
-        together.stderr
-    );
-
-    let first = kubectl.ok(&["apply", "-k", kube]).await;
-    assert!(
-        first.contains("deployment.apps/postgres-operator created"),
-        "{first}"
-    );
-    let second = kubectl
-        .ok(&["-n", "postgres-operator", "apply", "-f", &example])
+    let together = ["apply", "-f", &crd, "-f", &example];
+    let refused = kubectl
+        .fails_saying(&together, "no matches for kind \"PostgresCluster\"")
         .await;
     assert!(
-        second.contains("postgrescluster.workshop.example.com/example-postgresql-cluster created"),
-        "{second}"
+        refused.contains("ensure CRDs are installed first"),
+        "{refused}"
     );
+
+    kubectl
+        .ok_saying(
+            &["apply", "-k", kube],
+            "deployment.apps/postgres-operator created",
+        )
+        .await;
+    kubectl
+        .ok_saying(
+            &["-n", "postgres-operator", "apply", "-f", &example],
+            "postgrescluster.workshop.example.com/example-postgresql-cluster created",
+        )
+        .await;
 }
 
 /// With an empty cache the /usr/bin/kubectl dispatcher first asks `/version` and, for minor
@@ -350,34 +336,31 @@ async fn the_kubectl_dispatcher_picks_v1_32() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pod_specs_are_immutable_except_images() {
     let (_sandbox, kubectl) = test_support::sandbox_and_kubectl().await;
-    let pod_file = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/pod.yaml");
-    let original = std::fs::read_to_string(pod_file).expect("fixture");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let write = |name: &str, text: String| {
-        let path = dir.path().join(name);
-        std::fs::write(&path, text).expect("write");
-        path.to_string_lossy().to_string()
-    };
-    let new_image = write("image.yaml", original.replace("nginx:1.27", "nginx:1.28"));
-    let renamed = write("renamed.yaml", original.replace("name: c\n", "name: d\n"));
+    let original = std::fs::read_to_string(POD_FIXTURE).expect("fixture");
+    let new_image = original.replace("nginx:1.27", "nginx:1.28");
+    let renamed = original.replace("name: c\n", "name: d\n");
 
-    kubectl.ok(&["apply", "-f", pod_file]).await;
+    kubectl.ok(&["apply", "-f", POD_FIXTURE]).await;
     kubectl.ok(&["label", "pod", "web", "tier=web"]).await;
-    assert!(kubectl
-        .ok(&["apply", "-f", &new_image])
-        .await
-        .contains("pod/web configured"));
-    let out = kubectl.run(&["apply", "-f", &renamed]).await;
-    assert!(!out.success);
-    assert!(
-        out.stderr.contains(
-            "The Pod \"web\" is invalid: spec: Forbidden: pod updates may not change fields other than `spec.containers[*].image`"
-        ),
-        "{}",
-        out.stderr
-    );
-    let out = kubectl.ok(&["replace", "--force", "-f", &renamed]).await;
-    assert!(out.contains("pod/web replaced"), "{out}");
+    let applied = kubectl.ok_manifest("apply", &new_image).await;
+    assert!(applied.contains("pod/web configured"), "{applied}");
+    kubectl
+        .fails_saying_manifest(
+            "apply",
+            &renamed,
+            "The Pod \"web\" is invalid: spec: Forbidden: pod updates may not change fields other than `spec.containers[*].image`",
+        )
+        .await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let renamed_file = dir.path().join("renamed.yaml");
+    std::fs::write(&renamed_file, &renamed).expect("write");
+    let replace = [
+        "replace",
+        "--force",
+        "-f",
+        renamed_file.to_str().expect("utf-8"),
+    ];
+    kubectl.ok_saying(&replace, "pod/web replaced").await;
     assert_eq!(
         kubectl
             .ok(&[

@@ -92,14 +92,8 @@ async fn directories_the_sandbox_makes_are_passable_and_pods_run() {
     let (mut child, url) = start_program(
         Command::new("sh")
             .args(["-c", "umask 077; exec \"$0\" \"$@\"", BINARY])
-            .args([
-                "--listen",
-                "127.0.0.1:0",
-                "--insecure-http",
-                "--runtime",
-                "processes",
-                "--data-dir",
-            ])
+            .args(test_support::PROCESS_SANDBOX_FLAGS)
+            .arg("--data-dir")
             .arg(&data_dir),
     )
     .await;

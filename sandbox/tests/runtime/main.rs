@@ -9,6 +9,7 @@
 mod capacity;
 mod data_dir;
 mod exec;
+mod fault_door;
 mod http_probes;
 mod node_faults;
 mod pod_users;

@@ -49,6 +49,27 @@ fn ready_condition(pod: &Value) -> String {
         .to_string()
 }
 
+/// Wait (20 s at most) until pod `name`'s Ready condition is False: after a lost node's grace.
+async fn wait_ready_false(kubectl: &Kubectl, name: &str) {
+    eventually(
+        Duration::from_secs(20),
+        "Ready False after the grace",
+        || async {
+            let pod = pod_json(kubectl, name).await?;
+            (ready_condition(&pod) == "False").then_some(())
+        },
+    )
+    .await;
+}
+
+/// `kubectl get events` about pod `name`.
+async fn events_of(kubectl: &Kubectl, name: &str) -> String {
+    let about = format!("involvedObject.name={name}");
+    kubectl
+        .ok(&["get", "events", "--field-selector", &about])
+        .await
+}
+
 /// A hung pod: its postmaster stopped, its exec readiness probe times out (the pod turns
 /// unready, with a "timed out" Unhealthy event), psql gets no answer, the API server still
 /// answers; resumed, the same postmaster answers again and the pod is Ready.
@@ -71,14 +92,7 @@ async fn a_hung_pod_times_out_its_probes_until_resumed() {
         (!pod_is_ready(&pod)).then_some(())
     })
     .await;
-    let events = kubectl
-        .ok(&[
-            "get",
-            "events",
-            "--field-selector",
-            "involvedObject.name=hung",
-        ])
-        .await;
+    let events = events_of(&kubectl, "hung").await;
     assert!(events.contains("timed out"), "{events}");
     let pod = pod_json(&kubectl, "hung").await.expect("the pod stays");
     assert_eq!(pod["status"]["phase"], "Running");
@@ -121,15 +135,7 @@ async fn a_lost_node_keeps_its_pod_ready_for_the_grace_period_and_terminating_fo
         "an exec on a lost node fails: {}",
         exec.stdout
     );
-    eventually(
-        Duration::from_secs(20),
-        "Ready False after the grace",
-        || async {
-            let pod = pod_json(&kubectl, "stranded").await?;
-            (ready_condition(&pod) == "False").then_some(())
-        },
-    )
-    .await;
+    wait_ready_false(&kubectl, "stranded").await;
     assert!(lost_at.elapsed() >= grace);
     let pod = pod_json(&kubectl, "stranded").await.expect("the pod stays");
     assert_eq!(pod["status"]["phase"], "Running");
@@ -181,23 +187,8 @@ async fn a_lost_node_with_killed_processes_looks_ready_until_the_grace_ends() {
         assert_eq!(ready_condition(&pod), "True", "{pod}");
         assert!(pod["status"]["containerStatuses"][0]["state"]["running"].is_object());
     }
-    eventually(
-        Duration::from_secs(20),
-        "Ready False after the grace",
-        || async {
-            let pod = pod_json(&kubectl, "powerless").await?;
-            (ready_condition(&pod) == "False").then_some(())
-        },
-    )
-    .await;
+    wait_ready_false(&kubectl, "powerless").await;
     assert!(lost_at.elapsed() >= how.grace);
-    let events = kubectl
-        .ok(&[
-            "get",
-            "events",
-            "--field-selector",
-            "involvedObject.name=powerless",
-        ])
-        .await;
+    let events = events_of(&kubectl, "powerless").await;
     assert!(events.contains("NodeNotReady"), "{events}");
 }

@@ -14,7 +14,10 @@ use std::time::Duration;
 use serde_json::Value;
 use test_support::process_runtime;
 use test_support::processes_matching;
-use test_support::runtime::{create, pod_json, psql, running_trusting_postgres, start, wait_ready};
+use test_support::runtime::{
+    create, pod_json, pod_manifest, psql, running_trusting_postgres, start, start_with, wait_ready,
+    write_then_read,
+};
 use test_support::{eventually, Kubectl};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
@@ -116,25 +119,16 @@ spec:
         "Completed"
     );
 
-    psql(
+    write_then_read(
         &runtime,
-        &primary_ip,
-        "CREATE TABLE greetings (text text); INSERT INTO greetings VALUES ('hello from the primary')",
-    )
-    .await
-    .expect("write on the primary");
-    let read = eventually(
-        Duration::from_secs(30),
-        "the row on the replica",
-        || async {
-            psql(&runtime, &replica_ip, "SELECT text FROM greetings")
-                .await
-                .ok()
-                .filter(|rows| rows.contains("hello from the primary"))
-        },
+        (
+            &primary_ip,
+            "CREATE TABLE greetings (text text); INSERT INTO greetings VALUES ('hello from the primary')",
+        ),
+        (&replica_ip, "SELECT text FROM greetings"),
+        "hello from the primary",
     )
     .await;
-    assert_eq!(read, "hello from the primary");
     assert_eq!(
         psql(&runtime, &replica_ip, "SELECT pg_is_in_recovery()").await,
         Ok("t".to_string())
@@ -206,13 +200,7 @@ async fn killing_the_sandbox_binary_leaves_no_postgres() {
     let data_dir = tempfile::tempdir().expect("tempdir");
     let (mut child, banner) = test_support::spawn_sandbox_binary_banner(
         tokio::process::Command::new(env!("CARGO_BIN_EXE_sandbox"))
-            .args([
-                "--listen",
-                "127.0.0.1:0",
-                "--insecure-http",
-                "--runtime",
-                "processes",
-            ])
+            .args(test_support::PROCESS_SANDBOX_FLAGS)
             .arg("--data-dir")
             .arg(data_dir.path())
             .stderr(Stdio::null()),
@@ -253,9 +241,7 @@ fn waiting_reason(pod: &Value) -> Option<String> {
 /// no process; once the Secret is created the container starts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_secret_blocks_the_container_until_it_exists() {
-    let (_sandbox, kubectl, _) = start().await;
-    create(
-        &kubectl,
+    let (_sandbox, kubectl, _) = start_with(
         r#"apiVersion: v1
 kind: Pod
 metadata: {name: waits}
@@ -312,9 +298,7 @@ spec:
 /// exit code, `kubectl logs --previous`); a command that does not exist is a StartError (128).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_command_crash_loops_and_a_missing_one_cannot_start() {
-    let (_sandbox, kubectl, _) = start().await;
-    create(
-        &kubectl,
+    let (_sandbox, kubectl, _) = start_with(
         r#"apiVersion: v1
 kind: Pod
 metadata: {name: crashes}
@@ -371,9 +355,7 @@ spec:
 /// failing liveness probe restarts the container.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failing_probes_keep_a_pod_unready_or_restart_it() {
-    let (_sandbox, kubectl, _) = start().await;
-    create(
-        &kubectl,
+    let (_sandbox, kubectl, _) = start_with(
         r#"apiVersion: v1
 kind: Pod
 metadata: {name: probed}
@@ -422,12 +404,8 @@ spec:
 /// `postgres:notatag` cannot be pulled: ErrImagePull, then ImagePullBackOff, and nothing runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unknown_postgres_tag_cannot_be_pulled() {
-    let (_sandbox, kubectl, _) = start().await;
-    create(
-        &kubectl,
-        "apiVersion: v1\nkind: Pod\nmetadata: {name: bad-image}\nspec:\n  containers:\n  - {name: db, image: \"postgres:notatag\"}\n",
-    )
-    .await;
+    let spec = "  containers:\n  - {name: db, image: \"postgres:notatag\"}\n";
+    let (_sandbox, kubectl, _) = start_with(&pod_manifest("bad-image", spec)).await;
     let pod = eventually(Duration::from_secs(30), "ImagePullBackOff", || async {
         let pod = pod_json(&kubectl, "bad-image").await?;
         (waiting_reason(&pod).as_deref() == Some("ImagePullBackOff")).then_some(pod)
@@ -450,9 +428,7 @@ async fn an_unknown_postgres_tag_cannot_be_pulled() {
 /// period ends; the pod object goes only then, and its emptyDir with it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_container_ignoring_sigterm_is_killed_after_the_grace_period() {
-    let (_sandbox, kubectl, runtime) = start().await;
-    create(
-        &kubectl,
+    let (_sandbox, kubectl, runtime) = start_with(
         r#"apiVersion: v1
 kind: Pod
 metadata: {name: stubborn}
@@ -499,12 +475,8 @@ spec:
 /// stubborn container is killed after it, long before the spec's grace period would end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delete_with_a_grace_period_overrides_the_pods_own() {
-    let (_sandbox, kubectl, _) = start().await;
-    create(
-        &kubectl,
-        "apiVersion: v1\nkind: Pod\nmetadata: {name: hurried}\nspec:\n  terminationGracePeriodSeconds: 60\n  containers:\n  - {name: main, image: busybox, command: [sh, -c, 'while true; do sleep 1; done']}\n",
-    )
-    .await;
+    let spec = "  terminationGracePeriodSeconds: 60\n  containers:\n  - {name: main, image: busybox, command: [sh, -c, 'while true; do sleep 1; done']}\n";
+    let (_sandbox, kubectl, _) = start_with(&pod_manifest("hurried", spec)).await;
     wait_ready(&kubectl, "hurried").await;
     kubectl
         .ok(&[
@@ -534,12 +506,8 @@ async fn delete_with_a_grace_period_overrides_the_pods_own() {
 /// `restartPolicy`, with exit code 137 in its last state. Simulated sandboxes refuse.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crashed_container_is_restarted_with_exit_code_137() {
-    let (sandbox, kubectl, _) = start().await;
-    create(
-        &kubectl,
-        "apiVersion: v1\nkind: Pod\nmetadata: {name: victim}\nspec:\n  containers:\n  - {name: main, image: busybox, command: [sleep, \"1000\"]}\n",
-    )
-    .await;
+    let spec = "  containers:\n  - {name: main, image: busybox, command: [sleep, \"1000\"]}\n";
+    let (sandbox, kubectl, _) = start_with(&pod_manifest("victim", spec)).await;
     wait_ready(&kubectl, "victim").await;
     assert!(!sandbox
         .faults()

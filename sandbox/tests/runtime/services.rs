@@ -10,7 +10,9 @@
 use std::time::Duration;
 
 use test_support::eventually;
-use test_support::runtime::{create, psql, running_trusting_postgres, start, wait_ready};
+use test_support::runtime::{
+    create, running_trusting_postgres, start, wait_ready, write_then_read,
+};
 use test_support::Kubectl;
 
 const MANIFESTS: &str = r#"
@@ -66,20 +68,16 @@ async fn a_cluster_ip_forwards_to_the_ready_pod_and_refuses_without_one() {
     );
     assert_ne!(cluster_ip, pod_ip);
 
-    psql(
+    write_then_read(
         &runtime,
-        &pod_ip,
-        "CREATE TABLE t (v text); INSERT INTO t VALUES ('through the service')",
-    )
-    .await
-    .expect("write on the pod");
-    let read = eventually(
-        Duration::from_secs(30),
-        "psql through the ClusterIP",
-        || async { psql(&runtime, &cluster_ip, "SELECT v FROM t").await.ok() },
+        (
+            &pod_ip,
+            "CREATE TABLE t (v text); INSERT INTO t VALUES ('through the service')",
+        ),
+        (&cluster_ip, "SELECT v FROM t"),
+        "through the service",
     )
     .await;
-    assert_eq!(read, "through the service");
 
     let endpoints: serde_json::Value =
         serde_json::from_str(&kubectl.ok(&["get", "endpoints", "db", "-o", "json"]).await)

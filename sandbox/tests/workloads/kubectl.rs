@@ -53,16 +53,15 @@ async fn items(http: &Http, path: &str) -> Vec<Value> {
         .unwrap_or_default()
 }
 
+fn name_of(object: &Value) -> String {
+    object["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
 fn names(objects: &[Value]) -> Vec<String> {
-    objects
-        .iter()
-        .map(|o| {
-            o["metadata"]["name"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string()
-        })
-        .collect()
+    objects.iter().map(name_of).collect()
 }
 
 /// Pods that are not terminating.
@@ -82,69 +81,85 @@ struct Observed {
     events: usize,
 }
 
+/// Follow the pod events of `watch` (a watch URL) until `stop`, keeping each pod by name (from
+/// `pods` on; DELETED removes one), and call `after_each` with them after every event.
+async fn follow_pods(
+    http: &Http,
+    watch: &str,
+    mut pods: BTreeMap<String, Value>,
+    stop: &CancellationToken,
+    mut after_each: impl FnMut(&BTreeMap<String, Value>),
+) {
+    let mut stream = http.stream(watch).await;
+    loop {
+        let event = tokio::select! {
+            _ = stop.cancelled() => break,
+            event = stream.next_event(Duration::from_secs(120)) => event,
+        };
+        let Some(event) = event else { break };
+        let pod = &event["object"];
+        if event["type"] == "DELETED" {
+            pods.remove(&name_of(pod));
+        } else {
+            pods.insert(name_of(pod), pod.clone());
+        }
+        after_each(&pods);
+    }
+}
+
 /// Follow every pod event until `stop`, checking the counts after each one.
 fn observe_pods(http: Http, stop: CancellationToken) -> tokio::task::JoinHandle<Observed> {
     tokio::spawn(async move {
         // List, then watch from the list's resourceVersion: the counts start from the whole
         // set of pods, not from the first of the initial ADDED events.
         let list = http.get(PODS).await.json();
-        let mut pods: BTreeMap<String, (bool, bool)> = list["items"]
+        let pods = list["items"]
             .as_array()
             .into_iter()
             .flatten()
-            .map(|pod| {
-                let name = pod["metadata"]["name"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string();
-                (
-                    name,
-                    (
-                        pod["metadata"]["deletionTimestamp"].is_null(),
-                        test_support::pod_is_ready(pod),
-                    ),
-                )
-            })
+            .map(|pod| (name_of(pod), pod.clone()))
             .collect();
         let rv = list["metadata"]["resourceVersion"]
             .as_str()
             .unwrap_or_default()
             .to_string();
-        let mut stream = http
-            .stream(&format!("{PODS}?watch=true&resourceVersion={rv}"))
-            .await;
+        let watch = format!("{PODS}?watch=true&resourceVersion={rv}");
         let mut observed = Observed {
             min_ready: usize::MAX,
             ..Observed::default()
         };
-        loop {
-            let event = tokio::select! {
-                _ = stop.cancelled() => break,
-                event = stream.next_event(Duration::from_secs(120)) => event,
-            };
-            let Some(event) = event else { break };
-            let pod = &event["object"];
-            let name = pod["metadata"]["name"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string();
-            if event["type"] == "DELETED" {
-                pods.remove(&name);
-            } else {
-                let live = pod["metadata"]["deletionTimestamp"].is_null();
-                pods.insert(name, (live, test_support::pod_is_ready(pod)));
-            }
+        follow_pods(&http, &watch, pods, &stop, |pods| {
             observed.events += 1;
-            let live = pods.values().filter(|(live, _)| *live).count();
-            let ready = pods
+            let live: Vec<&Value> = pods
                 .values()
-                .filter(|(live, ready)| *live && *ready)
+                .filter(|pod| pod["metadata"]["deletionTimestamp"].is_null())
+                .collect();
+            let ready = live
+                .iter()
+                .filter(|pod| test_support::pod_is_ready(pod))
                 .count();
-            observed.max_pods = observed.max_pods.max(live);
+            observed.max_pods = observed.max_pods.max(live.len());
             observed.min_ready = observed.min_ready.min(ready);
-        }
+        })
+        .await;
         observed
     })
+}
+
+/// `kubectl rollout status` of Deployment `name`, which must finish within 30 s.
+async fn rolled_out(kubectl: &Kubectl, name: &str) {
+    let deployment = format!("deploy/{name}");
+    kubectl
+        .ok(&["rollout", "status", &deployment, "--timeout=30s"])
+        .await;
+}
+
+/// `kubectl set image` of Deployment `name`'s container `name`, then its rollout to the end.
+async fn set_image(kubectl: &Kubectl, name: &str, image: &str) {
+    let deployment = format!("deploy/{name}");
+    let container = format!("{name}={image}");
+    kubectl.ok(&["set", "image", &deployment, &container]).await;
+    rolled_out(kubectl, name).await;
 }
 
 async fn start(options: SandboxOptions) -> (Sandbox, Http, Kubectl) {
@@ -315,9 +330,7 @@ async fn a_deployment_makes_a_replica_set_and_ready_pods() {
     assert!(logs.contains(&format!("pod {rs_name}-")), "{logs}");
 
     kubectl.ok(&["scale", "deploy/web", "--replicas=3"]).await;
-    kubectl
-        .ok(&["rollout", "status", "deploy/web", "--timeout=30s"])
-        .await;
+    rolled_out(&kubectl, "web").await;
     assert_eq!(live_pods(&http).await.len(), 3);
     kubectl.ok(&["scale", "deploy/web", "--replicas=1"]).await;
     eventually(Duration::from_secs(10), "one pod left", || {
@@ -366,20 +379,13 @@ async fn a_rolling_update_stays_within_surge_and_unavailable_and_undoes() {
     let (_sandbox, http, kubectl) = start(options).await;
     let strategy = "  strategy:\n    rollingUpdate:\n      maxSurge: 1\n      maxUnavailable: 1\n";
     apply(&kubectl, &deployment_yaml("web", 4, "nginx:1.26", strategy)).await;
-    kubectl
-        .ok(&["rollout", "status", "deploy/web", "--timeout=30s"])
-        .await;
+    rolled_out(&kubectl, "web").await;
     let first_rs = names(&items(&http, REPLICA_SETS).await);
 
     let stop = CancellationToken::new();
     let watcher = observe_pods(http.clone(), stop.clone());
     test_support::until_watch_opened(&_sandbox, "pods").await;
-    kubectl
-        .ok(&["set", "image", "deploy/web", "web=nginx:1.27"])
-        .await;
-    kubectl
-        .ok(&["rollout", "status", "deploy/web", "--timeout=30s"])
-        .await;
+    set_image(&kubectl, "web", "nginx:1.27").await;
     stop.cancel();
     let observed = watcher.await.expect("watcher task");
     assert!(
@@ -417,9 +423,7 @@ async fn a_rolling_update_stays_within_surge_and_unavailable_and_undoes() {
     assert_eq!(revisions, ["1", "2"], "{history}");
 
     kubectl.ok(&["rollout", "undo", "deploy/web"]).await;
-    kubectl
-        .ok(&["rollout", "status", "deploy/web", "--timeout=30s"])
-        .await;
+    rolled_out(&kubectl, "web").await;
     let pods = live_pods(&http).await;
     assert_eq!(pods.len(), 4);
     assert!(pods
@@ -526,9 +530,7 @@ async fn recreate_stops_old_pods_before_starting_new_ones() {
     let (sandbox, http, kubectl) = start(SandboxOptions::default()).await;
     let strategy = "  strategy:\n    type: Recreate\n";
     apply(&kubectl, &deployment_yaml("db", 2, "nginx:1.26", strategy)).await;
-    kubectl
-        .ok(&["rollout", "status", "deploy/db", "--timeout=30s"])
-        .await;
+    rolled_out(&kubectl, "db").await;
     let first_hash = live_pods(&http).await[0]["metadata"]["labels"]["pod-template-hash"].clone();
 
     let stop = CancellationToken::new();
@@ -536,39 +538,22 @@ async fn recreate_stops_old_pods_before_starting_new_ones() {
         let http = http.clone();
         let stop = stop.clone();
         async move {
-            let mut stream = http.stream(&format!("{PODS}?watch=true")).await;
-            let mut live: BTreeMap<String, Value> = BTreeMap::new();
             let mut mixed = false;
-            loop {
-                let event = tokio::select! {
-                    _ = stop.cancelled() => break,
-                    event = stream.next_event(Duration::from_secs(120)) => event,
-                };
-                let Some(event) = event else { break };
-                let pod = &event["object"];
-                let name = pod["metadata"]["name"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string();
-                if event["type"] == "DELETED" {
-                    live.remove(&name);
-                } else {
-                    live.insert(name, pod["metadata"]["labels"]["pod-template-hash"].clone());
-                }
-                let mut hashes: Vec<&Value> = live.values().collect();
+            let watch = format!("{PODS}?watch=true");
+            follow_pods(&http, &watch, BTreeMap::new(), &stop, |pods| {
+                let mut hashes: Vec<&Value> = pods
+                    .values()
+                    .map(|pod| &pod["metadata"]["labels"]["pod-template-hash"])
+                    .collect();
                 hashes.dedup();
                 mixed |= hashes.len() > 1;
-            }
+            })
+            .await;
             mixed
         }
     });
     test_support::until_watch_opened(&sandbox, "pods").await;
-    kubectl
-        .ok(&["set", "image", "deploy/db", "db=nginx:1.27"])
-        .await;
-    kubectl
-        .ok(&["rollout", "status", "deploy/db", "--timeout=30s"])
-        .await;
+    set_image(&kubectl, "db", "nginx:1.27").await;
     stop.cancel();
     assert!(
         !watcher.await.expect("watcher"),

@@ -62,10 +62,7 @@ pub const ACTS: &[Act] = &[
     },
     Act {
         name: "step 01: register the CRD",
-        caption: Caption::Says(|_| {
-            "== Step 01: kubectl apply -f kube/crd.yaml   (register the PostgresCluster type)"
-                .into()
-        }),
+        caption: Caption::Line("== Step 01: kubectl apply -f kube/crd.yaml   (register the PostgresCluster type)"),
         does: Does::RegisterCrd,
         until: Until::Established,
         within: Deadline::Established,
@@ -80,9 +77,7 @@ pub const ACTS: &[Act] = &[
     // Steps 02 and 03: the operator that only reports.
     Act {
         name: "step 02: list, then watch",
-        caption: Caption::Says(|_| {
-            "== Step 02: cargo run --bin stage02   (list the clusters, then watch from the list's resourceVersion)".into()
-        }),
+        caption: Caption::Line("== Step 02: cargo run --bin stage02   (list the clusters, then watch from the list's resourceVersion)"),
         does: Does::StartStep03Operator,
         until: Until::OperatorSays("Starting at watchVersion"),
         ..QUIET
@@ -99,9 +94,7 @@ pub const ACTS: &[Act] = &[
     },
     Act {
         name: "act 1: create",
-        caption: Caption::Says(|_| {
-            "== Act 1: kubectl create -f kube/example-postgres-cluster.yaml".into()
-        }),
+        caption: Caption::Line("== Act 1: kubectl create -f kube/example-postgres-cluster.yaml"),
         does: Does::Create(example_cluster),
         until: Until::ExampleSays("PLACEHOLDER: Start cluster!"),
         ..QUIET
@@ -136,25 +129,11 @@ pub const ACTS: &[Act] = &[
         until: Until::ExampleSays("cluster task ended"),
         ..QUIET
     },
-    Act {
-        name: "curtain for step 03",
-        plays: Plays::OnSandbox,
-        caption: Caption::Says(|_| {
-            "== Curtain for step 03: stopping its operator, as SIGTERM would".into()
-        }),
-        does: Does::StopOperator,
-        report: Some(|scene| {
-            format!(
-                "operator stopped ({} cluster tasks left to stop)",
-                scene.tasks_stopped
-            )
-        }),
-        ..QUIET
-    },
+    curtain("curtain for step 03", Plays::OnSandbox, "== Curtain for step 03: stopping its operator, as SIGTERM would"),
     Act {
         name: "curtain on a real cluster",
         plays: Plays::OnRealCluster,
-        caption: Caption::Says(|_| "== Curtain: stopping the operator, as SIGTERM would".into()),
+        caption: Caption::Line("== Curtain: stopping the operator, as SIGTERM would"),
         does: Does::StopOperator,
         report: Some(|scene| {
             format!(
@@ -270,19 +249,14 @@ pub const ACTS: &[Act] = &[
     Act {
         name: "act 8, skipped",
         plays: Plays::OnSimulatedPods,
-        caption: Caption::Says(|_| {
-            "== Act 8: (skipped: read the row back through the Service; the pods are simulated)"
-                .into()
-        }),
+        caption: Caption::Line("== Act 8: (skipped: read the row back through the Service; the pods are simulated)"),
         ..QUIET
     },
     // Step 05: backups and disaster recovery, on real PostgreSQL.
     Act {
         name: "acts 9 to 12, skipped",
         plays: Plays::OnSimulatedPods,
-        caption: Caption::Says(|_| {
-            "== Acts 9 to 12: (skipped: step 05's base backup, a second row archived, every pod deleted and the cluster restored with both rows; the pods are simulated, no Postgres runs pg_basebackup, archives its WAL or replays it)".into()
-        }),
+        caption: Caption::Line("== Acts 9 to 12: (skipped: step 05's base backup, a second row archived, every pod deleted and the cluster restored with both rows; the pods are simulated, no Postgres runs pg_basebackup, archives its WAL or replays it)"),
         ..QUIET
     },
     Act {
@@ -414,21 +388,7 @@ pub const ACTS: &[Act] = &[
         until: Until::ExampleSays("cluster is deleted by the user"),
         ..QUIET
     },
-    Act {
-        name: "curtain",
-        plays: Plays::OnSandbox,
-        caption: Caption::Says(|_| {
-            "== Curtain: stopping the step-05 operator, as SIGTERM would".into()
-        }),
-        does: Does::StopOperator,
-        report: Some(|scene| {
-            format!(
-                "operator stopped ({} cluster tasks left to stop)",
-                scene.tasks_stopped
-            )
-        }),
-        ..QUIET
-    },
+    curtain("curtain", Plays::OnSandbox, "== Curtain: stopping the step-05 operator, as SIGTERM would"),
 ];
 
 /// The caption of steps 04 and 05, and what runs the pods.
@@ -442,6 +402,23 @@ fn steps_04_and_05(scene: &Scene) -> String {
         _ => "The pods are simulated: the operator acts all the same, but no Postgres runs in them, so the SQL acts are skipped, the failover stops at its first question to Postgres, and a backup pod never finishes (nothing runs pg_basebackup).".into(),
     };
     format!("== Steps 04 and 05: cargo run --bin stage05   (the homework, for real: a seed, replicas, Services, failover; then backups and disaster recovery. Stage 05's operator is stage 04's plus backups)\n   {pods}")
+}
+
+/// Stop the operator the stage started, as SIGTERM would, and say how many tasks it stopped.
+const fn curtain(name: &'static str, plays: Plays, caption: &'static str) -> Act {
+    Act {
+        name,
+        plays,
+        caption: Caption::Line(caption),
+        does: Does::StopOperator,
+        report: Some(|scene| {
+            format!(
+                "operator stopped ({} cluster tasks left to stop)",
+                scene.tasks_stopped
+            )
+        }),
+        ..QUIET
+    }
 }
 
 /// One act of the tour.
@@ -499,6 +476,8 @@ impl Plays {
 pub enum Caption {
     /// Nothing: the act carries on from the one before.
     None,
+    /// This line, as it is.
+    Line(&'static str),
     /// These lines, from what the scene knows.
     Says(fn(&Scene) -> String),
     /// This, then the `psql` command a learner would type for the act's SQL (no password).
@@ -509,6 +488,7 @@ impl Caption {
     fn text(&self, does: &Does, scene: &Scene) -> Option<String> {
         match (self, does, &scene.sql) {
             (Caption::None, _, _) => None,
+            (Caption::Line(line), _, _) => Some(line.to_string()),
             (Caption::Says(says), _, _) => Some(says(scene)),
             (Caption::Psql(prefix), Does::Sql(sql), Some(target)) => {
                 Some(format!("{prefix}{}", target.command_line(&sql.text())))

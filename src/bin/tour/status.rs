@@ -44,14 +44,16 @@ pub async fn ready_members(client: &Client, cluster_path: &str, size: i64) -> Op
 pub async fn new_primary(client: &Client, cluster_path: &str, old: &str) -> Option<String> {
     let cluster: PostgresCluster = client.get(cluster_path).await.ok()?;
     let primary = cluster.status?.primary.filter(|name| name != old)?;
-    let pod: Pod = client
-        .get(&format!(
-            "/api/v1/namespaces/{}/pods/{primary}",
-            client.namespace()
-        ))
+    is_ready(client, &primary).await.then_some(primary)
+}
+
+/// Whether the pod `name` is Ready (false if it cannot be read).
+async fn is_ready(client: &Client, name: &str) -> bool {
+    let path = format!("/api/v1/namespaces/{}/pods/{name}", client.namespace());
+    client
+        .get::<Pod>(&path)
         .await
-        .ok()?;
-    pod.is_ready().then_some(primary)
+        .is_ok_and(|pod| pod.is_ready())
 }
 
 /// `status.lastBackup.name`, if a base backup has completed.
@@ -131,12 +133,7 @@ async fn restored_and_ready(
     let primary = status
         .primary
         .filter(|primary| running && *primary == restore.pod)?;
-    let pod: Pod = client
-        .get(&format!(
-            "/api/v1/namespaces/{}/pods/{primary}",
-            client.namespace()
-        ))
+    is_ready(client, &primary)
         .await
-        .ok()?;
-    pod.is_ready().then_some((primary, restore.message))
+        .then_some((primary, restore.message))
 }
