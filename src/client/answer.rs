@@ -1,7 +1,7 @@
 //! Everything after a request goes out, as Kubernetes asks of a client: retries after 401 (a
 //! rotated token), 429 and 503 (`Retry-After`, bounded); a refusal turned into a typed error (the
 //! `Status` body, or the code and a snippet); and a body read within its cap and its time.
-//! WORKSHOP.md, step 01 ("When the server says no").
+//! WORKSHOP.md, "When the server says no" (Set-up).
 
 use std::time::Duration;
 
