@@ -1,17 +1,18 @@
-//! The names and shapes of our custom resource, `PostgresCluster`, and the REST paths that reach it.
+//! Our custom resource as Rust sees it: the typed `PostgresCluster` (its spec and status), the
+//! metadata and lists every Kubernetes object shares, and the REST paths that reach our objects.
 //!
-//! WORKSHOP.md, step 01. Everything that must agree between the CRD we register, the URLs we call and
-//! the objects we decode lives here, so a typo cannot make two of them disagree.
+//! WORKSHOP.md, step 02, where the operator first reads PostgresClusters (step 04's and step 05's
+//! fields of the spec and status are here too: the CRD registered in step 01 declares them all).
+//! The names the CRD itself holds (group, version, the CRD's name) are step 01's, in
+//! `crate::crd`; they are re-exported here, so one `use crate::api::...` names all of ours.
 
 use std::collections::BTreeMap;
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-/// The API group our CustomResourceDefinition adds (the 2017 workshop's TPR used `lukeb0nd.com`).
-pub const GROUP: &str = "workshop.example.com";
-/// The one version we serve and store.
-pub const VERSION: &str = "v1";
+pub use crate::crd::{crd_path, group_version_path, CRD_NAME, GROUP, VERSION};
+
 /// `apiVersion` as it appears in every object of ours.
 pub const API_VERSION: &str = "workshop.example.com/v1";
 pub const KIND: &str = "PostgresCluster";
@@ -20,13 +21,6 @@ pub const LIST_KIND: &str = "PostgresClusterList";
 pub const PLURAL: &str = "postgresclusters";
 pub const SINGULAR: &str = "postgrescluster";
 pub const SHORT_NAME: &str = "pgc";
-/// A CRD's name must be `<plural>.<group>`; the API server rejects anything else.
-pub const CRD_NAME: &str = "postgresclusters.workshop.example.com";
-
-/// `/apis/workshop.example.com/v1`: what discovery serves once the CRD is established.
-pub fn group_version_path() -> String {
-    format!("/apis/{GROUP}/{VERSION}")
-}
 
 /// The namespaced collection: list (GET), watch (GET `?watch=true`) and create (POST) go here.
 pub fn collection_path(namespace: &str) -> String {
@@ -36,11 +30,6 @@ pub fn collection_path(namespace: &str) -> String {
 /// One object: get, replace (PUT), patch and delete.
 pub fn object_path(namespace: &str, name: &str) -> String {
     format!("{}/{name}", collection_path(namespace))
-}
-
-/// The CRD object itself, cluster-scoped under apiextensions.k8s.io.
-pub fn crd_path() -> String {
-    format!("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{CRD_NAME}")
 }
 
 /// The fields of `metadata` an operator needs; everything else the server sends is ignored.
@@ -113,7 +102,7 @@ pub struct ListMeta {
     pub resource_version: String,
 }
 
-/// What the user asks for. The schema in `crd/schema.rs` enforces the same rules on the server side.
+/// What the user asks for. The schema in `kube/crd.yaml` enforces the same rules on the server side.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PostgresClusterSpec {

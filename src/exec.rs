@@ -40,7 +40,7 @@
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
-use http::{header, HeaderMap, HeaderValue};
+use http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio_tungstenite::tungstenite::error::ProtocolError;
 use tokio_tungstenite::tungstenite::handshake::client::generate_key;
@@ -49,7 +49,7 @@ use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{self, Message};
 use tokio_tungstenite::WebSocketStream;
 
-use crate::client::{Client, ClientError};
+use crate::client::{Client, ClientError, RequestError};
 use crate::status::Status;
 
 /// The whole exec, upgrade to exit status, unless told otherwise ([`ExecLimits`]).
@@ -312,6 +312,54 @@ fn check_handshake(headers: &HeaderMap, key: &str) -> Result<ChannelProtocol, St
         None => {
             Err("the server chose no subprotocol (v5.channel.k8s.io or v4.channel.k8s.io)".into())
         }
+    }
+}
+
+impl Client {
+    /// GET with `headers` asking to switch protocols (`Connection: Upgrade`, `Upgrade: websocket`
+    /// and the WebSocket handshake), and the connection once the server answers `101 Switching
+    /// Protocols`: the one verb step 04 adds to the client (`src/client/`). The request goes out
+    /// as every other does: the same TLS configuration and token, the same retries after
+    /// 401/429/503, the same typed error for a refusal (403 without RBAC `create` on
+    /// `pods/exec`, 404 for a pod that is gone). Checking the handshake is `check_handshake`'s.
+    pub async fn upgrade(
+        &self,
+        path_and_query: &str,
+        headers: HeaderMap,
+    ) -> Result<UpgradedConnection, ClientError> {
+        let method = Method::GET;
+        let failed = |kind| ClientError::request(&method, path_and_query, kind);
+        let response = self
+            .send_with_retries(&method, path_and_query, None, &headers)
+            .await?;
+        if response.status() != StatusCode::SWITCHING_PROTOCOLS {
+            let code = response.status().as_u16();
+            return Err(failed(RequestError::NotUpgraded { code }));
+        }
+        let headers = response.headers().clone();
+        // hyper's connection task hands the socket (with any bytes it read past the 101 head)
+        // over once it has seen the 101; the pool never gets this connection back.
+        let io = tokio::time::timeout(self.request_timeout(), hyper::upgrade::on(response))
+            .await
+            .map_err(|_| self.timeout_error(&method, path_and_query))?
+            .map_err(|source| failed(RequestError::Upgrade(source)))?;
+        Ok(UpgradedConnection { headers, io })
+    }
+}
+
+/// A connection the API server switched to another protocol with `101 Switching Protocols`
+/// ([`Client::upgrade`]): the answer's headers, to check the handshake, and the raw connection
+/// (TLS already inside) to speak that protocol on.
+pub struct UpgradedConnection {
+    pub headers: HeaderMap,
+    pub io: hyper::upgrade::Upgraded,
+}
+
+impl std::fmt::Debug for UpgradedConnection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UpgradedConnection")
+            .field("headers", &self.headers)
+            .finish_non_exhaustive()
     }
 }
 

@@ -8,11 +8,11 @@
 //! | module | what it holds | WORKSHOP.md |
 //! |---|---|---|
 //! | [`config`] | where the API server is and how to authenticate: one file per source (flags, in-cluster, kubeconfig) | Set-up |
-//! | [`client`] | the HTTP client: one request (`mod.rs` opens with it), the JSON verbs, retries, the raw watch stream; its errors, token and TLS in files of their own | Set-up ("Talking to the API server") |
+//! | [`client`] | the HTTP client: one request (`mod.rs` opens with it) and the JSON verbs; retries and reading the answer (`answer.rs`) (a watch's byte stream is step 02's `watch/stream.rs`, `pods/exec`'s upgrade step 04's `exec.rs`); its errors, token and TLS in files of their own | Set-up ("Talking to the API server") |
 //! | [`status`] | the Kubernetes `Status` error body | Set-up ("When the server says no") |
-//! | [`api`] | our resource's names, REST paths and typed `PostgresCluster` | Step 01 |
-//! | [`crd`] | the CustomResourceDefinition, built in Rust (`schema.rs`); registering it (stage 01) and checking it (every later stage) in `mod.rs`; how the server's differs (`compare.rs`) | Step 01 |
-//! | [`watch`] | bytes → lines → typed events, list-then-watch that never loses its place, and the `Store` it keeps | Step 02 (the store: step 04) |
+//! | [`crd`] | the CustomResourceDefinition (data: `kube/crd.yaml`, compiled in) and the names it holds; registering it (stage 01) and checking it (every later stage) in `mod.rs`; how the server's differs (`compare.rs`) | Step 01 |
+//! | [`api`] | the typed `PostgresCluster` (spec, status), object metadata and lists, and the REST paths to our objects | Step 02 |
+//! | [`watch`] | the byte stream of a watch (`Client::stream`) → lines → typed events, list-then-watch that never loses its place, and the `Store` it keeps | Step 02 (the store: step 04) |
 //! | [`story`] | what the operator says: the workshop's log lines, and the `Reporter` that tags each with its cluster | Steps 02 and 03 (who leads: step 04) |
 //! | [`controller`] | one task per cluster, its own channel, and a reconcile timer | Step 03 |
 //! | [`postgres`] | step 04, a Postgres cluster for real: what a cluster owns, the plan, the cluster task that acts (and the seam a later step plugs into), synchronous replication, status, each cluster's figures | Step 04 |

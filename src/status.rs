@@ -8,29 +8,6 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-/// Every `reason` Kubernetes defines for a Failure Status (k8s.io/apimachinery metav1.StatusReason).
-pub const KNOWN_REASONS: &[&str] = &[
-    "Unauthorized",
-    "Forbidden",
-    "NotFound",
-    "AlreadyExists",
-    "Conflict",
-    "Gone",
-    "Invalid",
-    "ServerTimeout",
-    "StoreReadError",
-    "Timeout",
-    "TooManyRequests",
-    "BadRequest",
-    "MethodNotAllowed",
-    "NotAcceptable",
-    "RequestEntityTooLarge",
-    "UnsupportedMediaType",
-    "InternalError",
-    "Expired",
-    "ServiceUnavailable",
-];
-
 /// `{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":..,"reason":..,"details":..,"code":..}`
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -107,12 +84,6 @@ impl Status {
     /// 410: our resourceVersion is older than the server's history. Reason Expired, or Gone before 1.18.
     pub fn is_expired(&self) -> bool {
         self.code == 410 || self.reason == "Expired" || self.reason == "Gone"
-    }
-
-    /// Whether `reason` is one Kubernetes defines (metav1.StatusReason). Another server may send
-    /// its own words (`"Object Already Exists"`); client-go then goes by the HTTP code alone.
-    pub fn has_known_reason(&self) -> bool {
-        KNOWN_REASONS.contains(&self.reason.as_str())
     }
 
     /// How long the server asked us to wait, if it did: API priority and fairness (429) and an

@@ -8,9 +8,10 @@ use http::StatusCode;
 
 use crate::status::Status;
 
-/// What went wrong with one request, or with building the client. Every request variant names the
-/// method and path; each variant with a cause underneath wraps it as its `source()`, and its
-/// message carries that cause's text too, so printing the error alone tells the whole story.
+/// What went wrong with building the client, or with one request. A request's error names its
+/// method and path once, and which step failed in its [`RequestError`]; each error with a cause
+/// underneath wraps it as its `source()`, and its message carries that cause's text too, so
+/// printing the error alone tells the whole story.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     /// rustls refused the protocol versions (never, with the ring provider's defaults).
@@ -38,14 +39,6 @@ pub enum ClientError {
         #[source]
         source: std::io::Error,
     },
-    /// The bearer token holds bytes an HTTP header may not carry (a newline inside the token?).
-    #[error("{method} {path}: the bearer token contains characters not allowed in an HTTP header; check the token or token file")]
-    TokenNotAHeader {
-        method: String,
-        path: String,
-        #[source]
-        source: http::header::InvalidHeaderValue,
-    },
     /// Paths are absolute (`/api/v1/...`): they are appended to the server URL.
     #[error("invalid request path {path:?}: must start with /")]
     RelativePath { path: String },
@@ -56,114 +49,105 @@ pub enum ClientError {
         #[source]
         source: http::Error,
     },
-    /// The request body could not be serialized.
-    #[error("{method} {path}: cannot encode the request body: {source}")]
-    Encode {
+    /// One request failed: `GET /api/v1/pods: <which step, and why>`.
+    #[error("{method} {path}: {kind}")]
+    Request {
         method: String,
         path: String,
         #[source]
-        source: serde_json::Error,
+        kind: RequestError,
     },
-    /// No connection: refused, DNS, TLS handshake (wrong CA?).
-    #[error("{method} {path}: cannot connect to the API server: {} (server {server})", error_chain(.source))]
-    Connect {
-        method: String,
-        path: String,
-        server: String,
-        #[source]
-        source: Box<hyper_util::client::legacy::Error>,
-    },
-    /// The connection broke after it was made, before the response head arrived.
-    #[error("{method} {path}: connection failed mid-request: {}", error_chain(.source))]
-    Transport {
-        method: String,
-        path: String,
-        #[source]
-        source: Box<hyper_util::client::legacy::Error>,
-    },
-    /// The connection broke while the response body (or a watch stream) was arriving.
-    #[error("{method} {path}: connection failed while reading the response body: {}", error_chain(.source))]
-    ReadBody {
-        method: String,
-        path: String,
-        #[source]
-        source: hyper::Error,
-    },
-    /// The response body grew past [`Client::max_response_body`]: a misbehaving server (or
-    /// something posing as one) must not make us buffer without end.
-    #[error("{method} {path}: the response body is larger than the cap of {limit} bytes; page a big list with limit/continue, or raise the cap (Client::with_max_response_body)")]
-    BodyTooLarge {
-        method: String,
-        path: String,
-        limit: usize,
-    },
-    /// No complete response within the request timeout.
-    #[error("{method} {path}: no complete response within {}s", .after.as_secs_f64())]
-    Timeout {
-        method: String,
-        path: String,
-        after: Duration,
-    },
-    /// An upgrade request ([`Client::upgrade`]) got a 2xx answer instead of `101 Switching
-    /// Protocols`: something between us and the API server does not pass upgrades on.
-    #[error("{method} {path}: asked to upgrade the connection, got HTTP {code} instead of 101 Switching Protocols (a proxy in the way that does not pass upgrades on?)")]
-    NotUpgraded {
-        method: String,
-        path: String,
-        code: u16,
-    },
-    /// The server said `101 Switching Protocols`, but hyper could not hand over the connection.
-    #[error("{method} {path}: the connection could not be taken over after 101 Switching Protocols: {source}")]
-    Upgrade {
-        method: String,
-        path: String,
-        #[source]
-        source: hyper::Error,
-    },
+}
+
+/// Which step of one request failed, and why.
+#[derive(Debug, thiserror::Error)]
+pub enum RequestError {
     /// The API server said no, with a `Status` body: code, reason, message, causes.
-    #[error("{method} {path}: {status}")]
-    Api {
-        method: String,
-        path: String,
-        status: Box<Status>,
-    },
+    #[error("{0}")]
+    Api(Box<Status>),
     /// A non-2xx response whose body is not a `Status` (an HTML page from a proxy or load balancer).
     #[error(
-        "{method} {path}: HTTP {code} {} and the body is not a Kubernetes Status (a proxy in the way?): {body}",
+        "HTTP {code} {} and the body is not a Kubernetes Status (a proxy in the way?): {body}",
         canonical_reason(.code)
     )]
-    Http {
-        method: String,
-        path: String,
-        code: u16,
-        body: String,
-    },
+    Http { code: u16, body: String },
     /// A 2xx response whose body is not the JSON we expected.
-    #[error("{method} {path}: HTTP {code} but the body is not the JSON expected: {source}; body starts: {snippet}")]
+    #[error("HTTP {code} but the body is not the JSON expected: {source}; body starts: {snippet}")]
     Decode {
-        method: String,
-        path: String,
         code: u16,
         snippet: String,
         #[source]
         source: serde_json::Error,
     },
+    /// No connection: refused, DNS, TLS handshake (wrong CA?).
+    #[error("cannot connect to the API server: {} (server {server})", error_chain(.source))]
+    Connect {
+        server: String,
+        // Boxed: it carries connection details that would make every ClientError large.
+        #[source]
+        source: Box<hyper_util::client::legacy::Error>,
+    },
+    /// The connection broke after it was made, before the response head arrived.
+    #[error("connection failed mid-request: {}", error_chain(.0))]
+    Transport(#[source] Box<hyper_util::client::legacy::Error>),
+    /// The connection broke while the response body (or a watch stream) was arriving.
+    #[error("connection failed while reading the response body: {}", error_chain(.0))]
+    ReadBody(#[source] hyper::Error),
+    /// The response body grew past [`Client::max_response_body`]: a misbehaving server (or
+    /// something posing as one) must not make us buffer without end.
+    ///
+    /// [`Client::max_response_body`]: super::Client::max_response_body
+    #[error("the response body is larger than the cap of {limit} bytes; page a big list with limit/continue, or raise the cap (Client::with_max_response_body)")]
+    BodyTooLarge { limit: usize },
+    /// No complete response within the request timeout.
+    #[error("no complete response within {}s", .after.as_secs_f64())]
+    Timeout { after: Duration },
+    /// The bearer token holds bytes an HTTP header may not carry (a newline inside the token?).
+    #[error("the bearer token contains characters not allowed in an HTTP header; check the token or token file")]
+    TokenNotAHeader(#[source] http::header::InvalidHeaderValue),
+    /// The request body could not be serialized.
+    #[error("cannot encode the request body: {0}")]
+    Encode(#[source] serde_json::Error),
+    /// An upgrade request (`pods/exec`, `crate::exec`) got a 2xx answer instead of `101
+    /// Switching Protocols`: something between us and the API server does not pass upgrades on.
+    #[error("asked to upgrade the connection, got HTTP {code} instead of 101 Switching Protocols (a proxy in the way that does not pass upgrades on?)")]
+    NotUpgraded { code: u16 },
+    /// The server said `101 Switching Protocols`, but hyper could not hand over the connection.
+    #[error("the connection could not be taken over after 101 Switching Protocols: {0}")]
+    Upgrade(#[source] hyper::Error),
 }
 
 impl ClientError {
+    /// `kind` went wrong in the request `method path`.
+    pub fn request(method: &http::Method, path: &str, kind: RequestError) -> ClientError {
+        ClientError::Request {
+            method: method.to_string(),
+            path: path.to_string(),
+            kind,
+        }
+    }
+
+    /// Which step of a request failed; `None` for building the client or a bad path.
+    pub fn kind(&self) -> Option<&RequestError> {
+        match self {
+            ClientError::Request { kind, .. } => Some(kind),
+            _ => None,
+        }
+    }
+
     /// The HTTP status code, when the server answered.
     pub fn status_code(&self) -> Option<u16> {
-        match self {
-            ClientError::Api { status, .. } => Some(status.code),
-            ClientError::Http { code, .. } | ClientError::Decode { code, .. } => Some(*code),
+        match self.kind()? {
+            RequestError::Api(status) => Some(status.code),
+            RequestError::Http { code, .. } | RequestError::Decode { code, .. } => Some(*code),
             _ => None,
         }
     }
 
     /// The server's `Status`, when it sent one.
     pub fn api_status(&self) -> Option<&Status> {
-        match self {
-            ClientError::Api { status, .. } => Some(status),
+        match self.kind()? {
+            RequestError::Api(status) => Some(status),
             _ => None,
         }
     }
@@ -211,7 +195,7 @@ pub(super) fn snippet(body: &[u8]) -> String {
 }
 
 /// An error and its sources, so "connection refused" is not hidden behind "client error (Connect)".
-pub(super) fn error_chain(error: &dyn std::error::Error) -> String {
+pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(cause) = source {

@@ -1,8 +1,9 @@
 //! The HTTP client every stage talks to the API server with. One request is what this file
 //! opens with (`Client::send`): a method, a path under the server's URL, `Accept:
 //! application/json`, our `User-Agent`, and `Authorization: Bearer <token>` — what `curl -H` would
-//! send. Then the verbs (`get`, `create`, `replace`, `patch`, `delete`), the raw byte stream a
-//! watch reads, and the upgraded connection `pods/exec` speaks WebSocket on (`crate::exec`).
+//! send. Then the JSON verbs (`get`, `create`, `replace`, `patch`, `delete`). The later steps add
+//! their own verb where they teach it: a watch's byte stream (`Client::stream`, step 02's
+//! `watch/stream.rs`) and `pods/exec`'s upgraded connection (`Client::upgrade`, step 04's `exec.rs`).
 //!
 //! WORKSHOP.md, "Talking to the API server" and "When the server says no" (Set-up). Built on
 //! hyper-util's pooled client over a rustls connector (ring provider, `tls.rs`), verifying the
@@ -10,8 +11,8 @@
 //!
 //! What it does for you, because Kubernetes says so (below the verbs, and in `error.rs` and
 //! `token.rs`):
-//! - every error body is a `Status`: decoded into [`ClientError::Api`]; a body that is not one (a
-//!   proxy's HTML page) still becomes a readable [`ClientError::Http`];
+//! - every error body is a `Status`: decoded into [`RequestError::Api`]; a body that is not one (a
+//!   proxy's HTML page) still becomes a readable [`RequestError::Http`];
 //! - 401: the token file may have been rotated: re-read it and retry once;
 //! - 429 and 503: wait for `Retry-After` (or `details.retryAfterSeconds`), bounded, then retry;
 //! - a file-backed token is re-read at least every minute (bound tokens expire in about an hour).
@@ -20,10 +21,10 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use http::{header, HeaderMap, HeaderValue, Method, Request, StatusCode};
-use http_body_util::{BodyExt, Full};
-use hyper::body::{Body as _, Incoming};
+use http_body_util::Full;
+use hyper::body::Incoming;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
@@ -32,14 +33,18 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use crate::config::{Config, SecretString, TokenSource};
-use crate::status::Status;
 
+mod answer;
 mod error;
 mod tls;
 mod token;
 
-use error::{error_chain, snippet};
-pub use error::{ClientError, ConnectError};
+pub use answer::{
+    DEFAULT_MAX_RESPONSE_BODY, DEFAULT_RETRY_WAIT, MAX_RETRY_WAIT, MAX_THROTTLE_RETRIES,
+};
+pub(crate) use error::error_chain;
+use error::snippet;
+pub use error::{ClientError, ConnectError, RequestError};
 use tls::tls_client_config;
 pub use token::TOKEN_REREAD_INTERVAL;
 use token::{CachedToken, TokenState};
@@ -47,6 +52,179 @@ use token::{CachedToken, TokenState};
 /// Sent with every request, so API server audit logs say who called.
 pub const USER_AGENT: &str = concat!("postgres-operator/", env!("CARGO_PKG_VERSION"));
 type HyperClient = hyper_util::client::legacy::Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+
+impl Client {
+    /// Send one request and wait for the response head.
+    async fn send(
+        &self,
+        method: &Method,
+        path: &str,
+        body: Option<(Bytes, &'static str)>,
+        extra_headers: &HeaderMap,
+    ) -> Result<hyper::Response<Incoming>, ClientError> {
+        if !path.starts_with('/') {
+            return Err(ClientError::RelativePath {
+                path: path.to_string(),
+            });
+        }
+        let uri: http::Uri = format!("{}{path}", self.inner.base).parse().map_err(
+            |error: http::uri::InvalidUri| ClientError::InvalidPath {
+                path: path.to_string(),
+                source: error.into(),
+            },
+        )?;
+        let mut builder = Request::builder()
+            .method(method.clone())
+            .uri(uri)
+            .header(header::ACCEPT, "application/json")
+            .header(header::USER_AGENT, USER_AGENT);
+        for (name, value) in extra_headers {
+            builder = builder.header(name, value);
+        }
+        if let Some(token) = self.inner.token.current() {
+            let mut value =
+                HeaderValue::from_str(&format!("Bearer {}", token.expose())).map_err(|source| {
+                    ClientError::request(method, path, RequestError::TokenNotAHeader(source))
+                })?;
+            // Keeps the token out of any header dump hyper or a proxy layer might log.
+            value.set_sensitive(true);
+            builder = builder.header(header::AUTHORIZATION, value);
+        }
+        let request = match body {
+            Some((bytes, content_type)) => builder
+                .header(header::CONTENT_TYPE, content_type)
+                .body(Full::new(bytes)),
+            None => builder.body(Full::new(Bytes::new())),
+        }
+        .map_err(|source| ClientError::InvalidPath {
+            path: path.to_string(),
+            source,
+        })?;
+
+        self.inner.http.request(request).await.map_err(|source| {
+            tracing::debug!(method = %method, path, error = %error_chain(&source), "request failed");
+            let (is_connect, source) = (source.is_connect(), Box::new(source));
+            let kind = if is_connect {
+                let server = self.inner.base.clone();
+                RequestError::Connect { server, source }
+            } else {
+                RequestError::Transport(source)
+            };
+            ClientError::request(method, path, kind)
+        })
+    }
+}
+
+impl Client {
+    /// GET a JSON object. `path` may carry a `?query`.
+    pub async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
+        self.json(Method::GET, path, None).await
+    }
+
+    /// POST a new object to a collection.
+    pub async fn create<B: Serialize, T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> Result<T, ClientError> {
+        self.json_body(Method::POST, path, body, "application/json")
+            .await
+    }
+
+    /// PUT a whole object. The body's `metadata.resourceVersion` makes it conditional: a stale
+    /// one gets 409 Conflict.
+    pub async fn replace<B: Serialize, T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> Result<T, ClientError> {
+        self.json_body(Method::PUT, path, body, "application/json")
+            .await
+    }
+
+    /// PATCH an object; the [`Patch`] variant says which kind.
+    pub async fn patch<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        patch: &Patch,
+    ) -> Result<T, ClientError> {
+        self.json_body(Method::PATCH, path, patch.value(), patch.content_type())
+            .await
+    }
+
+    /// DELETE an object. The answer is the object (with a deletionTimestamp) or a Success Status.
+    pub async fn delete<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
+        self.json(Method::DELETE, path, None).await
+    }
+
+    /// [`Client::json`] with `body` encoded as JSON and sent as `content_type`.
+    async fn json_body<B: Serialize + ?Sized, T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: &B,
+        content_type: &'static str,
+    ) -> Result<T, ClientError> {
+        let body = serde_json::to_vec(body)
+            .map_err(|source| ClientError::request(&method, path, RequestError::Encode(source)))?;
+        self.json(method, path, Some((body.into(), content_type)))
+            .await
+    }
+
+    /// One JSON request with the retries Kubernetes asks for; decodes a 2xx body into `T`.
+    async fn json<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<(Bytes, &'static str)>,
+    ) -> Result<T, ClientError> {
+        let response = self
+            .send_with_retries(&method, path, body, &HeaderMap::new())
+            .await?;
+        let code = response.status().as_u16();
+        let body = self.read_body_in_time(&method, path, response).await?;
+        serde_json::from_slice(&body).map_err(|source| {
+            let snippet = snippet(&body);
+            ClientError::request(
+                &method,
+                path,
+                RequestError::Decode {
+                    code,
+                    snippet,
+                    source,
+                },
+            )
+        })
+    }
+}
+
+/// The body of a JSON patch request; the variant picks the `Content-Type`, which is how the API
+/// server knows which patch semantics to apply.
+#[derive(Clone, Debug)]
+pub enum Patch {
+    /// RFC 7386 JSON merge patch: `{"spec":{"size":5}}`; `null` deletes a field.
+    Merge(serde_json::Value),
+    /// RFC 6902 JSON patch: `[{"op":"replace","path":"/spec/size","value":5}]`.
+    Json(serde_json::Value),
+    /// Kubernetes' strategic merge patch: built-in types only (not custom resources).
+    Strategic(serde_json::Value),
+}
+
+impl Patch {
+    pub fn content_type(&self) -> &'static str {
+        match self {
+            Patch::Merge(_) => "application/merge-patch+json",
+            Patch::Json(_) => "application/json-patch+json",
+            Patch::Strategic(_) => "application/strategic-merge-patch+json",
+        }
+    }
+
+    fn value(&self) -> &serde_json::Value {
+        match self {
+            Patch::Merge(value) | Patch::Json(value) | Patch::Strategic(value) => value,
+        }
+    }
+}
 
 struct Inner {
     http: HyperClient,
@@ -86,80 +264,6 @@ impl fmt::Debug for Client {
             .field("max_response_body", &self.max_response_body)
             .field("observed", &self.observer.is_some())
             .finish()
-    }
-}
-
-impl Client {
-    /// Send one request and wait for the response head.
-    async fn send(
-        &self,
-        method: &Method,
-        path: &str,
-        body: Option<(Bytes, &'static str)>,
-        extra_headers: &HeaderMap,
-    ) -> Result<hyper::Response<Incoming>, ClientError> {
-        if !path.starts_with('/') {
-            return Err(ClientError::RelativePath {
-                path: path.to_string(),
-            });
-        }
-        let uri: http::Uri = format!("{}{path}", self.inner.base).parse().map_err(
-            |error: http::uri::InvalidUri| ClientError::InvalidPath {
-                path: path.to_string(),
-                source: error.into(),
-            },
-        )?;
-        let mut builder = Request::builder()
-            .method(method.clone())
-            .uri(uri)
-            .header(header::ACCEPT, "application/json")
-            .header(header::USER_AGENT, USER_AGENT);
-        for (name, value) in extra_headers {
-            builder = builder.header(name, value);
-        }
-        if let Some(token) = self.inner.token.current() {
-            let mut value =
-                HeaderValue::from_str(&format!("Bearer {}", token.expose())).map_err(|source| {
-                    ClientError::TokenNotAHeader {
-                        method: method.to_string(),
-                        path: path.to_string(),
-                        source,
-                    }
-                })?;
-            // Keeps the token out of any header dump hyper or a proxy layer might log.
-            value.set_sensitive(true);
-            builder = builder.header(header::AUTHORIZATION, value);
-        }
-        let request = match body {
-            Some((bytes, content_type)) => builder
-                .header(header::CONTENT_TYPE, content_type)
-                .body(Full::new(bytes)),
-            None => builder.body(Full::new(Bytes::new())),
-        }
-        .map_err(|source| ClientError::InvalidPath {
-            path: path.to_string(),
-            source,
-        })?;
-
-        self.inner.http.request(request).await.map_err(|source| {
-            tracing::debug!(method = %method, path, error = %error_chain(&source), "request failed");
-            // Boxed: it carries connection details that would make every ClientError large.
-            let (is_connect, source) = (source.is_connect(), Box::new(source));
-            if is_connect {
-                ClientError::Connect {
-                    method: method.to_string(),
-                    path: path.to_string(),
-                    server: self.inner.base.clone(),
-                    source,
-                }
-            } else {
-                ClientError::Transport {
-                    method: method.to_string(),
-                    path: path.to_string(),
-                    source,
-                }
-            }
-        })
     }
 }
 
@@ -248,421 +352,10 @@ impl Client {
         &self.inner.base
     }
 
-    /// GET a JSON object. `path` may carry a `?query`.
-    pub async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
-        self.json(Method::GET, path, None).await
+    /// How long one attempt may wait for its answer.
+    pub(crate) fn request_timeout(&self) -> Duration {
+        self.inner.request_timeout
     }
-
-    /// POST a new object to a collection.
-    pub async fn create<B: Serialize, T: DeserializeOwned>(
-        &self,
-        path: &str,
-        body: &B,
-    ) -> Result<T, ClientError> {
-        let body = encode(&Method::POST, path, body)?;
-        self.json(Method::POST, path, Some((body, "application/json")))
-            .await
-    }
-
-    /// PUT a whole object. The body's `metadata.resourceVersion` makes it conditional: a stale
-    /// one gets 409 Conflict.
-    pub async fn replace<B: Serialize, T: DeserializeOwned>(
-        &self,
-        path: &str,
-        body: &B,
-    ) -> Result<T, ClientError> {
-        let body = encode(&Method::PUT, path, body)?;
-        self.json(Method::PUT, path, Some((body, "application/json")))
-            .await
-    }
-
-    /// PATCH an object; the [`Patch`] variant says which kind.
-    pub async fn patch<T: DeserializeOwned>(
-        &self,
-        path: &str,
-        patch: &Patch,
-    ) -> Result<T, ClientError> {
-        let body = encode(&Method::PATCH, path, patch.value())?;
-        self.json(Method::PATCH, path, Some((body, patch.content_type())))
-            .await
-    }
-
-    /// DELETE an object. The answer is the object (with a deletionTimestamp) or a Success Status.
-    pub async fn delete<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
-        self.json(Method::DELETE, path, None).await
-    }
-
-    /// GET with no overall timeout; returns once the response headers are in and 2xx. Only
-    /// getting the headers is bounded by the request timeout: a watch then stays open for minutes.
-    pub async fn stream(&self, path_and_query: &str) -> Result<ByteStream, ClientError> {
-        let response = self
-            .send_with_retries(&Method::GET, path_and_query, None, &HeaderMap::new())
-            .await?;
-        Ok(ByteStream {
-            body: response.into_body(),
-            path: path_and_query.to_string(),
-        })
-    }
-
-    /// GET with `headers` asking to switch protocols (`Connection: Upgrade`, `Upgrade: websocket`
-    /// and the WebSocket handshake, for `pods/exec`), and the connection once the server answers
-    /// `101 Switching Protocols`. The request goes out as every other does: the same TLS
-    /// configuration and token, the same retries after 401/429/503, the same typed error for a
-    /// refusal (403 without RBAC `create` on `pods/exec`, 404 for a pod that is gone). Checking
-    /// the protocol's own handshake headers is the caller's job.
-    pub async fn upgrade(
-        &self,
-        path_and_query: &str,
-        headers: HeaderMap,
-    ) -> Result<UpgradedConnection, ClientError> {
-        let method = Method::GET;
-        let response = self
-            .send_with_retries(&method, path_and_query, None, &headers)
-            .await?;
-        if response.status() != StatusCode::SWITCHING_PROTOCOLS {
-            return Err(ClientError::NotUpgraded {
-                method: method.to_string(),
-                path: path_and_query.to_string(),
-                code: response.status().as_u16(),
-            });
-        }
-        let headers = response.headers().clone();
-        // hyper's connection task hands the socket (with any bytes it read past the 101 head)
-        // over once it has seen the 101; the pool never gets this connection back.
-        let io = tokio::time::timeout(self.inner.request_timeout, hyper::upgrade::on(response))
-            .await
-            .map_err(|_| self.timeout_error(&method, path_and_query))?
-            .map_err(|source| ClientError::Upgrade {
-                method: method.to_string(),
-                path: path_and_query.to_string(),
-                source,
-            })?;
-        Ok(UpgradedConnection { headers, io })
-    }
-
-    /// One JSON request with the retries Kubernetes asks for; decodes a 2xx body into `T`.
-    async fn json<T: DeserializeOwned>(
-        &self,
-        method: Method,
-        path: &str,
-        body: Option<(Bytes, &'static str)>,
-    ) -> Result<T, ClientError> {
-        let response = self
-            .send_with_retries(&method, path, body, &HeaderMap::new())
-            .await?;
-        let code = response.status().as_u16();
-        let body = self.read_body_in_time(&method, path, response).await?;
-        serde_json::from_slice(&body).map_err(|source| ClientError::Decode {
-            method: method.to_string(),
-            path: path.to_string(),
-            code,
-            snippet: snippet(&body),
-            source,
-        })
-    }
-
-    /// Send until the answer is 2xx or 101 (returned with its body still unread, so a watch can
-    /// stream it) or an error not worth retrying. Each attempt's wait for the response head is
-    /// bounded by the request timeout. `extra_headers` go out with every attempt.
-    async fn send_with_retries(
-        &self,
-        method: &Method,
-        path: &str,
-        body: Option<(Bytes, &'static str)>,
-        extra_headers: &HeaderMap,
-    ) -> Result<hyper::Response<Incoming>, ClientError> {
-        let mut retries = Retries::default();
-        loop {
-            let started = Instant::now();
-            let response = tokio::time::timeout(
-                self.inner.request_timeout,
-                self.send(method, path, body.clone(), extra_headers),
-            )
-            .await
-            .map_err(|_| self.timeout_error(method, path))
-            .and_then(|sent| sent);
-            if let Some(observer) = &self.observer {
-                observer(method, response.as_ref().ok().map(|r| r.status()));
-            }
-            let response = response?;
-            let status = response.status();
-            log_request(method, path, status, started);
-            // 101: the server took up our `Upgrade` (pods/exec); it sends one only when asked.
-            if status.is_success() || status == StatusCode::SWITCHING_PROTOCOLS {
-                return Ok(response);
-            }
-            let headers = response.headers().clone();
-            let answer = Answer {
-                status,
-                headers,
-                body: self.read_body_in_time(method, path, response).await?,
-            };
-            match self.retry_wait(&answer, &mut retries) {
-                Some(wait) => {
-                    tracing::info!(
-                        method = %method,
-                        path,
-                        code = status.as_u16(),
-                        wait_ms = wait.as_millis() as u64,
-                        "retrying request"
-                    );
-                    tokio::time::sleep(wait).await;
-                }
-                None => return Err(error_from_answer(method, path, &answer)),
-            }
-        }
-    }
-
-    /// The whole body of a (non-watch) response, bounded by the request timeout.
-    async fn read_body_in_time(
-        &self,
-        method: &Method,
-        path: &str,
-        response: hyper::Response<Incoming>,
-    ) -> Result<Bytes, ClientError> {
-        tokio::time::timeout(
-            self.inner.request_timeout,
-            read_body(method, path, response.into_body(), self.max_response_body),
-        )
-        .await
-        .map_err(|_| self.timeout_error(method, path))?
-    }
-
-    /// Whether (and after how long) to retry after this error answer.
-    fn retry_wait(&self, answer: &Answer, retries: &mut Retries) -> Option<Duration> {
-        match answer.status {
-            // 401: a bound token expired and the kubelet wrote a new one; try it, once.
-            StatusCode::UNAUTHORIZED if !retries.reloaded_token => {
-                retries.reloaded_token = true;
-                self.inner.token.reload().then_some(Duration::ZERO)
-            }
-            // 429 (API priority and fairness) and 503 (apiserver starting, or overloaded): the
-            // server says how long to wait; respect it, within bounds.
-            StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE
-                if retries.throttled < MAX_THROTTLE_RETRIES =>
-            {
-                retries.throttled += 1;
-                Some(retry_after(answer).min(MAX_RETRY_WAIT))
-            }
-            _ => None,
-        }
-    }
-
-    fn timeout_error(&self, method: &Method, path: &str) -> ClientError {
-        ClientError::Timeout {
-            method: method.to_string(),
-            path: path.to_string(),
-            after: self.inner.request_timeout,
-        }
-    }
-}
-
-/// The body of a JSON patch request; the variant picks the `Content-Type`, which is how the API
-/// server knows which patch semantics to apply.
-#[derive(Clone, Debug)]
-pub enum Patch {
-    /// RFC 7386 JSON merge patch: `{"spec":{"size":5}}`; `null` deletes a field.
-    Merge(serde_json::Value),
-    /// RFC 6902 JSON patch: `[{"op":"replace","path":"/spec/size","value":5}]`.
-    Json(serde_json::Value),
-    /// Kubernetes' strategic merge patch: built-in types only (not custom resources).
-    Strategic(serde_json::Value),
-}
-
-impl Patch {
-    pub fn content_type(&self) -> &'static str {
-        match self {
-            Patch::Merge(_) => "application/merge-patch+json",
-            Patch::Json(_) => "application/json-patch+json",
-            Patch::Strategic(_) => "application/strategic-merge-patch+json",
-        }
-    }
-
-    fn value(&self) -> &serde_json::Value {
-        match self {
-            Patch::Merge(value) | Patch::Json(value) | Patch::Strategic(value) => value,
-        }
-    }
-}
-
-/// The body of a streaming response (a watch), read chunk by chunk as it arrives.
-pub struct ByteStream {
-    body: Incoming,
-    path: String,
-}
-
-impl fmt::Debug for ByteStream {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ByteStream")
-            .field("path", &self.path)
-            .finish()
-    }
-}
-
-impl ByteStream {
-    /// The next chunk of bytes as the server sent them; `None` at a clean end of stream. Chunk
-    /// boundaries mean nothing: an event can be split anywhere, several can share a chunk.
-    pub async fn next_chunk(&mut self) -> Option<Result<Bytes, ClientError>> {
-        loop {
-            match self.body.frame().await? {
-                Ok(frame) => {
-                    // Trailers and empty data frames carry no event bytes.
-                    if let Ok(data) = frame.into_data() {
-                        if !data.is_empty() {
-                            return Some(Ok(data));
-                        }
-                    }
-                }
-                Err(source) => {
-                    return Some(Err(ClientError::ReadBody {
-                        method: "GET".into(),
-                        path: self.path.clone(),
-                        source,
-                    }))
-                }
-            }
-        }
-    }
-}
-
-/// A connection the API server switched to another protocol with `101 Switching Protocols`
-/// ([`Client::upgrade`]): the answer's headers, to check the handshake, and the raw connection
-/// (TLS already inside) to speak that protocol on.
-pub struct UpgradedConnection {
-    pub headers: HeaderMap,
-    pub io: hyper::upgrade::Upgraded,
-}
-
-impl fmt::Debug for UpgradedConnection {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("UpgradedConnection")
-            .field("headers", &self.headers)
-            .finish_non_exhaustive()
-    }
-}
-
-/// The response head and the full body of one attempt.
-struct Answer {
-    status: StatusCode,
-    headers: HeaderMap,
-    body: Bytes,
-}
-
-/// Most times one request is retried after 429/503.
-pub const MAX_THROTTLE_RETRIES: u32 = 3;
-/// Longest single wait after 429/503, whatever the server asks for: a stage should not hang
-/// silently for minutes because a proxy sent `Retry-After: 3600`.
-pub const MAX_RETRY_WAIT: Duration = Duration::from_secs(10);
-/// The wait after 429/503 when the server did not say how long.
-pub const DEFAULT_RETRY_WAIT: Duration = Duration::from_secs(1);
-/// The most bytes of one (non-watch) response body we buffer, unless told otherwise
-/// ([`Client::with_max_response_body`]). Large enough for an unpaged list of tens of thousands of
-/// custom objects (etcd caps each at 1.5 MiB, typical ones are a few KiB) or thousands of pods
-/// with their managedFields; a collection bigger than this should be read in pages
-/// (`limit`/`continue`) anyway. Without a cap, a server streaming an endless body (2xx or error)
-/// makes us allocate until the process is killed.
-pub const DEFAULT_MAX_RESPONSE_BODY: usize = 64 * 1024 * 1024;
-
-#[derive(Default)]
-struct Retries {
-    reloaded_token: bool,
-    throttled: u32,
-}
-
-fn encode<B: Serialize + ?Sized>(
-    method: &Method,
-    path: &str,
-    body: &B,
-) -> Result<Bytes, ClientError> {
-    serde_json::to_vec(body)
-        .map(Bytes::from)
-        .map_err(|source| ClientError::Encode {
-            method: method.to_string(),
-            path: path.to_string(),
-            source,
-        })
-}
-
-/// The whole body, but never more than `limit` bytes: past that, the request fails with
-/// `BodyTooLarge` and the connection is dropped instead of read to its (maybe endless) end.
-async fn read_body(
-    method: &Method,
-    path: &str,
-    mut body: Incoming,
-    limit: usize,
-) -> Result<Bytes, ClientError> {
-    let too_large = || ClientError::BodyTooLarge {
-        method: method.to_string(),
-        path: path.to_string(),
-        limit,
-    };
-    // A Content-Length over the cap fails before a byte of the body is read.
-    if body.size_hint().lower() > limit as u64 {
-        return Err(too_large());
-    }
-    let mut collected = BytesMut::new();
-    while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|source| ClientError::ReadBody {
-            method: method.to_string(),
-            path: path.to_string(),
-            source,
-        })?;
-        // Trailers carry no body bytes.
-        if let Ok(data) = frame.into_data() {
-            if data.len() > limit - collected.len() {
-                return Err(too_large());
-            }
-            collected.extend_from_slice(&data);
-        }
-    }
-    Ok(collected.freeze())
-}
-
-/// Method, path, status and time; never headers (they carry the token).
-fn log_request(method: &Method, path: &str, status: StatusCode, started: Instant) {
-    tracing::debug!(
-        method = %method,
-        path,
-        status = status.as_u16(),
-        ms = started.elapsed().as_millis() as u64,
-        "request"
-    );
-}
-
-/// A non-2xx answer as an error: the `Status` if the body is one, otherwise the code and a snippet.
-fn error_from_answer(method: &Method, path: &str, answer: &Answer) -> ClientError {
-    match Status::from_body(&answer.body) {
-        Some(mut status) => {
-            if status.code == 0 {
-                status.code = answer.status.as_u16();
-            }
-            ClientError::Api {
-                method: method.to_string(),
-                path: path.to_string(),
-                status: Box::new(status),
-            }
-        }
-        None => ClientError::Http {
-            method: method.to_string(),
-            path: path.to_string(),
-            code: answer.status.as_u16(),
-            body: snippet(&answer.body),
-        },
-    }
-}
-
-/// `Retry-After: N` (seconds), else the Status's `details.retryAfterSeconds`, else a default.
-fn retry_after(answer: &Answer) -> Duration {
-    let from_header = answer
-        .headers
-        .get(header::RETRY_AFTER)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.trim().parse::<u64>().ok())
-        .map(Duration::from_secs);
-    let from_status = || Status::from_body(&answer.body).and_then(|status| status.retry_after());
-    from_header
-        .or_else(from_status)
-        .unwrap_or(DEFAULT_RETRY_WAIT)
 }
 
 #[cfg(test)]
@@ -676,28 +369,5 @@ mod tests {
         assert!(text.starts_with("<html> <body>xxx"), "{text}");
         assert!(text.ends_with("..."));
         assert_eq!(snippet(b""), "(empty body)");
-    }
-
-    #[test]
-    fn retry_after_prefers_the_header_then_the_status() {
-        let mut status = Status::failure(429, "TooManyRequests", "slow down");
-        status.details = Some(crate::status::StatusDetails {
-            retry_after_seconds: Some(4),
-            ..Default::default()
-        });
-        let body = Bytes::from(serde_json::to_vec(&status).unwrap());
-        let mut answer = Answer {
-            status: StatusCode::TOO_MANY_REQUESTS,
-            headers: HeaderMap::new(),
-            body,
-        };
-        assert_eq!(retry_after(&answer), Duration::from_secs(4));
-        answer
-            .headers
-            .insert(header::RETRY_AFTER, HeaderValue::from_static("2"));
-        assert_eq!(retry_after(&answer), Duration::from_secs(2));
-        answer.body = Bytes::new();
-        answer.headers.clear();
-        assert_eq!(retry_after(&answer), DEFAULT_RETRY_WAIT);
     }
 }

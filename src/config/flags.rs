@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 
 use super::{
-    parse_certificates, parse_server_url, read_file, Auth, Config, ConfigError, ConfigSource,
+    parse_server_url, read_certificates, read_file, Auth, Config, ConfigError, ConfigSource,
     SecretString, Tls, TokenSource, DEFAULT_NAMESPACE, DEFAULT_REQUEST_TIMEOUT,
 };
 
@@ -74,9 +74,7 @@ impl Config {
         let mut tls = Tls::default();
         match &args.certificate_authority {
             Some(path) => {
-                let pem = read_file("certificate authority file", path)?;
-                tls.root_certificates =
-                    parse_certificates(&pem, &format!("certificate authority {}", path.display()))?;
+                tls.root_certificates = read_certificates("certificate authority file", path)?;
             }
             None if server.scheme() == "https" => {
                 return Err(ConfigError::MissingCertificateAuthority {
@@ -148,20 +146,11 @@ mod tests {
     /// `--server 127.0.0.1:8001` (what `kubectl proxy` prints) gets the URL it meant.
     #[test]
     fn a_server_without_scheme_suggests_http() {
-        let error = parse(&["--server", "127.0.0.1:8001"])
-            .unwrap_err()
-            .to_string();
-        assert!(
-            error.contains("did you mean http://127.0.0.1:8001?"),
-            "{error}"
-        );
-        let error = parse(&["--server", "localhost:8001"])
-            .unwrap_err()
-            .to_string();
-        assert!(
-            error.contains("did you mean http://localhost:8001?"),
-            "{error}"
-        );
+        for address in ["127.0.0.1:8001", "localhost:8001"] {
+            let error = parse(&["--server", address]).unwrap_err().to_string();
+            let suggestion = format!("did you mean http://{address}?");
+            assert!(error.contains(&suggestion), "{error}");
+        }
     }
 
     /// `--token` with `--token-file` is refused: which one would win?

@@ -8,7 +8,7 @@ use std::path::Path;
 #[cfg(doc)]
 use super::SERVICE_ACCOUNT_DIR;
 use super::{
-    parse_certificates, parse_server_url, read_file, Auth, Config, ConfigError, ConfigSource, Tls,
+    parse_server_url, read_certificates, read_file, Auth, Config, ConfigError, ConfigSource, Tls,
     TokenSource, DEFAULT_NAMESPACE, DEFAULT_REQUEST_TIMEOUT, SERVICE_ACCOUNT_CA_FILE,
     SERVICE_ACCOUNT_NAMESPACE_FILE, SERVICE_ACCOUNT_TOKEN_FILE,
 };
@@ -28,18 +28,13 @@ impl Config {
         } else {
             host.to_string()
         };
-        let label = format!(
-            "in-cluster service account ({})",
-            service_account_dir.display()
-        );
-        let server = parse_server_url(&format!("https://{host}:{port}"), &label)?;
+        let source = ConfigSource::InCluster {
+            service_account_dir: service_account_dir.to_path_buf(),
+        };
+        let server = parse_server_url(&format!("https://{host}:{port}"), &source.to_string())?;
 
         let ca_path = service_account_dir.join(SERVICE_ACCOUNT_CA_FILE);
-        let ca_pem = read_file("service-account CA", &ca_path)?;
-        let root_certificates = parse_certificates(
-            &ca_pem,
-            &format!("service-account CA {}", ca_path.display()),
-        )?;
+        let root_certificates = read_certificates("service-account CA", &ca_path)?;
 
         let token_path = service_account_dir.join(SERVICE_ACCOUNT_TOKEN_FILE);
         read_file("service-account token", &token_path)?;
@@ -63,9 +58,7 @@ impl Config {
                 root_certificates,
                 insecure_skip_verify: false,
             },
-            source: ConfigSource::InCluster {
-                service_account_dir: service_account_dir.to_path_buf(),
-            },
+            source,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
         })
     }

@@ -194,71 +194,47 @@ pub struct Config {
 }
 
 /// Why no configuration could be built. Variants name the source or flag that was wrong.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// The server URL does not parse or is not http/https.
+    #[error("{origin}: server {url:?} is not a usable URL ({reason}); expected http://HOST:PORT or https://HOST:PORT")]
     InvalidServerUrl {
         origin: String,
         url: String,
         reason: String,
     },
     /// An `https://` server with no CA to verify it against.
+    #[error("{origin}: {server} is https but no certificate authority was given to verify it; \
+             pass --certificate-authority FILE (for the sandbox: its ca.crt), or use an http:// server such as `kubectl proxy`")]
     MissingCertificateAuthority { origin: String, server: String },
     /// A file we were pointed at could not be read.
+    #[error("cannot read {what} {}: {reason}", path.display())]
     ReadFile {
         what: &'static str,
         path: PathBuf,
         reason: String,
     },
     /// A certificate or key (from a file or kubeconfig data) is not usable PEM.
+    #[error("{what} is not valid PEM: {reason}")]
     InvalidPem { what: String, reason: String },
     /// The kubeconfig's current context cannot be used, and why.
+    #[error("kubeconfig: {reason}")]
     Kubeconfig { reason: String },
     /// No source was usable: each source tried and why it was not.
+    #[error("no usable Kubernetes API server configuration. Tried, in order:\n{}Fix it one of two ways:\n  \
+             - against a real cluster: run `kubectl proxy` in another terminal and pass --server http://127.0.0.1:8001\n  \
+             - against the embedded API server: run `cargo run --bin sandbox` in another terminal, then the `export KUBECONFIG=...` line it prints",
+             numbered(tried))]
     NothingUsable { tried: Vec<(String, String)> },
 }
 
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ConfigError::InvalidServerUrl {
-                origin,
-                url,
-                reason,
-            } => write!(
-                f,
-                "{origin}: server {url:?} is not a usable URL ({reason}); expected http://HOST:PORT or https://HOST:PORT"
-            ),
-            ConfigError::MissingCertificateAuthority { origin, server } => write!(
-                f,
-                "{origin}: {server} is https but no certificate authority was given to verify it; \
-                 pass --certificate-authority FILE (for the sandbox: its ca.crt), or use an http:// server such as `kubectl proxy`"
-            ),
-            ConfigError::ReadFile { what, path, reason } => {
-                write!(f, "cannot read {what} {}: {reason}", path.display())
-            }
-            ConfigError::InvalidPem { what, reason } => write!(f, "{what} is not valid PEM: {reason}"),
-            ConfigError::Kubeconfig { reason } => write!(f, "kubeconfig: {reason}"),
-            ConfigError::NothingUsable { tried } => {
-                writeln!(f, "no usable Kubernetes API server configuration. Tried, in order:")?;
-                for (index, (source, reason)) in tried.iter().enumerate() {
-                    writeln!(f, "  {}. {source}: {reason}", index + 1)?;
-                }
-                writeln!(f, "Fix it one of two ways:")?;
-                writeln!(
-                    f,
-                    "  - against a real cluster: run `kubectl proxy` in another terminal and pass --server http://127.0.0.1:8001"
-                )?;
-                write!(
-                    f,
-                    "  - against the embedded API server: run `cargo run --bin sandbox` in another terminal, then the `export KUBECONFIG=...` line it prints"
-                )
-            }
-        }
-    }
+/// `  1. SOURCE: REASON`, one line each.
+fn numbered(tried: &[(String, String)]) -> String {
+    let lines = tried.iter().enumerate();
+    lines
+        .map(|(index, (source, reason))| format!("  {}. {source}: {reason}\n", index + 1))
+        .collect()
 }
-
-impl std::error::Error for ConfigError {}
 
 impl Config {
     /// The first usable source of: flags, `KUBE_SERVER`, in-cluster, kubeconfig. `--namespace`
@@ -291,9 +267,9 @@ impl Config {
         }
 
         let mut tried = vec![
-            ("--server flag".to_string(), "not given".to_string()),
+            (ConfigSource::Flags.to_string(), "not given".to_string()),
             (
-                format!("{KUBE_SERVER_ENV} environment variable"),
+                ConfigSource::KubeServerEnv.to_string(),
                 "not set".to_string(),
             ),
         ];
@@ -301,10 +277,10 @@ impl Config {
             env.get(SERVICE_ACCOUNT_DIR_ENV)
                 .unwrap_or(SERVICE_ACCOUNT_DIR),
         );
-        let in_cluster_label = format!(
-            "in-cluster service account ({})",
-            service_account_dir.display()
-        );
+        let in_cluster_label = ConfigSource::InCluster {
+            service_account_dir: service_account_dir.clone(),
+        }
+        .to_string();
         match (env.get(SERVICE_HOST_ENV), env.get(SERVICE_PORT_ENV)) {
             (Some(host), Some(port)) => {
                 match Config::incluster_from(&service_account_dir, host, port) {
@@ -388,6 +364,15 @@ fn read_file(what: &'static str, path: &Path) -> Result<Vec<u8>, ConfigError> {
         path: path.to_path_buf(),
         reason: error.to_string(),
     })
+}
+
+/// Every certificate in the PEM file at `path`, which holds `what` (for messages).
+fn read_certificates(
+    what: &'static str,
+    path: &Path,
+) -> Result<Vec<CertificateDer<'static>>, ConfigError> {
+    let pem = read_file(what, path)?;
+    parse_certificates(&pem, &format!("{what} {}", path.display()))
 }
 
 /// Every certificate in a PEM bundle; none at all is an error.

@@ -1,26 +1,53 @@
-//! Our CustomResourceDefinition (built in `schema.rs`) and the three things stage 01 does with it:
-//! ensure the cluster has it as we define it (create it, or update an older schema), wait until
-//! the API server serves it, and read back what discovery serves.
+//! Our CustomResourceDefinition and the three things stage 01 does with it: ensure the cluster
+//! has it as we define it (create it, or update an older schema), wait until the API server
+//! serves it, and read back what discovery serves.
 //!
 //! WORKSHOP.md, step 01. The 2017 workshop registered a ThirdPartyResource (removed in Kubernetes
 //! 1.8); today the same idea is a CRD in `apiextensions.k8s.io/v1`, which must carry a structural
-//! OpenAPI schema. `kube/crd.yaml` is the same object as YAML; `tests/crd/manifest.rs` proves they
-//! agree. The later stages do not change it: they `check` it (created if absent, otherwise left
-//! as it is), since registering the type is this step's.
+//! OpenAPI schema. The CRD itself is data: `kube/crd.yaml`, compiled in. The later stages do not
+//! change it: they `check` it (created if absent, otherwise left as it is), since registering
+//! the type is this step's.
 
 use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::api::{crd_path, group_version_path, CRD_NAME, GROUP, VERSION};
 use crate::client::{Client, ClientError};
 
 mod compare;
-mod schema;
 
 pub use compare::{differences, Difference};
-pub use schema::{postgres_cluster_crd, QUANTITY_PATTERN, TARGET_TIME_PATTERN, VERSION_PATTERN};
+
+/// The API group our CustomResourceDefinition adds (the 2017 workshop's TPR used `lukeb0nd.com`).
+pub const GROUP: &str = "workshop.example.com";
+/// The one version we serve and store.
+pub const VERSION: &str = "v1";
+/// A CRD's name must be `<plural>.<group>`; the API server rejects anything else.
+pub const CRD_NAME: &str = "postgresclusters.workshop.example.com";
+
+/// The CRD object itself, cluster-scoped under apiextensions.k8s.io.
+pub fn crd_path() -> String {
+    format!("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{CRD_NAME}")
+}
+
+/// `/apis/workshop.example.com/v1`: what discovery serves once the CRD is established.
+pub fn group_version_path() -> String {
+    format!("/apis/{GROUP}/{VERSION}")
+}
+
+/// Our CRD as `kubectl apply -f kube/crd.yaml` sends it. The file is JSON (which is YAML too, so
+/// kubectl reads it) with whole-line `#` comments, which JSON lacks: they are dropped here. No
+/// line of JSON starts with `#`, since a JSON string cannot span lines.
+pub fn postgres_cluster_crd() -> Value {
+    const MANIFEST: &str = include_str!("../../kube/crd.yaml");
+    let json: String = MANIFEST
+        .lines()
+        .filter(|line| !line.trim_start().starts_with('#'))
+        .collect();
+    // Compiled in, not read at run time: the unit tests below parse it in every build.
+    serde_json::from_str(&json).expect("kube/crd.yaml is JSON with # comment lines")
+}
 
 /// Where CRDs are created (cluster-scoped: no namespace in the path).
 pub const CRDS_PATH: &str = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
@@ -29,6 +56,260 @@ pub const DEFAULT_ESTABLISHED_TIMEOUT: Duration = Duration::from_secs(30);
 /// How often the CRD is re-read while waiting. Establishing takes well under a second on a
 /// healthy API server, so a short interval keeps stage 01 snappy.
 pub const ESTABLISHED_POLL_INTERVAL: Duration = Duration::from_millis(200);
+
+/// How many times `ensure` and `check` read and write again after a 409 before giving up.
+pub const ENSURE_ATTEMPTS: u32 = 5;
+
+/// The parts of a CRD's `spec` that are ours to say: the rest (`conversion`,
+/// `preserveUnknownFields`, and whatever a newer API server adds) is defaulted by the server,
+/// and we leave it alone.
+pub const OWNED_SPEC_FIELDS: [&str; 4] = ["group", "names", "scope", "versions"];
+
+/// Stage 01: make the cluster's CRD ours. GET it; absent → POST it; present but older in what we
+/// own (`OWNED_SPEC_FIELDS`) → PUT ours over it, with the resourceVersion we read so that a
+/// write made in between is not overwritten; the same → write nothing; newer (it serves versions
+/// or fields ours does not know) → write nothing either: replacing it would take away what a
+/// newer release of the operator relies on.
+///
+/// Objects already stored are kept; the new schema applies to them from their next write.
+///
+/// 409 on either write means someone else wrote in between (the POST lost a race with another
+/// creator, or the PUT's resourceVersion is stale): read again and decide again, at most
+/// `ENSURE_ATTEMPTS` times.
+pub async fn ensure(client: &Client) -> Result<Registration, CrdError> {
+    let ours = postgres_cluster_crd();
+    let mut attempt = 1;
+    loop {
+        let conflict = match read_or_create(client, &ours).await? {
+            Read::Created => return Ok(Registration::Created),
+            Read::Conflict(error) => error,
+            Read::Found(current) => {
+                let found = Registration::from_differences(differences(&current, &ours)?);
+                if !matches!(found, Registration::Differs(_)) {
+                    found.report_differences();
+                    return Ok(found);
+                }
+                tracing::info!("replacing the CRD's schema with ours");
+                match client
+                    .replace::<_, Value>(&crd_path(), &replacement(current, &ours))
+                    .await
+                {
+                    Ok(_) => return Ok(Registration::Updated),
+                    Err(error) if error.status_code() == Some(409) => error,
+                    Err(error) => return Err(CrdError::Update(error)),
+                }
+            }
+        };
+        read_again(&mut attempt, conflict)?;
+    }
+}
+
+/// What one read of the CRD found: GET it, and POST ours when the GET says 404.
+enum Read {
+    /// It was absent and our POST created it (201).
+    Created,
+    /// It is there, as the server holds it.
+    Found(Value),
+    /// The POST met a 409: someone else created it between our GET and our POST. kube answers
+    /// AlreadyExists; any 409 means the same to us: it is there now, so read it again.
+    Conflict(ClientError),
+}
+
+async fn read_or_create(client: &Client, ours: &Value) -> Result<Read, CrdError> {
+    match client.get::<Value>(&crd_path()).await {
+        Ok(current) => Ok(Read::Found(current)),
+        Err(error) if error.status_code() == Some(404) => {
+            match client.create::<_, Value>(CRDS_PATH, ours).await {
+                Ok(_) => Ok(Read::Created),
+                Err(error) if error.status_code() == Some(409) => Ok(Read::Conflict(error)),
+                Err(error) => Err(CrdError::Create(error)),
+            }
+        }
+        Err(error) => Err(CrdError::Read(error)),
+    }
+}
+
+/// After a 409: count the attempt, and give up with the last answer after `ENSURE_ATTEMPTS`.
+fn read_again(attempt: &mut u32, conflict: ClientError) -> Result<(), CrdError> {
+    if *attempt == ENSURE_ATTEMPTS {
+        return Err(CrdError::KeptChanging {
+            attempts: *attempt,
+            last: conflict,
+        });
+    }
+    tracing::debug!(attempt = *attempt, error = %conflict, "the CRD changed under us; reading it again");
+    *attempt += 1;
+    Ok(())
+}
+
+/// The PUT body: the CRD as read (its metadata with the resourceVersion, the spec fields the
+/// server defaulted, its status, which a PUT leaves unchanged anyway) with our owned fields in.
+fn replacement(current: Value, ours: &Value) -> Value {
+    // Indexing a JSON value that is not an object would panic; a server's answer cannot make us.
+    let mut current = if current.is_object() {
+        current
+    } else {
+        json!({})
+    };
+    if !current["spec"].is_object() {
+        current["spec"] = json!({});
+    }
+    for field in OWNED_SPEC_FIELDS {
+        current["spec"][field] = ours["spec"][field].clone();
+    }
+    current
+}
+
+/// Poll the CRD until its `Established` condition is `True`: only then does the API server serve
+/// `/apis/workshop.example.com/v1/...`. Bounded by `timeout`.
+pub async fn wait_established(client: &Client, timeout: Duration) -> Result<(), CrdError> {
+    let started = tokio::time::Instant::now();
+    let deadline = started + timeout;
+    let mut last_conditions = "no answer yet".to_string();
+    loop {
+        // Each GET is bounded by what is left of the wait, not by the client's 30 s default.
+        let answer = match tokio::time::timeout_at(deadline, client.get::<Value>(&crd_path())).await
+        {
+            Ok(answer) => answer,
+            Err(_) => break,
+        };
+        match answer {
+            Ok(crd) => {
+                if established(&crd) == Some(true) {
+                    return Ok(());
+                }
+                let names = condition(&crd, "NamesAccepted");
+                if let Some(names) = names.filter(|names| names["status"] == "False") {
+                    return Err(CrdError::NamesNotAccepted {
+                        message: names["message"].as_str().unwrap_or_default().to_string(),
+                    });
+                }
+                let conditions = crd["status"]["conditions"].as_array();
+                last_conditions =
+                    summarize_conditions(conditions.map(Vec::as_slice).unwrap_or_default());
+                tracing::debug!(conditions = %last_conditions, "CRD not Established yet");
+            }
+            // Right after the POST, another API server replica may not have it yet: not-yet, not failure.
+            Err(error) if error.status_code() == Some(404) => {
+                last_conditions = "CRD not found yet".into();
+            }
+            Err(error) => return Err(CrdError::WaitEstablished(error)),
+        }
+        if tokio::time::Instant::now() + ESTABLISHED_POLL_INTERVAL > deadline {
+            break;
+        }
+        tokio::time::sleep(ESTABLISHED_POLL_INTERVAL).await;
+    }
+    Err(CrdError::NotEstablished {
+        waited: started.elapsed(),
+        conditions: last_conditions,
+    })
+}
+
+/// `Established=False (Installing), NamesAccepted=True (NoConflicts)`.
+fn summarize_conditions(conditions: &[Value]) -> String {
+    if conditions.is_empty() {
+        return "none yet".into();
+    }
+    conditions
+        .iter()
+        .map(|condition| {
+            format!(
+                "{}={} ({})",
+                condition["type"].as_str().unwrap_or("?"),
+                condition["status"].as_str().unwrap_or("?"),
+                condition["reason"].as_str().unwrap_or("")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// What discovery serves at `/apis/workshop.example.com/v1` (an `APIResourceList`): the resource
+/// and its subresources, with their kinds and verbs.
+pub async fn served_resources(client: &Client) -> Result<Vec<ServedResource>, CrdError> {
+    #[derive(Deserialize)]
+    struct ApiResourceList {
+        #[serde(default)]
+        resources: Vec<ServedResource>,
+    }
+    let list: ApiResourceList = client
+        .get(&group_version_path())
+        .await
+        .map_err(CrdError::Discovery)?;
+    Ok(list.resources)
+}
+
+/// Every later stage: make sure the type exists and is served, without changing it. Absent →
+/// create it (as the workshop's operators registered their type at start) and wait until it is
+/// Established; present and serving `v1` → go on, saying once what differs from this build's.
+/// Never a PUT: an operator that only watches needs no cluster-wide write, an administrator's
+/// CRD stays as installed, and an older operator never downgrades a newer release's schema.
+/// `found` hears what was found before the wait, so a learner sees "created" while it lasts.
+pub async fn check(
+    client: &Client,
+    established_timeout: Duration,
+    found: impl FnOnce(&Registration),
+) -> Result<Registration, CrdError> {
+    let ours = postgres_cluster_crd();
+    let mut attempt = 1;
+    let current = loop {
+        match read_or_create(client, &ours).await? {
+            Read::Created => break None,
+            Read::Found(current) => break Some(current),
+            Read::Conflict(error) => read_again(&mut attempt, error)?,
+        }
+    };
+    let registration = match &current {
+        None => Registration::Created,
+        Some(current) => {
+            let registration = Registration::from_differences(differences(current, &ours)?);
+            serves_our_version(current)?;
+            registration
+        }
+    };
+    registration.report_differences();
+    found(&registration);
+    match current.as_ref().map(established) {
+        // Created just now, or not yet Established: the API server serves nothing until it is.
+        None | Some(Some(false)) => wait_established(client, established_timeout).await?,
+        Some(Some(true)) => {}
+        Some(None) => tracing::debug!("the CRD reports no Established condition; going on"),
+    }
+    Ok(registration)
+}
+
+/// The CRD must serve `v1`, the version every stage reads and writes.
+fn serves_our_version(current: &Value) -> Result<(), CrdError> {
+    let versions = current["spec"]["versions"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let served: Vec<String> = versions
+        .iter()
+        .filter(|version| version["served"].as_bool() == Some(true))
+        .filter_map(|version| version["name"].as_str().map(str::to_string))
+        .collect();
+    if served.iter().any(|name| name == VERSION) {
+        Ok(())
+    } else {
+        Err(CrdError::NotServed { served })
+    }
+}
+
+/// The CRD's `Established` condition: `None` when it reports none at all (some servers that are
+/// not kube-apiserver write no status).
+fn established(crd: &Value) -> Option<bool> {
+    condition(crd, "Established").map(|established| established["status"] == "True")
+}
+
+/// The CRD's condition of type `kind` (`Established`, `NamesAccepted`), if it reports one.
+fn condition<'a>(crd: &'a Value, kind: &str) -> Option<&'a Value> {
+    crd["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|condition| condition["type"] == kind)
+}
 
 /// What [`ensure`] (stage 01) or [`check`] (every later stage) found, and what it did.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -187,38 +468,27 @@ impl CrdError {
 
     /// What to do about it, in one sentence, when there is something specific to say.
     pub fn hint(&self) -> Option<String> {
+        const CRDS: &str = "customresourcedefinitions.apiextensions.k8s.io";
         let (verb, resource) = match self {
-            CrdError::Create(_) => ("create", "customresourcedefinitions.apiextensions.k8s.io"),
-            CrdError::Update(_) => ("update", "customresourcedefinitions.apiextensions.k8s.io"),
-            CrdError::Read(_) | CrdError::WaitEstablished(_) => {
-                ("get", "customresourcedefinitions.apiextensions.k8s.io")
-            }
+            CrdError::Create(_) => ("create", CRDS),
+            CrdError::Update(_) => ("update", CRDS),
+            CrdError::Read(_) | CrdError::WaitEstablished(_) => ("get", CRDS),
             CrdError::Discovery(_) => ("get", "the /apis/workshop.example.com/v1 discovery URL"),
-            CrdError::KeptChanging { .. } => {
-                return Some(format!(
-                    "something else keeps writing the CRD (another operator, or a `kubectl apply -f kube/crd.yaml` of another version); see `kubectl get crd {CRD_NAME} -o yaml`"
-                ))
-            }
-            CrdError::Malformed { .. } => {
-                return Some(format!(
-                    "is this a Kubernetes API server? See what it sends with `kubectl get crd {CRD_NAME} -o json`"
-                ))
-            }
-            CrdError::NotServed { .. } => {
-                return Some(format!(
-                    "this operator reads {GROUP}/{VERSION}: serve it (`kubectl apply -f kube/crd.yaml`, or `cargo run --bin stage01`), or run the operator release that matches the CRD"
-                ))
-            }
-            CrdError::NamesNotAccepted { .. } => {
-                return Some(format!(
-                    "another CustomResourceDefinition already uses one of our names; see `kubectl get crd {CRD_NAME} -o yaml`"
-                ))
-            }
-            CrdError::NotEstablished { .. } => {
-                return Some(format!(
-                    "the API server has not started serving the resource; see `kubectl describe crd {CRD_NAME}`, or pass a longer --established-timeout"
-                ))
-            }
+            CrdError::KeptChanging { .. } => return Some(format!(
+                "something else keeps writing the CRD (another operator, or a `kubectl apply -f kube/crd.yaml` of another version); see `kubectl get crd {CRD_NAME} -o yaml`"
+            )),
+            CrdError::Malformed { .. } => return Some(format!(
+                "is this a Kubernetes API server? See what it sends with `kubectl get crd {CRD_NAME} -o json`"
+            )),
+            CrdError::NotServed { .. } => return Some(format!(
+                "this operator reads {GROUP}/{VERSION}: serve it (`kubectl apply -f kube/crd.yaml`, or `cargo run --bin stage01`), or run the operator release that matches the CRD"
+            )),
+            CrdError::NamesNotAccepted { .. } => return Some(format!(
+                "another CustomResourceDefinition already uses one of our names; see `kubectl get crd {CRD_NAME} -o yaml`"
+            )),
+            CrdError::NotEstablished { .. } => return Some(format!(
+                "the API server has not started serving the resource; see `kubectl describe crd {CRD_NAME}`, or pass a longer --established-timeout"
+            )),
         };
         let register_elsewhere = "have the type registered once by someone who may (`kubectl apply -f kube/crd.yaml`, or `cargo run --bin stage01`)";
         match self.client_error()?.status_code()? {
@@ -246,279 +516,25 @@ impl CrdError {
     }
 }
 
-/// How many times `ensure` and `check` read and write again after a 409 before giving up.
-pub const ENSURE_ATTEMPTS: u32 = 5;
-
-/// The parts of a CRD's `spec` that are ours to say: the rest (`conversion`,
-/// `preserveUnknownFields`, and whatever a newer API server adds) is defaulted by the server,
-/// and we leave it alone.
-pub const OWNED_SPEC_FIELDS: [&str; 4] = ["group", "names", "scope", "versions"];
-
-/// Stage 01: make the cluster's CRD ours. GET it; absent → POST it; present but older in what we
-/// own (`OWNED_SPEC_FIELDS`) → PUT ours over it, with the resourceVersion we read so that a
-/// write made in between is not overwritten; the same → write nothing; newer (it serves versions
-/// or fields ours does not know) → write nothing either: replacing it would take away what a
-/// newer release of the operator relies on.
-///
-/// Objects already stored are kept; the new schema applies to them from their next write.
-///
-/// 409 on either write means someone else wrote in between (the POST lost a race with another
-/// creator, or the PUT's resourceVersion is stale): read again and decide again, at most
-/// `ENSURE_ATTEMPTS` times.
-pub async fn ensure(client: &Client) -> Result<Registration, CrdError> {
-    let ours = postgres_cluster_crd();
-    let mut attempt = 1;
-    loop {
-        let conflict = match read_or_create(client, &ours).await? {
-            Read::Created => return Ok(Registration::Created),
-            Read::Conflict(error) => error,
-            Read::Found(current) => {
-                let found = Registration::from_differences(differences(&current, &ours)?);
-                if !matches!(found, Registration::Differs(_)) {
-                    found.report_differences();
-                    return Ok(found);
-                }
-                tracing::info!("replacing the CRD's schema with ours");
-                match client
-                    .replace::<_, Value>(&crd_path(), &replacement(current, &ours))
-                    .await
-                {
-                    Ok(_) => return Ok(Registration::Updated),
-                    Err(error) if error.status_code() == Some(409) => error,
-                    Err(error) => return Err(CrdError::Update(error)),
-                }
-            }
-        };
-        read_again(&mut attempt, conflict)?;
-    }
-}
-
-/// Every later stage: make sure the type exists and is served, without changing it. Absent →
-/// create it (as the workshop's operators registered their type at start) and wait until it is
-/// Established; present and serving `v1` → go on, saying once what differs from this build's.
-/// Never a PUT: an operator that only watches needs no cluster-wide write, an administrator's
-/// CRD stays as installed, and an older operator never downgrades a newer release's schema.
-/// `found` hears what was found before the wait, so a learner sees "created" while it lasts.
-pub async fn check(
-    client: &Client,
-    established_timeout: Duration,
-    found: impl FnOnce(&Registration),
-) -> Result<Registration, CrdError> {
-    let ours = postgres_cluster_crd();
-    let mut attempt = 1;
-    let current = loop {
-        match read_or_create(client, &ours).await? {
-            Read::Created => break None,
-            Read::Found(current) => break Some(current),
-            Read::Conflict(error) => read_again(&mut attempt, error)?,
-        }
-    };
-    let registration = match &current {
-        None => Registration::Created,
-        Some(current) => {
-            let registration = Registration::from_differences(differences(current, &ours)?);
-            serves_our_version(current)?;
-            registration
-        }
-    };
-    registration.report_differences();
-    found(&registration);
-    match current.as_ref().map(established) {
-        // Created just now, or not yet Established: the API server serves nothing until it is.
-        None | Some(Some(false)) => wait_established(client, established_timeout).await?,
-        Some(Some(true)) => {}
-        Some(None) => tracing::debug!("the CRD reports no Established condition; going on"),
-    }
-    Ok(registration)
-}
-
-/// What one read of the CRD found: GET it, and POST ours when the GET says 404.
-enum Read {
-    /// It was absent and our POST created it (201).
-    Created,
-    /// It is there, as the server holds it.
-    Found(Value),
-    /// The POST met a 409: someone else created it between our GET and our POST. kube answers
-    /// AlreadyExists; any 409 means the same to us: it is there now, so read it again.
-    Conflict(ClientError),
-}
-
-async fn read_or_create(client: &Client, ours: &Value) -> Result<Read, CrdError> {
-    match client.get::<Value>(&crd_path()).await {
-        Ok(current) => Ok(Read::Found(current)),
-        Err(error) if error.status_code() == Some(404) => {
-            match client.create::<_, Value>(CRDS_PATH, ours).await {
-                Ok(_) => Ok(Read::Created),
-                Err(error) if error.status_code() == Some(409) => Ok(Read::Conflict(error)),
-                Err(error) => Err(CrdError::Create(error)),
-            }
-        }
-        Err(error) => Err(CrdError::Read(error)),
-    }
-}
-
-/// After a 409: count the attempt, and give up with the last answer after `ENSURE_ATTEMPTS`.
-fn read_again(attempt: &mut u32, conflict: ClientError) -> Result<(), CrdError> {
-    if *attempt == ENSURE_ATTEMPTS {
-        return Err(CrdError::KeptChanging {
-            attempts: *attempt,
-            last: conflict,
-        });
-    }
-    tracing::debug!(attempt = *attempt, error = %conflict, "the CRD changed under us; reading it again");
-    *attempt += 1;
-    Ok(())
-}
-
-/// The CRD must serve `v1`, the version every stage reads and writes.
-fn serves_our_version(current: &Value) -> Result<(), CrdError> {
-    let versions = current["spec"]["versions"]
-        .as_array()
-        .map(Vec::as_slice)
-        .unwrap_or_default();
-    let served: Vec<String> = versions
-        .iter()
-        .filter(|version| version["served"].as_bool() == Some(true))
-        .filter_map(|version| version["name"].as_str().map(str::to_string))
-        .collect();
-    if served.iter().any(|name| name == VERSION) {
-        Ok(())
-    } else {
-        Err(CrdError::NotServed { served })
-    }
-}
-
-/// The CRD's `Established` condition: `None` when it reports none at all (some servers that are
-/// not kube-apiserver write no status).
-fn established(crd: &Value) -> Option<bool> {
-    crd["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|condition| condition["type"].as_str() == Some("Established"))
-        .map(|condition| condition["status"].as_str() == Some("True"))
-}
-
-/// The PUT body: the CRD as read (its metadata with the resourceVersion, the spec fields the
-/// server defaulted, its status, which a PUT leaves unchanged anyway) with our owned fields in.
-fn replacement(current: Value, ours: &Value) -> Value {
-    // Indexing a JSON value that is not an object would panic; a server's answer cannot make us.
-    let mut current = if current.is_object() {
-        current
-    } else {
-        json!({})
-    };
-    if !current["spec"].is_object() {
-        current["spec"] = json!({});
-    }
-    for field in OWNED_SPEC_FIELDS {
-        current["spec"][field] = ours["spec"][field].clone();
-    }
-    current
-}
-
-/// Poll the CRD until its `Established` condition is `True`: only then does the API server serve
-/// `/apis/workshop.example.com/v1/...`. Bounded by `timeout`.
-pub async fn wait_established(client: &Client, timeout: Duration) -> Result<(), CrdError> {
-    let started = tokio::time::Instant::now();
-    let deadline = started + timeout;
-    let mut last_conditions = "no answer yet".to_string();
-    loop {
-        // Each GET is bounded by what is left of the wait, not by the client's 30 s default.
-        let answer = match tokio::time::timeout_at(deadline, client.get::<Value>(&crd_path())).await
-        {
-            Ok(answer) => answer,
-            Err(_) => break,
-        };
-        match answer {
-            Ok(crd) => {
-                let conditions = crd["status"]["conditions"]
-                    .as_array()
-                    .cloned()
-                    .unwrap_or_default();
-                let condition = |kind: &str| {
-                    conditions
-                        .iter()
-                        .find(|condition| condition["type"].as_str() == Some(kind))
-                        .cloned()
-                };
-                if let Some(established) = condition("Established") {
-                    if established["status"].as_str() == Some("True") {
-                        return Ok(());
-                    }
-                }
-                if let Some(names) = condition("NamesAccepted") {
-                    if names["status"].as_str() == Some("False") {
-                        return Err(CrdError::NamesNotAccepted {
-                            message: names["message"].as_str().unwrap_or_default().to_string(),
-                        });
-                    }
-                }
-                last_conditions = summarize_conditions(&conditions);
-                tracing::debug!(conditions = %last_conditions, "CRD not Established yet");
-            }
-            // Right after the POST, another API server replica may not have it yet: not-yet, not failure.
-            Err(error) if error.status_code() == Some(404) => {
-                last_conditions = "CRD not found yet".into();
-            }
-            Err(error) => return Err(CrdError::WaitEstablished(error)),
-        }
-        if tokio::time::Instant::now() + ESTABLISHED_POLL_INTERVAL > deadline {
-            break;
-        }
-        tokio::time::sleep(ESTABLISHED_POLL_INTERVAL).await;
-    }
-    Err(CrdError::NotEstablished {
-        waited: started.elapsed(),
-        conditions: last_conditions,
-    })
-}
-
-/// `Established=False (Installing), NamesAccepted=True (NoConflicts)`.
-fn summarize_conditions(conditions: &[Value]) -> String {
-    if conditions.is_empty() {
-        return "none yet".into();
-    }
-    conditions
-        .iter()
-        .map(|condition| {
-            format!(
-                "{}={} ({})",
-                condition["type"].as_str().unwrap_or("?"),
-                condition["status"].as_str().unwrap_or("?"),
-                condition["reason"].as_str().unwrap_or("")
-            )
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-/// What discovery serves at `/apis/workshop.example.com/v1` (an `APIResourceList`): the resource
-/// and its subresources, with their kinds and verbs.
-pub async fn served_resources(client: &Client) -> Result<Vec<ServedResource>, CrdError> {
-    #[derive(Deserialize)]
-    struct ApiResourceList {
-        #[serde(default)]
-        resources: Vec<ServedResource>,
-    }
-    let list: ApiResourceList = client
-        .get(&group_version_path())
-        .await
-        .map_err(CrdError::Discovery)?;
-    Ok(list.resources)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::PLURAL;
+    use crate::api::{API_VERSION, KIND, LIST_KIND, MAX_SIZE, PLURAL, SHORT_NAME, SINGULAR};
 
-    /// The CRD's name, names and version come from `api.rs`; scale and size bounds are in place.
+    /// `kube/crd.yaml` says the names, version and size bound `api.rs` says; scale is in place.
     #[test]
     fn the_crd_is_named_plural_dot_group_and_uses_the_api_constants() {
         let crd = postgres_cluster_crd();
         assert_eq!(crd["metadata"]["name"], CRD_NAME);
-        assert_eq!(crd["spec"]["names"]["plural"], PLURAL);
-        assert_eq!(crd["spec"]["names"]["shortNames"][0], "pgc");
+        assert_eq!(CRD_NAME, format!("{PLURAL}.{GROUP}"));
+        assert_eq!(API_VERSION, format!("{GROUP}/{VERSION}"));
+        assert_eq!(crd["spec"]["group"], GROUP);
+        let names = &crd["spec"]["names"];
+        assert_eq!(names["kind"], KIND);
+        assert_eq!(names["listKind"], LIST_KIND);
+        assert_eq!(names["plural"], PLURAL);
+        assert_eq!(names["singular"], SINGULAR);
+        assert_eq!(names["shortNames"], json!([SHORT_NAME]));
         let version = &crd["spec"]["versions"][0];
         assert_eq!(version["name"], "v1");
         assert_eq!(
@@ -531,7 +547,7 @@ mod tests {
         );
         let spec = &version["schema"]["openAPIV3Schema"]["properties"]["spec"];
         assert_eq!(spec["properties"]["size"]["minimum"], 1);
-        assert_eq!(spec["properties"]["size"]["maximum"], 7);
+        assert_eq!(spec["properties"]["size"]["maximum"], MAX_SIZE);
         assert_eq!(spec["required"], json!(["size", "version"]));
     }
 

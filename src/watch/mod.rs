@@ -76,6 +76,7 @@ pub mod frame;
 pub mod notice;
 pub mod pages;
 pub mod store;
+pub mod stream;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -87,7 +88,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::api::{HasMetadata, ObjectMeta};
-use crate::client::{ByteStream, Client, ClientError};
+use crate::client::{Client, ClientError};
 use crate::status::Status;
 
 use backoff::{Backoff, BackoffPolicy, Xorshift};
@@ -99,6 +100,7 @@ pub use notice::{RelistReason, ResumeReason, WatchNotice};
 use pages::{encode_query_value, query_separator, PageError, Pager, PAGE_SIZE};
 use store::Known;
 pub use store::Store;
+use stream::ByteStream;
 
 /// What a watched type must offer: decodable, and carrying standard object metadata. Every such
 /// type is one: `PostgresCluster` gets its `HasMetadata` in `api.rs`.

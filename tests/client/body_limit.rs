@@ -3,7 +3,7 @@
 //! request fail with `BodyTooLarge` naming the method, path and cap, instead of growing the
 //! process until the allocator aborts (issue 11, point 8).
 
-use postgres_operator::client::{ClientError, DEFAULT_MAX_RESPONSE_BODY};
+use postgres_operator::client::{ClientError, RequestError, DEFAULT_MAX_RESPONSE_BODY};
 use serde_json::Value;
 use test_support::plain_client;
 use test_support::scripted_server::{endless, raw, ready, ScriptedServer};
@@ -19,10 +19,10 @@ async fn an_endless_success_body_stops_at_the_default_cap() {
         .await
         .unwrap_err();
     match &error {
-        ClientError::BodyTooLarge {
+        ClientError::Request {
             method,
             path,
-            limit,
+            kind: RequestError::BodyTooLarge { limit },
         } => {
             assert_eq!(
                 (method.as_str(), path.as_str()),
@@ -52,8 +52,8 @@ async fn an_endless_error_body_stops_at_the_cap_and_is_not_retried() {
     assert!(
         matches!(
             error,
-            ClientError::BodyTooLarge {
-                limit: 1_048_576,
+            ClientError::Request {
+                kind: RequestError::BodyTooLarge { limit: 1_048_576 },
                 ..
             }
         ),
@@ -91,7 +91,10 @@ async fn the_cap_is_inclusive_and_a_declared_length_over_it_fails() {
     assert_eq!(fits.as_str().map(str::len), Some(1022));
     let error = client.get::<Value>("/over").await.unwrap_err();
     assert!(
-        matches!(error, ClientError::BodyTooLarge { limit: 1024, .. }),
+        matches!(
+            error.kind(),
+            Some(RequestError::BodyTooLarge { limit: 1024 })
+        ),
         "{error:?}"
     );
 }

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use postgres_operator::client::{Client, ClientError, Patch};
+use postgres_operator::client::{Client, ClientError, Patch, RequestError};
 use postgres_operator::config::Config;
 use serde_json::{json, Value};
 use test_support::plain_client;
@@ -17,7 +17,7 @@ async fn get_error(server: &ScriptedServer, path: &str) -> ClientError {
     client.get::<Value>(path).await.unwrap_err()
 }
 
-/// A 403 Status comes back as `ClientError::Api` with code, reason and message intact.
+/// A 403 Status comes back as `RequestError::Api` with code, reason and message intact.
 #[tokio::test]
 async fn forbidden_is_an_api_error_with_the_status() {
     let message = "postgresclusters.workshop.example.com is forbidden: User \"system:serviceaccount:default:postgres-operator\" cannot list resource \"postgresclusters\"";
@@ -77,7 +77,10 @@ async fn internal_error_is_an_api_error() {
         .delete::<Value>("/api/v1/namespaces/default/pods/db-0000")
         .await
         .unwrap_err();
-    assert!(matches!(error, ClientError::Api { .. }), "{error:?}");
+    assert!(
+        matches!(error.kind(), Some(RequestError::Api(_))),
+        "{error:?}"
+    );
     assert_eq!(error.status_code(), Some(500));
     assert!(
         error.to_string().contains(
@@ -94,8 +97,8 @@ async fn an_html_error_page_is_readable() {
     let page = "<html>\n<head><title>502 Bad Gateway</title></head>\n<body>nginx</body>\n</html>\n";
     let server = ScriptedServer::always(move || raw(502, "text/html", page)).await;
     let error = get_error(&server, "/apis/workshop.example.com/v1").await;
-    match &error {
-        ClientError::Http { code, body, .. } => {
+    match error.kind() {
+        Some(RequestError::Http { code, body }) => {
             assert_eq!(*code, 502);
             assert!(body.contains("<title>502 Bad Gateway</title>"), "{body}");
         }
@@ -113,12 +116,10 @@ async fn bad_json_in_a_success_body_is_a_decode_error() {
     let server = ScriptedServer::always(move || raw(200, "application/json", cut_short)).await;
     let error = get_error(&server, "/api/v1/namespaces/default/pods").await;
     match &error {
-        ClientError::Decode {
+        ClientError::Request {
             method,
             path,
-            code,
-            snippet,
-            ..
+            kind: RequestError::Decode { code, snippet, .. },
         } => {
             assert_eq!(
                 (method.as_str(), path.as_str(), *code),
@@ -128,7 +129,9 @@ async fn bad_json_in_a_success_body_is_a_decode_error() {
         }
         other => panic!("expected Decode, got {other:?}"),
     }
-    let cause = std::error::Error::source(&error).expect("the serde_json error as the cause");
+    // The chain: the request's error, which step failed (`RequestError::Decode`), serde_json's.
+    let kind = std::error::Error::source(&error).expect("the step as the cause");
+    let cause = kind.source().expect("the serde_json error under it");
     assert!(cause.is::<serde_json::Error>(), "{cause:?}");
 }
 
@@ -143,7 +146,10 @@ async fn connection_refused_is_a_connect_error() {
         .port();
     let client = plain_client(&format!("http://127.0.0.1:{port}"));
     let error = client.get::<Value>("/version").await.unwrap_err();
-    assert!(matches!(error, ClientError::Connect { .. }), "{error:?}");
+    assert!(
+        matches!(error.kind(), Some(RequestError::Connect { .. })),
+        "{error:?}"
+    );
     let text = error.to_string();
     assert!(
         text.starts_with("GET /version: cannot connect to the API server: "),
@@ -169,7 +175,7 @@ async fn a_silent_server_times_out() {
     let started = tokio::time::Instant::now();
     let error = get_error(&server, "/api/v1/namespaces/default/pods").await;
     assert!(
-        matches!(error, ClientError::Timeout { after, .. } if after == Duration::from_secs(30)),
+        matches!(error.kind(), Some(RequestError::Timeout { after }) if *after == Duration::from_secs(30)),
         "{error:?}"
     );
     assert_eq!(started.elapsed().as_secs(), 30);
@@ -188,7 +194,10 @@ async fn the_request_timeout_is_configurable() {
     let client = Client::new(config).unwrap();
     let started = tokio::time::Instant::now();
     let error = client.get::<Value>("/version").await.unwrap_err();
-    assert!(matches!(error, ClientError::Timeout { .. }), "{error:?}");
+    assert!(
+        matches!(error.kind(), Some(RequestError::Timeout { .. })),
+        "{error:?}"
+    );
     assert_eq!(started.elapsed().as_secs(), 2);
 }
 
@@ -307,7 +316,10 @@ async fn a_stream_cut_mid_body_is_a_transport_error() {
         .await
         .expect("an error, not a clean end")
         .unwrap_err();
-    assert!(matches!(error, ClientError::ReadBody { .. }), "{error:?}");
+    assert!(
+        matches!(error.kind(), Some(RequestError::ReadBody(_))),
+        "{error:?}"
+    );
     assert!(
         error.to_string().starts_with(
             "GET /api/v1/pods?watch=true: connection failed while reading the response body"
@@ -341,6 +353,9 @@ async fn a_stalled_body_times_out() {
     let client = plain_client(&url);
     let started = tokio::time::Instant::now();
     let error = client.get::<Value>("/api/v1/pods").await.unwrap_err();
-    assert!(matches!(error, ClientError::Timeout { .. }), "{error:?}");
+    assert!(
+        matches!(error.kind(), Some(RequestError::Timeout { .. })),
+        "{error:?}"
+    );
     assert_eq!(started.elapsed().as_secs(), 30);
 }

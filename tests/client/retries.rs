@@ -6,7 +6,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use postgres_operator::client::{Client, ClientError};
+use postgres_operator::client::{Client, RequestError};
 use postgres_operator::config::{Config, ConfigArgs, SecretString};
 use serde_json::{json, Value};
 use test_support::scripted_server::{json, ready, status, ScriptedServer, TestPki};
@@ -203,7 +203,10 @@ async fn throttling_retries_are_bounded() {
     let client = test_support::plain_client(&server.url);
     let started = tokio::time::Instant::now();
     let error = client.get::<Value>("/api/v1/pods").await.unwrap_err();
-    assert!(matches!(error, ClientError::Api { .. }), "{error:?}");
+    assert!(
+        matches!(error.kind(), Some(RequestError::Api(_))),
+        "{error:?}"
+    );
     assert_eq!(error.status_code(), Some(429));
     assert_eq!(server.requests().len(), 4, "one request and three retries");
     assert_eq!(
