@@ -236,7 +236,7 @@ pub struct FromBackup {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PostgresClusterStatus {
-    /// `Creating`, `Running` or `Failed`.
+    /// `Creating`, `Running` or `Failed` (step 04); `Recovering` (step 05).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<String>,
     /// The pod name of the current primary.
