@@ -6,7 +6,6 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use postgres_operator::api::{object_path, PostgresCluster};
-use sandbox::{Sandbox, SandboxOptions};
 
 /// Only a bound for a hung tour: steps 04 and 05 start real PostgreSQL servers (and restore
 /// one from a backup) on a machine that may be busy with other tests. How long it took is printed, not asserted.
@@ -264,12 +263,7 @@ fn tour_on_simulated_pods_says_so_and_skips_the_sql() {
 /// are exactly those: the CRD (missing here), the example object, its resize and its deletion.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tour_against_a_named_server_writes_only_what_it_announces() {
-    let sandbox = Sandbox::start(
-        SandboxOptions::default(),
-        tokio_util::sync::CancellationToken::new(),
-    )
-    .await
-    .unwrap();
+    let sandbox = test_support::start_sandbox().await;
     let url = sandbox.url();
     let (output, _) =
         tokio::task::spawn_blocking(move || run_with_deadline(tour_command(&["--server", &url])))
@@ -314,12 +308,7 @@ async fn tour_against_a_named_server_writes_only_what_it_announces() {
 /// If the example object already exists on the named server, the tour leaves it alone and says why.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tour_refuses_to_touch_an_existing_example() {
-    let sandbox = Sandbox::start(
-        SandboxOptions::default(),
-        tokio_util::sync::CancellationToken::new(),
-    )
-    .await
-    .unwrap();
+    let sandbox = test_support::start_sandbox().await;
     let client = test_support::plain_client(&sandbox.url());
     test_support::register_crd(&client).await;
     let example = serde_json::json!({
@@ -367,12 +356,7 @@ fn tour_rejects_unknown_flags() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tour_interrupted_half_way_removes_its_example() {
     use std::io::{BufRead, BufReader};
-    let sandbox = Sandbox::start(
-        SandboxOptions::default(),
-        tokio_util::sync::CancellationToken::new(),
-    )
-    .await
-    .unwrap();
+    let sandbox = test_support::start_sandbox().await;
     let url = sandbox.url();
     let (code, stdout) = tokio::task::spawn_blocking(move || {
         let mut child = tour_command(&["--server", &url, "--reconcile-interval", "60"])
@@ -431,12 +415,7 @@ async fn tour_interrupted_half_way_removes_its_example() {
 /// Pointed at a namespace that does not exist, the tour writes nothing and says how to create it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tour_in_a_missing_namespace_says_how_to_create_it() {
-    let sandbox = Sandbox::start(
-        SandboxOptions::default(),
-        tokio_util::sync::CancellationToken::new(),
-    )
-    .await
-    .unwrap();
+    let sandbox = test_support::start_sandbox().await;
     let url = sandbox.url();
     let (output, _) = tokio::task::spawn_blocking(move || {
         run_with_deadline(tour_command(&["--server", &url, "-n", "scratch"]))
