@@ -255,6 +255,7 @@ mod tests {
                     ready,
                     unready_for: Duration::ZERO,
                     terminating_for: Duration::ZERO,
+                    not_streaming_for: Duration::ZERO,
                     version: "16".into(),
                     created: String::new(),
                 })

@@ -13,7 +13,9 @@
 //!    The primary failed, or unready for longer than the failover delay: fence it (delete it),
 //!    wait until it has stopped, then fail over to the most advanced ready replica.
 //! 2. **Lost members go.** A replica unready for longer than the lost-member delay (a lost node,
-//!    a crash loop) or failed is deleted; rule 4 replaces it.
+//!    a crash loop) or failed is deleted; rule 4 replaces it. So is a replica Ready but not
+//!    streaming from the primary for longer than the not-streaming delay: it answers queries,
+//!    but follows nothing (an old timeline it cannot leave, a primary that is gone).
 //! 3. **Wait while anything moves**: a pod pending (a replica's base backup runs in its init
 //!    container), starting, or terminating.
 //! 4. **Count.** No pods: a new cluster gets its seed primary; a cluster that ran is a disaster
@@ -60,6 +62,9 @@ pub struct Member {
     pub unready_for: Duration,
     /// How long this task has seen the pod terminating (zero when it is not).
     pub terminating_for: Duration,
+    /// How long this task has seen the pod Ready but missing from the ready primary's
+    /// `pg_stat_replication` (zero when it streams, or when no primary was asked).
+    pub not_streaming_for: Duration,
     /// The `postgres` image tag its container runs (`16.4`).
     pub version: String,
     /// `metadata.creationTimestamp` (RFC 3339, so later sorts after earlier).
@@ -116,6 +121,11 @@ pub struct Delays {
     /// stay Terminating until someone confirms the node is gone. It is fenced (relabelled, out
     /// of the primary Service) and a replica promoted.
     pub stop_timeout: Duration,
+    /// A Ready replica the primary does not stream to this long is deleted and replaced. Longer
+    /// than a replica takes to reconnect after a failover: its WAL receiver retries every
+    /// `wal_retrieve_retry_interval` (5 s by default) and finds the new primary through the
+    /// Service.
+    pub not_streaming_after: Duration,
 }
 
 impl Default for Delays {
@@ -124,6 +134,7 @@ impl Default for Delays {
             failover_after: Duration::from_secs(6),
             member_lost_after: Duration::from_secs(60),
             stop_timeout: Duration::from_secs(20),
+            not_streaming_after: Duration::from_secs(30),
         }
     }
 }
@@ -138,6 +149,8 @@ pub enum DeleteReason {
     FencePrimary,
     /// A replica unready past the lost-member delay.
     MemberLost,
+    /// A replica Ready, but not streaming from the primary past the not-streaming delay.
+    NotStreaming,
     /// Failed or Succeeded: it will not run again.
     MemberDead,
     /// More pods than `spec.size`.
@@ -340,6 +353,14 @@ pub fn next_action(observed: &Observed, delays: &Delays) -> Action {
             reason: DeleteReason::MemberLost,
         };
     }
+    if let Some(astray) = replicas.iter().find(|m| {
+        m.is(Role::Replica) && m.ready && m.not_streaming_for >= delays.not_streaming_after
+    }) {
+        return Action::Delete {
+            pod: astray.name.clone(),
+            reason: DeleteReason::NotStreaming,
+        };
+    }
 
     // 3. Wait while anything moves.
     // A pod terminating past the stop timeout is not moving: it is stuck on a lost node.
@@ -499,6 +520,7 @@ mod tests {
             ready,
             unready_for: Duration::ZERO,
             terminating_for: Duration::ZERO,
+            not_streaming_for: Duration::ZERO,
             version: "16".into(),
             created: format!("2026-11-22T10:00:0{}Z", name.len() % 10),
         }
@@ -681,6 +703,43 @@ mod tests {
                 reason: DeleteReason::MemberLost
             }
         );
+    }
+
+    /// A Ready replica the primary does not stream to is replaced once the delay has passed, even
+    /// while another member moves; within the delay it is left to reconnect.
+    #[test]
+    fn a_ready_replica_that_does_not_stream_is_replaced_after_the_delay() {
+        let mut astray = ready("db-b", Role::Replica);
+        astray.not_streaming_for = Duration::from_secs(29);
+        let mut cluster = observed(
+            vec![
+                ready("db-p", Role::Primary),
+                ready("db-a", Role::Replica),
+                astray,
+            ],
+            3,
+        );
+        assert_eq!(plan(&cluster), Action::Steady);
+        cluster.members[2].not_streaming_for = Delays::default().not_streaming_after;
+        let replace = Action::Delete {
+            pod: "db-b".into(),
+            reason: DeleteReason::NotStreaming,
+        };
+        assert_eq!(plan(&cluster), replace);
+        cluster
+            .members
+            .push(member("db-c", Role::Replica, Phase::Pending, false));
+        assert_eq!(plan(&cluster), replace);
+        // The primary comes first: unready past the failover delay, it is fenced instead.
+        cluster.members[0].ready = false;
+        cluster.members[0].unready_for = Duration::from_secs(60);
+        assert!(matches!(
+            plan(&cluster),
+            Action::Delete {
+                reason: DeleteReason::FencePrimary,
+                ..
+            }
+        ));
     }
 
     /// A minor upgrade replaces replicas first, one at a time, then switches the primary over.

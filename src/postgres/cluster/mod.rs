@@ -52,6 +52,7 @@ use super::plan::{
 mod act;
 mod layer;
 mod owned;
+mod streaming;
 mod synchronous;
 
 pub use layer::{ClusterLayer, Planned};
@@ -181,6 +182,8 @@ pub struct PostgresTask<L: ClusterLayer> {
     owned_checked: Option<Instant>,
     /// The synchronous standbys this task last set on a primary (`synchronous.rs`).
     synchronous_set: Option<crate::api::SynchronousStatus>,
+    /// Which replicas the primary was last found streaming to (`streaming.rs`).
+    streaming: streaming::StreamingWatch,
     /// Something this round set out to do failed (`/metrics` counts such rounds).
     round_failed: bool,
     /// The layer's own state for this cluster.
@@ -208,6 +211,7 @@ async fn run<L: ClusterLayer>(
         last_members_line: String::new(),
         owned_checked: None,
         synchronous_set: None,
+        streaming: streaming::StreamingWatch::default(),
         round_failed: false,
         layer: L::State::default(),
     };
@@ -374,6 +378,9 @@ impl<L: ClusterLayer> PostgresTask<L> {
                 .cloned(),
             quorum: synchronous::quorum(&self.cluster),
         };
+        if !self.cluster.spec.paused && waiting_for_watch.is_none() {
+            self.observe_streaming(&mut observed).await;
+        }
         L::observe(self, &mut observed).await;
         self.say_members(&observed);
 
@@ -502,6 +509,7 @@ impl<L: ClusterLayer> PostgresTask<L> {
                     ready,
                     unready_for,
                     terminating_for,
+                    not_streaming_for: Duration::ZERO,
                     version: image_tag(pod),
                     created: pod.metadata.creation_timestamp.clone().unwrap_or_default(),
                 }
