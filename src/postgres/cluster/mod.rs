@@ -36,7 +36,7 @@ use crate::client::{Client, ClientError, Patch};
 use crate::controller::cluster::{run_task_loop, ClusterReconciler, TaskEnd};
 use crate::controller::pods::Pod;
 use crate::controller::{ClusterInbox, ClusterWorker};
-use crate::events::{rfc3339, EventRecorder, EventType};
+use crate::events::{parse_utc, rfc3339, EventRecorder, EventType};
 use crate::exec::exec;
 use crate::metrics::Metrics;
 use crate::story::Reporter;
@@ -460,6 +460,7 @@ impl<L: ClusterLayer> PostgresTask<L> {
     /// The cluster's pods, reduced to what the plan reads.
     fn observe(&mut self, pods: &[Arc<Pod>]) -> Vec<Member> {
         let now = Instant::now();
+        let failover_after = self.worker.options.delays.failover_after;
         let exists = |name: &String| pods.iter().any(|p| &p.metadata.name == name);
         self.unready_since.retain(|name, _| exists(name));
         self.terminating_since.retain(|name, _| exists(name));
@@ -482,7 +483,7 @@ impl<L: ClusterLayer> PostgresTask<L> {
                     let since = *self
                         .unready_since
                         .entry(pod.metadata.name.clone())
-                        .or_insert(now);
+                        .or_insert_with(|| recorded_unready_since(pod, now, failover_after));
                     now - since
                 } else {
                     self.unready_since.remove(&pod.metadata.name);
@@ -641,6 +642,28 @@ pub async fn psql_in_pod(
     Ok(output.stdout_text())
 }
 
+/// When `pod` went unready, on this task's clock, for a task that first sees it unready `now`:
+/// from the kubelet's record (the Ready condition's `lastTransitionTime`), so that a task that
+/// starts mid-failover (a new operator, a new leader) does not start the failover delay again.
+/// The record is in whole seconds, so up to a second early: a second is taken off. It comes
+/// from another clock (the node's): at most half of `failover_after` is credited, so a skewed
+/// clock cannot fail a primary over the moment a task first sees it unready.
+fn recorded_unready_since(pod: &Pod, now: Instant, failover_after: Duration) -> Instant {
+    let recorded = pod
+        .status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready" && c.status != "True")
+        .and_then(|c| c.last_transition_time.as_deref())
+        .and_then(parse_utc)
+        .and_then(|at| std::time::SystemTime::now().duration_since(at).ok())
+        .unwrap_or_default();
+    let credited = recorded
+        .saturating_sub(Duration::from_secs(1))
+        .min(failover_after / 2);
+    now.checked_sub(credited).unwrap_or(now)
+}
+
 /// The tag of the pod's postgres container image: `postgres:16.4` → `16.4`.
 fn image_tag(pod: &Pod) -> String {
     let image = pod
@@ -655,4 +678,40 @@ fn image_tag(pod: &Pod) -> String {
     name_and_tag
         .split_once(':')
         .map_or(String::new(), |(_, tag)| tag.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::pods::PodCondition;
+    use std::time::SystemTime;
+
+    fn unready_since(seconds_ago: u64) -> Pod {
+        let mut pod = Pod::default();
+        pod.status.conditions.push(PodCondition {
+            type_: "Ready".into(),
+            status: "False".into(),
+            last_transition_time: Some(rfc3339(
+                SystemTime::now() - Duration::from_secs(seconds_ago),
+            )),
+        });
+        pod
+    }
+
+    /// A task that first sees a pod unready credits what the kubelet recorded, less a second
+    /// (whole-second timestamps), and never more than half the failover delay.
+    #[test]
+    fn the_kubelets_record_of_unready_counts_toward_the_failover_delay() {
+        let now = Instant::now();
+        let delay = Duration::from_secs(6);
+        let credited = |pod: &Pod| now - recorded_unready_since(pod, now, delay);
+        assert_eq!(credited(&unready_since(0)), Duration::ZERO);
+        let two = credited(&unready_since(2));
+        assert!(
+            two > Duration::ZERO && two <= Duration::from_secs(2),
+            "{two:?}"
+        );
+        assert_eq!(credited(&unready_since(600)), Duration::from_secs(3));
+        assert_eq!(credited(&Pod::default()), Duration::ZERO);
+    }
 }
