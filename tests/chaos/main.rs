@@ -74,7 +74,8 @@ enum Fault {
     /// Every process of the primary stopped with SIGSTOP; resumed once the cluster converged.
     HangPrimary,
     /// The primary's node lost (processes killed, pod unready at once), and the operator
-    /// stopped one second into the failover that follows, then started anew.
+    /// stopped in the failover that follows, then started anew: in turn 1 s after the loss
+    /// (within the failover delay) and when it fences the primary (before any promotion).
     KillOperatorMidFailover,
     /// A replica's node lost (processes killed, pod unready at once).
     LoseReplica,
@@ -103,7 +104,9 @@ impl Fault {
             Fault::DeletePrimaryPod => "kubectl delete pod <primary>",
             Fault::KillPrimaryPostmaster => "SIGKILL of the primary's postmaster",
             Fault::HangPrimary => "the primary hung (SIGSTOP)",
-            Fault::KillOperatorMidFailover => "the operator stopped 1 s into a failover",
+            Fault::KillOperatorMidFailover => {
+                "the operator stopped mid-failover (in turn: 1 s into the delay, at the fence)"
+            }
             Fault::LoseReplica => "a replica's node lost",
             Fault::Switchover => "a planned switchover (switchover-to annotation)",
             Fault::LosePrimaryNode => "the primary's node lost (frozen, 5 s grace)",
@@ -281,6 +284,8 @@ struct Chaos {
     replication: Replication,
     /// Acknowledged rows found missing so far (asynchronous replication only).
     lost: i64,
+    /// How many times the operator was stopped mid-failover (which moment is chosen in turn).
+    operator_kills: usize,
     /// The operator's story lines, each with when this test first saw it.
     timeline: Arc<Mutex<Vec<(Instant, String)>>>,
 }
@@ -453,6 +458,19 @@ impl Chaos {
         .await
     }
 
+    /// The first story line after the first `from` lines that names `pod` and says `words`
+    /// (within 30 s; else the test fails).
+    async fn said_after(&self, from: usize, pod: &str, words: &str) -> String {
+        test_support::eventually(Duration::from_secs(30), words, || async {
+            let lines = self.story.lines();
+            lines[from.min(lines.len())..]
+                .iter()
+                .find(|line| line.contains(pod) && line.contains(words))
+                .cloned()
+        })
+        .await
+    }
+
     /// Inject `fault` against the converged cluster `before`.
     async fn inject(&mut self, fault: Fault, before: &Converged) {
         let namespace = self.namespace().to_string();
@@ -473,33 +491,17 @@ impl Chaos {
             Fault::KillOperatorMidFailover => {
                 let said_before = self.story.lines().len();
                 assert!(faults.lose_node_for_pod(&namespace, primary));
-                // The failover has begun once the operator says it acts on the lost primary.
-                let started = tokio::time::timeout(Duration::from_secs(30), async {
-                    loop {
-                        let lines = self.story.lines();
-                        let acting = lines[said_before.min(lines.len())..]
-                            .iter()
-                            .find(|line| {
-                                line.contains(primary)
-                                    && ["romot", "Member lost", "ailover", "ailing over"]
-                                        .iter()
-                                        .any(|word| line.contains(word))
-                            })
-                            .cloned();
-                        if let Some(line) = acting {
-                            return line;
-                        }
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                    }
-                })
-                .await;
-                match &started {
-                    Ok(line) => println!("chaos: failover begun: {line}"),
-                    Err(_) => println!(
-                        "chaos: no failover line within 30 s; stopping the operator anyway"
-                    ),
+                // In turn: while the failover delay runs (nothing done yet, the new operator
+                // must not start the delay again), and at the fence (the old primary deleted,
+                // no replica promoted yet: the new operator must finish it).
+                self.operator_kills += 1;
+                if self.operator_kills % 2 == 1 {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    println!("chaos: stopping the operator 1 s after the primary's loss");
+                } else {
+                    let fenced = self.said_after(said_before, primary, "Member lost").await;
+                    println!("chaos: stopping the operator at the fence: {fenced}");
                 }
-                tokio::time::sleep(Duration::from_secs(1)).await;
                 if let Some(operator) = self.operator.take() {
                     self.mark("stopping the operator");
                     let took = operator.stop().await;
@@ -688,6 +690,7 @@ async fn every_fault_converges_without_losing_an_acknowledged_row() {
         writable: Arc::new(Writable::default()),
         replication,
         lost: 0,
+        operator_kills: 0,
         timeline,
     };
     chaos.converged("the first start").await;
