@@ -475,6 +475,31 @@ pub fn choose<'a>(positions: &'a [Position], preferred: Option<&str>) -> Option<
     Some(preferred.unwrap_or(best))
 }
 
+/// How long until one of the delays above runs out for a member of `observed`, so that the
+/// round that acts on it runs then, not at the next tick: with an 8 s reconcile interval, a 6 s
+/// failover delay would otherwise end anywhere up to 8 s late (controller-runtime's
+/// `RequeueAfter`). `None`: no delay is running.
+pub fn next_deadline(observed: &Observed, delays: &Delays) -> Option<Duration> {
+    observed
+        .members
+        .iter()
+        .filter_map(|m| {
+            let (delay, waited) = match (m.phase, m.ready) {
+                (Phase::Terminating, _) => (delays.stop_timeout, m.terminating_for),
+                (Phase::Running, false) if m.is(Role::Primary) => {
+                    (delays.failover_after, m.unready_for)
+                }
+                (Phase::Running, false) => (delays.member_lost_after, m.unready_for),
+                (Phase::Running, true) if m.not_streaming_for > Duration::ZERO => {
+                    (delays.not_streaming_after, m.not_streaming_for)
+                }
+                _ => return None,
+            };
+            delay.checked_sub(waited).filter(|left| !left.is_zero())
+        })
+        .min()
+}
+
 fn sorted_names<'a>(members: impl Iterator<Item = &'a Member>) -> Vec<String> {
     let mut names: Vec<String> = members.map(|m| m.name.clone()).collect();
     names.sort();
@@ -740,6 +765,32 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    /// The round is asked for when the first running delay ends, whatever the tick.
+    #[test]
+    fn the_next_round_comes_when_the_first_delay_runs_out() {
+        let delays = Delays::default();
+        let mut cluster = observed(
+            vec![ready("db-p", Role::Primary), ready("db-a", Role::Replica)],
+            2,
+        );
+        assert_eq!(next_deadline(&cluster, &delays), None);
+        cluster.members[0].ready = false;
+        cluster.members[0].unready_for = Duration::from_secs(4);
+        assert_eq!(
+            next_deadline(&cluster, &delays),
+            Some(delays.failover_after - Duration::from_secs(4))
+        );
+        cluster.members[1].not_streaming_for = delays.not_streaming_after - Duration::from_secs(1);
+        assert_eq!(
+            next_deadline(&cluster, &delays),
+            Some(Duration::from_secs(1))
+        );
+        // A delay already over is the plan's to act on now, not a deadline.
+        cluster.members[0].unready_for = Duration::from_secs(600);
+        cluster.members[1].not_streaming_for = Duration::ZERO;
+        assert_eq!(next_deadline(&cluster, &delays), None);
     }
 
     /// A minor upgrade replaces replicas first, one at a time, then switches the primary over.

@@ -45,8 +45,8 @@ use crate::watch::{Store, WatchOptions};
 use super::conditions::{next_status, PHASE_FAILED, PHASE_RUNNING};
 use super::manifests::{self, Credentials, Role, POSTGRES_CONTAINER, ROLE_LABEL};
 use super::plan::{
-    choose, next_action, version_change, Action, Delays, DeleteReason, Member, Observed, Phase,
-    Position, VersionChange,
+    choose, next_action, next_deadline, version_change, Action, Delays, DeleteReason, Member,
+    Observed, Phase, Position, VersionChange,
 };
 
 mod act;
@@ -182,6 +182,10 @@ pub struct PostgresTask<L: ClusterLayer> {
     owned_checked: Option<Instant>,
     /// The synchronous standbys this task last set on a primary (`synchronous.rs`).
     synchronous_set: Option<crate::api::SynchronousStatus>,
+    /// Wakes this task's loop: a pod event does, and so does the timer set for the end of the
+    /// first running delay (`plan::next_deadline`), which the next round acts on.
+    nudge: Arc<tokio::sync::Notify>,
+    wake_up: Option<tokio::task::JoinHandle<()>>,
     /// Which replicas the primary was last found streaming to (`streaming.rs`).
     streaming: streaming::StreamingWatch,
     /// Something this round set out to do failed (`/metrics` counts such rounds).
@@ -211,6 +215,8 @@ async fn run<L: ClusterLayer>(
         last_members_line: String::new(),
         owned_checked: None,
         synchronous_set: None,
+        nudge: nudged.clone(),
+        wake_up: None,
         streaming: streaming::StreamingWatch::default(),
         round_failed: false,
         layer: L::State::default(),
@@ -420,6 +426,7 @@ impl<L: ClusterLayer> PostgresTask<L> {
             VersionChange::None | VersionChange::Minor => None,
             _ => running_version.clone(),
         };
+        self.wake_when_a_delay_ends(&observed);
         let acted = match &planned {
             Planned::Core(action) => self.act(action, &observed, image_version.as_deref()).await,
             Planned::Own(action) => L::act(self, action, image_version.as_deref()).await,
@@ -445,6 +452,23 @@ impl<L: ClusterLayer> PostgresTask<L> {
         synchronous::set_status(&mut next, &self.status(), synchronous, &now);
         L::status(self, &planned, &mut next, &now);
         self.write_status(next).await;
+    }
+
+    /// Nudge this task when the first running delay ends (or never, if none runs or the tick
+    /// comes first), in place of the wake-up set by the round before.
+    fn wake_when_a_delay_ends(&mut self, observed: &Observed) {
+        if let Some(earlier) = self.wake_up.take() {
+            earlier.abort();
+        }
+        let deadline = next_deadline(observed, &self.worker.options.delays)
+            .filter(|left| *left < self.worker.options.reconcile_interval);
+        if let Some(left) = deadline {
+            let nudge = self.nudge.clone();
+            self.wake_up = Some(tokio::spawn(async move {
+                tokio::time::sleep(left).await;
+                nudge.notify_one();
+            }));
+        }
     }
 
     /// The cluster's pods in the store now: in its namespace and owned by its uid, shared with
