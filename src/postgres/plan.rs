@@ -75,6 +75,22 @@ impl Member {
     fn is(&self, role: Role) -> bool {
         self.role == Some(role)
     }
+
+    /// A member for the tests: Running, on version 16, no delay running.
+    #[cfg(test)]
+    pub(crate) fn running(name: &str, role: Role, ready: bool) -> Member {
+        Member {
+            name: name.into(),
+            role: Some(role),
+            phase: Phase::Running,
+            ready,
+            unready_for: Duration::ZERO,
+            terminating_for: Duration::ZERO,
+            not_streaming_for: Duration::ZERO,
+            version: "16".into(),
+            created: String::new(),
+        }
+    }
 }
 
 /// Everything the plan needs about a cluster.
@@ -539,15 +555,9 @@ mod tests {
 
     fn member(name: &str, role: Role, phase: Phase, ready: bool) -> Member {
         Member {
-            name: name.into(),
-            role: Some(role),
             phase,
-            ready,
-            unready_for: Duration::ZERO,
-            terminating_for: Duration::ZERO,
-            not_streaming_for: Duration::ZERO,
-            version: "16".into(),
             created: format!("2026-11-22T10:00:0{}Z", name.len() % 10),
+            ..Member::running(name, role, ready)
         }
     }
 
@@ -568,6 +578,15 @@ mod tests {
             wanted_version: "16".into(),
             switchover_to: None,
             quorum: None,
+        }
+    }
+
+    fn position(pod: &str, in_recovery: bool, received: u64, replayed: u64) -> Position {
+        Position {
+            pod: pod.into(),
+            in_recovery,
+            received,
+            replayed,
         }
     }
 
@@ -855,12 +874,6 @@ mod tests {
     /// The replica with the most WAL is promoted; one already promoted wins outright.
     #[test]
     fn the_most_advanced_replica_is_chosen() {
-        let position = |pod: &str, in_recovery, received, replayed| Position {
-            pod: pod.into(),
-            in_recovery,
-            received,
-            replayed,
-        };
         let positions = [
             position("db-a", true, 100, 90),
             position("db-b", true, 0, 120),
@@ -968,18 +981,18 @@ mod tests {
         cluster.switchover_to = Some("db-x".into());
         assert_eq!(plan(&cluster), Action::Steady);
 
-        let at = |pod: &str, lsn: u64| Position {
-            pod: pod.into(),
-            in_recovery: true,
-            received: lsn,
-            replayed: lsn,
-        };
-        let even = [at("db-a", 100), at("db-b", 100)];
+        let even = [
+            position("db-a", true, 100, 100),
+            position("db-b", true, 100, 100),
+        ];
         assert_eq!(
             choose(&even, Some("db-b")).map(|p| p.pod.as_str()),
             Some("db-b")
         );
-        let behind = [at("db-a", 100), at("db-b", 90)];
+        let behind = [
+            position("db-a", true, 100, 100),
+            position("db-b", true, 90, 90),
+        ];
         assert_eq!(
             choose(&behind, Some("db-b")).map(|p| p.pod.as_str()),
             Some("db-a")
