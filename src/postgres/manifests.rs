@@ -317,8 +317,17 @@ fn postgres_container(cluster: &PostgresCluster, image: &str) -> Value {
         // `args` alone keeps the image's ENTRYPOINT (docker-entrypoint.sh) and replaces its CMD.
         // wal_keep_size (PG 13+; the default is 0) keeps 512 MB of WAL on the primary, so a
         // replica that falls behind or restarts can catch up instead of failing with "requested
-        // WAL segment has already been removed".
-        "args": ["postgres", "-c", "wal_keep_size=512MB"],
+        // WAL segment has already been removed". wal_retrieve_retry_interval (5 s by default)
+        // is how long a standby whose primary went away waits before it tries again: after a
+        // failover, the replicas reach the new primary through the Service that much later, and
+        // with synchronous replication every commit waits for one of them.
+        "args": [
+            "postgres",
+            "-c",
+            "wal_keep_size=512MB",
+            "-c",
+            "wal_retrieve_retry_interval=1s"
+        ],
         "ports": [{"name": PORT_NAME, "containerPort": POSTGRES_PORT, "protocol": "TCP"}],
         "env": [
             {"name": "PGDATA", "value": PGDATA},

@@ -484,7 +484,11 @@ impl<L: ClusterLayer> PostgresTask<L> {
     /// The cluster's pods, reduced to what the plan reads.
     fn observe(&mut self, pods: &[Arc<Pod>]) -> Vec<Member> {
         let now = Instant::now();
-        let failover_after = self.worker.options.delays.failover_after;
+        let Delays {
+            failover_after,
+            stop_timeout,
+            ..
+        } = self.worker.options.delays;
         let exists = |name: &String| pods.iter().any(|p| &p.metadata.name == name);
         self.unready_since.retain(|name, _| exists(name));
         self.terminating_since.retain(|name, _| exists(name));
@@ -507,17 +511,24 @@ impl<L: ClusterLayer> PostgresTask<L> {
                     let since = *self
                         .unready_since
                         .entry(pod.metadata.name.clone())
-                        .or_insert_with(|| recorded_unready_since(pod, now, failover_after));
+                        .or_insert_with(|| {
+                            since_recorded(unready_recorded(pod), now, failover_after / 2)
+                        });
                     now - since
                 } else {
                     self.unready_since.remove(&pod.metadata.name);
                     Duration::ZERO
                 };
                 let terminating_for = if phase == Phase::Terminating {
+                    // `deletionTimestamp` is when the grace period ends: the time past it is
+                    // time the pod has been stuck (a lost node), whoever watched it then.
                     let since = *self
                         .terminating_since
                         .entry(pod.metadata.name.clone())
-                        .or_insert(now);
+                        .or_insert_with(|| {
+                            let deadline = pod.metadata.deletion_timestamp.as_deref();
+                            since_recorded(deadline, now, stop_timeout / 2)
+                        });
                     now - since
                 } else {
                     Duration::ZERO
@@ -666,25 +677,27 @@ pub async fn psql_in_pod(
     Ok(output.stdout_text())
 }
 
-/// When `pod` went unready, on this task's clock, for a task that first sees it unready `now`:
-/// from the kubelet's record (the Ready condition's `lastTransitionTime`), so that a task that
-/// starts mid-failover (a new operator, a new leader) does not start the failover delay again.
-/// The record is in whole seconds, so up to a second early: a second is taken off. It comes
-/// from another clock (the node's): at most half of `failover_after` is credited, so a skewed
-/// clock cannot fail a primary over the moment a task first sees it unready.
-fn recorded_unready_since(pod: &Pod, now: Instant, failover_after: Duration) -> Instant {
-    let recorded = pod
-        .status
+/// When the kubelet recorded `pod` going unready: its Ready condition's `lastTransitionTime`.
+fn unready_recorded(pod: &Pod) -> Option<&str> {
+    pod.status
         .conditions
         .iter()
         .find(|c| c.type_ == "Ready" && c.status != "True")
         .and_then(|c| c.last_transition_time.as_deref())
+}
+
+/// A time `recorded` in the pod's object, as an instant on this task's clock, for a task that
+/// first sees the pod `now`: a task that starts mid-failover (a new operator, a new leader) does
+/// not start the failover delay or the stop timeout again. The record is in whole seconds, so
+/// up to a second early: a second is taken off. It comes from another clock (the node's, the
+/// API server's): at most `at_most` is credited, so a skewed clock cannot make a task act the
+/// moment it first sees the pod.
+fn since_recorded(recorded: Option<&str>, now: Instant, at_most: Duration) -> Instant {
+    let elapsed = recorded
         .and_then(parse_utc)
         .and_then(|at| std::time::SystemTime::now().duration_since(at).ok())
         .unwrap_or_default();
-    let credited = recorded
-        .saturating_sub(Duration::from_secs(1))
-        .min(failover_after / 2);
+    let credited = elapsed.saturating_sub(Duration::from_secs(1)).min(at_most);
     now.checked_sub(credited).unwrap_or(now)
 }
 
@@ -723,12 +736,12 @@ mod tests {
     }
 
     /// A task that first sees a pod unready credits what the kubelet recorded, less a second
-    /// (whole-second timestamps), and never more than half the failover delay.
+    /// (whole-second timestamps), and never more than it is allowed (here half the delay).
     #[test]
     fn the_kubelets_record_of_unready_counts_toward_the_failover_delay() {
         let now = Instant::now();
         let delay = Duration::from_secs(6);
-        let credited = |pod: &Pod| now - recorded_unready_since(pod, now, delay);
+        let credited = |pod: &Pod| now - since_recorded(unready_recorded(pod), now, delay / 2);
         assert_eq!(credited(&unready_since(0)), Duration::ZERO);
         let two = credited(&unready_since(2));
         assert!(
