@@ -26,24 +26,31 @@ const ASK_DEADLINE: Duration = Duration::from_secs(2);
 /// What the task remembers between asks.
 #[derive(Debug, Default)]
 pub(super) struct StreamingWatch {
-    /// The primary asked last; the times below are about streaming from it.
+    /// The primary the times below are about.
     primary: Option<String>,
     /// When each Ready replica was first found missing from the primary's `pg_stat_replication`.
     missing_since: HashMap<String, Instant>,
-    /// The Ready replicas (sorted) that all streamed at the last ask, and when that was.
-    all_streamed: Option<(Vec<String>, Instant)>,
+    /// The last ask: of which primary, about which Ready replicas (sorted), when, and whether
+    /// every one of them streamed (`None`: no answer).
+    last: Option<(String, Vec<String>, Instant, Option<bool>)>,
 }
 
 impl StreamingWatch {
-    /// Whether to ask `primary` again about `replicas` (its Ready replicas, sorted).
+    /// Whether to ask `primary` about `replicas` (its Ready replicas, sorted): after a change,
+    /// every round while one is missing, else once per `recheck`. A primary that did not answer
+    /// (no `pods/exec` allowed, a hung server) is not asked again every round either.
     fn due(&self, primary: &str, replicas: &[String], recheck: Duration) -> bool {
-        if self.primary.as_deref() != Some(primary) {
-            return true;
+        match &self.last {
+            Some((asked, about, at, all_streamed)) if asked == primary && about == replicas => {
+                *all_streamed == Some(false) || at.elapsed() >= recheck
+            }
+            _ => true,
         }
-        match &self.all_streamed {
-            Some((streamed, at)) => streamed != replicas || at.elapsed() >= recheck,
-            None => true,
-        }
+    }
+
+    /// `primary` did not answer about `replicas`.
+    fn no_answer(&mut self, primary: &str, replicas: Vec<String>) {
+        self.last = Some((primary.to_string(), replicas, Instant::now(), None));
     }
 
     /// Take the primary's answer: which of `replicas` stream from it.
@@ -58,7 +65,8 @@ impl StreamingWatch {
         for name in &missing {
             self.missing_since.entry(name.clone()).or_insert(now);
         }
-        self.all_streamed = missing.is_empty().then_some((replicas, now));
+        let all_streamed = Some(missing.is_empty());
+        self.last = Some((primary.to_string(), replicas, now, all_streamed));
     }
 }
 
@@ -106,10 +114,12 @@ impl<L: ClusterLayer> PostgresTask<L> {
                 }
                 Ok(Err(error)) => {
                     tracing::debug!(%error, primary, "could not ask the primary who streams");
+                    self.streaming.no_answer(&primary, replicas);
                     return;
                 }
                 Err(_) => {
                     tracing::debug!(primary, "the primary did not say who streams in time");
+                    self.streaming.no_answer(&primary, replicas);
                     return;
                 }
             }
@@ -134,8 +144,9 @@ mod tests {
         names.iter().map(|n| n.to_string()).collect()
     }
 
-    /// Asked again after a change only (or after the recheck period); a replica missing stays
-    /// missing from the first time it was, until it streams or the primary changes.
+    /// Asked again after a change only (or after the recheck period), every round while one is
+    /// missing; a replica missing stays missing from the first time it was, until it streams or
+    /// the primary changes.
     #[tokio::test(start_paused = true)]
     async fn the_primary_is_asked_again_only_when_the_answer_may_have_changed() {
         let recheck = Duration::from_secs(300);
@@ -148,6 +159,10 @@ mod tests {
         assert!(watch.due("db-q", &both, recheck));
         tokio::time::advance(recheck).await;
         assert!(watch.due("db-p", &both, recheck));
+        // No answer: not asked again every round, only after a change or the recheck period.
+        watch.no_answer("db-p", both.clone());
+        assert!(!watch.due("db-p", &both, recheck));
+        assert!(watch.due("db-q", &both, recheck));
 
         watch.take("db-p", both.clone(), &names(&["db-a"]));
         let first = watch.missing_since["db-b"];
