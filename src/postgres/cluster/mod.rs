@@ -67,6 +67,8 @@ pub struct PostgresOptions {
     pub expectation_timeout: Duration,
     /// How often the Secret, ConfigMap and Services are checked again (with a GET each) after
     /// the task's first round and each spec change. One that was deleted is re-created then.
+    /// Also how often, at steady state, the primary is asked which replicas stream from it
+    /// (`streaming.rs`; after a change of members it is asked at once).
     pub owned_recheck: Duration,
     /// The pod and cluster watches' tuning (and so the bound `/healthz` gives them).
     pub watch: WatchOptions,
