@@ -192,6 +192,7 @@ mod tests {
             ready: true,
             unready_for: Duration::ZERO,
             terminating_for: Duration::ZERO,
+            not_streaming_for: Duration::ZERO,
             version: "16".into(),
             created: "2026-11-22T10:00:00Z".into(),
         }

@@ -430,6 +430,7 @@ mod tests {
             ready: false,
             unready_for: Duration::ZERO,
             terminating_for: Duration::ZERO,
+            not_streaming_for: Duration::ZERO,
             version: "16".into(),
             created: String::new(),
         });

@@ -90,6 +90,13 @@ pub struct PodCondition {
     pub type_: String,
     /// "True", "False" or "Unknown".
     pub status: String,
+    /// When `status` last changed (RFC 3339, whole seconds), as the kubelet recorded it.
+    #[serde(
+        default,
+        rename = "lastTransitionTime",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub last_transition_time: Option<String>,
 }
 
 /// So stage 04 can watch pods with the same `list_then_watch` as clusters.

@@ -230,8 +230,6 @@ pub fn condition(type_: &str, status: bool, reason: &str, message: String) -> Co
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
     use crate::api::PostgresClusterSpec;
     use crate::postgres::manifests::Role;
@@ -248,15 +246,9 @@ mod tests {
             members: ready
                 .iter()
                 .enumerate()
-                .map(|(i, &ready)| Member {
-                    name: format!("db-{i}"),
-                    role: Some(if i == 0 { Role::Primary } else { Role::Replica }),
-                    phase: Phase::Running,
-                    ready,
-                    unready_for: Duration::ZERO,
-                    terminating_for: Duration::ZERO,
-                    version: "16".into(),
-                    created: String::new(),
+                .map(|(i, &ready)| {
+                    let role = if i == 0 { Role::Primary } else { Role::Replica };
+                    Member::running(&format!("db-{i}"), role, ready)
                 })
                 .collect(),
             recorded_primary: Some("db-0".into()),
@@ -266,6 +258,25 @@ mod tests {
             switchover_to: None,
             quorum: None,
         }
+    }
+
+    /// `next_status` with the cluster's first member as the primary (none without members)
+    /// and no version change.
+    fn status_after(
+        cluster: &PostgresCluster,
+        observed: &Observed,
+        action: &Action,
+        now: &str,
+    ) -> PostgresClusterStatus {
+        let primary = observed.members.first().map(|m| m.name.as_str());
+        next_status(
+            cluster,
+            observed,
+            primary,
+            action,
+            &VersionChange::None,
+            now,
+        )
     }
 
     fn find<'a>(status: &'a PostgresClusterStatus, type_: &str) -> &'a Condition {
@@ -279,14 +290,7 @@ mod tests {
     /// A healthy cluster: Running, Available, not Degraded, with the scale selector.
     #[test]
     fn a_healthy_cluster_is_running_and_available() {
-        let status = next_status(
-            &cluster(),
-            &observed(&[true, true]),
-            Some("db-0"),
-            &Action::Steady,
-            &VersionChange::None,
-            "T1",
-        );
+        let status = status_after(&cluster(), &observed(&[true, true]), &Action::Steady, "T1");
         assert_eq!(status.phase.as_deref(), Some("Running"));
         assert_eq!(status.ready_instances, Some(2));
         assert_eq!(status.current_version.as_deref(), Some("16"));
@@ -304,36 +308,15 @@ mod tests {
     fn transition_time_moves_only_when_the_status_flips() {
         let mut cluster = cluster();
         let healthy = observed(&[true, true]);
-        let first = next_status(
-            &cluster,
-            &healthy,
-            Some("db-0"),
-            &Action::Steady,
-            &VersionChange::None,
-            "T1",
-        );
+        let first = status_after(&cluster, &healthy, &Action::Steady, "T1");
         cluster.status = Some(first);
         let degraded = observed(&[true, false]);
-        let second = next_status(
-            &cluster,
-            &degraded,
-            Some("db-0"),
-            &Action::Wait("x".into()),
-            &VersionChange::None,
-            "T2",
-        );
+        let second = status_after(&cluster, &degraded, &Action::Wait("x".into()), "T2");
         assert_eq!(find(&second, "Available").last_transition_time, "T1");
         assert_eq!(find(&second, "Degraded").last_transition_time, "T2");
         assert_eq!(find(&second, "Degraded").message, "1 of 2 members ready");
         cluster.status = Some(second);
-        let third = next_status(
-            &cluster,
-            &degraded,
-            Some("db-0"),
-            &Action::Wait("y".into()),
-            &VersionChange::None,
-            "T3",
-        );
+        let third = status_after(&cluster, &degraded, &Action::Wait("y".into()), "T3");
         assert_eq!(find(&third, "Degraded").last_transition_time, "T2");
         assert_eq!(find(&third, "Progressing").last_transition_time, "T2");
     }
@@ -363,24 +346,10 @@ mod tests {
             ..Default::default()
         });
         let none = observed(&[]);
-        let failed = next_status(
-            &cluster,
-            &none,
-            None,
-            &Action::Disaster,
-            &VersionChange::None,
-            "T1",
-        );
+        let failed = status_after(&cluster, &none, &Action::Disaster, "T1");
         assert_eq!(failed.phase.as_deref(), Some("Failed"));
         cluster.status = Some(failed);
-        let again = next_status(
-            &cluster,
-            &none,
-            None,
-            &Action::Wait("x".into()),
-            &VersionChange::None,
-            "T2",
-        );
+        let again = status_after(&cluster, &none, &Action::Wait("x".into()), "T2");
         assert_eq!(again.phase.as_deref(), Some("Failed"));
         assert_eq!(find(&again, "Available").reason, "AllMembersLost");
     }
@@ -399,34 +368,13 @@ mod tests {
             reason: DeleteReason::PlannedSwitchover,
         };
         let healthy = observed(&[true, true]);
-        let acted = next_status(
-            &cluster,
-            &healthy,
-            Some("db-0"),
-            &switch,
-            &VersionChange::None,
-            "T1",
-        );
+        let acted = status_after(&cluster, &healthy, &switch, "T1");
         assert_eq!(acted.switchover.as_deref(), Some("db-1"));
-        let waiting = next_status(
-            &cluster,
-            &healthy,
-            Some("db-0"),
-            &Action::Steady,
-            &VersionChange::None,
-            "T1",
-        );
+        let waiting = status_after(&cluster, &healthy, &Action::Steady, "T1");
         assert_eq!(waiting.switchover, None);
         cluster.metadata.annotations.clear();
         cluster.status = Some(acted);
-        let removed = next_status(
-            &cluster,
-            &healthy,
-            Some("db-0"),
-            &Action::Steady,
-            &VersionChange::None,
-            "T2",
-        );
+        let removed = status_after(&cluster, &healthy, &Action::Steady, "T2");
         assert_eq!(removed.switchover, None);
     }
 }

@@ -317,8 +317,17 @@ fn postgres_container(cluster: &PostgresCluster, image: &str) -> Value {
         // `args` alone keeps the image's ENTRYPOINT (docker-entrypoint.sh) and replaces its CMD.
         // wal_keep_size (PG 13+; the default is 0) keeps 512 MB of WAL on the primary, so a
         // replica that falls behind or restarts can catch up instead of failing with "requested
-        // WAL segment has already been removed".
-        "args": ["postgres", "-c", "wal_keep_size=512MB"],
+        // WAL segment has already been removed". wal_retrieve_retry_interval (5 s by default)
+        // is how long a standby whose primary went away waits before it tries again: after a
+        // failover, the replicas reach the new primary through the Service that much later, and
+        // with synchronous replication every commit waits for one of them.
+        "args": [
+            "postgres",
+            "-c",
+            "wal_keep_size=512MB",
+            "-c",
+            "wal_retrieve_retry_interval=1s"
+        ],
         "ports": [{"name": PORT_NAME, "containerPort": POSTGRES_PORT, "protocol": "TCP"}],
         "env": [
             {"name": "PGDATA", "value": PGDATA},
@@ -790,24 +799,18 @@ mod tests {
         );
     }
 
-    /// psql over the local socket as postgres, stopping on errors, printing bare values.
+    /// psql over the local socket as postgres, stopping on errors, printing bare values, the SQL
+    /// as one argument (no shell between: nothing in it is interpreted).
     #[test]
     fn psql_argv_runs_one_command_unaligned_and_tuples_only() {
-        assert_eq!(
-            psql_argv(PROMOTE_SQL),
-            [
-                "psql",
-                "-v",
-                "ON_ERROR_STOP=1",
-                "-AtX",
-                "-U",
-                "postgres",
-                "-d",
-                "postgres",
-                "-c",
-                "SELECT pg_promote(true, 60)"
-            ]
-        );
+        let argv = psql_argv(PROMOTE_SQL);
+        let has = |pair: [&str; 2]| argv.windows(2).any(|w| w == pair);
+        assert_eq!(argv.first().map(String::as_str), Some("psql"));
+        assert!(has(["-v", "ON_ERROR_STOP=1"]) && has(["-U", "postgres"]));
+        assert!(argv
+            .iter()
+            .any(|a| a.starts_with('-') && a.contains('A') && a.contains('t')));
+        assert!(has(["-c", PROMOTE_SQL]) && argv.last().map(String::as_str) == Some(PROMOTE_SQL));
         assert!(!psql_argv(IS_IN_RECOVERY_SQL).contains(&"-h".to_string()));
     }
 

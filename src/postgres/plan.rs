@@ -13,7 +13,9 @@
 //!    The primary failed, or unready for longer than the failover delay: fence it (delete it),
 //!    wait until it has stopped, then fail over to the most advanced ready replica.
 //! 2. **Lost members go.** A replica unready for longer than the lost-member delay (a lost node,
-//!    a crash loop) or failed is deleted; rule 4 replaces it.
+//!    a crash loop) or failed is deleted; rule 4 replaces it. So is a replica Ready but not
+//!    streaming from the primary for longer than the not-streaming delay: it answers queries,
+//!    but follows nothing (an old timeline it cannot leave, a primary that is gone).
 //! 3. **Wait while anything moves**: a pod pending (a replica's base backup runs in its init
 //!    container), starting, or terminating.
 //! 4. **Count.** No pods: a new cluster gets its seed primary; a cluster that ran is a disaster
@@ -60,6 +62,9 @@ pub struct Member {
     pub unready_for: Duration,
     /// How long this task has seen the pod terminating (zero when it is not).
     pub terminating_for: Duration,
+    /// How long this task has seen the pod Ready but missing from the ready primary's
+    /// `pg_stat_replication` (zero when it streams, or when no primary was asked).
+    pub not_streaming_for: Duration,
     /// The `postgres` image tag its container runs (`16.4`).
     pub version: String,
     /// `metadata.creationTimestamp` (RFC 3339, so later sorts after earlier).
@@ -69,6 +74,22 @@ pub struct Member {
 impl Member {
     fn is(&self, role: Role) -> bool {
         self.role == Some(role)
+    }
+
+    /// A member for the tests: Running, on version 16, no delay running.
+    #[cfg(test)]
+    pub(crate) fn running(name: &str, role: Role, ready: bool) -> Member {
+        Member {
+            name: name.into(),
+            role: Some(role),
+            phase: Phase::Running,
+            ready,
+            unready_for: Duration::ZERO,
+            terminating_for: Duration::ZERO,
+            not_streaming_for: Duration::ZERO,
+            version: "16".into(),
+            created: String::new(),
+        }
     }
 }
 
@@ -116,6 +137,11 @@ pub struct Delays {
     /// stay Terminating until someone confirms the node is gone. It is fenced (relabelled, out
     /// of the primary Service) and a replica promoted.
     pub stop_timeout: Duration,
+    /// A Ready replica the primary does not stream to this long is deleted and replaced. Longer
+    /// than a replica takes to reconnect after a failover: its WAL receiver retries every
+    /// `wal_retrieve_retry_interval` (5 s by default) and finds the new primary through the
+    /// Service.
+    pub not_streaming_after: Duration,
 }
 
 impl Default for Delays {
@@ -124,6 +150,7 @@ impl Default for Delays {
             failover_after: Duration::from_secs(6),
             member_lost_after: Duration::from_secs(60),
             stop_timeout: Duration::from_secs(20),
+            not_streaming_after: Duration::from_secs(30),
         }
     }
 }
@@ -138,6 +165,8 @@ pub enum DeleteReason {
     FencePrimary,
     /// A replica unready past the lost-member delay.
     MemberLost,
+    /// A replica Ready, but not streaming from the primary past the not-streaming delay.
+    NotStreaming,
     /// Failed or Succeeded: it will not run again.
     MemberDead,
     /// More pods than `spec.size`.
@@ -340,6 +369,14 @@ pub fn next_action(observed: &Observed, delays: &Delays) -> Action {
             reason: DeleteReason::MemberLost,
         };
     }
+    if let Some(astray) = replicas.iter().find(|m| {
+        m.is(Role::Replica) && m.ready && m.not_streaming_for >= delays.not_streaming_after
+    }) {
+        return Action::Delete {
+            pod: astray.name.clone(),
+            reason: DeleteReason::NotStreaming,
+        };
+    }
 
     // 3. Wait while anything moves.
     // A pod terminating past the stop timeout is not moving: it is stuck on a lost node.
@@ -454,6 +491,31 @@ pub fn choose<'a>(positions: &'a [Position], preferred: Option<&str>) -> Option<
     Some(preferred.unwrap_or(best))
 }
 
+/// How long until one of the delays above runs out for a member of `observed`, so that the
+/// round that acts on it runs then, not at the next tick: with an 8 s reconcile interval, a 6 s
+/// failover delay would otherwise end anywhere up to 8 s late (controller-runtime's
+/// `RequeueAfter`). `None`: no delay is running.
+pub fn next_deadline(observed: &Observed, delays: &Delays) -> Option<Duration> {
+    observed
+        .members
+        .iter()
+        .filter_map(|m| {
+            let (delay, waited) = match (m.phase, m.ready) {
+                (Phase::Terminating, _) => (delays.stop_timeout, m.terminating_for),
+                (Phase::Running, false) if m.is(Role::Primary) => {
+                    (delays.failover_after, m.unready_for)
+                }
+                (Phase::Running, false) => (delays.member_lost_after, m.unready_for),
+                (Phase::Running, true) if m.not_streaming_for > Duration::ZERO => {
+                    (delays.not_streaming_after, m.not_streaming_for)
+                }
+                _ => return None,
+            };
+            delay.checked_sub(waited).filter(|left| !left.is_zero())
+        })
+        .min()
+}
+
 fn sorted_names<'a>(members: impl Iterator<Item = &'a Member>) -> Vec<String> {
     let mut names: Vec<String> = members.map(|m| m.name.clone()).collect();
     names.sort();
@@ -493,14 +555,9 @@ mod tests {
 
     fn member(name: &str, role: Role, phase: Phase, ready: bool) -> Member {
         Member {
-            name: name.into(),
-            role: Some(role),
             phase,
-            ready,
-            unready_for: Duration::ZERO,
-            terminating_for: Duration::ZERO,
-            version: "16".into(),
             created: format!("2026-11-22T10:00:0{}Z", name.len() % 10),
+            ..Member::running(name, role, ready)
         }
     }
 
@@ -521,6 +578,15 @@ mod tests {
             wanted_version: "16".into(),
             switchover_to: None,
             quorum: None,
+        }
+    }
+
+    fn position(pod: &str, in_recovery: bool, received: u64, replayed: u64) -> Position {
+        Position {
+            pod: pod.into(),
+            in_recovery,
+            received,
+            replayed,
         }
     }
 
@@ -683,6 +749,69 @@ mod tests {
         );
     }
 
+    /// A Ready replica the primary does not stream to is replaced once the delay has passed, even
+    /// while another member moves; within the delay it is left to reconnect.
+    #[test]
+    fn a_ready_replica_that_does_not_stream_is_replaced_after_the_delay() {
+        let mut astray = ready("db-b", Role::Replica);
+        astray.not_streaming_for = Duration::from_secs(29);
+        let mut cluster = observed(
+            vec![
+                ready("db-p", Role::Primary),
+                ready("db-a", Role::Replica),
+                astray,
+            ],
+            3,
+        );
+        assert_eq!(plan(&cluster), Action::Steady);
+        cluster.members[2].not_streaming_for = Delays::default().not_streaming_after;
+        let replace = Action::Delete {
+            pod: "db-b".into(),
+            reason: DeleteReason::NotStreaming,
+        };
+        assert_eq!(plan(&cluster), replace);
+        cluster
+            .members
+            .push(member("db-c", Role::Replica, Phase::Pending, false));
+        assert_eq!(plan(&cluster), replace);
+        // The primary comes first: unready past the failover delay, it is fenced instead.
+        cluster.members[0].ready = false;
+        cluster.members[0].unready_for = Duration::from_secs(60);
+        assert!(matches!(
+            plan(&cluster),
+            Action::Delete {
+                reason: DeleteReason::FencePrimary,
+                ..
+            }
+        ));
+    }
+
+    /// The round is asked for when the first running delay ends, whatever the tick.
+    #[test]
+    fn the_next_round_comes_when_the_first_delay_runs_out() {
+        let delays = Delays::default();
+        let mut cluster = observed(
+            vec![ready("db-p", Role::Primary), ready("db-a", Role::Replica)],
+            2,
+        );
+        assert_eq!(next_deadline(&cluster, &delays), None);
+        cluster.members[0].ready = false;
+        cluster.members[0].unready_for = Duration::from_secs(4);
+        assert_eq!(
+            next_deadline(&cluster, &delays),
+            Some(delays.failover_after - Duration::from_secs(4))
+        );
+        cluster.members[1].not_streaming_for = delays.not_streaming_after - Duration::from_secs(1);
+        assert_eq!(
+            next_deadline(&cluster, &delays),
+            Some(Duration::from_secs(1))
+        );
+        // A delay already over is the plan's to act on now, not a deadline.
+        cluster.members[0].unready_for = Duration::from_secs(600);
+        cluster.members[1].not_streaming_for = Duration::ZERO;
+        assert_eq!(next_deadline(&cluster, &delays), None);
+    }
+
     /// A minor upgrade replaces replicas first, one at a time, then switches the primary over.
     #[test]
     fn a_minor_upgrade_replaces_replicas_then_the_primary() {
@@ -745,12 +874,6 @@ mod tests {
     /// The replica with the most WAL is promoted; one already promoted wins outright.
     #[test]
     fn the_most_advanced_replica_is_chosen() {
-        let position = |pod: &str, in_recovery, received, replayed| Position {
-            pod: pod.into(),
-            in_recovery,
-            received,
-            replayed,
-        };
         let positions = [
             position("db-a", true, 100, 90),
             position("db-b", true, 0, 120),
@@ -858,18 +981,18 @@ mod tests {
         cluster.switchover_to = Some("db-x".into());
         assert_eq!(plan(&cluster), Action::Steady);
 
-        let at = |pod: &str, lsn: u64| Position {
-            pod: pod.into(),
-            in_recovery: true,
-            received: lsn,
-            replayed: lsn,
-        };
-        let even = [at("db-a", 100), at("db-b", 100)];
+        let even = [
+            position("db-a", true, 100, 100),
+            position("db-b", true, 100, 100),
+        ];
         assert_eq!(
             choose(&even, Some("db-b")).map(|p| p.pod.as_str()),
             Some("db-b")
         );
-        let behind = [at("db-a", 100), at("db-b", 90)];
+        let behind = [
+            position("db-a", true, 100, 100),
+            position("db-b", true, 90, 90),
+        ];
         assert_eq!(
             choose(&behind, Some("db-b")).map(|p| p.pod.as_str()),
             Some("db-a")

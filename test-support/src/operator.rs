@@ -122,6 +122,7 @@ pub fn quick_postgres_options() -> postgres_operator::postgres::PostgresOptions 
         delays: postgres_operator::postgres::plan::Delays {
             failover_after: Duration::from_secs(2),
             member_lost_after: Duration::from_secs(30),
+            not_streaming_after: Duration::from_secs(10),
             ..postgres_operator::postgres::plan::Delays::default()
         },
         expectation_timeout: Duration::from_secs(10),

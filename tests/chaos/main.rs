@@ -1,21 +1,25 @@
 //! Chaos on real PostgreSQL: a size-3 cluster with synchronous replication (`ANY 1`,
 //! `dataDurability: required`), a writer committing numbered rows through the `<name>-primary`
 //! Service, and one fault after another. After each fault: the cluster converges (3 ready
-//! members, one primary, its standbys set), no acknowledged row is missing on the primary, and
-//! at no poll did two members answer `pg_is_in_recovery() = false`. The outage per fault (the
-//! longest stretch with no acknowledged write) is printed.
+//! members, one primary, its standbys set, every replica streaming from the primary), no
+//! acknowledged row is missing on the primary, and at no poll did two members answer
+//! `pg_is_in_recovery() = false`. The outage per fault (the longest stretch with no
+//! acknowledged write) is printed.
 //!
 //! WORKSHOP.md, step 04 ("Failover under faults"). Needs PostgreSQL and bubblewrap.
 //! The short run (each fault once): `cargo test --test chaos -- --nocapture`.
 //! The long run (the whole sequence N times, min/median/max per fault):
 //! `CHAOS_ROUNDS=20 cargo test --test chaos -- --nocapture`.
+//! Asynchronous replication (the default of a cluster without `spec.replication`), where a
+//! failover may lose acknowledged rows: `CHAOS_REPLICATION=async`; the rows lost per fault are
+//! counted and printed, not refused.
 
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use base64::Engine;
-use postgres_operator::api::{collection_path, object_path, PostgresCluster};
+use postgres_operator::api::{collection_path, object_path, PostgresCluster, PostgresClusterSpec};
 use postgres_operator::client::Client;
 use postgres_operator::controller::pods::{pods_path, CLUSTER_LABEL};
 use postgres_operator::postgres::manifests::{
@@ -37,6 +41,28 @@ const FAULT_DEADLINE: Duration = Duration::from_secs(180);
 const SQL_DEADLINE: Duration = Duration::from_secs(3);
 /// How often every member is asked whether it is in recovery.
 const POLL_EVERY: Duration = Duration::from_millis(300);
+/// On the primary: the standbys streaming from it, by `application_name` (their pod names).
+const STREAMING_SQL: &str =
+    "SELECT application_name FROM pg_stat_replication WHERE state = 'streaming'";
+
+/// The replication the cluster runs with (`CHAOS_REPLICATION`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Replication {
+    /// `ANY 1`, `dataDurability: required`: no acknowledged row may be lost.
+    Synchronous,
+    /// No `spec.replication`: rows acknowledged but not yet streamed may be lost; counted.
+    Asynchronous,
+}
+
+impl Replication {
+    fn from_env() -> Replication {
+        match std::env::var("CHAOS_REPLICATION").as_deref() {
+            Ok("async") => Replication::Asynchronous,
+            Ok("sync") | Err(_) => Replication::Synchronous,
+            Ok(other) => panic!("CHAOS_REPLICATION={other}: say sync or async"),
+        }
+    }
+}
 
 /// What each round does to the cluster, in order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,7 +74,8 @@ enum Fault {
     /// Every process of the primary stopped with SIGSTOP; resumed once the cluster converged.
     HangPrimary,
     /// The primary's node lost (processes killed, pod unready at once), and the operator
-    /// stopped one second into the failover that follows, then started anew.
+    /// stopped in the failover that follows, then started anew: in turn 1 s after the loss
+    /// (within the failover delay) and when it fences the primary (before any promotion).
     KillOperatorMidFailover,
     /// A replica's node lost (processes killed, pod unready at once).
     LoseReplica,
@@ -77,7 +104,9 @@ impl Fault {
             Fault::DeletePrimaryPod => "kubectl delete pod <primary>",
             Fault::KillPrimaryPostmaster => "SIGKILL of the primary's postmaster",
             Fault::HangPrimary => "the primary hung (SIGSTOP)",
-            Fault::KillOperatorMidFailover => "the operator stopped 1 s into a failover",
+            Fault::KillOperatorMidFailover => {
+                "the operator stopped mid-failover (in turn: 1 s into the delay, at the fence)"
+            }
             Fault::LoseReplica => "a replica's node lost",
             Fault::Switchover => "a planned switchover (switchover-to annotation)",
             Fault::LosePrimaryNode => "the primary's node lost (frozen, 5 s grace)",
@@ -252,6 +281,13 @@ struct Chaos {
     psql: HostPsql,
     ledger: Arc<Ledger>,
     writable: Arc<Writable>,
+    replication: Replication,
+    /// Acknowledged rows found missing so far (asynchronous replication only).
+    lost: i64,
+    /// How many times the operator was stopped mid-failover (which moment is chosen in turn).
+    operator_kills: usize,
+    /// The operator's story lines, each with when this test first saw it.
+    timeline: Arc<Mutex<Vec<(Instant, String)>>>,
 }
 
 /// The cluster as converged: its primary (and that primary's IP).
@@ -274,21 +310,26 @@ impl Chaos {
     }
 
     /// The cluster converged now: SIZE ready members, the recorded primary is the one member
-    /// out of recovery, and its synchronous standbys are the other two.
+    /// out of recovery, every other member streams from it, and (synchronous) its synchronous
+    /// standbys are the other two.
     async fn converged_now(&self) -> Option<Converged> {
         let status = self.status().await;
         let primary = status["primary"].as_str()?.to_string();
-        let standbys: Vec<String> = status["synchronous"]["standbys"]
-            .as_array()?
-            .iter()
-            .filter_map(|s| s.as_str().map(str::to_string))
-            .collect();
-        let settled = status["readyInstances"] == SIZE
-            && status["synchronous"]["primary"] == primary.as_str()
-            && standbys.len() as u64 == SIZE - 1
-            && !standbys.contains(&primary);
-        if !settled {
+        if status["readyInstances"] != SIZE {
             return None;
+        }
+        if self.replication == Replication::Synchronous {
+            let standbys: Vec<&str> = status["synchronous"]["standbys"]
+                .as_array()?
+                .iter()
+                .filter_map(Value::as_str)
+                .collect();
+            let settled = status["synchronous"]["primary"] == primary.as_str()
+                && standbys.len() as u64 == SIZE - 1
+                && !standbys.contains(&primary.as_str());
+            if !settled {
+                return None;
+            }
         }
         let pods = members(&self.client).await;
         let live: Vec<&Value> = pods
@@ -299,18 +340,41 @@ impl Chaos {
             return None;
         }
         let mut out_of_recovery = Vec::new();
+        let mut replicas = Vec::new();
         for pod in live {
             let ip = pod["status"]["podIP"].as_str()?;
+            let name = pod["metadata"]["name"].as_str()?.to_string();
             let answer = self
                 .psql
                 .run(ip, "SELECT pg_is_in_recovery()", SQL_DEADLINE)
                 .await
                 .ok()?;
             if answer == "f" {
-                out_of_recovery.push(pod["metadata"]["name"].as_str()?.to_string());
+                out_of_recovery.push(name);
+            } else {
+                replicas.push(name);
             }
         }
-        (out_of_recovery == [primary.clone()]).then_some(Converged { primary, standbys })
+        if out_of_recovery != [primary.clone()] {
+            return None;
+        }
+        // Ready is not enough: a standby left on an old timeline answers queries and follows
+        // nothing. Only the primary's pg_stat_replication says who streams from it.
+        let primary_ip = pod_ip(&pods, &primary)?;
+        let streaming = self
+            .psql
+            .run(&primary_ip, STREAMING_SQL, SQL_DEADLINE)
+            .await
+            .ok()?;
+        let streaming: Vec<&str> = streaming.lines().map(str::trim).collect();
+        if !replicas.iter().all(|r| streaming.contains(&r.as_str())) {
+            return None;
+        }
+        replicas.sort();
+        Some(Converged {
+            primary,
+            standbys: replicas,
+        })
     }
 
     /// Wait for [`Chaos::converged_now`]; on timeout, print what the cluster looks like and the
@@ -354,8 +418,9 @@ impl Chaos {
         }
     }
 
-    /// Every acknowledged row is on `primary`: rows 1..=last, all of them.
-    async fn no_acknowledged_row_lost(&self, primary: &str, fault: &str) -> i64 {
+    /// Every acknowledged row is on `primary`: rows 1..=last, all of them. Asynchronous: how
+    /// many acknowledged rows went missing since the last count, which may be more than none.
+    async fn acknowledged_rows_lost(&mut self, primary: &str, fault: &str) -> (i64, i64) {
         let last = self.ledger.last();
         let pods = members(&self.client).await;
         let ip = pod_ip(&pods, primary).expect("the primary's IP");
@@ -368,12 +433,20 @@ impl Chaos {
             )
             .await
             .unwrap_or_else(|error| panic!("{fault}: counting on {primary}: {error}"));
-        assert_eq!(
-            count,
-            last.to_string(),
-            "{fault}: acknowledged rows lost: {last} acknowledged, {count} of them on {primary}"
-        );
-        last
+        if self.replication == Replication::Synchronous {
+            assert_eq!(
+                count,
+                last.to_string(),
+                "{fault}: acknowledged rows lost: {last} acknowledged, {count} of them on {primary}"
+            );
+            return (last, 0);
+        }
+        let count: i64 = count
+            .parse()
+            .unwrap_or_else(|_| panic!("{fault}: count(*) said {count:?}"));
+        let lost_now = last - count - self.lost;
+        self.lost = last - count;
+        (last, lost_now)
     }
 
     /// Wait until `more` rows beyond the current last were acknowledged.
@@ -381,6 +454,19 @@ impl Chaos {
         let target = self.ledger.last() + more;
         test_support::eventually(FAULT_DEADLINE, what, || async {
             (self.ledger.last() >= target).then(Instant::now)
+        })
+        .await
+    }
+
+    /// The first story line after the first `from` lines that names `pod` and says `words`
+    /// (within 30 s; else the test fails).
+    async fn said_after(&self, from: usize, pod: &str, words: &str) -> String {
+        test_support::eventually(Duration::from_secs(30), words, || async {
+            let lines = self.story.lines();
+            lines[from.min(lines.len())..]
+                .iter()
+                .find(|line| line.contains(pod) && line.contains(words))
+                .cloned()
         })
         .await
     }
@@ -405,40 +491,26 @@ impl Chaos {
             Fault::KillOperatorMidFailover => {
                 let said_before = self.story.lines().len();
                 assert!(faults.lose_node_for_pod(&namespace, primary));
-                // The failover has begun once the operator says it acts on the lost primary.
-                let started = tokio::time::timeout(Duration::from_secs(30), async {
-                    loop {
-                        let lines = self.story.lines();
-                        let acting = lines[said_before.min(lines.len())..]
-                            .iter()
-                            .find(|line| {
-                                line.contains(primary)
-                                    && ["romot", "Member lost", "ailover", "ailing over"]
-                                        .iter()
-                                        .any(|word| line.contains(word))
-                            })
-                            .cloned();
-                        if let Some(line) = acting {
-                            return line;
-                        }
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                    }
-                })
-                .await;
-                match &started {
-                    Ok(line) => println!("chaos: failover begun: {line}"),
-                    Err(_) => println!(
-                        "chaos: no failover line within 30 s; stopping the operator anyway"
-                    ),
+                // In turn: while the failover delay runs (nothing done yet, the new operator
+                // must not start the delay again), and at the fence (the old primary deleted,
+                // no replica promoted yet: the new operator must finish it).
+                self.operator_kills += 1;
+                if self.operator_kills % 2 == 1 {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    println!("chaos: stopping the operator 1 s after the primary's loss");
+                } else {
+                    let fenced = self.said_after(said_before, primary, "Member lost").await;
+                    println!("chaos: stopping the operator at the fence: {fenced}");
                 }
-                tokio::time::sleep(Duration::from_secs(1)).await;
                 if let Some(operator) = self.operator.take() {
+                    self.mark("stopping the operator");
                     let took = operator.stop().await;
                     println!(
                         "chaos: operator stopped ({:.1} s to end its tasks), starting a new one",
                         took.as_secs_f64()
                     );
                 }
+                self.mark("starting a new operator");
                 self.operator = Some(Operator::start(&self.client, &self.reporter));
             }
             Fault::LoseReplica => {
@@ -464,7 +536,7 @@ impl Chaos {
 
     /// One fault: inject it, wait for convergence and resumed writes, check no row was lost
     /// and no two primaries were seen. The outage.
-    async fn run_fault(&mut self, fault: Fault) -> Duration {
+    async fn run_fault(&mut self, fault: Fault) -> (Duration, i64) {
         let caption = fault.caption();
         let before = self.converged(&format!("before {caption}")).await;
         self.writes_resume(5, &format!("writes before {caption}"))
@@ -472,6 +544,7 @@ impl Chaos {
         self.writable.reset();
         println!("chaos: --- {caption} (primary {})", before.primary);
         let injected = Instant::now();
+        self.mark("injecting the fault");
         self.inject(fault, &before).await;
         let after = self.converged(caption).await;
         if fault == Fault::HangPrimary
@@ -485,6 +558,7 @@ impl Chaos {
             println!("chaos: resumed the hung {}", before.primary);
             tokio::time::sleep(Duration::from_secs(3)).await;
         }
+        self.mark("converged");
         let resumed = self
             .writes_resume(5, &format!("writes after {caption}"))
             .await;
@@ -494,20 +568,39 @@ impl Chaos {
         } else {
             after
         };
-        let last = self.no_acknowledged_row_lost(&after.primary, caption).await;
+        let (last, lost) = self.acknowledged_rows_lost(&after.primary, caption).await;
         let most = self.writable.most.load(Ordering::SeqCst);
         let polls = self.writable.polls.load(Ordering::SeqCst);
         println!(
-            "chaos: {caption}: outage {:.1} s, new primary {}, {last} rows acknowledged and all there, at most {most} writable member(s) in {polls} polls",
+            "chaos: {caption}: outage {:.1} s, new primary {}, {last} rows acknowledged, {lost} of them lost here, at most {most} writable member(s) in {polls} polls",
             outage.as_secs_f64(),
             after.primary
         );
+        if fault == Fault::KillOperatorMidFailover {
+            self.print_timeline(injected);
+        }
         assert!(
             most <= 1,
             "{caption}: two writable primaries at once: {:?}",
             self.writable.seen.lock().expect("writable")
         );
-        outage
+        (outage, lost)
+    }
+
+    /// Note `what` in the timeline, as a story line would be.
+    fn mark(&self, what: &str) {
+        let mut timeline = self.timeline.lock().expect("timeline");
+        timeline.push((Instant::now(), format!("[chaos] {what}")));
+    }
+
+    /// The operator's lines (and the test's marks) since `from`, with their times after it:
+    /// where a fault's outage went.
+    fn print_timeline(&self, from: Instant) {
+        let timeline = self.timeline.lock().expect("timeline");
+        for (at, line) in timeline.iter().filter(|(at, _)| *at >= from) {
+            let after = at.duration_since(from).as_secs_f64();
+            println!("chaos: timeline +{after:5.2} s {line}");
+        }
     }
 }
 
@@ -515,9 +608,25 @@ fn seconds(d: Duration) -> String {
     format!("{:.1}", d.as_secs_f64())
 }
 
+/// Keep `story`'s lines in `timeline`, each with when it was first seen (within 20 ms).
+async fn time_lines(story: Story, timeline: Arc<Mutex<Vec<(Instant, String)>>>) {
+    let mut seen = 0;
+    loop {
+        let lines = story.lines();
+        let now = Instant::now();
+        timeline
+            .lock()
+            .expect("timeline")
+            .extend(lines.iter().skip(seen).map(|line| (now, line.clone())));
+        seen = lines.len();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Every fault of [`FAULTS`], once per round (`CHAOS_ROUNDS`, default 1), against one
-/// synchronous cluster under a steady writer: each converges, loses no acknowledged row, and
-/// never shows two writable primaries; the outages are printed.
+/// synchronous cluster under a steady writer: each converges (every replica streaming from the
+/// primary), loses no acknowledged row, and never shows two writable primaries; the outages
+/// are printed. With `CHAOS_REPLICATION=async`, the rows lost are counted instead.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_fault_converges_without_losing_an_acknowledged_row() {
     let rounds: usize = std::env::var("CHAOS_ROUNDS")
@@ -529,7 +638,11 @@ async fn every_fault_converges_without_losing_an_acknowledged_row() {
     test_support::register_crd(&client).await;
     let (reporter, story) = Story::record();
     let operator = Operator::start(&client, &reporter);
-    let spec = test_support::synchronous_spec(SIZE as _, 1);
+    let replication = Replication::from_env();
+    let spec = match replication {
+        Replication::Synchronous => test_support::synchronous_spec(SIZE as _, 1),
+        Replication::Asynchronous => PostgresClusterSpec::new(SIZE as _, "16"),
+    };
     let object = PostgresCluster::new(client.namespace(), CLUSTER, spec);
     client
         .create::<_, PostgresCluster>(&collection_path(client.namespace()), &object)
@@ -564,6 +677,8 @@ async fn every_fault_converges_without_losing_an_acknowledged_row() {
     })
     .await;
     let psql = HostPsql::installed("postgres", &secret);
+    let timeline = Arc::new(Mutex::new(Vec::new()));
+    let timing = tokio::spawn(time_lines(story.clone(), timeline.clone()));
     let mut chaos = Chaos {
         sandbox,
         client: client.clone(),
@@ -573,6 +688,10 @@ async fn every_fault_converges_without_losing_an_acknowledged_row() {
         psql: psql.clone(),
         ledger: Arc::new(Ledger::default()),
         writable: Arc::new(Writable::default()),
+        replication,
+        lost: 0,
+        operator_kills: 0,
+        timeline,
     };
     chaos.converged("the first start").await;
     test_support::eventually(FAULT_DEADLINE, "the ledger table", || async {
@@ -599,40 +718,52 @@ async fn every_fault_converges_without_losing_an_acknowledged_row() {
     ));
 
     let started = Instant::now();
-    let mut outages: Vec<(Fault, Vec<Duration>)> =
-        FAULTS.iter().map(|f| (*f, Vec::new())).collect();
+    // Per fault: its outage and the acknowledged rows it lost, one of each per round.
+    let mut measured: Vec<(Fault, Vec<Duration>, Vec<i64>)> = FAULTS
+        .iter()
+        .map(|f| (*f, Vec::new(), Vec::new()))
+        .collect();
     for round in 1..=rounds {
-        println!("chaos: round {round} of {rounds}");
-        for (fault, measured) in outages.iter_mut() {
-            measured.push(chaos.run_fault(*fault).await);
+        println!("chaos: round {round} of {rounds} ({replication:?} replication)");
+        for (fault, outages, lost) in measured.iter_mut() {
+            let (outage, lost_here) = chaos.run_fault(*fault).await;
+            outages.push(outage);
+            lost.push(lost_here);
         }
     }
     stop_writing.cancel();
     let _ = writer.await;
     watch.abort();
+    timing.abort();
     let last = chaos.ledger.last();
     let primary = chaos.converged("the end").await.primary;
-    chaos.no_acknowledged_row_lost(&primary, "the end").await;
+    let (_, lost_at_end) = chaos.acknowledged_rows_lost(&primary, "the end").await;
 
     println!(
-        "chaos: {rounds} round(s) in {:.0} s; {last} rows acknowledged, 0 lost",
-        started.elapsed().as_secs_f64()
+        "chaos: {rounds} round(s) in {:.0} s, {replication:?} replication; {last} rows acknowledged, {} lost",
+        started.elapsed().as_secs_f64(),
+        chaos.lost
     );
-    println!("chaos: | fault | outage, s (min / median / max) |");
-    println!("chaos: |---|---|");
-    for (fault, mut measured) in outages {
-        measured.sort();
+    assert_eq!(lost_at_end, 0, "rows lost after the last fault converged");
+    println!(
+        "chaos: | fault | outage, s (min / median / max) | acknowledged rows lost (per round) |"
+    );
+    println!("chaos: |---|---|---|");
+    for (fault, mut outages, lost) in measured {
+        outages.sort();
         let (min, median, max) = (
-            measured[0],
-            measured[measured.len() / 2],
-            measured[measured.len() - 1],
+            outages[0],
+            outages[outages.len() / 2],
+            outages[outages.len() - 1],
         );
+        let lost: Vec<String> = lost.iter().map(i64::to_string).collect();
         println!(
-            "chaos: | {} | {} / {} / {} |",
+            "chaos: | {} | {} / {} / {} | {} |",
             fault.caption(),
             seconds(min),
             seconds(median),
-            seconds(max)
+            seconds(max),
+            lost.join(", ")
         );
     }
     if let Some(operator) = chaos.operator.take() {

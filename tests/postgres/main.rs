@@ -1,11 +1,13 @@
 //! Step 04's Postgres clusters, one test binary: the pod manifests (`src/postgres/manifests.rs`)
 //! and the shell they hold, run on this machine, and a replicated cluster built from them by
 //! hand on real PostgreSQL; what an idle cluster costs the API server; synchronous replication
-//! through a lost node and a planned switchover. WORKSHOP.md, step 04.
+//! through a lost node and a planned switchover; a Ready replica that streams from nothing,
+//! replaced. WORKSHOP.md, step 04.
 //!
 //! Run one part: `cargo test --test postgres scripts::`.
 
 mod manifests;
+mod not_streaming;
 mod scripts;
 mod steady_state;
 mod synchronous_replication;

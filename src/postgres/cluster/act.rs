@@ -359,6 +359,11 @@ pub(super) fn delete_story(
             EventType::Warning,
             "MemberLost",
         ),
+        DeleteReason::NotStreaming => (
+            format!("Replica {pod} is Ready but has not streamed from the primary {} for {}s (an old timeline it cannot leave, or a primary that is gone); replacing it with a fresh clone", observed.recorded_primary.as_deref().unwrap_or("?"), member.map_or(0, |m| m.not_streaming_for.as_secs())),
+            EventType::Warning,
+            "ReplicaNotStreaming",
+        ),
         DeleteReason::MemberDead => (
             format!("Member lost: {pod} (its pod failed); replacing it"),
             EventType::Warning,

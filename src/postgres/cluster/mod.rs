@@ -36,7 +36,7 @@ use crate::client::{Client, ClientError, Patch};
 use crate::controller::cluster::{run_task_loop, ClusterReconciler, TaskEnd};
 use crate::controller::pods::Pod;
 use crate::controller::{ClusterInbox, ClusterWorker};
-use crate::events::{rfc3339, EventRecorder, EventType};
+use crate::events::{parse_utc, rfc3339, EventRecorder, EventType};
 use crate::exec::exec;
 use crate::metrics::Metrics;
 use crate::story::Reporter;
@@ -45,13 +45,14 @@ use crate::watch::{Store, WatchOptions};
 use super::conditions::{next_status, PHASE_FAILED, PHASE_RUNNING};
 use super::manifests::{self, Credentials, Role, POSTGRES_CONTAINER, ROLE_LABEL};
 use super::plan::{
-    choose, next_action, version_change, Action, Delays, DeleteReason, Member, Observed, Phase,
-    Position, VersionChange,
+    choose, next_action, next_deadline, version_change, Action, Delays, DeleteReason, Member,
+    Observed, Phase, Position, VersionChange,
 };
 
 mod act;
 mod layer;
 mod owned;
+mod streaming;
 mod synchronous;
 
 pub use layer::{ClusterLayer, Planned};
@@ -66,6 +67,8 @@ pub struct PostgresOptions {
     pub expectation_timeout: Duration,
     /// How often the Secret, ConfigMap and Services are checked again (with a GET each) after
     /// the task's first round and each spec change. One that was deleted is re-created then.
+    /// Also how often, at steady state, the primary is asked which replicas stream from it
+    /// (`streaming.rs`; after a change of members it is asked at once).
     pub owned_recheck: Duration,
     /// The pod and cluster watches' tuning (and so the bound `/healthz` gives them).
     pub watch: WatchOptions,
@@ -181,6 +184,12 @@ pub struct PostgresTask<L: ClusterLayer> {
     owned_checked: Option<Instant>,
     /// The synchronous standbys this task last set on a primary (`synchronous.rs`).
     synchronous_set: Option<crate::api::SynchronousStatus>,
+    /// Wakes this task's loop: a pod event does, and so does the timer set for the end of the
+    /// first running delay (`plan::next_deadline`), which the next round acts on.
+    nudge: Arc<tokio::sync::Notify>,
+    wake_up: Option<tokio::task::JoinHandle<()>>,
+    /// Which replicas the primary was last found streaming to (`streaming.rs`).
+    streaming: streaming::StreamingWatch,
     /// Something this round set out to do failed (`/metrics` counts such rounds).
     round_failed: bool,
     /// The layer's own state for this cluster.
@@ -208,6 +217,9 @@ async fn run<L: ClusterLayer>(
         last_members_line: String::new(),
         owned_checked: None,
         synchronous_set: None,
+        nudge: nudged.clone(),
+        wake_up: None,
+        streaming: streaming::StreamingWatch::default(),
         round_failed: false,
         layer: L::State::default(),
     };
@@ -374,6 +386,9 @@ impl<L: ClusterLayer> PostgresTask<L> {
                 .cloned(),
             quorum: synchronous::quorum(&self.cluster),
         };
+        if !self.cluster.spec.paused && waiting_for_watch.is_none() {
+            self.observe_streaming(&mut observed).await;
+        }
         L::observe(self, &mut observed).await;
         self.say_members(&observed);
 
@@ -413,6 +428,7 @@ impl<L: ClusterLayer> PostgresTask<L> {
             VersionChange::None | VersionChange::Minor => None,
             _ => running_version.clone(),
         };
+        self.wake_when_a_delay_ends(&observed);
         let acted = match &planned {
             Planned::Core(action) => self.act(action, &observed, image_version.as_deref()).await,
             Planned::Own(action) => L::act(self, action, image_version.as_deref()).await,
@@ -440,6 +456,23 @@ impl<L: ClusterLayer> PostgresTask<L> {
         self.write_status(next).await;
     }
 
+    /// Nudge this task when the first running delay ends (or never, if none runs or the tick
+    /// comes first), in place of the wake-up set by the round before.
+    fn wake_when_a_delay_ends(&mut self, observed: &Observed) {
+        if let Some(earlier) = self.wake_up.take() {
+            earlier.abort();
+        }
+        let deadline = next_deadline(observed, &self.worker.options.delays)
+            .filter(|left| *left < self.worker.options.reconcile_interval);
+        if let Some(left) = deadline {
+            let nudge = self.nudge.clone();
+            self.wake_up = Some(tokio::spawn(async move {
+                tokio::time::sleep(left).await;
+                nudge.notify_one();
+            }));
+        }
+    }
+
     /// The cluster's pods in the store now: in its namespace and owned by its uid, shared with
     /// the store (no copy per round).
     fn snapshot(&self) -> Vec<Arc<Pod>> {
@@ -453,6 +486,11 @@ impl<L: ClusterLayer> PostgresTask<L> {
     /// The cluster's pods, reduced to what the plan reads.
     fn observe(&mut self, pods: &[Arc<Pod>]) -> Vec<Member> {
         let now = Instant::now();
+        let Delays {
+            failover_after,
+            stop_timeout,
+            ..
+        } = self.worker.options.delays;
         let exists = |name: &String| pods.iter().any(|p| &p.metadata.name == name);
         self.unready_since.retain(|name, _| exists(name));
         self.terminating_since.retain(|name, _| exists(name));
@@ -475,17 +513,24 @@ impl<L: ClusterLayer> PostgresTask<L> {
                     let since = *self
                         .unready_since
                         .entry(pod.metadata.name.clone())
-                        .or_insert(now);
+                        .or_insert_with(|| {
+                            since_recorded(unready_recorded(pod), now, failover_after / 2)
+                        });
                     now - since
                 } else {
                     self.unready_since.remove(&pod.metadata.name);
                     Duration::ZERO
                 };
                 let terminating_for = if phase == Phase::Terminating {
+                    // `deletionTimestamp` is when the grace period ends: the time past it is
+                    // time the pod has been stuck (a lost node), whoever watched it then.
                     let since = *self
                         .terminating_since
                         .entry(pod.metadata.name.clone())
-                        .or_insert(now);
+                        .or_insert_with(|| {
+                            let deadline = pod.metadata.deletion_timestamp.as_deref();
+                            since_recorded(deadline, now, stop_timeout / 2)
+                        });
                     now - since
                 } else {
                     Duration::ZERO
@@ -502,6 +547,7 @@ impl<L: ClusterLayer> PostgresTask<L> {
                     ready,
                     unready_for,
                     terminating_for,
+                    not_streaming_for: Duration::ZERO,
                     version: image_tag(pod),
                     created: pod.metadata.creation_timestamp.clone().unwrap_or_default(),
                 }
@@ -633,6 +679,30 @@ pub async fn psql_in_pod(
     Ok(output.stdout_text())
 }
 
+/// When the kubelet recorded `pod` going unready: its Ready condition's `lastTransitionTime`.
+fn unready_recorded(pod: &Pod) -> Option<&str> {
+    pod.status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready" && c.status != "True")
+        .and_then(|c| c.last_transition_time.as_deref())
+}
+
+/// A time `recorded` in the pod's object, as an instant on this task's clock, for a task that
+/// first sees the pod `now`: a task that starts mid-failover (a new operator, a new leader) does
+/// not start the failover delay or the stop timeout again. The record is in whole seconds, so
+/// up to a second early: a second is taken off. It comes from another clock (the node's, the
+/// API server's): at most `at_most` is credited, so a skewed clock cannot make a task act the
+/// moment it first sees the pod.
+fn since_recorded(recorded: Option<&str>, now: Instant, at_most: Duration) -> Instant {
+    let elapsed = recorded
+        .and_then(parse_utc)
+        .and_then(|at| std::time::SystemTime::now().duration_since(at).ok())
+        .unwrap_or_default();
+    let credited = elapsed.saturating_sub(Duration::from_secs(1)).min(at_most);
+    now.checked_sub(credited).unwrap_or(now)
+}
+
 /// The tag of the pod's postgres container image: `postgres:16.4` → `16.4`.
 fn image_tag(pod: &Pod) -> String {
     let image = pod
@@ -647,4 +717,40 @@ fn image_tag(pod: &Pod) -> String {
     name_and_tag
         .split_once(':')
         .map_or(String::new(), |(_, tag)| tag.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::pods::PodCondition;
+    use std::time::SystemTime;
+
+    fn unready_since(seconds_ago: u64) -> Pod {
+        let mut pod = Pod::default();
+        pod.status.conditions.push(PodCondition {
+            type_: "Ready".into(),
+            status: "False".into(),
+            last_transition_time: Some(rfc3339(
+                SystemTime::now() - Duration::from_secs(seconds_ago),
+            )),
+        });
+        pod
+    }
+
+    /// A task that first sees a pod unready credits what the kubelet recorded, less a second
+    /// (whole-second timestamps), and never more than it is allowed (here half the delay).
+    #[test]
+    fn the_kubelets_record_of_unready_counts_toward_the_failover_delay() {
+        let now = Instant::now();
+        let delay = Duration::from_secs(6);
+        let credited = |pod: &Pod| now - since_recorded(unready_recorded(pod), now, delay / 2);
+        assert_eq!(credited(&unready_since(0)), Duration::ZERO);
+        let two = credited(&unready_since(2));
+        assert!(
+            two > Duration::ZERO && two <= Duration::from_secs(2),
+            "{two:?}"
+        );
+        assert_eq!(credited(&unready_since(600)), Duration::from_secs(3));
+        assert_eq!(credited(&Pod::default()), Duration::ZERO);
+    }
 }

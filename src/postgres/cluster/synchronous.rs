@@ -213,19 +213,6 @@ pub(super) fn set_status(
 mod tests {
     use super::*;
 
-    fn member(name: &str, role: Role, ready: bool) -> Member {
-        Member {
-            name: name.into(),
-            role: Some(role),
-            phase: Phase::Running,
-            ready,
-            unready_for: Duration::ZERO,
-            terminating_for: Duration::ZERO,
-            version: "16".into(),
-            created: String::new(),
-        }
-    }
-
     fn spec(number: i64, data_durability: DataDurability) -> SynchronousSpec {
         SynchronousSpec {
             number,
@@ -238,9 +225,9 @@ mod tests {
     #[test]
     fn the_standbys_follow_the_members() {
         let members = vec![
-            member("db-p", Role::Primary, true),
-            member("db-b", Role::Replica, false),
-            member("db-a", Role::Replica, true),
+            Member::running("db-p", Role::Primary, true),
+            Member::running("db-b", Role::Replica, false),
+            Member::running("db-a", Role::Replica, true),
         ];
         let required = spec(1, DataDurability::Required);
         assert_eq!(
@@ -252,7 +239,7 @@ mod tests {
             wanted(&preferred, &members, Some("db-p"), None),
             Some((1, vec!["db-a".into()]))
         );
-        let alone = vec![member("db-p", Role::Primary, true)];
+        let alone = vec![Member::running("db-p", Role::Primary, true)];
         assert_eq!(wanted(&preferred, &alone, Some("db-p"), None), None);
         let before = SynchronousStatus {
             primary: "db-p".into(),
