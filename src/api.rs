@@ -279,6 +279,13 @@ pub struct PostgresClusterStatus {
     pub synchronous: Option<SynchronousStatus>,
 }
 
+impl PostgresClusterStatus {
+    /// The condition of this `type` (conditions are a list keyed by type: at most one each).
+    pub fn condition(&self, type_: &str) -> Option<&Condition> {
+        self.conditions.iter().find(|c| c.type_ == type_)
+    }
+}
+
 /// `status.synchronous`: the primary's `synchronous_standby_names` is `ANY number (standbys)`,
 /// so every commit acknowledged since was on at least `number` of `standbys`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

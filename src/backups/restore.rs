@@ -343,9 +343,8 @@ pub fn phase_and_conditions(
 ) {
     let state = next.restore.as_ref().map(|r| r.state.as_str());
     let primary_ready = next
-        .conditions
-        .iter()
-        .any(|c| c.type_ == "Available" && c.status == "True");
+        .condition("Available")
+        .is_some_and(|c| c.status == "True");
     if state == Some(RESTORE_FAILED) {
         next.phase = Some(PHASE_FAILED.into());
         if let Some(failed) = next.restore.clone().filter(|_| !primary_ready) {
@@ -356,10 +355,9 @@ pub fn phase_and_conditions(
             let available = condition("Available", false, "RestoreFailed", message);
             set_condition(next, previous, available, now);
         }
-        let members_only = next.conditions.iter().any(|c| {
-            c.type_ == "Degraded"
-                && matches!(c.reason.as_str(), "MembersNotReady" | "AllMembersReady")
-        });
+        let members_only = next
+            .condition("Degraded")
+            .is_some_and(|c| matches!(c.reason.as_str(), "MembersNotReady" | "AllMembersReady"));
         if members_only {
             set_condition(next, previous, all_members_lost(), now);
         }
@@ -407,8 +405,6 @@ pub(super) fn last_line(message: &str) -> Option<&str> {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
     use crate::api::{Condition, PostgresClusterSpec};
     use crate::postgres::conditions::next_status;
@@ -423,26 +419,8 @@ mod tests {
 
     /// One unready primary (the restoring seed), or none.
     fn observed(seed: bool) -> Observed {
-        let members = seed.then(|| Member {
-            name: "db-x".into(),
-            role: Some(Role::Primary),
-            phase: Phase::Running,
-            ready: false,
-            unready_for: Duration::ZERO,
-            terminating_for: Duration::ZERO,
-            not_streaming_for: Duration::ZERO,
-            version: "16".into(),
-            created: String::new(),
-        });
-        Observed {
-            members: members.into_iter().collect(),
-            recorded_primary: Some("db-0".into()),
-            has_run: true,
-            size: 2,
-            wanted_version: "16".into(),
-            switchover_to: None,
-            quorum: None,
-        }
+        let seed = seed.then(|| Member::running("db-x", Role::Primary, false));
+        Observed::of_running(seed.into_iter().collect())
     }
 
     /// Step 04's status for this round, then the layer's word on it.
@@ -460,11 +438,7 @@ mod tests {
     }
 
     fn find<'a>(status: &'a PostgresClusterStatus, type_: &str) -> &'a Condition {
-        status
-            .conditions
-            .iter()
-            .find(|c| c.type_ == type_)
-            .expect("every condition is written")
+        status.condition(type_).expect("every condition is written")
     }
 
     /// A restore under way is Recovering; a failed one is Failed with its reason; with no

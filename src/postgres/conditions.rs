@@ -188,10 +188,7 @@ pub fn set_condition(
     now: &str,
 ) {
     condition.observed_generation = next.observed_generation;
-    let before = previous
-        .conditions
-        .iter()
-        .find(|c| c.type_ == condition.type_);
+    let before = previous.condition(&condition.type_);
     condition.last_transition_time = match before {
         Some(before) if before.status == condition.status => before.last_transition_time.clone(),
         _ => now.to_string(),
@@ -242,8 +239,8 @@ mod tests {
     }
 
     fn observed(ready: &[bool]) -> Observed {
-        Observed {
-            members: ready
+        Observed::of_running(
+            ready
                 .iter()
                 .enumerate()
                 .map(|(i, &ready)| {
@@ -251,13 +248,7 @@ mod tests {
                     Member::running(&format!("db-{i}"), role, ready)
                 })
                 .collect(),
-            recorded_primary: Some("db-0".into()),
-            has_run: true,
-            size: 2,
-            wanted_version: "16".into(),
-            switchover_to: None,
-            quorum: None,
-        }
+        )
     }
 
     /// `next_status` with the cluster's first member as the primary (none without members)
@@ -280,11 +271,7 @@ mod tests {
     }
 
     fn find<'a>(status: &'a PostgresClusterStatus, type_: &str) -> &'a Condition {
-        status
-            .conditions
-            .iter()
-            .find(|c| c.type_ == type_)
-            .expect("every condition is written")
+        status.condition(type_).expect("every condition is written")
     }
 
     /// A healthy cluster: Running, Available, not Degraded, with the scale selector.

@@ -114,6 +114,23 @@ pub struct Observed {
     pub quorum: Option<Quorum>,
 }
 
+impl Observed {
+    /// For the tests: `members` of a cluster of two that has run, with `db-0` its recorded
+    /// primary, on version 16, nothing else asked for.
+    #[cfg(test)]
+    pub(crate) fn of_running(members: Vec<Member>) -> Observed {
+        Observed {
+            members,
+            recorded_primary: Some("db-0".into()),
+            has_run: true,
+            size: 2,
+            wanted_version: "16".into(),
+            switchover_to: None,
+            quorum: None,
+        }
+    }
+}
+
 /// `synchronous_standby_names = ANY number (standbys)` as last set on the primary.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Quorum {
