@@ -283,7 +283,14 @@ async fn bad_flags_exit_2_naming_the_flag() {
 /// `Sandbox::shutdown` ends open watches and stops accepting connections.
 #[tokio::test]
 async fn shutdown_ends_watches_and_closes_the_port() {
-    let sandbox = test_support::start_sandbox().await;
+    // An address of its own: the other tests of this binary bind 127.0.0.1:0 meanwhile, and
+    // one of them may be handed the port this sandbox frees (pods' addresses are 127.B.x.y
+    // with B ≥ 1, never 127.0.0.x).
+    let sandbox = test_support::start_sandbox_with(sandbox::SandboxOptions {
+        listen: std::net::SocketAddr::from(([127, 0, 0, 77], 0)),
+        ..sandbox::SandboxOptions::default()
+    })
+    .await;
     let http = Http::new(&sandbox.url());
     let mut watch = http
         .stream("/api/v1/namespaces/default/pods?watch=true")
