@@ -321,12 +321,22 @@ fn postgres_container(cluster: &PostgresCluster, image: &str) -> Value {
         // is how long a standby whose primary went away waits before it tries again: after a
         // failover, the replicas reach the new primary through the Service that much later, and
         // with synchronous replication every commit waits for one of them.
+        // wal_sender_timeout (60 s by default) bounds how long a walsender waits for a standby
+        // that says nothing: a fast shutdown ends only when every walsender has had the
+        // standby's reply for the shutdown checkpoint (WalSndDone), so a standby whose
+        // processes are frozen (a hung pod, a node cut off) while its TCP connection stays open
+        // held a deleted primary Terminating for up to that long, past the operator's stop
+        // timeout. 5 s, as CloudNativePG sets it: a live standby answers the walsender's
+        // keepalive requests (sent at half the timeout) at once, and so does the WAL stream of
+        // a clone's `pg_basebackup -X stream`.
         "args": [
             "postgres",
             "-c",
             "wal_keep_size=512MB",
             "-c",
-            "wal_retrieve_retry_interval=1s"
+            "wal_retrieve_retry_interval=1s",
+            "-c",
+            "wal_sender_timeout=5s"
         ],
         "ports": [{"name": PORT_NAME, "containerPort": POSTGRES_PORT, "protocol": "TCP"}],
         "env": [

@@ -6,6 +6,7 @@
 //!
 //! Run one part: `cargo test --test postgres scripts::`.
 
+mod frozen_standby;
 mod manifests;
 mod not_streaming;
 mod scripts;

@@ -716,6 +716,7 @@ async fn run_instance(
         Kind::Main => worker.crash.get(index).unwrap_or(&no_crash),
         Kind::Init => &no_crash,
     };
+    let stop_signal = Image::parse(spec["image"].as_str().unwrap_or_default()).stop_signal();
     let (exit_code, stopped) = tokio::select! {
         code = jailed.wait() => (code, false),
         _ = worker.lost.cancelled() => {
@@ -730,12 +731,12 @@ async fn run_instance(
         _ = worker.stop.cancelled() => {
             let grace = *lock(&worker.grace);
             node.event(&worker.pod, false, "Killing", format!("Stopping container {name}"));
-            (jailed.stop(grace).await, true)
+            (jailed.stop(grace, stop_signal).await, true)
         }
         Some(why) = restart_rx.recv() => {
             node.event(&worker.pod, false, "Killing", format!("Container {name} {why}, will be restarted"));
             let grace = Duration::from_secs(worker.pod["spec"]["terminationGracePeriodSeconds"].as_u64().unwrap_or(30));
-            (jailed.stop(grace).await, false)
+            (jailed.stop(grace, stop_signal).await, false)
         }
     };
     probes_stop.cancel();

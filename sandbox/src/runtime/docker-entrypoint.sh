@@ -6,7 +6,7 @@
 #     as POSTGRES_USER with POSTGRES_PASSWORD (required unless POSTGRES_HOST_AUTH_METHOD=trust)
 #     and POSTGRES_INITDB_ARGS, allow `host all all all <method>`, start a temporary server on the
 #     Unix socket only, create POSTGRES_DB, run /docker-entrypoint-initdb.d/*.sh and *.sql, stop
-#     it; then exec postgres in the foreground, so it gets the container's SIGTERM itself.
+#     it; then exec postgres in the foreground, so it gets the container's stop signal itself.
 #   - first argument an option (`-c ...`): as if `postgres` came first.
 #   - anything else (`sh -c ...`, `pg_basebackup ...`): exec it unchanged.
 # What differs, and why: the pod never runs as root (the sandbox starts it as its runAsUser), so

@@ -29,6 +29,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use super::jail::Mount;
+use super::process;
 
 /// Where the stand-in entrypoint appears inside a postgres pod, as in the official image.
 pub(crate) const POSTGRES_ENTRYPOINT: &str = "/usr/local/bin/docker-entrypoint.sh";
@@ -84,6 +85,19 @@ impl Image {
                     "failed to pull and unpack image \"docker.io/library/postgres:{tag}\": failed to resolve reference \"docker.io/library/postgres:{tag}\": docker.io/library/postgres:{tag}: not found"
                 ),
             }
+        }
+    }
+
+    /// The image's `STOPSIGNAL`, which the runtime sends a container it stops (containerd reads
+    /// it from the image's config; `command` does not change it): SIGTERM unless the image says
+    /// otherwise. The official postgres image says `STOPSIGNAL SIGINT`, since to PostgreSQL
+    /// SIGTERM is a smart shutdown, which waits for every client session to end (one waiting for
+    /// a synchronous standby that is gone waits for ever), and SIGINT a fast shutdown, which
+    /// ends them and then writes the shutdown checkpoint.
+    pub(crate) fn stop_signal(&self) -> i32 {
+        match self {
+            Image::Postgres { .. } => process::SIGINT,
+            Image::Operator | Image::Other | Image::Unpullable { .. } => process::SIGTERM,
         }
     }
 
@@ -210,6 +224,8 @@ mod tests {
             Image::Unpullable { .. }
         ));
         assert_eq!(Image::parse("busybox:1.36"), Image::Other);
+        assert_eq!(Image::parse("postgres:16").stop_signal(), process::SIGINT);
+        assert_eq!(Image::parse("busybox:1.36").stop_signal(), process::SIGTERM);
         assert_eq!(Image::parse("postgres:16.4").postgres_major(), Some("16"));
         assert_eq!(Image::parse("postgres").postgres_major(), None);
     }

@@ -3,7 +3,8 @@
 //! pod is deleted, stops the processes before the pod object may go.
 //!
 //! WORKSHOP.md, "Set-up: the sandbox". Deletion, as the kubelet does it: a pod with a
-//! `deletionTimestamp` gets SIGTERM in every container, up to its grace period to exit
+//! `deletionTimestamp` gets its image's stop signal in every container (SIGTERM unless the image
+//! says otherwise; SIGINT for postgres), up to its grace period to exit
 //! (`deletionGracePeriodSeconds`, at most `terminationGracePeriodSeconds`), then SIGKILL; only
 //! then is the object removed and its emptyDirs deleted. A pod removed outright (`--force
 //! --grace-period=0`, its namespace deleted) has its processes killed at once.

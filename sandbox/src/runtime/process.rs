@@ -2,8 +2,8 @@
 //!
 //! WORKSHOP.md, "Set-up: the sandbox". bwrap stays as the parent of the jailed command (it
 //! reports the command's exit code as its own), so signals go to the command itself — the
-//! container's PID 1, as containerd signals it: a PID 1 without a SIGTERM handler (plain `sh`)
-//! ignores SIGTERM and is killed when the grace period ends, exactly as in a cluster.
+//! container's PID 1, as containerd signals it: a PID 1 without a handler for the stop signal
+//! (plain `sh`) ignores it and is killed when the grace period ends, exactly as in a cluster.
 
 use std::ffi::OsString;
 use std::fs::File;
@@ -16,6 +16,7 @@ use tokio::process::{Child, Command};
 use super::jail::Jail;
 
 /// Linux signal numbers (the same on every Linux architecture the sandbox runs on).
+pub(crate) const SIGINT: i32 = 2;
 pub(crate) const SIGTERM: i32 = 15;
 pub(crate) const SIGKILL: i32 = 9;
 pub(crate) const SIGSTOP: i32 = 19;
@@ -196,12 +197,13 @@ impl Jailed {
         children.split_whitespace().next()?.parse().ok()
     }
 
-    /// SIGTERM the command (the container's PID 1). Before bwrap has started it there is
-    /// nothing to ask politely: bwrap is killed, and the command with it.
-    pub(crate) fn terminate(&mut self) {
+    /// Send the image's stop signal (`signal`) to the command (the container's PID 1). Before
+    /// bwrap has started it there is nothing to ask politely: bwrap is killed, and the command
+    /// with it.
+    pub(crate) fn terminate(&mut self, signal: i32) {
         match self.command_pid() {
             Some(pid) => {
-                send_signal(pid, SIGTERM);
+                send_signal(pid, signal);
             }
             None => {
                 let _ = self.child.start_kill();
@@ -226,9 +228,9 @@ impl Jailed {
         }
     }
 
-    /// SIGTERM, up to `grace` to exit, then SIGKILL. Returns the exit code.
-    pub(crate) async fn stop(&mut self, grace: Duration) -> i32 {
-        self.terminate();
+    /// The stop signal (`signal`), up to `grace` to exit, then SIGKILL. Returns the exit code.
+    pub(crate) async fn stop(&mut self, grace: Duration, signal: i32) -> i32 {
+        self.terminate(signal);
         match tokio::time::timeout(grace, self.child.wait()).await {
             Ok(Ok(status)) => exit_code(status),
             _ => {

@@ -7,7 +7,8 @@
 //! `notReadyAddresses`, each port's `targetPort` resolved (a number, or a container port's
 //! name), and the same as EndpointSlices; (2) listens on `ClusterIP:port` only while the Service has a ready endpoint and
 //! forwards each connection's bytes to one of them (round robin). With no ready endpoint
-//! nothing listens, so a connection is refused, as kube-proxy's REJECT rule answers.
+//! nothing listens, so a connection is refused, as kube-proxy's REJECT rule answers; the
+//! connections already open stay open (conntrack), so a terminating pod keeps its clients.
 //!
 //! Cluster DNS has no server here: [`host_names`] gives the lines each pod's /etc/hosts carries
 //! for the Services (kept current by the pod's worker), and [`service_links`] the
@@ -71,7 +72,12 @@ pub(crate) async fn run(
                     };
                     let shared = Arc::new(Mutex::new(backends));
                     let stop = shutdown.child_token();
-                    tokio::spawn(proxy(socket, shared.clone(), stop.clone()));
+                    tokio::spawn(proxy(
+                        socket,
+                        shared.clone(),
+                        stop.clone(),
+                        shutdown.clone(),
+                    ));
                     listeners.insert(
                         address,
                         Listener {
@@ -96,8 +102,14 @@ fn bind(address: SocketAddr) -> std::io::Result<TcpListener> {
     socket.listen(128)
 }
 
-/// Accept on `socket` until `stop`, piping each connection to the next backend.
-async fn proxy(socket: TcpListener, backends: Backends, stop: CancellationToken) {
+/// Accept on `socket` until `stop`, piping each connection to the next backend until the
+/// connection ends or the sandbox `shutdown`s.
+async fn proxy(
+    socket: TcpListener,
+    backends: Backends,
+    stop: CancellationToken,
+    shutdown: CancellationToken,
+) {
     let turn = AtomicUsize::new(0);
     loop {
         let accepted = tokio::select! {
@@ -117,15 +129,21 @@ async fn proxy(socket: TcpListener, backends: Backends, stop: CancellationToken)
         let Some(backend) = backend else {
             continue;
         };
-        let stop = stop.clone();
+        // Connections already open outlive a Service's last ready endpoint, and so the listener
+        // (`stop`), but not the sandbox. kube-proxy removes a terminating endpoint from the
+        // Service's rules, but established flows keep going by their conntrack entries (only
+        // UDP entries are flushed), so the pod can finish its shutdown over them: a primary
+        // deleted for a switchover keeps its standbys' replication connections (made through
+        // `<cluster>-primary`), ships them its last WAL, and lets a synchronous commit that
+        // waits for a standby complete. Cutting them left such a commit waiting for a standby
+        // that could no longer reconnect (nothing listens), and the pod Terminating.
+        let shutdown = shutdown.clone();
         tokio::spawn(async move {
             let Ok(mut upstream) = TcpStream::connect(backend).await else {
                 return;
             };
-            // Connections already open outlive a Service's last endpoint (as conntrack keeps
-            // established flows), but not the sandbox.
             tokio::select! {
-                _ = stop.cancelled() => {}
+                _ = shutdown.cancelled() => {}
                 _ = tokio::io::copy_bidirectional(&mut client, &mut upstream) => {}
             }
         });
@@ -705,6 +723,66 @@ pub(crate) fn ensure_kubernetes_service(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// Send `byte` on `stream` and read what comes back; None if the connection is closed.
+    async fn round_trip(stream: &mut TcpStream, byte: u8) -> Option<u8> {
+        stream.write_all(&[byte]).await.ok()?;
+        let mut answer = [0u8; 1];
+        match stream.read(&mut answer).await {
+            Ok(1) => Some(answer[0]),
+            _ => None,
+        }
+    }
+
+    /// The Service loses its last ready endpoint (its pod is terminating): the listener stops,
+    /// so a new connection is refused, but the one already open goes on carrying bytes both
+    /// ways (as conntrack keeps an established flow) until the sandbox shuts down.
+    #[tokio::test]
+    async fn an_open_connection_outlives_the_listener_but_not_the_sandbox() {
+        let backend = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("backend bound");
+        let backend_address = backend.local_addr().expect("backend address");
+        let echo = tokio::spawn(async move {
+            let (mut stream, _) = backend.accept().await.expect("accepted");
+            let mut byte = [0u8; 1];
+            while let Ok(1) = stream.read(&mut byte).await {
+                if stream.write_all(&byte).await.is_err() {
+                    break;
+                }
+            }
+        });
+        let socket = bind("127.0.0.1:0".parse().expect("address")).expect("service bound");
+        let service_address = socket.local_addr().expect("service address");
+        let (stop, shutdown) = (CancellationToken::new(), CancellationToken::new());
+        let listener = tokio::spawn(proxy(
+            socket,
+            Arc::new(Mutex::new(vec![backend_address])),
+            stop.clone(),
+            shutdown.clone(),
+        ));
+        let mut client = TcpStream::connect(service_address)
+            .await
+            .expect("connected through the service");
+        assert_eq!(round_trip(&mut client, 1).await, Some(1));
+
+        stop.cancel();
+        listener.await.expect("the listener stops");
+        assert!(
+            TcpStream::connect(service_address).await.is_err(),
+            "nothing listens without a ready endpoint"
+        );
+        assert_eq!(
+            round_trip(&mut client, 2).await,
+            Some(2),
+            "the open connection is cut with the listener"
+        );
+
+        shutdown.cancel();
+        assert_eq!(round_trip(&mut client, 3).await, None);
+        echo.await.expect("the backend's connection ends");
+    }
 
     #[test]
     fn service_links_name_each_cluster_ip_service_and_skip_headless_ones() {

@@ -1,0 +1,101 @@
+//! A primary deleted while its standby is frozen (every process SIGSTOPped, its TCP connection
+//! open: a hung pod, or a node cut off from the network) stops within seconds: its fast
+//! shutdown waits for the standby's reply only as long as `wal_sender_timeout`.
+//!
+//! Needs PostgreSQL and bubblewrap:
+//! `cargo test --test postgres frozen_standby:: -- --nocapture`.
+
+use std::time::{Duration, Instant};
+
+use postgres_operator::api::{collection_path, object_path, PostgresCluster};
+use postgres_operator::client::Client;
+use postgres_operator::postgres::cluster::psql_in_pod;
+use postgres_operator::postgres::manifests::psql_argv;
+use postgres_operator::postgres::run_postgres_operator;
+use sandbox::{LostNode, SandboxOptions};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+const CLUSTER: &str = "frozen";
+const DEADLINE: Duration = Duration::from_secs(240);
+
+async fn psql(client: &Client, pod: &str, sql: &str) -> Option<String> {
+    psql_in_pod(client, client.namespace(), pod, &psql_argv(sql))
+        .await
+        .ok()
+        .map(|out| out.trim().to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_whose_standby_is_frozen_stops_within_seconds() {
+    let sandbox = test_support::start_process_sandbox(SandboxOptions::default()).await;
+    let client = test_support::plain_client(&sandbox.url());
+    test_support::register_crd(&client).await;
+    let (reporter, _story) = test_support::Story::record();
+    let stop = CancellationToken::new();
+    let operator = tokio::spawn(run_postgres_operator(
+        client.clone(),
+        test_support::quick_postgres_options(),
+        (),
+        reporter,
+        stop.clone(),
+    ));
+    let object = PostgresCluster::new(client.namespace(), CLUSTER, test_support::cluster_spec(2));
+    client
+        .create::<_, PostgresCluster>(&collection_path(client.namespace()), &object)
+        .await
+        .expect("cluster created");
+
+    // The primary, and the standby streaming from it (application_name is the pod's name).
+    let (primary, standby) = test_support::eventually(DEADLINE, "a streaming standby", || async {
+        let cluster: Value = client
+            .get(&object_path(client.namespace(), CLUSTER))
+            .await
+            .ok()?;
+        // Both ready: the replica's clone (whose pg_basebackup streams WAL under the same
+        // application_name) is over, and its server streams.
+        if cluster["status"]["readyInstances"] != 2 {
+            return None;
+        }
+        let primary = cluster["status"]["primary"].as_str()?.to_string();
+        let sql = "SELECT application_name FROM pg_stat_replication WHERE state = 'streaming'";
+        let standby = psql(&client, &primary, sql).await?;
+        (!standby.is_empty()).then_some((primary, standby))
+    })
+    .await;
+
+    // The standby's node is cut off: its processes frozen, its connections open.
+    assert!(
+        sandbox
+            .faults()
+            .lose_node(client.namespace(), &standby, LostNode::default()),
+        "{primary} streams to {standby:?}"
+    );
+    let path = format!("/api/v1/namespaces/{}/pods/{primary}", client.namespace());
+    let deleted = Instant::now();
+    client
+        .delete::<Value>(&path)
+        .await
+        .expect("the primary pod deleted");
+    test_support::eventually(DEADLINE, "the deleted primary gone", || async {
+        client.get::<Value>(&path).await.is_err().then_some(())
+    })
+    .await;
+    let stopped = deleted.elapsed();
+    println!(
+        "primary with a frozen standby: deleted to gone in {:.1} s",
+        stopped.as_secs_f64()
+    );
+    // With PostgreSQL's default wal_sender_timeout (60 s) its walsender waited for the frozen
+    // standby's reply: 30 s here, past the operator's stop timeout (20 s), which then fences.
+    assert!(
+        stopped < Duration::from_secs(15),
+        "the primary took {stopped:?} to stop"
+    );
+
+    stop.cancel();
+    operator
+        .await
+        .expect("the operator's task")
+        .expect("the operator stops cleanly");
+}
