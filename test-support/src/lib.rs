@@ -39,8 +39,8 @@ pub use kubectl::{
 };
 pub use operator::{
     cluster_spec, create_cluster, older_crd, operator_command, plain_client,
-    quick_postgres_options, register_crd, sandbox_with_crd, synchronous_spec, Story,
-    PGC_TABLE_HEADER,
+    quick_postgres_options, register_crd, sandbox_with_crd, synchronous_spec, PostgresOperator,
+    Story, PGC_TABLE_HEADER,
 };
 pub use processes::{processes, processes_matching, run_with_deadline, Process};
 pub use psql::HostPsql;

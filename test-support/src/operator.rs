@@ -174,3 +174,53 @@ impl Story {
 pub const PGC_TABLE_HEADER: [&str; 9] = [
     "NAME", "SIZE", "READY", "PRIMARY", "PHASE", "VERSION", "LAST", "BACKUP", "AGE",
 ];
+
+/// Step 04's operator (no layer) running in this process against a fresh sandbox whose pods are
+/// real processes, with the CRD registered: how the tests of real failover begin.
+pub struct PostgresOperator {
+    pub sandbox: Sandbox,
+    pub client: Client,
+    pub story: Story,
+    stop: tokio_util::sync::CancellationToken,
+    task: tokio::task::JoinHandle<
+        Result<
+            postgres_operator::controller::ControllerStopped,
+            postgres_operator::controller::OperatorError,
+        >,
+    >,
+}
+
+impl PostgresOperator {
+    /// Start the sandbox (failing with what is missing without PostgreSQL and bubblewrap) and
+    /// the operator with `options` (e.g. [`crate::quick_postgres_options`]).
+    pub async fn start(options: postgres_operator::postgres::PostgresOptions) -> PostgresOperator {
+        let sandbox = crate::start_process_sandbox(SandboxOptions::default()).await;
+        let client = plain_client(&sandbox.url());
+        register_crd(&client).await;
+        let (reporter, story) = Story::record();
+        let stop = tokio_util::sync::CancellationToken::new();
+        let task = tokio::spawn(postgres_operator::postgres::run_postgres_operator(
+            client.clone(),
+            options,
+            (),
+            reporter,
+            stop.clone(),
+        ));
+        PostgresOperator {
+            sandbox,
+            client,
+            story,
+            stop,
+            task,
+        }
+    }
+
+    /// Stop the operator as SIGTERM would, and require that it stopped cleanly.
+    pub async fn stop(self) {
+        self.stop.cancel();
+        self.task
+            .await
+            .expect("the operator's task")
+            .expect("the operator stops cleanly");
+    }
+}

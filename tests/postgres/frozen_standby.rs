@@ -11,10 +11,8 @@ use postgres_operator::api::{collection_path, object_path, PostgresCluster};
 use postgres_operator::client::Client;
 use postgres_operator::postgres::cluster::psql_in_pod;
 use postgres_operator::postgres::manifests::psql_argv;
-use postgres_operator::postgres::run_postgres_operator;
-use sandbox::{LostNode, SandboxOptions};
+use sandbox::LostNode;
 use serde_json::Value;
-use tokio_util::sync::CancellationToken;
 
 const CLUSTER: &str = "frozen";
 const DEADLINE: Duration = Duration::from_secs(240);
@@ -28,18 +26,9 @@ async fn psql(client: &Client, pod: &str, sql: &str) -> Option<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_primary_whose_standby_is_frozen_stops_within_seconds() {
-    let sandbox = test_support::start_process_sandbox(SandboxOptions::default()).await;
-    let client = test_support::plain_client(&sandbox.url());
-    test_support::register_crd(&client).await;
-    let (reporter, _story) = test_support::Story::record();
-    let stop = CancellationToken::new();
-    let operator = tokio::spawn(run_postgres_operator(
-        client.clone(),
-        test_support::quick_postgres_options(),
-        (),
-        reporter,
-        stop.clone(),
-    ));
+    let operator =
+        test_support::PostgresOperator::start(test_support::quick_postgres_options()).await;
+    let (sandbox, client) = (&operator.sandbox, operator.client.clone());
     let object = PostgresCluster::new(client.namespace(), CLUSTER, test_support::cluster_spec(2));
     client
         .create::<_, PostgresCluster>(&collection_path(client.namespace()), &object)
@@ -93,9 +82,5 @@ async fn a_primary_whose_standby_is_frozen_stops_within_seconds() {
         "the primary took {stopped:?} to stop"
     );
 
-    stop.cancel();
-    operator
-        .await
-        .expect("the operator's task")
-        .expect("the operator stops cleanly");
+    operator.stop().await;
 }

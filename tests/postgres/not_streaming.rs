@@ -14,10 +14,8 @@ use postgres_operator::client::Client;
 use postgres_operator::controller::pods::{pods_path, CLUSTER_LABEL};
 use postgres_operator::postgres::cluster::psql_in_pod;
 use postgres_operator::postgres::manifests::psql_argv;
-use postgres_operator::postgres::{run_postgres_operator, PostgresOptions};
-use sandbox::SandboxOptions;
+use postgres_operator::postgres::PostgresOptions;
 use serde_json::Value;
-use tokio_util::sync::CancellationToken;
 
 const CLUSTER: &str = "astray";
 const DEADLINE: Duration = Duration::from_secs(180);
@@ -74,24 +72,14 @@ async fn streaming_pair(client: &Client) -> (String, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_ready_replica_that_streams_from_nothing_is_replaced() {
-    let sandbox = test_support::start_process_sandbox(SandboxOptions::default()).await;
-    let client = test_support::plain_client(&sandbox.url());
-    test_support::register_crd(&client).await;
-    let (reporter, _story) = test_support::Story::record();
-    let stop = CancellationToken::new();
     // The primary is asked who streams after each change of members, and at steady state once
     // per `owned_recheck` (5 minutes by default): here every 2 s, so the test need not wait.
     let options = PostgresOptions {
         owned_recheck: Duration::from_secs(2),
         ..test_support::quick_postgres_options()
     };
-    let operator = tokio::spawn(run_postgres_operator(
-        client.clone(),
-        options,
-        (),
-        reporter,
-        stop.clone(),
-    ));
+    let operator = test_support::PostgresOperator::start(options).await;
+    let client = operator.client.clone();
     let object = PostgresCluster::new(
         client.namespace(),
         CLUSTER,
@@ -164,6 +152,5 @@ async fn a_ready_replica_that_streams_from_nothing_is_replaced() {
         "not streaming: {astray} replaced {:.1} s after its WAL receiver was pointed away; {replica} streams in its place",
         replaced_after.as_secs_f64()
     );
-    stop.cancel();
-    let _ = operator.await;
+    operator.stop().await;
 }

@@ -14,10 +14,7 @@ use postgres_operator::api::{collection_path, object_path, PostgresCluster};
 use postgres_operator::client::Client;
 use postgres_operator::postgres::cluster::psql_in_pod;
 use postgres_operator::postgres::manifests::psql_argv;
-use postgres_operator::postgres::run_postgres_operator;
-use sandbox::SandboxOptions;
 use serde_json::Value;
-use tokio_util::sync::CancellationToken;
 
 const CLUSTER: &str = "sync";
 const DEADLINE: Duration = Duration::from_secs(240);
@@ -61,18 +58,10 @@ async fn synchronous_and_ready(client: &Client) -> (String, Vec<String>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_acknowledged_commit_is_lost_when_the_primary_node_is_lost() {
-    let sandbox = test_support::start_process_sandbox(SandboxOptions::default()).await;
-    let client = test_support::plain_client(&sandbox.url());
-    test_support::register_crd(&client).await;
-    let (reporter, story) = test_support::Story::record();
-    let stop = CancellationToken::new();
-    let operator = tokio::spawn(run_postgres_operator(
-        client.clone(),
-        test_support::quick_postgres_options(),
-        (),
-        reporter,
-        stop.clone(),
-    ));
+    let operator =
+        test_support::PostgresOperator::start(test_support::quick_postgres_options()).await;
+    let (sandbox, client) = (&operator.sandbox, operator.client.clone());
+    let story = &operator.story;
     let spec = test_support::synchronous_spec(3, 1);
     let object = PostgresCluster::new(client.namespace(), CLUSTER, spec);
     client
@@ -239,9 +228,5 @@ async fn no_acknowledged_commit_is_lost_when_the_primary_node_is_lost() {
     );
     assert!(story.said("Switching over to"));
 
-    stop.cancel();
-    operator
-        .await
-        .expect("the operator's task")
-        .expect("the operator stops cleanly");
+    operator.stop().await;
 }

@@ -699,7 +699,7 @@ async fn run_instance(
     let (restart_tx, mut restart_rx) = mpsc::channel::<String>(1);
     if kind == Kind::Main {
         if let Some(ip) = worker.pod_ip() {
-            tokio::spawn(run_probes(
+            let probes = run_probes(
                 node.clone(),
                 worker.clone(),
                 index,
@@ -708,7 +708,15 @@ async fn run_instance(
                 ip,
                 restart_tx,
                 probes_stop.clone(),
-            ));
+            );
+            // A node that stopped reporting probes nothing more: its kubelet is gone with it.
+            let silent = worker.silent.clone();
+            tokio::spawn(async move {
+                tokio::select! {
+                    () = probes => {}
+                    () = silent.cancelled() => {}
+                }
+            });
         }
     }
     let no_crash = Notify::new();
@@ -797,26 +805,6 @@ async fn run_simulated(
 /// Startup, then readiness and liveness, for one instance of a main container.
 #[allow(clippy::too_many_arguments)]
 async fn run_probes(
-    node: Arc<Node>,
-    worker: Arc<PodWorker>,
-    index: usize,
-    spec: Value,
-    context: Arc<(Jail, Vec<(String, String)>)>,
-    pod_ip: Ipv4Addr,
-    restart: mpsc::Sender<String>,
-    stop: CancellationToken,
-) {
-    // A node that stopped reporting probes nothing more: its kubelet is gone with it.
-    let silent = worker.silent.clone();
-    tokio::select! {
-        () = probe_instance(node, worker, index, spec, context, pod_ip, restart, stop) => {}
-        () = silent.cancelled() => {}
-    }
-}
-
-/// [`run_probes`] while the node reports.
-#[allow(clippy::too_many_arguments)]
-async fn probe_instance(
     node: Arc<Node>,
     worker: Arc<PodWorker>,
     index: usize,
