@@ -422,8 +422,13 @@ impl Chaos {
     /// many acknowledged rows went missing since the last count, which may be more than none.
     async fn acknowledged_rows_lost(&mut self, primary: &str, fault: &str) -> (i64, i64) {
         let last = self.ledger.last();
-        let pods = members(&self.client).await;
-        let ip = pod_ip(&pods, primary).expect("the primary's IP");
+        // Polled, not read once: `members` reads an empty list when one GET fails (a loaded
+        // machine's timeout), and the primary was there a moment ago.
+        let client = &self.client;
+        let ip = test_support::eventually(Duration::from_secs(30), "the primary's IP", || async {
+            pod_ip(&members(client).await, primary)
+        })
+        .await;
         let count = self
             .psql
             .run(
