@@ -77,6 +77,10 @@ enum Fault {
     /// stopped in the failover that follows, then started anew: in turn 1 s after the loss
     /// (within the failover delay) and when it fences the primary (before any promotion).
     KillOperatorMidFailover,
+    /// `kubectl delete pod <primary>`, and the operator stopped 0.3 s later, while the old
+    /// primary stops and before any promotion, then started anew: the new operator finishes
+    /// the failover the old one began.
+    StopOperatorAfterDelete,
     /// A replica's node lost (processes killed, pod unready at once).
     LoseReplica,
     /// A planned switchover to a standby: `workshop.example.com/switchover-to=<pod>`.
@@ -88,11 +92,12 @@ enum Fault {
 
 /// The faults of one round; the switchover before `LosePrimaryNode`, which leaves a pod
 /// Terminating for ever.
-const FAULTS: [Fault; 7] = [
+const FAULTS: [Fault; 8] = [
     Fault::DeletePrimaryPod,
     Fault::KillPrimaryPostmaster,
     Fault::HangPrimary,
     Fault::KillOperatorMidFailover,
+    Fault::StopOperatorAfterDelete,
     Fault::LoseReplica,
     Fault::Switchover,
     Fault::LosePrimaryNode,
@@ -106,6 +111,9 @@ impl Fault {
             Fault::HangPrimary => "the primary hung (SIGSTOP)",
             Fault::KillOperatorMidFailover => {
                 "the operator stopped mid-failover (in turn: 1 s into the delay, at the fence)"
+            }
+            Fault::StopOperatorAfterDelete => {
+                "kubectl delete pod <primary>, the operator stopped 0.3 s later"
             }
             Fault::LoseReplica => "a replica's node lost",
             Fault::Switchover => "a planned switchover (switchover-to annotation)",
@@ -507,16 +515,16 @@ impl Chaos {
                     let fenced = self.said_after(said_before, primary, "Member lost").await;
                     println!("chaos: stopping the operator at the fence: {fenced}");
                 }
-                if let Some(operator) = self.operator.take() {
-                    self.mark("stopping the operator");
-                    let took = operator.stop().await;
-                    println!(
-                        "chaos: operator stopped ({:.1} s to end its tasks), starting a new one",
-                        took.as_secs_f64()
-                    );
-                }
-                self.mark("starting a new operator");
-                self.operator = Some(Operator::start(&self.client, &self.reporter));
+                self.restart_operator().await;
+            }
+            Fault::StopOperatorAfterDelete => {
+                let path = format!("/api/v1/namespaces/{namespace}/pods/{primary}");
+                self.client
+                    .delete::<Value>(&path)
+                    .await
+                    .expect("the primary pod deleted");
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                self.restart_operator().await;
             }
             Fault::LoseReplica => {
                 let replica = before.standbys.first().expect("a standby");
@@ -537,6 +545,20 @@ impl Chaos {
                 assert!(faults.lose_node(&namespace, primary, LostNode::default()));
             }
         }
+    }
+
+    /// Stop the operator (its tasks ended) and start a new one in its place.
+    async fn restart_operator(&mut self) {
+        if let Some(operator) = self.operator.take() {
+            self.mark("stopping the operator");
+            let took = operator.stop().await;
+            println!(
+                "chaos: operator stopped ({:.1} s to end its tasks), starting a new one",
+                took.as_secs_f64()
+            );
+        }
+        self.mark("starting a new operator");
+        self.operator = Some(Operator::start(&self.client, &self.reporter));
     }
 
     /// One fault: inject it, wait for convergence and resumed writes, check no row was lost
@@ -581,7 +603,10 @@ impl Chaos {
             outage.as_secs_f64(),
             after.primary
         );
-        if fault == Fault::KillOperatorMidFailover {
+        if matches!(
+            fault,
+            Fault::KillOperatorMidFailover | Fault::StopOperatorAfterDelete
+        ) {
             self.print_timeline(injected);
         }
         assert!(
