@@ -63,9 +63,10 @@ impl<L: ClusterLayer> PostgresTask<L> {
             }
             Action::FailoverRefused(why) => {
                 // Said once: the round repeats it every tick until enough standbys answer.
-                let said = self.status().conditions.iter().any(|c| {
-                    c.type_ == "Progressing" && c.reason == "FailoverRefused" && &c.message == why
-                });
+                let said = self
+                    .status()
+                    .condition("Progressing")
+                    .is_some_and(|c| c.reason == "FailoverRefused" && &c.message == why);
                 if !said {
                     self.say(format!("Not failing over: {why}"));
                     self.event(EventType::Warning, "FailoverRefused", why).await;
