@@ -1,8 +1,10 @@
 //! Our custom resource as Rust sees it: the typed `PostgresCluster` (its spec and status), the
 //! metadata and lists every Kubernetes object shares, and the REST paths that reach our objects.
 //!
-//! WORKSHOP.md, step 02, where the operator first reads PostgresClusters (step 04's and step 05's
-//! fields of the spec and status are here too: the CRD registered in step 01 declares them all).
+//! WORKSHOP.md, step 02, where the operator first reads PostgresClusters. The CRD registered in
+//! step 01 declares every field of every step; the fields of steps 04 and 05 (synchronous
+//! replication, backups) are carried here untyped, in `more`, and typed in those steps' own
+//! `api.rs` (`src/postgres/api.rs`, `src/backups/api.rs`).
 //! The names the CRD itself holds (group, version, the CRD's name) are step 01's, in
 //! `crate::crd`; they are re-exported here, so one `use crate::api::...` names all of ours.
 
@@ -10,6 +12,7 @@ use std::collections::BTreeMap;
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
 
 pub use crate::crd::{crd_path, group_version_path, CRD_NAME, GROUP, VERSION};
 
@@ -54,7 +57,7 @@ pub struct ObjectMeta {
     pub deletion_timestamp: Option<String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
-    /// Free-form notes on the object; stage 05 reads [`BACKUP_NOW_ANNOTATION`] here.
+    /// Free-form notes on the object; steps 04 and 05 read requests here (a switchover, a backup).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub annotations: BTreeMap<String, String>,
     /// Who owns this object; the garbage collector deletes it once every owner is gone.
@@ -113,123 +116,11 @@ pub struct PostgresClusterSpec {
     /// A paused cluster is left alone by the reconcile loop.
     #[serde(default)]
     pub paused: bool,
-    /// Stage 05: base backups and WAL archiving to a PersistentVolumeClaim. Stage 04 ignores it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub backup: Option<BackupSpec>,
-    /// Stage 05: how a new cluster's first member starts (empty, or from another's backups).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub bootstrap: Option<BootstrapSpec>,
-    /// How the replicas follow the primary; absent: asynchronous streaming.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub replication: Option<ReplicationSpec>,
-}
-
-/// `spec.replication`.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ReplicationSpec {
-    /// Absent: a commit returns once the primary has it (PostgreSQL's default, asynchronous).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub synchronous: Option<SynchronousSpec>,
-}
-
-/// `spec.replication.synchronous`: a commit returns once `number` standbys have it too.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct SynchronousSpec {
-    /// How many standbys must have each commit: at least 1, less than `spec.size`.
-    pub number: i64,
-    #[serde(default)]
-    pub data_durability: DataDurability,
-}
-
-/// What to do when fewer than `number` standbys can answer (the CRD allows these two only).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum DataDurability {
-    /// Commits wait until enough standbys have them: no acknowledged commit is ever lost to a
-    /// failover, and writes stop while too few standbys run.
-    #[default]
-    Required,
-    /// Commits go on with fewer standbys, or none (asynchronous): writes never stop, and a
-    /// failover then may lose the last commits.
-    Preferred,
-}
-
-impl std::fmt::Display for DataDurability {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            DataDurability::Required => "required",
-            DataDurability::Preferred => "preferred",
-        })
-    }
-}
-
-/// Asks for a base backup at once when its value changes (any value; a timestamp is handy):
-/// `kubectl annotate pgc NAME workshop.example.com/backup-now="$(date +%s)" --overwrite`.
-pub const BACKUP_NOW_ANNOTATION: &str = "workshop.example.com/backup-now";
-
-/// Asks for a planned switchover to the replica it names: `kubectl annotate pgc NAME
-/// workshop.example.com/switchover-to=POD`. Acted on once per value (`status.switchover`).
-pub const SWITCHOVER_ANNOTATION: &str = "workshop.example.com/switchover-to";
-
-/// `spec.backup`. The names are fixed: scripts rely on them.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct BackupSpec {
-    /// The size of the claim `<name>-backups`, a Kubernetes quantity ("1Gi").
-    #[serde(default = "default_storage_size")]
-    pub storage_size: String,
-    /// Minutes between two base backups.
-    #[serde(default = "default_interval_minutes")]
-    pub interval_minutes: i64,
-    /// How many base backups to keep (the newest); at least 1.
-    #[serde(default = "default_keep")]
-    pub keep: i64,
-}
-
-fn default_storage_size() -> String {
-    "1Gi".to_string()
-}
-
-fn default_interval_minutes() -> i64 {
-    60
-}
-
-fn default_keep() -> i64 {
-    3
-}
-
-impl Default for BackupSpec {
-    fn default() -> Self {
-        BackupSpec {
-            storage_size: default_storage_size(),
-            interval_minutes: default_interval_minutes(),
-            keep: default_keep(),
-        }
-    }
-}
-
-/// `spec.bootstrap`.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct BootstrapSpec {
-    /// Seed the new cluster from another cluster's base backups and WAL archive.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub from_backup: Option<FromBackup>,
-}
-
-/// `spec.bootstrap.fromBackup`: the source cluster's claim `<cluster>-backups`, in the same
-/// namespace, read only.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct FromBackup {
-    /// The source cluster's name.
-    pub cluster: String,
-    /// Replay the WAL up to this moment (RFC 3339 in UTC, `2026-01-22T10:15:00Z`) and stop;
-    /// absent: replay everything archived.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub target_time: Option<String>,
+    /// The fields later steps read (step 04: `replication`; step 05: `backup`, `bootstrap`), as
+    /// the server sent them: the CRD of step 01 declares them all, and this step carries them
+    /// without knowing their shape. Each later step decodes its own with [`field`].
+    #[serde(flatten)]
+    pub more: Map<String, Value>,
 }
 
 /// What the operator last observed. Written through the `/status` subresource only.
@@ -262,21 +153,12 @@ pub struct PostgresClusterStatus {
     /// keyed by `type`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
-    /// Stage 05: the newest base backup that completed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_backup: Option<LastBackup>,
-    /// Stage 05: the value of [`BACKUP_NOW_ANNOTATION`] last acted on.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub backup_requested: Option<String>,
-    /// Stage 05: the last restore (disaster recovery or `bootstrap.fromBackup`), or why it failed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub restore: Option<RestoreStatus>,
-    /// The [`SWITCHOVER_ANNOTATION`] value last acted on: the pod it named became the primary.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub switchover: Option<String>,
-    /// The synchronous standbys the operator last set on the primary; absent: asynchronous.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub synchronous: Option<SynchronousStatus>,
+    /// The fields later steps write (step 04: `switchover`, `synchronous`; step 05:
+    /// `lastBackup`, `backupRequested`, `restore`), carried as they are, so that a status
+    /// written by one step keeps the others'. Each step reads and writes its own with [`field`]
+    /// and [`set_field`].
+    #[serde(flatten)]
+    pub more: Map<String, Value>,
 }
 
 impl PostgresClusterStatus {
@@ -286,47 +168,32 @@ impl PostgresClusterStatus {
     }
 }
 
-/// `status.synchronous`: the primary's `synchronous_standby_names` is `ANY number (standbys)`,
-/// so every commit acknowledged since was on at least `number` of `standbys`.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct SynchronousStatus {
-    /// The primary it was set on.
-    pub primary: String,
-    pub number: i64,
-    /// The standbys' pod names (their `application_name`).
-    #[serde(default)]
-    pub standbys: Vec<String>,
+/// `more[name]` decoded as a `T`: how a later step reads its own field of a spec or status
+/// (`field::<ReplicationSpec>(&spec.more, "replication")`). Absent: `None`; there but of
+/// another shape: the decoding error, which names what did not fit.
+pub fn field<T: DeserializeOwned>(
+    more: &Map<String, Value>,
+    name: &str,
+) -> Result<Option<T>, serde_json::Error> {
+    more.get(name).map(T::deserialize).transpose()
 }
 
-/// `status.lastBackup`: one base backup, as its backup pod reported it.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct LastBackup {
-    /// Its directory in the claim: `base/<name>`, named by time and start LSN.
-    pub name: String,
-    /// When it completed (RFC 3339).
-    pub time: String,
-    /// The WAL position it starts from (a restore replays from here).
-    pub lsn: String,
-    /// Its size in the claim.
-    pub bytes: i64,
-}
-
-/// `status.restore`.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct RestoreStatus {
-    /// The claim restored from (`<cluster>-backups`).
-    pub source: String,
-    /// The seed pod that restored, replays and is promoted.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub pod: String,
-    /// `Restoring`, `Restored` or `Failed`.
-    pub state: String,
-    /// Restored: the WAL position the new primary reached. Failed: why (names the file).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub message: String,
+/// Set `more[name]` to `value`, or remove it (`None`): how a later step writes its own field.
+pub fn set_field<T: Serialize>(more: &mut Map<String, Value>, name: &str, value: Option<&T>) {
+    // Our own types serialize to JSON without fail (their map keys are strings); a value that
+    // did not would be left out rather than written half.
+    match value.map(serde_json::to_value) {
+        Some(Ok(value)) => {
+            more.insert(name.to_string(), value);
+        }
+        Some(Err(error)) => {
+            tracing::warn!(%error, name, "a status or spec field does not serialize; left out");
+            more.remove(name);
+        }
+        None => {
+            more.remove(name);
+        }
+    }
 }
 
 /// One status condition, in the shape every Kubernetes API uses (`metav1.Condition`), so
@@ -467,9 +334,7 @@ impl PostgresClusterSpec {
             size,
             version: version.to_string(),
             paused: false,
-            backup: None,
-            bootstrap: None,
-            replication: None,
+            more: Map::new(),
         }
     }
 }
@@ -482,33 +347,31 @@ impl std::fmt::Display for PostgresClusterSpec {
             "{{size: {}, version: {}, paused: {}",
             self.size, self.version, self.paused
         )?;
-        // Stage 05's fields only when set, so the stage 01–04 lines read as before.
-        if let Some(backup) = &self.backup {
-            write!(
-                f,
-                ", backup: {{storageSize: {}, intervalMinutes: {}, keep: {}}}",
-                backup.storage_size, backup.interval_minutes, backup.keep
-            )?;
-        }
-        if let Some(from) = self.bootstrap.as_ref().and_then(|b| b.from_backup.as_ref()) {
-            write!(f, ", bootstrap: {{fromBackup: {}", from.cluster)?;
-            if let Some(time) = &from.target_time {
-                write!(f, " at {time}")?;
-            }
-            write!(f, "}}")?;
-        }
-        if let Some(sync) = self
-            .replication
-            .as_ref()
-            .and_then(|r| r.synchronous.as_ref())
-        {
-            write!(
-                f,
-                ", synchronous: {{number: {}, dataDurability: {}}}",
-                sync.number, sync.data_durability
-            )?;
+        // The later steps' fields as they came; a cluster without them prints as in 2017.
+        for (name, value) in &self.more {
+            write!(f, ", {name}: {}", flow(value))?;
         }
         write!(f, "}}")
+    }
+}
+
+/// A carried field as the log lines print it, in YAML's flow style without quotes:
+/// `{keep: 2, storageSize: 256Mi}`. Keys in the order serde_json keeps them (sorted).
+fn flow(value: &Value) -> String {
+    match value {
+        Value::Object(fields) => {
+            let fields: Vec<String> = fields
+                .iter()
+                .map(|(name, value)| format!("{name}: {}", flow(value)))
+                .collect();
+            format!("{{{}}}", fields.join(", "))
+        }
+        Value::Array(items) => {
+            let items: Vec<String> = items.iter().map(flow).collect();
+            format!("[{}]", items.join(", "))
+        }
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
     }
 }
 
@@ -520,12 +383,10 @@ pub enum SpecError {
     SizeOutOfRange { size: i64 },
     #[error("spec.version: {0}")]
     Version(#[source] VersionError),
-    #[error("spec.replication.synchronous.number must be at least 1 and less than spec.size ({size}), so that enough standbys exist to acknowledge each commit; got {number}")]
-    SynchronousNumber { number: i64, size: i64 },
 }
 
 /// The checks a cluster task runs on a spec before acting (and that a spec update must pass to
-/// be accepted).
+/// be accepted). Step 04 adds its own on `spec.replication` (`postgres::api::validate_spec`).
 pub fn validate_spec(spec: &PostgresClusterSpec) -> Result<(), SpecError> {
     if !(1..=MAX_SIZE).contains(&spec.size) {
         return Err(SpecError::SizeOutOfRange { size: spec.size });
@@ -533,18 +394,6 @@ pub fn validate_spec(spec: &PostgresClusterSpec) -> Result<(), SpecError> {
     spec.version
         .parse::<PostgresVersion>()
         .map_err(SpecError::Version)?;
-    let synchronous = spec
-        .replication
-        .as_ref()
-        .and_then(|r| r.synchronous.as_ref());
-    if let Some(synchronous) = synchronous {
-        if synchronous.number < 1 || synchronous.number >= spec.size {
-            return Err(SpecError::SynchronousNumber {
-                number: synchronous.number,
-                size: spec.size,
-            });
-        }
-    }
     Ok(())
 }
 
@@ -696,14 +545,7 @@ mod tests {
     }
 
     fn spec(size: i64, version: &str) -> PostgresClusterSpec {
-        PostgresClusterSpec {
-            size,
-            version: version.into(),
-            paused: false,
-            backup: None,
-            bootstrap: None,
-            replication: None,
-        }
+        PostgresClusterSpec::new(size, version)
     }
 
     /// A task refuses a size outside 1..=7 and a version that is not a tag of major 13 or later,
@@ -736,6 +578,49 @@ mod tests {
             validate_spec(&spec(1, " ")),
             Err(SpecError::Version(VersionError::NotAVersion { .. }))
         ));
+    }
+
+    /// The fields of later steps pass through a decode and an encode unchanged (a status written
+    /// by one step keeps another's), and the log line prints them as they came.
+    #[test]
+    fn later_steps_fields_are_carried_through_and_printed() {
+        let json = serde_json::json!({
+            "size": 3, "version": "16", "paused": false,
+            "backup": {"storageSize": "256Mi", "keep": 2},
+            "replication": {"synchronous": {"number": 1, "dataDurability": "required"}},
+        });
+        let spec: PostgresClusterSpec = serde_json::from_value(json.clone()).unwrap();
+        assert_eq!(serde_json::to_value(&spec).unwrap(), json);
+        assert_eq!(
+            spec.to_string(),
+            "{size: 3, version: 16, paused: false, backup: {keep: 2, storageSize: 256Mi}, \
+             replication: {synchronous: {dataDurability: required, number: 1}}}"
+        );
+
+        let json = serde_json::json!({
+            "phase": "Running",
+            "switchover": "db-b",
+            "lastBackup": {"name": "base/x", "time": "2026-01-22T10:15:00Z"},
+        });
+        let mut status: PostgresClusterStatus = serde_json::from_value(json.clone()).unwrap();
+        assert_eq!(status.phase.as_deref(), Some("Running"));
+        assert_eq!(serde_json::to_value(&status).unwrap(), json);
+        assert_eq!(
+            field::<String>(&status.more, "switchover").unwrap(),
+            Some("db-b".into())
+        );
+        assert_eq!(field::<String>(&status.more, "restore").unwrap(), None);
+        assert!(field::<i64>(&status.more, "switchover").is_err());
+        set_field(&mut status.more, "switchover", None::<&String>);
+        set_field(&mut status.more, "backupRequested", Some(&"1"));
+        assert_eq!(
+            serde_json::to_value(&status).unwrap(),
+            serde_json::json!({
+                "phase": "Running",
+                "backupRequested": "1",
+                "lastBackup": {"name": "base/x", "time": "2026-01-22T10:15:00Z"},
+            })
+        );
     }
 
     /// A missing or empty status prints as the workshop's `<none>`; otherwise only set fields.

@@ -11,16 +11,16 @@
 //! | [`client`] | the HTTP client: one request (`mod.rs` opens with it) and the JSON verbs; retries and reading the answer (`answer.rs`) (a watch's byte stream is step 02's `watch/stream.rs`, `pods/exec`'s upgrade step 04's `exec.rs`); its errors, token and TLS in files of their own | Set-up ("Talking to the API server") |
 //! | [`status`] | the Kubernetes `Status` error body | Set-up ("When the server says no") |
 //! | [`crd`] | the CustomResourceDefinition (data: `kube/crd.yaml`, compiled in) and the names it holds; registering it (stage 01) and checking it (every later stage) in `mod.rs`; how the server's differs (`compare.rs`) | Step 01 |
-//! | [`api`] | the typed `PostgresCluster` (spec, status), object metadata and lists, and the REST paths to our objects | Step 02 |
+//! | [`api`] | the typed `PostgresCluster` (spec, status; the later steps' fields carried untyped in `more`), object metadata and lists, and the REST paths to our objects | Step 02 |
 //! | [`watch`] | the byte stream of a watch (`Client::stream`) → lines → typed events, list-then-watch that never loses its place, and the `Store` it keeps | Step 02 (the store: step 04) |
 //! | [`story`] | what the operator says: the workshop's log lines, and the `Reporter` that tags each with its cluster | Steps 02 and 03 (who leads: step 04) |
 //! | [`controller`] | one task per cluster, its own channel, and a reconcile timer | Step 03 |
-//! | [`postgres`] | step 04, a Postgres cluster for real: what a cluster owns, the plan, the cluster task that acts (and the seam a later step plugs into), synchronous replication, status, each cluster's figures | Step 04 |
+//! | [`postgres`] | step 04, a Postgres cluster for real: its own fields of the spec and status (`api.rs`), what a cluster owns, the plan, the cluster task that acts (and the seam a later step plugs into), synchronous replication, status, each cluster's figures | Step 04 |
 //! | [`exec`] | `pods/exec`: a command in a pod over a WebSocket (`channel.k8s.io` streams, the exit Status) | Step 04 ("Inside step 04: one `pods/exec`, byte by byte") |
 //! | [`leader`] | one operator acts at a time: leader election on a `coordination.k8s.io` Lease, as client-go does it | Step 04 ("Inside step 04: one operator at a time") |
 //! | [`events`] | Kubernetes Events about a cluster, what `kubectl describe pgc` shows | Step 04 |
 //! | [`metrics`] | what a user watches: `/metrics` in the Prometheus text format, `/healthz` and `/readyz` for the probes, and their server | Step 04 ("Watching the operator") |
-//! | [`backups`] | step 05, a layer over step 04's cluster task: WAL archiving, base backups, and restoring a seed from them | Step 05 |
+//! | [`backups`] | step 05, a layer over step 04's cluster task: its own fields of the spec and status (`api.rs`), WAL archiving, base backups, and restoring a seed from them | Step 05 |
 //! | [`process`] | what every binary does alike: logging, the stop token, connecting, duration flags, the error exit | Set-up |
 //!
 //! The binaries in `stages/` are the workshop's steps; each is a short `main` over this library.

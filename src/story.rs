@@ -211,14 +211,7 @@ mod tests {
     use crate::api::PostgresClusterSpec;
 
     fn cluster(size: i64) -> PostgresCluster {
-        let spec = PostgresClusterSpec {
-            size,
-            version: "16".into(),
-            paused: false,
-            backup: None,
-            bootstrap: None,
-            replication: None,
-        };
+        let spec = PostgresClusterSpec::new(size, "16");
         PostgresCluster::new("default", "db", spec)
     }
 

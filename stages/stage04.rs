@@ -2,7 +2,8 @@
 //! members, fail over — until SIGTERM or Ctrl-C.
 //!
 //! WORKSHOP.md, "Step 04". New since stage 03: `src/postgres/` — the cluster task now acts.
-//! `manifests.rs` builds the Secret, ConfigMap, Services and pods a cluster owns; `plan.rs`
+//! `api.rs` types this step's fields of the cluster (`spec.replication`, the switchover
+//! annotation, `status.synchronous`, `status.switchover`); `manifests.rs` builds the Secret, ConfigMap, Services and pods a cluster owns; `plan.rs`
 //! decides the one next action from what the pods look like; `cluster/` carries it out (pods
 //! through the API, Postgres through `pods/exec`, `src/exec.rs`), writes `status` and Events
 //! (`src/events.rs`); `operator.rs` adds a watch of the pods whose store (`src/watch/store.rs`)

@@ -2,9 +2,10 @@
 //! and disaster recovery from them — until SIGTERM or Ctrl-C.
 //!
 //! WORKSHOP.md, "Step 05". New since stage 04: `src/backups/`, a layer over stage 04's cluster
-//! task (`ClusterLayer` in `src/postgres/cluster/layer.rs`): `manifests.rs` — the claim
-//! `<name>-backups`, the archive settings every member gets, the backup pod and the restore init
-//! container; `plan.rs` — a seed that restores in place of the disaster when a backup exists, and
+//! task (`ClusterLayer` in `src/postgres/cluster/layer.rs`): `api.rs` — this step's fields of
+//! the cluster (`spec.backup`, `spec.bootstrap`, `status.lastBackup`, `restore`);
+//! `manifests.rs` — the claim `<name>-backups`, the archive settings every member gets, the
+//! backup pod and the restore init container; `plan.rs` — a seed that restores in place of the disaster when a backup exists, and
 //! when to take a base backup; `restore.rs` and `base_backups.rs` carry them out. The same
 //! operator as stage 04 with that layer plugged in: a cluster without `spec.backup` runs exactly
 //! as in stage 04. Like stage 04 it acts only while it holds the Lease `postgres-operator`.

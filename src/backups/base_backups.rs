@@ -7,13 +7,13 @@ use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
-use crate::api::{LastBackup, BACKUP_NOW_ANNOTATION};
 use crate::controller::pods::Pod;
 use crate::events::EventType;
 use crate::postgres::manifests::{self as pg, Role};
 use crate::postgres::plan::{Observed, Phase};
 use crate::postgres::PostgresTask;
 
+use super::api::{BackupsSpec, LastBackup, BACKUP_NOW_ANNOTATION};
 use super::manifests::{self, BackupReport, BACKUP_CONTAINER};
 use super::plan::{
     next_backup, BackupObserved, BackupPod, BackupSource, BackupStep, BACKUP_RETRY_AFTER,
@@ -29,7 +29,7 @@ pub(super) async fn round(
     observed: &Observed,
     steady: bool,
 ) {
-    let Some(spec) = task.cluster().spec.backup.clone() else {
+    let Some(spec) = BackupsSpec::read(&task.cluster().spec).backup else {
         return;
     };
     let requested_value = task
@@ -38,9 +38,11 @@ pub(super) async fn round(
         .annotations
         .get(BACKUP_NOW_ANNOTATION)
         .cloned();
-    let requested = requested_value.is_some() && requested_value != task.layer.backup_requested;
+    let requested =
+        requested_value.is_some() && requested_value != task.layer.status.backup_requested;
     let since_last = task
         .layer
+        .status
         .last_backup
         .as_ref()
         .and_then(|b| manifests::parse_utc(&b.time))
@@ -99,7 +101,7 @@ pub(super) async fn round(
                         pod.metadata.name
                     ));
                     if requested {
-                        task.layer.backup_requested = requested_value;
+                        task.layer.status.backup_requested = requested_value;
                     }
                 }
                 Err(error) => {
@@ -137,7 +139,7 @@ async fn collect(task: &mut PostgresTask<Backups>, pod: &str, succeeded: bool) {
             task.say(line.clone());
             task.event(EventType::Normal, "BackupCompleted", &line)
                 .await;
-            task.layer.last_backup = Some(LastBackup {
+            task.layer.status.last_backup = Some(LastBackup {
                 name: report.name,
                 time: report.time,
                 lsn: report.lsn,

@@ -607,21 +607,21 @@ mod tests {
         );
     }
 
+    /// A spec of `size` members with `backup: {}`.
+    fn with_backup(size: i64) -> crate::api::PostgresClusterSpec {
+        let mut spec = crate::api::PostgresClusterSpec::new(size, "16");
+        let backups = crate::backups::api::BackupsSpec {
+            backup: Some(crate::backups::api::BackupSpec::default()),
+            bootstrap: None,
+        };
+        backups.write(&mut spec);
+        spec
+    }
+
     /// The backup pod runs once, from the source host, with the claim mounted and `keep` passed.
     #[test]
     fn backup_pod_runs_once_against_the_source() {
-        let cluster = PostgresCluster::new(
-            "prod",
-            "db",
-            crate::api::PostgresClusterSpec {
-                size: 2,
-                version: "16".into(),
-                paused: false,
-                backup: Some(crate::api::BackupSpec::default()),
-                bootstrap: None,
-                replication: None,
-            },
-        );
+        let cluster = PostgresCluster::new("prod", "db", with_backup(2));
         let pod = backup_pod(&cluster, "db-replicas", 3);
         assert_eq!(pod["metadata"]["generateName"], "db-backup-");
         assert_eq!(pod["metadata"]["labels"][ROLE_LABEL], "backup");
@@ -651,18 +651,7 @@ mod tests {
     /// during recovery through its termination message (its log's end); a replica does not.
     #[test]
     fn a_restoring_seed_reports_why_it_failed_in_its_status() {
-        let cluster = PostgresCluster::new(
-            "prod",
-            "db",
-            crate::api::PostgresClusterSpec {
-                size: 1,
-                version: "16".into(),
-                paused: false,
-                backup: Some(crate::api::BackupSpec::default()),
-                bootstrap: None,
-                replication: None,
-            },
-        );
+        let cluster = PostgresCluster::new("prod", "db", with_backup(1));
         let restore = Some(RestoreSource {
             claim: "db-backups".into(),
             own: true,

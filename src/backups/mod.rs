@@ -5,6 +5,7 @@
 //!
 //! | file | what it holds |
 //! |---|---|
+//! | `api.rs` | step 05's own fields of the cluster: `spec.backup`, `spec.bootstrap`, the backup-now annotation, `status.lastBackup`, `backupRequested` and `restore` |
 //! | `manifests.rs` | the claim `<name>-backups`, the archive settings every member gets, the backup pod, the restore init container: pure functions |
 //! | `plan.rs` | the decisions: a seed that restores in place of the disaster, and when a base backup is due |
 //! | `mod.rs` | the layer: which of step 04's hooks it fills, and what it keeps per cluster |
@@ -13,6 +14,7 @@
 //!
 //! A cluster without `spec.backup` or `spec.bootstrap` runs exactly as in stage 04.
 
+pub mod api;
 pub mod base_backups;
 pub mod manifests;
 pub mod plan;
@@ -23,12 +25,13 @@ use std::sync::Arc;
 use serde_json::Value;
 use tokio::time::Instant;
 
-use crate::api::{LastBackup, PostgresCluster, PostgresClusterStatus, RestoreStatus};
+use crate::api::{PostgresCluster, PostgresClusterStatus};
 use crate::controller::pods::Pod;
 use crate::postgres::manifests::{Credentials, Role, ROLE_LABEL};
 use crate::postgres::plan::{Action, Observed};
 use crate::postgres::{ClusterLayer, OwnedError, Planned, PostgresTask};
 
+use api::{BackupStatus, BackupsSpec};
 use manifests::{PodBackups, BACKUP_ROLE};
 use plan::{plan_restore, BackupAction, RestoreObserved};
 
@@ -40,9 +43,7 @@ pub struct Backups;
 pub struct BackupState {
     /// `status.lastBackup`, `backupRequested` and `restore` as this round leaves them: read at
     /// the start of the round, changed by what it does, written with the round's status.
-    last_backup: Option<LastBackup>,
-    backup_requested: Option<String>,
-    restore: Option<RestoreStatus>,
+    status: BackupStatus,
     /// When the last backup pod failed (the next is tried after a pause).
     backup_failed_at: Option<Instant>,
     /// This round's view for the restore rules.
@@ -70,7 +71,7 @@ impl ClusterLayer for Backups {
     /// The claim `<name>-backups`, when `spec.backup` asks for it.
     async fn ensure_owned(task: &PostgresTask<Self>) -> Result<(), OwnedError> {
         let cluster = task.cluster();
-        let Some(spec) = &cluster.spec.backup else {
+        let Some(spec) = BackupsSpec::read(&cluster.spec).backup else {
             return Ok(());
         };
         let claim = manifests::backup_claim_name(&cluster.metadata.name);
@@ -94,7 +95,7 @@ impl ClusterLayer for Backups {
         pod: &mut Value,
     ) {
         let backups = PodBackups {
-            archive: cluster.spec.backup.is_some(),
+            archive: BackupsSpec::read(&cluster.spec).backup.is_some(),
             restore: None,
         };
         manifests::dress_member(pod, cluster, role, &backups);
@@ -138,7 +139,7 @@ impl ClusterLayer for Backups {
         observed: &Observed,
         steady: bool,
     ) {
-        if task.cluster().spec.backup.is_some() {
+        if BackupsSpec::read(&task.cluster().spec).backup.is_some() {
             base_backups::round(task, own_pods, observed, steady).await;
         }
     }
@@ -149,10 +150,7 @@ impl ClusterLayer for Backups {
         status: &mut PostgresClusterStatus,
         now: &str,
     ) {
-        let state = &task.layer;
-        status.last_backup = state.last_backup.clone();
-        status.backup_requested = state.backup_requested.clone();
-        status.restore = state.restore.clone();
+        task.layer.status.write(status);
         restore::phase_and_conditions(status, &task.status(), planned, now);
     }
 }

@@ -2,7 +2,7 @@
 //! another's backups — and following it to its promotion; what that means for `status`.
 //! WORKSHOP.md, step 05 ("Disaster recovery").
 
-use crate::api::{PostgresCluster, PostgresClusterStatus, RestoreStatus};
+use crate::api::{PostgresCluster, PostgresClusterStatus};
 use crate::config::SecretString;
 use crate::events::EventType;
 use crate::postgres::conditions::{all_members_lost, condition, set_condition, PHASE_FAILED};
@@ -13,6 +13,7 @@ use crate::postgres::manifests::{
 use crate::postgres::plan::{Member, Observed, Phase};
 use crate::postgres::{OwnedError, Planned, PostgresTask};
 
+use super::api::{BackupStatus, BackupsSpec, RestoreStatus};
 use super::manifests::{self, PodBackups, RestoreSource, RESTORE_CONTAINER};
 use super::plan::{BackupAction, RestoreObserved};
 use super::Backups;
@@ -34,7 +35,8 @@ pub struct SourceSecretError {
 
 /// `spec.bootstrap.fromBackup`, as a restore source.
 pub fn bootstrap_source(cluster: &PostgresCluster) -> Option<RestoreSource> {
-    let from = cluster.spec.bootstrap.as_ref()?.from_backup.as_ref()?;
+    let spec = BackupsSpec::read(&cluster.spec);
+    let from = spec.from_backup()?;
     Some(RestoreSource {
         claim: manifests::backup_claim_name(&from.cluster),
         own: false,
@@ -46,16 +48,14 @@ pub fn bootstrap_source(cluster: &PostgresCluster) -> Option<RestoreSource> {
 /// what the restore rules need.
 pub(super) async fn observe(task: &mut PostgresTask<Backups>, observed: &mut Observed) {
     let status = task.status();
-    task.layer.last_backup = status.last_backup;
-    task.layer.backup_requested = status.backup_requested;
-    task.layer.restore = status.restore;
-    let spec = &task.cluster().spec;
+    task.layer.status = BackupStatus::read(&status);
+    let spec = BackupsSpec::read(&task.cluster().spec);
     let seed_failure = if spec.backup.is_some() || spec.bootstrap.is_some() {
         follow_restore(task, &observed.members).await
     } else {
         None
     };
-    let restore = task.layer.restore.clone();
+    let restore = task.layer.status.restore.clone();
     // Recovering from a disaster (its own claim) is a cluster that ran; bootstrapping from
     // another's is not.
     let own_claim = manifests::backup_claim_name(&task.cluster().metadata.name);
@@ -80,7 +80,8 @@ pub(super) async fn observe(task: &mut PostgresTask<Backups>, observed: &mut Obs
 fn restore_source(task: &PostgresTask<Backups>, has_run: bool) -> Option<RestoreSource> {
     let cluster = task.cluster();
     if has_run {
-        let backed_up = cluster.spec.backup.is_some() && task.layer.last_backup.is_some();
+        let backed_up = BackupsSpec::read(&cluster.spec).backup.is_some()
+            && task.layer.status.last_backup.is_some();
         return backed_up.then(|| RestoreSource {
             claim: manifests::backup_claim_name(&cluster.metadata.name),
             own: true,
@@ -106,6 +107,7 @@ pub(super) async fn restore_seed(
     }
     let newest = task
         .layer
+        .status
         .last_backup
         .as_ref()
         .filter(|_| has_run)
@@ -121,7 +123,7 @@ pub(super) async fn restore_seed(
     ));
     let cluster = task.at_version(version);
     let backups = PodBackups {
-        archive: cluster.spec.backup.is_some(),
+        archive: BackupsSpec::read(&cluster.spec).backup.is_some(),
         restore: Some(source),
     };
     let body = manifests::member_pod(&cluster, Role::Primary, &backups);
@@ -135,7 +137,7 @@ pub(super) async fn restore_seed(
         &format!("created the seed {name}, restoring {newest} from {from}"),
     )
     .await;
-    task.layer.restore = Some(RestoreStatus {
+    task.layer.status.restore = Some(RestoreStatus {
         source: from.to_string(),
         pod: name.clone(),
         state: RESTORE_RESTORING.into(),
@@ -148,6 +150,7 @@ pub(super) async fn restore_seed(
 pub(super) async fn restore_failed(task: &mut PostgresTask<Backups>, pod: &str, reason: &str) {
     let source = task
         .layer
+        .status
         .restore
         .as_ref()
         .map_or("the backups".to_string(), |r| r.source.clone());
@@ -155,7 +158,7 @@ pub(super) async fn restore_failed(task: &mut PostgresTask<Backups>, pod: &str, 
         "Restore failed: {reason}; deleting {pod}. The cluster is Failed; the backups in {source} are untouched"
     ));
     task.delete_pod(pod).await;
-    task.layer.restore = Some(RestoreStatus {
+    task.layer.status.restore = Some(RestoreStatus {
         source,
         pod: pod.to_string(),
         state: RESTORE_FAILED.into(),
@@ -175,7 +178,7 @@ pub(super) fn stay_failed(task: &PostgresTask<Backups>) {
         return;
     }
     task.say("All Postgres pods are dead. Trying to recover from a previous backup");
-    if let Some(failed) = &task.layer.restore {
+    if let Some(failed) = &task.layer.status.restore {
         task.say(format!("The restore from {} failed ({}): the cluster is Failed. The backups are untouched; fix or remove the file named, then delete and re-create the cluster", failed.source, failed.message));
     }
 }
@@ -190,6 +193,7 @@ async fn follow_restore(
 ) -> Option<(String, String)> {
     let restore = task
         .layer
+        .status
         .restore
         .clone()
         .filter(|r| r.state == RESTORE_RESTORING)?;
@@ -219,7 +223,7 @@ async fn follow_restore(
             ),
         )
         .await;
-        task.layer.restore = Some(RestoreStatus {
+        task.layer.status.restore = Some(RestoreStatus {
             state: RESTORE_RESTORED.into(),
             message: format!("promoted at WAL position {lsn}"),
             ..restore
@@ -299,12 +303,8 @@ async fn still_wanted(task: &PostgresTask<Backups>) -> bool {
 pub(super) async fn source_credentials(
     task: &PostgresTask<Backups>,
 ) -> Result<Credentials, OwnedError> {
-    let source = task
-        .cluster()
-        .spec
-        .bootstrap
-        .as_ref()
-        .and_then(|b| b.from_backup.as_ref())
+    let source = BackupsSpec::read(&task.cluster().spec)
+        .from_backup()
         .map(|f| f.cluster.clone())
         .unwrap_or_default();
     let path = format!(
@@ -341,13 +341,14 @@ pub fn phase_and_conditions(
     planned: &Planned<BackupAction>,
     now: &str,
 ) {
-    let state = next.restore.as_ref().map(|r| r.state.as_str());
+    let restore = BackupStatus::read(next).restore;
+    let state = restore.as_ref().map(|r| r.state.as_str());
     let primary_ready = next
         .condition("Available")
         .is_some_and(|c| c.status == "True");
     if state == Some(RESTORE_FAILED) {
         next.phase = Some(PHASE_FAILED.into());
-        if let Some(failed) = next.restore.clone().filter(|_| !primary_ready) {
+        if let Some(failed) = restore.clone().filter(|_| !primary_ready) {
             let message = format!(
                 "restoring from {} failed: {}",
                 failed.source, failed.message
@@ -430,8 +431,8 @@ mod tests {
         action: Action,
         planned: Planned<BackupAction>,
     ) -> PostgresClusterStatus {
+        // Step 04's status keeps `status.restore` (step 05's, carried in `more`).
         let mut next = next_status(cluster, observed, None, &action, &VersionChange::None, "T2");
-        next.restore = cluster.status.as_ref().and_then(|s| s.restore.clone());
         let previous = cluster.status.clone().unwrap_or_default();
         phase_and_conditions(&mut next, &previous, &planned, "T2");
         next
@@ -451,11 +452,22 @@ mod tests {
             state: RESTORE_RESTORING.into(),
             message: String::new(),
         };
-        let running = PostgresClusterStatus {
-            phase: Some("Running".into()),
-            restore: Some(restore.clone()),
-            ..Default::default()
+        let with_restore = |mut status: PostgresClusterStatus, restore: &RestoreStatus| {
+            let restore = Some(restore.clone());
+            BackupStatus {
+                restore,
+                ..BackupStatus::default()
+            }
+            .write(&mut status);
+            status
         };
+        let running = with_restore(
+            PostgresClusterStatus {
+                phase: Some("Running".into()),
+                ..Default::default()
+            },
+            &restore,
+        );
         let wait = Action::Wait("x".into());
         let recovering = status_after(
             &cluster(running.clone()),
@@ -465,14 +477,14 @@ mod tests {
         );
         assert_eq!(recovering.phase.as_deref(), Some(PHASE_RECOVERING));
         assert_eq!(find(&recovering, "Available").reason, "Recovering");
-        assert_eq!(recovering.restore.as_ref(), Some(&restore));
+        assert_eq!(
+            BackupStatus::read(&recovering).restore,
+            Some(restore.clone())
+        );
 
         restore.state = RESTORE_FAILED.into();
         restore.message = "/backups/base/x/base.tar: not a readable tar archive".into();
-        let failed_before = PostgresClusterStatus {
-            restore: Some(restore),
-            ..running
-        };
+        let failed_before = with_restore(running, &restore);
         let failed = status_after(
             &cluster(failed_before),
             &observed(false),

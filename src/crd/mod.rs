@@ -616,7 +616,7 @@ mod tests {
     /// the server would otherwise prune what the operator writes.
     #[test]
     fn the_status_schema_declares_every_status_field() {
-        let status = crate::api::PostgresClusterStatus {
+        let mut status = crate::api::PostgresClusterStatus {
             phase: Some("Running".into()),
             primary: Some("p".into()),
             size: Some(1),
@@ -628,12 +628,18 @@ mod tests {
                 observed_generation: Some(1),
                 ..Default::default()
             }],
-            last_backup: Some(crate::api::LastBackup::default()),
-            backup_requested: Some("1".into()),
-            restore: Some(crate::api::RestoreStatus::default()),
-            switchover: Some("p".into()),
-            synchronous: Some(crate::api::SynchronousStatus::default()),
+            more: serde_json::Map::new(),
         };
+        // Step 04's and step 05's fields, which step 02's status carries in `more`.
+        let sync = crate::postgres::api::SynchronousStatus::default();
+        crate::postgres::api::SynchronousStatus::write(Some(&sync), &mut status);
+        crate::postgres::api::set_switchover(Some(&"p".to_string()), &mut status);
+        crate::backups::api::BackupStatus {
+            last_backup: Some(Default::default()),
+            backup_requested: Some("1".into()),
+            restore: Some(Default::default()),
+        }
+        .write(&mut status);
         let status = serde_json::to_value(status).unwrap();
         let crd = postgres_cluster_crd();
         let schema =

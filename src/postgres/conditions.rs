@@ -11,9 +11,10 @@
 //! only when `status` flips — a reason or message may change under the same status without
 //! moving it. "Since when has it been unavailable" is what that time answers.
 
-use crate::api::{Condition, PostgresCluster, PostgresClusterStatus, SWITCHOVER_ANNOTATION};
+use crate::api::{Condition, PostgresCluster, PostgresClusterStatus};
 use crate::controller::pods::label_selector;
 
+use super::api::{set_switchover, switchover, SWITCHOVER_ANNOTATION};
 use super::plan::{Action, DeleteReason, Observed, Phase, VersionChange};
 
 pub const PHASE_CREATING: &str = "Creating";
@@ -22,8 +23,8 @@ pub const PHASE_FAILED: &str = "Failed";
 
 /// The status for `cluster` after this observation. `primary`: the pod labelled primary now (or
 /// just promoted); `version`: what a `spec.version` change means; `now`: RFC 3339, used only
-/// for conditions whose status flips. Fields this step does not write are carried over from
-/// `cluster.status`.
+/// for conditions whose status flips. Fields this step does not write (a later step's, in
+/// `more`) are carried over from `cluster.status`.
 pub fn next_status(
     cluster: &PostgresCluster,
     observed: &Observed,
@@ -152,27 +153,28 @@ pub fn next_status(
         selector: Some(label_selector(&cluster.metadata.name)),
         observed_generation: cluster.metadata.generation,
         conditions: Vec::new(),
-        // A switchover is acted on once per value: when its primary is deleted (whichever
-        // replica then has the most WAL is promoted), or once the pod it names is the primary.
-        // No annotation, no record.
-        switchover: match cluster.metadata.annotations.get(SWITCHOVER_ANNOTATION) {
-            Some(pod)
-                if primary == Some(pod.as_str())
-                    || matches!(
-                        action,
-                        Action::Delete {
-                            reason: DeleteReason::PlannedSwitchover,
-                            ..
-                        }
-                    ) =>
-            {
-                Some(pod.clone())
-            }
-            Some(_) => previous.switchover.clone(),
-            None => None,
-        },
         ..previous.clone()
     };
+    // A switchover is acted on once per value: when its primary is deleted (whichever replica
+    // then has the most WAL is promoted), or once the pod it names is the primary. No
+    // annotation, no record.
+    let switched_to = match cluster.metadata.annotations.get(SWITCHOVER_ANNOTATION) {
+        Some(pod)
+            if primary == Some(pod.as_str())
+                || matches!(
+                    action,
+                    Action::Delete {
+                        reason: DeleteReason::PlannedSwitchover,
+                        ..
+                    }
+                ) =>
+        {
+            Some(pod.clone())
+        }
+        Some(_) => switchover(&previous),
+        None => None,
+    };
+    set_switchover(switched_to.as_ref(), &mut next);
     for condition in [available, progressing, degraded] {
         set_condition(&mut next, &previous, condition, now);
     }
@@ -356,12 +358,33 @@ mod tests {
         };
         let healthy = observed(&[true, true]);
         let acted = status_after(&cluster, &healthy, &switch, "T1");
-        assert_eq!(acted.switchover.as_deref(), Some("db-1"));
+        assert_eq!(switchover(&acted).as_deref(), Some("db-1"));
         let waiting = status_after(&cluster, &healthy, &Action::Steady, "T1");
-        assert_eq!(waiting.switchover, None);
+        assert_eq!(switchover(&waiting), None);
         cluster.metadata.annotations.clear();
         cluster.status = Some(acted);
         let removed = status_after(&cluster, &healthy, &Action::Steady, "T2");
-        assert_eq!(removed.switchover, None);
+        assert_eq!(switchover(&removed), None);
+    }
+
+    /// Step 04 keeps every field it does not own: a later step's part of the status (here step
+    /// 05's, which step 04 knows only as `more`) comes out of `next_status` as it went in, and so
+    /// is never dropped by step 04's status write.
+    #[test]
+    fn next_status_keeps_every_field_it_does_not_own() {
+        let mut cluster = cluster();
+        let theirs = serde_json::json!({
+            "lastBackup": {"name": "base/x", "time": "2026-01-22T10:15:00Z", "lsn": "0/3000028", "bytes": 1},
+            "backupRequested": "1",
+            "restore": {"source": "db-backups", "state": "Restored"},
+        });
+        let mut before: PostgresClusterStatus = serde_json::from_value(theirs.clone()).unwrap();
+        before.phase = Some("Running".into());
+        cluster.status = Some(before);
+        let next = status_after(&cluster, &observed(&[true, true]), &Action::Steady, "T1");
+        let written = serde_json::to_value(&next).unwrap();
+        for (name, value) in theirs.as_object().unwrap() {
+            assert_eq!(&written[name], value, "status.{name}");
+        }
     }
 }

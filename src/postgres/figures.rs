@@ -24,9 +24,10 @@ use std::time::SystemTime;
 use tokio::sync::Semaphore;
 use tokio::time::{timeout_at, Instant};
 
+use super::api::ReplicationSpec;
 use super::cluster::psql_in_pod;
 use super::manifests::psql_argv;
-use crate::api::PostgresCluster;
+use crate::api::{field, PostgresCluster, PostgresClusterStatus};
 use crate::client::Client;
 use crate::events::parse_utc;
 use crate::metrics::text::{Family, Kind};
@@ -136,6 +137,17 @@ pub fn parse_stats(out: &str) -> PrimaryStats {
     stats
 }
 
+/// `status.lastBackup.time`: stage 05 writes the whole `lastBackup`; this step reads only its
+/// time (RFC 3339), so that the figure is there whichever stage runs.
+fn backup_time(status: &PostgresClusterStatus) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct LastBackup {
+        time: String,
+    }
+    let last: Option<LastBackup> = field(&status.more, "lastBackup").ok().flatten();
+    last.map(|last| last.time)
+}
+
 /// The families, from each cluster and what its primary said: `stats[i]` is `clusters[i]`'s,
 /// `None` without a primary, `Some(None)` when the primary did not answer.
 pub fn figures<C: Borrow<PostgresCluster>>(
@@ -201,18 +213,14 @@ pub fn figures<C: Borrow<PostgresCluster>>(
         };
         let status = cluster.status.clone().unwrap_or_default();
         wanted = wanted.sample(labels.clone(), cluster.spec.size as f64);
-        let synchronous = cluster.spec.replication.as_ref();
-        if let Some(number) = synchronous
-            .and_then(|r| r.synchronous.as_ref())
-            .map(|s| s.number)
-        {
+        if let Some(number) = ReplicationSpec::synchronous(&cluster.spec).map(|s| s.number) {
             sync_wanted = sync_wanted.sample(labels.clone(), number as f64);
         }
         ready = ready.sample(labels.clone(), status.ready_instances.unwrap_or(0) as f64);
         if let Some(primary) = &status.primary {
             primaries = primaries.sample(with_pod(primary), 1.0);
         }
-        let backup_time = status.last_backup.as_ref().and_then(|b| parse_utc(&b.time));
+        let backup_time = backup_time(&status).and_then(|time| parse_utc(&time));
         if let Some(time) = backup_time {
             // A clock behind the backup pod's reads as 0, not as a negative age.
             let age = now.duration_since(time).unwrap_or_default();
@@ -249,7 +257,7 @@ mod tests {
     use std::time::{Duration, UNIX_EPOCH};
 
     use super::*;
-    use crate::api::{LastBackup, PostgresClusterSpec, PostgresClusterStatus};
+    use crate::api::{set_field, PostgresClusterSpec};
     use crate::metrics::text::render;
 
     /// psql's `-At` lines become the archiver's count and each replica's lag; odd lines are
@@ -272,15 +280,17 @@ mod tests {
     #[test]
     fn figures_come_from_spec_status_and_the_primary() {
         let mut cluster = PostgresCluster::new("ns", "db", PostgresClusterSpec::new(3, "16"));
-        cluster.status = Some(PostgresClusterStatus {
+        let mut status = PostgresClusterStatus {
             primary: Some("db-a".into()),
             ready_instances: Some(2),
-            last_backup: Some(LastBackup {
-                time: "2026-01-22T10:15:00Z".into(),
-                ..Default::default()
-            }),
             ..Default::default()
+        };
+        // As stage 05 writes it (`backups::api::LastBackup`).
+        let last_backup = serde_json::json!({
+            "name": "base/x", "time": "2026-01-22T10:15:00Z", "lsn": "0/3000028", "bytes": 4242,
         });
+        set_field(&mut status.more, "lastBackup", Some(&last_backup));
+        cluster.status = Some(status);
         let backup = parse_utc("2026-01-22T10:15:00Z").unwrap_or(UNIX_EPOCH);
         let stats = [Some(Some(parse_stats("archiver||0\nreplica|db-b|16\n")))];
         let text = render(&figures(

@@ -5,6 +5,7 @@
 //!
 //! | file | what it holds |
 //! |---|---|
+//! | `api.rs` | step 04's own fields of the cluster: `spec.replication`, the switchover annotation, `status.synchronous` and `status.switchover` |
 //! | `manifests.rs` | the objects a `PostgresCluster` owns (Secret, ConfigMap, Services, pods) and the `psql` commands run in them |
 //! | `plan.rs` | the decisions, as one pure function: what the cluster looks like → the one next action |
 //! | `conditions.rs` | the `status` and its conditions, computed from the same observation |
@@ -12,6 +13,7 @@
 //! | `figures.rs` | each cluster's figures for `/metrics` (`src/metrics/`): from the cluster store, and from its primary at scrape time |
 //! | `operator.rs` | `run_postgres_operator`: stage 03's operator plus a pod watch that feeds the tasks; `run_postgres_operator_when_leading`: the same under leader election (`src/leader/`) |
 
+pub mod api;
 pub mod cluster;
 pub mod conditions;
 pub mod figures;

@@ -41,16 +41,16 @@ pub fn cluster_spec(size: i64) -> PostgresClusterSpec {
 
 /// [`cluster_spec`] with synchronous replication: `number` standbys, `dataDurability: required`.
 pub fn synchronous_spec(size: i64, number: i64) -> PostgresClusterSpec {
-    use postgres_operator::api::{DataDurability, ReplicationSpec, SynchronousSpec};
-    PostgresClusterSpec {
-        replication: Some(ReplicationSpec {
-            synchronous: Some(SynchronousSpec {
-                number,
-                data_durability: DataDurability::Required,
-            }),
+    use postgres_operator::postgres::api::{DataDurability, ReplicationSpec, SynchronousSpec};
+    let replication = ReplicationSpec {
+        synchronous: Some(SynchronousSpec {
+            number,
+            data_durability: DataDurability::Required,
         }),
-        ..PostgresClusterSpec::new(size, "16")
-    }
+    };
+    let mut spec = PostgresClusterSpec::new(size, "16");
+    ReplicationSpec::write(Some(&replication), &mut spec);
+    spec
 }
 
 /// POST `namespace/name` with [`cluster_spec`]`(size)` through `client`, and return it as the

@@ -559,7 +559,7 @@ impl Chaos {
                 let target = before.standbys.first().expect("a standby");
                 let path = postgres_operator::api::object_path(&namespace, CLUSTER);
                 let patch = serde_json::json!({"metadata": {"annotations": {
-                    postgres_operator::api::SWITCHOVER_ANNOTATION: target,
+                    postgres_operator::postgres::api::SWITCHOVER_ANNOTATION: target,
                 }}});
                 self.client
                     .patch::<Value>(&path, &postgres_operator::client::Patch::Merge(patch))

@@ -155,16 +155,9 @@ async fn the_manifests_make_a_replicated_cluster_that_survives_a_failover() {
             &PostgresCluster::new(
                 NAMESPACE,
                 CLUSTER,
-                PostgresClusterSpec {
-                    size: 3,
-                    // The sandbox runs the installed PostgreSQL for every tag; asking for its own
-                    // major version keeps its VersionMismatch warning out of the events.
-                    version: runtime_major,
-                    paused: false,
-                    backup: None,
-                    bootstrap: None,
-                    replication: None,
-                },
+                // The sandbox runs the installed PostgreSQL for every tag; asking for its own
+                // major version keeps its VersionMismatch warning out of the events.
+                PostgresClusterSpec::new(3, &runtime_major),
             ),
         )
         .await

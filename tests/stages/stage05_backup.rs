@@ -429,7 +429,7 @@ async fn a_cluster_lost_entirely_comes_back_from_its_backups() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a measurement of several minutes: run with --ignored --nocapture"]
 async fn measure_the_loss_window_the_recovery_time_and_a_100_mb_backup() {
-    use postgres_operator::api::BACKUP_NOW_ANNOTATION;
+    use postgres_operator::backups::api::BACKUP_NOW_ANNOTATION;
     use postgres_operator::backups::manifests::ARCHIVE_TIMEOUT_SECONDS;
     use tokio::io::AsyncBufReadExt;
 

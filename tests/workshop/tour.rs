@@ -48,7 +48,7 @@ fn assert_in_order(text: &str, expected: &[&str]) {
 }
 
 /// The example's `spec.backup` as the operator prints it.
-const BACKUP: &str = "backup: {storageSize: 256Mi, intervalMinutes: 60, keep: 2}";
+const BACKUP: &str = "backup: {intervalMinutes: 60, keep: 2, storageSize: 256Mi}";
 
 /// The lines of steps 01-03, the same on every runtime.
 fn steps_01_to_03(key: &str) -> Vec<String> {

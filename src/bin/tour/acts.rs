@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use postgres_operator::api::BACKUP_NOW_ANNOTATION;
+use postgres_operator::backups::api::BACKUP_NOW_ANNOTATION;
 use postgres_operator::backups::manifests::{backup_claim_name, ARCHIVE_TIMEOUT_SECONDS};
 use postgres_operator::controller::pods::CLUSTER_LABEL;
 use postgres_operator::crd::DEFAULT_ESTABLISHED_TIMEOUT;

@@ -3,7 +3,8 @@
 
 use std::sync::Arc;
 
-use postgres_operator::api::{collection_path, PostgresCluster, BACKUP_NOW_ANNOTATION};
+use postgres_operator::api::{collection_path, PostgresCluster};
+use postgres_operator::backups::api::BACKUP_NOW_ANNOTATION;
 use postgres_operator::backups::Backups;
 use postgres_operator::client::Patch;
 use postgres_operator::controller::pods::{pods_path, CLUSTER_LABEL};

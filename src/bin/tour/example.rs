@@ -1,7 +1,8 @@
 //! The workshop's example object, `kube/example-postgres-cluster.yaml`, and the sizes the tour
 //! gives it.
 
-use postgres_operator::api::{BackupSpec, PostgresCluster, PostgresClusterSpec};
+use postgres_operator::api::{PostgresCluster, PostgresClusterSpec};
+use postgres_operator::backups::api::{BackupSpec, BackupsSpec};
 
 /// The workshop's example object, as in `kube/example-postgres-cluster.yaml`.
 pub const EXAMPLE_NAME: &str = "example-postgresql-cluster";
@@ -18,24 +19,21 @@ pub const BACKUP_KEEP: i64 = 2;
 
 /// `kube/example-postgres-cluster.yaml`.
 pub fn example_cluster(namespace: &str) -> PostgresCluster {
-    let spec = PostgresClusterSpec {
-        size: EXAMPLE_SIZE,
-        version: EXAMPLE_VERSION.to_string(),
-        paused: false,
-        backup: None,
-        bootstrap: None,
-        replication: None,
-    };
+    let spec = PostgresClusterSpec::new(EXAMPLE_SIZE, EXAMPLE_VERSION);
     PostgresCluster::new(namespace, EXAMPLE_NAME, spec)
 }
 
 /// The example with step 05's `spec.backup` (every other field of it at its default).
 pub fn example_cluster_with_backups(namespace: &str) -> PostgresCluster {
     let mut cluster = example_cluster(namespace);
-    cluster.spec.backup = Some(BackupSpec {
-        storage_size: BACKUP_STORAGE_SIZE.to_string(),
-        keep: BACKUP_KEEP,
-        ..BackupSpec::default()
-    });
+    let backups = BackupsSpec {
+        backup: Some(BackupSpec {
+            storage_size: BACKUP_STORAGE_SIZE.to_string(),
+            keep: BACKUP_KEEP,
+            ..BackupSpec::default()
+        }),
+        bootstrap: None,
+    };
+    backups.write(&mut cluster.spec);
     cluster
 }

@@ -4,7 +4,8 @@
 
 use std::time::{Duration, Instant};
 
-use postgres_operator::api::{object_path, LastBackup};
+use postgres_operator::api::object_path;
+use postgres_operator::backups::api::LastBackup;
 use postgres_operator::client::Client;
 use postgres_operator::controller::ControllerStopped;
 use tokio::task::JoinHandle;

@@ -4,7 +4,8 @@
 
 use std::cell::RefCell;
 
-use postgres_operator::api::{LastBackup, PostgresCluster, PostgresClusterStatus};
+use postgres_operator::api::{PostgresCluster, PostgresClusterStatus};
+use postgres_operator::backups::api::{BackupStatus, LastBackup};
 use postgres_operator::backups::restore::RESTORE_RESTORED;
 use postgres_operator::client::Client;
 use postgres_operator::controller::pods::{label_selector, pods_path, Pod};
@@ -59,7 +60,7 @@ async fn is_ready(client: &Client, name: &str) -> bool {
 /// `status.lastBackup.name`, if a base backup has completed.
 pub async fn last_backup_name(client: &Client, cluster_path: &str) -> Option<String> {
     let cluster: PostgresCluster = client.get(cluster_path).await.ok()?;
-    Some(cluster.status?.last_backup?.name)
+    Some(BackupStatus::read(&cluster.status?).last_backup?.name)
 }
 
 /// `status.lastBackup` once it names another backup than `before`.
@@ -69,8 +70,7 @@ pub async fn new_last_backup(
     before: Option<&str>,
 ) -> Option<LastBackup> {
     let cluster: PostgresCluster = client.get(cluster_path).await.ok()?;
-    cluster
-        .status?
+    BackupStatus::read(&cluster.status?)
         .last_backup
         .filter(|backup| Some(backup.name.as_str()) != before)
 }
@@ -126,7 +126,7 @@ async fn restored_and_ready(
     client: &Client,
     status: PostgresClusterStatus,
 ) -> Option<(String, String)> {
-    let restore = status
+    let restore = BackupStatus::read(&status)
         .restore
         .filter(|restore| restore.state == RESTORE_RESTORED)?;
     let running = status.phase.as_deref() == Some(PHASE_RUNNING);

@@ -30,8 +30,7 @@ use tokio_util::sync::CancellationToken;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use crate::api::{describe_status, validate_spec};
-use crate::api::{PostgresCluster, PostgresClusterStatus, SWITCHOVER_ANNOTATION};
+use crate::api::{describe_status, PostgresCluster, PostgresClusterStatus};
 use crate::client::{Client, ClientError, Patch};
 use crate::controller::cluster::{run_task_loop, ClusterReconciler, TaskEnd};
 use crate::controller::pods::Pod;
@@ -42,6 +41,7 @@ use crate::metrics::Metrics;
 use crate::story::Reporter;
 use crate::watch::{Store, WatchOptions};
 
+use super::api::{switchover, validate_spec, SynchronousStatus, SWITCHOVER_ANNOTATION};
 use super::conditions::{next_status, PHASE_FAILED, PHASE_RUNNING};
 use super::manifests::{self, Credentials, Role, POSTGRES_CONTAINER, ROLE_LABEL};
 use super::plan::{
@@ -183,7 +183,7 @@ pub struct PostgresTask<L: ClusterLayer> {
     /// When the Secret, ConfigMap and Services were last checked.
     owned_checked: Option<Instant>,
     /// The synchronous standbys this task last set on a primary (`synchronous.rs`).
-    synchronous_set: Option<crate::api::SynchronousStatus>,
+    synchronous_set: Option<SynchronousStatus>,
     /// Wakes this task's loop: a pod event does, and so does the timer set for the end of the
     /// first running delay (`plan::next_deadline`), which the next round acts on.
     nudge: Arc<tokio::sync::Notify>,
@@ -382,7 +382,7 @@ impl<L: ClusterLayer> PostgresTask<L> {
                 .metadata
                 .annotations
                 .get(SWITCHOVER_ANNOTATION)
-                .filter(|pod| status.switchover.as_ref() != Some(*pod))
+                .filter(|pod| switchover(&status).as_ref() != Some(*pod))
                 .cloned(),
             quorum: synchronous::quorum(&self.cluster),
         };

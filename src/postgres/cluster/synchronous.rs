@@ -9,7 +9,8 @@
 //! promote only a standby that holds every acknowledged commit (`plan::Quorum`).
 
 use super::*;
-use crate::api::{Condition, DataDurability, SynchronousSpec, SynchronousStatus};
+use crate::api::Condition;
+use crate::postgres::api::{DataDurability, ReplicationSpec, SynchronousSpec, SynchronousStatus};
 use crate::postgres::conditions::{condition, set_condition};
 use crate::postgres::plan::Quorum;
 
@@ -23,20 +24,16 @@ pub(super) struct SynchronousRound {
     condition: Option<Condition>,
 }
 
-fn spec(cluster: &PostgresCluster) -> Option<&SynchronousSpec> {
-    cluster.spec.replication.as_ref()?.synchronous.as_ref()
-}
-
 /// The quorum a failover must respect: with `required`, the standbys last set on the primary.
 pub(super) fn quorum(cluster: &PostgresCluster) -> Option<Quorum> {
-    let spec = spec(cluster)?;
+    let spec = ReplicationSpec::synchronous(&cluster.spec)?;
     if spec.data_durability != DataDurability::Required {
         return None;
     }
-    let set = cluster.status.as_ref()?.synchronous.as_ref()?;
+    let set = SynchronousStatus::read(cluster.status.as_ref()?)?;
     Some(Quorum {
         number: usize::try_from(set.number).ok()?,
-        standbys: set.standbys.clone(),
+        standbys: set.standbys,
     })
 }
 
@@ -100,8 +97,8 @@ impl<L: ClusterLayer> PostgresTask<L> {
         observed: &Observed,
         primary: Option<&str>,
     ) -> SynchronousRound {
-        let previous = self.status().synchronous;
-        let spec = spec(&self.cluster).cloned();
+        let previous = SynchronousStatus::read(&self.status());
+        let spec = ReplicationSpec::synchronous(&self.cluster.spec);
         let wanted = spec
             .as_ref()
             .and_then(|spec| wanted(spec, &observed.members, primary, previous.as_ref()));
@@ -202,7 +199,7 @@ pub(super) fn set_status(
     round: SynchronousRound,
     now: &str,
 ) {
-    next.synchronous = round.status;
+    SynchronousStatus::write(round.status.as_ref(), next);
     next.conditions.retain(|c| c.type_ != SYNCHRONOUS_CONDITION);
     if let Some(condition) = round.condition {
         set_condition(next, previous, condition, now);
