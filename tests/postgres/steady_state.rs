@@ -6,7 +6,8 @@
 
 use std::time::Duration;
 
-use postgres_operator::api::{collection_path, PostgresCluster, PostgresClusterSpec};
+use postgres_operator::api::{collection_path, object_path, PostgresCluster, PostgresClusterSpec};
+use postgres_operator::client::Patch;
 use postgres_operator::postgres::run_postgres_operator;
 use sandbox::{RequestRecord, SandboxOptions};
 use tokio_util::sync::CancellationToken;
@@ -57,6 +58,28 @@ async fn idle_clusters_cost_no_request_per_round() {
                     c["status"]["phase"] == "Running" && c["status"]["readyInstances"] == 2
                 });
                 (ready.count() == CLUSTERS).then_some(())
+            }
+        },
+    )
+    .await;
+    // A status field the operator no longer sets (`switchover`, left from an annotation since
+    // removed) goes with its next write; a merge patch that left it out would leave it on the
+    // server, and every round would find the status changed and write it again.
+    let status_path = format!("{}/status", object_path(client.namespace(), "idle-0"));
+    let stale = serde_json::json!({"status": {"switchover": "idle-0-gone"}});
+    client
+        .patch::<serde_json::Value>(&status_path, &Patch::Merge(stale))
+        .await
+        .expect("a stale status.switchover written");
+    test_support::eventually(
+        Duration::from_secs(30),
+        "the stale status.switchover removed",
+        || {
+            let client = client.clone();
+            let path = object_path(client.namespace(), "idle-0");
+            async move {
+                let cluster: serde_json::Value = client.get(&path).await.ok()?;
+                cluster["status"].get("switchover").is_none().then_some(())
             }
         },
     )

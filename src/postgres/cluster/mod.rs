@@ -24,6 +24,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::time::Duration;
 
+use serde_json::Value;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -631,7 +632,9 @@ impl<L: ClusterLayer> PostgresTask<L> {
             "{}/status",
             crate::api::object_path(self.namespace(), &self.cluster.metadata.name)
         );
-        let patch = Patch::Merge(serde_json::json!({ "status": next }));
+        let patch = Patch::Merge(serde_json::json!({
+            "status": with_removals(self.cluster.status.as_ref(), &next)
+        }));
         match self
             .worker
             .client
@@ -647,6 +650,31 @@ impl<L: ClusterLayer> PostgresTask<L> {
             }
         }
     }
+}
+
+/// `next` as the body of a merge patch over `previous`: a field `next` no longer has is sent as
+/// `null`. In a JSON merge patch (RFC 7386) a field left out is left as it is on the server, so
+/// without this a cleared field (`status.switchover` once the annotation is removed, step 05's
+/// `backupRequested` once the backup ran) would stay there, differ from `next` at every round,
+/// and be written again at every round.
+fn with_removals(previous: Option<&PostgresClusterStatus>, next: &PostgresClusterStatus) -> Value {
+    fn null_what_went(previous: &Value, next: &mut Value) {
+        if let (Value::Object(previous), Value::Object(next)) = (previous, next) {
+            for (key, old) in previous {
+                match next.get_mut(key) {
+                    Some(new) => null_what_went(old, new),
+                    None => {
+                        next.insert(key.clone(), Value::Null);
+                    }
+                }
+            }
+        }
+    }
+    let mut body = serde_json::to_value(next).unwrap_or(Value::Null);
+    if let Some(previous) = previous.and_then(|p| serde_json::to_value(p).ok()) {
+        null_what_went(&previous, &mut body);
+    }
+    body
 }
 
 /// Run `argv` (a `psql` command line, see [`manifests::psql_argv`]) in `pod`'s postgres
@@ -723,6 +751,31 @@ fn image_tag(pod: &Pod) -> String {
 mod tests {
     use super::*;
     use crate::controller::pods::PodCondition;
+
+    /// A field the next status no longer has is sent as `null`, at any depth, so the merge
+    /// patch removes it; what stays is sent as it is.
+    #[test]
+    fn a_cleared_status_field_is_sent_as_null() {
+        let status = |value: Value| -> PostgresClusterStatus {
+            serde_json::from_value(value).expect("a status")
+        };
+        let previous = status(serde_json::json!({
+            "phase": "Running", "primary": "db-0", "switchover": "db-1",
+            "restore": {"phase": "Done", "target": "latest"},
+        }));
+        let next = status(serde_json::json!({
+            "phase": "Running", "restore": {"phase": "Done"},
+        }));
+        let body = with_removals(Some(&previous), &next);
+        assert_eq!(body["primary"], Value::Null);
+        assert_eq!(body["switchover"], Value::Null);
+        assert_eq!(
+            body["restore"],
+            serde_json::json!({"phase": "Done", "target": null})
+        );
+        assert_eq!(body["phase"], "Running");
+        assert!(with_removals(None, &next).get("switchover").is_none());
+    }
     use std::time::SystemTime;
 
     fn unready_since(seconds_ago: u64) -> Pod {
