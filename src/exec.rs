@@ -143,9 +143,10 @@ impl Default for ExecLimits {
 /// command, which may carry SQL the operator would rather not print.
 #[derive(Debug, thiserror::Error)]
 pub enum ExecError {
-    /// The API server did not switch protocols: it refused (403 without RBAC `create` on
-    /// `pods/exec`, 404 for a pod that is gone, 400 for a container that is not running), or
-    /// could not be reached. [`ExecError::status_code`] gives the HTTP status.
+    /// The API server did not switch protocols: it refused (403 without RBAC `get`, and since
+    /// Kubernetes 1.35 `create`, on `pods/exec`; 404 for a pod that is gone; 400 for a container
+    /// that is not running), or could not be reached. [`ExecError::status_code`] gives the HTTP
+    /// status.
     #[error("exec in pod {pod}: {source}")]
     Upgrade {
         pod: String,
@@ -320,8 +321,9 @@ impl Client {
     /// and the WebSocket handshake), and the connection once the server answers `101 Switching
     /// Protocols`: the one verb step 04 adds to the client (`src/client/`). The request goes out
     /// as every other does: the same TLS configuration and token, the same retries after
-    /// 401/429/503, the same typed error for a refusal (403 without RBAC `create` on
-    /// `pods/exec`, 404 for a pod that is gone). Checking the handshake is `check_handshake`'s.
+    /// 401/429/503, the same typed error for a refusal (403 without RBAC `get`, and since
+    /// Kubernetes 1.35 `create`, on `pods/exec`; 404 for a pod that is gone). Checking the
+    /// handshake is `check_handshake`'s.
     pub async fn upgrade(
         &self,
         path_and_query: &str,

@@ -483,7 +483,7 @@ impl Stream {
     }
 }
 
-/// The PostgresCluster CRD as JSON, exactly as the operator registers it (`src/crd.rs`).
+/// The PostgresCluster CRD as JSON, exactly as the operator registers it (`src/crd/mod.rs`).
 pub fn crd_json() -> Value {
     postgres_operator::crd::postgres_cluster_crd()
 }
