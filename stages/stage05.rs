@@ -5,8 +5,9 @@
 //! task (`ClusterLayer` in `src/postgres/cluster/layer.rs`): `api.rs` — this step's fields of
 //! the cluster (`spec.backup`, `spec.bootstrap`, `status.lastBackup`, `restore`);
 //! `manifests.rs` — the claim `<name>-backups`, the archive settings every member gets, the
-//! backup pod and the restore init container; `plan.rs` — a seed that restores in place of the disaster when a backup exists, and
-//! when to take a base backup; `restore.rs` and `base_backups.rs` carry them out. The same
+//! backup pod and the restore init container; `plan.rs` — a seed that restores in place of the
+//! disaster when a backup exists, members that do not archive replaced, and when to take a base
+//! backup; `restore.rs` and `base_backups.rs` carry them out. The same
 //! operator as stage 04 with that layer plugged in: a cluster without `spec.backup` runs exactly
 //! as in stage 04. Like stage 04 it acts only while it holds the Lease `postgres-operator`.
 //!

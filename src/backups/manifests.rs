@@ -22,7 +22,7 @@
 use serde_json::{json, Value};
 
 use crate::api::PostgresCluster;
-use crate::controller::pods::{owner_reference, pod_labels};
+use crate::controller::pods::{owner_reference, pod_labels, Pod};
 /// Lives beside its inverse, `events::rfc3339`; the backup rules read times with it.
 pub use crate::events::parse_utc;
 use crate::postgres::manifests::{
@@ -78,6 +78,19 @@ pub fn archive_command(dir: &str) -> String {
 /// `recovery_target_timeline = 'latest'`, which timelines exist).
 pub fn restore_command(dir: &str) -> String {
     format!("f={dir}/wal/%f.gz; [ -f \"$f\" ] && gunzip -c \"$f\" > %p")
+}
+
+/// On a member created with [`archive_args`]. PostgreSQL reads `archive_mode` only when the
+/// server starts, so a member created before `spec.backup` was set archives nothing until it
+/// is replaced (`plan.rs`, rule 3); this says which members were created so.
+pub const ARCHIVING_ANNOTATION: &str = "workshop.example.com/archiving";
+
+/// Whether member `pod` was created with the archive settings.
+pub fn archives(pod: &Pod) -> bool {
+    pod.metadata
+        .annotations
+        .get(ARCHIVING_ANNOTATION)
+        .is_some_and(|value| value == "on")
 }
 
 /// The `-c` settings that make a member archive into its cluster's claim. Every member gets
@@ -182,6 +195,7 @@ pub fn dress_member(pod: &mut Value, cluster: &PostgresCluster, role: Role, back
     let mut mounts = Vec::new();
     let mut volumes = Vec::new();
     if backups.archive {
+        pod["metadata"]["annotations"][ARCHIVING_ANNOTATION] = json!("on");
         args.extend(archive_args());
         mounts.push(json!({"name": BACKUP_VOLUME, "mountPath": BACKUP_MOUNT}));
         volumes.push(claim_volume(BACKUP_VOLUME, &backup_claim_name(name), false));

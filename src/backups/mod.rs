@@ -7,7 +7,7 @@
 //! |---|---|
 //! | `api.rs` | step 05's own fields of the cluster: `spec.backup`, `spec.bootstrap`, the backup-now annotation, `status.lastBackup`, `backupRequested` and `restore` |
 //! | `manifests.rs` | the claim `<name>-backups`, the archive settings every member gets, the backup pod, the restore init container: pure functions |
-//! | `plan.rs` | the decisions: a seed that restores in place of the disaster, and when a base backup is due |
+//! | `plan.rs` | the decisions: a seed that restores in place of the disaster, members started before `spec.backup` replaced, and when a base backup is due |
 //! | `mod.rs` | the layer: which of step 04's hooks it fills, and what it keeps per cluster |
 //! | `restore.rs` | a seed restored from a backup, followed to its promotion; `status.restore` and the Recovering phase |
 //! | `base_backups.rs` | the base backups' rounds: start a backup pod when due, collect its report |
@@ -27,6 +27,7 @@ use tokio::time::Instant;
 
 use crate::api::{PostgresCluster, PostgresClusterStatus};
 use crate::controller::pods::Pod;
+use crate::events::EventType;
 use crate::postgres::manifests::{Credentials, Role, ROLE_LABEL};
 use crate::postgres::plan::{Action, Observed};
 use crate::postgres::{ClusterLayer, OwnedError, Planned, PostgresTask};
@@ -101,8 +102,8 @@ impl ClusterLayer for Backups {
         manifests::dress_member(pod, cluster, role, &backups);
     }
 
-    async fn observe(task: &mut PostgresTask<Self>, observed: &mut Observed) {
-        restore::observe(task, observed).await;
+    async fn observe(task: &mut PostgresTask<Self>, pods: &[Arc<Pod>], observed: &mut Observed) {
+        restore::observe(task, pods, observed).await;
     }
 
     fn plan(
@@ -124,6 +125,19 @@ impl ClusterLayer for Backups {
             }
             BackupAction::RestoreFailed { pod, reason } => {
                 restore::restore_failed(task, pod, reason).await;
+                None
+            }
+            BackupAction::ReplaceToArchive { pod } => {
+                // `archive_mode` is read when the server starts: a member started before
+                // `spec.backup` archives nothing until it is replaced by one that has it.
+                let line = format!(
+                    "Replacing {pod}: it started before spec.backup, so it does not archive its WAL"
+                );
+                task.say(&line);
+                if task.delete_pod(pod).await {
+                    task.event(EventType::Normal, "MemberNotArchiving", &line)
+                        .await;
+                }
                 None
             }
             BackupAction::StayFailed => {

@@ -12,11 +12,16 @@
 //! 2. **While a seed restores**, nothing is added: a restored seed answers read-only queries once
 //!    consistent, before it promotes, and a replica cloned then would clone a server still in
 //!    recovery.
+//! 3. **Members that do not archive are replaced**, one at a time, on a steady cluster: those
+//!    started before `spec.backup` was set (PostgreSQL reads `archive_mode` only at start).
+//!    Replicas first; the primary last, deleted so that it stops cleanly and step 04's rule 1
+//!    promotes a replica that archives. A cluster of one waits: its pod holds the only copy.
 //!
 //! [`next_backup`] then says whether a base backup is due, on a steady cluster only.
 
 use std::time::Duration;
 
+use crate::postgres::manifests::Role;
 use crate::postgres::plan::{Action, DeleteReason, Observed, Phase};
 use crate::postgres::Planned;
 
@@ -30,6 +35,8 @@ pub enum BackupAction {
     RestoreFailed { pod: String, reason: String },
     /// Every member is gone after a restore failed: the cluster stays Failed.
     StayFailed,
+    /// Delete member `pod`, which does not archive; step 04's rules replace it (rule 3).
+    ReplaceToArchive { pod: String },
 }
 
 /// What the restore rules read besides step 04's observation.
@@ -45,6 +52,8 @@ pub struct RestoreObserved {
     /// The restoring seed failed this round (its init container, or its server during
     /// recovery, exited with an error): the pod, and why, naming the file.
     pub seed_failure: Option<(String, String)>,
+    /// With `spec.backup`: the members started without the archive settings.
+    pub not_archiving: Vec<String>,
 }
 
 /// Step 04's `action` for `observed`, or a restore rule's in its place (see the module docs).
@@ -82,7 +91,41 @@ pub fn plan_restore(
         } if restore.restoring && alive => Planned::Core(Action::Wait(
             "restoring: waiting for the seed to replay the archived WAL and be promoted".into(),
         )),
+        // 3. Members that do not archive are replaced, on a steady cluster only.
+        Action::Steady if !restore.not_archiving.is_empty() => {
+            replace_to_archive(restore, observed)
+        }
         action => Planned::Core(action),
+    }
+}
+
+/// Rule 3: a replica that does not archive first; the primary once every replica archives, and
+/// only with a ready replica to take over.
+fn replace_to_archive(restore: &RestoreObserved, observed: &Observed) -> Planned<BackupAction> {
+    let not_archiving = |role: Role| {
+        observed
+            .members
+            .iter()
+            .find(|m| m.role == Some(role) && restore.not_archiving.contains(&m.name))
+    };
+    if let Some(replica) = not_archiving(Role::Replica) {
+        return Planned::Own(BackupAction::ReplaceToArchive {
+            pod: replica.name.clone(),
+        });
+    }
+    let replica_ready = observed
+        .members
+        .iter()
+        .any(|m| m.role == Some(Role::Replica) && m.ready);
+    match not_archiving(Role::Primary) {
+        Some(primary) if replica_ready => Planned::Own(BackupAction::ReplaceToArchive {
+            pod: primary.name.clone(),
+        }),
+        Some(primary) => Planned::Core(Action::Wait(format!(
+            "{} started before spec.backup and does not archive its WAL; with no replica to take over, replacing it would lose its data: scale to 2",
+            primary.name
+        ))),
+        None => Planned::Core(Action::Steady),
     }
 }
 
@@ -169,7 +212,6 @@ pub fn next_backup(observed: &BackupObserved, members_steady: bool) -> BackupSte
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::postgres::manifests::Role;
     use crate::postgres::plan::{next_action, Delays, Member};
 
     fn observed(members: Vec<Member>, size: usize) -> Observed {
@@ -241,6 +283,48 @@ mod tests {
         let none = RestoreObserved::default();
         assert_eq!(plan(&lost, &none), Planned::Core(Action::Disaster));
         assert_eq!(plan(&new, &none), Planned::Core(Action::CreateSeed));
+    }
+
+    /// Members started before `spec.backup` are replaced on a steady cluster, replicas first,
+    /// the primary last and only with a ready replica to take over; a cluster of one waits.
+    #[test]
+    fn members_that_do_not_archive_are_replaced_replicas_first() {
+        let mut steady = observed(
+            vec![
+                Member::running("db-0", Role::Primary, true),
+                Member::running("db-1", Role::Replica, true),
+            ],
+            2,
+        );
+        steady.has_run = true;
+        steady.recorded_primary = Some("db-0".into());
+        let replace = |pod: &str| Planned::Own(BackupAction::ReplaceToArchive { pod: pod.into() });
+        let mut restore = RestoreObserved {
+            not_archiving: vec!["db-0".into(), "db-1".into()],
+            ..RestoreObserved::default()
+        };
+        assert_eq!(plan(&steady, &restore), replace("db-1"));
+        restore.not_archiving = vec!["db-0".into()];
+        assert_eq!(plan(&steady, &restore), replace("db-0"));
+        restore.not_archiving.clear();
+        assert_eq!(plan(&steady, &restore), Planned::Core(Action::Steady));
+
+        // Only on a steady cluster: a replica still cloning is waited for first.
+        let mut cloning = steady.clone();
+        cloning.members[1].phase = Phase::Pending;
+        restore.not_archiving = vec!["db-0".into()];
+        assert!(matches!(
+            plan(&cloning, &restore),
+            Planned::Core(Action::Wait(_))
+        ));
+
+        let mut alone = steady.clone();
+        alone.members.truncate(1);
+        alone.size = 1;
+        match plan(&alone, &restore) {
+            Planned::Core(Action::Wait(why)) => assert!(why.contains("scale to 2"), "{why}"),
+            other => panic!("a cluster of one must wait, not {other:?}"),
+        }
     }
 
     /// A restoring seed's failure wins over everything; while it replays, no replica is added.

@@ -2,8 +2,11 @@
 //! another's backups — and following it to its promotion; what that means for `status`.
 //! WORKSHOP.md, step 05 ("Disaster recovery").
 
+use std::sync::Arc;
+
 use crate::api::{PostgresCluster, PostgresClusterStatus};
 use crate::config::SecretString;
+use crate::controller::pods::Pod;
 use crate::events::EventType;
 use crate::postgres::conditions::{all_members_lost, condition, set_condition, PHASE_FAILED};
 use crate::postgres::manifests::{
@@ -46,7 +49,11 @@ pub fn bootstrap_source(cluster: &PostgresCluster) -> Option<RestoreSource> {
 
 /// The round's start: take the layer's part of the status, follow a restore under way, and say
 /// what the restore rules need.
-pub(super) async fn observe(task: &mut PostgresTask<Backups>, observed: &mut Observed) {
+pub(super) async fn observe(
+    task: &mut PostgresTask<Backups>,
+    pods: &[Arc<Pod>],
+    observed: &mut Observed,
+) {
     let status = task.status();
     task.layer.status = BackupStatus::read(&status);
     let spec = BackupsSpec::read(&task.cluster().spec);
@@ -71,6 +78,14 @@ pub(super) async fn observe(task: &mut PostgresTask<Backups>, observed: &mut Obs
             .is_some_and(|r| r.state == RESTORE_RESTORING),
         failed: restore.as_ref().is_some_and(|r| r.state == RESTORE_FAILED),
         seed_failure,
+        not_archiving: if spec.backup.is_some() {
+            pods.iter()
+                .filter(|pod| !pod.is_terminating() && !manifests::archives(pod))
+                .map(|pod| pod.metadata.name.clone())
+                .collect()
+        } else {
+            Vec::new()
+        },
     };
 }
 
@@ -385,6 +400,14 @@ pub fn phase_and_conditions(
             false,
             "RestoreFailed",
             format!("the restoring seed {pod} failed; nothing more is tried"),
+        ),
+        Planned::Own(BackupAction::ReplaceToArchive { pod }) => condition(
+            "Progressing",
+            true,
+            "ReplacingToArchive",
+            format!(
+                "replacing {pod}, which started before spec.backup and does not archive its WAL"
+            ),
         ),
         Planned::Own(BackupAction::StayFailed) => {
             condition("Progressing", false, "Steady", "nothing to do".into())

@@ -573,3 +573,76 @@ async fn measure_the_loss_window_the_recovery_time_and_a_100_mb_backup() {
     );
     assert!(kept_rows > 0 && kept_rows <= committed, "{kept}");
 }
+
+/// `spec.backup` set on a cluster that already runs: its members started without the archive
+/// settings, which PostgreSQL reads only at start. They are replaced one at a time, the replica
+/// first, then the primary (a clean stop and a promotion); then the first base backup is taken,
+/// and the rows written before are all there.
+#[tokio::test]
+async fn backups_turned_on_for_a_running_cluster_replace_every_member_first() {
+    let world = World::start().await;
+    world
+        .create(cluster_manifest(
+            "late",
+            serde_json::json!({"size": 2, "version": "16"}),
+        ))
+        .await;
+    let first_primary = world.wait_healthy("late", 2).await;
+    world
+        .psql(
+            &first_primary,
+            "CREATE TABLE t AS SELECT 'a' AS batch, generate_series(1, 1000) AS n",
+        )
+        .await;
+    let members_before = world
+        .kubectl
+        .ok(&[
+            "get",
+            "pods",
+            "-l",
+            "workshop.example.com/cluster=late,workshop.example.com/role in (primary,replica)",
+            "-o",
+            "jsonpath={.items[*].metadata.name}",
+        ])
+        .await;
+
+    world
+        .kubectl
+        .ok(&[
+            "patch",
+            "pgc",
+            "late",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"backup":{}}}"#,
+        ])
+        .await;
+    let backup = test_support::eventually(DEADLINE, "late: status.lastBackup", || async {
+        let status = world.cluster("late").await["status"].clone();
+        status["lastBackup"]["name"].as_str().map(str::to_string)
+    })
+    .await;
+    let primary = world.wait_healthy("late", 2).await;
+    for pod in members_before.split_whitespace() {
+        assert!(
+            world.said(&format!("Replacing {pod}: it started before spec.backup")),
+            "{pod} replaced"
+        );
+    }
+    assert_ne!(primary, first_primary, "the primary was replaced too");
+    let annotations = world
+        .kubectl
+        .ok(&[
+            "get",
+            "pods",
+            "-l",
+            "workshop.example.com/cluster=late,workshop.example.com/role in (primary,replica)",
+            "-o",
+            r#"jsonpath={range .items[*]}{.metadata.annotations.workshop\.example\.com/archiving}{"\n"}{end}"#,
+        ])
+        .await;
+    assert_eq!(annotations.trim(), "on\non", "every member archives");
+    assert_eq!(world.batches(&primary).await, "a=1000", "no row lost");
+    println!("late backups: {backup} taken after replacing {members_before}");
+}

@@ -69,9 +69,11 @@ pub trait ClusterLayer: Send + Sync + Sized + 'static {
     ) {
     }
 
-    /// Before planning: read what the layer needs and adjust the observation.
+    /// Before planning: read what the layer needs and adjust the observation. `pods`: the member
+    /// pods the observation was made from.
     fn observe(
         _task: &mut PostgresTask<Self>,
+        _pods: &[Arc<Pod>],
         _observed: &mut Observed,
     ) -> impl Future<Output = ()> + Send {
         async {}

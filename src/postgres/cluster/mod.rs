@@ -390,7 +390,7 @@ impl<L: ClusterLayer> PostgresTask<L> {
         if !self.cluster.spec.paused && waiting_for_watch.is_none() {
             self.observe_streaming(&mut observed).await;
         }
-        L::observe(self, &mut observed).await;
+        L::observe(self, &pods, &mut observed).await;
         self.say_members(&observed);
 
         let primary_now = observed
