@@ -88,7 +88,7 @@ impl Until {
             Until::Restored => {
                 let phases = PhaseLog::default();
                 let (restored, reached) = story
-                    .until_state_noting("a restored primary, ready", within, || {
+                    .until_state("a restored primary, ready", within, || {
                         restored_primary(client, path, &phases)
                     })
                     .await?;
