@@ -544,7 +544,15 @@ mod tests {
     use std::time::{Duration, UNIX_EPOCH};
 
     use super::*;
+    use crate::api::{BackupSpec, PostgresClusterSpec};
     use crate::events::rfc3339;
+
+    /// `prod/db` with `size` members of Postgres 16 and `spec.backup` at its defaults.
+    fn with_backups(size: i64) -> PostgresCluster {
+        let mut spec = PostgresClusterSpec::new(size, "16");
+        spec.backup = Some(BackupSpec::default());
+        PostgresCluster::new("prod", "db", spec)
+    }
 
     /// The archive command compresses into a temporary name, fsyncs, renames; an identical
     /// file already there is success, a different one failure.
@@ -610,18 +618,7 @@ mod tests {
     /// The backup pod runs once, from the source host, with the claim mounted and `keep` passed.
     #[test]
     fn backup_pod_runs_once_against_the_source() {
-        let cluster = PostgresCluster::new(
-            "prod",
-            "db",
-            crate::api::PostgresClusterSpec {
-                size: 2,
-                version: "16".into(),
-                paused: false,
-                backup: Some(crate::api::BackupSpec::default()),
-                bootstrap: None,
-                replication: None,
-            },
-        );
+        let cluster = with_backups(2);
         let pod = backup_pod(&cluster, "db-replicas", 3);
         assert_eq!(pod["metadata"]["generateName"], "db-backup-");
         assert_eq!(pod["metadata"]["labels"][ROLE_LABEL], "backup");
@@ -651,18 +648,7 @@ mod tests {
     /// during recovery through its termination message (its log's end); a replica does not.
     #[test]
     fn a_restoring_seed_reports_why_it_failed_in_its_status() {
-        let cluster = PostgresCluster::new(
-            "prod",
-            "db",
-            crate::api::PostgresClusterSpec {
-                size: 1,
-                version: "16".into(),
-                paused: false,
-                backup: Some(crate::api::BackupSpec::default()),
-                bootstrap: None,
-                replication: None,
-            },
-        );
+        let cluster = with_backups(1);
         let restore = Some(RestoreSource {
             claim: "db-backups".into(),
             own: true,
