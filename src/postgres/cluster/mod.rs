@@ -25,7 +25,6 @@ use std::future::Future;
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -138,9 +137,8 @@ impl<L: ClusterLayer> ClusterWorker for PostgresWorker<L> {
         &self,
         cluster: PostgresCluster,
         inbox: ClusterInbox,
-        stop: CancellationToken,
     ) -> impl Future<Output = TaskEnd> + Send + 'static {
-        run(self.clone(), cluster, inbox, stop)
+        run(self.clone(), cluster, inbox)
     }
 }
 
@@ -201,9 +199,12 @@ async fn run<L: ClusterLayer>(
     worker: PostgresWorker<L>,
     cluster: PostgresCluster,
     inbox: ClusterInbox,
-    stop: CancellationToken,
 ) -> TaskEnd {
-    let ClusterInbox { mut wanted, nudged } = inbox;
+    let ClusterInbox {
+        mut wanted,
+        nudged,
+        stop,
+    } = inbox;
     let interval = worker.options.reconcile_interval;
     // `/healthz` watches this loop until the task ends (and fails if it panics).
     let _loop = worker.options.metrics.reconcile_loop(&cluster.key());
