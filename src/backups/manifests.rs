@@ -558,7 +558,20 @@ mod tests {
     use std::time::{Duration, UNIX_EPOCH};
 
     use super::*;
+    use crate::api::PostgresClusterSpec;
+    use crate::backups::api::{BackupSpec, BackupsSpec};
     use crate::events::rfc3339;
+
+    /// `prod/db` with `size` members of Postgres 16 and `spec.backup` at its defaults.
+    fn with_backups(size: i64) -> PostgresCluster {
+        let mut spec = PostgresClusterSpec::new(size, "16");
+        let backups = BackupsSpec {
+            backup: Some(BackupSpec::default()),
+            bootstrap: None,
+        };
+        backups.write(&mut spec);
+        PostgresCluster::new("prod", "db", spec)
+    }
 
     /// The archive command compresses into a temporary name, fsyncs, renames; an identical
     /// file already there is success, a different one failure.
@@ -622,20 +635,10 @@ mod tests {
     }
 
     /// A spec of `size` members with `backup: {}`.
-    fn with_backup(size: i64) -> crate::api::PostgresClusterSpec {
-        let mut spec = crate::api::PostgresClusterSpec::new(size, "16");
-        let backups = crate::backups::api::BackupsSpec {
-            backup: Some(crate::backups::api::BackupSpec::default()),
-            bootstrap: None,
-        };
-        backups.write(&mut spec);
-        spec
-    }
-
     /// The backup pod runs once, from the source host, with the claim mounted and `keep` passed.
     #[test]
     fn backup_pod_runs_once_against_the_source() {
-        let cluster = PostgresCluster::new("prod", "db", with_backup(2));
+        let cluster = with_backups(2);
         let pod = backup_pod(&cluster, "db-replicas", 3);
         assert_eq!(pod["metadata"]["generateName"], "db-backup-");
         assert_eq!(pod["metadata"]["labels"][ROLE_LABEL], "backup");
@@ -665,7 +668,7 @@ mod tests {
     /// during recovery through its termination message (its log's end); a replica does not.
     #[test]
     fn a_restoring_seed_reports_why_it_failed_in_its_status() {
-        let cluster = PostgresCluster::new("prod", "db", with_backup(1));
+        let cluster = with_backups(1);
         let restore = Some(RestoreSource {
             claim: "db-backups".into(),
             own: true,

@@ -12,7 +12,7 @@ use hyper::body::{Body as _, Incoming};
 use tokio::time::Instant;
 
 use super::error::snippet;
-use super::{Client, ClientError, RequestError};
+use super::{Client, ClientError, Outgoing, RequestError};
 use crate::status::Status;
 
 impl Client {
@@ -27,16 +27,19 @@ impl Client {
         body: Option<(Bytes, &'static str)>,
         extra_headers: &HeaderMap,
     ) -> Result<hyper::Response<Incoming>, ClientError> {
+        let outgoing = Outgoing {
+            method,
+            path,
+            body,
+            extra_headers,
+        };
         let mut retries = Retries::default();
         loop {
             let started = Instant::now();
-            let response = tokio::time::timeout(
-                self.inner.request_timeout,
-                self.send(method, path, body.clone(), extra_headers),
-            )
-            .await
-            .map_err(|_| self.timeout_error(method, path))
-            .and_then(|sent| sent);
+            let response = tokio::time::timeout(self.inner.request_timeout, self.send(&outgoing))
+                .await
+                .map_err(|_| self.timeout_error(method, path))
+                .and_then(|sent| sent);
             if let Some(observer) = &self.observer {
                 observer(method, response.as_ref().ok().map(|r| r.status()));
             }

@@ -53,15 +53,23 @@ use token::{CachedToken, TokenState};
 pub const USER_AGENT: &str = concat!("postgres-operator/", env!("CARGO_PKG_VERSION"));
 type HyperClient = hyper_util::client::legacy::Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
 
+/// One request as its caller asked for it: every attempt sends it again as it is (with the
+/// token of the moment).
+struct Outgoing<'a> {
+    method: &'a Method,
+    path: &'a str,
+    /// The bytes and their `Content-Type`.
+    body: Option<(Bytes, &'static str)>,
+    extra_headers: &'a HeaderMap,
+}
+
 impl Client {
     /// Send one request and wait for the response head.
     async fn send(
         &self,
-        method: &Method,
-        path: &str,
-        body: Option<(Bytes, &'static str)>,
-        extra_headers: &HeaderMap,
+        outgoing: &Outgoing<'_>,
     ) -> Result<hyper::Response<Incoming>, ClientError> {
+        let Outgoing { method, path, .. } = *outgoing;
         if !path.starts_with('/') {
             return Err(ClientError::RelativePath {
                 path: path.to_string(),
@@ -78,7 +86,7 @@ impl Client {
             .uri(uri)
             .header(header::ACCEPT, "application/json")
             .header(header::USER_AGENT, USER_AGENT);
-        for (name, value) in extra_headers {
+        for (name, value) in outgoing.extra_headers {
             builder = builder.header(name, value);
         }
         if let Some(token) = self.inner.token.current() {
@@ -90,7 +98,7 @@ impl Client {
             value.set_sensitive(true);
             builder = builder.header(header::AUTHORIZATION, value);
         }
-        let request = match body {
+        let request = match outgoing.body.clone() {
             Some((bytes, content_type)) => builder
                 .header(header::CONTENT_TYPE, content_type)
                 .body(Full::new(bytes)),

@@ -85,12 +85,12 @@ impl Default for ControllerOptions {
 /// what it would do); stage 04's acts on real pods (`crate::postgres`). The controller around it,
 /// routing and all, is the same.
 pub trait ClusterWorker: Clone + Send + Sync + 'static {
-    /// The task body for one cluster: return when the cluster is deleted or `stop` is cancelled.
+    /// The task body for one cluster: return when the cluster is deleted or `inbox.stop` is
+    /// cancelled.
     fn run_cluster(
         &self,
         cluster: PostgresCluster,
         inbox: ClusterInbox,
-        stop: CancellationToken,
     ) -> impl Future<Output = TaskEnd> + Send + 'static;
 }
 
@@ -101,6 +101,8 @@ pub struct ClusterInbox {
     /// "Something you own changed, look again" — a pod of this cluster moved. `Notify` keeps at
     /// most one pending wake-up, so a burst of pod events costs one reconcile, not one each.
     pub nudged: Arc<Notify>,
+    /// Cancelled when the operator stops (a child of the controller's one token): end the task.
+    pub stop: CancellationToken,
 }
 
 /// Stage 03's worker: [`cluster::run_cluster`] with its pod calls and reconcile interval.
@@ -116,7 +118,6 @@ impl<P: PodApi> ClusterWorker for PlaceholderTask<P> {
         &self,
         cluster: PostgresCluster,
         inbox: ClusterInbox,
-        stop: CancellationToken,
     ) -> impl Future<Output = TaskEnd> + Send + 'static {
         run_cluster(
             cluster,
@@ -125,7 +126,7 @@ impl<P: PodApi> ClusterWorker for PlaceholderTask<P> {
             self.reconcile_interval,
             inbox.wanted,
             inbox.nudged,
-            stop,
+            inbox.stop,
         )
     }
 }
@@ -319,12 +320,11 @@ impl<W: ClusterWorker> Controller<W> {
         let inbox = ClusterInbox {
             wanted: wanted_receiver,
             nudged: Arc::clone(&nudged),
+            stop: self.stop.child_token(),
         };
-        let task = self.worker.run_cluster(
-            PostgresCluster::clone(&cluster),
-            inbox,
-            self.stop.child_token(),
-        );
+        let task = self
+            .worker
+            .run_cluster(PostgresCluster::clone(&cluster), inbox);
         let task_key = key.clone();
         self.tasks
             .spawn(async move { (task_key, task.await) }.instrument(span));

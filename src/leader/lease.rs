@@ -251,14 +251,11 @@ mod tests {
     #[test]
     fn bodies_written_for_take_renew_and_release() {
         let t0 = UNIX_EPOCH + Duration::from_micros(1_795_341_845_000_001);
-        let fresh = taken(
-            None,
-            "ops",
-            "postgres-operator",
-            "a_1",
-            Duration::from_secs(15),
-            t0,
-        );
+        // One lease, ops/postgres-operator, taken by one candidate and then by another.
+        let take = |current: Option<&Lease>, holder: &str, duration: Duration, now: SystemTime| {
+            taken(current, "ops", "postgres-operator", holder, duration, now)
+        };
+        let fresh = take(None, "a_1", Duration::from_secs(15), t0);
         assert_eq!(fresh.metadata.name, "postgres-operator");
         assert_eq!(fresh.metadata.namespace, "ops");
         assert_eq!(fresh.api_version, "coordination.k8s.io/v1");
@@ -281,14 +278,7 @@ mod tests {
             Some("2026-11-22T10:04:07.500001Z")
         );
 
-        let takeover = taken(
-            Some(&stored),
-            "ops",
-            "postgres-operator",
-            "b_2",
-            Duration::from_millis(1500),
-            t1,
-        );
+        let takeover = take(Some(&stored), "b_2", Duration::from_millis(1500), t1);
         assert_eq!(takeover.metadata.resource_version, "42");
         assert_eq!(takeover.spec.holder(), Some("b_2"));
         assert_eq!(takeover.spec.lease_transitions, Some(1));

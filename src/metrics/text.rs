@@ -72,7 +72,7 @@ pub struct Buckets {
 }
 
 impl Family {
-    pub fn new(name: &'static str, help: &'static str, kind: Kind) -> Family {
+    pub const fn new(name: &'static str, help: &'static str, kind: Kind) -> Family {
         Family {
             name,
             help,

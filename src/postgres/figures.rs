@@ -148,6 +148,60 @@ fn backup_time(status: &PostgresClusterStatus) -> Option<String> {
     last.map(|last| last.time)
 }
 
+/// The families from the cluster watch's store (the first five in the table at the top), each
+/// still without samples.
+const FROM_THE_STORE: [Family; 5] = [
+    Family::new(
+        "postgres_cluster_members_wanted",
+        "Members the cluster should have (spec.size).",
+        Kind::Gauge,
+    ),
+    Family::new(
+        "postgres_cluster_members_ready",
+        "Member pods that are ready (status.readyInstances).",
+        Kind::Gauge,
+    ),
+    Family::new(
+        "postgres_cluster_primary",
+        "1 for the pod that is the cluster's primary (status.primary).",
+        Kind::Gauge,
+    ),
+    Family::new(
+        "postgres_cluster_seconds_since_last_backup",
+        "Seconds since the newest base backup completed (status.lastBackup.time).",
+        Kind::Gauge,
+    ),
+    Family::new(
+        "postgres_cluster_synchronous_standbys_wanted",
+        "Standbys each commit must reach (spec.replication.synchronous.number); absent: asynchronous.",
+        Kind::Gauge,
+    ),
+];
+
+/// The families from what the primary's `psql` said (the last four).
+const FROM_THE_PRIMARY: [Family; 4] = [
+    Family::new(
+        "postgres_cluster_replication_lag_bytes",
+        "How far each replica's replay is behind the primary's WAL, in bytes (pg_stat_replication).",
+        Kind::Gauge,
+    ),
+    Family::new(
+        "postgres_cluster_wal_archive_failures_total",
+        "Failed attempts to archive a WAL segment on the primary (pg_stat_archiver.failed_count; a new primary counts from 0).",
+        Kind::Counter,
+    ),
+    Family::new(
+        "postgres_cluster_synchronous_standbys",
+        "Standbys streaming as synchronous ones now (pg_stat_replication.sync_state sync or quorum).",
+        Kind::Gauge,
+    ),
+    Family::new(
+        "postgres_cluster_stats_up",
+        "1 when the primary answered the scrape's psql in time, 0 when not.",
+        Kind::Gauge,
+    ),
+];
+
 /// The families, from each cluster and what its primary said: `stats[i]` is `clusters[i]`'s,
 /// `None` without a primary, `Some(None)` when the primary did not answer.
 pub fn figures<C: Borrow<PostgresCluster>>(
@@ -155,51 +209,8 @@ pub fn figures<C: Borrow<PostgresCluster>>(
     stats: &[Option<Option<PrimaryStats>>],
     now: SystemTime,
 ) -> Vec<Family> {
-    let mut wanted = Family::new(
-        "postgres_cluster_members_wanted",
-        "Members the cluster should have (spec.size).",
-        Kind::Gauge,
-    );
-    let mut ready = Family::new(
-        "postgres_cluster_members_ready",
-        "Member pods that are ready (status.readyInstances).",
-        Kind::Gauge,
-    );
-    let mut primaries = Family::new(
-        "postgres_cluster_primary",
-        "1 for the pod that is the cluster's primary (status.primary).",
-        Kind::Gauge,
-    );
-    let mut since_backup = Family::new(
-        "postgres_cluster_seconds_since_last_backup",
-        "Seconds since the newest base backup completed (status.lastBackup.time).",
-        Kind::Gauge,
-    );
-    let mut up = Family::new(
-        "postgres_cluster_stats_up",
-        "1 when the primary answered the scrape's psql in time, 0 when not.",
-        Kind::Gauge,
-    );
-    let mut lag = Family::new(
-        "postgres_cluster_replication_lag_bytes",
-        "How far each replica's replay is behind the primary's WAL, in bytes (pg_stat_replication).",
-        Kind::Gauge,
-    );
-    let mut sync_wanted = Family::new(
-        "postgres_cluster_synchronous_standbys_wanted",
-        "Standbys each commit must reach (spec.replication.synchronous.number); absent: asynchronous.",
-        Kind::Gauge,
-    );
-    let mut sync_seen = Family::new(
-        "postgres_cluster_synchronous_standbys",
-        "Standbys streaming as synchronous ones now (pg_stat_replication.sync_state sync or quorum).",
-        Kind::Gauge,
-    );
-    let mut archive_failures = Family::new(
-        "postgres_cluster_wal_archive_failures_total",
-        "Failed attempts to archive a WAL segment on the primary (pg_stat_archiver.failed_count; a new primary counts from 0).",
-        Kind::Counter,
-    );
+    let [mut wanted, mut ready, mut primaries, mut since_backup, mut sync_wanted] = FROM_THE_STORE;
+    let [mut lag, mut archive_failures, mut sync_seen, mut up] = FROM_THE_PRIMARY;
     for (cluster, stats) in clusters.iter().zip(stats) {
         let cluster: &PostgresCluster = cluster.borrow();
         let labels = vec![

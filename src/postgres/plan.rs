@@ -611,6 +611,24 @@ mod tests {
         next_action(observed, &Delays::default())
     }
 
+    /// `size` members, all ready: the primary `db-p`, then the replicas `db-a`, `db-b`...
+    fn healthy(size: usize) -> Observed {
+        let replicas = ["db-a", "db-b", "db-c", "db-d"];
+        let mut members = vec![ready("db-p", Role::Primary)];
+        for name in &replicas[..size - 1] {
+            members.push(ready(name, Role::Replica));
+        }
+        observed(members, size)
+    }
+
+    /// The action that deletes `pod`, for `reason`.
+    fn deletes(pod: &str, reason: DeleteReason) -> Action {
+        Action::Delete {
+            pod: pod.into(),
+            reason,
+        }
+    }
+
     /// A new cluster with no pods gets its seed; one that ran gets the disaster, never a re-seed.
     #[test]
     fn no_pods_means_seed_when_new_and_disaster_when_it_ran() {
@@ -648,13 +666,7 @@ mod tests {
         let mut new = ready("db-new", Role::Replica);
         new.created = "2026-11-22T11:00:00Z".into();
         let cluster = observed(vec![primary, old, new], 1);
-        assert_eq!(
-            plan(&cluster),
-            Action::Delete {
-                pod: "db-new".into(),
-                reason: DeleteReason::ScaleDown
-            }
-        );
+        assert_eq!(plan(&cluster), deletes("db-new", DeleteReason::ScaleDown));
     }
 
     /// The primary gone with ready replicas left: fail over to them.
@@ -662,14 +674,15 @@ mod tests {
     fn a_vanished_primary_is_failed_over_to_the_ready_replicas() {
         let mut cluster = observed(
             vec![
-                ready("db-p", Role::Primary),
                 ready("db-b", Role::Replica),
                 member("db-c", Role::Replica, Phase::Pending, false),
                 ready("db-a", Role::Replica),
             ],
             3,
         );
-        cluster.members.remove(0);
+        // No pod is the primary, and the status still names the one that was.
+        cluster.has_run = true;
+        cluster.recorded_primary = Some("db-p".into());
         assert_eq!(
             plan(&cluster),
             Action::Failover {
@@ -708,13 +721,7 @@ mod tests {
             Action::Wait("waiting for db-p to settle".into())
         );
         cluster.members[0].unready_for = Duration::from_secs(10);
-        assert_eq!(
-            plan(&cluster),
-            Action::Delete {
-                pod: "db-p".into(),
-                reason: DeleteReason::FencePrimary
-            }
-        );
+        assert_eq!(plan(&cluster), deletes("db-p", DeleteReason::FencePrimary));
     }
 
     /// Without a ready replica, fencing the primary would leave nothing: wait instead.
@@ -742,10 +749,7 @@ mod tests {
         cluster.recorded_primary = Some("db-rec".into());
         assert_eq!(
             plan(&cluster),
-            Action::Delete {
-                pod: "db-new".into(),
-                reason: DeleteReason::SecondPrimary
-            }
+            deletes("db-new", DeleteReason::SecondPrimary)
         );
     }
 
@@ -757,13 +761,7 @@ mod tests {
         let mut cluster = observed(vec![ready("db-p", Role::Primary), lost], 2);
         assert!(matches!(plan(&cluster), Action::Wait(_)));
         cluster.members[1].unready_for = Duration::from_secs(60);
-        assert_eq!(
-            plan(&cluster),
-            Action::Delete {
-                pod: "db-b".into(),
-                reason: DeleteReason::MemberLost
-            }
-        );
+        assert_eq!(plan(&cluster), deletes("db-b", DeleteReason::MemberLost));
     }
 
     /// A Ready replica the primary does not stream to is replaced once the delay has passed, even
@@ -782,10 +780,7 @@ mod tests {
         );
         assert_eq!(plan(&cluster), Action::Steady);
         cluster.members[2].not_streaming_for = Delays::default().not_streaming_after;
-        let replace = Action::Delete {
-            pod: "db-b".into(),
-            reason: DeleteReason::NotStreaming,
-        };
+        let replace = deletes("db-b", DeleteReason::NotStreaming);
         assert_eq!(plan(&cluster), replace);
         cluster
             .members
@@ -807,10 +802,7 @@ mod tests {
     #[test]
     fn the_next_round_comes_when_the_first_delay_runs_out() {
         let delays = Delays::default();
-        let mut cluster = observed(
-            vec![ready("db-p", Role::Primary), ready("db-a", Role::Replica)],
-            2,
-        );
+        let mut cluster = healthy(2);
         assert_eq!(next_deadline(&cluster, &delays), None);
         cluster.members[0].ready = false;
         cluster.members[0].unready_for = Duration::from_secs(4);
@@ -832,34 +824,15 @@ mod tests {
     /// A minor upgrade replaces replicas first, one at a time, then switches the primary over.
     #[test]
     fn a_minor_upgrade_replaces_replicas_then_the_primary() {
-        let mut cluster = observed(
-            vec![
-                ready("db-p", Role::Primary),
-                ready("db-a", Role::Replica),
-                ready("db-b", Role::Replica),
-            ],
-            3,
-        );
+        let mut cluster = healthy(3);
         for m in &mut cluster.members {
             m.version = "16.3".into();
         }
         cluster.wanted_version = "16.4".into();
-        assert_eq!(
-            plan(&cluster),
-            Action::Delete {
-                pod: "db-a".into(),
-                reason: DeleteReason::Upgrade
-            }
-        );
+        assert_eq!(plan(&cluster), deletes("db-a", DeleteReason::Upgrade));
         cluster.members[1].version = "16.4".into();
         cluster.members[2].version = "16.4".into();
-        assert_eq!(
-            plan(&cluster),
-            Action::Delete {
-                pod: "db-p".into(),
-                reason: DeleteReason::Switchover
-            }
-        );
+        assert_eq!(plan(&cluster), deletes("db-p", DeleteReason::Switchover));
     }
 
     /// A major change is refused and nothing is replaced; a one-member minor change too.
@@ -878,10 +851,7 @@ mod tests {
             VersionChange::Minor
         );
         assert_eq!(version_change(None, "16.4", 2), VersionChange::None);
-        let mut cluster = observed(
-            vec![ready("db-p", Role::Primary), ready("db-a", Role::Replica)],
-            2,
-        );
+        let mut cluster = healthy(2);
         for m in &mut cluster.members {
             m.version = "15".into();
         }
@@ -975,21 +945,11 @@ mod tests {
     /// replica is promoted when it is as advanced as the best, never at the cost of a commit.
     #[test]
     fn a_planned_switchover_stops_the_primary_then_prefers_the_named_replica() {
-        let mut cluster = observed(
-            vec![
-                ready("db-p", Role::Primary),
-                ready("db-a", Role::Replica),
-                ready("db-b", Role::Replica),
-            ],
-            3,
-        );
+        let mut cluster = healthy(3);
         cluster.switchover_to = Some("db-b".into());
         assert_eq!(
             plan(&cluster),
-            Action::Delete {
-                pod: "db-p".into(),
-                reason: DeleteReason::PlannedSwitchover
-            }
+            deletes("db-p", DeleteReason::PlannedSwitchover)
         );
         // Not while a member is unready, nor to a pod that is not a ready replica.
         cluster.members[1].ready = false;
@@ -1002,18 +962,18 @@ mod tests {
             position("db-a", true, 100, 100),
             position("db-b", true, 100, 100),
         ];
-        assert_eq!(
-            choose(&even, Some("db-b")).map(|p| p.pod.as_str()),
-            Some("db-b")
-        );
         let behind = [
             position("db-a", true, 100, 100),
             position("db-b", true, 90, 90),
         ];
-        assert_eq!(
-            choose(&behind, Some("db-b")).map(|p| p.pod.as_str()),
-            Some("db-a")
-        );
-        assert_eq!(choose(&even, None).map(|p| p.pod.as_str()), Some("db-a"));
+        // The replicas' positions, the one named, the one promoted.
+        for (positions, named, chosen) in [
+            (&even, Some("db-b"), "db-b"),
+            (&behind, Some("db-b"), "db-a"),
+            (&even, None, "db-a"),
+        ] {
+            let promoted = choose(positions, named).map(|p| p.pod.as_str());
+            assert_eq!(promoted, Some(chosen), "{named:?} named");
+        }
     }
 }

@@ -307,6 +307,16 @@ impl<T: WatchedObject> ListWatch<T> {
         self.events.send(Event::Notice(notice)).await.ok()
     }
 
+    /// The watch ended with its place kept: tell the consumer why, and watch again from there.
+    async fn resume(&self, resource_version: String, why: ResumeReason) -> Option<Phase> {
+        self.notify(WatchNotice::Resumed {
+            resource_version: resource_version.clone(),
+            why,
+        })
+        .await?;
+        Some(Phase::Watching { resource_version })
+    }
+
     /// Hand one change to the consumer, remembering what it now believes: the store keeps a clone
     /// of the event's `Arc`, written before the send so a reader woken by the event finds it.
     /// False: consumer gone.
@@ -596,22 +606,12 @@ impl<T: WatchedObject> ListWatch<T> {
             WatchEnd::Ended => {
                 let why = ResumeReason::EndOfStream { events: delivered };
                 tracing::info!(path = %self.collection_path, %resource_version, %why, "watch resumed");
-                self.notify(WatchNotice::Resumed {
-                    resource_version: resource_version.clone(),
-                    why,
-                })
-                .await?;
-                Some(Phase::Watching { resource_version })
+                self.resume(resource_version, why).await
             }
             WatchEnd::Idle(silent_for) => {
                 let why = ResumeReason::Idle { silent_for };
                 tracing::warn!(path = %self.collection_path, %resource_version, %why, "watch resumed");
-                self.notify(WatchNotice::Resumed {
-                    resource_version: resource_version.clone(),
-                    why,
-                })
-                .await?;
-                Some(Phase::Watching { resource_version })
+                self.resume(resource_version, why).await
             }
             WatchEnd::LostPlace(why) => {
                 match &why {

@@ -185,24 +185,16 @@ pub const ACTS: &[Act] = &[
         within: Deadline::Pods,
         report: Some(|_| format!("== {GROWN_SIZE} of {GROWN_SIZE} members ready")),
     },
-    Act {
-        name: "act 6: write a row",
-        plays: Plays::WithPostgres,
-        caption: Caption::Psql("== Act 6: "),
-        does: Does::Sql(Sql::CreateTableAndWrite(TOUR_NOTE)),
-        ..QUIET
-    },
-    Act {
-        name: "act 6, skipped",
-        plays: Plays::OnSimulatedPods,
-        caption: Caption::Says(|_| {
+    psql("act 6: write a row", "== Act 6: ", Sql::CreateTableAndWrite(TOUR_NOTE)),
+    skipped(
+        "act 6, skipped",
+        Caption::Says(|_| {
             format!(
                 "== Act 6: (skipped: write a row through the Service {}; the pods are simulated, no Postgres answers)",
                 primary_service_name(EXAMPLE_NAME)
             )
         }),
-        ..QUIET
-    },
+    ),
     Act {
         name: "act 7: lose the primary",
         plays: Plays::OnSandbox,
@@ -239,26 +231,16 @@ pub const ACTS: &[Act] = &[
         }),
         ..QUIET
     },
-    Act {
-        name: "act 8: read the row back",
-        plays: Plays::WithPostgres,
-        caption: Caption::Psql("== Act 8: "),
-        does: Does::Sql(Sql::ReadRows(&[TOUR_NOTE])),
-        ..QUIET
-    },
-    Act {
-        name: "act 8, skipped",
-        plays: Plays::OnSimulatedPods,
-        caption: Caption::Line("== Act 8: (skipped: read the row back through the Service; the pods are simulated)"),
-        ..QUIET
-    },
+    psql("act 8: read the row back", "== Act 8: ", Sql::ReadRows(&[TOUR_NOTE])),
+    skipped(
+        "act 8, skipped",
+        Caption::Line("== Act 8: (skipped: read the row back through the Service; the pods are simulated)"),
+    ),
     // Step 05: backups and disaster recovery, on real PostgreSQL.
-    Act {
-        name: "acts 9 to 12, skipped",
-        plays: Plays::OnSimulatedPods,
-        caption: Caption::Line("== Acts 9 to 12: (skipped: step 05's base backup, a second row archived, every pod deleted and the cluster restored with both rows; the pods are simulated, no Postgres runs pg_basebackup, archives its WAL or replays it)"),
-        ..QUIET
-    },
+    skipped(
+        "acts 9 to 12, skipped",
+        Caption::Line("== Acts 9 to 12: (skipped: step 05's base backup, a second row archived, every pod deleted and the cluster restored with both rows; the pods are simulated, no Postgres runs pg_basebackup, archives its WAL or replays it)"),
+    ),
     Act {
         name: "step 05: backups",
         plays: Plays::WithPostgres,
@@ -303,13 +285,7 @@ pub const ACTS: &[Act] = &[
         }),
         ..QUIET
     },
-    Act {
-        name: "act 10: write a second row",
-        plays: Plays::WithPostgres,
-        caption: Caption::Psql("== Act 10: "),
-        does: Does::Sql(Sql::Write(SECOND_NOTE)),
-        ..QUIET
-    },
+    psql("act 10: write a second row", "== Act 10: ", Sql::Write(SECOND_NOTE)),
     Act {
         name: "why the switch",
         plays: Plays::WithPostgres,
@@ -356,13 +332,7 @@ pub const ACTS: &[Act] = &[
             )
         }),
     },
-    Act {
-        name: "act 12: read both rows back",
-        plays: Plays::WithPostgres,
-        caption: Caption::Psql("== Act 12: "),
-        does: Does::Sql(Sql::ReadRows(&[TOUR_NOTE, SECOND_NOTE])),
-        ..QUIET
-    },
+    psql("act 12: read both rows back", "== Act 12: ", Sql::ReadRows(&[TOUR_NOTE, SECOND_NOTE])),
     Act {
         name: "the replicas again",
         plays: Plays::WithPostgres,
@@ -402,6 +372,29 @@ fn steps_04_and_05(scene: &Scene) -> String {
         _ => "The pods are simulated: the operator acts all the same, but no Postgres runs in them, so the SQL acts are skipped, the failover stops at its first question to Postgres, and a backup pod never finishes (nothing runs pg_basebackup).".into(),
     };
     format!("== Steps 04 and 05: cargo run --bin stage05   (the homework, for real: a seed, replicas, Services, failover; then backups and disaster recovery. Stage 05's operator is stage 04's plus backups)\n   {pods}")
+}
+
+/// Run `sql` through the primary, where real PostgreSQL runs the pods; its caption is the psql
+/// command line after `prefix`.
+const fn psql(name: &'static str, prefix: &'static str, sql: Sql) -> Act {
+    Act {
+        name,
+        plays: Plays::WithPostgres,
+        caption: Caption::Psql(prefix),
+        does: Does::Sql(sql),
+        ..QUIET
+    }
+}
+
+/// Where the pods are simulated, a line saying what is skipped in place of an act that needs
+/// PostgreSQL.
+const fn skipped(name: &'static str, caption: Caption) -> Act {
+    Act {
+        name,
+        plays: Plays::OnSimulatedPods,
+        caption,
+        ..QUIET
+    }
 }
 
 /// Stop the operator the stage started, as SIGTERM would, and say how many tasks it stopped.

@@ -10,6 +10,29 @@ use tokio::sync::mpsc;
 
 use crate::{failed, TourEnd};
 
+/// What a check of [`Story::until_state`] answers: `Some` once the state is there, and maybe a
+/// note to print on the way.
+pub trait Checked {
+    type Found;
+    fn found_and_note(self) -> (Option<Self::Found>, Option<String>);
+}
+
+/// A check with nothing to note.
+impl<T> Checked for Option<T> {
+    type Found = T;
+    fn found_and_note(self) -> (Option<T>, Option<String>) {
+        (self, None)
+    }
+}
+
+/// A check that says what changed while it waits (the phases of a restore).
+impl<T> Checked for (Option<T>, Option<String>) {
+    type Found = T;
+    fn found_and_note(self) -> (Option<T>, Option<String>) {
+        self
+    }
+}
+
 /// The operator's lines, printed as they come.
 pub struct Story {
     lines: mpsc::UnboundedReceiver<LogLine>,
@@ -56,38 +79,22 @@ impl Story {
         }
     }
 
-    /// Print lines until `check` returns something (it is asked every 250 ms): for an act whose
-    /// end is a state of the cluster rather than one line of the operator's.
-    pub async fn until_state<T, F, Fut>(
+    /// Print lines until `check` finds what it looks for (it is asked every 250 ms): for an act
+    /// whose end is a state of the cluster rather than one line of the operator's. A check may
+    /// also return a note to print (a status field that changed): after each check, the lines
+    /// the operator has said so far are printed before its note or the tour's next caption. The
+    /// operator says a line before it writes the status that goes with it, so the story keeps
+    /// the order things happened in.
+    pub async fn until_state<F, Fut>(
         &mut self,
         what: &str,
         deadline: Duration,
         mut check: F,
-    ) -> Result<T, TourEnd>
+    ) -> Result<<Fut::Output as Checked>::Found, TourEnd>
     where
         F: FnMut() -> Fut,
-        Fut: Future<Output = Option<T>>,
-    {
-        self.until_state_noting(what, deadline, || {
-            let checked = check();
-            async move { (checked.await, None) }
-        })
-        .await
-    }
-
-    /// [`Story::until_state`], where each check may also return a note to print (a status field
-    /// that changed). After each check, the lines the operator has said so far are printed
-    /// before its note or the tour's next caption: the operator says a line before it writes
-    /// the status that goes with it, so the story keeps the order things happened in.
-    pub async fn until_state_noting<T, F, Fut>(
-        &mut self,
-        what: &str,
-        deadline: Duration,
-        mut check: F,
-    ) -> Result<T, TourEnd>
-    where
-        F: FnMut() -> Fut,
-        Fut: Future<Output = (Option<T>, Option<String>)>,
+        Fut: Future,
+        Fut::Output: Checked,
     {
         let wait = async {
             let mut poll = tokio::time::interval(Duration::from_millis(250));
@@ -98,7 +105,7 @@ impl Story {
                         None => return None,
                     },
                     _ = poll.tick() => {
-                        let (found, note) = check().await;
+                        let (found, note) = check().await.found_and_note();
                         while let Ok(log) = self.lines.try_recv() {
                             println!("{log}");
                         }

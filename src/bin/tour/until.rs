@@ -54,22 +54,20 @@ impl Until {
                     .await?;
             }
             Until::NewPrimary => {
-                let old = scene.primary.as_str();
-                let promoted = story
+                let old = scene.primary.clone();
+                scene.primary = story
                     .until_state("a new primary, ready", within, || {
-                        new_primary(client, path, old)
+                        new_primary(client, path, &old)
                     })
                     .await?;
-                scene.primary = promoted;
             }
             Until::NewBackup => {
-                let before = scene.backup_before.as_deref();
-                let backup = story
+                let before = scene.backup_before.clone();
+                scene.last_backup = story
                     .until_state("a new status.lastBackup", within, || {
-                        new_last_backup(client, path, before)
+                        new_last_backup(client, path, before.as_deref())
                     })
                     .await?;
-                scene.last_backup = backup;
             }
             Until::Archived => {
                 let Some(target) = &scene.sql else {
@@ -88,7 +86,7 @@ impl Until {
             Until::Restored => {
                 let phases = PhaseLog::default();
                 let (restored, reached) = story
-                    .until_state_noting("a restored primary, ready", within, || {
+                    .until_state("a restored primary, ready", within, || {
                         restored_primary(client, path, &phases)
                     })
                     .await?;

@@ -26,7 +26,6 @@ use std::time::Duration;
 
 use serde_json::Value;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -139,9 +138,8 @@ impl<L: ClusterLayer> ClusterWorker for PostgresWorker<L> {
         &self,
         cluster: PostgresCluster,
         inbox: ClusterInbox,
-        stop: CancellationToken,
     ) -> impl Future<Output = TaskEnd> + Send + 'static {
-        run(self.clone(), cluster, inbox, stop)
+        run(self.clone(), cluster, inbox)
     }
 }
 
@@ -202,9 +200,12 @@ async fn run<L: ClusterLayer>(
     worker: PostgresWorker<L>,
     cluster: PostgresCluster,
     inbox: ClusterInbox,
-    stop: CancellationToken,
 ) -> TaskEnd {
-    let ClusterInbox { mut wanted, nudged } = inbox;
+    let ClusterInbox {
+        mut wanted,
+        nudged,
+        stop,
+    } = inbox;
     let interval = worker.options.reconcile_interval;
     // `/healthz` watches this loop until the task ends (and fails if it panics).
     let _loop = worker.options.metrics.reconcile_loop(&cluster.key());
