@@ -50,6 +50,12 @@ pub struct PostgresFlags {
     /// How long a replica may be unready before it is replaced, in seconds
     #[arg(long, value_name = "SECS", default_value = "60", value_parser = parse_seconds, allow_negative_numbers = true)]
     pub member_lost_after: Duration,
+    /// How long a deleted primary may take to stop before it is fenced and a replica promoted without it, in seconds
+    #[arg(long, value_name = "SECS", default_value = "20", value_parser = parse_seconds, allow_negative_numbers = true)]
+    pub stop_timeout: Duration,
+    /// How long a Ready replica may be missing from the primary's pg_stat_replication before it is replaced, in seconds
+    #[arg(long, value_name = "SECS", default_value = "30", value_parser = parse_seconds, allow_negative_numbers = true)]
+    pub not_streaming_after: Duration,
     /// The longest watch asked of the API server, in seconds (each asks between 85 % and 100 % of it); /healthz fails once a watch has not moved for twice this plus 60 s
     #[arg(long, value_name = "SECS", default_value = "340", value_parser = parse_seconds, allow_negative_numbers = true)]
     pub watch_timeout: Duration,
@@ -68,7 +74,8 @@ impl PostgresFlags {
             delays: Delays {
                 failover_after: self.failover_after,
                 member_lost_after: self.member_lost_after,
-                ..Delays::default()
+                stop_timeout: self.stop_timeout,
+                not_streaming_after: self.not_streaming_after,
             },
             // Spread between 85 % and 100 %, as the default 290–340 s is: watches started
             // together (after a relist) do not all end, and reconnect, at the same moment.
@@ -307,5 +314,28 @@ async fn forward_pod_events(
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    /// With no flag, the delays are `Delays::default()`'s: the flags' defaults and the code's
+    /// cannot drift apart.
+    #[test]
+    fn the_flags_defaults_are_the_delays_defaults() {
+        let flags = PostgresStageFlags::try_parse_from(["stage04"]).expect("no flags");
+        assert_eq!(flags.operator.options().delays, Delays::default());
+        let flags = PostgresStageFlags::try_parse_from([
+            "stage04",
+            "--stop-timeout=5",
+            "--not-streaming-after=9",
+        ])
+        .expect("the delay flags");
+        let delays = flags.operator.options().delays;
+        assert_eq!(delays.stop_timeout, Duration::from_secs(5));
+        assert_eq!(delays.not_streaming_after, Duration::from_secs(9));
     }
 }
