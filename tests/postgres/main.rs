@@ -2,12 +2,13 @@
 //! and the shell they hold, run on this machine, and a replicated cluster built from them by
 //! hand on real PostgreSQL; what an idle cluster costs the API server; synchronous replication
 //! through a lost node and a planned switchover; a Ready replica that streams from nothing,
-//! replaced. WORKSHOP.md, step 04.
+//! replaced; an operator that starts beside many pods. WORKSHOP.md, step 04.
 //!
 //! Run one part: `cargo test --test postgres scripts::`.
 
 mod frozen_standby;
 mod manifests;
+mod many_pods;
 mod not_streaming;
 mod scripts;
 mod steady_state;
