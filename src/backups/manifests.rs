@@ -80,17 +80,16 @@ pub fn restore_command(dir: &str) -> String {
     format!("f={dir}/wal/%f.gz; [ -f \"$f\" ] && gunzip -c \"$f\" > %p")
 }
 
-/// On a member created with [`archive_args`]. PostgreSQL reads `archive_mode` only when the
-/// server starts, so a member created before `spec.backup` was set archives nothing until it
-/// is replaced (`plan.rs`, rule 3); this says which members were created so.
-pub const ARCHIVING_ANNOTATION: &str = "workshop.example.com/archiving";
-
-/// Whether member `pod` was created with the archive settings.
+/// Whether member `pod`'s server was started with [`archive_args`]. PostgreSQL reads
+/// `archive_mode` only when the server starts, so a member created before `spec.backup` was
+/// set archives nothing until it is replaced (`plan.rs`, rule 3). Read from the container's
+/// arguments, the fact itself, whichever build of the operator created the pod.
 pub fn archives(pod: &Pod) -> bool {
-    pod.metadata
-        .annotations
-        .get(ARCHIVING_ANNOTATION)
-        .is_some_and(|value| value == "on")
+    pod.spec
+        .containers
+        .iter()
+        .find(|c| c.name == POSTGRES_CONTAINER)
+        .is_some_and(|c| c.args.iter().any(|arg| arg == "archive_mode=on"))
 }
 
 /// The `-c` settings that make a member archive into its cluster's claim. Every member gets
@@ -195,7 +194,6 @@ pub fn dress_member(pod: &mut Value, cluster: &PostgresCluster, role: Role, back
     let mut mounts = Vec::new();
     let mut volumes = Vec::new();
     if backups.archive {
-        pod["metadata"]["annotations"][ARCHIVING_ANNOTATION] = json!("on");
         args.extend(archive_args());
         mounts.push(json!({"name": BACKUP_VOLUME, "mountPath": BACKUP_MOUNT}));
         volumes.push(claim_volume(BACKUP_VOLUME, &backup_claim_name(name), false));
@@ -634,7 +632,6 @@ mod tests {
         );
     }
 
-    /// A spec of `size` members with `backup: {}`.
     /// The backup pod runs once, from the source host, with the claim mounted and `keep` passed.
     #[test]
     fn backup_pod_runs_once_against_the_source() {

@@ -1,6 +1,6 @@
 //! Step 05's decisions, pure like step 04's `plan.rs`, and made after it: what the members' plan
-//! becomes when backups exist (a seed that restores in place of the disaster), and when to take
-//! a base backup.
+//! becomes when backups exist (a seed that restores in place of the disaster, members that do
+//! not archive replaced), and when to take a base backup.
 //!
 //! WORKSHOP.md, step 05. The rules [`plan_restore`] adds to step 04's, in order:
 //!
@@ -56,7 +56,8 @@ pub struct RestoreObserved {
     pub not_archiving: Vec<String>,
 }
 
-/// Step 04's `action` for `observed`, or a restore rule's in its place (see the module docs).
+/// Step 04's `action` for `observed`, or one of the rules above in its place (see the module
+/// docs).
 pub fn plan_restore(
     restore: &RestoreObserved,
     observed: &Observed,
@@ -100,7 +101,11 @@ pub fn plan_restore(
 }
 
 /// Rule 3: a replica that does not archive first; the primary once every replica archives, and
-/// only with a ready replica to take over.
+/// only with a ready replica to take over. The primary goes as in a planned switchover: its
+/// clean stop hands its last WAL to the standbys connected then. With synchronous replication
+/// the new replica is a standby from its start, so no commit can be missing from it; with
+/// asynchronous replication a replica Ready but not yet streaming could miss the last commits,
+/// as it could in step 04's switchover.
 fn replace_to_archive(restore: &RestoreObserved, observed: &Observed) -> Planned<BackupAction> {
     let not_archiving = |role: Role| {
         observed

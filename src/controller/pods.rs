@@ -70,6 +70,9 @@ pub struct Container {
     pub name: String,
     #[serde(default)]
     pub image: String,
+    /// The arguments it was started with: a server's `-c` settings (step 05 reads them).
+    #[serde(default)]
+    pub args: Vec<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

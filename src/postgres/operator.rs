@@ -308,8 +308,9 @@ async fn forward_pod_events(
             // Before the first list is in, no task exists to nudge (each one's first round
             // comes anyway), and no one reads the nudges: the controller starts once the list
             // is in. Sent then, the 17th pod would fill the channel and wait for ever, the
-            // list would never end, and the operator would never start.
-            Event::Added(_) if !*synced.borrow() => {}
+            // list would never end, and the operator would never start. (A first list that
+            // broke off is listed again, which hands on Modified and Deleted too.)
+            Event::Added(_) | Event::Modified(_) | Event::Deleted(_) if !*synced.borrow() => {}
             Event::Added(pod) | Event::Modified(pod) | Event::Deleted(pod) => {
                 if let Some(cluster) = pod.metadata.labels.get(CLUSTER_LABEL) {
                     let key = format!("{}/{cluster}", pod.metadata.namespace);

@@ -232,12 +232,13 @@ async fn watch_writable(client: Client, psql: HostPsql, writable: Arc<Writable>)
 /// Every pod of the cluster, terminating ones included.
 async fn members(client: &Client) -> Vec<Value> {
     let path = pods_path(client.namespace(), &format!("{CLUSTER_LABEL}={CLUSTER}"));
-    client
-        .get::<Value>(&path)
-        .await
-        .ok()
-        .and_then(|list| list["items"].as_array().cloned())
-        .unwrap_or_default()
+    match client.get::<Value>(&path).await {
+        Ok(list) => list["items"].as_array().cloned().unwrap_or_default(),
+        Err(error) => {
+            println!("chaos: listing the cluster's pods failed: {error}");
+            Vec::new()
+        }
+    }
 }
 
 fn pod_ip(pods: &[Value], name: &str) -> Option<String> {
@@ -593,8 +594,15 @@ impl Chaos {
         self.writable.reset();
         println!("chaos: --- {caption} (primary {})", before.primary);
         let injected = Instant::now();
+        let said_before = self.story.lines().len();
         self.mark("injecting the fault");
         self.inject(fault, &before).await;
+        if fault == Fault::Switchover {
+            // Until the operator acts on the annotation, the cluster still looks converged,
+            // around the old primary.
+            let target = before.standbys.first().expect("a standby");
+            self.said_after(said_before, target, "Promoting").await;
+        }
         let after = self.converged(caption).await;
         if fault == Fault::HangPrimary
             && self
@@ -778,6 +786,12 @@ async fn every_fault_converges_without_losing_an_acknowledged_row() {
         .filter(|f| only.is_empty() || only.split(',').any(|name| name == format!("{f:?}")))
         .map(|f| (*f, Vec::new(), Vec::new()))
         .collect();
+    for name in only.split(',').filter(|name| !name.is_empty()) {
+        assert!(
+            FAULTS.iter().any(|f| format!("{f:?}") == name),
+            "CHAOS_ONLY={only}: no fault {name}; the faults are {FAULTS:?}"
+        );
+    }
     for round in 1..=rounds {
         println!("chaos: round {round} of {rounds} ({replication:?} replication)");
         for (fault, outages, lost) in measured.iter_mut() {

@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 /// More than the 16 nudges the pod watch may queue for the controller.
 const PODS: usize = 40;
 
+/// 40 labelled pods exist before the operator starts: it gets past its pod list, and stops.
 #[tokio::test]
 async fn an_operator_starts_beside_more_pods_than_its_channels_hold() {
     let (_sandbox, client) = test_support::sandbox_with_crd(SandboxOptions::default()).await;
@@ -48,8 +49,9 @@ async fn an_operator_starts_beside_more_pods_than_its_channels_hold() {
     )
     .await;
     stop.cancel();
-    operator
+    tokio::time::timeout(Duration::from_secs(30), operator)
         .await
+        .expect("the operator ended within 30 s of its stop")
         .expect("the operator task")
         .expect("the operator ended cleanly");
 }

@@ -624,14 +624,26 @@ async fn backups_turned_on_for_a_running_cluster_replace_every_member_first() {
     })
     .await;
     let primary = world.wait_healthy("late", 2).await;
-    for pod in members_before.split_whitespace() {
-        assert!(
-            world.said(&format!("Replacing {pod}: it started before spec.backup")),
-            "{pod} replaced"
-        );
-    }
+    // The replica first, the primary last.
+    let replaced_at = |pod: &str| {
+        let said = format!("Replacing {pod}: it started before spec.backup");
+        world
+            .lines
+            .lines()
+            .iter()
+            .position(|line| line.contains(&said))
+    };
+    let replica = members_before
+        .split_whitespace()
+        .find(|pod| *pod != first_primary)
+        .expect("a replica before");
+    let (replica_at, primary_at) = (replaced_at(replica), replaced_at(&first_primary));
+    assert!(
+        replica_at.is_some() && primary_at.is_some() && replica_at < primary_at,
+        "the replica {replica} replaced before the primary {first_primary}: {replica_at:?}, {primary_at:?}"
+    );
     assert_ne!(primary, first_primary, "the primary was replaced too");
-    let annotations = world
+    let args = world
         .kubectl
         .ok(&[
             "get",
@@ -639,10 +651,14 @@ async fn backups_turned_on_for_a_running_cluster_replace_every_member_first() {
             "-l",
             "workshop.example.com/cluster=late,workshop.example.com/role in (primary,replica)",
             "-o",
-            r#"jsonpath={range .items[*]}{.metadata.annotations.workshop\.example\.com/archiving}{"\n"}{end}"#,
+            r#"jsonpath={range .items[*]}{.spec.containers[?(@.name=="postgres")].args}{"\n"}{end}"#,
         ])
         .await;
-    assert_eq!(annotations.trim(), "on\non", "every member archives");
+    let archiving = args
+        .lines()
+        .filter(|line| line.contains("archive_mode=on"))
+        .count();
+    assert_eq!(archiving, 2, "every member archives: {args}");
     assert_eq!(world.batches(&primary).await, "a=1000", "no row lost");
     println!("late backups: {backup} taken after replacing {members_before}");
 }

@@ -633,9 +633,13 @@ impl<L: ClusterLayer> PostgresTask<L> {
             "{}/status",
             crate::api::object_path(self.namespace(), &self.cluster.metadata.name)
         );
-        let patch = Patch::Merge(serde_json::json!({
-            "status": with_removals(self.cluster.status.as_ref(), &next)
-        }));
+        let Some(body) = with_removals(self.cluster.status.as_ref(), &next) else {
+            // Sent as `null`, the whole status would be removed: better not written.
+            tracing::warn!("the next status does not serialize; not written");
+            self.fail_round();
+            return;
+        };
+        let patch = Patch::Merge(serde_json::json!({ "status": body }));
         match self
             .worker
             .client
@@ -658,7 +662,10 @@ impl<L: ClusterLayer> PostgresTask<L> {
 /// without this a cleared field (`status.switchover` once the annotation is removed,
 /// or any optional field set back to none) would stay there, differ from `next` at every round,
 /// and be written again at every round.
-fn with_removals(previous: Option<&PostgresClusterStatus>, next: &PostgresClusterStatus) -> Value {
+fn with_removals(
+    previous: Option<&PostgresClusterStatus>,
+    next: &PostgresClusterStatus,
+) -> Option<Value> {
     fn null_what_went(previous: &Value, next: &mut Value) {
         if let (Value::Object(previous), Value::Object(next)) = (previous, next) {
             for (key, old) in previous {
@@ -671,11 +678,11 @@ fn with_removals(previous: Option<&PostgresClusterStatus>, next: &PostgresCluste
             }
         }
     }
-    let mut body = serde_json::to_value(next).unwrap_or(Value::Null);
+    let mut body = serde_json::to_value(next).ok()?;
     if let Some(previous) = previous.and_then(|p| serde_json::to_value(p).ok()) {
         null_what_went(&previous, &mut body);
     }
-    body
+    Some(body)
 }
 
 /// Run `argv` (a `psql` command line, see [`manifests::psql_argv`]) in `pod`'s postgres
@@ -752,6 +759,7 @@ fn image_tag(pod: &Pod) -> String {
 mod tests {
     use super::*;
     use crate::controller::pods::PodCondition;
+    use std::time::SystemTime;
 
     /// A field the next status no longer has is sent as `null`, at any depth, so the merge
     /// patch removes it; what stays is sent as it is.
@@ -767,7 +775,7 @@ mod tests {
         let next = status(serde_json::json!({
             "phase": "Running", "restore": {"phase": "Done"},
         }));
-        let body = with_removals(Some(&previous), &next);
+        let body = with_removals(Some(&previous), &next).expect("a status serializes");
         assert_eq!(body["primary"], Value::Null);
         assert_eq!(body["switchover"], Value::Null);
         assert_eq!(
@@ -775,9 +783,9 @@ mod tests {
             serde_json::json!({"phase": "Done", "target": null})
         );
         assert_eq!(body["phase"], "Running");
-        assert!(with_removals(None, &next).get("switchover").is_none());
+        let fresh = with_removals(None, &next).expect("a status serializes");
+        assert!(fresh.get("switchover").is_none());
     }
-    use std::time::SystemTime;
 
     fn unready_since(seconds_ago: u64) -> Pod {
         let mut pod = Pod::default();
