@@ -150,6 +150,16 @@ impl World {
         .await
     }
 
+    /// `jsonpath` (kubectl's `-o`) over the member pods, primary and replicas, of cluster `name`.
+    async fn members(&self, name: &str, jsonpath: &str) -> String {
+        let selector = format!(
+            "workshop.example.com/cluster={name},workshop.example.com/role in (primary,replica)"
+        );
+        self.kubectl
+            .ok(&["get", "pods", "-l", &selector, "-o", jsonpath])
+            .await
+    }
+
     /// Delete cluster `name`, without waiting for it to go.
     async fn delete(&self, name: &str) {
         self.kubectl
@@ -595,15 +605,7 @@ async fn backups_turned_on_for_a_running_cluster_replace_every_member_first() {
         )
         .await;
     let members_before = world
-        .kubectl
-        .ok(&[
-            "get",
-            "pods",
-            "-l",
-            "workshop.example.com/cluster=late,workshop.example.com/role in (primary,replica)",
-            "-o",
-            "jsonpath={.items[*].metadata.name}",
-        ])
+        .members("late", "jsonpath={.items[*].metadata.name}")
         .await;
 
     world
@@ -644,15 +646,10 @@ async fn backups_turned_on_for_a_running_cluster_replace_every_member_first() {
     );
     assert_ne!(primary, first_primary, "the primary was replaced too");
     let args = world
-        .kubectl
-        .ok(&[
-            "get",
-            "pods",
-            "-l",
-            "workshop.example.com/cluster=late,workshop.example.com/role in (primary,replica)",
-            "-o",
+        .members(
+            "late",
             r#"jsonpath={range .items[*]}{.spec.containers[?(@.name=="postgres")].args}{"\n"}{end}"#,
-        ])
+        )
         .await;
     let archiving = args
         .lines()
