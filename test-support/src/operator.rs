@@ -167,6 +167,19 @@ impl Story {
     pub fn lines(&self) -> Vec<String> {
         self.lines.lock().expect("story lines").clone()
     }
+
+    /// How many lines so far (an index for [`Story::first_after`]).
+    pub fn count(&self) -> usize {
+        self.lines.lock().expect("story lines").len()
+    }
+
+    /// The first line after the first `from` that satisfies `wanted`, if one came.
+    pub fn first_after(&self, from: usize, wanted: impl Fn(&str) -> bool) -> Option<String> {
+        let lines = self.lines.lock().expect("story lines");
+        lines
+            .get(from..)
+            .and_then(|new| new.iter().find(|line| wanted(line)).cloned())
+    }
 }
 
 /// The header of `kubectl get pgc`, split into words: the CRD's printer columns (LAST BACKUP,

@@ -483,16 +483,18 @@ impl Chaos {
     }
 
     /// The first story line after the first `from` lines that names `pod` and says `words`
-    /// (within 30 s; else the test fails).
+    /// (within 30 s; else the test fails). Polled every 2 ms, not at `eventually`'s pace: the
+    /// operator faults are meant to land inside a step that takes tens of milliseconds.
     async fn said_after(&self, from: usize, pod: &str, words: &str) -> String {
-        test_support::eventually(Duration::from_secs(30), words, || async {
-            let lines = self.story.lines();
-            lines[from.min(lines.len())..]
-                .iter()
-                .find(|line| line.contains(pod) && line.contains(words))
-                .cloned()
-        })
-        .await
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let wanted = |line: &str| line.contains(pod) && line.contains(words);
+            if let Some(line) = self.story.first_after(from, wanted) {
+                return line;
+            }
+            assert!(Instant::now() < deadline, "{pod} {words}: not said in 30 s");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
     }
 
     /// Inject `fault` against the converged cluster `before`.
@@ -513,7 +515,7 @@ impl Chaos {
             }
             Fault::HangPrimary => assert!(faults.hang_pod(&namespace, primary)),
             Fault::KillOperatorMidFailover => {
-                let said_before = self.story.lines().len();
+                let said_before = self.story.count();
                 assert!(faults.lose_node_for_pod(&namespace, primary));
                 // In turn: while the failover delay runs (nothing done yet, the new operator
                 // must not start the delay again), and at the fence (the old primary deleted,
@@ -529,26 +531,14 @@ impl Chaos {
                 self.restart_operator().await;
             }
             Fault::KillOperatorMidPromotion => {
-                let said_before = self.story.lines().len();
+                let said_before = self.story.count();
                 let path = format!("/api/v1/namespaces/{namespace}/pods/{primary}");
                 self.client
                     .delete::<Value>(&path)
                     .await
                     .expect("the primary pod deleted");
-                // Polled every 2 ms, not at `eventually`'s pace: the promotion's exec takes
-                // tens of milliseconds, and the kill is meant to land inside it.
-                let deadline = Instant::now() + Duration::from_secs(30);
-                let promoting = loop {
-                    let lines = self.story.lines();
-                    if let Some(line) = lines[said_before.min(lines.len())..]
-                        .iter()
-                        .find(|line| line.contains("Promoting"))
-                    {
-                        break line.clone();
-                    }
-                    assert!(Instant::now() < deadline, "no promotion said in 30 s");
-                    tokio::time::sleep(Duration::from_millis(2)).await;
-                };
+                // Any replica's promotion: the pod is the operator's choice.
+                let promoting = self.said_after(said_before, "", "Promoting").await;
                 println!("chaos: killing the operator as it promotes: {promoting}");
                 self.restart_operator().await;
             }
@@ -594,7 +584,7 @@ impl Chaos {
         self.writable.reset();
         println!("chaos: --- {caption} (primary {})", before.primary);
         let injected = Instant::now();
-        let said_before = self.story.lines().len();
+        let said_before = self.story.count();
         self.mark("injecting the fault");
         self.inject(fault, &before).await;
         if fault == Fault::Switchover {

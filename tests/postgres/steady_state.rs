@@ -71,16 +71,13 @@ async fn idle_clusters_cost_no_request_per_round() {
         .patch::<serde_json::Value>(&status_path, &Patch::Merge(stale))
         .await
         .expect("a stale status.switchover written");
+    let cluster_path = object_path(client.namespace(), "idle-0");
     test_support::eventually(
         Duration::from_secs(30),
         "the stale status.switchover removed",
-        || {
-            let client = client.clone();
-            let path = object_path(client.namespace(), "idle-0");
-            async move {
-                let cluster: serde_json::Value = client.get(&path).await.ok()?;
-                cluster["status"].get("switchover").is_none().then_some(())
-            }
+        || async {
+            let cluster: serde_json::Value = client.get(&cluster_path).await.ok()?;
+            cluster["status"].get("switchover").is_none().then_some(())
         },
     )
     .await;
