@@ -14,7 +14,7 @@
 //!
 //! # The state machine
 //!
-//! `run_list_then_watch` is a loop over two states; every transition is logged and most are
+//! `ListWatch::run` is a loop over two states; every transition is logged and most are
 //! also told to the consumer as a [`WatchNotice`]:
 //!
 //! - **Listing** — we have no usable resourceVersion. GET the collection, page by page; its
@@ -93,7 +93,7 @@ use crate::status::Status;
 
 use backoff::{Backoff, BackoffPolicy, Xorshift};
 pub use event::Event;
-use event::{decode_line, DecodeError, Line};
+use event::{decode_line, Line};
 use frame::{FrameError, LineFramer, DEFAULT_MAX_EVENT_BYTES};
 use notice::relist_reason;
 pub use notice::{RelistReason, ResumeReason, WatchNotice};
@@ -178,65 +178,23 @@ pub fn list_then_watch<T: WatchedObject>(
 ) -> Watcher<T> {
     let (sender, events) = mpsc::channel(options.event_buffer.max(1));
     let store = Store::new();
-    let task = tokio::spawn(run_list_then_watch(
-        client,
-        collection_path,
-        options,
-        sender,
-        store.clone(),
-        shutdown,
-    ));
-    Watcher {
-        events,
-        task,
-        store,
-    }
-}
-
-/// The loop behind [`list_then_watch`]: it hands events to `events` and keeps `store` current.
-/// Returns when `shutdown` is cancelled or the receiver is dropped; it never gives up on its own.
-async fn run_list_then_watch<T: WatchedObject>(
-    client: Client,
-    collection_path: String,
-    options: WatchOptions,
-    events: mpsc::Sender<Event<T>>,
-    store: Store<T>,
-    shutdown: CancellationToken,
-) {
-    let mut state = ListWatch {
+    let list_watch = ListWatch {
         client,
         collection_path,
         backoff: Backoff::new(options.backoff.clone()),
         random: Xorshift::seed_from_process(),
         options,
-        events,
-        known: store,
+        events: sender,
+        known: store.clone(),
         key: String::new(),
         list_number: 0,
         listed_resource_version: None,
+        continue_expired: false,
     };
-    // A list or a watch request can hang until the client's request timeout (30 s); noticing
-    // the consumer leave must not wait for it.
-    let consumer = state.events.clone();
-    let mut phase = Phase::Listing { why: None };
-    loop {
-        let step = async {
-            match phase {
-                Phase::Listing { why } => state.list(why).await,
-                Phase::Watching { resource_version } => state.watch(resource_version).await,
-            }
-        };
-        phase = tokio::select! {
-            next = step => match next {
-                Some(next) => next,
-                None => return, // the consumer is gone
-            },
-            () = shutdown.cancelled() => {
-                tracing::info!(path = %state.collection_path, "watch stopped on shutdown");
-                return;
-            }
-            () = consumer.closed() => return,
-        };
+    Watcher {
+        events,
+        task: tokio::spawn(list_watch.run(shutdown)),
+        store,
     }
 }
 
@@ -267,13 +225,12 @@ enum WatchEnd {
     ConsumerGone,
 }
 
-/// What one complete list found that the consumer has not been told.
-struct Listing<T> {
-    resource_version: String,
-    /// Objects listed.
-    count: usize,
+/// What a list found that the consumer has not been told.
+struct Found<T> {
     /// `Added` and `Modified` events, in list order.
     changes: Vec<Event<T>>,
+    /// Objects listed.
+    listed: usize,
     added: usize,
     modified: usize,
 }
@@ -295,6 +252,8 @@ struct ListWatch<T> {
     list_number: u64,
     /// The resourceVersion of the last successful list.
     listed_resource_version: Option<String>,
+    /// The last list attempt broke off on an expired continue token.
+    continue_expired: bool,
 }
 
 fn key_of(meta: &ObjectMeta) -> String {
@@ -302,6 +261,35 @@ fn key_of(meta: &ObjectMeta) -> String {
 }
 
 impl<T: WatchedObject> ListWatch<T> {
+    /// The loop behind [`list_then_watch`]: it hands events to `events` and keeps `known`
+    /// current. Returns when `shutdown` is cancelled or the receiver is dropped; it never gives
+    /// up on its own.
+    async fn run(mut self, shutdown: CancellationToken) {
+        // A list or a watch request can hang until the client's request timeout (30 s); noticing
+        // the consumer leave must not wait for it.
+        let consumer = self.events.clone();
+        let mut phase = Phase::Listing { why: None };
+        loop {
+            let step = async {
+                match phase {
+                    Phase::Listing { why } => self.list(why).await,
+                    Phase::Watching { resource_version } => self.watch(resource_version).await,
+                }
+            };
+            phase = tokio::select! {
+                next = step => match next {
+                    Some(next) => next,
+                    None => return, // the consumer is gone
+                },
+                () = shutdown.cancelled() => {
+                    tracing::info!(path = %self.collection_path, "watch stopped on shutdown");
+                    return;
+                }
+                () = consumer.closed() => return,
+            };
+        }
+    }
+
     /// Tell the consumer what the watch is doing. None: the consumer is gone.
     async fn notify(&self, notice: WatchNotice) -> Option<()> {
         self.events.send(Event::Notice(notice)).await.ok()
@@ -319,8 +307,8 @@ impl<T: WatchedObject> ListWatch<T> {
 
     /// Hand one change to the consumer, remembering what it now believes: the store keeps a clone
     /// of the event's `Arc`, written before the send so a reader woken by the event finds it.
-    /// False: consumer gone.
-    async fn deliver(&mut self, event: Event<T>) -> bool {
+    /// None: consumer gone.
+    async fn deliver(&mut self, event: Event<T>) -> Option<()> {
         match &event {
             Event::Added(object) | Event::Modified(object) => self.remember(object),
             Event::Deleted(object) => {
@@ -328,7 +316,7 @@ impl<T: WatchedObject> ListWatch<T> {
             }
             Event::Notice(_) => {}
         }
-        self.events.send(event).await.is_ok()
+        self.events.send(event).await.ok()
     }
 
     /// Store `object` as the consumer's latest state of it. Every change passes here, so the
@@ -371,220 +359,175 @@ impl<T: WatchedObject> ListWatch<T> {
         }
     }
 
-    /// Listing: the first list, or a relist that hands over the difference; then Watching.
+    /// Listing: read the collection page by page, compare each object with `known` (what the
+    /// consumer was last told), hand over the difference, then Watching. The first list (`why`
+    /// None) tells `Listed` from its first page and hands each page over as soon as it is in, so
+    /// what is held is one page, not the collection, and the first event does not wait for the
+    /// last page. A relist holds what changed until its last page is in, so that one that fails
+    /// halfway hands over nothing; then it tells `Relisted`, with the counts, before the changes.
     async fn list(&mut self, why: Option<RelistReason>) -> Option<Phase> {
-        match why {
-            None => self.first_list().await,
-            Some(why) => self.relist(why).await,
-        }
-    }
-
-    /// The first list: each page's objects are handed over as `Added` as soon as that page is in,
-    /// so what is held is one page, not the collection, and the first event does not wait for the
-    /// last page. The `Listed` notice goes first, from the first page. A later page that fails
-    /// leaves what was handed over handed over (and in `known`); the relist that follows compares
-    /// against it, so no object is added twice and one gone meanwhile comes out as `Deleted`.
-    async fn first_list(&mut self) -> Option<Phase> {
         self.list_number += 1;
         let mut pager = Pager::new(&self.collection_path, PAGE_SIZE);
-        let mut page = match pager.next_page::<T>(&self.client).await {
-            Ok(objects) => objects.unwrap_or_default(),
-            // Nothing handed over yet: try the first list again.
-            Err(error) => {
-                let (error, at_least) = match error {
-                    PageError::Failed(error) => (error.to_string(), retry_after(&error)),
-                    // Only a `continue` request is refused this way, and the first page has none.
-                    PageError::ContinueExpired { status } => (status.to_string(), Duration::ZERO),
-                };
-                self.back_off(error, at_least).await?;
-                return Some(Phase::Listing { why: None });
-            }
+        let mut found = Found {
+            changes: Vec::new(),
+            listed: 0,
+            added: 0,
+            modified: 0,
         };
-        let resource_version = pager.resource_version().to_string();
-        if resource_version.is_empty() {
-            // See `relist`: a watch from RV "" would replay every object as ADDED.
-            self.back_off(
-                "the list carried no metadata.resourceVersion to watch from".into(),
-                Duration::ZERO,
-            )
-            .await?;
-            return Some(Phase::Listing { why: None });
-        }
-        self.listed_resource_version = Some(resource_version.clone());
-        // Kubernetes calls `remainingItemCount` an estimate of the collection's size, and sets it
-        // only on a paged list without selectors that has more pages (API servers since 1.15).
-        let remaining = pager
-            .remaining_item_count()
-            .map_or(0, |n| usize::try_from(n).unwrap_or(usize::MAX));
-        let count = page.len().saturating_add(remaining);
-        tracing::info!(path = %self.collection_path, %resource_version, count, "listed first page");
-        self.notify(WatchNotice::Listed {
-            resource_version: resource_version.clone(),
-            count,
-        })
-        .await?;
-
-        let mut handed_over = 0usize;
+        let mut first_page = true;
         loop {
-            for object in page {
-                // `known` is empty on a first list: every object is new to the consumer.
-                if !self.deliver(Event::Added(Arc::new(object))).await {
-                    return None;
-                }
-                handed_over += 1;
-            }
-            page = match pager.next_page::<T>(&self.client).await {
-                Ok(Some(objects)) => objects,
+            let page = match pager.next_page::<T>(&self.client).await {
+                Ok(Some(page)) => page,
                 Ok(None) => break,
-                // The snapshot was compacted away under us: a relist at once reads a fresh one.
-                Err(PageError::ContinueExpired { status }) => {
-                    tracing::warn!(path = %self.collection_path, %status, handed_over, "continue token expired during the first list; relisting");
-                    let error = status.to_string();
-                    return Some(Phase::Listing {
-                        why: Some(RelistReason::FirstListBrokeOff { handed_over, error }),
-                    });
-                }
-                Err(PageError::Failed(error)) => {
-                    let at_least = retry_after(&error);
-                    let error = error.to_string();
-                    self.back_off(error.clone(), at_least).await?;
-                    return Some(Phase::Listing {
-                        why: Some(RelistReason::FirstListBrokeOff { handed_over, error }),
-                    });
+                Err(error) => {
+                    // A first list that fails after handing over a page leaves what it handed
+                    // over handed over (and in `known`); the relist that finishes it compares
+                    // against that, so no object is added twice and one gone meanwhile comes out
+                    // as `Deleted`.
+                    let why = match why {
+                        None if !first_page => Some(RelistReason::FirstListBrokeOff {
+                            handed_over: found.added,
+                            error: error.to_string(),
+                        }),
+                        why => why,
+                    };
+                    return self.list_failed(error, why).await;
                 }
             };
+            if std::mem::take(&mut first_page) {
+                let resource_version = pager.resource_version().to_string();
+                if resource_version.is_empty() {
+                    // A watch from RV "" would start with a synthetic ADDED for every object, all
+                    // of which this list hands over already. Every real API server sets it.
+                    let error = "the list carried no metadata.resourceVersion to watch from";
+                    self.back_off(error.into(), Duration::ZERO).await?;
+                    return Some(Phase::Listing { why });
+                }
+                if why.is_none() {
+                    // Kubernetes calls `remainingItemCount` an estimate of the collection's size,
+                    // and sets it only on a paged list without selectors that has more pages (API
+                    // servers since 1.15).
+                    let remaining = pager
+                        .remaining_item_count()
+                        .map_or(0, |n| usize::try_from(n).unwrap_or(usize::MAX));
+                    let count = page.len().saturating_add(remaining);
+                    tracing::info!(path = %self.collection_path, %resource_version, count, "listed first page");
+                    self.notify(WatchNotice::Listed {
+                        resource_version,
+                        count,
+                    })
+                    .await?;
+                }
+            }
+            self.compare(page, &mut found);
+            if why.is_none() {
+                // `known` is empty on a first list: every object is new to the consumer.
+                for change in found.changes.drain(..) {
+                    self.deliver(change).await?;
+                }
+            }
         }
-        tracing::info!(path = %self.collection_path, %resource_version, handed_over, "first list complete");
+        let resource_version = pager.resource_version().to_string();
+        self.listed_resource_version = Some(resource_version.clone());
+        self.continue_expired = false;
+        match why {
+            None => {
+                tracing::info!(path = %self.collection_path, %resource_version, handed_over = found.added, "first list complete");
+            }
+            Some(why) => self.relisted(why, &resource_version, found).await?,
+        }
         Some(Phase::Watching { resource_version })
     }
 
-    /// A relist: read the collection page by page, hand over the difference, move to Watching.
-    async fn relist(&mut self, why: RelistReason) -> Option<Phase> {
-        let mut expired_already = false;
-        let listing = loop {
-            match self.read_list().await {
-                Ok(listing) => break listing,
-                Err(PageError::ContinueExpired { status }) => {
-                    // The snapshot our pages came from was compacted away while we read them: the
-                    // rest cannot be had consistently. Start a fresh list (client-go does one
-                    // unpaged list here; paging again keeps memory bounded). Twice in one go:
-                    // back off first, the pages are outliving the server's history.
-                    tracing::warn!(path = %self.collection_path, %status, "continue token expired; listing again from the start");
-                    if expired_already {
-                        let error = format!("continue token expired again: {status}");
-                        self.back_off(error, Duration::ZERO).await?;
+    /// One page of a list, compared with `known`: what the consumer already has is marked as seen
+    /// by this list, new objects go into `found` as `Added`, moved ones as `Modified`.
+    fn compare(&self, page: Vec<T>, found: &mut Found<T>) {
+        let mut entries = self.known.lock();
+        for object in page {
+            found.listed += 1;
+            match entries.get_mut(&key_of(object.metadata())) {
+                Some(known) if known.object.metadata().uid == object.metadata().uid => {
+                    known.seen_by_list = self.list_number;
+                    // Kubernetes: an object's resourceVersion changes on every write to it, so an
+                    // equal one means the consumer already has this state.
+                    if known.object.metadata().resource_version
+                        != object.metadata().resource_version
+                    {
+                        found.modified += 1;
+                        found.changes.push(Event::Modified(Arc::new(object)));
                     }
-                    expired_already = true;
                 }
-                Err(PageError::Failed(error)) => {
-                    // 404 right after the CRD turned Established happens briefly; 5xx, refused,
-                    // 403: all the same here, try again later.
-                    let at_least = retry_after(&error);
-                    self.back_off(error.to_string(), at_least).await?;
-                    return Some(Phase::Listing { why: Some(why) });
+                // New, or a new uid under a known name: the old one is left unmarked, so
+                // `relisted` reports it deleted first.
+                _ => {
+                    found.added += 1;
+                    found.changes.push(Event::Added(Arc::new(object)));
                 }
             }
-        };
-        let Listing {
-            resource_version,
-            count,
-            changes,
-            added,
-            modified,
-        } = listing;
-        if resource_version.is_empty() {
-            // A watch from RV "" would start with a synthetic ADDED for every object, all of which
-            // this list is about to hand over already. Every real API server sets it; try again.
-            self.back_off(
-                "the list carried no metadata.resourceVersion to watch from".into(),
-                Duration::ZERO,
-            )
-            .await?;
-            return Some(Phase::Listing { why: Some(why) });
         }
-        self.listed_resource_version = Some(resource_version.clone());
+    }
 
-        // What vanished while we were away is only visible here (no page had it, or had a new uid
-        // under its name): deliver its last known state.
-        let vanished: Vec<String> = self
+    /// A relist is complete. What vanished while we were away is only visible now (no page had
+    /// it, or had a new uid under its name): tell `Relisted`, then hand over the last state the
+    /// consumer was given of each vanished object (the stored `Arc` itself) as `Deleted`, then
+    /// the changes.
+    async fn relisted(
+        &mut self,
+        why: RelistReason,
+        resource_version: &str,
+        found: Found<T>,
+    ) -> Option<()> {
+        let vanished: Vec<Arc<T>> = self
             .known
             .lock()
-            .iter()
-            .filter(|(_, known)| known.seen_by_list != self.list_number)
-            .map(|(key, _)| key.clone())
+            .values()
+            .filter(|known| known.seen_by_list != self.list_number)
+            .map(|known| Arc::clone(&known.object))
             .collect();
-        let deleted = vanished.len();
-
-        tracing::warn!(path = %self.collection_path, %resource_version, %why, count, added, modified, deleted, "relisted");
+        let (added, modified, deleted) = (found.added, found.modified, vanished.len());
+        tracing::warn!(path = %self.collection_path, %resource_version, %why, count = found.listed, added, modified, deleted, "relisted");
         self.notify(WatchNotice::Relisted {
             why,
-            resource_version: resource_version.clone(),
+            resource_version: resource_version.to_string(),
             added,
             modified,
             deleted,
         })
         .await?;
-        for key in vanished {
-            let removed = self.known.lock().remove(&key);
-            let Some(known) = removed else {
-                continue;
-            };
-            // The last state the consumer was given: the stored `Arc` itself.
-            if !self.deliver(Event::Deleted(known.object)).await {
-                return None;
-            }
+        for object in vanished {
+            self.deliver(Event::Deleted(object)).await?;
         }
-        for change in changes {
-            if !self.deliver(change).await {
-                return None;
-            }
+        for change in found.changes {
+            self.deliver(change).await?;
         }
-        Some(Phase::Watching { resource_version })
+        Some(())
     }
 
-    /// A relist's read: every page of the collection, each object compared with `known`. Nothing
-    /// is handed over and `known` is unchanged (but for its marks) until the list is complete, so
-    /// a relist that fails halfway leaves no trace. Held meanwhile: one page of JSON, and the
-    /// objects that changed.
-    async fn read_list(&mut self) -> Result<Listing<T>, PageError> {
-        self.list_number += 1;
-        let mut pager = Pager::new(&self.collection_path, PAGE_SIZE);
-        let mut listing = Listing {
-            resource_version: String::new(),
-            count: 0,
-            changes: Vec::new(),
-            added: 0,
-            modified: 0,
-        };
-        while let Some(objects) = pager.next_page::<T>(&self.client).await? {
-            for object in objects {
-                listing.count += 1;
-                let mut entries = self.known.lock();
-                match entries.get_mut(&key_of(object.metadata())) {
-                    Some(known) if known.object.metadata().uid == object.metadata().uid => {
-                        known.seen_by_list = self.list_number;
-                        // Kubernetes: an object's resourceVersion changes on every write to it,
-                        // so an equal one means the consumer already has this state.
-                        if known.object.metadata().resource_version
-                            != object.metadata().resource_version
-                        {
-                            listing.modified += 1;
-                            listing.changes.push(Event::Modified(Arc::new(object)));
-                        }
-                    }
-                    // New, or a new uid under a known name: the old one is left unmarked, so
-                    // `list` reports it deleted first.
-                    _ => {
-                        listing.added += 1;
-                        listing.changes.push(Event::Added(Arc::new(object)));
-                    }
+    /// A list request failed: list again, as `why` says.
+    async fn list_failed(&mut self, error: PageError, why: Option<RelistReason>) -> Option<Phase> {
+        let expired = matches!(error, PageError::ContinueExpired { .. });
+        let expired_again = std::mem::replace(&mut self.continue_expired, expired);
+        match error {
+            // The snapshot our pages came from was compacted away while we read them: the rest
+            // cannot be had consistently. List afresh at once (client-go does one unpaged list
+            // here; paging again keeps memory bounded). Twice in a row: back off first, the pages
+            // are outliving the server's history.
+            PageError::ContinueExpired { status } => {
+                tracing::warn!(path = %self.collection_path, %status, "continue token expired; listing again from the start");
+                if expired_again {
+                    let error = format!("continue token expired again: {status}");
+                    self.back_off(error, Duration::ZERO).await?;
                 }
             }
+            // 404 right after the CRD turned Established happens briefly; 5xx, refused, 403: all
+            // the same here, try again later.
+            PageError::Failed(error) => {
+                self.back_off(error.to_string(), retry_after(&error))
+                    .await?;
+            }
         }
-        listing.resource_version = pager.resource_version().to_string();
-        Ok(listing)
+        Some(Phase::Listing { why })
     }
-
     /// Watching: one watch request, then decide where to go from how it ended.
     async fn watch(&mut self, mut resource_version: String) -> Option<Phase> {
         let started = Instant::now();
@@ -643,7 +586,7 @@ impl<T: WatchedObject> ListWatch<T> {
                             self.back_off(why.to_string(), Duration::ZERO).await?;
                         }
                     }
-                    // Only `first_list` gives this reason, never a watch.
+                    // Only a first list that broke off gives this reason, never a watch.
                     RelistReason::FirstListBrokeOff { .. } => {}
                 }
                 Some(Phase::Listing { why: Some(why) })
@@ -740,9 +683,8 @@ impl<T: WatchedObject> ListWatch<T> {
                     framer.next_line()
                 };
                 let Some(line) = line else { break };
-                match self.handle_line(&line, resource_version, delivered).await {
-                    Ok(()) => {}
-                    Err(end) => return end,
+                if let Err(end) = self.handle_line(&line, resource_version, delivered).await {
+                    return end;
                 }
             }
             if at_end {
@@ -779,12 +721,7 @@ impl<T: WatchedObject> ListWatch<T> {
             }
             Err(error) => {
                 tracing::warn!(path = %self.collection_path, %error, "undecodable watch event; will relist");
-                let error = match error {
-                    DecodeError::UnknownType { event_type } => {
-                        format!("unknown event type {event_type:?}")
-                    }
-                    other => other.to_string(),
-                };
+                let error = error.to_string();
                 return Err(WatchEnd::LostPlace(RelistReason::Undecodable { error }));
             }
         };
@@ -797,11 +734,7 @@ impl<T: WatchedObject> ListWatch<T> {
                 resource_version.clone_from(object_version);
             }
         }
-        if self.deliver(event).await {
-            Ok(())
-        } else {
-            Err(WatchEnd::ConsumerGone)
-        }
+        self.deliver(event).await.ok_or(WatchEnd::ConsumerGone)
     }
 }
 

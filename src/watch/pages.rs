@@ -46,12 +46,14 @@ pub struct PageMeta {
 }
 
 /// Why the next page could not be had.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum PageError {
     /// 410 on a `continue` request: the snapshot the list was reading is gone. Pages already
     /// read cannot be finished consistently; list again from the first page.
+    #[error("the continue token expired: {status}")]
     ContinueExpired { status: Box<Status> },
     /// Any other failure (the first page's 410 included): the list as a whole failed.
+    #[error(transparent)]
     Failed(ClientError),
 }
 
