@@ -86,8 +86,9 @@ pub trait HasMetadata {
     fn metadata(&self) -> &ObjectMeta;
 }
 
-/// A collection as a list returns it (`PostgresClusterList`, `PodList`, ...): the items, and the
-/// resourceVersion they are current at, which is where a watch of the same collection starts.
+/// A collection as a list returns it (`PostgresClusterList`, `PodList`, ...), or one page of it
+/// (`crate::watch::pages`): the items, and the resourceVersion they are current at, which is where
+/// a watch of the same collection starts.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(bound = "T: DeserializeOwned")]
 pub struct ObjectList<T> {
@@ -97,12 +98,21 @@ pub struct ObjectList<T> {
     pub items: Vec<T>,
 }
 
-/// The `metadata` of a list. (`continue` and `remainingItemCount` matter only to paged lists.)
+/// The `metadata` of a list.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ListMeta {
+    /// The snapshot the whole list belongs to. Every page of one list carries the same.
     #[serde(default)]
     pub resource_version: String,
+    /// Only on a page with more after it. Opaque: send it back as it came.
+    #[serde(default, rename = "continue")]
+    pub continue_token: String,
+    /// How many objects the pages after this one hold. An estimate (Kubernetes promises neither
+    /// that it is set nor that it is exact): absent on the last page, with a label or field
+    /// selector, and from servers before 1.15.
+    #[serde(default)]
+    pub remaining_item_count: Option<u64>,
 }
 
 /// What the user asks for. The schema in `kube/crd.yaml` enforces the same rules on the server side.
@@ -118,7 +128,8 @@ pub struct PostgresClusterSpec {
     pub paused: bool,
     /// The fields later steps read (step 04: `replication`; step 05: `backup`, `bootstrap`), as
     /// the server sent them: the CRD of step 01 declares them all, and this step carries them
-    /// without knowing their shape. Each later step decodes its own with [`field`].
+    /// without knowing their shape. Each later step decodes its own (`field` in
+    /// `src/postgres/api.rs`).
     #[serde(flatten)]
     pub more: Map<String, Value>,
 }
@@ -155,8 +166,8 @@ pub struct PostgresClusterStatus {
     pub conditions: Vec<Condition>,
     /// The fields later steps write (step 04: `switchover`, `synchronous`; step 05:
     /// `lastBackup`, `backupRequested`, `restore`), carried as they are, so that a status
-    /// written by one step keeps the others'. Each step reads and writes its own with [`field`]
-    /// and [`set_field`].
+    /// written by one step keeps the others'. Each step reads and writes its own (`field` and
+    /// `set_field` in `src/postgres/api.rs`).
     #[serde(flatten)]
     pub more: Map<String, Value>,
 }
@@ -165,34 +176,6 @@ impl PostgresClusterStatus {
     /// The condition of this `type` (conditions are a list keyed by type: at most one each).
     pub fn condition(&self, type_: &str) -> Option<&Condition> {
         self.conditions.iter().find(|c| c.type_ == type_)
-    }
-}
-
-/// `more[name]` decoded as a `T`: how a later step reads its own field of a spec or status
-/// (`field::<ReplicationSpec>(&spec.more, "replication")`). Absent: `None`; there but of
-/// another shape: the decoding error, which names what did not fit.
-pub fn field<T: DeserializeOwned>(
-    more: &Map<String, Value>,
-    name: &str,
-) -> Result<Option<T>, serde_json::Error> {
-    more.get(name).map(T::deserialize).transpose()
-}
-
-/// Set `more[name]` to `value`, or remove it (`None`): how a later step writes its own field.
-pub fn set_field<T: Serialize>(more: &mut Map<String, Value>, name: &str, value: Option<&T>) {
-    // Our own types serialize to JSON without fail (their map keys are strings); a value that
-    // did not would be left out rather than written half.
-    match value.map(serde_json::to_value) {
-        Some(Ok(value)) => {
-            more.insert(name.to_string(), value);
-        }
-        Some(Err(error)) => {
-            tracing::warn!(%error, name, "a status or spec field does not serialize; left out");
-            more.remove(name);
-        }
-        None => {
-            more.remove(name);
-        }
     }
 }
 
@@ -422,6 +405,7 @@ pub fn describe_status(status: Option<&PostgresClusterStatus>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::postgres::api::{field, set_field};
 
     #[test]
     fn paths_follow_the_rest_layout() {

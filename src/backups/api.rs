@@ -7,7 +7,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::api::{field, set_field, PostgresClusterSpec, PostgresClusterStatus};
+use crate::api::{PostgresClusterSpec, PostgresClusterStatus};
+use crate::postgres::api::{field, set_field};
 
 /// Asks for a base backup at once when its value changes (any value; a timestamp is handy):
 /// `kubectl annotate pgc NAME workshop.example.com/backup-now="$(date +%s)" --overwrite`.

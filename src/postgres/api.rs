@@ -4,11 +4,14 @@
 //!
 //! WORKSHOP.md, step 04 ("Synchronous replication", "A planned switchover"). Step 02's
 //! `src/api.rs` carries these fields untyped (`more`); this file gives them their types, and
-//! each accessor below names its field once.
+//! each accessor below names its field once, through `field` and `set_field` (at the end, shared
+//! with step 05).
 
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
 
-use crate::api::{field, set_field, PostgresClusterSpec, PostgresClusterStatus};
+use crate::api::{PostgresClusterSpec, PostgresClusterStatus};
 
 /// Asks for a planned switchover to the replica it names: `kubectl annotate pgc NAME
 /// workshop.example.com/switchover-to=POD`. Acted on once per value (`status.switchover`).
@@ -135,6 +138,34 @@ pub fn switchover(status: &PostgresClusterStatus) -> Option<String> {
 
 pub fn set_switchover(pod: Option<&String>, status: &mut PostgresClusterStatus) {
     set_field(&mut status.more, "switchover", pod);
+}
+
+/// `more[name]` decoded as a `T`: how a later step reads its own field of a spec or status
+/// (`field::<ReplicationSpec>(&spec.more, "replication")`). Absent: `None`; there but of
+/// another shape: the decoding error, which names what did not fit.
+pub fn field<T: DeserializeOwned>(
+    more: &Map<String, Value>,
+    name: &str,
+) -> Result<Option<T>, serde_json::Error> {
+    more.get(name).map(T::deserialize).transpose()
+}
+
+/// Set `more[name]` to `value`, or remove it (`None`): how a later step writes its own field.
+pub fn set_field<T: Serialize>(more: &mut Map<String, Value>, name: &str, value: Option<&T>) {
+    // Our own types serialize to JSON without fail (their map keys are strings); a value that
+    // did not would be left out rather than written half.
+    match value.map(serde_json::to_value) {
+        Some(Ok(value)) => {
+            more.insert(name.to_string(), value);
+        }
+        Some(Err(error)) => {
+            tracing::warn!(%error, name, "a status or spec field does not serialize; left out");
+            more.remove(name);
+        }
+        None => {
+            more.remove(name);
+        }
+    }
 }
 
 #[cfg(test)]

@@ -27,11 +27,12 @@ use tokio::time::{timeout_at, Instant};
 use super::api::ReplicationSpec;
 use super::cluster::psql_in_pod;
 use super::manifests::psql_argv;
-use crate::api::{field, PostgresCluster, PostgresClusterStatus};
+use crate::api::{PostgresCluster, PostgresClusterStatus};
 use crate::client::Client;
 use crate::events::parse_utc;
 use crate::metrics::text::{Family, Kind};
 use crate::metrics::ScrapeTime;
+use crate::postgres::api::field;
 use crate::watch::Store;
 
 /// One query for both: `archiver||<failed_count>`, then `replica|<pod>|<bytes>` per standby
@@ -268,8 +269,9 @@ mod tests {
     use std::time::{Duration, UNIX_EPOCH};
 
     use super::*;
-    use crate::api::{set_field, PostgresClusterSpec};
+    use crate::api::PostgresClusterSpec;
     use crate::metrics::text::render;
+    use crate::postgres::api::set_field;
 
     /// psql's `-At` lines become the archiver's count and each replica's lag; odd lines are
     /// skipped.

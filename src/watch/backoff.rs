@@ -78,17 +78,6 @@ impl Backoff {
         let spread = self.policy.jitter.clamp(0.0, 1.0) * (2.0 * self.random.unit() - 1.0);
         base.mul_f64(1.0 + spread)
     }
-
-    /// Forget past failures at once (after a successful relist, say).
-    pub fn reset(&mut self) {
-        self.failures = 0;
-        self.last_failure = None;
-    }
-
-    /// Failures counted since the last reset.
-    pub fn failures(&self) -> u32 {
-        self.failures
-    }
 }
 
 /// xorshift64: the project does not depend on `rand`; jitter needs spread, not cryptography.
@@ -194,19 +183,6 @@ mod tests {
             seen.insert(delay.as_micros());
         }
         assert!(seen.len() > 40, "jitter must spread the delays: {seen:?}");
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn reset_forgets_failures() {
-        let mut backoff = Backoff::with_seed(no_jitter(), 1);
-        backoff.next_delay(Instant::now());
-        backoff.next_delay(Instant::now());
-        assert_eq!(backoff.failures(), 2);
-        backoff.reset();
-        assert_eq!(
-            backoff.next_delay(Instant::now()),
-            Duration::from_millis(800)
-        );
     }
 
     #[test]

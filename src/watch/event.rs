@@ -21,7 +21,6 @@ use crate::status::Status;
 use crate::watch::notice::WatchNotice;
 use serde::de::{DeserializeOwned, Deserializer};
 use serde::Deserialize;
-use std::fmt;
 
 /// What `list_then_watch` hands its consumer, in order: a change to one object, or a notice of
 /// what the watch is doing. The one event type of the watch: the decoder makes the object
@@ -108,43 +107,20 @@ impl<T> From<Wire<T>> for Line<T> {
     }
 }
 
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum DecodeError {
     /// Not JSON, or JSON whose shape does not fit (a missing `spec`, a number where a string goes).
+    #[error("cannot decode watch event ({source}): {excerpt}")]
     Undecodable {
         excerpt: String,
         source: serde_json::Error,
     },
     /// A `type` this client does not know. Kubernetes has had only the five handled here.
+    #[error("unknown watch event type {event_type:?}")]
     UnknownType { event_type: String },
     /// Valid JSON with neither `type`/`object` nor `kind: Status`.
+    #[error("watch line has no \"type\"/\"object\" and is not a Status: {excerpt}")]
     NotAnEvent { excerpt: String },
-}
-
-impl fmt::Display for DecodeError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            DecodeError::Undecodable { excerpt, source } => {
-                write!(f, "cannot decode watch event ({source}): {excerpt}")
-            }
-            DecodeError::UnknownType { event_type } => {
-                write!(f, "unknown watch event type {event_type:?}")
-            }
-            DecodeError::NotAnEvent { excerpt } => write!(
-                f,
-                "watch line has no \"type\"/\"object\" and is not a Status: {excerpt}"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for DecodeError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            DecodeError::Undecodable { source, .. } => Some(source),
-            _ => None,
-        }
-    }
 }
 
 /// How much of a bad line goes into an error message: enough to recognise it, never megabytes.

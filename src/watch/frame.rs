@@ -20,25 +20,12 @@ use std::collections::VecDeque;
 /// cap is there so a misbehaving server or proxy cannot make us buffer without end.
 pub const DEFAULT_MAX_EVENT_BYTES: usize = 16 * 1024 * 1024;
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FrameError {
     /// One line of the stream was longer than the configured maximum; it was discarded.
+    #[error("a watch event was longer than the {limit}-byte limit and was dropped; the watch must relist to learn what it said")]
     EventTooLarge { limit: usize },
 }
-
-impl std::fmt::Display for FrameError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            FrameError::EventTooLarge { limit } => write!(
-                f,
-                "a watch event was longer than the {limit}-byte limit and was dropped; \
-                 the watch must relist to learn what it said"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for FrameError {}
 
 /// Turns pushed chunks into complete lines, in order.
 ///
@@ -65,12 +52,6 @@ pub struct LineFramer {
     max_event_bytes: usize,
     peak_buffered_bytes: usize,
     peak_capacity: usize,
-}
-
-impl Default for LineFramer {
-    fn default() -> Self {
-        LineFramer::new(DEFAULT_MAX_EVENT_BYTES)
-    }
 }
 
 impl LineFramer {

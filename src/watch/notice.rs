@@ -50,21 +50,27 @@ pub enum ResumeReason {
 }
 
 /// Why the watch had to list again.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum RelistReason {
     /// 410: our resourceVersion is older than the server's history (etcd compaction).
+    #[error("resourceVersion too old ({} {}: {})", .status.code, .status.reason, .status.message)]
     Expired { status: Box<Status> },
     /// 504 "Too large resource version": our resourceVersion is ahead of the server's, so the
     /// server was restarted or restored from a backup (or its watch cache lags behind).
+    #[error("resourceVersion ahead of the server, which was restarted or restored ({} {}: {})", .status.code, .status.reason, .status.message)]
     AheadOfServer { status: Box<Status> },
     /// 404 for the collection: its type is gone (CRD deleted, or a new server without it).
+    #[error("the collection is gone ({} {}: {})", .status.code, .status.reason, .status.message)]
     CollectionNotFound { status: Box<Status> },
     /// An event was larger than the configured maximum and was dropped.
+    #[error("an event exceeded the {limit}-byte limit")]
     EventTooLarge { limit: usize },
     /// A line of the stream could not be decoded, so we do not know what it said.
+    #[error("undecodable event: {error}")]
     Undecodable { error: String },
     /// The first list failed after `handed_over` objects had been handed over as `Added` (a later
     /// page failed, or its `continue` token expired): the relist finishes it against them.
+    #[error("the first list broke off after {handed_over} objects: {error}")]
     FirstListBrokeOff { handed_over: usize, error: String },
 }
 
@@ -78,36 +84,6 @@ impl fmt::Display for ResumeReason {
                 f,
                 "no bytes for {}s, connection presumed dead",
                 silent_for.as_secs()
-            ),
-        }
-    }
-}
-
-impl fmt::Display for RelistReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            RelistReason::Expired { status } => write!(
-                f,
-                "resourceVersion too old ({} {}: {})",
-                status.code, status.reason, status.message
-            ),
-            RelistReason::AheadOfServer { status } => write!(
-                f,
-                "resourceVersion ahead of the server, which was restarted or restored ({} {}: {})",
-                status.code, status.reason, status.message
-            ),
-            RelistReason::CollectionNotFound { status } => write!(
-                f,
-                "the collection is gone ({} {}: {})",
-                status.code, status.reason, status.message
-            ),
-            RelistReason::EventTooLarge { limit } => {
-                write!(f, "an event exceeded the {limit}-byte limit")
-            }
-            RelistReason::Undecodable { error } => write!(f, "undecodable event: {error}"),
-            RelistReason::FirstListBrokeOff { handed_over, error } => write!(
-                f,
-                "the first list broke off after {handed_over} objects: {error}"
             ),
         }
     }

@@ -11,39 +11,13 @@
 //! ~5 minutes). Past that, the next page is refused with 410 Expired: the list must start again.
 
 use serde::de::DeserializeOwned;
-use serde::Deserialize;
 
+use crate::api::ObjectList;
 use crate::client::{Client, ClientError};
 use crate::status::Status;
 
 /// client-go's reflector pages its lists at 500 objects; kube-rs's watcher does too.
 pub const PAGE_SIZE: usize = 500;
-
-/// One page of a list: `PostgresClusterList` and friends, with the two fields paging needs.
-#[derive(Debug, Deserialize)]
-#[serde(bound = "T: DeserializeOwned")]
-pub struct Page<T> {
-    #[serde(default)]
-    pub metadata: PageMeta,
-    #[serde(default = "Vec::new")]
-    pub items: Vec<T>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PageMeta {
-    /// The snapshot the whole list belongs to. Every page of one list carries the same.
-    #[serde(default)]
-    pub resource_version: String,
-    /// Empty on the last page. Opaque: send it back as it came.
-    #[serde(default, rename = "continue")]
-    pub continue_token: String,
-    /// How many objects the pages after this one hold. An estimate (Kubernetes promises neither
-    /// that it is set nor that it is exact): absent on the last page, with a label or field
-    /// selector, and from servers before 1.15.
-    #[serde(default)]
-    pub remaining_item_count: Option<u64>,
-}
 
 /// Why the next page could not be had.
 #[derive(Debug, thiserror::Error)]
@@ -96,33 +70,30 @@ impl Pager {
         &mut self,
         client: &Client,
     ) -> Result<Option<Vec<T>>, PageError> {
-        let path = match self.continue_token.as_deref() {
-            Some("") => return Ok(None),
-            // A continue request carries the same `limit`; its other parameters must match the
-            // first request's, or the server refuses the token.
-            Some(token) => format!(
-                "{}{}limit={}&continue={}",
-                self.collection_path,
-                query_separator(&self.collection_path),
-                self.limit,
-                encode_query_value(token)
-            ),
-            None => format!(
-                "{}{}limit={}",
-                self.collection_path,
-                query_separator(&self.collection_path),
-                self.limit
-            ),
-        };
-        let page: Page<T> = match client.get(&path).await {
+        if self.continue_token.as_deref() == Some("") {
+            return Ok(None);
+        }
+        // A continue request carries the same `limit`; its other parameters must match the first
+        // request's, or the server refuses the token.
+        let mut path = format!(
+            "{}{}limit={}",
+            self.collection_path,
+            query_separator(&self.collection_path),
+            self.limit
+        );
+        if let Some(token) = &self.continue_token {
+            path = format!("{path}&continue={}", encode_query_value(token));
+        }
+        let page: ObjectList<T> = match client.get(&path).await {
             Ok(page) => page,
             Err(error) => {
-                let expired = self.continue_token.is_some()
-                    && error.api_status().is_some_and(Status::is_expired);
+                let continued = self.continue_token.is_some();
                 return Err(match error.api_status() {
-                    Some(status) if expired => PageError::ContinueExpired {
-                        status: Box::new(status.clone()),
-                    },
+                    Some(status) if continued && status.is_expired() => {
+                        PageError::ContinueExpired {
+                            status: Box::new(status.clone()),
+                        }
+                    }
                     _ => PageError::Failed(error),
                 });
             }
@@ -142,7 +113,7 @@ impl Pager {
     }
 
     /// The server's estimate of the objects still to come after the page just read (see
-    /// [`PageMeta::remaining_item_count`]).
+    /// [`crate::api::ListMeta::remaining_item_count`]).
     pub fn remaining_item_count(&self) -> Option<u64> {
         self.remaining_item_count
     }
@@ -170,7 +141,7 @@ mod tests {
 
     #[test]
     fn a_page_reads_its_continue_token() {
-        let page: Page<serde_json::Value> = serde_json::from_str(
+        let page: ObjectList<serde_json::Value> = serde_json::from_str(
             r#"{"kind":"PostgresClusterList","metadata":{"resourceVersion":"7","continue":"eyJ2Ijo=","remainingItemCount":700},"items":[{"a":1}]}"#,
         )
         .unwrap();
@@ -182,7 +153,7 @@ mod tests {
 
     #[test]
     fn the_last_page_has_no_token() {
-        let page: Page<serde_json::Value> =
+        let page: ObjectList<serde_json::Value> =
             serde_json::from_str(r#"{"metadata":{"resourceVersion":"7"},"items":[]}"#).unwrap();
         assert_eq!(page.metadata.continue_token, "");
         assert_eq!(page.metadata.remaining_item_count, None);
