@@ -19,11 +19,8 @@ pub use crate::crd::{crd_path, group_version_path, CRD_NAME, GROUP, VERSION};
 /// `apiVersion` as it appears in every object of ours.
 pub const API_VERSION: &str = "workshop.example.com/v1";
 pub const KIND: &str = "PostgresCluster";
-pub const LIST_KIND: &str = "PostgresClusterList";
 /// The plural is the URL segment: `/apis/workshop.example.com/v1/namespaces/NS/postgresclusters`.
 pub const PLURAL: &str = "postgresclusters";
-pub const SINGULAR: &str = "postgrescluster";
-pub const SHORT_NAME: &str = "pgc";
 
 /// The namespaced collection: list (GET), watch (GET `?watch=true`) and create (POST) go here.
 pub fn collection_path(namespace: &str) -> String {
@@ -170,13 +167,6 @@ pub struct PostgresClusterStatus {
     /// `set_field` in `src/postgres/api.rs`).
     #[serde(flatten)]
     pub more: Map<String, Value>,
-}
-
-impl PostgresClusterStatus {
-    /// The condition of this `type` (conditions are a list keyed by type: at most one each).
-    pub fn condition(&self, type_: &str) -> Option<&Condition> {
-        self.conditions.iter().find(|c| c.type_ == type_)
-    }
 }
 
 /// One status condition, in the shape every Kubernetes API uses (`metav1.Condition`), so

@@ -1,7 +1,7 @@
 //! The workshop's story lines — what `stage02`, `stage03` and the tour print as the watch and the
-//! cluster tasks go along — in one place, so the stages cannot drift apart: step 02's lines,
-//! step 04's lines about who leads (`crate::leader`), and the [`Reporter`] that carries step
-//! 03's [`LogLine`]s to stdout, a test or `tracing`.
+//! cluster tasks go along — in one place, so the stages cannot drift apart: step 02's lines, and
+//! the [`Reporter`] that carries step 03's [`LogLine`]s to stdout, a test or `tracing` (step 04's
+//! lines about who leads are the election's, in `src/leader/elect.rs`).
 //!
 //! WORKSHOP.md, steps 02 and 03. The 2017 operator printed Go structs with their format verbs left
 //! in (`{size %d ...}`); here every line is built from `Display` impls (`PostgresClusterSpec`'s is
@@ -64,50 +64,6 @@ pub fn watch_notice_lines(notice: &WatchNotice, first_watch: &mut bool) -> Vec<S
             after.as_secs_f64()
         )],
     }
-}
-
-/// How a candidate came to lead, for [`leading_line`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Takeover {
-    /// There was no Lease: we created it.
-    Created,
-    /// Its holder let it go on shutdown (`previous`: the holder we last saw, if we saw one).
-    Released { previous: Option<String> },
-    /// Its holder stopped renewing for longer than the lease duration.
-    Expired { previous: String },
-    /// It already named us (a restart that kept its identity).
-    Kept,
-}
-
-/// `waiting for lease ops/postgres-operator, held by operator-7d4b9-x2x5k_3912` — said once per
-/// holder, not at every retry.
-pub fn waiting_line(lease: &str, holder: &str) -> String {
-    format!("waiting for lease {lease}, held by {holder}")
-}
-
-/// `leading as operator-7d4b9-x2x5k_3912 (lease ops/postgres-operator, took over from
-/// operator-7d4b9-abcde_77 after it expired)`.
-pub fn leading_line(identity: &str, lease: &str, how: &Takeover) -> String {
-    let how = match how {
-        Takeover::Created => "new".to_string(),
-        Takeover::Released {
-            previous: Some(previous),
-        } => format!("took over from {previous} after it was released"),
-        Takeover::Released { previous: None } => "free after a release".to_string(),
-        Takeover::Expired { previous } => format!("took over from {previous} after it expired"),
-        Takeover::Kept => "already ours".to_string(),
-    };
-    format!("leading as {identity} (lease {lease}, {how})")
-}
-
-/// `lost lease ops/postgres-operator: not renewed within 10s: stopping`.
-pub fn lost_line(lease: &str, why: &str) -> String {
-    format!("lost lease {lease}: {why}: stopping")
-}
-
-/// `released lease ops/postgres-operator`: the next candidate may lead at once.
-pub fn released_line(lease: &str) -> String {
-    format!("released lease {lease}")
 }
 
 /// One line of the operator's story. Lines about one cluster name it: `[default/db] spec update: ..`;
@@ -241,34 +197,6 @@ mod tests {
         assert_eq!(
             watch_notice_lines(&retrying, &mut first_watch),
             vec!["Watch failed, retrying in 0.9s: InternalError (500): boom".to_string()]
-        );
-    }
-
-    /// Who leads reads in one line: the holder, the lease, and how it changed hands.
-    #[test]
-    fn leader_lines_name_the_lease_and_the_holders() {
-        let lease = "ops/postgres-operator";
-        assert_eq!(
-            waiting_line(lease, "a_1"),
-            "waiting for lease ops/postgres-operator, held by a_1"
-        );
-        let expired = Takeover::Expired {
-            previous: "a_1".into(),
-        };
-        assert_eq!(
-            leading_line("b_2", lease, &expired),
-            "leading as b_2 (lease ops/postgres-operator, took over from a_1 after it expired)"
-        );
-        let released = Takeover::Released {
-            previous: Some("a_1".into()),
-        };
-        assert_eq!(
-            leading_line("b_2", lease, &released),
-            "leading as b_2 (lease ops/postgres-operator, took over from a_1 after it was released)"
-        );
-        assert_eq!(
-            lost_line(lease, "held by c_3 now"),
-            "lost lease ops/postgres-operator: held by c_3 now: stopping"
         );
     }
 

@@ -23,9 +23,8 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use postgres_operator::api::{collection_path, PostgresCluster};
-use postgres_operator::client::Client;
 use postgres_operator::config::{ConfigArgs, CONNECTION_ORDER_HELP};
-use postgres_operator::crd::{self, CrdError, DEFAULT_ESTABLISHED_TIMEOUT};
+use postgres_operator::crd::{self, DEFAULT_ESTABLISHED_TIMEOUT};
 use postgres_operator::process::{fail, start};
 use postgres_operator::story::event_lines;
 use postgres_operator::watch::{list_then_watch, WatchOptions, Watcher};
@@ -55,8 +54,13 @@ async fn main() -> ExitCode {
     let Ok((client, shutdown)) = start(&flags.connection).await else {
         return ExitCode::FAILURE; // `start` has said why
     };
+    // Make sure our resource type exists and is served: created if absent, as the workshop's
+    // operators did at start; if present, checked and left as it is (stage 01 owns it).
+    let registered = crd::check(&client, DEFAULT_ESTABLISHED_TIMEOUT, |found| {
+        println!("{found}")
+    });
     tokio::select! {
-        registered = register_crd(&client) => if let Err(error) = registered {
+        registered = registered => if let Err(error) = registered {
             return fail(&error, error.hint(), &client);
         },
         () = shutdown.cancelled() => return ExitCode::SUCCESS,
@@ -66,16 +70,6 @@ async fn main() -> ExitCode {
     let watcher = list_then_watch(client, path, WatchOptions::default(), shutdown);
     print_story(watcher).await;
     ExitCode::SUCCESS
-}
-
-/// Make sure our resource type exists and is served: created if absent, as the workshop's
-/// operators did at start; if present, checked and left as it is (stage 01 owns it).
-async fn register_crd(client: &Client) -> Result<(), CrdError> {
-    crd::check(client, DEFAULT_ESTABLISHED_TIMEOUT, |found| {
-        println!("{found}")
-    })
-    .await?;
-    Ok(())
 }
 
 /// Every event, change or notice, as the workshop's lines. Ends when the watch stops (on

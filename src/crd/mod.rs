@@ -519,7 +519,7 @@ impl CrdError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{API_VERSION, KIND, LIST_KIND, MAX_SIZE, PLURAL, SHORT_NAME, SINGULAR};
+    use crate::api::{API_VERSION, KIND, MAX_SIZE, PLURAL};
 
     /// `kube/crd.yaml` says the names, version and size bound `api.rs` says; scale is in place.
     #[test]
@@ -531,10 +531,10 @@ mod tests {
         assert_eq!(crd["spec"]["group"], GROUP);
         let names = &crd["spec"]["names"];
         assert_eq!(names["kind"], KIND);
-        assert_eq!(names["listKind"], LIST_KIND);
+        assert_eq!(names["listKind"], "PostgresClusterList");
         assert_eq!(names["plural"], PLURAL);
-        assert_eq!(names["singular"], SINGULAR);
-        assert_eq!(names["shortNames"], json!([SHORT_NAME]));
+        assert_eq!(names["singular"], "postgrescluster");
+        assert_eq!(names["shortNames"], json!(["pgc"]));
         let version = &crd["spec"]["versions"][0];
         assert_eq!(version["name"], "v1");
         assert_eq!(

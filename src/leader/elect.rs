@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use super::lease::{judge, lease_path, leases_path, released, renewed, taken, Lease, LeaseSpec};
 use super::{LeaderElection, LeaderError, Verdict};
 use crate::client::{Client, ClientError};
-use crate::story::{leading_line, lost_line, released_line, waiting_line, Reporter, Takeover};
+use crate::story::Reporter;
 
 /// Wait until this process holds the Lease, then run `work` with a token that is cancelled on
 /// `shutdown`, renewing the Lease meanwhile. Until then nothing but the Lease is read or written.
@@ -284,5 +284,82 @@ fn is_transient(error: &ClientError) -> bool {
     match error.status_code() {
         None => true,
         Some(code) => code >= 500 || code == 409 || code == 429,
+    }
+}
+
+/// How a candidate came to lead, for [`leading_line`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Takeover {
+    /// There was no Lease: we created it.
+    Created,
+    /// Its holder let it go on shutdown (`previous`: the holder we last saw, if we saw one).
+    Released { previous: Option<String> },
+    /// Its holder stopped renewing for longer than the lease duration.
+    Expired { previous: String },
+    /// It already named us (a restart that kept its identity).
+    Kept,
+}
+
+/// `waiting for lease ops/postgres-operator, held by operator-7d4b9-x2x5k_3912` — said once per
+/// holder, not at every retry.
+pub fn waiting_line(lease: &str, holder: &str) -> String {
+    format!("waiting for lease {lease}, held by {holder}")
+}
+
+/// `leading as operator-7d4b9-x2x5k_3912 (lease ops/postgres-operator, took over from
+/// operator-7d4b9-abcde_77 after it expired)`.
+pub fn leading_line(identity: &str, lease: &str, how: &Takeover) -> String {
+    let how = match how {
+        Takeover::Created => "new".to_string(),
+        Takeover::Released {
+            previous: Some(previous),
+        } => format!("took over from {previous} after it was released"),
+        Takeover::Released { previous: None } => "free after a release".to_string(),
+        Takeover::Expired { previous } => format!("took over from {previous} after it expired"),
+        Takeover::Kept => "already ours".to_string(),
+    };
+    format!("leading as {identity} (lease {lease}, {how})")
+}
+
+/// `lost lease ops/postgres-operator: not renewed within 10s: stopping`.
+pub fn lost_line(lease: &str, why: &str) -> String {
+    format!("lost lease {lease}: {why}: stopping")
+}
+
+/// `released lease ops/postgres-operator`: the next candidate may lead at once.
+pub fn released_line(lease: &str) -> String {
+    format!("released lease {lease}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Who leads reads in one line: the holder, the lease, and how it changed hands.
+    #[test]
+    fn leader_lines_name_the_lease_and_the_holders() {
+        let lease = "ops/postgres-operator";
+        assert_eq!(
+            waiting_line(lease, "a_1"),
+            "waiting for lease ops/postgres-operator, held by a_1"
+        );
+        let expired = Takeover::Expired {
+            previous: "a_1".into(),
+        };
+        assert_eq!(
+            leading_line("b_2", lease, &expired),
+            "leading as b_2 (lease ops/postgres-operator, took over from a_1 after it expired)"
+        );
+        let released = Takeover::Released {
+            previous: Some("a_1".into()),
+        };
+        assert_eq!(
+            leading_line("b_2", lease, &released),
+            "leading as b_2 (lease ops/postgres-operator, took over from a_1 after it was released)"
+        );
+        assert_eq!(
+            lost_line(lease, "held by c_3 now"),
+            "lost lease ops/postgres-operator: held by c_3 now: stopping"
+        );
     }
 }

@@ -26,7 +26,7 @@
 mod elect;
 mod lease;
 
-pub use elect::run_when_leading;
+pub use elect::{leading_line, lost_line, released_line, run_when_leading, waiting_line, Takeover};
 pub use lease::{
     judge, lease_path, leases_path, micro_time, released, renewed, taken, Lease, LeaseSpec,
     Verdict, LEASE_API_VERSION,

@@ -11,7 +11,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::api::{PostgresClusterSpec, PostgresClusterStatus};
+use crate::api::{Condition, PostgresClusterSpec, PostgresClusterStatus};
 
 /// Asks for a planned switchover to the replica it names: `kubectl annotate pgc NAME
 /// workshop.example.com/switchover-to=POD`. Acted on once per value (`status.switchover`).
@@ -138,6 +138,13 @@ pub fn switchover(status: &PostgresClusterStatus) -> Option<String> {
 
 pub fn set_switchover(pod: Option<&String>, status: &mut PostgresClusterStatus) {
     set_field(&mut status.more, "switchover", pod);
+}
+
+impl PostgresClusterStatus {
+    /// The condition of this `type` (conditions are a list keyed by type: at most one each).
+    pub fn condition(&self, type_: &str) -> Option<&Condition> {
+        self.conditions.iter().find(|c| c.type_ == type_)
+    }
 }
 
 /// `more[name]` decoded as a `T`: how a later step reads its own field of a spec or status

@@ -30,12 +30,13 @@ pub enum FrameError {
 /// Turns pushed chunks into complete lines, in order.
 ///
 /// ```
+/// use bytes::Bytes;
 /// use postgres_operator::watch::frame::LineFramer;
 /// let mut framer = LineFramer::new(1024);
-/// framer.push(b"{\"a\":1}\n{\"b\"").unwrap();
+/// framer.push_bytes(Bytes::from_static(b"{\"a\":1}\n{\"b\"")).unwrap();
 /// assert_eq!(framer.next_line().unwrap(), &b"{\"a\":1}"[..]);
 /// assert_eq!(framer.next_line(), None); // the second line is not complete yet
-/// framer.push(b":2}").unwrap();
+/// framer.push_bytes(Bytes::from_static(b":2}")).unwrap();
 /// // The stream ends without a final `\n`: the last line still counts.
 /// assert_eq!(framer.finish().unwrap(), &b"{\"b\":2}"[..]);
 /// ```
@@ -66,15 +67,6 @@ impl LineFramer {
             peak_buffered_bytes: 0,
             peak_capacity: 0,
         }
-    }
-
-    /// Add the next chunk of the body, copying it. [`push_bytes`](Self::push_bytes) avoids the copy
-    /// when the chunk is already `Bytes` (as hyper hands it over).
-    pub fn push(&mut self, chunk: &[u8]) -> Result<(), FrameError> {
-        if self.append_if_unterminated(chunk) {
-            return Ok(());
-        }
-        self.push_bytes(Bytes::copy_from_slice(chunk))
     }
 
     /// Add the next chunk of the body. Lines it completes are then available from
@@ -206,6 +198,12 @@ impl LineFramer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl LineFramer {
+        fn push(&mut self, chunk: &[u8]) -> Result<(), FrameError> {
+            self.push_bytes(Bytes::copy_from_slice(chunk))
+        }
+    }
 
     fn drain(framer: &mut LineFramer) -> Vec<Vec<u8>> {
         let mut lines = Vec::new();

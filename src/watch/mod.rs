@@ -528,6 +528,7 @@ impl<T: WatchedObject> ListWatch<T> {
         }
         Some(Phase::Listing { why })
     }
+
     /// Watching: one watch request, then decide where to go from how it ended.
     async fn watch(&mut self, mut resource_version: String) -> Option<Phase> {
         let started = Instant::now();

@@ -2,8 +2,6 @@
 //! client (`src/client/`), and the [`ByteStream`] it returns. WORKSHOP.md, step 02. What the
 //! bytes mean is the framer's (`frame.rs`) and the decoder's (`event.rs`).
 
-use std::fmt;
-
 use bytes::Bytes;
 use http::{HeaderMap, Method};
 use http_body_util::BodyExt;
@@ -26,17 +24,10 @@ impl Client {
 }
 
 /// The body of a streaming response (a watch), read chunk by chunk as it arrives.
+#[derive(Debug)]
 pub struct ByteStream {
     body: Incoming,
     path: String,
-}
-
-impl fmt::Debug for ByteStream {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ByteStream")
-            .field("path", &self.path)
-            .finish()
-    }
 }
 
 impl ByteStream {

@@ -11,10 +11,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use postgres_operator::client::Client;
-use postgres_operator::leader::{lease_path, run_when_leading, LeaderElection, LeaderError, Lease};
-use postgres_operator::story::{
-    leading_line, lost_line, released_line, waiting_line, Reporter, Takeover,
+use postgres_operator::leader::{
+    leading_line, lease_path, lost_line, released_line, run_when_leading, waiting_line,
+    LeaderElection, LeaderError, Lease, Takeover,
 };
+use postgres_operator::story::Reporter;
 use sandbox::{InjectedFault, Sandbox, SandboxOptions};
 use tokio_util::sync::CancellationToken;
 

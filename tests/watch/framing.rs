@@ -4,6 +4,7 @@
 //! and annotations, so some splits land inside a UTF-8 character) is cut into chunks every way we
 //! can think of; framing + decoding must always yield the same events as decoding the lines whole.
 
+use bytes::Bytes;
 use postgres_operator::api::PostgresCluster;
 use postgres_operator::watch::event::{decode_line, Line};
 use postgres_operator::watch::frame::{FrameError, LineFramer};
@@ -72,7 +73,9 @@ fn frame_and_decode(stream: &[u8], cuts: &[usize], max_event_bytes: usize) -> Ve
     let mut start = 0;
     for &cut in cuts.iter().chain(std::iter::once(&stream.len())) {
         let cut = cut.clamp(start, stream.len());
-        framer.push(&stream[start..cut]).expect("no oversize line");
+        framer
+            .push_bytes(Bytes::copy_from_slice(&stream[start..cut]))
+            .expect("no oversize line");
         start = cut;
         while let Some(line) = framer.next_line() {
             events.push(summary(
@@ -176,7 +179,7 @@ fn an_oversize_event_is_an_error_and_framing_recovers_after_it() {
     let mut errors = Vec::new();
     let mut lines = Vec::new();
     for chunk in stream.chunks(1000) {
-        if let Err(error) = framer.push(chunk) {
+        if let Err(error) = framer.push_bytes(Bytes::copy_from_slice(chunk)) {
             errors.push(error);
         }
         while let Some(line) = framer.next_line() {
@@ -197,7 +200,9 @@ fn an_oversize_event_is_an_error_and_framing_recovers_after_it() {
 #[test]
 fn blank_lines_produce_no_events() {
     let mut framer = LineFramer::new(64);
-    framer.push(b"\n\r\n\n\r\n").unwrap();
+    framer
+        .push_bytes(Bytes::from_static(b"\n\r\n\n\r\n"))
+        .unwrap();
     assert_eq!(framer.next_line(), None);
     assert_eq!(framer.finish(), None);
 }
