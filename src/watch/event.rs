@@ -17,9 +17,10 @@
 
 use std::sync::Arc;
 
+use crate::api::ObjectMeta;
 use crate::status::Status;
 use crate::watch::notice::WatchNotice;
-use serde::de::{DeserializeOwned, Deserializer};
+use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
 /// What `list_then_watch` hands its consumer, in order: a change to one object, or a notice of
@@ -88,9 +89,10 @@ enum Wire<T> {
     Added(T),
     Modified(T),
     Deleted(T),
-    #[serde(deserialize_with = "bookmark_resource_version")]
+    /// Its object is `{"kind":..,"apiVersion":..,"metadata":{"resourceVersion":"12345"}}`:
+    /// nothing but `metadata.resourceVersion` is promised, and the watch loop reads nothing else.
     Bookmark {
-        resource_version: String,
+        metadata: ObjectMeta,
     },
     Error(Status),
 }
@@ -101,7 +103,9 @@ impl<T> From<Wire<T>> for Line<T> {
             Wire::Added(object) => Line::Event(Event::Added(Arc::new(object))),
             Wire::Modified(object) => Line::Event(Event::Modified(Arc::new(object))),
             Wire::Deleted(object) => Line::Event(Event::Deleted(Arc::new(object))),
-            Wire::Bookmark { resource_version } => Line::Bookmark { resource_version },
+            Wire::Bookmark { metadata } => Line::Bookmark {
+                resource_version: metadata.resource_version,
+            },
             Wire::Error(status) => Line::Error(status),
         }
     }
@@ -183,23 +187,6 @@ fn is_known_type(event_type: &str) -> bool {
         event_type,
         "ADDED" | "MODIFIED" | "DELETED" | "BOOKMARK" | "ERROR"
     )
-}
-
-/// A BOOKMARK's object: `{"kind":..,"apiVersion":..,"metadata":{"resourceVersion":"12345"}}`.
-/// Nothing else is promised, so nothing else is read.
-fn bookmark_resource_version<'de, D: Deserializer<'de>>(object: D) -> Result<String, D::Error> {
-    #[derive(Deserialize)]
-    struct BookmarkObject {
-        metadata: BookmarkMetadata,
-    }
-    #[derive(Deserialize)]
-    struct BookmarkMetadata {
-        #[serde(rename = "resourceVersion")]
-        resource_version: String,
-    }
-    Ok(BookmarkObject::deserialize(object)?
-        .metadata
-        .resource_version)
 }
 
 #[cfg(test)]

@@ -374,7 +374,8 @@ impl<T: WatchedObject> ListWatch<T> {
             added: 0,
             modified: 0,
         };
-        let mut first_page = true;
+        // The list's snapshot, from its first page: where the watch will start. Empty until then.
+        let mut resource_version = String::new();
         loop {
             let page = match pager.next_page::<T>(&self.client).await {
                 Ok(Some(page)) => page,
@@ -385,17 +386,19 @@ impl<T: WatchedObject> ListWatch<T> {
                     // against that, so no object is added twice and one gone meanwhile comes out
                     // as `Deleted`.
                     let why = match why {
-                        None if !first_page => Some(RelistReason::FirstListBrokeOff {
-                            handed_over: found.added,
-                            error: error.to_string(),
-                        }),
+                        None if !resource_version.is_empty() => {
+                            Some(RelistReason::FirstListBrokeOff {
+                                handed_over: found.added,
+                                error: error.to_string(),
+                            })
+                        }
                         why => why,
                     };
                     return self.list_failed(error, why).await;
                 }
             };
-            if std::mem::take(&mut first_page) {
-                let resource_version = pager.resource_version().to_string();
+            if resource_version.is_empty() {
+                resource_version = page.metadata.resource_version;
                 if resource_version.is_empty() {
                     // A watch from RV "" would start with a synthetic ADDED for every object, all
                     // of which this list hands over already. Every real API server sets it.
@@ -407,19 +410,19 @@ impl<T: WatchedObject> ListWatch<T> {
                     // Kubernetes calls `remainingItemCount` an estimate of the collection's size,
                     // and sets it only on a paged list without selectors that has more pages (API
                     // servers since 1.15).
-                    let remaining = pager
-                        .remaining_item_count()
-                        .map_or(0, |n| usize::try_from(n).unwrap_or(usize::MAX));
-                    let count = page.len().saturating_add(remaining);
+                    let remaining = page.metadata.remaining_item_count;
+                    let remaining =
+                        remaining.map_or(0, |n| usize::try_from(n).unwrap_or(usize::MAX));
+                    let count = page.items.len().saturating_add(remaining);
                     tracing::info!(path = %self.collection_path, %resource_version, count, "listed first page");
                     self.notify(WatchNotice::Listed {
-                        resource_version,
+                        resource_version: resource_version.clone(),
                         count,
                     })
                     .await?;
                 }
             }
-            self.compare(page, &mut found);
+            self.compare(page.items, &mut found);
             if why.is_none() {
                 // `known` is empty on a first list: every object is new to the consumer.
                 for change in found.changes.drain(..) {
@@ -427,7 +430,6 @@ impl<T: WatchedObject> ListWatch<T> {
                 }
             }
         }
-        let resource_version = pager.resource_version().to_string();
         self.listed_resource_version = Some(resource_version.clone());
         self.continue_expired = false;
         match why {

@@ -38,8 +38,8 @@ pub enum PageError {
 /// use postgres_operator::api::PostgresCluster;
 /// use postgres_operator::watch::pages::{Pager, PAGE_SIZE};
 /// let mut pager = Pager::new("/apis/workshop.example.com/v1/namespaces/default/postgresclusters", PAGE_SIZE);
-/// while let Some(clusters) = pager.next_page::<PostgresCluster>(&client).await? {
-///     println!("{} clusters as of {}", clusters.len(), pager.resource_version());
+/// while let Some(page) = pager.next_page::<PostgresCluster>(&client).await? {
+///     println!("{} clusters as of {}", page.items.len(), page.metadata.resource_version);
 /// }
 /// # Ok(()) }
 /// ```
@@ -49,9 +49,6 @@ pub struct Pager {
     limit: usize,
     /// `None` before the first page; then the token for the next one, empty once done.
     continue_token: Option<String>,
-    resource_version: String,
-    /// The last page's `metadata.remainingItemCount`.
-    remaining_item_count: Option<u64>,
 }
 
 impl Pager {
@@ -60,16 +57,15 @@ impl Pager {
             collection_path: collection_path.to_string(),
             limit: limit.max(1),
             continue_token: None,
-            resource_version: String::new(),
-            remaining_item_count: None,
         }
     }
 
-    /// The next page's objects; `Ok(None)` once the last page has been read.
+    /// The next page; `Ok(None)` once the last page has been read. Every page of one list carries
+    /// the first page's `metadata.resourceVersion`, the snapshot the whole list belongs to.
     pub async fn next_page<T: DeserializeOwned>(
         &mut self,
         client: &Client,
-    ) -> Result<Option<Vec<T>>, PageError> {
+    ) -> Result<Option<ObjectList<T>>, PageError> {
         if self.continue_token.as_deref() == Some("") {
             return Ok(None);
         }
@@ -84,7 +80,7 @@ impl Pager {
         if let Some(token) = &self.continue_token {
             path = format!("{path}&continue={}", encode_query_value(token));
         }
-        let page: ObjectList<T> = match client.get(&path).await {
+        let mut page: ObjectList<T> = match client.get(&path).await {
             Ok(page) => page,
             Err(error) => {
                 let continued = self.continue_token.is_some();
@@ -98,24 +94,8 @@ impl Pager {
                 });
             }
         };
-        if self.continue_token.is_none() {
-            self.resource_version = page.metadata.resource_version;
-        }
-        self.continue_token = Some(page.metadata.continue_token);
-        self.remaining_item_count = page.metadata.remaining_item_count;
-        Ok(Some(page.items))
-    }
-
-    /// The snapshot's resourceVersion, from the first page (empty before it, or if the server
-    /// sent none).
-    pub fn resource_version(&self) -> &str {
-        &self.resource_version
-    }
-
-    /// The server's estimate of the objects still to come after the page just read (see
-    /// [`crate::api::ListMeta::remaining_item_count`]).
-    pub fn remaining_item_count(&self) -> Option<u64> {
-        self.remaining_item_count
+        self.continue_token = Some(std::mem::take(&mut page.metadata.continue_token));
+        Ok(Some(page))
     }
 }
 
