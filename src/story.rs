@@ -12,26 +12,22 @@ use tokio::sync::mpsc;
 use crate::api::PostgresCluster;
 use crate::watch::{Event, WatchNotice};
 
-/// Step 02's lines for one event: a change is one line,
+/// Step 02's lines for one event. A change is one line,
 /// `PostgresCluster event: ADDED default/db {size: 3, version: 16, paused: false}`; a notice is
-/// told by [`watch_notice_lines`].
+/// `Watch version: 4566` and `Controller initialised` after the first list, `Starting at
+/// watchVersion 4566` for the first watch, one line per resume, relist or retry.
 pub fn event_lines(event: &Event<PostgresCluster>, first_watch: &mut bool) -> Vec<String> {
-    match event {
+    let notice = match event {
         Event::Added(cluster) | Event::Modified(cluster) | Event::Deleted(cluster) => {
-            vec![format!(
+            return vec![format!(
                 "PostgresCluster event: {} {} {}",
                 event.type_name(),
                 cluster.key(),
                 cluster.spec
-            )]
+            )];
         }
-        Event::Notice(notice) => watch_notice_lines(notice, first_watch),
-    }
-}
-
-/// Step 02's lines for a notice: `Watch version: 4566` and `Controller initialised` after the first
-/// list, `Starting at watchVersion 4566` for the first watch, one line per resume/relist/retry.
-pub fn watch_notice_lines(notice: &WatchNotice, first_watch: &mut bool) -> Vec<String> {
+        Event::Notice(notice) => notice,
+    };
     match notice {
         WatchNotice::Listed {
             resource_version, ..
@@ -186,16 +182,16 @@ mod tests {
             resource_version: "12".into(),
         };
         assert_eq!(
-            watch_notice_lines(&watching, &mut first_watch),
+            event_lines(&Event::Notice(watching.clone()), &mut first_watch),
             vec!["Starting at watchVersion 12".to_string()]
         );
-        assert!(watch_notice_lines(&watching, &mut first_watch).is_empty());
+        assert!(event_lines(&Event::Notice(watching.clone()), &mut first_watch).is_empty());
         let retrying = WatchNotice::Retrying {
             after: Duration::from_millis(900),
             error: "InternalError (500): boom".into(),
         };
         assert_eq!(
-            watch_notice_lines(&retrying, &mut first_watch),
+            event_lines(&Event::Notice(retrying), &mut first_watch),
             vec!["Watch failed, retrying in 0.9s: InternalError (500): boom".to_string()]
         );
     }

@@ -147,7 +147,7 @@ impl LineFramer {
             let line = self.partial.split().freeze();
             self.push_ready(line);
         }
-        // An oversize line cut off by the end of the stream was already reported by `push`.
+        // An oversize line cut off by the end of the stream was already reported by `push_bytes`.
         self.discarding = false;
         self.next_line()
     }
