@@ -233,10 +233,9 @@ impl std::str::FromStr for PostgresVersion {
             None => (value, None),
         };
         let major = number(major).ok_or_else(not_a_version)?;
-        let minor = match minor {
-            Some(minor) => Some(number(minor).ok_or_else(not_a_version)?),
-            None => None,
-        };
+        let minor = minor
+            .map(|minor| number(minor).ok_or_else(not_a_version))
+            .transpose()?;
         if major < OLDEST_MAJOR {
             return Err(VersionError::TooOld {
                 value: value.to_string(),
