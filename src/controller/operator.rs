@@ -22,23 +22,6 @@ use crate::crd::{self, CrdError, DEFAULT_ESTABLISHED_TIMEOUT};
 use crate::story::Reporter;
 use crate::watch::{list_then_watch, WatchOptions};
 
-/// Which step of starting the operator failed.
-#[derive(Debug, thiserror::Error)]
-pub enum OperatorError {
-    /// Registering the CRD, or waiting for it to be Established (the error says which).
-    #[error("registering the PostgresCluster resource: {0}")]
-    RegisterResource(#[source] CrdError),
-}
-
-impl OperatorError {
-    /// What to do about it, when the CRD step knows (e.g. RBAC is missing).
-    pub fn hint(&self) -> Option<String> {
-        match self {
-            OperatorError::RegisterResource(error) => error.hint(),
-        }
-    }
-}
-
 /// Run the operator on the client's namespace until `shutdown` is cancelled. Every story line —
 /// step 02's and each cluster's — goes to `reporter`. Returns once every cluster task has stopped.
 /// The watch never gives up on its own (it backs off and retries), so the only errors are at start.
@@ -47,15 +30,12 @@ pub async fn run_operator(
     options: ControllerOptions,
     reporter: Reporter,
     shutdown: CancellationToken,
-) -> Result<ControllerStopped, OperatorError> {
+) -> Result<ControllerStopped, CrdError> {
     // A stop during start-up (the CRD wait can take 30 s) must be as clean as one later on.
     tokio::select! {
         registered = register_resource(&client, &reporter) => registered?,
         () = shutdown.cancelled() => {
-            return Ok(ControllerStopped {
-                tasks_stopped: 0,
-                tasks_aborted: 0,
-            })
+            return Ok(ControllerStopped::default())
         }
     }
 
@@ -84,11 +64,10 @@ pub async fn run_operator(
 pub(crate) async fn register_resource(
     client: &Client,
     reporter: &Reporter,
-) -> Result<(), OperatorError> {
+) -> Result<(), CrdError> {
     crd::check(client, DEFAULT_ESTABLISHED_TIMEOUT, |found| {
         reporter.report_operator(found.to_string())
     })
-    .await
-    .map_err(OperatorError::RegisterResource)?;
+    .await?;
     Ok(())
 }
