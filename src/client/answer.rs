@@ -45,7 +45,14 @@ impl Client {
             }
             let response = response?;
             let status = response.status();
-            log_request(method, path, status, started);
+            // Method, path, status and time; never headers (they carry the token).
+            tracing::debug!(
+                method = %method,
+                path,
+                status = status.as_u16(),
+                ms = started.elapsed().as_millis() as u64,
+                "request"
+            );
             // 101: the server took up our `Upgrade` (pods/exec); it sends one only when asked.
             if status.is_success() || status == StatusCode::SWITCHING_PROTOCOLS {
                 return Ok(response);
@@ -167,17 +174,6 @@ async fn read_body(
         }
     }
     Ok(collected.freeze())
-}
-
-/// Method, path, status and time; never headers (they carry the token).
-fn log_request(method: &Method, path: &str, status: StatusCode, started: Instant) {
-    tracing::debug!(
-        method = %method,
-        path,
-        status = status.as_u16(),
-        ms = started.elapsed().as_millis() as u64,
-        "request"
-    );
 }
 
 /// A non-2xx answer as an error: the `Status` if the body is one, otherwise the code and a snippet.

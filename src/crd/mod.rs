@@ -450,20 +450,9 @@ pub enum CrdError {
 }
 
 impl CrdError {
-    /// The client error underneath, if there is one.
+    /// The client error underneath, if there is one: the `source()` of each variant that has one.
     pub fn client_error(&self) -> Option<&ClientError> {
-        match self {
-            CrdError::Read(error)
-            | CrdError::Create(error)
-            | CrdError::Update(error)
-            | CrdError::WaitEstablished(error)
-            | CrdError::Discovery(error)
-            | CrdError::KeptChanging { last: error, .. } => Some(error),
-            CrdError::Malformed { .. }
-            | CrdError::NotServed { .. }
-            | CrdError::NamesNotAccepted { .. }
-            | CrdError::NotEstablished { .. } => None,
-        }
+        std::error::Error::source(self)?.downcast_ref()
     }
 
     /// What to do about it, in one sentence, when there is something specific to say.
