@@ -12,7 +12,7 @@ use hyper::body::{Body as _, Incoming};
 use tokio::time::Instant;
 
 use super::error::snippet;
-use super::{Client, ClientError, Outgoing, RequestError};
+use super::{Client, ClientError, RequestError};
 use crate::status::Status;
 
 impl Client {
@@ -27,16 +27,13 @@ impl Client {
         body: Option<(Bytes, &'static str)>,
         extra_headers: &HeaderMap,
     ) -> Result<hyper::Response<Incoming>, ClientError> {
-        let outgoing = Outgoing {
-            method,
-            path,
-            body,
-            extra_headers,
-        };
         let mut retries = Retries::default();
         loop {
             let started = Instant::now();
-            let response = tokio::time::timeout(self.inner.request_timeout, self.send(&outgoing))
+            // Every attempt sends the request as its caller asked for it (with the token of the
+            // moment).
+            let sent = self.send(method, path, body.clone(), extra_headers);
+            let response = tokio::time::timeout(self.inner.request_timeout, sent)
                 .await
                 .map_err(|_| self.timeout_error(method, path))
                 .and_then(|sent| sent);

@@ -52,40 +52,28 @@ pub use token::TOKEN_REREAD_INTERVAL;
 pub const USER_AGENT: &str = concat!("postgres-operator/", env!("CARGO_PKG_VERSION"));
 type HyperClient = hyper_util::client::legacy::Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
 
-/// One request as its caller asked for it: every attempt sends it again as it is (with the
-/// token of the moment).
-struct Outgoing<'a> {
-    method: &'a Method,
-    path: &'a str,
-    /// The bytes and their `Content-Type`.
-    body: Option<(Bytes, &'static str)>,
-    extra_headers: &'a HeaderMap,
-}
-
 impl Client {
-    /// Send one request and wait for the response head.
+    /// Send one request and wait for the response head. `body` is the bytes and their
+    /// `Content-Type`.
     async fn send(
         &self,
-        outgoing: &Outgoing<'_>,
+        method: &Method,
+        path: &str,
+        body: Option<(Bytes, &'static str)>,
+        extra_headers: &HeaderMap,
     ) -> Result<hyper::Response<Incoming>, ClientError> {
-        let Outgoing { method, path, .. } = *outgoing;
         if !path.starts_with('/') {
             return Err(ClientError::RelativePath {
                 path: path.to_string(),
             });
         }
-        let uri: http::Uri = format!("{}{path}", self.inner.base).parse().map_err(
-            |error: http::uri::InvalidUri| ClientError::InvalidPath {
-                path: path.to_string(),
-                source: error.into(),
-            },
-        )?;
         let mut builder = Request::builder()
             .method(method.clone())
-            .uri(uri)
+            // A path that makes no valid URI fails at `body` below, as `InvalidPath`.
+            .uri(format!("{}{path}", self.inner.base))
             .header(header::ACCEPT, "application/json")
             .header(header::USER_AGENT, USER_AGENT);
-        for (name, value) in outgoing.extra_headers {
+        for (name, value) in extra_headers {
             builder = builder.header(name, value);
         }
         if let Some(token) = self.inner.token.current() {
@@ -97,7 +85,7 @@ impl Client {
             value.set_sensitive(true);
             builder = builder.header(header::AUTHORIZATION, value);
         }
-        let request = match outgoing.body.clone() {
+        let request = match body {
             Some((bytes, content_type)) => builder
                 .header(header::CONTENT_TYPE, content_type)
                 .body(Full::new(bytes)),
