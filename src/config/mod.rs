@@ -69,35 +69,20 @@ pub const DEFAULT_NAMESPACE: &str = "default";
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The environment variables config reads, as a value: tests pass their own map instead of
-/// mutating the process environment (which races between tests running in one process).
+/// mutating the process environment (which races between tests running in one process):
+/// exactly the variables of the map, and no others.
 #[derive(Clone, Debug, Default)]
-pub struct Environment {
-    vars: BTreeMap<String, String>,
-}
+pub struct Environment(pub BTreeMap<String, String>);
 
 impl Environment {
     /// A snapshot of this process's environment.
     pub fn from_process() -> Environment {
-        Environment {
-            vars: std::env::vars().collect(),
-        }
-    }
-
-    /// Exactly these variables and no others.
-    pub fn from_pairs<K: Into<String>, V: Into<String>>(
-        pairs: impl IntoIterator<Item = (K, V)>,
-    ) -> Environment {
-        Environment {
-            vars: pairs
-                .into_iter()
-                .map(|(k, v)| (k.into(), v.into()))
-                .collect(),
-        }
+        Environment(std::env::vars().collect())
     }
 
     /// A variable's value; set-but-empty counts as unset, as in most Kubernetes tooling.
     pub fn get(&self, name: &str) -> Option<&str> {
-        self.vars
+        self.0
             .get(name)
             .map(String::as_str)
             .filter(|v| !v.is_empty())

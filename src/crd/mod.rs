@@ -166,12 +166,12 @@ pub async fn wait_established(client: &Client, timeout: Duration) -> Result<(), 
     let started = tokio::time::Instant::now();
     let deadline = started + timeout;
     let mut last_conditions = "no answer yet".to_string();
+    let path = crd_path();
     loop {
         // Each GET is bounded by what is left of the wait, not by the client's 30 s default.
-        let answer = match tokio::time::timeout_at(deadline, client.get::<Value>(&crd_path())).await
-        {
-            Ok(answer) => answer,
-            Err(_) => break,
+        let get = client.get::<Value>(&path);
+        let Ok(answer) = tokio::time::timeout_at(deadline, get).await else {
+            break;
         };
         match answer {
             Ok(crd) => {
