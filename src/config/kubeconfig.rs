@@ -139,12 +139,6 @@ impl Config {
                 );
             }
         }
-        if tls.insecure_skip_verify {
-            tracing::warn!(
-                cluster = cluster_name,
-                "kubeconfig sets insecure-skip-tls-verify: the server's certificate will NOT be checked"
-            );
-        }
 
         let token = if let Some(token) = user["token"].as_str().filter(|t| !t.is_empty()) {
             Some(TokenSource::Inline(SecretString::new(token)))
