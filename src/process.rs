@@ -147,15 +147,12 @@ pub fn exit_error(error: &dyn Display, hint: Option<String>) -> ExitCode {
 /// the sandbox or `kubectl proxy`. Looks through the whole chain of causes, by kind when an
 /// `io::Error` is kept and by its text when a cause was turned into a string.
 fn refused_connection_hint(error: &(dyn Error + 'static), server: &str) -> Option<String> {
-    let mut cause = Some(error);
-    let mut refused = false;
-    while let Some(current) = cause {
-        let by_kind = current
+    let refused = std::iter::successors(Some(error), |&cause| cause.source()).any(|cause| {
+        let by_kind = cause
             .downcast_ref::<std::io::Error>()
             .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused);
-        refused |= by_kind || current.to_string().contains("Connection refused");
-        cause = current.source();
-    }
+        by_kind || cause.to_string().contains("Connection refused")
+    });
     if !refused {
         return None;
     }

@@ -177,14 +177,12 @@ pub(super) fn snippet(body: &[u8]) -> String {
 /// An error and its sources, so "connection refused" is not hidden behind "client error (Connect)".
 pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
+    for cause in std::iter::successors(error.source(), |&cause| cause.source()) {
         let cause_text = cause.to_string();
         if !text.contains(&cause_text) {
             text.push_str(": ");
             text.push_str(&cause_text);
         }
-        source = cause.source();
     }
     text
 }

@@ -311,24 +311,19 @@ impl Registration {
 impl std::fmt::Display for Registration {
     /// The workshop's log line for each outcome.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CustomResourceDefinition {CRD_NAME} ")?;
         match self {
-            Registration::Created => write!(f, "CustomResourceDefinition {CRD_NAME} created"),
-            Registration::UpToDate => {
-                write!(f, "CustomResourceDefinition {CRD_NAME} already up to date")
-            }
-            Registration::Updated => write!(
-                f,
-                "CustomResourceDefinition {CRD_NAME} updated: an older schema was replaced"
-            ),
+            Registration::Created => f.write_str("created"),
+            Registration::UpToDate => f.write_str("already up to date"),
+            Registration::Updated => f.write_str("updated: an older schema was replaced"),
             Registration::Differs(differences) => write!(
                 f,
-                "CustomResourceDefinition {CRD_NAME} found, not as this build defines it ({} {}); left as it is: stage 01 registers the type",
+                "found, not as this build defines it ({} {}); left as it is: stage 01 registers the type",
                 differences.len(),
                 if differences.len() == 1 { "difference" } else { "differences" }
             ),
-            Registration::Newer(_) => write!(
-                f,
-                "CustomResourceDefinition {CRD_NAME} found, newer than this build's (it serves versions or fields this build does not know); left as it is"
+            Registration::Newer(_) => f.write_str(
+                "found, newer than this build's (it serves versions or fields this build does not know); left as it is"
             ),
         }
     }
