@@ -5,7 +5,7 @@
 //! WORKSHOP.md, step 03 ("Putting it together").
 //!
 //! ```text
-//! run_operator ── crd::check (created if absent, never changed)
+//! run_operator ── crd_check::check (created if absent, never changed)
 //!      │
 //!      ├── list_then_watch ─events─▶ Controller::run: notices ("Watch version: 4566", ...) and
 //!      │                                events ("PostgresCluster event: ADDED ..") are told, and
@@ -18,7 +18,8 @@ use tokio_util::sync::CancellationToken;
 use super::{Controller, ControllerOptions, ControllerStopped};
 use crate::api::{collection_path, PostgresCluster};
 use crate::client::Client;
-use crate::crd::{self, CrdError, DEFAULT_ESTABLISHED_TIMEOUT};
+use crate::crd::{CrdError, DEFAULT_ESTABLISHED_TIMEOUT};
+use crate::crd_check;
 use crate::story::Reporter;
 use crate::watch::{list_then_watch, WatchOptions};
 
@@ -59,13 +60,13 @@ pub async fn run_operator(
     Ok(stopped)
 }
 
-/// Make sure our resource type exists and is served (`crd::check`: created if absent, else
+/// Make sure our resource type exists and is served (`crd_check::check`: created if absent, else
 /// checked and left as it is — registering it is step 01's).
 pub(crate) async fn register_resource(
     client: &Client,
     reporter: &Reporter,
 ) -> Result<(), CrdError> {
-    crd::check(client, DEFAULT_ESTABLISHED_TIMEOUT, |found| {
+    crd_check::check(client, DEFAULT_ESTABLISHED_TIMEOUT, |found| {
         reporter.report_operator(found.to_string())
     })
     .await?;
