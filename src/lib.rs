@@ -10,7 +10,8 @@
 //! | [`config`] | where the API server is and how to authenticate: one file per source (flags, in-cluster, kubeconfig) | Set-up |
 //! | [`client`] | the HTTP client: one request (`mod.rs` opens with it) and the JSON verbs; retries and reading the answer (`answer.rs`) (a watch's byte stream is step 02's `watch/stream.rs`, `pods/exec`'s upgrade step 04's `exec.rs`); its errors, token and TLS in files of their own | Set-up ("Talking to the API server") |
 //! | [`status`] | the Kubernetes `Status` error body | Set-up ("When the server says no") |
-//! | [`crd`] | the CustomResourceDefinition (data: `kube/crd.yaml`, compiled in) and the names it holds; registering it (stage 01) and checking it (every later stage) in `mod.rs`; how the server's differs (`compare.rs`) | Step 01 |
+//! | [`crd`] | the CustomResourceDefinition (data: `kube/crd.yaml`, compiled in) and the names it holds; registering it (stage 01) in `mod.rs`; how the server's differs (`compare.rs`) | Step 01 |
+//! | [`crd_check`] | what every later stage does first: the type created if absent, never changed | Step 02 (explained in step 01) |
 //! | [`api`] | the typed `PostgresCluster` (spec, status; the later steps' fields carried untyped in `more`), object metadata and lists, and the REST paths to our objects | Step 02 |
 //! | [`watch`] | the byte stream of a watch (`Client::stream`) → lines → typed events, list-then-watch that never loses its place, and the `Store` it keeps | Step 02 (the store: step 04) |
 //! | [`story`] | what the operator says: the workshop's log lines, and the `Reporter` that tags each with its cluster | Steps 02 and 03 (who leads: step 04) |
@@ -37,6 +38,7 @@ pub mod client;
 pub mod config;
 pub mod controller;
 pub mod crd;
+pub mod crd_check;
 pub mod events;
 pub mod exec;
 pub mod leader;

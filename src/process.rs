@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
 
 use crate::client::Client;
-use crate::config::ConfigArgs;
+use crate::config::{Config, ConfigArgs};
 
 /// Log to stderr, filtered by `RUST_LOG` (default `info`). In a pod, `kubectl logs` shows stderr.
 pub fn init_logging() {
@@ -101,16 +101,16 @@ pub fn parse_seconds(value: &str) -> Result<Duration, String> {
     Ok(duration)
 }
 
-/// Find the API server as kubectl would ([`crate::config::Config::infer`]) and build a client for
-/// it; on failure, print why (the message lists every source tried) and return exit status 1.
+/// Find the API server as kubectl would ([`Config::infer`]) and build a client for it; on
+/// failure, print why (the message lists every source tried) and return exit status 1.
 pub async fn connect(args: &ConfigArgs) -> Result<Client, ExitCode> {
     let args = args.clone();
-    // `Client::infer` reads files and may run `kubectl config view` and wait for it: blocking
+    // `Config::infer` reads files and may run `kubectl config view` and wait for it: blocking
     // work, so it runs on tokio's blocking pool instead of holding up a runtime thread (and the
     // signal handler on it). `spawn_blocking` rather than an async `Config::infer`: choosing a
     // source stays one plain function that tests and non-async callers use as it is.
-    match tokio::task::spawn_blocking(move || Client::infer(&args)).await {
-        Ok(Ok(client)) => Ok(client),
+    match tokio::task::spawn_blocking(move || Config::infer(&args)).await {
+        Ok(Ok(config)) => Client::new(config).map_err(|error| exit_error(&error, None)),
         Ok(Err(error)) => Err(exit_error(&error, None)),
         Err(panicked) => Err(exit_error(&panicked, None)),
     }
@@ -147,15 +147,12 @@ pub fn exit_error(error: &dyn Display, hint: Option<String>) -> ExitCode {
 /// the sandbox or `kubectl proxy`. Looks through the whole chain of causes, by kind when an
 /// `io::Error` is kept and by its text when a cause was turned into a string.
 fn refused_connection_hint(error: &(dyn Error + 'static), server: &str) -> Option<String> {
-    let mut cause = Some(error);
-    let mut refused = false;
-    while let Some(current) = cause {
-        let by_kind = current
+    let refused = std::iter::successors(Some(error), |&cause| cause.source()).any(|cause| {
+        let by_kind = cause
             .downcast_ref::<std::io::Error>()
             .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused);
-        refused |= by_kind || current.to_string().contains("Connection refused");
-        cause = current.source();
-    }
+        by_kind || cause.to_string().contains("Connection refused")
+    });
     if !refused {
         return None;
     }

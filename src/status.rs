@@ -14,8 +14,6 @@ use serde::{Deserialize, Serialize};
 pub struct Status {
     #[serde(default)]
     pub kind: String,
-    #[serde(default)]
-    pub api_version: String,
     /// "Success" or "Failure".
     #[serde(default)]
     pub status: String,
@@ -32,17 +30,10 @@ pub struct Status {
     pub code: u16,
 }
 
+/// The parts of `details` the operator reads: the causes, and how long to wait.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StatusDetails {
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub name: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub group: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub kind: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub uid: String,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub causes: Vec<StatusCause>,
     /// Set with 429 and 503: how long the server wants us to wait.
@@ -66,7 +57,6 @@ impl Status {
     pub fn failure(code: u16, reason: &str, message: impl Into<String>) -> Status {
         Status {
             kind: "Status".into(),
-            api_version: "v1".into(),
             status: "Failure".into(),
             message: message.into(),
             reason: reason.into(),

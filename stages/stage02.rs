@@ -4,7 +4,7 @@
 //! WORKSHOP.md, "Step 02". New since stage 01: `src/watch/` — bytes → lines (`frame.rs`), lines →
 //! events (`event.rs`), and `list_then_watch` (`watch/mod.rs`), which resumes from the last
 //! resourceVersion when a watch ends, relists after a 410, and backs off on failures; the lines it
-//! prints are `src/story.rs`'s. The CRD is checked with `crd::check` (`src/crd/mod.rs`): created if
+//! prints are `src/story.rs`'s. The CRD is checked with `crd_check::check` (`src/crd_check.rs`): created if
 //! absent, else left as it is — changing it is stage 01's job, not every operator's.
 //!
 //! ```text
@@ -24,7 +24,8 @@ use std::process::ExitCode;
 use clap::Parser;
 use postgres_operator::api::{collection_path, PostgresCluster};
 use postgres_operator::config::{ConfigArgs, CONNECTION_ORDER_HELP};
-use postgres_operator::crd::{self, DEFAULT_ESTABLISHED_TIMEOUT};
+use postgres_operator::crd::DEFAULT_ESTABLISHED_TIMEOUT;
+use postgres_operator::crd_check;
 use postgres_operator::process::{fail, start};
 use postgres_operator::story::event_lines;
 use postgres_operator::watch::{list_then_watch, WatchOptions, Watcher};
@@ -56,7 +57,7 @@ async fn main() -> ExitCode {
     };
     // Make sure our resource type exists and is served: created if absent, as the workshop's
     // operators did at start; if present, checked and left as it is (stage 01 owns it).
-    let registered = crd::check(&client, DEFAULT_ESTABLISHED_TIMEOUT, |found| {
+    let registered = crd_check::check(&client, DEFAULT_ESTABLISHED_TIMEOUT, |found| {
         println!("{found}")
     });
     tokio::select! {

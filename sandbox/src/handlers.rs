@@ -467,8 +467,12 @@ fn delete_options(
     Ok(options)
 }
 
-/// A pod that `delete` left Terminating is removed later by the simulated kubelet.
+/// The kubelet's part of a deletion: the process runtime's worker for the pod looks at it at
+/// once; a simulated pod that `delete` left Terminating is removed later by a timer.
 fn start_pod_termination(shared: &Arc<Shared>, object: &Value) {
+    if let Some(node) = &shared.node {
+        node.look_at(object);
+    }
     if let Some(removal) = objects::FollowUp::after_delete(object) {
         controllers::spawn_follow_ups(shared, vec![removal]);
     }

@@ -435,6 +435,15 @@ impl Node {
         tasks.push(task);
     }
 
+    /// The API server accepted `pod`'s deletion: its worker looks at once, as a kubelet hears of
+    /// it through its watch (the sync period is only a resync).
+    pub(crate) fn look_at(&self, pod: &Value) {
+        let uid = pod["metadata"]["uid"].as_str().unwrap_or_default();
+        if let Some(worker) = lock(&self.pods).get(uid) {
+            worker.look.notify_one();
+        }
+    }
+
     /// Wait until every pod worker has stopped its processes (after the shutdown token).
     pub(crate) async fn stopped(&self) {
         let tasks: Vec<_> = std::mem::take(&mut *lock(&self.tasks));

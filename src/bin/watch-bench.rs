@@ -41,7 +41,7 @@ use clap::Parser;
 use postgres_operator::api::{collection_path, PostgresCluster};
 use postgres_operator::client::Client;
 use postgres_operator::config::{parse_server, Config};
-use postgres_operator::crd;
+use postgres_operator::crd_check;
 use postgres_operator::process::{cancel_on_signal, exit_error, init_logging};
 use postgres_operator::watch::{list_then_watch, Event, WatchNotice, WatchOptions};
 use tokio::time::Instant;
@@ -204,7 +204,7 @@ async fn bench(flags: Flags) -> ExitCode {
     };
     if replay_count == 0 {
         // Checked, never changed: a benchmark must not rewrite the server's schema.
-        if let Err(error) = crd::check(&client, Duration::from_secs(30), |_| {}).await {
+        if let Err(error) = crd_check::check(&client, Duration::from_secs(30), |_| {}).await {
             return exit_error(&error, error.hint());
         }
     }

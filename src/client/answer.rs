@@ -12,7 +12,7 @@ use hyper::body::{Body as _, Incoming};
 use tokio::time::Instant;
 
 use super::error::snippet;
-use super::{Client, ClientError, Outgoing, RequestError};
+use super::{Client, ClientError, RequestError};
 use crate::status::Status;
 
 impl Client {
@@ -27,16 +27,13 @@ impl Client {
         body: Option<(Bytes, &'static str)>,
         extra_headers: &HeaderMap,
     ) -> Result<hyper::Response<Incoming>, ClientError> {
-        let outgoing = Outgoing {
-            method,
-            path,
-            body,
-            extra_headers,
-        };
         let mut retries = Retries::default();
         loop {
             let started = Instant::now();
-            let response = tokio::time::timeout(self.inner.request_timeout, self.send(&outgoing))
+            // Every attempt sends the request as its caller asked for it (with the token of the
+            // moment).
+            let sent = self.send(method, path, body.clone(), extra_headers);
+            let response = tokio::time::timeout(self.inner.request_timeout, sent)
                 .await
                 .map_err(|_| self.timeout_error(method, path))
                 .and_then(|sent| sent);
@@ -45,7 +42,14 @@ impl Client {
             }
             let response = response?;
             let status = response.status();
-            log_request(method, path, status, started);
+            // Method, path, status and time; never headers (they carry the token).
+            tracing::debug!(
+                method = %method,
+                path,
+                status = status.as_u16(),
+                ms = started.elapsed().as_millis() as u64,
+                "request"
+            );
             // 101: the server took up our `Upgrade` (pods/exec); it sends one only when asked.
             if status.is_success() || status == StatusCode::SWITCHING_PROTOCOLS {
                 return Ok(response);
@@ -167,17 +171,6 @@ async fn read_body(
         }
     }
     Ok(collected.freeze())
-}
-
-/// Method, path, status and time; never headers (they carry the token).
-fn log_request(method: &Method, path: &str, status: StatusCode, started: Instant) {
-    tracing::debug!(
-        method = %method,
-        path,
-        status = status.as_u16(),
-        ms = started.elapsed().as_millis() as u64,
-        "request"
-    );
 }
 
 /// A non-2xx answer as an error: the `Status` if the body is one, otherwise the code and a snippet.

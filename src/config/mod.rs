@@ -69,35 +69,20 @@ pub const DEFAULT_NAMESPACE: &str = "default";
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The environment variables config reads, as a value: tests pass their own map instead of
-/// mutating the process environment (which races between tests running in one process).
+/// mutating the process environment (which races between tests running in one process):
+/// exactly the variables of the map, and no others.
 #[derive(Clone, Debug, Default)]
-pub struct Environment {
-    vars: BTreeMap<String, String>,
-}
+pub struct Environment(pub BTreeMap<String, String>);
 
 impl Environment {
     /// A snapshot of this process's environment.
     pub fn from_process() -> Environment {
-        Environment {
-            vars: std::env::vars().collect(),
-        }
-    }
-
-    /// Exactly these variables and no others.
-    pub fn from_pairs<K: Into<String>, V: Into<String>>(
-        pairs: impl IntoIterator<Item = (K, V)>,
-    ) -> Environment {
-        Environment {
-            vars: pairs
-                .into_iter()
-                .map(|(k, v)| (k.into(), v.into()))
-                .collect(),
-        }
+        Environment(std::env::vars().collect())
     }
 
     /// A variable's value; set-but-empty counts as unset, as in most Kubernetes tooling.
     pub fn get(&self, name: &str) -> Option<&str> {
-        self.vars
+        self.0
             .get(name)
             .map(String::as_str)
             .filter(|v| !v.is_empty())
@@ -266,72 +251,53 @@ impl Config {
             return Config::from_flags(server, args, ConfigSource::KubeServerEnv);
         }
 
-        let mut tried = vec![
-            (ConfigSource::Flags.to_string(), "not given".to_string()),
-            (
-                ConfigSource::KubeServerEnv.to_string(),
-                "not set".to_string(),
-            ),
-        ];
         let service_account_dir = PathBuf::from(
             env.get(SERVICE_ACCOUNT_DIR_ENV)
                 .unwrap_or(SERVICE_ACCOUNT_DIR),
         );
-        let in_cluster_label = ConfigSource::InCluster {
-            service_account_dir: service_account_dir.clone(),
-        }
-        .to_string();
-        match (env.get(SERVICE_HOST_ENV), env.get(SERVICE_PORT_ENV)) {
-            (Some(host), Some(port)) => {
-                match Config::incluster_from(&service_account_dir, host, port) {
-                    Ok(config) => return Ok(config),
-                    Err(error) => {
-                        // In a pod but unusable (token not mounted?): say so, then try kubeconfig.
-                        tracing::warn!(%error, "in-cluster configuration not usable");
-                        tried.push((in_cluster_label, error.to_string()));
-                    }
-                }
-            }
-            _ => tried.push((
-                in_cluster_label,
-                format!("{SERVICE_HOST_ENV}/{SERVICE_PORT_ENV} not set (not running in a pod)"),
+        let in_cluster = match (env.get(SERVICE_HOST_ENV), env.get(SERVICE_PORT_ENV)) {
+            (Some(host), Some(port)) => Config::incluster_from(&service_account_dir, host, port)
+                .map_err(|error| {
+                    // In a pod but unusable (token not mounted?): say so, then try kubeconfig.
+                    tracing::warn!(%error, "in-cluster configuration not usable");
+                    error.to_string()
+                }),
+            _ => Err(format!(
+                "{SERVICE_HOST_ENV}/{SERVICE_PORT_ENV} not set (not running in a pod)"
             )),
-        }
-
-        match Config::from_kubeconfig(env) {
-            Ok(config) => Ok(config),
-            Err(error) => {
-                let kubeconfig = env.get(KUBECONFIG_ENV).unwrap_or("~/.kube/config");
-                tried.push((
-                    format!("kubeconfig (KUBECONFIG={kubeconfig})"),
-                    match error {
-                        ConfigError::Kubeconfig { reason } => reason,
-                        other => other.to_string(),
-                    },
-                ));
-                Err(ConfigError::NothingUsable { tried })
-            }
-        }
+        };
+        let in_cluster_failed = match in_cluster {
+            Ok(config) => return Ok(config),
+            Err(reason) => reason,
+        };
+        let kubeconfig_failed = match Config::from_kubeconfig(env) {
+            Ok(config) => return Ok(config),
+            Err(ConfigError::Kubeconfig { reason }) => reason,
+            Err(other) => other.to_string(),
+        };
+        let kubeconfig = env.get(KUBECONFIG_ENV).unwrap_or("~/.kube/config");
+        let in_cluster = ConfigSource::InCluster {
+            service_account_dir,
+        };
+        let tried = [
+            (ConfigSource::Flags.to_string(), "not given".to_string()),
+            (ConfigSource::KubeServerEnv.to_string(), "not set".into()),
+            (in_cluster.to_string(), in_cluster_failed),
+            (
+                format!("kubeconfig (KUBECONFIG={kubeconfig})"),
+                kubeconfig_failed,
+            ),
+        ];
+        Err(ConfigError::NothingUsable {
+            tried: tried.into(),
+        })
     }
 
     /// Plain http, no authentication: `kubectl proxy` (which adds your credentials itself) or the
     /// sandbox with `--insecure-http`.
+    /// That is `--server URL` with no other flag: an https URL fails for want of a CA.
     pub fn from_url(server: &str) -> Result<Config, ConfigError> {
-        let server = parse_server_url(server, "URL")?;
-        if server.scheme() == "https" {
-            return Err(ConfigError::MissingCertificateAuthority {
-                origin: "Config::from_url".into(),
-                server: server.to_string(),
-            });
-        }
-        Ok(Config {
-            server,
-            namespace: DEFAULT_NAMESPACE.into(),
-            auth: Auth::default(),
-            tls: Tls::default(),
-            source: ConfigSource::Url,
-            request_timeout: DEFAULT_REQUEST_TIMEOUT,
-        })
+        Config::from_flags(server, &ConfigArgs::default(), ConfigSource::Url)
     }
 }
 

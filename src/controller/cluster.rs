@@ -15,7 +15,8 @@ use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
 use super::pods::{label_selector, Pod, PodApi, PodApiError};
-use crate::api::{describe_status, validate_spec, PostgresCluster, SpecError};
+use super::ClusterInbox;
+use crate::api::{describe_status, validate_spec, PostgresCluster};
 use crate::story::Reporter;
 
 /// What the controller wants a cluster to be. Sent over a `tokio::sync::watch` channel, which
@@ -45,6 +46,8 @@ struct ClusterTask<P> {
     key: String,
     pods: P,
     reporter: Reporter,
+    /// Setup succeeded: the spec validated once, and the cluster was created or adopted.
+    set_up: bool,
 }
 
 /// What a cluster task does when it is woken. [`run_task_loop`] does the waking, the same for
@@ -118,36 +121,27 @@ pub async fn run_task_loop<R: ClusterReconciler>(
 }
 
 /// The task body the controller spawns for one cluster. Returns when the cluster is deleted, or
-/// when `stop` is cancelled. A failed setup does not end it: it waits for a
-/// corrected spec.
+/// when `inbox.stop` is cancelled. A failed setup does not end it: it waits for a corrected spec.
 pub(crate) async fn run_cluster<P: PodApi>(
     cluster: PostgresCluster,
+    inbox: ClusterInbox,
     pods: P,
     reporter: Reporter,
     reconcile_interval: Duration,
-    mut wanted: watch::Receiver<Wanted>,
-    nudged: std::sync::Arc<Notify>,
-    stop: CancellationToken,
 ) -> TaskEnd {
+    let ClusterInbox {
+        mut wanted,
+        nudged,
+        stop,
+    } = inbox;
     let mut task = ClusterTask {
         key: cluster.key(),
         cluster,
         pods,
         reporter,
+        set_up: false,
     };
-
-    // The original's goroutine ended on a failed setup and nobody read its channel again: it
-    // filled up and the next send panicked (bug 5). Ending here would still lose a fix the
-    // controller sends while we fail (it cannot know we are about to stop reading), so stay and
-    // keep reading until a corrected spec, a delete or a stop arrives.
-    while let Err(error) = task.setup() {
-        task.say(format!(
-            "setup failed: {error}; waiting for a corrected spec"
-        ));
-        if let Err(end) = task.wait_for_changed_spec(&mut wanted, &stop).await {
-            return end;
-        }
-    }
+    task.setup();
     run_task_loop(&mut task, &mut wanted, &nudged, reconcile_interval, &stop).await
 }
 
@@ -159,12 +153,27 @@ impl<P: PodApi> ClusterReconciler for ClusterTask<P> {
 
     /// A spec change waits for the next tick, as the original's did.
     fn take(&mut self, newer: PostgresCluster) -> bool {
-        self.modify(newer);
+        if self.set_up {
+            self.modify(newer);
+            return false;
+        }
+        // The original's goroutine ended on a failed setup and nobody read its channel again: it
+        // filled up and the next send panicked (bug 5). Ending would still lose a fix the
+        // controller sends while we fail, so the task stays and keeps reading. An object with the
+        // same spec (a label or status change) is taken in silently: it would fail the same way.
+        let spec_changed = newer.spec != self.cluster.spec;
+        self.cluster = newer;
+        if spec_changed {
+            self.setup();
+        }
         false
     }
 
+    /// Nothing to reconcile until setup has succeeded.
     async fn reconcile(&mut self) {
-        ClusterTask::reconcile(self).await;
+        if self.set_up {
+            ClusterTask::reconcile(self).await;
+        }
     }
 
     async fn deleted(&mut self) {
@@ -177,80 +186,40 @@ impl<P: PodApi> ClusterTask<P> {
         self.reporter.report(&self.key, line);
     }
 
-    /// Validate, then create a new cluster or adopt one a previous operator already started.
-    fn setup(&self) -> Result<(), SpecError> {
-        validate_spec(&self.cluster.spec)?;
-        let phase = self
+    /// Validate, then create a new cluster or adopt one a previous operator already started. A
+    /// spec that does not validate leaves the task waiting for a corrected one.
+    fn setup(&mut self) {
+        if let Err(error) = validate_spec(&self.cluster.spec) {
+            self.say(format!(
+                "setup failed: {error}; waiting for a corrected spec"
+            ));
+            return;
+        }
+        self.set_up = true;
+        // `status.phase` is written by an operator only, so "Running" means an earlier run of this
+        // operator got the cluster going: take it over rather than seeding it a second time.
+        let running = self
             .cluster
             .status
             .as_ref()
-            .and_then(|s| s.phase.as_deref());
-        // `status.phase` is written by an operator only, so "Running" means an earlier run of this
-        // operator got the cluster going: take it over rather than seeding it a second time.
-        if phase == Some("Running") {
-            self.adopt();
+            .and_then(|s| s.phase.as_deref())
+            == Some("Running");
+        let verb = if running {
+            "adopting running cluster"
         } else {
-            self.create();
-        }
-        Ok(())
-    }
-
-    /// After a failed setup: wait until the spec changes (→ Ok, try setup again), the cluster is
-    /// deleted or the operator stops (→ Err with how the task ends). Objects with the same spec (a
-    /// label or status change) are taken in silently: they would fail the same way.
-    async fn wait_for_changed_spec(
-        &mut self,
-        wanted: &mut watch::Receiver<Wanted>,
-        stop: &CancellationToken,
-    ) -> Result<(), TaskEnd> {
-        loop {
-            tokio::select! {
-                () = stop.cancelled() => {
-                    self.say("cluster task stopped: the operator is shutting down");
-                    return Err(TaskEnd::Stopped);
-                }
-                changed = wanted.changed() => {
-                    if changed.is_err() {
-                        self.say("cluster task stopped: the controller let go of it");
-                        return Err(TaskEnd::Stopped);
-                    }
-                    let latest = wanted.borrow_and_update().clone();
-                    match latest {
-                        Wanted::Object(newer) => {
-                            let spec_changed = newer.spec != self.cluster.spec;
-                            self.cluster = Arc::unwrap_or_clone(newer);
-                            if spec_changed {
-                                return Ok(());
-                            }
-                        }
-                        Wanted::Deleted => {
-                            self.delete().await;
-                            return Err(TaskEnd::Deleted);
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    fn create(&self) {
+            "creating cluster"
+        };
         self.say(format!(
-            "creating cluster with Spec {}, Status {}",
+            "{verb} with Spec {}, Status {}",
             self.cluster.spec,
             describe_status(self.cluster.status.as_ref())
         ));
-        // The workshop stops here; launching the seed pod is its homework. A pod created for this
-        // cluster should carry `pods::pod_labels` and `pods::owner_reference`.
-        self.say("PLACEHOLDER: Launch seed Postgres node!");
-        self.say("PLACEHOLDER: Start cluster!");
-    }
-
-    fn adopt(&self) {
-        self.say(format!(
-            "adopting running cluster with Spec {}, Status {}",
-            self.cluster.spec,
-            describe_status(self.cluster.status.as_ref())
-        ));
+        if !running {
+            // The workshop stops here; launching the seed pod is its homework. A pod created for
+            // this cluster should carry `pods::pod_labels` and `pods::owner_reference`.
+            self.say("PLACEHOLDER: Launch seed Postgres node!");
+            self.say("PLACEHOLDER: Start cluster!");
+        }
     }
 
     /// A newer object arrived. Only size, version and paused matter to us: a status write or a

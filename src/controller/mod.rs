@@ -56,7 +56,7 @@ use crate::story::{event_lines, Reporter};
 use crate::watch::Event;
 use cluster::run_cluster;
 pub use cluster::{TaskEnd, Wanted};
-pub use operator::{run_operator, OperatorError};
+pub use operator::run_operator;
 pub use pods::PodApi;
 
 /// How often each cluster task reconciles, unless told otherwise. The original used 8 s.
@@ -121,12 +121,10 @@ impl<P: PodApi> ClusterWorker for PlaceholderTask<P> {
     ) -> impl Future<Output = TaskEnd> + Send + 'static {
         run_cluster(
             cluster,
+            inbox,
             self.pods.clone(),
             self.reporter.clone(),
             self.reconcile_interval,
-            inbox.wanted,
-            inbox.nudged,
-            inbox.stop,
         )
     }
 }
@@ -143,7 +141,7 @@ struct ClusterHandle {
 }
 
 /// How `Controller::run` ended.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ControllerStopped {
     /// Tasks that ended on their own once told to stop.
     pub tasks_stopped: usize,
@@ -251,28 +249,20 @@ impl<W: ClusterWorker> Controller<W> {
     pub fn handle_event(&mut self, event: Event<PostgresCluster>) {
         // The object is the watch's `Arc`, shared with its store; the task's channel carries it on.
         match event {
-            Event::Added(cluster) => {
-                if self.clusters.contains_key(&cluster.key()) {
-                    // Our watch's relist says Modified for a known cluster, but a source without
-                    // memory (a watch restarted from scratch) announces everything as Added: for
-                    // a cluster we already run, that is an update, not a second task.
-                    self.update(cluster);
-                } else {
-                    self.start(cluster);
-                }
-            }
+            // Our watch's relist says Modified for a known cluster, but a source without memory (a
+            // watch restarted from scratch) announces everything as Added: for a cluster we already
+            // run, that is an update, not a second task. `update` starts a task for a new one.
+            Event::Added(cluster) => self.update(cluster),
             Event::Modified(cluster) => {
-                if self.clusters.contains_key(&cluster.key()) {
-                    self.update(cluster);
-                } else {
+                if !self.clusters.contains_key(&cluster.key()) {
                     // The original dereferenced nil here (bug 4). An unknown cluster that exists
                     // is one we should be running: adopt it.
                     self.reporter.report(
                         &cluster.key(),
                         "Modified event for a cluster this controller did not know; adopting it",
                     );
-                    self.start(cluster);
                 }
+                self.update(cluster);
             }
             Event::Deleted(cluster) => {
                 let key = cluster.key();
@@ -307,11 +297,6 @@ impl<W: ClusterWorker> Controller<W> {
         keys
     }
 
-    /// Cluster tasks started and not yet collected.
-    pub fn task_count(&self) -> usize {
-        self.tasks.len()
-    }
-
     fn start(&mut self, cluster: Arc<PostgresCluster>) {
         let key = cluster.key();
         let (wanted, wanted_receiver) = watch::channel(Wanted::Object(Arc::clone(&cluster)));
@@ -339,6 +324,7 @@ impl<W: ClusterWorker> Controller<W> {
         );
     }
 
+    /// Hand a newer object to its cluster's task, or start the task of a cluster not yet known.
     fn update(&mut self, cluster: Arc<PostgresCluster>) {
         let key = cluster.key();
         let Some(handle) = self.clusters.get_mut(&key) else {
@@ -385,10 +371,7 @@ impl<W: ClusterWorker> Controller<W> {
     /// [`Controller::run`] ends with this; call it yourself when driving [`Controller::handle_event`].
     pub async fn shutdown(mut self) -> ControllerStopped {
         self.stop.cancel();
-        let mut stopped = ControllerStopped {
-            tasks_stopped: 0,
-            tasks_aborted: 0,
-        };
+        let mut stopped = ControllerStopped::default();
         let deadline = tokio::time::Instant::now() + self.options.shutdown_grace;
         while !self.tasks.is_empty() {
             match tokio::time::timeout_at(deadline, self.tasks.join_next()).await {

@@ -5,7 +5,7 @@
 //! WORKSHOP.md, step 03 ("Putting it together").
 //!
 //! ```text
-//! run_operator ── crd::check (created if absent, never changed)
+//! run_operator ── crd_check::check (created if absent, never changed)
 //!      │
 //!      ├── list_then_watch ─events─▶ Controller::run: notices ("Watch version: 4566", ...) and
 //!      │                                events ("PostgresCluster event: ADDED ..") are told, and
@@ -18,26 +18,10 @@ use tokio_util::sync::CancellationToken;
 use super::{Controller, ControllerOptions, ControllerStopped};
 use crate::api::{collection_path, PostgresCluster};
 use crate::client::Client;
-use crate::crd::{self, CrdError, DEFAULT_ESTABLISHED_TIMEOUT};
+use crate::crd::{CrdError, DEFAULT_ESTABLISHED_TIMEOUT};
+use crate::crd_check;
 use crate::story::Reporter;
 use crate::watch::{list_then_watch, WatchOptions};
-
-/// Which step of starting the operator failed.
-#[derive(Debug, thiserror::Error)]
-pub enum OperatorError {
-    /// Registering the CRD, or waiting for it to be Established (the error says which).
-    #[error("registering the PostgresCluster resource: {0}")]
-    RegisterResource(#[source] CrdError),
-}
-
-impl OperatorError {
-    /// What to do about it, when the CRD step knows (e.g. RBAC is missing).
-    pub fn hint(&self) -> Option<String> {
-        match self {
-            OperatorError::RegisterResource(error) => error.hint(),
-        }
-    }
-}
 
 /// Run the operator on the client's namespace until `shutdown` is cancelled. Every story line —
 /// step 02's and each cluster's — goes to `reporter`. Returns once every cluster task has stopped.
@@ -47,15 +31,12 @@ pub async fn run_operator(
     options: ControllerOptions,
     reporter: Reporter,
     shutdown: CancellationToken,
-) -> Result<ControllerStopped, OperatorError> {
+) -> Result<ControllerStopped, CrdError> {
     // A stop during start-up (the CRD wait can take 30 s) must be as clean as one later on.
     tokio::select! {
         registered = register_resource(&client, &reporter) => registered?,
         () = shutdown.cancelled() => {
-            return Ok(ControllerStopped {
-                tasks_stopped: 0,
-                tasks_aborted: 0,
-            })
+            return Ok(ControllerStopped::default())
         }
     }
 
@@ -79,16 +60,15 @@ pub async fn run_operator(
     Ok(stopped)
 }
 
-/// Make sure our resource type exists and is served (`crd::check`: created if absent, else
+/// Make sure our resource type exists and is served (`crd_check::check`: created if absent, else
 /// checked and left as it is — registering it is step 01's).
 pub(crate) async fn register_resource(
     client: &Client,
     reporter: &Reporter,
-) -> Result<(), OperatorError> {
-    crd::check(client, DEFAULT_ESTABLISHED_TIMEOUT, |found| {
+) -> Result<(), CrdError> {
+    crd_check::check(client, DEFAULT_ESTABLISHED_TIMEOUT, |found| {
         reporter.report_operator(found.to_string())
     })
-    .await
-    .map_err(OperatorError::RegisterResource)?;
+    .await?;
     Ok(())
 }

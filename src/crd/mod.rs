@@ -5,8 +5,8 @@
 //! WORKSHOP.md, step 01. The 2017 workshop registered a ThirdPartyResource (removed in Kubernetes
 //! 1.8); today the same idea is a CRD in `apiextensions.k8s.io/v1`, which must carry a structural
 //! OpenAPI schema. The CRD itself is data: `kube/crd.yaml`, compiled in. The later stages do not
-//! change it: they `check` it (created if absent, otherwise left as it is), since registering
-//! the type is this step's.
+//! change it: they `crd_check::check` it (created if absent, otherwise left as it is), since
+//! registering the type is this step's.
 
 use std::time::Duration;
 
@@ -105,7 +105,7 @@ pub async fn ensure(client: &Client) -> Result<Registration, CrdError> {
 }
 
 /// What one read of the CRD found: GET it, and POST ours when the GET says 404.
-enum Read {
+pub(crate) enum Read {
     /// It was absent and our POST created it (201).
     Created,
     /// It is there, as the server holds it.
@@ -115,7 +115,7 @@ enum Read {
     Conflict(ClientError),
 }
 
-async fn read_or_create(client: &Client, ours: &Value) -> Result<Read, CrdError> {
+pub(crate) async fn read_or_create(client: &Client, ours: &Value) -> Result<Read, CrdError> {
     match client.get::<Value>(&crd_path()).await {
         Ok(current) => Ok(Read::Found(current)),
         Err(error) if error.status_code() == Some(404) => {
@@ -130,7 +130,7 @@ async fn read_or_create(client: &Client, ours: &Value) -> Result<Read, CrdError>
 }
 
 /// After a 409: count the attempt, and give up with the last answer after `ENSURE_ATTEMPTS`.
-fn read_again(attempt: &mut u32, conflict: ClientError) -> Result<(), CrdError> {
+pub(crate) fn read_again(attempt: &mut u32, conflict: ClientError) -> Result<(), CrdError> {
     if *attempt == ENSURE_ATTEMPTS {
         return Err(CrdError::KeptChanging {
             attempts: *attempt,
@@ -166,12 +166,12 @@ pub async fn wait_established(client: &Client, timeout: Duration) -> Result<(), 
     let started = tokio::time::Instant::now();
     let deadline = started + timeout;
     let mut last_conditions = "no answer yet".to_string();
+    let path = crd_path();
     loop {
         // Each GET is bounded by what is left of the wait, not by the client's 30 s default.
-        let answer = match tokio::time::timeout_at(deadline, client.get::<Value>(&crd_path())).await
-        {
-            Ok(answer) => answer,
-            Err(_) => break,
+        let get = client.get::<Value>(&path);
+        let Ok(answer) = tokio::time::timeout_at(deadline, get).await else {
+            break;
         };
         match answer {
             Ok(crd) => {
@@ -240,66 +240,9 @@ pub async fn served_resources(client: &Client) -> Result<Vec<ServedResource>, Cr
     Ok(list.resources)
 }
 
-/// Every later stage: make sure the type exists and is served, without changing it. Absent →
-/// create it (as the workshop's operators registered their type at start) and wait until it is
-/// Established; present and serving `v1` → go on, saying once what differs from this build's.
-/// Never a PUT: an operator that only watches needs no cluster-wide write, an administrator's
-/// CRD stays as installed, and an older operator never downgrades a newer release's schema.
-/// `found` hears what was found before the wait, so a learner sees "created" while it lasts.
-pub async fn check(
-    client: &Client,
-    established_timeout: Duration,
-    found: impl FnOnce(&Registration),
-) -> Result<Registration, CrdError> {
-    let ours = postgres_cluster_crd();
-    let mut attempt = 1;
-    let current = loop {
-        match read_or_create(client, &ours).await? {
-            Read::Created => break None,
-            Read::Found(current) => break Some(current),
-            Read::Conflict(error) => read_again(&mut attempt, error)?,
-        }
-    };
-    let registration = match &current {
-        None => Registration::Created,
-        Some(current) => {
-            let registration = Registration::from_differences(differences(current, &ours)?);
-            serves_our_version(current)?;
-            registration
-        }
-    };
-    registration.report_differences();
-    found(&registration);
-    match current.as_ref().map(established) {
-        // Created just now, or not yet Established: the API server serves nothing until it is.
-        None | Some(Some(false)) => wait_established(client, established_timeout).await?,
-        Some(Some(true)) => {}
-        Some(None) => tracing::debug!("the CRD reports no Established condition; going on"),
-    }
-    Ok(registration)
-}
-
-/// The CRD must serve `v1`, the version every stage reads and writes.
-fn serves_our_version(current: &Value) -> Result<(), CrdError> {
-    let versions = current["spec"]["versions"]
-        .as_array()
-        .map(Vec::as_slice)
-        .unwrap_or_default();
-    let served: Vec<String> = versions
-        .iter()
-        .filter(|version| version["served"].as_bool() == Some(true))
-        .filter_map(|version| version["name"].as_str().map(str::to_string))
-        .collect();
-    if served.iter().any(|name| name == VERSION) {
-        Ok(())
-    } else {
-        Err(CrdError::NotServed { served })
-    }
-}
-
 /// The CRD's `Established` condition: `None` when it reports none at all (some servers that are
 /// not kube-apiserver write no status).
-fn established(crd: &Value) -> Option<bool> {
+pub(crate) fn established(crd: &Value) -> Option<bool> {
     condition(crd, "Established").map(|established| established["status"] == "True")
 }
 
@@ -331,7 +274,7 @@ pub enum Registration {
 
 impl Registration {
     /// What a found CRD's differences from ours make of it.
-    fn from_differences(differences: Vec<Difference>) -> Registration {
+    pub(crate) fn from_differences(differences: Vec<Difference>) -> Registration {
         if differences.is_empty() {
             Registration::UpToDate
         } else if differences
@@ -345,7 +288,7 @@ impl Registration {
     }
 
     /// Say once, at info level, each place where the CRD differs and how to update it.
-    fn report_differences(&self) {
+    pub(crate) fn report_differences(&self) {
         let (Registration::Differs(differences) | Registration::Newer(differences)) = self else {
             return;
         };
@@ -368,24 +311,19 @@ impl Registration {
 impl std::fmt::Display for Registration {
     /// The workshop's log line for each outcome.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CustomResourceDefinition {CRD_NAME} ")?;
         match self {
-            Registration::Created => write!(f, "CustomResourceDefinition {CRD_NAME} created"),
-            Registration::UpToDate => {
-                write!(f, "CustomResourceDefinition {CRD_NAME} already up to date")
-            }
-            Registration::Updated => write!(
-                f,
-                "CustomResourceDefinition {CRD_NAME} updated: an older schema was replaced"
-            ),
+            Registration::Created => f.write_str("created"),
+            Registration::UpToDate => f.write_str("already up to date"),
+            Registration::Updated => f.write_str("updated: an older schema was replaced"),
             Registration::Differs(differences) => write!(
                 f,
-                "CustomResourceDefinition {CRD_NAME} found, not as this build defines it ({} {}); left as it is: stage 01 registers the type",
+                "found, not as this build defines it ({} {}); left as it is: stage 01 registers the type",
                 differences.len(),
                 if differences.len() == 1 { "difference" } else { "differences" }
             ),
-            Registration::Newer(_) => write!(
-                f,
-                "CustomResourceDefinition {CRD_NAME} found, newer than this build's (it serves versions or fields this build does not know); left as it is"
+            Registration::Newer(_) => f.write_str(
+                "found, newer than this build's (it serves versions or fields this build does not know); left as it is"
             ),
         }
     }
@@ -450,20 +388,9 @@ pub enum CrdError {
 }
 
 impl CrdError {
-    /// The client error underneath, if there is one.
+    /// The client error underneath, if there is one: the `source()` of each variant that has one.
     pub fn client_error(&self) -> Option<&ClientError> {
-        match self {
-            CrdError::Read(error)
-            | CrdError::Create(error)
-            | CrdError::Update(error)
-            | CrdError::WaitEstablished(error)
-            | CrdError::Discovery(error)
-            | CrdError::KeptChanging { last: error, .. } => Some(error),
-            CrdError::Malformed { .. }
-            | CrdError::NotServed { .. }
-            | CrdError::NamesNotAccepted { .. }
-            | CrdError::NotEstablished { .. } => None,
-        }
+        std::error::Error::source(self)?.downcast_ref()
     }
 
     /// What to do about it, in one sentence, when there is something specific to say.
@@ -749,23 +676,6 @@ mod tests {
         for answer in [json!({"spec": 3}), json!([1, 2])] {
             let body = replacement(answer, &ours);
             assert_eq!(differences(&body, &ours).unwrap(), []);
-        }
-    }
-
-    /// Only a served `v1` will do.
-    #[test]
-    fn the_crd_must_serve_v1() {
-        let mut crd = postgres_cluster_crd();
-        assert!(serves_our_version(&crd).is_ok());
-        crd["spec"]["versions"][0]["served"] = json!(false);
-        match serves_our_version(&crd) {
-            Err(error @ CrdError::NotServed { .. }) => assert_eq!(
-                error.to_string(),
-                format!(
-                    "CustomResourceDefinition {CRD_NAME} does not serve v1 (it serves: nothing)"
-                )
-            ),
-            other => panic!("{other:?}"),
         }
     }
 

@@ -29,7 +29,8 @@ use crate::client::Client;
 use crate::config::{ConfigArgs, CONNECTION_ORDER_HELP};
 use crate::controller::operator::register_resource;
 use crate::controller::pods::{pods_path, Pod, APP_LABEL, APP_LABEL_VALUE, CLUSTER_LABEL};
-use crate::controller::{Controller, ControllerOptions, ControllerStopped, OperatorError};
+use crate::controller::{Controller, ControllerOptions, ControllerStopped};
+use crate::crd::CrdError;
 use crate::leader::{run_when_leading, LeaderElection, LeaderElectionArgs, LeaderError};
 use crate::metrics::{serve, HealthBounds};
 use crate::postgres::plan::Delays;
@@ -194,7 +195,7 @@ pub async fn run_postgres_operator_when_leading<L: ClusterLayer>(
     election: Option<LeaderElection>,
     reporter: Reporter,
     shutdown: CancellationToken,
-) -> Result<Option<Result<ControllerStopped, OperatorError>>, LeaderError> {
+) -> Result<Option<Result<ControllerStopped, CrdError>>, LeaderError> {
     let client = client.observed_by(options.metrics.request_observer());
     let metrics = Arc::clone(&options.metrics);
     let operator = {
@@ -218,14 +219,11 @@ pub async fn run_postgres_operator<L: ClusterLayer>(
     _layer: L,
     reporter: Reporter,
     shutdown: CancellationToken,
-) -> Result<ControllerStopped, OperatorError> {
+) -> Result<ControllerStopped, CrdError> {
     // Every request counted, and `/healthz` checking the watches and loops, while this runs.
     let client = client.observed_by(options.metrics.request_observer());
     let _acting = options.metrics.acting();
-    let stopped_early = ControllerStopped {
-        tasks_stopped: 0,
-        tasks_aborted: 0,
-    };
+    let stopped_early = ControllerStopped::default();
     tokio::select! {
         registered = register_resource(&client, &reporter) => registered?,
         () = shutdown.cancelled() => return Ok(stopped_early),

@@ -196,10 +196,7 @@ pub struct PostgresOperator {
     pub story: Story,
     stop: tokio_util::sync::CancellationToken,
     task: tokio::task::JoinHandle<
-        Result<
-            postgres_operator::controller::ControllerStopped,
-            postgres_operator::controller::OperatorError,
-        >,
+        Result<postgres_operator::controller::ControllerStopped, postgres_operator::crd::CrdError>,
     >,
 }
 

@@ -625,7 +625,7 @@ impl Chaos {
         );
         if matches!(
             fault,
-            Fault::KillOperatorMidFailover | Fault::KillOperatorMidPromotion
+            Fault::KillOperatorMidFailover | Fault::KillOperatorMidPromotion | Fault::Switchover
         ) {
             self.print_timeline(injected);
         }

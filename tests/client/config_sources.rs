@@ -2,7 +2,7 @@
 //! proven against a real HTTPS server where it matters (CA data, token, client certificate), the
 //! one "nothing usable" message, bad flags, and that Debug never shows a secret.
 //!
-//! The environment is passed as a value (`Environment::from_pairs`), never set on the process:
+//! The environment is passed as a value (an `Environment` map), never set on the process:
 //! tests run in parallel threads of one process.
 
 use std::path::Path;
@@ -58,7 +58,7 @@ fn env_with(kubeconfig: &Path, home: &Path, extra: &[(&str, String)]) -> Environ
         pairs.push(("KUBECTL".to_string(), BUNDLED_KUBECTL.to_string()));
     }
     pairs.extend(extra.iter().map(|(k, v)| (k.to_string(), v.clone())));
-    Environment::from_pairs(pairs)
+    Environment(pairs.into_iter().collect())
 }
 
 fn service_account_dir(pki: &TestPki, namespace: &str) -> tempfile::TempDir {
@@ -485,7 +485,7 @@ fn bad_flags_are_clear_errors() {
         text.contains("did you mean http://127.0.0.1:8001?"),
         "{text}"
     );
-    let kube_server = Environment::from_pairs([("KUBE_SERVER", "127.0.0.1:8001")]);
+    let kube_server = Environment([("KUBE_SERVER".into(), "127.0.0.1:8001".into())].into());
     let text = Config::infer_from(&args(&[]), &kube_server)
         .unwrap_err()
         .to_string();

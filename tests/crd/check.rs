@@ -1,5 +1,5 @@
 //! The CRD is stage 01's to change, no one else's. Stages 02–05, the tour's operators and
-//! watch-bench call `crd::check`: create the CRD when it is absent, and when it is there and
+//! watch-bench call `crd_check::check`: create the CRD when it is absent, and when it is there and
 //! serves v1, go on — whatever it says — without a PUT, saying once what differs. Against
 //! scripted servers whose CRD differs from ours and whose PUT answers 404, 403 or 405 (as
 //! servers nobody here wrote do), with server defaults, with a newer release's CRD, with odd 409s,
@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use postgres_operator::crd::{self, CrdError, Difference, Registration};
+use postgres_operator::crd_check;
 use serde_json::{json, Value};
 use test_support::plain_client;
 use test_support::scripted_server::{
@@ -97,7 +98,7 @@ async fn a_differing_crd_is_checked_never_put() {
     for put_code in [404, 403, 405] {
         let server = crd_server(foreign_crd(), put_code).await;
         let client = plain_client(&server.url);
-        let found = crd::check(&client, WAIT, |_| {})
+        let found = crd_check::check(&client, WAIT, |_| {})
             .await
             .expect("check goes on");
         let Registration::Differs(differences) = &found else {
@@ -135,7 +136,7 @@ async fn server_defaults_are_no_difference() {
     let server = crd_server(crd, 404).await;
     let client = plain_client(&server.url);
     assert_eq!(
-        crd::check(&client, WAIT, |_| {}).await.unwrap(),
+        crd_check::check(&client, WAIT, |_| {}).await.unwrap(),
         Registration::UpToDate
     );
     assert_eq!(crd::ensure(&client).await.unwrap(), Registration::UpToDate);
@@ -150,7 +151,7 @@ async fn a_newer_crd_is_never_replaced() {
     let server = crd_server(newer_crd(), 200).await;
     let client = plain_client(&server.url);
     for found in [
-        crd::check(&client, WAIT, |_| {}).await.unwrap(),
+        crd_check::check(&client, WAIT, |_| {}).await.unwrap(),
         crd::ensure(&client).await.unwrap(),
     ] {
         let Registration::Newer(differences) = &found else {
@@ -198,7 +199,7 @@ async fn any_409_on_create_reads_the_winner() {
         let server = ScriptedServer::http(absent_then(answer)).await;
         let client = plain_client(&server.url);
         assert_eq!(
-            crd::check(&client, WAIT, |_| {}).await.unwrap(),
+            crd_check::check(&client, WAIT, |_| {}).await.unwrap(),
             Registration::UpToDate
         );
         let calls: Vec<String> = server
@@ -224,7 +225,7 @@ async fn an_absent_crd_that_cannot_be_created_is_a_clear_error() {
     for code in [403, 405, 501] {
         let server =
             ScriptedServer::http(absent_then(move || status(code, "Refused", "not here"))).await;
-        let error = crd::check(&plain_client(&server.url), WAIT, |_| {})
+        let error = crd_check::check(&plain_client(&server.url), WAIT, |_| {})
             .await
             .unwrap_err();
         assert!(matches!(error, CrdError::Create(_)), "{error}");
@@ -264,7 +265,7 @@ async fn malformed_or_unserved_crds_are_clear_errors() {
     ] {
         let server = crd_server(answer.clone(), 404).await;
         let client = plain_client(&server.url);
-        let error = crd::check(&client, WAIT, |_| {}).await.unwrap_err();
+        let error = crd_check::check(&client, WAIT, |_| {}).await.unwrap_err();
         assert!(error.to_string().contains(said), "{error}");
         assert!(error.hint().is_some(), "{error}");
         if !said.starts_with("does not serve") {

@@ -124,7 +124,7 @@ async fn a_401_after_token_rotation_rereads_the_token_file() {
         token_file: Some(credentials.path().join("token")),
         ..ConfigArgs::default()
     };
-    let no_env = Environment::from_pairs::<&str, &str>([]);
+    let no_env = Environment::default();
     let make_client =
         || Client::new(Config::infer_from(&args, &no_env).expect("config")).expect("client");
     let client = make_client();

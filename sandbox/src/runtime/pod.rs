@@ -57,20 +57,25 @@ pub(crate) async fn run(node: Arc<Node>, worker: Arc<PodWorker>) {
     // (grace period, remove the object afterwards, sandbox shutting down)
     let (grace, remove, shutting_down) = loop {
         tokio::select! {
-            _ = worker.changed.notified() => publish(&node, &worker),
-            _ = tokio::time::sleep(node.config.sync_period) => match look_at_pod(&node, &worker) {
-                Seen::Present if worker.silent.is_cancelled() => {}
-                Seen::Present => {
-                    publish(&node, &worker);
-                    refresh_hosts(&node, &worker);
-                }
-                // No kubelet confirms the deletion of a pod on a lost node: it stays
-                // Terminating until someone removes it with gracePeriodSeconds=0.
-                Seen::Terminating(_) if worker.silent.is_cancelled() => {}
-                Seen::Terminating(grace) => break (grace, true, false),
-                Seen::Gone => break (Duration::ZERO, false, false),
-            },
+            _ = worker.changed.notified() => {
+                publish(&node, &worker);
+                continue;
+            }
+            _ = worker.look.notified() => {}
+            _ = tokio::time::sleep(node.config.sync_period) => {}
             _ = node.shutdown.cancelled() => break (node.config.shutdown_grace, false, true),
+        }
+        match look_at_pod(&node, &worker) {
+            Seen::Present if worker.silent.is_cancelled() => {}
+            Seen::Present => {
+                publish(&node, &worker);
+                refresh_hosts(&node, &worker);
+            }
+            // No kubelet confirms the deletion of a pod on a lost node: it stays
+            // Terminating until someone removes it with gracePeriodSeconds=0.
+            Seen::Terminating(_) if worker.silent.is_cancelled() => {}
+            Seen::Terminating(grace) => break (grace, true, false),
+            Seen::Gone => break (Duration::ZERO, false, false),
         }
     };
     *lock(&worker.grace) = grace;

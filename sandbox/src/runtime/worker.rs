@@ -33,6 +33,8 @@ pub(crate) struct PodWorker {
     pub(crate) record: Mutex<PodRecord>,
     /// Wakes the status writer.
     pub(crate) changed: Notify,
+    /// Wakes the pod's loop to look at its object now: the API server accepted its deletion.
+    pub(crate) look: Notify,
     /// Cancelled when the pod must stop; `grace` says how long its processes get.
     pub(crate) stop: CancellationToken,
     pub(crate) grace: Mutex<Duration>,
@@ -121,6 +123,7 @@ impl PodWorker {
                 init_failed: false,
             }),
             changed: Notify::new(),
+            look: Notify::new(),
             stop: CancellationToken::new(),
             grace: Mutex::new(Duration::ZERO),
             ids,

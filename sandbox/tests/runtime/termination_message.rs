@@ -2,6 +2,7 @@
 //! `/dev/termination-log`) becomes `state.terminated.message` in its status, and
 //! `lastState.terminated.message` after a restart; with `terminationMessagePolicy:
 //! FallbackToLogsOnError`, a container that failed without writing one reports the end of its log.
+//! And termination itself: a deletion reaches the pod's processes at once.
 //!
 //! WORKSHOP.md, "Set-up: the sandbox". Needs bubblewrap (the pods run `sh` from this machine).
 //! Run: `cargo test -p sandbox --test runtime termination_message::`.
@@ -166,4 +167,43 @@ async fn a_failure_without_a_message_falls_back_to_the_end_of_its_log() {
     let terminated = &silent["status"]["containerStatuses"][0]["state"]["terminated"];
     assert_eq!(terminated["exitCode"], 5, "{silent}");
     assert!(terminated["message"].is_null(), "{silent}");
+}
+
+/// The kubelet hears of a deletion through its watch, not at its next resync: with a sync period
+/// of an hour, a deleted pod's process still gets its stop signal, and the pod goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_pod_stops_without_waiting_for_the_sync_period() {
+    let mut runtime = test_support::process_runtime();
+    runtime.sync_period = Duration::from_secs(3600);
+    let sandbox = sandbox::Sandbox::start_with_runtime(
+        sandbox::SandboxOptions::default(),
+        sandbox::Runtime::Processes(runtime),
+        tokio_util::sync::CancellationToken::new(),
+    )
+    .await
+    .expect("sandbox starts");
+    let kubectl = Kubectl::new(&sandbox.url());
+    // Ends on SIGTERM (the shell's trap) long before its 60 s grace period would.
+    let script = "trap \"exit 0\" TERM; while true; do sleep 0.1; done";
+    create(
+        &kubectl,
+        &shell_pod(
+            "sleeper",
+            "Always",
+            "  terminationGracePeriodSeconds: 60\n",
+            script,
+        ),
+    )
+    .await;
+    in_phase(&kubectl, "sleeper", "Running").await;
+    kubectl
+        .ok(&["delete", "pod", "sleeper", "--wait=false"])
+        .await;
+    eventually(Duration::from_secs(20), "pod sleeper gone", || async {
+        let out = kubectl
+            .run(&["get", "pod", "sleeper", "--ignore-not-found", "-o", "name"])
+            .await;
+        (out.success && out.stdout.trim().is_empty()).then_some(())
+    })
+    .await;
 }

@@ -1,5 +1,5 @@
 //! What the feed answers: the discovery documents and the CRD (so kube-rs, kubectl and the
-//! project's `crd::check` find the type), an empty list at resourceVersion "1", and the watch.
+//! project's `crd_check::check` find the type), an empty list at resourceVersion "1", and the watch.
 //! Anything else is a 404 `Status`.
 
 use std::convert::Infallible;
@@ -293,7 +293,7 @@ fn resource_list(group_version: &str, resources: &[Value]) -> Value {
 }
 
 /// The CRD as a server reports it once Established. Its schema keeps every field (the feed's
-/// objects are what they are); the project's `crd::check` notes the difference and goes on.
+/// objects are what they are); the project's `crd_check::check` notes the difference and goes on.
 fn crd_document() -> Value {
     let names = json!({
         "plural": PLURAL,
