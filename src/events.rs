@@ -34,36 +34,20 @@ impl EventType {
     }
 }
 
-/// Writes Events about clusters through the operator's client.
-#[derive(Clone)]
-pub struct EventRecorder {
-    client: Client,
-}
-
-impl EventRecorder {
-    pub fn new(client: Client) -> EventRecorder {
-        EventRecorder { client }
-    }
-
-    /// Record one event about `cluster`. `reason` is a short UpperCamelCase word (`Promoted`);
-    /// `message` a sentence for humans.
-    pub async fn record(
-        &self,
-        cluster: &PostgresCluster,
-        kind: EventType,
-        reason: &str,
-        message: &str,
-    ) {
-        let namespace = &cluster.metadata.namespace;
-        let event = event_object(cluster, kind, reason, message, &rfc3339(SystemTime::now()));
-        let path = format!("/api/v1/namespaces/{namespace}/events");
-        if let Err(error) = self
-            .client
-            .create::<_, serde_json::Value>(&path, &event)
-            .await
-        {
-            tracing::warn!(%error, %reason, "could not record an event");
-        }
+/// Record one event about `cluster`. `reason` is a short UpperCamelCase word (`Promoted`);
+/// `message` a sentence for humans.
+pub async fn record(
+    client: &Client,
+    cluster: &PostgresCluster,
+    kind: EventType,
+    reason: &str,
+    message: &str,
+) {
+    let namespace = &cluster.metadata.namespace;
+    let event = event_object(cluster, kind, reason, message, &rfc3339(SystemTime::now()));
+    let path = format!("/api/v1/namespaces/{namespace}/events");
+    if let Err(error) = client.create::<_, serde_json::Value>(&path, &event).await {
+        tracing::warn!(%error, %reason, "could not record an event");
     }
 }
 
