@@ -73,7 +73,7 @@ pub struct PostgresOptions {
     /// The pod and cluster watches' tuning (and so the bound `/healthz` gives them).
     pub watch: WatchOptions,
     /// Where the rounds are counted and timed (`src/metrics/`): by default a `Metrics` nobody
-    /// serves; `run_postgres_stage` serves it.
+    /// serves; `run_postgres_binary` serves it.
     pub metrics: Arc<Metrics>,
 }
 
