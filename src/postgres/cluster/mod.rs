@@ -376,20 +376,19 @@ impl<L: ClusterLayer> PostgresTask<L> {
                 .cloned(),
             quorum: synchronous::quorum(&self.cluster),
         };
-        if !self.cluster.spec.paused && waiting_for_watch.is_none() {
+        let planning = !self.cluster.spec.paused && waiting_for_watch.is_none();
+        if planning {
             self.observe_streaming(&mut observed).await;
         }
         L::observe(self, &pods, &mut observed).await;
         self.say_members(&observed);
 
-        let primary_now = observed
+        let primary = observed
             .members
             .iter()
-            .find(|m| m.role == Some(Role::Primary) && m.phase != Phase::Terminating)
-            .map(|m| m.name.clone());
-        let running_version = primary_now
-            .as_ref()
-            .and_then(|p| observed.members.iter().find(|m| &m.name == p))
+            .find(|m| m.role == Some(Role::Primary) && m.phase != Phase::Terminating);
+        let primary_now = primary.map(|m| m.name.clone());
+        let running_version = primary
             .map(|m| m.version.clone())
             .or(status.current_version.clone());
         let version = version_change(
@@ -398,7 +397,6 @@ impl<L: ClusterLayer> PostgresTask<L> {
             observed.size,
         );
 
-        let planning = !self.cluster.spec.paused && waiting_for_watch.is_none();
         let action = if self.cluster.spec.paused {
             Action::Wait("the cluster is paused (spec.paused)".into())
         } else if let Some(waiting) = waiting_for_watch {
