@@ -42,8 +42,8 @@ use tokio::time::Instant;
 use crate::client::RequestObserver;
 use crate::watch::{Event, RelistReason, ResumeReason, WatchNotice};
 
-use health::{Health, LoopProgress, WatchProgress};
-pub use health::{HealthBounds, Phase};
+pub use health::HealthBounds;
+use health::{Health, LoopProgress, Phase, WatchProgress};
 use registry::{Counter, CounterVec, Histogram};
 pub use server::{serve, MetricsServer};
 pub use text::Family;
@@ -248,19 +248,10 @@ impl Metrics {
         lock(&self.health).ready()
     }
 
-    /// What this replica is doing now.
-    pub fn phase(&self) -> Phase {
-        lock(&self.health).phase
-    }
-
-    /// Reconcile rounds ended so far.
-    pub fn reconciles(&self) -> u64 {
-        self.reconciles.get()
-    }
-
     /// `/metrics`: every family in the text format; what is read at scrape time, before
     /// `deadline`.
     pub async fn render(&self, deadline: Instant) -> String {
+        let acting = lock(&self.health).phase == Phase::Acting;
         let mut families = vec![
             self.reconciles.family(
                 "postgres_operator_reconciles_total",
@@ -296,7 +287,7 @@ impl Metrics {
                 "1 while this replica holds the Lease and acts (or acts alone, --leader-elect=false); 0 while it stands by.",
                 Kind::Gauge,
             )
-            .sample(Vec::new(), if self.phase() == Phase::Acting { 1.0 } else { 0.0 }),
+            .sample(Vec::new(), if acting { 1.0 } else { 0.0 }),
         ];
         let scrape_time = lock(&self.scrape_time).clone();
         if let Some(scrape_time) = scrape_time {
