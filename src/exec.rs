@@ -248,23 +248,19 @@ fn exec_path(
 /// The client's half of the WebSocket handshake (RFC 6455 §4.1), and the subprotocols offered,
 /// best first.
 fn handshake_headers(key: &str) -> HeaderMap {
-    let mut headers = HeaderMap::new();
-    headers.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
-    headers.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
-    headers.insert(
-        header::SEC_WEBSOCKET_VERSION,
-        HeaderValue::from_static("13"),
-    );
-    headers.insert(
-        header::SEC_WEBSOCKET_KEY,
-        // The key is base64 we generated: always a valid header value.
-        HeaderValue::from_str(key).expect("a base64 key is a valid header value"),
-    );
-    headers.insert(
-        header::SEC_WEBSOCKET_PROTOCOL,
-        HeaderValue::from_static("v5.channel.k8s.io, v4.channel.k8s.io"),
-    );
-    headers
+    // The key is base64 we generated: always a valid header value.
+    let key = HeaderValue::from_str(key).expect("a base64 key is a valid header value");
+    let protocols = HeaderValue::from_static("v5.channel.k8s.io, v4.channel.k8s.io");
+    HeaderMap::from_iter([
+        (header::CONNECTION, HeaderValue::from_static("Upgrade")),
+        (header::UPGRADE, HeaderValue::from_static("websocket")),
+        (
+            header::SEC_WEBSOCKET_VERSION,
+            HeaderValue::from_static("13"),
+        ),
+        (header::SEC_WEBSOCKET_KEY, key),
+        (header::SEC_WEBSOCKET_PROTOCOL, protocols),
+    ])
 }
 
 /// Check the server's half of the handshake; the subprotocol it chose.
