@@ -442,13 +442,6 @@ struct Received {
 }
 
 impl Received {
-    fn new(limit: usize) -> Received {
-        Received {
-            limit,
-            ..Received::default()
-        }
-    }
-
     /// Keep one message's data; `Err` when the total would pass the limit.
     fn keep(&mut self, message: FromServer<'_>) -> Result<(), usize> {
         let total = self.stdout.len() + self.stderr.len() + self.status.len();
@@ -474,7 +467,10 @@ async fn receive(
     pod: &str,
     limit: usize,
 ) -> Result<Received, ExecError> {
-    let mut received = Received::new(limit);
+    let mut received = Received {
+        limit,
+        ..Received::default()
+    };
     while let Some(message) = socket.next().await {
         let message = match message {
             Ok(message) => message,
@@ -643,7 +639,10 @@ mod tests {
 
     #[test]
     fn output_past_the_cap_is_refused_not_kept() {
-        let mut received = Received::new(4);
+        let mut received = Received {
+            limit: 4,
+            ..Received::default()
+        };
         assert_eq!(received.keep(FromServer::Stdout(b"12")), Ok(()));
         assert_eq!(received.keep(FromServer::Stderr(b"3")), Ok(()));
         assert_eq!(received.keep(FromServer::Status(b"45")), Err(4));
