@@ -133,17 +133,11 @@ pub async fn run_postgres_binary<L: ClusterLayer>(
     // The probes' bounds follow the timers they watch (see `HealthBounds::for_operator`).
     let bounds = HealthBounds::for_operator(options.reconcile_interval, &options.watch);
     let metrics = Arc::clone(&options.metrics);
-    if let Err(error) = serve(
-        flags.operator.metrics_address,
-        metrics,
-        bounds,
-        shutdown.clone(),
-    )
-    .await
-    {
+    let address = flags.operator.metrics_address;
+    if let Err(error) = serve(address, metrics, bounds, shutdown.clone()).await {
         // Not fatal: a second copy on one machine (the standby of step 04's terminal 4) finds
         // the port taken. In a pod the liveness probe then fails, and says so.
-        tracing::warn!(address = %flags.operator.metrics_address, %error, "not serving /metrics, /healthz and /readyz (pick another --metrics-address)");
+        tracing::warn!(%address, %error, "not serving /metrics, /healthz and /readyz (pick another --metrics-address)");
     }
     let (reporter, printer) = Reporter::to_stdout();
     let outcome = run_postgres_operator_when_leading(
