@@ -34,36 +34,20 @@ impl EventType {
     }
 }
 
-/// Writes Events about clusters through the operator's client.
-#[derive(Clone)]
-pub struct EventRecorder {
-    client: Client,
-}
-
-impl EventRecorder {
-    pub fn new(client: Client) -> EventRecorder {
-        EventRecorder { client }
-    }
-
-    /// Record one event about `cluster`. `reason` is a short UpperCamelCase word (`Promoted`);
-    /// `message` a sentence for humans.
-    pub async fn record(
-        &self,
-        cluster: &PostgresCluster,
-        kind: EventType,
-        reason: &str,
-        message: &str,
-    ) {
-        let namespace = &cluster.metadata.namespace;
-        let event = event_object(cluster, kind, reason, message, &rfc3339(SystemTime::now()));
-        let path = format!("/api/v1/namespaces/{namespace}/events");
-        if let Err(error) = self
-            .client
-            .create::<_, serde_json::Value>(&path, &event)
-            .await
-        {
-            tracing::warn!(%error, %reason, "could not record an event");
-        }
+/// Record one event about `cluster`. `reason` is a short UpperCamelCase word (`Promoted`);
+/// `message` a sentence for humans.
+pub async fn record(
+    client: &Client,
+    cluster: &PostgresCluster,
+    kind: EventType,
+    reason: &str,
+    message: &str,
+) {
+    let namespace = &cluster.metadata.namespace;
+    let event = event_object(cluster, kind, reason, message, &rfc3339(SystemTime::now()));
+    let path = format!("/api/v1/namespaces/{namespace}/events");
+    if let Err(error) = client.create::<_, serde_json::Value>(&path, &event).await {
+        tracing::warn!(%error, %reason, "could not record an event");
     }
 }
 
@@ -122,20 +106,16 @@ pub fn rfc3339(time: SystemTime) -> String {
 /// `2026-01-22T10:15:00Z` (UTC, whole seconds: what Kubernetes and the backup pod write) as a
 /// time; anything else is `None`.
 pub fn parse_utc(text: &str) -> Option<SystemTime> {
-    let bytes = text.as_bytes();
-    if bytes.len() != 20 || &text[4..5] != "-" || &text[7..8] != "-" || &text[10..11] != "T" {
-        return None;
-    }
-    if &text[13..14] != ":" || &text[16..17] != ":" || &text[19..20] != "Z" {
-        return None;
-    }
-    let number = |range: std::ops::Range<usize>| -> Option<i64> {
-        let part = &text[range];
-        part.bytes()
-            .all(|b| b.is_ascii_digit())
-            .then(|| part.parse().ok())
-            .flatten()
+    // Each `0` of the shape is a digit, every other byte itself.
+    let shape = b"0000-00-00T00:00:00Z";
+    let fits = |(byte, want): (&u8, &u8)| match want {
+        b'0' => byte.is_ascii_digit(),
+        _ => byte == want,
     };
+    if text.len() != shape.len() || !text.as_bytes().iter().zip(shape).all(fits) {
+        return None;
+    }
+    let number = |range: std::ops::Range<usize>| text[range].parse::<i64>().ok();
     let (year, month, day) = (number(0..4)?, number(5..7)?, number(8..10)?);
     let (hour, minute, second) = (number(11..13)?, number(14..16)?, number(17..19)?);
     if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || minute > 59 {

@@ -52,11 +52,6 @@ use tokio_tungstenite::WebSocketStream;
 use crate::client::{Client, ClientError, RequestError};
 use crate::status::Status;
 
-/// The whole exec, upgrade to exit status, unless told otherwise ([`ExecLimits`]).
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
-/// The most stdout + stderr (+ the Status) one exec collects, unless told otherwise. A psql
-/// answer the operator reads is a few bytes; a command that prints more is not one it runs.
-pub const DEFAULT_MAX_OUTPUT: usize = 4 * 1024 * 1024;
 /// The largest WebSocket message (and frame) accepted, whatever [`ExecLimits::max_output`]
 /// says: the kubelet sends output in pieces of at most 32 KiB, and tungstenite refuses a bigger
 /// frame from its header, before reading (or allocating for) its payload.
@@ -111,10 +106,6 @@ impl ExecOutput {
     pub fn stderr_text(&self) -> String {
         text(&self.stderr)
     }
-
-    pub fn success(&self) -> bool {
-        self.exit_code == 0
-    }
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -125,15 +116,18 @@ fn text(bytes: &[u8]) -> String {
 /// How long one exec may take and how much it may print.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ExecLimits {
+    /// The whole exec, upgrade to exit status: 30 s by default.
     pub timeout: Duration,
+    /// The most stdout + stderr (+ the Status) one exec collects: 4 MiB by default. A psql
+    /// answer the operator reads is a few bytes; a command that prints more is not one it runs.
     pub max_output: usize,
 }
 
 impl Default for ExecLimits {
     fn default() -> Self {
         ExecLimits {
-            timeout: DEFAULT_TIMEOUT,
-            max_output: DEFAULT_MAX_OUTPUT,
+            timeout: Duration::from_secs(30),
+            max_output: 4 * 1024 * 1024,
         }
     }
 }
@@ -200,22 +194,9 @@ impl ExecError {
     }
 }
 
-/// Run `command` in `pod` (in `container`, or the pod's first one) with the default limits;
-/// `stdin`, if given, is the command's whole input.
+/// Run `command` in `pod` (in `container`, or the pod's first one) within `limits`; `stdin`, if
+/// given, is the command's whole input.
 pub async fn exec(
-    client: &Client,
-    namespace: &str,
-    pod: &str,
-    container: Option<&str>,
-    command: &[&str],
-    stdin: Option<&[u8]>,
-) -> Result<ExecOutput, ExecError> {
-    let limits = ExecLimits::default();
-    exec_with_limits(client, namespace, pod, container, command, stdin, limits).await
-}
-
-/// [`exec`] with a deadline and an output cap of the caller's choosing.
-pub async fn exec_with_limits(
     client: &Client,
     namespace: &str,
     pod: &str,
@@ -267,23 +248,19 @@ fn exec_path(
 /// The client's half of the WebSocket handshake (RFC 6455 §4.1), and the subprotocols offered,
 /// best first.
 fn handshake_headers(key: &str) -> HeaderMap {
-    let mut headers = HeaderMap::new();
-    headers.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
-    headers.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
-    headers.insert(
-        header::SEC_WEBSOCKET_VERSION,
-        HeaderValue::from_static("13"),
-    );
-    headers.insert(
-        header::SEC_WEBSOCKET_KEY,
-        // The key is base64 we generated: always a valid header value.
-        HeaderValue::from_str(key).expect("a base64 key is a valid header value"),
-    );
-    headers.insert(
-        header::SEC_WEBSOCKET_PROTOCOL,
-        HeaderValue::from_static("v5.channel.k8s.io, v4.channel.k8s.io"),
-    );
-    headers
+    // The key is base64 we generated: always a valid header value.
+    let key = HeaderValue::from_str(key).expect("a base64 key is a valid header value");
+    let protocols = HeaderValue::from_static("v5.channel.k8s.io, v4.channel.k8s.io");
+    HeaderMap::from_iter([
+        (header::CONNECTION, HeaderValue::from_static("Upgrade")),
+        (header::UPGRADE, HeaderValue::from_static("websocket")),
+        (
+            header::SEC_WEBSOCKET_VERSION,
+            HeaderValue::from_static("13"),
+        ),
+        (header::SEC_WEBSOCKET_KEY, key),
+        (header::SEC_WEBSOCKET_PROTOCOL, protocols),
+    ])
 }
 
 /// Check the server's half of the handshake; the subprotocol it chose.
@@ -352,17 +329,10 @@ impl Client {
 /// A connection the API server switched to another protocol with `101 Switching Protocols`
 /// ([`Client::upgrade`]): the answer's headers, to check the handshake, and the raw connection
 /// (TLS already inside) to speak that protocol on.
+#[derive(Debug)]
 pub struct UpgradedConnection {
     pub headers: HeaderMap,
     pub io: hyper::upgrade::Upgraded,
-}
-
-impl std::fmt::Debug for UpgradedConnection {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("UpgradedConnection")
-            .field("headers", &self.headers)
-            .finish_non_exhaustive()
-    }
 }
 
 type Socket = WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>;
@@ -422,20 +392,15 @@ async fn run_session(
 /// Stdin in pieces on stream 0, then `[255, 0]`: the process reads EOF.
 async fn send_stdin(socket: &mut Socket, input: &[u8]) -> Result<(), tungstenite::Error> {
     for piece in input.chunks(STDIN_CHUNK) {
-        socket.feed(Message::binary(encode(STDIN, piece))).await?;
+        // The stream's number, then the data.
+        socket
+            .feed(Message::binary([&[STDIN], piece].concat()))
+            .await?;
     }
     socket
         .feed(Message::binary(vec![CLOSE_STREAM, STDIN]))
         .await?;
     socket.flush().await
-}
-
-/// The stream's number, then the data.
-fn encode(stream: u8, data: &[u8]) -> Vec<u8> {
-    let mut message = Vec::with_capacity(1 + data.len());
-    message.push(stream);
-    message.extend_from_slice(data);
-    message
 }
 
 /// One binary message from the server, by its first byte.
@@ -477,13 +442,6 @@ struct Received {
 }
 
 impl Received {
-    fn new(limit: usize) -> Received {
-        Received {
-            limit,
-            ..Received::default()
-        }
-    }
-
     /// Keep one message's data; `Err` when the total would pass the limit.
     fn keep(&mut self, message: FromServer<'_>) -> Result<(), usize> {
         let total = self.stdout.len() + self.stderr.len() + self.status.len();
@@ -509,7 +467,10 @@ async fn receive(
     pod: &str,
     limit: usize,
 ) -> Result<Received, ExecError> {
-    let mut received = Received::new(limit);
+    let mut received = Received {
+        limit,
+        ..Received::default()
+    };
     while let Some(message) = socket.next().await {
         let message = match message {
             Ok(message) => message,
@@ -678,7 +639,10 @@ mod tests {
 
     #[test]
     fn output_past_the_cap_is_refused_not_kept() {
-        let mut received = Received::new(4);
+        let mut received = Received {
+            limit: 4,
+            ..Received::default()
+        };
         assert_eq!(received.keep(FromServer::Stdout(b"12")), Ok(()));
         assert_eq!(received.keep(FromServer::Stderr(b"3")), Ok(()));
         assert_eq!(received.keep(FromServer::Status(b"45")), Err(4));
@@ -727,6 +691,5 @@ mod tests {
         };
         assert_eq!(output.stdout_text(), "1");
         assert_eq!(output.stderr_text(), "a\n");
-        assert!(output.success());
     }
 }

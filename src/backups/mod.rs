@@ -36,7 +36,7 @@ use api::{BackupStatus, BackupsSpec};
 use manifests::{PodBackups, BACKUP_ROLE};
 use plan::{plan_restore, BackupAction, RestoreObserved};
 
-/// The backup layer: stage 05's operator is `run_postgres_stage(.., Backups, ..)`.
+/// The backup layer: stage 05's operator is `run_postgres_binary(.., Backups)`.
 pub struct Backups;
 
 /// What the layer keeps per cluster.

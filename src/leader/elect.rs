@@ -173,14 +173,7 @@ impl Candidate {
             Verdict::Ours => Takeover::Kept,
         };
         let sent_at = Instant::now();
-        let ours = taken(
-            Some(&current),
-            &self.election.namespace,
-            &self.election.lease_name,
-            &self.election.identity,
-            self.election.lease_duration,
-            SystemTime::now(),
-        );
+        let ours = taken(Some(&current), &self.election, SystemTime::now());
         match self.client.replace::<_, Lease>(&self.path, &ours).await {
             Ok(written) => Ok(Some(self.lead(written, sent_at, &how))),
             // Optimistic concurrency: another candidate wrote first, with the same
@@ -193,14 +186,7 @@ impl Candidate {
     /// No Lease yet: create it naming us. 409 AlreadyExists: another candidate was first.
     async fn create(&mut self) -> Result<Option<Lease>, (&'static str, ClientError)> {
         let sent_at = Instant::now();
-        let ours = taken(
-            None,
-            &self.election.namespace,
-            &self.election.lease_name,
-            &self.election.identity,
-            self.election.lease_duration,
-            SystemTime::now(),
-        );
+        let ours = taken(None, &self.election, SystemTime::now());
         match self
             .client
             .create::<_, Lease>(&leases_path(&self.election.namespace), &ours)

@@ -7,6 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
+use super::LeaderElection;
 use crate::api::ObjectMeta;
 use crate::events::rfc3339;
 
@@ -114,30 +115,24 @@ pub fn judge(spec: &LeaseSpec, observed_at: Instant, now: Instant, identity: &st
     }
 }
 
-/// The Lease that makes `identity` the holder. From `current` (the one read, with its
-/// resourceVersion, so the PUT fails with 409 if someone else wrote in between), or a new one
-/// to POST when there is none. `acquireTime` and `leaseTransitions` move only when the holder
-/// changes, as client-go does.
-pub fn taken(
-    current: Option<&Lease>,
-    namespace: &str,
-    name: &str,
-    identity: &str,
-    lease_duration: Duration,
-    now: SystemTime,
-) -> Lease {
+/// The Lease `election` names, with its identity the holder. From `current` (the one read,
+/// with its resourceVersion, so the PUT fails with 409 if someone else wrote in between), or a
+/// new one to POST when there is none. `acquireTime` and `leaseTransitions` move only when the
+/// holder changes, as client-go does.
+pub fn taken(current: Option<&Lease>, election: &LeaderElection, now: SystemTime) -> Lease {
     let stamp = micro_time(now);
     let mut lease = current.cloned().unwrap_or_else(|| Lease {
         api_version: LEASE_API_VERSION.into(),
         kind: "Lease".into(),
         metadata: ObjectMeta {
-            name: name.into(),
-            namespace: namespace.into(),
+            name: election.lease_name.clone(),
+            namespace: election.namespace.clone(),
             ..ObjectMeta::default()
         },
         spec: LeaseSpec::default(),
     });
     let spec = &mut lease.spec;
+    let identity = &election.identity;
     if current.is_none() {
         spec.lease_transitions = Some(0);
         spec.acquire_time = Some(stamp.clone());
@@ -145,8 +140,8 @@ pub fn taken(
         spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
         spec.acquire_time = Some(stamp.clone());
     }
-    spec.holder_identity = Some(identity.into());
-    spec.lease_duration_seconds = Some(whole_seconds(lease_duration));
+    spec.holder_identity = Some(identity.clone());
+    spec.lease_duration_seconds = Some(whole_seconds(election.lease_duration));
     spec.renew_time = Some(stamp);
     lease
 }
@@ -253,7 +248,12 @@ mod tests {
         let t0 = UNIX_EPOCH + Duration::from_micros(1_795_341_845_000_001);
         // One lease, ops/postgres-operator, taken by one candidate and then by another.
         let take = |current: Option<&Lease>, holder: &str, duration: Duration, now: SystemTime| {
-            taken(current, "ops", "postgres-operator", holder, duration, now)
+            let election = LeaderElection {
+                identity: holder.into(),
+                lease_duration: duration,
+                ..LeaderElection::new("ops")
+            };
+            taken(current, &election, now)
         };
         let fresh = take(None, "a_1", Duration::from_secs(15), t0);
         assert_eq!(fresh.metadata.name, "postgres-operator");

@@ -135,12 +135,11 @@ impl LeaderElectionArgs {
             return Ok(None);
         }
         let election = LeaderElection {
-            namespace: namespace.into(),
             lease_name: self.lease_name.clone(),
-            identity: identity_from_env(),
             lease_duration: self.lease_duration,
             renew_deadline: self.renew_deadline,
             retry_period: self.retry_period,
+            ..LeaderElection::new(namespace)
         };
         election.validate()?;
         Ok(Some(election))

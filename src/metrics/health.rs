@@ -45,9 +45,10 @@ impl HealthBounds {
 }
 
 /// What this replica is doing.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Phase {
     /// Not yet standing by or acting: connecting, or stopped.
+    #[default]
     Idle,
     /// Waiting for the Lease (leader election): live and ready, with nothing to watch.
     Standby,
@@ -56,7 +57,7 @@ pub enum Phase {
 }
 
 /// The state the checks read; `Metrics` keeps one behind a lock.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(super) struct Health {
     pub(super) phase: Phase,
     /// By resource (`pods`, `postgresclusters`).
@@ -83,14 +84,6 @@ pub(super) struct LoopProgress {
 }
 
 impl Health {
-    pub(super) fn new() -> Health {
-        Health {
-            phase: Phase::Idle,
-            watches: BTreeMap::new(),
-            loops: BTreeMap::new(),
-        }
-    }
-
     /// `Err(why)` when a loop or a watch has not moved within its bound.
     pub(super) fn live(&self, bounds: &HealthBounds, now: Instant) -> Result<(), String> {
         if self.phase != Phase::Acting {
@@ -151,8 +144,10 @@ mod tests {
     #[test]
     fn a_loop_past_its_bound_is_not_live() {
         let start = Instant::now();
-        let mut health = Health::new();
-        health.phase = Phase::Acting;
+        let mut health = Health {
+            phase: Phase::Acting,
+            ..Health::default()
+        };
         health.watches.insert(
             "pods",
             WatchProgress {
@@ -186,7 +181,7 @@ mod tests {
     /// Ready: a standby at once; an acting replica once every watch has listed.
     #[test]
     fn ready_means_listed_or_standing_by() {
-        let mut health = Health::new();
+        let mut health = Health::default();
         assert!(health.ready().is_err());
         health.phase = Phase::Standby;
         assert_eq!(health.ready(), Ok(()));

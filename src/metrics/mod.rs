@@ -6,7 +6,7 @@
 //! | file | what it holds |
 //! |---|---|
 //! | `mod.rs` | the [`Metrics`] handle: every figure the operator keeps, and the few hooks that feed it |
-//! | `registry.rs` | counter, labelled counter, gauge, histogram: each becomes a family of the text format |
+//! | `registry.rs` | counter, labelled counter, histogram: each becomes a family of the text format |
 //! | `text.rs` | the Prometheus text exposition format: HELP, TYPE, escaping, histogram buckets |
 //! | `health.rs` | live (every watch and reconcile loop moved within its bound) and ready (listed, or a standby) |
 //! | `server.rs` | the HTTP server: three paths, bounded connections, never a panic |
@@ -42,11 +42,12 @@ use tokio::time::Instant;
 use crate::client::RequestObserver;
 use crate::watch::{Event, RelistReason, ResumeReason, WatchNotice};
 
-use health::{Health, LoopProgress, WatchProgress};
-pub use health::{HealthBounds, Phase};
-use registry::{Counter, CounterVec, Gauge, Histogram};
+pub use health::HealthBounds;
+use health::{Health, LoopProgress, Phase, WatchProgress};
+use registry::{Counter, CounterVec, Histogram};
 pub use server::{serve, MetricsServer};
 pub use text::Family;
+use text::Kind;
 
 /// Upper bounds of the reconcile duration buckets, in seconds: most rounds read a store and
 /// write nothing (milliseconds); a round that acts makes requests (tens of milliseconds); a
@@ -71,7 +72,6 @@ pub struct Metrics {
     watch_restarts: CounterVec,
     watch_relists: CounterVec,
     api_requests: CounterVec,
-    leader: Gauge,
     health: Mutex<Health>,
     /// Set while acting: the clusters' figures.
     scrape_time: Mutex<Option<Arc<dyn ScrapeTime>>>,
@@ -104,8 +104,7 @@ impl Metrics {
             watch_restarts: CounterVec::new(&["resource", "reason"]),
             watch_relists: CounterVec::new(&["resource", "reason"]),
             api_requests: CounterVec::new(&["method", "code"]),
-            leader: Gauge::default(),
-            health: Mutex::new(Health::new()),
+            health: Mutex::default(),
             scrape_time: Mutex::new(None),
             loop_ids: AtomicU64::new(0),
         }
@@ -131,7 +130,6 @@ impl Metrics {
     /// and the watches and loops registered meanwhile are checked.
     pub fn acting(self: &Arc<Self>) -> Acting {
         lock(&self.health).phase = Phase::Acting;
-        self.leader.set(1.0);
         Acting {
             metrics: Arc::clone(self),
         }
@@ -250,19 +248,10 @@ impl Metrics {
         lock(&self.health).ready()
     }
 
-    /// What this replica is doing now.
-    pub fn phase(&self) -> Phase {
-        lock(&self.health).phase
-    }
-
-    /// Reconcile rounds ended so far.
-    pub fn reconciles(&self) -> u64 {
-        self.reconciles.get()
-    }
-
     /// `/metrics`: every family in the text format; what is read at scrape time, before
     /// `deadline`.
     pub async fn render(&self, deadline: Instant) -> String {
+        let acting = lock(&self.health).phase == Phase::Acting;
         let mut families = vec![
             self.reconciles.family(
                 "postgres_operator_reconciles_total",
@@ -292,10 +281,13 @@ impl Metrics {
                 "postgres_operator_api_requests_total",
                 "Requests to the API server, each attempt counted, by HTTP method and status code (<error>: no answer).",
             ),
-            self.leader.family(
+            // Acting is leading: the phase is the one record of it.
+            Family::new(
                 "postgres_operator_leader",
                 "1 while this replica holds the Lease and acts (or acts alone, --leader-elect=false); 0 while it stands by.",
-            ),
+                Kind::Gauge,
+            )
+            .sample(Vec::new(), if acting { 1.0 } else { 0.0 }),
         ];
         let scrape_time = lock(&self.scrape_time).clone();
         if let Some(scrape_time) = scrape_time {
@@ -312,7 +304,6 @@ pub struct Acting {
 
 impl Drop for Acting {
     fn drop(&mut self) {
-        self.metrics.leader.set(0.0);
         *lock(&self.metrics.scrape_time) = None;
         let mut health = lock(&self.metrics.health);
         health.phase = Phase::Idle;

@@ -1,4 +1,4 @@
-//! The figures themselves: a counter, a counter per label values, a gauge, a histogram. Each
+//! The figures themselves: a counter, a counter per label values, a histogram. Each
 //! turns itself into a [`Family`] of the text format when `/metrics` is read.
 
 use std::collections::BTreeMap;
@@ -48,12 +48,6 @@ impl CounterVec {
         *lock(&self.counts).entry(key).or_insert(0) += 1;
     }
 
-    /// The count for these values (0 if never counted).
-    pub fn get(&self, values: &[&str]) -> u64 {
-        let key: Vec<String> = values.iter().map(|v| v.to_string()).collect();
-        lock(&self.counts).get(&key).copied().unwrap_or(0)
-    }
-
     pub fn family(&self, name: &'static str, help: &'static str) -> Family {
         let mut family = Family::new(name, help, Kind::Counter);
         for (values, count) in lock(&self.counts).iter() {
@@ -64,54 +58,30 @@ impl CounterVec {
     }
 }
 
-/// A value that goes up and down.
-#[derive(Debug, Default)]
-pub struct Gauge(AtomicU64);
-
-impl Gauge {
-    pub fn set(&self, value: f64) {
-        self.0.store(value.to_bits(), Ordering::Relaxed);
-    }
-
-    pub fn get(&self) -> f64 {
-        f64::from_bits(self.0.load(Ordering::Relaxed))
-    }
-
-    pub fn family(&self, name: &'static str, help: &'static str) -> Family {
-        Family::new(name, help, Kind::Gauge).sample(Vec::new(), self.get())
-    }
-}
-
 /// Observations counted into fixed buckets, with their sum. One lock for all three, so a
 /// scrape never sees a count that disagrees with the buckets.
 #[derive(Debug)]
-pub struct Histogram {
-    bounds: &'static [f64],
-    state: Mutex<Buckets>,
-}
+pub struct Histogram(Mutex<Buckets>);
 
 impl Histogram {
     /// `bounds`: the buckets' upper bounds, ascending.
     pub fn new(bounds: &'static [f64]) -> Histogram {
-        Histogram {
+        Histogram(Mutex::new(Buckets {
             bounds,
-            state: Mutex::new(Buckets {
-                bounds,
-                // One more than the bounds: what lies above the last one.
-                counts: vec![0; bounds.len() + 1],
-                sum: 0.0,
-                count: 0,
-            }),
-        }
+            // One more than the bounds: what lies above the last one.
+            counts: vec![0; bounds.len() + 1],
+            sum: 0.0,
+            count: 0,
+        }))
     }
 
     pub fn observe(&self, value: f64) {
-        let bucket = self
-            .bounds
+        let mut state = lock(&self.0);
+        let bounds = state.bounds;
+        let bucket = bounds
             .iter()
             .position(|bound| value <= *bound)
-            .unwrap_or(self.bounds.len());
-        let mut state = lock(&self.state);
+            .unwrap_or(bounds.len());
         state.counts[bucket] += 1;
         state.sum += value;
         state.count += 1;
@@ -121,7 +91,7 @@ impl Histogram {
         let mut family = Family::new(name, help, Kind::Histogram);
         family.samples.push(Sample {
             labels: Vec::new(),
-            value: Value::Histogram(lock(&self.state).clone()),
+            value: Value::Histogram(lock(&self.0).clone()),
         });
         family
     }
@@ -159,9 +129,9 @@ mod tests {
         requests.inc(&["GET", "200"]);
         requests.inc(&["GET", "200"]);
         requests.inc(&["PUT", "409"]);
-        assert_eq!(requests.get(&["GET", "200"]), 2);
         let family = requests.family("r_total", "r");
         assert_eq!(family.samples.len(), 2);
+        assert_eq!(family.samples[0].value, Value::Number(2.0));
         assert_eq!(
             family.samples[1].labels,
             [("method", "PUT".to_string()), ("code", "409".to_string())]

@@ -12,6 +12,8 @@
 //!
 //! Bytes only: what the figures are and where they come from is `mod.rs`'s business.
 
+use std::fmt::Write;
+
 /// What `/metrics` says its body is. Prometheus picks its parser by this header: 0.0.4 is the
 /// plain text format every Prometheus since 2014 reads.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -95,20 +97,13 @@ impl Family {
 pub fn render(families: &[Family]) -> String {
     let mut out = String::new();
     for family in families {
-        out.push_str("# HELP ");
-        out.push_str(family.name);
-        out.push(' ');
-        escape_help(family.help, &mut out);
-        out.push('\n');
-        out.push_str("# TYPE ");
-        out.push_str(family.name);
-        out.push(' ');
-        out.push_str(family.kind.name());
-        out.push('\n');
+        let (name, help, kind) = (family.name, escape(family.help, false), family.kind.name());
+        // Writing to a String cannot fail.
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
         for sample in &family.samples {
             match &sample.value {
-                Value::Number(value) => line(&mut out, family.name, "", &sample.labels, *value),
-                Value::Histogram(buckets) => histogram(&mut out, family.name, sample, buckets),
+                Value::Number(value) => line(&mut out, name, "", &sample.labels, *value),
+                Value::Histogram(buckets) => histogram(&mut out, name, sample, buckets),
             }
         }
     }
@@ -129,60 +124,39 @@ fn histogram(out: &mut String, name: &str, sample: &Sample, buckets: &Buckets) {
         let labels = with_le(format_number(*bound));
         line(out, name, "_bucket", &labels, cumulative as f64);
     }
-    line(
-        out,
-        name,
-        "_bucket",
-        &with_le("+Inf".into()),
-        buckets.count as f64,
-    );
+    let count = buckets.count as f64;
+    line(out, name, "_bucket", &with_le("+Inf".into()), count);
     line(out, name, "_sum", &sample.labels, buckets.sum);
-    line(out, name, "_count", &sample.labels, buckets.count as f64);
+    line(out, name, "_count", &sample.labels, count);
 }
 
 /// `name{a="x",b="y"} value`.
 fn line(out: &mut String, name: &str, suffix: &str, labels: &[(&str, String)], value: f64) {
-    out.push_str(name);
-    out.push_str(suffix);
-    if !labels.is_empty() {
-        out.push('{');
-        for (index, (label, value)) in labels.iter().enumerate() {
-            if index > 0 {
-                out.push(',');
-            }
-            out.push_str(label);
-            out.push_str("=\"");
-            escape_label_value(value, out);
-            out.push('"');
-        }
-        out.push('}');
-    }
-    out.push(' ');
-    out.push_str(&format_number(value));
-    out.push('\n');
+    let labels: Vec<String> = labels
+        .iter()
+        .map(|(label, value)| format!("{label}=\"{}\"", escape(value, true)))
+        .collect();
+    let labels = if labels.is_empty() {
+        String::new()
+    } else {
+        format!("{{{}}}", labels.join(","))
+    };
+    let _ = writeln!(out, "{name}{suffix}{labels} {}", format_number(value));
 }
 
-/// A label value between double quotes: the format escapes exactly `\`, `"` and newline.
-fn escape_label_value(value: &str, out: &mut String) {
-    for c in value.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '"' => out.push_str("\\\""),
-            '\n' => out.push_str("\\n"),
-            c => out.push(c),
-        }
-    }
-}
-
-/// HELP text runs to the end of the line: only `\` and newline are escaped (a `"` is itself).
-fn escape_help(help: &str, out: &mut String) {
-    for c in help.chars() {
+/// The format escapes `\` and newline; a label value, between double quotes, `"` too (HELP
+/// text runs to the end of the line, where a `"` is itself).
+fn escape(text: &str, in_quotes: bool) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
         match c {
             '\\' => out.push_str("\\\\"),
             '\n' => out.push_str("\\n"),
+            '"' if in_quotes => out.push_str("\\\""),
             c => out.push(c),
         }
     }
+    out
 }
 
 /// A value as Go's `strconv.ParseFloat` reads it, which is what Prometheus parses with: Rust's

@@ -68,63 +68,39 @@ pub fn next_status(
     let size = i64::try_from(observed.size).unwrap_or(i64::MAX);
     let ready_count = i64::try_from(ready).unwrap_or(i64::MAX);
     let available = if primary_ready {
-        condition(
-            "Available",
-            true,
-            "PrimaryReady",
-            format!("{} accepts writes", primary.unwrap_or_default()),
-        )
+        let message = format!("{} accepts writes", primary.unwrap_or_default());
+        condition("Available", true, "PrimaryReady", message)
     } else if phase == PHASE_FAILED {
-        condition(
-            "Available",
-            false,
-            "AllMembersLost",
-            "every member is gone and there is no backup to restore".into(),
-        )
+        let message = "every member is gone and there is no backup to restore";
+        condition("Available", false, "AllMembersLost", message.into())
     } else {
-        condition(
-            "Available",
-            false,
-            "NoReadyPrimary",
-            "no primary is ready to accept writes".into(),
-        )
+        let message = "no primary is ready to accept writes";
+        condition("Available", false, "NoReadyPrimary", message.into())
     };
-    let progressing = match action {
-        Action::FailoverRefused(why) => {
-            condition("Progressing", false, "FailoverRefused", why.clone())
-        }
-        Action::Steady | Action::Disaster => {
-            condition("Progressing", false, "Steady", "nothing to do".into())
-        }
-        Action::Wait(why) => condition("Progressing", true, "Waiting", why.clone()),
-        Action::CreateSeed => condition(
-            "Progressing",
-            true,
-            "Seeding",
-            "creating the first member".into(),
-        ),
-        Action::CreateReplica => condition(
-            "Progressing",
+    let (moving, reason, message) = match action {
+        Action::FailoverRefused(why) => (false, "FailoverRefused", why.clone()),
+        Action::Steady | Action::Disaster => (false, "Steady", "nothing to do".into()),
+        Action::Wait(why) => (true, "Waiting", why.clone()),
+        Action::CreateSeed => (true, "Seeding", "creating the first member".into()),
+        Action::CreateReplica => (
             true,
             "ScalingUp",
             format!("adding a replica to reach {size}"),
         ),
-        Action::Delete { pod, reason } => condition(
-            "Progressing",
-            true,
-            "Replacing",
-            format!("deleting {pod}: {reason:?}"),
-        ),
-        Action::Failover { lost, .. } => condition(
-            "Progressing",
-            true,
-            "FailingOver",
-            format!(
-                "promoting a replica in place of {}",
-                lost.as_deref().unwrap_or("the lost primary")
-            ),
-        ),
+        Action::Delete { pod, reason } => {
+            (true, "Replacing", format!("deleting {pod}: {reason:?}"))
+        }
+        Action::Failover { lost, .. } => {
+            let lost = lost.as_deref().unwrap_or("the lost primary");
+            (
+                true,
+                "FailingOver",
+                format!("promoting a replica in place of {lost}"),
+            )
+        }
     };
+    let progressing = condition("Progressing", moving, reason, message);
+    let members_ready = format!("{ready_count} of {size} members ready");
     let degraded = match version {
         VersionChange::Major { from, to } => condition(
             "Degraded",
@@ -140,8 +116,8 @@ pub fn next_status(
         ),
         VersionChange::Invalid(error) => condition("Degraded", true, "InvalidVersion", error.clone()),
         _ if phase == PHASE_FAILED => all_members_lost(),
-        _ if ready_count < size => condition("Degraded", true, "MembersNotReady", format!("{ready_count} of {size} members ready")),
-        _ => condition("Degraded", false, "AllMembersReady", format!("{ready_count} of {size} members ready")),
+        _ if ready_count < size => condition("Degraded", true, "MembersNotReady", members_ready),
+        _ => condition("Degraded", false, "AllMembersReady", members_ready),
     };
 
     let mut next = PostgresClusterStatus {

@@ -36,8 +36,6 @@ pub const ROLE_LABEL: &str = "workshop.example.com/role";
 /// The Secret's keys.
 pub const SUPERUSER_PASSWORD_KEY: &str = "superuser-password";
 pub const REPLICATION_PASSWORD_KEY: &str = "replication-password";
-/// The role replicas log in as; made by the init script on the seed, copied to every replica.
-pub const REPLICATION_USER: &str = "replicator";
 /// The ConfigMap key, and so the file name in `/docker-entrypoint-initdb.d`: the entrypoint
 /// runs `*.sh` and `*.sql` there in sorted order.
 pub const INIT_SCRIPT_KEY: &str = "10-replication.sh";

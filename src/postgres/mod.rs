@@ -25,6 +25,6 @@ pub use cluster::{
     ClusterLayer, OwnedError, Planned, PostgresOptions, PostgresTask, PostgresWorker,
 };
 pub use operator::{
-    run_postgres_binary, run_postgres_operator, run_postgres_operator_when_leading,
-    run_postgres_stage, PostgresFlags, PostgresStageFlags,
+    run_postgres_binary, run_postgres_operator, run_postgres_operator_when_leading, PostgresFlags,
+    PostgresStageFlags,
 };

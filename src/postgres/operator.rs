@@ -100,7 +100,10 @@ pub struct PostgresStageFlags {
 }
 
 /// The `main` of `stages/stage04.rs` (and of a later stage, with its `layer`): the command line
-/// `name --help` describes with `about`, then connect ([`start`]) and [`run_postgres_stage`].
+/// `name --help` describes with `about`, then connect ([`start`]) and run the operator with the
+/// options the flags set, under leader election as they say, its story on stdout. Exit status 0
+/// after SIGTERM or Ctrl-C (the Lease released); 1, with the reason, when the start failed or
+/// the Lease was lost; 2 for bad flags.
 pub async fn run_postgres_binary<L: ClusterLayer>(
     name: &'static str,
     about: &'static str,
@@ -124,47 +127,18 @@ pub async fn run_postgres_binary<L: ClusterLayer>(
         return ExitCode::FAILURE; // `start` has said why
     };
     let options = flags.operator.options();
-    run_postgres_stage(client, &flags.operator, options, layer, shutdown).await
-}
-
-/// `--help`'s examples for the stage binary `name`.
-fn examples(name: &str) -> String {
-    format!(
-        "\
-Examples:
-  {name}                                    # the sandbox, after its `export KUBECONFIG=...` line
-  {name} --server http://127.0.0.1:8001     # a cluster through `kubectl proxy --port 8001`
-  {name} --failover-after 5                 # the cluster your kubeconfig points at
-  {name} --server https://127.0.0.1:8443 --certificate-authority creds/ca.crt --token-file creds/token
-  {name} --leader-elect=false               # act at once, sure that no other copy runs
-
-Exit status: 0 stopped by SIGTERM or Ctrl-C (the Lease released), 1 the API server or configuration
-said no, or the Lease was lost (another copy may act now), 2 bad flags"
-    )
-}
-
-/// What `stages/stage04.rs` runs once connected (and a later stage, with its `layer`): the
-/// operator with `options`, under leader election as `flags` say, its story on stdout. Exit
-/// status 0 after SIGTERM or Ctrl-C (the Lease released); 1, with the reason, when the start
-/// failed or the Lease was lost.
-pub async fn run_postgres_stage<L: ClusterLayer>(
-    client: Client,
-    flags: &PostgresFlags,
-    options: PostgresOptions,
-    layer: L,
-    shutdown: CancellationToken,
-) -> ExitCode {
-    let election = match flags.leader_election.election(client.namespace()) {
+    let election = match flags.operator.leader_election.election(client.namespace()) {
         Ok(election) => election,
         Err(error) => return fail(&error, error.hint(), &client),
     };
     // The probes' bounds follow the timers they watch (see `HealthBounds::for_operator`).
     let bounds = HealthBounds::for_operator(options.reconcile_interval, &options.watch);
     let metrics = Arc::clone(&options.metrics);
-    if let Err(error) = serve(flags.metrics_address, metrics, bounds, shutdown.clone()).await {
+    let address = flags.operator.metrics_address;
+    if let Err(error) = serve(address, metrics, bounds, shutdown.clone()).await {
         // Not fatal: a second copy on one machine (the standby of step 04's terminal 4) finds
         // the port taken. In a pod the liveness probe then fails, and says so.
-        tracing::warn!(address = %flags.metrics_address, %error, "not serving /metrics, /healthz and /readyz (pick another --metrics-address)");
+        tracing::warn!(%address, %error, "not serving /metrics, /healthz and /readyz (pick another --metrics-address)");
     }
     let (reporter, printer) = Reporter::to_stdout();
     let outcome = run_postgres_operator_when_leading(
@@ -182,6 +156,22 @@ pub async fn run_postgres_stage<L: ClusterLayer>(
         Ok(Some(Err(error))) => fail(&error, error.hint(), &client),
         Err(error) => fail(&error, error.hint(), &client),
     }
+}
+
+/// `--help`'s examples for the stage binary `name`.
+fn examples(name: &str) -> String {
+    format!(
+        "\
+Examples:
+  {name}                                    # the sandbox, after its `export KUBECONFIG=...` line
+  {name} --server http://127.0.0.1:8001     # a cluster through `kubectl proxy --port 8001`
+  {name} --failover-after 5                 # the cluster your kubeconfig points at
+  {name} --server https://127.0.0.1:8443 --certificate-authority creds/ca.crt --token-file creds/token
+  {name} --leader-elect=false               # act at once, sure that no other copy runs
+
+Exit status: 0 stopped by SIGTERM or Ctrl-C (the Lease released), 1 the API server or configuration
+said no, or the Lease was lost (another copy may act now), 2 bad flags"
+    )
 }
 
 /// [`run_postgres_operator`] while this process holds the Lease `election` names (another copy

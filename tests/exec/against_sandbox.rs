@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use postgres_operator::client::Client;
 use postgres_operator::config::Config;
-use postgres_operator::exec::{exec, ExecError};
+use postgres_operator::exec::{exec, ExecError, ExecLimits};
 use sandbox::{ProcessRuntime, Runtime, Sandbox, SandboxOptions};
 use serde_json::{json, Value};
 use test_support::Kubectl;
@@ -92,9 +92,17 @@ async fn exec_runs_commands_in_a_real_postgres_pod() {
     let container = Some("postgres");
 
     let psql = ["psql", "-U", "postgres", "-Atc", "select 1"];
-    let selected = exec(&client, "default", "pg", container, &psql, None)
-        .await
-        .expect("psql runs");
+    let selected = exec(
+        &client,
+        "default",
+        "pg",
+        container,
+        &psql,
+        None,
+        ExecLimits::default(),
+    )
+    .await
+    .expect("psql runs");
     assert_eq!(
         (selected.stdout.as_slice(), selected.exit_code),
         (&b"1\n"[..], 0)
@@ -103,9 +111,17 @@ async fn exec_runs_commands_in_a_real_postgres_pod() {
     assert!(selected.stderr.is_empty(), "{selected:?}");
 
     let failing = ["sh", "-c", "echo out; echo err >&2; exit 3"];
-    let failed = exec(&client, "default", "pg", container, &failing, None)
-        .await
-        .expect("a non-zero exit is an output, not an error");
+    let failed = exec(
+        &client,
+        "default",
+        "pg",
+        container,
+        &failing,
+        None,
+        ExecLimits::default(),
+    )
+    .await
+    .expect("a non-zero exit is an output, not an error");
     assert_eq!(failed.exit_code, 3);
     assert_eq!(
         (failed.stdout_text(), failed.stderr_text()),
@@ -114,21 +130,46 @@ async fn exec_runs_commands_in_a_real_postgres_pod() {
 
     // More than one stdin message (32 KiB each), then EOF: cat must end by itself.
     let input: Vec<u8> = (0..100_000u32).map(|i| b'a' + (i % 26) as u8).collect();
-    let cat = exec(&client, "default", "pg", container, &["cat"], Some(&input))
-        .await
-        .expect("cat runs");
+    let cat = exec(
+        &client,
+        "default",
+        "pg",
+        container,
+        &["cat"],
+        Some(&input),
+        ExecLimits::default(),
+    )
+    .await
+    .expect("cat runs");
     assert_eq!((cat.stdout == input, cat.exit_code), (true, 0));
 
     let sql = b"select 40 + 2;\nselect current_user;\n";
     let script = ["psql", "-U", "postgres", "-At", "-v", "ON_ERROR_STOP=1"];
-    let piped = exec(&client, "default", "pg", container, &script, Some(sql))
-        .await
-        .expect("psql reads stdin");
+    let piped = exec(
+        &client,
+        "default",
+        "pg",
+        container,
+        &script,
+        Some(sql),
+        ExecLimits::default(),
+    )
+    .await
+    .expect("psql reads stdin");
     assert_eq!(piped.stdout_text(), "42\npostgres");
 
     // Whatever kubectl makes of a command that is not in the image, we make the same.
     let missing = ["no-such-command", "--flag"];
-    let ours = exec(&client, "default", "pg", None, &missing, None).await;
+    let ours = exec(
+        &client,
+        "default",
+        "pg",
+        None,
+        &missing,
+        None,
+        ExecLimits::default(),
+    )
+    .await;
     let theirs = kubectl
         .run(&["exec", "pg", "--", "no-such-command", "--flag"])
         .await;
@@ -170,9 +211,17 @@ async fn exec_into_a_missing_or_simulated_pod_is_refused_with_the_status() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (_sandbox, client, _kubectl) = start(Runtime::Simulated, &dir).await;
 
-    let error = exec(&client, "default", "gone", None, &["true"], None)
-        .await
-        .expect_err("no such pod");
+    let error = exec(
+        &client,
+        "default",
+        "gone",
+        None,
+        &["true"],
+        None,
+        ExecLimits::default(),
+    )
+    .await
+    .expect_err("no such pod");
     assert_eq!(error.status_code(), Some(404), "{error:?}");
     assert!(matches!(error, ExecError::Upgrade { .. }), "{error:?}");
     assert!(
@@ -186,9 +235,17 @@ async fn exec_into_a_missing_or_simulated_pod_is_refused_with_the_status() {
         .create("/api/v1/namespaces/default/pods", &pod)
         .await
         .expect("pod created");
-    let error = exec(&client, "default", "sim", None, &["true"], None)
-        .await
-        .expect_err("nothing runs in a simulated pod");
+    let error = exec(
+        &client,
+        "default",
+        "sim",
+        None,
+        &["true"],
+        None,
+        ExecLimits::default(),
+    )
+    .await
+    .expect_err("nothing runs in a simulated pod");
     assert_eq!(error.status_code(), Some(400), "{error:?}");
     assert!(error.to_string().contains("is simulated"), "{error}");
 }

@@ -14,7 +14,7 @@ use std::time::Duration;
 use futures_util::{SinkExt, StreamExt};
 use postgres_operator::client::Client;
 use postgres_operator::config::{Config, SecretString, TokenSource};
-use postgres_operator::exec::{exec, exec_with_limits, ExecError, ExecLimits};
+use postgres_operator::exec::{exec, ExecError, ExecLimits};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
@@ -71,9 +71,17 @@ impl FakeExecServer {
 
     /// `true` run through this server, which must fail: the error.
     async fn failed_exec(&self) -> ExecError {
-        exec(&self.client(), "db", "pg-0", None, &["true"], None)
-            .await
-            .expect_err("the exec fails")
+        exec(
+            &self.client(),
+            "db",
+            "pg-0",
+            None,
+            &["true"],
+            None,
+            ExecLimits::default(),
+        )
+        .await
+        .expect_err("the exec fails")
     }
 
     /// The request head the server read (after the exec).
@@ -177,6 +185,7 @@ async fn the_request_offers_v5_then_v4_and_v4_works() {
         Some("postgres"),
         &command,
         None,
+        ExecLimits::default(),
     )
     .await
     .expect("exec over v4");
@@ -234,6 +243,7 @@ async fn stdin_is_sent_on_stream_0_then_closed() {
         None,
         &["cat"],
         Some(b"hello"),
+        ExecLimits::default(),
     )
     .await
     .expect("exec with stdin");
@@ -252,9 +262,17 @@ async fn stdin_is_sent_on_stream_0_then_closed() {
 #[tokio::test]
 async fn stdin_on_v4_is_refused() {
     let server = FakeExecServer::sending("v4.channel.k8s.io", vec![], false).await;
-    let error = exec(&server.client(), "db", "pg-0", None, &["cat"], Some(b"x"))
-        .await
-        .expect_err("v4 with stdin");
+    let error = exec(
+        &server.client(),
+        "db",
+        "pg-0",
+        None,
+        &["cat"],
+        Some(b"x"),
+        ExecLimits::default(),
+    )
+    .await
+    .expect_err("v4 with stdin");
     assert!(matches!(error, ExecError::StdinNeedsV5 { .. }), "{error:?}");
 }
 
@@ -274,7 +292,7 @@ async fn a_flood_of_output_past_the_cap_is_an_error() {
     })
     .await;
     let cap = 1024 * 1024;
-    let error = exec_with_limits(
+    let error = exec(
         &server.client(),
         "db",
         "pg-0",
@@ -327,7 +345,7 @@ async fn a_frame_announcing_a_gigabyte_is_refused_from_its_header() {
 async fn a_server_that_never_sends_a_status_times_out() {
     let server = FakeExecServer::sending("v5.channel.k8s.io", vec![], false).await;
     let timeout = Duration::from_millis(300);
-    let error = exec_with_limits(
+    let error = exec(
         &server.client(),
         "db",
         "pg-0",

@@ -290,14 +290,11 @@ async fn a_leader_whose_lease_is_taken_stops_at_once() {
 async fn a_candidate_only_reads_the_lease_until_it_leads() {
     let sandbox = test_support::start_sandbox_with(SandboxOptions::default()).await;
     let api = client(&sandbox);
-    let mut held = postgres_operator::leader::taken(
-        None,
-        NAMESPACE,
-        "postgres-operator",
-        "elsewhere_7",
-        Duration::from_secs(3600),
-        std::time::SystemTime::now(),
-    );
+    let elsewhere = LeaderElection {
+        lease_duration: Duration::from_secs(3600),
+        ..election("elsewhere_7")
+    };
+    let mut held = postgres_operator::leader::taken(None, &elsewhere, std::time::SystemTime::now());
     held = api
         .create(&postgres_operator::leader::leases_path(NAMESPACE), &held)
         .await

@@ -35,8 +35,8 @@ use crate::client::{Client, ClientError, Patch};
 use crate::controller::cluster::{run_task_loop, ClusterReconciler, TaskEnd};
 use crate::controller::pods::Pod;
 use crate::controller::{ClusterInbox, ClusterWorker};
-use crate::events::{parse_utc, rfc3339, EventRecorder, EventType};
-use crate::exec::exec;
+use crate::events::{self, parse_utc, rfc3339, EventType};
+use crate::exec::{exec, ExecLimits};
 use crate::metrics::Metrics;
 use crate::story::Reporter;
 use crate::watch::{Store, WatchOptions};
@@ -73,7 +73,7 @@ pub struct PostgresOptions {
     /// The pod and cluster watches' tuning (and so the bound `/healthz` gives them).
     pub watch: WatchOptions,
     /// Where the rounds are counted and timed (`src/metrics/`): by default a `Metrics` nobody
-    /// serves; `run_postgres_stage` serves it.
+    /// serves; `run_postgres_binary` serves it.
     pub metrics: Arc<Metrics>,
 }
 
@@ -96,7 +96,6 @@ pub struct PostgresWorker<L> {
     client: Client,
     pods: Store<Pod>,
     reporter: Reporter,
-    events: EventRecorder,
     options: PostgresOptions,
     layer: PhantomData<fn() -> L>,
 }
@@ -108,7 +107,6 @@ impl<L> Clone for PostgresWorker<L> {
             client: self.client.clone(),
             pods: self.pods.clone(),
             reporter: self.reporter.clone(),
-            events: self.events.clone(),
             options: self.options.clone(),
             layer: PhantomData,
         }
@@ -123,7 +121,6 @@ impl<L: ClusterLayer> PostgresWorker<L> {
         options: PostgresOptions,
     ) -> PostgresWorker<L> {
         PostgresWorker {
-            events: EventRecorder::new(client.clone()),
             client,
             pods,
             reporter,
@@ -237,14 +234,41 @@ impl<L: ClusterLayer> ClusterReconciler for PostgresTask<L> {
         PostgresTask::say(self, line);
     }
 
-    /// A changed spec is acted on at once.
+    /// A newer object from the watch: our own status writes come back this way too, so only a
+    /// changed spec is news, and it is acted on at once.
     fn take(&mut self, newer: PostgresCluster) -> bool {
-        PostgresTask::take(self, newer);
+        if newer.spec != self.cluster.spec {
+            // A new spec may need objects the old one did not (or a recreated cluster's).
+            self.owned_checked = None;
+            match validate_spec(&newer.spec) {
+                Ok(()) => self.say(format!(
+                    "spec update: from {} to {}",
+                    self.cluster.spec, newer.spec
+                )),
+                Err(error) => {
+                    self.say(format!(
+                        "ignoring spec update to {}: {error}; keeping {}",
+                        newer.spec, self.cluster.spec
+                    ));
+                    // Keep the old spec, take the rest (metadata, status).
+                    let spec = self.cluster.spec.clone();
+                    self.cluster = newer;
+                    self.cluster.spec = spec;
+                    return true;
+                }
+            }
+        }
+        self.cluster = newer;
         true
     }
 
+    /// One round, counted and timed for `/metrics` and `/healthz`.
     async fn reconcile(&mut self) {
-        PostgresTask::reconcile(self).await;
+        let started = Instant::now();
+        self.round_failed = false;
+        self.round().await;
+        let metrics = &self.worker.options.metrics;
+        metrics.round_ended(&self.key, started.elapsed(), self.round_failed);
     }
 
     /// Re-check the owned objects on the timer only, and only once `owned_recheck` has passed:
@@ -255,7 +279,7 @@ impl<L: ClusterLayer> ClusterReconciler for PostgresTask<L> {
         if self.owned_checked.is_some_and(|at| at.elapsed() >= recheck) {
             self.owned_checked = None;
         }
-        PostgresTask::reconcile(self).await;
+        self.reconcile().await;
     }
 
     async fn deleted(&mut self) {
@@ -301,42 +325,6 @@ impl<L: ClusterLayer> PostgresTask<L> {
             self.cluster.spec,
             describe_status(status)
         ));
-    }
-
-    /// A newer object from the watch: our own status writes come back this way too, so only a
-    /// changed spec is news.
-    fn take(&mut self, newer: PostgresCluster) {
-        if newer.spec != self.cluster.spec {
-            // A new spec may need objects the old one did not (or a recreated cluster's).
-            self.owned_checked = None;
-            match validate_spec(&newer.spec) {
-                Ok(()) => self.say(format!(
-                    "spec update: from {} to {}",
-                    self.cluster.spec, newer.spec
-                )),
-                Err(error) => {
-                    self.say(format!(
-                        "ignoring spec update to {}: {error}; keeping {}",
-                        newer.spec, self.cluster.spec
-                    ));
-                    // Keep the old spec, take the rest (metadata, status).
-                    let spec = self.cluster.spec.clone();
-                    self.cluster = newer;
-                    self.cluster.spec = spec;
-                    return;
-                }
-            }
-        }
-        self.cluster = newer;
-    }
-
-    /// One round, counted and timed for `/metrics` and `/healthz`.
-    async fn reconcile(&mut self) {
-        let started = Instant::now();
-        self.round_failed = false;
-        self.round().await;
-        let metrics = &self.worker.options.metrics;
-        metrics.round_ended(&self.key, started.elapsed(), self.round_failed);
     }
 
     /// Count this round as failed in `/metrics`; the story has said why.
@@ -388,20 +376,19 @@ impl<L: ClusterLayer> PostgresTask<L> {
                 .cloned(),
             quorum: synchronous::quorum(&self.cluster),
         };
-        if !self.cluster.spec.paused && waiting_for_watch.is_none() {
+        let planning = !self.cluster.spec.paused && waiting_for_watch.is_none();
+        if planning {
             self.observe_streaming(&mut observed).await;
         }
         L::observe(self, &pods, &mut observed).await;
         self.say_members(&observed);
 
-        let primary_now = observed
+        let primary = observed
             .members
             .iter()
-            .find(|m| m.role == Some(Role::Primary) && m.phase != Phase::Terminating)
-            .map(|m| m.name.clone());
-        let running_version = primary_now
-            .as_ref()
-            .and_then(|p| observed.members.iter().find(|m| &m.name == p))
+            .find(|m| m.role == Some(Role::Primary) && m.phase != Phase::Terminating);
+        let primary_now = primary.map(|m| m.name.clone());
+        let running_version = primary
             .map(|m| m.version.clone())
             .or(status.current_version.clone());
         let version = version_change(
@@ -410,7 +397,6 @@ impl<L: ClusterLayer> PostgresTask<L> {
             observed.size,
         );
 
-        let planning = !self.cluster.spec.paused && waiting_for_watch.is_none();
         let action = if self.cluster.spec.paused {
             Action::Wait("the cluster is paused (spec.paused)".into())
         } else if let Some(waiting) = waiting_for_watch {
@@ -617,10 +603,8 @@ impl<L: ClusterLayer> PostgresTask<L> {
 
     /// An Event about the cluster, what `kubectl describe pgc` shows.
     pub async fn event(&self, kind: EventType, reason: &str, message: &str) {
-        self.worker
-            .events
-            .record(&self.cluster, kind, reason, message)
-            .await;
+        let client = &self.worker.client;
+        events::record(client, &self.cluster, kind, reason, message).await;
     }
 
     /// Merge-patch `/status` when it changed. Our own write comes back as a watch event; keeping
@@ -702,6 +686,7 @@ pub async fn psql_in_pod(
         Some(POSTGRES_CONTAINER),
         &argv,
         None,
+        ExecLimits::default(),
     )
     .await
     .map_err(|e| e.to_string())?;

@@ -9,58 +9,39 @@ impl<L: ClusterLayer> PostgresTask<L> {
     /// Secret's passwords are made once: a Secret that exists is never rewritten, or every
     /// running pod's password would stop matching.
     pub(super) async fn ensure_owned(&self) -> Result<(), OwnedError> {
-        let namespace = self.namespace().to_string();
-        let name = self.cluster.metadata.name.clone();
-        let secret_name = manifests::credentials_secret_name(&name);
-        if !self
-            .exists(&format!(
-                "/api/v1/namespaces/{namespace}/secrets/{secret_name}"
-            ))
-            .await?
-        {
+        let name = &self.cluster.metadata.name;
+        let path = |plural: &str, object: &str| {
+            format!("/api/v1/namespaces/{}/{plural}/{object}", self.namespace())
+        };
+        let secret = manifests::credentials_secret_name(name);
+        if !self.exists(&path("secrets", &secret)).await? {
             let credentials = match L::credentials(self).await? {
                 Some(credentials) => credentials,
                 None => Credentials::generate()?,
             };
-            self.create_owned(
-                "secrets",
-                &manifests::credentials_secret(&self.cluster, &credentials),
-                &secret_name,
-            )
-            .await?;
+            let body = manifests::credentials_secret(&self.cluster, &credentials);
+            self.create_owned("secrets", &body, &secret).await?;
         }
         L::ensure_owned(self).await?;
-        let config_map = manifests::init_config_map_name(&name);
-        if !self
-            .exists(&format!(
-                "/api/v1/namespaces/{namespace}/configmaps/{config_map}"
-            ))
-            .await?
-        {
-            self.create_owned(
-                "configmaps",
-                &manifests::init_scripts(&self.cluster),
-                &config_map,
-            )
-            .await?;
-        }
-        for (service, body) in [
+        for (plural, object, body) in [
             (
-                manifests::primary_service_name(&name),
+                "configmaps",
+                manifests::init_config_map_name(name),
+                manifests::init_scripts(&self.cluster),
+            ),
+            (
+                "services",
+                manifests::primary_service_name(name),
                 manifests::primary_service(&self.cluster),
             ),
             (
-                manifests::replicas_service_name(&name),
+                "services",
+                manifests::replicas_service_name(name),
                 manifests::replicas_service(&self.cluster),
             ),
         ] {
-            if !self
-                .exists(&format!(
-                    "/api/v1/namespaces/{namespace}/services/{service}"
-                ))
-                .await?
-            {
-                self.create_owned("services", &body, &service).await?;
+            if !self.exists(&path(plural, &object)).await? {
+                self.create_owned(plural, &body, &object).await?;
             }
         }
         Ok(())

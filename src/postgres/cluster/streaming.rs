@@ -103,8 +103,12 @@ impl<L: ClusterLayer> PostgresTask<L> {
         replicas.sort();
         let recheck = self.worker.options.owned_recheck;
         if self.streaming.due(&primary, &replicas, recheck) {
-            match tokio::time::timeout(ASK_DEADLINE, self.psql(&primary, STREAMING_SQL)).await {
-                Ok(Ok(out)) => {
+            let asked = tokio::time::timeout(ASK_DEADLINE, self.psql(&primary, STREAMING_SQL));
+            let answer = asked
+                .await
+                .unwrap_or_else(|_| Err("no answer in time".into()));
+            match answer {
+                Ok(out) => {
                     let streaming: Vec<String> = out
                         .lines()
                         .map(|line| line.trim().to_string())
@@ -112,13 +116,8 @@ impl<L: ClusterLayer> PostgresTask<L> {
                         .collect();
                     self.streaming.take(&primary, replicas, &streaming);
                 }
-                Ok(Err(error)) => {
+                Err(error) => {
                     tracing::debug!(%error, primary, "could not ask the primary who streams");
-                    self.streaming.no_answer(&primary, replicas);
-                    return;
-                }
-                Err(_) => {
-                    tracing::debug!(primary, "the primary did not say who streams in time");
                     self.streaming.no_answer(&primary, replicas);
                     return;
                 }

@@ -9,7 +9,6 @@
 //! promote only a standby that holds every acknowledged commit (`plan::Quorum`).
 
 use super::*;
-use crate::api::Condition;
 use crate::postgres::api::{DataDurability, ReplicationSpec, SynchronousSpec, SynchronousStatus};
 use crate::postgres::conditions::{condition, set_condition};
 use crate::postgres::plan::Quorum;
@@ -20,8 +19,9 @@ pub const SYNCHRONOUS_CONDITION: &str = "SynchronousReplication";
 /// What this round leaves in `status.synchronous` and its condition.
 pub(super) struct SynchronousRound {
     status: Option<SynchronousStatus>,
-    /// `None`: no synchronous replication asked for, the condition is dropped.
-    condition: Option<Condition>,
+    /// The condition's status, reason and message; `None`: no synchronous replication asked
+    /// for, the condition is dropped.
+    condition: Option<(bool, &'static str, String)>,
 }
 
 /// The quorum a failover must respect: with `required`, the standbys last set on the primary.
@@ -110,17 +110,10 @@ impl<L: ClusterLayer> PostgresTask<L> {
         });
         let Some(primary) = ready_primary else {
             // Nothing to set it on: keep what was set, and say so in the condition.
-            let condition = spec.as_ref().map(|_| {
-                condition(
-                    SYNCHRONOUS_CONDITION,
-                    false,
-                    "NoReadyPrimary",
-                    "no ready primary to set the synchronous standbys on".into(),
-                )
-            });
+            let why = "no ready primary to set the synchronous standbys on";
             return SynchronousRound {
                 status: previous,
-                condition,
+                condition: spec.map(|_| (false, "NoReadyPrimary", why.into())),
             };
         };
         let next = wanted.map(|(number, standbys)| SynchronousStatus {
@@ -131,23 +124,18 @@ impl<L: ClusterLayer> PostgresTask<L> {
         let mut round = SynchronousRound {
             status: next.clone(),
             condition: spec.as_ref().map(|spec| match &next {
-                Some(set) => condition(
-                    SYNCHRONOUS_CONDITION,
-                    true,
-                    "Quorum",
-                    format!(
-                        "a commit returns once {} of [{}] have it ({})",
-                        set.number,
-                        set.standbys.join(", "),
-                        spec.data_durability
-                    ),
-                ),
-                None => condition(
-                    SYNCHRONOUS_CONDITION,
-                    false,
-                    "NoStandbyReady",
-                    "dataDurability preferred and no standby is ready: commits are asynchronous until one is".into(),
-                ),
+                Some(set) => {
+                    let standbys = set.standbys.join(", ");
+                    let how = format!(
+                        "a commit returns once {} of [{standbys}] have it ({})",
+                        set.number, spec.data_durability
+                    );
+                    (true, "Quorum", how)
+                }
+                None => {
+                    let why = "dataDurability preferred and no standby is ready: commits are asynchronous until one is";
+                    (false, "NoStandbyReady", why.into())
+                }
             }),
         };
         // What this task set last counts too: the status it reads may be an older write's,
@@ -180,12 +168,8 @@ impl<L: ClusterLayer> PostgresTask<L> {
                     "could not set synchronous_standby_names on {primary}: {error}; trying again next round"
                 ));
                 round.status = previous;
-                round.condition = Some(condition(
-                    SYNCHRONOUS_CONDITION,
-                    false,
-                    "NotApplied",
-                    format!("setting synchronous_standby_names on {primary} failed: {error}"),
-                ));
+                let why = format!("setting synchronous_standby_names on {primary} failed: {error}");
+                round.condition = Some((false, "NotApplied", why));
             }
         }
         round
@@ -201,7 +185,8 @@ pub(super) fn set_status(
 ) {
     SynchronousStatus::write(round.status.as_ref(), next);
     next.conditions.retain(|c| c.type_ != SYNCHRONOUS_CONDITION);
-    if let Some(condition) = round.condition {
+    if let Some((status, reason, message)) = round.condition {
+        let condition = condition(SYNCHRONOUS_CONDITION, status, reason, message);
         set_condition(next, previous, condition, now);
     }
 }
