@@ -75,22 +75,6 @@ impl Member {
     fn is(&self, role: Role) -> bool {
         self.role == Some(role)
     }
-
-    /// A member for the tests: Running, on version 16, no delay running.
-    #[cfg(test)]
-    pub(crate) fn running(name: &str, role: Role, ready: bool) -> Member {
-        Member {
-            name: name.into(),
-            role: Some(role),
-            phase: Phase::Running,
-            ready,
-            unready_for: Duration::ZERO,
-            terminating_for: Duration::ZERO,
-            not_streaming_for: Duration::ZERO,
-            version: "16".into(),
-            created: String::new(),
-        }
-    }
 }
 
 /// Everything the plan needs about a cluster.
@@ -112,23 +96,6 @@ pub struct Observed {
     /// With synchronous replication `required`: the standbys every acknowledged commit reached
     /// `number` of (`status.synchronous`). Only a promotion among them loses nothing.
     pub quorum: Option<Quorum>,
-}
-
-impl Observed {
-    /// For the tests: `members` of a cluster of two that has run, with `db-0` its recorded
-    /// primary, on version 16, nothing else asked for.
-    #[cfg(test)]
-    pub(crate) fn of_running(members: Vec<Member>) -> Observed {
-        Observed {
-            members,
-            recorded_primary: Some("db-0".into()),
-            has_run: true,
-            size: 2,
-            wanted_version: "16".into(),
-            switchover_to: None,
-            quorum: None,
-        }
-    }
 }
 
 /// `synchronous_standby_names = ANY number (standbys)` as last set on the primary.
@@ -564,6 +531,42 @@ pub fn most_advanced(positions: &[Position]) -> Option<&Position> {
         let key = |p: &Position| std::cmp::Reverse(p.received.max(p.replayed));
         key(a).cmp(&key(b)).then(a.pod.cmp(&b.pod))
     })
+}
+
+// Test helpers, also used by the tests of conditions.rs, synchronous.rs and backups/.
+#[cfg(test)]
+impl Member {
+    /// A member for the tests: Running, on version 16, no delay running.
+    pub(crate) fn running(name: &str, role: Role, ready: bool) -> Member {
+        Member {
+            name: name.into(),
+            role: Some(role),
+            phase: Phase::Running,
+            ready,
+            unready_for: Duration::ZERO,
+            terminating_for: Duration::ZERO,
+            not_streaming_for: Duration::ZERO,
+            version: "16".into(),
+            created: String::new(),
+        }
+    }
+}
+
+#[cfg(test)]
+impl Observed {
+    /// For the tests: `members` of a cluster of two that has run, with `db-0` its recorded
+    /// primary, on version 16, nothing else asked for.
+    pub(crate) fn of_running(members: Vec<Member>) -> Observed {
+        Observed {
+            members,
+            recorded_primary: Some("db-0".into()),
+            has_run: true,
+            size: 2,
+            wanted_version: "16".into(),
+            switchover_to: None,
+            quorum: None,
+        }
+    }
 }
 
 #[cfg(test)]
