@@ -535,6 +535,10 @@ impl<L: ClusterLayer> PostgresTask<L> {
                     ready,
                     unready_for,
                     terminating_for,
+                    // A deleted pod's phase turns Succeeded or Failed once its containers have
+                    // exited (Kubernetes 1.27 on; before, it stays Running until the pod goes).
+                    stopped: phase == Phase::Terminating
+                        && matches!(pod.phase(), "Succeeded" | "Failed"),
                     not_streaming_for: Duration::ZERO,
                     version: image_tag(pod),
                     created: pod.metadata.creation_timestamp.clone().unwrap_or_default(),
