@@ -233,15 +233,8 @@ mod tests {
 
     fn ready_primary(name: &str) -> Member {
         Member {
-            name: name.into(),
-            role: Some(Role::Primary),
-            phase: Phase::Running,
-            ready: true,
-            unready_for: Duration::ZERO,
-            terminating_for: Duration::ZERO,
-            not_streaming_for: Duration::ZERO,
-            version: "16".into(),
             created: "2026-11-22T10:00:00Z".into(),
+            ..Member::running(name, Role::Primary, true)
         }
     }
 

@@ -10,9 +10,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{watch, Notify};
 use tokio::time::{Instant, MissedTickBehavior};
-use tokio_util::sync::CancellationToken;
 
 use super::pods::{label_selector, Pod, PodApi, PodApiError};
 use super::ClusterInbox;
@@ -75,11 +73,14 @@ pub trait ClusterReconciler: Send {
 /// timer did.
 pub async fn run_task_loop<R: ClusterReconciler>(
     task: &mut R,
-    wanted: &mut watch::Receiver<Wanted>,
-    nudged: &Notify,
+    inbox: ClusterInbox,
     interval: Duration,
-    stop: &CancellationToken,
 ) -> TaskEnd {
+    let ClusterInbox {
+        mut wanted,
+        nudged,
+        stop,
+    } = inbox;
     // tokio panics on a zero period; a caller's zero becomes the smallest sensible one.
     let interval = interval.max(Duration::from_millis(1));
     // Created once, outside the loop, so an event never resets it: a steady stream of events
@@ -129,11 +130,6 @@ pub(crate) async fn run_cluster<P: PodApi>(
     reporter: Reporter,
     reconcile_interval: Duration,
 ) -> TaskEnd {
-    let ClusterInbox {
-        mut wanted,
-        nudged,
-        stop,
-    } = inbox;
     let mut task = ClusterTask {
         key: cluster.key(),
         cluster,
@@ -142,7 +138,7 @@ pub(crate) async fn run_cluster<P: PodApi>(
         set_up: false,
     };
     task.setup();
-    run_task_loop(&mut task, &mut wanted, &nudged, reconcile_interval, &stop).await
+    run_task_loop(&mut task, inbox, reconcile_interval).await
 }
 
 /// Stage 03's reconciler: it tells what it would do.

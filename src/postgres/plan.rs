@@ -62,6 +62,9 @@ pub struct Member {
     pub unready_for: Duration,
     /// How long this task has seen the pod terminating (zero when it is not).
     pub terminating_for: Duration,
+    /// Terminating, and its containers have all exited: the kubelet gives a deleted pod its
+    /// final phase (Succeeded or Failed) once its processes are gone, before the object goes.
+    pub stopped: bool,
     /// How long this task has seen the pod Ready but missing from the ready primary's
     /// `pg_stat_replication` (zero when it streams, or when no primary was asked).
     pub not_streaming_for: Duration,
@@ -270,13 +273,15 @@ pub fn next_action(observed: &Observed, delays: &Delays) -> Action {
     // sends its last WAL to every connected replica, so all stop at the same point and any can
     // be promoted with the others able to follow. Promoted before that, the new primary would
     // miss WAL a sibling received, and that sibling could never follow its new timeline.
-    // Unless it does not stop (a lost node): then it is fenced and the failover goes on.
+    // Stopped is enough: its processes are gone, the object only follows. Unless it does not
+    // stop (a lost node): then it is fenced and the failover goes on.
     if let Some(leaving) = observed
         .members
         .iter()
         .find(|m| m.is(Role::Primary) && m.phase == Phase::Terminating)
     {
-        if primaries.is_empty() && leaving.terminating_for < delays.stop_timeout {
+        let stopping = !leaving.stopped && leaving.terminating_for < delays.stop_timeout;
+        if primaries.is_empty() && stopping {
             return Action::Wait(format!(
                 "waiting for the old primary {} to stop",
                 leaving.name
@@ -545,6 +550,7 @@ impl Member {
             ready,
             unready_for: Duration::ZERO,
             terminating_for: Duration::ZERO,
+            stopped: false,
             not_streaming_for: Duration::ZERO,
             version: "16".into(),
             created: String::new(),
@@ -710,6 +716,16 @@ mod tests {
             Action::Wait("waiting for the old primary db-p to stop".into())
         );
         cluster.members.remove(0);
+        assert!(matches!(plan(&cluster), Action::Failover { .. }));
+    }
+
+    /// A deleted primary whose processes have exited is not waited for until its object goes:
+    /// it can no longer write, and its last WAL has reached the replicas.
+    #[test]
+    fn a_stopped_primary_is_failed_over_before_its_pod_goes() {
+        let mut leaving = member("db-p", Role::Primary, Phase::Terminating, false);
+        leaving.stopped = true;
+        let cluster = observed(vec![leaving, ready("db-b", Role::Replica)], 2);
         assert!(matches!(plan(&cluster), Action::Failover { .. }));
     }
 

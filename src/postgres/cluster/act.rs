@@ -173,10 +173,9 @@ impl<L: ClusterLayer> PostgresTask<L> {
     /// confirmed gone. Relabelled `fenced`, no Service selects it, whatever its readiness.
     /// False: the relabel failed, and the failover waits for the next round.
     async fn fence_the_leaving(&mut self, observed: &Observed) -> bool {
-        let leaving = observed
-            .members
-            .iter()
-            .filter(|m| m.role == Some(Role::Primary) && m.phase == Phase::Terminating);
+        let leaving = observed.members.iter().filter(|m| {
+            m.role == Some(Role::Primary) && m.phase == Phase::Terminating && !m.stopped
+        });
         for member in leaving {
             self.say(format!(
                 "Fencing {}: deleted {}s ago and still not stopped (its node may be lost); relabelling it {} so that no Service sends it clients, then promoting a replica",
@@ -233,13 +232,29 @@ impl<L: ClusterLayer> PostgresTask<L> {
             lost.unwrap_or("<none recorded>"),
             candidates.join(", ")
         ));
-        let mut positions = Vec::new();
+        // Asked side by side: each answer is one `pods/exec` round trip, and no write is taken
+        // until the promotion. Sorted by name after, so the choice does not depend on which
+        // answered first. Dropped with the task (an operator killed now), the JoinSet aborts them.
+        let mut asking = tokio::task::JoinSet::new();
         for pod in candidates {
-            match self.position(pod).await {
-                Ok(position) => positions.push(position),
-                Err(error) => self.say(format!("cannot ask {pod} for its WAL position: {error}")),
+            let client = self.worker.client.clone();
+            let (namespace, pod) = (self.namespace().to_string(), pod.clone());
+            asking.spawn(async move {
+                let answer = position(&client, &namespace, &pod).await;
+                (pod, answer)
+            });
+        }
+        let mut positions = Vec::new();
+        while let Some(joined) = asking.join_next().await {
+            match joined {
+                Ok((_, Ok(position))) => positions.push(position),
+                Ok((pod, Err(error))) => {
+                    self.say(format!("cannot ask {pod} for its WAL position: {error}"))
+                }
+                Err(error) => self.say(format!("asking for a WAL position failed: {error}")),
             }
         }
+        positions.sort_by(|a, b| a.pod.cmp(&b.pod));
         let chosen = choose(&positions, prefer)?.clone();
         if let Some(wanted) = prefer.filter(|wanted| *wanted != chosen.pod) {
             if candidates.iter().any(|c| c == wanted) {
@@ -298,27 +313,6 @@ impl<L: ClusterLayer> PostgresTask<L> {
         )
         .await;
         Some(chosen.pod)
-    }
-
-    pub(super) async fn position(&self, pod: &str) -> Result<Position, String> {
-        let out = self
-            .psql(
-                pod,
-                "SELECT pg_is_in_recovery(), pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn()",
-            )
-            .await?;
-        let (in_recovery, lsns) = out
-            .trim()
-            .split_once('|')
-            .ok_or_else(|| format!("unexpected psql output {out:?}"))?;
-        let in_recovery = manifests::parse_bool(in_recovery).map_err(|e| e.to_string())?;
-        let lsns = manifests::ReplicaLsns::parse(lsns).map_err(|e| e.to_string())?;
-        Ok(Position {
-            pod: pod.to_string(),
-            in_recovery,
-            received: lsns.received.unwrap_or(0),
-            replayed: lsns.replayed.unwrap_or(0),
-        })
     }
 
     /// Run one SQL statement in `pod`'s postgres container; its stdout.
@@ -396,4 +390,22 @@ pub(super) fn delete_story(
 /// `0/3000148`, as Postgres prints an LSN.
 pub(super) fn lsn_text(lsn: u64) -> String {
     format!("{:X}/{:X}", lsn >> 32, lsn & 0xFFFF_FFFF)
+}
+
+/// How far `pod` got: whether it is still a standby, and the WAL it received and replayed.
+async fn position(client: &Client, namespace: &str, pod: &str) -> Result<Position, String> {
+    let sql = "SELECT pg_is_in_recovery(), pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn()";
+    let out = psql_in_pod(client, namespace, pod, &manifests::psql_argv(sql)).await?;
+    let (in_recovery, lsns) = out
+        .trim()
+        .split_once('|')
+        .ok_or_else(|| format!("unexpected psql output {out:?}"))?;
+    let in_recovery = manifests::parse_bool(in_recovery).map_err(|e| e.to_string())?;
+    let lsns = manifests::ReplicaLsns::parse(lsns).map_err(|e| e.to_string())?;
+    Ok(Position {
+        pod: pod.to_string(),
+        in_recovery,
+        received: lsns.received.unwrap_or(0),
+        replayed: lsns.replayed.unwrap_or(0),
+    })
 }

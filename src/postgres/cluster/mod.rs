@@ -198,11 +198,6 @@ async fn run<L: ClusterLayer>(
     cluster: PostgresCluster,
     inbox: ClusterInbox,
 ) -> TaskEnd {
-    let ClusterInbox {
-        mut wanted,
-        nudged,
-        stop,
-    } = inbox;
     let interval = worker.options.reconcile_interval;
     // `/healthz` watches this loop until the task ends (and fails if it panics).
     let _loop = worker.options.metrics.reconcile_loop(&cluster.key());
@@ -216,7 +211,7 @@ async fn run<L: ClusterLayer>(
         last_members_line: String::new(),
         owned_checked: None,
         synchronous_set: None,
-        nudge: nudged.clone(),
+        nudge: inbox.nudged.clone(),
         wake_up: None,
         streaming: streaming::StreamingWatch::default(),
         round_failed: false,
@@ -225,7 +220,7 @@ async fn run<L: ClusterLayer>(
     task.introduce();
     // Unlike stage 03, the first round is now: there is work to do.
     task.reconcile().await;
-    run_task_loop(&mut task, &mut wanted, &nudged, interval, &stop).await
+    run_task_loop(&mut task, inbox, interval).await
 }
 
 /// Stage 04's reconciler for the loop every step shares (`controller::cluster::run_task_loop`).
@@ -535,6 +530,10 @@ impl<L: ClusterLayer> PostgresTask<L> {
                     ready,
                     unready_for,
                     terminating_for,
+                    // A deleted pod's phase turns Succeeded or Failed once its containers have
+                    // exited (Kubernetes 1.27 on; before, it stays Running until the pod goes).
+                    stopped: phase == Phase::Terminating
+                        && matches!(pod.phase(), "Succeeded" | "Failed"),
                     not_streaming_for: Duration::ZERO,
                     version: image_tag(pod),
                     created: pod.metadata.creation_timestamp.clone().unwrap_or_default(),

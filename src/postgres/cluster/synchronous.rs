@@ -146,12 +146,12 @@ impl<L: ClusterLayer> PostgresTask<L> {
         let value = standby_names(next.as_ref());
         let set = format!("ALTER SYSTEM SET synchronous_standby_names = '{value}'");
         // ALTER SYSTEM writes postgresql.auto.conf; the running server reads it on reload.
-        // Two statements, two exec calls: ALTER SYSTEM refuses to run in a transaction block,
-        // which one query string of two statements would be.
-        let applied = match self.psql(primary, &set).await {
-            Ok(_) => self.psql(primary, "SELECT pg_reload_conf()").await,
-            Err(error) => Err(error),
-        };
+        // ALTER SYSTEM refuses to run in a transaction block, which one `-c` of two statements
+        // would be; psql runs each `-c` on its own (and stops at the first that fails), so one
+        // exec carries both.
+        let mut argv = manifests::psql_argv(&set);
+        argv.extend(["-c".to_string(), "SELECT pg_reload_conf()".to_string()]);
+        let applied = psql_in_pod(self.client(), self.namespace(), primary, &argv).await;
         match applied {
             Ok(_) => {
                 self.synchronous_set = next;
