@@ -126,7 +126,7 @@ pub struct Delays {
     pub stop_timeout: Duration,
     /// A Ready replica the primary does not stream to this long is deleted and replaced. Longer
     /// than a replica takes to reconnect after a failover: its WAL receiver retries every
-    /// `wal_retrieve_retry_interval` (1 s in our pods' arguments, 5 s by PostgreSQL's default)
+    /// `wal_retrieve_retry_interval` (200 ms in our pods' arguments, 5 s by PostgreSQL's default)
     /// and finds the new primary through the Service.
     pub not_streaming_after: Duration,
 }
