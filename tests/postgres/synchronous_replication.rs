@@ -165,6 +165,13 @@ async fn no_acknowledged_commit_is_lost_when_the_primary_node_is_lost() {
         "acknowledged commits lost: {last} acknowledged, the new primary has up to {max}"
     );
     assert!(story.said("Synchronous standbys on"));
+    // Set on the replica before its promotion: its first commit as primary already waits.
+    assert!(
+        story.said(&format!(
+            "Synchronous standbys on {new_primary}, before it is promoted"
+        )),
+        "the promoted replica's standbys were not set before its promotion"
+    );
 
     // The new primary's standbys are set anew: the old primary is not among them.
     let (after, standbys) = synchronous_and_ready(&client).await;

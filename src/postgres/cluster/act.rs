@@ -80,7 +80,7 @@ impl<L: ClusterLayer> PostgresTask<L> {
                 // The annotation, acted on or not: the failover a switchover began prefers it.
                 let annotations = &self.cluster.metadata.annotations;
                 let prefer = annotations.get(SWITCHOVER_ANNOTATION).cloned();
-                self.fail_over(lost.as_deref(), candidates, prefer.as_deref())
+                self.fail_over(observed, lost.as_deref(), candidates, prefer.as_deref())
                     .await
             }
             Action::Disaster => {
@@ -223,6 +223,7 @@ impl<L: ClusterLayer> PostgresTask<L> {
     /// Ask each candidate how far it got, promote the most advanced, label it primary.
     pub(super) async fn fail_over(
         &mut self,
+        observed: &Observed,
         lost: Option<&str>,
         candidates: &[String],
         prefer: Option<&str>,
@@ -268,6 +269,7 @@ impl<L: ClusterLayer> PostgresTask<L> {
             lsn_text(chosen.replayed)
         ));
         if chosen.in_recovery {
+            self.prepare_synchronous(observed, &chosen.pod).await;
             match self.psql(&chosen.pod, manifests::PROMOTE_SQL).await {
                 Ok(out) if out.trim() == "t" => {}
                 Ok(out) => {

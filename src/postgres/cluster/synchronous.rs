@@ -143,6 +143,54 @@ impl<L: ClusterLayer> PostgresTask<L> {
         if next == previous || (next.is_some() && next == self.synchronous_set) {
             return round;
         }
+        match self.set_synchronous(primary, next).await {
+            Ok(shown) => self.say(format!("Synchronous standbys on {primary}: {shown}")),
+            Err(error) => {
+                self.fail_round();
+                self.say(format!(
+                "could not set synchronous_standby_names on {primary}: {error}; trying again next round"
+            ));
+                round.status = previous;
+                let why = format!("setting synchronous_standby_names on {primary} failed: {error}");
+                round.condition = Some((false, "NotApplied", why));
+            }
+        }
+        round
+    }
+
+    /// Before promoting `candidate`: give it the standbys it will wait for as primary, so that
+    /// its first commit already waits for them. A replica carries the value it cloned, which
+    /// can be none at all (the first replica clones a seed that had no standby to name): then
+    /// the commits between its promotion and this round's `keep_synchronous` would return
+    /// with no standby holding them. ALTER SYSTEM writes a file and no WAL: a standby may run
+    /// it. On failure the promotion goes on, and `keep_synchronous` sets it after, as before.
+    pub(super) async fn prepare_synchronous(&mut self, observed: &Observed, candidate: &str) {
+        let Some(spec) = ReplicationSpec::synchronous(&self.cluster.spec) else {
+            return;
+        };
+        let previous = SynchronousStatus::read(&self.status());
+        let next = wanted(&spec, &observed.members, Some(candidate), previous.as_ref()).map(
+            |(number, standbys)| SynchronousStatus {
+                primary: candidate.to_string(),
+                number,
+                standbys,
+            },
+        );
+        match self.set_synchronous(candidate, next).await {
+            Ok(shown) => self.say(format!(
+                "Synchronous standbys on {candidate}, before it is promoted: {shown}"
+            )),
+            Err(error) => self.say(format!("could not set synchronous_standby_names on {candidate} before promoting it: {error}; promoting it, and setting it after")),
+        }
+    }
+
+    /// `synchronous_standby_names` on `pod`: `ALTER SYSTEM` and a reload, in one exec. The
+    /// value set, as a story line shows it.
+    async fn set_synchronous(
+        &mut self,
+        pod: &str,
+        next: Option<SynchronousStatus>,
+    ) -> Result<String, String> {
         let value = standby_names(next.as_ref());
         let set = format!("ALTER SYSTEM SET synchronous_standby_names = '{value}'");
         // ALTER SYSTEM writes postgresql.auto.conf; the running server reads it on reload.
@@ -151,28 +199,12 @@ impl<L: ClusterLayer> PostgresTask<L> {
         // exec carries both.
         let mut argv = manifests::psql_argv(&set);
         argv.extend(["-c".to_string(), "SELECT pg_reload_conf()".to_string()]);
-        let applied = psql_in_pod(self.client(), self.namespace(), primary, &argv).await;
-        match applied {
-            Ok(_) => {
-                self.synchronous_set = next;
-                let shown = if value.is_empty() {
-                    "none (asynchronous)"
-                } else {
-                    &value
-                };
-                self.say(format!("Synchronous standbys on {primary}: {shown}"));
-            }
-            Err(error) => {
-                self.fail_round();
-                self.say(format!(
-                    "could not set synchronous_standby_names on {primary}: {error}; trying again next round"
-                ));
-                round.status = previous;
-                let why = format!("setting synchronous_standby_names on {primary} failed: {error}");
-                round.condition = Some((false, "NotApplied", why));
-            }
+        psql_in_pod(self.client(), self.namespace(), pod, &argv).await?;
+        self.synchronous_set = next;
+        if value.is_empty() {
+            return Ok("none (asynchronous)".into());
         }
-        round
+        Ok(value)
     }
 }
 
