@@ -148,8 +148,8 @@ impl<L: ClusterLayer> PostgresTask<L> {
             Err(error) => {
                 self.fail_round();
                 self.say(format!(
-                "could not set synchronous_standby_names on {primary}: {error}; trying again next round"
-            ));
+                    "could not set synchronous_standby_names on {primary}: {error}; trying again next round"
+                ));
                 round.status = previous;
                 let why = format!("setting synchronous_standby_names on {primary} failed: {error}");
                 round.condition = Some((false, "NotApplied", why));
