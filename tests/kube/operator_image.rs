@@ -159,14 +159,6 @@ async fn the_operator_image_runs_a_stage_binary_restarts_after_kill_9_and_stops_
     assert_ne!(new_pids, pids, "a new process, not the killed one");
 
     // Watch the container's exit code while the pod is deleted: SIGTERM, and stage02 exits 0.
-    let pod_watches = || {
-        let requests = sandbox.requests();
-        requests
-            .iter()
-            .filter(|r| r.verb == "watch" && r.resource == "pods")
-            .count()
-    };
-    let watches_before = pod_watches();
     let mut watch = kubectl
         .command(&[
             "-n",
@@ -183,10 +175,8 @@ async fn the_operator_image_runs_a_stage_binary_restarts_after_kill_9_and_stops_
         .expect("kubectl get --watch");
     let mut lines = BufReader::new(watch.stdout.take().expect("piped stdout")).lines();
     // The pod stops within milliseconds of its deletion: a watch not open yet would find it gone.
-    eventually(WITHIN, "kubectl's watch open", || async {
-        (pod_watches() > watches_before).then_some(())
-    })
-    .await;
+    // (No client here watched pods before: any pod watch in the request log is this one.)
+    test_support::until_watch_opened(&sandbox, "pods").await;
     kubectl
         .ok(&["-n", "x", "delete", "pod", "operator", "--wait=false"])
         .await;

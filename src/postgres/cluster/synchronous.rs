@@ -76,6 +76,21 @@ pub fn wanted(
     }
 }
 
+/// [`wanted`] as the setting on `primary`; `None`: asynchronous.
+fn set_for(
+    spec: &SynchronousSpec,
+    observed: &Observed,
+    primary: &str,
+    previous: Option<&SynchronousStatus>,
+) -> Option<SynchronousStatus> {
+    let (number, standbys) = wanted(spec, &observed.members, Some(primary), previous)?;
+    Some(SynchronousStatus {
+        primary: primary.to_string(),
+        number,
+        standbys,
+    })
+}
+
 /// `ANY 1 ("db-a", "db-b")`, or `''` (asynchronous). Pod names are DNS labels: quoting them
 /// as identifiers is all they need, and no `'` can appear to break the SQL string.
 pub fn standby_names(set: Option<&SynchronousStatus>) -> String {
@@ -99,9 +114,6 @@ impl<L: ClusterLayer> PostgresTask<L> {
     ) -> SynchronousRound {
         let previous = SynchronousStatus::read(&self.status());
         let spec = ReplicationSpec::synchronous(&self.cluster.spec);
-        let wanted = spec
-            .as_ref()
-            .and_then(|spec| wanted(spec, &observed.members, primary, previous.as_ref()));
         let ready_primary = primary.filter(|name| {
             observed
                 .members
@@ -116,11 +128,9 @@ impl<L: ClusterLayer> PostgresTask<L> {
                 condition: spec.map(|_| (false, "NoReadyPrimary", why.into())),
             };
         };
-        let next = wanted.map(|(number, standbys)| SynchronousStatus {
-            primary: primary.to_string(),
-            number,
-            standbys,
-        });
+        let next = spec
+            .as_ref()
+            .and_then(|spec| set_for(spec, observed, primary, previous.as_ref()));
         let mut round = SynchronousRound {
             status: next.clone(),
             condition: spec.as_ref().map(|spec| match &next {
@@ -169,13 +179,7 @@ impl<L: ClusterLayer> PostgresTask<L> {
             return;
         };
         let previous = SynchronousStatus::read(&self.status());
-        let next = wanted(&spec, &observed.members, Some(candidate), previous.as_ref()).map(
-            |(number, standbys)| SynchronousStatus {
-                primary: candidate.to_string(),
-                number,
-                standbys,
-            },
-        );
+        let next = set_for(&spec, observed, candidate, previous.as_ref());
         match self.set_synchronous(candidate, next).await {
             Ok(shown) => self.say(format!(
                 "Synchronous standbys on {candidate}, before it is promoted: {shown}"
