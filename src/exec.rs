@@ -49,7 +49,7 @@ use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{self, Message};
 use tokio_tungstenite::WebSocketStream;
 
-use crate::client::{Client, ClientError, RequestError};
+use crate::client::{Client, ClientError, Outgoing, RequestError};
 use crate::status::Status;
 
 /// The largest WebSocket message (and frame) accepted, whatever [`ExecLimits::max_output`]
@@ -308,9 +308,11 @@ impl Client {
     ) -> Result<UpgradedConnection, ClientError> {
         let method = Method::GET;
         let failed = |kind| ClientError::request(&method, path_and_query, kind);
-        let response = self
-            .send_with_retries(&method, path_and_query, None, &headers)
-            .await?;
+        let request = Outgoing {
+            headers,
+            ..Outgoing::get(path_and_query)
+        };
+        let response = self.send_with_retries(&request).await?;
         if response.status() != StatusCode::SWITCHING_PROTOCOLS {
             let code = response.status().as_u16();
             return Err(failed(RequestError::NotUpgraded { code }));

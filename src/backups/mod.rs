@@ -11,16 +11,19 @@
 //! | `mod.rs` | the layer: which of step 04's hooks it fills, and what it keeps per cluster |
 //! | `restore.rs` | a seed restored from a backup, followed to its promotion; `status.restore` and the Recovering phase |
 //! | `base_backups.rs` | the base backups' rounds: start a backup pod when due, collect its report |
+//! | `figures.rs` | the last backup's age and the archiver's failures, for `/metrics` |
 //!
 //! A cluster without `spec.backup` or `spec.bootstrap` runs exactly as in stage 04.
 
 pub mod api;
 pub mod base_backups;
+pub mod figures;
 pub mod manifests;
 pub mod plan;
 pub mod restore;
 
 use std::sync::Arc;
+use std::time::SystemTime;
 
 use serde_json::Value;
 use tokio::time::Instant;
@@ -28,6 +31,7 @@ use tokio::time::Instant;
 use crate::api::{PostgresCluster, PostgresClusterStatus};
 use crate::controller::pods::Pod;
 use crate::events::EventType;
+use crate::metrics::Family;
 use crate::postgres::manifests::{Credentials, Role, ROLE_LABEL};
 use crate::postgres::plan::{Action, Observed};
 use crate::postgres::{ClusterLayer, OwnedError, Planned, PostgresTask};
@@ -166,5 +170,15 @@ impl ClusterLayer for Backups {
     ) {
         task.layer.status.write(status);
         restore::phase_and_conditions(status, &task.status(), planned, now);
+    }
+
+    const STATS_SQL: &'static str = figures::STATS_SQL;
+
+    fn figures(
+        clusters: &[Arc<PostgresCluster>],
+        answers: &[Option<Option<String>>],
+        now: SystemTime,
+    ) -> Vec<Family> {
+        figures::figures(clusters, answers, now)
     }
 }

@@ -12,27 +12,24 @@ use hyper::body::{Body as _, Incoming};
 use tokio::time::Instant;
 
 use super::error::snippet;
-use super::{Client, ClientError, RequestError};
+use super::{Client, ClientError, Outgoing, RequestError};
 use crate::status::Status;
 
 impl Client {
     /// Send until the answer is 2xx or 101 (returned with its body still unread, so a watch can
     /// stream it, or `pods/exec` take the connection over) or an error not worth retrying. Each
-    /// attempt's wait for the response head is bounded by the request timeout. `extra_headers`
-    /// go out with every attempt.
+    /// attempt's wait for the response head is bounded by the request timeout.
     pub(crate) async fn send_with_retries(
         &self,
-        method: &Method,
-        path: &str,
-        body: Option<(Bytes, &'static str)>,
-        extra_headers: &HeaderMap,
+        request: &Outgoing<'_>,
     ) -> Result<hyper::Response<Incoming>, ClientError> {
+        let (method, path) = (&request.method, request.path);
         let mut retries = Retries::default();
         loop {
             let started = Instant::now();
             // Every attempt sends the request as its caller asked for it (with the token of the
             // moment).
-            let sent = self.send(method, path, body.clone(), extra_headers);
+            let sent = self.send(request);
             let response = tokio::time::timeout(self.inner.request_timeout, sent)
                 .await
                 .map_err(|_| self.timeout_error(method, path))

@@ -52,16 +52,32 @@ pub use token::TOKEN_REREAD_INTERVAL;
 pub const USER_AGENT: &str = concat!("postgres-operator/", env!("CARGO_PKG_VERSION"));
 type HyperClient = hyper_util::client::legacy::Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
 
+/// One request as its caller asks for it: every attempt sends it as it is.
+pub(crate) struct Outgoing<'a> {
+    pub method: Method,
+    /// From `/`, with any `?query`.
+    pub path: &'a str,
+    /// The bytes and their `Content-Type`.
+    pub body: Option<(Bytes, &'static str)>,
+    /// Beside the ones every request carries.
+    pub headers: HeaderMap,
+}
+
+impl Outgoing<'_> {
+    pub fn get(path: &str) -> Outgoing<'_> {
+        Outgoing {
+            method: Method::GET,
+            path,
+            body: None,
+            headers: HeaderMap::new(),
+        }
+    }
+}
+
 impl Client {
-    /// Send one request and wait for the response head. `body` is the bytes and their
-    /// `Content-Type`.
-    async fn send(
-        &self,
-        method: &Method,
-        path: &str,
-        body: Option<(Bytes, &'static str)>,
-        extra_headers: &HeaderMap,
-    ) -> Result<hyper::Response<Incoming>, ClientError> {
+    /// Send one request and wait for the response head.
+    async fn send(&self, request: &Outgoing<'_>) -> Result<hyper::Response<Incoming>, ClientError> {
+        let (method, path) = (&request.method, request.path);
         if !path.starts_with('/') {
             return Err(ClientError::RelativePath {
                 path: path.to_string(),
@@ -73,7 +89,7 @@ impl Client {
             .uri(format!("{}{path}", self.inner.base))
             .header(header::ACCEPT, "application/json")
             .header(header::USER_AGENT, USER_AGENT);
-        for (name, value) in extra_headers {
+        for (name, value) in &request.headers {
             builder = builder.header(name, value);
         }
         if let Some(token) = self.inner.token.current() {
@@ -85,10 +101,10 @@ impl Client {
             value.set_sensitive(true);
             builder = builder.header(header::AUTHORIZATION, value);
         }
-        let request = match body {
+        let request = match &request.body {
             Some((bytes, content_type)) => builder
-                .header(header::CONTENT_TYPE, content_type)
-                .body(Full::new(bytes)),
+                .header(header::CONTENT_TYPE, *content_type)
+                .body(Full::new(bytes.clone())),
             None => builder.body(Full::new(Bytes::new())),
         }
         .map_err(|source| ClientError::InvalidPath {
@@ -173,9 +189,13 @@ impl Client {
         path: &str,
         body: Option<(Bytes, &'static str)>,
     ) -> Result<T, ClientError> {
-        let response = self
-            .send_with_retries(&method, path, body, &HeaderMap::new())
-            .await?;
+        let request = Outgoing {
+            method,
+            body,
+            ..Outgoing::get(path)
+        };
+        let response = self.send_with_retries(&request).await?;
+        let method = request.method;
         let code = response.status().as_u16();
         let body = self.read_body_in_time(&method, path, response).await?;
         serde_json::from_slice(&body).map_err(|source| {

@@ -12,8 +12,8 @@
 //! | `server.rs` | the HTTP server: three paths, bounded connections, never a panic |
 //!
 //! The figures of each cluster are read when Prometheus scrapes, not kept: members wanted and
-//! ready and the primary from the cluster watch's store, replication lag and archive failures
-//! through one `pods/exec` on each primary (`src/postgres/figures.rs`, a [`ScrapeTime`]).
+//! ready and the primary from the cluster watch's store, replication lag through one `pods/exec`
+//! on each primary (`src/postgres/figures.rs`, a [`ScrapeTime`]; step 05 adds its own there).
 //!
 //! # One handle, not a process-wide registry
 //!

@@ -259,7 +259,7 @@ pub async fn run_postgres_operator<L: ClusterLayer>(
         options.watch.clone(),
         stop_watches.clone(),
     );
-    let figures = ClusterFigures::new(client.clone(), cluster_watcher.store.clone());
+    let figures = ClusterFigures::<L>::new(client.clone(), cluster_watcher.store.clone());
     options.metrics.scrape_also(Arc::new(figures));
     let cluster_events = options
         .metrics

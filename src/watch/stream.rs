@@ -3,18 +3,18 @@
 //! bytes mean is the framer's (`frame.rs`) and the decoder's (`event.rs`).
 
 use bytes::Bytes;
-use http::{HeaderMap, Method};
+use http::Method;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 
-use crate::client::{Client, ClientError, RequestError};
+use crate::client::{Client, ClientError, Outgoing, RequestError};
 
 impl Client {
     /// GET with no overall timeout; returns once the response headers are in and 2xx. Only
     /// getting the headers is bounded by the request timeout: a watch then stays open for minutes.
     pub async fn stream(&self, path_and_query: &str) -> Result<ByteStream, ClientError> {
         let response = self
-            .send_with_retries(&Method::GET, path_and_query, None, &HeaderMap::new())
+            .send_with_retries(&Outgoing::get(path_and_query))
             .await?;
         Ok(ByteStream {
             body: response.into_body(),

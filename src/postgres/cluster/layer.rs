@@ -11,17 +11,20 @@
 //!           act           ─ Planned::Core → act.rs, Planned::Own → L::act; L::after_round
 //!           status        ─ next_status → L::status
 //!   every member pod ─ manifests::pod → L::dress_pod
+//!   /metrics         ─ figures.rs: STATS_SQL + L::STATS_SQL on each primary → L::figures
 //! ```
 
 use std::fmt::Debug;
 use std::future::Future;
 use std::sync::Arc;
+use std::time::SystemTime;
 
 use serde_json::Value;
 
 use super::{OwnedError, PostgresTask};
 use crate::api::{PostgresCluster, PostgresClusterStatus};
 use crate::controller::pods::Pod;
+use crate::metrics::Family;
 use crate::postgres::manifests::{Credentials, Role};
 use crate::postgres::plan::{Action, Observed};
 
@@ -115,6 +118,21 @@ pub trait ClusterLayer: Send + Sync + Sized + 'static {
         _status: &mut PostgresClusterStatus,
         _now: &str,
     ) {
+    }
+
+    /// `/metrics`: rows the layer adds to the query each primary answers at a scrape (` UNION
+    /// ALL SELECT kind, name, number ...`, see `figures.rs`), so that they cost no `pods/exec`
+    /// of their own.
+    const STATS_SQL: &'static str = "";
+
+    /// The layer's families: from each cluster and its primary's answer to that query (`psql
+    /// -At` lines; `None` without a primary, `Some(None)` when it did not answer in time).
+    fn figures(
+        _clusters: &[Arc<PostgresCluster>],
+        _answers: &[Option<Option<String>>],
+        _now: SystemTime,
+    ) -> Vec<Family> {
+        Vec::new()
     }
 }
 
