@@ -14,7 +14,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 
 use super::pods::{label_selector, Pod, PodApi, PodApiError};
 use super::ClusterInbox;
-use crate::api::{describe_status, validate_spec, PostgresCluster};
+use crate::api::{describe_status, validate_spec, PostgresCluster, PostgresClusterSpec};
 use crate::story::Reporter;
 
 /// What the controller wants a cluster to be. Sent over a `tokio::sync::watch` channel, which
@@ -121,6 +121,63 @@ pub async fn run_task_loop<R: ClusterReconciler>(
     }
 }
 
+/// The workshop's first line about a cluster, and `true` when it is adopted rather than created:
+/// `status` is written by an operator only, so a phase means an earlier run of this operator got
+/// the cluster going. Take it over then; never seed it a second time.
+pub fn introduction(cluster: &PostgresCluster) -> (String, bool) {
+    let status = cluster.status.as_ref();
+    let adopting = status.and_then(|s| s.phase.as_deref()).is_some();
+    let verb = if adopting {
+        "adopting running cluster"
+    } else {
+        "creating cluster"
+    };
+    let line = format!(
+        "{verb} with Spec {}, Status {}",
+        cluster.spec,
+        describe_status(status)
+    );
+    (line, adopting)
+}
+
+/// Take `newer` in place of `current`, telling `say` of a changed spec. Only the spec matters
+/// here: a status write or a label change bumps the resourceVersion too, and must not look like
+/// a spec update. A new spec that fails `validate` is said and left out; the rest of `newer`
+/// (metadata, status) is taken all the same. `true`: the spec changed.
+pub fn take_newer<E: std::fmt::Display>(
+    current: &mut PostgresCluster,
+    newer: PostgresCluster,
+    validate: impl Fn(&PostgresClusterSpec) -> Result<(), E>,
+    say: impl Fn(String),
+) -> bool {
+    if newer.spec == current.spec {
+        tracing::debug!(resource_version = %newer.metadata.resource_version, "spec unchanged; ignoring");
+        *current = newer;
+        return false;
+    }
+    let taken = match validate(&newer.spec) {
+        Ok(()) => {
+            say(format!(
+                "spec update: from {} to {}",
+                current.spec, newer.spec
+            ));
+            true
+        }
+        Err(error) => {
+            let (new, old) = (&newer.spec, &current.spec);
+            say(format!(
+                "ignoring spec update to {new}: {error}; keeping {old}"
+            ));
+            false
+        }
+    };
+    let old = std::mem::replace(current, newer);
+    if !taken {
+        current.spec = old.spec;
+    }
+    taken
+}
+
 /// The task body the controller spawns for one cluster. Returns when the cluster is deleted, or
 /// when `inbox.stop` is cancelled. A failed setup does not end it: it waits for a corrected spec.
 pub(crate) async fn run_cluster<P: PodApi>(
@@ -150,7 +207,10 @@ impl<P: PodApi> ClusterReconciler for ClusterTask<P> {
     /// A spec change waits for the next tick, as the original's did.
     fn take(&mut self, newer: PostgresCluster) -> bool {
         if self.set_up {
-            self.modify(newer);
+            let (reporter, key) = (&self.reporter, &self.key);
+            take_newer(&mut self.cluster, newer, validate_spec, |line| {
+                reporter.report(key, line)
+            });
             return false;
         }
         // The original's goroutine ended on a failed setup and nobody read its channel again: it
@@ -192,52 +252,14 @@ impl<P: PodApi> ClusterTask<P> {
             return;
         }
         self.set_up = true;
-        // `status.phase` is written by an operator only, so "Running" means an earlier run of this
-        // operator got the cluster going: take it over rather than seeding it a second time.
-        let running = self
-            .cluster
-            .status
-            .as_ref()
-            .and_then(|s| s.phase.as_deref())
-            == Some("Running");
-        let verb = if running {
-            "adopting running cluster"
-        } else {
-            "creating cluster"
-        };
-        self.say(format!(
-            "{verb} with Spec {}, Status {}",
-            self.cluster.spec,
-            describe_status(self.cluster.status.as_ref())
-        ));
-        if !running {
+        let (line, adopting) = introduction(&self.cluster);
+        self.say(line);
+        if !adopting {
             // The workshop stops here; launching the seed pod is its homework. A pod created for
             // this cluster should carry `pods::pod_labels` and `pods::owner_reference`.
             self.say("PLACEHOLDER: Launch seed Postgres node!");
             self.say("PLACEHOLDER: Start cluster!");
         }
-    }
-
-    /// A newer object arrived. Only size, version and paused matter to us: a status write or a
-    /// label change bumps the resourceVersion too, and must not look like a spec update.
-    fn modify(&mut self, newer: PostgresCluster) {
-        if newer.spec == self.cluster.spec {
-            tracing::debug!(resource_version = %newer.metadata.resource_version, "spec unchanged; ignoring");
-            self.cluster = newer;
-            return;
-        }
-        if let Err(error) = validate_spec(&newer.spec) {
-            self.say(format!(
-                "ignoring spec update to {}: {error}; keeping {}",
-                newer.spec, self.cluster.spec
-            ));
-            return;
-        }
-        self.say(format!(
-            "spec update: from {} to {}",
-            self.cluster.spec, newer.spec
-        ));
-        self.cluster = newer;
     }
 
     /// The user deleted the cluster: delete its pods and end. The pods carry ownerReferences, so
@@ -376,5 +398,58 @@ mod tests {
         let (running, pending) = split_running_pending(&pods);
         assert_eq!(running, ["db-1", "db-2"]);
         assert_eq!(pending, ["db-3"]);
+    }
+
+    /// A newer object is taken whole when its spec is the same (silently) or valid (said); an
+    /// invalid spec is said and left out, the rest of the object taken.
+    #[test]
+    fn a_newer_object_is_taken_but_never_an_invalid_spec() {
+        let said = std::sync::Mutex::new(Vec::new());
+        let say = |line: String| said.lock().unwrap_or_else(|e| e.into_inner()).push(line);
+        let spec = |size| crate::api::PostgresClusterSpec::new(size, "16");
+        let object = |size, version: &str| {
+            let mut cluster = PostgresCluster::new("ns", "db", spec(size));
+            cluster.metadata.resource_version = version.into();
+            cluster
+        };
+        let mut current = object(3, "1");
+
+        assert!(!take_newer(
+            &mut current,
+            object(3, "2"),
+            validate_spec,
+            say
+        ));
+        assert_eq!(current.metadata.resource_version, "2");
+        assert!(take_newer(&mut current, object(5, "3"), validate_spec, say));
+        assert_eq!(current.spec.size, 5);
+        assert!(!take_newer(
+            &mut current,
+            object(0, "4"),
+            validate_spec,
+            say
+        ));
+        assert_eq!(
+            (
+                current.spec.size,
+                current.metadata.resource_version.as_str()
+            ),
+            (5, "4")
+        );
+
+        let said = said.into_inner().unwrap_or_default();
+        assert_eq!(said.len(), 2, "{said:?}");
+        assert!(
+            said[0].starts_with("spec update: from {size: 3"),
+            "{said:?}"
+        );
+        assert!(
+            said[1].starts_with("ignoring spec update to {size: 0"),
+            "{said:?}"
+        );
+        assert!(
+            said[1].ends_with("keeping {size: 5, version: 16, paused: false}"),
+            "{said:?}"
+        );
     }
 }

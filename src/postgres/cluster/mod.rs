@@ -30,9 +30,11 @@ use tokio::time::Instant;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use crate::api::{describe_status, PostgresCluster, PostgresClusterStatus};
+use crate::api::{PostgresCluster, PostgresClusterStatus};
 use crate::client::{Client, ClientError, Patch};
-use crate::controller::cluster::{run_task_loop, ClusterReconciler, TaskEnd};
+use crate::controller::cluster::{
+    introduction, run_task_loop, take_newer, ClusterReconciler, TaskEnd,
+};
 use crate::controller::pods::Pod;
 use crate::controller::{ClusterInbox, ClusterWorker};
 use crate::events::{self, parse_utc, rfc3339, EventType};
@@ -217,7 +219,7 @@ async fn run<L: ClusterLayer>(
         round_failed: false,
         layer: L::State::default(),
     };
-    task.introduce();
+    task.say(introduction(&task.cluster).0);
     // Unlike stage 03, the first round is now: there is work to do.
     task.reconcile().await;
     run_task_loop(&mut task, inbox, interval).await
@@ -232,28 +234,12 @@ impl<L: ClusterLayer> ClusterReconciler for PostgresTask<L> {
     /// A newer object from the watch: our own status writes come back this way too, so only a
     /// changed spec is news, and it is acted on at once.
     fn take(&mut self, newer: PostgresCluster) -> bool {
-        if newer.spec != self.cluster.spec {
-            // A new spec may need objects the old one did not (or a recreated cluster's).
+        let (reporter, key) = (&self.worker.reporter, &self.key);
+        let say = |line| reporter.report(key, line);
+        if take_newer(&mut self.cluster, newer, validate_spec, say) {
+            // A new spec may need objects the old one did not.
             self.owned_checked = None;
-            match validate_spec(&newer.spec) {
-                Ok(()) => self.say(format!(
-                    "spec update: from {} to {}",
-                    self.cluster.spec, newer.spec
-                )),
-                Err(error) => {
-                    self.say(format!(
-                        "ignoring spec update to {}: {error}; keeping {}",
-                        newer.spec, self.cluster.spec
-                    ));
-                    // Keep the old spec, take the rest (metadata, status).
-                    let spec = self.cluster.spec.clone();
-                    self.cluster = newer;
-                    self.cluster.spec = spec;
-                    return true;
-                }
-            }
         }
-        self.cluster = newer;
         true
     }
 
@@ -304,22 +290,6 @@ impl<L: ClusterLayer> PostgresTask<L> {
     /// The status as last written (empty before the first write).
     pub fn status(&self) -> PostgresClusterStatus {
         self.cluster.status.clone().unwrap_or_default()
-    }
-
-    /// The workshop's first line about a cluster: created, or adopted from an earlier run.
-    fn introduce(&self) {
-        let status = self.cluster.status.as_ref();
-        let verb = match status.and_then(|s| s.phase.as_deref()) {
-            // `status` is written by an operator only: a phase means an earlier run of this
-            // operator got the cluster going. Take it over; never seed it a second time.
-            Some(_) => "adopting running cluster",
-            None => "creating cluster",
-        };
-        self.say(format!(
-            "{verb} with Spec {}, Status {}",
-            self.cluster.spec,
-            describe_status(status)
-        ));
     }
 
     /// Count this round as failed in `/metrics`; the story has said why.
