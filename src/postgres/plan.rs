@@ -10,8 +10,9 @@
 //! The rules, in order; the first that applies wins:
 //!
 //! 1. **The primary first.** Two pods labelled primary: keep the recorded one, delete the other.
-//!    The primary failed, or unready for longer than the failover delay: fence it (delete it),
-//!    wait until it has stopped, then fail over to the most advanced ready replica.
+//!    The primary unready for longer than the failover delay: fence it (delete it), wait until it
+//!    has stopped, then fail over to the most advanced ready replica. A primary whose pod failed
+//!    has stopped already: the failover is at once, and rule 2 removes the pod afterwards.
 //! 2. **Lost members go.** A replica unready for longer than the lost-member delay (a lost node,
 //!    a crash loop) or failed is deleted; rule 4 replaces it. So is a replica Ready but not
 //!    streaming from the primary for longer than the not-streaming delay: it answers queries,
