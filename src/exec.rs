@@ -49,7 +49,7 @@ use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{self, Message};
 use tokio_tungstenite::WebSocketStream;
 
-use crate::client::{Client, ClientError, Outgoing, RequestError};
+use crate::client::{Client, ClientError, Outgoing};
 use crate::status::Status;
 
 /// The largest WebSocket message (and frame) accepted, whatever [`ExecLimits::max_output`]
@@ -144,9 +144,10 @@ pub enum ExecError {
     #[error("exec in pod {pod}: {source}")]
     Upgrade {
         pod: String,
-        // Boxed: a ClientError is large, and every exec result would carry its size.
+        // Boxed: it carries a ClientError, which is large, and every exec result would carry
+        // its size.
         #[source]
-        source: Box<ClientError>,
+        source: Box<UpgradeError>,
     },
     /// The 101 answer is not the WebSocket handshake we asked for.
     #[error("exec in pod {pod}: the WebSocket handshake is wrong: {problem}")]
@@ -187,7 +188,10 @@ impl ExecError {
     /// The HTTP status of a refused upgrade (403, 404...), or of the server's Failure Status.
     pub fn status_code(&self) -> Option<u16> {
         match self {
-            ExecError::Upgrade { source, .. } => source.status_code(),
+            ExecError::Upgrade { source, .. } => match source.as_ref() {
+                UpgradeError::Request(error) => error.status_code(),
+                _ => None,
+            },
             ExecError::Failed { status, .. } => (status.code != 0).then_some(status.code),
             _ => None,
         }
@@ -305,9 +309,7 @@ impl Client {
         &self,
         path_and_query: &str,
         headers: HeaderMap,
-    ) -> Result<UpgradedConnection, ClientError> {
-        let method = Method::GET;
-        let failed = |kind| ClientError::request(&method, path_and_query, kind);
+    ) -> Result<UpgradedConnection, UpgradeError> {
         let request = Outgoing {
             headers,
             ..Outgoing::get(path_and_query)
@@ -315,17 +317,32 @@ impl Client {
         let response = self.send_with_retries(&request).await?;
         if response.status() != StatusCode::SWITCHING_PROTOCOLS {
             let code = response.status().as_u16();
-            return Err(failed(RequestError::NotUpgraded { code }));
+            return Err(UpgradeError::NotUpgraded { code });
         }
         let headers = response.headers().clone();
         // hyper's connection task hands the socket (with any bytes it read past the 101 head)
         // over once it has seen the 101; the pool never gets this connection back.
         let io = tokio::time::timeout(self.request_timeout(), hyper::upgrade::on(response))
             .await
-            .map_err(|_| self.timeout_error(&method, path_and_query))?
-            .map_err(|source| failed(RequestError::Upgrade(source)))?;
+            .map_err(|_| self.timeout_error(&Method::GET, path_and_query))?
+            .map_err(UpgradeError::TakeOver)?;
         Ok(UpgradedConnection { headers, io })
     }
+}
+
+/// Why [`Client::upgrade`] has no connection.
+#[derive(Debug, thiserror::Error)]
+pub enum UpgradeError {
+    /// The request failed or was refused, as any request can be.
+    #[error(transparent)]
+    Request(#[from] ClientError),
+    /// A 2xx answer instead of `101 Switching Protocols`: something between us and the API
+    /// server does not pass upgrades on.
+    #[error("asked to upgrade the connection, got HTTP {code} instead of 101 Switching Protocols (a proxy in the way that does not pass upgrades on?)")]
+    NotUpgraded { code: u16 },
+    /// The server said `101 Switching Protocols`, but hyper could not hand over the connection.
+    #[error("the connection could not be taken over after 101 Switching Protocols: {0}")]
+    TakeOver(#[source] hyper::Error),
 }
 
 /// A connection the API server switched to another protocol with `101 Switching Protocols`

@@ -99,13 +99,6 @@ pub enum RequestError {
     /// The request body could not be serialized.
     #[error("cannot encode the request body: {0}")]
     Encode(#[source] serde_json::Error),
-    /// An upgrade request (`pods/exec`, `crate::exec`) got a 2xx answer instead of `101
-    /// Switching Protocols`: something between us and the API server does not pass upgrades on.
-    #[error("asked to upgrade the connection, got HTTP {code} instead of 101 Switching Protocols (a proxy in the way that does not pass upgrades on?)")]
-    NotUpgraded { code: u16 },
-    /// The server said `101 Switching Protocols`, but hyper could not hand over the connection.
-    #[error("the connection could not be taken over after 101 Switching Protocols: {0}")]
-    Upgrade(#[source] hyper::Error),
 }
 
 impl ClientError {
