@@ -63,24 +63,25 @@ pub trait ClusterReconciler: Send {
     fn tick(&mut self) -> impl Future<Output = ()> + Send {
         self.reconcile()
     }
+    /// Ends when the task is woken for another reason than a new object or the timer, to
+    /// reconcile now (step 04: a pod of the cluster changed). Never, by default.
+    fn woken(&self) -> impl Future<Output = ()> + Send {
+        std::future::pending()
+    }
     /// The user deleted the cluster; the task ends after this.
     fn deleted(&mut self) -> impl Future<Output = ()> + Send;
 }
 
 /// The loop of every cluster task: until the operator stops or the cluster is deleted, wait for
-/// a newer object, a nudge (a pod of this cluster changed: stage 04), or the reconcile timer, and
-/// hand each to `task`. The first tick comes one interval after the start, as the original's 8 s
+/// a newer object, the task's own wake-up (`woken`), or the reconcile timer, and hand each to
+/// `task`. The first tick comes one interval after the start, as the original's 8 s
 /// timer did.
 pub async fn run_task_loop<R: ClusterReconciler>(
     task: &mut R,
     inbox: ClusterInbox,
     interval: Duration,
 ) -> TaskEnd {
-    let ClusterInbox {
-        mut wanted,
-        nudged,
-        stop,
-    } = inbox;
+    let ClusterInbox { mut wanted, stop } = inbox;
     // tokio panics on a zero period; a caller's zero becomes the smallest sensible one.
     let interval = interval.max(Duration::from_millis(1));
     // Created once, outside the loop, so an event never resets it: a steady stream of events
@@ -115,7 +116,7 @@ pub async fn run_task_loop<R: ClusterReconciler>(
                     }
                 }
             }
-            () = nudged.notified() => task.reconcile().await,
+            () = task.woken() => task.reconcile().await,
             _ = timer.tick() => task.tick().await,
         }
     }

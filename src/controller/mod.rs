@@ -46,7 +46,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, watch, Notify};
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -98,9 +98,6 @@ pub trait ClusterWorker: Clone + Send + Sync + 'static {
 pub struct ClusterInbox {
     /// The newest object (or Deleted): one slot, the newest wins.
     pub wanted: watch::Receiver<Wanted>,
-    /// "Something you own changed, look again" — a pod of this cluster moved. `Notify` keeps at
-    /// most one pending wake-up, so a burst of pod events costs one reconcile, not one each.
-    pub nudged: Arc<Notify>,
     /// Cancelled when the operator stops (a child of the controller's one token): end the task.
     pub stop: CancellationToken,
 }
@@ -137,7 +134,6 @@ struct ClusterHandle {
     /// an unchanged spec.
     last_sent: Arc<PostgresCluster>,
     wanted: watch::Sender<Wanted>,
-    nudged: Arc<Notify>,
 }
 
 /// How `Controller::run` ended.
@@ -196,32 +192,14 @@ impl<W: ClusterWorker> Controller<W> {
     /// ended): tell each as step 02's lines, route each change to its cluster's task; then stop
     /// every cluster task and wait for them.
     pub async fn run(
-        self,
-        events: mpsc::Receiver<Event<PostgresCluster>>,
-        shutdown: CancellationToken,
-    ) -> ControllerStopped {
-        // A sender nobody holds: the nudge branch below is simply never ready.
-        let (_, no_nudges) = mpsc::channel(1);
-        self.run_with_nudges(events, no_nudges, shutdown).await
-    }
-
-    /// [`Controller::run`], plus `nudges`: `namespace/name` keys of clusters to look again now
-    /// (stage 04 sends one whenever a pod of that cluster changes).
-    pub async fn run_with_nudges(
         mut self,
         mut events: mpsc::Receiver<Event<PostgresCluster>>,
-        mut nudges: mpsc::Receiver<String>,
         shutdown: CancellationToken,
     ) -> ControllerStopped {
         tracing::debug!("controller running");
-        let mut nudges_open = true;
         loop {
             tokio::select! {
                 () = shutdown.cancelled() => break,
-                nudge = nudges.recv(), if nudges_open => match nudge {
-                    Some(key) => self.nudge(&key),
-                    None => nudges_open = false,
-                },
                 event = events.recv() => match event {
                     Some(event) => {
                         // Step 02's lines, said here where the event is routed: the events come
@@ -282,14 +260,6 @@ impl<W: ClusterWorker> Controller<W> {
         }
     }
 
-    /// Wake the task of cluster `namespace/name` for a reconcile now; unknown keys are ignored
-    /// (a pod of a cluster deleted a moment ago).
-    pub fn nudge(&self, key: &str) {
-        if let Some(handle) = self.clusters.get(key) {
-            handle.nudged.notify_one();
-        }
-    }
-
     /// `namespace/name` of every cluster the controller currently tracks, sorted.
     pub fn cluster_keys(&self) -> Vec<String> {
         let mut keys: Vec<String> = self.clusters.keys().cloned().collect();
@@ -300,11 +270,9 @@ impl<W: ClusterWorker> Controller<W> {
     fn start(&mut self, cluster: Arc<PostgresCluster>) {
         let key = cluster.key();
         let (wanted, wanted_receiver) = watch::channel(Wanted::Object(Arc::clone(&cluster)));
-        let nudged = Arc::new(Notify::new());
         let span = tracing::info_span!("cluster", cluster = %key);
         let inbox = ClusterInbox {
             wanted: wanted_receiver,
-            nudged: Arc::clone(&nudged),
             stop: self.stop.child_token(),
         };
         let task = self
@@ -319,7 +287,6 @@ impl<W: ClusterWorker> Controller<W> {
                 uid: cluster.metadata.uid.clone(),
                 last_sent: cluster,
                 wanted,
-                nudged,
             },
         );
     }

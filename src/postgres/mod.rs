@@ -22,7 +22,7 @@ pub mod operator;
 pub mod plan;
 
 pub use cluster::{
-    ClusterLayer, OwnedError, Planned, PostgresOptions, PostgresTask, PostgresWorker,
+    ClusterLayer, OwnedError, Planned, PostgresOptions, PostgresTask, PostgresWorker, Wakers,
 };
 pub use operator::{
     run_postgres_binary, run_postgres_operator, run_postgres_operator_when_leading, PostgresFlags,

@@ -7,11 +7,11 @@
 //! ```text
 //! run_postgres_operator ── check the CRD (step 01's, created if absent)
 //!      ├── pod watch (label app.kubernetes.io/name=postgres) ──▶ Store<Pod> ── read by every task
-//!      │        └── each pod event ── "namespace/<its cluster label>" ──▶ nudges ─┐
-//!      │   (wait until its first list is in: a task planning from an empty store  │
-//!      │    would take a running cluster for a new one)                           │
-//!      └── cluster watch ─events─▶ Controller::run_with_nudges ◀──────────────────┘
-//!                                           └── one PostgresWorker task per cluster
+//!      │        └── each pod event ── Wakers::wake("namespace/<its cluster label>") ──┐
+//!      │   (wait until its first list is in: a task planning from an empty store      │
+//!      │    would take a running cluster for a new one)                               │
+//!      └── cluster watch ─events─▶ Controller::run                                    │
+//!                                     └── one PostgresWorker task per cluster ◀───────┘
 //! ```
 
 use std::net::SocketAddr;
@@ -22,7 +22,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::cluster::{ClusterLayer, PostgresOptions, PostgresWorker};
+use super::cluster::{ClusterLayer, PostgresOptions, PostgresWorker, Wakers};
 use super::figures::ClusterFigures;
 use crate::api::{collection_path, PostgresCluster};
 use crate::client::Client;
@@ -232,10 +232,14 @@ pub async fn run_postgres_operator<L: ClusterLayer>(
         stop_watches.clone(),
     );
     let pods = pod_watcher.store.clone();
-    let (nudge, nudges) = mpsc::channel(16);
+    let wakers = Wakers::default();
     let (synced_sender, mut synced) = tokio::sync::watch::channel(false);
     let pod_events = options.metrics.observe_watch("pods", pod_watcher.events);
-    let pod_forwarder = tokio::spawn(forward_pod_events(pod_events, nudge, synced_sender));
+    let pod_forwarder = tokio::spawn(forward_pod_events(
+        pod_events,
+        wakers.clone(),
+        synced_sender,
+    ));
     reporter.report_operator("Watching the clusters' pods...");
     // client-go's WaitForCacheSync: plan nothing until the store holds every pod that exists.
     tokio::select! {
@@ -268,11 +272,9 @@ pub async fn run_postgres_operator<L: ClusterLayer>(
         reconcile_interval: options.reconcile_interval,
         ..ControllerOptions::default()
     };
-    let worker = PostgresWorker::<L>::new(client, pods, reporter.clone(), options);
+    let worker = PostgresWorker::<L>::new(client, pods, wakers, reporter.clone(), options);
     let controller = Controller::with_worker(worker, controller_options, reporter);
-    let stopped = controller
-        .run_with_nudges(cluster_events, nudges, shutdown)
-        .await;
+    let stopped = controller.run(cluster_events, shutdown).await;
     stop_watches.cancel();
     let _ = cluster_watcher.task.await;
     let _ = pod_watcher.task.await;
@@ -280,10 +282,10 @@ pub async fn run_postgres_operator<L: ClusterLayer>(
     Ok(stopped)
 }
 
-/// Turn each pod event into a nudge for its cluster's task; say when the first list is in.
+/// Wake the task of each pod event's cluster; say when the first list is in.
 async fn forward_pod_events(
     mut events: mpsc::Receiver<Event<Pod>>,
-    nudge: mpsc::Sender<String>,
+    wakers: Wakers,
     synced: tokio::sync::watch::Sender<bool>,
 ) {
     while let Some(event) = events.recv().await {
@@ -293,18 +295,10 @@ async fn forward_pod_events(
                 synced.send_replace(true);
             }
             Event::Notice(_) => {}
-            // Before the first list is in, no task exists to nudge (each one's first round
-            // comes anyway), and no one reads the nudges: the controller starts once the list
-            // is in. Sent then, the 17th pod would fill the channel and wait for ever, the
-            // list would never end, and the operator would never start. (A first list that
-            // broke off is listed again, which hands on Modified and Deleted too.)
-            Event::Added(_) | Event::Modified(_) | Event::Deleted(_) if !*synced.borrow() => {}
+            // Never waits: a task that is not there (not started yet, or ended) is not woken.
             Event::Added(pod) | Event::Modified(pod) | Event::Deleted(pod) => {
                 if let Some(cluster) = pod.metadata.labels.get(CLUSTER_LABEL) {
-                    let key = format!("{}/{cluster}", pod.metadata.namespace);
-                    if nudge.send(key).await.is_err() {
-                        return; // the controller has stopped
-                    }
+                    wakers.wake(&format!("{}/{cluster}", pod.metadata.namespace));
                 }
             }
         }

@@ -11,7 +11,8 @@ use sandbox::SandboxOptions;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-/// More than the 16 nudges the pod watch may queue for the controller.
+/// More than any channel between the pod watch and the tasks holds (the watch's 16 events; the
+/// 16 wake-ups the controller once queued).
 const PODS: usize = 40;
 
 /// 40 labelled pods exist before the operator starts: it gets past its pod list, and stops.

@@ -28,7 +28,9 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use std::marker::PhantomData;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use tokio::sync::Notify;
 
 use crate::api::{PostgresCluster, PostgresClusterStatus};
 use crate::client::{Client, ClientError, Patch};
@@ -97,6 +99,7 @@ impl Default for PostgresOptions {
 pub struct PostgresWorker<L> {
     client: Client,
     pods: Store<Pod>,
+    wakers: Wakers,
     reporter: Reporter,
     options: PostgresOptions,
     layer: PhantomData<fn() -> L>,
@@ -108,6 +111,7 @@ impl<L> Clone for PostgresWorker<L> {
         PostgresWorker {
             client: self.client.clone(),
             pods: self.pods.clone(),
+            wakers: self.wakers.clone(),
             reporter: self.reporter.clone(),
             options: self.options.clone(),
             layer: PhantomData,
@@ -116,15 +120,18 @@ impl<L> Clone for PostgresWorker<L> {
 }
 
 impl<L: ClusterLayer> PostgresWorker<L> {
+    /// `pods`: the pod watch's store, which every task reads; `wakers`: how its events wake them.
     pub fn new(
         client: Client,
         pods: Store<Pod>,
+        wakers: Wakers,
         reporter: Reporter,
         options: PostgresOptions,
     ) -> PostgresWorker<L> {
         PostgresWorker {
             client,
             pods,
+            wakers,
             reporter,
             options,
             layer: PhantomData,
@@ -139,6 +146,59 @@ impl<L: ClusterLayer> ClusterWorker for PostgresWorker<L> {
         inbox: ClusterInbox,
     ) -> impl Future<Output = TaskEnd> + Send + 'static {
         run(self.clone(), cluster, inbox)
+    }
+}
+
+/// Each running task's wake-up, by `namespace/name`: how a pod event reaches the task of its
+/// cluster (`operator.rs`). `Notify` keeps at most one pending wake-up, so a burst of pod events
+/// costs one round, not one each.
+#[derive(Clone, Default)]
+pub struct Wakers(Arc<Mutex<HashMap<String, Arc<Notify>>>>);
+
+impl Wakers {
+    /// Wake the task of cluster `key` for a round now. A key with no task (a pod of a cluster
+    /// deleted a moment ago, or one whose task has not started yet) is ignored.
+    pub fn wake(&self, key: &str) {
+        if let Some(waker) = self
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(key)
+        {
+            waker.notify_one();
+        }
+    }
+
+    /// A wake-up for the task of `key`, registered until the returned value is dropped.
+    fn register(&self, key: &str) -> Registered {
+        let notify = Arc::new(Notify::new());
+        let mut wakers = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        wakers.insert(key.to_string(), Arc::clone(&notify));
+        Registered {
+            wakers: self.clone(),
+            key: key.to_string(),
+            notify,
+        }
+    }
+}
+
+/// A task's entry in [`Wakers`], removed when the task ends, however it ends.
+struct Registered {
+    wakers: Wakers,
+    key: String,
+    notify: Arc<Notify>,
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        let mut wakers = self.wakers.0.lock().unwrap_or_else(PoisonError::into_inner);
+        // A task for the same cluster started since (it was re-created) has its own entry.
+        if wakers
+            .get(&self.key)
+            .is_some_and(|n| Arc::ptr_eq(n, &self.notify))
+        {
+            wakers.remove(&self.key);
+        }
     }
 }
 
@@ -182,9 +242,10 @@ pub struct PostgresTask<L: ClusterLayer> {
     owned_checked: Option<Instant>,
     /// The synchronous standbys this task last set on a primary (`synchronous.rs`).
     synchronous_set: Option<SynchronousStatus>,
-    /// Wakes this task's loop: a pod event does, and so does the timer set for the end of the
-    /// first running delay (`plan::next_deadline`), which the next round acts on.
-    nudge: Arc<tokio::sync::Notify>,
+    /// Wakes this task's loop (`woken`): a pod event does (through [`Wakers`]), and so does the
+    /// timer set for the end of the first running delay (`plan::next_deadline`), which the next
+    /// round acts on.
+    nudge: Arc<Notify>,
     wake_up: Option<tokio::task::JoinHandle<()>>,
     /// Which replicas the primary was last found streaming to (`streaming.rs`).
     streaming: streaming::StreamingWatch,
@@ -203,6 +264,7 @@ async fn run<L: ClusterLayer>(
     let interval = worker.options.reconcile_interval;
     // `/healthz` watches this loop until the task ends (and fails if it panics).
     let _loop = worker.options.metrics.reconcile_loop(&cluster.key());
+    let registered = worker.wakers.register(&cluster.key());
     let mut task = PostgresTask {
         key: cluster.key(),
         cluster,
@@ -213,7 +275,7 @@ async fn run<L: ClusterLayer>(
         last_members_line: String::new(),
         owned_checked: None,
         synchronous_set: None,
-        nudge: inbox.nudged.clone(),
+        nudge: Arc::clone(&registered.notify),
         wake_up: None,
         streaming: streaming::StreamingWatch::default(),
         round_failed: false,
@@ -261,6 +323,10 @@ impl<L: ClusterLayer> ClusterReconciler for PostgresTask<L> {
             self.owned_checked = None;
         }
         self.reconcile().await;
+    }
+
+    fn woken(&self) -> impl Future<Output = ()> + Send {
+        self.nudge.notified()
     }
 
     async fn deleted(&mut self) {
@@ -714,6 +780,27 @@ mod tests {
     use super::*;
     use crate::controller::pods::PodCondition;
     use std::time::SystemTime;
+
+    /// A registered task is woken by its key; an ended task's entry goes, but never the entry
+    /// of a task started since for the same key.
+    #[tokio::test]
+    async fn wakers_wake_the_task_registered_under_a_key() {
+        let wakers = Wakers::default();
+        let first = wakers.register("ns/db");
+        wakers.wake("ns/db");
+        wakers.wake("ns/other");
+        tokio::time::timeout(Duration::from_secs(5), first.notify.notified())
+            .await
+            .expect("the registered task is woken");
+        let second = wakers.register("ns/db");
+        drop(first);
+        wakers.wake("ns/db");
+        tokio::time::timeout(Duration::from_secs(5), second.notify.notified())
+            .await
+            .expect("the newer task keeps its entry");
+        drop(second);
+        assert!(wakers.0.lock().unwrap_or_else(PoisonError::into_inner).is_empty());
+    }
 
     /// A field the next status no longer has is sent as `null`, at any depth, so the merge
     /// patch removes it; what stays is sent as it is.
