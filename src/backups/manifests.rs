@@ -67,9 +67,12 @@ pub fn backup_claim_name(cluster_name: &str) -> String {
 /// failover or a crash the same segment can be archived twice. A different one is a failure
 /// (exit 1), which PostgreSQL retries and reports in `pg_stat_archiver`, keeping the segment.
 pub fn archive_command(dir: &str) -> String {
+    // One way to compress, for the copy and for the comparison: gzip records its level in the
+    // header, so the same segment compressed at another level would never compare equal.
+    let gzip = "gzip -n -1 -c %p";
     format!(
-        "f={dir}/wal/%f.gz; if [ -f \"$f\" ]; then gzip -n -c %p | cmp -s - \"$f\"; \
-         else mkdir -p {dir}/wal && gzip -n -1 -c %p > \"$f.tmp\" && sync \"$f.tmp\" && mv \"$f.tmp\" \"$f\"; fi"
+        "f={dir}/wal/%f.gz; if [ -f \"$f\" ]; then {gzip} | cmp -s - \"$f\"; \
+         else mkdir -p {dir}/wal && {gzip} > \"$f.tmp\" && sync \"$f.tmp\" && mv \"$f.tmp\" \"$f\"; fi"
     )
 }
 
@@ -571,15 +574,31 @@ mod tests {
         PostgresCluster::new("prod", "db", spec)
     }
 
-    /// The archive command compresses into a temporary name, fsyncs, renames; an identical
-    /// file already there is success, a different one failure.
+    /// The archive command, run by `sh` as the archiver runs it: the segment is archived once
+    /// (compressed, fsynced, renamed), the same segment again is success, and a different one
+    /// under that name is a failure that leaves the archived one as it was.
     #[test]
-    fn archive_command_is_atomic_and_never_overwrites() {
-        let command = archive_command("/backups");
-        assert!(command.starts_with(
-            "f=/backups/wal/%f.gz; if [ -f \"$f\" ]; then gzip -n -c %p | cmp -s - \"$f\";"
-        ));
+    fn archive_command_archives_once_and_never_overwrites() {
+        let scratch = tempfile::tempdir().expect("a temporary directory");
+        let archive = scratch.path().join("backups");
+        let command = archive_command(&archive.to_string_lossy());
         assert!(command.contains("> \"$f.tmp\" && sync \"$f.tmp\" && mv \"$f.tmp\" \"$f\""));
+        let archive_segment = |content: &[u8]| {
+            std::fs::write(scratch.path().join("segment"), content).expect("segment written");
+            let command = command.replace("%p", "segment").replace("%f", "000000010000000000000001");
+            let status = std::process::Command::new("sh")
+                .args(["-c", &command])
+                .current_dir(scratch.path())
+                .status()
+                .expect("sh runs");
+            status.success()
+        };
+        let archived = archive.join("wal/000000010000000000000001.gz");
+        assert!(archive_segment(b"one segment's WAL"), "archived");
+        let first = std::fs::read(&archived).expect("the archived file");
+        assert!(archive_segment(b"one segment's WAL"), "the same again is success");
+        assert!(!archive_segment(b"another segment's WAL"), "a different one is refused");
+        assert_eq!(std::fs::read(&archived).expect("still there"), first);
         assert_eq!(
             restore_command("/restore-source"),
             "f=/restore-source/wal/%f.gz; [ -f \"$f\" ] && gunzip -c \"$f\" > %p"

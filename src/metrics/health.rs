@@ -34,7 +34,7 @@ impl HealthBounds {
     ///
     /// A reconcile loop: its timer starts a round every `reconcile_interval`; a round is a
     /// handful of requests, each bounded by the client's 30 s timeout, and at worst a
-    /// `pg_promote` that waits up to 60 s. Two intervals plus two minutes without a round
+    /// `pg_promote` that waits up to 25 s. Two intervals plus two minutes without a round
     /// ended is a loop that is stuck (136 s with the 8 s default).
     pub fn for_operator(reconcile_interval: Duration, watch: &WatchOptions) -> HealthBounds {
         HealthBounds {

@@ -494,9 +494,11 @@ pub const IS_IN_RECOVERY_SQL: &str = "SELECT pg_is_in_recovery()";
 pub const REPLICA_LSNS_SQL: &str = "SELECT pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn()";
 /// On a primary: where its WAL ends now. (On a standby this is an error.)
 pub const CURRENT_WAL_LSN_SQL: &str = "SELECT pg_current_wal_lsn()";
-/// On a replica: end recovery and become a primary on a new timeline. Waits up to 60 s for the
-/// promotion to finish and prints `t` if it did.
-pub const PROMOTE_SQL: &str = "SELECT pg_promote(true, 60)";
+/// On a replica: end recovery and become a primary on a new timeline. Waits up to 25 s for the
+/// promotion to finish and prints `t` if it did, `f` if not: inside the exec's own 30 s limit
+/// (`ExecLimits::default`), so that a slow promotion is said as one, not as a failed exec. The
+/// server goes on promoting either way; the next round finds the replica promoted.
+pub const PROMOTE_SQL: &str = "SELECT pg_promote(true, 25)";
 
 /// Output of one of the queries above that is not what the query prints.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
