@@ -139,8 +139,9 @@ impl Default for ExecLimits {
 pub enum ExecError {
     /// The API server did not switch protocols: it refused (403 without RBAC `get`, and since
     /// Kubernetes 1.35 `create`, on `pods/exec`; 404 for a pod that is gone; 400 for a container
-    /// that is not running), or could not be reached. [`ExecError::status_code`] gives the HTTP
-    /// status.
+    /// that is not running), could not be reached, or answered 101 but the connection could not
+    /// be taken over ([`UpgradeError`]). [`ExecError::status_code`] gives the HTTP status of a
+    /// refusal.
     #[error("exec in pod {pod}: {source}")]
     Upgrade {
         pod: String,
@@ -156,8 +157,9 @@ pub enum ExecError {
     /// the end would never finish.
     #[error("exec in pod {pod}: the API server speaks only v4.channel.k8s.io, which cannot close stdin (v5 needs Kubernetes 1.30 or later); put the input in the command instead")]
     StdinNeedsV5 { pod: String },
-    /// The WebSocket failed mid-exec: the connection broke, a frame was malformed, or a
-    /// message was larger than [`MAX_MESSAGE_BYTES`].
+    /// The WebSocket failed mid-exec: a frame was malformed, a message was larger than
+    /// [`MAX_MESSAGE_BYTES`], or sending stdin failed. (A connection that ends while the output
+    /// is read is [`ExecError::NoStatus`].)
     #[error("exec in pod {pod}: the WebSocket failed: {source}")]
     WebSocket {
         pod: String,

@@ -7,7 +7,8 @@
 //! `manifests.rs` — the claim `<name>-backups`, the archive settings every member gets, the
 //! backup pod and the restore init container; `plan.rs` — a seed that restores in place of the
 //! disaster when a backup exists, members that do not archive replaced, and when to take a base
-//! backup; `restore.rs` and `base_backups.rs` carry them out. The same
+//! backup; `restore.rs` and `base_backups.rs` carry them out; `figures.rs` — the last backup's age
+//! and the archiver's failures for `/metrics`; `mod.rs` — the layer itself, the hooks it fills. The same
 //! operator as stage 04 with that layer plugged in: a cluster without `spec.backup` runs exactly
 //! as in stage 04. Like stage 04 it acts only while it holds the Lease `postgres-operator`.
 //!

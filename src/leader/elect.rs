@@ -282,7 +282,7 @@ pub enum Takeover {
     Released { previous: Option<String> },
     /// Its holder stopped renewing for longer than the lease duration.
     Expired { previous: String },
-    /// It already named us (a restart that kept its identity).
+    /// It already named us (only with a fixed identity: see `Verdict::Ours`).
     Kept,
 }
 

@@ -73,7 +73,8 @@ impl LeaseSpec {
 pub enum Verdict {
     /// Nobody holds it: take it now.
     Released,
-    /// Ours (a renewal, or a restart that kept the identity).
+    /// It already names this identity (only with a fixed identity: `identity_from_env` makes a
+    /// new one for every process).
     Ours,
     /// Another holder, silent for longer than its leaseDuration: take it.
     Expired { holder: String },

@@ -2,7 +2,7 @@
 //! metric family a `# HELP` line, a `# TYPE` line, then its samples, one a line:
 //!
 //! ```text
-//! # HELP postgres_operator_reconciles_total Reconcile rounds the cluster tasks finished.
+//! # HELP postgres_operator_reconciles_total Reconcile rounds the cluster tasks ended.
 //! # TYPE postgres_operator_reconciles_total counter
 //! postgres_operator_reconciles_total 42
 //! # HELP postgres_cluster_members_ready Member pods that are ready (status.readyInstances).

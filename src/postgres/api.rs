@@ -130,8 +130,9 @@ impl SynchronousStatus {
     }
 }
 
-/// `status.switchover`: the [`SWITCHOVER_ANNOTATION`] value last acted on (the pod it named
-/// became the primary).
+/// `status.switchover`: the [`SWITCHOVER_ANNOTATION`] value last acted on: recorded when its
+/// primary was deleted, or once the pod it names is primary. The failover prefers that pod, but
+/// promotes a more advanced replica if the named one lacks WAL.
 pub fn switchover(status: &PostgresClusterStatus) -> Option<String> {
     field(&status.more, "switchover").ok().flatten()
 }

@@ -432,7 +432,8 @@ pub fn pod(cluster: &PostgresCluster, role: Role) -> Value {
         // have shipped all WAL to the connected replicas, so they all stop at the same LSN and
         // any of them can be promoted with the others following. The kubelet's SIGKILL when
         // the grace period ends skips all of that. 60 s covers a checkpoint of a busy server;
-        // much longer would only delay a failover, which waits for the old primary to be gone.
+        // much longer would only delay a failover, which waits for the old primary to stop (at
+        // most `Delays::stop_timeout`, then fences it and goes on).
         "terminationGracePeriodSeconds": 60,
         "containers": [postgres_container(cluster, &image)],
         "volumes": [

@@ -1,4 +1,4 @@
-//! The whole step-04 operator in one call: stage 03's (register, watch the clusters, one task
+//! The whole step-04 operator in one call: stage 03's (check the CRD, watch the clusters, one task
 //! per cluster), plus a watch of the clusters' pods whose store the tasks read and whose events
 //! wake the task of the pod's cluster. `stages/stage04.rs` and the tour run exactly this.
 //!

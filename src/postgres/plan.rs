@@ -21,8 +21,8 @@
 //!    container), starting, or terminating.
 //! 4. **Count.** No pods: a new cluster gets its seed primary; a cluster that ran is a disaster
 //!    (re-seeding an empty database would hide the loss).
-//!    Fewer than `size`: add one replica. More: delete one replica, never the primary (an unready
-//!    one first, else the newest).
+//!    Fewer than `size`: add one replica. More: delete the newest replica, never the primary
+//!    (every member is ready by now: rule 3 waited otherwise).
 //! 5. **A planned switchover** (the `workshop.example.com/switchover-to` annotation names a
 //!    ready replica): the primary is deleted and stops cleanly; rule 1 promotes that replica.
 //! 6. **Minor upgrades**, one pod at a time: replace a replica still on the old image; when every
@@ -58,10 +58,13 @@ pub struct Member {
     pub phase: Phase,
     /// Kubernetes' Ready condition: the readiness probe (`pg_isready`) passes.
     pub ready: bool,
-    /// How long this task has seen the pod Running but not Ready (zero when Ready). Kept by the
-    /// task, not read from the pod: the time a pod went unready is the task's own observation.
+    /// How long the pod has been Running but not Ready (zero when Ready), on this task's clock.
+    /// A task that first sees it unready credits the kubelet's record (the Ready condition's
+    /// `lastTransitionTime`), at most half the failover delay (`cluster::since_recorded`).
     pub unready_for: Duration,
-    /// How long this task has seen the pod terminating (zero when it is not).
+    /// How long the pod has been terminating (zero when it is not), on this task's clock; a
+    /// task that first sees it so credits the time since its `deletionTimestamp`, at most half
+    /// the stop timeout.
     pub terminating_for: Duration,
     /// Terminating, and its containers have all exited: the kubelet gives a deleted pod its
     /// final phase (Succeeded or Failed) once its processes are gone, before the object goes.
@@ -88,8 +91,9 @@ pub struct Observed {
     pub members: Vec<Member>,
     /// `status.primary`: the pod the operator last made (or found) primary.
     pub recorded_primary: Option<String>,
-    /// The cluster has had a primary before (`status.primary` set once). With no pods left,
-    /// this is what tells a disaster from a cluster that is new.
+    /// The cluster ran before: `status.phase` is Running or Failed (step 05 adds Recovering from
+    /// its own backups). With no pods left, this is what tells a disaster from a cluster that is
+    /// new.
     pub has_run: bool,
     /// `spec.size`.
     pub size: usize,
@@ -114,8 +118,9 @@ pub struct Quorum {
 pub struct Delays {
     /// The primary unready this long is failed over. Short: writes stop while it is down. Not
     /// zero: a restart in place (the kubelet restarting a crashed postgres, which recovers on
-    /// its own data in a few seconds) should not cost a failover; we count from the first time
-    /// we see it unready, which the readiness probe says after two misses, 2 s apart.
+    /// its own data in a few seconds) should not cost a failover; we count from when it went
+    /// unready (see `Member::unready_for`), which the readiness probe says after two misses, 2 s
+    /// apart.
     pub failover_after: Duration,
     /// A replica Running but unready this long is deleted and replaced. Longer than a replica's
     /// start (recovery replays the WAL it missed) on a slow machine.

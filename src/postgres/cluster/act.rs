@@ -51,8 +51,8 @@ impl<L: ClusterLayer> PostgresTask<L> {
                 let (line, event_type, event_reason) = delete_story(pod, *reason, member, observed);
                 self.say(line.clone());
                 // A primary fenced for being unready may be hung (every process stopped): it
-                // would never act on SIGINT, and the failover waits for it to be gone, so the
-                // pod's 60 s grace period would be 60 s more without writes. A short one: the
+                // would never act on SIGINT, and the failover waits for it to stop (up to the stop
+                // timeout), so a 60 s grace period would be that much more without writes. A short one: the
                 // kubelet's SIGKILL then ends even a stopped process. What it had not streamed
                 // is lost either way; a healthy but slow primary is not fenced (unready first).
                 let grace = (*reason == DeleteReason::FencePrimary).then_some(FENCE_GRACE_SECONDS);

@@ -37,7 +37,7 @@ pub enum Planned<A> {
 
 /// A layer over the stage-04 round. Every hook has a default that does nothing, so a layer
 /// names only the places it adds to. The hooks get the task (its cluster, its client, its
-/// story, and the layer's own `state`).
+/// story, and the layer's own state, `task.layer`).
 pub trait ClusterLayer: Send + Sync + Sized + 'static {
     /// What the layer keeps per cluster between rounds.
     type State: Default + Send + Sync + 'static;

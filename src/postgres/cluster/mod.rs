@@ -293,8 +293,9 @@ impl<L: ClusterLayer> ClusterReconciler for PostgresTask<L> {
         PostgresTask::say(self, line);
     }
 
-    /// A newer object from the watch: our own status writes come back this way too, so only a
-    /// changed spec is news, and it is acted on at once.
+    /// A newer object from the watch (`take_newer`: a changed spec is said, an invalid one
+    /// refused), and a round at once, whatever changed: an annotation may ask for a switchover
+    /// or a backup. A new spec also has the owned objects checked again.
     fn take(&mut self, newer: PostgresCluster) -> bool {
         let (reporter, key) = (&self.worker.reporter, &self.key);
         let say = |line| reporter.report(key, line);
@@ -353,7 +354,8 @@ impl<L: ClusterLayer> PostgresTask<L> {
         &self.cluster.metadata.namespace
     }
 
-    /// The status as last written (empty before the first write).
+    /// The status as the cluster object holds it: last written by this task, or by an earlier
+    /// run (empty for a new cluster).
     pub fn status(&self) -> PostgresClusterStatus {
         self.cluster.status.clone().unwrap_or_default()
     }
@@ -799,7 +801,11 @@ mod tests {
             .await
             .expect("the newer task keeps its entry");
         drop(second);
-        assert!(wakers.0.lock().unwrap_or_else(PoisonError::into_inner).is_empty());
+        assert!(wakers
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_empty());
     }
 
     /// A field the next status no longer has is sent as `null`, at any depth, so the merge
