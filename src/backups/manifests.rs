@@ -585,7 +585,9 @@ mod tests {
         assert!(command.contains("> \"$f.tmp\" && sync \"$f.tmp\" && mv \"$f.tmp\" \"$f\""));
         let archive_segment = |content: &[u8]| {
             std::fs::write(scratch.path().join("segment"), content).expect("segment written");
-            let command = command.replace("%p", "segment").replace("%f", "000000010000000000000001");
+            let command = command
+                .replace("%p", "segment")
+                .replace("%f", "000000010000000000000001");
             let status = std::process::Command::new("sh")
                 .args(["-c", &command])
                 .current_dir(scratch.path())
@@ -596,8 +598,14 @@ mod tests {
         let archived = archive.join("wal/000000010000000000000001.gz");
         assert!(archive_segment(b"one segment's WAL"), "archived");
         let first = std::fs::read(&archived).expect("the archived file");
-        assert!(archive_segment(b"one segment's WAL"), "the same again is success");
-        assert!(!archive_segment(b"another segment's WAL"), "a different one is refused");
+        assert!(
+            archive_segment(b"one segment's WAL"),
+            "the same again is success"
+        );
+        assert!(
+            !archive_segment(b"another segment's WAL"),
+            "a different one is refused"
+        );
         assert_eq!(std::fs::read(&archived).expect("still there"), first);
         assert_eq!(
             restore_command("/restore-source"),
