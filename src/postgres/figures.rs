@@ -152,43 +152,49 @@ pub fn cluster_labels(cluster: &PostgresCluster) -> Vec<(&'static str, String)> 
     ]
 }
 
-// The families, each still without samples: the first four from the cluster watch's store, the
-// last three from what the primary's `psql` said (the table at the top).
-const MEMBERS_WANTED: Family = Family::new(
-    "postgres_cluster_members_wanted",
-    "Members the cluster should have (spec.size).",
-    Kind::Gauge,
-);
-const MEMBERS_READY: Family = Family::new(
-    "postgres_cluster_members_ready",
-    "Member pods that are ready (status.readyInstances).",
-    Kind::Gauge,
-);
-const PRIMARY: Family = Family::new(
-    "postgres_cluster_primary",
-    "1 for the pod that is the cluster's primary (status.primary).",
-    Kind::Gauge,
-);
-const SYNCHRONOUS_WANTED: Family = Family::new(
-    "postgres_cluster_synchronous_standbys_wanted",
-    "Standbys each commit must reach (spec.replication.synchronous.number); absent: asynchronous.",
-    Kind::Gauge,
-);
-const REPLICATION_LAG: Family = Family::new(
-    "postgres_cluster_replication_lag_bytes",
-    "How far each replica's replay is behind the primary's WAL, in bytes (pg_stat_replication).",
-    Kind::Gauge,
-);
-const SYNCHRONOUS_SEEN: Family = Family::new(
-    "postgres_cluster_synchronous_standbys",
-    "Standbys streaming as synchronous ones now (pg_stat_replication.sync_state sync or quorum).",
-    Kind::Gauge,
-);
-const STATS_UP: Family = Family::new(
-    "postgres_cluster_stats_up",
-    "1 when the primary answered the scrape's psql in time, 0 when not.",
-    Kind::Gauge,
-);
+/// The families from the cluster watch's store (the first four in the table at the top), each
+/// still without samples.
+const FROM_THE_STORE: [Family; 4] = [
+    Family::new(
+        "postgres_cluster_members_wanted",
+        "Members the cluster should have (spec.size).",
+        Kind::Gauge,
+    ),
+    Family::new(
+        "postgres_cluster_members_ready",
+        "Member pods that are ready (status.readyInstances).",
+        Kind::Gauge,
+    ),
+    Family::new(
+        "postgres_cluster_primary",
+        "1 for the pod that is the cluster's primary (status.primary).",
+        Kind::Gauge,
+    ),
+    Family::new(
+        "postgres_cluster_synchronous_standbys_wanted",
+        "Standbys each commit must reach (spec.replication.synchronous.number); absent: asynchronous.",
+        Kind::Gauge,
+    ),
+];
+
+/// The families from what the primary's `psql` said (the last three).
+const FROM_THE_PRIMARY: [Family; 3] = [
+    Family::new(
+        "postgres_cluster_replication_lag_bytes",
+        "How far each replica's replay is behind the primary's WAL, in bytes (pg_stat_replication).",
+        Kind::Gauge,
+    ),
+    Family::new(
+        "postgres_cluster_synchronous_standbys",
+        "Standbys streaming as synchronous ones now (pg_stat_replication.sync_state sync or quorum).",
+        Kind::Gauge,
+    ),
+    Family::new(
+        "postgres_cluster_stats_up",
+        "1 when the primary answered the scrape's psql in time, 0 when not.",
+        Kind::Gauge,
+    ),
+];
 
 /// The families, from each cluster and what its primary said: `answers[i]` is `clusters[i]`'s
 /// `psql -At` lines, `None` without a primary, `Some(None)` when the primary did not answer.
@@ -196,9 +202,8 @@ pub fn figures<C: Borrow<PostgresCluster>>(
     clusters: &[C],
     answers: &[Option<Option<String>>],
 ) -> Vec<Family> {
-    let (mut wanted, mut ready, mut primaries) = (MEMBERS_WANTED, MEMBERS_READY, PRIMARY);
-    let (mut sync_wanted, mut sync_seen) = (SYNCHRONOUS_WANTED, SYNCHRONOUS_SEEN);
-    let (mut lag, mut up) = (REPLICATION_LAG, STATS_UP);
+    let [mut wanted, mut ready, mut primaries, mut sync_wanted] = FROM_THE_STORE;
+    let [mut lag, mut sync_seen, mut up] = FROM_THE_PRIMARY;
     for (cluster, answer) in clusters.iter().zip(answers) {
         let cluster: &PostgresCluster = cluster.borrow();
         let labels = cluster_labels(cluster);
