@@ -14,7 +14,7 @@
 //! | [`crd_check`] | what every later stage does first: the type created if absent, never changed | Step 02 (explained in step 01) |
 //! | [`api`] | the typed `PostgresCluster` (spec, status; the later steps' fields carried untyped in `more`), object metadata and lists, and the REST paths to our objects | Step 02 |
 //! | [`watch`] | the byte stream of a watch (`Client::stream`) → lines → typed events, list-then-watch that never loses its place, and the `Store` it keeps | Step 02 (the store: step 04) |
-//! | [`story`] | what the operator says: the workshop's log lines, and the `Reporter` that tags each with its cluster | Steps 02 and 03 (who leads: step 04) |
+//! | [`story`] | what the operator says: the workshop's log lines, and the `Reporter` that tags each with its cluster | Steps 02 and 03 |
 //! | [`controller`] | one task per cluster, its own channel, and a reconcile timer | Step 03 |
 //! | [`postgres`] | step 04, a Postgres cluster for real: its own fields of the spec and status (`api.rs`), what a cluster owns, the plan, the cluster task that acts (and the seam a later step plugs into), synchronous replication, status, each cluster's figures | Step 04 |
 //! | [`exec`] | `pods/exec`: a command in a pod over a WebSocket (`channel.k8s.io` streams, the exit Status) | Step 04 ("Inside step 04: one `pods/exec`, byte by byte") |

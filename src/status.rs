@@ -1,8 +1,9 @@
 //! The Kubernetes `Status` object: the body of every error the API server returns, and of the
 //! `ERROR` events a watch can carry.
 //!
-//! WORKSHOP.md, "When the server says no" (Set-up). Shared by the client (which decodes it), the
-//! watch decoder (which finds it inside events) and the sandbox (which sends it).
+//! WORKSHOP.md, "When the server says no" (Set-up). Used by the client (which decodes it), the
+//! watch decoder (which finds it inside events) and step 04's `exec.rs` (a command's exit Status);
+//! the sandbox keeps its own copy to send it.
 
 use std::time::Duration;
 

@@ -14,8 +14,9 @@ use crate::watch::{Event, WatchNotice};
 
 /// Step 02's lines for one event. A change is one line,
 /// `PostgresCluster event: ADDED default/db {size: 3, version: 16, paused: false}`; a notice is
-/// `Watch version: 4566` and `Controller initialised` after the first list, `Starting at
-/// watchVersion 4566` for the first watch, one line per resume, relist or retry.
+/// `Watch version: 4566` and `Controller initialised` once the first list's first page is in
+/// (before its objects' ADDED lines), `Starting at watchVersion 4566` for the first watch, one line
+/// per resume, relist or retry.
 pub fn event_lines(event: &Event<PostgresCluster>, first_watch: &mut bool) -> Vec<String> {
     let notice = match event {
         Event::Added(cluster) | Event::Modified(cluster) | Event::Deleted(cluster) => {

@@ -23,9 +23,9 @@
 //! kubectl get --raw /apis/workshop.example.com/v1
 //! ```
 //!
-//! or in-cluster, as the Deployment in `kube/` runs it (`command: ["/stage01"]`):
-//! `kubectl apply -k kube/ && kubectl -n postgres-operator logs deploy/postgres-operator`.
-//! `stage01 --help` lists the flags.
+//! In-cluster, the Deployment in `kube/` runs a later stage (`/stage05`); stage01 exits when done,
+//! so run it once from your machine or as a Job, not as that Deployment. `stage01 --help` lists
+//! the flags.
 
 use std::process::ExitCode;
 use std::time::Duration;

@@ -1,16 +1,16 @@
 //! The HTTP client every stage talks to the API server with. One request is what this file
-//! opens with (`Client::send`): a method, a path under the server's URL, `Accept:
-//! application/json`, our `User-Agent`, and `Authorization: Bearer <token>` — what `curl -H` would
-//! send. Then the JSON verbs (`get`, `create`, `replace`, `patch`, `delete`). The later steps add
-//! their own verb where they teach it: a watch's byte stream (`Client::stream`, step 02's
-//! `watch/stream.rs`) and `pods/exec`'s upgraded connection (`Client::upgrade`, step 04's `exec.rs`).
+//! opens with: `Outgoing` (a method, a path under the server's URL, a body, any extra headers),
+//! which `Client::send` sends with `Accept: application/json`, our `User-Agent`, and
+//! `Authorization: Bearer <token>` — what `curl -H` would send. Then the JSON verbs (`get`,
+//! `create`, `replace`, `patch`, `delete`). The later steps add their own verb where they teach
+//! it: a watch's byte stream (`Client::stream`, step 02's `watch/stream.rs`) and `pods/exec`'s
+//! upgraded connection (`Client::upgrade`, step 04's `exec.rs`).
 //!
 //! WORKSHOP.md, "Talking to the API server" and "When the server says no" (Set-up). Built on
 //! hyper-util's pooled client over a rustls connector (ring provider, `tls.rs`), verifying the
 //! server against the CA the [`crate::config::Config`] names and nothing else.
 //!
-//! What it does for you, because Kubernetes says so (below the verbs, and in `error.rs` and
-//! `token.rs`):
+//! What it does for you, because Kubernetes says so (in `answer.rs`, `error.rs` and `token.rs`):
 //! - every error body is a `Status`: decoded into [`RequestError::Api`]; a body that is not one (a
 //!   proxy's HTML page) still becomes a readable [`RequestError::Http`];
 //! - 401: the token file may have been rotated: re-read it and retry once;

@@ -26,7 +26,7 @@ pub struct ConfigArgs {
     /// PEM file of the CA that signed an https:// server's certificate
     #[arg(long, value_name = "FILE")]
     pub certificate_authority: Option<PathBuf>,
-    /// Bearer token, re-read when the file changes (a service account's)
+    /// File holding the bearer token, re-read every minute and after a 401 (a service account's)
     #[arg(long, value_name = "FILE", conflicts_with = "token")]
     pub token_file: Option<PathBuf>,
     /// Bearer token given inline (not with --token-file)

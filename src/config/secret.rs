@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use rustls_pki_types::PrivateKeyDer;
 
-/// A string that `Debug` and `Display` print as `<redacted>`: bearer tokens.
+/// A string that `Debug` prints as `SecretString(<redacted>)` (it has no `Display`): bearer tokens.
 #[derive(Clone, PartialEq, Eq)]
 pub struct SecretString(String);
 

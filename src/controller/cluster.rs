@@ -54,7 +54,8 @@ struct ClusterTask<P> {
 pub trait ClusterReconciler: Send {
     /// A story line about this cluster.
     fn say(&self, line: &str);
-    /// A newer object from the watch (a spec change, or our own status write coming back).
+    /// A newer object from the watch (a spec change, a label or status change; from step 04 on,
+    /// the task's own status write coming back).
     /// `true`: reconcile now; `false`: wait for the timer.
     fn take(&mut self, newer: PostgresCluster) -> bool;
     /// One reconcile round.

@@ -21,8 +21,8 @@
 //! because reconciliation compares what exists with what is wanted now ("level-triggered").
 //! A `tokio::sync::watch` channel holds exactly one value, so:
 //! - it is bounded by construction (one slot) and `send_replace` never blocks and never fails;
-//! - a newer object supersedes an unread older one: ten quick resizes 3→4→…→13 reach the task as
-//!   one update to 13;
+//! - a newer object supersedes an unread older one: quick resizes 3→4→5→6→7 reach the task as one
+//!   update to 7;
 //! - a delete is the value `cluster::Wanted::Deleted`, which supersedes any pending update (nothing
 //!   matters after a delete);
 //! - a task whose setup failed does not end: it keeps reading, waiting for a corrected spec, so a
@@ -33,9 +33,10 @@
 //!
 //! Each task tells what it does ("creating cluster with Spec …", "Running: [], pending: []") through
 //! a [`Reporter`], tagged with the cluster's `namespace/name`. [`Reporter::tracing`] makes them
-//! `tracing` events (field `cluster`); [`Reporter::channel`] hands them to a receiver instead, which
-//! is how `stage03` prints them on stdout and how the tests read them. Diagnostics (a failed pod
-//! delete, a spec that did not change) always go to `tracing`, inside a span carrying `cluster`.
+//! `tracing` events (field `cluster`); [`Reporter::channel`] hands them to a receiver instead (how
+//! the tests read them); [`Reporter::to_stdout`] prints that receiver, which is how `stage03` shows
+//! them. Diagnostics (a failed pod delete, a spec that did not change) always go to `tracing`,
+//! inside a span carrying `cluster`.
 
 pub mod cluster;
 pub mod operator;
@@ -81,9 +82,9 @@ impl Default for ControllerOptions {
     }
 }
 
-/// What runs as each cluster's task. Stage 03's is [`PlaceholderTask`] (`cluster.rs`: it tells
-/// what it would do); stage 04's acts on real pods (`crate::postgres`). The controller around it,
-/// routing and all, is the same.
+/// What runs as each cluster's task. Stage 03's is [`PlaceholderTask`] (below; its task body,
+/// `cluster::run_cluster`, tells what it would do); stage 04's acts on real pods
+/// (`crate::postgres`). The controller around it, routing and all, is the same.
 pub trait ClusterWorker: Clone + Send + Sync + 'static {
     /// The task body for one cluster: return when the cluster is deleted or `inbox.stop` is
     /// cancelled.

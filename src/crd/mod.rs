@@ -51,13 +51,15 @@ pub fn postgres_cluster_crd() -> Value {
 
 /// Where CRDs are created (cluster-scoped: no namespace in the path).
 pub const CRDS_PATH: &str = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
-/// How long stage 01 waits for `Established` unless told otherwise.
+/// How long the later stages' `crd_check::check` waits for `Established` (the same 30 s as stage
+/// 01's `--established-timeout` default).
 pub const DEFAULT_ESTABLISHED_TIMEOUT: Duration = Duration::from_secs(30);
 /// How often the CRD is re-read while waiting. Establishing takes well under a second on a
 /// healthy API server, so a short interval keeps stage 01 snappy.
 pub const ESTABLISHED_POLL_INTERVAL: Duration = Duration::from_millis(200);
 
-/// How many times `ensure` and `check` read and write again after a 409 before giving up.
+/// How many times `ensure` (a POST or PUT) and `crd_check::check` (a POST) read again after a 409
+/// before giving up.
 pub const ENSURE_ATTEMPTS: u32 = 5;
 
 /// The parts of a CRD's `spec` that are ours to say: the rest (`conversion`,
@@ -254,7 +256,8 @@ fn condition<'a>(crd: &'a Value, kind: &str) -> Option<&'a Value> {
         .find(|condition| condition["type"] == kind)
 }
 
-/// What [`ensure`] (stage 01) or [`check`] (every later stage) found, and what it did.
+/// What [`ensure`] (stage 01) or [`crate::crd_check::check`] (every later stage) found, and what
+/// it did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Registration {
     /// There was no CRD of our name: we created it (201).

@@ -4,6 +4,7 @@
 //!
 //! | file | turns | into |
 //! |---|---|---|
+//! | `stream.rs` | a watch request | its body's bytes as they arrive (`Client::stream`) |
 //! | `frame.rs` | HTTP body chunks (split anywhere) | one JSON document per line |
 //! | `event.rs` | a line | an [`Event`] (ADDED/MODIFIED/DELETED, its object in an `Arc`), or a BOOKMARK/ERROR for this loop |
 //! | `pages.rs` | a collection | its objects, 500 per list request (`limit`/`continue`) |
@@ -23,7 +24,8 @@
 //!   with what the consumer was last told and hands over the difference once the last page is in:
 //!   `Added` for new objects, `Modified` when the resourceVersion moved, `Deleted` (with the last
 //!   state the consumer saw) for objects that are gone. → **Watching(rv)**. A failed list →
-//!   backoff → **Listing**; a first list that fails after handing over a page is finished by a
+//!   backoff → **Listing** (an expired `continue` token: at once, backing off only when it expires
+//!   twice in a row); a first list that fails after handing over a page is finished by a
 //!   relist (reason `FirstListBrokeOff`), so nothing is added twice.
 //! - **Watching(rv)** — GET `?watch=true&resourceVersion=rv&allowWatchBookmarks=true&timeoutSeconds=T`.
 //!   Every event and BOOKMARK moves `rv`. How the watch ends decides the next state:

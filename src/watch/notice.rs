@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use crate::status::Status;
 
-/// What the watch is doing, for logs and for the curious consumer. Best effort (see module docs).
+/// What the watch is doing, for logs and for the curious consumer. Sent on the same lossless
+/// channel as the changes, before the events it explains.
 #[derive(Clone, Debug, PartialEq)]
 pub enum WatchNotice {
     /// The first list's first page is in: the list is current as of `resource_version`, where the
