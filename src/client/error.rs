@@ -84,10 +84,10 @@ pub enum RequestError {
     /// The connection broke while the response body (or a watch stream) was arriving.
     #[error("connection failed while reading the response body: {}", error_chain(.0))]
     ReadBody(#[source] hyper::Error),
-    /// The response body grew past [`Client::max_response_body`]: a misbehaving server (or
-    /// something posing as one) must not make us buffer without end.
+    /// The response body grew past the client's cap ([`Client::with_max_response_body`]): a
+    /// misbehaving server (or something posing as one) must not make us buffer without end.
     ///
-    /// [`Client::max_response_body`]: super::Client::max_response_body
+    /// [`Client::with_max_response_body`]: super::Client::with_max_response_body
     #[error("the response body is larger than the cap of {limit} bytes; page a big list with limit/continue, or raise the cap (Client::with_max_response_body)")]
     BodyTooLarge { limit: usize },
     /// No complete response within the request timeout.

@@ -103,7 +103,7 @@ pub struct ClusterInbox {
     pub stop: CancellationToken,
 }
 
-/// Stage 03's worker: [`cluster::run_cluster`] with its pod calls and reconcile interval.
+/// Stage 03's worker: `cluster::run_cluster` with its pod calls and reconcile interval.
 #[derive(Clone)]
 pub struct PlaceholderTask<P: PodApi> {
     pods: P,

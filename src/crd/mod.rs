@@ -55,7 +55,8 @@ pub const CRDS_PATH: &str = "/apis/apiextensions.k8s.io/v1/customresourcedefinit
 /// 01's `--established-timeout` default).
 pub const DEFAULT_ESTABLISHED_TIMEOUT: Duration = Duration::from_secs(30);
 /// How often the CRD is re-read while waiting. Establishing takes well under a second on a
-/// healthy API server, so a short interval keeps stage 01 snappy.
+/// healthy API server, so a short interval keeps stage 01 (and every later stage's check)
+/// snappy.
 pub const ESTABLISHED_POLL_INTERVAL: Duration = Duration::from_millis(200);
 
 /// How many times `ensure` (a POST or PUT) and `crd_check::check` (a POST) read again after a 409

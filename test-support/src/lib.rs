@@ -3,12 +3,12 @@
 //!
 //! - [`kubectl`]: the real kubectl against one server, with its own cache and no kubeconfig.
 //! - [`cluster`]: a PostgresCluster of real PostgreSQL pods, through kubectl: members, psql.
-//! - [`eventually`]: poll a check until it holds or a deadline passes.
+//! - [`eventually`](mod@eventually): poll a check until it holds or a deadline passes.
 //! - [`graph`]: module graphs and their cycles, for the layering tests.
 //! - [`http_client`]: exact HTTP requests to a sandbox, below the operator's client.
 //! - [`sandbox`]: start a sandbox on 127.0.0.1:0, in memory or with pods as real processes.
 //! - [`scripted_server`]: an HTTP(S) server whose every answer a test decides, to the chunk.
-//! - [`processes`]: the host's process table, where pods run as real processes.
+//! - [`processes`](mod@processes): the host's process table, where pods run as real processes.
 //! - [`runtime`]: pods as real PostgreSQL processes, created with kubectl and waited for.
 //! - [`operator`]: the operator's client for a URL, and its CRD registered on a sandbox.
 //! - [`psql`]: this host's `psql` against a pod or Service address, with a deadline.

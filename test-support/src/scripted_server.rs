@@ -5,7 +5,7 @@
 //!
 //! Bodies are whole ([`json`], [`status`], [`raw`]), cut into chosen HTTP chunks ([`chunked`]:
 //! each piece is one chunk on the wire), or never end ([`endless`], [`lines_then_quiet`]); a
-//! request can also go unanswered ([`never`]).
+//! request can also go unanswered ([`never()`]).
 
 use std::convert::Infallible;
 use std::future::Future;

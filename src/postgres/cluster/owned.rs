@@ -57,7 +57,7 @@ impl<L: ClusterLayer> PostgresTask<L> {
     }
 
     /// POST `body` to the namespace's `plural` with its name (it carries the cluster's
-    /// ownerReference); "created <Kind> <name>" is said. A 409 (it exists) is fine.
+    /// ownerReference); "created `<Kind> <name>`" is said. A 409 (it exists) is fine.
     pub async fn create_owned(
         &self,
         plural: &str,
