@@ -105,12 +105,14 @@ pub fn parse_seconds(value: &str) -> Result<Duration, String> {
 /// failure, print why (the message lists every source tried) and return exit status 1.
 pub async fn connect(args: &ConfigArgs) -> Result<Client, ExitCode> {
     let args = args.clone();
-    // `Config::infer` reads files and may run `kubectl config view` and wait for it: blocking
-    // work, so it runs on tokio's blocking pool instead of holding up a runtime thread (and the
-    // signal handler on it). `spawn_blocking` rather than an async `Config::infer`: choosing a
-    // source stays one plain function that tests and non-async callers use as it is.
-    match tokio::task::spawn_blocking(move || Config::infer(&args)).await {
-        Ok(Ok(config)) => Client::new(config).map_err(|error| exit_error(&error, None)),
+    // `Config::infer` reads files and may run `kubectl config view` and wait for it, and
+    // `Client::new` reads the token file: blocking work, so it runs on tokio's blocking pool
+    // instead of holding up a runtime thread (and the signal handler on it). `spawn_blocking`
+    // rather than an async `Config::infer`: choosing a source stays one plain function that
+    // tests and non-async callers use as it is.
+    match tokio::task::spawn_blocking(move || Config::infer(&args).map(Client::new)).await {
+        Ok(Ok(Ok(client))) => Ok(client),
+        Ok(Ok(Err(error))) => Err(exit_error(&error, None)),
         Ok(Err(error)) => Err(exit_error(&error, None)),
         Err(panicked) => Err(exit_error(&panicked, None)),
     }

@@ -5,9 +5,12 @@
 //! WORKSHOP.md, step 05. Step 02's `src/api.rs` carries these fields untyped (`more`); this file
 //! gives them their types. Stage 04 never reads them, and its status writes keep them.
 
+use std::time::{Duration, SystemTime};
+
 use serde::{Deserialize, Serialize};
 
 use crate::api::{PostgresClusterSpec, PostgresClusterStatus};
+use crate::events::parse_utc;
 use crate::postgres::api::{field, set_field};
 
 /// Asks for a base backup at once when its value changes (any value; a timestamp is handy):
@@ -128,7 +131,7 @@ impl BackupStatus {
     /// read as absent.
     pub fn read(status: &PostgresClusterStatus) -> BackupStatus {
         BackupStatus {
-            last_backup: field(&status.more, "lastBackup").ok().flatten(),
+            last_backup: LastBackup::read(status),
             backup_requested: field(&status.more, "backupRequested").ok().flatten(),
             restore: field(&status.more, "restore").ok().flatten(),
         }
@@ -158,6 +161,20 @@ pub struct LastBackup {
     pub lsn: String,
     /// Its size in the claim.
     pub bytes: i64,
+}
+
+impl LastBackup {
+    /// How long ago it completed, at `now`; `None` for a time that does not parse. A clock
+    /// behind the backup pod's reads as 0, not as a negative age.
+    pub fn age(&self, now: SystemTime) -> Option<Duration> {
+        let time = parse_utc(&self.time)?;
+        Some(now.duration_since(time).unwrap_or_default())
+    }
+
+    /// `status.lastBackup` alone, without the rest of step 05's status.
+    pub fn read(status: &PostgresClusterStatus) -> Option<LastBackup> {
+        field(&status.more, "lastBackup").ok().flatten()
+    }
 }
 
 /// `status.restore`.

@@ -45,8 +45,7 @@ pub(super) async fn round(
         .status
         .last_backup
         .as_ref()
-        .and_then(|b| manifests::parse_utc(&b.time))
-        .map(|time| SystemTime::now().duration_since(time).unwrap_or_default());
+        .and_then(|last| last.age(SystemTime::now()));
     let backup_observed = BackupObserved {
         pods: pods
             .iter()

@@ -10,11 +10,10 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use crate::api::PostgresCluster;
-use crate::events::parse_utc;
 use crate::metrics::text::{Family, Kind};
 use crate::postgres::figures::{cluster_labels, stats_rows};
 
-use super::api::BackupStatus;
+use super::api::LastBackup;
 
 /// The row step 05 adds to step 04's query: `archiver||<failed_count>`.
 pub const STATS_SQL: &str = " UNION ALL SELECT 'archiver', '', failed_count FROM pg_stat_archiver";
@@ -38,11 +37,8 @@ pub fn figures(
     );
     for (cluster, answer) in clusters.iter().zip(answers) {
         let labels = cluster_labels(cluster);
-        let last = cluster.status.as_ref().map(BackupStatus::read);
-        let time = last.and_then(|last| parse_utc(&last.last_backup?.time));
-        if let Some(time) = time {
-            // A clock behind the backup pod's reads as 0, not as a negative age.
-            let age = now.duration_since(time).unwrap_or_default();
+        let last = cluster.status.as_ref().and_then(LastBackup::read);
+        if let Some(age) = last.and_then(|last| last.age(now)) {
             since_backup = since_backup.sample(labels.clone(), age.as_secs() as f64);
         }
         let rows = answer.iter().flatten().flat_map(|out| stats_rows(out));
@@ -59,7 +55,8 @@ mod tests {
 
     use super::*;
     use crate::api::{PostgresClusterSpec, PostgresClusterStatus};
-    use crate::backups::api::LastBackup;
+    use crate::backups::api::BackupStatus;
+    use crate::events::parse_utc;
     use crate::metrics::text::render;
 
     /// The backup's age comes from the status, the archiver's failures from the primary's rows;

@@ -51,16 +51,9 @@ pub struct ClusterFigures<L> {
     client: Client,
     clusters: Store<PostgresCluster>,
     execs: Semaphore,
+    /// [`STATS_SQL`] and the layer's rows.
+    sql: String,
     layer: PhantomData<fn() -> L>,
-}
-
-/// What the primary said.
-#[derive(Debug, Default, PartialEq)]
-pub struct PrimaryStats {
-    /// (replica pod, bytes behind).
-    pub lag: Vec<(String, u64)>,
-    /// Standbys streaming as synchronous ones (`sync_state` sync or quorum).
-    pub synchronous: Option<u64>,
 }
 
 impl<L: ClusterLayer> ClusterFigures<L> {
@@ -69,6 +62,7 @@ impl<L: ClusterLayer> ClusterFigures<L> {
             client,
             clusters,
             execs: Semaphore::new(CONCURRENT_EXECS),
+            sql: [STATS_SQL, L::STATS_SQL].concat(),
             layer: PhantomData,
         }
     }
@@ -92,18 +86,14 @@ impl<L: ClusterLayer> ClusterFigures<L> {
 
     async fn read(&self, deadline: Instant) -> Vec<Family> {
         let clusters = self.clusters.list(|_| true);
-        let sql = [STATS_SQL, L::STATS_SQL].concat();
-        let answers = futures_util::future::join_all(clusters.iter().map(|cluster| {
-            let sql = &sql;
-            async move {
-                let primary = cluster.status.as_ref()?.primary.as_deref()?;
-                let namespace = &cluster.metadata.namespace;
-                let answer = self.ask(namespace, primary, sql, deadline).await;
-                if let Err(error) = &answer {
-                    tracing::debug!(cluster = %cluster.key(), %error, "no stats from the primary");
-                }
-                Some(answer.ok())
+        let answers = futures_util::future::join_all(clusters.iter().map(|cluster| async move {
+            let primary = cluster.status.as_ref()?.primary.as_deref()?;
+            let namespace = &cluster.metadata.namespace;
+            let answer = self.ask(namespace, primary, &self.sql, deadline).await;
+            if let Err(error) = &answer {
+                tracing::debug!(cluster = %cluster.key(), %error, "no stats from the primary");
             }
+            Some(answer.ok())
         }))
         .await;
         let mut families = figures(&clusters, &answers);
@@ -129,19 +119,6 @@ pub fn stats_rows(out: &str) -> impl Iterator<Item = (&str, &str, u64)> {
         let (kind, name, number) = (fields.next()?, fields.next()?, fields.next()?);
         Some((kind, name, number.parse().ok()?))
     })
-}
-
-/// What [`STATS_SQL`] said; the rows of other kinds (a layer's) are left out.
-pub fn parse_stats(out: &str) -> PrimaryStats {
-    let mut stats = PrimaryStats::default();
-    for (kind, name, number) in stats_rows(out) {
-        match kind {
-            "synchronous" => stats.synchronous = Some(number),
-            "replica" if !name.is_empty() => stats.lag.push((name.to_string(), number)),
-            _ => {}
-        }
-    }
-    stats
 }
 
 /// The labels every figure of `cluster` carries.
@@ -212,24 +189,26 @@ pub fn figures<C: Borrow<PostgresCluster>>(
             labels.push(("pod", pod.to_string()));
             labels
         };
-        let status = cluster.status.clone().unwrap_or_default();
+        let status = cluster.status.as_ref();
         wanted = wanted.sample(labels.clone(), cluster.spec.size as f64);
         if let Some(number) = ReplicationSpec::synchronous(&cluster.spec).map(|s| s.number) {
             sync_wanted = sync_wanted.sample(labels.clone(), number as f64);
         }
-        ready = ready.sample(labels.clone(), status.ready_instances.unwrap_or(0) as f64);
-        if let Some(primary) = &status.primary {
+        let ready_instances = status.and_then(|s| s.ready_instances).unwrap_or(0);
+        ready = ready.sample(labels.clone(), ready_instances as f64);
+        if let Some(primary) = status.and_then(|s| s.primary.as_deref()) {
             primaries = primaries.sample(with_pod(primary), 1.0);
         }
         let Some(answer) = answer else { continue };
         up = up.sample(labels.clone(), if answer.is_some() { 1.0 } else { 0.0 });
         let Some(answer) = answer else { continue };
-        let stats = parse_stats(answer);
-        for (pod, bytes) in &stats.lag {
-            lag = lag.sample(with_pod(pod), *bytes as f64);
-        }
-        if let Some(seen) = stats.synchronous {
-            sync_seen = sync_seen.sample(labels.clone(), seen as f64);
+        // The rows of other kinds are a layer's.
+        for (kind, name, number) in stats_rows(answer) {
+            match kind {
+                "replica" if !name.is_empty() => lag = lag.sample(with_pod(name), number as f64),
+                "synchronous" => sync_seen = sync_seen.sample(labels.clone(), number as f64),
+                _ => {}
+            }
         }
     }
     vec![wanted, ready, sync_wanted, sync_seen, primaries, up, lag]
@@ -241,18 +220,20 @@ mod tests {
     use crate::api::{PostgresClusterSpec, PostgresClusterStatus};
     use crate::metrics::text::render;
 
-    /// psql's `-At` lines become each replica's lag and the synchronous count; a layer's rows
-    /// and odd lines are skipped.
+    /// psql's `-At` lines become rows of (kind, name, number); lines of another shape (no
+    /// number, no fields) are skipped.
     #[test]
     fn stats_lines_parse() {
-        let stats =
-            parse_stats("archiver||2\nreplica|db-b|0\nreplica|db-c|8192\nreplica|db-d|\nsynchronous||1\nnoise\n");
+        let out = "archiver||2\nreplica|db-b|0\nreplica|db-c|8192\nreplica|db-d|\nsynchronous||1\nnoise\n";
+        let rows: Vec<_> = stats_rows(out).collect();
         assert_eq!(
-            stats,
-            PrimaryStats {
-                lag: vec![("db-b".into(), 0), ("db-c".into(), 8192)],
-                synchronous: Some(1),
-            }
+            rows,
+            [
+                ("archiver", "", 2),
+                ("replica", "db-b", 0),
+                ("replica", "db-c", 8192),
+                ("synchronous", "", 1),
+            ]
         );
     }
 
@@ -265,9 +246,14 @@ mod tests {
             ready_instances: Some(2),
             ..Default::default()
         });
-        let answers = [Some(Some("replica|db-b|16\n".to_string()))];
-        let text = render(&figures(&[cluster], &answers));
+        let answer = "archiver||2\nreplica|db-b|16\nreplica||7\nsynchronous||1\n";
+        let text = render(&figures(&[cluster], &[Some(Some(answer.to_string()))]));
+        assert!(
+            !text.contains("archiver") && !text.contains("pod=\"\""),
+            "{text}"
+        );
         for line in [
+            "postgres_cluster_synchronous_standbys{namespace=\"ns\",cluster=\"db\"} 1\n",
             "postgres_cluster_members_wanted{namespace=\"ns\",cluster=\"db\"} 3\n",
             "postgres_cluster_members_ready{namespace=\"ns\",cluster=\"db\"} 2\n",
             "postgres_cluster_primary{namespace=\"ns\",cluster=\"db\",pod=\"db-a\"} 1\n",

@@ -424,12 +424,16 @@ impl<T: WatchedObject> ListWatch<T> {
                     .await?;
                 }
             }
-            self.compare(page.items, &mut found);
-            if why.is_none() {
-                // `known` is empty on a first list: every object is new to the consumer.
-                for change in found.changes.drain(..) {
-                    self.deliver(change).await?;
-                }
+            if why.is_some() {
+                self.compare(page.items, &mut found);
+                continue;
+            }
+            // `known` is empty on a first list: every object is new to the consumer, and there
+            // is nothing to compare it with.
+            for object in page.items {
+                found.listed += 1;
+                found.added += 1;
+                self.deliver(Event::Added(Arc::new(object))).await?;
             }
         }
         self.listed_resource_version = Some(resource_version.clone());

@@ -234,28 +234,16 @@ impl<L: ClusterLayer> PostgresTask<L> {
             candidates.join(", ")
         ));
         // Asked side by side: each answer is one `pods/exec` round trip, and no write is taken
-        // until the promotion. Sorted by name after, so the choice does not depend on which
-        // answered first. Dropped with the task (an operator killed now), the JoinSet aborts them.
-        let mut asking = tokio::task::JoinSet::new();
-        for pod in candidates {
-            let client = self.worker.client.clone();
-            let (namespace, pod) = (self.namespace().to_string(), pod.clone());
-            asking.spawn(async move {
-                let answer = position(&client, &namespace, &pod).await;
-                (pod, answer)
-            });
-        }
+        // until the promotion. The answers come back in the candidates' order.
+        let asked = candidates.iter().map(|pod| self.position(pod));
+        let answers = futures_util::future::join_all(asked).await;
         let mut positions = Vec::new();
-        while let Some(joined) = asking.join_next().await {
-            match joined {
-                Ok((_, Ok(position))) => positions.push(position),
-                Ok((pod, Err(error))) => {
-                    self.say(format!("cannot ask {pod} for its WAL position: {error}"))
-                }
-                Err(error) => self.say(format!("asking for a WAL position failed: {error}")),
+        for (pod, answer) in candidates.iter().zip(answers) {
+            match answer {
+                Ok(position) => positions.push(position),
+                Err(error) => self.say(format!("cannot ask {pod} for its WAL position: {error}")),
             }
         }
-        positions.sort_by(|a, b| a.pod.cmp(&b.pod));
         let chosen = choose(&positions, prefer)?.clone();
         if let Some(wanted) = prefer.filter(|wanted| *wanted != chosen.pod) {
             if candidates.iter().any(|c| c == wanted) {
@@ -315,6 +303,24 @@ impl<L: ClusterLayer> PostgresTask<L> {
         )
         .await;
         Some(chosen.pod)
+    }
+
+    /// How far `pod` got: whether it is still a standby, and the WAL it received and replayed.
+    async fn position(&self, pod: &str) -> Result<Position, String> {
+        let sql = "SELECT pg_is_in_recovery(), pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn()";
+        let out = self.psql(pod, sql).await?;
+        let (in_recovery, lsns) = out
+            .trim()
+            .split_once('|')
+            .ok_or_else(|| format!("unexpected psql output {out:?}"))?;
+        let in_recovery = manifests::parse_bool(in_recovery).map_err(|e| e.to_string())?;
+        let lsns = manifests::ReplicaLsns::parse(lsns).map_err(|e| e.to_string())?;
+        Ok(Position {
+            pod: pod.to_string(),
+            in_recovery,
+            received: lsns.received.unwrap_or(0),
+            replayed: lsns.replayed.unwrap_or(0),
+        })
     }
 
     /// Run one SQL statement in `pod`'s postgres container; its stdout.
@@ -392,22 +398,4 @@ pub(super) fn delete_story(
 /// `0/3000148`, as Postgres prints an LSN.
 pub(super) fn lsn_text(lsn: u64) -> String {
     format!("{:X}/{:X}", lsn >> 32, lsn & 0xFFFF_FFFF)
-}
-
-/// How far `pod` got: whether it is still a standby, and the WAL it received and replayed.
-async fn position(client: &Client, namespace: &str, pod: &str) -> Result<Position, String> {
-    let sql = "SELECT pg_is_in_recovery(), pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn()";
-    let out = psql_in_pod(client, namespace, pod, &manifests::psql_argv(sql)).await?;
-    let (in_recovery, lsns) = out
-        .trim()
-        .split_once('|')
-        .ok_or_else(|| format!("unexpected psql output {out:?}"))?;
-    let in_recovery = manifests::parse_bool(in_recovery).map_err(|e| e.to_string())?;
-    let lsns = manifests::ReplicaLsns::parse(lsns).map_err(|e| e.to_string())?;
-    Ok(Position {
-        pod: pod.to_string(),
-        in_recovery,
-        received: lsns.received.unwrap_or(0),
-        replayed: lsns.replayed.unwrap_or(0),
-    })
 }

@@ -240,12 +240,13 @@ pub struct PostgresTask<L: ClusterLayer> {
     last_members_line: String,
     /// When the Secret, ConfigMap and Services were last checked.
     owned_checked: Option<Instant>,
-    /// The synchronous standbys this task last set on a primary (`synchronous.rs`).
-    synchronous_set: Option<SynchronousStatus>,
-    /// Wakes this task's loop (`woken`): a pod event does (through [`Wakers`]), and so does the
-    /// timer set for the end of the first running delay (`plan::next_deadline`), which the next
-    /// round acts on.
-    nudge: Arc<Notify>,
+    /// The pod this task last set `synchronous_standby_names` on, and to what; `None` in the
+    /// value: asynchronous (`synchronous.rs`).
+    synchronous_set: Option<(String, Option<SynchronousStatus>)>,
+    /// This task's entry in [`Wakers`]: its `notify` wakes the loop (`woken`). A pod event does,
+    /// and so does the timer set for the end of the first running delay
+    /// (`plan::next_deadline`), which the next round acts on.
+    registered: Registered,
     wake_up: Option<tokio::task::JoinHandle<()>>,
     /// Which replicas the primary was last found streaming to (`streaming.rs`).
     streaming: streaming::StreamingWatch,
@@ -275,7 +276,7 @@ async fn run<L: ClusterLayer>(
         last_members_line: String::new(),
         owned_checked: None,
         synchronous_set: None,
-        nudge: Arc::clone(&registered.notify),
+        registered,
         wake_up: None,
         streaming: streaming::StreamingWatch::default(),
         round_failed: false,
@@ -327,7 +328,7 @@ impl<L: ClusterLayer> ClusterReconciler for PostgresTask<L> {
     }
 
     fn woken(&self) -> impl Future<Output = ()> + Send {
-        self.nudge.notified()
+        self.registered.notify.notified()
     }
 
     async fn deleted(&mut self) {
@@ -486,7 +487,7 @@ impl<L: ClusterLayer> PostgresTask<L> {
         let deadline = next_deadline(observed, &self.worker.options.delays)
             .filter(|left| *left < self.worker.options.reconcile_interval);
         if let Some(left) = deadline {
-            let nudge = self.nudge.clone();
+            let nudge = Arc::clone(&self.registered.notify);
             self.wake_up = Some(tokio::spawn(async move {
                 tokio::time::sleep(left).await;
                 nudge.notify_one();

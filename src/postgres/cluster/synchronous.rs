@@ -112,7 +112,11 @@ impl<L: ClusterLayer> PostgresTask<L> {
         observed: &Observed,
         primary: Option<&str>,
     ) -> SynchronousRound {
-        let previous = SynchronousStatus::read(&self.status());
+        let previous = self
+            .cluster
+            .status
+            .as_ref()
+            .and_then(SynchronousStatus::read);
         let spec = ReplicationSpec::synchronous(&self.cluster.spec);
         let ready_primary = primary.filter(|name| {
             observed
@@ -150,7 +154,9 @@ impl<L: ClusterLayer> PostgresTask<L> {
         };
         // What this task set last counts too: the status it reads may be an older write's,
         // still on its way back through the watch.
-        if next == previous || (next.is_some() && next == self.synchronous_set) {
+        let already_set =
+            matches!(&self.synchronous_set, Some((pod, set)) if pod == primary && *set == next);
+        if next == previous || already_set {
             return round;
         }
         match self.set_synchronous(primary, next).await {
@@ -178,7 +184,11 @@ impl<L: ClusterLayer> PostgresTask<L> {
         let Some(spec) = ReplicationSpec::synchronous(&self.cluster.spec) else {
             return;
         };
-        let previous = SynchronousStatus::read(&self.status());
+        let previous = self
+            .cluster
+            .status
+            .as_ref()
+            .and_then(SynchronousStatus::read);
         let next = set_for(&spec, observed, candidate, previous.as_ref());
         match self.set_synchronous(candidate, next).await {
             Ok(shown) => self.say(format!(
@@ -204,7 +214,7 @@ impl<L: ClusterLayer> PostgresTask<L> {
         let mut argv = manifests::psql_argv(&set);
         argv.extend(["-c".to_string(), "SELECT pg_reload_conf()".to_string()]);
         psql_in_pod(self.client(), self.namespace(), pod, &argv).await?;
-        self.synchronous_set = next;
+        self.synchronous_set = Some((pod.to_string(), next));
         if value.is_empty() {
             return Ok("none (asynchronous)".into());
         }
