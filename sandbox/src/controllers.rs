@@ -50,6 +50,10 @@ pub(crate) fn spawn_follow_ups(shared: &Arc<Shared>, follow_ups: Vec<FollowUp>) 
                         storage::Scheduling::Schedulable => {
                             start_pod(&shared, &namespace, &name, &uid)
                         }
+                        // Deleted before the kubelet started it: nothing runs, so nothing
+                        // waits out the termination delay. Removed at once here; a real
+                        // cluster removes it later, once its kubelet has seen the pod, found
+                        // no container running and confirmed the deletion.
                         storage::Scheduling::Deleted => {
                             remove_pod(&shared, &namespace, &name, &uid)
                         }

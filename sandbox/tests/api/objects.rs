@@ -773,44 +773,54 @@ async fn schema_defaults_are_applied() {
     assert_eq!(created["spec"]["paused"], false);
 }
 
-/// With a pod termination delay, a deleted pod is Terminating (MODIFIED with a
-/// deletionTimestamp) and then DELETED once the simulated kubelet has "stopped" it;
-/// gracePeriodSeconds=0 deletes at once.
+/// With a pod termination delay, a deleted running pod is Terminating (MODIFIED with a
+/// deletionTimestamp) for at least that delay, then DELETED once the simulated kubelet has
+/// "stopped" it; gracePeriodSeconds=0 deletes at once. The verdict is the watch's events in
+/// order, never a GET's timing: a slow machine may take longer than the delay between two
+/// requests.
 #[tokio::test]
 async fn pods_terminate_gracefully_when_asked_to() {
+    let delay = Duration::from_millis(300);
     let (sandbox, http) =
-        sandbox_and_http_with(|options| options.pod_termination_delay = Duration::from_millis(300))
-            .await;
-    http.post(PODS, &pod("web", json!({}))).await;
+        sandbox_and_http_with(|options| options.pod_termination_delay = delay).await;
     let mut watch = http
         .stream(&format!(
             "{PODS}?watch=true&resourceVersion={}",
             sandbox.resource_version()
         ))
         .await;
-    let deleted = http.delete(&format!("{PODS}/web")).await.json();
-    assert!(deleted["metadata"]["deletionTimestamp"].is_string());
-    assert_eq!(
-        http.get(&format!("{PODS}/web")).await.status,
-        200,
-        "still Terminating"
-    );
-    let mut kinds = Vec::new();
-    while let Some(event) = watch.next_event(Duration::from_secs(5)).await {
-        kinds.push(event["type"].as_str().unwrap_or_default().to_string());
-        if event["type"] == "DELETED" {
+    http.create(PODS, &pod("web", json!({}))).await;
+    // Only a pod the kubelet runs has something to stop: one deleted before it started has
+    // nothing running and is removed at once (controllers.rs), so wait for Running first.
+    loop {
+        let event = watch
+            .next_event(Duration::from_secs(5))
+            .await
+            .expect("the watch stays open until the pod runs");
+        if event["object"]["status"]["phase"] == "Running" {
             break;
         }
     }
-    assert_eq!(
-        kinds.last().map(String::as_str),
-        Some("DELETED"),
-        "{kinds:?}"
+    let asked = std::time::Instant::now();
+    let deleted = http.delete(&format!("{PODS}/web")).await.json();
+    assert!(deleted["metadata"]["deletionTimestamp"].is_string());
+    let terminating = watch
+        .next_event_of("MODIFIED", Duration::from_secs(5))
+        .await;
+    assert!(
+        terminating["object"]["metadata"]["deletionTimestamp"].is_string(),
+        "{terminating}"
     );
-    assert!(kinds.contains(&"MODIFIED".to_string()), "{kinds:?}");
+    watch.next_event_of("DELETED", Duration::from_secs(5)).await;
+    // A lower bound only: the kubelet's timer starts after the DELETE was accepted.
+    assert!(
+        asked.elapsed() >= delay,
+        "gone after {:?}, before the termination delay",
+        asked.elapsed()
+    );
     assert_eq!(http.get(&format!("{PODS}/web")).await.status, 404);
 
-    http.post(PODS, &pod("now", json!({}))).await;
+    http.create(PODS, &pod("now", json!({}))).await;
     http.delete_with(&format!("{PODS}/now"), br#"{"gracePeriodSeconds":0}"#)
         .await;
     assert_eq!(
