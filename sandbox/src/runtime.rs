@@ -128,7 +128,8 @@ pub struct ProcessRuntime {
     pub sync_period: Duration,
     /// How long pods get to stop when the sandbox itself stops.
     pub shutdown_grace: Duration,
-    /// Pods get addresses in 127.B.0.0/16 below 127.B.192.0, Services above; None picks B at random.
+    /// Pods get addresses in 127.B.0.0/16 below 127.B.192.0, Services above; None picks a B at
+    /// random that no other sandbox on this machine holds (`runtime/addresses.rs`).
     pub address_block: Option<u8>,
     /// What the sandbox tells its kubelet when it starts (behind an `Arc`: `Runtime` stays small).
     pub(crate) cluster: Arc<Cluster>,
@@ -290,6 +291,8 @@ pub(crate) struct Node {
     /// Where the kubelet's projected service-account tokens come from.
     tokens: Arc<Tokens>,
     addresses: Mutex<addresses::PodAddresses>,
+    /// Our `127.B.0.0/16`, held against other sandboxes on this machine while we run.
+    block_claim: addresses::BlockClaim,
     pods: Mutex<HashMap<String, Arc<worker::PodWorker>>>,
     tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     random: Mutex<Xorshift>,
@@ -308,10 +311,11 @@ impl Node {
     ) -> Arc<Node> {
         let mut random = Xorshift::from_entropy();
         // A store loaded from a data directory keeps its Services' ClusterIPs: keep their block.
-        let block = config
+        let wanted = config
             .address_block
-            .or_else(|| services::stored_block(&store.lock()))
-            .unwrap_or_else(|| 16 + random.below(235) as u8);
+            .or_else(|| services::stored_block(&store.lock()));
+        let block_claim = addresses::BlockClaim::claim(wanted, &mut random);
+        let block = block_claim.block();
         let own_ids = own_ids();
         // kube-apiserver creates the `kubernetes` Service before anyone else can take the first
         // Service address; the loop below keeps it (and its Endpoints) as the apiserver does.
@@ -330,6 +334,7 @@ impl Node {
             store,
             tokens,
             addresses: Mutex::new(addresses::PodAddresses::new(block)),
+            block_claim,
             pods: Mutex::new(HashMap::new()),
             tasks: Mutex::new(vec![services]),
             random: Mutex::new(random),
@@ -390,16 +395,13 @@ impl Node {
 
     /// B of the sandbox's `127.B.0.0/16`: Services get ClusterIPs in `127.B.192.0/18`.
     pub(crate) fn service_block(&self) -> u8 {
-        lock(&self.addresses).block()
+        self.block_claim.block()
     }
 
     /// One line for the banner: what runs pods, and where.
     pub(crate) fn describe(&self) -> String {
-        // One lock, released before formatting (`service_block` takes it too).
-        let (pods, block) = {
-            let addresses = lock(&self.addresses);
-            (addresses.range(), addresses.block())
-        };
+        let pods = lock(&self.addresses).range();
+        let block = self.service_block();
         let operator = match &self.config.cluster.operator_binaries {
             Some(dir) => format!(
                 "postgres-operator images run the stage binaries in {}",

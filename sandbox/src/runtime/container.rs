@@ -829,6 +829,17 @@ async fn run_probes(
             }
         }
     };
+    // A probe's verdict is about this instance only. One that was running when the instance
+    // ended must not mark the next one (or the crash-looping container) started or ready: the
+    // kubelet drops a dead container's probe results. Checked under the record's lock, which
+    // the instance's end takes after cancelling `stop`.
+    let record = |change: &dyn Fn(&mut ContainerRecord)| {
+        update(&worker, Kind::Main, index, |c| {
+            if !stop.is_cancelled() {
+                change(c);
+            }
+        })
+    };
     if let Some(probe) = Probe::from_spec(&spec, "startupProbe") {
         if !sleep(probe.initial_delay).await {
             return;
@@ -856,7 +867,7 @@ async fn run_probes(
             }
         }
         let has_readiness = Probe::from_spec(&spec, "readinessProbe").is_some();
-        update(&worker, Kind::Main, index, |c| {
+        record(&|c| {
             c.started = true;
             c.ready = !has_readiness;
         });
@@ -875,7 +886,7 @@ async fn run_probes(
                     failures = 0;
                     successes += 1;
                     if successes >= probe.success_threshold {
-                        update(&worker, Kind::Main, index, |c| c.ready = true);
+                        record(&|c| c.ready = true);
                     }
                 }
                 Err(output) => {
@@ -888,7 +899,7 @@ async fn run_probes(
                         format!("Readiness probe failed: {output}"),
                     );
                     if failures >= probe.failure_threshold {
-                        update(&worker, Kind::Main, index, |c| c.ready = false);
+                        record(&|c| c.ready = false);
                     }
                 }
             }
