@@ -55,9 +55,35 @@ pub async fn wait_healthy(
     size: usize,
     within: Duration,
 ) -> String {
-    let what = format!("{cluster}: {size} ready members, one primary");
-    eventually(within, &what, || healthy(kubectl, cluster, size)).await
+    if let Some(primary) = crate::within(within, || healthy(kubectl, cluster, size)).await {
+        return primary;
+    }
+    panic!(
+        "timed out after {within:?} waiting for {cluster}: {size} ready members, one primary\n{}",
+        report(kubectl, cluster).await
+    );
 }
+
+/// What every pod of `cluster` says about itself ([`Kubectl::pod_report`]), for a failure.
+pub async fn report(kubectl: &Kubectl, cluster: &str) -> String {
+    let selector = format!("workshop.example.com/cluster={cluster}");
+    let Some(names) = kubectl
+        .try_run(&["get", "pods", "-l", &selector, "-o", "name"])
+        .await
+        .ok()
+        .map(|out| out.stdout)
+    else {
+        return format!("(the pods of {cluster} cannot be listed)\n");
+    };
+    let mut report = String::new();
+    for name in names.lines().filter_map(|line| line.strip_prefix("pod/")) {
+        report.push_str(&kubectl.pod_report(NAMESPACE, name).await);
+    }
+    report
+}
+
+/// The namespace kubectl uses when none is named, where these helpers' clusters live.
+const NAMESPACE: &str = "default";
 
 /// Delete every pod of `cluster` at once, without waiting for them to go: the disaster steps 04
 /// and 05 both stage.
@@ -78,10 +104,20 @@ pub async fn wait_phase(kubectl: &Kubectl, cluster: &str, phase: &str, within: D
 }
 
 /// `psql` running `sql` as the superuser in `pod`'s postgres container, through `kubectl exec`
-/// (which must succeed): the output, trimmed.
+/// (which must succeed, or the pod's report is printed): the output, trimmed.
 pub async fn psql(kubectl: &Kubectl, pod: &str, sql: &str) -> String {
     let argv = psql_argv(sql);
     let mut args = vec!["exec", pod, "-c", POSTGRES_CONTAINER, "--"];
     args.extend(argv.iter().map(String::as_str));
-    kubectl.ok(&args).await.trim().to_string()
+    let out = kubectl.run(&args).await;
+    if !out.success {
+        panic!(
+            "psql {sql:?} in {pod} failed ({:?}): {}{}\n{}",
+            out.code,
+            out.stdout,
+            out.stderr,
+            kubectl.pod_report(NAMESPACE, pod).await
+        );
+    }
+    out.stdout.trim().to_string()
 }

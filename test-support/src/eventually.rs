@@ -15,7 +15,20 @@ pub const POLL_INTERVAL: Duration = Duration::from_millis(100);
 
 /// Run `check` every [`POLL_INTERVAL`] until it returns `Some`, and return that value; panic
 /// naming `what` once `deadline` has passed without it.
-pub async fn eventually<T, F, Fut>(deadline: Duration, what: &str, mut check: F) -> T
+pub async fn eventually<T, F, Fut>(deadline: Duration, what: &str, check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    match within(deadline, check).await {
+        Some(value) => value,
+        None => panic!("timed out after {deadline:?} waiting for {what}"),
+    }
+}
+
+/// [`eventually`] that returns None once `deadline` has passed, for a caller that has more to
+/// say when it fails (a pod's log and container statuses, say) before it panics.
+pub async fn within<T, F, Fut>(deadline: Duration, mut check: F) -> Option<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
@@ -23,12 +36,11 @@ where
     let end = Instant::now() + deadline;
     loop {
         if let Some(value) = check().await {
-            return value;
+            return Some(value);
         }
-        assert!(
-            Instant::now() < end,
-            "timed out after {deadline:?} waiting for {what}"
-        );
+        if Instant::now() >= end {
+            return None;
+        }
         tokio::time::sleep(POLL_INTERVAL).await;
     }
 }

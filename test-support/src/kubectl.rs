@@ -83,16 +83,91 @@ impl Kubectl {
 
     /// Run kubectl to completion (30 s at most).
     pub async fn run(&self, args: &[&str]) -> KubectlOutput {
+        self.try_run(args)
+            .await
+            .unwrap_or_else(|why| panic!("kubectl {args:?} {why}"))
+    }
+
+    /// [`Kubectl::run`], or why kubectl did not run or finish: for what a test prints while it
+    /// fails, which must not panic a second time.
+    pub async fn try_run(&self, args: &[&str]) -> Result<KubectlOutput, String> {
         let output = tokio::time::timeout(Duration::from_secs(30), self.command(args).output())
             .await
-            .unwrap_or_else(|_| panic!("kubectl {args:?} did not finish in 30 s"))
-            .expect("kubectl runs");
-        KubectlOutput {
+            .map_err(|_| "did not finish in 30 s".to_string())?
+            .map_err(|error| format!("does not run: {error}"))?;
+        Ok(KubectlOutput {
             success: output.status.success(),
             code: output.status.code(),
             stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
             stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        })
+    }
+
+    /// What pod `namespace/name` says about itself, for the message of a check around it that
+    /// failed: its phase, every container's status (state, last state, restarts), each
+    /// container's log (the previous instance's too, once it restarted) and the pod's Events.
+    /// Then the failure says why (a container that exited, a probe that failed), not only what
+    /// the test saw. Never panics: whatever cannot be read is said so.
+    pub async fn pod_report(&self, namespace: &str, name: &str) -> String {
+        let mut report = format!("--- pod {namespace}/{name} ---\n");
+        let pod = self
+            .try_run(&["get", "pod", name, "-n", namespace, "-o", "json"])
+            .await
+            .ok()
+            .filter(|out| out.success)
+            .and_then(|out| serde_json::from_str::<serde_json::Value>(&out.stdout).ok());
+        let Some(pod) = pod else {
+            report.push_str("(the pod cannot be read: gone, or the server does not answer)\n");
+            return report;
+        };
+        let status = &pod["status"];
+        report.push_str(&format!("phase: {}\n", status["phase"]));
+        for field in ["initContainerStatuses", "containerStatuses"] {
+            for container in status[field].as_array().into_iter().flatten() {
+                let pretty = serde_json::to_string_pretty(container).unwrap_or_default();
+                report.push_str(&format!("{field}: {pretty}\n"));
+                let Some(container_name) = container["name"].as_str() else {
+                    continue;
+                };
+                let restarted = container["restartCount"].as_u64().unwrap_or(0) > 0;
+                let instances: &[(&str, &[&str])] = if restarted {
+                    &[("previous", &["--previous"]), ("current", &[])]
+                } else {
+                    &[("current", &[])]
+                };
+                for (instance, flags) in instances {
+                    let mut args = vec!["logs", name, "-n", namespace, "-c", container_name];
+                    args.extend_from_slice(flags);
+                    args.extend(["--tail", "40"]);
+                    let log = match self.try_run(&args).await {
+                        Ok(out) if out.success => out.stdout,
+                        Ok(out) => format!("(kubectl logs failed: {})", out.stderr.trim()),
+                        Err(why) => format!("(kubectl logs {why})"),
+                    };
+                    report.push_str(&format!(
+                        "log of {container_name} ({instance} instance, last 40 lines):\n{}\n",
+                        log.trim_end()
+                    ));
+                }
+            }
         }
+        let selector = format!("involvedObject.name={name}");
+        if let Some(out) = self
+            .try_run(&[
+                "get",
+                "events",
+                "-n",
+                namespace,
+                "--field-selector",
+                &selector,
+            ])
+            .await
+            .ok()
+            .filter(|out| out.success)
+        {
+            report.push_str(&format!("events:\n{}\n", out.stdout.trim_end()));
+        }
+        report
     }
 
     /// Run and require success; returns stdout.

@@ -1,9 +1,11 @@
 //! The helpers both crates' tests share, so each lives once (STYLE.md, item 15): the operator's
 //! tests (`tests/`) and the sandbox's (`sandbox/tests/`) name this crate as a dev-dependency.
 //!
-//! - [`kubectl`]: the real kubectl against one server, with its own cache and no kubeconfig.
+//! - [`kubectl`]: the real kubectl against one server, with its own cache and no kubeconfig;
+//!   [`Kubectl::pod_report`]: a pod's logs and container statuses, for a failure around it.
 //! - [`cluster`]: a PostgresCluster of real PostgreSQL pods, through kubectl: members, psql.
-//! - [`eventually`](mod@eventually): poll a check until it holds or a deadline passes.
+//! - [`eventually`](mod@eventually): poll a check until it holds or a deadline passes
+//!   ([`within`]: or return None, for a caller with more to say).
 //! - [`graph`]: module graphs and their cycles, for the layering tests.
 //! - [`http_client`]: exact HTTP requests to a sandbox, below the operator's client.
 //! - [`sandbox`]: start a sandbox on 127.0.0.1:0, in memory or with pods as real processes.
@@ -32,7 +34,7 @@ pub mod runtime;
 pub mod sandbox;
 pub mod scripted_server;
 
-pub use eventually::{eventually, POLL_INTERVAL};
+pub use eventually::{eventually, within, POLL_INTERVAL};
 pub use kubectl::{
     kubectl_offline, kubectl_path, live_items, pod_ip, pod_is_ready, table_row, Kubectl,
     KubectlOutput, KubectlWatch, BUNDLED_KUBECTL,

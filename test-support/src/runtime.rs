@@ -57,16 +57,22 @@ pub async fn pod_json(kubectl: &Kubectl, name: &str) -> Option<Value> {
     kubectl.get_json(&["get", "pod", name, "-o", "json"]).await
 }
 
+/// Wait (90 s at most) until pod `name` is Ready: the pod then. On timeout the failure prints
+/// what the pod says about itself ([`Kubectl::pod_report`]).
 pub async fn wait_ready(kubectl: &Kubectl, name: &str) -> Value {
-    eventually(
-        Duration::from_secs(90),
-        &format!("pod {name} Ready"),
-        || async {
-            let pod = pod_json(kubectl, name).await?;
-            pod_is_ready(&pod).then_some(pod)
-        },
-    )
-    .await
+    let deadline = Duration::from_secs(90);
+    let ready = crate::within(deadline, || async {
+        let pod = pod_json(kubectl, name).await?;
+        pod_is_ready(&pod).then_some(pod)
+    })
+    .await;
+    match ready {
+        Some(pod) => pod,
+        None => panic!(
+            "timed out after {deadline:?} waiting for pod {name} Ready\n{}",
+            kubectl.pod_report("default", name).await
+        ),
+    }
 }
 
 /// A one-container `postgres:15` pod named `name` with trust authentication and a tcpSocket

@@ -86,11 +86,27 @@ impl Cluster {
     }
 
     async fn wait_ready(&self, name: &str) -> Value {
-        test_support::eventually(START_DEADLINE, &format!("pod {name} Ready"), || async {
+        self.eventually(START_DEADLINE, &format!("pod {name} Ready"), || async {
             let pod = self.get("pods", name).await?;
             test_support::pod_is_ready(&pod).then_some(pod)
         })
         .await
+    }
+
+    /// [`test_support::eventually`], whose failure also prints what each pod of the cluster
+    /// says about itself: logs (the previous instance's too), container statuses, Events.
+    async fn eventually<T, F, Fut>(&self, deadline: Duration, what: &str, check: F) -> T
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Option<T>>,
+    {
+        if let Some(value) = test_support::within(deadline, check).await {
+            return value;
+        }
+        panic!(
+            "timed out after {deadline:?} waiting for {what}\n{}",
+            test_support::cluster::report(&self.kubectl, CLUSTER).await
+        );
     }
 
     /// `kubectl exec POD -c postgres -- psql ...`: stdout trimmed, or stderr.
@@ -106,15 +122,21 @@ impl Cluster {
         }
     }
 
+    /// [`Cluster::psql`], required to succeed; a failure prints what the pod says about itself
+    /// (an exec refused with "container not found" means its container ended: the log says why).
     async fn psql_ok(&self, pod: &str, sql: &str) -> String {
-        self.psql(pod, sql)
-            .await
-            .unwrap_or_else(|e| panic!("psql {sql:?} in {pod}: {e}"))
+        match self.psql(pod, sql).await {
+            Ok(rows) => rows,
+            Err(error) => panic!(
+                "psql {sql:?} in {pod}: {error}\n{}",
+                self.kubectl.pod_report(NAMESPACE, pod).await
+            ),
+        }
     }
 
     /// Wait until the primary Service's one ready address is `ip`.
     async fn until_primary_service_is(&self, ip: &str, what: &str) {
-        test_support::eventually(Duration::from_secs(30), what, || async {
+        self.eventually(Duration::from_secs(30), what, || async {
             (self.endpoint_ips(&primary_service_name(CLUSTER)).await == [ip]).then_some(())
         })
         .await;
@@ -270,33 +292,35 @@ async fn the_manifests_make_a_replicated_cluster_that_survives_a_failover() {
     // The primary streams to both, each under its pod's name (application_name from -d).
     let mut expected_streams = replicas.to_vec();
     expected_streams.sort();
-    test_support::eventually(
-        Duration::from_secs(30),
-        "two streaming replicas",
-        || async {
-            let streams = cluster
-                .psql(
-                    &primary,
-                    "SELECT string_agg(application_name, ',' ORDER BY application_name) \
+    cluster
+        .eventually(
+            Duration::from_secs(30),
+            "two streaming replicas",
+            || async {
+                let streams = cluster
+                    .psql(
+                        &primary,
+                        "SELECT string_agg(application_name, ',' ORDER BY application_name) \
                  FROM pg_stat_replication WHERE state = 'streaming'",
-                )
-                .await
-                .ok()?;
-            (streams == expected_streams.join(",")).then_some(())
-        },
-    )
-    .await;
+                    )
+                    .await
+                    .ok()?;
+                (streams == expected_streams.join(",")).then_some(())
+            },
+        )
+        .await;
     let mut replica_ips = vec![first.1.clone(), second.1.clone()];
     replica_ips.sort();
-    test_support::eventually(
-        Duration::from_secs(30),
-        "both replicas in the replicas Service's endpoints",
-        || async {
-            (cluster.endpoint_ips(&replicas_service_name(CLUSTER)).await == replica_ips)
-                .then_some(())
-        },
-    )
-    .await;
+    cluster
+        .eventually(
+            Duration::from_secs(30),
+            "both replicas in the replicas Service's endpoints",
+            || async {
+                (cluster.endpoint_ips(&replicas_service_name(CLUSTER)).await == replica_ips)
+                    .then_some(())
+            },
+        )
+        .await;
 
     // A row written on the primary is read on both replicas.
     cluster
@@ -309,15 +333,16 @@ async fn the_manifests_make_a_replicated_cluster_that_survives_a_failover() {
     let written_at =
         postgres_operator::postgres::manifests::parse_lsn(&written_at).expect("an LSN");
     for replica in &replicas {
-        test_support::eventually(
-            Duration::from_secs(30),
-            &format!("the row on {replica}"),
-            || async {
-                let rows = cluster.psql(replica, "SELECT text FROM notes").await.ok()?;
-                (rows == "before the failover").then_some(())
-            },
-        )
-        .await;
+        cluster
+            .eventually(
+                Duration::from_secs(30),
+                &format!("the row on {replica}"),
+                || async {
+                    let rows = cluster.psql(replica, "SELECT text FROM notes").await.ok()?;
+                    (rows == "before the failover").then_some(())
+                },
+            )
+            .await;
         let lsns = ReplicaLsns::parse(&cluster.psql_ok(replica, REPLICA_LSNS_SQL).await)
             .expect("two LSNs");
         assert!(
@@ -336,10 +361,11 @@ async fn the_manifests_make_a_replicated_cluster_that_survives_a_failover() {
         .delete(&format!("/api/v1/namespaces/{NAMESPACE}/pods/{primary}"))
         .await
         .expect("primary deleted");
-    test_support::eventually(Duration::from_secs(90), "the old primary gone", || async {
-        cluster.get("pods", &primary).await.is_none().then_some(())
-    })
-    .await;
+    cluster
+        .eventually(Duration::from_secs(90), "the old primary gone", || async {
+            cluster.get("pods", &primary).await.is_none().then_some(())
+        })
+        .await;
     let stopped = failover.elapsed();
     // The most advanced replica (received, then replayed; the name breaks a tie).
     let mut positions = Vec::new();
@@ -387,21 +413,22 @@ async fn the_manifests_make_a_replicated_cluster_that_survives_a_failover() {
         .psql_ok(&promoted, "INSERT INTO notes VALUES ('after the failover')")
         .await;
     let followed = Instant::now();
-    test_support::eventually(
-        Duration::from_secs(90),
-        &format!("the post-failover row on {follower}"),
-        || async {
-            let rows = cluster
-                .psql(
-                    &follower,
-                    "SELECT string_agg(text, ',' ORDER BY text) FROM notes",
-                )
-                .await
-                .ok()?;
-            (rows == "after the failover,before the failover").then_some(())
-        },
-    )
-    .await;
+    cluster
+        .eventually(
+            Duration::from_secs(90),
+            &format!("the post-failover row on {follower}"),
+            || async {
+                let rows = cluster
+                    .psql(
+                        &follower,
+                        "SELECT string_agg(text, ',' ORDER BY text) FROM notes",
+                    )
+                    .await
+                    .ok()?;
+                (rows == "after the failover,before the failover").then_some(())
+            },
+        )
+        .await;
     eprintln!(
         "{follower} had the row written on {promoted} {:.1?} after the write",
         followed.elapsed()
@@ -432,26 +459,27 @@ async fn the_manifests_make_a_replicated_cluster_that_survives_a_failover() {
         .delete(&postgres_operator::api::object_path(NAMESPACE, CLUSTER))
         .await
         .expect("cluster deleted");
-    test_support::eventually(
-        Duration::from_secs(90),
-        "every owned object collected",
-        || async {
-            let mut left = Vec::new();
-            for (resource, name) in [
-                ("secrets", format!("{CLUSTER}-credentials")),
-                ("configmaps", format!("{CLUSTER}-init")),
-                ("services", primary_service_name(CLUSTER)),
-                ("services", replicas_service_name(CLUSTER)),
-                ("pods", promoted.clone()),
-                ("pods", follower.clone()),
-            ] {
-                if cluster.get(resource, &name).await.is_some() {
-                    left.push(name);
+    cluster
+        .eventually(
+            Duration::from_secs(90),
+            "every owned object collected",
+            || async {
+                let mut left = Vec::new();
+                for (resource, name) in [
+                    ("secrets", format!("{CLUSTER}-credentials")),
+                    ("configmaps", format!("{CLUSTER}-init")),
+                    ("services", primary_service_name(CLUSTER)),
+                    ("services", replicas_service_name(CLUSTER)),
+                    ("pods", promoted.clone()),
+                    ("pods", follower.clone()),
+                ] {
+                    if cluster.get(resource, &name).await.is_some() {
+                        left.push(name);
+                    }
                 }
-            }
-            left.is_empty().then_some(())
-        },
-    )
-    .await;
+                left.is_empty().then_some(())
+            },
+        )
+        .await;
     cluster.sandbox.shutdown().await;
 }
