@@ -93,6 +93,9 @@ pub(crate) async fn run(node: Arc<Node>, worker: Arc<PodWorker>) {
     if !shutting_down {
         let _ = std::fs::remove_dir_all(&worker.dir);
     }
+    // At once, as soon as the processes are gone. A real kubelet does this later: its status
+    // manager sends the final DELETE (gracePeriodSeconds=0) at its next sync after the
+    // containers stopped, so a pod whose processes exit on SIGTERM stays Terminating a moment.
     if remove {
         super::remove_terminated_pod(
             &mut node.store.lock(),
