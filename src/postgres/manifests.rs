@@ -331,6 +331,13 @@ fn postgres_container(cluster: &PostgresCluster, image: &str) -> Value {
         // timeout. 5 s, as CloudNativePG sets it: a live standby answers the walsender's
         // keepalive requests (sent at half the timeout) at once, and so does the WAL stream of
         // a clone's `pg_basebackup -X stream`.
+        // wal_receiver_timeout (60 s by default) is the same bound on the standby's side: a
+        // standby whose primary went silent (hung, its node cut off) while the TCP connection
+        // stays open drops it after 5 s (it asks for a reply at half of it, which a live primary
+        // sends at once) and finds the new primary through the Service. At 60 s, a standby
+        // stayed on a frozen old primary for a minute after a failover, behind, and (with
+        // synchronous `required`) was the one standby an old primary that came back could still
+        // have had acknowledge its commits (`plan::fencing_first_is_safe`).
         "args": [
             "postgres",
             "-c",
@@ -338,7 +345,9 @@ fn postgres_container(cluster: &PostgresCluster, image: &str) -> Value {
             "-c",
             "wal_retrieve_retry_interval=200ms",
             "-c",
-            "wal_sender_timeout=5s"
+            "wal_sender_timeout=5s",
+            "-c",
+            "wal_receiver_timeout=5s"
         ],
         "ports": [{"name": PORT_NAME, "containerPort": POSTGRES_PORT, "protocol": "TCP"}],
         "env": [

@@ -10,9 +10,12 @@
 //! The rules, in order; the first that applies wins:
 //!
 //! 1. **The primary first.** Two pods labelled primary: keep the recorded one, delete the other.
-//!    The primary unready for longer than the failover delay: fence it (delete it), wait until it
-//!    has stopped, then fail over to the most advanced ready replica. A primary whose pod failed
-//!    has stopped already: the failover is at once, and rule 2 removes the pod afterwards.
+//!    The primary down for certain (its container exited, its node lost: [`Down`]) or unready
+//!    for longer than the failover delay (a failed probe may be a flap): fence it (delete it),
+//!    wait until it has stopped, then fail over to the most advanced ready replica. With
+//!    synchronous replication `required`, the fence comes first and the promotion does not wait
+//!    for the stop (see [`Action::Failover`]'s `fence`). A primary whose pod failed has stopped
+//!    already: the failover is at once, and rule 2 removes the pod afterwards.
 //! 2. **Lost members go.** A replica unready for longer than the lost-member delay (a lost node,
 //!    a crash loop) or failed is deleted; rule 4 replaces it. So is a replica Ready but not
 //!    streaming from the primary for longer than the not-streaming delay: it answers queries,
@@ -49,6 +52,33 @@ pub enum Phase {
     Terminating,
 }
 
+/// Certain evidence that a pod's server is down, read from its object: unlike a failed
+/// readiness probe (a slow answer under load, two misses in a row), none of these passes by
+/// itself in a second or two, so none waits the failover delay.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Down {
+    /// Its postgres container has exited since the pod went unready: `state.terminated`,
+    /// `state.waiting` after a `lastState.terminated` (CrashLoopBackOff), or running again after
+    /// one. The kubelet restarts it in place only after its back-off (10 s, then 20 s, 40 s ...),
+    /// and the server then runs crash recovery: a failover is the faster road.
+    Exited,
+    /// Its node stopped reporting: the node lifecycle controller turned the pod's Ready
+    /// condition False (`MarkPodsNotReady`) and left `ContainersReady` True, which the kubelet
+    /// never does (it sets both from the same probe results). Its processes may still run, cut
+    /// off; its deletion is never confirmed.
+    NodeLost,
+}
+
+impl Down {
+    /// For a story line: "its container exited".
+    pub fn describe(self) -> &'static str {
+        match self {
+            Down::Exited => "its container exited",
+            Down::NodeLost => "its node stopped reporting",
+        }
+    }
+}
+
 /// One pod of the cluster, as the plan sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Member {
@@ -58,6 +88,9 @@ pub struct Member {
     pub phase: Phase,
     /// Kubernetes' Ready condition: the readiness probe (`pg_isready`) passes.
     pub ready: bool,
+    /// Not ready, and its object says for certain why (`None`: ready, or only its readiness
+    /// probe failed, which may pass again).
+    pub down: Option<Down>,
     /// How long the pod has been Running but not Ready (zero when Ready), on this task's clock.
     /// A task that first sees it unready credits the kubelet's record (the Ready condition's
     /// `lastTransitionTime`), at most half the failover delay (`cluster::since_recorded`).
@@ -116,11 +149,12 @@ pub struct Quorum {
 /// How long to give a pod before acting on it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Delays {
-    /// The primary unready this long is failed over. Short: writes stop while it is down. Not
-    /// zero: a restart in place (the kubelet restarting a crashed postgres, which recovers on
-    /// its own data in a few seconds) should not cost a failover; we count from when it went
-    /// unready (see `Member::unready_for`), which the readiness probe says after two misses, 2 s
-    /// apart.
+    /// The primary unready this long, with nothing more certain than its readiness probe to say
+    /// why, is failed over. Short: writes stop while it is down. Not zero: a probe can miss twice
+    /// and pass again (a slow answer under load), and a failover costs every client its
+    /// connection. We count from when it went unready (see `Member::unready_for`), which the
+    /// readiness probe says after two misses, 2 s apart. Certain evidence ([`Down`]) does not
+    /// wait it.
     pub failover_after: Duration,
     /// A replica Running but unready this long is deleted and replaced. Longer than a replica's
     /// start (recovery replays the WAL it missed) on a slow machine.
@@ -153,8 +187,9 @@ impl Default for Delays {
 pub enum DeleteReason {
     /// A second pod labelled primary: only one may take writes.
     SecondPrimary,
-    /// The primary is unready past the failover delay: stop it before promoting another, so two
-    /// primaries never take writes at once.
+    /// The primary is down for certain, or unready past the failover delay: stop it before
+    /// promoting another, so two primaries never take writes at once. Also a pod left labelled
+    /// fenced by a failover that did not delete it (an operator stopped in between).
     FencePrimary,
     /// A replica unready past the lost-member delay.
     MemberLost,
@@ -189,10 +224,14 @@ pub enum Action {
         reason: DeleteReason,
     },
     /// Promote the most advanced of `candidates` (ready replicas); `lost` is the old primary,
-    /// already gone or terminating.
+    /// already gone or terminating, or still there to `fence`.
     Failover {
         lost: Option<String>,
         candidates: Vec<String>,
+        /// The old primary, lost or hung but not stopped, to fence before the promotion:
+        /// relabelled so that no Service selects it, and its deletion asked. Only with
+        /// synchronous replication `required` (see `next_action`).
+        fence: Option<String>,
     },
     /// Every member of a cluster that ran is gone.
     Disaster,
@@ -280,13 +319,17 @@ pub fn next_action(observed: &Observed, delays: &Delays) -> Action {
     // be promoted with the others able to follow. Promoted before that, the new primary would
     // miss WAL a sibling received, and that sibling could never follow its new timeline.
     // Stopped is enough: its processes are gone, the object only follows. Unless it does not
-    // stop (a lost node): then it is fenced and the failover goes on.
+    // stop (a lost node): then it is fenced and the failover goes on, at once when fencing first
+    // is safe.
+    let fence_first = fencing_first_is_safe(observed);
     if let Some(leaving) = observed
         .members
         .iter()
         .find(|m| m.is(Role::Primary) && m.phase == Phase::Terminating)
     {
-        let stopping = !leaving.stopped && leaving.terminating_for < delays.stop_timeout;
+        let stopping = !leaving.stopped
+            && leaving.terminating_for < delays.stop_timeout
+            && !(fence_first && leaving.down == Some(Down::NodeLost));
         if primaries.is_empty() && stopping {
             return Action::Wait(format!(
                 "waiting for the old primary {} to stop",
@@ -301,13 +344,27 @@ pub fn next_action(observed: &Observed, delays: &Delays) -> Action {
             .copied()
             .filter(|m| m.is(Role::Replica) && m.ready && m.phase == Phase::Running),
     );
+    // Synchronous: the most advanced of the standbys, never a replica outside them.
+    let candidates = |ready_replicas: Vec<String>| match &observed.quorum {
+        Some(quorum) => ready_replicas
+            .into_iter()
+            .filter(|name| quorum.standbys.contains(name))
+            .collect(),
+        None => ready_replicas,
+    };
     match primary {
-        Some(primary)
-            if !primary.ready
-                && primary.phase == Phase::Running
-                && primary.unready_for >= delays.failover_after
-                && !ready_replicas.is_empty() =>
-        {
+        Some(primary) if is_lost(primary, delays) && !ready_replicas.is_empty() => {
+            let allowed = observed
+                .quorum
+                .as_ref()
+                .is_some_and(|quorum| quorum.allows(&ready_replicas).is_ok());
+            if fence_first && allowed {
+                return Action::Failover {
+                    lost: Some(primary.name.clone()),
+                    candidates: candidates(ready_replicas),
+                    fence: Some(primary.name.clone()),
+                };
+            }
             return Action::Delete {
                 pod: primary.name.clone(),
                 reason: DeleteReason::FencePrimary,
@@ -321,17 +378,10 @@ pub fn next_action(observed: &Observed, delays: &Delays) -> Action {
                 }
             }
             if !ready_replicas.is_empty() {
-                // Synchronous: the most advanced of the standbys, never a replica outside them.
-                let candidates = match &observed.quorum {
-                    Some(quorum) => ready_replicas
-                        .into_iter()
-                        .filter(|name| quorum.standbys.contains(name))
-                        .collect(),
-                    None => ready_replicas,
-                };
                 return Action::Failover {
                     lost: observed.recorded_primary.clone(),
-                    candidates,
+                    candidates: candidates(ready_replicas),
+                    fence: None,
                 };
             }
             if alive.iter().any(|m| m.is(Role::Replica)) {
@@ -350,6 +400,17 @@ pub fn next_action(observed: &Observed, delays: &Delays) -> Action {
         .filter(|m| !m.is(Role::Primary))
         .collect();
     replicas.sort_by(|a, b| a.name.cmp(&b.name));
+    // Fenced but not deleted: a failover relabelled it and stopped before its DELETE (an
+    // operator killed in between). No Service selects it; it still runs, and still counts.
+    if let Some(fenced) = alive
+        .iter()
+        .find(|m| m.is(Role::Fenced) && m.phase != Phase::Done)
+    {
+        return Action::Delete {
+            pod: fenced.name.clone(),
+            reason: DeleteReason::FencePrimary,
+        };
+    }
     if let Some(dead) = alive.iter().find(|m| m.phase == Phase::Done) {
         return Action::Delete {
             pod: dead.name.clone(),
@@ -446,6 +507,33 @@ pub fn next_action(observed: &Observed, delays: &Delays) -> Action {
     Action::Steady
 }
 
+/// The primary `member` is lost: Running but not Ready, and either down for certain or unready
+/// past the failover delay.
+fn is_lost(member: &Member, delays: &Delays) -> bool {
+    !member.ready
+        && member.phase == Phase::Running
+        && (member.down.is_some() || member.unready_for >= delays.failover_after)
+}
+
+/// Whether a lost primary may be fenced and a standby promoted without waiting for it to stop:
+/// only with synchronous replication `required` (the plan then has a [`Quorum`]).
+///
+/// With `required`, PostgreSQL returns a commit only once one of the primary's synchronous
+/// standbys has flushed it. Fenced, the old primary gets no new client and no standby from the
+/// Services; the standbys that streamed from it have dropped it already (each drops a primary
+/// silent for `wal_receiver_timeout`, 5 s in our pods, shorter than two missed probes and the
+/// failover delay, or a node's grace period) and follow the new one. So an old primary that
+/// comes back (a hung process that resumes, a node whose network returns) has no standby to
+/// acknowledge a commit: it cannot return one the new primary lacks.
+///
+/// With `preferred` (it drops to fewer standbys, down to none, when they do not answer) or
+/// asynchronous replication, the old primary acknowledges commits on its own. One that came
+/// back before it stopped could return writes no standby has, beside the new primary's: so it is
+/// deleted, and the failover waits until it has stopped (at most the stop timeout).
+fn fencing_first_is_safe(observed: &Observed) -> bool {
+    observed.quorum.is_some()
+}
+
 impl Quorum {
     /// Whether promoting the most advanced of `ready` loses no acknowledged commit. Each such
     /// commit reached `number` of the `standbys` (M of them), so it is on at least one of any
@@ -497,6 +585,8 @@ pub fn next_deadline(observed: &Observed, delays: &Delays) -> Option<Duration> {
         .filter_map(|m| {
             let (delay, waited) = match (m.phase, m.ready) {
                 (Phase::Terminating, _) => (delays.stop_timeout, m.terminating_for),
+                // Certain evidence is acted on now: no delay runs.
+                (Phase::Running, false) if m.is(Role::Primary) && m.down.is_some() => return None,
                 (Phase::Running, false) if m.is(Role::Primary) => {
                     (delays.failover_after, m.unready_for)
                 }
@@ -554,6 +644,7 @@ impl Member {
             role: Some(role),
             phase: Phase::Running,
             ready,
+            down: None,
             unready_for: Duration::ZERO,
             terminating_for: Duration::ZERO,
             stopped: false,
@@ -702,7 +793,8 @@ mod tests {
             plan(&cluster),
             Action::Failover {
                 lost: Some("db-p".into()),
-                candidates: vec!["db-a".into(), "db-b".into()]
+                candidates: vec!["db-a".into(), "db-b".into()],
+                fence: None,
             }
         );
     }
@@ -747,6 +839,100 @@ mod tests {
         );
         cluster.members[0].unready_for = Duration::from_secs(10);
         assert_eq!(plan(&cluster), deletes("db-p", DeleteReason::FencePrimary));
+    }
+
+    /// Certain evidence (the container exited, the node lost) is acted on at once; a failed
+    /// probe alone waits the failover delay, and no timer runs for what is acted on now.
+    #[test]
+    fn a_primary_down_for_certain_does_not_wait_the_failover_delay() {
+        let primary = member("db-p", Role::Primary, Phase::Running, false);
+        let mut cluster = observed(vec![primary, ready("db-b", Role::Replica)], 2);
+        assert_eq!(
+            plan(&cluster),
+            Action::Wait("waiting for db-p to settle".into())
+        );
+        assert!(next_deadline(&cluster, &Delays::default()).is_some());
+        for down in [Down::Exited, Down::NodeLost] {
+            cluster.members[0].down = Some(down);
+            assert_eq!(
+                plan(&cluster),
+                deletes("db-p", DeleteReason::FencePrimary),
+                "{down:?}"
+            );
+            assert_eq!(next_deadline(&cluster, &Delays::default()), None);
+        }
+    }
+
+    /// A size-3 cluster with synchronous `required` (`ANY 1` of the two replicas) whose primary
+    /// is lost as `down` says, unready for `unready_for`.
+    fn required_with_lost_primary(down: Option<Down>, unready_for: Duration) -> Observed {
+        let mut primary = member("db-p", Role::Primary, Phase::Running, false);
+        primary.down = down;
+        primary.unready_for = unready_for;
+        let mut cluster = observed(
+            vec![
+                primary,
+                ready("db-a", Role::Replica),
+                ready("db-b", Role::Replica),
+            ],
+            3,
+        );
+        cluster.quorum = Some(Quorum {
+            number: 1,
+            standbys: vec!["db-a".into(), "db-b".into()],
+        });
+        cluster
+    }
+
+    /// Synchronous `required`: a lost primary (down for certain, or unready past the delay) is
+    /// fenced and a standby promoted in the same action, without waiting for it to stop; when
+    /// the quorum does not allow a promotion, it is deleted and waited for as before.
+    #[test]
+    fn with_required_a_lost_primary_is_fenced_first_and_a_standby_promoted() {
+        let fenced_first = Action::Failover {
+            lost: Some("db-p".into()),
+            candidates: vec!["db-a".into(), "db-b".into()],
+            fence: Some("db-p".into()),
+        };
+        let node_lost = required_with_lost_primary(Some(Down::NodeLost), Duration::ZERO);
+        assert_eq!(plan(&node_lost), fenced_first);
+        let hung = required_with_lost_primary(None, Duration::from_secs(6));
+        assert_eq!(plan(&hung), fenced_first);
+        let flapping = required_with_lost_primary(None, Duration::from_secs(3));
+        assert!(matches!(plan(&flapping), Action::Wait(_)));
+        // One of the two standbys unready: a commit may be on it alone.
+        let mut short = required_with_lost_primary(Some(Down::Exited), Duration::ZERO);
+        short.members[2].ready = false;
+        assert_eq!(plan(&short), deletes("db-p", DeleteReason::FencePrimary));
+    }
+
+    /// `preferred` and asynchronous clusters (no quorum) wait for a lost primary to stop, up to
+    /// the stop timeout, even on a lost node; `required` does not wait for one whose node is
+    /// lost.
+    #[test]
+    fn only_required_promotes_before_a_lost_nodes_primary_stops() {
+        let mut leaving = member("db-p", Role::Primary, Phase::Terminating, false);
+        leaving.down = Some(Down::NodeLost);
+        let mut cluster = required_with_lost_primary(None, Duration::ZERO);
+        cluster.members[0] = leaving;
+        assert!(matches!(
+            plan(&cluster),
+            Action::Failover { fence: None, candidates, .. } if candidates.len() == 2
+        ));
+        cluster.quorum = None;
+        assert_eq!(
+            plan(&cluster),
+            Action::Wait("waiting for the old primary db-p to stop".into())
+        );
+    }
+
+    /// A pod a failover fenced but did not delete (the operator stopped in between) is deleted
+    /// before anything else is counted: it still runs, and no Service selects it.
+    #[test]
+    fn a_pod_left_fenced_is_deleted() {
+        let mut cluster = healthy(3);
+        cluster.members[1].role = Some(Role::Fenced);
+        assert_eq!(plan(&cluster), deletes("db-a", DeleteReason::FencePrimary));
     }
 
     /// Without a ready replica, fencing the primary would leave nothing: wait instead.

@@ -7,10 +7,15 @@
 //! acknowledged write) is printed.
 //!
 //! WORKSHOP.md, step 04 ("Failover under faults"). Needs PostgreSQL and bubblewrap.
+//! The operator runs with the defaults a user gets (`PostgresOptions::default()`, which the
+//! flags' defaults match: a failover delay of 6 s, a stop timeout of 20 s, a round every 8 s).
 //! The short run (each fault once): `cargo test --test chaos -- --nocapture`.
 //! The long run (the whole sequence N times, min/median/max per fault):
 //! `CHAOS_ROUNDS=20 cargo test --test chaos -- --nocapture`. One fault, or a few, to study
 //! them: `CHAOS_ONLY=KillOperatorMidPromotion,HangPrimary` (the names of [`Fault`]).
+//! The same faults under the end-to-end tests' short timings (a failover delay of 2 s, a round
+//! every second), to compare: `cargo test --test chaos -- --ignored --nocapture
+//! with_the_tests_short_timings`.
 //! Asynchronous replication (the default of a cluster without `spec.replication`), where a
 //! failover may lose acknowledged rows: `CHAOS_REPLICATION=async`; the rows lost per fault are
 //! counted and printed, not refused.
@@ -26,7 +31,7 @@ use postgres_operator::controller::pods::{pods_path, CLUSTER_LABEL};
 use postgres_operator::postgres::manifests::{
     credentials_secret_name, primary_service_name, POSTGRES_CONTAINER, SUPERUSER_PASSWORD_KEY,
 };
-use postgres_operator::postgres::run_postgres_operator;
+use postgres_operator::postgres::{run_postgres_operator, PostgresOptions};
 use postgres_operator::story::Reporter;
 use sandbox::{LostNode, Sandbox, SandboxOptions};
 use serde_json::Value;
@@ -248,6 +253,33 @@ fn pod_ip(pods: &[Value], name: &str) -> Option<String> {
         .map(str::to_string)
 }
 
+/// The operator's timings a run uses: what a user gets, or the end-to-end tests' short ones.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Timings {
+    /// `PostgresOptions::default()`, which the flags' defaults match.
+    Defaults,
+    /// `test_support::quick_postgres_options()`: a failover delay of 2 s, a round every second.
+    Short,
+}
+
+impl Timings {
+    fn options(self) -> PostgresOptions {
+        match self {
+            Timings::Defaults => PostgresOptions::default(),
+            Timings::Short => test_support::quick_postgres_options(),
+        }
+    }
+
+    /// How each fault's line names the run.
+    fn label(self) -> String {
+        let delay = self.options().delays.failover_after.as_secs();
+        match self {
+            Timings::Defaults => format!("default flags, failover delay {delay} s"),
+            Timings::Short => format!("short timings, failover delay {delay} s"),
+        }
+    }
+}
+
 /// The operator in this process, as `run_postgres_operator` runs it.
 struct Operator {
     stop: CancellationToken,
@@ -255,11 +287,11 @@ struct Operator {
 }
 
 impl Operator {
-    fn start(client: &Client, reporter: &Reporter) -> Operator {
+    fn start(client: &Client, reporter: &Reporter, timings: Timings) -> Operator {
         let stop = CancellationToken::new();
         let running = run_postgres_operator(
             client.clone(),
-            test_support::quick_postgres_options(),
+            timings.options(),
             (),
             reporter.clone(),
             stop.clone(),
@@ -301,6 +333,7 @@ struct Chaos {
     ledger: Arc<Ledger>,
     writable: Arc<Writable>,
     replication: Replication,
+    timings: Timings,
     /// Acknowledged rows found missing so far (asynchronous replication only).
     lost: i64,
     /// How many times the operator was killed mid-failover (which moment is chosen in turn).
@@ -571,7 +604,7 @@ impl Chaos {
             println!("chaos: operator killed, starting a new one");
         }
         self.mark("starting a new operator");
-        self.operator = Some(Operator::start(&self.client, &self.reporter));
+        self.operator = Some(Operator::start(&self.client, &self.reporter, self.timings));
     }
 
     /// One fault: inject it, wait for convergence and resumed writes, check no row was lost
@@ -619,14 +652,12 @@ impl Chaos {
         let most = self.writable.most.load(Ordering::SeqCst);
         let polls = self.writable.polls.load(Ordering::SeqCst);
         println!(
-            "chaos: {caption}: outage {:.1} s, new primary {}, {last} rows acknowledged, {lost} of them lost here, at most {most} writable member(s) in {polls} polls",
+            "chaos: {caption} ({}): outage {:.1} s, new primary {}, {last} rows acknowledged, {lost} of them lost here, at most {most} writable member(s) in {polls} polls",
+            self.timings.label(),
             outage.as_secs_f64(),
             after.primary
         );
-        if matches!(
-            fault,
-            Fault::KillOperatorMidFailover | Fault::KillOperatorMidPromotion | Fault::Switchover
-        ) {
+        if fault != Fault::LoseReplica {
             self.print_timeline(injected);
         }
         assert!(
@@ -674,11 +705,25 @@ async fn time_lines(story: Story, timeline: Arc<Mutex<Vec<(Instant, String)>>>) 
 }
 
 /// Every fault of [`FAULTS`], once per round (`CHAOS_ROUNDS`, default 1), against one
-/// synchronous cluster under a steady writer: each converges (every replica streaming from the
-/// primary), loses no acknowledged row, and never shows two writable primaries; the outages
-/// are printed. With `CHAOS_REPLICATION=async`, the rows lost are counted instead.
+/// synchronous cluster under a steady writer, the operator on its default flags: each
+/// converges (every replica streaming from the primary), loses no acknowledged row, and never
+/// shows two writable primaries; the outages are printed. With `CHAOS_REPLICATION=async`, the
+/// rows lost are counted instead.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_fault_converges_without_losing_an_acknowledged_row() {
+    run_chaos(Timings::Defaults).await;
+}
+
+/// The same, under the end-to-end tests' short timings (failover delay 2 s, a round every
+/// second): what the timings add to each outage. Run by name; the run above covers every fault.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a comparison run: `cargo test --test chaos -- --ignored with_the_tests_short_timings`"]
+async fn every_fault_converges_with_the_tests_short_timings() {
+    run_chaos(Timings::Short).await;
+}
+
+/// The chaos run, the operator on `timings`.
+async fn run_chaos(timings: Timings) {
     let rounds: usize = std::env::var("CHAOS_ROUNDS")
         .ok()
         .and_then(|r| r.parse().ok())
@@ -687,7 +732,7 @@ async fn every_fault_converges_without_losing_an_acknowledged_row() {
     let client = test_support::plain_client(&sandbox.url());
     test_support::register_crd(&client).await;
     let (reporter, story) = Story::record();
-    let operator = Operator::start(&client, &reporter);
+    let operator = Operator::start(&client, &reporter, timings);
     let replication = Replication::from_env();
     let spec = match replication {
         Replication::Synchronous => test_support::synchronous_spec(SIZE as _, 1),
@@ -739,6 +784,7 @@ async fn every_fault_converges_without_losing_an_acknowledged_row() {
         ledger: Arc::new(Ledger::default()),
         writable: Arc::new(Writable::default()),
         replication,
+        timings,
         lost: 0,
         operator_kills: 0,
         timeline,
@@ -783,7 +829,10 @@ async fn every_fault_converges_without_losing_an_acknowledged_row() {
         );
     }
     for round in 1..=rounds {
-        println!("chaos: round {round} of {rounds} ({replication:?} replication)");
+        println!(
+            "chaos: round {round} of {rounds} ({replication:?} replication, {})",
+            timings.label()
+        );
         for (fault, outages, lost) in measured.iter_mut() {
             let (outage, lost_here) = chaos.run_fault(*fault).await;
             outages.push(outage);
@@ -799,8 +848,9 @@ async fn every_fault_converges_without_losing_an_acknowledged_row() {
     let (_, lost_at_end) = chaos.acknowledged_rows_lost(&primary, "the end").await;
 
     println!(
-        "chaos: {rounds} round(s) in {:.0} s, {replication:?} replication; {last} rows acknowledged, {} lost",
+        "chaos: {rounds} round(s) in {:.0} s, {replication:?} replication, {}; {last} rows acknowledged, {} lost",
         started.elapsed().as_secs_f64(),
+        timings.label(),
         chaos.lost
     );
     assert_eq!(lost_at_end, 0, "rows lost after the last fault converged");

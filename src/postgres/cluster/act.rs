@@ -73,7 +73,16 @@ impl<L: ClusterLayer> PostgresTask<L> {
                 }
                 None
             }
-            Action::Failover { lost, candidates } => {
+            Action::Failover {
+                lost,
+                candidates,
+                fence,
+            } => {
+                if let Some(pod) = fence {
+                    if !self.fence_first(pod, observed).await {
+                        return None;
+                    }
+                }
                 if !self.fence_the_leaving(observed).await {
                     return None;
                 }
@@ -205,6 +214,41 @@ impl<L: ClusterLayer> PostgresTask<L> {
                 ),
             )
             .await;
+        }
+        true
+    }
+
+    /// Fence the lost primary `pod` before a promotion that does not wait for it to stop
+    /// (synchronous `required`, see `plan::fencing_first_is_safe`): relabelled `fenced`, so
+    /// that no Service selects it, then deleted with a short grace period, which the kubelet of
+    /// a hung pod ends with SIGKILL (a lost node's never confirms it). False: the relabel
+    /// failed, and nothing is promoted this round.
+    async fn fence_first(&mut self, pod: &str, observed: &Observed) -> bool {
+        let why = observed
+            .members
+            .iter()
+            .find(|m| m.name == pod)
+            .map_or(String::from("lost"), lost_because);
+        let line = format!(
+            "Member lost: {pod} (the primary, {why}); fencing it (relabelled {}, so that no Service selects it; its deletion asked) and promoting a standby without waiting for it to stop: with synchronous replication required, no standby follows it, so it cannot acknowledge a commit",
+            Role::Fenced.label_value()
+        );
+        self.say(line.clone());
+        match self.relabel(pod, Role::Fenced).await {
+            Ok(()) => {}
+            // Gone meanwhile: fenced by the best means there is.
+            Err(error) if error.status_code() == Some(404) => {}
+            Err(error) => {
+                self.fail_round();
+                self.say(format!(
+                    "fencing {pod} failed: {error}; not promoting until it is fenced"
+                ));
+                return false;
+            }
+        }
+        // A failed DELETE is said; rule 2 deletes a pod left fenced at a later round.
+        if self.delete_pod_within(pod, Some(FENCE_GRACE_SECONDS)).await {
+            self.event(EventType::Warning, "PrimaryLost", &line).await;
         }
         true
     }
@@ -346,14 +390,20 @@ pub(super) fn delete_story(
     observed: &Observed,
 ) -> (String, EventType, &'static str) {
     let unready = member.map_or(0, |m| m.unready_for.as_secs());
+    let fenced = member.is_some_and(|m| m.role == Some(Role::Fenced));
     match reason {
+        DeleteReason::FencePrimary if fenced => (
+            format!("Deleting {pod}: a failover fenced it (relabelled {}) and did not delete it", Role::Fenced.label_value()),
+            EventType::Warning,
+            "PrimaryLost",
+        ),
         DeleteReason::SecondPrimary => (
             format!("Deleting {pod}: a second pod labelled primary (keeping {})", observed.recorded_primary.as_deref().unwrap_or("the older one")),
             EventType::Warning,
             "SecondPrimary",
         ),
         DeleteReason::FencePrimary => (
-            format!("Member lost: {pod} (the primary, unready for {unready}s); deleting it before promoting a replica"),
+            format!("Member lost: {pod} (the primary, {}); deleting it before promoting a replica", member.map_or(String::from("lost"), lost_because)),
             EventType::Warning,
             "PrimaryLost",
         ),
@@ -392,6 +442,15 @@ pub(super) fn delete_story(
             EventType::Normal,
             "Switchover",
         ),
+    }
+}
+
+/// Why a primary counts as lost, for a story line: its [`Down`] evidence, or how long it has
+/// been unready.
+fn lost_because(member: &Member) -> String {
+    match member.down {
+        Some(down) => down.describe().to_string(),
+        None => format!("unready for {}s", member.unready_for.as_secs()),
     }
 }
 

@@ -49,7 +49,7 @@ use super::api::{switchover, validate_spec, SynchronousStatus, SWITCHOVER_ANNOTA
 use super::conditions::{next_status, PHASE_FAILED, PHASE_RUNNING};
 use super::manifests::{self, Credentials, Role, POSTGRES_CONTAINER, ROLE_LABEL};
 use super::plan::{
-    choose, next_action, next_deadline, version_change, Action, Delays, DeleteReason, Member,
+    choose, next_action, next_deadline, version_change, Action, Delays, DeleteReason, Down, Member,
     Observed, Phase, Position, VersionChange,
 };
 
@@ -412,6 +412,7 @@ impl<L: ClusterLayer> PostgresTask<L> {
         };
         let planning = !self.cluster.spec.paused && waiting_for_watch.is_none();
         if planning {
+            self.weigh_unready_primary(&mut observed).await;
             self.observe_streaming(&mut observed).await;
         }
         L::observe(self, &pods, &mut observed).await;
@@ -567,6 +568,7 @@ impl<L: ClusterLayer> PostgresTask<L> {
                     },
                     phase,
                     ready,
+                    down: (!ready).then(|| node_lost(pod)).flatten(),
                     unready_for,
                     terminating_for,
                     // A deleted pod's phase turns Succeeded or Failed once its containers have
@@ -579,6 +581,34 @@ impl<L: ClusterLayer> PostgresTask<L> {
                 }
             })
             .collect()
+    }
+
+    /// Whether an unready primary's container has exited ([`Down::Exited`]): one GET of its pod,
+    /// only while the primary is unready with nothing more certain known. The pod watch's
+    /// [`Pod`] keeps the fields every step reads, not `containerStatuses`, and an idle cluster
+    /// should cost nothing: this is asked in the seconds a primary is unready, not every round.
+    async fn weigh_unready_primary(&self, observed: &mut Observed) {
+        let client = &self.worker.client;
+        for member in observed.members.iter_mut().filter(|m| {
+            m.role == Some(Role::Primary)
+                && m.phase == Phase::Running
+                && !m.ready
+                && m.down.is_none()
+        }) {
+            let path = format!(
+                "/api/v1/namespaces/{}/pods/{}",
+                self.namespace(),
+                member.name
+            );
+            match client.get::<Value>(&path).await {
+                Ok(pod) if container_exited(&pod) => member.down = Some(Down::Exited),
+                Ok(_) => {}
+                // Not known: the failover delay decides, as for a failed probe.
+                Err(error) => {
+                    tracing::debug!(%error, pod = %member.name, "could not read the unready primary's container status")
+                }
+            }
+        }
     }
 
     /// `Running: [db-x (primary), db-y], pending: [db-z]`, when it changed since last said.
@@ -738,6 +768,58 @@ pub async fn psql_in_pod(
     Ok(output.stdout_text())
 }
 
+/// [`Down::NodeLost`] when `pod`'s node stopped reporting, as its object shows it: phase
+/// Unknown (the node controller of old Kubernetes releases set it), or Ready False while
+/// ContainersReady stays True. The kubelet sets both conditions from the same probe results; the
+/// node lifecycle controller, once the node's grace period is over, turns only Ready False
+/// (`MarkPodsNotReady`). (A pod with readiness gates could show the same; ours have none.)
+fn node_lost(pod: &Pod) -> Option<Down> {
+    let condition = |kind: &str| {
+        pod.status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == kind)
+            .map(|c| c.status.as_str())
+    };
+    let marked =
+        condition("Ready") == Some("False") && condition("ContainersReady") == Some("True");
+    (pod.phase() == "Unknown" || marked).then_some(Down::NodeLost)
+}
+
+/// Whether the postgres container of `pod` (the whole object, as a GET returns it) has exited
+/// since the pod went unready: `state.terminated` (it ended, and is not restarted yet),
+/// `state.waiting` after a `lastState.terminated` (CrashLoopBackOff: the kubelet waits its
+/// back-off before the restart), or running again after a `lastState.terminated` that ended
+/// when the pod went unready or after (the records are in whole seconds: a second's slack).
+fn container_exited(pod: &Value) -> bool {
+    let Some(container) = pod["status"]["containerStatuses"]
+        .as_array()
+        .and_then(|all| all.iter().find(|c| c["name"] == POSTGRES_CONTAINER))
+    else {
+        return false;
+    };
+    let ended = &container["lastState"]["terminated"];
+    if container["state"]["terminated"].is_object() {
+        return true;
+    }
+    if container["state"]["waiting"].is_object() {
+        return ended.is_object();
+    }
+    let unready_at = pod["status"]["conditions"]
+        .as_array()
+        .and_then(|all| {
+            all.iter()
+                .find(|c| c["type"] == "Ready" && c["status"] != "True")
+        })
+        .and_then(|c| c["lastTransitionTime"].as_str())
+        .and_then(parse_utc);
+    let ended_at = ended["finishedAt"].as_str().and_then(parse_utc);
+    match (ended_at, unready_at) {
+        (Some(ended), Some(unready)) => ended + Duration::from_secs(1) >= unready,
+        _ => false,
+    }
+}
+
 /// When the kubelet recorded `pod` going unready: its Ready condition's `lastTransitionTime`.
 fn unready_recorded(pod: &Pod) -> Option<&str> {
     pod.status
@@ -845,6 +927,62 @@ mod tests {
             )),
         });
         pod
+    }
+
+    /// Ready False with ContainersReady True is the node controller's mark, not the kubelet's:
+    /// the node is lost. Both False is a failed probe (or an exited container), which this does
+    /// not tell apart.
+    #[test]
+    fn a_pod_marked_unready_by_the_node_controller_is_on_a_lost_node() {
+        let with = |ready: &str, containers_ready: &str| {
+            let mut pod = Pod::default();
+            pod.status.phase = Some("Running".into());
+            for (kind, status) in [("Ready", ready), ("ContainersReady", containers_ready)] {
+                pod.status.conditions.push(PodCondition {
+                    type_: kind.into(),
+                    status: status.into(),
+                    last_transition_time: None,
+                });
+            }
+            pod
+        };
+        assert_eq!(node_lost(&with("False", "True")), Some(Down::NodeLost));
+        assert_eq!(node_lost(&with("False", "False")), None);
+        let mut unknown = with("True", "True");
+        unknown.status.phase = Some("Unknown".into());
+        assert_eq!(node_lost(&unknown), Some(Down::NodeLost));
+    }
+
+    /// A container terminated, or waiting after it ended, or restarted since the pod went
+    /// unready, has exited; one running since before (a probe that fails) has not.
+    #[test]
+    fn an_exited_container_is_told_from_a_failed_probe() {
+        let pod = |state: Value, last: Value, unready_at: &str| {
+            serde_json::json!({"status": {
+                "conditions": [{"type": "Ready", "status": "False", "lastTransitionTime": unready_at}],
+                "containerStatuses": [{"name": POSTGRES_CONTAINER, "state": state, "lastState": last}],
+            }})
+        };
+        let ended = serde_json::json!({"terminated": {"exitCode": 137, "finishedAt": "2026-01-01T10:00:00Z"}});
+        let running = serde_json::json!({"running": {"startedAt": "2026-01-01T10:00:01Z"}});
+        let at = "2026-01-01T10:00:00Z";
+        assert!(container_exited(&pod(
+            ended.clone(),
+            serde_json::json!({}),
+            at
+        )));
+        let back_off = serde_json::json!({"waiting": {"reason": "CrashLoopBackOff"}});
+        assert!(container_exited(&pod(back_off, ended.clone(), at)));
+        // Restarted in place, the pod not ready again yet.
+        assert!(container_exited(&pod(running.clone(), ended.clone(), at)));
+        // The last exit long before this spell of unreadiness: a failed probe.
+        assert!(!container_exited(&pod(
+            running.clone(),
+            ended,
+            "2026-01-01T11:00:00Z"
+        )));
+        assert!(!container_exited(&pod(running, serde_json::json!({}), at)));
+        assert!(!container_exited(&serde_json::json!({})));
     }
 
     /// A task that first sees a pod unready credits what the kubelet recorded, less a second
