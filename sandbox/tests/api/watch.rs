@@ -461,7 +461,9 @@ async fn going_offline_drops_connections_then_serves_the_same_store() {
     let before = sandbox.resource_version();
     let mut watch = watch_from(&http, SECRETS, &before, "").await;
 
-    sandbox.faults().go_offline(Duration::from_millis(500));
+    // The refusal must be seen while it lasts: 2 s, so that a poll a busy machine delays still
+    // falls inside it.
+    sandbox.faults().go_offline(Duration::from_secs(2));
     assert!(watch.ends_within(WAIT).await, "the open watch is cut");
     test_support::eventually(WAIT, "the port to refuse connections", || async {
         tokio::net::TcpStream::connect(sandbox.addr())
