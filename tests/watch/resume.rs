@@ -97,8 +97,12 @@ async fn bookmarks_advance_the_resource_version() {
             .expect("pod");
     }
     assert_ne!(sandbox.resource_version(), listed_rv);
-    // Wait for a bookmark to carry the new RV, then make the watch reconnect.
-    tokio::time::sleep(Duration::from_millis(400)).await; // several bookmark intervals pass
+    // Make the watch reconnect, again and again, until it does so from a bookmark's RV: each
+    // watch lasts three bookmark intervals, and how soon a bookmark reaches the client is this
+    // machine's load, not a fixed wait.
+    sandbox
+        .faults()
+        .end_watches_after(Some(Duration::from_millis(300)));
     sandbox.faults().end_all_watches_now();
     // No event of ours was delivered, so only a bookmark can have moved the RV.
     running
@@ -106,6 +110,7 @@ async fn bookmarks_advance_the_resource_version() {
             matches!(n, WatchNotice::Watching { resource_version } if *resource_version != listed_rv)
         })
         .await;
+    sandbox.faults().end_watches_after(None);
     assert!(
         running.no_event_for(Duration::from_millis(200)).await,
         "bookmarks are not events"
