@@ -7,8 +7,12 @@
 //! WORKSHOP.md, "Set-up: the sandbox" (what it is and is not).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::json;
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use crate::builtins;
 use crate::objects::FollowUp;
@@ -28,13 +32,14 @@ pub(crate) fn spawn_follow_ups(shared: &Arc<Shared>, follow_ups: Vec<FollowUp>) 
         let shared = shared.clone();
         tokio::spawn(async move {
             let delay = match &follow_up {
-                FollowUp::StartPod { .. } => *lock(&shared.kubelet_delay),
-                FollowUp::EstablishCrd { .. } => *lock(&shared.established_delay),
-                FollowUp::RemovePod { .. } => shared.options.pod_termination_delay,
+                FollowUp::StartPod { .. } => shared.kubelet_delay.subscribe(),
+                FollowUp::EstablishCrd { .. } => shared.established_delay.subscribe(),
+                FollowUp::RemovePod { .. } => {
+                    watch::Sender::new(shared.options.pod_termination_delay).subscribe()
+                }
             };
-            tokio::select! {
-                _ = tokio::time::sleep(delay) => {}
-                _ = shared.shutdown.cancelled() => return,
+            if !wait_out(delay, &shared.shutdown).await {
+                return;
             }
             match follow_up {
                 FollowUp::StartPod {
@@ -68,6 +73,24 @@ pub(crate) fn spawn_follow_ups(shared: &Arc<Shared>, follow_ups: Vec<FollowUp>) 
                 } => remove_pod(&shared, &namespace, &name, &uid),
             }
         });
+    }
+}
+
+/// Wait until `delay` has passed since now, the delay as it is at each moment: a fault that
+/// changes it moves the end of a wait already under way. False if the sandbox stops first.
+async fn wait_out(mut delay: watch::Receiver<Duration>, shutdown: &CancellationToken) -> bool {
+    let began = Instant::now();
+    loop {
+        let wanted = *delay.borrow_and_update();
+        // Duration::MAX ("never") does not fit in an Instant: a year from now stands for it.
+        let never = began + Duration::from_secs(365 * 24 * 3600);
+        let until = began.checked_add(wanted).unwrap_or(never);
+        tokio::select! {
+            () = tokio::time::sleep_until(until) => return true,
+            // A closed channel (a fixed delay) disables this branch; the sleep decides.
+            Ok(()) = delay.changed() => {}
+            () = shutdown.cancelled() => return false,
+        }
     }
 }
 

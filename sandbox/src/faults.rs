@@ -94,15 +94,17 @@ impl Faults {
         lock(&self.shared.faults).watch_events_per_chunk = events.map(|e| e.max(1));
     }
 
-    /// Delay before newly created pods turn Running (a long one keeps them Pending, as when
-    /// images are slow to pull).
+    /// How long after its creation a pod turns Running, for the pods waiting now too: a long
+    /// delay keeps them Pending (as when images are slow to pull), and a shorter one set later
+    /// lets them start, so a test can hold pods Pending for as long as it needs to.
     pub fn set_kubelet_delay(&self, d: Duration) {
-        *lock(&self.shared.kubelet_delay) = d;
+        self.shared.kubelet_delay.send_replace(d);
     }
 
-    /// Delay before a newly created CRD turns Established.
+    /// How long after its creation a CRD turns Established, for the CRDs waiting now too (as
+    /// [`Faults::set_kubelet_delay`] for pods).
     pub fn set_established_delay(&self, d: Duration) {
-        *lock(&self.shared.established_delay) = d;
+        self.shared.established_delay.send_replace(d);
     }
 
     /// Delete `count` pods picked with a seeded xorshift (same seed, same pods), as a node

@@ -40,9 +40,12 @@ pub(crate) struct Shared {
     pub(crate) tokens: Arc<Tokens>,
     pub(crate) faults: Mutex<FaultSettings>,
     pub(crate) requests: Mutex<Vec<RequestRecord>>,
-    pub(crate) established_delay: Mutex<Duration>,
-    /// Starts as `options.kubelet_delay`; `Faults::set_kubelet_delay` changes it.
-    pub(crate) kubelet_delay: Mutex<Duration>,
+    /// Starts as `options.established_delay`; `Faults::set_established_delay` changes it, for
+    /// the CRDs already waiting too.
+    pub(crate) established_delay: watch::Sender<Duration>,
+    /// Starts as `options.kubelet_delay`; `Faults::set_kubelet_delay` changes it, for the pods
+    /// already waiting too.
+    pub(crate) kubelet_delay: watch::Sender<Duration>,
     pub(crate) random: Mutex<Xorshift>,
     /// Bumped by `Faults::end_all_watches_now`: every open watch ends.
     pub(crate) watch_epoch: watch::Sender<u64>,
@@ -103,8 +106,8 @@ impl Shared {
         Arc::new(Shared {
             store,
             node,
-            established_delay: Mutex::new(options.established_delay),
-            kubelet_delay: Mutex::new(options.kubelet_delay),
+            established_delay: watch::Sender::new(options.established_delay),
+            kubelet_delay: watch::Sender::new(options.kubelet_delay),
             options,
             addr,
             security,

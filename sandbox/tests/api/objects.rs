@@ -390,7 +390,8 @@ async fn deleting_an_owner_collects_its_pods_unless_a_finalizer_holds_one() {
 }
 
 /// The simulated kubelet: Pending, then Running with an IP, Ready and container statuses after
-/// kubelet_delay; logs are text/plain; nothing actually runs.
+/// kubelet_delay (a delay changed later applies to pods already waiting); logs are text/plain;
+/// nothing actually runs.
 #[tokio::test]
 async fn pods_go_pending_then_running_without_running_anything() {
     let (sandbox, http) =
@@ -440,6 +441,16 @@ async fn pods_go_pending_then_running_without_running_anything() {
         http.get(&format!("{PODS}/stuck")).await.json()["status"]["phase"],
         "Pending"
     );
+    // A shorter delay reaches the pods already waiting: a test holds a pod Pending this way.
+    sandbox.faults().set_kubelet_delay(Duration::ZERO);
+    test_support::eventually(Duration::from_secs(5), "the held pod Running", || {
+        let http = http.clone();
+        async move {
+            let pod = http.get(&format!("{PODS}/stuck")).await.json();
+            (pod["status"]["phase"] == "Running").then_some(())
+        }
+    })
+    .await;
     http.delete(&format!("{PODS}/stuck")).await;
 
     let failed = sandbox.faults().fail_random_pods(7, 1);
