@@ -15,7 +15,10 @@ use crate::support::{create_owned_pod, every, sandbox_with_crd, start, Transcrip
 /// sandbox's kubelet moves them from pending to running between two ticks.
 #[tokio::test]
 async fn reconcile_sees_owned_pods_go_from_pending_to_running() {
-    let (_sandbox, client) = sandbox_with_crd(Duration::from_millis(1500)).await;
+    // The kubelet holds the pods Pending until the first tick has seen them so; a delay of its
+    // own would be a race with how soon that tick comes on a busy machine.
+    let held = Duration::from_secs(3600);
+    let (sandbox, client) = sandbox_with_crd(held).await;
     let db = create_cluster(&client, "default", "db", 3).await;
     let impostor = create_cluster(&client, "default", "impostor", 1).await;
     create_owned_pod(&client, &db, "db-0000").await;
@@ -31,6 +34,7 @@ async fn reconcile_sees_owned_pods_go_from_pending_to_running() {
         .wait_for("default/db", "Running:", Duration::from_secs(5))
         .await;
     assert_eq!(first.line, "Running: [], pending: [db-0000, db-0001]");
+    sandbox.faults().set_kubelet_delay(Duration::ZERO);
     story
         .wait_for(
             "default/db",
@@ -42,7 +46,7 @@ async fn reconcile_sees_owned_pods_go_from_pending_to_running() {
         .wait_for(
             "default/db",
             "PLACEHOLDER: resize from 2 to 3 pods",
-            Duration::from_secs(1),
+            Duration::from_secs(5),
         )
         .await;
     controller.shutdown().await;
