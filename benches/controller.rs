@@ -37,6 +37,9 @@ impl PodApi for NoPods {
     async fn list_pods(&self, _: &str, _: &str) -> Result<Vec<Pod>, PodApiError> {
         Ok(Vec::new())
     }
+    async fn create_pod(&self, _: &str, _: &Pod) -> Result<(), PodApiError> {
+        Ok(())
+    }
     async fn delete_pod(&self, _: &str, _: &str) -> Result<(), PodApiError> {
         Ok(())
     }

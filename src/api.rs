@@ -16,6 +16,12 @@ use serde_json::{Map, Value};
 
 pub use crate::crd::{crd_path, group_version_path, CRD_NAME, GROUP, VERSION};
 
+mod spec;
+mod status;
+
+pub use spec::{validate_spec, PostgresVersion, SpecError, VersionError, MAX_SIZE, OLDEST_MAJOR};
+pub use status::{describe_status, Condition, PostgresClusterStatus};
+
 /// `apiVersion` as it appears in every object of ours.
 pub const API_VERSION: &str = "workshop.example.com/v1";
 pub const KIND: &str = "PostgresCluster";
@@ -131,131 +137,6 @@ pub struct PostgresClusterSpec {
     pub more: Map<String, Value>,
 }
 
-/// What the operator last observed. Written through the `/status` subresource only.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PostgresClusterStatus {
-    /// `Creating`, `Running` or `Failed` (step 04); `Recovering` (step 05).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub phase: Option<String>,
-    /// The pod name of the current primary.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub primary: Option<String>,
-    /// How many member pods exist: the scale subresource's `status.replicas`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub size: Option<i64>,
-    /// How many member pods are ready.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ready_instances: Option<i64>,
-    /// The version every member runs (an upgrade is under way while it differs from the spec's).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub current_version: Option<String>,
-    /// A label selector string matching the member pods. The scale subresource serves it as
-    /// `status.selector`, which `kubectl scale` ignores but a HorizontalPodAutoscaler needs.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub selector: Option<String>,
-    /// The `metadata.generation` of the spec this status describes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub observed_generation: Option<i64>,
-    /// One per type (`Available`, `Progressing`, `Degraded`): the CRD declares the list a map
-    /// keyed by `type`.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub conditions: Vec<Condition>,
-    /// The fields later steps write (step 04: `switchover`, `synchronous`; step 05:
-    /// `lastBackup`, `backupRequested`, `restore`), carried as they are, so that a status
-    /// written by one step keeps the others'. Each step reads and writes its own (`field` and
-    /// `set_field` in `src/postgres/api.rs`).
-    #[serde(flatten)]
-    pub more: Map<String, Value>,
-}
-
-/// One status condition, in the shape every Kubernetes API uses (`metav1.Condition`), so
-/// `kubectl wait --for=condition=Available pgc/NAME` and `kubectl describe` understand it.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Condition {
-    #[serde(rename = "type")]
-    pub type_: String,
-    /// `"True"`, `"False"` or `"Unknown"`: a string, not a bool, because "we do not know" is a state.
-    pub status: String,
-    /// One CamelCase word; the CRD schema refuses an empty one, as metav1.Condition does.
-    pub reason: String,
-    pub message: String,
-    /// RFC 3339. Moves only when `status` flips, not on every write.
-    pub last_transition_time: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub observed_generation: Option<i64>,
-}
-
-/// The largest `spec.size`: a primary and six replicas. Each streaming replica holds a WAL sender
-/// on the primary (`max_wal_senders` is 10 by default), and a failover must compare every replica.
-pub const MAX_SIZE: i64 = 7;
-
-/// The oldest Postgres major version the operator runs; every major before it is past the
-/// PostgreSQL project's five years of support.
-pub const OLDEST_MAJOR: u32 = 13;
-
-/// A postgres image tag's version: `"16"` (the newest 16.x) or `"16.4"`. Major ≥ [`OLDEST_MAJOR`].
-/// Since Postgres 10 the first number is the major version (9.6 was a major of its own), and only
-/// a major change needs `pg_upgrade`; minors of one major share the on-disk format.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct PostgresVersion {
-    pub major: u32,
-    pub minor: Option<u32>,
-}
-
-/// Why a `spec.version` is not a [`PostgresVersion`].
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum VersionError {
-    #[error("{value:?} is not a postgres version: expected MAJOR or MAJOR.MINOR in digits, e.g. \"16\" or \"16.4\"")]
-    NotAVersion { value: String },
-    #[error("{value:?} is too old: major version {major} is below {OLDEST_MAJOR}, the oldest this operator runs")]
-    TooOld { value: String, major: u32 },
-}
-
-impl std::str::FromStr for PostgresVersion {
-    type Err = VersionError;
-
-    /// The same rule as the CRD's `spec.version` pattern: digits without leading zeros, one
-    /// optional `.MINOR`, major at least 13.
-    fn from_str(value: &str) -> Result<PostgresVersion, VersionError> {
-        let not_a_version = || VersionError::NotAVersion {
-            value: value.to_string(),
-        };
-        let number = |digits: &str| -> Option<u32> {
-            let plain = !digits.is_empty()
-                && digits.bytes().all(|b| b.is_ascii_digit())
-                && (digits == "0" || !digits.starts_with('0'));
-            plain.then(|| digits.parse().ok()).flatten()
-        };
-        let (major, minor) = match value.split_once('.') {
-            Some((major, minor)) => (major, Some(minor)),
-            None => (value, None),
-        };
-        let major = number(major).ok_or_else(not_a_version)?;
-        let minor = minor
-            .map(|minor| number(minor).ok_or_else(not_a_version))
-            .transpose()?;
-        if major < OLDEST_MAJOR {
-            return Err(VersionError::TooOld {
-                value: value.to_string(),
-                major,
-            });
-        }
-        Ok(PostgresVersion { major, minor })
-    }
-}
-
-impl std::fmt::Display for PostgresVersion {
-    /// `16` or `16.4`: the image tag again.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.minor {
-            Some(minor) => write!(f, "{}.{minor}", self.major),
-            None => write!(f, "{}", self.major),
-        }
-    }
-}
-
 /// One `PostgresCluster` object as the API server returns it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -308,86 +189,6 @@ impl PostgresClusterSpec {
             paused: false,
             more: Map::new(),
         }
-    }
-}
-
-impl std::fmt::Display for PostgresClusterSpec {
-    /// `{size: 3, version: 16, paused: false}` — the workshop's log shape, without Go's format verbs.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{{size: {}, version: {}, paused: {}",
-            self.size, self.version, self.paused
-        )?;
-        // The later steps' fields as they came; a cluster without them prints as in 2017.
-        for (name, value) in &self.more {
-            write!(f, ", {name}: {}", flow(value))?;
-        }
-        write!(f, "}}")
-    }
-}
-
-/// A carried field as the log lines print it, in YAML's flow style without quotes:
-/// `{keep: 2, storageSize: 256Mi}`. Keys in the order serde_json keeps them (sorted).
-fn flow(value: &Value) -> String {
-    match value {
-        Value::Object(fields) => {
-            let fields: Vec<String> = fields
-                .iter()
-                .map(|(name, value)| format!("{name}: {}", flow(value)))
-                .collect();
-            format!("{{{}}}", fields.join(", "))
-        }
-        Value::Array(items) => {
-            let items: Vec<String> = items.iter().map(flow).collect();
-            format!("[{}]", items.join(", "))
-        }
-        Value::String(text) => text.clone(),
-        other => other.to_string(),
-    }
-}
-
-/// Why a spec cannot be acted on. The CRD's schema enforces the same rules on the server, so
-/// these fire only when the CRD is old or was registered by someone else.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum SpecError {
-    #[error("spec.size must be between 1 and {MAX_SIZE}, got {size}")]
-    SizeOutOfRange { size: i64 },
-    #[error("spec.version: {0}")]
-    Version(#[source] VersionError),
-}
-
-/// The checks a cluster task runs on a spec before acting (and that a spec update must pass to
-/// be accepted). Step 04 adds its own on `spec.replication` (`postgres::api::validate_spec`).
-pub fn validate_spec(spec: &PostgresClusterSpec) -> Result<(), SpecError> {
-    if !(1..=MAX_SIZE).contains(&spec.size) {
-        return Err(SpecError::SizeOutOfRange { size: spec.size });
-    }
-    spec.version
-        .parse::<PostgresVersion>()
-        .map_err(SpecError::Version)?;
-    Ok(())
-}
-
-/// `{phase: Running, size: 3}` with the fields that are set, or `<none>` (the workshop's word).
-pub fn describe_status(status: Option<&PostgresClusterStatus>) -> String {
-    let Some(status) = status else {
-        return "<none>".to_string();
-    };
-    let mut fields = Vec::new();
-    if let Some(phase) = &status.phase {
-        fields.push(format!("phase: {phase}"));
-    }
-    if let Some(size) = status.size {
-        fields.push(format!("size: {size}"));
-    }
-    if let Some(ready) = status.ready_instances {
-        fields.push(format!("readyInstances: {ready}"));
-    }
-    if fields.is_empty() {
-        "<none>".to_string()
-    } else {
-        format!("{{{}}}", fields.join(", "))
     }
 }
 

@@ -1,3 +1,6 @@
+//! Support: skip it on first read — it is step 01's registration, read-only, which every later
+//! stage runs first.
+//!
 //! What every stage after 01 does first: make sure our resource type exists and is served,
 //! without changing it. Registering the type is step 01's (`crd::ensure`); a later stage creates
 //! it only when it is absent, and otherwise goes on with the CRD as it finds it.

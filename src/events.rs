@@ -1,3 +1,6 @@
+//! Support: skip it on first read — what `kubectl describe` shows; nothing the operator decides
+//! depends on it.
+//!
 //! Kubernetes Events: the lines `kubectl describe pgc NAME` shows under "Events:", written by
 //! the operator for every action it takes on a cluster.
 //!

@@ -1,3 +1,6 @@
+//! Support: skip it on first read — how a command reaches a pod; the round only asks `psql` a
+//! question and reads the answer.
+//!
 //! `pods/exec`: run a command in a pod's container and collect its output and exit code, as
 //! `kubectl exec` does. Step 04's operator asks Postgres questions this way
 //! (`psql -Atc 'select pg_is_in_recovery()'` in the pod), and promotes a replica the same way.

@@ -8,7 +8,7 @@
 //! | module | what it holds | WORKSHOP.md |
 //! |---|---|---|
 //! | [`config`] | where the API server is and how to authenticate: one file per source (flags, in-cluster, kubeconfig) | Set-up |
-//! | [`client`] | the HTTP client: one request (`mod.rs` opens with it) and the JSON verbs; retries and reading the answer (`answer.rs`) (a watch's byte stream is step 02's `watch/stream.rs`, `pods/exec`'s upgrade step 04's `exec.rs`); its errors, token and TLS in files of their own | Set-up ("Talking to the API server") |
+//! | [`client`] | the HTTP client: one request (`mod.rs` opens with it) and the JSON verbs; retries and reading the answer (`answer.rs`) (a watch's byte stream is step 02's `watch/frame.rs`, `pods/exec`'s upgrade step 04's `exec.rs`); its errors, token and TLS in files of their own | Set-up ("Talking to the API server") |
 //! | [`status`] | the Kubernetes `Status` error body | Set-up ("When the server says no") |
 //! | [`crd`] | the CustomResourceDefinition (data: `kube/crd.yaml`, compiled in) and the names it holds; registering it (stage 01) in `mod.rs`; how the server's differs (`compare.rs`) | Step 01 |
 //! | [`crd_check`] | what every later stage does first: the type created if absent, never changed | Step 02 (explained in step 01) |
@@ -20,7 +20,7 @@
 //! | [`exec`] | `pods/exec`: a command in a pod over a WebSocket (`channel.k8s.io` streams, the exit Status) | Step 04 ("Inside step 04: one `pods/exec`, byte by byte") |
 //! | [`leader`] | one operator acts at a time: leader election on a `coordination.k8s.io` Lease, as client-go does it | Step 04 ("Inside step 04: one operator at a time") |
 //! | [`events`] | Kubernetes Events about a cluster, what `kubectl describe pgc` shows | Step 04 |
-//! | [`metrics`] | what a user watches: `/metrics` in the Prometheus text format, `/healthz` and `/readyz` for the probes, and their server | Step 04 ("Watching the operator") |
+//! | [`metrics`] | what a user watches: `/metrics` in the Prometheus text format, `/healthz` and `/readyz` for the probes, and their server | Step 04 ("Inside step 04: watching the operator") |
 //! | [`backups`] | step 05, a layer over step 04's cluster task: its own fields of the spec and status (`api.rs`), WAL archiving, base backups, and restoring a seed from them | Step 05 |
 //! | [`process`] | what every binary does alike: logging, the stop token, connecting, duration flags, the error exit | Set-up |
 //!

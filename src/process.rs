@@ -1,3 +1,5 @@
+//! Support: skip it on first read — logging, signals and exit codes, the same for every binary.
+//!
 //! What every binary does the same way: install a log subscriber, turn SIGTERM and Ctrl-C into a
 //! cancelled [`CancellationToken`], connect to the API server, read durations from flags, and
 //! report an error before exiting.

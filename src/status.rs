@@ -1,3 +1,6 @@
+//! Support: skip it on first read — it is the shape of an error body; the steps only ask it for a
+//! code and a reason.
+//!
 //! The Kubernetes `Status` object: the body of every error the API server returns, and of the
 //! `ERROR` events a watch can carry.
 //!

@@ -1,3 +1,6 @@
+//! Support: skip it on first read — the words of the log lines, kept in one place so the stages say
+//! them alike.
+//!
 //! The workshop's story lines — what `stage02`, `stage03` and the tour print as the watch and the
 //! cluster tasks go along — in one place, so the stages cannot drift apart: step 02's lines, and
 //! the [`Reporter`] that carries step 03's [`LogLine`]s to stdout, a test or `tracing` (step 04's

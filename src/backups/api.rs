@@ -1,3 +1,6 @@
+//! Support: skip it on first read — the fields' shapes, read from and written to the `more` step 02
+//! carries; the lesson is what the layer does with them.
+//!
 //! Step 05's own fields of a `PostgresCluster`: `spec.backup` and `spec.bootstrap`, the
 //! backup-now annotation, and what the layer records in `status.lastBackup`,
 //! `status.backupRequested` and `status.restore`.

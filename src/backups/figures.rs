@@ -1,3 +1,6 @@
+//! Support: skip it on first read — what `/metrics` shows of backups; nothing in the restore
+//! depends on it.
+//!
 //! Step 05's figures for `/metrics`, beside step 04's (`src/postgres/figures.rs`) and asked of
 //! each primary in the same `pods/exec`:
 //!

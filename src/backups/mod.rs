@@ -17,10 +17,12 @@
 
 pub mod api;
 pub mod base_backups;
+pub mod conditions;
 pub mod figures;
 pub mod manifests;
 pub mod plan;
 pub mod restore;
+pub mod scripts;
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -169,7 +171,7 @@ impl ClusterLayer for Backups {
         now: &str,
     ) {
         task.layer.status.write(status);
-        restore::phase_and_conditions(status, &task.status(), planned, now);
+        conditions::phase_and_conditions(status, &task.status(), planned, now);
     }
 
     const STATS_SQL: &'static str = figures::STATS_SQL;

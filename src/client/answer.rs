@@ -1,3 +1,6 @@
+//! Support: skip it on first read — a request's happy path is `mod.rs`'s `send`; this file is every
+//! way an answer can go wrong, and what Kubernetes asks a client to do about each.
+//!
 //! Everything after a request goes out, as Kubernetes asks of a client: retries after 401 (a
 //! rotated token), 429 and 503 (`Retry-After`, bounded); a refusal turned into a typed error (the
 //! `Status` body, or the code and a snippet); and a body read within its cap and its time.

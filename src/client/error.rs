@@ -1,3 +1,6 @@
+//! Support: skip it on first read — the errors name what failed; the lesson is the request that
+//! could fail.
+//!
 //! The client's errors: which step of a request failed (set-up, connecting, the answer), with
 //! the method and path, and the cause underneath. WORKSHOP.md, "When the server says no".
 

@@ -3,12 +3,13 @@
 //! which `Client::send` sends with `Accept: application/json`, our `User-Agent`, and
 //! `Authorization: Bearer <token>` — what `curl -H` would send. Then the JSON verbs (`get`,
 //! `create`, `replace`, `patch`, `delete`). The later steps add their own verb where they teach
-//! it: a watch's byte stream (`Client::stream`, step 02's `watch/stream.rs`) and `pods/exec`'s
+//! it: a watch's byte stream (`Client::stream`, step 02's `watch/frame.rs`) and `pods/exec`'s
 //! upgraded connection (`Client::upgrade`, step 04's `exec.rs`).
 //!
-//! WORKSHOP.md, "Talking to the API server" and "When the server says no" (Set-up). Built on
-//! hyper-util's pooled client over a rustls connector (ring provider, `tls.rs`), verifying the
-//! server against the CA the [`crate::config::Config`] names and nothing else.
+//! WORKSHOP.md, step 01, and "Talking to the API server" and "When the server says no" (Set-up).
+//! The handle itself, `Client` (`handle.rs`), is hyper-util's pooled client over a rustls
+//! connector (ring provider, `tls.rs`), verifying the server against the CA the
+//! [`crate::config::Config`] names and nothing else.
 //!
 //! What it does for you, because Kubernetes says so (in `answer.rs`, `error.rs` and `token.rs`):
 //! - every error body is a `Status`: decoded into [`RequestError::Api`]; a body that is not one (a
@@ -17,24 +18,16 @@
 //! - 429 and 503: wait for `Retry-After` (or `details.retryAfterSeconds`), bounded, then retry;
 //! - a file-backed token is re-read at least every minute (bound tokens expire in about an hour).
 
-use std::fmt;
-use std::sync::Arc;
-use std::time::Duration;
-
 use bytes::Bytes;
-use http::{header, HeaderMap, HeaderValue, Method, Request, StatusCode};
+use http::{header, HeaderMap, HeaderValue, Method, Request};
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::config::Config;
-
 mod answer;
 mod error;
+mod handle;
 mod tls;
 mod token;
 
@@ -44,13 +37,11 @@ pub use answer::{
 pub(crate) use error::error_chain;
 use error::snippet;
 pub use error::{ClientError, RequestError};
-use tls::tls_client_config;
-use token::TokenState;
+pub use handle::{Client, RequestObserver};
 pub use token::TOKEN_REREAD_INTERVAL;
 
 /// Sent with every request, so API server audit logs say who called.
 pub const USER_AGENT: &str = concat!("postgres-operator/", env!("CARGO_PKG_VERSION"));
-type HyperClient = hyper_util::client::legacy::Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
 
 /// One request as its caller asks for it: every attempt sends it as it is.
 pub(crate) struct Outgoing<'a> {
@@ -238,104 +229,6 @@ impl Patch {
         match self {
             Patch::Merge(value) | Patch::Json(value) | Patch::Strategic(value) => value,
         }
-    }
-}
-
-struct Inner {
-    http: HyperClient,
-    /// The server URL without a trailing slash; paths start with `/`.
-    base: String,
-    namespace: String,
-    token: TokenState,
-    request_timeout: Duration,
-}
-
-/// A cheap-to-clone handle to one API server (the connection pool is shared).
-#[derive(Clone)]
-pub struct Client {
-    inner: Arc<Inner>,
-    /// Per handle, so one caller can allow a bigger body without changing the others.
-    max_response_body: usize,
-    /// Told of every attempt's answer; see [`Client::observed_by`].
-    observer: Option<RequestObserver>,
-}
-
-/// Called once per attempt with its method and the answer's status, `None` when none came (a
-/// refused connection, a timeout): what `/metrics` counts requests by (`src/metrics/`).
-pub type RequestObserver = Arc<dyn Fn(&Method, Option<StatusCode>) + Send + Sync>;
-
-impl fmt::Debug for Client {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Client")
-            .field("server", &self.inner.base)
-            .field("namespace", &self.inner.namespace)
-            .field("token", &self.inner.token)
-            .field("request_timeout", &self.inner.request_timeout)
-            .field("max_response_body", &self.max_response_body)
-            .field("observed", &self.observer.is_some())
-            .finish()
-    }
-}
-
-impl Client {
-    /// Build the TLS configuration and the connection pool. No request is sent yet.
-    pub fn new(config: Config) -> Result<Client, ClientError> {
-        let tls = tls_client_config(&config)?;
-        let connector = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(tls)
-            .https_or_http()
-            .enable_http1()
-            .build();
-        let http = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
-            .pool_timer(TokioTimer::new())
-            .pool_idle_timeout(Duration::from_secs(90))
-            // hyper's read buffer grows up to this (default ~400 KB) per connection; bodies stream
-            // through it in pieces whatever its size, so a smaller cap only bounds memory (a
-            // watch of many small events kept it near the maximum). 64 KiB still holds any
-            // response head an API server sends.
-            .http1_max_buf_size(64 * 1024)
-            .build(connector);
-        let token = TokenState::new(config.auth.token.as_ref())?;
-        Ok(Client {
-            inner: Arc::new(Inner {
-                http,
-                base: config.server.as_str().trim_end_matches('/').to_string(),
-                namespace: config.namespace,
-                token,
-                request_timeout: config.request_timeout,
-            }),
-            max_response_body: DEFAULT_MAX_RESPONSE_BODY,
-            observer: None,
-        })
-    }
-
-    /// The same client (same connection pool) telling `observer` of every attempt it makes;
-    /// clones made from it afterwards tell it too. Replaces an earlier observer.
-    pub fn observed_by(mut self, observer: RequestObserver) -> Client {
-        self.observer = Some(observer);
-        self
-    }
-
-    /// The same client (same connection pool) with another cap on response bodies, in bytes.
-    /// Watch streams are not capped as a whole: each event is, by the watch's line framer.
-    pub fn with_max_response_body(mut self, bytes: usize) -> Client {
-        self.max_response_body = bytes;
-        self
-    }
-
-    /// The namespace from the configuration (flag, in-cluster file, kubeconfig, or `default`).
-    pub fn namespace(&self) -> &str {
-        &self.inner.namespace
-    }
-
-    /// The server URL requests go to.
-    pub fn server(&self) -> &str {
-        &self.inner.base
-    }
-
-    /// How long one attempt may wait for its answer.
-    pub(crate) fn request_timeout(&self) -> Duration {
-        self.inner.request_timeout
     }
 }
 

@@ -1,3 +1,6 @@
+//! Support: skip it on first read — it is rustls set-up; step 01's requests go through it
+//! unchanged.
+//!
 //! TLS for the client: rustls with the ring provider, trusting the CA the configuration names
 //! and nothing else (or, when asked, nothing at all: `insecure-skip-tls-verify`).
 

@@ -1,3 +1,5 @@
+//! Support: skip it on first read — a request just carries the token this file keeps current.
+//!
 //! The bearer token: none, given inline, or read from a file that the kubelet rotates (re-read
 //! every minute, and at once after a 401).
 

@@ -1,3 +1,5 @@
+//! Support: skip it on first read — the flags every binary shares, parsed by clap.
+//!
 //! The `--server` source: the connection flags every binary takes, and the [`Config`] they make.
 //!
 //! [`ConfigArgs`] is a `clap::Args` struct: each binary flattens it into its own parser

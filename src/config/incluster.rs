@@ -1,3 +1,5 @@
+//! Support: skip it on first read — it matters once the operator runs in a pod.
+//!
 //! Reading the pod's service account: the in-cluster source.
 //!
 //! The kubelet sets `KUBERNETES_SERVICE_HOST`/`KUBERNETES_SERVICE_PORT` in every pod and mounts

@@ -1,3 +1,6 @@
+//! Support: skip it on first read — it asks kubectl for the current context, so a laptop needs no
+//! flags.
+//!
 //! Reading the current kubeconfig context: the source for a laptop.
 //!
 //! This crate has no YAML parser, and kubectl already knows how to merge the files in

@@ -1,3 +1,6 @@
+//! Support: skip it on first read — it finds the server the way kubectl does, so that `Client::new`
+//! has a `Config`; nothing here is about operators.
+//!
 //! Where the Kubernetes API server is and how to prove who we are to it.
 //!
 //! WORKSHOP.md, "Set-up". Every binary asks [`Config::infer`], which tries these sources in order

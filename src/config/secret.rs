@@ -1,3 +1,5 @@
+//! Support: skip it on first read — a wrapper that keeps tokens out of logs.
+//!
 //! Secrets that must never reach a log: bearer tokens and client private keys. Both print
 //! `<redacted>` under `Debug`, so a `?config` in a tracing line or a panic message is safe.
 //!

@@ -82,6 +82,7 @@ pub async fn run_task_loop<R: ClusterReconciler>(
     inbox: ClusterInbox,
     interval: Duration,
 ) -> TaskEnd {
+    // ANCHOR: task_loop
     let ClusterInbox { mut wanted, stop } = inbox;
     // tokio panics on a zero period; a caller's zero becomes the smallest sensible one.
     let interval = interval.max(Duration::from_millis(1));
@@ -119,6 +120,7 @@ pub async fn run_task_loop<R: ClusterReconciler>(
             }
             () = task.woken() => task.reconcile().await,
             _ = timer.tick() => task.tick().await,
+            // ANCHOR_END: task_loop
         }
     }
 }

@@ -1,3 +1,6 @@
+//! Support: skip it on first read — the pod type and its two calls, which stage 03's placeholder
+//! only lists and deletes.
+//!
 //! The cluster tasks' view of Pods: which labels mark a Postgres pod as ours, how ownership is
 //! checked, and the two calls a task makes (list, delete) behind a small trait.
 //!
@@ -151,6 +154,14 @@ pub trait PodApi: Clone + Send + Sync + 'static {
         label_selector: &str,
     ) -> impl Future<Output = Result<Vec<Pod>, PodApiError>> + Send;
 
+    /// Create `pod` in `namespace` (a POST to the namespace's pods). Stage 03 itself never does:
+    /// launching the pods is its homework.
+    fn create_pod(
+        &self,
+        namespace: &str,
+        pod: &Pod,
+    ) -> impl Future<Output = Result<(), PodApiError>> + Send;
+
     /// Deleting a pod that is already gone is success.
     fn delete_pod(
         &self,
@@ -170,6 +181,13 @@ pub enum PodApiError {
         #[source]
         source: ClientError,
     },
+    #[error("creating pod {namespace}/{name}: {source}")]
+    CreatePod {
+        namespace: String,
+        name: String,
+        #[source]
+        source: ClientError,
+    },
     #[error("deleting pod {namespace}/{name}: {source}")]
     DeletePod {
         namespace: String,
@@ -183,7 +201,9 @@ impl PodApiError {
     /// The client error underneath.
     pub fn client_error(&self) -> &ClientError {
         match self {
-            PodApiError::ListPods { source, .. } | PodApiError::DeletePod { source, .. } => source,
+            PodApiError::ListPods { source, .. }
+            | PodApiError::CreatePod { source, .. }
+            | PodApiError::DeletePod { source, .. } => source,
         }
     }
 
@@ -215,6 +235,18 @@ impl PodApi for Client {
                 source,
             })?;
         Ok(list.items)
+    }
+
+    async fn create_pod(&self, namespace: &str, pod: &Pod) -> Result<(), PodApiError> {
+        let path = format!("/api/v1/namespaces/{namespace}/pods");
+        match self.create::<_, serde_json::Value>(&path, pod).await {
+            Ok(_) => Ok(()),
+            Err(source) => Err(PodApiError::CreatePod {
+                namespace: namespace.to_string(),
+                name: pod.metadata.name.clone(),
+                source,
+            }),
+        }
     }
 
     async fn delete_pod(&self, namespace: &str, name: &str) -> Result<(), PodApiError> {

@@ -1,10 +1,13 @@
-//! How the CRD on the server differs from ours, by meaning rather than bytes: what stage 01's
-//! `ensure` replaces, and what the later stages' `check` only reports. WORKSHOP.md, step 01
-//! ("Who owns the CRD").
+//! How the CRD on the server differs from ours, by meaning rather than bytes, and what that makes
+//! of it (`Registration`): what stage 01's `ensure` replaces, and what the later stages' `check`
+//! only reports. Support: a learner may skip it on first read — `ensure` in `mod.rs` shows what
+//! each outcome leads to; this file is how a server's defaults are told from a real difference.
+//!
+//! WORKSHOP.md, step 01 ("Who owns the CRD").
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
-use super::{CrdError, OWNED_SPEC_FIELDS};
+use super::{CrdError, CRD_NAME, OWNED_SPEC_FIELDS};
 
 /// One place where the CRD on the server differs from ours, named by its path in the CRD's
 /// `spec` (`versions[v1]: spec.backup` is the field `spec.backup` of version v1's schema).
@@ -152,6 +155,100 @@ fn is_zero(value: &Value) -> bool {
         Value::Array(items) => items.is_empty(),
         Value::Object(fields) => fields.is_empty(),
     }
+}
+
+/// What [`ensure`] (stage 01) or [`crate::crd_check::check`] (every later stage) found, and what
+/// it did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Registration {
+    /// There was no CRD of our name: we created it (201).
+    Created,
+    /// The CRD was there as this build defines it (server defaults aside): nothing was written.
+    UpToDate,
+    /// Stage 01 only: the CRD was there with an older schema (stage 01's from before the status
+    /// and scale subresources, say): we replaced it with a PUT (200).
+    Updated,
+    /// A later stage found the CRD different from this build's, and left it as it is: the type
+    /// is stage 01's (or the administrator's) to change, not every operator's.
+    Differs(Vec<Difference>),
+    /// The CRD serves versions or fields this build does not know (a newer release installed
+    /// it): left as it is by every stage, stage 01 too, which would otherwise downgrade it.
+    Newer(Vec<Difference>),
+}
+
+impl Registration {
+    /// What a found CRD's differences from ours make of it.
+    pub(crate) fn from_differences(differences: Vec<Difference>) -> Registration {
+        if differences.is_empty() {
+            Registration::UpToDate
+        } else if differences
+            .iter()
+            .any(|difference| matches!(difference, Difference::Unknown(_)))
+        {
+            Registration::Newer(differences)
+        } else {
+            Registration::Differs(differences)
+        }
+    }
+
+    /// Say once, at info level, each place where the CRD differs and how to update it.
+    pub(crate) fn report_differences(&self) {
+        let (Registration::Differs(differences) | Registration::Newer(differences)) = self else {
+            return;
+        };
+        const SHOWN: usize = 8;
+        let mut list: Vec<String> = differences
+            .iter()
+            .take(SHOWN)
+            .map(|d| d.to_string())
+            .collect();
+        if differences.len() > SHOWN {
+            list.push(format!("and {} more", differences.len() - SHOWN));
+        }
+        tracing::info!(
+            differences = %list.join("; "),
+            "the CustomResourceDefinition on the server differs from this build's; to update it: `cargo run --bin stage01`, or `kubectl apply -f kube/crd.yaml`"
+        );
+    }
+}
+
+impl std::fmt::Display for Registration {
+    /// The workshop's log line for each outcome.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CustomResourceDefinition {CRD_NAME} ")?;
+        match self {
+            Registration::Created => f.write_str("created"),
+            Registration::UpToDate => f.write_str("already up to date"),
+            Registration::Updated => f.write_str("updated: an older schema was replaced"),
+            Registration::Differs(differences) => write!(
+                f,
+                "found, not as this build defines it ({} {}); left as it is: stage 01 registers the type",
+                differences.len(),
+                if differences.len() == 1 { "difference" } else { "differences" }
+            ),
+            Registration::Newer(_) => f.write_str(
+                "found, newer than this build's (it serves versions or fields this build does not know); left as it is"
+            ),
+        }
+    }
+}
+
+/// The PUT body: the CRD as read (its metadata with the resourceVersion, the spec fields the
+/// server defaulted, its status, which a PUT leaves unchanged anyway) with our owned fields in.
+pub(super) fn replacement(current: Value, ours: &Value) -> Value {
+    // Indexing a JSON value that is not an object would panic; a server's answer cannot make us.
+    let mut current = if current.is_object() {
+        current
+    } else {
+        json!({})
+    };
+    if !current["spec"].is_object() {
+        current["spec"] = json!({});
+    }
+    for field in OWNED_SPEC_FIELDS {
+        current["spec"][field] = ours["spec"][field].clone();
+    }
+    current
 }
 
 #[cfg(test)]

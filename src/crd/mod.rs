@@ -11,13 +11,17 @@
 use std::time::Duration;
 
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::client::{Client, ClientError};
 
 mod compare;
+mod error;
 
-pub use compare::{differences, Difference};
+use compare::replacement;
+pub use compare::{differences, Difference, Registration};
+use error::summarize_conditions;
+pub use error::CrdError;
 
 /// The API group our CustomResourceDefinition adds (the 2017 workshop's TPR used `lukeb0nd.com`).
 pub const GROUP: &str = "workshop.example.com";
@@ -79,6 +83,7 @@ pub const OWNED_SPEC_FIELDS: [&str; 4] = ["group", "names", "scope", "versions"]
 /// 409 on either write means someone else wrote in between (the POST lost a race with another
 /// creator, or the PUT's resourceVersion is stale): read again and decide again, at most
 /// `ENSURE_ATTEMPTS` times.
+// ANCHOR: register
 pub async fn ensure(client: &Client) -> Result<Registration, CrdError> {
     let ours = postgres_cluster_crd();
     let mut attempt = 1;
@@ -145,24 +150,6 @@ pub(crate) fn read_again(attempt: &mut u32, conflict: ClientError) -> Result<(),
     Ok(())
 }
 
-/// The PUT body: the CRD as read (its metadata with the resourceVersion, the spec fields the
-/// server defaulted, its status, which a PUT leaves unchanged anyway) with our owned fields in.
-fn replacement(current: Value, ours: &Value) -> Value {
-    // Indexing a JSON value that is not an object would panic; a server's answer cannot make us.
-    let mut current = if current.is_object() {
-        current
-    } else {
-        json!({})
-    };
-    if !current["spec"].is_object() {
-        current["spec"] = json!({});
-    }
-    for field in OWNED_SPEC_FIELDS {
-        current["spec"][field] = ours["spec"][field].clone();
-    }
-    current
-}
-
 /// Poll the CRD until its `Established` condition is `True`: only then does the API server serve
 /// `/apis/workshop.example.com/v1/...`. Bounded by `timeout`.
 pub async fn wait_established(client: &Client, timeout: Duration) -> Result<(), CrdError> {
@@ -208,25 +195,7 @@ pub async fn wait_established(client: &Client, timeout: Duration) -> Result<(), 
         conditions: last_conditions,
     })
 }
-
-/// `Established=False (Installing), NamesAccepted=True (NoConflicts)`.
-fn summarize_conditions(conditions: &[Value]) -> String {
-    if conditions.is_empty() {
-        return "none yet".into();
-    }
-    conditions
-        .iter()
-        .map(|condition| {
-            format!(
-                "{}={} ({})",
-                condition["type"].as_str().unwrap_or("?"),
-                condition["status"].as_str().unwrap_or("?"),
-                condition["reason"].as_str().unwrap_or("")
-            )
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
-}
+// ANCHOR_END: register
 
 /// What discovery serves at `/apis/workshop.example.com/v1` (an `APIResourceList`): the resource
 /// and its subresources, with their kinds and verbs.
@@ -257,82 +226,6 @@ fn condition<'a>(crd: &'a Value, kind: &str) -> Option<&'a Value> {
         .find(|condition| condition["type"] == kind)
 }
 
-/// What [`ensure`] (stage 01) or [`crate::crd_check::check`] (every later stage) found, and what
-/// it did.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Registration {
-    /// There was no CRD of our name: we created it (201).
-    Created,
-    /// The CRD was there as this build defines it (server defaults aside): nothing was written.
-    UpToDate,
-    /// Stage 01 only: the CRD was there with an older schema (stage 01's from before the status
-    /// and scale subresources, say): we replaced it with a PUT (200).
-    Updated,
-    /// A later stage found the CRD different from this build's, and left it as it is: the type
-    /// is stage 01's (or the administrator's) to change, not every operator's.
-    Differs(Vec<Difference>),
-    /// The CRD serves versions or fields this build does not know (a newer release installed
-    /// it): left as it is by every stage, stage 01 too, which would otherwise downgrade it.
-    Newer(Vec<Difference>),
-}
-
-impl Registration {
-    /// What a found CRD's differences from ours make of it.
-    pub(crate) fn from_differences(differences: Vec<Difference>) -> Registration {
-        if differences.is_empty() {
-            Registration::UpToDate
-        } else if differences
-            .iter()
-            .any(|difference| matches!(difference, Difference::Unknown(_)))
-        {
-            Registration::Newer(differences)
-        } else {
-            Registration::Differs(differences)
-        }
-    }
-
-    /// Say once, at info level, each place where the CRD differs and how to update it.
-    pub(crate) fn report_differences(&self) {
-        let (Registration::Differs(differences) | Registration::Newer(differences)) = self else {
-            return;
-        };
-        const SHOWN: usize = 8;
-        let mut list: Vec<String> = differences
-            .iter()
-            .take(SHOWN)
-            .map(|d| d.to_string())
-            .collect();
-        if differences.len() > SHOWN {
-            list.push(format!("and {} more", differences.len() - SHOWN));
-        }
-        tracing::info!(
-            differences = %list.join("; "),
-            "the CustomResourceDefinition on the server differs from this build's; to update it: `cargo run --bin stage01`, or `kubectl apply -f kube/crd.yaml`"
-        );
-    }
-}
-
-impl std::fmt::Display for Registration {
-    /// The workshop's log line for each outcome.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "CustomResourceDefinition {CRD_NAME} ")?;
-        match self {
-            Registration::Created => f.write_str("created"),
-            Registration::UpToDate => f.write_str("already up to date"),
-            Registration::Updated => f.write_str("updated: an older schema was replaced"),
-            Registration::Differs(differences) => write!(
-                f,
-                "found, not as this build defines it ({} {}); left as it is: stage 01 registers the type",
-                differences.len(),
-                if differences.len() == 1 { "difference" } else { "differences" }
-            ),
-            Registration::Newer(_) => f.write_str(
-                "found, newer than this build's (it serves versions or fields this build does not know); left as it is"
-            ),
-        }
-    }
-}
-
 /// One resource discovery serves under our group/version.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -345,112 +238,11 @@ pub struct ServedResource {
     pub namespaced: bool,
 }
 
-/// Which step of registering or checking the type failed; each variant with a client error
-/// underneath wraps it as its `source()`.
-#[derive(Debug, thiserror::Error)]
-pub enum CrdError {
-    /// GET of the CRD, to see whether it exists and what it says, failed (other than 404).
-    #[error("reading CustomResourceDefinition {CRD_NAME}: {0}")]
-    Read(#[source] ClientError),
-    /// POST of the CRD failed (other than 409: someone created it first, so we read it again).
-    #[error("creating CustomResourceDefinition {CRD_NAME}: {0}")]
-    Create(#[source] ClientError),
-    /// Stage 01's PUT of our schema over an existing CRD failed (other than 409: it changed since
-    /// we read it).
-    #[error("updating CustomResourceDefinition {CRD_NAME} to our schema: {0}")]
-    Update(#[source] ClientError),
-    /// Every attempt met a 409: the CRD kept changing between our GET and our write, or a server
-    /// answered the POST with 409 and the GET with 404.
-    #[error("CustomResourceDefinition {CRD_NAME} kept changing while we wrote it ({attempts} attempts, each a 409); the last answer: {last}")]
-    KeptChanging {
-        attempts: u32,
-        #[source]
-        last: ClientError,
-    },
-    /// The server answered the GET with something that is not a CRD as `apiextensions.k8s.io/v1`
-    /// defines it (no `spec`, `versions` not a list, ...).
-    #[error("CustomResourceDefinition {CRD_NAME} as the server sent it is not one: {what}")]
-    Malformed { what: String },
-    /// The CRD exists but does not serve `v1`, the only version this operator reads.
-    #[error("CustomResourceDefinition {CRD_NAME} does not serve {VERSION} (it serves: {})", if .served.is_empty() { "nothing".to_string() } else { .served.join(", ") })]
-    NotServed { served: Vec<String> },
-    /// GET of the CRD failed while waiting for Established.
-    #[error("waiting for CustomResourceDefinition {CRD_NAME} to be Established: {0}")]
-    WaitEstablished(#[source] ClientError),
-    /// The API server refused our names (`NamesAccepted` False: a clash with another CRD).
-    #[error("CustomResourceDefinition {CRD_NAME}: names not accepted: {message}")]
-    NamesNotAccepted { message: String },
-    /// Established did not become True in time.
-    #[error("CustomResourceDefinition {CRD_NAME} was not Established after {}s (conditions: {conditions})", .waited.as_secs_f64())]
-    NotEstablished {
-        waited: Duration,
-        conditions: String,
-    },
-    /// `GET /apis/workshop.example.com/v1` failed.
-    #[error("reading discovery for {}: {}", group_version_path(), .0)]
-    Discovery(#[source] ClientError),
-}
-
-impl CrdError {
-    /// The client error underneath, if there is one: the `source()` of each variant that has one.
-    pub fn client_error(&self) -> Option<&ClientError> {
-        std::error::Error::source(self)?.downcast_ref()
-    }
-
-    /// What to do about it, in one sentence, when there is something specific to say.
-    pub fn hint(&self) -> Option<String> {
-        const CRDS: &str = "customresourcedefinitions.apiextensions.k8s.io";
-        let (verb, resource) = match self {
-            CrdError::Create(_) => ("create", CRDS),
-            CrdError::Update(_) => ("update", CRDS),
-            CrdError::Read(_) | CrdError::WaitEstablished(_) => ("get", CRDS),
-            CrdError::Discovery(_) => ("get", "the /apis/workshop.example.com/v1 discovery URL"),
-            CrdError::KeptChanging { .. } => return Some(format!(
-                "something else keeps writing the CRD (another operator, or a `kubectl apply -f kube/crd.yaml` of another version); see `kubectl get crd {CRD_NAME} -o yaml`"
-            )),
-            CrdError::Malformed { .. } => return Some(format!(
-                "is this a Kubernetes API server? See what it sends with `kubectl get crd {CRD_NAME} -o json`"
-            )),
-            CrdError::NotServed { .. } => return Some(format!(
-                "this operator reads {GROUP}/{VERSION}: serve it (`kubectl apply -f kube/crd.yaml`, or `cargo run --bin stage01`), or run the operator release that matches the CRD"
-            )),
-            CrdError::NamesNotAccepted { .. } => return Some(format!(
-                "another CustomResourceDefinition already uses one of our names; see `kubectl get crd {CRD_NAME} -o yaml`"
-            )),
-            CrdError::NotEstablished { .. } => return Some(format!(
-                "the API server has not started serving the resource; see `kubectl describe crd {CRD_NAME}`, or pass a longer --established-timeout"
-            )),
-        };
-        let register_elsewhere = "have the type registered once by someone who may (`kubectl apply -f kube/crd.yaml`, or `cargo run --bin stage01`)";
-        match self.client_error()?.status_code()? {
-            // RBAC says no: name the exact permission, which is what a ClusterRole grants.
-            403 if verb == "create" => Some(format!(
-                "the PostgresCluster type is not registered and this account may not {verb} {resource}: {register_elsewhere}, or grant {verb} in a ClusterRole (see kube/rbac.yaml)"
-            )),
-            403 => Some(format!(
-                "the service account may not {verb} {resource}; grant it in a ClusterRole (see kube/rbac.yaml) and apply it"
-            )),
-            401 => Some(
-                "the API server did not accept our credentials: check --token/--token-file, or the service account token".into(),
-            ),
-            // The server has no such verb for CRDs (a proxy, a mock, a read-only front end).
-            404 | 405 | 501 if verb != "get" => Some(format!(
-                "this server does not let us {verb} {resource}: {register_elsewhere}"
-            )),
-            // The server checked our schema and refused it: a CRD of our name whose scope differs
-            // cannot be changed in place (scope is immutable), only deleted and created again.
-            422 => Some(format!(
-                "the API server refused our CRD; if `kubectl get crd {CRD_NAME}` shows one that is not ours, delete it (that deletes every PostgresCluster with it) and run again"
-            )),
-            _ => None,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::api::{API_VERSION, KIND, MAX_SIZE, PLURAL};
+    use serde_json::json;
 
     /// `kube/crd.yaml` says the names, version and size bound `api.rs` says; scale is in place.
     #[test]

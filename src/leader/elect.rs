@@ -1,3 +1,5 @@
+//! Support: skip it on first read — part of leader election, which one replica never needs.
+//!
 //! The election loop: acquire the Lease, run the work while renewing it, stop the work at once
 //! when a renewal is late, and release the Lease after the work has stopped on shutdown.
 

@@ -1,3 +1,5 @@
+//! Support: skip it on first read — part of leader election, which one replica never needs.
+//!
 //! The Lease as data: the `coordination.k8s.io/v1` object, the one decision a candidate makes
 //! from it ("may I take it? is it still mine?"), and the bodies it writes. No I/O here: the
 //! loop in `elect.rs` reads, calls these, and writes.

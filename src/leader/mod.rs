@@ -1,3 +1,6 @@
+//! Support: skip it on first read — with one replica of the operator nothing changes; leader
+//! election matters when two run.
+//!
 //! One operator acts at a time: leader election on a `coordination.k8s.io/v1` Lease, as
 //! client-go's `leaderelection` package does it with a `LeaseLock`.
 //!

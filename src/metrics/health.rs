@@ -1,3 +1,6 @@
+//! Support: skip it on first read — the probes' answers, for a Deployment; nothing the operator
+//! decides depends on them.
+//!
 //! What `/healthz` and `/readyz` answer: is every loop of the operator still moving, and has it
 //! the view it needs to act.
 //!

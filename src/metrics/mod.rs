@@ -1,7 +1,10 @@
+//! Support: skip it on first read — what a user watches of the operator; nothing the operator
+//! decides depends on it.
+//!
 //! Watching the operator: `/metrics` for Prometheus, `/healthz` and `/readyz` for the kubelet's
 //! probes, served by stages 04 and 05 on `--metrics-address`.
 //!
-//! WORKSHOP.md, "Watching the operator". Read in this order:
+//! WORKSHOP.md, "Inside step 04: watching the operator". Read in this order:
 //!
 //! | file | what it holds |
 //! |---|---|

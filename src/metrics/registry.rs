@@ -1,3 +1,6 @@
+//! Support: skip it on first read — part of `/metrics`, which nothing the operator decides depends
+//! on.
+//!
 //! The figures themselves: a counter, a counter per label values, a histogram. Each
 //! turns itself into a [`Family`] of the text format when `/metrics` is read.
 

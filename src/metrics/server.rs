@@ -1,3 +1,5 @@
+//! Support: skip it on first read — the HTTP server behind `/metrics` and the probes.
+//!
 //! The HTTP server of `/metrics`, `/healthz` and `/readyz`, on hyper like the client. Anyone who
 //! reaches the port may call it (a Prometheus, a kubelet, a port scanner), so everything it does
 //! per request is bounded: at most [`MAX_CONNECTIONS`] at once (more are closed unanswered), the

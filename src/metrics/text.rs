@@ -1,3 +1,6 @@
+//! Support: skip it on first read — part of `/metrics`, which nothing the operator decides depends
+//! on.
+//!
 //! The Prometheus text exposition format (version 0.0.4), what `/metrics` answers: for each
 //! metric family a `# HELP` line, a `# TYPE` line, then its samples, one a line:
 //!

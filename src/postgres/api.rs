@@ -1,3 +1,6 @@
+//! Support: skip it on first read — the shapes of step 04's own fields; the round reads them
+//! through these functions.
+//!
 //! Step 04's own fields of a `PostgresCluster`: `spec.replication` (synchronous replication),
 //! the switchover annotation, and what the task records of them in `status.synchronous` and
 //! `status.switchover`.

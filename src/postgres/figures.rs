@@ -1,3 +1,6 @@
+//! Support: skip it on first read — each cluster's figures for `/metrics`, read at scrape time,
+//! never by a round.
+//!
 //! Each cluster's figures for `/metrics`, read when Prometheus scrapes (`src/metrics/`):
 //!
 //! | family | from |

@@ -1,3 +1,5 @@
+//! Support: skip it on first read — a pure timer that the failure paths (`recover.rs`) wait on.
+//!
 //! How long to wait before trying again: exponential backoff with jitter that forgets old failures.
 //!
 //! WORKSHOP.md, step 02 ("The state machine that never loses its place"). client-go and kube-rs agree on the shape: start

@@ -17,6 +17,8 @@
 
 use std::sync::Arc;
 
+use super::undecodable::not_a_plain_event;
+pub use super::undecodable::DecodeError;
 use crate::api::ObjectMeta;
 use crate::status::Status;
 use crate::watch::notice::WatchNotice;
@@ -111,34 +113,6 @@ impl<T> From<Wire<T>> for Line<T> {
     }
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum DecodeError {
-    /// Not JSON, or JSON whose shape does not fit (a missing `spec`, a number where a string goes).
-    #[error("cannot decode watch event ({source}): {excerpt}")]
-    Undecodable {
-        excerpt: String,
-        source: serde_json::Error,
-    },
-    /// A `type` this client does not know. Kubernetes has had only the five handled here.
-    #[error("unknown watch event type {event_type:?}")]
-    UnknownType { event_type: String },
-    /// Valid JSON with neither `type`/`object` nor `kind: Status`.
-    #[error("watch line has no \"type\"/\"object\" and is not a Status: {excerpt}")]
-    NotAnEvent { excerpt: String },
-}
-
-/// How much of a bad line goes into an error message: enough to recognise it, never megabytes.
-const EXCERPT_BYTES: usize = 120;
-
-fn excerpt(line: &[u8]) -> String {
-    let cut = line.len().min(EXCERPT_BYTES);
-    let mut text = String::from_utf8_lossy(&line[..cut]).into_owned();
-    if line.len() > cut {
-        text.push_str(&format!("… ({} bytes)", line.len()));
-    }
-    text
-}
-
 /// Decode one line from a watch stream.
 ///
 /// A line that is a bare `Status` (no `type`) also counts as an error: some proxies and old
@@ -146,44 +120,9 @@ fn excerpt(line: &[u8]) -> String {
 pub fn decode_line<T: DeserializeOwned>(line: &[u8]) -> Result<Line<T>, DecodeError> {
     match serde_json::from_slice::<Wire<T>>(line) {
         Ok(wire) => Ok(Line::from(wire)),
-        Err(source) => not_a_plain_event(line, source),
+        Err(source) => not_a_plain_event(line, source).map(Line::Error),
     }
 }
-
-/// The slow path, taken only when a line is not a well-formed event: find out what it is instead.
-fn not_a_plain_event<T>(line: &[u8], source: serde_json::Error) -> Result<Line<T>, DecodeError> {
-    /// The two top-level fields that tell the cases apart; everything else is skipped unread.
-    #[derive(Deserialize)]
-    struct Outline {
-        #[serde(rename = "type")]
-        event_type: Option<String>,
-        kind: Option<String>,
-    }
-    let undecodable = |source| DecodeError::Undecodable {
-        excerpt: excerpt(line),
-        source,
-    };
-    let Ok(outline) = serde_json::from_slice::<Outline>(line) else {
-        return Err(undecodable(source)); // not JSON at all: report the first error
-    };
-    match outline.event_type {
-        Some(event_type) if !KNOWN_TYPES.contains(&event_type.as_str()) => {
-            Err(DecodeError::UnknownType { event_type })
-        }
-        // A known type whose object does not fit `T` (or no object at all).
-        Some(_) => Err(undecodable(source)),
-        // No `type` at all: a bare Status is the server telling us the watch failed.
-        None if outline.kind.as_deref() == Some("Status") => serde_json::from_slice(line)
-            .map(Line::Error)
-            .map_err(undecodable),
-        None => Err(DecodeError::NotAnEvent {
-            excerpt: excerpt(line),
-        }),
-    }
-}
-
-/// Every event type Kubernetes has had: the five `Wire` reads.
-const KNOWN_TYPES: [&str; 5] = ["ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"];
 
 #[cfg(test)]
 mod tests {

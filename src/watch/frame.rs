@@ -1,4 +1,6 @@
-//! Bytes → lines: cut a watch response body into one JSON document per line.
+//! Socket → bytes → lines: open a watch (`Client::stream`, the one verb step 02 adds to the
+//! client), read its body as it arrives ([`ByteStream`]), and cut it into one JSON document per
+//! line ([`LineFramer`]).
 //!
 //! WORKSHOP.md, step 02 ("Chunks are not events"). A watch body arrives as
 //! `Transfer-Encoding: chunked`, and the API server writes one JSON object per event, each ending
@@ -11,10 +13,59 @@
 //! resynchronises on the next `\n`.
 
 use bytes::{Bytes, BytesMut};
+use http::Method;
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
 // Finds a byte many bytes per instruction (SIMD where the CPU has it): every byte of the stream
 // passes through this search once.
 use memchr::memchr;
 use std::collections::VecDeque;
+
+use crate::client::{Client, ClientError, Outgoing, RequestError};
+
+impl Client {
+    /// GET with no overall timeout; returns once the response headers are in and 2xx. Only
+    /// getting the headers is bounded by the request timeout: a watch then stays open for minutes.
+    pub async fn stream(&self, path_and_query: &str) -> Result<ByteStream, ClientError> {
+        let response = self
+            .send_with_retries(&Outgoing::get(path_and_query))
+            .await?;
+        Ok(ByteStream {
+            body: response.into_body(),
+            path: path_and_query.to_string(),
+        })
+    }
+}
+
+/// The body of a streaming response (a watch), read chunk by chunk as it arrives.
+#[derive(Debug)]
+pub struct ByteStream {
+    body: Incoming,
+    path: String,
+}
+
+impl ByteStream {
+    /// The next chunk of bytes as the server sent them; `None` at a clean end of stream. Chunk
+    /// boundaries mean nothing: an event can be split anywhere, several can share a chunk.
+    pub async fn next_chunk(&mut self) -> Option<Result<Bytes, ClientError>> {
+        loop {
+            match self.body.frame().await? {
+                Ok(frame) => {
+                    // Trailers and empty data frames carry no event bytes.
+                    if let Ok(data) = frame.into_data() {
+                        if !data.is_empty() {
+                            return Some(Ok(data));
+                        }
+                    }
+                }
+                Err(source) => {
+                    let kind = RequestError::ReadBody(source);
+                    return Some(Err(ClientError::request(&Method::GET, &self.path, kind)));
+                }
+            }
+        }
+    }
+}
 
 /// 16 MiB. etcd refuses values above ~1.5 MiB by default, so a real event is far below this; the
 /// cap is there so a misbehaving server or proxy cannot make us buffer without end.

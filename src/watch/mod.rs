@@ -4,8 +4,7 @@
 //!
 //! | file | turns | into |
 //! |---|---|---|
-//! | `stream.rs` | a watch request | its body's bytes as they arrive (`Client::stream`) |
-//! | `frame.rs` | HTTP body chunks (split anywhere) | one JSON document per line |
+//! | `frame.rs` | a watch request | its body's bytes as they arrive (`Client::stream`), then one JSON document per line |
 //! | `event.rs` | a line | an [`Event`] (ADDED/MODIFIED/DELETED, its object in an `Arc`), or a BOOKMARK/ERROR for this loop |
 //! | `pages.rs` | a collection | its objects, 500 per list request (`limit`/`continue`) |
 //! | this file | a Kubernetes collection | a lossless stream of [`Event`]s for the consumer |
@@ -76,9 +75,11 @@ pub mod backoff;
 pub mod event;
 pub mod frame;
 pub mod notice;
+mod options;
 pub mod pages;
+mod recover;
 pub mod store;
-pub mod stream;
+mod undecodable;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -93,51 +94,23 @@ use crate::api::{HasMetadata, ObjectMeta};
 use crate::client::{Client, ClientError};
 use crate::status::Status;
 
-use backoff::{Backoff, BackoffPolicy, Xorshift};
+use backoff::{Backoff, Xorshift};
 pub use event::Event;
 use event::{decode_line, Line};
-use frame::{FrameError, LineFramer, DEFAULT_MAX_EVENT_BYTES};
+use frame::{ByteStream, FrameError, LineFramer};
 use notice::relist_reason;
 pub use notice::{RelistReason, ResumeReason, WatchNotice};
-use pages::{encode_query_value, query_separator, PageError, Pager, PAGE_SIZE};
+pub use options::{WatchOptions, EVENT_BUFFER};
+use pages::{encode_query_value, query_separator, Pager, PAGE_SIZE};
+use recover::{refused, Ended};
 use store::Known;
 pub use store::Store;
-use stream::ByteStream;
 
 /// What a watched type must offer: decodable, and carrying standard object metadata. Every such
 /// type is one: `PostgresCluster` gets its `HasMetadata` in `api.rs`.
 pub trait WatchedObject: HasMetadata + DeserializeOwned + Send + Sync + 'static {}
 
 impl<T: HasMetadata + DeserializeOwned + Send + Sync + 'static> WatchedObject for T {}
-
-/// Tuning. `Default` is what a real operator should use; tests shorten the times.
-#[derive(Clone, Debug)]
-pub struct WatchOptions {
-    /// `timeoutSeconds` is picked at random in this window for each watch, as client-go does, so
-    /// many operators restarted together do not all reconnect in the same second.
-    pub watch_timeout_min: Duration,
-    pub watch_timeout_max: Duration,
-    /// A watch that sends no byte for its timeout plus this margin is presumed dead.
-    pub idle_margin: Duration,
-    /// Longest single event accepted (see `frame.rs`).
-    pub max_event_bytes: usize,
-    pub backoff: BackoffPolicy,
-    /// Events buffered between the watch and a slow consumer (see [`EVENT_BUFFER`]).
-    pub event_buffer: usize,
-}
-
-impl Default for WatchOptions {
-    fn default() -> Self {
-        WatchOptions {
-            watch_timeout_min: Duration::from_secs(290),
-            watch_timeout_max: Duration::from_secs(340),
-            idle_margin: Duration::from_secs(30),
-            max_event_bytes: DEFAULT_MAX_EVENT_BYTES,
-            backoff: BackoffPolicy::default(),
-            event_buffer: EVENT_BUFFER,
-        }
-    }
-}
 
 /// A running list-then-watch: the receiving end and the task that feeds it.
 pub struct Watcher<T> {
@@ -342,25 +315,6 @@ impl<T: WatchedObject> ListWatch<T> {
         }
     }
 
-    /// Wait out a backoff delay after `error`, and at least `at_least` (the server's
-    /// `retryAfterSeconds`) up to the backoff's maximum. None: the consumer left meanwhile.
-    async fn back_off(&mut self, error: String, at_least: Duration) -> Option<()> {
-        // Honour the server's wish, but a proxy or server asking for days must not park the
-        // operator for good: never wait longer than our own longest backoff.
-        let at_least = at_least.min(self.options.backoff.max);
-        let delay = self.backoff.next_delay(Instant::now()).max(at_least);
-        tracing::warn!(path = %self.collection_path, %error, retry_in_ms = delay.as_millis() as u64, "watch: retrying after failure");
-        self.notify(WatchNotice::Retrying {
-            after: delay,
-            error,
-        })
-        .await?;
-        tokio::select! {
-            () = tokio::time::sleep(delay) => Some(()),
-            () = self.events.closed() => None,
-        }
-    }
-
     /// Listing: read the collection page by page, compare each object with `known` (what the
     /// consumer was last told), hand over the difference, then Watching. The first list (`why`
     /// None) tells `Listed` from its first page and hands each page over as soon as it is in, so
@@ -378,6 +332,7 @@ impl<T: WatchedObject> ListWatch<T> {
         };
         // The list's snapshot, from its first page: where the watch will start. Empty until then.
         let mut resource_version = String::new();
+        // ANCHOR: path
         loop {
             let page = match pager.next_page::<T>(&self.client).await {
                 Ok(Some(page)) => page,
@@ -511,33 +466,8 @@ impl<T: WatchedObject> ListWatch<T> {
         Some(())
     }
 
-    /// A list request failed: list again, as `why` says.
-    async fn list_failed(&mut self, error: PageError, why: Option<RelistReason>) -> Option<Phase> {
-        let expired = matches!(error, PageError::ContinueExpired { .. });
-        let expired_again = std::mem::replace(&mut self.continue_expired, expired);
-        match error {
-            // The snapshot our pages came from was compacted away while we read them: the rest
-            // cannot be had consistently. List afresh at once (client-go does one unpaged list
-            // here; paging again keeps memory bounded). Twice in a row: back off first, the pages
-            // are outliving the server's history.
-            PageError::ContinueExpired { status } => {
-                tracing::warn!(path = %self.collection_path, %status, "continue token expired; listing again from the start");
-                if expired_again {
-                    let error = format!("continue token expired again: {status}");
-                    self.back_off(error, Duration::ZERO).await?;
-                }
-            }
-            // 404 right after the CRD turned Established happens briefly; 5xx, refused, 403: all
-            // the same here, try again later.
-            PageError::Failed(error) => {
-                self.back_off(error.to_string(), retry_after(&error))
-                    .await?;
-            }
-        }
-        Some(Phase::Listing { why })
-    }
-
-    /// Watching: one watch request, then decide where to go from how it ended.
+    /// Watching: one watch request, then decide where to go from how it ended. A clean end is
+    /// the normal path: watch again from where this one stopped. Every other end is `recover`'s.
     async fn watch(&mut self, mut resource_version: String) -> Option<Phase> {
         let started = Instant::now();
         let started_from = resource_version.clone();
@@ -547,69 +477,17 @@ impl<T: WatchedObject> ListWatch<T> {
         let ended_at_once = delivered == 0 && started.elapsed() < Duration::from_secs(1);
         match end {
             WatchEnd::ConsumerGone => None,
-            WatchEnd::Ended if ended_at_once => {
-                self.back_off(
-                    "the watch ended at once without events".into(),
-                    Duration::ZERO,
-                )
-                .await?;
-                Some(Phase::Watching { resource_version })
-            }
-            WatchEnd::Ended => {
+            WatchEnd::Ended if !ended_at_once => {
                 let why = ResumeReason::EndOfStream { events: delivered };
                 tracing::info!(path = %self.collection_path, %resource_version, %why, "watch resumed");
                 self.resume(resource_version, why).await
             }
-            WatchEnd::Idle(silent_for) => {
-                let why = ResumeReason::Idle { silent_for };
-                tracing::warn!(path = %self.collection_path, %resource_version, %why, "watch resumed");
-                self.resume(resource_version, why).await
-            }
-            WatchEnd::LostPlace(why) => {
-                match &why {
-                    // Compaction expires an RV we have held for a while: relist at once. But a 410
-                    // at once for the RV the last list just gave us means relisting gets the same
-                    // answer (a server or proxy that expires every watch): back off, or we would
-                    // hammer it.
-                    RelistReason::Expired { status } => {
-                        let fresh_from_list =
-                            self.listed_resource_version.as_deref() == Some(started_from.as_str());
-                        if ended_at_once && fresh_from_list {
-                            self.back_off(
-                                format!("watch from a fresh list expired at once: {status}"),
-                                Duration::ZERO,
-                            )
-                            .await?;
-                        }
-                    }
-                    // A server that just came back: its CRD may not be registered yet, or its
-                    // watch cache may not have caught up. client-go also backs off before this
-                    // relist; the list itself is a consistent read, never from our stale RV.
-                    RelistReason::AheadOfServer { status }
-                    | RelistReason::CollectionNotFound { status } => {
-                        self.back_off(why.to_string(), status.retry_after().unwrap_or_default())
-                            .await?;
-                    }
-                    RelistReason::EventTooLarge { .. } | RelistReason::Undecodable { .. } => {
-                        if ended_at_once {
-                            self.back_off(why.to_string(), Duration::ZERO).await?;
-                        }
-                    }
-                    // Only a first list that broke off gives this reason, never a watch.
-                    RelistReason::FirstListBrokeOff { .. } => {}
-                }
-                Some(Phase::Listing { why: Some(why) })
-            }
-            WatchEnd::Failed(error) => {
-                let at_least = retry_after(&error);
-                self.back_off(error.to_string(), at_least).await?;
-                Some(Phase::Watching { resource_version })
-            }
-            WatchEnd::ServerError(status) => {
-                let at_least = status.retry_after().unwrap_or_default();
-                self.back_off(format!("watch error event: {status}"), at_least)
-                    .await?;
-                Some(Phase::Watching { resource_version })
+            end => {
+                let ended = Ended {
+                    started_from,
+                    at_once: ended_at_once,
+                };
+                self.recover(end, resource_version, ended).await
             }
         }
     }
@@ -638,25 +516,7 @@ impl<T: WatchedObject> ListWatch<T> {
         );
         let mut stream: ByteStream = match self.client.stream(&path).await {
             Ok(stream) => stream,
-            // Some servers refuse a stale RV before the stream starts (HTTP 410 or 504), not
-            // in-stream; a 404 can only come this way. Proxies may send no Status body.
-            Err(error) => {
-                let status = match (error.api_status(), error.status_code()) {
-                    (Some(status), _) => status.clone(),
-                    (None, Some(code)) => {
-                        let reason = http::StatusCode::from_u16(code)
-                            .ok()
-                            .and_then(|code| code.canonical_reason())
-                            .unwrap_or_default();
-                        Status::failure(code, reason, error.to_string())
-                    }
-                    (None, None) => return WatchEnd::Failed(error),
-                };
-                return match relist_reason(Box::new(status)) {
-                    Ok(why) => WatchEnd::LostPlace(why),
-                    Err(_) => WatchEnd::Failed(error),
-                };
-            }
+            Err(error) => return refused(error),
         };
         tracing::debug!(path = %self.collection_path, %resource_version, timeout, "watching");
         let watching = WatchNotice::Watching {
@@ -745,38 +605,8 @@ impl<T: WatchedObject> ListWatch<T> {
         }
         self.deliver(event).await.ok_or(WatchEnd::ConsumerGone)
     }
+    // ANCHOR_END: path
 }
-
-/// How long the server asked us to wait (429/503 `Retry-After` in the Status details), if it did.
-fn retry_after(error: &ClientError) -> Duration {
-    error
-        .api_status()
-        .and_then(Status::retry_after)
-        .unwrap_or_default()
-}
-
-// Tuning notes: what was measured to set the knobs above (watch-bench and benches/peers, a
-// shared 2-core machine, 1,000 objects of ~2.1 KB).
-
-/// [`WatchOptions::event_buffer`]'s default. Every event held is a whole typed object: 16 cost no
-/// throughput against 256 and kept ~1.5 MB less resident, since a tokio task runs up to 128
-/// steps before it yields.
-pub const EVENT_BUFFER: usize = 16;
-
-// `ListWatch::key`: every change looks its object up in the store by `namespace/name`; building
-// that key into one reused `String` makes an update of a known object (most of a stream)
-// allocate no key. Only a new object's key is allocated, once, as the map's own.
-//
-// The store keeps the `Arc` of each event (see `store.rs`), not the object's JSON as it once did
-// (cut out of the watch line by its `{"type":"ADDED","object":` prefix, decoded again on every
-// read and for a relist's `Deleted`). Measured on benches/peers' stream (200,000 events about
-// 1,000 objects, ~2.1 KB each), JSON store → `Arc` store:
-// - instructions per event (callgrind, 20,000 events, 16 KB chunks): 63,376 → 58,160 (−8 %);
-// - events/s, the two builds interleaved on one feed on a loaded machine: 94.5k/56.3k/53.3k →
-//   87.1k/60.1k/54.7k (16 KB chunks); 777/856/665 → 732/1072/1143 (1-byte chunks): no loss
-//   beyond the noise;
-// - resident memory: +0.7 KB per stored object (3.65 → 4.32 KB), 9.5 → 10.0 MB at 1,000 objects:
-//   a typed object is an allocation per string and map, where the JSON was one buffer.
 
 #[cfg(test)]
 mod tests {

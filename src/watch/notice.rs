@@ -1,3 +1,6 @@
+//! Support: skip it on first read — the notices only narrate; the changes are the `Event`s of
+//! `event.rs`.
+//!
 //! What the watch tells its consumer besides the events — listed, watching, resumed, relisted,
 //! retrying, and why — and which errors mean its place is lost, so that only a relist helps.
 //! WORKSHOP.md, step 02 ("What the consumer gets: one ordered channel").

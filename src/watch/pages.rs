@@ -1,3 +1,5 @@
+//! Support: skip it on first read — a list in pages is the same list, held 500 objects at a time.
+//!
 //! A collection → pages of typed objects: list with `limit`, follow `continue` to the end.
 //!
 //! WORKSHOP.md, step 02 ("Listing in pages"). A list of tens of thousands of objects in one

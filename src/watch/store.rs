@@ -1,3 +1,5 @@
+//! Support: skip it on first read — `deliver` keeps each `Arc` here; step 04's tasks read it.
+//!
 //! The watch's memory, shared: what the consumer has been told about every object, readable by
 //! anyone holding a [`Store`] — client-go's informer "indexer", in one small file.
 //!

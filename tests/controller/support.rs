@@ -57,6 +57,11 @@ impl PodApi for FakePods {
         Ok(self.pods.lock().unwrap().clone())
     }
 
+    async fn create_pod(&self, _namespace: &str, pod: &Pod) -> Result<(), PodApiError> {
+        self.pods.lock().unwrap().push(pod.clone());
+        Ok(())
+    }
+
     async fn delete_pod(&self, _namespace: &str, name: &str) -> Result<(), PodApiError> {
         self.pods
             .lock()

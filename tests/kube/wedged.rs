@@ -6,7 +6,7 @@
 //! liveness probe of `kube/deployment.yaml` and restarts the container, and once the API server
 //! serves watches again the restarted operator is Ready and acts on a change to the cluster.
 //!
-//! WORKSHOP.md, "Watching the operator". Needs PostgreSQL, bubblewrap and kubectl: without them
+//! WORKSHOP.md, "Inside step 04: watching the operator". Needs PostgreSQL, bubblewrap and kubectl: without them
 //! the test fails and says what is missing. The Deployment is patched to `--watch-timeout=20`
 //! (the default 340 s makes the bound 740 s, `HealthBounds::for_operator`): a 100 s bound, the
 //! same probes. Its times are printed: `cargo test --test kube wedged:: -- --nocapture`.

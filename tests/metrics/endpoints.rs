@@ -3,7 +3,7 @@
 //! answering (a proxy in front of the sandbox that goes silent: a wedged watch); and a server
 //! that answers three paths, refuses the rest, and outlives whatever a client sends.
 //!
-//! WORKSHOP.md, "Watching the operator".
+//! WORKSHOP.md, "Inside step 04: watching the operator".
 
 use super::support as metrics_support;
 

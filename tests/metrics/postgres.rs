@@ -3,7 +3,7 @@
 //! replication lag and the last base backup's age are there; after the primary's pod is
 //! deleted, the primary changes and the reconcile count has moved.
 //!
-//! WORKSHOP.md, "Watching the operator". Needs PostgreSQL, bubblewrap and kubectl. The size and
+//! WORKSHOP.md, "Inside step 04: watching the operator". Needs PostgreSQL, bubblewrap and kubectl. The size and
 //! time of a scrape, and the API requests one costs, are printed:
 //! `cargo test --test metrics postgres:: -- --nocapture`.
 

@@ -311,44 +311,78 @@ fn code_line_count(text: &str) -> usize {
         .count()
 }
 
-/// The files WORKSHOP.md's step `number` lists under "Read, in order".
-fn reading_list(workshop: &str, number: usize) -> Vec<String> {
+/// A step's two reading lists in WORKSHOP.md: the **Lesson** (numbered, read in order) and the
+/// **Support** (skip on first read). Each item opens with one file's path in backticks.
+struct ReadingLists {
+    lesson: Vec<String>,
+    support: Vec<String>,
+}
+
+/// The files listed after the paragraph that starts with `marker`, up to the next blank line:
+/// each item (`1. `, `- `) opens with one path in backticks.
+fn list_after(section: &str, marker: &str) -> Vec<String> {
+    let Some(at) = section.find(&format!("\n{marker}")) else {
+        return Vec::new();
+    };
+    // The marker's paragraph (it may wrap), then the items up to the next blank line.
+    section[at + 1..]
+        .lines()
+        .skip_while(|line| !line.trim().is_empty())
+        .skip_while(|line| line.trim().is_empty())
+        .take_while(|line| !line.trim().is_empty())
+        .filter_map(|line| {
+            let item = line.trim_start();
+            let numbered = item.trim_start_matches(|c: char| c.is_ascii_digit());
+            let rest = if numbered.len() < item.len() {
+                numbered.strip_prefix(". ")
+            } else {
+                item.strip_prefix("- ")
+            }?;
+            let path = rest.strip_prefix('`')?.split('`').next()?;
+            Some(path.to_string())
+        })
+        .collect()
+}
+
+/// The reading lists of WORKSHOP.md's step `number`.
+fn reading_lists(workshop: &str, number: usize) -> ReadingLists {
     let heading = format!("## Step {number:02}:");
     let Some(start) = workshop.find(&heading) else {
         panic!("WORKSHOP.md has no {heading} section");
     };
     let section = &workshop[start + heading.len()..];
     let section = &section[..section.find("\n## ").unwrap_or(section.len())];
-    // No list at all: an empty one, which the test reports as every file missing.
-    let Some(list) = section.split_once("**Read, in order:**") else {
-        return Vec::new();
-    };
-    list.1
-        .lines()
-        .skip_while(|line| line.trim().is_empty())
-        .take_while(|line| !line.trim().is_empty())
-        .filter_map(|line| {
-            let item = line.trim_start();
-            let rest = item.trim_start_matches(|c: char| c.is_ascii_digit());
-            (rest.len() < item.len() && rest.starts_with(". `"))
-                .then(|| rest[3..].split('`').next().unwrap_or_default().to_string())
-        })
-        .collect()
+    ReadingLists {
+        lesson: list_after(section, "**Lesson**"),
+        support: list_after(section, "**Support**"),
+    }
 }
 
-/// Each step of WORKSHOP.md opens with the files to read, and that list is exactly the stage's
-/// binary and the files of `src/` it reaches that the earlier stages did not: the text cannot
+/// A support file's `//!` header opens with what it does and why a learner may skip it on first
+/// read: its first paragraph says "first read".
+fn says_it_may_be_skipped(text: &str) -> bool {
+    text.lines()
+        .take_while(|line| line.starts_with("//!") && line.trim() != "//!")
+        .any(|line| line.contains("first read"))
+}
+
+/// Each step of WORKSHOP.md opens with two lists — the Lesson, read in order, and the Support,
+/// skipped on first read — and together they are exactly the stage's binary and the files of
+/// `src/` it reaches that the earlier stages did not, each file on one list only: the text cannot
 /// drift from the code. Prints each step's files and lines of code (not blank, not comments, not
-/// tests), the measure of how much a learner reads per step.
+/// tests), its lesson's and the whole's: the measure of how much a learner reads per step.
 #[test]
-fn each_steps_reading_list_is_what_its_stage_newly_reaches() {
+fn each_steps_reading_lists_are_what_its_stage_newly_reaches() {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
     let known = modules(&repo.join("src"));
     let files = module_files(Path::new("src"));
     let workshop = std::fs::read_to_string(repo.join("WORKSHOP.md")).expect("WORKSHOP.md");
+    let lines_of = |file: &String| {
+        code_line_count(&std::fs::read_to_string(repo.join(file)).expect("readable"))
+    };
     let mut seen = BTreeSet::new();
-    let mut total = 0;
-    let mut mismatches = Vec::new();
+    let (mut total, mut lesson_total) = (0, 0);
+    let mut problems = Vec::new();
     for number in 1..=5 {
         let stage = format!("stages/stage{number:02}.rs");
         let reached = reached_by(&stage, &known);
@@ -358,27 +392,67 @@ fn each_steps_reading_list_is_what_its_stage_newly_reaches() {
             .collect();
         new.insert(stage.clone());
         seen.extend(reached);
-        let lines: usize = new
+        let lists = reading_lists(&workshop, number);
+        let lines: usize = new.iter().map(lines_of).sum();
+        let lesson_lines: usize = lists
+            .lesson
             .iter()
-            .map(|file| {
-                code_line_count(&std::fs::read_to_string(repo.join(file)).expect("readable"))
-            })
+            .filter(|file| new.contains(*file))
+            .map(lines_of)
             .sum();
         total += lines;
+        lesson_total += lesson_lines;
         println!(
-            "step {number:02}: {} files, {lines} lines of code: {}",
+            "step {number:02}: {} files, {lines} lines of code; lesson {} files, {lesson_lines} lines: {}",
             new.len(),
-            new.iter().cloned().collect::<Vec<_>>().join(", ")
+            lists.lesson.len(),
+            lists.lesson.join(", ")
         );
-        let listed: BTreeSet<String> = reading_list(&workshop, number).into_iter().collect();
+        let lesson: BTreeSet<String> = lists.lesson.iter().cloned().collect();
+        let support: BTreeSet<String> = lists.support.iter().cloned().collect();
+        if lesson.len() < lists.lesson.len() || support.len() < lists.support.len() {
+            problems.push(format!(
+                "step {number:02}: a file is listed twice on one list"
+            ));
+        }
+        let both: Vec<_> = lesson.intersection(&support).collect();
+        if !both.is_empty() {
+            problems.push(format!(
+                "step {number:02}: on both the Lesson and the Support list: {both:?}"
+            ));
+        }
+        let listed: BTreeSet<String> = lesson.union(&support).cloned().collect();
         if listed != new {
-            mismatches.push(format!(
+            problems.push(format!(
                 "step {number:02}: listed but not reached: {:?}; reached but not listed: {:?}",
                 listed.difference(&new).collect::<Vec<_>>(),
                 new.difference(&listed).collect::<Vec<_>>()
             ));
         }
+        for file in support.intersection(&new) {
+            let text = std::fs::read_to_string(repo.join(file)).expect("readable");
+            if !says_it_may_be_skipped(&text) {
+                problems.push(format!(
+                    "step {number:02}: support file {file}: its `//!` header's first paragraph does not say why it may be skipped on first read"
+                ));
+            }
+        }
     }
-    println!("total: {total} lines of code");
-    assert!(mismatches.is_empty(), "{}", mismatches.join("\n"));
+    println!("lessons: {lesson_total} lines of code; whole: {total} lines of code");
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// The lists are read from their marker lines: numbered lesson items, dashed support items.
+#[test]
+fn reading_lists_are_read_from_their_markers() {
+    let workshop = "## Step 01: x\n\n**Lesson** — in order:\n\n1. `a.rs` — one\n2. `b.rs` — two\n\n**Support** — skip:\n\n- `c.rs` — three\n\n## Step 02: y\n";
+    let lists = reading_lists(workshop, 1);
+    assert_eq!(lists.lesson, ["a.rs", "b.rs"]);
+    assert_eq!(lists.support, ["c.rs"]);
+    assert!(says_it_may_be_skipped(
+        "//! Support: x; skip it on first read.\n//!\n//! more"
+    ));
+    assert!(!says_it_may_be_skipped(
+        "//! x.\n//!\n//! skip on first read"
+    ));
 }

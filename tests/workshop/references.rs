@@ -101,7 +101,9 @@ fn rust_snippets_are_the_code_of_the_file_they_name() {
             continue;
         }
         if line.trim_start().starts_with("```") && line.trim() != "```" {
-            let is_rust = line.trim() == "```rust";
+            // An anchored snippet is held to its region by `anchored_snippets_are_their_regions`.
+            let anchored = index > 0 && snippet_marker(text.lines().nth(index - 1)).is_some();
+            let is_rust = line.trim() == "```rust" && !anchored;
             let mut block = String::new();
             for (_, inner) in lines.by_ref() {
                 if inner.trim_start().starts_with("```") {
@@ -140,6 +142,195 @@ fn rust_snippets_are_the_code_of_the_file_they_name() {
         "{} of {snippets} snippets differ from the code:\n{}",
         problems.len(),
         problems.join("\n")
+    );
+}
+
+/// `<!-- snippet: src/file.rs#name -->`, the line right above an anchored snippet: the file and
+/// the name of its `// ANCHOR: name` region.
+fn snippet_marker(line: Option<&str>) -> Option<(String, String)> {
+    let inner = line?
+        .trim()
+        .strip_prefix("<!-- snippet:")?
+        .strip_suffix("-->")?
+        .trim();
+    let (file, name) = inner.split_once('#')?;
+    Some((file.to_string(), name.to_string()))
+}
+
+/// The code between `// ANCHOR: name` and `// ANCHOR_END: name` in `code` (mdBook's convention),
+/// without the marker lines of other regions nested in it. None: no such region.
+fn anchored_region(code: &str, name: &str) -> Option<String> {
+    let start = format!("// ANCHOR: {name}");
+    let end = format!("// ANCHOR_END: {name}");
+    let mut lines = code.lines();
+    lines.find(|line| line.trim() == start)?;
+    let mut region = String::new();
+    for line in lines {
+        if line.trim() == end {
+            return Some(region);
+        }
+        if !line.trim_start().starts_with("// ANCHOR") {
+            region.push_str(line);
+            region.push('\n');
+        }
+    }
+    None
+}
+
+/// The snippet is the whole region: its first piece opens it, its last closes it, and between
+/// them only what a `/* ... */` marks is left out (whitespace ignored).
+fn snippet_is_region(snippet: &str, region: &str) -> bool {
+    let region = without_whitespace(region);
+    let pieces = snippet_pieces(snippet);
+    let (Some(first), Some(last)) = (pieces.first(), pieces.last()) else {
+        return false;
+    };
+    if !region.starts_with(first.as_str()) || !region.ends_with(last.as_str()) {
+        return false;
+    }
+    if pieces.len() == 1 {
+        return region == *first;
+    }
+    let mut from = first.len();
+    for piece in &pieces[1..pieces.len() - 1] {
+        match region[from..].find(piece.as_str()) {
+            Some(at) => from += at + piece.len(),
+            None => return false,
+        }
+    }
+    from <= region.len() - last.len()
+}
+
+/// A snippet's pieces between its elisions, whitespace dropped, empty ones left out.
+fn snippet_pieces(snippet: &str) -> Vec<String> {
+    let mut pieces = Vec::new();
+    let mut rest = snippet;
+    while let Some(start) = rest.find("/* ...") {
+        pieces.push(without_whitespace(&rest[..start]));
+        rest = match rest[start..].find("*/") {
+            Some(end) => &rest[start + end + 2..],
+            None => "",
+        };
+    }
+    pieces.push(without_whitespace(rest));
+    pieces.retain(|piece| !piece.is_empty());
+    pieces
+}
+
+/// Each step opens with its idea and a snippet of its normal path, before its reading lists:
+/// a ```rust block under a `<!-- snippet: FILE#NAME -->` line, 15 to 30 lines, that is the
+/// region `// ANCHOR: NAME` … `// ANCHOR_END: NAME` of FILE (elisions marked `/* ... */`). Every
+/// anchored snippet in WORKSHOP.md is held to its region, and every region in the code is shown.
+#[test]
+fn anchored_snippets_are_their_regions() {
+    let text = workshop();
+    let lines: Vec<&str> = text.lines().collect();
+    let mut problems = Vec::new();
+    let mut shown = BTreeSet::new();
+    for (index, line) in lines.iter().enumerate() {
+        let Some((file, name)) = snippet_marker(Some(line)) else {
+            continue;
+        };
+        shown.insert((file.clone(), name.clone()));
+        if lines.get(index + 1).map(|l| l.trim()) != Some("```rust") {
+            problems.push(format!(
+                "WORKSHOP.md:{}: a snippet marker not followed by ```rust",
+                index + 1
+            ));
+            continue;
+        }
+        let block: Vec<&str> = lines[index + 2..]
+            .iter()
+            .take_while(|l| !l.trim_start().starts_with("```"))
+            .copied()
+            .collect();
+        let snippet = block.join("\n");
+        let code = std::fs::read_to_string(repo().join(&file)).unwrap_or_default();
+        match anchored_region(&code, &name) {
+            None => problems.push(format!(
+                "WORKSHOP.md:{}: {file} has no region `// ANCHOR: {name}` … `// ANCHOR_END: {name}`",
+                index + 1
+            )),
+            Some(region) if !snippet_is_region(&snippet, &region) => problems.push(format!(
+                "WORKSHOP.md:{}: the snippet differs from {file}#{name}; the region is now:\n{region}",
+                index + 1
+            )),
+            Some(_) => {}
+        }
+    }
+    for step in 1..=5 {
+        let heading = format!("## Step {step:02}:");
+        let Some(start) = lines.iter().position(|l| l.starts_with(&heading)) else {
+            problems.push(format!("WORKSHOP.md has no {heading}"));
+            continue;
+        };
+        let section: Vec<&str> = lines[start + 1..]
+            .iter()
+            .take_while(|l| !l.starts_with("## "))
+            .copied()
+            .collect();
+        let marker = section
+            .iter()
+            .position(|l| snippet_marker(Some(l)).is_some());
+        let lesson = section.iter().position(|l| l.starts_with("**Lesson**"));
+        let first_fence = section
+            .iter()
+            .position(|l| l.trim_start().starts_with("```"));
+        match (marker, lesson) {
+            (Some(marker), Some(lesson)) if marker < lesson && first_fence == Some(marker + 1) => {
+                let length = section[marker + 2..]
+                    .iter()
+                    .take_while(|l| !l.trim_start().starts_with("```"))
+                    .count();
+                if !(15..=30).contains(&length) {
+                    problems.push(format!(
+                        "{heading} its opening snippet is {length} lines, not 15 to 30"
+                    ));
+                }
+            }
+            _ => problems.push(format!(
+                "{heading} does not open with an anchored snippet before its **Lesson** list"
+            )),
+        }
+    }
+    for file in rust_files() {
+        let code = std::fs::read_to_string(&file).unwrap_or_default();
+        let relative = file
+            .strip_prefix(repo())
+            .expect("in the repository")
+            .to_string_lossy()
+            .into_owned();
+        for line in code.lines() {
+            if let Some(name) = line.trim().strip_prefix("// ANCHOR: ") {
+                if !shown.contains(&(relative.clone(), name.to_string())) {
+                    problems.push(format!("{relative}: region {name} is shown nowhere"));
+                }
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn a_snippet_is_its_whole_region_with_marked_elisions() {
+    let code = "x\n// ANCHOR: r\nlet a = 1;\n// ANCHOR: inner\nlet b = 2;\n// ANCHOR_END: inner\nrun(a, b);\n// ANCHOR_END: r\ny\n";
+    let region = anchored_region(code, "r").expect("the region");
+    assert_eq!(region, "let a = 1;\nlet b = 2;\nrun(a, b);\n");
+    assert!(snippet_is_region(
+        "let a = 1;\nlet b = 2;\nrun(a, b);",
+        &region
+    ));
+    assert!(snippet_is_region(
+        "let a = 1;\n/* ... */\nrun(a, b);",
+        &region
+    ));
+    // A piece missing at either end, or a line left out unmarked, is a difference.
+    assert!(!snippet_is_region("let b = 2;\nrun(a, b);", &region));
+    assert!(!snippet_is_region("let a = 1;\nlet b = 2;", &region));
+    assert!(!snippet_is_region("let a = 1;\nrun(a, b);", &region));
+    assert_eq!(
+        snippet_marker(Some("<!-- snippet: src/a.rs#r -->")),
+        Some(("src/a.rs".to_string(), "r".to_string()))
     );
 }
 

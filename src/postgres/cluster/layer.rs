@@ -1,3 +1,6 @@
+//! Support: skip it on first read — stage 04 plugs in `()`, which adds nothing; the hooks matter in
+//! step 05.
+//!
 //! The places where a later step adds to a cluster's round without changing it: more objects,
 //! more on each member pod, its own pods, its own actions in place of some of the plan's, its
 //! own part of `status`. Stage 04 plugs in `()`, which adds nothing; step 05's backups are one

@@ -387,6 +387,7 @@ impl<L: ClusterLayer> PostgresTask<L> {
         // One snapshot of the store for the whole round: the watch keeps writing to it, and an
         // expectation checked against a later read than the plan's could pass while the plan
         // still misses the pod (and creates a second one).
+        // ANCHOR: round
         let all_pods = self.snapshot();
         let waiting_for_watch = self.still_expecting(&all_pods);
         let (own_pods, pods): (Vec<Arc<Pod>>, Vec<Arc<Pod>>) =
@@ -477,6 +478,7 @@ impl<L: ClusterLayer> PostgresTask<L> {
         synchronous::set_status(&mut next, &self.status(), synchronous, &now);
         L::status(self, &planned, &mut next, &now);
         self.write_status(next).await;
+        // ANCHOR_END: round
     }
 
     /// Nudge this task when the first running delay ends (or never, if none runs or the tick

@@ -1,3 +1,6 @@
+//! Support: skip it on first read — the objects beside the pods are created once and left alone;
+//! the lesson is the pods.
+//!
 //! The objects a cluster owns besides its pods — Secret, ConfigMap, Services — created when they
 //! are missing, each with an ownerReference so the garbage collector removes them with the
 //! cluster. WORKSHOP.md, step 04 ("The objects a cluster owns").

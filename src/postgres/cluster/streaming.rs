@@ -1,3 +1,6 @@
+//! Support: skip it on first read — a check the probes cannot make, asked of the primary only when
+//! the answer may have changed.
+//!
 //! Replicas that are Ready but follow nothing. The readiness probe (`pg_isready`) asks whether
 //! a server accepts connections, and a hot standby does whether or not it streams: one left on
 //! an old timeline (it received WAL past the point where the promoted replica's timeline forked,

@@ -1,3 +1,6 @@
+//! Support: skip it on first read — synchronous replication is opt-in; an asynchronous cluster
+//! never runs this file.
+//!
 //! Synchronous replication, opt-in (`spec.replication.synchronous`): the primary's
 //! `synchronous_standby_names` kept equal to what the members are, and what it means for
 //! `status`. WORKSHOP.md, step 04 ("Synchronous replication").
