@@ -11,7 +11,7 @@ use sandbox::{InjectedFault, Sandbox, SandboxOptions};
 use test_support::{start_sandbox_with, Kubectl};
 
 /// An HTTPS sandbox whose service-account style credentials are written to a temp dir, with a
-/// CRD Established delay so the wait is observable.
+/// CRD Established delay (`Faults::set_established_delay` changes it, for a waiting CRD too).
 async fn tls_sandbox(established_delay: Duration) -> (Sandbox, tempfile::TempDir) {
     test_support::start_tls_sandbox(SandboxOptions {
         established_delay,
@@ -33,6 +33,17 @@ fn stage01_in_cluster(sandbox: &Sandbox, credentials: &std::path::Path) -> tokio
         .env("RUST_LOG", "info")
         .kill_on_drop(true);
     command
+}
+
+/// How many times the sandbox was asked for the CRD (GET), by anyone.
+fn crd_polls(sandbox: &Sandbox) -> usize {
+    sandbox
+        .requests()
+        .iter()
+        .filter(|r| {
+            r.method == "GET" && r.resource == "customresourcedefinitions" && r.name == CRD_NAME
+        })
+        .count()
 }
 
 /// What one run of stage01 printed.
@@ -85,9 +96,18 @@ fn assert_says(text: &str, parts: &[&str]) {
 /// Both exit 0 and print what discovery serves.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stage01_creates_then_finds_the_crd_up_to_date() {
-    let (sandbox, credentials) = tls_sandbox(Duration::from_millis(700)).await;
-
-    let Ran { stdout, stderr } = run(stage01_in_cluster(&sandbox, credentials.path()), 0).await;
+    // Not Established until stage01 has polled the CRD twice, then let go: a fixed delay would
+    // race with how soon a busy machine runs those polls.
+    let (sandbox, credentials) = tls_sandbox(Duration::from_secs(3600)).await;
+    let first = tokio::spawn(run(stage01_in_cluster(&sandbox, credentials.path()), 0));
+    test_support::eventually(
+        Duration::from_secs(30),
+        "stage01 polling the CRD",
+        || async { (crd_polls(&sandbox) >= 2).then_some(()) },
+    )
+    .await;
+    sandbox.faults().set_established_delay(Duration::ZERO);
+    let Ran { stdout, stderr } = first.await.expect("stage01's first run");
     let lines: Vec<&str> = stdout.lines().collect();
     assert_eq!(
         lines[0],
@@ -112,14 +132,8 @@ async fn stage01_creates_then_finds_the_crd_up_to_date() {
         "config source logged: {stderr}"
     );
 
-    // The 700 ms delay means several polls of the CRD before it was Established.
-    let polls = sandbox
-        .requests()
-        .iter()
-        .filter(|r| {
-            r.method == "GET" && r.resource == "customresourcedefinitions" && r.name == CRD_NAME
-        })
-        .count();
+    // Two polls while it was not Established, and the one that found it so.
+    let polls = crd_polls(&sandbox);
     assert!(
         polls >= 3,
         "expected the CRD to be polled while not Established, saw {polls} GETs"
