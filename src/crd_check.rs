@@ -14,8 +14,9 @@ use serde_json::Value;
 use crate::client::Client;
 use crate::crd::{
     differences, established, postgres_cluster_crd, read_again, read_or_create, wait_established,
-    CrdError, Read, Registration, VERSION,
+    CrdError, Read, Registration, DEFAULT_ESTABLISHED_TIMEOUT, VERSION,
 };
+use crate::story::Reporter;
 
 /// Every later stage: make sure the type exists and is served, without changing it. Absent →
 /// create it (as the workshop's operators registered their type at start) and wait until it is
@@ -72,6 +73,16 @@ fn serves_our_version(current: &Value) -> Result<(), CrdError> {
     } else {
         Err(CrdError::NotServed { served })
     }
+}
+
+/// [`check`] as an operator starts: within the default wait, what was found said to `reporter`
+/// as one of the operator's own lines.
+pub async fn check_and_tell(client: &Client, reporter: &Reporter) -> Result<(), CrdError> {
+    check(client, DEFAULT_ESTABLISHED_TIMEOUT, |found| {
+        reporter.report_operator(found.to_string())
+    })
+    .await?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -316,7 +316,7 @@ impl<P: PodApi> ClusterTask<P> {
             Err(error) => {
                 self.say(format!(
                     "reconcile skipped: {error}; {}",
-                    after_failed_pod_list(&error)
+                    error.after_failed_list()
                 ));
                 return;
             }
@@ -345,16 +345,6 @@ impl<P: PodApi> ClusterTask<P> {
                 size
             ));
         }
-    }
-}
-
-/// What a failed pod list means for the next tick, by the HTTP status underneath. 403: RBAC refuses
-/// us, and waiting alone will not change that, so say what to grant. Anything else (503 from an
-/// overloaded apiserver, a dropped connection) may well pass by the next tick.
-fn after_failed_pod_list(error: &PodApiError) -> &'static str {
-    match error.status_code() {
-        Some(403) => "the operator may not list pods: grant `list` on pods in its Role (kube/rbac.yaml); trying again next tick",
-        _ => "trying again next tick",
     }
 }
 

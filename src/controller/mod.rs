@@ -41,9 +41,10 @@
 pub mod cluster;
 pub mod operator;
 pub mod pods;
+mod shutdown;
+mod worker;
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -55,17 +56,14 @@ use tracing::Instrument;
 use crate::api::PostgresCluster;
 use crate::story::{event_lines, Reporter};
 use crate::watch::Event;
-use cluster::run_cluster;
 pub use cluster::{TaskEnd, Wanted};
 pub use operator::run_operator;
 pub use pods::PodApi;
+pub use shutdown::{ControllerStopped, DEFAULT_SHUTDOWN_GRACE};
+pub use worker::{ClusterWorker, PlaceholderTask};
 
 /// How often each cluster task reconciles, unless told otherwise. The original used 8 s.
 pub const DEFAULT_RECONCILE_INTERVAL: Duration = Duration::from_secs(8);
-/// How long shutdown waits for cluster tasks to finish their current step before aborting them.
-/// Kubernetes sends SIGKILL 30 s after SIGTERM by default; we stay well inside that.
-pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
-
 #[derive(Clone, Debug)]
 pub struct ControllerOptions {
     /// Time between two reconcile rounds of one cluster. Events do not reset it.
@@ -82,49 +80,12 @@ impl Default for ControllerOptions {
     }
 }
 
-/// What runs as each cluster's task. Stage 03's is [`PlaceholderTask`] (below; its task body,
-/// `cluster::run_cluster`, tells what it would do); stage 04's acts on real pods
-/// (`crate::postgres`). The controller around it, routing and all, is the same.
-pub trait ClusterWorker: Clone + Send + Sync + 'static {
-    /// The task body for one cluster: return when the cluster is deleted or `inbox.stop` is
-    /// cancelled.
-    fn run_cluster(
-        &self,
-        cluster: PostgresCluster,
-        inbox: ClusterInbox,
-    ) -> impl Future<Output = TaskEnd> + Send + 'static;
-}
-
 /// What reaches one cluster task from the controller.
 pub struct ClusterInbox {
     /// The newest object (or Deleted): one slot, the newest wins.
     pub wanted: watch::Receiver<Wanted>,
     /// Cancelled when the operator stops (a child of the controller's one token): end the task.
     pub stop: CancellationToken,
-}
-
-/// Stage 03's worker: `cluster::run_cluster` with its pod calls and reconcile interval.
-#[derive(Clone)]
-pub struct PlaceholderTask<P: PodApi> {
-    pods: P,
-    reporter: Reporter,
-    reconcile_interval: Duration,
-}
-
-impl<P: PodApi> ClusterWorker for PlaceholderTask<P> {
-    fn run_cluster(
-        &self,
-        cluster: PostgresCluster,
-        inbox: ClusterInbox,
-    ) -> impl Future<Output = TaskEnd> + Send + 'static {
-        run_cluster(
-            cluster,
-            inbox,
-            self.pods.clone(),
-            self.reporter.clone(),
-            self.reconcile_interval,
-        )
-    }
 }
 
 /// The controller's hold on one cluster task.
@@ -135,15 +96,6 @@ struct ClusterHandle {
     /// an unchanged spec.
     last_sent: Arc<PostgresCluster>,
     wanted: watch::Sender<Wanted>,
-}
-
-/// How `Controller::run` ended.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ControllerStopped {
-    /// Tasks that ended on their own once told to stop.
-    pub tasks_stopped: usize,
-    /// Tasks still busy after the grace period, aborted.
-    pub tasks_aborted: usize,
 }
 
 /// Routes watch events to per-cluster tasks. See the module docs for the picture.
@@ -157,22 +109,6 @@ pub struct Controller<W: ClusterWorker> {
     stop: CancellationToken,
     /// Step 02's "Starting at watchVersion" line is said for the first watch only.
     first_watch: bool,
-}
-
-impl<P: PodApi> Controller<PlaceholderTask<P>> {
-    /// Stage 03's controller: each cluster task tells what it would do with `pods`.
-    pub fn new(
-        pods: P,
-        options: ControllerOptions,
-        reporter: Reporter,
-    ) -> Controller<PlaceholderTask<P>> {
-        let worker = PlaceholderTask {
-            pods,
-            reporter: reporter.clone(),
-            reconcile_interval: options.reconcile_interval,
-        };
-        Controller::with_worker(worker, options, reporter)
-    }
 }
 
 impl<W: ClusterWorker> Controller<W> {
@@ -325,39 +261,5 @@ impl<W: ClusterWorker> Controller<W> {
         handle.last_sent = Arc::clone(&cluster);
         // Replaces any update the task has not read yet: the newest object wins.
         handle.wanted.send_replace(Wanted::Object(cluster));
-    }
-
-    fn task_ended(&mut self, ended: Result<(String, TaskEnd), tokio::task::JoinError>) {
-        match ended {
-            Ok((key, reason)) => tracing::debug!(cluster = %key, ?reason, "cluster task ended"),
-            // Its channel is now closed, so `update` will start a new task on the next spec change.
-            Err(error) => tracing::error!(%error, "a cluster task panicked"),
-        }
-    }
-
-    /// Tell every task to stop, wait up to the grace period, abort what is left.
-    /// [`Controller::run`] ends with this; call it yourself when driving [`Controller::handle_event`].
-    pub async fn shutdown(mut self) -> ControllerStopped {
-        self.stop.cancel();
-        let mut stopped = ControllerStopped::default();
-        let deadline = tokio::time::Instant::now() + self.options.shutdown_grace;
-        while !self.tasks.is_empty() {
-            match tokio::time::timeout_at(deadline, self.tasks.join_next()).await {
-                Ok(Some(Ok((_, TaskEnd::Stopped)))) => stopped.tasks_stopped += 1,
-                Ok(Some(ended)) => self.task_ended(ended),
-                Ok(None) => break,
-                Err(_) => {
-                    stopped.tasks_aborted = self.tasks.len();
-                    tracing::warn!(
-                        tasks = self.tasks.len(),
-                        "cluster tasks still busy after the grace period; aborting them"
-                    );
-                    self.tasks.abort_all();
-                    while self.tasks.join_next().await.is_some() {}
-                    break;
-                }
-            }
-        }
-        stopped
     }
 }

@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 use super::{Controller, ControllerOptions, ControllerStopped};
 use crate::api::{collection_path, PostgresCluster};
 use crate::client::Client;
-use crate::crd::{CrdError, DEFAULT_ESTABLISHED_TIMEOUT};
+use crate::crd::CrdError;
 use crate::crd_check;
 use crate::story::Reporter;
 use crate::watch::{list_then_watch, WatchOptions};
@@ -34,7 +34,7 @@ pub async fn run_operator(
 ) -> Result<ControllerStopped, CrdError> {
     // A stop during start-up (the CRD wait can take 30 s) must be as clean as one later on.
     tokio::select! {
-        registered = register_resource(&client, &reporter) => registered?,
+        registered = crd_check::check_and_tell(&client, &reporter) => registered?,
         () = shutdown.cancelled() => {
             return Ok(ControllerStopped::default())
         }
@@ -58,17 +58,4 @@ pub async fn run_operator(
     // Ends promptly once told to stop.
     let _ = watcher.task.await;
     Ok(stopped)
-}
-
-/// Make sure our resource type exists and is served (`crd_check::check`: created if absent, else
-/// checked and left as it is — registering it is step 01's).
-pub(crate) async fn register_resource(
-    client: &Client,
-    reporter: &Reporter,
-) -> Result<(), CrdError> {
-    crd_check::check(client, DEFAULT_ESTABLISHED_TIMEOUT, |found| {
-        reporter.report_operator(found.to_string())
-    })
-    .await?;
-    Ok(())
 }

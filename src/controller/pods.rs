@@ -211,6 +211,16 @@ impl PodApiError {
     pub fn status_code(&self) -> Option<u16> {
         self.client_error().status_code()
     }
+
+    /// What a failed pod list means for the next tick, by the HTTP status underneath. 403: RBAC
+    /// refuses us, and waiting alone will not change that, so say what to grant. Anything else
+    /// (503 from an overloaded apiserver, a dropped connection) may well pass by the next tick.
+    pub fn after_failed_list(&self) -> &'static str {
+        match self.status_code() {
+            Some(403) => "the operator may not list pods: grant `list` on pods in its Role (kube/rbac.yaml); trying again next tick",
+            _ => "trying again next tick",
+        }
+    }
 }
 
 /// `/api/v1/namespaces/NS/pods?labelSelector=...` (the selector percent-encoded: it holds `/`, `=`, `,`).

@@ -27,7 +27,6 @@ use super::figures::ClusterFigures;
 use crate::api::{collection_path, PostgresCluster};
 use crate::client::Client;
 use crate::config::{ConfigArgs, CONNECTION_ORDER_HELP};
-use crate::controller::operator::register_resource;
 use crate::controller::pods::{pods_path, Pod, APP_LABEL, APP_LABEL_VALUE, CLUSTER_LABEL};
 use crate::controller::{Controller, ControllerOptions, ControllerStopped};
 use crate::crd::CrdError;
@@ -215,7 +214,7 @@ pub async fn run_postgres_operator<L: ClusterLayer>(
     let _acting = options.metrics.acting();
     let stopped_early = ControllerStopped::default();
     tokio::select! {
-        registered = register_resource(&client, &reporter) => registered?,
+        registered = crate::crd_check::check_and_tell(&client, &reporter) => registered?,
         () = shutdown.cancelled() => return Ok(stopped_early),
     }
 

@@ -69,7 +69,7 @@
 //! large the collection; a `continue` token that expired halfway starts the list afresh. The first
 //! list holds one page of typed objects besides; a relist holds the objects that changed until its
 //! last page is in, so that a relist that fails halfway hands over nothing. What was measured to
-//! tune it is at the end of this file.
+//! tune it is in `options.rs`.
 
 pub mod backoff;
 pub mod event;
@@ -103,7 +103,6 @@ pub use notice::{RelistReason, ResumeReason, WatchNotice};
 pub use options::{WatchOptions, EVENT_BUFFER};
 use pages::{encode_query_value, query_separator, Pager, PAGE_SIZE};
 use recover::{refused, Ended};
-use store::Known;
 pub use store::Store;
 
 /// What a watched type must offer: decodable, and carrying standard object metadata. Every such
@@ -221,7 +220,7 @@ struct ListWatch<T> {
     /// What the consumer has been told, by `namespace/name`: the state a relist is compared with,
     /// and what a [`Store`] reads.
     known: Store<T>,
-    /// Scratch space for `namespace/name` (see `remember`).
+    /// Scratch space for `namespace/name` (see `Store::remember`).
     key: String,
     /// Counts lists started, to mark the `known` entries each one saw.
     list_number: u64,
@@ -285,34 +284,15 @@ impl<T: WatchedObject> ListWatch<T> {
     /// None: consumer gone.
     async fn deliver(&mut self, event: Event<T>) -> Option<()> {
         match &event {
-            Event::Added(object) | Event::Modified(object) => self.remember(object),
+            Event::Added(object) | Event::Modified(object) => {
+                self.known.remember(&mut self.key, object, self.list_number)
+            }
             Event::Deleted(object) => {
                 self.known.lock().remove(&key_of(object.metadata()));
             }
             Event::Notice(_) => {}
         }
         self.events.send(event).await.ok()
-    }
-
-    /// Store `object` as the consumer's latest state of it. Every change passes here, so the
-    /// common case, an update of a known object, builds no key (see the tuning notes below).
-    fn remember(&mut self, object: &Arc<T>) {
-        let meta = object.metadata();
-        self.key.clear();
-        self.key.push_str(&meta.namespace);
-        self.key.push('/');
-        self.key.push_str(&meta.name);
-        let mut entries = self.known.lock();
-        let known = Known {
-            object: Arc::clone(object),
-            seen_by_list: self.list_number,
-        };
-        match entries.get_mut(self.key.as_str()) {
-            Some(entry) => *entry = known,
-            None => {
-                entries.insert(self.key.clone(), known);
-            }
-        }
     }
 
     /// Listing: read the collection page by page, compare each object with `known` (what the
@@ -364,19 +344,10 @@ impl<T: WatchedObject> ListWatch<T> {
                     return Some(Phase::Listing { why });
                 }
                 if why.is_none() {
-                    // Kubernetes calls `remainingItemCount` an estimate of the collection's size,
-                    // and sets it only on a paged list without selectors that has more pages (API
-                    // servers since 1.15).
-                    let remaining = page.metadata.remaining_item_count;
-                    let remaining =
-                        remaining.map_or(0, |n| usize::try_from(n).unwrap_or(usize::MAX));
-                    let count = page.items.len().saturating_add(remaining);
-                    tracing::info!(path = %self.collection_path, %resource_version, count, "listed first page");
-                    self.notify(WatchNotice::Listed {
-                        resource_version: resource_version.clone(),
-                        count,
-                    })
-                    .await?;
+                    let (items, remaining) = (page.items.len(), page.metadata.remaining_item_count);
+                    let path = &self.collection_path;
+                    let listed = WatchNotice::listed(&resource_version, items, remaining, path);
+                    self.notify(listed).await?;
                 }
             }
             if why.is_some() {

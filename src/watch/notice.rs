@@ -43,6 +43,27 @@ pub enum WatchNotice {
     Retrying { after: Duration, error: String },
 }
 
+impl WatchNotice {
+    /// `Listed`, from the first list's first page of `path` (its resourceVersion, its `items`
+    /// and its `remainingItemCount`), said in the log too.
+    pub(crate) fn listed(
+        resource_version: &str,
+        items: usize,
+        remaining: Option<u64>,
+        path: &str,
+    ) -> WatchNotice {
+        // Kubernetes calls `remainingItemCount` an estimate of the collection's size, and sets
+        // it only on a paged list without selectors that has more pages (API servers since 1.15).
+        let remaining = remaining.map_or(0, |n| usize::try_from(n).unwrap_or(usize::MAX));
+        let count = items.saturating_add(remaining);
+        tracing::info!(path, %resource_version, count, "listed first page");
+        WatchNotice::Listed {
+            resource_version: resource_version.to_string(),
+            count,
+        }
+    }
+}
+
 /// Why a watch was reopened from the same resourceVersion.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ResumeReason {

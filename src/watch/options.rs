@@ -46,7 +46,7 @@ impl Default for WatchOptions {
 /// steps before it yields.
 pub const EVENT_BUFFER: usize = 16;
 
-// `ListWatch::key`: every change looks its object up in the store by `namespace/name`; building
+// `ListWatch::key` (`Store::remember`): every change looks its object up in the store by `namespace/name`; building
 // that key into one reused `String` makes an update of a known object (most of a stream)
 // allocate no key. Only a new object's key is allocated, once, as the map's own.
 //

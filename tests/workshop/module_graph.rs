@@ -456,3 +456,49 @@ fn reading_lists_are_read_from_their_markers() {
         "//! x.\n//!\n//! skip on first read"
     ));
 }
+
+/// The rows of WORKSHOP.md's table "One event, from the socket to its task": each row's
+/// `file:function` (the function possibly `Type::function`).
+fn event_way(workshop: &str) -> Vec<(String, String)> {
+    let heading = "### One event, from the socket to its task";
+    let Some(start) = workshop.find(heading) else {
+        panic!("WORKSHOP.md has no section {heading:?}");
+    };
+    workshop[start..]
+        .lines()
+        .skip(1)
+        .skip_while(|line| !line.starts_with('|'))
+        .take_while(|line| line.starts_with('|'))
+        .filter_map(|line| {
+            let cell = line.split('|').nth(2)?.trim().strip_prefix('`')?;
+            let (file, function) = cell.split('`').next()?.split_once(':')?;
+            Some((file.to_string(), function.to_string()))
+        })
+        .collect()
+}
+
+/// One watch event reaches its cluster's task in at most eight steps through at most five
+/// files, each a Lesson file of some step, each step a function that is defined where the table
+/// says: the short way WORKSHOP.md shows is the code's.
+#[test]
+fn one_event_reaches_its_task_in_eight_steps_through_five_lesson_files() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let workshop = std::fs::read_to_string(repo.join("WORKSHOP.md")).expect("WORKSHOP.md");
+    let way = event_way(&workshop);
+    let lessons: BTreeSet<String> = (1..=5)
+        .flat_map(|number| reading_lists(&workshop, number).lesson)
+        .collect();
+    let files: BTreeSet<&String> = way.iter().map(|(file, _)| file).collect();
+    println!("{} steps through {} files", way.len(), files.len());
+    assert!((2..=8).contains(&way.len()), "{} steps: {way:?}", way.len());
+    assert!(files.len() <= 5, "{} files: {files:?}", files.len());
+    for (file, function) in &way {
+        assert!(lessons.contains(file), "{file} is on no step's Lesson list");
+        let text = std::fs::read_to_string(repo.join(file)).expect("the file exists");
+        let name = function.rsplit("::").next().unwrap_or(function);
+        assert!(
+            text.contains(&format!("fn {name}(")) || text.contains(&format!("fn {name}<")),
+            "{file} defines no {function}"
+        );
+    }
+}

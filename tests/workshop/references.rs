@@ -385,6 +385,10 @@ fn every_file_named_exists() {
             .filter(|word| word.ends_with(".md") && !word.contains(' '));
         for name in backticked(line).into_iter().chain(documents) {
             let name = name.trim_end_matches(['/', ',']);
+            // `file.rs:function`, a place in a file: the file must exist.
+            let name = name
+                .split_once(".rs:")
+                .map_or(name, |(file, _)| &name[..file.len() + 3]);
             let looks_like_file = [".rs", ".md", ".yaml", ".toml"]
                 .iter()
                 .any(|ext| name.ends_with(ext))
@@ -398,7 +402,8 @@ fn every_file_named_exists() {
                 continue;
             }
             let exists = if name.contains('/') {
-                repo().join(name).exists()
+                // From the top of the repository, or the tail of a path (`crd/mod.rs`).
+                repo().join(name).exists() || files.iter().any(|file| file.ends_with(name))
             } else {
                 repo().join(name).exists()
                     || files
