@@ -3,26 +3,17 @@
 //!
 //! # Module map
 //!
-//! Each module names the WORKSHOP.md section that explains it. Read them in this order:
+//! In WORKSHOP.md's order, one step at a time. Each step's **lesson** is what a learner reads in
+//! one sitting; its **support** may be skipped on first read, and each support file says so in
+//! its first lines. WORKSHOP.md lists both, file by file, at the top of each step.
 //!
-//! | module | what it holds | WORKSHOP.md |
+//! | step | lesson | support |
 //! |---|---|---|
-//! | [`config`] | where the API server is and how to authenticate: one file per source (flags, in-cluster, kubeconfig) | Set-up |
-//! | [`client`] | the HTTP client: one request (`mod.rs` opens with it) and the JSON verbs; retries and reading the answer (`answer.rs`) (a watch's byte stream is step 02's `watch/frame.rs`, `pods/exec`'s upgrade step 04's `exec.rs`); its errors, token and TLS in files of their own | Set-up ("Talking to the API server") |
-//! | [`status`] | the Kubernetes `Status` error body | Set-up ("When the server says no") |
-//! | [`crd`] | the CustomResourceDefinition (data: `kube/crd.yaml`, compiled in) and the names it holds; registering it (stage 01) in `mod.rs`; how the server's differs (`compare.rs`) | Step 01 |
-//! | [`crd_check`] | what every later stage does first: the type created if absent, never changed | Step 02 (explained in step 01) |
-//! | [`api`] | the typed `PostgresCluster` (spec, status; the later steps' fields carried untyped in `more`), object metadata and lists, and the REST paths to our objects | Step 02 |
-//! | [`watch`] | the byte stream of a watch (`Client::stream`) → lines → typed events, list-then-watch that never loses its place, and the `Store` it keeps | Step 02 (the store: step 04) |
-//! | [`story`] | what the operator says: the workshop's log lines, and the `Reporter` that tags each with its cluster | Steps 02 and 03 |
-//! | [`controller`] | one task per cluster, its own channel, and a reconcile timer | Step 03 |
-//! | [`postgres`] | step 04, a Postgres cluster for real: its own fields of the spec and status (`api.rs`), what a cluster owns, the plan, the cluster task that acts (and the seam a later step plugs into), synchronous replication, status, each cluster's figures | Step 04 |
-//! | [`exec`] | `pods/exec`: a command in a pod over a WebSocket (`channel.k8s.io` streams, the exit Status) | Step 04 ("Inside step 04: one `pods/exec`, byte by byte") |
-//! | [`leader`] | one operator acts at a time: leader election on a `coordination.k8s.io` Lease, as client-go does it | Step 04 ("Inside step 04: one operator at a time") |
-//! | [`events`] | Kubernetes Events about a cluster, what `kubectl describe pgc` shows | Step 04 |
-//! | [`metrics`] | what a user watches: `/metrics` in the Prometheus text format, `/healthz` and `/readyz` for the probes, and their server | Step 04 ("Inside step 04: watching the operator") |
-//! | [`backups`] | step 05, a layer over step 04's cluster task: its own fields of the spec and status (`api.rs`), WAL archiving, base backups, and restoring a seed from them | Step 05 |
-//! | [`process`] | what every binary does alike: logging, the stop token, connecting, duration flags, the error exit | Set-up |
+//! | 01 | [`crd`] (`mod.rs`: register the CRD, wait for Established, discovery), [`client`] (`mod.rs`: one request, then the JSON verbs) | `crd/compare.rs`, `crd/error.rs`; the rest of [`client`] (its handle, answers and retries, errors, token, TLS); [`config`] (where the API server is: flags, in-cluster, kubeconfig); [`status`] (the `Status` error body); [`process`] (logging, signals, the error exit) |
+//! | 02 | [`api`] (the typed `PostgresCluster`, metadata, lists, paths), [`watch`] (`mod.rs`: list, then watch from the list's resourceVersion; `frame.rs`: the socket's bytes → lines; `event.rs`: a line → an `Event`) | `api/spec.rs`; the rest of [`watch`] (recovery, options, pages, back-off, notices, the store, undecodable lines); [`crd_check`] (every later stage's read-only CRD check); [`story`] (the log lines) |
+//! | 03 | [`controller`] (`operator.rs`, `mod.rs`: one task per cluster with its own channel; `cluster.rs`: the task's loop and a reconcile timer) | `controller/pods.rs`, `worker.rs` (the seam step 04 plugs into), `shutdown.rs` |
+//! | 04 | [`postgres`] (the operator plus a pod watch, the round, the plan, the actions, the pods, the status) | [`postgres`]'s own fields, owned objects, synchronous replication, streaming checks, the layer seam, figures; [`exec`] (`pods/exec` over a WebSocket); [`events`] (Kubernetes Events); [`leader`] (one operator acts at a time); [`metrics`] (`/metrics`, `/healthz`, `/readyz`) |
+//! | 05 | [`backups`] (a layer over step 04's round: its plan, the restore, base backups, the shell scripts) | its fields, its objects, its status, its figures |
 //!
 //! The binaries in `stages/` are the workshop's steps; each is a short `main` over this library.
 //! `src/bin/` holds the rest: `tour` (`cargo run`: the whole workshop on a sandbox it starts as a

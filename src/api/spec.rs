@@ -1,13 +1,13 @@
-//! What a spec may say, and how the log prints it: the size bound, the Postgres version rule the
-//! CRD's schema also enforces, `validate_spec`, and the `{size: 3, version: 16, paused: false}`
-//! form. Support: a learner may skip it on first read — the server's schema refuses a bad spec
+//! What a spec may say, and how the log prints a spec and a status: the size bound, the Postgres
+//! version rule the CRD's schema also enforces, `validate_spec`, the `{size: 3, version: 16,
+//! paused: false}` form and `describe_status`. Support: a learner may skip it on first read — the server's schema refuses a bad spec
 //! before the watch sees it; these checks hold when the CRD is old or someone else's.
 //!
 //! WORKSHOP.md, step 01 (the schema's rules) and step 03 ("The cluster task").
 
 use serde_json::Value;
 
-use super::PostgresClusterSpec;
+use super::{PostgresClusterSpec, PostgresClusterStatus};
 
 /// The largest `spec.size`: a primary and six replicas. Each streaming replica holds a WAL sender
 /// on the primary (`max_wal_senders` is 10 by default), and a failover must compare every replica.
@@ -134,4 +134,26 @@ pub fn validate_spec(spec: &PostgresClusterSpec) -> Result<(), SpecError> {
         .parse::<PostgresVersion>()
         .map_err(SpecError::Version)?;
     Ok(())
+}
+
+/// `{phase: Running, size: 3}` with the fields that are set, or `<none>` (the workshop's word).
+pub fn describe_status(status: Option<&PostgresClusterStatus>) -> String {
+    let Some(status) = status else {
+        return "<none>".to_string();
+    };
+    let mut fields = Vec::new();
+    if let Some(phase) = &status.phase {
+        fields.push(format!("phase: {phase}"));
+    }
+    if let Some(size) = status.size {
+        fields.push(format!("size: {size}"));
+    }
+    if let Some(ready) = status.ready_instances {
+        fields.push(format!("readyInstances: {ready}"));
+    }
+    if fields.is_empty() {
+        "<none>".to_string()
+    } else {
+        format!("{{{}}}", fields.join(", "))
+    }
 }

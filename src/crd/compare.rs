@@ -157,7 +157,7 @@ fn is_zero(value: &Value) -> bool {
     }
 }
 
-/// What [`ensure`] (stage 01) or [`crate::crd_check::check`] (every later stage) found, and what
+/// What [`super::ensure`] (stage 01) or [`crate::crd_check::check`] (every later stage) found, and what
 /// it did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Registration {

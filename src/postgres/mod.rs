@@ -1,17 +1,22 @@
 //! Step 04: the homework — a Postgres cluster for real.
 //!
 //! WORKSHOP.md, step 04. Stage 03's controller routes each cluster to a task; here that task
-//! acts. Read in this order:
+//! acts. The lesson, in WORKSHOP.md's order:
 //!
 //! | file | what it holds |
 //! |---|---|
-//! | `api.rs` | step 04's own fields of the cluster: `spec.replication`, the switchover annotation, `status.synchronous` and `status.switchover` |
-//! | `manifests.rs` | the objects a `PostgresCluster` owns (Secret, ConfigMap, Services, pods) and the `psql` commands run in them |
-//! | `plan.rs` | the decisions, as one pure function: what the cluster looks like → the one next action |
-//! | `conditions.rs` | the `status` and its conditions, computed from the same observation |
-//! | `cluster/` | the cluster task: observe (the pod store), plan and write status and Events (`mod.rs`), act (`act.rs`: pods, `pods/exec`), the owned objects (`owned.rs`), synchronous replication (`synchronous.rs`), which replicas stream from the primary (`streaming.rs`), and the places a later step adds to a round (`layer.rs`) |
-//! | `figures.rs` | each cluster's figures for `/metrics` (`src/metrics/`): from the cluster store, and from its primary at scrape time |
 //! | `operator.rs` | `run_postgres_operator`: stage 03's operator plus a pod watch that feeds the tasks; `run_postgres_operator_when_leading`: the same under leader election (`src/leader/`) |
+//! | `cluster/mod.rs` | the cluster task: each round observes (the pod store), plans, acts and writes status and Events |
+//! | `plan.rs` | the decisions, as one pure function: what the cluster looks like → the one next action |
+//! | `cluster/act.rs` | carrying the action out: pods created and deleted, a failover through `pods/exec` |
+//! | `manifests.rs` | the objects a `PostgresCluster` owns (Secret, ConfigMap, Services, pods) and the `psql` commands run in them |
+//! | `conditions.rs` | the `status` and its conditions, computed from the same observation |
+//!
+//! Support, to skip on first read: `api.rs` (step 04's own fields: `spec.replication`, the
+//! switchover annotation, `status.synchronous` and `status.switchover`), `cluster/owned.rs` (the
+//! owned objects), `cluster/synchronous.rs` (synchronous replication), `cluster/streaming.rs`
+//! (which replicas stream from the primary), `cluster/layer.rs` (the places a later step adds to a
+//! round) and `figures.rs` (each cluster's figures for `/metrics`).
 
 pub mod api;
 pub mod cluster;
