@@ -1,8 +1,10 @@
 //! Leader election (`src/leader/`) against the sandbox: candidates in this process, each with
 //! its own story, racing for one Lease over real HTTP. One leads and renews, the other waits;
 //! a release hands over at once, a vanished leader only after its lease expired; a leader that
-//! cannot renew, or finds another name in the Lease, stops acting. Short durations (2 s lease)
-//! so the test need not wait 15 s; the logic is the same.
+//! cannot renew, or finds another name in the Lease, stops acting. Short durations (a 4 s lease,
+//! 3 s to renew) so the test need not wait 15 s; the logic is the same. Not shorter: a leader
+//! whose renewals a busy machine holds up for longer than the renew deadline really does lose,
+//! and no verdict here may hang on a window under 2 s.
 //!
 //! The stage-04 binary doing the same, in processes (SIGTERM, kill -9, real Postgres):
 //! tests/leader/stage04.rs.
@@ -34,8 +36,8 @@ fn client(sandbox: &Sandbox) -> Client {
 fn election(identity: &str) -> LeaderElection {
     LeaderElection {
         identity: identity.into(),
-        lease_duration: Duration::from_secs(2),
-        renew_deadline: Duration::from_millis(1500),
+        lease_duration: Duration::from_secs(4),
+        renew_deadline: Duration::from_secs(3),
         retry_period: Duration::from_millis(250),
         ..LeaderElection::new(NAMESPACE)
     }
@@ -250,7 +252,7 @@ async fn a_leader_that_cannot_renew_stops_acting() {
     match a.ended().await {
         Err(LeaderError::Lost { lease, why }) => {
             assert_eq!(lease, LEASE_KEY);
-            assert_eq!(why, "not renewed within 1.5s");
+            assert_eq!(why, "not renewed within 3s");
         }
         other => panic!("expected Lost, got {other:?}"),
     }
@@ -260,7 +262,7 @@ async fn a_leader_that_cannot_renew_stops_acting() {
         let said = lines
             .lock()
             .unwrap()
-            .contains(&lost_line(LEASE_KEY, "not renewed within 1.5s"));
+            .contains(&lost_line(LEASE_KEY, "not renewed within 3s"));
         said.then_some(())
     })
     .await;

@@ -7,7 +7,7 @@
 //! Each process gets its own `HOSTNAME` (the pod name in a cluster), so the Lease's holder names
 //! it. To tell their requests apart in the request log, each talks to the sandbox through its own
 //! small proxy that appends `(via NAME)` to the User-Agent (both send `postgres-operator/0.1.0`).
-//! Short lease durations (2 s) so the test need not wait 15 s.
+//! Short lease durations (4 s) so the test need not wait 15 s.
 //!
 //! The real-cluster test needs PostgreSQL, bubblewrap and kubectl: without them it fails and
 //! says what is missing.
@@ -42,11 +42,11 @@ struct Operator {
 }
 
 impl Operator {
-    /// `stage04 --server URL` with `HOSTNAME=name` and a 2-second lease.
+    /// `stage04 --server URL` with `HOSTNAME=name` and a 4-second lease.
     fn start(name: &'static str, server: &str) -> Operator {
         let mut child = test_support::operator_command(STAGE04, server)
             .args(["--reconcile-interval", "1", "--failover-after", "2"])
-            .args(["--lease-duration", "2", "--renew-deadline", "1.5"])
+            .args(["--lease-duration", "4", "--renew-deadline", "3"])
             .args(["--retry-period", "0.25"])
             .env("HOSTNAME", name)
             .spawn()
