@@ -1,9 +1,9 @@
 //! Stage 01 of the workshop: make sure the API server has our resource type, as we define it, over
 //! raw REST; wait until it serves it, show what discovery now lists, and stop.
 //!
-//! WORKSHOP.md, "Step 01". New here: everything — finding the API server (`src/config/`), the
-//! HTTP client (`src/client/`), and the CustomResourceDefinition (`src/crd/`, which replaces
-//! the 2017 workshop's ThirdPartyResource). Running it twice is fine: the second run finds the
+//! WORKSHOP.md, "Step 01". New here: everything. In the order the step's Lesson reads it: the
+//! CustomResourceDefinition (`src/crd/`, which replaces the 2017 workshop's ThirdPartyResource)
+//! and the HTTP client (`src/client/`); as support, finding the API server (`src/config/`). Running it twice is fine: the second run finds the
 //! CRD "already up to date", and a CRD of an older schema is "updated".
 //!
 //! Run it against the embedded API server:

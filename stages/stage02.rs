@@ -1,10 +1,11 @@
 //! Stage 02 of the workshop: list the existing PostgresClusters, then watch for changes, and print
 //! each one — until SIGTERM or Ctrl-C.
 //!
-//! WORKSHOP.md, "Step 02". New since stage 01: `src/watch/` — bytes → lines (`frame.rs`), lines →
-//! events (`event.rs`), and `list_then_watch` (`watch/mod.rs`), which resumes from the last
-//! resourceVersion when a watch ends, relists after a 410, and backs off on failures; the lines it
-//! prints are `src/story.rs`'s. The CRD is checked with `crd_check::check` (`src/crd_check.rs`): created if
+//! WORKSHOP.md, "Step 02". New since stage 01, in the order the step's Lesson reads it: the typed
+//! `PostgresCluster` (`src/api.rs`); `list_then_watch` (`src/watch/mod.rs`), which lists, watches
+//! from the list's resourceVersion, resumes when a watch ends, relists after a 410, and backs off
+//! on failures (`recover.rs`); the socket's bytes → lines (`frame.rs`); lines → events
+//! (`event.rs`). The lines it prints are `src/story.rs`'s. The CRD is checked with `crd_check::check` (`src/crd_check.rs`): created if
 //! absent, else left as it is — changing it is stage 01's job, not every operator's.
 //!
 //! ```text

@@ -1,5 +1,5 @@
-//! Support: skip it on first read — it finds the server the way kubectl does, so that `Client::new`
-//! has a `Config`; nothing here is about operators.
+//! Support: skip it on first read — it finds the server in a fixed order, much as kubectl does, so
+//! that `Client::new` has a `Config`; nothing here is about operators.
 //!
 //! Where the Kubernetes API server is and how to prove who we are to it.
 //!

@@ -5,7 +5,7 @@
 //! WORKSHOP.md, step 03 ("Putting it together").
 //!
 //! ```text
-//! run_operator ── crd_check::check (created if absent, never changed)
+//! run_operator ── crd_check::check_and_tell (created if absent, never changed; told first)
 //!      │
 //!      ├── list_then_watch ─events─▶ Controller::run: notices ("Watch version: 4566", ...) and
 //!      │                                events ("PostgresCluster event: ADDED ..") are told, and

@@ -1,8 +1,8 @@
-//! Support: skip it on first read — the pod type and its two calls, which stage 03's placeholder
-//! only lists and deletes.
+//! Support: skip it on first read — the pod type and its three calls (list, create, delete), of
+//! which stage 03's placeholder only lists and deletes; create is the homework's.
 //!
 //! The cluster tasks' view of Pods: which labels mark a Postgres pod as ours, how ownership is
-//! checked, and the two calls a task makes (list, delete) behind a small trait.
+//! checked, and the calls a task makes (list, create, delete) behind a small trait.
 //!
 //! WORKSHOP.md, step 03 ("The cluster task"). The trait exists so the reconcile
 //! loop can be unit-tested with a fake in memory; [`PodApi`] for [`Client`] is the real thing.

@@ -1,6 +1,7 @@
 //! What can go wrong registering or checking the type, and what to do about each: the errors
-//! and their hints. Support: a learner may skip it on first read — `mod.rs` says where each
-//! error comes from; this file words it for the person running the operator.
+//! and their hints. Support: a learner may skip it on first read — `mod.rs`, `compare.rs` and
+//! `crd_check.rs` say where each error comes from; this file words it for the person running
+//! the operator.
 //!
 //! WORKSHOP.md, step 01 ("When it fails").
 

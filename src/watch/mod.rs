@@ -9,8 +9,11 @@
 //! | `pages.rs` | a collection | its objects, 500 per list request (`limit`/`continue`) |
 //! | this file | a Kubernetes collection | a lossless stream of [`Event`]s for the consumer |
 //!
-//! plus `backoff.rs`, the pure retry timer, `notice.rs`, the notices among the events (and which
-//! errors mean a relist), and `store.rs`, the `Arc` of each object the consumer was last handed.
+//! plus, as support: `recover.rs`, each way off the clean path (back off, resume, relist);
+//! `undecodable.rs`, the slow path for a line that is not a plain event; `options.rs`, the knobs
+//! and what was measured to set them; `backoff.rs`, the pure retry timer; `notice.rs`, the notices
+//! among the events (and which errors mean a relist); and `store.rs`, the `Arc` of each object the
+//! consumer was last handed.
 //!
 //! # The state machine
 //!

@@ -2,7 +2,8 @@
 //! skip it on first read — the defaults are what a real operator should use, and tests shorten
 //! the times.
 //!
-//! WORKSHOP.md, step 02 ("The state machine that never loses its place").
+//! WORKSHOP.md, step 02 ("The long poll, byte by byte": the watch's timeout; "Chunks are not
+//! events": the longest event), and "How fast is it, end to end?" (the tuning notes).
 
 use std::time::Duration;
 
