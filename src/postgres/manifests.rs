@@ -496,6 +496,19 @@ pub fn psql_argv(sql: &str) -> Vec<String> {
     .collect()
 }
 
+/// In a standby's postgres container: end its WAL receiver, if it has one. The startup process
+/// starts another after `wal_retrieve_retry_interval`, which connects through the primary
+/// Service afresh. A shell's `kill`, not `pg_terminate_backend`: the WAL receiver is an auxiliary
+/// process, not a backend, and that function refuses it. Why a failover needs it: a receiver
+/// that connected to a primary frozen since (its TCP handshake is the kernel's) waits for its
+/// answer for ever; `wal_receiver_timeout` bounds a stream, not a connection attempt.
+pub fn restart_wal_receiver_argv() -> Vec<String> {
+    let find = "SELECT pid FROM pg_stat_wal_receiver";
+    let script =
+        format!("pid=$(psql -AtX -U postgres -d postgres -c '{find}') && {{ [ -z \"$pid\" ] || kill -TERM \"$pid\"; }}");
+    vec!["sh".into(), "-c".into(), script]
+}
+
 /// `t` on a replica (a standby replaying WAL), `f` on a primary.
 pub const IS_IN_RECOVERY_SQL: &str = "SELECT pg_is_in_recovery()";
 /// On a replica: the WAL position received from the primary, then the one replayed (either is
@@ -892,5 +905,38 @@ mod tests {
         assert_eq!(parse_bool("t\n"), Ok(true));
         assert_eq!(parse_bool("f"), Ok(false));
         assert!(parse_bool("true").is_err());
+    }
+
+    /// The WAL receiver's restart ends the process whose pid psql prints (a stand-in `psql` on
+    /// the PATH prints the pid of a `sleep`), and succeeds doing nothing when it prints none.
+    #[test]
+    fn restarting_the_wal_receiver_ends_the_pid_psql_names() {
+        use std::os::unix::fs::PermissionsExt;
+        let scratch = tempfile::tempdir().expect("a scratch directory");
+        let run = |pid: &str| {
+            let fake = scratch.path().join("psql");
+            std::fs::write(&fake, format!("#!/bin/sh\necho {pid}\n")).expect("psql written");
+            std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755))
+                .expect("psql executable");
+            let argv = restart_wal_receiver_argv();
+            let path = format!(
+                "{}:{}",
+                scratch.path().display(),
+                std::env::var("PATH").unwrap_or_default()
+            );
+            std::process::Command::new(&argv[0])
+                .args(&argv[1..])
+                .env("PATH", path)
+                .status()
+                .expect("sh runs")
+        };
+        let mut receiver = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .expect("sleep runs");
+        assert!(run(&receiver.id().to_string()).success());
+        let ended = receiver.wait().expect("sleep waited for");
+        assert!(!ended.success(), "ended by the signal: {ended:?}");
+        assert!(run("").success(), "no WAL receiver: nothing to do");
     }
 }

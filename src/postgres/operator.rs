@@ -44,8 +44,8 @@ pub struct PostgresFlags {
     /// How often each cluster is reconciled when nothing happens, in seconds (pod changes wake it sooner)
     #[arg(long, value_name = "SECS", default_value = "8", value_parser = parse_seconds, allow_negative_numbers = true)]
     pub reconcile_interval: Duration,
-    /// How long the primary may be unready before a replica is promoted, in seconds
-    #[arg(long, value_name = "SECS", default_value = "6", value_parser = parse_seconds, allow_negative_numbers = true)]
+    /// How long the primary may be unready, its readiness probe failing, before a replica is promoted, in seconds (a container that exited or a node lost is failed over at once)
+    #[arg(long, value_name = "SECS", default_value = "2", value_parser = parse_seconds, allow_negative_numbers = true)]
     pub failover_after: Duration,
     /// How long a replica may be unready before it is replaced, in seconds
     #[arg(long, value_name = "SECS", default_value = "60", value_parser = parse_seconds, allow_negative_numbers = true)]

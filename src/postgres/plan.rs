@@ -150,11 +150,14 @@ pub struct Quorum {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Delays {
     /// The primary unready this long, with nothing more certain than its readiness probe to say
-    /// why, is failed over. Short: writes stop while it is down. Not zero: a probe can miss twice
-    /// and pass again (a slow answer under load), and a failover costs every client its
-    /// connection. We count from when it went unready (see `Member::unready_for`), which the
-    /// readiness probe says after two misses, 2 s apart. Certain evidence ([`Down`]) does not
-    /// wait it.
+    /// why, is failed over. Certain evidence ([`Down`]) does not wait it. We count from when it
+    /// went unready (see `Member::unready_for`), which the readiness probe says after two misses
+    /// in a row, 2 s apart, each after 2 s without an answer: by then the primary has answered
+    /// nothing for 4 s at least (6 to 8 s measured on a hung one), and every write has waited
+    /// as long. The delay is the last allowance for one that answers again (a stall under
+    /// load); 2 s, not more, because each second of it is a second more without writes for
+    /// every client of a primary that is really hung (6 s made a hung primary's outage 13 to
+    /// 14 s; CloudNativePG's `failoverDelay` is 0).
     pub failover_after: Duration,
     /// A replica Running but unready this long is deleted and replaced. Longer than a replica's
     /// start (recovery replays the WAL it missed) on a slow machine.
@@ -174,7 +177,7 @@ pub struct Delays {
 impl Default for Delays {
     fn default() -> Self {
         Delays {
-            failover_after: Duration::from_secs(6),
+            failover_after: Duration::from_secs(2),
             member_lost_after: Duration::from_secs(60),
             stop_timeout: Duration::from_secs(20),
             not_streaming_after: Duration::from_secs(30),
@@ -831,7 +834,7 @@ mod tests {
     #[test]
     fn an_unready_primary_is_fenced_only_after_the_failover_delay() {
         let mut primary = member("db-p", Role::Primary, Phase::Running, false);
-        primary.unready_for = Duration::from_secs(3);
+        primary.unready_for = Duration::from_secs(1);
         let mut cluster = observed(vec![primary, ready("db-b", Role::Replica)], 2);
         assert_eq!(
             plan(&cluster),
@@ -896,9 +899,9 @@ mod tests {
         };
         let node_lost = required_with_lost_primary(Some(Down::NodeLost), Duration::ZERO);
         assert_eq!(plan(&node_lost), fenced_first);
-        let hung = required_with_lost_primary(None, Duration::from_secs(6));
+        let hung = required_with_lost_primary(None, Delays::default().failover_after);
         assert_eq!(plan(&hung), fenced_first);
-        let flapping = required_with_lost_primary(None, Duration::from_secs(3));
+        let flapping = required_with_lost_primary(None, Duration::from_secs(1));
         assert!(matches!(plan(&flapping), Action::Wait(_)));
         // One of the two standbys unready: a commit may be on it alone.
         let mut short = required_with_lost_primary(Some(Down::Exited), Duration::ZERO);
@@ -1016,15 +1019,16 @@ mod tests {
         let mut cluster = healthy(2);
         assert_eq!(next_deadline(&cluster, &delays), None);
         cluster.members[0].ready = false;
-        cluster.members[0].unready_for = Duration::from_secs(4);
+        cluster.members[0].unready_for = Duration::from_secs(1);
         assert_eq!(
             next_deadline(&cluster, &delays),
-            Some(delays.failover_after - Duration::from_secs(4))
+            Some(delays.failover_after - Duration::from_secs(1))
         );
-        cluster.members[1].not_streaming_for = delays.not_streaming_after - Duration::from_secs(1);
+        cluster.members[1].not_streaming_for =
+            delays.not_streaming_after - Duration::from_millis(500);
         assert_eq!(
             next_deadline(&cluster, &delays),
-            Some(Duration::from_secs(1))
+            Some(Duration::from_millis(500))
         );
         // A delay already over is the plan's to act on now, not a deadline.
         cluster.members[0].unready_for = Duration::from_secs(600);

@@ -89,8 +89,15 @@ impl<L: ClusterLayer> PostgresTask<L> {
                 // The annotation, acted on or not: the failover a switchover began prefers it.
                 let annotations = &self.cluster.metadata.annotations;
                 let prefer = annotations.get(SWITCHOVER_ANNOTATION).cloned();
-                self.fail_over(observed, lost.as_deref(), candidates, prefer.as_deref())
-                    .await
+                let promoted = self
+                    .fail_over(observed, lost.as_deref(), candidates, prefer.as_deref())
+                    .await?;
+                // An old primary that stopped closed its replication connections, and the
+                // standbys reconnect by themselves; one fenced without a stop did not.
+                if fence.is_some() || leaving_unstopped(observed).next().is_some() {
+                    self.restart_wal_receivers(observed, &promoted).await;
+                }
+                Some(promoted)
             }
             Action::Disaster => {
                 if self.status().phase.as_deref() != Some(PHASE_FAILED) {
@@ -182,10 +189,7 @@ impl<L: ClusterLayer> PostgresTask<L> {
     /// confirmed gone. Relabelled `fenced`, no Service selects it, whatever its readiness.
     /// False: the relabel failed, and the failover waits for the next round.
     async fn fence_the_leaving(&mut self, observed: &Observed) -> bool {
-        let leaving = observed.members.iter().filter(|m| {
-            m.role == Some(Role::Primary) && m.phase == Phase::Terminating && !m.stopped
-        });
-        for member in leaving {
+        for member in leaving_unstopped(observed) {
             self.say(format!(
                 "Fencing {}: deleted {}s ago and still not stopped (its node may be lost); relabelling it {} so that no Service sends it clients, then promoting a replica",
                 member.name,
@@ -251,6 +255,41 @@ impl<L: ClusterLayer> PostgresTask<L> {
             self.event(EventType::Warning, "PrimaryLost", &line).await;
         }
         true
+    }
+
+    /// After a failover away from a primary that did not stop: restart the WAL receiver of every
+    /// other running replica, so that each connects to `promoted` through the Service. One may
+    /// hold a connection to the old primary (frozen, or cut off) that will never answer; left
+    /// so, it streams nothing until the not-streaming delay replaces it with a fresh clone.
+    /// A failure is said; that delay remains the remedy.
+    async fn restart_wal_receivers(&mut self, observed: &Observed, promoted: &str) {
+        let others: Vec<&str> = observed
+            .members
+            .iter()
+            .filter(|m| m.role == Some(Role::Replica) && m.phase == Phase::Running)
+            .map(|m| m.name.as_str())
+            .filter(|name| *name != promoted)
+            .collect();
+        if others.is_empty() {
+            return;
+        }
+        self.say(format!(
+            "Restarting the WAL receivers of [{}]: each may still wait on the old primary, which will not answer; a new one finds {promoted} through the Service",
+            others.join(", ")
+        ));
+        let argv = manifests::restart_wal_receiver_argv();
+        let (client, namespace) = (&self.worker.client, self.namespace());
+        let asked = others
+            .iter()
+            .map(|pod| psql_in_pod(client, namespace, pod, &argv));
+        let answers = futures_util::future::join_all(asked).await;
+        for (pod, answer) in others.iter().zip(answers) {
+            if let Err(error) = answer {
+                self.say(format!(
+                    "could not restart the WAL receiver of {pod}: {error}"
+                ));
+            }
+        }
     }
 
     /// Set `pod`'s role label (a merge patch leaves its other labels alone).
@@ -377,6 +416,14 @@ impl<L: ClusterLayer> PostgresTask<L> {
         )
         .await
     }
+}
+
+/// Members labelled primary, deleted, whose processes have not stopped.
+fn leaving_unstopped(observed: &Observed) -> impl Iterator<Item = &Member> {
+    observed
+        .members
+        .iter()
+        .filter(|m| m.role == Some(Role::Primary) && m.phase == Phase::Terminating && !m.stopped)
 }
 
 /// How long a fenced primary gets to stop before the kubelet kills it (see `act`).

@@ -776,7 +776,7 @@ pub async fn psql_in_pod(
 /// node lifecycle controller, once the node's grace period is over, turns only Ready False
 /// (`MarkPodsNotReady`). (A pod with readiness gates could show the same; ours have none.)
 fn node_lost(pod: &Pod) -> Option<Down> {
-    let condition = |kind: &str| {
+    let status_of = |kind: &str| {
         pod.status
             .conditions
             .iter()
@@ -784,7 +784,7 @@ fn node_lost(pod: &Pod) -> Option<Down> {
             .map(|c| c.status.as_str())
     };
     let marked =
-        condition("Ready") == Some("False") && condition("ContainersReady") == Some("True");
+        status_of("Ready") == Some("False") && status_of("ContainersReady") == Some("True");
     (pod.phase() == "Unknown" || marked).then_some(Down::NodeLost)
 }
 
