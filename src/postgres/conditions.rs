@@ -1,3 +1,7 @@
+//! Support: skip it on first read — the round computes `status` from the same observation the
+//! plan was made from; this file is the words and rules of it, which nothing the round decides
+//! depends on.
+//!
 //! What the operator writes to `status`: the columns of `kubectl get pgc` and the conditions of
 //! `kubectl describe pgc`, computed from the same observation the plan was made from.
 //!

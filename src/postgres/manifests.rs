@@ -20,15 +20,23 @@
 //! image's postgres user (uid 999) running everything, so no step needs root. Each object carries
 //! a controller ownerReference to its cluster: deleting the cluster deletes them all.
 
-use std::io::Read;
-use std::path::{Path, PathBuf};
-
-use base64::Engine;
 use serde_json::{json, Value};
 
 use crate::api::PostgresCluster;
-use crate::config::SecretString;
-use crate::controller::pods::{owner_reference, pod_labels, CLUSTER_LABEL};
+use crate::controller::pods::{owner_reference, pod_labels};
+
+mod owned;
+mod sql;
+
+pub use owned::{
+    credentials_secret, credentials_secret_name, init_config_map_name, init_scripts,
+    primary_service, primary_service_name, replicas_service, replicas_service_name, Credentials,
+    CredentialsError, RANDOM_SOURCE,
+};
+pub use sql::{
+    parse_bool, parse_lsn, psql_argv, restart_wal_receiver_argv, PsqlOutputError, ReplicaLsns,
+    CURRENT_WAL_LSN_SQL, IS_IN_RECOVERY_SQL, PROMOTE_SQL, REPLICA_LSNS_SQL,
+};
 
 /// A pod's place in its cluster: `primary` or `replica`. The Services select on it, so moving
 /// this label is how a failover moves the traffic.
@@ -57,24 +65,6 @@ pub const DATA_MOUNT: &str = "/var/lib/postgresql/data";
 pub const PGDATA: &str = "/var/lib/postgresql/data/pgdata";
 /// Where the official entrypoint looks for init scripts.
 pub const INITDB_DIR: &str = "/docker-entrypoint-initdb.d";
-
-/// The seed's first-start script. The entrypoint sources it after initdb, with a temporary
-/// server listening on the Unix socket only, and never again once PGDATA holds a database.
-const INIT_SCRIPT: &str = r#"# Made by the postgres operator: the replication role and its pg_hba.conf line.
-: "${REPLICATION_PASSWORD:?is not set: it comes from the cluster's credentials Secret}"
-# psql's :'pw' quotes the password as an SQL literal, whatever characters it holds.
-# password_encryption is set here because PG 13 still defaults to md5, which the scram-sha-256
-# line below would then refuse.
-psql -v ON_ERROR_STOP=1 --username "$POSTGRES_USER" --dbname postgres --no-password --no-psqlrc \
-  --set pw="$REPLICATION_PASSWORD" <<'SQL'
-SET password_encryption = 'scram-sha-256';
-CREATE ROLE replicator WITH REPLICATION LOGIN PASSWORD :'pw';
-SQL
-# The entrypoint's own `host all all all ...` line does not cover replication connections: the
-# database keyword `all` does not match `replication`. pg_basebackup copies this file, so every
-# replica, and so every replica promoted later, has the line too.
-echo "host replication replicator all scram-sha-256" >> "$PGDATA/pg_hba.conf"
-"#;
 
 /// A replica's init container: copy the primary, reached through the `<name>-primary` Service,
 /// into PGDATA. `-R` writes `standby.signal` and `primary_conninfo` (host = the Service name,
@@ -109,26 +99,6 @@ echo "clone: copied $PRIMARY_HOST into $PGDATA"
 /// postmaster is there and working, so "alive" is `<= 1`.
 const ALIVE_CHECK: &str = "pg_isready -q -h 127.0.0.1 -p 5432; [ $? -le 1 ]";
 
-/// `<name>-credentials`
-pub fn credentials_secret_name(cluster_name: &str) -> String {
-    format!("{cluster_name}-credentials")
-}
-
-/// `<name>-init`
-pub fn init_config_map_name(cluster_name: &str) -> String {
-    format!("{cluster_name}-init")
-}
-
-/// `<name>-primary`: also the host replicas clone from and stream from.
-pub fn primary_service_name(cluster_name: &str) -> String {
-    format!("{cluster_name}-primary")
-}
-
-/// `<name>-replicas`
-pub fn replicas_service_name(cluster_name: &str) -> String {
-    format!("{cluster_name}-replicas")
-}
-
 /// A pod's role in its cluster, the value of [`ROLE_LABEL`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Role {
@@ -146,141 +116,6 @@ impl Role {
             Role::Fenced => "fenced",
         }
     }
-}
-
-/// The two passwords of a cluster. `Debug` prints them redacted.
-#[derive(Clone, Debug)]
-pub struct Credentials {
-    pub superuser_password: SecretString,
-    pub replication_password: SecretString,
-}
-
-/// Where random bytes come from on Linux; never blocks once the kernel's pool is initialised.
-pub const RANDOM_SOURCE: &str = "/dev/urandom";
-/// 24 random bytes: 192 bits, 32 characters of base64url.
-const PASSWORD_BYTES: usize = 24;
-
-/// Making the passwords failed.
-#[derive(Debug, thiserror::Error)]
-pub enum CredentialsError {
-    #[error("reading random bytes from {path}: {source}")]
-    ReadRandom {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-}
-
-impl Credentials {
-    /// Two fresh random passwords from [`RANDOM_SOURCE`].
-    pub fn generate() -> Result<Credentials, CredentialsError> {
-        Credentials::generate_from(Path::new(RANDOM_SOURCE))
-    }
-
-    /// Two fresh random passwords, reading random bytes from `random_source`.
-    pub fn generate_from(random_source: &Path) -> Result<Credentials, CredentialsError> {
-        Ok(Credentials {
-            superuser_password: random_password(random_source)?,
-            replication_password: random_password(random_source)?,
-        })
-    }
-}
-
-/// base64url without padding: letters, digits, `-` and `_`, so the password needs no quoting in
-/// a libpq conninfo string (`primary_conninfo`), a shell or a URL.
-fn random_password(random_source: &Path) -> Result<SecretString, CredentialsError> {
-    let failed = |source| CredentialsError::ReadRandom {
-        path: random_source.to_path_buf(),
-        source,
-    };
-    let mut bytes = [0u8; PASSWORD_BYTES];
-    std::fs::File::open(random_source)
-        .and_then(|mut file| file.read_exact(&mut bytes))
-        .map_err(failed)?;
-    Ok(SecretString::new(
-        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes),
-    ))
-}
-
-/// `metadata` of an object owned by `cluster`.
-fn owned_metadata(cluster: &PostgresCluster, name: &str) -> Value {
-    json!({
-        "name": name,
-        "namespace": cluster.metadata.namespace,
-        "labels": pod_labels(&cluster.metadata.name),
-        "ownerReferences": [owner_reference(cluster)],
-    })
-}
-
-/// Secret `<name>-credentials`. Create it once and never replace it: `POSTGRES_PASSWORD` and the
-/// replication password only take effect when the seed runs initdb, so new values later would
-/// lock everyone out.
-pub fn credentials_secret(cluster: &PostgresCluster, credentials: &Credentials) -> Value {
-    json!({
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": owned_metadata(cluster, &credentials_secret_name(&cluster.metadata.name)),
-        "type": "Opaque",
-        // stringData is write-only: the API server base64-encodes it into `data`.
-        "stringData": {
-            SUPERUSER_PASSWORD_KEY: credentials.superuser_password.expose(),
-            REPLICATION_PASSWORD_KEY: credentials.replication_password.expose(),
-        },
-    })
-}
-
-/// Service `<name>-primary`: the pod labelled `role: primary`. Clients write through it and
-/// replicas stream from it.
-pub fn primary_service(cluster: &PostgresCluster) -> Value {
-    service(
-        cluster,
-        &primary_service_name(&cluster.metadata.name),
-        Role::Primary,
-    )
-}
-
-/// Service `<name>-replicas`: every pod labelled `role: replica`, for read-only queries.
-pub fn replicas_service(cluster: &PostgresCluster) -> Value {
-    service(
-        cluster,
-        &replicas_service_name(&cluster.metadata.name),
-        Role::Replica,
-    )
-}
-
-fn service(cluster: &PostgresCluster, name: &str, role: Role) -> Value {
-    json!({
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": owned_metadata(cluster, name),
-        "spec": {
-            // Endpoints list only pods that match every label here and are Ready, so an
-            // unready primary drops out of `<name>-primary` by itself.
-            "selector": {
-                CLUSTER_LABEL: cluster.metadata.name,
-                ROLE_LABEL: role.label_value(),
-            },
-            "ports": [{
-                "name": PORT_NAME,
-                "protocol": "TCP",
-                "port": POSTGRES_PORT,
-                // By name: the container port called `postgres`, whatever its number.
-                "targetPort": PORT_NAME,
-            }],
-        },
-    })
-}
-
-/// ConfigMap `<name>-init`, mounted at `/docker-entrypoint-initdb.d`: creates the `replicator`
-/// role and allows it to replicate. Only the seed ever runs it (the entrypoint runs init scripts
-/// on an empty PGDATA only; a replica's PGDATA is a copy).
-pub fn init_scripts(cluster: &PostgresCluster) -> Value {
-    json!({
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": owned_metadata(cluster, &init_config_map_name(&cluster.metadata.name)),
-        "data": {INIT_SCRIPT_KEY: INIT_SCRIPT},
-    })
 }
 
 /// An env var read from one key of the cluster's credentials Secret.
@@ -474,127 +309,14 @@ pub fn role_patch(role: Role) -> Value {
     json!({"metadata": {"labels": {ROLE_LABEL: role.label_value()}}})
 }
 
-/// `psql` as `pods/exec` runs it in the postgres container: over the Unix socket (no `-h`), as
-/// the superuser `postgres`, which the image's pg_hba.conf trusts on local connections, so no
-/// password is needed. `-v ON_ERROR_STOP=1`: an SQL error is a non-zero exit status; `-A -t`:
-/// bare values, `|` between columns; `-X`: no `~/.psqlrc`.
-pub fn psql_argv(sql: &str) -> Vec<String> {
-    [
-        "psql",
-        "-v",
-        "ON_ERROR_STOP=1",
-        "-AtX",
-        "-U",
-        "postgres",
-        "-d",
-        "postgres",
-        "-c",
-        sql,
-    ]
-    .iter()
-    .map(|arg| arg.to_string())
-    .collect()
-}
-
-/// In a standby's postgres container: end its WAL receiver, if it has one. The startup process
-/// starts another after `wal_retrieve_retry_interval`, which connects through the primary
-/// Service afresh. A shell's `kill`, not `pg_terminate_backend`: the WAL receiver is an auxiliary
-/// process, not a backend, and that function refuses it. Why a failover needs it: a receiver
-/// that connected to a primary frozen since (its TCP handshake is the kernel's) waits for its
-/// answer for ever; `wal_receiver_timeout` bounds a stream, not a connection attempt.
-pub fn restart_wal_receiver_argv() -> Vec<String> {
-    let find = "SELECT pid FROM pg_stat_wal_receiver";
-    let script =
-        format!("pid=$(psql -AtX -U postgres -d postgres -c '{find}') && {{ [ -z \"$pid\" ] || kill -TERM \"$pid\"; }}");
-    vec!["sh".into(), "-c".into(), script]
-}
-
-/// `t` on a replica (a standby replaying WAL), `f` on a primary.
-pub const IS_IN_RECOVERY_SQL: &str = "SELECT pg_is_in_recovery()";
-/// On a replica: the WAL position received from the primary, then the one replayed (either is
-/// empty, SQL NULL, before the standby has received or replayed anything). Parse with
-/// [`ReplicaLsns::parse`].
-pub const REPLICA_LSNS_SQL: &str = "SELECT pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn()";
-/// On a primary: where its WAL ends now. (On a standby this is an error.)
-pub const CURRENT_WAL_LSN_SQL: &str = "SELECT pg_current_wal_lsn()";
-/// On a replica: end recovery and become a primary on a new timeline. Waits up to 25 s for the
-/// promotion to finish and prints `t` if it did, `f` if not: inside the exec's own 30 s limit
-/// (`ExecLimits::default`), so that a slow promotion is said as one, not as a failed exec. The
-/// server goes on promoting either way; the next round finds the replica promoted.
-pub const PROMOTE_SQL: &str = "SELECT pg_promote(true, 25)";
-
-/// Output of one of the queries above that is not what the query prints.
-#[derive(Debug, PartialEq, Eq, thiserror::Error)]
-pub enum PsqlOutputError {
-    #[error("{text:?} is not a WAL position (an LSN looks like 0/3000148)")]
-    NotAnLsn { text: String },
-    #[error("{text:?} is not a boolean (psql prints t or f)")]
-    NotABool { text: String },
-    #[error("expected {expected} columns separated by '|', got {text:?}")]
-    Columns { expected: usize, text: String },
-}
-
-/// `0/3000148` → 0x0000_0000_0300_0148. An LSN is a 64-bit byte position in the WAL, printed
-/// as two 32-bit halves in hex; compare the numbers, never the text (`0/A` > `0/9`).
-pub fn parse_lsn(text: &str) -> Result<u64, PsqlOutputError> {
-    let not_an_lsn = || PsqlOutputError::NotAnLsn {
-        text: text.to_string(),
-    };
-    let (high, low) = text.trim().split_once('/').ok_or_else(not_an_lsn)?;
-    let half = |part: &str| {
-        // from_str_radix alone would also take a leading `+`.
-        if part.is_empty() || part.len() > 8 || !part.chars().all(|c| c.is_ascii_hexdigit()) {
-            return Err(not_an_lsn());
-        }
-        u32::from_str_radix(part, 16).map_err(|_| not_an_lsn())
-    };
-    Ok((u64::from(half(high)?) << 32) | u64::from(half(low)?))
-}
-
-/// psql's `t` or `f`.
-pub fn parse_bool(text: &str) -> Result<bool, PsqlOutputError> {
-    match text.trim() {
-        "t" => Ok(true),
-        "f" => Ok(false),
-        _ => Err(PsqlOutputError::NotABool {
-            text: text.to_string(),
-        }),
-    }
-}
-
-/// How far a replica has got, from [`REPLICA_LSNS_SQL`]. Ordered by what was received, then by
-/// what was replayed (`None`, nothing yet, comes first): the greatest is the replica to
-/// promote, because it lost the least of the old primary's WAL, and a replica ahead of the new
-/// primary could not follow its timeline.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct ReplicaLsns {
-    pub received: Option<u64>,
-    pub replayed: Option<u64>,
-}
-
-impl ReplicaLsns {
-    /// `0/3000148|0/3000148` (psql `-At`; an empty column is NULL).
-    pub fn parse(output: &str) -> Result<ReplicaLsns, PsqlOutputError> {
-        let columns: Vec<&str> = output.trim().split('|').collect();
-        let [received, replayed] = columns[..] else {
-            return Err(PsqlOutputError::Columns {
-                expected: 2,
-                text: output.to_string(),
-            });
-        };
-        let lsn = |text: &str| (!text.is_empty()).then(|| parse_lsn(text)).transpose();
-        Ok(ReplicaLsns {
-            received: lsn(received)?,
-            replayed: lsn(replayed)?,
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
     use super::*;
     use crate::api::PostgresClusterSpec;
-    use crate::controller::pods::APP_LABEL;
+    use crate::config::SecretString;
+    use crate::controller::pods::{APP_LABEL, CLUSTER_LABEL};
 
     fn cluster() -> PostgresCluster {
         let spec = PostgresClusterSpec::new(3, "16.4");
@@ -907,36 +629,38 @@ mod tests {
         assert!(parse_bool("true").is_err());
     }
 
-    /// The WAL receiver's restart ends the process whose pid psql prints (a stand-in `psql` on
-    /// the PATH prints the pid of a `sleep`), and succeeds doing nothing when it prints none.
+    /// The WAL receiver's restart feeds psql the `ALTER SYSTEM` that toggles a space at the end
+    /// of `primary_conninfo` through `\gexec`, then the reload (a stand-in `psql` on the PATH
+    /// keeps what it read; the real statement is run on PostgreSQL by the chaos test).
     #[test]
-    fn restarting_the_wal_receiver_ends_the_pid_psql_names() {
+    fn restarting_the_wal_receiver_alters_primary_conninfo_and_reloads() {
         use std::os::unix::fs::PermissionsExt;
         let scratch = tempfile::tempdir().expect("a scratch directory");
-        let run = |pid: &str| {
-            let fake = scratch.path().join("psql");
-            std::fs::write(&fake, format!("#!/bin/sh\necho {pid}\n")).expect("psql written");
-            std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755))
-                .expect("psql executable");
-            let argv = restart_wal_receiver_argv();
-            let path = format!(
-                "{}:{}",
-                scratch.path().display(),
-                std::env::var("PATH").unwrap_or_default()
-            );
-            std::process::Command::new(&argv[0])
-                .args(&argv[1..])
-                .env("PATH", path)
-                .status()
-                .expect("sh runs")
-        };
-        let mut receiver = std::process::Command::new("sleep")
-            .arg("60")
-            .spawn()
-            .expect("sleep runs");
-        assert!(run(&receiver.id().to_string()).success());
-        let ended = receiver.wait().expect("sleep waited for");
-        assert!(!ended.success(), "ended by the signal: {ended:?}");
-        assert!(run("").success(), "no WAL receiver: nothing to do");
+        let read = scratch.path().join("read.sql");
+        let fake = scratch.path().join("psql");
+        let body = format!("#!/bin/sh\ncat > '{}'\n", read.display());
+        std::fs::write(&fake, body).expect("psql written");
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755))
+            .expect("psql executable");
+        let argv = restart_wal_receiver_argv();
+        let path = format!(
+            "{}:{}",
+            scratch.path().display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let status = std::process::Command::new(&argv[0])
+            .args(&argv[1..])
+            .env("PATH", path)
+            .status()
+            .expect("sh runs");
+        assert!(status.success());
+        let sql = std::fs::read_to_string(&read).expect("psql read its input");
+        let lines: Vec<&str> = sql.lines().collect();
+        assert_eq!(lines.len(), 2, "{sql}");
+        assert!(
+            lines[0].contains("ALTER SYSTEM SET primary_conninfo = %L")
+                && lines[0].ends_with("\\gexec")
+        );
+        assert_eq!(lines[1], "SELECT pg_reload_conf();");
     }
 }

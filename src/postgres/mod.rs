@@ -19,6 +19,7 @@
 //! round) and `figures.rs` (each cluster's figures for `/metrics`).
 
 pub mod api;
+pub mod binary;
 pub mod cluster;
 pub mod conditions;
 pub mod figures;
@@ -26,10 +27,10 @@ pub mod manifests;
 pub mod operator;
 pub mod plan;
 
+pub use binary::{
+    run_postgres_binary, run_postgres_operator_when_leading, PostgresFlags, PostgresStageFlags,
+};
 pub use cluster::{
     ClusterLayer, OwnedError, Planned, PostgresOptions, PostgresTask, PostgresWorker, Wakers,
 };
-pub use operator::{
-    run_postgres_binary, run_postgres_operator, run_postgres_operator_when_leading, PostgresFlags,
-    PostgresStageFlags,
-};
+pub use operator::run_postgres_operator;

@@ -361,9 +361,12 @@ fn reading_lists(workshop: &str, number: usize) -> ReadingLists {
 /// A support file's `//!` header opens with what it does and why a learner may skip it on first
 /// read: its first paragraph says "first read".
 fn says_it_may_be_skipped(text: &str) -> bool {
-    text.lines()
+    let paragraph: Vec<&str> = text
+        .lines()
         .take_while(|line| line.starts_with("//!") && line.trim() != "//!")
-        .any(|line| line.contains("first read"))
+        .map(|line| line.trim_start_matches("//!").trim())
+        .collect();
+    paragraph.join(" ").contains("first read")
 }
 
 /// Each step of WORKSHOP.md opens with two lists — the Lesson, read in order, and the Support,

@@ -27,10 +27,7 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::time::Instant;
 
-use std::marker::PhantomData;
-use std::sync::{Arc, Mutex, PoisonError};
-
-use tokio::sync::Notify;
+use std::sync::Arc;
 
 use crate::api::{PostgresCluster, PostgresClusterStatus};
 use crate::client::{Client, ClientError, Patch};
@@ -38,12 +35,9 @@ use crate::controller::cluster::{
     introduction, run_task_loop, take_newer, ClusterReconciler, TaskEnd,
 };
 use crate::controller::pods::Pod;
-use crate::controller::{ClusterInbox, ClusterWorker};
+use crate::controller::ClusterInbox;
 use crate::events::{self, parse_utc, rfc3339, EventType};
 use crate::exec::{exec, ExecLimits};
-use crate::metrics::Metrics;
-use crate::story::Reporter;
-use crate::watch::{Store, WatchOptions};
 
 use super::api::{switchover, validate_spec, SynchronousStatus, SWITCHOVER_ANNOTATION};
 use super::conditions::{next_status, PHASE_FAILED, PHASE_RUNNING};
@@ -54,176 +48,25 @@ use super::plan::{
 };
 
 mod act;
+mod ask;
+mod expectations;
+mod fence;
 mod layer;
+mod lines;
 mod owned;
+mod status;
 mod streaming;
 mod synchronous;
+mod wakers;
+mod worker;
 
+pub use ask::psql_in_pod;
+use expectations::Expect;
 pub use layer::{ClusterLayer, Planned};
-
-/// Tuning for the stage-04 tasks. `Default` is what a real operator should use.
-#[derive(Clone, Debug)]
-pub struct PostgresOptions {
-    /// Time between two rounds when nothing happens (pod events wake the task sooner).
-    pub reconcile_interval: Duration,
-    pub delays: Delays,
-    /// How long to wait for the pod watch to show an action's effect before planning anyway.
-    pub expectation_timeout: Duration,
-    /// How often the Secret, ConfigMap and Services are checked again (with a GET each) after
-    /// the task's first round and each spec change. One that was deleted is re-created then.
-    /// Also how often, at steady state, the primary is asked which replicas stream from it
-    /// (`streaming.rs`; after a change of members it is asked at once).
-    pub owned_recheck: Duration,
-    /// The pod and cluster watches' tuning (and so the bound `/healthz` gives them).
-    pub watch: WatchOptions,
-    /// Where the rounds are counted and timed (`src/metrics/`): by default a `Metrics` nobody
-    /// serves; `run_postgres_binary` serves it.
-    pub metrics: Arc<Metrics>,
-}
-
-impl Default for PostgresOptions {
-    fn default() -> Self {
-        PostgresOptions {
-            reconcile_interval: Duration::from_secs(8),
-            delays: Delays::default(),
-            expectation_timeout: Duration::from_secs(30),
-            owned_recheck: Duration::from_secs(300),
-            watch: WatchOptions::default(),
-            metrics: Arc::new(Metrics::new()),
-        }
-    }
-}
-
-/// Stage 04's [`ClusterWorker`]: what every cluster task shares. `L`: the layer over each
-/// round (`()` in stage 04, see [`ClusterLayer`]).
-pub struct PostgresWorker<L> {
-    client: Client,
-    pods: Store<Pod>,
-    wakers: Wakers,
-    reporter: Reporter,
-    options: PostgresOptions,
-    layer: PhantomData<fn() -> L>,
-}
-
-// By hand: a derived Clone would ask `L: Clone`, and a layer is never cloned.
-impl<L> Clone for PostgresWorker<L> {
-    fn clone(&self) -> Self {
-        PostgresWorker {
-            client: self.client.clone(),
-            pods: self.pods.clone(),
-            wakers: self.wakers.clone(),
-            reporter: self.reporter.clone(),
-            options: self.options.clone(),
-            layer: PhantomData,
-        }
-    }
-}
-
-impl<L: ClusterLayer> PostgresWorker<L> {
-    /// `pods`: the pod watch's store, which every task reads; `wakers`: how its events wake them.
-    pub fn new(
-        client: Client,
-        pods: Store<Pod>,
-        wakers: Wakers,
-        reporter: Reporter,
-        options: PostgresOptions,
-    ) -> PostgresWorker<L> {
-        PostgresWorker {
-            client,
-            pods,
-            wakers,
-            reporter,
-            options,
-            layer: PhantomData,
-        }
-    }
-}
-
-impl<L: ClusterLayer> ClusterWorker for PostgresWorker<L> {
-    fn run_cluster(
-        &self,
-        cluster: PostgresCluster,
-        inbox: ClusterInbox,
-    ) -> impl Future<Output = TaskEnd> + Send + 'static {
-        run(self.clone(), cluster, inbox)
-    }
-}
-
-/// Each running task's wake-up, by `namespace/name`: how a pod event reaches the task of its
-/// cluster (`operator.rs`). `Notify` keeps at most one pending wake-up, so a burst of pod events
-/// costs one round, not one each.
-#[derive(Clone, Default)]
-pub struct Wakers(Arc<Mutex<HashMap<String, Arc<Notify>>>>);
-
-impl Wakers {
-    /// Wake the task of cluster `key` for a round now. A key with no task (a pod of a cluster
-    /// deleted a moment ago, or one whose task has not started yet) is ignored.
-    pub fn wake(&self, key: &str) {
-        if let Some(waker) = self
-            .0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(key)
-        {
-            waker.notify_one();
-        }
-    }
-
-    /// A wake-up for the task of `key`, registered until the returned value is dropped.
-    fn register(&self, key: &str) -> Registered {
-        let notify = Arc::new(Notify::new());
-        let mut wakers = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        wakers.insert(key.to_string(), Arc::clone(&notify));
-        Registered {
-            wakers: self.clone(),
-            key: key.to_string(),
-            notify,
-        }
-    }
-}
-
-/// A task's entry in [`Wakers`], removed when the task ends, however it ends.
-struct Registered {
-    wakers: Wakers,
-    key: String,
-    notify: Arc<Notify>,
-}
-
-impl Drop for Registered {
-    fn drop(&mut self) {
-        let mut wakers = self.wakers.0.lock().unwrap_or_else(PoisonError::into_inner);
-        // A task for the same cluster started since (it was re-created) has its own entry.
-        if wakers
-            .get(&self.key)
-            .is_some_and(|n| Arc::ptr_eq(n, &self.notify))
-        {
-            wakers.remove(&self.key);
-        }
-    }
-}
-
-/// Why the cluster's Secret, ConfigMap or Services (or a layer's objects) could not be made.
-#[derive(Debug, thiserror::Error)]
-pub enum OwnedError {
-    #[error(transparent)]
-    Api(#[from] ClientError),
-    #[error("making the cluster's passwords: {0}")]
-    Passwords(#[from] manifests::CredentialsError),
-    /// A layer's reason, kept whole.
-    #[error(transparent)]
-    Layer(Box<dyn std::error::Error + Send + Sync>),
-}
-
-/// What the task waits to see in the pod store after acting.
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum Expect {
-    /// A pod we created.
-    Appears(String),
-    /// A pod we deleted: terminating or gone.
-    Leaves(String),
-    /// A pod we relabelled.
-    Labelled(String, Role),
-}
+pub use owned::OwnedError;
+use wakers::Registered;
+pub use wakers::Wakers;
+pub use worker::{PostgresOptions, PostgresWorker};
 
 /// One cluster's task: the cluster as last seen, and what the task remembers between rounds.
 /// Its `pub` methods are what a [`ClusterLayer`] may use.
@@ -613,161 +456,11 @@ impl<L: ClusterLayer> PostgresTask<L> {
         }
     }
 
-    /// `Running: [db-x (primary), db-y], pending: [db-z]`, when it changed since last said.
-    fn say_members(&mut self, observed: &Observed) {
-        let mut running = Vec::new();
-        let mut pending = Vec::new();
-        let mut members: Vec<&Member> = observed.members.iter().collect();
-        members.sort_by(|a, b| a.name.cmp(&b.name));
-        for member in members {
-            let mut name = member.name.clone();
-            if member.role == Some(Role::Primary) {
-                name.push_str(" (primary)");
-            }
-            match (member.phase, member.ready) {
-                (Phase::Running, true) => running.push(name),
-                (Phase::Terminating, _) => pending.push(format!("{name} terminating")),
-                (Phase::Done, _) => pending.push(format!("{name} failed")),
-                _ => pending.push(name),
-            }
-        }
-        let line = format!(
-            "Running: [{}], pending: [{}]",
-            running.join(", "),
-            pending.join(", ")
-        );
-        if line != self.last_members_line {
-            self.say(line.clone());
-            self.last_members_line = line;
-        }
-    }
-
-    /// Whether the store shows the last action's effect yet; `Some(why)` while it does not.
-    fn still_expecting(&mut self, pods: &[Arc<Pod>]) -> Option<String> {
-        let (expect, until) = self.expecting.clone()?;
-        let find = |name: &str| pods.iter().find(|pod| pod.metadata.name == name);
-        let seen = match &expect {
-            Expect::Appears(name) => find(name).is_some(),
-            Expect::Leaves(name) => find(name).is_none_or(|pod| pod.is_terminating()),
-            Expect::Labelled(name, role) => find(name).is_none_or(|pod| {
-                pod.metadata.labels.get(ROLE_LABEL).map(String::as_str) == Some(role.label_value())
-            }),
-        };
-        if seen || Instant::now() >= until {
-            if !seen {
-                tracing::warn!(
-                    ?expect,
-                    "the pod watch never showed the last action; planning anyway"
-                );
-            }
-            self.expecting = None;
-            return None;
-        }
-        Some(format!("waiting for the pod watch to show {expect:?}"))
-    }
-
-    fn expect(&mut self, expect: Expect) {
-        let until = Instant::now() + self.worker.options.expectation_timeout;
-        self.expecting = Some((expect, until));
-    }
-
     /// An Event about the cluster, what `kubectl describe pgc` shows.
     pub async fn event(&self, kind: EventType, reason: &str, message: &str) {
         let client = &self.worker.client;
         events::record(client, &self.cluster, kind, reason, message).await;
     }
-
-    /// Merge-patch `/status` when it changed. Our own write comes back as a watch event; keeping
-    /// the answer here means the next round compares with what we wrote.
-    async fn write_status(&mut self, next: PostgresClusterStatus) {
-        if self.cluster.status.as_ref() == Some(&next) {
-            return;
-        }
-        let path = format!(
-            "{}/status",
-            crate::api::object_path(self.namespace(), &self.cluster.metadata.name)
-        );
-        let Some(body) = with_removals(self.cluster.status.as_ref(), &next) else {
-            // Sent as `null`, the whole status would be removed: better not written.
-            tracing::warn!("the next status does not serialize; not written");
-            self.fail_round();
-            return;
-        };
-        let patch = Patch::Merge(serde_json::json!({ "status": body }));
-        match self
-            .worker
-            .client
-            .patch::<PostgresCluster>(&path, &patch)
-            .await
-        {
-            Ok(updated) => self.cluster.status = updated.status,
-            // A cluster deleted meanwhile: its Deleted event ends this task shortly.
-            Err(error) if error.status_code() == Some(404) => {}
-            Err(error) => {
-                tracing::warn!(%error, "could not write the cluster's status");
-                self.fail_round();
-            }
-        }
-    }
-}
-
-/// `next` as the body of a merge patch over `previous`: a field `next` no longer has is sent as
-/// `null`. In a JSON merge patch (RFC 7386) a field left out is left as it is on the server, so
-/// without this a cleared field (`status.switchover` once the annotation is removed,
-/// or any optional field set back to none) would stay there, differ from `next` at every round,
-/// and be written again at every round.
-fn with_removals(
-    previous: Option<&PostgresClusterStatus>,
-    next: &PostgresClusterStatus,
-) -> Option<Value> {
-    fn null_what_went(previous: &Value, next: &mut Value) {
-        if let (Value::Object(previous), Value::Object(next)) = (previous, next) {
-            for (key, old) in previous {
-                match next.get_mut(key) {
-                    Some(new) => null_what_went(old, new),
-                    None => {
-                        next.insert(key.clone(), Value::Null);
-                    }
-                }
-            }
-        }
-    }
-    let mut body = serde_json::to_value(next).ok()?;
-    if let Some(previous) = previous.and_then(|p| serde_json::to_value(p).ok()) {
-        null_what_went(&previous, &mut body);
-    }
-    Some(body)
-}
-
-/// Run `argv` (a `psql` command line, see [`manifests::psql_argv`]) in `pod`'s postgres
-/// container through `pods/exec`, as `kubectl exec` would: its stdout, or psql's stderr when it
-/// exits non-zero.
-pub async fn psql_in_pod(
-    client: &Client,
-    namespace: &str,
-    pod: &str,
-    argv: &[String],
-) -> Result<String, String> {
-    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
-    let output = exec(
-        client,
-        namespace,
-        pod,
-        Some(POSTGRES_CONTAINER),
-        &argv,
-        None,
-        ExecLimits::default(),
-    )
-    .await
-    .map_err(|e| e.to_string())?;
-    if output.exit_code != 0 {
-        return Err(format!(
-            "psql exited with {}: {}",
-            output.exit_code,
-            output.stderr_text().trim()
-        ));
-    }
-    Ok(output.stdout_text())
 }
 
 /// [`Down::NodeLost`] when `pod`'s node stopped reporting, as its object shows it: phase
@@ -867,57 +560,6 @@ mod tests {
     use super::*;
     use crate::controller::pods::PodCondition;
     use std::time::SystemTime;
-
-    /// A registered task is woken by its key; an ended task's entry goes, but never the entry
-    /// of a task started since for the same key.
-    #[tokio::test]
-    async fn wakers_wake_the_task_registered_under_a_key() {
-        let wakers = Wakers::default();
-        let first = wakers.register("ns/db");
-        wakers.wake("ns/db");
-        wakers.wake("ns/other");
-        tokio::time::timeout(Duration::from_secs(5), first.notify.notified())
-            .await
-            .expect("the registered task is woken");
-        let second = wakers.register("ns/db");
-        drop(first);
-        wakers.wake("ns/db");
-        tokio::time::timeout(Duration::from_secs(5), second.notify.notified())
-            .await
-            .expect("the newer task keeps its entry");
-        drop(second);
-        assert!(wakers
-            .0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .is_empty());
-    }
-
-    /// A field the next status no longer has is sent as `null`, at any depth, so the merge
-    /// patch removes it; what stays is sent as it is.
-    #[test]
-    fn a_cleared_status_field_is_sent_as_null() {
-        let status = |value: Value| -> PostgresClusterStatus {
-            serde_json::from_value(value).expect("a status")
-        };
-        let previous = status(serde_json::json!({
-            "phase": "Running", "primary": "db-0", "switchover": "db-1",
-            "restore": {"phase": "Done", "target": "latest"},
-        }));
-        let next = status(serde_json::json!({
-            "phase": "Running", "restore": {"phase": "Done"},
-        }));
-        let body = with_removals(Some(&previous), &next).expect("a status serializes");
-        assert_eq!(body["primary"], Value::Null);
-        assert_eq!(body["switchover"], Value::Null);
-        assert_eq!(
-            body["restore"],
-            serde_json::json!({"phase": "Done", "target": null})
-        );
-        assert_eq!(body["phase"], "Running");
-        let fresh = with_removals(None, &next).expect("a status serializes");
-        assert!(fresh.get("switchover").is_none());
-    }
 
     fn unready_since(seconds_ago: u64) -> Pod {
         let mut pod = Pod::default();

@@ -93,3 +93,15 @@ pub(super) fn kind_of(plural: &str) -> &'static str {
         _ => "Service",
     }
 }
+
+/// Why the cluster's Secret, ConfigMap or Services (or a layer's objects) could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum OwnedError {
+    #[error(transparent)]
+    Api(#[from] ClientError),
+    #[error("making the cluster's passwords: {0}")]
+    Passwords(#[from] manifests::CredentialsError),
+    /// A layer's reason, kept whole.
+    #[error(transparent)]
+    Layer(Box<dyn std::error::Error + Send + Sync>),
+}

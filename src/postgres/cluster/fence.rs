@@ -1,0 +1,130 @@
+//! Fencing a primary that is lost or did not stop: relabelled `fenced`, so that no Service sends
+//! it clients, and its deletion asked; then the other replicas' WAL receivers restarted, so that
+//! each finds the new primary. Support: a learner may skip it on first read — when a failover
+//! fences first is the plan's rule (`plan.rs`); this is how the fence is put up.
+//!
+//! WORKSHOP.md, step 04 ("Failover under faults").
+
+use super::*;
+use lines::lost_because;
+
+impl<L: ClusterLayer> PostgresTask<L> {
+    /// An old primary still terminating when the failover goes on has not stopped within
+    /// `stop_timeout`: its node is lost, and the pod stays Terminating until the node is
+    /// confirmed gone. Relabelled `fenced`, no Service selects it, whatever its readiness.
+    /// False: the relabel failed, and the failover waits for the next round.
+    pub(super) async fn fence_the_leaving(&mut self, observed: &Observed) -> bool {
+        for member in leaving_unstopped(observed) {
+            self.say(format!(
+                "Fencing {}: deleted {}s ago and still not stopped (its node may be lost); relabelling it {} so that no Service sends it clients, then promoting a replica",
+                member.name,
+                member.terminating_for.as_secs(),
+                Role::Fenced.label_value()
+            ));
+            match self.relabel(&member.name, Role::Fenced).await {
+                // Gone meanwhile: fenced by the best means there is.
+                Ok(_) => {}
+                Err(error) if error.status_code() == Some(404) => {}
+                Err(error) => {
+                    self.fail_round();
+                    self.say(format!(
+                        "fencing {} failed: {error}; not promoting until it is fenced",
+                        member.name
+                    ));
+                    return false;
+                }
+            }
+            self.event(
+                EventType::Warning,
+                "Fenced",
+                &format!(
+                    "{} did not stop when deleted; relabelled fenced",
+                    member.name
+                ),
+            )
+            .await;
+        }
+        true
+    }
+
+    /// Fence the lost primary `pod` before a promotion that does not wait for it to stop
+    /// (synchronous `required`, see `plan::fencing_first_is_safe`): relabelled `fenced`, so
+    /// that no Service selects it, then deleted with a short grace period, which the kubelet of
+    /// a hung pod ends with SIGKILL (a lost node's never confirms it). False: the relabel
+    /// failed, and nothing is promoted this round.
+    pub(super) async fn fence_first(&mut self, pod: &str, observed: &Observed) -> bool {
+        let why = observed
+            .members
+            .iter()
+            .find(|m| m.name == pod)
+            .map_or(String::from("lost"), lost_because);
+        let line = format!(
+            "Member lost: {pod} (the primary, {why}); fencing it (relabelled {}, so that no Service selects it; its deletion asked) and promoting a standby without waiting for it to stop: with synchronous replication required, no standby follows it, so it cannot acknowledge a commit",
+            Role::Fenced.label_value()
+        );
+        self.say(line.clone());
+        match self.relabel(pod, Role::Fenced).await {
+            Ok(()) => {}
+            // Gone meanwhile: fenced by the best means there is.
+            Err(error) if error.status_code() == Some(404) => {}
+            Err(error) => {
+                self.fail_round();
+                self.say(format!(
+                    "fencing {pod} failed: {error}; not promoting until it is fenced"
+                ));
+                return false;
+            }
+        }
+        // A failed DELETE is said; rule 2 deletes a pod left fenced at a later round.
+        if self.delete_pod_within(pod, Some(FENCE_GRACE_SECONDS)).await {
+            self.event(EventType::Warning, "PrimaryLost", &line).await;
+        }
+        true
+    }
+
+    /// After a failover away from a primary that did not stop: restart the WAL receiver of every
+    /// other running replica, so that each connects to `promoted` through the Service. One may
+    /// hold a connection to the old primary (frozen, or cut off) that will never answer; left
+    /// so, it streams nothing until the not-streaming delay replaces it with a fresh clone.
+    /// A failure is said; that delay remains the remedy.
+    pub(super) async fn restart_wal_receivers(&mut self, observed: &Observed, promoted: &str) {
+        let others: Vec<&str> = observed
+            .members
+            .iter()
+            .filter(|m| m.role == Some(Role::Replica) && m.phase == Phase::Running)
+            .map(|m| m.name.as_str())
+            .filter(|name| *name != promoted)
+            .collect();
+        if others.is_empty() {
+            return;
+        }
+        self.say(format!(
+            "Restarting the WAL receivers of [{}]: each may still wait on the old primary, which will not answer; a new one finds {promoted} through the Service",
+            others.join(", ")
+        ));
+        let argv = manifests::restart_wal_receiver_argv();
+        let (client, namespace) = (&self.worker.client, self.namespace());
+        let asked = others
+            .iter()
+            .map(|pod| psql_in_pod(client, namespace, pod, &argv));
+        let answers = futures_util::future::join_all(asked).await;
+        for (pod, answer) in others.iter().zip(answers) {
+            if let Err(error) = answer {
+                self.say(format!(
+                    "could not restart the WAL receiver of {pod}: {error}"
+                ));
+            }
+        }
+    }
+}
+
+/// Members labelled primary, deleted, whose processes have not stopped.
+pub(super) fn leaving_unstopped(observed: &Observed) -> impl Iterator<Item = &Member> {
+    observed
+        .members
+        .iter()
+        .filter(|m| m.role == Some(Role::Primary) && m.phase == Phase::Terminating && !m.stopped)
+}
+
+/// How long a fenced primary gets to stop before the kubelet kills it (see `act`).
+pub(super) const FENCE_GRACE_SECONDS: u32 = 5;

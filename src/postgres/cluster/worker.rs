@@ -1,0 +1,109 @@
+//! What every cluster task of stage 04 shares (the client, the pod store, the wake-ups, the
+//! options), and how the controller starts one: step 03's `ClusterWorker`, filled in. Support: a
+//! learner may skip it on first read — it is wiring; the task itself is `mod.rs`.
+//!
+//! WORKSHOP.md, step 04 ("The reconcile loop").
+
+use std::future::Future;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{run, ClusterLayer, Wakers};
+use crate::api::PostgresCluster;
+use crate::client::Client;
+use crate::controller::cluster::TaskEnd;
+use crate::controller::pods::Pod;
+use crate::controller::{ClusterInbox, ClusterWorker};
+use crate::metrics::Metrics;
+use crate::postgres::plan::Delays;
+use crate::story::Reporter;
+use crate::watch::{Store, WatchOptions};
+
+/// Tuning for the stage-04 tasks. `Default` is what a real operator should use.
+#[derive(Clone, Debug)]
+pub struct PostgresOptions {
+    /// Time between two rounds when nothing happens (pod events wake the task sooner).
+    pub reconcile_interval: Duration,
+    pub delays: Delays,
+    /// How long to wait for the pod watch to show an action's effect before planning anyway.
+    pub expectation_timeout: Duration,
+    /// How often the Secret, ConfigMap and Services are checked again (with a GET each) after
+    /// the task's first round and each spec change. One that was deleted is re-created then.
+    /// Also how often, at steady state, the primary is asked which replicas stream from it
+    /// (`streaming.rs`; after a change of members it is asked at once).
+    pub owned_recheck: Duration,
+    /// The pod and cluster watches' tuning (and so the bound `/healthz` gives them).
+    pub watch: WatchOptions,
+    /// Where the rounds are counted and timed (`src/metrics/`): by default a `Metrics` nobody
+    /// serves; `run_postgres_binary` serves it.
+    pub metrics: Arc<Metrics>,
+}
+
+impl Default for PostgresOptions {
+    fn default() -> Self {
+        PostgresOptions {
+            reconcile_interval: Duration::from_secs(8),
+            delays: Delays::default(),
+            expectation_timeout: Duration::from_secs(30),
+            owned_recheck: Duration::from_secs(300),
+            watch: WatchOptions::default(),
+            metrics: Arc::new(Metrics::new()),
+        }
+    }
+}
+
+/// Stage 04's [`ClusterWorker`]: what every cluster task shares. `L`: the layer over each
+/// round (`()` in stage 04, see [`ClusterLayer`]).
+pub struct PostgresWorker<L> {
+    pub(super) client: Client,
+    pub(super) pods: Store<Pod>,
+    pub(super) wakers: Wakers,
+    pub(super) reporter: Reporter,
+    pub(super) options: PostgresOptions,
+    layer: PhantomData<fn() -> L>,
+}
+
+// By hand: a derived Clone would ask `L: Clone`, and a layer is never cloned.
+impl<L> Clone for PostgresWorker<L> {
+    fn clone(&self) -> Self {
+        PostgresWorker {
+            client: self.client.clone(),
+            pods: self.pods.clone(),
+            wakers: self.wakers.clone(),
+            reporter: self.reporter.clone(),
+            options: self.options.clone(),
+            layer: PhantomData,
+        }
+    }
+}
+
+impl<L: ClusterLayer> PostgresWorker<L> {
+    /// `pods`: the pod watch's store, which every task reads; `wakers`: how its events wake them.
+    pub fn new(
+        client: Client,
+        pods: Store<Pod>,
+        wakers: Wakers,
+        reporter: Reporter,
+        options: PostgresOptions,
+    ) -> PostgresWorker<L> {
+        PostgresWorker {
+            client,
+            pods,
+            wakers,
+            reporter,
+            options,
+            layer: PhantomData,
+        }
+    }
+}
+
+impl<L: ClusterLayer> ClusterWorker for PostgresWorker<L> {
+    fn run_cluster(
+        &self,
+        cluster: PostgresCluster,
+        inbox: ClusterInbox,
+    ) -> impl Future<Output = TaskEnd> + Send + 'static {
+        run(self.clone(), cluster, inbox)
+    }
+}
