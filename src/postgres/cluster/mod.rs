@@ -14,11 +14,12 @@
 //!   timer ───────────────────────────┘
 //! ```
 //!
-//! The pods are read from the pod watch's [`Store`], not listed on every round: the watch keeps
-//! it current, and a pod event wakes this task (a "nudge"). One catch, the one client-go's
-//! ReplicaSet controller calls *expectations*: right after we create or delete a pod, the store
-//! may not show it yet, and a round planned from that stale view would create a second pod.
-//! So after each action the task waits until the store shows its effect (or a timeout passes).
+//! The pods are read from the pod watch's [`Store`](crate::watch::Store), not listed on every
+//! round: the watch keeps it current, and a pod event wakes this task (a "nudge"). One catch, the
+//! one client-go's ReplicaSet controller calls *expectations* (`expectations.rs`): right after we
+//! create or delete a pod, the store may not show it yet, and a round planned from that stale
+//! view would create a second pod. So after each action the task waits until the store shows its
+//! effect (or a timeout passes).
 
 use std::collections::HashMap;
 use std::future::Future;
