@@ -172,6 +172,15 @@ async fn follow(
     sender: mpsc::Sender<Bytes>,
     shutdown: tokio_util::sync::CancellationToken,
 ) {
+    // Held open for the whole follow: a deleted pod's directory, its logs with it, is removed as
+    // soon as its containers have exited (`pod.rs`), which can be before the next poll reads the
+    // last lines they wrote; an open file is read to its end after its name is gone.
+    let mut handle = std::fs::File::open(&file).ok();
+    if let Some(open) = handle.as_mut() {
+        if open.seek(SeekFrom::Start(offset)).is_err() {
+            handle = None;
+        }
+    }
     loop {
         let ended = {
             let record = lock(&worker.record);
@@ -184,7 +193,10 @@ async fn follow(
                     c.restart_count != instance || !matches!(c.state, State::Running { .. })
                 })
         };
-        let chunk = read_from(&file, offset);
+        let chunk = match handle.as_mut() {
+            Some(handle) => read_more(handle),
+            None => read_from(&file, offset),
+        };
         if !chunk.is_empty() {
             offset += chunk.len() as u64;
             if sender.send(Bytes::from(chunk)).await.is_err() {
@@ -201,6 +213,13 @@ async fn follow(
             _ = shutdown.cancelled() => return,
         }
     }
+}
+
+/// What was appended to the open `handle` since the last read, at most 1 MiB at a time.
+fn read_more(handle: &mut std::fs::File) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    let _ = handle.take(1 << 20).read_to_end(&mut bytes);
+    bytes
 }
 
 fn read_from(file: &Path, offset: u64) -> Vec<u8> {
@@ -222,6 +241,28 @@ fn last_lines(text: &str, n: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_open_log_is_read_to_its_end_after_its_file_is_removed() {
+        let dir = tempfile::tempdir().expect("a folder");
+        let path = dir.path().join("postgres-0.log");
+        std::fs::write(&path, "first\n").expect("written");
+        let mut handle = std::fs::File::open(&path).expect("opened");
+        assert_eq!(read_more(&mut handle), b"first\n");
+        // The container's last lines, then its pod's directory removed before the next poll.
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .and_then(|mut file| std::io::Write::write_all(&mut file, b"shut down\n"))
+            .expect("appended");
+        std::fs::remove_file(&path).expect("removed");
+        assert_eq!(read_more(&mut handle), b"shut down\n");
+        assert!(read_more(&mut handle).is_empty());
+        assert!(
+            read_from(&path, 0).is_empty(),
+            "by name, the lines are gone"
+        );
+    }
 
     #[test]
     fn tail_keeps_the_last_lines() {
