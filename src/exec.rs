@@ -259,6 +259,7 @@ fn exec_path(
 fn handshake_headers(key: &str) -> HeaderMap {
     // The key is base64 we generated: always a valid header value.
     let key = HeaderValue::from_str(key).expect("a base64 key is a valid header value");
+    // ANCHOR: exec_headers
     let protocols = HeaderValue::from_static("v5.channel.k8s.io, v4.channel.k8s.io");
     HeaderMap::from_iter([
         (header::CONNECTION, HeaderValue::from_static("Upgrade")),
@@ -270,6 +271,7 @@ fn handshake_headers(key: &str) -> HeaderMap {
         (header::SEC_WEBSOCKET_KEY, key),
         (header::SEC_WEBSOCKET_PROTOCOL, protocols),
     ])
+    // ANCHOR_END: exec_headers
 }
 
 /// Check the server's half of the handshake; the subprotocol it chose.
@@ -439,6 +441,7 @@ enum FromServer<'a> {
 }
 
 /// Bytes → message. Anything else than the streams above is the server breaking the protocol.
+// ANCHOR: exec_decode
 fn decode(protocol: ChannelProtocol, message: &[u8]) -> Result<FromServer<'_>, String> {
     match message {
         [] | [STDIN | RESIZE] => Ok(FromServer::Nothing),
@@ -455,6 +458,7 @@ fn decode(protocol: ChannelProtocol, message: &[u8]) -> Result<FromServer<'_>, S
         )),
     }
 }
+// ANCHOR_END: exec_decode
 
 /// What the streams carried, bounded by a cap on the total.
 #[derive(Debug, Default)]
@@ -562,6 +566,7 @@ fn exit_code(pod: &str, status: &[u8]) -> Result<i32, ExecError> {
             String::from_utf8_lossy(&status[..status.len().min(200)])
         ))
     })?;
+    // ANCHOR: exec_exit_code
     match status.status.as_str() {
         "Success" => Ok(0),
         "Failure" if status.reason == "NonZeroExitCode" => {
@@ -580,6 +585,7 @@ fn exit_code(pod: &str, status: &[u8]) -> Result<i32, ExecError> {
             pod: pod.to_string(),
             status: Box::new(status),
         }),
+        // ANCHOR_END: exec_exit_code
         other => Err(protocol_error(format!(
             "a Status on stream 3 whose status is {other:?}, neither Success nor Failure"
         ))),

@@ -50,11 +50,13 @@ pub async fn run_operator(
         stop_watch.clone(),
     );
 
+    // ANCHOR: run_operator
     let controller = Controller::new(client, options, reporter);
     // The watch's events go straight to the controller, which tells step 02's lines as it routes
     // them. It ends on `shutdown`, or when the watch task is gone (its channel closes).
     let stopped = controller.run(watcher.events, shutdown).await;
     stop_watch.cancel();
+    // ANCHOR_END: run_operator
     // Ends promptly once told to stop.
     let _ = watcher.task.await;
     Ok(stopped)

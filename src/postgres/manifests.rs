@@ -287,9 +287,11 @@ pub fn pod(cluster: &PostgresCluster, role: Role) -> Value {
             {"name": "init", "configMap": {"name": init_config_map_name(name)}},
         ],
     });
+    // ANCHOR: replica_pod
     if role == Role::Replica {
         spec["initContainers"] = json!([clone_container(cluster, &image)]);
     }
+    // ANCHOR_END: replica_pod
     json!({
         "apiVersion": "v1",
         "kind": "Pod",

@@ -123,12 +123,13 @@ async fn forward_pod_events(
                 synced.send_replace(true);
             }
             Event::Notice(_) => {}
+            // ANCHOR: pod_events
             // Never waits: a task that is not there (not started yet, or ended) is not woken.
             Event::Added(pod) | Event::Modified(pod) | Event::Deleted(pod) => {
                 if let Some(cluster) = pod.metadata.labels.get(CLUSTER_LABEL) {
                     wakers.wake(&format!("{}/{cluster}", pod.metadata.namespace));
                 }
-            }
+            } // ANCHOR_END: pod_events
         }
     }
 }

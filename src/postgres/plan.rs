@@ -324,6 +324,7 @@ pub fn next_action(observed: &Observed, delays: &Delays) -> Action {
     // Stopped is enough: its processes are gone, the object only follows. Unless it does not
     // stop (a lost node): then it is fenced and the failover goes on, at once when fencing first
     // is safe.
+    // ANCHOR: failover_order
     let fence_first = fencing_first_is_safe(observed);
     if let Some(leaving) = observed
         .members
@@ -340,6 +341,7 @@ pub fn next_action(observed: &Observed, delays: &Delays) -> Action {
             ));
         }
     }
+    // ANCHOR_END: failover_order
     let primary = primaries.first().copied();
     let ready_replicas: Vec<String> = sorted_names(
         alive

@@ -98,8 +98,10 @@ impl<T> Store<T> {
         self.lock().get(key).map(|known| Arc::clone(&known.object))
     }
 
+    // ANCHOR: store_list
     /// Every object the watch knows that `keep` accepts, in `namespace/name` order.
     pub fn list(&self, keep: impl Fn(&T) -> bool) -> Vec<Arc<T>> {
+        // ANCHOR_END: store_list
         self.lock()
             .values()
             .filter(|known| keep(&known.object))

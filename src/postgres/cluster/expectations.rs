@@ -29,6 +29,7 @@ impl<L: ClusterLayer> PostgresTask<L> {
     /// Whether the store shows the last action's effect yet; `Some(why)` while it does not.
     pub(super) fn still_expecting(&mut self, pods: &[Arc<Pod>]) -> Option<String> {
         let (expect, until) = self.expecting.clone()?;
+        // ANCHOR: expectations
         let find = |name: &str| pods.iter().find(|pod| pod.metadata.name == name);
         let seen = match &expect {
             Expect::Appears(name) => find(name).is_some(),
@@ -37,6 +38,7 @@ impl<L: ClusterLayer> PostgresTask<L> {
                 pod.metadata.labels.get(ROLE_LABEL).map(String::as_str) == Some(role.label_value())
             }),
         };
+        // ANCHOR_END: expectations
         if seen || Instant::now() >= until {
             if !seen {
                 tracing::warn!(

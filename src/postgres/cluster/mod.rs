@@ -232,6 +232,7 @@ impl<L: ClusterLayer> PostgresTask<L> {
         // expectation checked against a later read than the plan's could pass while the plan
         // still misses the pod (and creates a second one).
         // ANCHOR: round
+        // ANCHOR: plan_one_action
         let all_pods = self.snapshot();
         let waiting_for_watch = self.still_expecting(&all_pods);
         let (own_pods, pods): (Vec<Arc<Pod>>, Vec<Arc<Pod>>) =
@@ -284,6 +285,7 @@ impl<L: ClusterLayer> PostgresTask<L> {
         } else {
             next_action(&observed, &self.worker.options.delays)
         };
+        // ANCHOR_END: plan_one_action
         // The layer's word on a planned action: the same, or one of its own in its place.
         let planned = if planning {
             L::plan(self, &observed, action.clone())
