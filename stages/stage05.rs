@@ -3,14 +3,17 @@
 //!
 //! WORKSHOP.md, "Step 05". New since stage 04: `src/backups/`, a layer over stage 04's cluster
 //! task (`ClusterLayer` in `src/postgres/cluster/layer.rs`): `api.rs` — this step's fields of
-//! the cluster (`spec.backup`, `spec.bootstrap`, `status.lastBackup`, `restore`);
+//! the cluster (`spec.backup`, `spec.bootstrap`, the backup-now annotation, `status.lastBackup`,
+//! `backupRequested`, `restore`);
 //! `manifests.rs` — the claim `<name>-backups`, the archive settings every member gets, the
 //! backup pod and the restore init container; `plan.rs` — a seed that restores in place of the
 //! disaster when a backup exists, members that do not archive replaced, and when to take a base
-//! backup; `restore.rs` and `base_backups.rs` carry them out; `figures.rs` — the last backup's age
+//! backup; `restore.rs` and `base_backups.rs` carry them out; `scripts.rs` — the shell:
+//! `archive_command`, `restore_command`, the backup and restore scripts; `conditions.rs` — phase
+//! Recovering or Failed and the conditions; `figures.rs` — the last backup's age
 //! and the archiver's failures for `/metrics`; `mod.rs` — the layer itself, the hooks it fills. The same
-//! operator as stage 04 with that layer plugged in: a cluster without `spec.backup` runs exactly
-//! as in stage 04. Like stage 04 it acts only while it holds the Lease `postgres-operator`.
+//! operator as stage 04 with that layer plugged in: a cluster without `spec.backup` or
+//! `spec.bootstrap` runs exactly as in stage 04. Like stage 04 it acts only while it holds the Lease `postgres-operator`.
 //!
 //! ```text
 //! cargo run --bin sandbox                          # terminal 1: prints the two export lines

@@ -1,6 +1,6 @@
 //! The base backups' rounds: a backup pod started when one is due (or asked for by the
-//! backup-now annotation), its report read when it finishes. WORKSHOP.md, step 05 ("Base
-//! backups").
+//! backup-now annotation), its report read when it finishes. WORKSHOP.md, step 05 ("What goes
+//! where": base backups).
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};

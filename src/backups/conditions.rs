@@ -2,7 +2,7 @@
 //! failed restore, and the conditions that say why. Support: a learner may skip it on first read —
 //! `restore.rs` is the restore itself; this file words it for `kubectl get pgc` and `kubectl wait`.
 //!
-//! WORKSHOP.md, step 05 ("Disaster recovery").
+//! WORKSHOP.md, step 05 ("What goes where": disaster recovery).
 
 use crate::api::PostgresClusterStatus;
 use crate::postgres::conditions::{all_members_lost, condition, set_condition, PHASE_FAILED};

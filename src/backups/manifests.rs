@@ -11,7 +11,8 @@
 //!     base/<time>-<lsn>/base.tar, backup_manifest   one per base backup, the newest `keep`
 //!     wal/<segment>.gz, <timeline>.history.gz       every WAL segment the primary finished
 //!   every member pod: the claim at /backups, archive_command copying into wal/
-//!   Pod db-backup-xxxxx (restartPolicy Never): pg_basebackup -Ft -X none from a ready replica
+//!   Pod db-backup-xxxxx (restartPolicy Never): pg_basebackup -Ft -X none from db-replicas
+//!                                      (db-primary when no replica is ready)
 //!   a restored seed: init container `restore` unpacks the newest base.tar into PGDATA (claim
 //!                    read only), then postgres replays wal/ (restore_command) and promotes
 //! ```

@@ -1,17 +1,21 @@
 //! Step 05: backups and disaster recovery, as a layer over step 04's cluster task. Stage 05 is
 //! stage 04 with this layer plugged in ([`Backups`]); nothing of step 04 names it.
 //!
-//! WORKSHOP.md, step 05. Read in this order:
+//! WORKSHOP.md, step 05. The lesson, in WORKSHOP.md's order:
 //!
 //! | file | what it holds |
 //! |---|---|
-//! | `api.rs` | step 05's own fields of the cluster: `spec.backup`, `spec.bootstrap`, the backup-now annotation, `status.lastBackup`, `backupRequested` and `restore` |
-//! | `manifests.rs` | the claim `<name>-backups`, the archive settings every member gets, the backup pod, the restore init container: pure functions |
-//! | `plan.rs` | the decisions: a seed that restores in place of the disaster, members started before `spec.backup` replaced, and when a base backup is due |
 //! | `mod.rs` | the layer: which of step 04's hooks it fills, and what it keeps per cluster |
-//! | `restore.rs` | a seed restored from a backup, followed to its promotion; `status.restore` and the Recovering phase |
+//! | `plan.rs` | the decisions: a seed that restores in place of the disaster, members started before `spec.backup` replaced, and when a base backup is due |
+//! | `restore.rs` | a seed restored from a backup, followed to its promotion; `status.restore` |
 //! | `base_backups.rs` | the base backups' rounds: start a backup pod when due, collect its report |
-//! | `figures.rs` | the last backup's age and the archiver's failures, for `/metrics` |
+//! | `scripts.rs` | the shell: `archive_command`, `restore_command`, the backup and restore scripts |
+//!
+//! Support, to skip on first read: `api.rs` (step 05's own fields: `spec.backup`,
+//! `spec.bootstrap`, the backup-now annotation, `status.lastBackup`, `backupRequested` and
+//! `restore`), `manifests.rs` (the claim, the archive settings, the backup pod, the restore init
+//! container), `conditions.rs` (phase Recovering or Failed, and the conditions) and `figures.rs`
+//! (the last backup's age and the archiver's failures, for `/metrics`).
 //!
 //! A cluster without `spec.backup` or `spec.bootstrap` runs exactly as in stage 04.
 

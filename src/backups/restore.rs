@@ -1,6 +1,6 @@
 //! Restoring a seed from a backup — disaster recovery, or a new cluster bootstrapped from
 //! another's backups — and following it to its promotion; what that means for `status`.
-//! WORKSHOP.md, step 05 ("Disaster recovery").
+//! WORKSHOP.md, step 05 ("What goes where": disaster recovery).
 
 use std::sync::Arc;
 

@@ -34,7 +34,7 @@ pub struct PostgresFlags {
     /// How often each cluster is reconciled when nothing happens, in seconds (pod changes wake it sooner)
     #[arg(long, value_name = "SECS", default_value = "8", value_parser = parse_seconds, allow_negative_numbers = true)]
     pub reconcile_interval: Duration,
-    /// How long the primary may be unready, its readiness probe failing, before a replica is promoted, in seconds (a container that exited or a node lost is failed over at once)
+    /// How long the primary may be unready, its readiness probe failing, before a replica is promoted, in seconds (a container that exited or a node lost does not wait this delay)
     #[arg(long, value_name = "SECS", default_value = "2", value_parser = parse_seconds, allow_negative_numbers = true)]
     pub failover_after: Duration,
     /// How long a replica may be unready before it is replaced, in seconds

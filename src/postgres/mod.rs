@@ -5,18 +5,19 @@
 //!
 //! | file | what it holds |
 //! |---|---|
-//! | `operator.rs` | `run_postgres_operator`: stage 03's operator plus a pod watch that feeds the tasks; `run_postgres_operator_when_leading`: the same under leader election (`src/leader/`) |
+//! | `operator.rs` | `run_postgres_operator`: stage 03's operator plus a pod watch that feeds the tasks |
 //! | `cluster/mod.rs` | the cluster task: each round observes (the pod store), plans, acts and writes status and Events |
 //! | `plan.rs` | the decisions, as one pure function: what the cluster looks like → the one next action |
 //! | `cluster/act.rs` | carrying the action out: pods created and deleted, a failover through `pods/exec` |
-//! | `manifests.rs` | the objects a `PostgresCluster` owns (Secret, ConfigMap, Services, pods) and the `psql` commands run in them |
-//! | `conditions.rs` | the `status` and its conditions, computed from the same observation |
+//! | `manifests.rs` | the pods a cluster runs |
 //!
-//! Support, to skip on first read: `api.rs` (step 04's own fields: `spec.replication`, the
-//! switchover annotation, `status.synchronous` and `status.switchover`), `cluster/owned.rs` (the
-//! owned objects), `cluster/synchronous.rs` (synchronous replication), `cluster/streaming.rs`
-//! (which replicas stream from the primary), `cluster/layer.rs` (the places a later step adds to a
-//! round) and `figures.rs` (each cluster's figures for `/metrics`).
+//! Support, to skip on first read: `binary.rs` (the flags, `run_postgres_binary`,
+//! `run_postgres_operator_when_leading` under leader election), `api.rs` (step 04's own fields),
+//! `conditions.rs` (the `status` and its conditions), `manifests/owned.rs` (the Secret, ConfigMap
+//! and Services), `manifests/sql.rs` (the `psql` commands), the rest of `cluster/` (`worker.rs`,
+//! `wakers.rs`, `expectations.rs`, `fence.rs`, `ask.rs`, `lines.rs`, `status.rs`, `owned.rs`,
+//! `synchronous.rs`, `streaming.rs`, `layer.rs`) and `figures.rs` (each cluster's figures for
+//! `/metrics`).
 
 pub mod api;
 pub mod binary;

@@ -580,7 +580,7 @@ pub fn choose<'a>(positions: &'a [Position], preferred: Option<&str>) -> Option<
 }
 
 /// How long until one of the delays above runs out for a member of `observed`, so that the
-/// round that acts on it runs then, not at the next tick: with an 8 s reconcile interval, a 6 s
+/// round that acts on it runs then, not at the next tick: with an 8 s reconcile interval, a 2 s
 /// failover delay would otherwise end anywhere up to 8 s late (controller-runtime's
 /// `RequeueAfter`). `None`: no delay is running.
 pub fn next_deadline(observed: &Observed, delays: &Delays) -> Option<Duration> {

@@ -3,7 +3,8 @@
 //! each finds the new primary. Support: a learner may skip it on first read — when a failover
 //! fences first is the plan's rule (`plan.rs`); this is how the fence is put up.
 //!
-//! WORKSHOP.md, step 04 ("Failover under faults").
+//! WORKSHOP.md, step 04 ("One action per tick": "Fence first when it is safe", "Every replica
+//! back").
 
 use super::*;
 use lines::lost_because;
