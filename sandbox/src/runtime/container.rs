@@ -23,7 +23,7 @@ use super::env::{self, ConfigError};
 use super::image::{self, Image, POSTGRES_DATA_VOLUME, POSTGRES_ENTRYPOINT};
 use super::jail::{Jail, Mount};
 use super::probes::{self, Check, Probe};
-use super::process;
+use super::process::{self, Place};
 use super::status::{
     self, ContainerRecord, State, MESSAGE_FILE_BYTES, MESSAGE_LOG_BYTES, TERMINATION_MESSAGE_PATH,
 };
@@ -704,7 +704,7 @@ async fn run_instance(
                 worker.clone(),
                 index,
                 spec.clone(),
-                Arc::new((plan.jail.clone(), plan.env.clone())),
+                Arc::new((plan.jail.clone(), plan.env.clone(), jailed.pid())),
                 ip,
                 restart_tx,
                 probes_stop.clone(),
@@ -802,6 +802,9 @@ async fn run_simulated(
     }
 }
 
+/// What an exec probe needs: the container's jail and environment, and its bwrap's PID.
+type ExecContext = (Jail, Vec<(String, String)>, Option<u32>);
+
 /// Startup, then readiness and liveness, for one instance of a main container.
 #[allow(clippy::too_many_arguments)]
 async fn run_probes(
@@ -809,7 +812,7 @@ async fn run_probes(
     worker: Arc<PodWorker>,
     index: usize,
     spec: Value,
-    context: Arc<(Jail, Vec<(String, String)>)>,
+    context: Arc<ExecContext>,
     pod_ip: Ipv4Addr,
     restart: mpsc::Sender<String>,
     stop: CancellationToken,
@@ -945,24 +948,21 @@ async fn run_probes(
 async fn check(
     node: &Node,
     worker: &PodWorker,
-    context: &(Jail, Vec<(String, String)>),
+    context: &ExecContext,
     pod_ip: Ipv4Addr,
     probe: &Probe,
 ) -> Result<(), String> {
     match &probe.check {
         Check::Exec(command) => {
-            let (jail, env) = context;
+            let (jail, env, bwrap_pid) = context;
             let argv = probes::exec_argv(command, pod_ip);
-            match process::run_captured(
-                &node.config.tools.bwrap,
+            // As the kubelet's runtime does: inside the running container (`enter.rs`).
+            let place = Place {
+                bwrap: &node.config.tools.bwrap,
                 jail,
-                &argv,
-                env,
-                worker.host_user,
-                probe.timeout,
-            )
-            .await
-            {
+                enter: *bwrap_pid,
+            };
+            match process::run_captured(&place, &argv, env, worker.host_user, probe.timeout).await {
                 Ok((Some(0), _)) => Ok(()),
                 Ok((_, output)) => Err(output.trim().to_string()),
                 Err(error) => Err(error.to_string()),

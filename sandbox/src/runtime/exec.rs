@@ -9,14 +9,13 @@
 //! once, at start, from the first resize message (later resizes are not passed on).
 
 use std::path::PathBuf;
-use std::process::Stdio;
 
 use serde_json::Value;
 use tokio::process::Child;
 
 use super::container;
 use super::jail::Jail;
-use super::process;
+use super::process::{self, Place};
 use super::status::State;
 use super::Node;
 use crate::errors::ApiError;
@@ -152,12 +151,16 @@ impl PreparedExec {
         } else {
             self.command
         };
-        let stdin = if self.stdin {
-            Stdio::piped()
-        } else {
-            Stdio::null()
+        // A jail of its own, not the container's namespaces as the probes enter them
+        // (`enter.rs`): a command there outside the container's PID namespace would find no
+        // /proc/self, and one inside it, left behind when kubectl hangs up, would end as a
+        // child of the container's PID 1, which postgres takes for a crashed backend.
+        let place = Place {
+            bwrap: &self.bwrap,
+            jail: &self.jail,
+            enter: None,
         };
-        process::spawn_piped(&self.bwrap, &self.jail, &argv, &env, self.host_user, stdin)
+        process::spawn_piped(&place, &argv, &env, self.host_user, self.stdin)
     }
 }
 

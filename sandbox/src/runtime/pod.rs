@@ -54,6 +54,8 @@ pub(crate) async fn run(node: Arc<Node>, worker: Arc<PodWorker>) {
     publish(&node, &worker);
     let lifecycle = tokio::spawn(lifecycle(node.clone(), worker.clone()));
 
+    // The store's revision at the last look: a resync with nothing changed has nothing to do.
+    let mut looked: Option<u64> = None;
     // (grace period, remove the object afterwards, sandbox shutting down)
     let (grace, remove, shutting_down) = loop {
         tokio::select! {
@@ -62,7 +64,14 @@ pub(crate) async fn run(node: Arc<Node>, worker: Arc<PodWorker>) {
                 continue;
             }
             _ = worker.look.notified() => {}
-            _ = tokio::time::sleep(node.config.sync_period) => {}
+            _ = tokio::time::sleep(node.config.sync_period) => {
+                // Everything a look reads (the pod, the Services for /etc/hosts) is in the store.
+                let revision = node.store.revision();
+                if looked == Some(revision) {
+                    continue;
+                }
+                looked = Some(revision);
+            }
             _ = node.shutdown.cancelled() => break (node.config.shutdown_grace, false, true),
         }
         match look_at_pod(&node, &worker) {

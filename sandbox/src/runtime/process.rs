@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use tokio::process::{Child, Command};
 
+use super::enter::Namespaces;
 use super::jail::Jail;
 
 /// Linux signal numbers (the same on every Linux architecture the sandbox runs on).
@@ -111,6 +112,48 @@ pub(crate) fn spawn(
     Ok(Jailed { child, bwrap_pid })
 }
 
+/// Where one more process of a container runs: inside the running container whose bwrap's
+/// PID is `enter` (`enter.rs`), else (none yet, or its namespaces cannot be entered: bwrap is
+/// still building them) in a bwrap jail of its own, built like the container's.
+pub(crate) struct Place<'a> {
+    pub(crate) bwrap: &'a Path,
+    pub(crate) jail: &'a Jail,
+    pub(crate) enter: Option<u32>,
+}
+
+/// Start `argv` at `place` with exactly `env`, as the pod's user, set up by `configure`.
+fn spawn_at(
+    place: &Place,
+    argv: &[String],
+    env: &[(String, String)],
+    run_as_host_user: Option<(u32, u32)>,
+    configure: impl Fn(&mut Command),
+) -> std::io::Result<Child> {
+    if let Some(bwrap_pid) = place.enter {
+        let entered = Jailed::command_pid_of(bwrap_pid)
+            .ok_or_else(|| std::io::Error::other("the container has no process"))
+            .and_then(Namespaces::of)
+            .and_then(|namespaces| {
+                let (program, args) = argv
+                    .split_first()
+                    .ok_or_else(|| std::io::Error::other("an empty command"))?;
+                let mut command = Command::new(program);
+                command.args(args.iter().map(OsString::from));
+                namespaces.enter_on_spawn(&mut command, place.jail.working_dir.as_deref())?;
+                settle(&mut command, env, run_as_host_user);
+                configure(&mut command);
+                command.spawn()
+            });
+        match entered {
+            Ok(child) => return Ok(child),
+            Err(error) => tracing::debug!("an exec in a jail of its own, not entered: {error}"),
+        }
+    }
+    let mut command = jailed_command(place.bwrap, place.jail, argv, env, run_as_host_user);
+    configure(&mut command);
+    command.spawn()
+}
+
 /// `bwrap ARGS -- ARGV` with exactly `env`, as the pod's user, killed with its handle.
 fn jailed_command(
     bwrap: &Path,
@@ -123,6 +166,12 @@ fn jailed_command(
     command.args(jail.bwrap_args());
     command.arg("--");
     command.args(argv.iter().map(OsString::from));
+    settle(&mut command, env, run_as_host_user);
+    command
+}
+
+/// Exactly `env`, as the pod's user, in its own process group, killed with its handle.
+fn settle(command: &mut Command, env: &[(String, String)], run_as_host_user: Option<(u32, u32)>) {
     command.env_clear();
     command.envs(env.iter().map(|(k, v)| (k, v)));
     // When the sandbox runs as root, bwrap itself starts as the pod's user: it then needs no
@@ -133,42 +182,50 @@ fn jailed_command(
     // Its own process group: Ctrl-C in the sandbox's terminal goes to the sandbox only, which
     // then stops pods in order rather than having every postgres see SIGINT at once.
     command.process_group(0);
-    // If this handle is dropped (the sandbox's runtime ends without a clean stop, or an exec's
-    // caller hangs up), SIGKILL bwrap; --die-with-parent then takes the jailed processes down.
+    // If this handle is dropped (the sandbox's runtime ends without a clean stop, an exec's
+    // caller hangs up, a probe times out), SIGKILL the process; for a bwrap, --die-with-parent
+    // then takes the jailed processes down.
     command.kill_on_drop(true);
-    command
 }
 
-/// Start `argv` in `jail` with stdout and stderr piped to the caller: `kubectl exec`.
+/// Start `argv` at `place` with stdout and stderr piped to the caller: `kubectl exec`.
 pub(crate) fn spawn_piped(
-    bwrap: &Path,
-    jail: &Jail,
+    place: &Place,
     argv: &[String],
     env: &[(String, String)],
     run_as_host_user: Option<(u32, u32)>,
-    stdin: Stdio,
+    stdin: bool,
 ) -> std::io::Result<Child> {
-    let mut command = jailed_command(bwrap, jail, argv, env, run_as_host_user);
-    command.stdin(stdin);
-    command.stdout(Stdio::piped());
-    command.stderr(Stdio::piped());
-    command.spawn()
+    spawn_at(place, argv, env, run_as_host_user, |command| {
+        command.stdin(if stdin { Stdio::piped() } else { Stdio::null() });
+        command.stdout(Stdio::piped());
+        command.stderr(Stdio::piped());
+    })
 }
 
 /// Like [`spawn`], with output captured: for probes and one-off commands.
 pub(crate) async fn run_captured(
-    bwrap: &Path,
-    jail: &Jail,
+    place: &Place<'_>,
     argv: &[String],
     env: &[(String, String)],
     run_as_host_user: Option<(u32, u32)>,
     timeout: Duration,
 ) -> std::io::Result<(Option<i32>, String)> {
-    let mut command = jailed_command(bwrap, jail, argv, env, run_as_host_user);
-    command.stdin(Stdio::null());
-    command.stdout(Stdio::piped());
-    command.stderr(Stdio::piped());
-    let child = command.spawn()?;
+    if let Some(bwrap_pid) = place.enter {
+        // A container just started may still be bwrap building its jail: what a probe would
+        // enter then is half made. The kubelet's runtime execs only into a started process.
+        for _ in 0..100 {
+            if Jailed::started(bwrap_pid) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    let child = spawn_at(place, argv, env, run_as_host_user, |command| {
+        command.stdin(Stdio::null());
+        command.stdout(Stdio::piped());
+        command.stderr(Stdio::piped());
+    })?;
     match tokio::time::timeout(timeout, child.wait_with_output()).await {
         Ok(output) => {
             let output = output?;
@@ -192,7 +249,19 @@ impl Jailed {
 
     /// The jailed command's PID as the host sees it: bwrap's only child.
     fn command_pid(&self) -> Option<u32> {
-        let pid = self.bwrap_pid?;
+        Jailed::command_pid_of(self.bwrap_pid?)
+    }
+
+    /// Has the bwrap whose PID is `pid` started its command? Its child runs bwrap's own code
+    /// (its `comm` is `bwrap`) until it execs the command, its jail finished.
+    fn started(pid: u32) -> bool {
+        Jailed::command_pid_of(pid)
+            .and_then(|child| std::fs::read_to_string(format!("/proc/{child}/comm")).ok())
+            .is_some_and(|comm| comm.trim_end() != "bwrap")
+    }
+
+    /// The command's PID of the bwrap whose PID is `pid`.
+    fn command_pid_of(pid: u32) -> Option<u32> {
         let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).ok()?;
         children.split_whitespace().next()?.parse().ok()
     }

@@ -51,7 +51,21 @@ pub(crate) async fn run(
     // (namespace, name) of Services whose Endpoints this loop wrote: removed with the Service.
     let mut managed: BTreeSet<(String, String)> = BTreeSet::new();
     let mut random = Xorshift::from_entropy();
+    // The store's revision at the last pass, and whether a listener could not be bound then.
+    let mut synced: Option<u64> = None;
     loop {
+        // Every input of a pass (Services, pods, Endpoints) is in the store: while its revision
+        // stands still there is nothing to redo. Without this each pass lists every pod and
+        // Service five times a second, the sandbox's largest idle cost after the probes.
+        let revision = store.revision();
+        if synced == Some(revision) {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(period) => {}
+            }
+            continue;
+        }
+        synced = Some(revision);
         if let Some(api_server) = api_server {
             ensure_kubernetes_service(&mut store.lock(), block, api_server, &mut random);
         }
@@ -68,6 +82,7 @@ pub(crate) async fn run(
                 None => {
                     let Ok(socket) = bind(address) else {
                         // Taken (another sandbox's Service on the same address): retry next time.
+                        synced = None;
                         continue;
                     };
                     let shared = Arc::new(Mutex::new(backends));

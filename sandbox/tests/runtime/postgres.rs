@@ -407,6 +407,37 @@ spec:
     );
 }
 
+/// An exec probe runs inside the running container, as the kubelet's runtime runs it: it sees
+/// the container's PID 1 as its `/proc/1`. In a jail of its own, `/proc/1` would be the probe's
+/// own shell, and the pod would never be Ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exec_probe_runs_inside_the_running_container() {
+    let (_sandbox, kubectl, _) = start_with(
+        r#"apiVersion: v1
+kind: Pod
+metadata: {name: entered}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: busybox
+    command: [sleep, "1000"]
+    readinessProbe:
+      exec: {command: [sh, -c, '[ "$(cat /proc/1/comm)" = sleep ]']}
+      periodSeconds: 1
+"#,
+    )
+    .await;
+    let pod = eventually(Duration::from_secs(60), "the pod Ready", || async {
+        let pod = pod_json(&kubectl, "entered").await?;
+        (pod["status"]["containerStatuses"][0]["ready"] == true).then_some(pod)
+    })
+    .await;
+    assert_eq!(pod["status"]["phase"], "Running");
+    let described = kubectl.ok(&["describe", "pod", "entered"]).await;
+    assert!(!described.contains("Readiness probe failed"), "{described}");
+}
+
 /// `postgres:notatag` cannot be pulled: ErrImagePull, then ImagePullBackOff, and nothing runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unknown_postgres_tag_cannot_be_pulled() {
