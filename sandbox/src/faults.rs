@@ -148,9 +148,10 @@ impl Faults {
     }
 
     /// With the process runtime: lose the "node" pod `namespace/name` runs on. Its processes
-    /// are killed, nothing restarts them, and the pod stays Running with Ready False, as a pod
-    /// on a node whose kubelet stopped reporting looks. Returns false when pods are simulated or
-    /// no such pod runs.
+    /// are killed, nothing restarts them, and the pod stays Running with its Ready condition
+    /// False at once and the rest as last reported (its containers running and ready), as the
+    /// node lifecycle controller marks a pod on a node whose kubelet stopped reporting.
+    /// Returns false when pods are simulated or no such pod runs.
     pub fn lose_node_for_pod(&self, namespace: &str, name: &str) -> bool {
         self.shared
             .node

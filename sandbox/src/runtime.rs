@@ -44,7 +44,8 @@
 //!   "node" of its own. Its processes are frozen or killed, its status stays as last written
 //!   until a grace period ends, then Ready False; its deletion is never confirmed. Nothing brings
 //!   the node back. `Faults::lose_node_for_pod` is the older, quicker form: processes killed
-//!   and Ready False at once, deletions still completed.
+//!   and the pod marked as the node lifecycle controller marks it (Ready False, the rest as last
+//!   reported) at once, deletions still completed.
 //! - Hanging a pod (`Faults::hang_pod`) stops every process of its containers with SIGSTOP; the
 //!   kubelet carries on (probes time out, a failed liveness probe restarts the container). An
 //!   `exec` runs beside the stopped processes, not among them, as on a node.
@@ -507,36 +508,25 @@ impl Node {
         let Some(worker) = worker else {
             return false;
         };
-        // First silence the pod's status writer, then write the last status it will have.
+        // First silence the pod's status writer, then mark the pod as the node lifecycle
+        // controller marks a lost node's pods, here with no grace period: its Ready condition
+        // False, nothing else (ContainersReady and the containers' statuses stay as the kubelet
+        // last wrote them; nobody is left to report that the processes died).
         worker.lost.cancel();
-        let mut state = self.store.lock();
-        let Some(pod) = state.get("/pods", namespace, name) else {
+        if !lost_node::mark_pod_not_ready(
+            &mut self.store.lock(),
+            &worker.namespace,
+            &worker.name,
+            &worker.uid,
+        ) {
             return false;
-        };
-        let mut next = (*pod).clone();
-        let now = timefmt::now_rfc3339();
-        for condition in next["status"]["conditions"]
-            .as_array_mut()
-            .into_iter()
-            .flatten()
-        {
-            if matches!(
-                condition["type"].as_str(),
-                Some("Ready" | "ContainersReady")
-            ) && condition["status"] != "False"
-            {
-                condition["status"] = json!("False");
-                condition["lastTransitionTime"] = json!(now);
-            }
         }
-        for status in next["status"]["containerStatuses"]
-            .as_array_mut()
-            .into_iter()
-            .flatten()
-        {
-            status["ready"] = json!(false);
-        }
-        state.commit_modified("/pods", next);
+        self.event(
+            &worker.pod,
+            true,
+            "NodeNotReady",
+            "Node is not ready".to_string(),
+        );
         true
     }
 

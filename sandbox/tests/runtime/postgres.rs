@@ -567,8 +567,10 @@ async fn a_crashed_container_is_restarted_with_exit_code_137() {
 }
 
 /// Losing a pod's node kills its processes (the postmaster is gone from the process table and
-/// its address refuses psql) but leaves the pod Running with Ready False and no restart, as a
-/// pod on a node whose kubelet stopped reporting; a forced delete still removes it.
+/// its address refuses psql) but leaves the pod Running with Ready False and no restart, as
+/// the node lifecycle controller marks a pod on a node whose kubelet stopped reporting: its
+/// Ready condition only, ContainersReady and the container's status as last reported; a
+/// forced delete still removes it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_node_leaves_its_pod_running_unready_and_its_processes_dead() {
     let (sandbox, kubectl, runtime) = start().await;
@@ -593,8 +595,13 @@ async fn a_lost_node_leaves_its_pod_running_unready_and_its_processes_dead() {
     assert_eq!(ready["status"], "False", "{ready}");
     let container = &lost["status"]["containerStatuses"][0];
     assert_eq!(container["restartCount"], 0, "{container}");
-    assert_eq!(container["ready"], false);
+    assert_eq!(container["ready"], true, "{container}");
     assert!(container["state"]["running"].is_object(), "{container}");
+    let containers_ready = lost["status"]["conditions"]
+        .as_array()
+        .and_then(|all| all.iter().find(|c| c["type"] == "ContainersReady"))
+        .map(|c| c["status"].clone());
+    assert_eq!(containers_ready, Some(serde_json::json!("True")));
     kubectl
         .ok(&["delete", "pod", "stranded", "--force", "--grace-period=0"])
         .await;
