@@ -2,20 +2,23 @@
 //! `dataDurability: required`), a writer committing numbered rows through the `<name>-primary`
 //! Service, and one fault after another. After each fault: the cluster converges (3 ready
 //! members, one primary, its standbys set, every replica streaming from the primary), no
-//! acknowledged row is missing on the primary, and at no poll did two members answer
-//! `pg_is_in_recovery() = false`. The outage per fault (the longest stretch with no
-//! acknowledged write) is printed.
+//! acknowledged row is missing on the primary, every replica holds every acknowledged row
+//! within 5 s of the writer's last commit (asked again once the writer has stopped, at the
+//! end), and at no poll did two members answer `pg_is_in_recovery() = false`. The outage per
+//! fault (the longest stretch with no acknowledged write) and each replica's catch-up time are
+//! printed.
 //!
 //! WORKSHOP.md, step 04 ("Failover under faults"). Needs PostgreSQL and bubblewrap.
 //! The operator runs with the defaults a user gets (`PostgresOptions::default()`, which the
-//! flags' defaults match: a failover delay of 6 s, a stop timeout of 20 s, a round every 8 s).
+//! flags' defaults match: a round every 8 s; a failover delay of 2 s, a stop timeout of 20 s,
+//! a replica not streaming replaced after 30 s, an unready one after 60 s: `Delays::default`).
 //! The short run (each fault once): `cargo test --test chaos -- --nocapture`.
 //! The long run (the whole sequence N times, min/median/max per fault):
 //! `CHAOS_ROUNDS=20 cargo test --test chaos -- --nocapture`. One fault, or a few, to study
 //! them: `CHAOS_ONLY=KillOperatorMidPromotion,HangPrimary` (the names of [`Fault`]).
-//! The same faults under the end-to-end tests' short timings (a failover delay of 2 s, a round
-//! every second), to compare: `cargo test --test chaos -- --ignored --nocapture
-//! with_the_tests_short_timings`.
+//! The same faults under the end-to-end tests' short timings (a round every second, a replica
+//! not streaming replaced after 10 s, an unready one after 30 s), to compare:
+//! `cargo test --test chaos -- --ignored --nocapture with_the_tests_short_timings`.
 //! Asynchronous replication (the default of a cluster without `spec.replication`), where a
 //! failover may lose acknowledged rows: `CHAOS_REPLICATION=async`; the rows lost per fault are
 //! counted and printed, not refused.
@@ -50,6 +53,19 @@ const POLL_EVERY: Duration = Duration::from_millis(300);
 /// On the primary: the standbys streaming from it, by `application_name` (their pod names).
 const STREAMING_SQL: &str =
     "SELECT application_name FROM pg_stat_replication WHERE state = 'streaming'";
+/// How soon after the writer's last acknowledged commit every replica must hold it.
+const CATCH_UP_DEADLINE: Duration = Duration::from_secs(5);
+/// How often a replica is asked whether it holds every acknowledged row.
+const CATCH_UP_POLL: Duration = Duration::from_millis(100);
+/// On a replica that fell behind: what its WAL receiver says, and how far it received and
+/// replayed. One row even without a receiver (`pg_stat_wal_receiver` is then empty).
+const RECEIVER_SQL: &str = "SELECT coalesce((SELECT format('receiver %s from %s:%s, timeline %s, written %s, flushed %s, end on the primary %s, last message %s', status, sender_host, sender_port, received_tli, written_lsn, flushed_lsn, latest_end_lsn, last_msg_receipt_time) FROM pg_stat_wal_receiver), 'no WAL receiver') || format('; received %s, replayed %s (last replayed commit %s)', pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn(), pg_last_xact_replay_timestamp())";
+/// On a replica that fell behind: what its startup process (replay), WAL receiver and client
+/// backends wait on. A standby's replay waits up to `max_standby_streaming_delay` (30 s) for
+/// queries it conflicts with, and queries queue behind a lock it replays.
+const WAITS_SQL: &str = "SELECT coalesce(string_agg(format('%s (pid %s) waits on %s/%s: %s', backend_type, pid, wait_event_type, wait_event, left(query, 60)), '; '), 'nothing waits') FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND backend_type IN ('startup', 'walreceiver', 'client backend')";
+/// On the primary, when a replica fell behind: where its WAL ends, and what each standby has.
+const SENDERS_SQL: &str = "SELECT format('WAL ends at %s; ', pg_current_wal_lsn()) || coalesce(string_agg(format('%s %s (%s): sent %s, flushed %s, replayed %s', application_name, state, sync_state, sent_lsn, flush_lsn, replay_lsn), '; '), 'no standby connected') FROM pg_stat_replication";
 
 /// The replication the cluster runs with (`CHAOS_REPLICATION`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -137,12 +153,21 @@ struct Ledger {
 
 impl Ledger {
     fn acknowledge(&self, n: i64) {
-        self.times.lock().expect("ledger").push(Instant::now());
+        let mut times = self.times.lock().expect("ledger");
+        times.push(Instant::now());
+        // Under the lock, so that `last_acknowledged` reads a row and its own time.
         self.last.store(n, Ordering::SeqCst);
     }
 
     fn last(&self) -> i64 {
         self.last.load(Ordering::SeqCst)
+    }
+
+    /// The highest acknowledged row and when it was acknowledged (now, before any).
+    fn last_acknowledged(&self) -> (i64, Instant) {
+        let times = self.times.lock().expect("ledger");
+        let at = times.last().copied().unwrap_or_else(Instant::now);
+        (self.last.load(Ordering::SeqCst), at)
     }
 
     /// The longest stretch without an acknowledged write from the last one before `from` to
@@ -253,12 +278,55 @@ fn pod_ip(pods: &[Value], name: &str) -> Option<String> {
         .map(str::to_string)
 }
 
+/// Ask the replica at `ip` every [`CATCH_UP_POLL`] whether it holds the `wanted` rows of
+/// 1..=`last` (all of them, unless an asynchronous failover lost some), until it does or
+/// `deadline` passes: how long after `acknowledged` (row `last`'s acknowledgement) it answered
+/// that it did, or its last answer (how far behind, or why no answer). An answer to a query
+/// sent before the deadline counts, even if it came after.
+async fn catch_up(
+    psql: HostPsql,
+    ip: String,
+    (last, wanted): (i64, i64),
+    acknowledged: Instant,
+    deadline: Instant,
+) -> Result<Duration, String> {
+    let sql =
+        format!("SELECT count(*) FILTER (WHERE n <= {last}), coalesce(max(n), 0) FROM ledger");
+    loop {
+        let asked = Instant::now();
+        // A frozen replica accepts the connection and never answers: not past the deadline
+        // by more than a second.
+        let wait = deadline
+            .saturating_duration_since(asked)
+            .clamp(Duration::from_secs(1), SQL_DEADLINE);
+        let seen = match psql.run(&ip, &sql, wait).await {
+            Ok(answer) => {
+                let held = answer.split('|').next().and_then(|c| c.parse::<i64>().ok());
+                match held {
+                    Some(held) if held >= wanted => return Ok(acknowledged.elapsed()),
+                    Some(held) => format!(
+                        "{} rows behind: it holds {held} of rows 1..={last}, {wanted} wanted (count|max: {answer})",
+                        wanted - held
+                    ),
+                    None => format!("answered {answer:?}"),
+                }
+            }
+            Err(error) => format!("no answer: {error}"),
+        };
+        if Instant::now() >= deadline {
+            return Err(seen);
+        }
+        tokio::time::sleep(CATCH_UP_POLL).await;
+    }
+}
+
 /// The operator's timings a run uses: what a user gets, or the end-to-end tests' short ones.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Timings {
     /// `PostgresOptions::default()`, which the flags' defaults match.
     Defaults,
-    /// `test_support::quick_postgres_options()`: a failover delay of 2 s, a round every second.
+    /// `test_support::quick_postgres_options()`: a round every second, shorter replacement
+    /// delays, the same failover delay.
     Short,
 }
 
@@ -515,6 +583,79 @@ impl Chaos {
         .await
     }
 
+    /// Every replica of `converged` holds every row acknowledged so far within
+    /// [`CATCH_UP_DEADLINE`] of the last one's acknowledgement (the writer may go on writing
+    /// meanwhile). Each replica's time: from that acknowledgement to the answer that showed all
+    /// of them (a psql connection included). Else the test fails naming the replica, how far
+    /// behind it was, what its WAL receiver and its waiting processes say and what the primary
+    /// says it sent, after printing the cluster and the timeline since `since`.
+    async fn replicas_caught_up(
+        &self,
+        converged: &Converged,
+        what: &str,
+        since: Instant,
+    ) -> Vec<(String, Duration)> {
+        let (last, acknowledged) = self.ledger.last_acknowledged();
+        let deadline = acknowledged + CATCH_UP_DEADLINE;
+        let client = &self.client;
+        let named = || converged.standbys.iter().chain([&converged.primary]);
+        let ips = test_support::eventually(Duration::from_secs(30), "the members' IPs", || async {
+            let pods = members(client).await;
+            named()
+                .map(|name| pod_ip(&pods, name).map(|ip| (name.clone(), ip)))
+                .collect::<Option<Vec<_>>>()
+        })
+        .await;
+        let (primary_ip, replicas) = ips.split_last().expect("the primary is named last");
+        // Asynchronous: what the primary holds of them, which may be fewer (counted as lost).
+        let wanted = match self.replication {
+            Replication::Synchronous => last,
+            Replication::Asynchronous => {
+                let count = format!("SELECT count(*) FROM ledger WHERE n <= {last}");
+                let held = self.psql.run(&primary_ip.1, &count, SQL_DEADLINE).await;
+                held.ok().and_then(|c| c.parse().ok()).unwrap_or(last)
+            }
+        };
+        let asks = replicas.iter().map(|(_, ip)| {
+            let psql = self.psql.clone();
+            let rows = (last, wanted);
+            tokio::spawn(catch_up(psql, ip.clone(), rows, acknowledged, deadline))
+        });
+        let answers = futures_util::future::join_all(asks).await;
+        let mut caught_up = Vec::new();
+        let mut behind = Vec::new();
+        for ((name, ip), answer) in replicas.iter().zip(answers) {
+            match answer.expect("the catch-up task") {
+                Ok(took) => caught_up.push((name.clone(), took)),
+                Err(seen) => {
+                    let answer = |sql| async move {
+                        let answer = self.psql.run(ip, sql, SQL_DEADLINE).await;
+                        answer.unwrap_or_else(|error| format!("no answer: {error}"))
+                    };
+                    let (receiver, waits) = (answer(RECEIVER_SQL).await, answer(WAITS_SQL).await);
+                    behind.push(format!(
+                        "{name} ({ip}) {seen}; it says: {receiver}; {waits}"
+                    ));
+                }
+            }
+        }
+        if behind.is_empty() {
+            return caught_up;
+        }
+        let primary = &primary_ip.0;
+        let senders = self
+            .psql
+            .run(&primary_ip.1, SENDERS_SQL, SQL_DEADLINE)
+            .await;
+        self.describe().await;
+        self.print_timeline(since);
+        panic!(
+            "{what}: not every replica held the {last} acknowledged rows {CATCH_UP_DEADLINE:?} after the last one: {}; the primary {primary} says: {}",
+            behind.join("; "),
+            senders.unwrap_or_else(|error| format!("no answer: {error}"))
+        );
+    }
+
     /// The first story line after the first `from` lines that names `pod` and says `words`
     /// (within 30 s; else the test fails). Polled every 2 ms, not at `eventually`'s pace: the
     /// operator faults are meant to land inside a step that takes tens of milliseconds.
@@ -607,9 +748,10 @@ impl Chaos {
         self.operator = Some(Operator::start(&self.client, &self.reporter, self.timings));
     }
 
-    /// One fault: inject it, wait for convergence and resumed writes, check no row was lost
-    /// and no two primaries were seen. The outage.
-    async fn run_fault(&mut self, fault: Fault) -> (Duration, i64) {
+    /// One fault: inject it, wait for convergence and resumed writes, check no row was lost,
+    /// every replica holds every acknowledged row, and no two primaries were seen. What it
+    /// measured, and the cluster as it converged.
+    async fn run_fault(&mut self, fault: Fault) -> (Measured, Converged) {
         let caption = fault.caption();
         let before = self.converged(&format!("before {caption}")).await;
         self.writes_resume(5, &format!("writes before {caption}"))
@@ -649,13 +791,15 @@ impl Chaos {
             after
         };
         let (last, lost) = self.acknowledged_rows_lost(&after.primary, caption).await;
+        let caught_up = self.replicas_caught_up(&after, caption, injected).await;
         let most = self.writable.most.load(Ordering::SeqCst);
         let polls = self.writable.polls.load(Ordering::SeqCst);
         println!(
-            "chaos: {caption} ({}): outage {:.1} s, new primary {}, {last} rows acknowledged, {lost} of them lost here, at most {most} writable member(s) in {polls} polls",
+            "chaos: {caption} ({}): outage {:.1} s, new primary {}, {last} rows acknowledged, {lost} of them lost here, every replica held them after {}, at most {most} writable member(s) in {polls} polls",
             self.timings.label(),
             outage.as_secs_f64(),
-            after.primary
+            after.primary,
+            catch_up_times(&caught_up)
         );
         if fault != Fault::LoseReplica {
             self.print_timeline(injected);
@@ -665,7 +809,13 @@ impl Chaos {
             "{caption}: two writable primaries at once: {:?}",
             self.writable.seen.lock().expect("writable")
         );
-        (outage, lost)
+        let slowest = caught_up.iter().map(|(_, took)| *took).max();
+        let measured = Measured {
+            outage,
+            lost,
+            slowest_catch_up: slowest.unwrap_or_default(),
+        };
+        (measured, after)
     }
 
     /// Note `what` in the timeline, as a story line would be.
@@ -685,8 +835,27 @@ impl Chaos {
     }
 }
 
+/// What one fault measured.
+struct Measured {
+    /// The longest stretch without an acknowledged write.
+    outage: Duration,
+    /// Acknowledged rows missing on the new primary (asynchronous replication only).
+    lost: i64,
+    /// The slowest replica's time to hold every acknowledged row.
+    slowest_catch_up: Duration,
+}
+
 fn seconds(d: Duration) -> String {
     format!("{:.1}", d.as_secs_f64())
+}
+
+/// `db-a 0.12 s, db-b 0.31 s`.
+fn catch_up_times(caught_up: &[(String, Duration)]) -> String {
+    let times: Vec<String> = caught_up
+        .iter()
+        .map(|(name, took)| format!("{name} {:.2} s", took.as_secs_f64()))
+        .collect();
+    times.join(", ")
 }
 
 /// Keep `story`'s lines in `timeline`, each with when it was first seen (within 20 ms).
@@ -714,8 +883,9 @@ async fn every_fault_converges_without_losing_an_acknowledged_row() {
     run_chaos(Timings::Defaults).await;
 }
 
-/// The same, under the end-to-end tests' short timings (failover delay 2 s, a round every
-/// second): what the timings add to each outage. Run by name; the run above covers every fault.
+/// The same, under the end-to-end tests' short timings (a round every second, shorter
+/// replacement delays): what the timings add to each outage. Run by name; the run above covers
+/// every fault.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a comparison run: `cargo test --test chaos -- --ignored with_the_tests_short_timings`"]
 async fn every_fault_converges_with_the_tests_short_timings() {
@@ -814,13 +984,14 @@ async fn run_chaos(timings: Timings) {
     ));
 
     let started = Instant::now();
-    // Per fault: its outage and the acknowledged rows it lost, one of each per round.
+    let mut last_converged = None;
+    // Per fault: what it measured, one per round.
     // `CHAOS_ONLY=KillOperatorMidPromotion,HangPrimary`: these faults only, to study one.
     let only = std::env::var("CHAOS_ONLY").unwrap_or_default();
-    let mut measured: Vec<(Fault, Vec<Duration>, Vec<i64>)> = FAULTS
+    let mut measured: Vec<(Fault, Vec<Measured>)> = FAULTS
         .iter()
         .filter(|f| only.is_empty() || only.split(',').any(|name| name == format!("{f:?}")))
-        .map(|f| (*f, Vec::new(), Vec::new()))
+        .map(|f| (*f, Vec::new()))
         .collect();
     for name in only.split(',').filter(|name| !name.is_empty()) {
         assert!(
@@ -833,32 +1004,49 @@ async fn run_chaos(timings: Timings) {
             "chaos: round {round} of {rounds} ({replication:?} replication, {})",
             timings.label()
         );
-        for (fault, outages, lost) in measured.iter_mut() {
-            let (outage, lost_here) = chaos.run_fault(*fault).await;
-            outages.push(outage);
-            lost.push(lost_here);
+        for (fault, per_round) in measured.iter_mut() {
+            let (measured_here, converged) = chaos.run_fault(*fault).await;
+            per_round.push(measured_here);
+            last_converged = Some(converged);
         }
     }
+    let writing_stopped = Instant::now();
     stop_writing.cancel();
     let _ = writer.await;
     watch.abort();
+    // The replicas as the last fault left them, asked at once: the 5 s run from the writer's
+    // last commit, and converging again first would spend some of them.
+    let last_converged = match last_converged {
+        Some(converged) => converged,
+        None => chaos.converged("the end").await,
+    };
+    let caught_up = chaos
+        .replicas_caught_up(&last_converged, "the end", writing_stopped)
+        .await;
     timing.abort();
     let last = chaos.ledger.last();
     let primary = chaos.converged("the end").await.primary;
     let (_, lost_at_end) = chaos.acknowledged_rows_lost(&primary, "the end").await;
 
     println!(
-        "chaos: {rounds} round(s) in {:.0} s, {replication:?} replication, {}; {last} rows acknowledged, {} lost",
+        "chaos: {rounds} round(s) in {:.0} s, {replication:?} replication, {}; {last} rows acknowledged, {} lost; at the end, every replica held them after {}",
         started.elapsed().as_secs_f64(),
         timings.label(),
-        chaos.lost
+        chaos.lost,
+        catch_up_times(&caught_up)
     );
     assert_eq!(lost_at_end, 0, "rows lost after the last fault converged");
     println!(
-        "chaos: | fault | outage, s (min / median / max) | acknowledged rows lost (per round) |"
+        "chaos: | fault | outage, s (min / median / max) | acknowledged rows lost (per round) | slowest replica's catch-up, s (per round) |"
     );
-    println!("chaos: |---|---|---|");
-    for (fault, mut outages, lost) in measured {
+    println!("chaos: |---|---|---|---|");
+    for (fault, per_round) in measured {
+        let mut outages: Vec<Duration> = per_round.iter().map(|m| m.outage).collect();
+        let lost: Vec<i64> = per_round.iter().map(|m| m.lost).collect();
+        let catch_ups: Vec<String> = per_round
+            .iter()
+            .map(|m| format!("{:.2}", m.slowest_catch_up.as_secs_f64()))
+            .collect();
         outages.sort();
         let (min, median, max) = (
             outages[0],
@@ -867,12 +1055,13 @@ async fn run_chaos(timings: Timings) {
         );
         let lost: Vec<String> = lost.iter().map(i64::to_string).collect();
         println!(
-            "chaos: | {} | {} / {} / {} | {} |",
+            "chaos: | {} | {} / {} / {} | {} | {} |",
             fault.caption(),
             seconds(min),
             seconds(median),
             seconds(max),
-            lost.join(", ")
+            lost.join(", "),
+            catch_ups.join(", ")
         );
     }
     if let Some(operator) = chaos.operator.take() {
