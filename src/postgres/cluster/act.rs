@@ -3,7 +3,7 @@
 //! story line and Event. WORKSHOP.md, step 04 ("The reconcile loop").
 
 use super::*;
-use fence::{leaving_unstopped, FENCE_GRACE_SECONDS};
+use fence::{from_an_unstopped_primary, FENCE_GRACE_SECONDS};
 use lines::{delete_story, lsn_text};
 
 impl<L: ClusterLayer> PostgresTask<L> {
@@ -94,9 +94,7 @@ impl<L: ClusterLayer> PostgresTask<L> {
                 let promoted = self
                     .fail_over(observed, lost.as_deref(), candidates, prefer.as_deref())
                     .await?;
-                // An old primary that stopped closed its replication connections, and the
-                // standbys reconnect by themselves; one fenced without a stop did not.
-                if fence.is_some() || leaving_unstopped(observed).next().is_some() {
+                if from_an_unstopped_primary(observed, fence.as_deref()) {
                     self.restart_wal_receivers(observed, &promoted).await;
                 }
                 Some(promoted)

@@ -127,5 +127,59 @@ pub(super) fn leaving_unstopped(observed: &Observed) -> impl Iterator<Item = &Me
         .filter(|m| m.role == Some(Role::Primary) && m.phase == Phase::Terminating && !m.stopped)
 }
 
+/// Whether a failover goes on from an old primary that has not stopped: the one it fences
+/// (`fence`), one labelled primary still leaving, or one an earlier failover labelled fenced
+/// (an operator killed after the fence, before its promotion and the restart of the WAL
+/// receivers that follows it: the operator that finishes the failover must restart them).
+/// An old primary that stops closes its replication connections, and the standbys reconnect by
+/// themselves; one frozen keeps them open, and a WAL receiver that connected to it through the
+/// Service before the fence waits for its answer for ever (see `restart_wal_receivers`).
+pub(super) fn from_an_unstopped_primary(observed: &Observed, fence: Option<&str>) -> bool {
+    let fenced_unstopped = observed
+        .members
+        .iter()
+        .any(|m| m.role == Some(Role::Fenced) && !m.stopped && m.phase != Phase::Done);
+    fence.is_some() || leaving_unstopped(observed).next().is_some() || fenced_unstopped
+}
+
 /// How long a fenced primary gets to stop before the kubelet kills it (see `act`).
 pub(super) const FENCE_GRACE_SECONDS: u32 = 5;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The WAL receivers are restarted after a failover from an old primary that has not
+    /// stopped, whichever operator fenced it; not after one that stopped.
+    #[test]
+    fn an_old_primary_fenced_by_an_earlier_operator_still_counts_until_it_stops() {
+        let replicas = || {
+            vec![
+                Member::running("db-a", Role::Replica, true),
+                Member::running("db-b", Role::Replica, true),
+            ]
+        };
+        let with = |old: Member| {
+            let mut members = replicas();
+            members.push(old);
+            Observed::of_running(members)
+        };
+        let mut old = Member::running("db-0", Role::Primary, false);
+        assert!(from_an_unstopped_primary(&with(old.clone()), Some("db-0")));
+        assert!(!from_an_unstopped_primary(&with(old.clone()), None));
+        old.phase = Phase::Terminating;
+        assert!(from_an_unstopped_primary(&with(old.clone()), None));
+        // Relabelled by an operator killed before it promoted: deleted, or not yet.
+        old.role = Some(Role::Fenced);
+        assert!(from_an_unstopped_primary(&with(old.clone()), None));
+        old.phase = Phase::Running;
+        assert!(from_an_unstopped_primary(&with(old.clone()), None));
+        old.phase = Phase::Terminating;
+        old.stopped = true;
+        assert!(!from_an_unstopped_primary(&with(old), None));
+        assert!(!from_an_unstopped_primary(
+            &Observed::of_running(replicas()),
+            None
+        ));
+    }
+}
