@@ -4,9 +4,9 @@
 //! members, one primary, its standbys set, every replica streaming from the primary), no
 //! acknowledged row is missing on the primary, every replica holds every acknowledged row
 //! within 5 s of the writer's last commit (asked again once the writer has stopped, at the
-//! end), and at no poll did two members answer `pg_is_in_recovery() = false`. The outage per
-//! fault (the longest stretch with no acknowledged write) and each replica's catch-up time are
-//! printed.
+//! end) and none was replaced for not streaming, and at no poll did two members answer
+//! `pg_is_in_recovery() = false`. The outage per fault (the longest stretch with no
+//! acknowledged write) and each replica's catch-up time are printed.
 //!
 //! WORKSHOP.md, step 04 ("Failover under faults"). Needs PostgreSQL and bubblewrap.
 //! The operator runs with the defaults a user gets (`PostgresOptions::default()`, which the
@@ -50,6 +50,9 @@ const FAULT_DEADLINE: Duration = Duration::from_secs(180);
 const SQL_DEADLINE: Duration = Duration::from_secs(3);
 /// How often every member is asked whether it is in recovery.
 const POLL_EVERY: Duration = Duration::from_millis(300);
+/// What the operator says when it replaces a Ready replica that has not streamed from the
+/// primary for the not-streaming delay (30 s): that replica was that long behind.
+const NOT_STREAMING_SAID: &str = "has not streamed from the primary";
 /// On the primary: the standbys streaming from it, by `application_name` (their pod names).
 const STREAMING_SQL: &str =
     "SELECT application_name FROM pg_stat_replication WHERE state = 'streaming'";
@@ -110,11 +113,17 @@ enum Fault {
     /// The primary's node lost as a cluster loses one: processes frozen, pod Ready for 5 s,
     /// its deletion never confirmed.
     LosePrimaryNode,
+    /// The primary's node lost so (frozen, 5 s grace), and the operator killed the moment it
+    /// says it fences the primary, then started anew. The new operator mostly finds it
+    /// labelled fenced already (else it fences it itself), promotes a standby, and must restart
+    /// the other standby's WAL receiver as the fencing operator would have: it may have
+    /// connected to the frozen primary, and would stream nothing for 30 s.
+    KillOperatorAtLostNodeFence,
 }
 
-/// The faults of one round; the switchover before `LosePrimaryNode`, which leaves a pod
+/// The faults of one round; the switchover before the lost nodes, which leave a pod
 /// Terminating for ever.
-const FAULTS: [Fault; 8] = [
+const FAULTS: [Fault; 9] = [
     Fault::DeletePrimaryPod,
     Fault::KillPrimaryPostmaster,
     Fault::HangPrimary,
@@ -123,6 +132,7 @@ const FAULTS: [Fault; 8] = [
     Fault::LoseReplica,
     Fault::Switchover,
     Fault::LosePrimaryNode,
+    Fault::KillOperatorAtLostNodeFence,
 ];
 
 impl Fault {
@@ -140,6 +150,9 @@ impl Fault {
             Fault::LoseReplica => "a replica's node lost",
             Fault::Switchover => "a planned switchover (switchover-to annotation)",
             Fault::LosePrimaryNode => "the primary's node lost (frozen, 5 s grace)",
+            Fault::KillOperatorAtLostNodeFence => {
+                "the primary's node lost (frozen, 5 s grace), the operator killed at the fence"
+            }
         }
     }
 }
@@ -734,6 +747,13 @@ impl Chaos {
             Fault::LosePrimaryNode => {
                 assert!(faults.lose_node(&namespace, primary, LostNode::default()));
             }
+            Fault::KillOperatorAtLostNodeFence => {
+                let said_before = self.story.count();
+                assert!(faults.lose_node(&namespace, primary, LostNode::default()));
+                let fenced = self.said_after(said_before, primary, "Member lost").await;
+                println!("chaos: killing the operator at the fence: {fenced}");
+                self.restart_operator().await;
+            }
         }
     }
 
@@ -769,6 +789,16 @@ impl Chaos {
             self.said_after(said_before, target, "Promoting").await;
         }
         let after = self.converged(caption).await;
+        // Converged means every replica streams: one that was stuck behind (its WAL receiver
+        // waiting on the old primary) only converges once replaced, and the check of the rows
+        // below cannot see it any more. The operator's line says so.
+        if let Some(line) = self
+            .story
+            .first_after(said_before, |line| line.contains(NOT_STREAMING_SAID))
+        {
+            self.print_timeline(injected);
+            panic!("{caption}: a replica fell behind for the not-streaming delay: {line}");
+        }
         if fault == Fault::HangPrimary
             && self
                 .sandbox
@@ -1023,6 +1053,10 @@ async fn run_chaos(timings: Timings) {
     let caught_up = chaos
         .replicas_caught_up(&last_converged, "the end", writing_stopped)
         .await;
+    let replaced = chaos
+        .story
+        .first_after(0, |line| line.contains(NOT_STREAMING_SAID));
+    assert_eq!(replaced, None, "a replica fell behind during the run");
     timing.abort();
     let last = chaos.ledger.last();
     let primary = chaos.converged("the end").await.primary;
