@@ -847,6 +847,7 @@ async fn run_probes(
         if !sleep(probe.initial_delay).await {
             return;
         }
+        let mut ticks = ticker(probe.period);
         let mut failures = 0;
         loop {
             match check(probe.clone()).await {
@@ -865,7 +866,7 @@ async fn run_probes(
                     }
                 }
             }
-            if !sleep(probe.period).await {
+            if !next_tick(&mut ticks, &stop).await {
                 return;
             }
         }
@@ -882,6 +883,7 @@ async fn run_probes(
         if !sleep(probe.initial_delay).await {
             return;
         }
+        let mut ticks = ticker(probe.period);
         let (mut successes, mut failures) = (0, 0);
         loop {
             match check(probe.clone()).await {
@@ -906,7 +908,7 @@ async fn run_probes(
                     }
                 }
             }
-            if !sleep(probe.period).await {
+            if !next_tick(&mut ticks, &stop).await {
                 return;
             }
         }
@@ -918,6 +920,7 @@ async fn run_probes(
         if !sleep(probe.initial_delay).await {
             return;
         }
+        let mut ticks = ticker(probe.period);
         let mut failures = 0;
         loop {
             match check(probe.clone()).await {
@@ -936,12 +939,31 @@ async fn run_probes(
                     }
                 }
             }
-            if !sleep(probe.period).await {
+            if !next_tick(&mut ticks, &stop).await {
                 return;
             }
         }
     };
     tokio::join!(readiness, liveness);
+}
+
+/// Probes start `period` apart, however long each took, as the kubelet's prober worker runs
+/// them off a ticker: a probe that waits out its timeout does not push the next one a whole
+/// period later (a hung server's second miss would come a timeout late). One that outlasts the
+/// period is followed by the next at once, as a Go ticker's one buffered tick does. The first
+/// tick is a period from now: the first probe runs at once, before any tick.
+fn ticker(period: Duration) -> tokio::time::Interval {
+    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticks
+}
+
+/// Wait for the next tick of `ticks`: false if `stop` comes first.
+async fn next_tick(ticks: &mut tokio::time::Interval, stop: &CancellationToken) -> bool {
+    tokio::select! {
+        _ = ticks.tick() => true,
+        _ = stop.cancelled() => false,
+    }
 }
 
 /// Run one probe; Err carries what the kubelet would put in the Unhealthy event.
@@ -976,6 +998,27 @@ async fn check(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Probes start a period apart whatever each takes (a 3 s probe every 4 s starts at 0, 4, 8),
+    /// and one that outlasts the period is followed at once (a 5 s one at 0, 5, 10).
+    #[tokio::test(start_paused = true)]
+    async fn probes_start_a_period_apart_as_on_a_ticker() {
+        let stop = CancellationToken::new();
+        for (takes, expected) in [(3, [0, 4, 8]), (5, [0, 5, 10])] {
+            let begin = tokio::time::Instant::now();
+            let mut ticks = ticker(Duration::from_secs(4));
+            let mut starts = Vec::new();
+            for _ in 0..3 {
+                starts.push(begin.elapsed().as_secs());
+                tokio::time::sleep(Duration::from_secs(takes)).await;
+                assert!(next_tick(&mut ticks, &stop).await);
+            }
+            assert_eq!(starts, expected, "a probe of {takes} s");
+        }
+        stop.cancel();
+        let mut ticks = ticker(Duration::from_secs(4));
+        assert!(!next_tick(&mut ticks, &stop).await, "a stop ends the wait");
+    }
 
     #[test]
     fn back_off_durations_print_as_go_does() {
