@@ -128,7 +128,10 @@ pub struct ProcessRuntime {
     pub max_restart_backoff: Duration,
     /// How often a waiting container retries what blocked it (a missing Secret, a volume).
     pub retry_period: Duration,
-    /// How often each pod's worker looks at its pod object (to notice a deletion).
+    /// How often each pod's worker looks again at its pod object and the Services when the
+    /// store has changed (a resync: a deletion is noticed at once, /etc/hosts follows a new
+    /// Service within it), and the Services' endpoints are recomputed with no change seen
+    /// (they follow each change at once).
     pub sync_period: Duration,
     /// How long pods get to stop when the sandbox itself stops.
     pub shutdown_grace: Duration,
@@ -165,7 +168,7 @@ impl ProcessRuntime {
             restart_backoff: Duration::from_secs(10),
             max_restart_backoff: Duration::from_secs(300),
             retry_period: Duration::from_secs(2),
-            sync_period: Duration::from_millis(200),
+            sync_period: Duration::from_secs(1),
             shutdown_grace: Duration::from_secs(5),
             address_block: None,
             cluster: Arc::new(Cluster::default()),

@@ -186,6 +186,9 @@ pub(crate) struct StoreState {
     dependents: HashMap<String, BTreeSet<ObjectKey>>,
     /// Some: every commit is on disk before it is applied here (`--data-dir`).
     file: Option<StoreFile>,
+    /// The revision of every commit, for the runtime's loops that follow the store (the
+    /// Services' endpoints) without polling it.
+    changed: tokio::sync::watch::Sender<u64>,
 }
 
 /// Where CustomResourceDefinitions are kept: loading one teaches the registry its kind.
@@ -226,6 +229,7 @@ impl Store {
                 uids: HashMap::new(),
                 dependents: HashMap::new(),
                 file: None,
+                changed: tokio::sync::watch::Sender::new(0),
             }),
         }
     }
@@ -260,6 +264,11 @@ impl Store {
 
     pub(crate) fn revision(&self) -> u64 {
         self.lock().revision
+    }
+
+    /// A receiver that wakes after each commit (several commits may wake it once).
+    pub(crate) fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.lock().changed.subscribe()
     }
 }
 
@@ -436,6 +445,7 @@ impl StoreState {
             }
         }
         self.revision = revision;
+        self.changed.send_replace(revision);
         let object = Arc::new(object);
         if let Some(previous) = &previous {
             self.unindex(store_key, previous);

@@ -51,16 +51,20 @@ pub(crate) async fn run(
     // (namespace, name) of Services whose Endpoints this loop wrote: removed with the Service.
     let mut managed: BTreeSet<(String, String)> = BTreeSet::new();
     let mut random = Xorshift::from_entropy();
-    // The store's revision at the last pass, and whether a listener could not be bound then.
+    // The store's revision at the last pass (None: a listener could not be bound then).
     let mut synced: Option<u64> = None;
+    let mut changes = store.subscribe();
     loop {
-        // Every input of a pass (Services, pods, Endpoints) is in the store: while its revision
-        // stands still there is nothing to redo. Without this each pass lists every pod and
-        // Service five times a second, the sandbox's largest idle cost after the probes.
+        // Every input of a pass (Services, pods, Endpoints) is in the store: a pass follows
+        // each change at once (a failover's relabelled pods reach the primary Service's
+        // endpoints without waiting for a poll), and while the revision stands still there is
+        // nothing to redo (passes that listed every pod and Service five times a second were
+        // the sandbox's largest idle cost after the probes).
         let revision = store.revision();
         if synced == Some(revision) {
             tokio::select! {
                 _ = shutdown.cancelled() => return,
+                Ok(()) = changes.changed() => {}
                 _ = tokio::time::sleep(period) => {}
             }
             continue;
@@ -81,7 +85,8 @@ pub(crate) async fn run(
                 Some(listener) => *lock(&listener.backends) = backends,
                 None => {
                     let Ok(socket) = bind(address) else {
-                        // Taken (another sandbox's Service on the same address): retry next time.
+                        // Taken (another sandbox's Service on the same address): retry after
+                        // a resync period, changes or not.
                         synced = None;
                         continue;
                     };
@@ -103,12 +108,21 @@ pub(crate) async fn run(
                 }
             }
         }
+        // At most twenty passes a second, however fast the store changes.
+        let spacing = if synced.is_none() {
+            period
+        } else {
+            MIN_PASS_SPACING
+        };
         tokio::select! {
             _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(period) => {}
+            _ = tokio::time::sleep(spacing) => {}
         }
     }
 }
+
+/// The least time between two passes of [`run`]'s loop.
+const MIN_PASS_SPACING: Duration = Duration::from_millis(50);
 
 fn bind(address: SocketAddr) -> std::io::Result<TcpListener> {
     let socket = tokio::net::TcpSocket::new_v4()?;

@@ -344,3 +344,63 @@ spec:
         "a headless name is a pod's IP: {headless}"
     );
 }
+
+/// A Service's endpoints follow a change in the store at once, not at the runtime's next
+/// resync: with a sync period of an hour, relabelling a running pod into a Service's selector
+/// puts its address in the Endpoints within seconds (a failover relabels the promoted pod so).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn endpoints_follow_a_relabel_without_waiting_for_the_sync_period() {
+    let mut runtime = test_support::process_runtime();
+    runtime.sync_period = Duration::from_secs(3600);
+    let sandbox = sandbox::Sandbox::start_with_runtime(
+        sandbox::SandboxOptions::default(),
+        sandbox::Runtime::Processes(runtime),
+        tokio_util::sync::CancellationToken::new(),
+    )
+    .await
+    .expect("sandbox starts");
+    let kubectl = Kubectl::new(&sandbox.url());
+    create(
+        &kubectl,
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: waiting, labels: {app: elsewhere}}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - {name: main, image: busybox, command: [sleep, "1000"]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: chosen}
+spec:
+  selector: {app: chosen}
+  ports:
+  - {port: 80}
+"#,
+    )
+    .await;
+    let pod_ip = test_support::pod_ip(&wait_ready(&kubectl, "waiting").await);
+    let addresses = || async {
+        kubectl
+            .ok(&[
+                "get",
+                "endpoints",
+                "chosen",
+                "-o",
+                "jsonpath={.subsets[*].addresses[*].ip}",
+            ])
+            .await
+    };
+    assert_eq!(addresses().await, "", "nothing selected yet");
+    kubectl
+        .ok(&["label", "pod", "waiting", "app=chosen", "--overwrite"])
+        .await;
+    eventually(
+        Duration::from_secs(10),
+        "the pod in the Endpoints",
+        || async { (addresses().await == pod_ip).then_some(()) },
+    )
+    .await;
+}
