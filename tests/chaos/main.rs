@@ -15,7 +15,8 @@
 //! The short run (each fault once): `cargo test --test chaos -- --nocapture`.
 //! The long run (the whole sequence N times, min/median/max per fault):
 //! `CHAOS_ROUNDS=20 cargo test --test chaos -- --nocapture`. One fault, or a few, to study
-//! them: `CHAOS_ONLY=KillOperatorMidPromotion,HangPrimary` (the names of [`Fault`]).
+//! them: `CHAOS_ONLY=KillOperatorMidPromotion,HangPrimary` (the names of [`Fault`]). A lost
+//! node's grace period (5 s): `CHAOS_NODE_GRACE=40`.
 //! The same faults under the end-to-end tests' short timings (a round every second, a replica
 //! not streaming replaced after 10 s, an unready one after 30 s), to compare:
 //! `cargo test --test chaos -- --ignored --nocapture with_the_tests_short_timings`.
@@ -149,11 +150,27 @@ impl Fault {
             }
             Fault::LoseReplica => "a replica's node lost",
             Fault::Switchover => "a planned switchover (switchover-to annotation)",
-            Fault::LosePrimaryNode => "the primary's node lost (frozen, 5 s grace)",
+            Fault::LosePrimaryNode => "the primary's node lost (frozen, node grace)",
             Fault::KillOperatorAtLostNodeFence => {
-                "the primary's node lost (frozen, 5 s grace), the operator killed at the fence"
+                "the primary's node lost (frozen, node grace), the operator killed at the fence"
             }
         }
+    }
+}
+
+/// How a primary's node is lost: frozen, its pod left Ready for the node lifecycle
+/// controller's grace period, `CHAOS_NODE_GRACE` seconds (5 by default; kube-controller-manager
+/// waits 40 s, 50 s from Kubernetes 1.32).
+fn lost_node() -> LostNode {
+    let grace = match std::env::var("CHAOS_NODE_GRACE") {
+        Ok(seconds) => seconds
+            .parse()
+            .unwrap_or_else(|_| panic!("CHAOS_NODE_GRACE={seconds}: say a number of seconds")),
+        Err(_) => 5,
+    };
+    LostNode {
+        grace: Duration::from_secs(grace),
+        ..LostNode::default()
     }
 }
 
@@ -745,11 +762,11 @@ impl Chaos {
                     .expect("annotated");
             }
             Fault::LosePrimaryNode => {
-                assert!(faults.lose_node(&namespace, primary, LostNode::default()));
+                assert!(faults.lose_node(&namespace, primary, lost_node()));
             }
             Fault::KillOperatorAtLostNodeFence => {
                 let said_before = self.story.count();
-                assert!(faults.lose_node(&namespace, primary, LostNode::default()));
+                assert!(faults.lose_node(&namespace, primary, lost_node()));
                 let fenced = self.said_after(said_before, primary, "Member lost").await;
                 println!("chaos: killing the operator at the fence: {fenced}");
                 self.restart_operator().await;
@@ -1031,8 +1048,9 @@ async fn run_chaos(timings: Timings) {
     }
     for round in 1..=rounds {
         println!(
-            "chaos: round {round} of {rounds} ({replication:?} replication, {})",
-            timings.label()
+            "chaos: round {round} of {rounds} ({replication:?} replication, {}, node grace {} s)",
+            timings.label(),
+            lost_node().grace.as_secs()
         );
         for (fault, per_round) in measured.iter_mut() {
             let (measured_here, converged) = chaos.run_fault(*fault).await;
