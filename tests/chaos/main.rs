@@ -687,16 +687,21 @@ impl Chaos {
     }
 
     /// The first story line after the first `from` lines that names `pod` and says `words`
-    /// (within 30 s; else the test fails). Polled every 2 ms, not at `eventually`'s pace: the
-    /// operator faults are meant to land inside a step that takes tens of milliseconds.
+    /// (within 30 s and a lost node's grace period; else the test fails). Polled every 2 ms, not
+    /// at `eventually`'s pace: the operator faults are meant to land inside a step that takes
+    /// tens of milliseconds.
     async fn said_after(&self, from: usize, pod: &str, words: &str) -> String {
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let within = Duration::from_secs(30) + lost_node().grace;
+        let deadline = Instant::now() + within;
         loop {
             let wanted = |line: &str| line.contains(pod) && line.contains(words);
             if let Some(line) = self.story.first_after(from, wanted) {
                 return line;
             }
-            assert!(Instant::now() < deadline, "{pod} {words}: not said in 30 s");
+            assert!(
+                Instant::now() < deadline,
+                "{pod} {words}: not said in {within:?}"
+            );
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
     }
