@@ -206,19 +206,21 @@ fn postgres_container(cluster: &PostgresCluster, image: &str) -> Value {
         // state. 127.0.0.1, not the Unix socket, which the entrypoint's temporary init server
         // also listens on. Ready decides which pods the Services send traffic to.
         // The detector of a hung primary (its processes stopped: TCP still accepts, nothing
-        // answers, so only a query notices), so its period is a trade. Each probe costs about
+        // answers, so only a query notices). Every 2 s, unready after two misses in a row, each
+        // 2 s without an answer (pg_isready's -t): the probes start 2 s apart however long each
+        // takes, so a hung primary is unready 4 to 6 s after it stops, and the failover delay
+        // counts from there. One slow answer under load is not two. Each probe costs about
         // 14 ms of CPU on the node (pg_isready loads 25 libraries, the server starts a backend
-        // for it): every 2 s with two misses in a row, six idle clusters of three kept 8 % of
-        // a 2-core machine busy; every 4 s with one miss, under 5 %. One miss is 3 s without an
-        // answer (pg_isready's -t: a stall under load shorter than that is no miss), so a hung
-        // primary is unready 3 to 7 s after it stops, and the failover delay counts from there.
+        // for it); every 4 s with one miss of 3 s saved 2 points of a 2-core machine's CPU with
+        // six idle clusters of three (9.4 % against 7.4 %, most of it the servers themselves),
+        // detected no faster, and lost the second chance (WORKSHOP step 04 has the figures).
         // The kubelet's timeout is a little longer than -t, so a late answer is pg_isready's
         // "no response" (exit 2), not a killed probe.
         "readinessProbe": {
-            "exec": {"command": ["pg_isready", "-h", "127.0.0.1", "-p", "5432", "-t", "3"]},
-            "periodSeconds": 4,
-            "timeoutSeconds": 4,
-            "failureThreshold": 1,
+            "exec": {"command": ["pg_isready", "-h", "127.0.0.1", "-p", "5432", "-t", "2"]},
+            "periodSeconds": 2,
+            "timeoutSeconds": 3,
+            "failureThreshold": 2,
         },
         // A replica replaying WAL answers "rejecting connections" (exit 1): alive, so only
         // "no response" for 2 × 30 s restarts the container. A liveness probe that demanded
@@ -500,7 +502,7 @@ mod tests {
         let container = &pod["spec"]["containers"][0];
         assert_eq!(
             container["readinessProbe"]["exec"]["command"],
-            json!(["pg_isready", "-h", "127.0.0.1", "-p", "5432", "-t", "3"])
+            json!(["pg_isready", "-h", "127.0.0.1", "-p", "5432", "-t", "2"])
         );
         for probe in ["startupProbe", "livenessProbe"] {
             let command = &container[probe]["exec"]["command"];

@@ -53,7 +53,7 @@ pub enum Phase {
 }
 
 /// Certain evidence that a pod's server is down, read from its object: unlike a failed
-/// readiness probe (one answer 3 s late under load), none of these passes by
+/// readiness probe (a slow answer under load, two misses in a row), none of these passes by
 /// itself in a second or two, so none waits the failover delay.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Down {
@@ -151,15 +151,12 @@ pub struct Quorum {
 pub struct Delays {
     /// The primary unready this long, with nothing more certain than its readiness probe to say
     /// why, is failed over. Certain evidence ([`Down`]) does not wait it. We count from when it
-    /// went unready (see `Member::unready_for`), which the readiness probe says after one miss,
-    /// 3 s without an answer, the probes 4 s apart (`manifests.rs` says why not more often):
-    /// by then the primary has answered nothing for 3 to 7 s, and every write has waited as
-    /// long. The delay is the last allowance for one that answers again (a stall under load);
-    /// 2 s, not more, because each second of it is a second more without writes for every
-    /// client of a primary that is really hung (6 s made a hung primary's outage 13 to 14 s;
-    /// CloudNativePG's `failoverDelay` is 0). It is shorter than the probe period, so one miss
-    /// that the next probe would have cleared still fails over: safe with `required` (nothing
-    /// acknowledged is lost); with asynchronous replication the rows not yet streamed may be.
+    /// went unready (see `Member::unready_for`), which the readiness probe says after two misses
+    /// in a row, 2 s apart, each 2 s without an answer: by then the primary has answered nothing
+    /// for 4 to 6 s, and every write has waited as long. The delay is the last allowance for one
+    /// that answers again (a stall under load); 2 s, not more, because each second of it is a
+    /// second more without writes for every client of a primary that is really hung (6 s made a
+    /// hung primary's outage 13 to 14 s; CloudNativePG's `failoverDelay` is 0).
     pub failover_after: Duration,
     /// A replica Running but unready this long is deleted and replaced. Longer than a replica's
     /// start (recovery replays the WAL it missed) on a slow machine.
