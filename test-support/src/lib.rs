@@ -48,8 +48,8 @@ pub use processes::{processes, processes_matching, run_with_deadline, Process};
 pub use psql::HostPsql;
 pub use sandbox::{
     process_runtime, sandbox_and_kubectl, spawn_sandbox_binary, spawn_sandbox_binary_banner,
-    start_process_sandbox, start_sandbox, start_sandbox_with, start_tls_sandbox,
-    until_watch_opened, PROCESS_SANDBOX_FLAGS,
+    start_process_sandbox, start_process_sandbox_on, start_sandbox, start_sandbox_with,
+    start_tls_sandbox, until_watch_opened, PROCESS_SANDBOX_FLAGS,
 };
 pub use scripted_server::{ScriptedServer, TestPki};
 

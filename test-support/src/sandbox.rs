@@ -40,9 +40,14 @@ pub async fn start_tls_sandbox(options: SandboxOptions) -> (Sandbox, tempfile::T
 
 /// A sandbox whose pods run as real PostgreSQL processes ([`process_runtime`]).
 pub async fn start_process_sandbox(options: SandboxOptions) -> Sandbox {
+    start_process_sandbox_on(options, process_runtime()).await
+}
+
+/// A sandbox whose pods run under `runtime`: [`process_runtime`] with a field changed.
+pub async fn start_process_sandbox_on(options: SandboxOptions, runtime: ProcessRuntime) -> Sandbox {
     Sandbox::start_with_runtime(
         options,
-        Runtime::Processes(process_runtime()),
+        Runtime::Processes(runtime),
         CancellationToken::new(),
     )
     .await

@@ -352,13 +352,8 @@ spec:
 async fn endpoints_follow_a_relabel_without_waiting_for_the_sync_period() {
     let mut runtime = test_support::process_runtime();
     runtime.sync_period = Duration::from_secs(3600);
-    let sandbox = sandbox::Sandbox::start_with_runtime(
-        sandbox::SandboxOptions::default(),
-        sandbox::Runtime::Processes(runtime),
-        tokio_util::sync::CancellationToken::new(),
-    )
-    .await
-    .expect("sandbox starts");
+    let sandbox =
+        test_support::start_process_sandbox_on(sandbox::SandboxOptions::default(), runtime).await;
     let kubectl = Kubectl::new(&sandbox.url());
     create(
         &kubectl,

@@ -175,13 +175,8 @@ async fn a_failure_without_a_message_falls_back_to_the_end_of_its_log() {
 async fn a_deleted_pod_stops_without_waiting_for_the_sync_period() {
     let mut runtime = test_support::process_runtime();
     runtime.sync_period = Duration::from_secs(3600);
-    let sandbox = sandbox::Sandbox::start_with_runtime(
-        sandbox::SandboxOptions::default(),
-        sandbox::Runtime::Processes(runtime),
-        tokio_util::sync::CancellationToken::new(),
-    )
-    .await
-    .expect("sandbox starts");
+    let sandbox =
+        test_support::start_process_sandbox_on(sandbox::SandboxOptions::default(), runtime).await;
     let kubectl = Kubectl::new(&sandbox.url());
     // Ends on SIGTERM (the shell's trap) long before its 60 s grace period would.
     let script = "trap \"exit 0\" TERM; while true; do sleep 0.1; done";
