@@ -36,7 +36,7 @@ const NS_GET_PARENT: libc::c_ulong = 0xb702;
 
 /// The namespaces of one running container, open, in the order they are entered.
 pub(crate) struct Namespaces {
-    /// User namespaces first and last, the others between (see the module doc).
+    /// The user namespace that owns the others first (see the module doc).
     entries: Vec<OwnedFd>,
 }
 
@@ -50,20 +50,26 @@ impl Namespaces {
         // SAFETY: NS_GET_PARENT takes no argument and returns a new descriptor or -1; the one
         // it returns is owned here and nowhere else.
         let parent = unsafe { libc::ioctl(inner.as_raw_fd(), NS_GET_PARENT) };
-        let mut entries = Vec::new();
+        let mut outer = None;
         if parent >= 0 {
             // SAFETY: a descriptor ioctl just opened for us (see above).
             let parent = unsafe { OwnedFd::from_raw_fd(parent) };
-            // A jail without an inner user namespace has ours as its parent: nothing to enter.
             let ours = std::fs::metadata("/proc/self/ns/user")?.ino();
             if File::from(parent.try_clone()?).metadata()?.ino() != ours {
-                entries.push(parent);
+                outer = Some(parent);
             }
         }
-        for name in ["mnt", "ipc", "uts"] {
-            entries.push(open(name)?);
-        }
-        entries.push(inner);
+        let owned = ["mnt", "ipc", "uts"]
+            .into_iter()
+            .map(open)
+            .collect::<std::io::Result<Vec<_>>>()?;
+        let entries = match outer {
+            // Outer, the namespaces it owns, then the inner one (see the module doc).
+            Some(outer) => std::iter::once(outer).chain(owned).chain([inner]).collect(),
+            // A jail with one user namespace (its parent is ours): that one owns the others,
+            // so it is entered first.
+            None => std::iter::once(inner).chain(owned).collect(),
+        };
         Ok(Namespaces { entries })
     }
 
