@@ -249,29 +249,33 @@ const WRITABLE_SQL: &str = "SELECT extract(epoch FROM clock_timestamp()), NOT pg
 /// One member's answers: (when, by the server's clock; yes or no).
 type Answers = BTreeMap<String, Vec<(f64, bool)>>;
 
+/// One answer to [`WRITABLE_SQL`]: (when; not in recovery; able to acknowledge a commit).
+type Answer = (f64, bool, bool);
+
 /// What the split-brain watch saw since the last reset.
 #[derive(Default)]
 struct Writable {
     polls: AtomicUsize,
-    /// Each member's answers to "not in recovery?"
-    writable: Mutex<Answers>,
-    /// Each member's answers to "could it acknowledge a commit?"
-    acknowledging: Mutex<Answers>,
+    /// Each member's answers, in the order of their times.
+    answers: Mutex<BTreeMap<String, Vec<Answer>>>,
 }
 
 impl Writable {
     fn reset(&self) {
         self.polls.store(0, Ordering::SeqCst);
-        self.writable.lock().expect("writable").clear();
-        self.acknowledging.lock().expect("acknowledging").clear();
+        self.answers.lock().expect("answers").clear();
     }
 
     /// Members writable at one moment, then members able to acknowledge a commit at one moment.
     fn at_once(&self) -> (Vec<String>, Vec<String>) {
-        (
-            at_once(&self.writable.lock().expect("writable")),
-            at_once(&self.acknowledging.lock().expect("acknowledging")),
-        )
+        let answers = self.answers.lock().expect("answers");
+        let only = |pick: fn(&Answer) -> bool| -> Answers {
+            answers
+                .iter()
+                .map(|(name, all)| (name.clone(), all.iter().map(|a| (a.0, pick(a))).collect()))
+                .collect()
+        };
+        (at_once(&only(|a| a.1)), at_once(&only(|a| a.2)))
     }
 }
 
@@ -328,19 +332,17 @@ async fn watch_writable(client: Client, psql: HostPsql, writable: Arc<Writable>)
             let fields: Vec<&str> = answer.trim().split('|').collect();
             if let [at, is_writable, is_acknowledging] = fields[..] {
                 if let Ok(at) = at.parse::<f64>() {
-                    answered.push((name, at, is_writable == "t", is_acknowledging == "t"));
+                    answered.push((name, (at, is_writable == "t", is_acknowledging == "t")));
                 }
             }
         }
-        for (name, at, is_writable, is_acknowledging) in answered {
-            for (answers, yes) in [
-                (&writable.writable, is_writable),
-                (&writable.acknowledging, is_acknowledging),
-            ] {
-                let mut answers = answers.lock().expect("answers");
-                let mine = answers.entry(name.clone()).or_default();
-                mine.push((at, yes));
-                mine.sort_by(|x, y| x.0.total_cmp(&y.0));
+        {
+            let mut answers = writable.answers.lock().expect("answers");
+            for (name, answer) in answered {
+                let mine = answers.entry(name).or_default();
+                // Asked side by side, answers can come back out of their servers' order.
+                let at = mine.partition_point(|earlier| earlier.0 <= answer.0);
+                mine.insert(at, answer);
             }
         }
         writable.polls.fetch_add(1, Ordering::SeqCst);
