@@ -88,6 +88,20 @@ pub struct PodStatus {
     pub conditions: Vec<PodCondition>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_ip: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub container_statuses: Vec<ContainerStatus>,
+}
+
+/// One container's record, as the kubelet keeps it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContainerStatus {
+    #[serde(default)]
+    pub name: String,
+    /// How many times the kubelet restarted it in place (step 04 asks a primary that came back
+    /// whether it is still one).
+    #[serde(default)]
+    pub restart_count: u32,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -134,6 +148,15 @@ impl Pod {
             .conditions
             .iter()
             .any(|c| c.type_ == "Ready" && c.status == "True")
+    }
+
+    /// How many times the kubelet restarted `container` in place (0 when not reported).
+    pub fn restarts(&self, container: &str) -> u32 {
+        self.status
+            .container_statuses
+            .iter()
+            .find(|c| c.name == container)
+            .map_or(0, |c| c.restart_count)
     }
 
     /// A delete was accepted (`deletionTimestamp` set): the pod is on its way out, even while its

@@ -94,6 +94,11 @@ pub fn next_status(
         Action::Delete { pod, reason } => {
             (true, "Replacing", format!("deleting {pod}: {reason:?}"))
         }
+        Action::PromoteInPlace { pod } => (
+            true,
+            "PromotingInPlace",
+            format!("{pod} was restarted in place; promoting it if it came back in recovery"),
+        ),
         Action::Failover { lost, .. } => {
             let lost = lost.as_deref().unwrap_or("the lost primary");
             (

@@ -94,6 +94,36 @@ mv "$partial" "$PGDATA"
 echo "clone: copied $PRIMARY_HOST into $PGDATA"
 "#;
 
+/// The postgres container's command: the official entrypoint, started in recovery when this
+/// server was a primary that did not stop cleanly. Its arguments (`args`, the image's CMD:
+/// `postgres -c ...`) are passed on.
+///
+/// The kubelet restarts a container whose process died (a SIGKILL, an out-of-memory kill, a
+/// backend's crash with `restart_after_crash=off`) in place, on the same emptyDir, its first
+/// crash at once. The operator may be failing over at that moment: it fences the old primary
+/// and promotes a standby without waiting for the old one to stop
+/// (`plan::fencing_first_is_safe`). Started as a primary again, the old server would take
+/// writes beside the new one until the fence's delete stops it. So only the operator makes a
+/// primary. A standby has `standby.signal` and a restore (step 05) `recovery.signal`; otherwise
+/// the control file says how the server last stopped: `shut down` after a clean stop, and still
+/// `in production` for a primary that did not stop cleanly (a fresh base backup's copy says so
+/// too, which is why the signal files are asked first). That one starts as a standby of nothing (`standby.signal`,
+/// `primary_conninfo` empty): it replays all of its own WAL, answers read-only queries, and
+/// waits for the operator, which promotes it in place when no other member took over and
+/// deletes it when one did. (Patroni starts a crashed leader read-only too, and promotes it only
+/// while it still holds the leader key.) `LC_ALL=C`: pg_controldata's words are translated.
+// ANCHOR: crash_guard
+const START_SCRIPT: &str = r#"set -eu
+if [ -s "$PGDATA/PG_VERSION" ] && [ ! -e "$PGDATA/standby.signal" ] && [ ! -e "$PGDATA/recovery.signal" ] \
+  && LC_ALL=C pg_controldata "$PGDATA" | grep -q '^Database cluster state: *in production$'; then
+  echo "postgres: this primary did not stop cleanly; starting it in recovery until the operator promotes it or replaces it"
+  touch "$PGDATA/standby.signal"
+  exec docker-entrypoint.sh "$@" -c primary_conninfo=
+fi
+exec docker-entrypoint.sh "$@"
+"#;
+// ANCHOR_END: crash_guard
+
 /// `pg_isready` exits 0 (accepting connections), 1 (rejecting: starting up, replaying WAL before
 /// it is consistent, shutting down), 2 (no response) or 3 (no attempt). 0 and 1 mean the
 /// postmaster is there and working, so "alive" is `<= 1`.
@@ -147,7 +177,9 @@ fn postgres_container(cluster: &PostgresCluster, image: &str) -> Value {
     json!({
         "name": POSTGRES_CONTAINER,
         "image": image,
-        // `args` alone keeps the image's ENTRYPOINT (docker-entrypoint.sh) and replaces its CMD.
+        // `command` replaces the image's ENTRYPOINT with START_SCRIPT, which ends in it (the
+        // word after the script is the shell's $0); `args` replaces its CMD and is passed on.
+        "command": ["sh", "-c", START_SCRIPT, "start"],
         // wal_keep_size (PG 13+; the default is 0) keeps 512 MB of WAL on the primary, so a
         // replica that falls behind or restarts can catch up instead of failing with "requested
         // WAL segment has already been removed". wal_retrieve_retry_interval (5 s by default)
@@ -173,8 +205,15 @@ fn postgres_container(cluster: &PostgresCluster, image: &str) -> Value {
         // stayed on a frozen old primary for a minute after a failover, behind, and (with
         // synchronous `required`) was the one standby an old primary that came back could still
         // have had acknowledge its commits (`plan::fencing_first_is_safe`).
+        // restart_after_crash (on by default): after one backend crashes, the postmaster ends
+        // every session and runs crash recovery in place, and a primary is writable again with
+        // no one asked. Off, as CloudNativePG sets it, the postmaster exits, and the container
+        // restarts through START_SCRIPT like any other crash: in recovery, for the operator to
+        // promote or replace.
         "args": [
             "postgres",
+            "-c",
+            "restart_after_crash=off",
             "-c",
             "wal_keep_size=512MB",
             "-c",
@@ -468,8 +507,15 @@ mod tests {
         let container = &pod["spec"]["containers"][0];
         assert_eq!(container["name"], "postgres");
         assert_eq!(container["image"], "postgres:16.4");
-        // No `command`: the image's docker-entrypoint.sh must run, or nothing initialises PGDATA.
-        assert!(container["command"].is_null());
+        // The image's docker-entrypoint.sh must run, or nothing initialises PGDATA: the start
+        // script ends in it, with the arguments.
+        assert_eq!(
+            container["command"],
+            json!(["sh", "-c", START_SCRIPT, "start"])
+        );
+        assert!(START_SCRIPT
+            .trim_end()
+            .ends_with(r#"exec docker-entrypoint.sh "$@""#));
         assert_eq!(container["args"][0], "postgres");
         assert_eq!(env(container, "PGDATA")["value"], PGDATA);
         assert!(PGDATA.starts_with(&format!("{DATA_MOUNT}/")));

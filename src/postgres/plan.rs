@@ -15,7 +15,9 @@
 //!    wait until it has stopped, then fail over to the most advanced ready replica. With
 //!    synchronous replication `required`, the fence comes first and the promotion does not wait
 //!    for the stop (see [`Action::Failover`]'s `fence`). A primary whose pod failed has stopped
-//!    already: the failover is at once, and rule 2 removes the pod afterwards.
+//!    already: the failover is at once, and rule 2 removes the pod afterwards. A primary that
+//!    crashed and was restarted in place before anyone took over comes back in recovery and
+//!    Ready: it is promoted where it is ([`Action::PromoteInPlace`]).
 //! 2. **Lost members go.** A replica unready for longer than the lost-member delay (a lost node,
 //!    a crash loop) or failed is deleted; rule 4 replaces it. So is a replica Ready but not
 //!    streaming from the primary for longer than the not-streaming delay: it answers queries,
@@ -59,8 +61,9 @@ pub enum Phase {
 pub enum Down {
     /// Its postgres container has exited since the pod went unready: `state.terminated`,
     /// `state.waiting` after a `lastState.terminated` (CrashLoopBackOff), or running again after
-    /// one. The kubelet restarts it in place only after its back-off (10 s, then 20 s, 40 s ...),
-    /// and the server then runs crash recovery: a failover is the faster road.
+    /// one. The kubelet restarts it in place (a first crash at once, later ones after a
+    /// back-off), but a primary that crashed comes back in recovery and waits for the operator
+    /// (the manifests' start script): a failover is the faster road.
     Exited,
     /// Its node stopped reporting: the node lifecycle controller turned the pod's Ready
     /// condition False (`MarkPodsNotReady`) and left `ContainersReady` True, which the kubelet
@@ -109,6 +112,10 @@ pub struct Member {
     pub version: String,
     /// `metadata.creationTimestamp` (RFC 3339, so later sorts after earlier).
     pub created: String,
+    /// Its postgres container was restarted in place since this task last asked the server
+    /// whether it is in recovery. A primary that crashed comes back in recovery (the manifests'
+    /// start script) and waits for the operator.
+    pub restarted: bool,
 }
 
 impl Member {
@@ -234,6 +241,13 @@ pub enum Action {
         /// relabelled so that no Service selects it, and its deletion asked. Only with
         /// synchronous replication `required` (see `next_action`).
         fence: Option<String>,
+    },
+    /// The primary's container was restarted in place and it is Ready again: ask whether it
+    /// came back in recovery (a crash, see the manifests' start script) and if so promote it
+    /// where it is. No replica took over (one would be labelled primary in its place), so
+    /// nothing newer exists anywhere.
+    PromoteInPlace {
+        pod: String,
     },
     /// Every member of a cluster that ran is gone.
     Disaster,
@@ -374,6 +388,13 @@ pub fn next_action(observed: &Observed, delays: &Delays) -> Action {
                 reason: DeleteReason::FencePrimary,
             };
         }
+        // ANCHOR: promote_in_place
+        Some(primary) if primary.ready && primary.restarted => {
+            return Action::PromoteInPlace {
+                pod: primary.name.clone(),
+            };
+        }
+        // ANCHOR_END: promote_in_place
         Some(_) => {}
         None if observed.has_run || observed.recorded_primary.is_some() => {
             if let Some(quorum) = &observed.quorum {
@@ -655,6 +676,7 @@ impl Member {
             not_streaming_for: Duration::ZERO,
             version: "16".into(),
             created: String::new(),
+            restarted: false,
         }
     }
 }
@@ -940,6 +962,28 @@ mod tests {
     }
 
     /// Without a ready replica, fencing the primary would leave nothing: wait instead.
+    /// A primary restarted in place is asked, and promoted where it is, once Ready again; a
+    /// restarted replica, or a primary not Ready yet, is not.
+    #[test]
+    fn a_restarted_primary_is_promoted_in_place_once_ready() {
+        let restarted = |role, ready| Member {
+            restarted: true,
+            ..member("db-0", role, Phase::Running, ready)
+        };
+        let primary = observed(vec![restarted(Role::Primary, true)], 1);
+        assert_eq!(
+            plan(&primary),
+            Action::PromoteInPlace { pod: "db-0".into() }
+        );
+        let not_yet = observed(vec![restarted(Role::Primary, false)], 1);
+        assert!(!matches!(plan(&not_yet), Action::PromoteInPlace { .. }));
+        let replica = observed(
+            vec![ready("db-1", Role::Primary), restarted(Role::Replica, true)],
+            2,
+        );
+        assert_eq!(plan(&replica), Action::Steady);
+    }
+
     #[test]
     fn an_unready_primary_without_a_ready_replica_is_not_fenced() {
         let mut primary = member("db-p", Role::Primary, Phase::Running, false);

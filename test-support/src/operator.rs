@@ -225,6 +225,32 @@ impl PostgresOperator {
         }
     }
 
+    /// Stop only the operator, as SIGTERM would (the sandbox and its pods go on); [`resume`]
+    /// starts a new one, as a restarted operator process.
+    ///
+    /// [`resume`]: PostgresOperator::resume
+    pub async fn pause(&mut self) {
+        self.stop.cancel();
+        (&mut self.task)
+            .await
+            .expect("the operator's task")
+            .expect("the operator stops cleanly");
+    }
+
+    /// A new operator with `options`, after [`PostgresOperator::pause`].
+    pub fn resume(&mut self, options: postgres_operator::postgres::PostgresOptions) {
+        let (reporter, story) = Story::record();
+        self.story = story;
+        self.stop = tokio_util::sync::CancellationToken::new();
+        self.task = tokio::spawn(postgres_operator::postgres::run_postgres_operator(
+            self.client.clone(),
+            options,
+            (),
+            reporter,
+            self.stop.clone(),
+        ));
+    }
+
     /// Stop the operator as SIGTERM would, and require that it stopped cleanly.
     pub async fn stop(self) {
         self.stop.cancel();

@@ -6,6 +6,7 @@
 //!
 //! Run one part: `cargo test --test postgres scripts::`.
 
+mod crashed_primary;
 mod frozen_standby;
 mod manifests;
 mod many_pods;

@@ -1,6 +1,7 @@
 //! The shell inside the stage-04 pod manifests, run with `sh` on this machine: the probes'
-//! reading of `pg_isready`'s exit codes, and the clone init container keeping a PGDATA that
-//! already holds a database. Fast: a stand-in `pg_isready` on PATH plays the server's answers.
+//! reading of `pg_isready`'s exit codes, the clone init container keeping a PGDATA that
+//! already holds a database, and the postgres container's start script starting a primary that
+//! crashed in recovery. Fast: a stand-in `pg_isready` on PATH plays the server's answers.
 //!
 //! WORKSHOP.md, step 04. Run: `cargo test -p postgres-operator --test postgres scripts::`.
 
@@ -159,4 +160,91 @@ fn an_interrupted_clone_starts_over() {
     assert!(!pgdata.exists(), "nothing claims to be a database");
     let calls = std::fs::read_to_string(tools.path().join("calls")).expect("pg_isready ran");
     assert_eq!(calls.trim(), "-q -h db-primary -p 5432");
+}
+
+/// The postgres container's command and arguments, as the kubelet joins them.
+fn start_argv() -> Vec<String> {
+    let pod = replica_pod();
+    let container = &pod["spec"]["containers"][0];
+    let mut all = argv(&container["command"]);
+    all.extend(argv(&container["args"]));
+    all
+}
+
+/// The start script in a PGDATA whose control file says `state` (None: an empty PGDATA, a
+/// first start) and holding the file `signal` if given, with a `pg_controldata` that says so and a `docker-entrypoint.sh` that records
+/// its arguments: those arguments, whether the script wrote `standby.signal`, and what the script
+/// said.
+fn start_in(state: Option<&str>, signal: Option<&str>) -> (Vec<String>, bool, String) {
+    let data = tempfile::tempdir().expect("tempdir");
+    let pgdata = data.path().join("pgdata");
+    std::fs::create_dir(&pgdata).expect("pgdata");
+    if let Some(state) = state {
+        std::fs::write(pgdata.join("PG_VERSION"), "16\n").expect("PG_VERSION");
+        std::fs::write(pgdata.join("state"), state).expect("the state");
+    }
+    if let Some(signal) = signal {
+        std::fs::write(pgdata.join(signal), "").expect("a signal file");
+    }
+    let tools = tempfile::tempdir().expect("tempdir");
+    write_tool(
+        tools.path(),
+        "docker-entrypoint.sh",
+        "for a in \"$@\"; do echo \"$a\"; done > \"$(dirname \"$0\")/args\"",
+    );
+    // As PostgreSQL 16 prints it, in English only when LC_ALL=C (it is translated otherwise).
+    write_tool(
+        tools.path(),
+        "pg_controldata",
+        "[ \"$LC_ALL\" = C ] || exit 9; echo 'pg_control version number:            1300'; \
+         echo \"Database cluster state:               $(cat \"$1/state\")\"",
+    );
+    let output = run(
+        &start_argv(),
+        tools.path(),
+        &[
+            ("PGDATA", pgdata.to_str().expect("utf-8")),
+            ("LC_ALL", "de_DE.UTF-8"),
+        ],
+    );
+    assert!(output.status.success(), "{output:?}");
+    let args = std::fs::read_to_string(tools.path().join("args")).expect("the entrypoint ran");
+    (
+        args.lines().map(String::from).collect(),
+        signal.is_none() && pgdata.join("standby.signal").exists(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+    )
+}
+
+/// A primary that did not stop cleanly (its control file still says `in production`) starts as
+/// a standby of nothing: `standby.signal` written, `primary_conninfo` emptied. A clean stop, a
+/// standby or a restore (`in archive recovery`, or a signal file beside a base backup's copied
+/// control file), and a first start run the entrypoint as asked.
+#[test]
+fn a_primary_that_crashed_starts_in_recovery_and_nothing_else_does() {
+    let asked: Vec<String> = start_argv().into_iter().skip(4).collect();
+    assert_eq!(asked[0], "postgres");
+
+    let (args, standby, said) = start_in(Some("in production"), None);
+    assert!(standby, "standby.signal written");
+    let mut wanted = asked.clone();
+    wanted.extend(["-c".to_string(), "primary_conninfo=".to_string()]);
+    assert_eq!(args, wanted);
+    assert!(said.contains("did not stop cleanly"), "{said}");
+
+    // A fresh base backup's control file says `in production` too: a replica's clone has
+    // `standby.signal`, a restore's `recovery.signal`.
+    for (state, signal) in [
+        (Some("shut down"), None),
+        (Some("shut down in recovery"), None),
+        (Some("in archive recovery"), None),
+        (Some("in production"), Some("standby.signal")),
+        (Some("in production"), Some("recovery.signal")),
+        (None, None),
+    ] {
+        let (args, standby, said) = start_in(state, signal);
+        assert_eq!(args, asked, "{state:?} {signal:?}");
+        assert!(!standby, "{state:?} {signal:?}");
+        assert!(said.is_empty(), "{state:?} {signal:?}: {said}");
+    }
 }

@@ -99,6 +99,7 @@ impl<L: ClusterLayer> PostgresTask<L> {
                 }
                 Some(promoted)
             }
+            Action::PromoteInPlace { pod } => self.promote_in_place(pod).await,
             Action::Disaster => {
                 if self.status().phase.as_deref() != Some(PHASE_FAILED) {
                     self.say(
@@ -110,6 +111,58 @@ impl<L: ClusterLayer> PostgresTask<L> {
                 None
             }
         }
+    }
+
+    /// The primary `pod` was restarted in place and is Ready: ask whether it came back in
+    /// recovery (it crashed: the manifests' start script) and if so promote it. Each restart is
+    /// asked about once, so an idle cluster asks nothing. Returns `pod` when it promoted it.
+    async fn promote_in_place(&mut self, pod: &str) -> Option<String> {
+        let restarts = self
+            .snapshot()
+            .iter()
+            .find(|p| p.metadata.name == pod)
+            .map(|p| p.restarts(POSTGRES_CONTAINER))?;
+        let answer = self.psql(pod, manifests::IS_IN_RECOVERY_SQL).await;
+        let promoted = match answer.map(|out| manifests::parse_bool(&out)) {
+            // A clean stop and start: it is the primary still.
+            Ok(Ok(false)) => None,
+            Ok(Ok(true)) => {
+                self.say(format!("Primary {pod} was restarted in place and came back in recovery; no replica took over, so promoting it where it is"));
+                match self.psql(pod, manifests::PROMOTE_SQL).await {
+                    Ok(out) if out.trim() == "t" => {}
+                    outcome => {
+                        let why =
+                            outcome.map_or_else(|e| e, |out| format!("pg_promote said {out:?}"));
+                        self.say(format!(
+                            "promoting {pod} in place failed: {why}; trying again next round"
+                        ));
+                        self.fail_round();
+                        return None;
+                    }
+                }
+                let line =
+                    format!("promoted {pod} in place: it had crashed and came back in recovery");
+                self.event(EventType::Normal, "PromotedInPlace", &line)
+                    .await;
+                Some(pod.to_string())
+            }
+            Ok(Err(error)) => {
+                self.say(format!(
+                    "cannot tell whether {pod} is in recovery: {error}; asking again next round"
+                ));
+                self.fail_round();
+                return None;
+            }
+            Err(error) => {
+                self.say(format!(
+                    "cannot ask {pod} whether it is in recovery: {error}; asking again next round"
+                ));
+                self.fail_round();
+                return None;
+            }
+        };
+        self.restarts_asked.insert(pod.to_string(), restarts);
+        promoted
     }
 
     /// A member pod as this task creates it: `manifests::pod` for the spec (with `version` in

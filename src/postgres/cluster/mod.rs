@@ -79,6 +79,10 @@ pub struct PostgresTask<L: ClusterLayer> {
     unready_since: HashMap<String, Instant>,
     /// When this task first saw each pod terminating.
     terminating_since: HashMap<String, Instant>,
+    /// Each pod's postgres container restart count when this task last asked its server
+    /// whether it is in recovery (`Action::PromoteInPlace`); a count above it is a restart
+    /// since. A new task asks a primary that was ever restarted once.
+    restarts_asked: HashMap<String, u32>,
     expecting: Option<(Expect, Instant)>,
     /// The last "Running: [...], pending: [...]" line, said again only when it changes.
     last_members_line: String,
@@ -116,6 +120,7 @@ async fn run<L: ClusterLayer>(
         worker,
         unready_since: HashMap::new(),
         terminating_since: HashMap::new(),
+        restarts_asked: HashMap::new(),
         expecting: None,
         last_members_line: String::new(),
         owned_checked: None,
@@ -365,6 +370,7 @@ impl<L: ClusterLayer> PostgresTask<L> {
         let exists = |name: &String| pods.iter().any(|p| &p.metadata.name == name);
         self.unready_since.retain(|name, _| exists(name));
         self.terminating_since.retain(|name, _| exists(name));
+        self.restarts_asked.retain(|name, _| exists(name));
         pods.iter()
             .map(|pod| {
                 let phase = if pod.is_terminating() {
@@ -426,6 +432,12 @@ impl<L: ClusterLayer> PostgresTask<L> {
                     not_streaming_for: Duration::ZERO,
                     version: image_tag(pod),
                     created: pod.metadata.creation_timestamp.clone().unwrap_or_default(),
+                    restarted: pod.restarts(POSTGRES_CONTAINER)
+                        > self
+                            .restarts_asked
+                            .get(&pod.metadata.name)
+                            .copied()
+                            .unwrap_or(0),
                 }
             })
             .collect()
