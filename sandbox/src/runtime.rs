@@ -122,8 +122,9 @@ pub enum Runtime {
 pub struct ProcessRuntime {
     pub tools: HostTools,
     data: Arc<DataDir>,
-    /// The first wait before restarting a crashed container; it doubles up to
-    /// `max_restart_backoff` (the kubelet's 10 s and 5 min; tests shorten them).
+    /// The wait before restarting a container that crashed again (a first crash is restarted
+    /// at once); it doubles up to `max_restart_backoff` (the kubelet's 10 s and 5 min; tests
+    /// shorten them).
     pub restart_backoff: Duration,
     pub max_restart_backoff: Duration,
     /// How often a waiting container retries what blocked it (a missing Secret, a volume).

@@ -6,8 +6,10 @@
 //! within 5 s of the writer's last commit (asked again once the writer has stopped, at the
 //! end) and none was replaced for not streaming, and no two members could acknowledge a commit
 //! at one moment (by the answers' times: [`at_once`]). Two members not in recovery at once are
-//! counted, not refused: a SIGKILLed primary that the kubelet restarts in place before its
-//! pod's deletion lands comes back writable, with no standby, until its stop. The outage per
+//! counted, not refused: an old primary that resumes (a hung process, a node whose network
+//! returns) before its stop is writable, with no standby to acknowledge anything, until then.
+//! (A crashed one restarted in place comes back in recovery: the manifests' start script.)
+//! The outage per
 //! fault (the longest stretch with no acknowledged write) and each replica's catch-up time are
 //! printed.
 //!
@@ -36,8 +38,10 @@ use base64::Engine;
 use postgres_operator::api::{collection_path, object_path, PostgresCluster, PostgresClusterSpec};
 use postgres_operator::client::Client;
 use postgres_operator::controller::pods::{pods_path, CLUSTER_LABEL};
+use postgres_operator::postgres::cluster::psql_in_pod;
 use postgres_operator::postgres::manifests::{
-    credentials_secret_name, primary_service_name, POSTGRES_CONTAINER, SUPERUSER_PASSWORD_KEY,
+    credentials_secret_name, primary_service_name, psql_argv, POSTGRES_CONTAINER,
+    SUPERUSER_PASSWORD_KEY,
 };
 use postgres_operator::postgres::{run_postgres_operator, PostgresOptions};
 use postgres_operator::story::Reporter;
@@ -101,6 +105,9 @@ enum Fault {
     DeletePrimaryPod,
     /// The primary's postmaster killed with SIGKILL; the kubelet restarts the container.
     KillPrimaryPostmaster,
+    /// One backend of the primary killed with SIGKILL (`kill -KILL $PPID` from the shell of a
+    /// `COPY ... TO PROGRAM`): with `restart_after_crash=off` the postmaster exits.
+    KillPrimaryBackend,
     /// Every process of the primary stopped with SIGSTOP; resumed once the cluster converged.
     HangPrimary,
     /// The primary's node lost (processes killed, pod unready at once), and the operator
@@ -128,9 +135,10 @@ enum Fault {
 
 /// The faults of one round; the switchover before the lost nodes, which leave a pod
 /// Terminating for ever.
-const FAULTS: [Fault; 9] = [
+const FAULTS: [Fault; 10] = [
     Fault::DeletePrimaryPod,
     Fault::KillPrimaryPostmaster,
+    Fault::KillPrimaryBackend,
     Fault::HangPrimary,
     Fault::KillOperatorMidFailover,
     Fault::KillOperatorMidPromotion,
@@ -145,6 +153,7 @@ impl Fault {
         match self {
             Fault::DeletePrimaryPod => "kubectl delete pod <primary>",
             Fault::KillPrimaryPostmaster => "SIGKILL of the primary's postmaster",
+            Fault::KillPrimaryBackend => "SIGKILL of one of the primary's backends",
             Fault::HangPrimary => "the primary hung (SIGSTOP)",
             Fault::KillOperatorMidFailover => {
                 "the operator killed mid-failover (in turn: 1 s into the delay, at the fence)"
@@ -782,6 +791,12 @@ impl Chaos {
             }
             Fault::KillPrimaryPostmaster => {
                 assert!(faults.crash_container(&namespace, primary, POSTGRES_CONTAINER));
+            }
+            Fault::KillPrimaryBackend => {
+                let sql = "COPY (SELECT 1) TO PROGRAM 'kill -KILL $PPID'";
+                let argv = psql_argv(sql);
+                let killed = psql_in_pod(&self.client, &namespace, primary, &argv).await;
+                assert!(killed.is_err(), "the killed backend answered: {killed:?}");
             }
             Fault::HangPrimary => assert!(faults.hang_pod(&namespace, primary)),
             Fault::KillOperatorMidFailover => {

@@ -4,9 +4,9 @@
 //! WORKSHOP.md, "Set-up: the sandbox". The states kubectl users know come from here:
 //! `CreateContainerConfigError` (a missing Secret or key: retried until it appears),
 //! `ErrImagePull`/`ImagePullBackOff` (a postgres tag that does not exist), `StartError` (a
-//! command not found: exit code 128), `CrashLoopBackOff` (waiting 10 s, 20 s, 40 s … 5 min
-//! before the next restart), `Completed` and `Error` (exit codes), and restarts after a
-//! failed liveness or startup probe.
+//! command not found: exit code 128), `CrashLoopBackOff` (a first crash is restarted at once,
+//! the next ones after 10 s, 20 s, 40 s … 5 min), `Completed` and `Error` (exit codes), and
+//! restarts after a failed liveness or startup probe.
 
 use std::io::{Read, Seek, SeekFrom};
 use std::net::Ipv4Addr;
@@ -122,7 +122,7 @@ fn spec_of(worker: &PodWorker, kind: Kind, index: usize) -> Value {
 /// An init container, restarted on failure unless `restartPolicy: Never`. True when it
 /// completed (exit 0); false if the pod is stopping or has failed.
 pub(crate) async fn run_init(node: &Arc<Node>, worker: &Arc<PodWorker>, index: usize) -> bool {
-    let mut backoff = node.config.restart_backoff;
+    let mut backoff = Duration::ZERO;
     loop {
         let Some(ended) = run_once(node, worker, Kind::Init, index).await else {
             return false;
@@ -153,7 +153,7 @@ pub(crate) async fn run_init(node: &Arc<Node>, worker: &Arc<PodWorker>, index: u
 
 /// A main container, for the pod's whole life: restarted per `restartPolicy`.
 pub(crate) async fn supervise(node: Arc<Node>, worker: Arc<PodWorker>, kind: Kind, index: usize) {
-    let mut backoff = node.config.restart_backoff;
+    let mut backoff = Duration::ZERO;
     loop {
         // A lost node restarts nothing: nobody is there to.
         if worker.lost.is_cancelled() || worker.silent.is_cancelled() {
@@ -181,8 +181,10 @@ pub(crate) async fn supervise(node: Arc<Node>, worker: Arc<PodWorker>, kind: Kin
     }
 }
 
-/// After a crash: the last state is kept, the container waits in CrashLoopBackOff, and the
-/// wait doubles each time. False if the pod stopped meanwhile.
+/// After a crash: the last state is kept and the container restarted, a first crash (`backoff`
+/// zero) at once, as the kubelet's `doBackOff` finds no back-off recorded for it yet; after
+/// that it waits in CrashLoopBackOff, 10 s, then doubling each time. False if the pod stopped
+/// meanwhile.
 async fn back_off(
     node: &Node,
     worker: &PodWorker,
@@ -192,7 +194,19 @@ async fn back_off(
     backoff: &mut Duration,
 ) -> bool {
     if ended.started_at.elapsed() >= BACKOFF_RESET_AFTER {
+        *backoff = Duration::ZERO;
+    }
+    if backoff.is_zero() {
         *backoff = node.config.restart_backoff;
+        // Terminated until it runs again, as the kubelet reports the exited instance.
+        update(worker, kind, index, |c| {
+            c.state = ended.state.clone();
+            c.last_state = Some(ended.state);
+            c.ready = false;
+            c.started = false;
+            c.restart_count += 1;
+        });
+        return !worker.stop.is_cancelled();
     }
     let name = with_record(worker, kind, index, |c| c.name.clone());
     let pod = format!("{}_{}({})", worker.name, worker.namespace, worker.uid);

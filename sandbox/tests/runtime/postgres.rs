@@ -357,6 +357,46 @@ spec:
     );
 }
 
+/// A first crash is restarted at once, as the kubelet restarts one (its back-off has nothing
+/// recorded for the container yet); the second waits the back-off in CrashLoopBackOff. With a
+/// back-off of a minute, a restart count of 1 within 20 s can only be the restart at once, and
+/// a count still 1 while the container waits is the back-off held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_crash_restarts_at_once_and_the_next_waits_the_back_off() {
+    let mut runtime = process_runtime();
+    runtime.restart_backoff = Duration::from_secs(60);
+    let sandbox = sandbox::Sandbox::start_with_runtime(
+        sandbox::SandboxOptions::default(),
+        sandbox::Runtime::Processes(runtime),
+        tokio_util::sync::CancellationToken::new(),
+    )
+    .await
+    .expect("sandbox starts");
+    let kubectl = Kubectl::new(&sandbox.url());
+    let spec =
+        "  containers:\n  - name: main\n    image: postgres:16\n    command: [sh, -c, 'exit 3']\n";
+    create(&kubectl, &pod_manifest("crashes", spec)).await;
+    let pod = eventually(
+        Duration::from_secs(20),
+        "restarted once, then backing off",
+        || async {
+            let pod = pod_json(&kubectl, "crashes").await?;
+            let restarts = pod["status"]["containerStatuses"][0]["restartCount"].as_u64();
+            (restarts == Some(1) && waiting_reason(&pod).as_deref() == Some("CrashLoopBackOff"))
+                .then_some(pod)
+        },
+    )
+    .await;
+    let status = &pod["status"]["containerStatuses"][0];
+    assert_eq!(status["lastState"]["terminated"]["exitCode"], 3);
+    assert!(
+        status["state"]["waiting"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("back-off 1m0s")),
+        "{status}"
+    );
+}
+
 /// A failing readiness probe leaves the pod Running but not Ready (with Unhealthy events); a
 /// failing liveness probe restarts the container.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
