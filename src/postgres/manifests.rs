@@ -107,10 +107,10 @@ echo "clone: copied $PRIMARY_HOST into $PGDATA"
 /// primary. A standby has `standby.signal` and a restore (step 05) `recovery.signal`; otherwise
 /// the control file says how the server last stopped: `shut down` after a clean stop, and still
 /// `in production` for a primary that did not stop cleanly (a fresh base backup's copy says so
-/// too, which is why the signal files are asked first). That one starts as a standby of nothing (`standby.signal`,
-/// `primary_conninfo` empty): it replays all of its own WAL, answers read-only queries, and
-/// waits for the operator, which promotes it in place when no other member took over and
-/// deletes it when one did. (Patroni starts a crashed leader read-only too, and promotes it only
+/// too, which is why the signal files are asked first). That one starts as a standby of
+/// nothing (`standby.signal`, `primary_conninfo` empty): it replays all of its own WAL, answers
+/// read-only queries, and waits for the operator, which promotes it in place when no other
+/// member took over and deletes it when one did. (Patroni starts a crashed leader read-only too, and promotes it only
 /// while it still holds the leader key.) `LC_ALL=C`: pg_controldata's words are translated.
 // ANCHOR: crash_guard
 const START_SCRIPT: &str = r#"set -eu

@@ -961,7 +961,6 @@ mod tests {
         assert_eq!(plan(&cluster), deletes("db-a", DeleteReason::FencePrimary));
     }
 
-    /// Without a ready replica, fencing the primary would leave nothing: wait instead.
     /// A primary restarted in place is asked, and promoted where it is, once Ready again; a
     /// restarted replica, or a primary not Ready yet, is not.
     #[test]
@@ -984,6 +983,7 @@ mod tests {
         assert_eq!(plan(&replica), Action::Steady);
     }
 
+    /// Without a ready replica, fencing the primary would leave nothing: wait instead.
     #[test]
     fn an_unready_primary_without_a_ready_replica_is_not_fenced() {
         let mut primary = member("db-p", Role::Primary, Phase::Running, false);

@@ -15,14 +15,9 @@ use postgres_operator::postgres::cluster::psql_in_pod;
 use postgres_operator::postgres::manifests::{psql_argv, POSTGRES_CONTAINER};
 use serde_json::Value;
 
-const DEADLINE: Duration = Duration::from_secs(240);
+use super::psql;
 
-async fn psql(client: &Client, pod: &str, sql: &str) -> Option<String> {
-    psql_in_pod(client, client.namespace(), pod, &psql_argv(sql))
-        .await
-        .ok()
-        .map(|out| out.trim().to_string())
-}
+const DEADLINE: Duration = Duration::from_secs(240);
 
 /// The cluster's object once every member is ready: its primary and the other members.
 async fn ready(client: &Client, name: &str, size: i64) -> (String, Vec<String>) {

@@ -8,21 +8,13 @@
 use std::time::{Duration, Instant};
 
 use postgres_operator::api::{collection_path, object_path, PostgresCluster};
-use postgres_operator::client::Client;
-use postgres_operator::postgres::cluster::psql_in_pod;
-use postgres_operator::postgres::manifests::psql_argv;
 use sandbox::LostNode;
 use serde_json::Value;
 
+use super::psql;
+
 const CLUSTER: &str = "frozen";
 const DEADLINE: Duration = Duration::from_secs(240);
-
-async fn psql(client: &Client, pod: &str, sql: &str) -> Option<String> {
-    psql_in_pod(client, client.namespace(), pod, &psql_argv(sql))
-        .await
-        .ok()
-        .map(|out| out.trim().to_string())
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_primary_whose_standby_is_frozen_stops_within_seconds() {

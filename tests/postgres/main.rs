@@ -6,6 +6,10 @@
 //!
 //! Run one part: `cargo test --test postgres scripts::`.
 
+use postgres_operator::client::Client;
+use postgres_operator::postgres::cluster::psql_in_pod;
+use postgres_operator::postgres::manifests::psql_argv;
+
 mod crashed_primary;
 mod frozen_standby;
 mod manifests;
@@ -14,3 +18,11 @@ mod not_streaming;
 mod scripts;
 mod steady_state;
 mod synchronous_replication;
+
+/// `sql`'s answer in `pod` through `pods/exec`, trimmed; None when psql failed.
+async fn psql(client: &Client, pod: &str, sql: &str) -> Option<String> {
+    psql_in_pod(client, client.namespace(), pod, &psql_argv(sql))
+        .await
+        .ok()
+        .map(|out| out.trim().to_string())
+}
