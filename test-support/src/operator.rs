@@ -195,10 +195,13 @@ pub struct PostgresOperator {
     pub client: Client,
     pub story: Story,
     stop: tokio_util::sync::CancellationToken,
-    task: tokio::task::JoinHandle<
-        Result<postgres_operator::controller::ControllerStopped, postgres_operator::crd::CrdError>,
-    >,
+    task: OperatorTask,
 }
+
+/// The operator running as a task of the test's runtime.
+type OperatorTask = tokio::task::JoinHandle<
+    Result<postgres_operator::controller::ControllerStopped, postgres_operator::crd::CrdError>,
+>;
 
 impl PostgresOperator {
     /// Start the sandbox (failing with what is missing without PostgreSQL and bubblewrap) and
@@ -207,6 +210,21 @@ impl PostgresOperator {
         let sandbox = crate::start_process_sandbox(SandboxOptions::default()).await;
         let client = plain_client(&sandbox.url());
         register_crd(&client).await;
+        let (story, stop, task) = Self::spawn(&client, options);
+        PostgresOperator {
+            sandbox,
+            client,
+            story,
+            stop,
+            task,
+        }
+    }
+
+    /// The operator's task, with what it says and what stops it.
+    fn spawn(
+        client: &Client,
+        options: postgres_operator::postgres::PostgresOptions,
+    ) -> (Story, tokio_util::sync::CancellationToken, OperatorTask) {
         let (reporter, story) = Story::record();
         let stop = tokio_util::sync::CancellationToken::new();
         let task = tokio::spawn(postgres_operator::postgres::run_postgres_operator(
@@ -216,13 +234,7 @@ impl PostgresOperator {
             reporter,
             stop.clone(),
         ));
-        PostgresOperator {
-            sandbox,
-            client,
-            story,
-            stop,
-            task,
-        }
+        (story, stop, task)
     }
 
     /// Stop only the operator, as SIGTERM would (the sandbox and its pods go on); [`resume`]
@@ -239,16 +251,7 @@ impl PostgresOperator {
 
     /// A new operator with `options`, after [`PostgresOperator::pause`].
     pub fn resume(&mut self, options: postgres_operator::postgres::PostgresOptions) {
-        let (reporter, story) = Story::record();
-        self.story = story;
-        self.stop = tokio_util::sync::CancellationToken::new();
-        self.task = tokio::spawn(postgres_operator::postgres::run_postgres_operator(
-            self.client.clone(),
-            options,
-            (),
-            reporter,
-            self.stop.clone(),
-        ));
+        (self.story, self.stop, self.task) = Self::spawn(&self.client, options);
     }
 
     /// Stop the operator as SIGTERM would, and require that it stopped cleanly.

@@ -9,9 +9,8 @@
 //! counted, not refused: an old primary that resumes (a hung process, a node whose network
 //! returns) before its stop is writable, with no standby to acknowledge anything, until then.
 //! (A crashed one restarted in place comes back in recovery: the manifests' start script.)
-//! The outage per
-//! fault (the longest stretch with no acknowledged write) and each replica's catch-up time are
-//! printed.
+//! The outage per fault (the longest stretch with no acknowledged write) and each replica's
+//! catch-up time are printed.
 //!
 //! WORKSHOP.md, step 04 ("Failover under faults"). Needs PostgreSQL and bubblewrap.
 //! The operator runs with the defaults a user gets (`PostgresOptions::default()`, which the

@@ -196,40 +196,43 @@ async fn back_off(
     if ended.started_at.elapsed() >= BACKOFF_RESET_AFTER {
         *backoff = Duration::ZERO;
     }
-    if backoff.is_zero() {
-        *backoff = node.config.restart_backoff;
-        // Terminated until it runs again, as the kubelet reports the exited instance.
-        update(worker, kind, index, |c| {
-            c.state = ended.state.clone();
-            c.last_state = Some(ended.state);
-            c.ready = false;
-            c.started = false;
-            c.restart_count += 1;
-        });
-        return !worker.stop.is_cancelled();
-    }
+    // This crash's wait, and the next one's: none for a first crash, then 10 s, doubling.
+    let wait = *backoff;
+    *backoff = if wait.is_zero() {
+        node.config.restart_backoff
+    } else {
+        (wait * 2).min(node.config.max_restart_backoff)
+    };
     let name = with_record(worker, kind, index, |c| c.name.clone());
     let pod = format!("{}_{}({})", worker.name, worker.namespace, worker.uid);
     update(worker, kind, index, |c| {
-        c.last_state = Some(ended.state);
+        c.last_state = Some(ended.state.clone());
         c.ready = false;
         c.started = false;
-        c.state = State::waiting(
-            "CrashLoopBackOff",
-            format!(
-                "back-off {} restarting failed container={name} pod={pod}",
-                go_duration(*backoff)
-            ),
-        );
+        // Restarted at once, it shows the exited instance until the new one runs.
+        c.state = if wait.is_zero() {
+            ended.state
+        } else {
+            State::waiting(
+                "CrashLoopBackOff",
+                format!(
+                    "back-off {} restarting failed container={name} pod={pod}",
+                    go_duration(wait)
+                ),
+            )
+        };
     });
-    node.event(
-        &worker.pod,
-        true,
-        "BackOff",
-        format!("Back-off restarting failed container {name} in pod {pod}"),
-    );
-    let waited = worker.sleep(*backoff).await;
-    *backoff = (*backoff * 2).min(node.config.max_restart_backoff);
+    let waited = if wait.is_zero() {
+        !worker.stop.is_cancelled()
+    } else {
+        node.event(
+            &worker.pod,
+            true,
+            "BackOff",
+            format!("Back-off restarting failed container {name} in pod {pod}"),
+        );
+        worker.sleep(wait).await
+    };
     if waited {
         update(worker, kind, index, |c| c.restart_count += 1);
     }

@@ -122,23 +122,21 @@ impl<L: ClusterLayer> PostgresTask<L> {
             .iter()
             .find(|p| p.metadata.name == pod)
             .map(|p| p.restarts(POSTGRES_CONTAINER))?;
-        let answer = self.psql(pod, manifests::IS_IN_RECOVERY_SQL).await;
-        let promoted = match answer.map(|out| manifests::parse_bool(&out)) {
+        let in_recovery = self
+            .psql(pod, manifests::IS_IN_RECOVERY_SQL)
+            .await
+            .and_then(|out| manifests::parse_bool(&out).map_err(|e| e.to_string()));
+        let promoted = match in_recovery {
             // A clean stop and start: it is the primary still.
-            Ok(Ok(false)) => None,
-            Ok(Ok(true)) => {
+            Ok(false) => None,
+            Ok(true) => {
                 self.say(format!("Primary {pod} was restarted in place and came back in recovery; no replica took over, so promoting it where it is"));
-                match self.psql(pod, manifests::PROMOTE_SQL).await {
-                    Ok(out) if out.trim() == "t" => {}
-                    outcome => {
-                        let why =
-                            outcome.map_or_else(|e| e, |out| format!("pg_promote said {out:?}"));
-                        self.say(format!(
-                            "promoting {pod} in place failed: {why}; trying again next round"
-                        ));
-                        self.fail_round();
-                        return None;
-                    }
+                if let Err(why) = self.promote(pod).await {
+                    self.say(format!(
+                        "promoting {pod} in place failed: {why}; trying again next round"
+                    ));
+                    self.fail_round();
+                    return None;
                 }
                 let line =
                     format!("promoted {pod} in place: it had crashed and came back in recovery");
@@ -146,16 +144,9 @@ impl<L: ClusterLayer> PostgresTask<L> {
                     .await;
                 Some(pod.to_string())
             }
-            Ok(Err(error)) => {
-                self.say(format!(
-                    "cannot tell whether {pod} is in recovery: {error}; asking again next round"
-                ));
-                self.fail_round();
-                return None;
-            }
             Err(error) => {
                 self.say(format!(
-                    "cannot ask {pod} whether it is in recovery: {error}; asking again next round"
+                    "cannot tell whether {pod} is in recovery: {error}; asking again next round"
                 ));
                 self.fail_round();
                 return None;
@@ -248,6 +239,16 @@ impl<L: ClusterLayer> PostgresTask<L> {
             .map(|_| ())
     }
 
+    /// `SELECT pg_promote()` in `pod`; it returns once the promotion is done, or says why not.
+    async fn promote(&self, pod: &str) -> Result<(), String> {
+        match self.psql(pod, manifests::PROMOTE_SQL).await? {
+            out if out.trim() == "t" => Ok(()),
+            out => Err(format!(
+                "it did not finish within its wait (pg_promote said {out:?})"
+            )),
+        }
+    }
+
     /// Ask each candidate how far it got, promote the most advanced, label it primary.
     pub(super) async fn fail_over(
         &mut self,
@@ -286,27 +287,13 @@ impl<L: ClusterLayer> PostgresTask<L> {
         ));
         if chosen.in_recovery {
             self.prepare_synchronous(observed, &chosen.pod).await;
-            match self.psql(&chosen.pod, manifests::PROMOTE_SQL).await {
-                Ok(out) if out.trim() == "t" => {}
-                Ok(out) => {
-                    self.say(format!("promoting {} did not finish within its wait (pg_promote said {out:?}); trying again next round", chosen.pod));
-                    self.fail_round();
-                    return None;
-                }
-                Err(error) => {
-                    self.say(format!(
-                        "promoting {} failed: {error}; trying again next round",
-                        chosen.pod
-                    ));
-                    self.event(
-                        EventType::Warning,
-                        "PromotionFailed",
-                        &format!("promoting {} failed: {error}", chosen.pod),
-                    )
+            if let Err(why) = self.promote(&chosen.pod).await {
+                let line = format!("promoting {} failed: {why}", chosen.pod);
+                self.say(format!("{line}; trying again next round"));
+                self.event(EventType::Warning, "PromotionFailed", &line)
                     .await;
-                    self.fail_round();
-                    return None;
-                }
+                self.fail_round();
+                return None;
             }
         }
         // The label is what the `<name>-primary` Service selects: relabelled, the Service sends
