@@ -1,5 +1,6 @@
 # The operator image: every stage binary, built in release mode, on a distroless base
-# with no shell, running as the non-root user 65532 (kube/deployment.yaml picks the stage).
+# with no shell, running as the non-root user 65532 (kube/deployment.yaml picks the stage),
+# and /pg-ready, the readiness agent every postgres pod copies out of it (src/postgres/agent.rs).
 #
 #   docker build -t postgres-operator:latest .
 #   kind load docker-image postgres-operator:latest    # or push to your registry
@@ -16,10 +17,10 @@ WORKDIR /src
 # build the dependencies in a cached layer first; this keeps the recipe obvious.
 COPY . .
 # Only the operator package (the sandbox is a separate workspace member it never links); only the
-# stage binaries go into the image.
+# stage binaries and the agent go into the image.
 RUN cargo build --release --locked -p postgres-operator --bins \
     && mkdir /out \
-    && find target/release -maxdepth 1 -type f -executable -name 'stage[0-9]*' -exec cp {} /out/ \;
+    && find target/release -maxdepth 1 -type f -executable \( -name 'stage[0-9]*' -o -name pg-ready \) -exec cp {} /out/ \;
 
 # cc: glibc and libgcc, which Rust binaries link against; :nonroot runs as uid 65532.
 FROM gcr.io/distroless/cc-debian12:nonroot

@@ -84,8 +84,9 @@ struct Flags {
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
     /// Where pods of the image `postgres-operator:<tag>` (the Dockerfile's) find the operator's
-    /// stage binaries, stage01 ... stage05 (`cargo build --bins` puts them in target/debug).
-    /// Default: this program's own directory, when stage05 is there too.
+    /// binaries, stage01 ... stage05 and pg-ready, the readiness agent every postgres pod copies
+    /// (`cargo build --bins` puts them in target/debug). Default: this program's own directory,
+    /// when stage05 or pg-ready is there too.
     #[arg(long, value_name = "DIR")]
     operator_binaries: Option<PathBuf>,
 }
@@ -145,7 +146,9 @@ async fn serve(
         log_requests: true,
         // What a learner sees in `kubectl describe pod`: the scheduler's and kubelet's Events.
         pod_events: true,
-        operator_binaries: flags.operator_binaries.or_else(own_directory_with_stages),
+        operator_binaries: flags
+            .operator_binaries
+            .or_else(own_directory_with_operator_binaries),
         data_dir: flags.data_dir.clone(),
         ..SandboxOptions::default()
     };
@@ -237,12 +240,13 @@ fn create_private_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
 }
 
-/// The directory this program runs from, if the operator's stage binaries are there too: cargo
-/// builds every binary of the workspace into one directory (target/debug, target/release).
-fn own_directory_with_stages() -> Option<PathBuf> {
+/// The directory this program runs from, if the operator's binaries are there too (a stage, or
+/// the readiness agent its postgres pods copy): cargo builds every binary of the workspace into
+/// one directory (target/debug, target/release).
+fn own_directory_with_operator_binaries() -> Option<PathBuf> {
     let exe = std::env::current_exe().ok()?;
     let dir = exe.parent()?;
-    dir.join("stage05").is_file().then(|| dir.to_path_buf())
+    (dir.join("stage05").is_file() || dir.join("pg-ready").is_file()).then(|| dir.to_path_buf())
 }
 
 /// `--runtime` as given, or the default: processes where the host has what they need. The

@@ -163,8 +163,13 @@ pub struct PodBackups {
 }
 
 /// Stage 04's pod ([`manifests::pod`]) with stage 05's additions ([`dress_member`]).
-pub fn member_pod(cluster: &PostgresCluster, role: Role, backups: &PodBackups) -> Value {
-    let mut pod = manifests::pod(cluster, role);
+pub fn member_pod(
+    cluster: &PostgresCluster,
+    role: Role,
+    backups: &PodBackups,
+    agent_image: &str,
+) -> Value {
+    let mut pod = manifests::pod(cluster, role, agent_image);
     dress_member(&mut pod, cluster, role, backups);
     pod
 }
@@ -197,7 +202,11 @@ pub fn dress_member(pod: &mut Value, cluster: &PostgresCluster, role: Role, back
                 .push(json!({"name": BACKUP_VOLUME, "mountPath": BACKUP_MOUNT, "readOnly": true}));
             volumes.push(claim_volume(BACKUP_VOLUME, &source.claim, true));
         }
-        pod["spec"]["initContainers"] = json!([restore_container(source, &image, PGDATA)]);
+        // After the agent's copy, in place of a replica's clone (the seed is a primary).
+        extend(
+            &mut pod["spec"]["initContainers"],
+            vec![restore_container(source, &image, PGDATA)],
+        );
     }
     let spec = &mut pod["spec"];
     if let Some(container) = spec["containers"].as_array_mut().and_then(|containers| {
@@ -402,6 +411,7 @@ mod tests {
     use crate::api::PostgresClusterSpec;
     use crate::backups::api::{BackupSpec, BackupsSpec};
     use crate::events::rfc3339;
+    use crate::postgres::manifests::{AGENT_INSTALL_CONTAINER, DEFAULT_AGENT_IMAGE};
 
     /// `prod/db` with `size` members of Postgres 16 and `spec.backup` at its defaults.
     fn with_backups(size: i64) -> PostgresCluster {
@@ -545,8 +555,14 @@ mod tests {
                 archive: true,
                 restore,
             },
+            DEFAULT_AGENT_IMAGE,
         );
-        assert_eq!(seed["spec"]["initContainers"][0]["name"], RESTORE_CONTAINER);
+        // The agent's copy first, then the restore.
+        assert_eq!(
+            seed["spec"]["initContainers"][0]["name"],
+            AGENT_INSTALL_CONTAINER
+        );
+        assert_eq!(seed["spec"]["initContainers"][1]["name"], RESTORE_CONTAINER);
         assert_eq!(
             seed["spec"]["containers"][0]["terminationMessagePolicy"],
             "FallbackToLogsOnError"
@@ -558,6 +574,7 @@ mod tests {
                 archive: true,
                 restore: None,
             },
+            DEFAULT_AGENT_IMAGE,
         );
         assert!(member["spec"]["containers"][0]["terminationMessagePolicy"].is_null());
     }

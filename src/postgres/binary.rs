@@ -15,6 +15,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::cluster::{ClusterLayer, PostgresOptions};
+use super::manifests::DEFAULT_AGENT_IMAGE;
 use super::operator::run_postgres_operator;
 use super::plan::Delays;
 use crate::client::Client;
@@ -52,6 +53,9 @@ pub struct PostgresFlags {
     /// Where /metrics (Prometheus), /healthz and /readyz (probes) are served, as IP:PORT (port 0: any free one)
     #[arg(long, value_name = "IP:PORT", default_value = "127.0.0.1:8080")]
     pub metrics_address: SocketAddr,
+    /// The operator's image, from which every member pod copies its readiness agent (pg-ready); on kind, load it first (`kind load docker-image postgres-operator:latest`)
+    #[arg(long, value_name = "IMAGE", default_value = DEFAULT_AGENT_IMAGE)]
+    pub agent_image: String,
     #[command(flatten)]
     pub leader_election: LeaderElectionArgs,
 }
@@ -74,6 +78,7 @@ impl PostgresFlags {
                 watch_timeout_max: self.watch_timeout,
                 ..WatchOptions::default()
             },
+            agent_image: self.agent_image.clone(),
             ..PostgresOptions::default()
         }
     }

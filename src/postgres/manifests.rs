@@ -22,6 +22,7 @@
 
 use serde_json::{json, Value};
 
+use super::agent::{AGENT_BINARY, AGENT_DIR, AGENT_PORT, IMAGE_BINARY, READY_PATH};
 use crate::api::PostgresCluster;
 use crate::controller::pods::{owner_reference, pod_labels};
 
@@ -51,6 +52,13 @@ pub const INIT_SCRIPT_KEY: &str = "10-replication.sh";
 pub const POSTGRES_CONTAINER: &str = "postgres";
 /// The name of a replica's init container.
 pub const CLONE_CONTAINER: &str = "clone";
+/// The readiness agent's container, beside postgres (`agent.rs`), and the init container that
+/// copies it in from the operator's image.
+pub const READY_CONTAINER: &str = "ready";
+pub const AGENT_INSTALL_CONTAINER: &str = "agent";
+/// The operator's image as `kube/deployment.yaml` names it: where the agent comes from unless
+/// `--agent-image` says otherwise.
+pub const DEFAULT_AGENT_IMAGE: &str = "postgres-operator:latest";
 pub const POSTGRES_PORT: u16 = 5432;
 /// The container port's and the Services' port's name.
 pub const PORT_NAME: &str = "postgres";
@@ -241,26 +249,25 @@ fn postgres_container(cluster: &PostgresCluster, image: &str) -> Value {
         // A replica's base backup is not counted here: it runs in the init container, before
         // any probe.
         "startupProbe": shell_probe(ALIVE_CHECK, 2, 300),
-        // Ready = accepting connections: a primary, or a hot standby that reached a consistent
-        // state. 127.0.0.1, not the Unix socket, which the entrypoint's temporary init server
-        // also listens on. Ready decides which pods the Services send traffic to.
-        // The detector of a hung primary (its processes stopped: TCP still accepts, nothing
-        // answers, so only a query notices). Every 2 s, unready after two misses in a row, each
-        // 2 s without an answer (pg_isready's -t): the probes start 2 s apart however long each
-        // takes, so a hung primary is unready 4 to 6 s after it stops, and the failover delay
-        // counts from there. One slow answer under load is not two. Each probe costs about
-        // 14 ms of CPU on the node (pg_isready loads 25 libraries, the server starts a backend
-        // for it); every 4 s with one miss of 3 s saved 2 points of a 2-core machine's CPU with
-        // six idle clusters of three (9.4 % against 7.4 %, most of it the servers themselves),
-        // detected no faster, and lost the second chance (WORKSHOP step 04 has the figures).
-        // The kubelet's timeout is a little longer than -t, so a late answer is pg_isready's
-        // "no response" (exit 2), not a killed probe.
+        // Ready = answering queries: a primary, or a hot standby that reached a consistent
+        // state. Ready decides which pods the Services send traffic to, and it is the detector
+        // of a hung primary (its processes stopped: TCP still accepts, nothing answers, so only
+        // a query notices). Asked of the `ready` container's agent, which keeps one psql
+        // session open (`agent.rs`): one HTTP request and one `SELECT` a probe, where an exec
+        // of `pg_isready` started a process in the container, loaded 25 libraries and made the
+        // server start a backend, about 14 ms of the node's CPU each time. Every 2 s, unready
+        // after two misses in a row, each at most 1 s (the agent gives up after 0.8 s and
+        // says why): the probes start 2 s apart however long each takes, so a hung primary is
+        // unready 2 to 4 s after it stops, and the failover delay counts from there. One slow
+        // answer under load is not two.
+        // ANCHOR: readiness_probe
         "readinessProbe": {
-            "exec": {"command": ["pg_isready", "-h", "127.0.0.1", "-p", "5432", "-t", "2"]},
+            "httpGet": {"path": READY_PATH, "port": AGENT_PORT},
             "periodSeconds": 2,
-            "timeoutSeconds": 3,
+            "timeoutSeconds": 1,
             "failureThreshold": 2,
         },
+        // ANCHOR_END: readiness_probe
         // A replica replaying WAL answers "rejecting connections" (exit 1): alive, so only
         // "no response" for 2 × 30 s restarts the container. A liveness probe that demanded
         // "accepting" would kill a replica in the middle of its recovery, again and again.
@@ -294,15 +301,59 @@ fn clone_container(cluster: &PostgresCluster, image: &str) -> Value {
     })
 }
 
+/// The init container that copies the readiness agent out of the operator's image (which has
+/// no shell, so the binary copies itself) into the `agent` emptyDir.
+fn agent_install_container(agent_image: &str) -> Value {
+    json!({
+        "name": AGENT_INSTALL_CONTAINER,
+        "image": agent_image,
+        // A `:latest` tag would otherwise be pulled on every pod start: the operator's own
+        // image, loaded into the cluster (`kind load docker-image`) or pushed, is enough.
+        "imagePullPolicy": "IfNotPresent",
+        "command": [IMAGE_BINARY, "install", AGENT_BINARY],
+        "volumeMounts": [{"name": "agent", "mountPath": AGENT_DIR}],
+    })
+}
+
+/// The readiness agent (`agent.rs`), in the postgres image for its `psql`. It reaches the
+/// server at `localhost`: inside a pod that is the server's own TCP port, which the
+/// entrypoint's temporary init server does not listen on, so a seed running initdb is not
+/// Ready. The kubelet probes it on the pod IP.
+fn ready_container(cluster: &PostgresCluster, image: &str) -> Value {
+    json!({
+        "name": READY_CONTAINER,
+        "image": image,
+        // `$(POD_IP)` is expanded by the kubelet from the env below.
+        "command": [AGENT_BINARY, "serve", "--listen", format!("$(POD_IP):{AGENT_PORT}")],
+        "ports": [{"name": "ready", "containerPort": AGENT_PORT, "protocol": "TCP"}],
+        "env": [
+            {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+            {"name": "PGHOST", "value": "localhost"},
+            {"name": "PGPORT", "value": POSTGRES_PORT.to_string()},
+            {"name": "PGUSER", "value": "postgres"},
+            {"name": "PGDATABASE", "value": "postgres"},
+            from_secret(cluster, "PGPASSWORD", SUPERUSER_PASSWORD_KEY),
+        ],
+        "volumeMounts": [{"name": "agent", "mountPath": AGENT_DIR, "readOnly": true}],
+    })
+}
+
 /// A pod of `cluster` in `role`: a primary starts from initdb (the seed), a replica from a copy
 /// of the primary. Named by the API server from `generateName: <name>-`: a new pod never
 /// reuses a deleted one's name (and so its DNS name or its Service endpoint).
-pub fn pod(cluster: &PostgresCluster, role: Role) -> Value {
+pub fn pod(cluster: &PostgresCluster, role: Role, agent_image: &str) -> Value {
     let name = &cluster.metadata.name;
     let image = format!("postgres:{}", cluster.spec.version);
     let mut labels = pod_labels(name);
     labels.insert(ROLE_LABEL.to_string(), role.label_value().to_string());
-    let mut spec = json!({
+    // The agent's copy first, then (a replica's) the clone: init containers run in order.
+    let mut init = vec![agent_install_container(agent_image)];
+    // ANCHOR: replica_pod
+    if role == Role::Replica {
+        init.push(clone_container(cluster, &image));
+    }
+    // ANCHOR_END: replica_pod
+    let spec = json!({
         "securityContext": {
             // The image's postgres user. Running as it from the start means the entrypoint has
             // nothing to chown and no gosu step: no process in the pod is ever root.
@@ -324,19 +375,17 @@ pub fn pod(cluster: &PostgresCluster, role: Role) -> Value {
         // much longer would only delay a failover, which waits for the old primary to stop (at
         // most `Delays::stop_timeout`, then fences it and goes on).
         "terminationGracePeriodSeconds": 60,
-        "containers": [postgres_container(cluster, &image)],
+        "containers": [postgres_container(cluster, &image), ready_container(cluster, &image)],
         "volumes": [
             // Data lives as long as the pod, as in etcd-operator: a lost pod is replaced by a
             // new replica cloned from the primary. Container restarts keep it.
             {"name": "data", "emptyDir": {}},
             {"name": "init", "configMap": {"name": init_config_map_name(name)}},
+            // The readiness agent's binary, copied in by the `agent` init container.
+            {"name": "agent", "emptyDir": {}},
         ],
+        "initContainers": init,
     });
-    // ANCHOR: replica_pod
-    if role == Role::Replica {
-        spec["initContainers"] = json!([clone_container(cluster, &image)]);
-    }
-    // ANCHOR_END: replica_pod
     json!({
         "apiVersion": "v1",
         "kind": "Pod",
@@ -344,6 +393,8 @@ pub fn pod(cluster: &PostgresCluster, role: Role) -> Value {
             "generateName": format!("{name}-"),
             "namespace": cluster.metadata.namespace,
             "labels": labels,
+            // `kubectl logs` and `kubectl exec` without `-c` pick this container, not the agent.
+            "annotations": {"kubectl.kubernetes.io/default-container": POSTGRES_CONTAINER},
             "ownerReferences": [owner_reference(cluster)],
         },
         "spec": spec,
@@ -359,11 +410,13 @@ pub fn role_patch(role: Role) -> Value {
 #[cfg(test)]
 mod tests {
     use std::path::Path;
+    use std::time::Duration;
 
     use super::*;
     use crate::api::PostgresClusterSpec;
     use crate::config::SecretString;
     use crate::controller::pods::{APP_LABEL, CLUSTER_LABEL};
+    use crate::postgres::agent::DEFAULT_DEADLINE;
 
     fn cluster() -> PostgresCluster {
         let spec = PostgresClusterSpec::new(3, "16.4");
@@ -485,7 +538,7 @@ mod tests {
     /// reference, PGDATA under the emptyDir, uid 999, and no init container.
     #[test]
     fn primary_pod_runs_the_official_image_contract() {
-        let pod = pod(&cluster(), Role::Primary);
+        let pod = pod(&cluster(), Role::Primary, DEFAULT_AGENT_IMAGE);
         assert_owned(&pod);
         // The API server appends 5 random characters; `name` must be absent for that.
         assert_eq!(pod["metadata"]["generateName"], "db-");
@@ -494,7 +547,17 @@ mod tests {
             pod["metadata"]["labels"],
             json!({APP_LABEL: "postgres", CLUSTER_LABEL: "db", ROLE_LABEL: "primary"})
         );
-        assert!(pod["spec"]["initContainers"].is_null());
+        // The only init container of a primary copies the readiness agent in.
+        assert_eq!(
+            pod["spec"]["initContainers"],
+            json!([{
+                "name": "agent",
+                "image": "postgres-operator:latest",
+                "imagePullPolicy": "IfNotPresent",
+                "command": ["/pg-ready", "install", "/agent/pg-ready"],
+                "volumeMounts": [{"name": "agent", "mountPath": "/agent"}],
+            }])
+        );
         let security = &pod["spec"]["securityContext"];
         assert_eq!(
             (
@@ -535,20 +598,50 @@ mod tests {
             json!([
                 {"name": "data", "emptyDir": {}},
                 {"name": "init", "configMap": {"name": "db-init"}},
+                {"name": "agent", "emptyDir": {}},
             ])
         );
         assert!(pod["spec"]["terminationGracePeriodSeconds"].as_u64() > Some(30));
     }
 
-    /// Readiness asks for "accepting connections" over TCP; startup and liveness accept
-    /// "rejecting connections" (exit 1) as alive, so WAL replay is never killed.
+    /// Readiness asks the agent beside postgres, which asks the server over TCP at localhost
+    /// (not the Unix socket the entrypoint's temporary init server listens on); startup and
+    /// liveness accept "rejecting connections" (exit 1) as alive, so WAL replay is never killed.
     #[test]
     fn probes_do_not_kill_a_replica_replaying_wal() {
-        let pod = pod(&cluster(), Role::Replica);
+        let pod = pod(&cluster(), Role::Replica, DEFAULT_AGENT_IMAGE);
         let container = &pod["spec"]["containers"][0];
         assert_eq!(
-            container["readinessProbe"]["exec"]["command"],
-            json!(["pg_isready", "-h", "127.0.0.1", "-p", "5432", "-t", "2"])
+            container["readinessProbe"]["httpGet"],
+            json!({"path": "/readyz", "port": 8008})
+        );
+        // Under the kubelet's timeout, the agent's deadline: its 503 says why.
+        assert!(
+            Duration::from_secs(
+                container["readinessProbe"]["timeoutSeconds"]
+                    .as_u64()
+                    .unwrap_or(1)
+            ) > DEFAULT_DEADLINE
+        );
+        let ready = &pod["spec"]["containers"][1];
+        assert_eq!(ready["name"], READY_CONTAINER);
+        assert_eq!(ready["image"], "postgres:16.4", "the agent runs psql");
+        assert_eq!(
+            ready["command"],
+            json!(["/agent/pg-ready", "serve", "--listen", "$(POD_IP):8008"])
+        );
+        assert_eq!(
+            env(ready, "POD_IP")["valueFrom"]["fieldRef"]["fieldPath"],
+            "status.podIP"
+        );
+        assert_eq!(env(ready, "PGHOST")["value"], "localhost");
+        assert_eq!(
+            env(ready, "PGPASSWORD")["valueFrom"]["secretKeyRef"],
+            json!({"name": "db-credentials", "key": "superuser-password"})
+        );
+        assert_eq!(
+            ready["volumeMounts"],
+            json!([{"name": "agent", "mountPath": "/agent", "readOnly": true}])
         );
         for probe in ["startupProbe", "livenessProbe"] {
             let command = &container[probe]["exec"]["command"];
@@ -569,9 +662,14 @@ mod tests {
     /// that uses the replication password, and keeps a PGDATA that already holds a database.
     #[test]
     fn replica_pod_clones_from_the_primary_service() {
-        let pod = pod(&cluster(), Role::Replica);
+        let pod = pod(&cluster(), Role::Replica, DEFAULT_AGENT_IMAGE);
         assert_eq!(pod["metadata"]["labels"][ROLE_LABEL], "replica");
-        let clone = &pod["spec"]["initContainers"][0];
+        // After the agent's copy.
+        assert_eq!(
+            pod["spec"]["initContainers"][0]["name"],
+            AGENT_INSTALL_CONTAINER
+        );
+        let clone = &pod["spec"]["initContainers"][1];
         assert_eq!(clone["name"], "clone");
         assert_eq!(clone["image"], "postgres:16.4");
         assert_eq!(env(clone, "PRIMARY_HOST")["value"], "db-primary");
@@ -595,7 +693,7 @@ mod tests {
         // Same server container as a primary: promotion changes labels, not the spec.
         assert_eq!(
             pod["spec"]["containers"],
-            super::pod(&cluster(), Role::Primary)["spec"]["containers"]
+            super::pod(&cluster(), Role::Primary, DEFAULT_AGENT_IMAGE)["spec"]["containers"]
         );
     }
 

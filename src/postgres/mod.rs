@@ -16,9 +16,10 @@
 //! `conditions.rs` (the `status` and its conditions), `manifests/owned.rs` (the Secret, ConfigMap
 //! and Services), `manifests/sql.rs` (the `psql` commands), the rest of `cluster/` (`worker.rs`,
 //! `wakers.rs`, `expectations.rs`, `fence.rs`, `ask.rs`, `lines.rs`, `status.rs`, `owned.rs`,
-//! `synchronous.rs`, `streaming.rs`, `layer.rs`) and `figures.rs` (each cluster's figures for
-//! `/metrics`).
+//! `synchronous.rs`, `streaming.rs`, `layer.rs`) `figures.rs` (each cluster's figures for
+//! `/metrics`) and `agent.rs` (`pg-ready`, the readiness agent in every member pod).
 
+pub mod agent;
 pub mod api;
 pub mod binary;
 pub mod cluster;

@@ -43,8 +43,17 @@ pub async fn start_process_sandbox(options: SandboxOptions) -> Sandbox {
     start_process_sandbox_on(options, process_runtime()).await
 }
 
-/// A sandbox whose pods run under `runtime`: [`process_runtime`] with a field changed.
-pub async fn start_process_sandbox_on(options: SandboxOptions, runtime: ProcessRuntime) -> Sandbox {
+/// A sandbox whose pods run under `runtime`: [`process_runtime`] with a field changed. Unless
+/// `options` say where, the operator's image is the binaries cargo built beside the running
+/// test ([`built_binaries`]): every postgres pod the operator makes copies its readiness agent
+/// from it.
+pub async fn start_process_sandbox_on(
+    mut options: SandboxOptions,
+    runtime: ProcessRuntime,
+) -> Sandbox {
+    if options.operator_binaries.is_none() {
+        options.operator_binaries = built_binaries();
+    }
     Sandbox::start_with_runtime(
         options,
         Runtime::Processes(runtime),
@@ -52,6 +61,15 @@ pub async fn start_process_sandbox_on(options: SandboxOptions, runtime: ProcessR
     )
     .await
     .expect("sandbox starts")
+}
+
+/// The directory cargo built this test's package's binaries into (`target/debug`: a test runs
+/// from `target/debug/deps`), when it holds the readiness agent, `pg-ready`. Cargo builds a
+/// package's binaries before its integration tests run.
+pub fn built_binaries() -> Option<std::path::PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let dir = exe.parent()?.parent()?;
+    dir.join("pg-ready").is_file().then(|| dir.to_path_buf())
 }
 
 /// The sandbox's process runtime (pods as real processes) with the short back-offs tests want,

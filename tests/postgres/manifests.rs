@@ -17,8 +17,8 @@ use postgres_operator::client::{Client, Patch};
 use postgres_operator::postgres::manifests::{
     credentials_secret, init_scripts, pod, primary_service, primary_service_name, psql_argv,
     replicas_service, replicas_service_name, role_patch, Credentials, ReplicaLsns, Role,
-    CURRENT_WAL_LSN_SQL, IS_IN_RECOVERY_SQL, POSTGRES_CONTAINER, PROMOTE_SQL, REPLICA_LSNS_SQL,
-    ROLE_LABEL,
+    CURRENT_WAL_LSN_SQL, DEFAULT_AGENT_IMAGE, IS_IN_RECOVERY_SQL, POSTGRES_CONTAINER, PROMOTE_SQL,
+    REPLICA_LSNS_SQL, ROLE_LABEL,
 };
 use sandbox::{Sandbox, SandboxOptions};
 use serde_json::Value;
@@ -196,8 +196,9 @@ async fn the_manifests_make_a_replicated_cluster_that_survives_a_failover() {
     cluster.create("services", &replicas_service(&owner)).await;
 
     // The seed: initdb, the init script, then a primary.
-    let (primary, primary_ip, seed_time) =
-        cluster.create_ready_pod(&pod(&owner, Role::Primary)).await;
+    let (primary, primary_ip, seed_time) = cluster
+        .create_ready_pod(&pod(&owner, Role::Primary, DEFAULT_AGENT_IMAGE))
+        .await;
     eprintln!("primary {primary}: created → Ready in {seed_time:.1?}");
     assert!(primary.starts_with("pg-") && primary.len() > "pg-".len());
     assert_eq!(cluster.psql_ok(&primary, IS_IN_RECOVERY_SQL).await, "f");
@@ -234,7 +235,7 @@ async fn the_manifests_make_a_replicated_cluster_that_survives_a_failover() {
             &primary_service_name(CLUSTER),
         ])
         .await;
-    let mut replica_body = pod(&owner, Role::Replica);
+    let mut replica_body = pod(&owner, Role::Replica, DEFAULT_AGENT_IMAGE);
     let mut primary_host = primary_service_name(CLUSTER);
     if !resolves.success {
         let service = cluster

@@ -9,13 +9,13 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 use postgres_operator::api::PostgresCluster;
-use postgres_operator::postgres::manifests::{pod, Role};
+use postgres_operator::postgres::manifests::{pod, Role, CLONE_CONTAINER, DEFAULT_AGENT_IMAGE};
 use serde_json::Value;
 
 fn replica_pod() -> Value {
     let mut cluster = PostgresCluster::new("default", "db", test_support::cluster_spec(2));
     cluster.metadata.uid = "uid-db".into();
-    pod(&cluster, Role::Replica)
+    pod(&cluster, Role::Replica, DEFAULT_AGENT_IMAGE)
 }
 
 fn argv(command: &Value) -> Vec<String> {
@@ -74,7 +74,12 @@ fn run(argv: &[String], tools: &Path, envs: &[(&str, &str)]) -> Output {
 
 /// The command of the replica's clone init container.
 fn clone_command() -> Vec<String> {
-    argv(&replica_pod()["spec"]["initContainers"][0]["command"])
+    let pod = replica_pod();
+    let clone = pod["spec"]["initContainers"]
+        .as_array()
+        .and_then(|init| init.iter().find(|c| c["name"] == CLONE_CONTAINER))
+        .expect("a clone init container");
+    argv(&clone["command"])
 }
 
 /// The clone init container `clone` of pod `db-abcde`, cloning from `db-primary` into `pgdata`.

@@ -143,9 +143,14 @@ pub(crate) const OPERATOR_REPOSITORY: &str = "postgres-operator";
 /// The Dockerfile's ENTRYPOINT; it copies every stage binary to `/stageNN`.
 pub(crate) const OPERATOR_ENTRYPOINT: &str = "/stage05";
 
+/// The readiness agent the Dockerfile copies into the image beside the stages, which every
+/// member pod's init container copies out of it.
+pub(crate) const OPERATOR_AGENT: &str = "pg-ready";
+
 /// What "pulling" the operator image means here: each stage binary cargo built into `binaries`
-/// (`stage01`, `stage02`, ...; not `stage01.d` or `stage01-<hash>`), bound read-only at
-/// `/stageNN` where the Dockerfile copies it. Err: the pull fails, with what to do.
+/// (`stage01`, `stage02`, ...; not `stage01.d` or `stage01-<hash>`) and the agent (`pg-ready`),
+/// bound read-only at `/stageNN` and `/pg-ready` where the Dockerfile copies them. Err: the
+/// pull fails, with what to do.
 pub(crate) fn operator_mounts(binaries: Option<&Path>, image: &str) -> Result<Vec<Mount>, String> {
     let pull_failed = |why: String| {
         // containerd's opening words, as `kubectl describe pod` shows them, then the sandbox's.
@@ -155,7 +160,7 @@ pub(crate) fn operator_mounts(binaries: Option<&Path>, image: &str) -> Result<Ve
     };
     let Some(dir) = binaries else {
         return Err(pull_failed(
-            "the sandbox runs this image from the operator's stage binaries (stage01 ... stage05), and was given no directory holding them".to_string(),
+            "the sandbox runs this image from the operator's binaries (stage01 ... stage05, pg-ready), and was given no directory holding them".to_string(),
         ));
     };
     let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
@@ -163,12 +168,12 @@ pub(crate) fn operator_mounts(binaries: Option<&Path>, image: &str) -> Result<Ve
         .flatten()
         .flatten()
         .map(|entry| entry.path())
-        .filter(|path| is_stage_binary(path))
+        .filter(|path| is_image_binary(path))
         .collect();
     found.sort();
     if found.is_empty() {
         return Err(pull_failed(format!(
-            "the sandbox runs this image from the operator's stage binaries (stage01 ... stage05), and {} holds none",
+            "the sandbox runs this image from the operator's binaries (stage01 ... stage05, pg-ready), and {} holds none",
             dir.display()
         )));
     }
@@ -185,14 +190,13 @@ pub(crate) fn operator_mounts(binaries: Option<&Path>, image: &str) -> Result<Ve
         .collect())
 }
 
-/// `stage` then digits, an executable regular file (following a symlink).
-fn is_stage_binary(path: &Path) -> bool {
-    let stage = path
-        .file_name()
-        .and_then(|n| n.to_str())
+/// `stage` then digits, or the agent: an executable regular file (following a symlink).
+fn is_image_binary(path: &Path) -> bool {
+    let name = path.file_name().and_then(|n| n.to_str());
+    let stage = name
         .and_then(|n| n.strip_prefix("stage"))
         .is_some_and(|digits| !digits.is_empty() && digits.chars().all(|c| c.is_ascii_digit()));
-    stage
+    (stage || name == Some(OPERATOR_AGENT))
         && std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
@@ -287,7 +291,7 @@ mod tests {
     }
 
     #[test]
-    fn the_stage_binaries_are_bound_read_only_and_without_them_the_pull_fails() {
+    fn the_stage_binaries_and_the_agent_are_bound_read_only_and_without_them_the_pull_fails() {
         let dir = tempfile::tempdir().expect("tempdir");
         let write = |name: &str, mode: u32| {
             let path = dir.path().join(name);
@@ -308,10 +312,16 @@ mod tests {
         write("stage03", 0o644);
         write("stage", 0o755);
         write("sandbox", 0o755);
+        write("pg-ready", 0o755);
         let mounts = operator_mounts(Some(dir.path()), "postgres-operator").expect("stages");
         assert_eq!(
             mounts,
             vec![
+                Mount {
+                    source: dir.path().join("pg-ready"),
+                    destination: "/pg-ready".into(),
+                    writable: false
+                },
                 Mount {
                     source: dir.path().join("stage01"),
                     destination: "/stage01".into(),

@@ -129,13 +129,19 @@ async fn sandbox_binary() -> Result<PathBuf, String> {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
     if let (Some(cargo), true) = (std::env::var_os("CARGO"), manifest.exists()) {
         let mut build = tokio::process::Command::new(cargo);
+        // The sandbox, and the readiness agent its postgres pods copy from the operator's image
+        // (which the sandbox finds beside itself).
         build.args([
             "build",
             "--quiet",
             "-p",
             "sandbox",
+            "-p",
+            "postgres-operator",
             "--bin",
             "sandbox",
+            "--bin",
+            "pg-ready",
             "--manifest-path",
         ]);
         build.arg(&manifest);
@@ -147,7 +153,7 @@ async fn sandbox_binary() -> Result<PathBuf, String> {
             .await
             .map_err(|error| format!("running cargo build for the sandbox: {error}"))?;
         if !status.success() {
-            return Err("cargo build -p sandbox failed (see above)".to_string());
+            return Err("cargo build of the sandbox and pg-ready failed (see above)".to_string());
         }
     }
     if program.exists() {

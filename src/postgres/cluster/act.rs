@@ -160,9 +160,14 @@ impl<L: ClusterLayer> PostgresTask<L> {
     /// place of spec.version when given), dressed by the layer.
     pub fn member_pod(&self, role: Role, version: Option<&str>) -> serde_json::Value {
         let cluster = self.at_version(version);
-        let mut pod = manifests::pod(&cluster, role);
+        let mut pod = manifests::pod(&cluster, role, self.agent_image());
         L::dress_pod(self, &cluster, role, &mut pod);
         pod
+    }
+
+    /// The image member pods copy their readiness agent from (`--agent-image`).
+    pub fn agent_image(&self) -> &str {
+        &self.worker.options.agent_image
     }
 
     /// The cluster, with `version` in place of spec.version when given.

@@ -16,6 +16,7 @@ use crate::controller::cluster::TaskEnd;
 use crate::controller::pods::Pod;
 use crate::controller::{ClusterInbox, ClusterWorker};
 use crate::metrics::Metrics;
+use crate::postgres::manifests::DEFAULT_AGENT_IMAGE;
 use crate::postgres::plan::Delays;
 use crate::story::Reporter;
 use crate::watch::{Store, WatchOptions};
@@ -38,6 +39,9 @@ pub struct PostgresOptions {
     /// Where the rounds are counted and timed (`src/metrics/`): by default a `Metrics` nobody
     /// serves; `run_postgres_binary` serves it.
     pub metrics: Arc<Metrics>,
+    /// The operator's image, which member pods copy their readiness agent from
+    /// (`postgres/agent.rs`).
+    pub agent_image: String,
 }
 
 impl Default for PostgresOptions {
@@ -49,6 +53,7 @@ impl Default for PostgresOptions {
             owned_recheck: Duration::from_secs(300),
             watch: WatchOptions::default(),
             metrics: Arc::new(Metrics::new()),
+            agent_image: DEFAULT_AGENT_IMAGE.to_string(),
         }
     }
 }
