@@ -48,7 +48,7 @@ use crate::watch::{Event, RelistReason, ResumeReason, WatchNotice};
 pub use health::HealthBounds;
 use health::{Health, LoopProgress, Phase, WatchProgress};
 use registry::{Counter, CounterVec, Histogram};
-pub use server::{serve, serve_with, Answer, MetricsServer};
+pub use server::{serve, MetricsServer};
 pub use text::Family;
 use text::Kind;
 

@@ -1,7 +1,6 @@
 //! Support: skip it on first read — the HTTP server behind `/metrics` and the probes.
 //!
-//! The HTTP server of `/metrics`, `/healthz` and `/readyz` (and, through [`serve_with`], of the
-//! readiness agent beside each postgres server), on hyper like the client. Anyone who
+//! The HTTP server of `/metrics`, `/healthz` and `/readyz`, on hyper like the client. Anyone who
 //! reaches the port may call it (a Prometheus, a kubelet, a port scanner), so everything it does
 //! per request is bounded: at most [`MAX_CONNECTIONS`] at once (more are closed unanswered), the
 //! request head within [`HEADER_READ_TIMEOUT`] and [`MAX_HEAD_BYTES`], the whole connection
@@ -55,48 +54,17 @@ pub async fn serve(
     bounds: HealthBounds,
     shutdown: CancellationToken,
 ) -> std::io::Result<MetricsServer> {
-    let (address, task) = serve_with(
-        address,
-        "metrics server",
-        MetricsAnswer { metrics, bounds },
-        shutdown,
-    )
-    .await?;
+    let listener = TcpListener::bind(address).await?;
+    let address = listener.local_addr()?;
     tracing::info!(%address, "serving /metrics, /healthz and /readyz");
+    let task = tokio::spawn(accept(listener, metrics, bounds, shutdown));
     Ok(MetricsServer { address, task })
 }
 
-/// What a server built on [`serve_with`] answers to one GET or HEAD request: this module's
-/// metrics and probes, or the readiness agent's (`postgres/agent.rs`).
-pub trait Answer: Clone + Send + Sync + 'static {
-    /// The answer to a request whose method is GET or HEAD. Only the method and path are read.
-    fn answer(
-        &self,
-        request: &Request<Incoming>,
-    ) -> impl std::future::Future<Output = Response<Full<Bytes>>> + Send;
-}
-
-/// Listen on `address` and answer with `answer` until `shutdown` is cancelled, within this
-/// module's bounds; `name` starts its log lines. The address listened on (the port is known
-/// even when 0 was asked for), and the task, which ends with `shutdown`.
-pub async fn serve_with<A: Answer>(
-    address: SocketAddr,
-    name: &'static str,
-    answer: A,
-    shutdown: CancellationToken,
-) -> std::io::Result<(SocketAddr, JoinHandle<()>)> {
-    let listener = TcpListener::bind(address).await?;
-    let address = listener.local_addr()?;
-    Ok((
-        address,
-        tokio::spawn(accept(listener, name, answer, shutdown)),
-    ))
-}
-
-async fn accept<A: Answer>(
+async fn accept(
     listener: TcpListener,
-    name: &'static str,
-    answer: A,
+    metrics: Arc<Metrics>,
+    bounds: HealthBounds,
     shutdown: CancellationToken,
 ) {
     let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
@@ -106,7 +74,7 @@ async fn accept<A: Answer>(
                 Ok((stream, _)) => stream,
                 // Out of file descriptors, most likely: wait a little rather than spin.
                 Err(error) => {
-                    tracing::warn!(%error, "{name}: accept failed");
+                    tracing::warn!(%error, "metrics server: accept failed");
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 }
@@ -114,15 +82,15 @@ async fn accept<A: Answer>(
             () = shutdown.cancelled() => return,
         };
         let Ok(permit) = Arc::clone(&permits).try_acquire_owned() else {
-            tracing::debug!("{name}: too many connections; closing one");
+            tracing::debug!("metrics server: too many connections; closing one");
             continue;
         };
-        let answer = answer.clone();
+        let metrics = Arc::clone(&metrics);
         tokio::spawn(async move {
             let _permit = permit;
             let service = hyper::service::service_fn(move |request: Request<Incoming>| {
-                let answer = answer.clone();
-                async move { Ok::<_, Infallible>(answer_get(&answer, &request).await) }
+                let metrics = Arc::clone(&metrics);
+                async move { Ok::<_, Infallible>(answer(&metrics, &bounds, &request).await) }
             });
             let connection = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
@@ -133,15 +101,19 @@ async fn accept<A: Answer>(
                 .serve_connection(TokioIo::new(stream), service);
             match tokio::time::timeout(CONNECTION_TIMEOUT, connection).await {
                 Ok(Ok(())) => {}
-                Ok(Err(error)) => tracing::debug!(%error, "{name}: connection failed"),
-                Err(_) => tracing::debug!("{name}: connection timed out"),
+                Ok(Err(error)) => tracing::debug!(%error, "metrics server: connection failed"),
+                Err(_) => tracing::debug!("metrics server: connection timed out"),
             }
         });
     }
 }
 
-/// GET and HEAD go to `answer`; any other method is refused.
-async fn answer_get<A: Answer>(answer: &A, request: &Request<Incoming>) -> Response<Full<Bytes>> {
+/// The answer to one request. Only the method and path are read.
+async fn answer(
+    metrics: &Metrics,
+    bounds: &HealthBounds,
+    request: &Request<Incoming>,
+) -> Response<Full<Bytes>> {
     if request.method() != Method::GET && request.method() != Method::HEAD {
         let mut response = plain(StatusCode::METHOD_NOT_ALLOWED, "only GET and HEAD\n".into());
         response
@@ -149,47 +121,33 @@ async fn answer_get<A: Answer>(answer: &A, request: &Request<Incoming>) -> Respo
             .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
         return response;
     }
-    answer.answer(request).await
-}
-
-/// The operator's own server: its figures and its probes.
-#[derive(Clone)]
-struct MetricsAnswer {
-    metrics: Arc<Metrics>,
-    bounds: HealthBounds,
-}
-
-impl Answer for MetricsAnswer {
-    async fn answer(&self, request: &Request<Incoming>) -> Response<Full<Bytes>> {
-        match request.uri().path() {
-            "/metrics" => {
-                let body = self.metrics.render(Instant::now() + SCRAPE_DEADLINE).await;
-                let mut response = plain(StatusCode::OK, body);
-                response
-                    .headers_mut()
-                    .insert(header::CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE));
-                response
-            }
-            // The kubelet counts 200–399 as success and anything else as failure; the body is
-            // for the human reading `kubectl describe pod`'s probe event.
-            "/healthz" => match self.metrics.live(&self.bounds) {
-                Ok(()) => plain(StatusCode::OK, "ok\n".into()),
-                Err(why) => plain(StatusCode::INTERNAL_SERVER_ERROR, format!("{why}\n")),
-            },
-            "/readyz" => match self.metrics.ready() {
-                Ok(()) => plain(StatusCode::OK, "ok\n".into()),
-                Err(why) => plain(StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")),
-            },
-            _ => plain(
-                StatusCode::NOT_FOUND,
-                "not found: try /metrics, /healthz or /readyz\n".into(),
-            ),
+    match request.uri().path() {
+        "/metrics" => {
+            let body = metrics.render(Instant::now() + SCRAPE_DEADLINE).await;
+            let mut response = plain(StatusCode::OK, body);
+            response
+                .headers_mut()
+                .insert(header::CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE));
+            response
         }
+        // The kubelet counts 200–399 as success and anything else as failure; the body is
+        // for the human reading `kubectl describe pod`'s probe event.
+        "/healthz" => match metrics.live(bounds) {
+            Ok(()) => plain(StatusCode::OK, "ok\n".into()),
+            Err(why) => plain(StatusCode::INTERNAL_SERVER_ERROR, format!("{why}\n")),
+        },
+        "/readyz" => match metrics.ready() {
+            Ok(()) => plain(StatusCode::OK, "ok\n".into()),
+            Err(why) => plain(StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")),
+        },
+        _ => plain(
+            StatusCode::NOT_FOUND,
+            "not found: try /metrics, /healthz or /readyz\n".into(),
+        ),
     }
 }
 
-/// A `text/plain` answer.
-pub fn plain(status: StatusCode, body: String) -> Response<Full<Bytes>> {
+fn plain(status: StatusCode, body: String) -> Response<Full<Bytes>> {
     let mut response = Response::new(Full::new(Bytes::from(body)));
     *response.status_mut() = status;
     response.headers_mut().insert(

@@ -10,6 +10,7 @@ use postgres_operator::client::Client;
 use postgres_operator::postgres::cluster::psql_in_pod;
 use postgres_operator::postgres::manifests::psql_argv;
 
+mod agent;
 mod crashed_primary;
 mod frozen_standby;
 mod manifests;

@@ -93,26 +93,26 @@ fn run_clone(clone: &[String], tools: &Path, pgdata: &Path) -> Output {
     run(clone, tools, &envs)
 }
 
-/// Startup and liveness count exit 0 (accepting) and 1 (rejecting: replaying WAL, starting,
-/// stopping) as alive, and 2 (no response) and 3 (no attempt) as dead; both ask 127.0.0.1:5432.
+/// The startup probe counts exit 0 (accepting) and 1 (rejecting: replaying WAL, starting,
+/// stopping) as alive, and 2 (no response) and 3 (no attempt) as dead; it asks 127.0.0.1:5432.
+/// (Liveness is the agent's `/livez`, which reads pg_isready the same way:
+/// `agent::tests::the_kubelet_reads_200_or_503_with_the_reason`.)
 #[test]
-fn liveness_and_startup_count_rejecting_connections_as_alive() {
+fn startup_counts_rejecting_connections_as_alive() {
     let pod = replica_pod();
     let container = &pod["spec"]["containers"][0];
-    for probe in ["startupProbe", "livenessProbe"] {
-        let command = argv(&container[probe]["exec"]["command"]);
-        for (code, alive) in [(0, true), (1, true), (2, false), (3, false)] {
-            let tools = tempfile::tempdir().expect("tempdir");
-            fake_tools(tools.path(), code);
-            let output = run(&command, tools.path(), &[]);
-            assert_eq!(
-                output.status.success(),
-                alive,
-                "{probe} with pg_isready exiting {code}: {output:?}"
-            );
-            let calls = std::fs::read_to_string(tools.path().join("calls")).expect("called");
-            assert_eq!(calls.trim(), "-q -h 127.0.0.1 -p 5432", "{probe}");
-        }
+    let command = argv(&container["startupProbe"]["exec"]["command"]);
+    for (code, alive) in [(0, true), (1, true), (2, false), (3, false)] {
+        let tools = tempfile::tempdir().expect("tempdir");
+        fake_tools(tools.path(), code);
+        let output = run(&command, tools.path(), &[]);
+        assert_eq!(
+            output.status.success(),
+            alive,
+            "with pg_isready exiting {code}: {output:?}"
+        );
+        let calls = std::fs::read_to_string(tools.path().join("calls")).expect("called");
+        assert_eq!(calls.trim(), "-q -h 127.0.0.1 -p 5432");
     }
 }
 
