@@ -37,9 +37,10 @@
 //!   limits or image pulls;
 //!   persistentVolumeClaim volumes are plain directories that outlive their pods. An `exec`
 //!   runs in a bwrap of its own beside the container (same mounts, environment and user, its
-//!   own PID namespace), not inside the container's namespaces. Exec probes, nine a second on
-//!   six clusters of three, enter the running container's user, mount, IPC and UTS namespaces
-//!   instead (`enter.rs`: a jail costs four times the `pg_isready` it runs), not its PID one.
+//!   own PID namespace), not inside the container's namespaces. Exec probes (a
+//!   `pg_isready` every 2 s was nine a second on six clusters of three) enter the running
+//!   container's user, mount, IPC and UTS namespaces instead (`enter.rs`: a jail costs four
+//!   times the `pg_isready` it runs), not its PID one.
 //! - Losing a pod's node (`Faults::lose_node`) loses that pod's node only: each pod has a
 //!   "node" of its own. Its processes are frozen or killed, its status stays as last written
 //!   until a grace period ends, then Ready False; its deletion is never confirmed. Nothing brings

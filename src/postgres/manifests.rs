@@ -12,6 +12,8 @@
 //!   Pod       db-xxxxx (generateName) role=primary: postgres:<version>, initdb on first start
 //!   Pod       db-yyyyy                role=replica: init container `clone` = pg_basebackup -R
 //!                                      from db-primary, then the same postgres container
+//!   (each pod also: init container `agent` copies pg-ready from the operator's image, and the
+//!    container `ready` runs it: the probes' answers, `agent.rs`)
 //! ```
 //!
 //! Everything uses the official `postgres` image through its documented contract (see

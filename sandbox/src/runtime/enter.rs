@@ -4,8 +4,8 @@
 //!
 //! WORKSHOP.md, "Set-up: the sandbox". Why: a new bwrap jail builds a user, mount, PID, IPC and
 //! UTS namespace and a hundred bind mounts for every process, and tears them down after it:
-//! about 18 ms of CPU, four times the `pg_isready` it runs. A readiness probe every 2 s on 18
-//! pods is nine of them a second. Entering is a few `setns(2)` calls.
+//! about 18 ms of CPU, four times the `pg_isready` it runs. An exec readiness probe every 2 s
+//! on 18 pods is nine of them a second. Entering is a few `setns(2)` calls.
 //!
 //! The order matters, and comes from how bwrap builds a jail. Run unprivileged, it creates an
 //! outer user namespace in which it is root, makes the mount, PID, IPC and UTS namespaces there
