@@ -20,9 +20,11 @@
 //! `psql`, the server's own client, speaks the protocol, as it does for every `pods/exec` of the
 //! operator.
 //!
-//! Plain threads and the standard library, no async runtime, no HTTP library: it answers one
-//! request at a time, the kubelet's two probes, and a debug build (what `cargo run` makes) must
-//! cost the node no more than a release one would. Every read is bounded in time and size.
+//! Plain threads and the standard library, no async runtime, no HTTP library (the binary's one
+//! tokio thread only waits for the stop signal): it answers one request at a time, the kubelet's
+//! two probes, and a debug build (what `cargo run` makes) must cost the node no more than a
+//! release one would; a first version on tokio and hyper cost more than the probes it replaced.
+//! Every read is bounded in time and size.
 //!
 //! How it gets into a member pod, as CloudNativePG's instance manager does: an init container of
 //! the operator's image (which has no shell) runs `/pg-ready install /agent/pg-ready`, a copy of
@@ -193,14 +195,22 @@ impl Psql {
         let said = Arc::new(Mutex::new(String::new()));
         let last = Arc::clone(&said);
         let stderr = std::thread::spawn(move || {
-            // Its last message, without the indented hint lines under it; at most 4 KB read.
-            for line in BufReader::new(stderr.take(4096)).lines() {
-                let Ok(line) = line else { return };
-                if !line.trim().is_empty() && !line.starts_with(char::is_whitespace) {
+            // Its last message, without the indented hint lines under it. Everything is read,
+            // so psql never blocks on a full pipe; a line is kept to its first 1 KB.
+            let mut stderr = BufReader::new(stderr);
+            let mut line = Vec::new();
+            while (&mut stderr)
+                .take(1024)
+                .read_until(b'\n', &mut line)
+                .is_ok_and(|n| n > 0)
+            {
+                let text = String::from_utf8_lossy(&line);
+                if !text.trim().is_empty() && !text.starts_with(char::is_whitespace) {
                     if let Ok(mut last) = last.lock() {
-                        *last = line;
+                        *last = text.trim_end().to_string();
                     }
                 }
+                line.clear();
             }
         });
         Ok(Psql {
@@ -230,9 +240,10 @@ impl Psql {
         }
     }
 
-    /// What psql said before it ended (it cannot connect, the server went away). Once it has
-    /// ended, its stderr is at its end too.
+    /// What psql said before it ended (it cannot connect, the server went away). Its stdout
+    /// closed, so it has ended (the kill only makes sure); then its stderr is at its end too.
     fn why_it_ended(&mut self) -> String {
+        let _ = self.child.kill();
         let _ = self.child.wait();
         if let Some(stderr) = self.stderr.take() {
             let _ = stderr.join();

@@ -260,7 +260,7 @@ fn postgres_container(cluster: &PostgresCluster, image: &str) -> Value {
         // server start a backend, about 14 ms of the node's CPU each time. Every 2 s, unready
         // after two misses in a row, each at most 1 s (the agent gives up after 0.8 s and
         // says why): the probes start 2 s apart however long each takes, so a hung primary is
-        // unready 2 to 4 s after it stops, and the failover delay counts from there. One slow
+        // unready 2.8 to 4.8 s after it stops, and the failover delay counts from there. One slow
         // answer under load is not two.
         // ANCHOR: readiness_probe
         "readinessProbe": {
