@@ -3,7 +3,6 @@
 //! the README runs it ([`Shell`]), and what they read back: the operator's pods, the Lease's
 //! holder, the example cluster's members.
 
-use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -18,18 +17,11 @@ pub const OPERATOR_USER: &str = "system:serviceaccount:postgres-operator:postgre
 /// Generous: the machine may be compiling other tests meanwhile.
 pub const DEADLINE: Duration = Duration::from_secs(300);
 
-/// A fresh sandbox running pods as processes, the operator's image from the stage binaries
-/// cargo built for this test. Fails, saying what is missing, without PostgreSQL or bubblewrap.
+/// A fresh sandbox running pods as processes, the operator's image from the binaries cargo
+/// built for this test (test-support's default, `built_binaries`). Fails, saying what is
+/// missing, without PostgreSQL or bubblewrap.
 pub async fn start_sandbox() -> Sandbox {
-    let binaries = Path::new(env!("CARGO_BIN_EXE_stage04"))
-        .parent()
-        .expect("the binaries' directory")
-        .to_path_buf();
-    let options = SandboxOptions {
-        operator_binaries: Some(binaries),
-        ..SandboxOptions::default()
-    };
-    test_support::start_process_sandbox(options).await
+    test_support::start_process_sandbox(SandboxOptions::default()).await
 }
 
 /// kubectl as the README's reader runs it: a kubeconfig whose current context is the sandbox,
