@@ -6,10 +6,10 @@
 #   kind load docker-image postgres-operator:latest    # or push to your registry
 #   kubectl apply -k kube/
 #
-# Expected size: about 53 MB. distroless cc is ~23 MB; each stage binary is a
+# Expected size: about 54 MB. distroless cc is ~23 MB; each stage binary is a
 # stripped, thin-LTO release build with one TLS provider (ring), measured with
 # `cargo build --release --locked -p postgres-operator --bins` (November 2026):
-# stage01 4.9 MB, stage02 5.3, stage03 5.5, stage04 7.0, stage05 7.2.
+# stage01 4.9 MB, stage02 5.2, stage03 5.5, stage04 6.7, stage05 6.9, pg-ready 2.1.
 
 FROM rust:1-bookworm AS build
 WORKDIR /src

@@ -205,9 +205,14 @@ impl Registration {
         if differences.len() > SHOWN {
             list.push(format!("and {} more", differences.len() - SHOWN));
         }
+        let how = match self {
+            // `ensure` leaves a newer release's CRD alone: replacing it would drop its fields.
+            Registration::Newer(_) => "it is a newer release's, which this build leaves alone",
+            _ => "to update it: `cargo run --bin stage01`, or `kubectl apply -f kube/crd.yaml`",
+        };
         tracing::info!(
             differences = %list.join("; "),
-            "the CustomResourceDefinition on the server differs from this build's; to update it: `cargo run --bin stage01`, or `kubectl apply -f kube/crd.yaml`"
+            "the CustomResourceDefinition on the server differs from this build's; {how}"
         );
     }
 }
