@@ -1,5 +1,5 @@
-//! Support: skip it on first read — it is step 01's registration, read-only, which every later
-//! stage runs first.
+//! Support: skip it on first read — it is step 01's registration without the update (it only
+//! creates an absent CRD), which every later stage runs first.
 //!
 //! What every stage after 01 does first: make sure our resource type exists and is served,
 //! without changing it. Registering the type is step 01's (`crd::ensure`); a later stage creates

@@ -63,8 +63,8 @@ pub const DEFAULT_ESTABLISHED_TIMEOUT: Duration = Duration::from_secs(30);
 /// snappy.
 pub const ESTABLISHED_POLL_INTERVAL: Duration = Duration::from_millis(200);
 
-/// How many times `ensure` (a POST or PUT) and `crd_check::check` (a POST) read again after a 409
-/// before giving up.
+/// How many attempts (a GET, then a write) `ensure` (a POST or PUT) and `crd_check::check` (a
+/// POST) make while every write meets a 409, before giving up with `CrdError::KeptChanging`.
 pub const ENSURE_ATTEMPTS: u32 = 5;
 
 /// The parts of a CRD's `spec` that are ours to say: the rest (`conversion`,
@@ -72,8 +72,8 @@ pub const ENSURE_ATTEMPTS: u32 = 5;
 /// and we leave it alone.
 pub const OWNED_SPEC_FIELDS: [&str; 4] = ["group", "names", "scope", "versions"];
 
-/// Stage 01: make the cluster's CRD ours. GET it; absent → POST it; present but older in what we
-/// own (`OWNED_SPEC_FIELDS`) → PUT ours over it, with the resourceVersion we read so that a
+/// Stage 01: make the cluster's CRD ours. GET it; absent → POST it; present, differing in what
+/// we own (`OWNED_SPEC_FIELDS`) → PUT ours over it, with the resourceVersion we read so that a
 /// write made in between is not overwritten; the same → write nothing; newer (it serves versions
 /// or fields ours does not know) → write nothing either: replacing it would take away what a
 /// newer release of the operator relies on.
@@ -81,8 +81,8 @@ pub const OWNED_SPEC_FIELDS: [&str; 4] = ["group", "names", "scope", "versions"]
 /// Objects already stored are kept; the new schema applies to them from their next write.
 ///
 /// 409 on either write means someone else wrote in between (the POST lost a race with another
-/// creator, or the PUT's resourceVersion is stale): read again and decide again, at most
-/// `ENSURE_ATTEMPTS` times.
+/// creator, or the PUT's resourceVersion is stale): read again and decide again, within
+/// `ENSURE_ATTEMPTS` attempts in all.
 // ANCHOR: register
 pub async fn ensure(client: &Client) -> Result<Registration, CrdError> {
     let ours = postgres_cluster_crd();
