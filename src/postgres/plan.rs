@@ -7,7 +7,8 @@
 //! from the same observation would be planned from a world the first one just changed. This is
 //! etcd-operator's rule ("one member at a time"), and why every rule below can be simple.
 //!
-//! The rules, in order; the first that applies wins:
+//! The rules, in order ([`RULES`], one function each, as etcd-operator's `reconcile.go` lists
+//! its own); the first that has an action wins:
 //!
 //! 1. **The primary first.** Two pods labelled primary: keep the recorded one, delete the other.
 //!    The primary down for certain (its container exited, its node lost: [`Down`]) or unready
@@ -157,13 +158,10 @@ pub struct Quorum {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Delays {
     /// The primary unready this long, with nothing more certain than its readiness probe to say
-    /// why, is failed over. Certain evidence ([`Down`]) does not wait it. We count from when it
-    /// went unready (see `Member::unready_for`), which the readiness probe says after two misses
-    /// in a row, 2 s apart, each 2 s without an answer: by then the primary has answered nothing
-    /// for 4 to 6 s, and every write has waited as long. The delay is the last allowance for one
-    /// that answers again (a stall under load); 2 s, not more, because each second of it is a
-    /// second more without writes for every client of a primary that is really hung (6 s made a
-    /// hung primary's outage 13 to 14 s; CloudNativePG's `failoverDelay` is 0).
+    /// why, is failed over; certain evidence ([`Down`]) does not wait it. Counted from when the
+    /// probe said unready (two misses, 2 s apart), so it is the last allowance for a primary that
+    /// answers again under load: each second of it is a second without writes for the clients of
+    /// one that is really hung.
     pub failover_after: Duration,
     /// A replica Running but unready this long is deleted and replaced. Longer than a replica's
     /// start (recovery replays the WAL it missed) on a slow machine.
@@ -303,40 +301,82 @@ pub fn version_change(running: Option<&str>, wanted: &str, size: usize) -> Versi
     }
 }
 
-/// The one next action for `observed`. See the module docs for the rules.
+/// One rule of the plan: the action it calls for, or `None` to leave the choice to the next.
+pub type Rule = fn(&Observed, &Delays) -> Option<Action>;
+
+/// The rules of the module docs, in their order: the first that has something to say wins.
+pub const RULES: &[Rule] = &[
+    second_primary,
+    primary_first,
+    leftovers_go,
+    not_streaming_goes,
+    wait_while_moving,
+    count,
+    planned_switchover,
+    minor_upgrades,
+];
+
+/// The one next action for `observed`: the first rule's that has one, else [`Action::Steady`].
 pub fn next_action(observed: &Observed, delays: &Delays) -> Action {
-    let alive: Vec<&Member> = observed
+    RULES
+        .iter()
+        .find_map(|rule| rule(observed, delays))
+        .unwrap_or(Action::Steady)
+}
+
+/// The members not on their way out.
+fn alive(observed: &Observed) -> impl Iterator<Item = &Member> {
+    observed
         .members
         .iter()
         .filter(|m| m.phase != Phase::Terminating)
-        .collect();
+}
 
-    // 1. The primary first.
-    let primaries: Vec<&Member> = alive
-        .iter()
-        .copied()
+/// The members labelled primary that may still serve: alive, not Failed or Succeeded.
+fn primaries(observed: &Observed) -> Vec<&Member> {
+    alive(observed)
         .filter(|m| m.is(Role::Primary) && m.phase != Phase::Done)
-        .collect();
-    if primaries.len() > 1 {
-        let keep = primaries
-            .iter()
-            .find(|m| Some(&m.name) == observed.recorded_primary.as_ref())
-            .or_else(|| primaries.iter().min_by(|a, b| a.created.cmp(&b.created)))
-            .map(|m| m.name.clone());
-        if let Some(other) = primaries.iter().find(|m| Some(&m.name) != keep.as_ref()) {
-            return Action::Delete {
-                pod: other.name.clone(),
-                reason: DeleteReason::SecondPrimary,
-            };
-        }
+        .collect()
+}
+
+/// Every member but the primaries, alive, by name.
+fn replicas(observed: &Observed) -> Vec<&Member> {
+    let mut replicas: Vec<&Member> = alive(observed).filter(|m| !m.is(Role::Primary)).collect();
+    replicas.sort_by(|a, b| a.name.cmp(&b.name));
+    replicas
+}
+
+fn delete(member: &Member, reason: DeleteReason) -> Option<Action> {
+    Some(Action::Delete {
+        pod: member.name.clone(),
+        reason,
+    })
+}
+
+/// Rule 1a: Two pods labelled primary: keep the recorded one (else the oldest), delete the other.
+fn second_primary(observed: &Observed, _: &Delays) -> Option<Action> {
+    let primaries = primaries(observed);
+    if primaries.len() < 2 {
+        return None;
     }
+    let keep = primaries
+        .iter()
+        .find(|m| Some(&m.name) == observed.recorded_primary.as_ref())
+        .or_else(|| primaries.iter().min_by(|a, b| a.created.cmp(&b.created)))
+        .map(|m| m.name.clone());
+    let other = primaries.iter().find(|m| Some(&m.name) != keep.as_ref())?;
+    delete(other, DeleteReason::SecondPrimary)
+}
+
+/// Rule 1b: The primary first: wait for one on its way out, fence a lost one, promote a replica when
+/// there is none, or promote a restarted one where it is.
+fn primary_first(observed: &Observed, delays: &Delays) -> Option<Action> {
+    let primaries = primaries(observed);
     // A primary on its way out is waited for, not failed over at once: stopping cleanly, it
     // sends its last WAL to every connected replica, so all stop at the same point and any can
-    // be promoted with the others able to follow. Promoted before that, the new primary would
-    // miss WAL a sibling received, and that sibling could never follow its new timeline.
-    // Stopped is enough: its processes are gone, the object only follows. Unless it does not
-    // stop (a lost node): then it is fenced and the failover goes on, at once when fencing first
-    // is safe.
+    // be promoted with the others able to follow. Stopped is enough: its processes are gone,
+    // the object only follows. One that does not stop (a lost node) is fenced and the failover
+    // goes on, at once when fencing first is safe.
     // ANCHOR: failover_order
     let fence_first = fencing_first_is_safe(observed);
     if let Some(leaving) = observed
@@ -348,19 +388,15 @@ pub fn next_action(observed: &Observed, delays: &Delays) -> Action {
             && leaving.terminating_for < delays.stop_timeout
             && !(fence_first && leaving.down == Some(Down::NodeLost));
         if primaries.is_empty() && stopping {
-            return Action::Wait(format!(
+            return Some(Action::Wait(format!(
                 "waiting for the old primary {} to stop",
                 leaving.name
-            ));
+            )));
         }
     }
     // ANCHOR_END: failover_order
-    let primary = primaries.first().copied();
     let ready_replicas: Vec<String> = sorted_names(
-        alive
-            .iter()
-            .copied()
-            .filter(|m| m.is(Role::Replica) && m.ready && m.phase == Phase::Running),
+        alive(observed).filter(|m| m.is(Role::Replica) && m.ready && m.phase == Phase::Running),
     );
     // Synchronous: the most advanced of the standbys, never a replica outside them.
     let candidates = |ready_replicas: Vec<String>| match &observed.quorum {
@@ -370,166 +406,145 @@ pub fn next_action(observed: &Observed, delays: &Delays) -> Action {
             .collect(),
         None => ready_replicas,
     };
-    match primary {
+    match primaries.first().copied() {
         Some(primary) if is_lost(primary, delays) && !ready_replicas.is_empty() => {
             let allowed = observed
                 .quorum
                 .as_ref()
                 .is_some_and(|quorum| quorum.allows(&ready_replicas).is_ok());
             if fence_first && allowed {
-                return Action::Failover {
+                return Some(Action::Failover {
                     lost: Some(primary.name.clone()),
                     candidates: candidates(ready_replicas),
                     fence: Some(primary.name.clone()),
-                };
+                });
             }
-            return Action::Delete {
-                pod: primary.name.clone(),
-                reason: DeleteReason::FencePrimary,
-            };
+            delete(primary, DeleteReason::FencePrimary)
         }
         // ANCHOR: promote_in_place
-        Some(primary) if primary.ready && primary.restarted => {
-            return Action::PromoteInPlace {
-                pod: primary.name.clone(),
-            };
-        }
+        Some(primary) if primary.ready && primary.restarted => Some(Action::PromoteInPlace {
+            pod: primary.name.clone(),
+        }),
         // ANCHOR_END: promote_in_place
-        Some(_) => {}
+        Some(_) => None,
         None if observed.has_run || observed.recorded_primary.is_some() => {
             if let Some(quorum) = &observed.quorum {
                 if let Err(why) = quorum.allows(&ready_replicas) {
-                    return Action::FailoverRefused(why);
+                    return Some(Action::FailoverRefused(why));
                 }
             }
             if !ready_replicas.is_empty() {
-                return Action::Failover {
+                return Some(Action::Failover {
                     lost: observed.recorded_primary.clone(),
                     candidates: candidates(ready_replicas),
                     fence: None,
-                };
+                });
             }
-            if alive.iter().any(|m| m.is(Role::Replica)) {
-                return Action::Wait(
+            alive(observed).any(|m| m.is(Role::Replica)).then(|| {
+                Action::Wait(
                     "the primary is gone; waiting for a replica to be ready to promote".into(),
-                );
-            }
+                )
+            })
         }
-        None => {}
+        None => None,
     }
+}
 
-    // 2. Lost and dead replicas go (rule 4 replaces them).
-    let mut replicas: Vec<&Member> = alive
-        .iter()
-        .copied()
-        .filter(|m| !m.is(Role::Primary))
-        .collect();
-    replicas.sort_by(|a, b| a.name.cmp(&b.name));
-    // Fenced but not deleted: a failover relabelled it and stopped before its DELETE (an
-    // operator killed in between). No Service selects it; it still runs, and still counts.
-    if let Some(fenced) = alive
-        .iter()
-        .find(|m| m.is(Role::Fenced) && m.phase != Phase::Done)
-    {
-        return Action::Delete {
-            pod: fenced.name.clone(),
-            reason: DeleteReason::FencePrimary,
-        };
+/// Rule 2a: Members that will not serve again go (rule 4 replaces them): one left fenced by a
+/// failover that stopped before its DELETE (an operator killed in between: no Service selects
+/// it, yet it runs and counts), one Failed or Succeeded, a replica unready past the delay.
+fn leftovers_go(observed: &Observed, delays: &Delays) -> Option<Action> {
+    if let Some(fenced) = alive(observed).find(|m| m.is(Role::Fenced) && m.phase != Phase::Done) {
+        return delete(fenced, DeleteReason::FencePrimary);
     }
-    if let Some(dead) = alive.iter().find(|m| m.phase == Phase::Done) {
-        return Action::Delete {
-            pod: dead.name.clone(),
-            reason: DeleteReason::MemberDead,
-        };
+    if let Some(dead) = alive(observed).find(|m| m.phase == Phase::Done) {
+        return delete(dead, DeleteReason::MemberDead);
     }
-    if let Some(lost) = replicas.iter().find(|m| {
+    let lost = replicas(observed).into_iter().find(|m| {
         m.phase == Phase::Running && !m.ready && m.unready_for >= delays.member_lost_after
-    }) {
-        return Action::Delete {
-            pod: lost.name.clone(),
-            reason: DeleteReason::MemberLost,
-        };
-    }
-    if let Some(astray) = replicas.iter().find(|m| {
-        m.is(Role::Replica) && m.ready && m.not_streaming_for >= delays.not_streaming_after
-    }) {
-        return Action::Delete {
-            pod: astray.name.clone(),
-            reason: DeleteReason::NotStreaming,
-        };
-    }
+    })?;
+    delete(lost, DeleteReason::MemberLost)
+}
 
-    // 3. Wait while anything moves.
-    // A pod terminating past the stop timeout is not moving: it is stuck on a lost node.
+/// Rule 2b: A replica Ready but not streaming from the primary past the delay goes too: it answers
+/// queries, but follows nothing (an old timeline it cannot leave, a primary that is gone).
+fn not_streaming_goes(observed: &Observed, delays: &Delays) -> Option<Action> {
+    let astray = replicas(observed).into_iter().find(|m| {
+        m.is(Role::Replica) && m.ready && m.not_streaming_for >= delays.not_streaming_after
+    })?;
+    delete(astray, DeleteReason::NotStreaming)
+}
+
+/// Rule 3: Wait while anything moves: a pod pending, starting, or terminating. One terminating past
+/// the stop timeout is not moving: it is stuck on a lost node.
+fn wait_while_moving(observed: &Observed, delays: &Delays) -> Option<Action> {
     let moving: Vec<String> = sorted_names(observed.members.iter().filter(|m| {
         m.phase == Phase::Pending
             || (m.phase == Phase::Terminating && m.terminating_for < delays.stop_timeout)
             || (m.phase == Phase::Running && !m.ready)
     }));
-    if !moving.is_empty() {
-        return Action::Wait(format!("waiting for {} to settle", moving.join(", ")));
-    }
-    // 4. Count.
-    if alive.is_empty() {
-        return if observed.has_run {
+    (!moving.is_empty())
+        .then(|| Action::Wait(format!("waiting for {} to settle", moving.join(", "))))
+}
+
+/// Rule 4: Count: the seed of a new cluster (a cluster that ran and has no pod is a disaster), one
+/// replica more, or the newest replica less, never the primary.
+fn count(observed: &Observed, _: &Delays) -> Option<Action> {
+    let alive = alive(observed).count();
+    if alive == 0 {
+        return Some(if observed.has_run {
             Action::Disaster
         } else {
             Action::CreateSeed
-        };
+        });
     }
-    if alive.len() < observed.size {
-        if primary.is_none() {
-            // Replicas clone the primary: without one there is nothing to clone.
-            return Action::Wait("no primary to clone a replica from".into());
-        }
-        return Action::CreateReplica;
+    if alive < observed.size {
+        // Replicas clone the primary: without one there is nothing to clone.
+        return Some(if primaries(observed).is_empty() {
+            Action::Wait("no primary to clone a replica from".into())
+        } else {
+            Action::CreateReplica
+        });
     }
-    if alive.len() > observed.size {
+    if alive > observed.size {
         // All are Ready here (rule 3 waited otherwise): the newest replica goes.
-        if let Some(newest) = replicas.iter().max_by(|a, b| {
+        let replicas = replicas(observed);
+        let newest = replicas.iter().max_by(|a, b| {
             (a.created.as_str(), a.name.as_str()).cmp(&(b.created.as_str(), b.name.as_str()))
-        }) {
-            return Action::Delete {
-                pod: newest.name.clone(),
-                reason: DeleteReason::ScaleDown,
-            };
-        }
+        })?;
+        return delete(newest, DeleteReason::ScaleDown);
     }
+    None
+}
 
-    // 5. A planned switchover, on a healthy cluster only (every member ready, rule 3): the
-    // primary is deleted, stops cleanly, shipping its last WAL to every replica, and rule 1
-    // promotes the named replica, now as advanced as any (see `choose`).
-    if let (Some(target), Some(primary)) = (&observed.switchover_to, primary) {
-        let target_ready = replicas
-            .iter()
-            .any(|m| &m.name == target && m.is(Role::Replica) && m.ready);
-        if target_ready {
-            return Action::Delete {
-                pod: primary.name.clone(),
-                reason: DeleteReason::PlannedSwitchover,
-            };
-        }
-    }
+/// Rule 5: A planned switchover, on a healthy cluster only (every member ready, rule 3): the primary
+/// is deleted, stops cleanly, shipping its last WAL to every replica, and rule 1 promotes the
+/// named replica, now as advanced as any (see [`choose`]).
+fn planned_switchover(observed: &Observed, _: &Delays) -> Option<Action> {
+    let target = observed.switchover_to.as_ref()?;
+    let primary = primaries(observed).first().copied()?;
+    replicas(observed)
+        .iter()
+        .any(|m| &m.name == target && m.is(Role::Replica) && m.ready)
+        .then(|| delete(primary, DeleteReason::PlannedSwitchover))
+        .flatten()
+}
 
-    // 6. Minor upgrades, one pod at a time, the primary last. Per pod, so a spec changed back
-    // half-way brings the pods already replaced back too.
+/// Rule 6: Minor upgrades, one pod at a time, the primary last. Per pod, so a spec changed back
+/// half-way brings the pods already replaced back too.
+fn minor_upgrades(observed: &Observed, _: &Delays) -> Option<Action> {
     let wanted = observed.wanted_version.as_str();
     let outdated = |m: &Member| {
         version_change(Some(&m.version), wanted, observed.size) == VersionChange::Minor
     };
-    if let Some(old) = replicas.iter().find(|m| outdated(m)) {
-        return Action::Delete {
-            pod: old.name.clone(),
-            reason: DeleteReason::Upgrade,
-        };
+    if let Some(old) = replicas(observed).into_iter().find(|m| outdated(m)) {
+        return delete(old, DeleteReason::Upgrade);
     }
-    if let Some(primary) = primary.filter(|p| outdated(p)) {
-        return Action::Delete {
-            pod: primary.name.clone(),
-            reason: DeleteReason::Switchover,
-        };
-    }
-    Action::Steady
+    let primary = primaries(observed)
+        .first()
+        .copied()
+        .filter(|p| outdated(p))?;
+    delete(primary, DeleteReason::Switchover)
 }
 
 /// The primary `member` is lost: Running but not Ready, and either down for certain or unready
