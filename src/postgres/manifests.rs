@@ -349,15 +349,14 @@ pub fn pod(cluster: &PostgresCluster, role: Role, agent_image: &str) -> Value {
             // The kubelet refuses to start a container that would run as uid 0.
             "runAsNonRoot": true,
         },
-        // Postgres recovers by itself after a crash on the same emptyDir, so restart in place.
+        // A crashed container restarts in place on the same emptyDir; a primary that did not
+        // stop cleanly comes back in recovery (START_SCRIPT) for the operator to promote.
         "restartPolicy": "Always",
         // The official image's STOPSIGNAL is SIGINT: a fast shutdown, which disconnects the
         // clients, writes a shutdown checkpoint, and (on a primary) waits until the walsenders
         // have shipped all WAL to the connected replicas, so they all stop at the same LSN and
         // any of them can be promoted with the others following. The kubelet's SIGKILL when
-        // the grace period ends skips all of that. 60 s covers a checkpoint of a busy server;
-        // much longer would only delay a failover, which waits for the old primary to stop (at
-        // most `Delays::stop_timeout`, then fences it and goes on).
+        // the grace period ends skips all of that; 60 s covers a busy server's checkpoint.
         "terminationGracePeriodSeconds": 60,
         "containers": [postgres_container(cluster, &image), ready_container(cluster, &image)],
         "volumes": [
