@@ -247,7 +247,8 @@ fn postgres_container(cluster: &PostgresCluster, image: &str) -> Value {
         // The agent's `/livez`: alive while its session answers, or else while `pg_isready`
         // finds the postmaster at all (a replica replaying WAL rejects connections and is
         // alive). Only "no postmaster" for 2 × 30 s restarts the container. 5 s: the session's
-        // 0.8 s and pg_isready's own 2 s (`-t 2`) fit in it.
+        // 0.8 s and pg_isready's own 2 s (`-t 2`) fit in it. (The agent answers one request at a
+        // time, so that fallback delays a readiness probe, but only once the session has failed.)
         // ANCHOR: liveness_probe
         "livenessProbe": {
             "httpGet": {"path": LIVE_PATH, "port": AGENT_PORT},

@@ -1,6 +1,7 @@
 //! How the controller starts a cluster's task: step 03's `ClusterWorker`, filled in.
 //! `PostgresWorker::new` holds what every task shares (the client, the pod store, the wake-ups,
-//! the options), and `run_cluster` spawns the task's loop (`mod.rs`'s `run`) for one cluster.
+//! the options), and `run_cluster` is one cluster's task, `mod.rs`'s `run`, which the controller
+//! spawns.
 //!
 //! WORKSHOP.md, step 04 ("The reconcile loop").
 
