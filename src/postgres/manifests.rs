@@ -590,7 +590,8 @@ mod tests {
 
     /// Readiness asks the agent beside postgres, which asks the server over TCP at localhost
     /// (not the Unix socket the entrypoint's temporary init server listens on); startup and
-    /// liveness accept "rejecting connections" (exit 1) as alive, so WAL replay is never killed.
+    /// liveness (the agent's `/livez`, pg_isready behind it) accept "rejecting connections"
+    /// (exit 1) as alive, so WAL replay is never killed.
     #[test]
     fn probes_do_not_kill_a_replica_replaying_wal() {
         let pod = pod(&cluster(), Role::Replica, DEFAULT_AGENT_IMAGE);
