@@ -1,13 +1,10 @@
 //! Support: skip it on first read — the readiness agent beside each postgres server.
 //!
-//! WORKSHOP.md, step 04 ("What fast detection costs while idle"). Ready
-//! decides which pods the Services send traffic to, and a primary that stays unready is failed
-//! over: the readiness probe is the operator's detector of a hung primary (its processes
-//! stopped: TCP still accepts, only a query notices). So it runs often, every 2 s. An `exec`
-//! probe of `pg_isready` costs, every time, a process started in the container (about 4 ms of
-//! the node's CPU before it runs anything), `pg_isready` loading its libraries, and a backend the
-//! server forks for it: six idle clusters of three kept a 2-core machine 9–12 % busy, most of it
-//! the probes.
+//! WORKSHOP.md, step 04 ("What fast detection costs while idle"). Ready decides which pods the
+//! Services send traffic to, and a primary that stays unready is failed over: the readiness
+//! probe is the operator's detector of a hung primary (its processes stopped: TCP still accepts,
+//! only a query notices), so it runs every 2 s. An `exec` probe of `pg_isready` would start a
+//! process in the container and make the server fork a backend every time.
 //!
 //! `pg-ready` (`src/bin/pg-ready.rs`) keeps one `psql` session open and answers the kubelet's
 //! `GET /readyz` with `200` when that session answers `SELECT n;` within the deadline, `503` and
@@ -22,9 +19,8 @@
 //!
 //! Plain threads and the standard library, no async runtime, no HTTP library (the binary's one
 //! tokio thread only waits for the stop signal): it answers one request at a time, the kubelet's
-//! two probes, and a debug build (what `cargo run` makes) must cost the node no more than a
-//! release one would; a first version on tokio and hyper cost more than the probes it replaced.
-//! Every read is bounded in time and size.
+//! two probes, and costs the node little even as the debug build `cargo run` makes. Every read is
+//! bounded in time and size.
 //!
 //! How it gets into a member pod, as CloudNativePG's instance manager does: an init container of
 //! the operator's image (which has no shell) runs `/pg-ready install /agent/pg-ready`, a copy of

@@ -24,7 +24,7 @@
 
 use serde_json::{json, Value};
 
-use super::agent::{AGENT_BINARY, AGENT_DIR, AGENT_PORT, IMAGE_BINARY, READY_PATH};
+use super::agent::{AGENT_BINARY, AGENT_DIR, AGENT_PORT, IMAGE_BINARY, LIVE_PATH, READY_PATH};
 use crate::api::PostgresCluster;
 use crate::controller::pods::{owner_reference, pod_labels};
 
@@ -190,36 +190,16 @@ fn postgres_container(cluster: &PostgresCluster, image: &str) -> Value {
         // `command` replaces the image's ENTRYPOINT with START_SCRIPT, which ends in it (the
         // word after the script is the shell's $0); `args` replaces its CMD and is passed on.
         "command": ["sh", "-c", START_SCRIPT, "start"],
-        // wal_keep_size (PG 13+; the default is 0) keeps 512 MB of WAL on the primary, so a
-        // replica that falls behind or restarts can catch up instead of failing with "requested
-        // WAL segment has already been removed". wal_retrieve_retry_interval (5 s by default)
-        // is how long a standby whose primary went away waits before it tries again: after a
-        // failover, the replicas reach the new primary through the Service that much later, and
-        // with synchronous replication every commit waits for one of them. A standby tries once
-        // at the moment its primary stops, finds no primary behind the Service yet, and waits
-        // this long: 200 ms (1 s made a switchover's median outage 0.7 s, 200 ms 0.5 s). The
-        // price is a failed connection, a log line (and with step 05 a restore_command) every
-        // 200 ms per standby while no primary is there.
-        // wal_sender_timeout (60 s by default) bounds how long a walsender waits for a standby
-        // that says nothing: a fast shutdown ends only when every walsender has had the
-        // standby's reply for the shutdown checkpoint (WalSndDone), so a standby whose
-        // processes are frozen (a hung pod, a node cut off) while its TCP connection stays open
-        // held a deleted primary Terminating for up to that long, past the operator's stop
-        // timeout. 5 s, as CloudNativePG sets it: a live standby answers the walsender's
-        // keepalive requests (sent at half the timeout) at once, and so does the WAL stream of
-        // a clone's `pg_basebackup -X stream`.
-        // wal_receiver_timeout (60 s by default) is the same bound on the standby's side: a
-        // standby whose primary went silent (hung, its node cut off) while the TCP connection
-        // stays open drops it after 5 s (it asks for a reply at half of it, which a live primary
-        // sends at once) and finds the new primary through the Service. At 60 s, a standby
-        // stayed on a frozen old primary for a minute after a failover, behind, and (with
-        // synchronous `required`) was the one standby an old primary that came back could still
-        // have had acknowledge its commits (`plan::fencing_first_is_safe`).
-        // restart_after_crash (on by default): after one backend crashes, the postmaster ends
-        // every session and runs crash recovery in place, and a primary is writable again with
-        // no one asked. Off, as CloudNativePG sets it, the postmaster exits, and the container
-        // restarts through START_SCRIPT like any other crash: in recovery, for the operator to
-        // promote or replace.
+        // Each setting below changes a PostgreSQL default; why each value, and what it cost
+        // before, is WORKSHOP.md's "Design notes: the server's settings".
+        // wal_keep_size (0): WAL kept on the primary, so a replica that fell behind catches up
+        // instead of failing with "requested WAL segment has already been removed".
+        // wal_retrieve_retry_interval (5 s): how long a standby whose primary went away waits
+        // before it tries the Service again; a switchover's writes wait for that retry.
+        // wal_sender_timeout, wal_receiver_timeout (60 s): how long either end keeps a peer that
+        // went silent with its TCP connection open; a primary's fast shutdown waits on the first.
+        // restart_after_crash (on): off, a crashed backend makes the postmaster exit, and the
+        // container restarts through START_SCRIPT, in recovery, like any other crash.
         "args": [
             "postgres",
             "-c",
@@ -251,17 +231,11 @@ fn postgres_container(cluster: &PostgresCluster, image: &str) -> Value {
         // A replica's base backup is not counted here: it runs in the init container, before
         // any probe.
         "startupProbe": shell_probe(ALIVE_CHECK, 2, 300),
-        // Ready = answering queries: a primary, or a hot standby that reached a consistent
-        // state. Ready decides which pods the Services send traffic to, and it is the detector
-        // of a hung primary (its processes stopped: TCP still accepts, nothing answers, so only
-        // a query notices). Asked of the `ready` container's agent, which keeps one psql
-        // session open (`agent.rs`): one HTTP request and one `SELECT` a probe, where an exec
-        // of `pg_isready` started a process in the container, loaded 25 libraries and made the
-        // server start a backend, about 14 ms of the node's CPU each time. Every 2 s, unready
-        // after two misses in a row, each at most 1 s (the agent gives up after 0.8 s and
-        // says why): the probes start 2 s apart however long each takes, so a hung primary is
-        // unready 2.8 to 4.8 s after it stops, and the failover delay counts from there. One slow
-        // answer under load is not two.
+        // Ready decides which pods the Services send traffic to, and it is the detector of a hung
+        // primary (TCP still accepts, only a query notices). Asked of the `ready` container's
+        // agent (`agent.rs`), which keeps one psql session open: one HTTP request and one
+        // `SELECT` a probe, no process started. Two misses 2 s apart, each given up after 0.8 s:
+        // a hung primary is unready 2.8 to 4.8 s after it stops.
         // ANCHOR: readiness_probe
         "readinessProbe": {
             "httpGet": {"path": READY_PATH, "port": AGENT_PORT},
@@ -270,10 +244,19 @@ fn postgres_container(cluster: &PostgresCluster, image: &str) -> Value {
             "failureThreshold": 2,
         },
         // ANCHOR_END: readiness_probe
-        // A replica replaying WAL answers "rejecting connections" (exit 1): alive, so only
-        // "no response" for 2 × 30 s restarts the container. A liveness probe that demanded
-        // "accepting" would kill a replica in the middle of its recovery, again and again.
-        "livenessProbe": shell_probe(ALIVE_CHECK, 30, 2),
+        // The agent's `/livez`: alive while its session answers, or else while `pg_isready`
+        // finds the postmaster at all (a replica replaying WAL rejects connections and is
+        // alive). Only "no postmaster" for 2 × 30 s restarts the container. 5 s: the session's
+        // 0.8 s and pg_isready's own 2 s (`-t 2`) fit in it. (The agent answers one request at a
+        // time, so that fallback delays a readiness probe, but only once the session has failed.)
+        // ANCHOR: liveness_probe
+        "livenessProbe": {
+            "httpGet": {"path": LIVE_PATH, "port": AGENT_PORT},
+            "periodSeconds": 30,
+            "timeoutSeconds": 5,
+            "failureThreshold": 2,
+        },
+        // ANCHOR_END: liveness_probe
     })
 }
 
@@ -367,15 +350,14 @@ pub fn pod(cluster: &PostgresCluster, role: Role, agent_image: &str) -> Value {
             // The kubelet refuses to start a container that would run as uid 0.
             "runAsNonRoot": true,
         },
-        // Postgres recovers by itself after a crash on the same emptyDir, so restart in place.
+        // A crashed container restarts in place on the same emptyDir; a primary that did not
+        // stop cleanly comes back in recovery (START_SCRIPT) for the operator to promote.
         "restartPolicy": "Always",
         // The official image's STOPSIGNAL is SIGINT: a fast shutdown, which disconnects the
         // clients, writes a shutdown checkpoint, and (on a primary) waits until the walsenders
         // have shipped all WAL to the connected replicas, so they all stop at the same LSN and
         // any of them can be promoted with the others following. The kubelet's SIGKILL when
-        // the grace period ends skips all of that. 60 s covers a checkpoint of a busy server;
-        // much longer would only delay a failover, which waits for the old primary to stop (at
-        // most `Delays::stop_timeout`, then fences it and goes on).
+        // the grace period ends skips all of that; 60 s covers a busy server's checkpoint.
         "terminationGracePeriodSeconds": 60,
         "containers": [postgres_container(cluster, &image), ready_container(cluster, &image)],
         "volumes": [
@@ -608,7 +590,8 @@ mod tests {
 
     /// Readiness asks the agent beside postgres, which asks the server over TCP at localhost
     /// (not the Unix socket the entrypoint's temporary init server listens on); startup and
-    /// liveness accept "rejecting connections" (exit 1) as alive, so WAL replay is never killed.
+    /// liveness (the agent's `/livez`, pg_isready behind it) accept "rejecting connections"
+    /// (exit 1) as alive, so WAL replay is never killed.
     #[test]
     fn probes_do_not_kill_a_replica_replaying_wal() {
         let pod = pod(&cluster(), Role::Replica, DEFAULT_AGENT_IMAGE);
@@ -645,13 +628,17 @@ mod tests {
             ready["volumeMounts"],
             json!([{"name": "agent", "mountPath": "/agent", "readOnly": true}])
         );
-        for probe in ["startupProbe", "livenessProbe"] {
-            let command = &container[probe]["exec"]["command"];
-            assert_eq!(command, &json!(["sh", "-c", ALIVE_CHECK]), "{probe}");
-            // Longer than pg_isready's own 3 s connect timeout.
-            assert!(container[probe]["timeoutSeconds"].as_u64() > Some(3));
-        }
+        let startup = &container["startupProbe"];
+        assert_eq!(startup["exec"]["command"], json!(["sh", "-c", ALIVE_CHECK]));
+        // Longer than pg_isready's own 3 s connect timeout.
+        assert!(startup["timeoutSeconds"].as_u64() > Some(3));
         assert!(ALIVE_CHECK.contains("-h 127.0.0.1") && ALIVE_CHECK.ends_with("[ $? -le 1 ]"));
+        // A running member's liveness asks the agent, as readiness does: no process started.
+        let liveness = &container["livenessProbe"];
+        assert_eq!(liveness["httpGet"], json!({"path": "/livez", "port": 8008}));
+        assert_eq!(liveness["exec"], Value::Null);
+        // Longer than the agent's answer can take: its session's deadline, then pg_isready -t 2.
+        assert!(liveness["timeoutSeconds"].as_u64() > Some(3));
         let budget = |probe: &str| {
             container[probe]["periodSeconds"].as_u64().unwrap_or(10)
                 * container[probe]["failureThreshold"].as_u64().unwrap_or(3)

@@ -52,11 +52,8 @@ impl<L: ClusterLayer> PostgresTask<L> {
                 let member = observed.members.iter().find(|m| &m.name == pod);
                 let (line, event_type, event_reason) = delete_story(pod, *reason, member, observed);
                 self.say(line.clone());
-                // A primary fenced for being unready may be hung (every process stopped): it
-                // would never act on SIGINT, and the failover waits for it to stop (up to the stop
-                // timeout), so a 60 s grace period would be that much more without writes. A short one: the
-                // kubelet's SIGKILL then ends even a stopped process. What it had not streamed
-                // is lost either way; a healthy but slow primary is not fenced (unready first).
+                // An unready primary may be hung (every process stopped) and never act on SIGINT;
+                // the failover waits for its stop, so a short grace: the kubelet's SIGKILL ends it.
                 let grace = (*reason == DeleteReason::FencePrimary).then_some(FENCE_GRACE_SECONDS);
                 if self.delete_pod_within(pod, grace).await {
                     self.event(event_type, event_reason, &line).await;

@@ -1,6 +1,7 @@
-//! What every cluster task of stage 04 shares (the client, the pod store, the wake-ups, the
-//! options), and how the controller starts one: step 03's `ClusterWorker`, filled in. Support: a
-//! learner may skip it on first read — it is wiring; the task itself is `mod.rs`.
+//! How the controller starts a cluster's task: step 03's `ClusterWorker`, filled in.
+//! `PostgresWorker::new` holds what every task shares (the client, the pod store, the wake-ups,
+//! the options), and `run_cluster` is one cluster's task, `mod.rs`'s `run`, which the controller
+//! spawns.
 //!
 //! WORKSHOP.md, step 04 ("The reconcile loop").
 
