@@ -11,21 +11,6 @@ ended and were reaped count too) and the machine's busy share from /proc/stat.
 
 OPERATOR may be another build of stage05 (to compare two manifests); BIN_DIR holds the sandbox
 and pg-ready. Not run by `cargo test`: it takes minutes and measures the machine as much as us.
-usage: idle_cost.py OPERATOR BIN_DIR SECS PORT"""Idle cost of six size-3 clusters: CPU of the sandbox's and the operator's process trees
-(utime+stime, plus cutime+cstime so reaped children count), and the machine's busy share,
-over SECS seconds once every member is ready.
-usage: wt04-idle.py OPERATOR_BINARY BIN_DIR SECS PORT"""What idle clusters cost the machine: WORKSHOP.md, "Measured: What the probes cost an idle machine".
-
-Starts a sandbox (real processes) and OPERATOR on PORT, creates six clusters of three, waits until
-every member is ready and 15 s more, then over SECS seconds sums the CPU of the sandbox's and the
-operator's process trees (utime+stime of each process, plus cutime+cstime, so children that
-ended and were reaped count too) and the machine's busy share from /proc/stat.
-
-  cargo build --bins
-  python3 tests/postgres/idle_cost.py target/debug/stage05 target/debug 120 18431
-
-OPERATOR may be another build of stage05 (to compare two manifests); BIN_DIR holds the sandbox
-and pg-ready. Not run by `cargo test`: it takes minutes and measures the machine as much as us.
 usage: idle_cost.py OPERATOR BIN_DIR SECS PORT"""
 import os, subprocess, sys, time, signal, json
 
