@@ -35,7 +35,7 @@ pub enum BackupAction {
     RestoreFailed { pod: String, reason: String },
     /// Every member is gone after a restore failed: the cluster stays Failed.
     StayFailed,
-    /// Delete member `pod`, which does not archive; step 04's rules replace it (rule 3).
+    /// Delete member `pod`, which does not archive; step 04's count (rule 4) replaces it.
     ReplaceToArchive { pod: String },
 }
 
