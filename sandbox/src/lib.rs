@@ -47,7 +47,7 @@
 //! | `store_file.rs` | the store on disk (`--data-dir`): objects and the revision in an SQLite file, its format version, [`StoreFileError`] | 0 helpers |
 //! | `connections.rs` | which connections stay open: a bounded number, idle ones closed first to make room; the open-file limit | 0 helpers |
 //! | `cluster_ips.rs` | the ClusterIP allocator: unique addresses from the Service range, requested ones honoured | 0 helpers |
-//! | `access.rs` | `kubectl auth can-i`: SelfSubjectAccessReview and SelfSubjectRulesReview answered by RBAC | 0 helpers |
+//! | `access.rs` | `kubectl auth can-i`: SelfSubjectAccessReview and SelfSubjectRulesReview answered by RBAC; `kubectl auth whoami`: SelfSubjectReview | 0 helpers |
 //! | `rbac.rs` | users and groups, request attributes from URLs, rule matching, kube's forbidden messages | 0 helpers |
 //! | `tokens.rs` | JWT-shaped service-account tokens, remembered and looked up | 0 helpers |
 //! | `protobuf.rs` | decoding the protobuf bodies `kubectl create namespace/secret/configmap` send | 0 helpers |

@@ -375,6 +375,15 @@ async fn answer(
                 None => Err(ApiError::path_not_found()),
             }
         }
+        // kubectl auth whoami: the review carries no input (its status is the answer), so the
+        // body (protobuf from kubectl) is read and not decoded.
+        ["apis", "authentication.k8s.io", "v1", "selfsubjectreviews"] if method == Method::POST => {
+            read_body(request).await?;
+            Ok(json_response(
+                201,
+                &access::self_subject_review(&caller.user),
+            ))
+        }
         ["sandbox", "faults", rest @ ..] => {
             let faults = Faults::new(shared.clone());
             let done = fault_door::answer(&faults, &method, rest, &query)?;

@@ -122,6 +122,47 @@ async fn auth_can_i_says_yes_to_the_admin() {
     assert!(rules.lines().any(|l| l.starts_with("*.*")), "{rules}");
 }
 
+/// `kubectl auth whoami` prints the admin's name and groups, as it does against kind (whose
+/// admin is `kubernetes-admin` in `kubeadm:cluster-admins`), and `--as` shows the impersonated
+/// service account in its three groups.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auth_whoami_names_the_user_and_groups() {
+    let (_sandbox, kubectl) = test_support::sandbox_and_kubectl().await;
+    let me = kubectl.ok(&["auth", "whoami"]).await;
+    assert_eq!(
+        test_support::table_row(&me, 0),
+        ["ATTRIBUTE", "VALUE"],
+        "{me}"
+    );
+    assert_eq!(
+        test_support::table_row(&me, 1),
+        ["Username", "system:admin"],
+        "{me}"
+    );
+    assert_eq!(
+        test_support::table_row(&me, 2),
+        ["Groups", "[system:masters", "system:authenticated]"],
+        "{me}"
+    );
+    let json = kubectl.json(&["auth", "whoami", "-o", "json"]).await;
+    assert_eq!(json["kind"], "SelfSubjectReview", "{json}");
+    let them = kubectl
+        .ok(&[
+            "auth",
+            "whoami",
+            "--as",
+            "system:serviceaccount:default:default",
+        ])
+        .await;
+    assert!(
+        them.contains("system:serviceaccount:default:default")
+            && them.contains(
+                "[system:serviceaccounts system:serviceaccounts:default system:authenticated]"
+            ),
+        "{them}"
+    );
+}
+
 /// The imperative `kubectl create deployment|service|serviceaccount|role|rolebinding` (protobuf
 /// bodies) work, and `get` prints kube-apiserver's columns for them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
