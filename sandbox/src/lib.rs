@@ -31,6 +31,7 @@
 //! | `workloads.rs` | the Deployment and ReplicaSet controllers: rollouts, pods from templates, their status (its own files in `workloads/`) | 4 answers |
 //! | `controllers.rs` | the simulated kubelet and CRD establishment (garbage collection is in `objects.rs`) | 4 answers |
 //! | `authn.rs` | who is asking (admin, service-account token, impersonation) and whether RBAC lets them; owner-reference admission | 4 answers |
+//! | `metrics.rs` | `kubectl top`: the metrics.k8s.io API (PodMetrics, NodeMetrics) from the pods' processes; zero for simulated pods | 4 answers |
 //! | `faults.rs` | the [`Faults`] handle tests use to break things on purpose | 4 answers |
 //! | `fault_door.rs` | the node faults over HTTP: `POST /sandbox/faults/namespaces/NS/pods/NAME/FAULT` (`kubectl create --raw`), admin only | 4 answers |
 //! | `state.rs` | `Shared`: the store, options, fault switches, request log, process runtime and shutdown token everyone holds | 3 state |
@@ -93,6 +94,7 @@ mod errors;
 mod fault_door;
 mod faults;
 mod handlers;
+mod metrics;
 mod names;
 mod objects;
 mod options;

@@ -77,6 +77,7 @@ mod probes;
 mod process;
 mod services;
 mod status;
+mod usage;
 mod volumes;
 mod worker;
 
@@ -84,6 +85,7 @@ pub(crate) use exec::{ExecRequest, PreparedExec};
 pub use host::{HostError, HostTools, INSTALL_HINT};
 pub(crate) use logs::{LogOutput, LogRequest};
 pub use lost_node::{LostNode, LostProcesses};
+pub(crate) use usage::ContainerUsage;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -303,6 +305,8 @@ pub(crate) struct Node {
     /// Our `127.B.0.0/16`, held against other sandboxes on this machine while we run.
     block_claim: addresses::BlockClaim,
     pods: Mutex<HashMap<String, Arc<worker::PodWorker>>>,
+    /// The last CPU reading of each container, for `kubectl top`'s rates (`usage.rs`).
+    usage: Mutex<usage::Samples>,
     tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     random: Mutex<Xorshift>,
     shutdown: CancellationToken,
@@ -345,6 +349,7 @@ impl Node {
             addresses: Mutex::new(addresses::PodAddresses::new(block)),
             block_claim,
             pods: Mutex::new(HashMap::new()),
+            usage: Mutex::new(usage::Samples::default()),
             tasks: Mutex::new(vec![services]),
             random: Mutex::new(random),
             shutdown,
@@ -614,6 +619,25 @@ impl Node {
 
     fn forget(&self, uid: &str) {
         lock(&self.pods).remove(uid);
+        lock(&self.usage).forget(&format!("{uid}/"));
+    }
+
+    /// What each running container of pod `namespace/name` uses now (`kubectl top`). None if
+    /// the pod does not run here or none of its containers runs.
+    pub(crate) fn pod_usage(&self, namespace: &str, name: &str) -> Option<Vec<ContainerUsage>> {
+        let worker = self.worker(namespace, name)?;
+        let roots = lock(&worker.running).clone();
+        let names = worker.pod["spec"]["containers"].as_array()?;
+        let mut samples = lock(&self.usage);
+        let used: Vec<ContainerUsage> = roots
+            .iter()
+            .zip(names)
+            .filter_map(|(root, container)| {
+                let name = container["name"].as_str().unwrap_or_default();
+                samples.read(&format!("{}/{name}", worker.uid), name, (*root)?)
+            })
+            .collect();
+        (!used.is_empty()).then_some(used)
     }
 
     /// Record an Event about `pod`, or count it again if the same one exists (as the kubelet's

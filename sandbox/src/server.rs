@@ -26,8 +26,9 @@ use crate::errors::ApiError;
 use crate::fault_door;
 use crate::faults::Faults;
 use crate::handlers::{classify, parse_object_body, read_body, serve_resource, Target};
+use crate::metrics;
 use crate::rbac::Attributes;
-use crate::resources::GIT_VERSION;
+use crate::resources::{GIT_VERSION, METRICS_GROUP, METRICS_VERSION};
 use crate::responses::{
     aggregated_response, error_response, injected_response, json_response, openapi_v2_response,
     text_response,
@@ -383,6 +384,9 @@ async fn answer(
                 201,
                 &access::self_subject_review(&caller.user),
             ))
+        }
+        ["apis", METRICS_GROUP, METRICS_VERSION, rest @ ..] => {
+            read_only(json_response(200, &metrics::answer(shared, rest, &query)?))
         }
         ["sandbox", "faults", rest @ ..] => {
             let faults = Faults::new(shared.clone());

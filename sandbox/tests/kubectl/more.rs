@@ -163,6 +163,36 @@ async fn auth_whoami_names_the_user_and_groups() {
     );
 }
 
+/// `kubectl top` finds the metrics API in discovery; simulated pods run nothing and report
+/// zero, a pod that is not there is metrics-server's 404.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_top_reports_zero_for_simulated_pods() {
+    let (_sandbox, kubectl) = test_support::sandbox_and_kubectl().await;
+    kubectl.ok(&["run", "web", "--image=nginx:1.27"]).await;
+    let row = test_support::eventually(Duration::from_secs(10), "web in kubectl top", || async {
+        let top = kubectl.run(&["top", "pod"]).await;
+        let row: Vec<String> = test_support::table_row(&top.stdout, 1)
+            .into_iter()
+            .map(String::from)
+            .collect();
+        (row.first().map(String::as_str) == Some("web")).then_some(row)
+    })
+    .await;
+    assert_eq!(row, ["web", "0m", "0Mi"]);
+    let node = kubectl.ok(&["top", "node"]).await;
+    assert_eq!(
+        test_support::table_row(&node, 1),
+        ["sandbox-node", "0m", "0%", "0Mi", "0%"],
+        "{node}"
+    );
+    kubectl
+        .fails_saying(
+            &["top", "pod", "gone"],
+            "podmetrics.metrics.k8s.io \"default/gone\" not found",
+        )
+        .await;
+}
+
 /// The imperative `kubectl create deployment|service|serviceaccount|role|rolebinding` (protobuf
 /// bodies) work, and `get` prints kube-apiserver's columns for them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

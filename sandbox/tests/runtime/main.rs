@@ -16,3 +16,4 @@ mod pod_users;
 mod postgres;
 mod services;
 mod termination_message;
+mod top;
