@@ -51,8 +51,9 @@
 //!   kubelet carries on (probes time out, a failed liveness probe restarts the container). An
 //!   `exec` runs beside the stopped processes, not among them, as on a node.
 //! - `postgres-operator:<tag>` (the Dockerfile's image) runs the stage binaries cargo built from
-//!   this checkout ([`crate::SandboxOptions::operator_binaries`]), bound at `/stageNN` in a jail
-//!   that mirrors the host (`image.rs` says what happens to each field of kube/deployment.yaml).
+//!   this checkout ([`crate::SandboxOptions::operator_binaries`]), bound at `/stageNN` in the
+//!   root every image gets here (`jail.rs`: /usr, its own /etc, its volumes, nothing else of
+//!   the machine; `image.rs` says what happens to each field of kube/deployment.yaml).
 //!   Pods reach the API server at the sandbox's own address, which `KUBERNETES_SERVICE_HOST`
 //!   and `_PORT` name, not through the `kubernetes` Service's ClusterIP (`services.rs`).
 //! - Pod processes never run as root. When the sandbox is root they run as host user 999 (the

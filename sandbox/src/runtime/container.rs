@@ -472,7 +472,7 @@ pub(super) fn plan(node: &Node, worker: &PodWorker, spec: &Value) -> Result<Plan
         writable: true,
     });
     let etc = worker.dir.join("etc");
-    for file in ["passwd", "group", "hosts", "hostname"] {
+    for file in volumes::POD_ETC {
         mounts.push(Mount {
             source: etc.join(file),
             destination: PathBuf::from("/etc").join(file),
@@ -511,9 +511,18 @@ pub(super) fn plan(node: &Node, worker: &PodWorker, spec: &Value) -> Result<Plan
             tmp,
             run,
             mounts,
+            host_paths: postgres_prefix(node, postgres).into_iter().collect(),
             working_dir: spec["workingDir"].as_str().map(String::from),
         },
     })
+}
+
+/// Where PostgreSQL is installed, when that is outside `/usr` (which every root has): the
+/// directory above its `bin`, bound read-only into postgres containers.
+fn postgres_prefix(node: &Node, postgres: bool) -> Option<PathBuf> {
+    let bin = &node.config.tools.postgres_bin;
+    let prefix = bin.parent().filter(|p| *p != Path::new("/"))?;
+    (postgres && !bin.starts_with("/usr")).then(|| prefix.to_path_buf())
 }
 
 /// Where a container's termination message file lives on the host: one per container, emptied

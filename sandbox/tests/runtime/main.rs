@@ -11,6 +11,7 @@ mod data_dir;
 mod exec;
 mod fault_door;
 mod http_probes;
+mod image_root;
 mod node_faults;
 mod pod_users;
 mod postgres;
