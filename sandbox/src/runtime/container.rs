@@ -596,12 +596,14 @@ fn base_env(
 }
 
 /// Does `program` exist where the jail will look for it? A command that does not is a
-/// StartError (exit code 128), as containerd reports it — not a crash of the program.
-fn command_exists(program: &str, env: &[(String, String)], mounts: &[Mount]) -> bool {
+/// StartError (exit code 128), as containerd reports it — not a crash of the program. A host
+/// path outside the container's root (`/home/you/tool`) does not count.
+fn command_exists(program: &str, env: &[(String, String)], jail: &Jail) -> bool {
     if program.contains('/') {
         let path = PathBuf::from(program);
         // Inside a volume we cannot tell from here; let it run and fail if need be.
-        return mounts.iter().any(|m| path.starts_with(&m.destination)) || path.exists();
+        return jail.mounts.iter().any(|m| path.starts_with(&m.destination))
+            || (jail.shows_host_path(&path) && path.exists());
     }
     let path = env
         .iter()
@@ -609,8 +611,10 @@ fn command_exists(program: &str, env: &[(String, String)], mounts: &[Mount]) -> 
         .find(|(name, _)| name == "PATH")
         .map(|(_, value)| value.as_str())
         .unwrap_or(IMAGE_PATH);
-    path.split(':')
-        .any(|dir| PathBuf::from(dir).join(program).is_file())
+    path.split(':').any(|dir| {
+        let candidate = PathBuf::from(dir).join(program);
+        jail.shows_host_path(&candidate) && candidate.is_file()
+    })
 }
 
 /// Start the process, run its probes, and wait for it to end (or for the pod to stop).
@@ -628,7 +632,7 @@ async fn run_instance(
     let instance = with_record(worker, kind, index, |c| c.restart_count);
     let log_path = logs::path(&worker.dir, name, instance);
     let program = plan.argv.first().cloned().unwrap_or_default();
-    if !command_exists(&program, &plan.env, &plan.jail.mounts) {
+    if !command_exists(&program, &plan.env, &plan.jail) {
         let message = format!(
             "failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create failed: unable to start container process: exec: \"{program}\": executable file not found in $PATH: unknown"
         );

@@ -65,6 +65,17 @@ pub(crate) struct Jail {
 }
 
 impl Jail {
+    /// Whether host path `path` is in the container's root at the same place: under `/usr`,
+    /// the `/bin`-like links, [`Jail::host_paths`] or [`HOST_ETC`] (not a volume's contents).
+    pub(crate) fn shows_host_path(&self, path: &Path) -> bool {
+        IMAGE_ROOT
+            .iter()
+            .map(|entry| Path::new("/").join(entry))
+            .chain(HOST_ETC.iter().map(|entry| Path::new("/etc").join(entry)))
+            .chain(self.host_paths.iter().cloned())
+            .any(|root| path.starts_with(root))
+    }
+
     /// `bwrap` arguments up to (not including) the command.
     pub(crate) fn bwrap_args(&self) -> Vec<OsString> {
         let mut args: Vec<OsString> = Vec::new();
@@ -235,5 +246,19 @@ mod tests {
         assert!(has(&["--uid", "999", "--gid", "999"]));
         assert!(!has(&["--ro-bind", "/proc", "/proc"]), "{args:?}");
         assert!(has(&["--die-with-parent"]) && has(&["--unshare-pid", "--as-pid-1"]));
+    }
+
+    /// A program is found only where the root shows it: not in the host's /home or /opt.
+    #[test]
+    fn only_the_roots_host_paths_are_shown() {
+        let mut jail = jail(Vec::new());
+        assert!(jail.shows_host_path(Path::new("/usr/bin/sh")));
+        assert!(jail.shows_host_path(Path::new("/bin/sh")));
+        assert!(jail.shows_host_path(Path::new("/etc/ssl/certs/ca-certificates.crt")));
+        assert!(!jail.shows_host_path(Path::new("/etc/shadow")));
+        assert!(!jail.shows_host_path(Path::new("/home/you/tool")));
+        assert!(!jail.shows_host_path(Path::new("/opt/pgsql/bin/postgres")));
+        jail.host_paths.push("/opt/pgsql".into());
+        assert!(jail.shows_host_path(Path::new("/opt/pgsql/bin/postgres")));
     }
 }

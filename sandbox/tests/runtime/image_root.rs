@@ -106,3 +106,37 @@ async fn a_pod_sees_its_image_not_the_host() {
         .await;
     assert_eq!(version.trim(), "Etc/UTC");
 }
+
+/// A program that exists on the host but not in the pod's root (this test's own binary, under
+/// the directory the sandbox started in) cannot start: a StartError naming it, as for a program
+/// the image lacks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_program_outside_the_root_cannot_start() {
+    let program = std::env::current_exe().expect("this test's binary");
+    let program = program.to_str().expect("a UTF-8 path");
+    let (_sandbox, kubectl, _) = start().await;
+    create(
+        &kubectl,
+        &test_support::runtime::pod_manifest(
+            "host-program",
+            &format!(
+                "  restartPolicy: Never\n  containers:\n  - name: main\n    image: busybox\n    command: [\"{program}\"]\n"
+            ),
+        ),
+    )
+    .await;
+    let pod =
+        test_support::eventually(std::time::Duration::from_secs(30), "StartError", || async {
+            let pod = test_support::runtime::pod_json(&kubectl, "host-program").await?;
+            (pod["status"]["phase"] == "Failed").then_some(pod)
+        })
+        .await;
+    let terminated = &pod["status"]["containerStatuses"][0]["state"]["terminated"];
+    assert_eq!(terminated["reason"], "StartError", "{terminated}");
+    assert!(
+        terminated["message"]
+            .as_str()
+            .is_some_and(|m| m.contains(program)),
+        "{terminated}"
+    );
+}
