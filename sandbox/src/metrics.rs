@@ -21,8 +21,8 @@ use crate::state::Shared;
 use crate::status::{Status, StatusDetails};
 use crate::timefmt;
 
-/// metrics-server's window when nothing was measured (simulated pods).
-const SIMULATED_WINDOW: Duration = Duration::from_secs(10);
+/// metrics-server's usual window, for a node with no pod running.
+const IDLE_WINDOW: Duration = Duration::from_secs(10);
 
 /// `GET /apis/metrics.k8s.io/v1beta1/<rest>`: `pods`, `namespaces/NS/pods[/NAME]`,
 /// `nodes[/NAME]`.
@@ -121,12 +121,7 @@ fn container_usage(shared: &Arc<Shared>, pod: &Value) -> Option<Vec<ContainerUsa
             Some(
                 containers
                     .iter()
-                    .map(|c| ContainerUsage {
-                        name: c["name"].as_str().unwrap_or_default().to_string(),
-                        cpu_nanocores: 0,
-                        memory_bytes: 0,
-                        window: SIMULATED_WINDOW,
-                    })
+                    .map(|c| ContainerUsage::nothing_runs(c["name"].as_str().unwrap_or_default()))
                     .collect(),
             )
         }
@@ -135,11 +130,7 @@ fn container_usage(shared: &Arc<Shared>, pod: &Value) -> Option<Vec<ContainerUsa
 
 fn pod_metrics(shared: &Arc<Shared>, pod: &Value) -> Option<Value> {
     let used = container_usage(shared, pod)?;
-    let window = used
-        .iter()
-        .map(|u| u.window)
-        .max()
-        .unwrap_or(SIMULATED_WINDOW);
+    let window = used.iter().map(|u| u.window).max().unwrap_or(IDLE_WINDOW);
     let containers: Vec<Value> = used
         .iter()
         .map(|u| json!({"name": u.name, "usage": usage(u.cpu_nanocores, u.memory_bytes)}))
@@ -159,7 +150,7 @@ fn pod_metrics(shared: &Arc<Shared>, pod: &Value) -> Option<Value> {
 fn node_metrics(shared: &Arc<Shared>, node: &Value) -> Value {
     let node_name = node["metadata"]["name"].as_str().unwrap_or_default();
     let pods = shared.store.lock().list("/pods", None);
-    let (mut cpu, mut memory, mut window) = (0u64, 0u64, SIMULATED_WINDOW);
+    let (mut cpu, mut memory, mut window) = (0u64, 0u64, IDLE_WINDOW);
     for pod in pods
         .iter()
         .filter(|pod| pod["spec"]["nodeName"] == node_name)

@@ -111,6 +111,10 @@ use crate::tokens::{self, TokenClaims, Tokens};
 /// mounted at `/usr/local/bin/docker-entrypoint.sh` in `postgres:<tag>` containers.
 const POSTGRES_ENTRYPOINT_SCRIPT: &str = include_str!("runtime/docker-entrypoint.sh");
 
+/// How a container that runs no process (an image the runtime cannot run) is named in its
+/// `containerID`: `sandbox://simulated-<name>`.
+pub(crate) const SIMULATED_CONTAINER_ID: &str = "sandbox://simulated-";
+
 /// Which kubelet the sandbox runs.
 #[derive(Clone, Debug, Default)]
 pub enum Runtime {
@@ -628,14 +632,28 @@ impl Node {
     pub(crate) fn pod_usage(&self, namespace: &str, name: &str) -> Option<Vec<ContainerUsage>> {
         let worker = self.worker(namespace, name)?;
         let roots = lock(&worker.running).clone();
+        // A container the runtime only simulates (an image it cannot run) is Running with no
+        // process: it reports zero, as pods of the simulated kubelet do.
+        let simulated: Vec<bool> = lock(&worker.record)
+            .main
+            .iter()
+            .map(|c| {
+                c.container_id.starts_with(SIMULATED_CONTAINER_ID)
+                    && matches!(c.state, status::State::Running { .. })
+            })
+            .collect();
         let names = worker.pod["spec"]["containers"].as_array()?;
         let mut samples = lock(&self.usage);
         let used: Vec<ContainerUsage> = roots
             .iter()
             .zip(names)
-            .filter_map(|(root, container)| {
+            .zip(simulated.iter().chain(std::iter::repeat(&false)))
+            .filter_map(|((root, container), simulated)| {
                 let name = container["name"].as_str().unwrap_or_default();
-                samples.read(&format!("{}/{name}", worker.uid), name, (*root)?)
+                match root {
+                    Some(root) => samples.read(&format!("{}/{name}", worker.uid), name, *root),
+                    None => simulated.then(|| ContainerUsage::nothing_runs(name)),
+                }
             })
             .collect();
         (!used.is_empty()).then_some(used)

@@ -28,7 +28,7 @@ use super::status::{
     self, ContainerRecord, State, MESSAGE_FILE_BYTES, MESSAGE_LOG_BYTES, TERMINATION_MESSAGE_PATH,
 };
 use super::worker::{PodWorker, StoreLookup};
-use super::{logs, services, volumes, Node};
+use super::{logs, services, volumes, Node, SIMULATED_CONTAINER_ID};
 use crate::sync::lock;
 use crate::timefmt;
 
@@ -806,7 +806,7 @@ async fn run_simulated(
         };
         c.started = true;
         c.ready = kind == Kind::Main;
-        c.container_id = format!("sandbox://simulated-{name}");
+        c.container_id = format!("{SIMULATED_CONTAINER_ID}{name}");
     });
     node.event(
         &worker.pod,

@@ -28,6 +28,21 @@ pub(crate) struct ContainerUsage {
     pub(crate) window: Duration,
 }
 
+/// metrics-server's usual window, for containers with nothing to measure.
+const IDLE_WINDOW: Duration = Duration::from_secs(10);
+
+impl ContainerUsage {
+    /// A container that runs no process (a simulated one): zero, as it uses nothing.
+    pub(crate) fn nothing_runs(name: &str) -> ContainerUsage {
+        ContainerUsage {
+            name: name.to_string(),
+            cpu_nanocores: 0,
+            memory_bytes: 0,
+            window: IDLE_WINDOW,
+        }
+    }
+}
+
 /// The last CPU reading of each container instance, to take the next rate from.
 #[derive(Default)]
 pub(crate) struct Samples {

@@ -129,3 +129,18 @@ async fn kubectl_top_follows_the_work_a_pod_does() {
         .await;
     assert!(raw.stderr.contains("NotFound"), "{raw:?}");
 }
+
+/// On the process runtime too, a container it only simulates (an image with no command: no
+/// process runs) reports zero, as a simulated kubelet's pods do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_simulated_container_reports_zero() {
+    let (_sandbox, kubectl, _) = start().await;
+    kubectl.ok(&["run", "web", "--image=nginx:1.27"]).await;
+    let row = eventually(Duration::from_secs(30), "web in kubectl top", || async {
+        let top = kubectl.run(&["top", "pod", "web", "--no-headers"]).await;
+        let row: Vec<String> = top.stdout.split_whitespace().map(String::from).collect();
+        (row.first().map(String::as_str) == Some("web")).then_some(row)
+    })
+    .await;
+    assert_eq!(row, ["web", "0m", "0Mi"]);
+}
