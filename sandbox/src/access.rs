@@ -2,6 +2,7 @@
 //! (a SelfSubjectAccessReview; `--list` sends a SelfSubjectRulesReview). Both are answered for
 //! the user making the request — with `--as`, the impersonated one — by the same RBAC rules
 //! that authorize real requests (`rbac.rs`), with kube-apiserver's `reason` text.
+//! `kubectl auth whoami` asks who that user is (a SelfSubjectReview).
 //!
 //! WORKSHOP.md, "Set-up: the sandbox" and the RBAC step. kubectl sends both reviews as
 //! protobuf; the handler decodes them to JSON before they reach here.
@@ -55,6 +56,16 @@ pub(crate) fn review(
         "metadata": {"creationTimestamp": null},
         "spec": spec, "status": status
     }))
+}
+
+/// The answer to `POST /apis/authentication.k8s.io/v1/selfsubjectreviews`: the user the request
+/// authenticated as (after impersonation), as kube-apiserver's authenticator saw it.
+pub(crate) fn self_subject_review(user: &UserInfo) -> Value {
+    json!({
+        "kind": "SelfSubjectReview", "apiVersion": "authentication.k8s.io/v1",
+        "metadata": {"creationTimestamp": null},
+        "status": {"userInfo": {"username": user.name, "groups": user.groups}}
+    })
 }
 
 /// `{"allowed": true, "reason": "RBAC: allowed by ..."}` for the attributes the spec names.
@@ -137,5 +148,24 @@ mod tests {
         let listed = rules["status"]["resourceRules"].to_string();
         assert!(listed.contains("pods/exec"), "{listed}");
         assert!(review("subjectaccessreviews", &json!({}), &sa, &policies).is_none());
+    }
+
+    /// whoami names the asking user and every group it is in.
+    #[test]
+    fn a_self_subject_review_names_the_user_and_groups() {
+        let answer = self_subject_review(&UserInfo::service_account("ns", "sa"));
+        assert_eq!(answer["kind"], "SelfSubjectReview");
+        assert_eq!(
+            answer["status"]["userInfo"]["username"],
+            "system:serviceaccount:ns:sa"
+        );
+        assert_eq!(
+            answer["status"]["userInfo"]["groups"],
+            json!([
+                "system:serviceaccounts",
+                "system:serviceaccounts:ns",
+                "system:authenticated"
+            ])
+        );
     }
 }

@@ -193,9 +193,9 @@ pub(crate) const OPERATOR_USER: u32 = 65532;
 /// and 0, which never means root here (such a pod runs as the postgres user).
 pub(crate) const POD_IDS_AS_ROOT: [u64; 3] = [0, POSTGRES_USER as u64, OPERATOR_USER as u64];
 
-/// When the sandbox runs as root, the host's files are mirrored into pods and a pod's processes
-/// run as a host user: a pod asking for uid 4321 must not become host uid 4321 and read its
-/// 0600 files. Such pods are refused as PodSecurity admission refuses: `pods "x" is forbidden`.
+/// When the sandbox runs as root, a pod's processes run as a host user, on the host's /usr and
+/// the pod's volumes: a pod asking for uid 4321 must not become host uid 4321 and read or
+/// write its files there. Such pods are refused as PodSecurity admission refuses: `pods "x" is forbidden`.
 pub(crate) fn check_pod_ids_as_root(
     resource: &ResourceType,
     pod: &Value,

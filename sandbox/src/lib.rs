@@ -31,6 +31,7 @@
 //! | `workloads.rs` | the Deployment and ReplicaSet controllers: rollouts, pods from templates, their status (its own files in `workloads/`) | 4 answers |
 //! | `controllers.rs` | the simulated kubelet and CRD establishment (garbage collection is in `objects.rs`) | 4 answers |
 //! | `authn.rs` | who is asking (admin, service-account token, impersonation) and whether RBAC lets them; owner-reference admission | 4 answers |
+//! | `metrics.rs` | `kubectl top`: the metrics.k8s.io API (PodMetrics, NodeMetrics) from the pods' processes; zero for simulated pods | 4 answers |
 //! | `faults.rs` | the [`Faults`] handle tests use to break things on purpose | 4 answers |
 //! | `fault_door.rs` | the node faults over HTTP: `POST /sandbox/faults/namespaces/NS/pods/NAME/FAULT` (`kubectl create --raw`), admin only | 4 answers |
 //! | `state.rs` | `Shared`: the store, options, fault switches, request log, process runtime and shutdown token everyone holds | 3 state |
@@ -47,7 +48,7 @@
 //! | `store_file.rs` | the store on disk (`--data-dir`): objects and the revision in an SQLite file, its format version, [`StoreFileError`] | 0 helpers |
 //! | `connections.rs` | which connections stay open: a bounded number, idle ones closed first to make room; the open-file limit | 0 helpers |
 //! | `cluster_ips.rs` | the ClusterIP allocator: unique addresses from the Service range, requested ones honoured | 0 helpers |
-//! | `access.rs` | `kubectl auth can-i`: SelfSubjectAccessReview and SelfSubjectRulesReview answered by RBAC | 0 helpers |
+//! | `access.rs` | `kubectl auth can-i`: SelfSubjectAccessReview and SelfSubjectRulesReview answered by RBAC; `kubectl auth whoami`: SelfSubjectReview | 0 helpers |
 //! | `rbac.rs` | users and groups, request attributes from URLs, rule matching, kube's forbidden messages | 0 helpers |
 //! | `tokens.rs` | JWT-shaped service-account tokens, remembered and looked up | 0 helpers |
 //! | `protobuf.rs` | decoding the protobuf bodies `kubectl create namespace/secret/configmap` send | 0 helpers |
@@ -93,6 +94,7 @@ mod errors;
 mod fault_door;
 mod faults;
 mod handlers;
+mod metrics;
 mod names;
 mod objects;
 mod options;

@@ -74,7 +74,11 @@ struct Flags {
     pod_termination_delay_ms: Duration,
     /// What runs pods: `processes` (real processes, each in its own mount namespace and on its
     /// own 127.x.y.z address; needs PostgreSQL and bubblewrap) or `simulated` (a status only).
-    /// Default: processes where PostgreSQL and bubblewrap are found, else simulated.
+    /// Default: processes where PostgreSQL and bubblewrap are found, else simulated. A pod's
+    /// root is its image's: this machine's /usr read-only, an /etc of its own, its volumes, its
+    /// own /tmp, /run, /dev and /proc, and no other file of the machine. It still shares the
+    /// machine's network namespace (it listens on its own loopback address, as there is one
+    /// network for all pods and no bridge to give each a device) and its kernel.
     #[arg(long, value_enum, value_name = "KIND")]
     runtime: Option<RuntimeChoice>,
     /// Keep every object (DIR/store.sqlite3, each write on disk before it is answered) and pod

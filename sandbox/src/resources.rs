@@ -11,6 +11,16 @@ use serde_json::{json, Value};
 /// real binary by the version's `minor` (32).
 pub(crate) const GIT_VERSION: &str = "v1.32.4+sandbox";
 
+/// The resource metrics API, metrics-server's group: `metrics.rs` answers it from the pods'
+/// processes, not from the store, and discovery lists it so that `kubectl top` finds it.
+pub(crate) const METRICS_GROUP: &str = "metrics.k8s.io";
+pub(crate) const METRICS_VERSION: &str = "v1beta1";
+/// (plural, kind, namespaced) of each metrics resource; both are read-only.
+const METRICS_RESOURCES: [(&str, &str, bool); 2] = [
+    ("nodes", "NodeMetrics", false),
+    ("pods", "PodMetrics", true),
+];
+
 /// Where the replica count lives in a custom object, for the `/scale` subresource.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct ScalePaths {
@@ -384,20 +394,29 @@ impl Registry {
         json!({"name": name, "versions": versions, "preferredVersion": versions[0].clone()})
     }
 
+    fn metrics_group_json() -> Value {
+        Registry::group_json(METRICS_GROUP, &[METRICS_VERSION.to_string()])
+    }
+
     /// `GET /apis` (legacy): every group and its versions.
     pub(crate) fn group_list(&self) -> Value {
         let groups: Vec<Value> = self
             .groups()
             .iter()
             .map(|(name, versions)| Registry::group_json(name, versions))
+            .chain([Registry::metrics_group_json()])
             .collect();
         json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
     }
 
     /// `GET /apis/GROUP` (legacy).
     pub(crate) fn group(&self, group: &str) -> Option<Value> {
-        let (name, versions) = self.groups().into_iter().find(|(g, _)| g == group)?;
-        let mut doc = Registry::group_json(&name, &versions);
+        let mut doc = if group == METRICS_GROUP {
+            Registry::metrics_group_json()
+        } else {
+            let (name, versions) = self.groups().into_iter().find(|(g, _)| g == group)?;
+            Registry::group_json(&name, &versions)
+        };
         doc["kind"] = json!("APIGroup");
         doc["apiVersion"] = json!("v1");
         Some(doc)
@@ -405,6 +424,17 @@ impl Registry {
 
     /// `GET /api/v1` or `/apis/GROUP/VERSION` (legacy): resources and subresources of one version.
     pub(crate) fn resource_list(&self, group: &str, version: &str) -> Option<Value> {
+        if (group, version) == (METRICS_GROUP, METRICS_VERSION) {
+            let entries: Vec<Value> = METRICS_RESOURCES
+                .iter()
+                .map(|(plural, kind, namespaced)| {
+                    json!({"name": plural, "singularName": "", "namespaced": namespaced,
+                           "kind": kind, "verbs": ["get", "list"]})
+                })
+                .collect();
+            return Some(json!({"kind": "APIResourceList", "apiVersion": "v1",
+                "groupVersion": format!("{METRICS_GROUP}/{METRICS_VERSION}"), "resources": entries}));
+        }
         if !self.serves_group_version(group, version) {
             return None;
         }
@@ -450,7 +480,7 @@ impl Registry {
         } else {
             self.groups()
         };
-        let items: Vec<Value> = groups
+        let mut items: Vec<Value> = groups
             .iter()
             .map(|(group, versions)| {
                 let versions: Vec<Value> = versions
@@ -468,6 +498,19 @@ impl Registry {
                 json!({"metadata": {"name": group}, "versions": versions})
             })
             .collect();
+        if !core {
+            let resources: Vec<Value> = METRICS_RESOURCES
+                .iter()
+                .map(|(plural, kind, namespaced)| {
+                    json!({"resource": plural,
+                           "responseKind": {"group": METRICS_GROUP, "version": METRICS_VERSION, "kind": kind},
+                           "scope": if *namespaced { "Namespaced" } else { "Cluster" },
+                           "singularResource": "", "verbs": ["get", "list"]})
+                })
+                .collect();
+            items.push(json!({"metadata": {"name": METRICS_GROUP}, "versions": [
+                {"version": METRICS_VERSION, "resources": resources, "freshness": "Current"}]}));
+        }
         json!({"kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2",
                "metadata": {}, "items": items})
     }

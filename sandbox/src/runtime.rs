@@ -51,8 +51,9 @@
 //!   kubelet carries on (probes time out, a failed liveness probe restarts the container). An
 //!   `exec` runs beside the stopped processes, not among them, as on a node.
 //! - `postgres-operator:<tag>` (the Dockerfile's image) runs the stage binaries cargo built from
-//!   this checkout ([`crate::SandboxOptions::operator_binaries`]), bound at `/stageNN` in a jail
-//!   that mirrors the host (`image.rs` says what happens to each field of kube/deployment.yaml).
+//!   this checkout ([`crate::SandboxOptions::operator_binaries`]), bound at `/stageNN` in the
+//!   root every image gets here (`jail.rs`: /usr, its own /etc, its volumes, nothing else of
+//!   the machine; `image.rs` says what happens to each field of kube/deployment.yaml).
 //!   Pods reach the API server at the sandbox's own address, which `KUBERNETES_SERVICE_HOST`
 //!   and `_PORT` name, not through the `kubernetes` Service's ClusterIP (`services.rs`).
 //! - Pod processes never run as root. When the sandbox is root they run as host user 999 (the
@@ -77,6 +78,7 @@ mod probes;
 mod process;
 mod services;
 mod status;
+mod usage;
 mod volumes;
 mod worker;
 
@@ -84,6 +86,7 @@ pub(crate) use exec::{ExecRequest, PreparedExec};
 pub use host::{HostError, HostTools, INSTALL_HINT};
 pub(crate) use logs::{LogOutput, LogRequest};
 pub use lost_node::{LostNode, LostProcesses};
+pub(crate) use usage::ContainerUsage;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -107,6 +110,10 @@ use crate::tokens::{self, TokenClaims, Tokens};
 /// The stand-in for the official image's entrypoint, written into the data directory and
 /// mounted at `/usr/local/bin/docker-entrypoint.sh` in `postgres:<tag>` containers.
 const POSTGRES_ENTRYPOINT_SCRIPT: &str = include_str!("runtime/docker-entrypoint.sh");
+
+/// How a container that runs no process (an image the runtime cannot run) is named in its
+/// `containerID`: `sandbox://simulated-<name>`.
+pub(crate) const SIMULATED_CONTAINER_ID: &str = "sandbox://simulated-";
 
 /// Which kubelet the sandbox runs.
 #[derive(Clone, Debug, Default)]
@@ -303,6 +310,8 @@ pub(crate) struct Node {
     /// Our `127.B.0.0/16`, held against other sandboxes on this machine while we run.
     block_claim: addresses::BlockClaim,
     pods: Mutex<HashMap<String, Arc<worker::PodWorker>>>,
+    /// The last CPU reading of each container, for `kubectl top`'s rates (`usage.rs`).
+    usage: Mutex<usage::Samples>,
     tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     random: Mutex<Xorshift>,
     shutdown: CancellationToken,
@@ -345,6 +354,7 @@ impl Node {
             addresses: Mutex::new(addresses::PodAddresses::new(block)),
             block_claim,
             pods: Mutex::new(HashMap::new()),
+            usage: Mutex::new(usage::Samples::default()),
             tasks: Mutex::new(vec![services]),
             random: Mutex::new(random),
             shutdown,
@@ -614,6 +624,39 @@ impl Node {
 
     fn forget(&self, uid: &str) {
         lock(&self.pods).remove(uid);
+        lock(&self.usage).forget(&format!("{uid}/"));
+    }
+
+    /// What each running container of pod `namespace/name` uses now (`kubectl top`). None if
+    /// the pod does not run here or none of its containers runs.
+    pub(crate) fn pod_usage(&self, namespace: &str, name: &str) -> Option<Vec<ContainerUsage>> {
+        let worker = self.worker(namespace, name)?;
+        let roots = lock(&worker.running).clone();
+        // A container the runtime only simulates (an image it cannot run) is Running with no
+        // process: it reports zero, as pods of the simulated kubelet do.
+        let simulated: Vec<bool> = lock(&worker.record)
+            .main
+            .iter()
+            .map(|c| {
+                c.container_id.starts_with(SIMULATED_CONTAINER_ID)
+                    && matches!(c.state, status::State::Running { .. })
+            })
+            .collect();
+        let names = worker.pod["spec"]["containers"].as_array()?;
+        let mut samples = lock(&self.usage);
+        let used: Vec<ContainerUsage> = roots
+            .iter()
+            .zip(names)
+            .zip(simulated.iter().chain(std::iter::repeat(&false)))
+            .filter_map(|((root, container), simulated)| {
+                let name = container["name"].as_str().unwrap_or_default();
+                match root {
+                    Some(root) => samples.read(&format!("{}/{name}", worker.uid), name, *root),
+                    None => simulated.then(|| ContainerUsage::nothing_runs(name)),
+                }
+            })
+            .collect();
+        (!used.is_empty()).then_some(used)
     }
 
     /// Record an Event about `pod`, or count it again if the same one exists (as the kubelet's

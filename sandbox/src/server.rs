@@ -26,8 +26,9 @@ use crate::errors::ApiError;
 use crate::fault_door;
 use crate::faults::Faults;
 use crate::handlers::{classify, parse_object_body, read_body, serve_resource, Target};
+use crate::metrics;
 use crate::rbac::Attributes;
-use crate::resources::GIT_VERSION;
+use crate::resources::{GIT_VERSION, METRICS_GROUP, METRICS_VERSION};
 use crate::responses::{
     aggregated_response, error_response, injected_response, json_response, openapi_v2_response,
     text_response,
@@ -374,6 +375,18 @@ async fn answer(
                 Some(review) => Ok(json_response(201, &review)),
                 None => Err(ApiError::path_not_found()),
             }
+        }
+        // kubectl auth whoami: the review carries no input (its status is the answer), so the
+        // body (protobuf from kubectl) is read and not decoded.
+        ["apis", "authentication.k8s.io", "v1", "selfsubjectreviews"] if method == Method::POST => {
+            read_body(request).await?;
+            Ok(json_response(
+                201,
+                &access::self_subject_review(&caller.user),
+            ))
+        }
+        ["apis", METRICS_GROUP, METRICS_VERSION, rest @ ..] => {
+            read_only(json_response(200, &metrics::answer(shared, rest, &query)?))
         }
         ["sandbox", "faults", rest @ ..] => {
             let faults = Faults::new(shared.clone());

@@ -28,7 +28,7 @@ use super::status::{
     self, ContainerRecord, State, MESSAGE_FILE_BYTES, MESSAGE_LOG_BYTES, TERMINATION_MESSAGE_PATH,
 };
 use super::worker::{PodWorker, StoreLookup};
-use super::{logs, services, volumes, Node};
+use super::{logs, services, volumes, Node, SIMULATED_CONTAINER_ID};
 use crate::sync::lock;
 use crate::timefmt;
 
@@ -472,7 +472,7 @@ pub(super) fn plan(node: &Node, worker: &PodWorker, spec: &Value) -> Result<Plan
         writable: true,
     });
     let etc = worker.dir.join("etc");
-    for file in ["passwd", "group", "hosts", "hostname"] {
+    for file in volumes::POD_ETC {
         mounts.push(Mount {
             source: etc.join(file),
             destination: PathBuf::from("/etc").join(file),
@@ -511,9 +511,18 @@ pub(super) fn plan(node: &Node, worker: &PodWorker, spec: &Value) -> Result<Plan
             tmp,
             run,
             mounts,
+            host_paths: postgres_prefix(node, postgres).into_iter().collect(),
             working_dir: spec["workingDir"].as_str().map(String::from),
         },
     })
+}
+
+/// Where PostgreSQL is installed, when that is outside `/usr` (which every root has): the
+/// directory above its `bin`, bound read-only into postgres containers.
+fn postgres_prefix(node: &Node, postgres: bool) -> Option<PathBuf> {
+    let bin = &node.config.tools.postgres_bin;
+    let prefix = bin.parent().filter(|p| *p != Path::new("/"))?;
+    (postgres && !bin.starts_with("/usr")).then(|| prefix.to_path_buf())
 }
 
 /// Where a container's termination message file lives on the host: one per container, emptied
@@ -587,12 +596,14 @@ fn base_env(
 }
 
 /// Does `program` exist where the jail will look for it? A command that does not is a
-/// StartError (exit code 128), as containerd reports it — not a crash of the program.
-fn command_exists(program: &str, env: &[(String, String)], mounts: &[Mount]) -> bool {
+/// StartError (exit code 128), as containerd reports it — not a crash of the program. A host
+/// path outside the container's root (`/home/you/tool`) does not count.
+fn command_exists(program: &str, env: &[(String, String)], jail: &Jail) -> bool {
     if program.contains('/') {
         let path = PathBuf::from(program);
         // Inside a volume we cannot tell from here; let it run and fail if need be.
-        return mounts.iter().any(|m| path.starts_with(&m.destination)) || path.exists();
+        return jail.mounts.iter().any(|m| path.starts_with(&m.destination))
+            || (jail.shows_host_path(&path) && path.exists());
     }
     let path = env
         .iter()
@@ -600,8 +611,10 @@ fn command_exists(program: &str, env: &[(String, String)], mounts: &[Mount]) -> 
         .find(|(name, _)| name == "PATH")
         .map(|(_, value)| value.as_str())
         .unwrap_or(IMAGE_PATH);
-    path.split(':')
-        .any(|dir| PathBuf::from(dir).join(program).is_file())
+    path.split(':').any(|dir| {
+        let candidate = PathBuf::from(dir).join(program);
+        jail.shows_host_path(&candidate) && candidate.is_file()
+    })
 }
 
 /// Start the process, run its probes, and wait for it to end (or for the pod to stop).
@@ -619,7 +632,7 @@ async fn run_instance(
     let instance = with_record(worker, kind, index, |c| c.restart_count);
     let log_path = logs::path(&worker.dir, name, instance);
     let program = plan.argv.first().cloned().unwrap_or_default();
-    if !command_exists(&program, &plan.env, &plan.jail.mounts) {
+    if !command_exists(&program, &plan.env, &plan.jail) {
         let message = format!(
             "failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create failed: unable to start container process: exec: \"{program}\": executable file not found in $PATH: unknown"
         );
@@ -793,7 +806,7 @@ async fn run_simulated(
         };
         c.started = true;
         c.ready = kind == Kind::Main;
-        c.container_id = format!("sandbox://simulated-{name}");
+        c.container_id = format!("{SIMULATED_CONTAINER_ID}{name}");
     });
     node.event(
         &worker.pod,

@@ -22,7 +22,7 @@ use crate::errors::ApiError;
 use crate::sync::lock;
 
 /// `script` ships with util-linux, on every machine bubblewrap runs on; inside the jail it is
-/// the host's own, mirrored read-only like the rest of /usr.
+/// the host's own, in the /usr every container's root binds read-only.
 const SCRIPT: &str = "script";
 
 /// What `GET .../pods/NAME/exec?command=...&container=...&stdin=...&tty=...` asks for.

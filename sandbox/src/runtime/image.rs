@@ -15,15 +15,15 @@
 //! - `env` from `fieldRef: metadata.namespace`: the downward API (`env.rs`).
 //! - `runAsUser: 65532`, `runAsNonRoot`: honoured when the sandbox runs as root; otherwise the pod
 //!   runs as the sandbox's own user (never root either way).
-//! - `readOnlyRootFilesystem: true`: every pod's root is read-only here (the host mirrored
-//!   read-only, `jail.rs`); only the pod's private /tmp and /run and its volumes are writable.
+//! - `readOnlyRootFilesystem: true`: every pod's root is read-only here (the image's root,
+//!   `jail.rs`); only the pod's private /tmp and /run and its volumes are writable.
 //! - `allowPrivilegeEscalation: false`, `capabilities: drop: [ALL]`: what every pod gets anyway:
 //!   an unprivileged user namespace with no capabilities. `seccompProfile` and `resources` are
 //!   not applied (no seccomp filter, no cgroups).
 //! - `imagePullPolicy: IfNotPresent`: nothing is pulled; the binaries must have been built
 //!   (`cargo build --bins`), else the pull fails (`ErrImagePull`, then `ImagePullBackOff`).
-//! - The distroless base has no shell; here the host's files are mirrored in, so the binaries
-//!   find the same C library they were linked against.
+//! - The distroless base has no shell; here every root binds the host's /usr, so the binaries
+//!   find the same C library they were linked against (and a shell, which distroless lacks).
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

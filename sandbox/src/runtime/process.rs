@@ -56,6 +56,20 @@ fn children_of(pid: u32) -> Vec<u32> {
         .collect()
 }
 
+/// Every descendant of `root` alive now (not `root` itself), parents before children.
+pub(crate) fn descendants(root: u32) -> Vec<u32> {
+    let mut found = Vec::new();
+    let mut pending = children_of(root);
+    while let Some(pid) = pending.pop() {
+        if found.contains(&pid) {
+            continue;
+        }
+        found.push(pid);
+        pending.extend(children_of(pid));
+    }
+    found
+}
+
 /// Send `signal` to every descendant of `root` (not `root` itself: bwrap, the runtime's shim),
 /// parents before children, and return how many were signalled. For SIGSTOP the tree is walked
 /// again until a walk finds no process it has not stopped yet: a parent stopped mid-`fork` may

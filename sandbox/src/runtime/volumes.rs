@@ -342,22 +342,32 @@ pub(crate) fn mounts_for(
     Ok(mounts)
 }
 
-/// `/var/run/...` as `/run/...` where the host's /var/run is the usual symlink to /run: the
-/// jail mirrors the host's /var/run link and gives each container its own /run, and bubblewrap
-/// cannot create a mount point through a symlink (the service-account volume's
-/// `/var/run/secrets/kubernetes.io/serviceaccount` would fail). The path reads the same inside.
+/// `/var/run/...` as `/run/...`: every container's /var/run is a link to its own /run
+/// (`jail.rs`), and bubblewrap cannot create a mount point through a symlink (the
+/// service-account volume's `/var/run/secrets/kubernetes.io/serviceaccount` would fail). The
+/// path reads the same inside.
 fn without_var_run_link(mount_path: &str) -> PathBuf {
-    let points_to_run = std::fs::read_link("/var/run")
-        .is_ok_and(|target| target == Path::new("/run") || target == Path::new("../run"));
     match mount_path.strip_prefix("/var/run/") {
-        Some(rest) if points_to_run => Path::new("/run").join(rest),
+        Some(rest) => Path::new("/run").join(rest),
         _ => PathBuf::from(mount_path),
     }
 }
 
-/// /etc/passwd and /etc/group with an entry for `uid`/`gid` (initdb refuses to run as a user
-/// with no name, which the official image solves the same way, with nss_wrapper), and
-/// /etc/hostname. /etc/hosts is [`write_hosts`]'s.
+/// The files of a pod's own /etc, written by [`write_etc`] and [`write_hosts`], bound read-only
+/// into each of its containers (the rest of its /etc is `jail::HOST_ETC`).
+pub(crate) const POD_ETC: [&str; 6] = [
+    "passwd",
+    "group",
+    "hosts",
+    "hostname",
+    "resolv.conf",
+    "nsswitch.conf",
+];
+
+/// The pod's /etc: passwd and group naming root, nobody and the pod's user `uid`/`gid` (initdb
+/// refuses to run as a user with no name, which the official image solves the same way, with
+/// nss_wrapper) and nobody else; hostname; resolv.conf with the host's name servers (the pod
+/// shares its network); nsswitch.conf reading files, then DNS. /etc/hosts is [`write_hosts`]'s.
 pub(crate) fn write_etc(
     etc: &Path,
     uid: u32,
@@ -366,24 +376,31 @@ pub(crate) fn write_etc(
     hostname: &str,
 ) -> std::io::Result<()> {
     std::fs::create_dir_all(etc)?;
-    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
-    let group = std::fs::read_to_string("/etc/group").unwrap_or_default();
-    let has_id = |text: &str, id: u32| {
-        text.lines()
-            .any(|line| line.split(':').nth(2) == Some(id.to_string().as_str()))
-    };
-    let mut passwd = passwd;
-    if !has_id(&passwd, uid) {
+    let mut passwd = String::from(
+        "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+    );
+    if uid != 0 && uid != 65534 {
         passwd.push_str(&format!(
             "{user_name}:x:{uid}:{gid}:{user_name}:/var/lib/postgresql:/bin/sh\n"
         ));
     }
-    let mut group = group;
-    if !has_id(&group, gid) {
+    let mut group = String::from("root:x:0:\nnogroup:x:65534:\n");
+    if gid != 0 && gid != 65534 {
         group.push_str(&format!("{user_name}:x:{gid}:\n"));
     }
+    // Only what a resolver reads; a `search` line would send the pods' short names to the
+    // host's DNS, where no Service is known (they are in /etc/hosts).
+    let resolv: String = std::fs::read_to_string("/etc/resolv.conf")
+        .unwrap_or_default()
+        .lines()
+        .filter(|line| line.starts_with("nameserver") || line.starts_with("options"))
+        .map(|line| format!("{line}\n"))
+        .collect();
+    let nsswitch = "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\nnetworks: files\nprotocols: files\nservices: files\n";
     write_file(&etc.join("passwd"), passwd.as_bytes(), 0o644, None)?;
     write_file(&etc.join("group"), group.as_bytes(), 0o644, None)?;
+    write_file(&etc.join("resolv.conf"), resolv.as_bytes(), 0o644, None)?;
+    write_file(&etc.join("nsswitch.conf"), nsswitch.as_bytes(), 0o644, None)?;
     write_file(
         &etc.join("hostname"),
         format!("{hostname}\n").as_bytes(),

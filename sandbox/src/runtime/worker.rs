@@ -128,7 +128,7 @@ impl PodWorker {
             grace: Mutex::new(Duration::ZERO),
             ids,
             // Whatever ids the pod sees inside, on the host it is always the pod user: a pod
-            // asking for uid N never acts as host user N (its files are mirrored in).
+            // asking for uid N never acts as host user N (on the files bound into its root).
             host_user: node.is_root.then_some((DEFAULT_POD_USER, DEFAULT_POD_USER)),
             volumes: Mutex::new(Default::default()),
             crash: pod["spec"]["containers"]

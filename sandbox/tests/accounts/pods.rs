@@ -142,7 +142,7 @@ async fn the_plain_port_also_speaks_tls_with_the_cluster_ca() {
 }
 
 /// On a `--tls-dir` sandbox, the admin token is unrestricted and a service-account token is
-/// held to RBAC.
+/// held to RBAC; `kubectl auth whoami` with that token names the service account.
 #[tokio::test]
 async fn a_tls_sandbox_tells_the_admin_token_from_service_account_tokens() {
     let (sandbox, dir) = test_support::start_tls_sandbox(Default::default()).await;
@@ -182,6 +182,23 @@ async fn a_tls_sandbox_tells_the_admin_token_from_service_account_tokens() {
     assert_eq!(
         admin.ok(&["auth", "can-i", "list", "secrets"]).await.trim(),
         "yes"
+    );
+    // `kubectl auth whoami` names the token's user and groups, as kube-apiserver does.
+    let me = app.ok(&["auth", "whoami"]).await;
+    assert_eq!(
+        test_support::table_row(&me, 1),
+        ["Username", "system:serviceaccount:default:default"],
+        "{me}"
+    );
+    assert_eq!(
+        test_support::table_row(&me, 2),
+        [
+            "Groups",
+            "[system:serviceaccounts",
+            "system:serviceaccounts:default",
+            "system:authenticated]"
+        ],
+        "{me}"
     );
 }
 

@@ -122,6 +122,77 @@ async fn auth_can_i_says_yes_to_the_admin() {
     assert!(rules.lines().any(|l| l.starts_with("*.*")), "{rules}");
 }
 
+/// `kubectl auth whoami` prints the admin's name and groups, as it does against kind (whose
+/// admin is `kubernetes-admin` in `kubeadm:cluster-admins`), and `--as` shows the impersonated
+/// service account in its three groups.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auth_whoami_names_the_user_and_groups() {
+    let (_sandbox, kubectl) = test_support::sandbox_and_kubectl().await;
+    let me = kubectl.ok(&["auth", "whoami"]).await;
+    assert_eq!(
+        test_support::table_row(&me, 0),
+        ["ATTRIBUTE", "VALUE"],
+        "{me}"
+    );
+    assert_eq!(
+        test_support::table_row(&me, 1),
+        ["Username", "system:admin"],
+        "{me}"
+    );
+    assert_eq!(
+        test_support::table_row(&me, 2),
+        ["Groups", "[system:masters", "system:authenticated]"],
+        "{me}"
+    );
+    let json = kubectl.json(&["auth", "whoami", "-o", "json"]).await;
+    assert_eq!(json["kind"], "SelfSubjectReview", "{json}");
+    let them = kubectl
+        .ok(&[
+            "auth",
+            "whoami",
+            "--as",
+            "system:serviceaccount:default:default",
+        ])
+        .await;
+    assert!(
+        them.contains("system:serviceaccount:default:default")
+            && them.contains(
+                "[system:serviceaccounts system:serviceaccounts:default system:authenticated]"
+            ),
+        "{them}"
+    );
+}
+
+/// `kubectl top` finds the metrics API in discovery; simulated pods run nothing and report
+/// zero, a pod that is not there is metrics-server's 404.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_top_reports_zero_for_simulated_pods() {
+    let (_sandbox, kubectl) = test_support::sandbox_and_kubectl().await;
+    kubectl.ok(&["run", "web", "--image=nginx:1.27"]).await;
+    let row = test_support::eventually(Duration::from_secs(10), "web in kubectl top", || async {
+        let top = kubectl.run(&["top", "pod"]).await;
+        let row: Vec<String> = test_support::table_row(&top.stdout, 1)
+            .into_iter()
+            .map(String::from)
+            .collect();
+        (row.first().map(String::as_str) == Some("web")).then_some(row)
+    })
+    .await;
+    assert_eq!(row, ["web", "0m", "0Mi"]);
+    let node = kubectl.ok(&["top", "node"]).await;
+    assert_eq!(
+        test_support::table_row(&node, 1),
+        ["sandbox-node", "0m", "0%", "0Mi", "0%"],
+        "{node}"
+    );
+    kubectl
+        .fails_saying(
+            &["top", "pod", "gone"],
+            "podmetrics.metrics.k8s.io \"default/gone\" not found",
+        )
+        .await;
+}
+
 /// The imperative `kubectl create deployment|service|serviceaccount|role|rolebinding` (protobuf
 /// bodies) work, and `get` prints kube-apiserver's columns for them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
