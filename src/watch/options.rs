@@ -47,9 +47,10 @@ impl Default for WatchOptions {
 /// steps before it yields.
 pub const EVENT_BUFFER: usize = 16;
 
-// `ListWatch::key` (`Store::remember`): every change looks its object up in the store by `namespace/name`; building
-// that key into one reused `String` makes an update of a known object (most of a stream)
-// allocate no key. Only a new object's key is allocated, once, as the map's own.
+// `ListWatch::deliver` writes each change into the store under a `namespace/name` key built
+// afresh. It once built the key into one reused `String`, so an update of a known object
+// allocated no key; a small allocation beside the ~2 KB object decoded for the same event did
+// not show in watch-bench (the figures are in WORKSHOP.md's appendix "How fast is it, end to end?").
 //
 // The store keeps the `Arc` of each event (see `store.rs`), not the object's JSON as it once did
 // (cut out of the watch line by its `{"type":"ADDED","object":` prefix, decoded again on every
