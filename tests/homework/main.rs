@@ -333,3 +333,47 @@ fn build_solution(copy: &Path) -> PathBuf {
     );
     target.join("debug/stage03")
 }
+
+/// The check names what a pod lacks: a pod made as the text says has nothing missing; one
+/// without its labels, ownerReference or password is told each, by the name the text uses.
+#[test]
+fn the_check_names_what_a_pod_lacks() {
+    use postgres_operator::api::ObjectMeta;
+    use postgres_operator::controller::pods::{owner_reference, Container, EnvVar, PodSpec};
+    let mut cluster = PostgresCluster::new("default", CLUSTER, test_support::cluster_spec(3));
+    cluster.metadata.uid = "uid-1".into();
+    let complete = Pod {
+        metadata: ObjectMeta {
+            name: format!("{CLUSTER}-0"),
+            namespace: "default".into(),
+            labels: pod_labels(CLUSTER),
+            owner_references: vec![owner_reference(&cluster)],
+            ..ObjectMeta::default()
+        },
+        spec: PodSpec {
+            containers: vec![Container {
+                name: "postgres".into(),
+                image: format!("postgres:{}", cluster.spec.version),
+                args: Vec::new(),
+                env: vec![EnvVar {
+                    name: "POSTGRES_PASSWORD".into(),
+                    value: "workshop".into(),
+                }],
+            }],
+        },
+        ..Pod::default()
+    };
+    assert_eq!(pod_problems(&complete, &cluster), Vec::<String>::new());
+
+    let mut bare = complete.clone();
+    bare.metadata.labels.clear();
+    bare.metadata.owner_references.clear();
+    bare.spec.containers[0].env.clear();
+    let problems = pod_problems(&bare, &cluster).join("\n");
+    for named in ["pod_labels", "owner_reference", "POSTGRES_PASSWORD"] {
+        assert!(
+            problems.contains(named),
+            "{named} not named in:\n{problems}"
+        );
+    }
+}
