@@ -2,11 +2,11 @@
 //! timer — until SIGTERM or Ctrl-C.
 //!
 //! WORKSHOP.md, "Step 03". New since stage 02: `src/controller/` — `operator.rs` checks the type
-//! (`crd_check::check`: created if absent, never changed), runs step 02's list-then-watch and
-//! hands each event to the `Controller` (`controller/mod.rs`), which routes it to the cluster's
-//! own task; the task sets the cluster up, follows spec updates, reconciles every few seconds and
-//! cleans up when the cluster is deleted (`controller/cluster.rs`), looking at pods through
-//! `controller/pods.rs`. Stage 02's lines come first, unchanged; every line about one cluster is
+//! (`crd_check::check_and_tell`: created if absent, never changed), runs step 02's
+//! list-then-watch and hands each event to the `Controller` (`controller/mod.rs`), which routes it
+//! to the cluster's own task; the task sets the cluster up, takes spec updates, reconciles on its
+//! timer and cleans up when the cluster is deleted (`controller/cluster.rs`), looking at pods
+//! through `controller/pods.rs`. Stage 02's lines come first, unchanged; every line about one cluster is
 //! prefixed with `[namespace/name]`.
 //!
 //! ```text

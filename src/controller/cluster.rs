@@ -2,7 +2,8 @@
 //! reconcile" until the cluster is deleted or the operator stops.
 //!
 //! WORKSHOP.md, step 03 ("The cluster task"). The controller in `mod.rs` starts one of these per
-//! cluster with `run_cluster`; nothing in here knows about the other clusters. The loop itself,
+//! cluster through stage 03's worker, [`PlaceholderTask`] (below); nothing in here knows about
+//! the other clusters. The loop itself,
 //! [`run_task_loop`], is every step's: stage 03's placeholder plugs in here, stage 04's task
 //! (`crate::postgres`) its own [`ClusterReconciler`].
 
@@ -13,7 +14,7 @@ use std::time::Duration;
 use tokio::time::{Instant, MissedTickBehavior};
 
 use super::pods::{label_selector, Pod, PodApi, PodApiError};
-use super::ClusterInbox;
+use super::{ClusterInbox, ClusterWorker, Controller, ControllerOptions};
 use crate::api::{describe_status, validate_spec, PostgresCluster, PostgresClusterSpec};
 use crate::story::Reporter;
 
@@ -182,24 +183,48 @@ pub fn take_newer<E: std::fmt::Display>(
     taken
 }
 
-/// The task body the controller spawns for one cluster. Returns when the cluster is deleted, or
-/// when `inbox.stop` is cancelled. A failed setup does not end it: it waits for a corrected spec.
-pub(crate) async fn run_cluster<P: PodApi>(
-    cluster: PostgresCluster,
-    inbox: ClusterInbox,
+/// Stage 03's worker: what the controller starts for each cluster (`Controller::start`), a
+/// [`ClusterTask`] with its pod calls and reconcile interval.
+#[derive(Clone)]
+pub struct PlaceholderTask<P: PodApi> {
     pods: P,
     reporter: Reporter,
     reconcile_interval: Duration,
-) -> TaskEnd {
-    let mut task = ClusterTask {
-        key: cluster.key(),
-        cluster,
-        pods,
-        reporter,
-        set_up: false,
-    };
-    task.setup();
-    run_task_loop(&mut task, inbox, reconcile_interval).await
+}
+
+impl<P: PodApi> Controller<PlaceholderTask<P>> {
+    /// Stage 03's controller: each cluster task tells what it would do with `pods`.
+    pub fn new(pods: P, options: ControllerOptions, reporter: Reporter) -> Self {
+        let worker = PlaceholderTask {
+            pods,
+            reporter: reporter.clone(),
+            reconcile_interval: options.reconcile_interval,
+        };
+        Controller::with_worker(worker, options, reporter)
+    }
+}
+
+impl<P: PodApi> ClusterWorker for PlaceholderTask<P> {
+    /// The task body: set up, then [`run_task_loop`] until the cluster is deleted or
+    /// `inbox.stop` is cancelled. A failed setup does not end it: it waits for a corrected spec.
+    fn run_cluster(
+        &self,
+        cluster: PostgresCluster,
+        inbox: ClusterInbox,
+    ) -> impl Future<Output = TaskEnd> + Send + 'static {
+        let mut task = ClusterTask {
+            key: cluster.key(),
+            cluster,
+            pods: self.pods.clone(),
+            reporter: self.reporter.clone(),
+            set_up: false,
+        };
+        let interval = self.reconcile_interval;
+        async move {
+            task.setup();
+            run_task_loop(&mut task, inbox, interval).await
+        }
+    }
 }
 
 /// Stage 03's reconciler: it tells what it would do.

@@ -56,11 +56,12 @@ use tracing::Instrument;
 use crate::api::PostgresCluster;
 use crate::story::{event_lines, Reporter};
 use crate::watch::Event;
+pub use cluster::PlaceholderTask;
 pub use cluster::{TaskEnd, Wanted};
 pub use operator::run_operator;
 pub use pods::PodApi;
 pub use shutdown::{ControllerStopped, DEFAULT_SHUTDOWN_GRACE};
-pub use worker::{ClusterWorker, PlaceholderTask};
+pub use worker::ClusterWorker;
 
 /// How often each cluster task reconciles, unless told otherwise. The original used 8 s.
 pub const DEFAULT_RECONCILE_INTERVAL: Duration = Duration::from_secs(8);
@@ -160,14 +161,15 @@ impl<W: ClusterWorker> Controller<W> {
         self.shutdown().await
     }
 
-    /// Route one event. Never blocks: every send is `watch::Sender::send_replace`.
+    /// Route one event: a change goes to its cluster's task, which is started for a cluster not
+    /// yet known. Never blocks: every send is `watch::Sender::send_replace`.
     pub fn handle_event(&mut self, event: Event<PostgresCluster>) {
         // The object is the watch's `Arc`, shared with its store; the task's channel carries it on.
-        match event {
+        let cluster = match event {
             // Our watch's relist says Modified for a known cluster, but a source without memory (a
             // watch restarted from scratch) announces everything as Added: for a cluster we already
-            // run, that is an update, not a second task. `update` starts a task for a new one.
-            Event::Added(cluster) => self.update(cluster),
+            // run, that is an update, not a second task.
+            Event::Added(cluster) => cluster,
             Event::Modified(cluster) => {
                 if !self.clusters.contains_key(&cluster.key()) {
                     // The original dereferenced nil here (bug 4). An unknown cluster that exists
@@ -177,7 +179,7 @@ impl<W: ClusterWorker> Controller<W> {
                         "Modified event for a cluster this controller did not know; adopting it",
                     );
                 }
-                self.update(cluster);
+                cluster
             }
             Event::Deleted(cluster) => {
                 let key = cluster.key();
@@ -191,45 +193,11 @@ impl<W: ClusterWorker> Controller<W> {
                         "Deleted event for a cluster this controller did not know; nothing to do",
                     ),
                 }
+                return;
             }
             // About the watch, not a cluster: `run` has told it, there is nothing to route.
-            Event::Notice(_) => {}
-        }
-    }
-
-    /// `namespace/name` of every cluster the controller currently tracks, sorted.
-    pub fn cluster_keys(&self) -> Vec<String> {
-        let mut keys: Vec<String> = self.clusters.keys().cloned().collect();
-        keys.sort();
-        keys
-    }
-
-    fn start(&mut self, cluster: Arc<PostgresCluster>) {
-        let key = cluster.key();
-        let (wanted, wanted_receiver) = watch::channel(Wanted::Object(Arc::clone(&cluster)));
-        let span = tracing::info_span!("cluster", cluster = %key);
-        let inbox = ClusterInbox {
-            wanted: wanted_receiver,
-            stop: self.stop.child_token(),
+            Event::Notice(_) => return,
         };
-        let task = self
-            .worker
-            .run_cluster(PostgresCluster::clone(&cluster), inbox);
-        let task_key = key.clone();
-        self.tasks
-            .spawn(async move { (task_key, task.await) }.instrument(span));
-        self.clusters.insert(
-            key,
-            ClusterHandle {
-                uid: cluster.metadata.uid.clone(),
-                last_sent: cluster,
-                wanted,
-            },
-        );
-    }
-
-    /// Hand a newer object to its cluster's task, or start the task of a cluster not yet known.
-    fn update(&mut self, cluster: Arc<PostgresCluster>) {
         let key = cluster.key();
         let Some(handle) = self.clusters.get_mut(&key) else {
             return self.start(cluster);
@@ -261,5 +229,38 @@ impl<W: ClusterWorker> Controller<W> {
         handle.last_sent = Arc::clone(&cluster);
         // Replaces any update the task has not read yet: the newest object wins.
         handle.wanted.send_replace(Wanted::Object(cluster));
+    }
+
+    /// `namespace/name` of every cluster the controller currently tracks, sorted.
+    pub fn cluster_keys(&self) -> Vec<String> {
+        let mut keys: Vec<String> = self.clusters.keys().cloned().collect();
+        keys.sort();
+        keys
+    }
+
+    /// A task for a cluster not yet known, on a channel of its own: `worker`'s `run_cluster` (stage
+    /// 03's is `PlaceholderTask`, in `cluster.rs`).
+    fn start(&mut self, cluster: Arc<PostgresCluster>) {
+        let key = cluster.key();
+        let (wanted, wanted_receiver) = watch::channel(Wanted::Object(Arc::clone(&cluster)));
+        let span = tracing::info_span!("cluster", cluster = %key);
+        let inbox = ClusterInbox {
+            wanted: wanted_receiver,
+            stop: self.stop.child_token(),
+        };
+        let task = self
+            .worker
+            .run_cluster(PostgresCluster::clone(&cluster), inbox);
+        let task_key = key.clone();
+        self.tasks
+            .spawn(async move { (task_key, task.await) }.instrument(span));
+        self.clusters.insert(
+            key,
+            ClusterHandle {
+                uid: cluster.metadata.uid.clone(),
+                last_sent: cluster,
+                wanted,
+            },
+        );
     }
 }

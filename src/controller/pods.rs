@@ -76,6 +76,18 @@ pub struct Container {
     /// The arguments it was started with: a server's `-c` settings (step 05 reads them).
     #[serde(default)]
     pub args: Vec<String>,
+    /// Its environment. The postgres image refuses to initialise a database without
+    /// `POSTGRES_PASSWORD` (or `POSTGRES_HOST_AUTH_METHOD=trust`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<EnvVar>,
+}
+
+/// One variable of a container's environment, as a literal value.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct EnvVar {
+    pub name: String,
+    #[serde(default)]
+    pub value: String,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

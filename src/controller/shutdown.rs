@@ -25,7 +25,7 @@ impl<W: ClusterWorker> Controller<W> {
     pub(super) fn task_ended(&mut self, ended: Result<(String, TaskEnd), tokio::task::JoinError>) {
         match ended {
             Ok((key, reason)) => tracing::debug!(cluster = %key, ?reason, "cluster task ended"),
-            // Its channel is now closed, so `update` will start a new task on the next spec change.
+            // Its channel is now closed, so `handle_event` starts a new task on the next spec change.
             Err(error) => tracing::error!(%error, "a cluster task panicked"),
         }
     }

@@ -99,29 +99,24 @@ enum Wire<T> {
     Error(Status),
 }
 
-impl<T> From<Wire<T>> for Line<T> {
-    fn from(wire: Wire<T>) -> Line<T> {
-        match wire {
-            Wire::Added(object) => Line::Event(Event::Added(Arc::new(object))),
-            Wire::Modified(object) => Line::Event(Event::Modified(Arc::new(object))),
-            Wire::Deleted(object) => Line::Event(Event::Deleted(Arc::new(object))),
-            Wire::Bookmark { metadata } => Line::Bookmark {
-                resource_version: metadata.resource_version,
-            },
-            Wire::Error(status) => Line::Error(status),
-        }
-    }
-}
-
 /// Decode one line from a watch stream.
 ///
 /// A line that is a bare `Status` (no `type`) also counts as an error: some proxies and old
 /// servers end a watch that way.
 pub fn decode_line<T: DeserializeOwned>(line: &[u8]) -> Result<Line<T>, DecodeError> {
-    match serde_json::from_slice::<Wire<T>>(line) {
-        Ok(wire) => Ok(Line::from(wire)),
-        Err(source) => not_a_plain_event(line, source).map(Line::Error),
-    }
+    let wire = match serde_json::from_slice::<Wire<T>>(line) {
+        Ok(wire) => wire,
+        Err(source) => return not_a_plain_event(line, source).map(Line::Error),
+    };
+    Ok(match wire {
+        Wire::Added(object) => Line::Event(Event::Added(Arc::new(object))),
+        Wire::Modified(object) => Line::Event(Event::Modified(Arc::new(object))),
+        Wire::Deleted(object) => Line::Event(Event::Deleted(Arc::new(object))),
+        Wire::Bookmark { metadata } => Line::Bookmark {
+            resource_version: metadata.resource_version,
+        },
+        Wire::Error(status) => Line::Error(status),
+    })
 }
 
 #[cfg(test)]

@@ -19,6 +19,7 @@ use hyper::body::Incoming;
 // Finds a byte many bytes per instruction (SIMD where the CPU has it): every byte of the stream
 // passes through this search once.
 use memchr::memchr;
+use std::collections::vec_deque::Drain;
 use std::collections::VecDeque;
 
 use crate::client::{Client, ClientError, Outgoing, RequestError};
@@ -120,22 +121,26 @@ impl LineFramer {
         }
     }
 
-    /// Add the next chunk of the body. Lines it completes are then available from
-    /// [`next_line`](Self::next_line).
+    /// Cut the next chunk of the body into lines: the lines it completes, oldest first (a line
+    /// inside the chunk is a slice of it; only a line begun in an earlier chunk is copied).
     ///
     /// Returns [`FrameError::EventTooLarge`] when a line grew past the limit. That line is dropped
     /// (its bytes are not kept, and the rest of it is skipped as it arrives); lines before and after
-    /// it are still delivered, so the framer itself stays usable. A watch should still relist:
-    /// the dropped event changed something it now does not know about.
-    pub fn push_bytes(&mut self, chunk: Bytes) -> Result<(), FrameError> {
+    /// it are kept for [`next_line`](Self::next_line), so the framer itself stays usable. A watch
+    /// should still relist: the dropped event changed something it now does not know about.
+    pub fn cut(&mut self, chunk: Bytes) -> Result<Drain<'_, Bytes>, FrameError> {
         if self.append_if_unterminated(&chunk) {
-            return Ok(());
+            self.ready_bytes = 0;
+            return Ok(self.ready.drain(..));
         }
         let mut dropped_a_line = false;
         let mut start = 0;
         if self.discarding {
             match memchr(b'\n', &chunk) {
-                None => return Ok(()),
+                None => {
+                    self.ready_bytes = 0;
+                    return Ok(self.ready.drain(..));
+                }
                 Some(end) => {
                     self.discarding = false;
                     start = end + 1;
@@ -176,12 +181,21 @@ impl LineFramer {
             .peak_capacity
             .max(self.partial.capacity() + self.ready_bytes);
         if dropped_a_line {
-            Err(FrameError::EventTooLarge {
+            return Err(FrameError::EventTooLarge {
                 limit: self.max_event_bytes,
-            })
-        } else {
-            Ok(())
+            });
         }
+        self.ready_bytes = 0;
+        Ok(self.ready.drain(..))
+    }
+
+    /// [`cut`](Self::cut), keeping the lines for [`next_line`](Self::next_line): the framing
+    /// tests' and the benchmark's way in.
+    pub fn push_bytes(&mut self, chunk: Bytes) -> Result<(), FrameError> {
+        let lines: Vec<Bytes> = self.cut(chunk)?.collect();
+        self.ready_bytes = lines.iter().map(Bytes::len).sum();
+        self.ready.extend(lines);
+        Ok(())
     }
 
     /// The next complete line, without its `\n` (or `\r\n`). Empty lines are skipped.

@@ -105,7 +105,8 @@ use notice::relist_reason;
 pub use notice::{RelistReason, ResumeReason, WatchNotice};
 pub use options::{WatchOptions, EVENT_BUFFER};
 use pages::{encode_query_value, query_separator, Pager, PAGE_SIZE};
-use recover::{refused, Ended};
+use recover::{refused, Ended, Found};
+use store::Known;
 pub use store::Store;
 
 /// What a watched type must offer: decodable, and carrying standard object metadata. Every such
@@ -163,7 +164,6 @@ pub fn list_then_watch<T: WatchedObject>(
         options,
         events: sender,
         known: store.clone(),
-        key: String::new(),
         list_number: 0,
         listed_resource_version: None,
         continue_expired: false,
@@ -202,16 +202,6 @@ enum WatchEnd {
     ConsumerGone,
 }
 
-/// What a list found that the consumer has not been told.
-struct Found<T> {
-    /// `Added` and `Modified` events, in list order.
-    changes: Vec<Event<T>>,
-    /// Objects listed.
-    listed: usize,
-    added: usize,
-    modified: usize,
-}
-
 /// The loop's state that survives across phases.
 struct ListWatch<T> {
     client: Client,
@@ -223,8 +213,6 @@ struct ListWatch<T> {
     /// What the consumer has been told, by `namespace/name`: the state a relist is compared with,
     /// and what a [`Store`] reads.
     known: Store<T>,
-    /// Scratch space for `namespace/name` (see `Store::remember`).
-    key: String,
     /// Counts lists started, to mark the `known` entries each one saw.
     list_number: u64,
     /// The resourceVersion of the last successful list.
@@ -288,7 +276,11 @@ impl<T: WatchedObject> ListWatch<T> {
     async fn deliver(&mut self, event: Event<T>) -> Option<()> {
         match &event {
             Event::Added(object) | Event::Modified(object) => {
-                self.known.remember(&mut self.key, object, self.list_number)
+                let known = Known {
+                    object: Arc::clone(object),
+                    seen_by_list: self.list_number,
+                };
+                self.known.lock().insert(key_of(object.metadata()), known);
             }
             Event::Deleted(object) => {
                 self.known.lock().remove(&key_of(object.metadata()));
@@ -321,30 +313,16 @@ impl<T: WatchedObject> ListWatch<T> {
                 Ok(Some(page)) => page,
                 Ok(None) => break,
                 Err(error) => {
-                    // A first list that fails after handing over a page leaves what it handed
-                    // over handed over (and in `known`); the relist that finishes it compares
-                    // against that, so no object is added twice and one gone meanwhile comes out
-                    // as `Deleted`.
-                    let why = match why {
-                        None if !resource_version.is_empty() => {
-                            Some(RelistReason::FirstListBrokeOff {
-                                handed_over: found.added,
-                                error: error.to_string(),
-                            })
-                        }
-                        why => why,
-                    };
-                    return self.list_failed(error, why).await;
+                    // How many objects a first list had handed over before it broke off.
+                    let handed_over =
+                        (why.is_none() && !resource_version.is_empty()).then_some(found.added);
+                    return self.list_failed(error, why, handed_over).await;
                 }
             };
             if resource_version.is_empty() {
                 resource_version = page.metadata.resource_version;
                 if resource_version.is_empty() {
-                    // A watch from RV "" would start with a synthetic ADDED for every object, all
-                    // of which this list hands over already. Every real API server sets it.
-                    let error = "the list carried no metadata.resourceVersion to watch from";
-                    self.back_off(error.into(), Duration::ZERO).await?;
-                    return Some(Phase::Listing { why });
+                    return self.list_without_resource_version(why).await;
                 }
                 if why.is_none() {
                     let (items, remaining) = (page.items.len(), page.metadata.remaining_item_count);
@@ -374,70 +352,6 @@ impl<T: WatchedObject> ListWatch<T> {
             Some(why) => self.relisted(why, &resource_version, found).await?,
         }
         Some(Phase::Watching { resource_version })
-    }
-
-    /// One page of a list, compared with `known`: what the consumer already has is marked as seen
-    /// by this list, new objects go into `found` as `Added`, moved ones as `Modified`.
-    fn compare(&self, page: Vec<T>, found: &mut Found<T>) {
-        let mut entries = self.known.lock();
-        for object in page {
-            found.listed += 1;
-            match entries.get_mut(&key_of(object.metadata())) {
-                Some(known) if known.object.metadata().uid == object.metadata().uid => {
-                    known.seen_by_list = self.list_number;
-                    // Kubernetes: an object's resourceVersion changes on every write to it, so an
-                    // equal one means the consumer already has this state.
-                    if known.object.metadata().resource_version
-                        != object.metadata().resource_version
-                    {
-                        found.modified += 1;
-                        found.changes.push(Event::Modified(Arc::new(object)));
-                    }
-                }
-                // New, or a new uid under a known name: the old one is left unmarked, so
-                // `relisted` reports it deleted first.
-                _ => {
-                    found.added += 1;
-                    found.changes.push(Event::Added(Arc::new(object)));
-                }
-            }
-        }
-    }
-
-    /// A relist is complete. What vanished while we were away is only visible now (no page had
-    /// it, or had a new uid under its name): tell `Relisted`, then hand over the last state the
-    /// consumer was given of each vanished object (the stored `Arc` itself) as `Deleted`, then
-    /// the changes.
-    async fn relisted(
-        &mut self,
-        why: RelistReason,
-        resource_version: &str,
-        found: Found<T>,
-    ) -> Option<()> {
-        let vanished: Vec<Arc<T>> = self
-            .known
-            .lock()
-            .values()
-            .filter(|known| known.seen_by_list != self.list_number)
-            .map(|known| Arc::clone(&known.object))
-            .collect();
-        let (added, modified, deleted) = (found.added, found.modified, vanished.len());
-        tracing::warn!(path = %self.collection_path, %resource_version, %why, count = found.listed, added, modified, deleted, "relisted");
-        self.notify(WatchNotice::Relisted {
-            why,
-            resource_version: resource_version.to_string(),
-            added,
-            modified,
-            deleted,
-        })
-        .await?;
-        for object in vanished {
-            self.deliver(Event::Deleted(object)).await?;
-        }
-        for change in found.changes {
-            self.deliver(change).await?;
-        }
-        Some(())
     }
 
     /// Watching: one watch request, then decide where to go from how it ended. A clean end is
@@ -507,33 +421,32 @@ impl<T: WatchedObject> ListWatch<T> {
                 chunk = tokio::time::timeout(idle_limit, stream.next_chunk()) => chunk,
                 () = self.events.closed() => return WatchEnd::ConsumerGone,
             };
-            let at_end = match chunk {
+            let bytes = match chunk {
                 Err(_elapsed) => return WatchEnd::Idle(idle_limit),
-                Ok(None) => true,
+                Ok(None) => break,
                 Ok(Some(Err(error))) => return WatchEnd::Failed(error),
-                Ok(Some(Ok(bytes))) => {
-                    if let Err(FrameError::EventTooLarge { limit }) = framer.push_bytes(bytes) {
-                        tracing::warn!(path = %self.collection_path, limit, "watch event too large; will relist");
-                        return WatchEnd::LostPlace(RelistReason::EventTooLarge { limit });
-                    }
-                    false
+                Ok(Some(Ok(bytes))) => bytes,
+            };
+            let lines = match framer.cut(bytes) {
+                Ok(lines) => lines,
+                Err(FrameError::EventTooLarge { limit }) => {
+                    tracing::warn!(path = %self.collection_path, limit, "watch event too large; will relist");
+                    return WatchEnd::LostPlace(RelistReason::EventTooLarge { limit });
                 }
             };
-            loop {
-                let line = if at_end {
-                    framer.finish()
-                } else {
-                    framer.next_line()
-                };
-                let Some(line) = line else { break };
+            for line in lines {
                 if let Err(end) = self.handle_line(&line, resource_version, delivered).await {
                     return end;
                 }
             }
-            if at_end {
-                return WatchEnd::Ended;
+        }
+        // A server may close right after its last event, without the final `\n`.
+        while let Some(line) = framer.finish() {
+            if let Err(end) = self.handle_line(&line, resource_version, delivered).await {
+                return end;
             }
         }
+        WatchEnd::Ended
     }
 
     /// One line of the watch: advance the RV and hand the event over.

@@ -1,17 +1,22 @@
 //! What the watch does when a request fails or ends early: wait (a growing, jittered back-off,
 //! at least what the server asked), and resume from the same resourceVersion or list again.
 //! Support: a learner may skip it on first read — `mod.rs` is the path when nothing goes wrong;
-//! this file is each way off it, the module docs' table in code.
+//! this file is each way off it, the module docs' table in code, and the relist's diff against
+//! what the consumer was told (`compare`, `relisted`).
 //!
 //! WORKSHOP.md, step 02 ("The state machine that never loses its place").
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use super::notice::relist_reason;
 use super::pages::PageError;
-use super::{ListWatch, Phase, RelistReason, ResumeReason, WatchEnd, WatchNotice, WatchedObject};
+use super::{
+    key_of, Event, ListWatch, Phase, RelistReason, ResumeReason, WatchEnd, WatchNotice,
+    WatchedObject,
+};
 use crate::client::ClientError;
 use crate::status::Status;
 
@@ -23,7 +28,81 @@ pub(super) struct Ended {
     pub at_once: bool,
 }
 
+/// What a list found that the consumer has not been told.
+pub(super) struct Found<T> {
+    /// `Added` and `Modified` events, in list order.
+    pub changes: Vec<Event<T>>,
+    /// Objects listed.
+    pub listed: usize,
+    pub added: usize,
+    pub modified: usize,
+}
+
 impl<T: WatchedObject> ListWatch<T> {
+    /// One page of a list, compared with `known`: what the consumer already has is marked as seen
+    /// by this list, new objects go into `found` as `Added`, moved ones as `Modified`.
+    pub(super) fn compare(&self, page: Vec<T>, found: &mut Found<T>) {
+        let mut entries = self.known.lock();
+        for object in page {
+            found.listed += 1;
+            match entries.get_mut(&key_of(object.metadata())) {
+                Some(known) if known.object.metadata().uid == object.metadata().uid => {
+                    known.seen_by_list = self.list_number;
+                    // Kubernetes: an object's resourceVersion changes on every write to it, so an
+                    // equal one means the consumer already has this state.
+                    if known.object.metadata().resource_version
+                        != object.metadata().resource_version
+                    {
+                        found.modified += 1;
+                        found.changes.push(Event::Modified(Arc::new(object)));
+                    }
+                }
+                // New, or a new uid under a known name: the old one is left unmarked, so
+                // `relisted` reports it deleted first.
+                _ => {
+                    found.added += 1;
+                    found.changes.push(Event::Added(Arc::new(object)));
+                }
+            }
+        }
+    }
+
+    /// A relist is complete. What vanished while we were away is only visible now (no page had
+    /// it, or had a new uid under its name): tell `Relisted`, then hand over the last state the
+    /// consumer was given of each vanished object (the stored `Arc` itself) as `Deleted`, then
+    /// the changes.
+    pub(super) async fn relisted(
+        &mut self,
+        why: RelistReason,
+        resource_version: &str,
+        found: Found<T>,
+    ) -> Option<()> {
+        let vanished: Vec<Arc<T>> = self
+            .known
+            .lock()
+            .values()
+            .filter(|known| known.seen_by_list != self.list_number)
+            .map(|known| Arc::clone(&known.object))
+            .collect();
+        let (added, modified, deleted) = (found.added, found.modified, vanished.len());
+        tracing::warn!(path = %self.collection_path, %resource_version, %why, count = found.listed, added, modified, deleted, "relisted");
+        self.notify(WatchNotice::Relisted {
+            why,
+            resource_version: resource_version.to_string(),
+            added,
+            modified,
+            deleted,
+        })
+        .await?;
+        for object in vanished {
+            self.deliver(Event::Deleted(object)).await?;
+        }
+        for change in found.changes {
+            self.deliver(change).await?;
+        }
+        Some(())
+    }
+
     /// Wait out a backoff delay after `error`, and at least `at_least` (the server's
     /// `retryAfterSeconds`) up to the backoff's maximum. None: the consumer left meanwhile.
     pub(super) async fn back_off(&mut self, error: String, at_least: Duration) -> Option<()> {
@@ -43,12 +122,36 @@ impl<T: WatchedObject> ListWatch<T> {
         }
     }
 
+    /// A list came back without a resourceVersion: a watch from RV "" would start with a
+    /// synthetic ADDED for every object, all of which this list hands over already. Every real
+    /// API server sets it; back off and list again.
+    pub(super) async fn list_without_resource_version(
+        &mut self,
+        why: Option<RelistReason>,
+    ) -> Option<Phase> {
+        let error = "the list carried no metadata.resourceVersion to watch from";
+        self.back_off(error.into(), Duration::ZERO).await?;
+        Some(Phase::Listing { why })
+    }
+
     /// A list request failed: list again, as `why` says.
+    /// `handed_over`: Some when a first list broke off after handing over that many objects.
     pub(super) async fn list_failed(
         &mut self,
         error: PageError,
         why: Option<RelistReason>,
+        handed_over: Option<usize>,
     ) -> Option<Phase> {
+        // A first list that fails after handing over a page leaves what it handed over handed
+        // over (and in `known`); the relist that finishes it compares against that, so no object
+        // is added twice and one gone meanwhile comes out as `Deleted`.
+        let why = match handed_over {
+            Some(handed_over) => Some(RelistReason::FirstListBrokeOff {
+                handed_over,
+                error: error.to_string(),
+            }),
+            None => why,
+        };
         let expired = matches!(error, PageError::ContinueExpired { .. });
         let expired_again = std::mem::replace(&mut self.continue_expired, expired);
         match error {

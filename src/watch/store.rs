@@ -13,8 +13,6 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use crate::api::HasMetadata;
-
 /// One object as the consumer last saw it.
 pub(crate) struct Known<T> {
     /// The very `Arc` the consumer was handed: storing it copies no object, reading it decodes
@@ -56,32 +54,6 @@ impl<T> Store<T> {
         // A panic while holding the lock leaves whole entries (each write replaces one entry):
         // the map is still usable.
         self.entries.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Store `object` as the consumer's latest state of it, seen by list `list_number`. Every
-    /// change passes here, so the common case, an update of a known object, builds no key: the
-    /// key is written into `scratch`, the caller's one reused `String` (the tuning notes in
-    /// `options.rs`); only a new object's key is allocated, once, as the map's own.
-    pub(crate) fn remember(&self, scratch: &mut String, object: &Arc<T>, list_number: u64)
-    where
-        T: HasMetadata,
-    {
-        let meta = object.metadata();
-        scratch.clear();
-        scratch.push_str(&meta.namespace);
-        scratch.push('/');
-        scratch.push_str(&meta.name);
-        let mut entries = self.lock();
-        let known = Known {
-            object: Arc::clone(object),
-            seen_by_list: list_number,
-        };
-        match entries.get_mut(scratch.as_str()) {
-            Some(entry) => *entry = known,
-            None => {
-                entries.insert(scratch.clone(), known);
-            }
-        }
     }
 
     /// How many objects the watch currently knows.
