@@ -95,6 +95,12 @@ pub async fn running_trusting_postgres(kubectl: &Kubectl, name: &str) -> String 
     ip
 }
 
+/// `kubectl exec POD -- psql -U postgres -Atc SQL`: the arguments for `Kubectl::ok`, `run` or
+/// `command`, to ask a pod's own server as its superuser.
+pub fn psql_in<'a>(pod: &'a str, sql: &'a str) -> [&'a str; 8] {
+    ["exec", pod, "--", "psql", "-U", "postgres", "-Atc", sql]
+}
+
 /// `psql -Atc SQL` against a pod IP from the host, as the superuser.
 pub async fn psql(runtime: &ProcessRuntime, host: &str, sql: &str) -> Result<String, String> {
     let output = tokio::process::Command::new(runtime.tools.postgres_bin.join("psql"))

@@ -7,7 +7,7 @@
 use std::process::Stdio;
 
 use test_support::http_client::Http;
-use test_support::runtime::{create, start, wait_ready, TRUSTING_POSTGRES};
+use test_support::runtime::{create, psql_in, start, wait_ready, TRUSTING_POSTGRES};
 use test_support::{start_sandbox, Kubectl};
 use tokio::io::AsyncWriteExt;
 
@@ -25,11 +25,7 @@ async fn kubectl_exec_runs_commands_in_a_running_pod() {
     create(&kubectl, TRUSTING_POSTGRES).await;
     let ip = test_support::pod_ip(&wait_ready(&kubectl, "pg").await);
 
-    let selected = kubectl
-        .ok(&[
-            "exec", "pg", "--", "psql", "-U", "postgres", "-Atc", "select 1",
-        ])
-        .await;
+    let selected = kubectl.ok(&psql_in("pg", "select 1")).await;
     assert_eq!(selected, "1\n");
 
     let failed = kubectl

@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use test_support::runtime::{create, start, wait_ready, TRUSTING_POSTGRES};
+use test_support::runtime::{create, psql_in, start, wait_ready, TRUSTING_POSTGRES};
 
 /// Files planted for one test, removed when it ends (pass or fail).
 struct Planted(Vec<PathBuf>);
@@ -93,16 +93,7 @@ async fn a_pod_sees_its_image_not_the_host() {
     assert_eq!(passwd.lines().count(), 3, "{passwd}");
     assert!(passwd.contains("postgres:x:"), "{passwd}");
     let version = kubectl
-        .ok(&[
-            "exec",
-            "pg",
-            "--",
-            "psql",
-            "-U",
-            "postgres",
-            "-Atc",
-            "select current_setting('TimeZone')",
-        ])
+        .ok(&psql_in("pg", "select current_setting('TimeZone')"))
         .await;
     assert_eq!(version.trim(), "Etc/UTC");
 }

@@ -6,7 +6,7 @@
 use std::process::Stdio;
 use std::time::Duration;
 
-use test_support::runtime::{create, start, wait_ready, TRUSTING_POSTGRES};
+use test_support::runtime::{create, psql_in, start, wait_ready, TRUSTING_POSTGRES};
 use test_support::{eventually, Kubectl};
 
 /// `kubectl top pod -A`'s row for `default/pg`: (millicores, MiB), or None if not listed.
@@ -63,16 +63,10 @@ async fn kubectl_top_follows_the_work_a_pod_does() {
     );
 
     let mut busy = kubectl
-        .command(&[
-            "exec",
+        .command(&psql_in(
             "pg",
-            "--",
-            "psql",
-            "-U",
-            "postgres",
-            "-c",
             "select count(*) from generate_series(1, 2000000000)",
-        ])
+        ))
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -91,16 +85,10 @@ async fn kubectl_top_follows_the_work_a_pod_does() {
     .await;
 
     kubectl
-        .ok(&[
-            "exec",
+        .ok(&psql_in(
             "pg",
-            "--",
-            "psql",
-            "-U",
-            "postgres",
-            "-Atc",
             "select pg_cancel_backend(pid) from pg_stat_activity where query like 'select count(*) from generate_series%'",
-        ])
+        ))
         .await;
     let _ = busy.wait().await;
     let (idle, _) = eventually(
