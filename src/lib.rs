@@ -33,6 +33,7 @@ pub mod crd;
 pub mod crd_check;
 pub mod events;
 pub mod exec;
+pub mod failover;
 pub mod leader;
 pub mod metrics;
 pub mod postgres;

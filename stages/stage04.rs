@@ -46,5 +46,5 @@ const ABOUT: &str =
 #[tokio::main]
 async fn main() -> ExitCode {
     // `()`: no layer over the cluster task's round (`ClusterLayer`, src/postgres/cluster/layer.rs).
-    run_postgres_binary("stage04", ABOUT, ()).await
+    run_postgres_binary::<()>("stage04", ABOUT).await
 }

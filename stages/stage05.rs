@@ -48,5 +48,5 @@ const ABOUT: &str =
 #[tokio::main]
 async fn main() -> ExitCode {
     // The one difference from stage 04: the backup layer acts on spec.backup and spec.bootstrap.
-    run_postgres_binary("stage05", ABOUT, Backups).await
+    run_postgres_binary::<Backups>("stage05", ABOUT).await
 }

@@ -82,7 +82,7 @@ pub fn phase_and_conditions(
         Planned::Own(BackupAction::StayFailed) => {
             condition("Progressing", false, "Steady", "nothing to do".into())
         }
-        Planned::Core(_) => return,
+        Planned::Core(_) | Planned::Own(BackupAction::Failover(_)) => return,
     };
     set_condition(next, previous, progressing, now);
 }

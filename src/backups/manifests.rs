@@ -169,7 +169,8 @@ pub fn member_pod(
     backups: &PodBackups,
     agent_image: &str,
 ) -> Value {
-    let mut pod = manifests::pod(cluster, role, agent_image);
+    let mut pod = manifests::pod(cluster, role);
+    crate::failover::manifests::dress(&mut pod, cluster, agent_image);
     dress_member(&mut pod, cluster, role, backups);
     pod
 }

@@ -34,9 +34,10 @@ use std::time::SystemTime;
 use serde_json::Value;
 use tokio::time::Instant;
 
-use crate::api::{PostgresCluster, PostgresClusterStatus};
+use crate::api::{PostgresCluster, PostgresClusterSpec, PostgresClusterStatus};
 use crate::controller::pods::Pod;
 use crate::events::EventType;
+use crate::failover::{self, Failover, FailoverFlags, FailoverState, WithFailover};
 use crate::metrics::Family;
 use crate::postgres::manifests::{Credentials, Role, ROLE_LABEL};
 use crate::postgres::plan::{Action, Observed};
@@ -46,12 +47,18 @@ use api::{BackupStatus, BackupsSpec};
 use manifests::{PodBackups, BACKUP_ROLE};
 use plan::{plan_restore, BackupAction, RestoreObserved};
 
-/// The backup layer: stage 05's operator is `run_postgres_binary(.., Backups)`.
-pub struct Backups;
+/// The backup layer, over step 05's failover: stage 06's operator is
+/// `run_postgres_binary::<Backups>(..)`.
+#[derive(Clone, Debug, Default)]
+pub struct Backups {
+    pub failover: Failover,
+}
 
 /// What the layer keeps per cluster.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct BackupState {
+    /// Step 05's, whose hooks this layer calls first.
+    failover: FailoverState,
     /// `status.lastBackup`, `backupRequested` and `restore` as this round leaves them: read at
     /// the start of the round, changed by what it does, written with the round's status.
     status: BackupStatus,
@@ -61,9 +68,39 @@ pub struct BackupState {
     restore_observed: RestoreObserved,
 }
 
+impl WithFailover for Backups {
+    fn failover(state: &BackupState) -> &FailoverState {
+        &state.failover
+    }
+
+    fn failover_mut(state: &mut BackupState) -> &mut FailoverState {
+        &mut state.failover
+    }
+}
+
 impl ClusterLayer for Backups {
     type State = BackupState;
     type Action = BackupAction;
+    type Flags = FailoverFlags;
+
+    fn from_flags(flags: FailoverFlags) -> Self {
+        Backups {
+            failover: flags.into(),
+        }
+    }
+
+    fn new_state(&self) -> BackupState {
+        BackupState {
+            failover: self.failover.new_state(),
+            status: BackupStatus::default(),
+            backup_failed_at: None,
+            restore_observed: RestoreObserved::default(),
+        }
+    }
+
+    fn validate(spec: &PostgresClusterSpec) -> Result<(), String> {
+        failover::validate(spec)
+    }
 
     /// Backup pods carry the role label `backup`: they are not members.
     fn is_own_pod(pod: &Pod) -> bool {
@@ -98,13 +135,14 @@ impl ClusterLayer for Backups {
         Ok(())
     }
 
-    /// Every member archives its WAL when `spec.backup` is set.
+    /// Step 05's pod, and every member archives its WAL when `spec.backup` is set.
     fn dress_pod(
-        _task: &PostgresTask<Self>,
+        task: &PostgresTask<Self>,
         cluster: &PostgresCluster,
         role: Role,
         pod: &mut Value,
     ) {
+        failover::dress_pod(task, cluster, role, pod);
         let backups = PodBackups {
             archive: BackupsSpec::read(&cluster.spec).backup.is_some(),
             restore: None,
@@ -112,7 +150,13 @@ impl ClusterLayer for Backups {
         manifests::dress_member(pod, cluster, role, &backups);
     }
 
-    async fn observe(task: &mut PostgresTask<Self>, pods: &[Arc<Pod>], observed: &mut Observed) {
+    async fn observe(
+        task: &mut PostgresTask<Self>,
+        pods: &[Arc<Pod>],
+        observed: &mut Observed,
+        planning: bool,
+    ) {
+        failover::observe::observe(task, pods, observed, planning).await;
         restore::observe(task, pods, observed).await;
     }
 
@@ -121,7 +165,8 @@ impl ClusterLayer for Backups {
         observed: &Observed,
         action: Action,
     ) -> Planned<BackupAction> {
-        plan_restore(&task.layer.restore_observed, observed, action)
+        let step = failover::plan(task, action);
+        plan_restore(&task.layer.restore_observed, observed, step)
     }
 
     async fn act(
@@ -154,6 +199,7 @@ impl ClusterLayer for Backups {
                 restore::stay_failed(task);
                 None
             }
+            BackupAction::Failover(action) => task.act_failover(action).await,
         }
     }
 
@@ -161,8 +207,10 @@ impl ClusterLayer for Backups {
         task: &mut PostgresTask<Self>,
         own_pods: &[Arc<Pod>],
         observed: &Observed,
+        primary: Option<&str>,
         steady: bool,
     ) {
+        failover::after_round(task, observed, primary).await;
         if BackupsSpec::read(&task.cluster().spec).backup.is_some() {
             base_backups::round(task, own_pods, observed, steady).await;
         }
@@ -174,6 +222,11 @@ impl ClusterLayer for Backups {
         status: &mut PostgresClusterStatus,
         now: &str,
     ) {
+        let own = match planned {
+            Planned::Own(BackupAction::Failover(action)) => Some(action),
+            _ => None,
+        };
+        failover::status(task, own, status, now);
         task.layer.status.write(status);
         conditions::phase_and_conditions(status, &task.status(), planned, now);
     }

@@ -14,13 +14,14 @@
 //!    recovery.
 //! 3. **Members that do not archive are replaced**, one at a time, on a steady cluster: those
 //!    started before `spec.backup` was set (PostgreSQL reads `archive_mode` only at start).
-//!    Replicas first; the primary last, deleted so that it stops cleanly and step 04's rule 1
+//!    Replicas first; the primary last, deleted so that it stops cleanly and step 05's rule 1
 //!    promotes a replica that archives. A cluster of one waits: its pod holds the only copy.
 //!
 //! [`next_backup`] then says whether a base backup is due, on a steady cluster only.
 
 use std::time::Duration;
 
+use crate::failover::plan::{FailReason, FailoverAction};
 use crate::postgres::manifests::Role;
 use crate::postgres::plan::{Action, DeleteReason, Observed, Phase};
 use crate::postgres::Planned;
@@ -37,6 +38,8 @@ pub enum BackupAction {
     StayFailed,
     /// Delete member `pod`, which does not archive; step 04's count (rule 4) replaces it.
     ReplaceToArchive { pod: String },
+    /// Step 05's action, kept.
+    Failover(FailoverAction),
 }
 
 /// What the restore rules read besides step 04's observation.
@@ -56,12 +59,12 @@ pub struct RestoreObserved {
     pub not_archiving: Vec<String>,
 }
 
-/// Step 04's `action` for `observed`, or one of the rules above in its place (see the module
-/// docs).
+/// Step 05's `step` for `observed` (step 04's action, or one of step 05's), or one of the
+/// rules above in its place (see the module docs).
 pub fn plan_restore(
     restore: &RestoreObserved,
     observed: &Observed,
-    action: Action,
+    step: Planned<FailoverAction>,
 ) -> Planned<BackupAction> {
     let alive = observed
         .members
@@ -74,6 +77,15 @@ pub fn plan_restore(
             reason: reason.clone(),
         });
     }
+    let action = match step {
+        // 2. Step 05's upgrade rules wait while the seed restores.
+        Planned::Own(FailoverAction::Delete {
+            reason: FailReason::Upgrade | FailReason::Switchover,
+            ..
+        }) if restore.restoring && alive => return restoring(),
+        Planned::Own(own) => return Planned::Own(BackupAction::Failover(own)),
+        Planned::Core(action) => action,
+    };
     match action {
         // 1. No pods: step 04 seeds or declares the disaster.
         Action::CreateSeed | Action::Disaster if restore.failed => {
@@ -83,15 +95,13 @@ pub fn plan_restore(
             Some(from) => Planned::Own(BackupAction::Restore { from: from.clone() }),
             None => Planned::Core(action),
         },
-        // 2. Step 04's count and upgrade rules wait while the seed restores.
+        // 2. Step 04's count rule waits while the seed restores.
         Action::Steady
         | Action::CreateReplica
         | Action::Delete {
-            reason: DeleteReason::ScaleDown | DeleteReason::Upgrade | DeleteReason::Switchover,
+            reason: DeleteReason::ScaleDown,
             ..
-        } if restore.restoring && alive => Planned::Core(Action::Wait(
-            "restoring: waiting for the seed to replay the archived WAL and be promoted".into(),
-        )),
+        } if restore.restoring && alive => restoring(),
         // 3. Members that do not archive are replaced, on a steady cluster only.
         Action::Steady if !restore.not_archiving.is_empty() => {
             replace_to_archive(restore, observed)
@@ -100,12 +110,19 @@ pub fn plan_restore(
     }
 }
 
+/// Rule 2's wait.
+fn restoring() -> Planned<BackupAction> {
+    Planned::Core(Action::Wait(
+        "restoring: waiting for the seed to replay the archived WAL and be promoted".into(),
+    ))
+}
+
 /// Rule 3: a replica that does not archive first; the primary once every replica archives, and
 /// only with a ready replica to take over. The primary goes as in a planned switchover: its
 /// clean stop hands its last WAL to the standbys connected then. With synchronous replication
 /// the new replica is a standby from its start, so no commit can be missing from it; with
 /// asynchronous replication a replica Ready but not yet streaming could miss the last commits,
-/// as it could in step 04's switchover.
+/// as it could in step 05's switchover.
 fn replace_to_archive(restore: &RestoreObserved, observed: &Observed) -> Planned<BackupAction> {
     let not_archiving = |role: Role| {
         observed
@@ -217,7 +234,8 @@ pub fn next_backup(observed: &BackupObserved, members_steady: bool) -> BackupSte
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::postgres::plan::{next_action, Delays, Member};
+    use crate::failover::plan::{next_step, Failing, FailoverDelays};
+    use crate::postgres::plan::{Delays, Member};
 
     fn observed(members: Vec<Member>, size: usize) -> Observed {
         Observed {
@@ -226,8 +244,6 @@ mod tests {
             members,
             size,
             wanted_version: "16".into(),
-            switchover_to: None,
-            quorum: None,
         }
     }
 
@@ -239,7 +255,9 @@ mod tests {
     }
 
     fn plan(observed: &Observed, restore: &RestoreObserved) -> Planned<BackupAction> {
-        plan_restore(restore, observed, next_action(observed, &Delays::default()))
+        let failing = Failing::of(observed.clone().more());
+        let step = next_step(&failing, &Delays::default(), &FailoverDelays::default());
+        plan_restore(restore, observed, step)
     }
 
     /// Every member lost with a backup → a restoring seed; a failed restore → the cluster stays

@@ -138,7 +138,12 @@ pub(super) async fn restore_seed(
         archive: BackupsSpec::read(&cluster.spec).backup.is_some(),
         restore: Some(source),
     };
-    let body = manifests::member_pod(&cluster, Role::Primary, &backups, task.agent_image());
+    let body = manifests::member_pod(
+        &cluster,
+        Role::Primary,
+        &backups,
+        &task.failover_state().agent_image,
+    );
     let name = task.create_pod(Role::Primary, &body).await?;
     task.say(format!(
         "Launching seed Postgres node {name}: restoring, then replaying the archived WAL"

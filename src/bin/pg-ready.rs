@@ -1,4 +1,4 @@
-//! `pg-ready`: the readiness agent beside each postgres server (`src/postgres/agent.rs` says
+//! `pg-ready`: the readiness agent beside each postgres server (`src/failover/agent.rs` says
 //! why and how). Two commands:
 //!
 //! ```text
@@ -16,7 +16,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use postgres_operator::postgres::agent::{
+use postgres_operator::failover::agent::{
     install, pg_isready, serve, Session, AGENT_PORT, DEFAULT_DEADLINE, LIVE_PATH, READY_PATH,
 };
 use postgres_operator::process::{exit_error, init_logging, shutdown_signal};

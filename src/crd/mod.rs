@@ -353,10 +353,10 @@ mod tests {
             }],
             more: serde_json::Map::new(),
         };
-        // Step 04's and step 05's fields, which step 02's status carries in `more`.
-        let sync = crate::postgres::api::SynchronousStatus::default();
-        crate::postgres::api::SynchronousStatus::write(Some(&sync), &mut status);
-        crate::postgres::api::set_switchover(Some(&"p".to_string()), &mut status);
+        // Step 05's and step 06's fields, which step 02's status carries in `more`.
+        let sync = crate::failover::api::SynchronousStatus::default();
+        crate::failover::api::SynchronousStatus::write(Some(&sync), &mut status);
+        crate::failover::api::set_switchover(Some(&"p".to_string()), &mut status);
         crate::backups::api::BackupStatus {
             last_backup: Some(Default::default()),
             backup_requested: Some("1".into()),

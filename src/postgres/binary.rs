@@ -26,23 +26,26 @@ mod flags;
 use flags::examples;
 pub use flags::{PostgresFlags, PostgresStageFlags};
 
-/// The `main` of `stages/stage04.rs` (and of a later stage, with its `layer`): the command line
-/// `name --help` describes with `about`, then connect ([`start`]) and run the operator with the
-/// options the flags set, under leader election as they say, its story on stdout. Exit status 0
-/// after SIGTERM or Ctrl-C (the Lease released); 1, with the reason, when the start failed or
-/// the Lease was lost; 2 for bad flags.
+/// The `main` of `stages/stage04.rs` (and of a later stage, with its layer `L`): the command
+/// line `name --help` describes with `about` (with `L`'s own flags), then connect ([`start`])
+/// and run the operator with the options the flags set, under leader election as they say, its
+/// story on stdout. Exit status 0 after SIGTERM or Ctrl-C (the Lease released); 1, with the
+/// reason, when the start failed or the Lease was lost; 2 for bad flags.
 pub async fn run_postgres_binary<L: ClusterLayer>(
     name: &'static str,
     about: &'static str,
-    layer: L,
 ) -> ExitCode {
-    use clap::{CommandFactory, FromArgMatches};
-    let command = PostgresStageFlags::command()
+    use clap::{Args, CommandFactory, FromArgMatches};
+    let command = L::Flags::augment_args(PostgresStageFlags::command())
         .name(name)
         .bin_name(name)
         .about(about)
         .after_help(format!("{CONNECTION_ORDER_HELP}\n\n{}", examples(name)));
-    let flags = PostgresStageFlags::from_arg_matches(&command.clone().get_matches())
+    let matches = command.clone().get_matches();
+    let flags = PostgresStageFlags::from_arg_matches(&matches)
+        .unwrap_or_else(|error| error.format(&mut command.clone()).exit());
+    let layer = L::Flags::from_arg_matches(&matches)
+        .map(L::from_flags)
         .unwrap_or_else(|error| error.format(&mut command.clone()).exit());
     if let Err(error) = flags.operator.leader_election.check() {
         command

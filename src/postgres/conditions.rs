@@ -18,8 +18,7 @@
 use crate::api::{Condition, PostgresCluster, PostgresClusterStatus};
 use crate::controller::pods::label_selector;
 
-use super::api::{set_switchover, switchover, SWITCHOVER_ANNOTATION};
-use super::plan::{Action, DeleteReason, Observed, Phase, VersionChange};
+use super::plan::{Action, Observed, Phase, VersionChange};
 
 pub const PHASE_CREATING: &str = "Creating";
 pub const PHASE_RUNNING: &str = "Running";
@@ -51,7 +50,7 @@ pub fn next_status(
     {
         PHASE_FAILED
     } else if primary_ready || previous.phase.as_deref() == Some(PHASE_RUNNING) {
-        // Once running, a cluster stays Running through a failover; Available says the rest.
+        // Once running, a cluster stays Running while its primary is away; Available says the rest.
         PHASE_RUNNING
     } else {
         PHASE_CREATING
@@ -82,7 +81,6 @@ pub fn next_status(
         condition("Available", false, "NoReadyPrimary", message.into())
     };
     let (moving, reason, message) = match action {
-        Action::FailoverRefused(why) => (false, "FailoverRefused", why.clone()),
         Action::Steady | Action::Disaster => (false, "Steady", "nothing to do".into()),
         Action::Wait(why) => (true, "Waiting", why.clone()),
         Action::CreateSeed => (true, "Seeding", "creating the first member".into()),
@@ -93,19 +91,6 @@ pub fn next_status(
         ),
         Action::Delete { pod, reason } => {
             (true, "Replacing", format!("deleting {pod}: {reason:?}"))
-        }
-        Action::PromoteInPlace { pod } => (
-            true,
-            "PromotingInPlace",
-            format!("{pod} was restarted in place; promoting it if it came back in recovery"),
-        ),
-        Action::Failover { lost, .. } => {
-            let lost = lost.as_deref().unwrap_or("the lost primary");
-            (
-                true,
-                "FailingOver",
-                format!("promoting a replica in place of {lost}"),
-            )
         }
     };
     let progressing = condition("Progressing", moving, reason, message);
@@ -140,26 +125,6 @@ pub fn next_status(
         conditions: Vec::new(),
         ..previous.clone()
     };
-    // A switchover is acted on once per value: when its primary is deleted (whichever replica
-    // then has the most WAL is promoted), or once the pod it names is the primary. No
-    // annotation, no record.
-    let switched_to = match cluster.metadata.annotations.get(SWITCHOVER_ANNOTATION) {
-        Some(pod)
-            if primary == Some(pod.as_str())
-                || matches!(
-                    action,
-                    Action::Delete {
-                        reason: DeleteReason::PlannedSwitchover,
-                        ..
-                    }
-                ) =>
-        {
-            Some(pod.clone())
-        }
-        Some(_) => switchover(&previous),
-        None => None,
-    };
-    set_switchover(switched_to.as_ref(), &mut next);
     for condition in [available, progressing, degraded] {
         set_condition(&mut next, &previous, condition, now);
     }
@@ -328,32 +293,8 @@ mod tests {
         assert_eq!(find(&again, "Available").reason, "AllMembersLost");
     }
 
-    /// A switchover is acted on once per annotation value: recorded when the primary is
-    /// deleted for it, so that a target that could not be promoted is not tried again and again.
-    #[test]
-    fn a_switchover_is_recorded_once_acted_on() {
-        let mut cluster = cluster();
-        cluster
-            .metadata
-            .annotations
-            .insert(SWITCHOVER_ANNOTATION.into(), "db-1".into());
-        let switch = Action::Delete {
-            pod: "db-0".into(),
-            reason: DeleteReason::PlannedSwitchover,
-        };
-        let healthy = observed(&[true, true]);
-        let acted = status_after(&cluster, &healthy, &switch, "T1");
-        assert_eq!(switchover(&acted).as_deref(), Some("db-1"));
-        let waiting = status_after(&cluster, &healthy, &Action::Steady, "T1");
-        assert_eq!(switchover(&waiting), None);
-        cluster.metadata.annotations.clear();
-        cluster.status = Some(acted);
-        let removed = status_after(&cluster, &healthy, &Action::Steady, "T2");
-        assert_eq!(switchover(&removed), None);
-    }
-
     /// Step 04 keeps every field it does not own: a later step's part of the status (here step
-    /// 05's, which step 04 knows only as `more`) comes out of `next_status` as it went in, and so
+    /// 06's, which step 04 knows only as `more`) comes out of `next_status` as it went in, and so
     /// is never dropped by step 04's status write.
     #[test]
     fn next_status_keeps_every_field_it_does_not_own() {

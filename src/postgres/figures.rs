@@ -27,11 +27,11 @@ use std::time::SystemTime;
 use tokio::sync::Semaphore;
 use tokio::time::{timeout_at, Instant};
 
-use super::api::ReplicationSpec;
 use super::cluster::{psql_in_pod, ClusterLayer};
 use super::manifests::psql_argv;
 use crate::api::PostgresCluster;
 use crate::client::Client;
+use crate::failover::api::ReplicationSpec;
 use crate::metrics::text::{Family, Kind};
 use crate::metrics::ScrapeTime;
 use crate::watch::Store;

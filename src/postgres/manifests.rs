@@ -12,8 +12,6 @@
 //!   Pod       db-xxxxx (generateName) role=primary: postgres:<version>, initdb on first start
 //!   Pod       db-yyyyy                role=replica: init container `clone` = pg_basebackup -R
 //!                                      from db-primary, then the same postgres container
-//!   (each pod also: init container `agent` copies pg-ready from the operator's image, and the
-//!    container `ready` runs it: the probes' answers, `agent.rs`)
 //! ```
 //!
 //! Everything uses the official `postgres` image through its documented contract (see
@@ -24,7 +22,6 @@
 
 use serde_json::{json, Value};
 
-use super::agent::{AGENT_BINARY, AGENT_DIR, AGENT_PORT, IMAGE_BINARY, LIVE_PATH, READY_PATH};
 use crate::api::PostgresCluster;
 use crate::controller::pods::{owner_reference, pod_labels};
 
@@ -104,48 +101,20 @@ mv "$partial" "$PGDATA"
 echo "clone: copied $PRIMARY_HOST into $PGDATA"
 "#;
 
-/// The postgres container's command: the official entrypoint, started in recovery when this
-/// server was a primary that did not stop cleanly. Its arguments (`args`, the image's CMD:
-/// `postgres -c ...`) are passed on.
-///
-/// The kubelet restarts a container whose process died (a SIGKILL, an out-of-memory kill, a
-/// backend's crash with `restart_after_crash=off`) in place, on the same emptyDir, its first
-/// crash at once. The operator may be failing over at that moment: it fences the old primary
-/// and promotes a standby without waiting for the old one to stop
-/// (`plan::fencing_first_is_safe`). Started as a primary again, the old server would take
-/// writes beside the new one until the fence's delete stops it. So only the operator makes a
-/// primary. A standby has `standby.signal` and a restore (step 05) `recovery.signal`; otherwise
-/// the control file says how the server last stopped: `shut down` after a clean stop, and still
-/// `in production` for a primary that did not stop cleanly (a fresh base backup's copy says so
-/// too, which is why the signal files are asked first). That one starts as a standby of
-/// nothing (`standby.signal`, `primary_conninfo` empty): it replays all of its own WAL, answers
-/// read-only queries, and waits for the operator, which promotes it in place when no other
-/// member took over and deletes it when one did. (Patroni starts a crashed leader read-only too, and promotes it only
-/// while it still holds the leader key.) `LC_ALL=C`: pg_controldata's words are translated.
-// ANCHOR: crash_guard
-const START_SCRIPT: &str = r#"set -eu
-if [ -s "$PGDATA/PG_VERSION" ] && [ ! -e "$PGDATA/standby.signal" ] && [ ! -e "$PGDATA/recovery.signal" ] \
-  && LC_ALL=C pg_controldata "$PGDATA" | grep -q '^Database cluster state: *in production$'; then
-  echo "postgres: this primary did not stop cleanly; starting it in recovery until the operator promotes it or replaces it"
-  touch "$PGDATA/standby.signal"
-  exec docker-entrypoint.sh "$@" -c primary_conninfo=
-fi
-exec docker-entrypoint.sh "$@"
-"#;
-// ANCHOR_END: crash_guard
-
 /// `pg_isready` exits 0 (accepting connections), 1 (rejecting: starting up, replaying WAL before
 /// it is consistent, shutting down), 2 (no response) or 3 (no attempt). 0 and 1 mean the
 /// postmaster is there and working, so "alive" is `<= 1`.
-const ALIVE_CHECK: &str = "pg_isready -q -h 127.0.0.1 -p 5432; [ $? -le 1 ]";
+pub const ALIVE_CHECK: &str = "pg_isready -q -h 127.0.0.1 -p 5432; [ $? -le 1 ]";
+
+/// Ready: accepting connections (exit 0), over TCP at 127.0.0.1, which the entrypoint's
+/// temporary init server does not listen on, so a seed running initdb is not Ready.
+const READY_CHECK: &str = "pg_isready -q -h 127.0.0.1 -p 5432";
 
 /// A pod's role in its cluster, the value of [`ROLE_LABEL`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Role {
     Primary,
     Replica,
-    /// An old primary that did not stop when deleted (its node is lost): no Service selects it.
-    Fenced,
 }
 
 impl Role {
@@ -153,7 +122,6 @@ impl Role {
         match self {
             Role::Primary => "primary",
             Role::Replica => "replica",
-            Role::Fenced => "fenced",
         }
     }
 }
@@ -170,7 +138,7 @@ pub fn from_secret(cluster: &PostgresCluster, variable: &str, key: &str) -> Valu
 }
 
 /// An exec probe running `script` with `sh -c`.
-fn shell_probe(script: &str, period_seconds: u32, failure_threshold: u32) -> Value {
+pub fn shell_probe(script: &str, period_seconds: u32, failure_threshold: u32) -> Value {
     json!({
         "exec": {"command": ["sh", "-c", script]},
         "periodSeconds": period_seconds,
@@ -182,37 +150,15 @@ fn shell_probe(script: &str, period_seconds: u32, failure_threshold: u32) -> Val
 }
 
 /// The postgres container, the same for both roles: a pod's spec cannot change after it is
-/// created, and a failover only relabels the replica it promotes.
+/// created, and a replica that becomes the primary keeps its pod.
 fn postgres_container(cluster: &PostgresCluster, image: &str) -> Value {
     json!({
         "name": POSTGRES_CONTAINER,
         "image": image,
-        // `command` replaces the image's ENTRYPOINT with START_SCRIPT, which ends in it (the
-        // word after the script is the shell's $0); `args` replaces its CMD and is passed on.
-        "command": ["sh", "-c", START_SCRIPT, "start"],
-        // Each setting below changes a PostgreSQL default; why each value, and what it cost
-        // before, is WORKSHOP.md's "Design notes: the server's settings".
-        // wal_keep_size (0): WAL kept on the primary, so a replica that fell behind catches up
-        // instead of failing with "requested WAL segment has already been removed".
-        // wal_retrieve_retry_interval (5 s): how long a standby whose primary went away waits
-        // before it tries the Service again; a switchover's writes wait for that retry.
-        // wal_sender_timeout, wal_receiver_timeout (60 s): how long either end keeps a peer that
-        // went silent with its TCP connection open; a primary's fast shutdown waits on the first.
-        // restart_after_crash (on): off, a crashed backend makes the postmaster exit, and the
-        // container restarts through START_SCRIPT, in recovery, like any other crash.
-        "args": [
-            "postgres",
-            "-c",
-            "restart_after_crash=off",
-            "-c",
-            "wal_keep_size=512MB",
-            "-c",
-            "wal_retrieve_retry_interval=200ms",
-            "-c",
-            "wal_sender_timeout=5s",
-            "-c",
-            "wal_receiver_timeout=5s"
-        ],
+        // `args` replaces the image's CMD; its ENTRYPOINT, docker-entrypoint.sh, runs them.
+        // wal_keep_size (0 by default): WAL kept on the primary, so a replica that fell behind
+        // catches up instead of failing with "requested WAL segment has already been removed".
+        "args": ["postgres", "-c", "wal_keep_size=512MB"],
         "ports": [{"name": PORT_NAME, "containerPort": POSTGRES_PORT, "protocol": "TCP"}],
         "env": [
             {"name": "PGDATA", "value": PGDATA},
@@ -225,37 +171,17 @@ fn postgres_container(cluster: &PostgresCluster, image: &str) -> Value {
             {"name": "data", "mountPath": DATA_MOUNT},
             {"name": "init", "mountPath": INITDB_DIR, "readOnly": true},
         ],
-        // Holds readiness and liveness back until postgres listens on TCP. On the seed's first
-        // start that is after initdb and the init scripts (the entrypoint's temporary server
-        // listens on the Unix socket only). 2 s × 300 = 10 minutes before the kubelet gives up.
-        // A replica's base backup is not counted here: it runs in the init container, before
-        // any probe.
+        // Holds readiness and liveness back until postgres listens on TCP: on the seed's first
+        // start that is after initdb and the init scripts. 2 s × 300 = 10 minutes.
         "startupProbe": shell_probe(ALIVE_CHECK, 2, 300),
-        // Ready decides which pods the Services send traffic to, and it is the detector of a hung
-        // primary (TCP still accepts, only a query notices). Asked of the `ready` container's
-        // agent (`agent.rs`), which keeps one psql session open: one HTTP request and one
-        // `SELECT` a probe, no process started. Two misses 2 s apart, each given up after 0.8 s:
-        // a hung primary is unready 2.8 to 4.8 s after it stops.
+        // Ready decides which pods the Services send traffic to.
         // ANCHOR: readiness_probe
-        "readinessProbe": {
-            "httpGet": {"path": READY_PATH, "port": AGENT_PORT},
-            "periodSeconds": 2,
-            "timeoutSeconds": 1,
-            "failureThreshold": 2,
-        },
+        "readinessProbe": shell_probe(READY_CHECK, 2, 2),
         // ANCHOR_END: readiness_probe
-        // The agent's `/livez`: alive while its session answers, or else while `pg_isready`
-        // finds the postmaster at all (a replica replaying WAL rejects connections and is
-        // alive). Only "no postmaster" for 2 × 30 s restarts the container. 5 s: the session's
-        // 0.8 s and pg_isready's own 2 s (`-t 2`) fit in it. (The agent answers one request at a
-        // time, so that fallback delays a readiness probe, but only once the session has failed.)
+        // Only "no postmaster" for 2 × 30 s restarts the container: a replica replaying WAL
+        // rejects connections (exit 1) and is alive.
         // ANCHOR: liveness_probe
-        "livenessProbe": {
-            "httpGet": {"path": LIVE_PATH, "port": AGENT_PORT},
-            "periodSeconds": 30,
-            "timeoutSeconds": 5,
-            "failureThreshold": 2,
-        },
+        "livenessProbe": shell_probe(ALIVE_CHECK, 30, 2),
         // ANCHOR_END: liveness_probe
     })
 }
@@ -286,53 +212,15 @@ fn clone_container(cluster: &PostgresCluster, image: &str) -> Value {
     })
 }
 
-/// The init container that copies the readiness agent out of the operator's image (which has
-/// no shell, so the binary copies itself) into the `agent` emptyDir.
-fn agent_install_container(agent_image: &str) -> Value {
-    json!({
-        "name": AGENT_INSTALL_CONTAINER,
-        "image": agent_image,
-        // A `:latest` tag would otherwise be pulled on every pod start: the operator's own
-        // image, loaded into the cluster (`kind load docker-image`) or pushed, is enough.
-        "imagePullPolicy": "IfNotPresent",
-        "command": [IMAGE_BINARY, "install", AGENT_BINARY],
-        "volumeMounts": [{"name": "agent", "mountPath": AGENT_DIR}],
-    })
-}
-
-/// The readiness agent (`agent.rs`), in the postgres image for its `psql`. It reaches the
-/// server at `localhost`: inside a pod that is the server's own TCP port, which the
-/// entrypoint's temporary init server does not listen on, so a seed running initdb is not
-/// Ready. The kubelet probes it on the pod IP.
-fn ready_container(cluster: &PostgresCluster, image: &str) -> Value {
-    json!({
-        "name": READY_CONTAINER,
-        "image": image,
-        // `$(POD_IP)` is expanded by the kubelet from the env below.
-        "command": [AGENT_BINARY, "serve", "--listen", format!("$(POD_IP):{AGENT_PORT}")],
-        "ports": [{"name": "ready", "containerPort": AGENT_PORT, "protocol": "TCP"}],
-        "env": [
-            {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
-            {"name": "PGHOST", "value": "localhost"},
-            {"name": "PGPORT", "value": POSTGRES_PORT.to_string()},
-            {"name": "PGUSER", "value": "postgres"},
-            {"name": "PGDATABASE", "value": "postgres"},
-            from_secret(cluster, "PGPASSWORD", SUPERUSER_PASSWORD_KEY),
-        ],
-        "volumeMounts": [{"name": "agent", "mountPath": AGENT_DIR, "readOnly": true}],
-    })
-}
-
 /// A pod of `cluster` in `role`: a primary starts from initdb (the seed), a replica from a copy
 /// of the primary. Named by the API server from `generateName: <name>-`: a new pod never
 /// reuses a deleted one's name (and so its DNS name or its Service endpoint).
-pub fn pod(cluster: &PostgresCluster, role: Role, agent_image: &str) -> Value {
+pub fn pod(cluster: &PostgresCluster, role: Role) -> Value {
     let name = &cluster.metadata.name;
     let image = format!("postgres:{}", cluster.spec.version);
     let mut labels = pod_labels(name);
     labels.insert(ROLE_LABEL.to_string(), role.label_value().to_string());
-    // The agent's copy first, then (a replica's) the clone: init containers run in order.
-    let mut init = vec![agent_install_container(agent_image)];
+    let mut init = Vec::new();
     // ANCHOR: replica_pod
     if role == Role::Replica {
         init.push(clone_container(cluster, &image));
@@ -350,8 +238,7 @@ pub fn pod(cluster: &PostgresCluster, role: Role, agent_image: &str) -> Value {
             // The kubelet refuses to start a container that would run as uid 0.
             "runAsNonRoot": true,
         },
-        // A crashed container restarts in place on the same emptyDir; a primary that did not
-        // stop cleanly comes back in recovery (START_SCRIPT) for the operator to promote.
+        // A crashed container restarts in place on the same emptyDir.
         "restartPolicy": "Always",
         // The official image's STOPSIGNAL is SIGINT: a fast shutdown, which disconnects the
         // clients, writes a shutdown checkpoint, and (on a primary) waits until the walsenders
@@ -359,14 +246,12 @@ pub fn pod(cluster: &PostgresCluster, role: Role, agent_image: &str) -> Value {
         // any of them can be promoted with the others following. The kubelet's SIGKILL when
         // the grace period ends skips all of that; 60 s covers a busy server's checkpoint.
         "terminationGracePeriodSeconds": 60,
-        "containers": [postgres_container(cluster, &image), ready_container(cluster, &image)],
+        "containers": [postgres_container(cluster, &image)],
         "volumes": [
             // Data lives as long as the pod, as in etcd-operator: a lost pod is replaced by a
             // new replica cloned from the primary. Container restarts keep it.
             {"name": "data", "emptyDir": {}},
             {"name": "init", "configMap": {"name": init_config_map_name(name)}},
-            // The readiness agent's binary, copied in by the `agent` init container.
-            {"name": "agent", "emptyDir": {}},
         ],
         "initContainers": init,
     });
@@ -377,7 +262,8 @@ pub fn pod(cluster: &PostgresCluster, role: Role, agent_image: &str) -> Value {
             "generateName": format!("{name}-"),
             "namespace": cluster.metadata.namespace,
             "labels": labels,
-            // `kubectl logs` and `kubectl exec` without `-c` pick this container, not the agent.
+            // `kubectl logs` and `kubectl exec` without `-c` pick this container (a later step
+            // adds another).
             "annotations": {"kubectl.kubernetes.io/default-container": POSTGRES_CONTAINER},
             "ownerReferences": [owner_reference(cluster)],
         },
@@ -385,22 +271,20 @@ pub fn pod(cluster: &PostgresCluster, role: Role, agent_image: &str) -> Value {
     })
 }
 
-/// A JSON merge patch (`application/merge-patch+json`) that sets a pod's role label and leaves
-/// its other labels alone: a merge patch merges maps key by key.
-pub fn role_patch(role: Role) -> Value {
-    json!({"metadata": {"labels": {ROLE_LABEL: role.label_value()}}})
+/// A JSON merge patch (`application/merge-patch+json`) that sets a pod's role label to `role`
+/// and leaves its other labels alone: a merge patch merges maps key by key.
+pub fn role_patch(role: &str) -> Value {
+    json!({"metadata": {"labels": {ROLE_LABEL: role}}})
 }
 
 #[cfg(test)]
 mod tests {
     use std::path::Path;
-    use std::time::Duration;
 
     use super::*;
     use crate::api::PostgresClusterSpec;
     use crate::config::SecretString;
     use crate::controller::pods::{APP_LABEL, CLUSTER_LABEL};
-    use crate::postgres::agent::DEFAULT_DEADLINE;
 
     fn cluster() -> PostgresCluster {
         let spec = PostgresClusterSpec::new(3, "16.4");
@@ -519,10 +403,11 @@ mod tests {
     }
 
     /// A primary pod: generateName, the three labels, the image from spec.version, secrets by
-    /// reference, PGDATA under the emptyDir, uid 999, and no init container.
+    /// reference, PGDATA under the emptyDir, uid 999, the image's own entrypoint, no init
+    /// container.
     #[test]
     fn primary_pod_runs_the_official_image_contract() {
-        let pod = pod(&cluster(), Role::Primary, DEFAULT_AGENT_IMAGE);
+        let pod = pod(&cluster(), Role::Primary);
         assert_owned(&pod);
         // The API server appends 5 random characters; `name` must be absent for that.
         assert_eq!(pod["metadata"]["generateName"], "db-");
@@ -531,17 +416,7 @@ mod tests {
             pod["metadata"]["labels"],
             json!({APP_LABEL: "postgres", CLUSTER_LABEL: "db", ROLE_LABEL: "primary"})
         );
-        // The only init container of a primary copies the readiness agent in.
-        assert_eq!(
-            pod["spec"]["initContainers"],
-            json!([{
-                "name": "agent",
-                "image": "postgres-operator:latest",
-                "imagePullPolicy": "IfNotPresent",
-                "command": ["/pg-ready", "install", "/agent/pg-ready"],
-                "volumeMounts": [{"name": "agent", "mountPath": "/agent"}],
-            }])
-        );
+        assert_eq!(pod["spec"]["initContainers"], json!([]));
         let security = &pod["spec"]["securityContext"];
         assert_eq!(
             (
@@ -554,15 +429,8 @@ mod tests {
         let container = &pod["spec"]["containers"][0];
         assert_eq!(container["name"], "postgres");
         assert_eq!(container["image"], "postgres:16.4");
-        // The image's docker-entrypoint.sh must run, or nothing initialises PGDATA: the start
-        // script ends in it, with the arguments.
-        assert_eq!(
-            container["command"],
-            json!(["sh", "-c", START_SCRIPT, "start"])
-        );
-        assert!(START_SCRIPT
-            .trim_end()
-            .ends_with(r#"exec docker-entrypoint.sh "$@""#));
+        // The image's docker-entrypoint.sh must run, or nothing initialises PGDATA.
+        assert_eq!(container["command"], Value::Null);
         assert_eq!(container["args"][0], "postgres");
         assert_eq!(env(container, "PGDATA")["value"], PGDATA);
         assert!(PGDATA.starts_with(&format!("{DATA_MOUNT}/")));
@@ -582,63 +450,32 @@ mod tests {
             json!([
                 {"name": "data", "emptyDir": {}},
                 {"name": "init", "configMap": {"name": "db-init"}},
-                {"name": "agent", "emptyDir": {}},
             ])
         );
         assert!(pod["spec"]["terminationGracePeriodSeconds"].as_u64() > Some(30));
     }
 
-    /// Readiness asks the agent beside postgres, which asks the server over TCP at localhost
-    /// (not the Unix socket the entrypoint's temporary init server listens on); startup and
-    /// liveness (the agent's `/livez`, pg_isready behind it) accept "rejecting connections"
+    /// Readiness asks the server over TCP at 127.0.0.1 (not the Unix socket the entrypoint's
+    /// temporary init server listens on); startup and liveness accept "rejecting connections"
     /// (exit 1) as alive, so WAL replay is never killed.
     #[test]
     fn probes_do_not_kill_a_replica_replaying_wal() {
-        let pod = pod(&cluster(), Role::Replica, DEFAULT_AGENT_IMAGE);
+        let pod = pod(&cluster(), Role::Replica);
         let container = &pod["spec"]["containers"][0];
         assert_eq!(
-            container["readinessProbe"]["httpGet"],
-            json!({"path": "/readyz", "port": 8008})
+            container["readinessProbe"]["exec"]["command"],
+            json!(["sh", "-c", READY_CHECK])
         );
-        // Under the kubelet's timeout, the agent's deadline: its 503 says why.
-        assert!(
-            Duration::from_secs(
-                container["readinessProbe"]["timeoutSeconds"]
-                    .as_u64()
-                    .unwrap_or(1)
-            ) > DEFAULT_DEADLINE
-        );
-        let ready = &pod["spec"]["containers"][1];
-        assert_eq!(ready["name"], READY_CONTAINER);
-        assert_eq!(ready["image"], "postgres:16.4", "the agent runs psql");
-        assert_eq!(
-            ready["command"],
-            json!(["/agent/pg-ready", "serve", "--listen", "$(POD_IP):8008"])
-        );
-        assert_eq!(
-            env(ready, "POD_IP")["valueFrom"]["fieldRef"]["fieldPath"],
-            "status.podIP"
-        );
-        assert_eq!(env(ready, "PGHOST")["value"], "localhost");
-        assert_eq!(
-            env(ready, "PGPASSWORD")["valueFrom"]["secretKeyRef"],
-            json!({"name": "db-credentials", "key": "superuser-password"})
-        );
-        assert_eq!(
-            ready["volumeMounts"],
-            json!([{"name": "agent", "mountPath": "/agent", "readOnly": true}])
-        );
-        let startup = &container["startupProbe"];
-        assert_eq!(startup["exec"]["command"], json!(["sh", "-c", ALIVE_CHECK]));
-        // Longer than pg_isready's own 3 s connect timeout.
-        assert!(startup["timeoutSeconds"].as_u64() > Some(3));
+        assert!(READY_CHECK.contains("-h 127.0.0.1"));
+        for probe in ["startupProbe", "livenessProbe"] {
+            assert_eq!(
+                container[probe]["exec"]["command"],
+                json!(["sh", "-c", ALIVE_CHECK])
+            );
+            // Longer than pg_isready's own 3 s connect timeout.
+            assert!(container[probe]["timeoutSeconds"].as_u64() > Some(3));
+        }
         assert!(ALIVE_CHECK.contains("-h 127.0.0.1") && ALIVE_CHECK.ends_with("[ $? -le 1 ]"));
-        // A running member's liveness asks the agent, as readiness does: no process started.
-        let liveness = &container["livenessProbe"];
-        assert_eq!(liveness["httpGet"], json!({"path": "/livez", "port": 8008}));
-        assert_eq!(liveness["exec"], Value::Null);
-        // Longer than the agent's answer can take: its session's deadline, then pg_isready -t 2.
-        assert!(liveness["timeoutSeconds"].as_u64() > Some(3));
         let budget = |probe: &str| {
             container[probe]["periodSeconds"].as_u64().unwrap_or(10)
                 * container[probe]["failureThreshold"].as_u64().unwrap_or(3)
@@ -651,14 +488,9 @@ mod tests {
     /// that uses the replication password, and keeps a PGDATA that already holds a database.
     #[test]
     fn replica_pod_clones_from_the_primary_service() {
-        let pod = pod(&cluster(), Role::Replica, DEFAULT_AGENT_IMAGE);
+        let pod = pod(&cluster(), Role::Replica);
         assert_eq!(pod["metadata"]["labels"][ROLE_LABEL], "replica");
-        // After the agent's copy.
-        assert_eq!(
-            pod["spec"]["initContainers"][0]["name"],
-            AGENT_INSTALL_CONTAINER
-        );
-        let clone = &pod["spec"]["initContainers"][1];
+        let clone = &pod["spec"]["initContainers"][0];
         assert_eq!(clone["name"], "clone");
         assert_eq!(clone["image"], "postgres:16.4");
         assert_eq!(env(clone, "PRIMARY_HOST")["value"], "db-primary");
@@ -682,7 +514,7 @@ mod tests {
         // Same server container as a primary: promotion changes labels, not the spec.
         assert_eq!(
             pod["spec"]["containers"],
-            super::pod(&cluster(), Role::Primary, DEFAULT_AGENT_IMAGE)["spec"]["containers"]
+            super::pod(&cluster(), Role::Primary)["spec"]["containers"]
         );
     }
 
@@ -690,11 +522,11 @@ mod tests {
     #[test]
     fn role_patch_sets_only_the_role_label() {
         assert_eq!(
-            role_patch(Role::Primary),
+            role_patch(Role::Primary.label_value()),
             json!({"metadata": {"labels": {"workshop.example.com/role": "primary"}}})
         );
         assert_eq!(
-            role_patch(Role::Replica)["metadata"]["labels"][ROLE_LABEL],
+            role_patch(Role::Replica.label_value())["metadata"]["labels"][ROLE_LABEL],
             "replica"
         );
     }

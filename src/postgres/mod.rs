@@ -22,7 +22,6 @@
 //! WORKSHOP.md's part two (failover under faults) is `fence.rs`, `synchronous.rs`,
 //! `streaming.rs` and `agent.rs`, with rule 1 of `plan.rs`.
 
-pub mod agent;
 pub mod api;
 pub mod binary;
 pub mod cluster;
@@ -36,6 +35,7 @@ pub use binary::{
     run_postgres_binary, run_postgres_operator_when_leading, PostgresFlags, PostgresStageFlags,
 };
 pub use cluster::{
-    ClusterLayer, OwnedError, Planned, PostgresOptions, PostgresTask, PostgresWorker, Wakers,
+    ClusterLayer, NoFlags, OwnedError, Planned, PostgresOptions, PostgresTask, PostgresWorker,
+    Wakers,
 };
 pub use operator::run_postgres_operator;

@@ -34,7 +34,7 @@ use crate::watch::{list_then_watch, Event, WatchNotice};
 pub async fn run_postgres_operator<L: ClusterLayer>(
     client: Client,
     options: PostgresOptions,
-    _layer: L,
+    layer: L,
     reporter: Reporter,
     shutdown: CancellationToken,
 ) -> Result<ControllerStopped, CrdError> {
@@ -100,7 +100,7 @@ pub async fn run_postgres_operator<L: ClusterLayer>(
         reconcile_interval: options.reconcile_interval,
         ..ControllerOptions::default()
     };
-    let worker = PostgresWorker::<L>::new(client, pods, wakers, reporter.clone(), options);
+    let worker = PostgresWorker::new(client, pods, wakers, reporter.clone(), options, layer);
     let controller = Controller::with_worker(worker, controller_options, reporter);
     let stopped = controller.run(cluster_events, shutdown).await;
     stop_watches.cancel();

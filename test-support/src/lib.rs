@@ -40,9 +40,9 @@ pub use kubectl::{
     KubectlOutput, KubectlWatch, BUNDLED_KUBECTL,
 };
 pub use operator::{
-    cluster_spec, create_cluster, older_crd, operator_command, plain_client,
-    quick_postgres_options, register_crd, sandbox_with_crd, synchronous_spec, PostgresOperator,
-    Story, PGC_TABLE_HEADER,
+    cluster_spec, create_cluster, older_crd, operator_command, plain_client, quick_backups,
+    quick_failover, quick_postgres_options, register_crd, sandbox_with_crd, synchronous_spec,
+    PostgresOperator, Story, PGC_TABLE_HEADER,
 };
 pub use processes::{processes, processes_matching, run_with_deadline, Process};
 pub use psql::HostPsql;

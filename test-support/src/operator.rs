@@ -41,7 +41,7 @@ pub fn cluster_spec(size: i64) -> PostgresClusterSpec {
 
 /// [`cluster_spec`] with synchronous replication: `number` standbys, `dataDurability: required`.
 pub fn synchronous_spec(size: i64, number: i64) -> PostgresClusterSpec {
-    use postgres_operator::postgres::api::{DataDurability, ReplicationSpec, SynchronousSpec};
+    use postgres_operator::failover::api::{DataDurability, ReplicationSpec, SynchronousSpec};
     let replication = ReplicationSpec {
         synchronous: Some(SynchronousSpec {
             number,
@@ -114,19 +114,31 @@ pub fn older_crd() -> serde_json::Value {
 }
 
 /// The stage-04 operator's options with the short timings end-to-end tests want: a round every
-/// second, failover after 2 s, a member lost after 30 s, expectations given up after 10 s.
-/// Stage 05's tests run the same operator with the `Backups` layer.
+/// second, a member lost after 30 s, expectations given up after 10 s.
 pub fn quick_postgres_options() -> postgres_operator::postgres::PostgresOptions {
     postgres_operator::postgres::PostgresOptions {
         reconcile_interval: Duration::from_secs(1),
         delays: postgres_operator::postgres::plan::Delays {
-            failover_after: Duration::from_secs(2),
             member_lost_after: Duration::from_secs(30),
-            not_streaming_after: Duration::from_secs(10),
-            ..postgres_operator::postgres::plan::Delays::default()
         },
         expectation_timeout: Duration::from_secs(10),
         ..postgres_operator::postgres::PostgresOptions::default()
+    }
+}
+
+/// Stage 05's failover layer with the short timing end-to-end tests want: failover after 2 s
+/// (the default), a replica that streams nothing replaced after 10 s.
+pub fn quick_failover() -> postgres_operator::failover::Failover {
+    let mut failover = postgres_operator::failover::Failover::default();
+    failover.delays.failover_after = Duration::from_secs(2);
+    failover.delays.not_streaming_after = Duration::from_secs(10);
+    failover
+}
+
+/// Stage 06's backup layer over [`quick_failover`].
+pub fn quick_backups() -> postgres_operator::backups::Backups {
+    postgres_operator::backups::Backups {
+        failover: quick_failover(),
     }
 }
 
@@ -183,13 +195,14 @@ impl Story {
 }
 
 /// The header of `kubectl get pgc`, split into words: the CRD's printer columns (LAST BACKUP,
-/// stage 05's column, is two words).
+/// stage 06's column, is two words).
 pub const PGC_TABLE_HEADER: [&str; 9] = [
     "NAME", "SIZE", "READY", "PRIMARY", "PHASE", "VERSION", "LAST", "BACKUP", "AGE",
 ];
 
-/// Step 04's operator (no layer) running in this process against a fresh sandbox whose pods are
-/// real processes, with the CRD registered: how the tests of real failover begin.
+/// Step 05's operator (the failover layer, [`quick_failover`]) running in this process against a
+/// fresh sandbox whose pods are real processes, with the CRD registered: how the tests of real
+/// failover begin.
 pub struct PostgresOperator {
     pub sandbox: Sandbox,
     pub client: Client,
@@ -230,7 +243,7 @@ impl PostgresOperator {
         let task = tokio::spawn(postgres_operator::postgres::run_postgres_operator(
             client.clone(),
             options,
-            (),
+            quick_failover(),
             reporter,
             stop.clone(),
         ));

@@ -37,6 +37,7 @@ use base64::Engine;
 use postgres_operator::api::{collection_path, object_path, PostgresCluster, PostgresClusterSpec};
 use postgres_operator::client::Client;
 use postgres_operator::controller::pods::{pods_path, CLUSTER_LABEL};
+use postgres_operator::failover::Failover;
 use postgres_operator::postgres::cluster::psql_in_pod;
 use postgres_operator::postgres::manifests::{
     credentials_secret_name, primary_service_name, psql_argv, POSTGRES_CONTAINER,
@@ -437,9 +438,17 @@ impl Timings {
         }
     }
 
+    /// Stage 05's failover layer, as its flags' defaults make it, or the tests' short one.
+    fn failover(self) -> Failover {
+        match self {
+            Timings::Defaults => Failover::default(),
+            Timings::Short => test_support::quick_failover(),
+        }
+    }
+
     /// How each fault's line names the run.
     fn label(self) -> String {
-        let delay = self.options().delays.failover_after.as_secs();
+        let delay = self.failover().delays.failover_after.as_secs();
         match self {
             Timings::Defaults => format!("default flags, failover delay {delay} s"),
             Timings::Short => format!("short timings, failover delay {delay} s"),
@@ -459,7 +468,7 @@ impl Operator {
         let running = run_postgres_operator(
             client.clone(),
             timings.options(),
-            (),
+            timings.failover(),
             reporter.clone(),
             stop.clone(),
         );
@@ -834,7 +843,7 @@ impl Chaos {
                 let target = before.standbys.first().expect("a standby");
                 let path = postgres_operator::api::object_path(&namespace, CLUSTER);
                 let patch = serde_json::json!({"metadata": {"annotations": {
-                    postgres_operator::postgres::api::SWITCHOVER_ANNOTATION: target,
+                    postgres_operator::failover::api::SWITCHOVER_ANNOTATION: target,
                 }}});
                 self.client
                     .patch::<Value>(&path, &postgres_operator::client::Patch::Merge(patch))

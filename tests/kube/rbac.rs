@@ -328,7 +328,7 @@ impl Operator {
         let running = run_postgres_operator_when_leading(
             client.clone(),
             options,
-            Backups,
+            Backups::default(),
             Some(election),
             reporter,
             stop.clone(),

@@ -14,7 +14,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use metrics_support::{get, Scrape};
-use postgres_operator::backups::Backups;
 use postgres_operator::metrics::{serve, HealthBounds};
 use postgres_operator::postgres::run_postgres_operator;
 use sandbox::SandboxOptions;
@@ -81,7 +80,7 @@ async fn metrics_follow_a_backup_and_a_failover() {
     tokio::spawn(run_postgres_operator(
         test_support::plain_client(&sandbox.url()),
         options,
-        Backups,
+        test_support::quick_backups(),
         reporter,
         CancellationToken::new(),
     ));

@@ -14,11 +14,12 @@ use std::time::{Duration, Instant};
 
 use postgres_operator::api::{collection_path, PostgresCluster, PostgresClusterSpec};
 use postgres_operator::client::{Client, Patch};
+use postgres_operator::failover::manifests::{member_pod as pod, DEFAULT_AGENT_IMAGE};
 use postgres_operator::postgres::manifests::{
-    credentials_secret, init_scripts, pod, primary_service, primary_service_name, psql_argv,
+    credentials_secret, init_scripts, primary_service, primary_service_name, psql_argv,
     replicas_service, replicas_service_name, role_patch, Credentials, ReplicaLsns, Role,
-    CURRENT_WAL_LSN_SQL, DEFAULT_AGENT_IMAGE, IS_IN_RECOVERY_SQL, POSTGRES_CONTAINER, PROMOTE_SQL,
-    REPLICA_LSNS_SQL, ROLE_LABEL,
+    CURRENT_WAL_LSN_SQL, IS_IN_RECOVERY_SQL, POSTGRES_CONTAINER, PROMOTE_SQL, REPLICA_LSNS_SQL,
+    ROLE_LABEL,
 };
 use sandbox::{Sandbox, SandboxOptions};
 use serde_json::Value;
@@ -389,7 +390,7 @@ async fn the_manifests_make_a_replicated_cluster_that_survives_a_failover() {
         .client
         .patch(
             &format!("/api/v1/namespaces/{NAMESPACE}/pods/{promoted}"),
-            &Patch::Merge(role_patch(Role::Primary)),
+            &Patch::Merge(role_patch(Role::Primary.label_value())),
         )
         .await
         .expect("relabelled");

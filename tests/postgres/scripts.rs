@@ -9,7 +9,8 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 use postgres_operator::api::PostgresCluster;
-use postgres_operator::postgres::manifests::{pod, Role, CLONE_CONTAINER, DEFAULT_AGENT_IMAGE};
+use postgres_operator::failover::manifests::{member_pod as pod, DEFAULT_AGENT_IMAGE};
+use postgres_operator::postgres::manifests::{Role, CLONE_CONTAINER};
 use serde_json::Value;
 
 fn replica_pod() -> Value {

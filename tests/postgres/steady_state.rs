@@ -32,7 +32,7 @@ async fn idle_clusters_cost_no_request_per_round() {
     let operator = tokio::spawn(run_postgres_operator(
         client.clone(),
         options,
-        (),
+        test_support::quick_failover(),
         reporter,
         stop.clone(),
     ));

@@ -1,8 +1,9 @@
-//! Stage 04 end to end: the operator runs real PostgreSQL clusters on the sandbox's process
-//! runtime, driven by real kubectl — create, scale, lose a replica, shrink, lose the primary,
-//! restart the operator, refuse a major downgrade, delete.
+//! Stages 04 and 05 end to end: the operator runs real PostgreSQL clusters on the sandbox's
+//! process runtime, driven by real kubectl — create, scale, lose a replica, shrink, restart the
+//! operator, refuse a major downgrade, lose the primary, delete. Stage 04 waits when the primary
+//! is lost; stage 05 (the failover layer) promotes a replica.
 //!
-//! WORKSHOP.md, step 04. Needs PostgreSQL, bubblewrap and kubectl: without them the test fails
+//! WORKSHOP.md, steps 04 and 05. Needs PostgreSQL, bubblewrap and kubectl: without them the test fails
 //! and says what is missing. The timings (create → 3 ready, primary deleted → new primary ready)
 //! are printed, not asserted: `cargo test --test stages stage04_cluster:: -- --nocapture`.
 
@@ -10,7 +11,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use postgres_operator::client::Client;
-use postgres_operator::postgres::run_postgres_operator;
+use postgres_operator::postgres::{run_postgres_operator, ClusterLayer};
 use sandbox::{Sandbox, SandboxOptions};
 use serde_json::Value;
 use test_support::cluster::{self, Member};
@@ -30,7 +31,7 @@ struct Operator {
 }
 
 impl Operator {
-    fn start(client: &Client) -> Operator {
+    fn start<L: ClusterLayer>(client: &Client, layer: L) -> Operator {
         // Every timer round checks the owned objects again: its Secret GET marks a round below.
         let options = postgres_operator::postgres::PostgresOptions {
             owned_recheck: Duration::ZERO,
@@ -38,7 +39,7 @@ impl Operator {
         };
         let (reporter, lines) = test_support::Story::record();
         let stop = CancellationToken::new();
-        let running = run_postgres_operator(client.clone(), options, (), reporter, stop.clone());
+        let running = run_postgres_operator(client.clone(), options, layer, reporter, stop.clone());
         let task = tokio::spawn(async move {
             running.await.expect("the operator starts");
         });
@@ -95,18 +96,33 @@ impl World {
     }
 }
 
-/// The whole homework: create 3, scale to 5, lose a replica, shrink to 2, lose the primary,
-/// restart the operator, refuse a major downgrade, lose every member, delete — with a row that
-/// survives the failover.
+/// Stage 04, the whole homework: create 3, scale to 5, lose a replica, shrink to 2, restart the
+/// operator, refuse a major downgrade, lose the primary (it waits, and says step 05 fails over),
+/// lose every member, delete.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_operator_runs_a_real_postgres_cluster_through_failover() {
+async fn stage04_runs_the_homework_on_a_real_postgres_cluster() {
+    the_homework(|client| Operator::start(client, ()), false).await;
+}
+
+/// Stage 05, the same, but losing the primary promotes a replica, and a row written before is
+/// on it and on every replica after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stage05_runs_it_through_a_failover() {
+    the_homework(
+        |client| Operator::start(client, test_support::quick_failover()),
+        true,
+    )
+    .await;
+}
+
+async fn the_homework(start: impl Fn(&Client) -> Operator, fails_over: bool) {
     let sandbox = test_support::start_process_sandbox(SandboxOptions::default()).await;
     let client = test_support::plain_client(&sandbox.url());
     let world = World {
         kubectl: Kubectl::new(&sandbox.url()),
         sandbox,
     };
-    let operator = Operator::start(&client);
+    let operator = start(&client);
 
     // Create: one primary, two replicas, the Services and the Secret.
     let started = Instant::now();
@@ -172,11 +188,164 @@ async fn the_operator_runs_a_real_postgres_cluster_through_failover() {
         "the primary is never removed"
     );
 
-    // Lose the primary: a replica is promoted, and the row written before is there.
+    let mut primary = primary;
+    if fails_over {
+        primary = lose_the_primary(&world, &operator, &primary).await;
+    }
+
+    // Restart the operator: it adopts the cluster, makes no pod and no new primary.
+    let pods_before: BTreeSet<String> = world.pods().await.into_iter().map(|p| p.name).collect();
+    operator.stop().await;
+    let operator = start(&client);
+    test_support::eventually(
+        DEADLINE,
+        "the new operator to adopt the cluster",
+        || async { operator.said("adopting running cluster").then_some(()) },
+    )
+    .await;
+    // Three timer rounds after adopting: each one checks the Secret (a GET in the request log;
+    // `owned_recheck` is zero here).
+    let secret_checks = |world: &World| {
+        world
+            .sandbox
+            .requests()
+            .iter()
+            .filter(|r| r.verb == "get" && r.resource == "secrets")
+            .count()
+    };
+    let checks_at_adoption = secret_checks(&world);
+    test_support::eventually(DEADLINE, "three more reconcile rounds", || async {
+        (secret_checks(&world) >= checks_at_adoption + 3).then_some(())
+    })
+    .await;
+    let pods_after: BTreeSet<String> = world.pods().await.into_iter().map(|p| p.name).collect();
+    assert_eq!(
+        pods_before, pods_after,
+        "adopting creates and deletes nothing"
+    );
+    assert_eq!(world.cluster().await["status"]["primary"], primary.as_str());
+
+    // A major downgrade is refused with a condition; nothing is replaced.
+    world
+        .kubectl
+        .ok(&[
+            "patch",
+            "pgc",
+            CLUSTER,
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"version":"15"}}"#,
+        ])
+        .await;
+    let degraded = test_support::eventually(DEADLINE, "the Degraded condition", || async {
+        let status = world.cluster().await["status"].clone();
+        status["conditions"].as_array().and_then(|c| {
+            c.iter()
+                .find(|c| c["type"] == "Degraded" && c["reason"] == "MajorVersionChangeRefused")
+                .cloned()
+        })
+    })
+    .await;
+    assert_eq!(degraded["status"], "True");
+    let pods_now: BTreeSet<String> = world.pods().await.into_iter().map(|p| p.name).collect();
+    assert_eq!(
+        pods_before, pods_now,
+        "nothing replaced for a refused change"
+    );
+    let described = world.kubectl.ok(&["describe", "pgc", CLUSTER]).await;
+    let told = if fails_over {
+        "Promoted"
+    } else {
+        "ReplicaCreated"
+    };
+    assert!(
+        described.contains(told),
+        "Events tell the story: {described}"
+    );
+
+    // A replica lost while the change is refused is replaced on the version the cluster runs.
+    world.delete_a_replica().await;
+    world.wait_healthy(2).await;
+    let images = world
+        .kubectl
+        .ok(&[
+            "get",
+            "pods",
+            "-l",
+            "workshop.example.com/cluster=db",
+            "-o",
+            "jsonpath={.items[*].spec.containers[0].image}",
+        ])
+        .await;
+    assert!(
+        images
+            .split_whitespace()
+            .all(|image| image == "postgres:16"),
+        "no pod of another major: {images}"
+    );
+
+    // Stage 04 loses its primary last: nothing promotes a replica, it says so and waits.
+    if !fails_over {
+        world
+            .kubectl
+            .ok(&["delete", "pod", &primary, "--wait=false"])
+            .await;
+        let waiting = "is gone; promoting a replica in its place is step 05's failover";
+        test_support::eventually(DEADLINE, "the wait for step 05", || async {
+            let status = world.cluster().await["status"].clone();
+            let said = status["conditions"].as_array().is_some_and(|c| {
+                c.iter().any(|c| {
+                    c["type"] == "Progressing"
+                        && c["message"].as_str().is_some_and(|m| m.contains(waiting))
+                })
+            });
+            said.then_some(())
+        })
+        .await;
+        let pods = world.pods().await;
+        assert!(
+            pods.iter().all(|p| p.role != "primary"),
+            "no replica promoted: {pods:?}"
+        );
+    }
+
+    // Every member lost at once: a disaster, phase Failed, and no silent re-seed.
+    cluster::delete_every_pod(&world.kubectl, CLUSTER).await;
+    cluster::wait_phase(&world.kubectl, CLUSTER, "Failed", DEADLINE).await;
+    assert!(operator.said("All Postgres pods are dead"));
+    let described = world.kubectl.ok(&["describe", "pgc", CLUSTER]).await;
+    assert!(
+        described.contains("AllMembersLost"),
+        "a Warning event: {described}"
+    );
+    let secret_gets = secret_checks(&world);
+    test_support::eventually(DEADLINE, "two more reconcile rounds", || async {
+        (secret_checks(&world) >= secret_gets + 2).then_some(())
+    })
+    .await;
+    assert!(world.pods().await.is_empty(), "no empty database re-seeded");
+
+    // Delete: every owned object is collected.
+    world.kubectl.ok(&["delete", "pgc", CLUSTER]).await;
+    test_support::eventually(DEADLINE, "every owned object collected", || async {
+        let left = world
+            .kubectl
+            .ok(&["get", "pods,services,secrets,configmaps", "-o", "name"])
+            .await;
+        let ours: Vec<&str> = left.lines().filter(|l| l.contains("/db-")).collect();
+        ours.is_empty().then_some(())
+    })
+    .await;
+    operator.stop().await;
+}
+
+/// Stage 05: lose the primary; a replica is promoted, and the row written before is there and
+/// on every replica after. The new primary.
+async fn lose_the_primary(world: &World, operator: &Operator, primary: &str) -> String {
     let lost_at = Instant::now();
     world
         .kubectl
-        .ok(&["delete", "pod", &primary, "--wait=false"])
+        .ok(&["delete", "pod", primary, "--wait=false"])
         .await;
     let new_primary = test_support::eventually(DEADLINE, "a new primary", || async {
         let pods = world.pods().await;
@@ -221,121 +390,5 @@ async fn the_operator_runs_a_real_postgres_cluster_through_failover() {
         }
     }
 
-    // Restart the operator: it adopts the cluster, makes no pod and no new primary.
-    let pods_before: BTreeSet<String> = world.pods().await.into_iter().map(|p| p.name).collect();
-    operator.stop().await;
-    let operator = Operator::start(&client);
-    test_support::eventually(
-        DEADLINE,
-        "the new operator to adopt the cluster",
-        || async { operator.said("adopting running cluster").then_some(()) },
-    )
-    .await;
-    // Three timer rounds after adopting: each one checks the Secret (a GET in the request log;
-    // `owned_recheck` is zero here).
-    let secret_checks = |world: &World| {
-        world
-            .sandbox
-            .requests()
-            .iter()
-            .filter(|r| r.verb == "get" && r.resource == "secrets")
-            .count()
-    };
-    let checks_at_adoption = secret_checks(&world);
-    test_support::eventually(DEADLINE, "three more reconcile rounds", || async {
-        (secret_checks(&world) >= checks_at_adoption + 3).then_some(())
-    })
-    .await;
-    let pods_after: BTreeSet<String> = world.pods().await.into_iter().map(|p| p.name).collect();
-    assert_eq!(
-        pods_before, pods_after,
-        "adopting creates and deletes nothing"
-    );
-    assert_eq!(
-        world.cluster().await["status"]["primary"],
-        new_primary.as_str()
-    );
-
-    // A major downgrade is refused with a condition; nothing is replaced.
-    world
-        .kubectl
-        .ok(&[
-            "patch",
-            "pgc",
-            CLUSTER,
-            "--type=merge",
-            "-p",
-            r#"{"spec":{"version":"15"}}"#,
-        ])
-        .await;
-    let degraded = test_support::eventually(DEADLINE, "the Degraded condition", || async {
-        let status = world.cluster().await["status"].clone();
-        status["conditions"].as_array().and_then(|c| {
-            c.iter()
-                .find(|c| c["type"] == "Degraded" && c["reason"] == "MajorVersionChangeRefused")
-                .cloned()
-        })
-    })
-    .await;
-    assert_eq!(degraded["status"], "True");
-    let pods_now: BTreeSet<String> = world.pods().await.into_iter().map(|p| p.name).collect();
-    assert_eq!(
-        pods_before, pods_now,
-        "nothing replaced for a refused change"
-    );
-    let described = world.kubectl.ok(&["describe", "pgc", CLUSTER]).await;
-    assert!(
-        described.contains("Promoted"),
-        "Events tell the story: {described}"
-    );
-
-    // A replica lost while the change is refused is replaced on the version the cluster runs.
-    world.delete_a_replica().await;
-    world.wait_healthy(2).await;
-    let images = world
-        .kubectl
-        .ok(&[
-            "get",
-            "pods",
-            "-l",
-            "workshop.example.com/cluster=db",
-            "-o",
-            "jsonpath={.items[*].spec.containers[0].image}",
-        ])
-        .await;
-    assert!(
-        images
-            .split_whitespace()
-            .all(|image| image == "postgres:16"),
-        "no pod of another major: {images}"
-    );
-
-    // Every member lost at once: a disaster, phase Failed, and no silent re-seed.
-    cluster::delete_every_pod(&world.kubectl, CLUSTER).await;
-    cluster::wait_phase(&world.kubectl, CLUSTER, "Failed", DEADLINE).await;
-    assert!(operator.said("All Postgres pods are dead"));
-    let described = world.kubectl.ok(&["describe", "pgc", CLUSTER]).await;
-    assert!(
-        described.contains("AllMembersLost"),
-        "a Warning event: {described}"
-    );
-    let secret_gets = secret_checks(&world);
-    test_support::eventually(DEADLINE, "two more reconcile rounds", || async {
-        (secret_checks(&world) >= secret_gets + 2).then_some(())
-    })
-    .await;
-    assert!(world.pods().await.is_empty(), "no empty database re-seeded");
-
-    // Delete: every owned object is collected.
-    world.kubectl.ok(&["delete", "pgc", CLUSTER]).await;
-    test_support::eventually(DEADLINE, "every owned object collected", || async {
-        let left = world
-            .kubectl
-            .ok(&["get", "pods,services,secrets,configmaps", "-o", "name"])
-            .await;
-        let ours: Vec<&str> = left.lines().filter(|l| l.contains("/db-")).collect();
-        ours.is_empty().then_some(())
-    })
-    .await;
-    operator.stop().await;
+    new_primary
 }

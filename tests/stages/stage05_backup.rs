@@ -14,7 +14,6 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use postgres_operator::backups::Backups;
 use postgres_operator::postgres::manifests::{psql_argv, POSTGRES_CONTAINER};
 use postgres_operator::postgres::run_postgres_operator;
 use sandbox::{Sandbox, SandboxOptions};
@@ -39,7 +38,7 @@ impl World {
         tokio::spawn(run_postgres_operator(
             client,
             options,
-            Backups,
+            test_support::quick_backups(),
             reporter,
             CancellationToken::new(),
         ));

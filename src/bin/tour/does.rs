@@ -200,7 +200,8 @@ fn start_operator(which: &Does, scene: &mut Scene) {
             let bounds = HealthBounds::for_operator(options.reconcile_interval, &options.watch);
             let serving = stop.clone();
             // What stages/stage05.rs runs: stage 04's operator with the backup layer.
-            let operator = run_postgres_operator(client, options, Backups, reporter, stop.clone());
+            let operator =
+                run_postgres_operator(client, options, Backups::default(), reporter, stop.clone());
             tokio::spawn(async move {
                 let mut served = serve(
                     METRICS_ADDRESS,

@@ -52,6 +52,11 @@ impl<L: ClusterLayer> PostgresTask<L> {
         Some(format!("waiting for the pod watch to show {expect:?}"))
     }
 
+    /// Wait, before planning again, until the store shows `pod` labelled `role`.
+    pub fn expect_labelled(&mut self, pod: &str, role: Role) {
+        self.expect(Expect::Labelled(pod.to_string(), role));
+    }
+
     pub(super) fn expect(&mut self, expect: Expect) {
         let until = Instant::now() + self.worker.options.expectation_timeout;
         self.expecting = Some((expect, until));

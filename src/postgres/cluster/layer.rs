@@ -1,14 +1,17 @@
 //! Support: skip it on first read — stage 04 plugs in `()`, which adds nothing; the hooks matter in
-//! step 05.
+//! steps 05 and 06.
 //!
-//! The places where a later step adds to a cluster's round without changing it: more objects,
-//! more on each member pod, its own pods, its own actions in place of some of the plan's, its
-//! own part of `status`. Stage 04 plugs in `()`, which adds nothing; step 05's backups are one
-//! such layer (`src/backups/`). As CloudNativePG keeps its backup controller apart from its
+//! The places where a later step adds to a cluster's round without changing it: its own flags,
+//! more objects, more on each member pod, its own pods, its own observation and actions in place
+//! of some of the plan's, its own part of `status`. Stage 04 plugs in `()`, which adds nothing;
+//! step 05's failover (`src/failover/`) is one such layer, and step 06's backups
+//! (`src/backups/`) one over it. As CloudNativePG keeps its backup controller apart from its
 //! cluster controller, the round below never needs to know what a layer is for.
 //!
 //! ```text
-//!   round:  owned objects ─ + L::ensure_owned          (a Secret's passwords: L::credentials)
+//!   start:  L::Flags on the command line → L::from_flags; per cluster L::new_state
+//!   round:  spec          ─ step 04's checks + L::validate
+//!           owned objects ─ + L::ensure_owned          (a Secret's passwords: L::credentials)
 //!           observe pods  ─ pods L::is_own_pod are not members; L::observe adjusts the view
 //!           plan          ─ next_action → L::plan: the core's action, or the layer's own
 //!           act           ─ Planned::Core → act.rs, Planned::Own → L::act; L::after_round
@@ -25,7 +28,7 @@ use std::time::SystemTime;
 use serde_json::Value;
 
 use super::{OwnedError, PostgresTask};
-use crate::api::{PostgresCluster, PostgresClusterStatus};
+use crate::api::{PostgresCluster, PostgresClusterSpec, PostgresClusterStatus};
 use crate::controller::pods::Pod;
 use crate::metrics::Family;
 use crate::postgres::manifests::{Credentials, Role};
@@ -43,9 +46,22 @@ pub enum Planned<A> {
 /// story, and the layer's own state, `task.layer`).
 pub trait ClusterLayer: Send + Sync + Sized + 'static {
     /// What the layer keeps per cluster between rounds.
-    type State: Default + Send + Sync + 'static;
+    type State: Send + Sync + 'static;
     /// The layer's own actions.
     type Action: Clone + Debug + PartialEq + Send + Sync + 'static;
+    /// The layer's own command-line flags (`clap::Args`), added to the stage's.
+    type Flags: clap::Args + Send + 'static;
+
+    /// The layer the flags ask for.
+    fn from_flags(flags: Self::Flags) -> Self;
+
+    /// A new cluster task's state.
+    fn new_state(&self) -> Self::State;
+
+    /// Whether the layer can act on `spec` (step 04's own checks passed); why not.
+    fn validate(_spec: &PostgresClusterSpec) -> Result<(), String> {
+        Ok(())
+    }
 
     /// A pod of the cluster that is the layer's, not a member.
     fn is_own_pod(_pod: &Pod) -> bool {
@@ -76,11 +92,13 @@ pub trait ClusterLayer: Send + Sync + Sized + 'static {
     }
 
     /// Before planning: read what the layer needs and adjust the observation. `pods`: the member
-    /// pods the observation was made from.
+    /// pods the observation was made from; `planning`: not paused, nor waiting for the watch
+    /// (the layer's plan is asked this round).
     fn observe(
         _task: &mut PostgresTask<Self>,
         _pods: &[Arc<Pod>],
         _observed: &mut Observed,
+        _planning: bool,
     ) -> impl Future<Output = ()> + Send {
         async {}
     }
@@ -104,11 +122,12 @@ pub trait ClusterLayer: Send + Sync + Sized + 'static {
     }
 
     /// After the round acted (not while the cluster is paused). `own_pods`: see `is_own_pod`;
-    /// `steady`: the plan had nothing to do.
+    /// `primary`: the member primary after the action; `steady`: the plan had nothing to do.
     fn after_round(
         _task: &mut PostgresTask<Self>,
         _own_pods: &[Arc<Pod>],
         _observed: &Observed,
+        _primary: Option<&str>,
         _steady: bool,
     ) -> impl Future<Output = ()> + Send {
         async {}
@@ -139,8 +158,17 @@ pub trait ClusterLayer: Send + Sync + Sized + 'static {
     }
 }
 
+/// No flags of a layer's own.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct NoFlags {}
+
 /// Stage 04: no layer.
 impl ClusterLayer for () {
     type State = ();
     type Action = std::convert::Infallible;
+    type Flags = NoFlags;
+
+    fn from_flags(_: NoFlags) -> Self {}
+
+    fn new_state(&self) -> Self::State {}
 }

@@ -3,8 +3,8 @@
 //!
 //! WORKSHOP.md, step 04 ("The reconcile loop"). Where stage 03's task said `PLACEHOLDER`, this
 //! one acts: it creates the Secret, ConfigMap and Services the pods need, launches the seed,
-//! grows and shrinks the cluster one replica at a time, replaces lost members, fails over, and
-//! tells the story in log lines, Events and `status`.
+//! grows and shrinks the cluster one replica at a time, replaces lost members, and tells the
+//! story in log lines, Events and `status`.
 //!
 //! ```text
 //!   pod watch ──▶ Store<Pod> ◀─── observe ──▶ plan::next_action ──▶ act ──▶ status (if changed)
@@ -25,7 +25,6 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::time::Duration;
 
-use serde_json::Value;
 use tokio::time::Instant;
 
 use std::sync::Arc;
@@ -40,30 +39,24 @@ use crate::controller::ClusterInbox;
 use crate::events::{self, parse_utc, rfc3339, EventType};
 use crate::exec::{exec, ExecLimits};
 
-use super::api::{switchover, validate_spec, SynchronousStatus, SWITCHOVER_ANNOTATION};
+use super::api::{validate_spec, SpecError};
 use super::conditions::{next_status, PHASE_FAILED, PHASE_RUNNING};
 use super::manifests::{self, Credentials, Role, POSTGRES_CONTAINER, ROLE_LABEL};
-use super::plan::{
-    choose, next_action, next_deadline, version_change, Action, Delays, DeleteReason, Down, Member,
-    Observed, Phase, Position, VersionChange,
-};
+use super::plan::{next_action, version_change, Action, Member, Observed, Phase, VersionChange};
 
 mod act;
 mod ask;
 mod expectations;
-mod fence;
 mod layer;
 mod lines;
 mod owned;
 mod status;
-mod streaming;
-mod synchronous;
 mod wakers;
 mod worker;
 
 pub use ask::psql_in_pod;
 use expectations::Expect;
-pub use layer::{ClusterLayer, Planned};
+pub use layer::{ClusterLayer, NoFlags, Planned};
 pub use owned::OwnedError;
 use wakers::Registered;
 pub use wakers::Wakers;
@@ -77,27 +70,14 @@ pub struct PostgresTask<L: ClusterLayer> {
     key: String,
     /// When this task first saw each pod Running but not Ready.
     unready_since: HashMap<String, Instant>,
-    /// When this task first saw each pod terminating.
-    terminating_since: HashMap<String, Instant>,
-    /// Each pod's postgres container restart count when this task last asked its server
-    /// whether it is in recovery (`Action::PromoteInPlace`); a count above it is a restart
-    /// since. A new task asks a primary that was ever restarted once.
-    restarts_asked: HashMap<String, u32>,
     expecting: Option<(Expect, Instant)>,
     /// The last "Running: [...], pending: [...]" line, said again only when it changes.
     last_members_line: String,
     /// When the Secret, ConfigMap and Services were last checked.
     owned_checked: Option<Instant>,
-    /// The pod this task last set `synchronous_standby_names` on, and to what; `None` in the
-    /// value: asynchronous (`synchronous.rs`).
-    synchronous_set: Option<(String, Option<SynchronousStatus>)>,
-    /// This task's entry in [`Wakers`]: its `notify` wakes the loop (`woken`). A pod event does,
-    /// and so does the timer set for the end of the first running delay
-    /// (`plan::next_deadline`), which the next round acts on.
+    /// This task's entry in [`Wakers`]: its `notify` wakes the loop (`woken`). A pod event does
+    /// (and a layer may, through [`PostgresTask::nudge`]).
     registered: Registered,
-    wake_up: Option<tokio::task::JoinHandle<()>>,
-    /// Which replicas the primary was last found streaming to (`streaming.rs`).
-    streaming: streaming::StreamingWatch,
     /// Something this round set out to do failed (`/metrics` counts such rounds).
     round_failed: bool,
     /// The layer's own state for this cluster.
@@ -114,22 +94,18 @@ async fn run<L: ClusterLayer>(
     // `/healthz` watches this loop until the task ends (and fails if it panics).
     let _loop = worker.options.metrics.reconcile_loop(&cluster.key());
     let registered = worker.wakers.register(&cluster.key());
+    let layer = worker.layer.new_state();
     let mut task = PostgresTask {
         key: cluster.key(),
         cluster,
         worker,
         unready_since: HashMap::new(),
-        terminating_since: HashMap::new(),
-        restarts_asked: HashMap::new(),
         expecting: None,
         last_members_line: String::new(),
         owned_checked: None,
-        synchronous_set: None,
         registered,
-        wake_up: None,
-        streaming: streaming::StreamingWatch::default(),
         round_failed: false,
-        layer: L::State::default(),
+        layer,
     };
     task.say(introduction(&task.cluster).0);
     // Unlike stage 03, the first round is now: there is work to do.
@@ -149,7 +125,7 @@ impl<L: ClusterLayer> ClusterReconciler for PostgresTask<L> {
     fn take(&mut self, newer: PostgresCluster) -> bool {
         let (reporter, key) = (&self.worker.reporter, &self.key);
         let say = |line| reporter.report(key, line);
-        if take_newer(&mut self.cluster, newer, validate_spec, say) {
+        if take_newer(&mut self.cluster, newer, valid::<L>, say) {
             // A new spec may need objects the old one did not.
             self.owned_checked = None;
         }
@@ -215,9 +191,19 @@ impl<L: ClusterLayer> PostgresTask<L> {
         self.round_failed = true;
     }
 
+    /// The options every task shares.
+    pub fn options(&self) -> &PostgresOptions {
+        &self.worker.options
+    }
+
+    /// What wakes this task for a round: a layer that needs one before the tick notifies it.
+    pub fn nudge(&self) -> Arc<tokio::sync::Notify> {
+        Arc::clone(&self.registered.notify)
+    }
+
     /// One round. Never fails: what goes wrong is said, and the next round tries again.
     async fn round(&mut self) {
-        if let Err(error) = validate_spec(&self.cluster.spec) {
+        if let Err(error) = valid::<L>(&self.cluster.spec) {
             tracing::debug!(%error, "spec invalid; not acting");
             return;
         }
@@ -252,21 +238,9 @@ impl<L: ClusterLayer> PostgresTask<L> {
             ),
             size: usize::try_from(self.cluster.spec.size).unwrap_or(0),
             wanted_version: self.cluster.spec.version.clone(),
-            switchover_to: self
-                .cluster
-                .metadata
-                .annotations
-                .get(SWITCHOVER_ANNOTATION)
-                .filter(|pod| switchover(&status).as_ref() != Some(*pod))
-                .cloned(),
-            quorum: synchronous::quorum(&self.cluster),
         };
         let planning = !self.cluster.spec.paused && waiting_for_watch.is_none();
-        if planning {
-            self.weigh_unready_primary(&mut observed).await;
-            self.observe_streaming(&mut observed).await;
-        }
-        L::observe(self, &pods, &mut observed).await;
+        L::observe(self, &pods, &mut observed, planning).await;
         self.say_members(&observed);
 
         let primary = observed
@@ -303,7 +277,6 @@ impl<L: ClusterLayer> PostgresTask<L> {
             VersionChange::None | VersionChange::Minor => None,
             _ => running_version.clone(),
         };
-        self.wake_when_a_delay_ends(&observed);
         let acted = match &planned {
             Planned::Core(action) => self.act(action, &observed, image_version.as_deref()).await,
             Planned::Own(action) => L::act(self, action, image_version.as_deref()).await,
@@ -311,47 +284,31 @@ impl<L: ClusterLayer> PostgresTask<L> {
         let primary_after = acted.or(primary_now);
         if !self.cluster.spec.paused {
             let steady = planned == Planned::Core(Action::Steady);
-            L::after_round(self, &own_pods, &observed, steady).await;
+            L::after_round(self, &own_pods, &observed, primary_after.as_deref(), steady).await;
         }
-        let synchronous = self
-            .keep_synchronous(&observed, primary_after.as_deref())
-            .await;
 
         let now = rfc3339(std::time::SystemTime::now());
+        // Step 04's words for the action it planned, or for the one a layer kept of its own.
+        let core_action = match &planned {
+            Planned::Core(kept) => kept,
+            Planned::Own(_) => &action,
+        };
         let mut next = next_status(
             &self.cluster,
             &observed,
             primary_after.as_deref(),
-            &action,
+            core_action,
             &version,
             &now,
         );
-        synchronous::set_status(&mut next, &self.status(), synchronous, &now);
         L::status(self, &planned, &mut next, &now);
         self.write_status(next).await;
         // ANCHOR_END: round
     }
 
-    /// Nudge this task when the first running delay ends (or never, if none runs or the tick
-    /// comes first), in place of the wake-up set by the round before.
-    fn wake_when_a_delay_ends(&mut self, observed: &Observed) {
-        if let Some(earlier) = self.wake_up.take() {
-            earlier.abort();
-        }
-        let deadline = next_deadline(observed, &self.worker.options.delays)
-            .filter(|left| *left < self.worker.options.reconcile_interval);
-        if let Some(left) = deadline {
-            let nudge = Arc::clone(&self.registered.notify);
-            self.wake_up = Some(tokio::spawn(async move {
-                tokio::time::sleep(left).await;
-                nudge.notify_one();
-            }));
-        }
-    }
-
     /// The cluster's pods in the store now: in its namespace and owned by its uid, shared with
     /// the store (no copy per round).
-    fn snapshot(&self) -> Vec<Arc<Pod>> {
+    pub fn snapshot(&self) -> Vec<Arc<Pod>> {
         let namespace = &self.cluster.metadata.namespace;
         let uid = &self.cluster.metadata.uid;
         self.worker
@@ -362,15 +319,9 @@ impl<L: ClusterLayer> PostgresTask<L> {
     /// The cluster's pods, reduced to what the plan reads.
     fn observe(&mut self, pods: &[Arc<Pod>]) -> Vec<Member> {
         let now = Instant::now();
-        let Delays {
-            failover_after,
-            stop_timeout,
-            ..
-        } = self.worker.options.delays;
+        let member_lost_after = self.worker.options.delays.member_lost_after;
         let exists = |name: &String| pods.iter().any(|p| &p.metadata.name == name);
         self.unready_since.retain(|name, _| exists(name));
-        self.terminating_since.retain(|name, _| exists(name));
-        self.restarts_asked.retain(|name, _| exists(name));
         pods.iter()
             .map(|pod| {
                 let phase = if pod.is_terminating() {
@@ -391,25 +342,11 @@ impl<L: ClusterLayer> PostgresTask<L> {
                         .unready_since
                         .entry(pod.metadata.name.clone())
                         .or_insert_with(|| {
-                            since_recorded(unready_recorded(pod), now, failover_after / 2)
+                            since_recorded(unready_recorded(pod), now, member_lost_after / 2)
                         });
                     now - since
                 } else {
                     self.unready_since.remove(&pod.metadata.name);
-                    Duration::ZERO
-                };
-                let terminating_for = if phase == Phase::Terminating {
-                    // `deletionTimestamp` is when the grace period ends: the time past it is
-                    // time the pod has been stuck (a lost node), whoever watched it then.
-                    let since = *self
-                        .terminating_since
-                        .entry(pod.metadata.name.clone())
-                        .or_insert_with(|| {
-                            let deadline = pod.metadata.deletion_timestamp.as_deref();
-                            since_recorded(deadline, now, stop_timeout / 2)
-                        });
-                    now - since
-                } else {
                     Duration::ZERO
                 };
                 Member {
@@ -417,58 +354,17 @@ impl<L: ClusterLayer> PostgresTask<L> {
                     role: match pod.metadata.labels.get(ROLE_LABEL).map(String::as_str) {
                         Some("primary") => Some(Role::Primary),
                         Some("replica") => Some(Role::Replica),
-                        Some("fenced") => Some(Role::Fenced),
                         _ => None,
                     },
                     phase,
                     ready,
-                    down: (!ready).then(|| node_lost(pod)).flatten(),
                     unready_for,
-                    terminating_for,
-                    // A deleted pod's phase turns Succeeded or Failed once its containers have
-                    // exited (Kubernetes 1.27 on; before, it stays Running until the pod goes).
-                    stopped: phase == Phase::Terminating
-                        && matches!(pod.phase(), "Succeeded" | "Failed"),
-                    not_streaming_for: Duration::ZERO,
                     version: image_tag(pod),
                     created: pod.metadata.creation_timestamp.clone().unwrap_or_default(),
-                    restarted: pod.restarts(POSTGRES_CONTAINER)
-                        > self
-                            .restarts_asked
-                            .get(&pod.metadata.name)
-                            .copied()
-                            .unwrap_or(0),
+                    more: (),
                 }
             })
             .collect()
-    }
-
-    /// Whether an unready primary's container has exited ([`Down::Exited`]): one GET of its pod,
-    /// only while the primary is unready with nothing more certain known. The pod watch's
-    /// [`Pod`] keeps the fields every step reads, not `containerStatuses`, and an idle cluster
-    /// should cost nothing: this is asked in the seconds a primary is unready, not every round.
-    async fn weigh_unready_primary(&self, observed: &mut Observed) {
-        let client = &self.worker.client;
-        for member in observed.members.iter_mut().filter(|m| {
-            m.role == Some(Role::Primary)
-                && m.phase == Phase::Running
-                && !m.ready
-                && m.down.is_none()
-        }) {
-            let path = format!(
-                "/api/v1/namespaces/{}/pods/{}",
-                self.namespace(),
-                member.name
-            );
-            match client.get::<Value>(&path).await {
-                Ok(pod) if container_exited(&pod) => member.down = Some(Down::Exited),
-                Ok(_) => {}
-                // Not known: the failover delay decides, as for a failed probe.
-                Err(error) => {
-                    tracing::debug!(%error, pod = %member.name, "could not read the unready primary's container status")
-                }
-            }
-        }
     }
 
     /// An Event about the cluster, what `kubectl describe pgc` shows.
@@ -478,60 +374,14 @@ impl<L: ClusterLayer> PostgresTask<L> {
     }
 }
 
-/// [`Down::NodeLost`] when `pod`'s node stopped reporting, as its object shows it: phase
-/// Unknown (the node controller of old Kubernetes releases set it), or Ready False while
-/// ContainersReady stays True. The kubelet sets both conditions from the same probe results; the
-/// node lifecycle controller, once the node's grace period is over, turns only Ready False
-/// (`MarkPodsNotReady`). (A pod with readiness gates could show the same; ours have none.)
-fn node_lost(pod: &Pod) -> Option<Down> {
-    let status_of = |kind: &str| {
-        pod.status
-            .conditions
-            .iter()
-            .find(|c| c.type_ == kind)
-            .map(|c| c.status.as_str())
-    };
-    let marked =
-        status_of("Ready") == Some("False") && status_of("ContainersReady") == Some("True");
-    (pod.phase() == "Unknown" || marked).then_some(Down::NodeLost)
-}
-
-/// Whether the postgres container of `pod` (the whole object, as a GET returns it) has exited
-/// since the pod went unready: `state.terminated` (it ended, and is not restarted yet),
-/// `state.waiting` after a `lastState.terminated` (CrashLoopBackOff: the kubelet waits its
-/// back-off before the restart), or running again after a `lastState.terminated` that ended
-/// when the pod went unready or after (the records are in whole seconds: a second's slack).
-fn container_exited(pod: &Value) -> bool {
-    let Some(container) = pod["status"]["containerStatuses"]
-        .as_array()
-        .and_then(|all| all.iter().find(|c| c["name"] == POSTGRES_CONTAINER))
-    else {
-        return false;
-    };
-    let ended = &container["lastState"]["terminated"];
-    if container["state"]["terminated"].is_object() {
-        return true;
-    }
-    if container["state"]["waiting"].is_object() {
-        return ended.is_object();
-    }
-    let unready_at = pod["status"]["conditions"]
-        .as_array()
-        .and_then(|all| {
-            all.iter()
-                .find(|c| c["type"] == "Ready" && c["status"] != "True")
-        })
-        .and_then(|c| c["lastTransitionTime"].as_str())
-        .and_then(parse_utc);
-    let ended_at = ended["finishedAt"].as_str().and_then(parse_utc);
-    match (ended_at, unready_at) {
-        (Some(ended), Some(unready)) => ended + Duration::from_secs(1) >= unready,
-        _ => false,
-    }
+/// The spec is valid for step 04 and for the layer.
+fn valid<L: ClusterLayer>(spec: &crate::api::PostgresClusterSpec) -> Result<(), SpecError> {
+    validate_spec(spec)?;
+    L::validate(spec).map_err(SpecError::Layer)
 }
 
 /// When the kubelet recorded `pod` going unready: its Ready condition's `lastTransitionTime`.
-fn unready_recorded(pod: &Pod) -> Option<&str> {
+pub fn unready_recorded(pod: &Pod) -> Option<&str> {
     pod.status
         .conditions
         .iter()
@@ -545,7 +395,7 @@ fn unready_recorded(pod: &Pod) -> Option<&str> {
 /// up to a second early: a second is taken off. It comes from another clock (the node's, the
 /// API server's): at most `at_most` is credited, so a skewed clock cannot make a task act the
 /// moment it first sees the pod.
-fn since_recorded(recorded: Option<&str>, now: Instant, at_most: Duration) -> Instant {
+pub fn since_recorded(recorded: Option<&str>, now: Instant, at_most: Duration) -> Instant {
     let elapsed = recorded
         .and_then(parse_utc)
         .and_then(|at| std::time::SystemTime::now().duration_since(at).ok())
@@ -586,62 +436,6 @@ mod tests {
             )),
         });
         pod
-    }
-
-    /// Ready False with ContainersReady True is the node controller's mark, not the kubelet's:
-    /// the node is lost. Both False is a failed probe (or an exited container), which this does
-    /// not tell apart.
-    #[test]
-    fn a_pod_marked_unready_by_the_node_controller_is_on_a_lost_node() {
-        let with = |ready: &str, containers_ready: &str| {
-            let mut pod = Pod::default();
-            pod.status.phase = Some("Running".into());
-            for (kind, status) in [("Ready", ready), ("ContainersReady", containers_ready)] {
-                pod.status.conditions.push(PodCondition {
-                    type_: kind.into(),
-                    status: status.into(),
-                    last_transition_time: None,
-                });
-            }
-            pod
-        };
-        assert_eq!(node_lost(&with("False", "True")), Some(Down::NodeLost));
-        assert_eq!(node_lost(&with("False", "False")), None);
-        let mut unknown = with("True", "True");
-        unknown.status.phase = Some("Unknown".into());
-        assert_eq!(node_lost(&unknown), Some(Down::NodeLost));
-    }
-
-    /// A container terminated, or waiting after it ended, or restarted since the pod went
-    /// unready, has exited; one running since before (a probe that fails) has not.
-    #[test]
-    fn an_exited_container_is_told_from_a_failed_probe() {
-        let pod = |state: Value, last: Value, unready_at: &str| {
-            serde_json::json!({"status": {
-                "conditions": [{"type": "Ready", "status": "False", "lastTransitionTime": unready_at}],
-                "containerStatuses": [{"name": POSTGRES_CONTAINER, "state": state, "lastState": last}],
-            }})
-        };
-        let ended = serde_json::json!({"terminated": {"exitCode": 137, "finishedAt": "2026-01-01T10:00:00Z"}});
-        let running = serde_json::json!({"running": {"startedAt": "2026-01-01T10:00:01Z"}});
-        let at = "2026-01-01T10:00:00Z";
-        assert!(container_exited(&pod(
-            ended.clone(),
-            serde_json::json!({}),
-            at
-        )));
-        let back_off = serde_json::json!({"waiting": {"reason": "CrashLoopBackOff"}});
-        assert!(container_exited(&pod(back_off, ended.clone(), at)));
-        // Restarted in place, the pod not ready again yet.
-        assert!(container_exited(&pod(running.clone(), ended.clone(), at)));
-        // The last exit long before this spell of unreadiness: a failed probe.
-        assert!(!container_exited(&pod(
-            running.clone(),
-            ended,
-            "2026-01-01T11:00:00Z"
-        )));
-        assert!(!container_exited(&pod(running, serde_json::json!({}), at)));
-        assert!(!container_exited(&serde_json::json!({})));
     }
 
     /// A task that first sees a pod unready credits what the kubelet recorded, less a second

@@ -6,7 +6,6 @@
 //! WORKSHOP.md, step 04 ("The reconcile loop").
 
 use std::future::Future;
-use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,7 +16,6 @@ use crate::controller::cluster::TaskEnd;
 use crate::controller::pods::Pod;
 use crate::controller::{ClusterInbox, ClusterWorker};
 use crate::metrics::Metrics;
-use crate::postgres::manifests::DEFAULT_AGENT_IMAGE;
 use crate::postgres::plan::Delays;
 use crate::story::Reporter;
 use crate::watch::{Store, WatchOptions};
@@ -32,17 +30,13 @@ pub struct PostgresOptions {
     pub expectation_timeout: Duration,
     /// How often the Secret, ConfigMap and Services are checked again (with a GET each) after
     /// the task's first round and each spec change. One that was deleted is re-created then.
-    /// Also how often, at steady state, the primary is asked which replicas stream from it
-    /// (`streaming.rs`; after a change of members it is asked at once).
+    /// (Step 05 asks the primary which replicas stream from it as often, at most.)
     pub owned_recheck: Duration,
     /// The pod and cluster watches' tuning (and so the bound `/healthz` gives them).
     pub watch: WatchOptions,
     /// Where the rounds are counted and timed (`src/metrics/`): by default a `Metrics` nobody
     /// serves; `run_postgres_binary` serves it.
     pub metrics: Arc<Metrics>,
-    /// The operator's image, which member pods copy their readiness agent from
-    /// (`postgres/agent.rs`).
-    pub agent_image: String,
 }
 
 impl Default for PostgresOptions {
@@ -54,7 +48,6 @@ impl Default for PostgresOptions {
             owned_recheck: Duration::from_secs(300),
             watch: WatchOptions::default(),
             metrics: Arc::new(Metrics::new()),
-            agent_image: DEFAULT_AGENT_IMAGE.to_string(),
         }
     }
 }
@@ -67,10 +60,10 @@ pub struct PostgresWorker<L> {
     pub(super) wakers: Wakers,
     pub(super) reporter: Reporter,
     pub(super) options: PostgresOptions,
-    layer: PhantomData<fn() -> L>,
+    pub(super) layer: Arc<L>,
 }
 
-// By hand: a derived Clone would ask `L: Clone`, and a layer is never cloned.
+// By hand: a derived Clone would ask `L: Clone`; the layer is shared.
 impl<L> Clone for PostgresWorker<L> {
     fn clone(&self) -> Self {
         PostgresWorker {
@@ -79,7 +72,7 @@ impl<L> Clone for PostgresWorker<L> {
             wakers: self.wakers.clone(),
             reporter: self.reporter.clone(),
             options: self.options.clone(),
-            layer: PhantomData,
+            layer: Arc::clone(&self.layer),
         }
     }
 }
@@ -92,6 +85,7 @@ impl<L: ClusterLayer> PostgresWorker<L> {
         wakers: Wakers,
         reporter: Reporter,
         options: PostgresOptions,
+        layer: L,
     ) -> PostgresWorker<L> {
         PostgresWorker {
             client,
@@ -99,7 +93,7 @@ impl<L: ClusterLayer> PostgresWorker<L> {
             wakers,
             reporter,
             options,
-            layer: PhantomData,
+            layer: Arc::new(layer),
         }
     }
 }

@@ -9,13 +9,23 @@
 //! `pg_stat_replication`, named by the `application_name` the clone set (the pod's name).
 //!
 //! So the task asks the ready primary which standbys stream from it, and `plan.rs` (rule 2)
-//! replaces a Ready replica missing there for longer than `Delays::not_streaming_after`: deleted,
-//! and rule 4 clones a fresh one. One `pods/exec` per ask, and only when the answer may have
-//! changed (a new primary, a replica come or gone, one missing at the last ask) or once per
-//! `owned_recheck` at most: an idle cluster stays quiet. WORKSHOP.md, step 04 ("Failover under
-//! faults").
+//! replaces a Ready replica missing there for longer than `FailoverDelays::not_streaming_after`:
+//! deleted, and rule 4 clones a fresh one. One `pods/exec` per ask, and only when the answer may
+//! have changed (a new primary, a replica come or gone, one missing at the last ask) or once per
+//! `owned_recheck` at most: an idle cluster stays quiet. WORKSHOP.md, step 05 ("Every replica
+//! back").
 
-use super::*;
+use std::collections::HashMap;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::postgres::manifests::Role;
+use crate::postgres::plan::Phase;
+use crate::postgres::PostgresTask;
+
+use super::plan::{Failing, Seen};
+use super::WithFailover;
 
 /// The standbys that stream from the primary, or catch up to it (a replica far behind after a
 /// long absence is following, only slowly). `startup` and `backup` are not following yet.
@@ -28,7 +38,7 @@ const ASK_DEADLINE: Duration = Duration::from_secs(2);
 
 /// What the task remembers between asks.
 #[derive(Debug, Default)]
-pub(super) struct StreamingWatch {
+pub struct StreamingWatch {
     /// The primary the times below are about.
     primary: Option<String>,
     /// When each Ready replica was first found missing from the primary's `pg_stat_replication`.
@@ -82,11 +92,12 @@ fn missing(replicas: &[String], streaming: &[String]) -> Vec<String> {
         .collect()
 }
 
-impl<L: ClusterLayer> PostgresTask<L> {
+impl<L: WithFailover> PostgresTask<L> {
     /// Ask the ready primary, when due, which replicas stream from it, and set each Ready
     /// replica's `not_streaming_for`. Nothing is set without a ready primary, or when it does
     /// not answer: a replica is judged only against a primary that says it is missing.
-    pub(super) async fn observe_streaming(&mut self, observed: &mut Observed) {
+    pub(super) async fn observe_streaming(&mut self, failing: &mut Failing) {
+        let observed = &mut failing.cluster;
         let Some(primary) = observed
             .members
             .iter()
@@ -96,7 +107,7 @@ impl<L: ClusterLayer> PostgresTask<L> {
             return;
         };
         let is_ready_replica =
-            |m: &Member| m.role == Some(Role::Replica) && m.ready && m.phase == Phase::Running;
+            |m: &Seen| m.role == Some(Role::Replica) && m.ready && m.phase == Phase::Running;
         let mut replicas: Vec<String> = observed
             .members
             .iter()
@@ -104,8 +115,12 @@ impl<L: ClusterLayer> PostgresTask<L> {
             .map(|m| m.name.clone())
             .collect();
         replicas.sort();
-        let recheck = self.worker.options.owned_recheck;
-        if self.streaming.due(&primary, &replicas, recheck) {
+        let recheck = self.options().owned_recheck;
+        if self
+            .failover_state()
+            .streaming
+            .due(&primary, &replicas, recheck)
+        {
             let asked = tokio::time::timeout(ASK_DEADLINE, self.psql(&primary, STREAMING_SQL));
             let answer = asked
                 .await
@@ -117,22 +132,27 @@ impl<L: ClusterLayer> PostgresTask<L> {
                         .map(|line| line.trim().to_string())
                         .filter(|line| !line.is_empty())
                         .collect();
-                    self.streaming.take(&primary, replicas, &streaming);
+                    self.failover_state_mut()
+                        .streaming
+                        .take(&primary, replicas, &streaming);
                 }
                 Err(error) => {
                     tracing::debug!(%error, primary, "could not ask the primary who streams");
-                    self.streaming.no_answer(&primary, replicas);
+                    self.failover_state_mut()
+                        .streaming
+                        .no_answer(&primary, replicas);
                     return;
                 }
             }
         }
-        if self.streaming.primary.as_deref() != Some(primary.as_str()) {
+        let streaming = &self.failover_state().streaming;
+        if streaming.primary.as_deref() != Some(primary.as_str()) {
             return;
         }
         let now = Instant::now();
         for member in observed.members.iter_mut().filter(|m| is_ready_replica(m)) {
-            if let Some(since) = self.streaming.missing_since.get(&member.name) {
-                member.not_streaming_for = now - *since;
+            if let Some(since) = streaming.missing_since.get(&member.name) {
+                member.more.not_streaming_for = now - *since;
             }
         }
     }

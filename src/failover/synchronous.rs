@@ -3,7 +3,7 @@
 //!
 //! Synchronous replication, opt-in (`spec.replication.synchronous`): the primary's
 //! `synchronous_standby_names` kept equal to what the members are, and what it means for
-//! `status`. WORKSHOP.md, step 04 ("Synchronous replication").
+//! `status`. WORKSHOP.md, step 05 ("Synchronous replication").
 //!
 //! With `ANY n (a, b, ...)` PostgreSQL returns a commit once `n` of the named standbys (matched
 //! by `application_name`, which each replica sets to its pod name) have flushed it. The operator
@@ -11,16 +11,23 @@
 //! records it in `status.synchronous`: the plan reads it back when the primary is lost, to
 //! promote only a standby that holds every acknowledged commit (`plan::Quorum`).
 
-use super::*;
-use crate::postgres::api::{DataDurability, ReplicationSpec, SynchronousSpec, SynchronousStatus};
+use crate::api::{PostgresCluster, PostgresClusterStatus};
+use crate::postgres::cluster::psql_in_pod;
 use crate::postgres::conditions::{condition, set_condition};
-use crate::postgres::plan::Quorum;
+use crate::postgres::manifests::{self, Role};
+use crate::postgres::plan::{Member, Observed, Phase};
+use crate::postgres::PostgresTask;
+
+use super::api::{DataDurability, ReplicationSpec, SynchronousSpec, SynchronousStatus};
+use super::plan::Quorum;
+use super::WithFailover;
 
 /// The condition type this file writes (only when the spec asks for synchronous replication).
 pub const SYNCHRONOUS_CONDITION: &str = "SynchronousReplication";
 
 /// What this round leaves in `status.synchronous` and its condition.
-pub(super) struct SynchronousRound {
+#[derive(Clone, Debug)]
+pub struct SynchronousRound {
     status: Option<SynchronousStatus>,
     /// The condition's status, reason and message; `None`: no synchronous replication asked
     /// for, the condition is dropped.
@@ -45,15 +52,15 @@ pub(super) fn quorum(cluster: &PostgresCluster) -> Option<Quorum> {
 /// `number` left it keeps the ones set before, so commits keep waiting rather than turn
 /// asynchronous. `preferred` names the ready ones, as many as there are up to `number`, and
 /// none at all when none is ready.
-pub fn wanted(
+pub fn wanted<X>(
     spec: &SynchronousSpec,
-    members: &[Member],
+    members: &[Member<X>],
     primary: Option<&str>,
     previous: Option<&SynchronousStatus>,
 ) -> Option<(i64, Vec<String>)> {
     // `members` were observed before this round acted: a replica promoted just now (`primary`)
     // is still among them, labelled replica.
-    let replica = |m: &&Member| {
+    let replica = |m: &&Member<X>| {
         m.role == Some(Role::Replica)
             && m.phase != Phase::Terminating
             && Some(m.name.as_str()) != primary
@@ -80,9 +87,9 @@ pub fn wanted(
 }
 
 /// [`wanted`] as the setting on `primary`; `None`: asynchronous.
-fn set_for(
+fn set_for<X>(
     spec: &SynchronousSpec,
-    observed: &Observed,
+    observed: &Observed<X>,
     primary: &str,
     previous: Option<&SynchronousStatus>,
 ) -> Option<SynchronousStatus> {
@@ -106,7 +113,7 @@ pub fn standby_names(set: Option<&SynchronousStatus>) -> String {
     }
 }
 
-impl<L: ClusterLayer> PostgresTask<L> {
+impl<L: WithFailover> PostgresTask<L> {
     /// Keep the primary's `synchronous_standby_names` as the spec and the members want it: one
     /// `ALTER SYSTEM` and a reload when it changes (or the primary did: a promoted replica
     /// carries whatever it cloned), nothing otherwise.
@@ -116,11 +123,11 @@ impl<L: ClusterLayer> PostgresTask<L> {
         primary: Option<&str>,
     ) -> SynchronousRound {
         let previous = self
-            .cluster
+            .cluster()
             .status
             .as_ref()
             .and_then(SynchronousStatus::read);
-        let spec = ReplicationSpec::synchronous(&self.cluster.spec);
+        let spec = ReplicationSpec::synchronous(&self.cluster().spec);
         let ready_primary = primary.filter(|name| {
             observed
                 .members
@@ -157,8 +164,7 @@ impl<L: ClusterLayer> PostgresTask<L> {
         };
         // What this task set last counts too: the status it reads may be an older write's,
         // still on its way back through the watch.
-        let already_set =
-            matches!(&self.synchronous_set, Some((pod, set)) if pod == primary && *set == next);
+        let already_set = matches!(&self.failover_state().synchronous_set, Some((pod, set)) if pod == primary && *set == next);
         if next == previous || already_set {
             return round;
         }
@@ -183,12 +189,12 @@ impl<L: ClusterLayer> PostgresTask<L> {
     /// the commits between its promotion and this round's `keep_synchronous` would return
     /// with no standby holding them. ALTER SYSTEM writes a file and no WAL: a standby may run
     /// it. On failure the promotion goes on, and `keep_synchronous` sets it after, as before.
-    pub(super) async fn prepare_synchronous(&mut self, observed: &Observed, candidate: &str) {
-        let Some(spec) = ReplicationSpec::synchronous(&self.cluster.spec) else {
+    pub(super) async fn prepare_synchronous<X>(&mut self, observed: &Observed<X>, candidate: &str) {
+        let Some(spec) = ReplicationSpec::synchronous(&self.cluster().spec) else {
             return;
         };
         let previous = self
-            .cluster
+            .cluster()
             .status
             .as_ref()
             .and_then(SynchronousStatus::read);
@@ -217,7 +223,7 @@ impl<L: ClusterLayer> PostgresTask<L> {
         let mut argv = manifests::psql_argv(&set);
         argv.extend(["-c".to_string(), "SELECT pg_reload_conf()".to_string()]);
         psql_in_pod(self.client(), self.namespace(), pod, &argv).await?;
-        self.synchronous_set = Some((pod.to_string(), next));
+        self.failover_state_mut().synchronous_set = Some((pod.to_string(), next));
         if value.is_empty() {
             return Ok("none (asynchronous)".into());
         }
@@ -255,7 +261,7 @@ mod tests {
     /// `preferred` names the ready ones and turns asynchronous with none.
     #[test]
     fn the_standbys_follow_the_members() {
-        let members = vec![
+        let members: Vec<Member> = vec![
             Member::running("db-p", Role::Primary, true),
             Member::running("db-b", Role::Replica, false),
             Member::running("db-a", Role::Replica, true),
@@ -270,7 +276,7 @@ mod tests {
             wanted(&preferred, &members, Some("db-p"), None),
             Some((1, vec!["db-a".into()]))
         );
-        let alone = vec![Member::running("db-p", Role::Primary, true)];
+        let alone: Vec<Member> = vec![Member::running("db-p", Role::Primary, true)];
         assert_eq!(wanted(&preferred, &alone, Some("db-p"), None), None);
         let before = SynchronousStatus {
             primary: "db-p".into(),

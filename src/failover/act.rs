@@ -1,0 +1,219 @@
+//! Carrying out step 05's actions: a failover (fence, ask each ready replica how far it got
+//! through `pods/exec`, promote the most advanced, relabel it), a promotion in place, its own
+//! deletions, each with its story line and Event. WORKSHOP.md, step 05 ("Promote the most
+//! advanced").
+
+use crate::events::EventType;
+use crate::postgres::manifests::{self, Role, POSTGRES_CONTAINER};
+use crate::postgres::PostgresTask;
+
+use super::api::SWITCHOVER_ANNOTATION;
+use super::fence::{from_an_unstopped_primary, FENCE_GRACE_SECONDS};
+use super::lines::{delete_story, lsn_text};
+use super::plan::{choose, FailReason, Failing, FailoverAction, Position};
+use super::WithFailover;
+
+impl<L: WithFailover> PostgresTask<L> {
+    /// Carry out one of step 05's actions. Returns the pod that is primary after it, if the
+    /// action made one.
+    pub async fn act_failover(&mut self, action: &FailoverAction) -> Option<String> {
+        // The view the action was planned from (`observe.rs`).
+        let failing = self.failover_state().failing.clone()?;
+        match action {
+            FailoverAction::Delete { pod, reason } => {
+                let member = failing.cluster.members.iter().find(|m| &m.name == pod);
+                let (line, event_type, event_reason) = delete_story(pod, *reason, member, &failing);
+                self.say(line.clone());
+                // An unready primary may be hung (every process stopped) and never act on SIGINT;
+                // the failover waits for its stop, so a short grace: the kubelet's SIGKILL ends it.
+                let grace = (*reason == FailReason::FencePrimary).then_some(FENCE_GRACE_SECONDS);
+                if self.delete_pod_within(pod, grace).await {
+                    self.event(event_type, event_reason, &line).await;
+                }
+                None
+            }
+            FailoverAction::FailoverRefused(why) => {
+                // Said once: the round repeats it every tick until enough standbys answer.
+                let said = self
+                    .status()
+                    .condition("Progressing")
+                    .is_some_and(|c| c.reason == "FailoverRefused" && &c.message == why);
+                if !said {
+                    self.say(format!("Not failing over: {why}"));
+                    self.event(EventType::Warning, "FailoverRefused", why).await;
+                }
+                None
+            }
+            FailoverAction::Failover {
+                lost,
+                candidates,
+                fence,
+            } => {
+                if let Some(pod) = fence {
+                    if !self.fence_first(pod, &failing).await {
+                        return None;
+                    }
+                }
+                if !self.fence_the_leaving(&failing).await {
+                    return None;
+                }
+                // The annotation, acted on or not: the failover a switchover began prefers it.
+                let annotations = &self.cluster().metadata.annotations;
+                let prefer = annotations.get(SWITCHOVER_ANNOTATION).cloned();
+                let promoted = self
+                    .fail_over(&failing, lost.as_deref(), candidates, prefer.as_deref())
+                    .await?;
+                if from_an_unstopped_primary(&failing, fence.as_deref()) {
+                    self.restart_wal_receivers(&failing, &promoted).await;
+                }
+                Some(promoted)
+            }
+            FailoverAction::PromoteInPlace { pod } => self.promote_in_place(pod).await,
+        }
+    }
+
+    /// The primary `pod` was restarted in place and is Ready: ask whether it came back in
+    /// recovery (it crashed: the manifests' start script) and if so promote it. Each restart is
+    /// asked about once, so an idle cluster asks nothing. Returns `pod` when it promoted it.
+    async fn promote_in_place(&mut self, pod: &str) -> Option<String> {
+        let restarts = self
+            .snapshot()
+            .iter()
+            .find(|p| p.metadata.name == pod)
+            .map(|p| p.restarts(POSTGRES_CONTAINER))?;
+        let in_recovery = self
+            .psql(pod, manifests::IS_IN_RECOVERY_SQL)
+            .await
+            .and_then(|out| manifests::parse_bool(&out).map_err(|e| e.to_string()));
+        let promoted = match in_recovery {
+            // A clean stop and start: it is the primary still.
+            Ok(false) => None,
+            Ok(true) => {
+                self.say(format!("Primary {pod} was restarted in place and came back in recovery; no replica took over, so promoting it where it is"));
+                if let Err(why) = self.promote(pod).await {
+                    self.say(format!(
+                        "promoting {pod} in place failed: {why}; trying again next round"
+                    ));
+                    self.fail_round();
+                    return None;
+                }
+                let line =
+                    format!("promoted {pod} in place: it had crashed and came back in recovery");
+                self.event(EventType::Normal, "PromotedInPlace", &line)
+                    .await;
+                Some(pod.to_string())
+            }
+            Err(error) => {
+                self.say(format!(
+                    "cannot tell whether {pod} is in recovery: {error}; asking again next round"
+                ));
+                self.fail_round();
+                return None;
+            }
+        };
+        self.failover_state_mut()
+            .restarts_asked
+            .insert(pod.to_string(), restarts);
+        promoted
+    }
+
+    /// `SELECT pg_promote()` in `pod`; it returns once the promotion is done, or says why not.
+    async fn promote(&self, pod: &str) -> Result<(), String> {
+        match self.psql(pod, manifests::PROMOTE_SQL).await? {
+            out if out.trim() == "t" => Ok(()),
+            out => Err(format!(
+                "it did not finish within its wait (pg_promote said {out:?})"
+            )),
+        }
+    }
+
+    /// Ask each candidate how far it got, promote the most advanced, label it primary.
+    async fn fail_over(
+        &mut self,
+        failing: &Failing,
+        lost: Option<&str>,
+        candidates: &[String],
+        prefer: Option<&str>,
+    ) -> Option<String> {
+        self.say(format!(
+            "Primary lost: {}; choosing among the ready replicas [{}]",
+            lost.unwrap_or("<none recorded>"),
+            candidates.join(", ")
+        ));
+        // Asked side by side: each answer is one `pods/exec` round trip, and no write is taken
+        // until the promotion. The answers come back in the candidates' order.
+        let asked = candidates.iter().map(|pod| self.position(pod));
+        let answers = futures_util::future::join_all(asked).await;
+        let mut positions = Vec::new();
+        for (pod, answer) in candidates.iter().zip(answers) {
+            match answer {
+                Ok(position) => positions.push(position),
+                Err(error) => self.say(format!("cannot ask {pod} for its WAL position: {error}")),
+            }
+        }
+        let chosen = choose(&positions, prefer)?.clone();
+        if let Some(wanted) = prefer.filter(|wanted| *wanted != chosen.pod) {
+            if candidates.iter().any(|c| c == wanted) {
+                self.say(format!("Switchover: {wanted} lacks WAL that {} has; promoting {} instead, so that nothing is lost", chosen.pod, chosen.pod));
+            }
+        }
+        self.say(format!(
+            "Promoting {} to primary (WAL received up to {}, replayed up to {})",
+            chosen.pod,
+            lsn_text(chosen.received),
+            lsn_text(chosen.replayed)
+        ));
+        if chosen.in_recovery {
+            self.prepare_synchronous(&failing.cluster, &chosen.pod)
+                .await;
+            if let Err(why) = self.promote(&chosen.pod).await {
+                let line = format!("promoting {} failed: {why}", chosen.pod);
+                self.say(format!("{line}; trying again next round"));
+                self.event(EventType::Warning, "PromotionFailed", &line)
+                    .await;
+                self.fail_round();
+                return None;
+            }
+        }
+        // The label is what the `<name>-primary` Service selects: relabelled, the Service sends
+        // clients (and the other replicas, which stream from it) to the new primary.
+        if let Err(error) = self.relabel(&chosen.pod, Role::Primary.label_value()).await {
+            self.say(format!(
+                "labelling {} primary failed: {error}; trying again next round",
+                chosen.pod
+            ));
+            self.fail_round();
+            return None;
+        }
+        self.expect_labelled(&chosen.pod, Role::Primary);
+        self.event(
+            EventType::Normal,
+            "Promoted",
+            &format!(
+                "promoted {} to primary in place of {}",
+                chosen.pod,
+                lost.unwrap_or("the lost primary")
+            ),
+        )
+        .await;
+        Some(chosen.pod)
+    }
+
+    /// How far `pod` got: whether it is still a standby, and the WAL it received and replayed.
+    async fn position(&self, pod: &str) -> Result<Position, String> {
+        let sql = "SELECT pg_is_in_recovery(), pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn()";
+        let out = self.psql(pod, sql).await?;
+        let (in_recovery, lsns) = out
+            .trim()
+            .split_once('|')
+            .ok_or_else(|| format!("unexpected psql output {out:?}"))?;
+        let in_recovery = manifests::parse_bool(in_recovery).map_err(|e| e.to_string())?;
+        let lsns = manifests::ReplicaLsns::parse(lsns).map_err(|e| e.to_string())?;
+        Ok(Position {
+            pod: pod.to_string(),
+            in_recovery,
+            received: lsns.received.unwrap_or(0),
+            replayed: lsns.replayed.unwrap_or(0),
+        })
+    }
+}

@@ -1,0 +1,100 @@
+//! Support: a learner may skip it on first read — step 05's part of `status`: the Progressing
+//! condition of its own actions, the switchover acted on, and synchronous replication's
+//! `status.synchronous` and condition. Written over what step 04's `next_status` made.
+//!
+//! WORKSHOP.md, step 05.
+
+use crate::api::PostgresClusterStatus;
+use crate::postgres::conditions::{condition, set_condition};
+use crate::postgres::PostgresTask;
+
+use super::api::{set_switchover, switchover, SWITCHOVER_ANNOTATION};
+use super::plan::{FailReason, FailoverAction};
+use super::synchronous::{self, SYNCHRONOUS_CONDITION};
+use super::WithFailover;
+
+/// Step 05's part of `next`, the status this round writes; `own`: the action it carried out in
+/// place of step 04's, if any.
+pub fn status<L: WithFailover>(
+    task: &PostgresTask<L>,
+    own: Option<&FailoverAction>,
+    next: &mut PostgresClusterStatus,
+    now: &str,
+) {
+    let previous = task.status();
+    if let Some(action) = own {
+        let (moving, reason, message) = progressing(action);
+        set_condition(
+            next,
+            &previous,
+            condition("Progressing", moving, reason, message),
+            now,
+        );
+    }
+    let primary = next.primary.clone();
+    let annotation = task
+        .cluster()
+        .metadata
+        .annotations
+        .get(SWITCHOVER_ANNOTATION);
+    set_switchover(
+        switched_to(annotation, primary.as_deref(), own, &previous).as_ref(),
+        next,
+    );
+    match &task.failover_state().synchronous {
+        Some(round) => synchronous::set_status(next, &previous, round.clone(), now),
+        // Not set this round (the cluster is paused): as it was.
+        None => {
+            if let Some(kept) = previous.condition(SYNCHRONOUS_CONDITION) {
+                next.conditions.retain(|c| c.type_ != SYNCHRONOUS_CONDITION);
+                next.conditions.push(kept.clone());
+            }
+        }
+    }
+}
+
+/// The Progressing condition's status, reason and message for one of step 05's actions.
+fn progressing(action: &FailoverAction) -> (bool, &'static str, String) {
+    match action {
+        FailoverAction::FailoverRefused(why) => (false, "FailoverRefused", why.clone()),
+        FailoverAction::Delete { pod, reason } => {
+            (true, "Replacing", format!("deleting {pod}: {reason:?}"))
+        }
+        FailoverAction::PromoteInPlace { pod } => (
+            true,
+            "PromotingInPlace",
+            format!("{pod} was restarted in place; promoting it if it came back in recovery"),
+        ),
+        FailoverAction::Failover { lost, .. } => {
+            let lost = lost.as_deref().unwrap_or("the lost primary");
+            (
+                true,
+                "FailingOver",
+                format!("promoting a replica in place of {lost}"),
+            )
+        }
+    }
+}
+
+/// `status.switchover`: a switchover is acted on once per value: when its primary is deleted
+/// (whichever replica then has the most WAL is promoted), or once the pod it names is the
+/// primary. No annotation, no record.
+fn switched_to(
+    annotation: Option<&String>,
+    primary: Option<&str>,
+    own: Option<&FailoverAction>,
+    previous: &PostgresClusterStatus,
+) -> Option<String> {
+    let deleted_for_it = matches!(
+        own,
+        Some(FailoverAction::Delete {
+            reason: FailReason::PlannedSwitchover,
+            ..
+        })
+    );
+    match annotation {
+        Some(pod) if primary == Some(pod.as_str()) || deleted_for_it => Some(pod.clone()),
+        Some(_) => switchover(previous),
+        None => None,
+    }
+}
