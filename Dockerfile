@@ -27,4 +27,4 @@ FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=build /out/ /
 USER 65532:65532
 # kube/deployment.yaml overrides this with the stage it runs.
-ENTRYPOINT ["/stage05"]
+ENTRYPOINT ["/stage06"]
