@@ -353,7 +353,7 @@ mod tests {
             }],
             more: serde_json::Map::new(),
         };
-        // Step 04's and step 05's fields, which step 02's status carries in `more`.
+        // Step 05's and step 06's fields, which step 02's status carries in `more`.
         let sync = crate::postgres::api::SynchronousStatus::default();
         crate::postgres::api::SynchronousStatus::write(Some(&sync), &mut status);
         crate::postgres::api::set_switchover(Some(&"p".to_string()), &mut status);

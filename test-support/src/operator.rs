@@ -115,7 +115,7 @@ pub fn older_crd() -> serde_json::Value {
 
 /// The stage-04 operator's options with the short timings end-to-end tests want: a round every
 /// second, failover after 2 s, a member lost after 30 s, expectations given up after 10 s.
-/// Stage 05's tests run the same operator with the `Backups` layer.
+/// Stage 06's tests run the same operator with the `Backups` layer.
 pub fn quick_postgres_options() -> postgres_operator::postgres::PostgresOptions {
     postgres_operator::postgres::PostgresOptions {
         reconcile_interval: Duration::from_secs(1),
@@ -183,7 +183,7 @@ impl Story {
 }
 
 /// The header of `kubectl get pgc`, split into words: the CRD's printer columns (LAST BACKUP,
-/// stage 05's column, is two words).
+/// stage 06's column, is two words).
 pub const PGC_TABLE_HEADER: [&str; 9] = [
     "NAME", "SIZE", "READY", "PRIMARY", "PHASE", "VERSION", "LAST", "BACKUP", "AGE",
 ];
