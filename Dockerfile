@@ -6,10 +6,12 @@
 #   kind load docker-image postgres-operator:latest    # or push to your registry
 #   kubectl apply -k kube/
 #
-# Expected size: about 54 MB. distroless cc is ~23 MB; each stage binary is a
+# Expected size: about 61 MB. distroless cc is ~23 MB; each stage binary is a
 # stripped, thin-LTO release build with one TLS provider (ring), measured with
-# `cargo build --release --locked -p postgres-operator --bins` (November 2026):
-# stage01 4.9 MB, stage02 5.2, stage03 5.5, stage04 6.7, stage05 6.9, pg-ready 2.1.
+# `cargo build --release --locked -p postgres-operator --bins` (November 2026, before
+# src/failover/ existed, so stage05 was stage04's code under another name):
+# stage01 4.9 MB, stage02 5.3, stage03 5.5, stage04 6.9, stage05 6.9, stage06 7.0,
+# pg-ready 2.1; 38.4 MB together.
 
 FROM rust:1-bookworm AS build
 WORKDIR /src
@@ -27,4 +29,4 @@ FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=build /out/ /
 USER 65532:65532
 # kube/deployment.yaml overrides this with the stage it runs.
-ENTRYPOINT ["/stage05"]
+ENTRYPOINT ["/stage06"]

@@ -2,7 +2,7 @@
 //! metadata and lists every Kubernetes object shares, and the REST paths that reach our objects.
 //!
 //! WORKSHOP.md, step 02, where the operator first reads PostgresClusters. The CRD registered in
-//! step 01 declares every field of every step; the fields of steps 04 and 05 (synchronous
+//! step 01 declares every field of every step; the fields of steps 05 and 06 (synchronous
 //! replication, backups) are carried here untyped, in `more`, and typed in those steps' own
 //! `api.rs` (`src/postgres/api.rs`, `src/backups/api.rs`).
 //! The names the CRD itself holds (group, version, the CRD's name) are step 01's, in
@@ -61,7 +61,7 @@ pub struct ObjectMeta {
     pub deletion_timestamp: Option<String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
-    /// Free-form notes on the object; steps 04 and 05 read requests here (a switchover, a backup).
+    /// Free-form notes on the object; steps 05 and 06 read requests here (a switchover, a backup).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub annotations: BTreeMap<String, String>,
     /// Who owns this object; the garbage collector deletes it once every owner is gone.
@@ -130,7 +130,7 @@ pub struct PostgresClusterSpec {
     /// A paused cluster is left alone by the reconcile loop.
     #[serde(default)]
     pub paused: bool,
-    /// The fields later steps read (step 04: `replication`; step 05: `backup`, `bootstrap`), as
+    /// The fields later steps read (step 05: `replication`; step 06: `backup`, `bootstrap`), as
     /// the server sent them: the CRD of step 01 declares them all, and this step carries them
     /// without knowing their shape. Each later step decodes its own (`field` in
     /// `src/postgres/api.rs`).
@@ -142,7 +142,7 @@ pub struct PostgresClusterSpec {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PostgresClusterStatus {
-    /// `Creating`, `Running` or `Failed` (step 04); `Recovering` (step 05).
+    /// `Creating`, `Running` or `Failed` (step 04); `Recovering` (step 06).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<String>,
     /// The pod name of the current primary.
@@ -168,7 +168,7 @@ pub struct PostgresClusterStatus {
     /// keyed by `type`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
-    /// The fields later steps write (step 04: `switchover`, `synchronous`; step 05:
+    /// The fields later steps write (step 05: `switchover`, `synchronous`; step 06:
     /// `lastBackup`, `backupRequested`, `restore`), carried as they are, so that a status
     /// written by one step keeps the others'. Each step reads and writes its own (`field` and
     /// `set_field` in `src/postgres/api.rs`).

@@ -13,7 +13,7 @@
 //! | 02 | [`api`] (the typed `PostgresCluster`, metadata, lists, paths), [`watch`] (`mod.rs`: list, then watch from the list's resourceVersion; `frame.rs`: the socket's bytes → lines; `event.rs`: a line → an `Event`) | `api/spec.rs`; the rest of [`watch`] (recovery, options, pages, back-off, notices, the store, undecodable lines); [`crd_check`] (every later stage's read-only CRD check); [`story`] (the log lines) |
 //! | 03 | [`controller`] (`operator.rs`, `mod.rs`: one task per cluster with its own channel; `cluster.rs`: the task's loop and a reconcile timer) | `controller/pods.rs`, `worker.rs` (the seam step 04 plugs into), `shutdown.rs` |
 //! | 04 | [`postgres`] (the operator plus a pod watch, the round, the plan, the actions, the pods, the status) | [`postgres`]'s own fields, owned objects, synchronous replication, streaming checks, the layer seam, figures, the readiness agent; [`exec`] (`pods/exec` over a WebSocket); [`events`] (Kubernetes Events); [`leader`] (one operator acts at a time); [`metrics`] (`/metrics`, `/healthz`, `/readyz`) |
-//! | 05 | [`backups`] (a layer over step 04's round: its plan, the restore, base backups, the shell scripts) | its fields, its objects, its status, its figures |
+//! | 06 | [`backups`] (a layer over step 05's round: its plan, the restore, base backups, the shell scripts) | its fields, its objects, its status, its figures |
 //!
 //! The binaries in `stages/` are the workshop's steps; each is a short `main` over this library.
 //! `src/bin/` holds the rest: `tour` (`cargo run`: the whole workshop on a sandbox it starts as a

@@ -23,7 +23,7 @@
 //! kubectl get --raw /apis/workshop.example.com/v1
 //! ```
 //!
-//! In-cluster, the Deployment in `kube/` runs a later stage (`/stage05`); stage01 exits when done,
+//! In-cluster, the Deployment in `kube/` runs a later stage (`/stage06`); stage01 exits when done,
 //! so run it once from your machine or as a Job, not as that Deployment. `stage01 --help` lists
 //! the flags.
 

@@ -1,11 +1,9 @@
 //! Stage 04 of the workshop: the homework, for real — launch the seed, grow to size, replace lost
-//! members, fail over — until SIGTERM or Ctrl-C.
+//! replicas — until SIGTERM or Ctrl-C. Failing over is stage 05's (`stages/stage05.rs`).
 //!
 //! WORKSHOP.md, "Step 04". New since stage 03: `src/postgres/` — the cluster task now acts.
-//! `api.rs` types this step's fields of the cluster (`spec.replication`, the switchover
-//! annotation, `status.synchronous`, `status.switchover`); `manifests.rs` builds the pods (with
-//! `manifests/owned.rs` the Secret, ConfigMap and Services, and `manifests/sql.rs` the psql
-//! commands); `plan.rs`
+//! `manifests.rs` builds the pods (with `manifests/owned.rs` the Secret, ConfigMap and Services,
+//! and `manifests/sql.rs` the psql commands); `plan.rs`
 //! decides the one next action from what the pods look like; `cluster/` carries it out (pods
 //! through the API, Postgres through `pods/exec`, `src/exec.rs`), writes `status` and Events
 //! (`src/events.rs`) and `conditions.rs` computes that status; `operator.rs` adds a watch of the
@@ -23,7 +21,6 @@
 //! kubectl create -f kube/example-postgres-cluster.yaml   # terminal 2
 //! kubectl get pgc,pods -w
 //! kubectl scale pgc example-postgresql-cluster --replicas 5
-//! kubectl delete pod -l workshop.example.com/role=primary
 //! cargo run --bin stage04                          # terminal 4: waits for the lease
 //! kubectl get lease postgres-operator -o yaml
 //! ```
@@ -39,7 +36,7 @@ use postgres_operator::postgres::run_postgres_binary;
 const ABOUT: &str =
     "stage04: workshop step 04. The operator that runs Postgres clusters: it creates each \
     cluster's Secret, Services and pods (the official postgres image), keeps spec.size members \
-    with one primary, replaces lost members and fails over, and reports in status and Events. \
+    with one primary, replaces lost replicas, and reports in status and Events. \
     Lines about one cluster start with [namespace/name]. It acts only while it holds the Lease, \
     so a second copy waits as a standby.";
 

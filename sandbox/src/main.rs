@@ -88,9 +88,9 @@ struct Flags {
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
     /// Where pods of the image `postgres-operator:<tag>` (the Dockerfile's) find the operator's
-    /// binaries, stage01 ... stage05 and pg-ready, the readiness agent every postgres pod copies
+    /// binaries, stage01 ... stage06 and pg-ready, the readiness agent every postgres pod copies
     /// (`cargo build --bins` puts them in target/debug). Default: this program's own directory,
-    /// when stage05 or pg-ready is there too.
+    /// when stage06 or pg-ready is there too.
     #[arg(long, value_name = "DIR")]
     operator_binaries: Option<PathBuf>,
 }
@@ -250,7 +250,7 @@ fn create_private_dir(dir: &Path) -> std::io::Result<()> {
 fn own_directory_with_operator_binaries() -> Option<PathBuf> {
     let exe = std::env::current_exe().ok()?;
     let dir = exe.parent()?;
-    (dir.join("stage05").is_file() || dir.join("pg-ready").is_file()).then(|| dir.to_path_buf())
+    (dir.join("stage06").is_file() || dir.join("pg-ready").is_file()).then(|| dir.to_path_buf())
 }
 
 /// `--runtime` as given, or the default: processes where the host has what they need. The

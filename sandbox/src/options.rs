@@ -50,9 +50,9 @@ pub struct SandboxOptions {
     /// queue until one ends.
     pub max_connections: usize,
     /// With the process runtime: the directory holding the operator's stage binaries (`stage01`
-    /// ... `stage04`, as `cargo build --bins` leaves them in target/debug), which pods of the
+    /// ... `stage06`, as `cargo build --bins` leaves them in target/debug), which pods of the
     /// image `postgres-operator:<tag>` run (`runtime/image.rs`). None: such pods fail to pull.
-    /// The `sandbox` binary defaults it to its own directory when `stage04` is there.
+    /// The `sandbox` binary defaults it to its own directory when `stage06` (or `pg-ready`) is there.
     pub operator_binaries: Option<PathBuf>,
     /// Some(dir): keep every object in `dir/store.sqlite3`, each write on disk before it is
     /// answered, and start from what is there (`store_file.rs`). None (the default): in memory

@@ -73,7 +73,7 @@ pub struct Container {
     pub name: String,
     #[serde(default)]
     pub image: String,
-    /// The arguments it was started with: a server's `-c` settings (step 05 reads them).
+    /// The arguments it was started with: a server's `-c` settings (step 06 reads them).
     #[serde(default)]
     pub args: Vec<String>,
     /// Its environment. The postgres image refuses to initialise a database without
@@ -110,7 +110,7 @@ pub struct PodStatus {
 pub struct ContainerStatus {
     #[serde(default)]
     pub name: String,
-    /// How many times the kubelet restarted it in place (step 04 asks a primary that came back
+    /// How many times the kubelet restarted it in place (step 05 asks a primary that came back
     /// whether it is still one).
     #[serde(default)]
     pub restart_count: u32,

@@ -2,7 +2,7 @@
 //! decides depends on it.
 //!
 //! Watching the operator: `/metrics` for Prometheus, `/healthz` and `/readyz` for the kubelet's
-//! probes, served by stages 04 and 05 on `--metrics-address`.
+//! probes, served by stages 04 to 06 on `--metrics-address`.
 //!
 //! WORKSHOP.md, "Inside step 04: watching the operator". Read in this order:
 //!
@@ -16,7 +16,7 @@
 //!
 //! The figures of each cluster are read when Prometheus scrapes, not kept: members wanted and
 //! ready and the primary from the cluster watch's store, replication lag through one `pods/exec`
-//! on each primary (`src/postgres/figures.rs`, a [`ScrapeTime`]; step 05 adds its own there).
+//! on each primary (`src/postgres/figures.rs`, a [`ScrapeTime`]; step 06 adds its own there).
 //!
 //! # One handle, not a process-wide registry
 //!

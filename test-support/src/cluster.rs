@@ -86,7 +86,7 @@ pub async fn report(kubectl: &Kubectl, cluster: &str) -> String {
 const NAMESPACE: &str = "default";
 
 /// Delete every pod of `cluster` at once, without waiting for them to go: the disaster steps 04
-/// and 05 both stage.
+/// and 06 both stage.
 pub async fn delete_every_pod(kubectl: &Kubectl, cluster: &str) {
     let selector = format!("workshop.example.com/cluster={cluster}");
     kubectl

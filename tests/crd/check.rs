@@ -336,7 +336,7 @@ async fn watch_server() -> ScriptedServer {
 /// update it, reaches its first watch event, and never writes the CRD.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_binary_after_stage01_reaches_its_first_watch_event() {
-    let binaries: [(&str, &str, &[&str]); 5] = [
+    let binaries: [(&str, &str, &[&str]); 6] = [
         ("stage02", env!("CARGO_BIN_EXE_stage02"), &[]),
         ("stage03", env!("CARGO_BIN_EXE_stage03"), &[]),
         (
@@ -347,6 +347,11 @@ async fn every_binary_after_stage01_reaches_its_first_watch_event() {
         (
             "stage05",
             env!("CARGO_BIN_EXE_stage05"),
+            &["--leader-elect=false"],
+        ),
+        (
+            "stage06",
+            env!("CARGO_BIN_EXE_stage06"),
             &["--leader-elect=false"],
         ),
         (

@@ -51,7 +51,7 @@ async fn kubectl_get_prints_size_ready_primary_phase_version_last_backup_age() {
     let header = test_support::table_row(&table, 0);
     assert_eq!(
         header,
-        // LAST BACKUP: stage 05's column, empty until a base backup completes.
+        // LAST BACKUP: stage 06's column, empty until a base backup completes.
         test_support::PGC_TABLE_HEADER,
         "{table}"
     );

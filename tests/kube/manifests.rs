@@ -59,7 +59,7 @@ fn the_deployment_is_hardened_and_gets_its_namespace() {
         "type: RuntimeDefault",
         "fieldPath: metadata.namespace",
         "--namespace=$(NAMESPACE)",
-        "command:\n        - /stage05",
+        "command:\n        - /stage06",
         "replicas: 2",
         "memory: 64Mi",
         "cpu: 10m",

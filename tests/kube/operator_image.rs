@@ -20,7 +20,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 
 const WITHIN: Duration = Duration::from_secs(90);
 
-/// The directory cargo built this package's binaries into (stage01 ... stage04 are all there).
+/// The directory cargo built this package's binaries into (stage01 ... stage06 are all there).
 fn stage_binaries() -> PathBuf {
     Path::new(env!("CARGO_BIN_EXE_stage02"))
         .parent()

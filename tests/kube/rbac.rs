@@ -1,4 +1,4 @@
-//! `kube/rbac.yaml` grants exactly what stage 05 uses: the operator runs in-process against a
+//! `kube/rbac.yaml` grants exactly what stage 06 uses: the operator runs in-process against a
 //! sandbox whose pods are real PostgreSQL, through every call it makes (a Lease to create, take
 //! and release, a CRD to create, an old
 //! one to leave as it is (no `update` on CRDs), a cluster with `spec.backup` to create, its backup claim and a base backup, a
@@ -310,7 +310,7 @@ async fn crd_is_current(kubectl: &Kubectl) -> Option<()> {
         .then_some(())
 }
 
-/// The stage-05 operator running in this process, as `stages/stage05.rs` runs it.
+/// The stage-06 operator running in this process, as `stages/stage06.rs` runs it.
 struct Operator {
     stop: CancellationToken,
     task: tokio::task::JoinHandle<()>,
@@ -322,7 +322,7 @@ impl Operator {
         let options = test_support::quick_postgres_options();
         let (reporter, said) = test_support::Story::record();
         let stop = CancellationToken::new();
-        // With leader election, as stage05 runs by default: the Lease's get, create and update
+        // With leader election, as stage06 runs by default: the Lease's get, create and update
         // are requests of the operator too.
         let election = LeaderElection::new(client.namespace());
         let running = run_postgres_operator_when_leading(
@@ -352,10 +352,10 @@ impl Operator {
     }
 }
 
-/// Run the stage-05 operator through every call it makes, then match its requests against the
+/// Run the stage-06 operator through every call it makes, then match its requests against the
 /// rules of kube/: each request is granted, each granted verb was used. Prints rule → calls.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kube_rbac_grants_exactly_the_requests_stage05_makes() {
+async fn kube_rbac_grants_exactly_the_requests_stage06_makes() {
     let objects = applied_objects();
     let who = identity(&objects);
     let grants = grants(&objects, &who);
@@ -580,7 +580,7 @@ async fn kube_rbac_grants_exactly_the_requests_stage05_makes() {
     }
     assert!(
         unused.is_empty(),
-        "kube/rbac.yaml grants what stage 05 never used:\n{}",
+        "kube/rbac.yaml grants what stage 06 never used:\n{}",
         unused.join("\n")
     );
 }

@@ -4,7 +4,7 @@
 //! but that one; the stage binary that `kube/deployment.yaml`'s `command:` names runs as a host
 //! process authenticated with that account's token (TLS to the sandbox, RBAC enforced, as a pod
 //! would be), and admin kubectl drives it through a cluster's life — create (size 2, with
-//! `spec.backup` for stage 05's claim), lose the
+//! `spec.backup` for stage 06's claim), lose the
 //! primary (failover through `pods/exec`), scale to 1 — until the operator's output shows
 //! `cannot VERB resource "RES"` for the missing rule. A rule whose case reaches the end of the
 //! scenario without that 403 fails the test: the rule is not needed, or the scenario misses the
@@ -48,7 +48,7 @@ struct Manifests {
     /// Every RoleBinding and ClusterRoleBinding whose subjects name the service account.
     bindings: Vec<Value>,
     service_account: String,
-    /// `stage04` from `command: ["/stage04"]`.
+    /// `stage06` from `command: ["/stage06"]`.
     stage: String,
 }
 
@@ -386,7 +386,7 @@ impl Observer {
     }
 }
 
-/// The scenario that reaches every call of stage 04, driven with admin `kubectl` in the case's
+/// The scenario that reaches every call of stage 06, driven with admin `kubectl` in the case's
 /// namespace: the CRD registered, the Lease taken, a cluster of two created (Secret, ConfigMap,
 /// Services, pods, status, Events), its primary deleted (WAL positions and promotion through
 /// `pods/exec`, the role label patched, a replacement created), then scaled to one (a pod
@@ -558,8 +558,8 @@ async fn run_case(
         "apiVersion": "workshop.example.com/v1",
         "kind": "PostgresCluster",
         "metadata": {"name": CLUSTER},
-        // With backups, so stage 05 makes its stage-05 calls (the claim `<name>-backups`, the
-        // backup pod's status); stage 04 ignores the field.
+        // With backups, so stage 06 makes its stage-06 calls (the claim `<name>-backups`, the
+        // backup pod's status); stages 04 and 05 ignore the field.
         "spec": {"size": 2, "version": "16",
                  "backup": {"storageSize": "64Mi", "intervalMinutes": 60, "keep": 1}},
     });

@@ -64,9 +64,9 @@ async fn events_of(shell: &Shell, name: &str) -> Vec<(String, String)> {
 /// reconciles once watches are served again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_liveness_probe_restarts_an_operator_whose_watches_are_wedged() {
-    // The bound stage05 runs with once the Deployment below carries this flag.
+    // The bound stage06 runs with once the Deployment below carries this flag.
     let flags =
-        PostgresStageFlags::try_parse_from(["stage05", WATCH_TIMEOUT]).expect("the flags parse");
+        PostgresStageFlags::try_parse_from(["stage06", WATCH_TIMEOUT]).expect("the flags parse");
     let options = flags.operator.options();
     let bounds = HealthBounds::for_operator(options.reconcile_interval, &options.watch);
     let sandbox = start_sandbox().await;

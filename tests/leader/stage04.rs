@@ -45,7 +45,7 @@ impl Operator {
     /// `stage04 --server URL` with `HOSTNAME=name` and a 4-second lease.
     fn start(name: &'static str, server: &str) -> Operator {
         let mut child = test_support::operator_command(STAGE04, server)
-            .args(["--reconcile-interval", "1", "--failover-after", "2"])
+            .args(["--reconcile-interval", "1"])
             .args(["--lease-duration", "4", "--renew-deadline", "3"])
             .args(["--retry-period", "0.25"])
             .env("HOSTNAME", name)

@@ -1,4 +1,4 @@
-//! `/metrics` of a stage-05 operator running real PostgreSQL on the sandbox's process runtime,
+//! `/metrics` of a stage-06 operator running real PostgreSQL on the sandbox's process runtime,
 //! read by a strict Prometheus text parser: members wanted and ready, the primary, a replica's
 //! replication lag and the last base backup's age are there; after the primary's pod is
 //! deleted, the primary changes and the reconcile count has moved.

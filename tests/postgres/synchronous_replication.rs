@@ -3,7 +3,7 @@
 //! primary's node lost (its processes killed, no clean shutdown, no last WAL shipped). After the
 //! failover every row whose commit was acknowledged is on the new primary.
 //!
-//! WORKSHOP.md, step 04 ("Synchronous replication"). Needs PostgreSQL and bubblewrap; the
+//! WORKSHOP.md, step 05 ("Synchronous replication"). Needs PostgreSQL and bubblewrap; the
 //! outage is printed: `cargo test --test postgres synchronous_replication:: -- --nocapture`.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};

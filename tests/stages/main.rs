@@ -1,5 +1,5 @@
 //! Each stage binary (`stages/stageNN.rs`) run as a learner runs it, one test binary: against a
-//! sandbox, driven by real kubectl; steps 04 and 05 on real PostgreSQL (`.ci/install-test-deps`).
+//! sandbox, driven by real kubectl; steps 04 to 06 on real PostgreSQL (`.ci/install-test-deps`).
 //!
 //! Run one stage: `cargo test --test stages stage02_story:: -- --nocapture`.
 
@@ -7,4 +7,4 @@ mod stage01_register;
 mod stage02_story;
 mod stage03_controller;
 mod stage04_cluster;
-mod stage05_backup;
+mod stage06_backup;

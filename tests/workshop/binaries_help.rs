@@ -34,7 +34,7 @@ struct Binary {
     takes_connection_flags: bool,
 }
 
-/// Stage 04's (and stage 05's) own flags: the cluster task's timings and leader election.
+/// Stage 04's (and stage 05's and 06's) own flags: the cluster task's timings and leader election.
 const STAGE04_FLAGS: &[&str] = &[
     "--reconcile-interval <SECS>",
     "--failover-after <SECS>",
@@ -98,7 +98,16 @@ const BINARIES: &[Binary] = &[
         name: "stage05",
         path: env!("CARGO_BIN_EXE_stage05"),
         step: "workshop step 05",
-        // Stage 04's flags: stage 05 is the same operator with backups on.
+        // Stage 04's flags: stage 05 is the same operator with failover on.
+        own_flags: STAGE04_FLAGS,
+        duration_flags: STAGE04_DURATION_FLAGS,
+        takes_connection_flags: true,
+    },
+    Binary {
+        name: "stage06",
+        path: env!("CARGO_BIN_EXE_stage06"),
+        step: "workshop step 06",
+        // Stage 04's flags: stage 06 is the same operator with failover and backups on.
         own_flags: STAGE04_FLAGS,
         duration_flags: STAGE04_DURATION_FLAGS,
         takes_connection_flags: true,

@@ -1,5 +1,5 @@
 //! The one-command tour (`cargo run`, `src/bin/tour/main.rs`) runs to the end on its own
-//! sandbox — steps 04 and 05 on real PostgreSQL there, or on simulated pods when asked — and
+//! sandbox — steps 04 to 06 on real PostgreSQL there, or on simulated pods when asked — and
 //! against a named API server writes only what it announced. WORKSHOP.md, "The whole workshop in one command".
 
 use std::process::{Command, Output, Stdio};
@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use postgres_operator::api::{object_path, PostgresCluster};
 
-/// Only a bound for a hung tour: steps 04 and 05 start real PostgreSQL servers (and restore
+/// Only a bound for a hung tour: steps 04 to 06 start real PostgreSQL servers (and restore
 /// one from a backup) on a machine that may be busy with other tests. How long it took is printed, not asserted.
 const TOUR_DEADLINE: Duration = Duration::from_secs(300);
 
@@ -84,11 +84,11 @@ fn steps_01_to_03(key: &str) -> Vec<String> {
     .to_vec()
 }
 
-/// Steps 04 and 05 up to the point where real and simulated pods part: the operator's real
+/// Steps 04 to 06 up to the point where real and simulated pods part: the operator's real
 /// lines. `pods_note`: what the tour says about the pods.
-fn step_04_until_the_failover(key: &str, pods_note: &str) -> Vec<String> {
+fn steps_04_05_until_the_failover(key: &str, pods_note: &str) -> Vec<String> {
     [
-        "== Steps 04 and 05: cargo run --bin stage05",
+        "== Steps 04 to 06: cargo run --bin stage06",
         pods_note,
         "Watching the clusters' pods...",
         "Starting at watchVersion ",
@@ -127,7 +127,7 @@ fn run_tour_to_the_end(args: &[&str]) -> String {
 }
 
 /// `cargo run` with no flags: a sandbox of its own (a child process) running pods as real
-/// PostgreSQL, steps 01-03 with the operator's own lines, then steps 04 and 05 for real: a seed
+/// PostgreSQL, steps 01-03 with the operator's own lines, then steps 04 to 06 for real: a seed
 /// and its replicas, a row written through the primary Service, the primary deleted, a replica
 /// promoted, the row read back; a base backup, a second row archived, every pod deleted, the
 /// cluster restored from the backup with both rows. Fails, saying so, where the sandbox cannot
@@ -137,13 +137,13 @@ fn tour_plays_the_workshop_on_a_sandbox_of_its_own() {
     let stdout = run_tour_to_the_end(&[]);
     assert!(
         stdout.contains("   pods run as processes: PostgreSQL "),
-        "the tour's steps 04 and 05 play on real PostgreSQL servers, which this machine's sandbox \
+        "the tour's steps 04 to 06 play on real PostgreSQL servers, which this machine's sandbox \
          cannot run (install PostgreSQL and bubblewrap: .ci/install-test-deps); it said:\n{stdout}"
     );
     let key = "[default/example-postgresql-cluster]";
     let mut expected = vec!["== The stage: a sandbox API server at https://127.0.0.1:".to_string()];
     expected.extend(steps_01_to_03(key));
-    expected.extend(step_04_until_the_failover(
+    expected.extend(steps_04_05_until_the_failover(
         key,
         "   The pods are real PostgreSQL servers; the tour's SQL goes through the primary Service with this host's ",
     ));
@@ -157,7 +157,7 @@ fn tour_plays_the_workshop_on_a_sandbox_of_its_own() {
             "is the new primary, ready",
             "== Act 8: PGPASSWORD=... psql -h 127.",
             "   read back: \"written before the failover\", answered by 127.",
-            "== Step 05: backups and disaster recovery",
+            "== Step 06: backups and disaster recovery",
             "== Act 9: kubectl annotate pgc example-postgresql-cluster workshop.example.com/backup-now=",
             &format!("{key} Backing up: example-postgresql-cluster-backup-"),
             &format!("{key} Backup "),
@@ -179,7 +179,7 @@ fn tour_plays_the_workshop_on_a_sandbox_of_its_own() {
             "== 4 of 4 members ready again",
             "== Act 13: kubectl delete pgc example-postgresql-cluster",
             &format!("{key} cluster is deleted by the user"),
-            "== Curtain: stopping the step-05 operator",
+            "== Curtain: stopping the step-06 operator",
             "The tour took ",
         ]
         .map(str::to_string),
@@ -232,7 +232,7 @@ fn tour_on_simulated_pods_says_so_and_skips_the_sql() {
         "   no containers run here: pods get a simulated status only.".to_string(),
     ];
     expected.extend(steps_01_to_03(key));
-    expected.extend(step_04_until_the_failover(
+    expected.extend(steps_04_05_until_the_failover(
         key,
         "   The pods are simulated: the operator acts all the same, but no Postgres runs in them, so the SQL acts are skipped",
     ));
@@ -244,9 +244,9 @@ fn tour_on_simulated_pods_says_so_and_skips_the_sql() {
             &format!("{key} cannot ask example-postgresql-cluster-"),
             "== The failover stops here: a simulated pod runs no Postgres",
             "== Act 8: (skipped: read the row back",
-            "== Acts 9 to 12: (skipped: step 05's base backup, a second row archived, every pod deleted and the cluster restored",
+            "== Acts 9 to 12: (skipped: step 06's base backup, a second row archived, every pod deleted and the cluster restored",
             "== Act 13: kubectl delete pgc example-postgresql-cluster",
-            "== Curtain: stopping the step-05 operator",
+            "== Curtain: stopping the step-06 operator",
             "The tour took ",
         ]
         .map(str::to_string),
@@ -282,7 +282,7 @@ async fn tour_against_a_named_server_writes_only_what_it_announces() {
             "register the CustomResourceDefinition postgresclusters.workshop.example.com if it is missing",
             "create the PostgresCluster default/example-postgresql-cluster, resize it, and delete it.",
             "Nothing else is created",
-            "Steps 04 and 05 (their operator starts pods) play on the tour's own sandbox only",
+            "Steps 04 to 06 (their operator starts pods) play on the tour's own sandbox only",
             "== Act 3: kubectl delete pgc example-postgresql-cluster",
             "== Curtain: stopping the operator, as SIGTERM would",
         ],

@@ -7,10 +7,10 @@
 //! WORKSHOP.md, "Set-up: the sandbox". Kubernetes' rule for what a container runs: `command`
 //! replaces the image's ENTRYPOINT and `args` its CMD; `args` alone keeps the ENTRYPOINT. The
 //! official postgres image has ENTRYPOINT `docker-entrypoint.sh` and CMD `postgres`; the
-//! Dockerfile's image has ENTRYPOINT `/stage05` and no CMD.
+//! Dockerfile's image has ENTRYPOINT `/stage06` and no CMD.
 //!
 //! What the sandbox does with what `kube/deployment.yaml` asks of the operator's pod:
-//! - `command: ["/stage05"]`, `args: ["--namespace=$(NAMESPACE)"]`: run as written, `$(NAMESPACE)`
+//! - `command: ["/stage06"]`, `args: ["--namespace=$(NAMESPACE)"]`: run as written, `$(NAMESPACE)`
 //!   expanded from the container's env (`env.rs`); every `/stageNN` binary is there, read-only.
 //! - `env` from `fieldRef: metadata.namespace`: the downward API (`env.rs`).
 //! - `runAsUser: 65532`, `runAsNonRoot`: honoured when the sandbox runs as root; otherwise the pod
@@ -141,7 +141,7 @@ pub(crate) fn argv(image: &Image, command: &[String], args: &[String]) -> Option
 /// The last path component of the operator image's repository (the Dockerfile's `-t`).
 pub(crate) const OPERATOR_REPOSITORY: &str = "postgres-operator";
 /// The Dockerfile's ENTRYPOINT; it copies every stage binary to `/stageNN`.
-pub(crate) const OPERATOR_ENTRYPOINT: &str = "/stage05";
+pub(crate) const OPERATOR_ENTRYPOINT: &str = "/stage06";
 
 /// The readiness agent the Dockerfile copies into the image beside the stages, which every
 /// member pod's init container copies out of it.
@@ -160,7 +160,7 @@ pub(crate) fn operator_mounts(binaries: Option<&Path>, image: &str) -> Result<Ve
     };
     let Some(dir) = binaries else {
         return Err(pull_failed(
-            "the sandbox runs this image from the operator's binaries (stage01 ... stage05, pg-ready), and was given no directory holding them".to_string(),
+            "the sandbox runs this image from the operator's binaries (stage01 ... stage06, pg-ready), and was given no directory holding them".to_string(),
         ));
     };
     let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
@@ -173,7 +173,7 @@ pub(crate) fn operator_mounts(binaries: Option<&Path>, image: &str) -> Result<Ve
     found.sort();
     if found.is_empty() {
         return Err(pull_failed(format!(
-            "the sandbox runs this image from the operator's binaries (stage01 ... stage05, pg-ready), and {} holds none",
+            "the sandbox runs this image from the operator's binaries (stage01 ... stage06, pg-ready), and {} holds none",
             dir.display()
         )));
     }
@@ -262,7 +262,7 @@ mod tests {
     }
 
     #[test]
-    fn the_operator_image_is_recognised_from_any_registry_and_runs_stage05_unless_told_otherwise() {
+    fn the_operator_image_is_recognised_from_any_registry_and_runs_stage06_unless_told_otherwise() {
         for operator in [
             "postgres-operator",
             "postgres-operator:latest",
@@ -278,7 +278,7 @@ mod tests {
         );
         assert_eq!(
             argv(&Image::Operator, &[], &strings(&["--namespace=db"])),
-            Some(strings(&["/stage05", "--namespace=db"]))
+            Some(strings(&["/stage06", "--namespace=db"]))
         );
         assert_eq!(
             argv(

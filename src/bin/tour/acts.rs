@@ -3,7 +3,7 @@
 //! An act prints its caption (what a learner would type), does one thing, waits for what shows
 //! it worked (a line of the operator's, or a state of the cluster) within a deadline, and
 //! reports what it saw. Acts with no caption carry on from the one before. Whether an act plays
-//! depends on the stage: steps 04 and 05 on the tour's own sandbox only, the SQL and what needs
+//! depends on the stage: steps 04 to 06 on the tour's own sandbox only, the SQL and what needs
 //! it only where real PostgreSQL runs the pods (simulated pods get a line saying what is skipped).
 
 use std::time::{Duration, Instant};
@@ -137,18 +137,18 @@ pub const ACTS: &[Act] = &[
         does: Does::StopOperator,
         report: Some(|scene| {
             format!(
-                "operator stopped ({} cluster tasks left to stop). Steps 04 and 05 start pods: try them on the tour's own sandbox (`cargo run`).",
+                "operator stopped ({} cluster tasks left to stop). Steps 04 to 06 start pods: try them on the tour's own sandbox (`cargo run`).",
                 scene.tasks_stopped
             )
         }),
         ..QUIET
     },
-    // Steps 04 and 05: the operator that acts, on the tour's own sandbox.
+    // Steps 04 to 06: the operator that acts, on the tour's own sandbox.
     Act {
-        name: "steps 04 and 05: the operator that acts",
+        name: "steps 04 to 06: the operator that acts",
         plays: Plays::OnSandbox,
         caption: Caption::Says(steps_04_and_05),
-        does: Does::StartStep05Operator,
+        does: Does::StartStep06Operator,
         until: Until::OperatorSays("Starting at watchVersion"),
         ..QUIET
     },
@@ -236,17 +236,17 @@ pub const ACTS: &[Act] = &[
         "act 8, skipped",
         Caption::Line("== Act 8: (skipped: read the row back through the Service; the pods are simulated)"),
     ),
-    // Step 05: backups and disaster recovery, on real PostgreSQL.
+    // Step 06: backups and disaster recovery, on real PostgreSQL.
     skipped(
         "acts 9 to 12, skipped",
-        Caption::Line("== Acts 9 to 12: (skipped: step 05's base backup, a second row archived, every pod deleted and the cluster restored with both rows; the pods are simulated, no Postgres runs pg_basebackup, archives its WAL or replays it)"),
+        Caption::Line("== Acts 9 to 12: (skipped: step 06's base backup, a second row archived, every pod deleted and the cluster restored with both rows; the pods are simulated, no Postgres runs pg_basebackup, archives its WAL or replays it)"),
     ),
     Act {
-        name: "step 05: backups",
+        name: "step 06: backups",
         plays: Plays::WithPostgres,
         caption: Caption::Says(|_| {
             format!(
-                "== Step 05: backups and disaster recovery   (the example's spec.backup: every WAL segment the primary finishes goes to the claim {}, base backups too)",
+                "== Step 06: backups and disaster recovery   (the example's spec.backup: every WAL segment the primary finishes goes to the claim {}, base backups too)",
                 backup_claim_name(EXAMPLE_NAME)
             )
         }),
@@ -358,10 +358,10 @@ pub const ACTS: &[Act] = &[
         until: Until::ExampleSays("cluster is deleted by the user"),
         ..QUIET
     },
-    curtain("curtain", Plays::OnSandbox, "== Curtain: stopping the step-05 operator, as SIGTERM would"),
+    curtain("curtain", Plays::OnSandbox, "== Curtain: stopping the step-06 operator, as SIGTERM would"),
 ];
 
-/// The caption of steps 04 and 05, and what runs the pods.
+/// The caption of steps 04 to 06, and what runs the pods.
 fn steps_04_and_05(scene: &Scene) -> String {
     let pods = match &scene.stage {
         Stage::Sandbox { sql: Some(SqlRoute::HostPsql(psql)) } => format!(
@@ -371,7 +371,7 @@ fn steps_04_and_05(scene: &Scene) -> String {
         Stage::Sandbox { sql: Some(SqlRoute::Exec) } => "The pods are real PostgreSQL servers; this host has no psql, so the tour's SQL goes through pods/exec into the primary pod (not through its Service).".into(),
         _ => "The pods are simulated: the operator acts all the same, but no Postgres runs in them, so the SQL acts are skipped, the failover stops at its first question to Postgres, and a backup pod never finishes (nothing runs pg_basebackup).".into(),
     };
-    format!("== Steps 04 and 05: cargo run --bin stage05   (the homework, for real: a seed, replicas, Services, failover; then backups and disaster recovery. Stage 05's operator is stage 04's plus backups)\n   {pods}")
+    format!("== Steps 04 to 06: cargo run --bin stage06   (the homework, for real: a seed, replicas, Services, failover; then backups and disaster recovery. Stage 06's operator is stage 04's plus failover (stage 05) and backups)\n   {pods}")
 }
 
 /// Run `sql` through the primary, where real PostgreSQL runs the pods; its caption is the psql
@@ -536,7 +536,7 @@ mod tests {
             let mut running = 0;
             for act in &playing {
                 match act.does {
-                    Does::StartStep03Operator | Does::StartStep05Operator => {
+                    Does::StartStep03Operator | Does::StartStep06Operator => {
                         assert_eq!(running, 0, "{}: an operator is running already", act.name);
                         running += 1;
                     }

@@ -31,8 +31,8 @@ pub enum Does {
     RefuseExistingExample,
     /// `stages/stage03.rs`'s operator.
     StartStep03Operator,
-    /// `stages/stage05.rs`'s: step 04's, acting on `spec.backup` too.
-    StartStep05Operator,
+    /// `stages/stage06.rs`'s: step 05's, acting on `spec.backup` too.
+    StartStep06Operator,
     /// Create the example object as this function builds it for a namespace.
     Create(fn(&str) -> PostgresCluster),
     /// A merge patch of `spec.size`.
@@ -109,7 +109,7 @@ impl Does {
                     });
                 }
             }
-            Does::StartStep03Operator | Does::StartStep05Operator => start_operator(self, scene),
+            Does::StartStep03Operator | Does::StartStep06Operator => start_operator(self, scene),
             Does::Create(example) => {
                 let _: PostgresCluster = client
                     .create(&collection_path(namespace), &example(namespace))
@@ -179,7 +179,7 @@ async fn check_namespace(scene: &Scene) -> Result<(), TourEnd> {
     }
 }
 
-/// Where the tour's step-05 operator serves `/metrics`: the stages' default address.
+/// Where the tour's step-06 operator serves `/metrics`: the stages' default address.
 const METRICS_ADDRESS: std::net::SocketAddr =
     std::net::SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 8080);
 
@@ -189,17 +189,17 @@ fn start_operator(which: &Does, scene: &mut Scene) {
     let stop = scene.stop_operators.child_token();
     let client = scene.client.clone();
     let task = match which {
-        Does::StartStep05Operator => {
+        Does::StartStep06Operator => {
             let options = PostgresOptions {
                 reconcile_interval: scene.reconcile_interval,
                 ..PostgresOptions::default()
             };
-            // What stages/stage05.rs serves: /metrics, /healthz and /readyz. Port 8080 as the
+            // What stages/stage06.rs serves: /metrics, /healthz and /readyz. Port 8080 as the
             // stage's default, or any free one when another operator holds it.
             let metrics = Arc::clone(&options.metrics);
             let bounds = HealthBounds::for_operator(options.reconcile_interval, &options.watch);
             let serving = stop.clone();
-            // What stages/stage05.rs runs: stage 04's operator with the backup layer.
+            // What stages/stage06.rs runs: stage 05's operator with the backup layer.
             let operator =
                 run_postgres_operator(client, options, Backups::default(), reporter, stop.clone());
             tokio::spawn(async move {
@@ -236,7 +236,7 @@ fn start_operator(which: &Does, scene: &mut Scene) {
     scene.story = Story::new(lines);
 }
 
-/// Stop the operator as SIGTERM would and wait for it (step 03's and step 05's curtains), then
+/// Stop the operator as SIGTERM would and wait for it (step 03's and step 06's curtains), then
 /// print the story lines it told while stopping; the report says how many cluster tasks it
 /// stopped.
 async fn stop_operator(scene: &mut Scene) -> Result<(), TourEnd> {

@@ -11,7 +11,7 @@ pub const RESIZED_SIZE: i64 = 5;
 /// Step 04 grows the example by one: one more replica cloned from the primary.
 pub const GROWN_SIZE: i64 = 4;
 const EXAMPLE_VERSION: &str = "16";
-/// Step 05's `spec.backup` for the example: a claim of this size (the sandbox records it, a real
+/// Step 06's `spec.backup` for the example: a claim of this size (the sandbox records it, a real
 /// provisioner would enforce it; two base backups of the tour's small database and its WAL take
 /// well under 100 MB), the newest two base backups kept.
 pub const BACKUP_STORAGE_SIZE: &str = "256Mi";
@@ -23,7 +23,7 @@ pub fn example_cluster(namespace: &str) -> PostgresCluster {
     PostgresCluster::new(namespace, EXAMPLE_NAME, spec)
 }
 
-/// The example with step 05's `spec.backup` (every other field of it at its default).
+/// The example with step 06's `spec.backup` (every other field of it at its default).
 pub fn example_cluster_with_backups(namespace: &str) -> PostgresCluster {
     let mut cluster = example_cluster(namespace);
     let backups = BackupsSpec {

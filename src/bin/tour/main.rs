@@ -1,5 +1,5 @@
 //! The one-command tour: `cargo run`. It plays the whole workshop at once — register the type,
-//! watch, run the step-03 operator on a cluster, then the step-05 operator (step 04's plus
+//! watch, run the step-03 operator on a cluster, then the step-06 operator (step 05's plus
 //! backups) for real: a seed primary and its replicas, a row written through the primary Service,
 //! the primary deleted, a failover, the row read back; then a base backup, a second row archived,
 //! every pod deleted at once, and the cluster restored from its backups with both rows — and
@@ -26,12 +26,12 @@
 //! CRD if missing (and leaves it), creates `example-postgresql-cluster` in the namespace, resizes
 //! it, and deletes it again — also when stopped with Ctrl-C half-way, and then says what it
 //! removed. It refuses to start if an object of that name already exists, or if the namespace
-//! does not. Steps 04 and 05, whose operator starts pods, play on the tour's own sandbox only.
+//! does not. Steps 04 to 06, whose operator starts pods, play on the tour's own sandbox only.
 //!
 //! The operators it runs are the ones the stages run:
 //! [`run_operator`](postgres_operator::controller::run_operator) (`stages/stage03.rs`) and
 //! [`run_postgres_operator`](postgres_operator::postgres::run_postgres_operator) with the
-//! `Backups` layer (`stages/stage05.rs`). The tour waits for the operator's own lines, or polls the cluster's
+//! `Backups` layer (`stages/stage06.rs`). The tour waits for the operator's own lines, or polls the cluster's
 //! status, after each act (with a deadline) rather than sleeping. `cargo run -- --help` lists the
 //! flags.
 //!
@@ -77,7 +77,7 @@ const ACT_DEADLINE: Duration = Duration::from_secs(15);
 const POD_ACT_DEADLINE: Duration = Duration::from_secs(180);
 
 /// tour: the whole workshop in one command (`cargo run`). Registers the PostgresCluster type,
-/// runs the step-03 operator on a cluster, then the step-05 operator (step 04's plus backups):
+/// runs the step-03 operator on a cluster, then the step-06 operator (step 05's plus backups):
 /// creates a Postgres cluster with backups, grows it, writes a row through its primary Service,
 /// deletes the primary pod, watches the failover and reads the row back; takes a base backup,
 /// writes and archives a second row, deletes every pod and reads both rows back from the restored
@@ -174,7 +174,7 @@ async fn tour(flags: TourFlags) -> ExitCode {
             println!(
                 "   Nothing else is created: the step-03 operator only reports what it would do."
             );
-            println!("   Steps 04 and 05 (their operator starts pods) play on the tour's own sandbox only: `cargo run` with no flags.");
+            println!("   Steps 04 to 06 (their operator starts pods) play on the tour's own sandbox only: `cargo run` with no flags.");
             Stage::RealCluster
         }
     };

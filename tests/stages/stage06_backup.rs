@@ -1,11 +1,11 @@
-//! Stage 05 end to end: backups and disaster recovery with real PostgreSQL on the sandbox's
+//! Stage 06 end to end: backups and disaster recovery with real PostgreSQL on the sandbox's
 //! process runtime, driven by real kubectl — rows, a base backup, more rows archived, every pod
 //! deleted at once, the restore; a new cluster restored to a target time; a missing WAL segment
 //! and a corrupt backup.
 //!
-//! WORKSHOP.md, step 05. Needs PostgreSQL, bubblewrap, kubectl, and the sandbox's
+//! WORKSHOP.md, step 06. Needs PostgreSQL, bubblewrap, kubectl, and the sandbox's
 //! PersistentVolumeClaims. The timings (all pods lost → ready primary, backup duration and size)
-//! are printed, not asserted: `cargo test --test stages stage05_backup:: -- --nocapture`.
+//! are printed, not asserted: `cargo test --test stages stage06_backup:: -- --nocapture`.
 
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
@@ -431,7 +431,7 @@ async fn a_cluster_lost_entirely_comes_back_from_its_backups() {
     assert_eq!(before, after, "the backups are untouched");
 }
 
-/// The closing note's numbers, printed, not asserted (`cargo test --test stages stage05_backup:: --
+/// The closing note's numbers, printed, not asserted (`cargo test --test stages stage06_backup:: --
 /// --ignored --nocapture`): a base backup of a 100 MB database (duration and size), the rows a
 /// steady writer committed that a restore after losing every pod does not have (with the
 /// deployed `archive_timeout`), and the time from "all pods lost" to a ready primary.
