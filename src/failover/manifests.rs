@@ -162,3 +162,171 @@ fn ready_container(cluster: &PostgresCluster, image: &str) -> Value {
         "volumeMounts": [{"name": "agent", "mountPath": AGENT_DIR, "readOnly": true}],
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::api::PostgresClusterSpec;
+    use crate::controller::pods::{APP_LABEL, CLUSTER_LABEL};
+    use crate::failover::agent::DEFAULT_DEADLINE;
+    use crate::postgres::manifests::{ALIVE_CHECK, DATA_MOUNT, PGDATA, ROLE_LABEL};
+
+    fn cluster() -> PostgresCluster {
+        let spec = PostgresClusterSpec::new(3, "16.4");
+        let mut cluster = PostgresCluster::new("prod", "db", spec);
+        cluster.metadata.uid = "uid-db".into();
+        cluster
+    }
+
+    fn env<'a>(container: &'a Value, name: &str) -> &'a Value {
+        container["env"]
+            .as_array()
+            .and_then(|env| env.iter().find(|e| e["name"] == name))
+            .unwrap_or_else(|| panic!("env {name} in {container}"))
+    }
+
+    /// The agent's init container, as both roles have it first.
+    fn agent_install() -> Value {
+        json!({
+            "name": "agent",
+            "image": "postgres-operator:latest",
+            "imagePullPolicy": "IfNotPresent",
+            "command": ["/pg-ready", "install", "/agent/pg-ready"],
+            "volumeMounts": [{"name": "agent", "mountPath": "/agent"}],
+        })
+    }
+
+    /// A primary pod: generateName, the three labels, the image from spec.version, secrets by
+    /// reference, PGDATA under the emptyDir, uid 999, started through the crash guard, and the
+    /// agent's copy its only init container.
+    #[test]
+    fn primary_pod_runs_the_official_image_contract() {
+        let pod = member_pod(&cluster(), Role::Primary, DEFAULT_AGENT_IMAGE);
+        assert_eq!(pod["metadata"]["ownerReferences"][0]["uid"], "uid-db");
+        // The API server appends 5 random characters; `name` must be absent for that.
+        assert_eq!(pod["metadata"]["generateName"], "db-");
+        assert!(pod["metadata"]["name"].is_null());
+        assert_eq!(
+            pod["metadata"]["labels"],
+            json!({APP_LABEL: "postgres", CLUSTER_LABEL: "db", ROLE_LABEL: "primary"})
+        );
+        // The only init container of a primary copies the readiness agent in.
+        assert_eq!(pod["spec"]["initContainers"], json!([agent_install()]));
+        let security = &pod["spec"]["securityContext"];
+        assert_eq!(
+            (
+                &security["runAsUser"],
+                &security["runAsGroup"],
+                &security["fsGroup"]
+            ),
+            (&json!(999), &json!(999), &json!(999))
+        );
+        let container = &pod["spec"]["containers"][0];
+        assert_eq!(container["name"], "postgres");
+        assert_eq!(container["image"], "postgres:16.4");
+        // The image's docker-entrypoint.sh must run, or nothing initialises PGDATA: the start
+        // script ends in it, with the arguments.
+        assert_eq!(
+            container["command"],
+            json!(["sh", "-c", START_SCRIPT, "start"])
+        );
+        assert!(START_SCRIPT
+            .trim_end()
+            .ends_with(r#"exec docker-entrypoint.sh "$@""#));
+        assert_eq!(container["args"][0], "postgres");
+        // A crashed backend ends the postmaster, so the container restarts through the guard.
+        let args = container["args"].as_array().expect("args");
+        assert!(args
+            .windows(2)
+            .any(|pair| pair == [json!("-c"), json!("restart_after_crash=off")]));
+        assert_eq!(env(container, "PGDATA")["value"], PGDATA);
+        assert!(PGDATA.starts_with(&format!("{DATA_MOUNT}/")));
+        assert_eq!(
+            env(container, "POSTGRES_PASSWORD")["valueFrom"]["secretKeyRef"],
+            json!({"name": "db-credentials", "key": "superuser-password"})
+        );
+        assert_eq!(
+            container["volumeMounts"],
+            json!([
+                {"name": "data", "mountPath": DATA_MOUNT},
+                {"name": "init", "mountPath": "/docker-entrypoint-initdb.d", "readOnly": true},
+            ])
+        );
+        assert_eq!(
+            pod["spec"]["volumes"],
+            json!([
+                {"name": "data", "emptyDir": {}},
+                {"name": "init", "configMap": {"name": "db-init"}},
+                {"name": "agent", "emptyDir": {}},
+            ])
+        );
+        assert!(pod["spec"]["terminationGracePeriodSeconds"].as_u64() > Some(30));
+    }
+
+    /// Readiness asks the agent beside postgres, which asks the server over TCP at localhost
+    /// (not the Unix socket the entrypoint's temporary init server listens on); startup and
+    /// liveness (the agent's `/livez`, pg_isready behind it) accept "rejecting connections"
+    /// (exit 1) as alive, so WAL replay is never killed.
+    #[test]
+    fn probes_do_not_kill_a_replica_replaying_wal() {
+        let pod = member_pod(&cluster(), Role::Replica, DEFAULT_AGENT_IMAGE);
+        // The agent's copy first, then the clone: init containers run in order.
+        let init = &pod["spec"]["initContainers"];
+        assert_eq!(init[0], agent_install());
+        assert_eq!(init[1]["name"], "clone");
+        assert_eq!(init.as_array().map(Vec::len), Some(2));
+        let container = &pod["spec"]["containers"][0];
+        assert_eq!(
+            container["readinessProbe"]["httpGet"],
+            json!({"path": "/readyz", "port": 8008})
+        );
+        assert_eq!(container["readinessProbe"]["exec"], Value::Null);
+        // Under the kubelet's timeout, the agent's deadline: its 503 says why.
+        assert!(
+            Duration::from_secs(
+                container["readinessProbe"]["timeoutSeconds"]
+                    .as_u64()
+                    .unwrap_or(1)
+            ) > DEFAULT_DEADLINE
+        );
+        let ready = &pod["spec"]["containers"][1];
+        assert_eq!(ready["name"], READY_CONTAINER);
+        assert_eq!(ready["image"], "postgres:16.4", "the agent runs psql");
+        assert_eq!(
+            ready["command"],
+            json!(["/agent/pg-ready", "serve", "--listen", "$(POD_IP):8008"])
+        );
+        assert_eq!(
+            env(ready, "POD_IP")["valueFrom"]["fieldRef"]["fieldPath"],
+            "status.podIP"
+        );
+        assert_eq!(env(ready, "PGHOST")["value"], "localhost");
+        assert_eq!(
+            env(ready, "PGPASSWORD")["valueFrom"]["secretKeyRef"],
+            json!({"name": "db-credentials", "key": "superuser-password"})
+        );
+        assert_eq!(
+            ready["volumeMounts"],
+            json!([{"name": "agent", "mountPath": "/agent", "readOnly": true}])
+        );
+        let startup = &container["startupProbe"];
+        assert_eq!(startup["exec"]["command"], json!(["sh", "-c", ALIVE_CHECK]));
+        // Longer than pg_isready's own 3 s connect timeout.
+        assert!(startup["timeoutSeconds"].as_u64() > Some(3));
+        assert!(ALIVE_CHECK.contains("-h 127.0.0.1") && ALIVE_CHECK.ends_with("[ $? -le 1 ]"));
+        // A running member's liveness asks the agent, as readiness does: no process started.
+        let liveness = &container["livenessProbe"];
+        assert_eq!(liveness["httpGet"], json!({"path": "/livez", "port": 8008}));
+        assert_eq!(liveness["exec"], Value::Null);
+        // Longer than the agent's answer can take: its session's deadline, then pg_isready -t 2.
+        assert!(liveness["timeoutSeconds"].as_u64() > Some(3));
+        let budget = |probe: &str| {
+            container[probe]["periodSeconds"].as_u64().unwrap_or(10)
+                * container[probe]["failureThreshold"].as_u64().unwrap_or(3)
+        };
+        assert!(budget("startupProbe") >= 600, "10 minutes to start");
+        assert!(budget("livenessProbe") >= 60, "a minute of silence");
+    }
+}

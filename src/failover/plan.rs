@@ -525,3 +525,6 @@ pub fn most_advanced(positions: &[Position]) -> Option<&Position> {
         key(a).cmp(&key(b)).then(a.pod.cmp(&b.pod))
     })
 }
+
+#[cfg(test)]
+mod tests;

@@ -98,3 +98,43 @@ fn switched_to(
         None => None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A switchover is acted on once per annotation value: recorded when the primary is
+    /// deleted for it, so that a target that could not be promoted is not tried again and again.
+    #[test]
+    fn a_switchover_is_recorded_once_acted_on() {
+        let annotation = "db-1".to_string();
+        let switch = FailoverAction::Delete {
+            pod: "db-0".into(),
+            reason: FailReason::PlannedSwitchover,
+        };
+        let before = PostgresClusterStatus::default();
+        // The healthy cluster's primary is still db-0: the delete is what acts on it.
+        let acted = switched_to(Some(&annotation), Some("db-0"), Some(&switch), &before);
+        assert_eq!(acted.as_deref(), Some("db-1"));
+        let waiting = switched_to(Some(&annotation), Some("db-0"), None, &before);
+        assert_eq!(waiting, None);
+        // Another deletion is not the switchover's.
+        let upgrade = FailoverAction::Delete {
+            pod: "db-0".into(),
+            reason: FailReason::Switchover,
+        };
+        let upgraded = switched_to(Some(&annotation), Some("db-0"), Some(&upgrade), &before);
+        assert_eq!(upgraded, None);
+        // Once recorded, it stays while the annotation does; the annotation removed, no record.
+        let mut recorded = PostgresClusterStatus::default();
+        set_switchover(acted.as_ref(), &mut recorded);
+        assert_eq!(switchover(&recorded).as_deref(), Some("db-1"));
+        let kept = switched_to(Some(&annotation), Some("db-0"), None, &recorded);
+        assert_eq!(kept.as_deref(), Some("db-1"));
+        let removed = switched_to(None, Some("db-1"), None, &recorded);
+        assert_eq!(removed, None);
+        // The pod it names is the primary: recorded, whatever this round did.
+        let promoted = switched_to(Some(&annotation), Some("db-1"), None, &before);
+        assert_eq!(promoted.as_deref(), Some("db-1"));
+    }
+}
