@@ -231,13 +231,17 @@ impl ClusterLayer for Backups {
         conditions::phase_and_conditions(status, &task.status(), planned, now);
     }
 
-    const STATS_SQL: &'static str = figures::STATS_SQL;
+    fn stats_sql() -> String {
+        format!("{}{}", failover::figures::STATS_SQL, figures::STATS_SQL)
+    }
 
     fn figures(
         clusters: &[Arc<PostgresCluster>],
         answers: &[Option<Option<String>>],
         now: SystemTime,
     ) -> Vec<Family> {
-        figures::figures(clusters, answers, now)
+        let mut families = failover::figures::figures(clusters, answers);
+        families.extend(figures::figures(clusters, answers, now));
+        families
     }
 }

@@ -22,6 +22,7 @@ pub mod act;
 pub mod agent;
 pub mod api;
 mod fence;
+pub mod figures;
 pub mod lines;
 pub mod manifests;
 pub mod observe;
@@ -243,6 +244,18 @@ impl ClusterLayer for Failover {
             Planned::Core(_) => None,
         };
         status::status(task, own, status, now);
+    }
+
+    fn stats_sql() -> String {
+        figures::STATS_SQL.to_string()
+    }
+
+    fn figures(
+        clusters: &[Arc<PostgresCluster>],
+        answers: &[Option<Option<String>>],
+        _: std::time::SystemTime,
+    ) -> Vec<crate::metrics::Family> {
+        figures::figures(clusters, answers)
     }
 }
 // ANCHOR_END: layer

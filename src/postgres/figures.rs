@@ -8,15 +8,13 @@
 //! | `postgres_cluster_members_wanted` | `spec.size` |
 //! | `postgres_cluster_members_ready` | `status.readyInstances` |
 //! | `postgres_cluster_primary{pod}` = 1 | `status.primary` |
-//! | `postgres_cluster_synchronous_standbys_wanted` | `spec.replication.synchronous.number` |
 //! | `postgres_cluster_replication_lag_bytes{pod}` | `pg_stat_replication` on the primary |
-//! | `postgres_cluster_synchronous_standbys` | `pg_stat_replication.sync_state` on the primary |
 //! | `postgres_cluster_stats_up` | whether that `psql` answered before the scrape's deadline |
 //!
-//! The first four cost nothing: they come from the cluster watch's store, which the operator
-//! keeps anyway. The last three cost one `pods/exec` per cluster with a primary, per scrape,
+//! The first three cost nothing: they come from the cluster watch's store, which the operator
+//! keeps anyway. The last two cost one `pods/exec` per cluster with a primary, per scrape,
 //! and only then: the reconcile rounds never pay for them. A layer adds its own figures to
-//! both (`ClusterLayer::STATS_SQL` and `ClusterLayer::figures`), in the same one `pods/exec`.
+//! both (`ClusterLayer::stats_sql` and `ClusterLayer::figures`), in the same one `pods/exec`.
 
 use std::borrow::Borrow;
 use std::future::Future;
@@ -31,19 +29,16 @@ use super::cluster::{psql_in_pod, ClusterLayer};
 use super::manifests::psql_argv;
 use crate::api::PostgresCluster;
 use crate::client::Client;
-use crate::failover::api::ReplicationSpec;
 use crate::metrics::text::{Family, Kind};
 use crate::metrics::ScrapeTime;
 use crate::watch::Store;
 
-/// One query, a row `kind|name|number` each: `replica|<pod>|<bytes>` per standby connected, then
-/// `synchronous||<count>`. A replica's `application_name` is its pod's name (the clone sets it,
+/// One query, a row `kind|name|number` each: `replica|<pod>|<bytes>` per standby connected. A
+/// replica's `application_name` is its pod's name (the clone sets it,
 /// see `manifests.rs`); its lag is how far its replay is behind the primary's WAL, in bytes.
 /// NULL (nothing replayed yet) comes out empty and is left out.
 pub const STATS_SQL: &str = "SELECT 'replica', application_name, \
-     pg_wal_lsn_diff(pg_current_wal_lsn(), replay_lsn)::bigint FROM pg_stat_replication \
-     UNION ALL SELECT 'synchronous', '', count(*) FROM pg_stat_replication \
-     WHERE sync_state IN ('sync', 'quorum')";
+     pg_wal_lsn_diff(pg_current_wal_lsn(), replay_lsn)::bigint FROM pg_stat_replication";
 
 /// `pods/exec` sessions open at once, whatever the number of clusters or scrapes.
 const CONCURRENT_EXECS: usize = 4;
@@ -65,7 +60,7 @@ impl<L: ClusterLayer> ClusterFigures<L> {
             client,
             clusters,
             execs: Semaphore::new(CONCURRENT_EXECS),
-            sql: [STATS_SQL, L::STATS_SQL].concat(),
+            sql: format!("{STATS_SQL}{}", L::stats_sql()),
             layer: PhantomData,
         }
     }
@@ -132,9 +127,9 @@ pub fn cluster_labels(cluster: &PostgresCluster) -> Vec<(&'static str, String)> 
     ]
 }
 
-/// The families from the cluster watch's store (the first four in the table at the top), each
+/// The families from the cluster watch's store (the first three in the table at the top), each
 /// still without samples.
-const FROM_THE_STORE: [Family; 4] = [
+const FROM_THE_STORE: [Family; 3] = [
     Family::new(
         "postgres_cluster_members_wanted",
         "Members the cluster should have (spec.size).",
@@ -150,23 +145,13 @@ const FROM_THE_STORE: [Family; 4] = [
         "1 for the pod that is the cluster's primary (status.primary).",
         Kind::Gauge,
     ),
-    Family::new(
-        "postgres_cluster_synchronous_standbys_wanted",
-        "Standbys each commit must reach (spec.replication.synchronous.number); absent: asynchronous.",
-        Kind::Gauge,
-    ),
 ];
 
-/// The families from what the primary's `psql` said (the last three).
-const FROM_THE_PRIMARY: [Family; 3] = [
+/// The families from what the primary's `psql` said (the last two).
+const FROM_THE_PRIMARY: [Family; 2] = [
     Family::new(
         "postgres_cluster_replication_lag_bytes",
         "How far each replica's replay is behind the primary's WAL, in bytes (pg_stat_replication).",
-        Kind::Gauge,
-    ),
-    Family::new(
-        "postgres_cluster_synchronous_standbys",
-        "Standbys streaming as synchronous ones now (pg_stat_replication.sync_state sync or quorum).",
         Kind::Gauge,
     ),
     Family::new(
@@ -182,8 +167,8 @@ pub fn figures<C: Borrow<PostgresCluster>>(
     clusters: &[C],
     answers: &[Option<Option<String>>],
 ) -> Vec<Family> {
-    let [mut wanted, mut ready, mut primaries, mut sync_wanted] = FROM_THE_STORE;
-    let [mut lag, mut sync_seen, mut up] = FROM_THE_PRIMARY;
+    let [mut wanted, mut ready, mut primaries] = FROM_THE_STORE;
+    let [mut lag, mut up] = FROM_THE_PRIMARY;
     for (cluster, answer) in clusters.iter().zip(answers) {
         let cluster: &PostgresCluster = cluster.borrow();
         let labels = cluster_labels(cluster);
@@ -194,9 +179,6 @@ pub fn figures<C: Borrow<PostgresCluster>>(
         };
         let status = cluster.status.as_ref();
         wanted = wanted.sample(labels.clone(), cluster.spec.size as f64);
-        if let Some(number) = ReplicationSpec::synchronous(&cluster.spec).map(|s| s.number) {
-            sync_wanted = sync_wanted.sample(labels.clone(), number as f64);
-        }
         let ready_instances = status.and_then(|s| s.ready_instances).unwrap_or(0);
         ready = ready.sample(labels.clone(), ready_instances as f64);
         if let Some(primary) = status.and_then(|s| s.primary.as_deref()) {
@@ -207,14 +189,12 @@ pub fn figures<C: Borrow<PostgresCluster>>(
         let Some(answer) = answer else { continue };
         // The rows of other kinds are a layer's.
         for (kind, name, number) in stats_rows(answer) {
-            match kind {
-                "replica" if !name.is_empty() => lag = lag.sample(with_pod(name), number as f64),
-                "synchronous" => sync_seen = sync_seen.sample(labels.clone(), number as f64),
-                _ => {}
+            if kind == "replica" && !name.is_empty() {
+                lag = lag.sample(with_pod(name), number as f64);
             }
         }
     }
-    vec![wanted, ready, sync_wanted, sync_seen, primaries, up, lag]
+    vec![wanted, ready, primaries, up, lag]
 }
 
 #[cfg(test)]
@@ -252,11 +232,12 @@ mod tests {
         let answer = "archiver||2\nreplica|db-b|16\nreplica||7\nsynchronous||1\n";
         let text = render(&figures(&[cluster], &[Some(Some(answer.to_string()))]));
         assert!(
-            !text.contains("archiver") && !text.contains("pod=\"\""),
+            !text.contains("archiver")
+                && !text.contains("synchronous")
+                && !text.contains("pod=\"\""),
             "{text}"
         );
         for line in [
-            "postgres_cluster_synchronous_standbys{namespace=\"ns\",cluster=\"db\"} 1\n",
             "postgres_cluster_members_wanted{namespace=\"ns\",cluster=\"db\"} 3\n",
             "postgres_cluster_members_ready{namespace=\"ns\",cluster=\"db\"} 2\n",
             "postgres_cluster_primary{namespace=\"ns\",cluster=\"db\",pod=\"db-a\"} 1\n",

@@ -17,7 +17,7 @@
 //!           act           ─ Planned::Core → act.rs, Planned::Own → L::act; L::after_round
 //!           status        ─ next_status → L::status
 //!   every member pod ─ manifests::pod → L::dress_pod
-//!   /metrics         ─ figures.rs: STATS_SQL + L::STATS_SQL on each primary → L::figures
+//!   /metrics         ─ figures.rs: STATS_SQL + L::stats_sql() on each primary → L::figures
 //! ```
 
 use std::fmt::Debug;
@@ -145,7 +145,9 @@ pub trait ClusterLayer: Send + Sync + Sized + 'static {
     /// `/metrics`: rows the layer adds to the query each primary answers at a scrape (` UNION
     /// ALL SELECT kind, name, number ...`, see `figures.rs`), so that they cost no `pods/exec`
     /// of their own.
-    const STATS_SQL: &'static str = "";
+    fn stats_sql() -> String {
+        String::new()
+    }
 
     /// The layer's families: from each cluster and its primary's answer to that query (`psql
     /// -At` lines; `None` without a primary, `Some(None)` when it did not answer in time).
