@@ -5,7 +5,7 @@
 //! `kubectl exec` does. Step 04's operator asks Postgres questions this way
 //! (`psql -Atc 'select pg_is_in_recovery()'` in the pod), and promotes a replica the same way.
 //!
-//! WORKSHOP.md, "Inside step 04: one `pods/exec`, byte by byte". One GET with an HTTP/1.1
+//! WORKSHOP.md, step 05 ("One `pods/exec`, byte by byte"). One GET with an HTTP/1.1
 //! `Upgrade: websocket` ([`Client::upgrade`]: the client's TLS and bearer token), offering the
 //! `v5.channel.k8s.io` subprotocol and `v4.channel.k8s.io` after it. From then on every binary
 //! WebSocket message belongs to one stream of the process, named by the message's first byte:

@@ -11,7 +11,9 @@
 //! backup; `restore.rs` and `base_backups.rs` carry them out; `scripts.rs` — the shell:
 //! `archive_command`, `restore_command`, the backup and restore scripts; `conditions.rs` — phase
 //! Recovering or Failed and the conditions; `figures.rs` — the last backup's age
-//! and the archiver's failures for `/metrics`; `mod.rs` — the layer itself, the hooks it fills. The same
+//! and the archiver's failures for `/metrics`; `termination.rs` — what a finished container
+//! reports; `source_credentials.rs` — the passwords of a bootstrap's source cluster; `mod.rs` —
+//! the layer itself, the hooks it fills. The same
 //! operator as stage 05 with that layer plugged in: a cluster without `spec.backup` or
 //! `spec.bootstrap` runs exactly as in stage 05. Like stage 05 it acts only while it holds the Lease `postgres-operator`.
 //!

@@ -1,12 +1,12 @@
 //! Support: skip it on first read — the fields' shapes, read from and written to the `more` step 02
 //! carries; the lesson is what the layer does with them.
 //!
-//! Step 05's own fields of a `PostgresCluster`: `spec.backup` and `spec.bootstrap`, the
+//! Step 06's own fields of a `PostgresCluster`: `spec.backup` and `spec.bootstrap`, the
 //! backup-now annotation, and what the layer records in `status.lastBackup`,
 //! `status.backupRequested` and `status.restore`.
 //!
-//! WORKSHOP.md, step 05. Step 02's `src/api.rs` carries these fields untyped (`more`); this file
-//! gives them their types. Stage 04 never reads them, and its status writes keep them.
+//! WORKSHOP.md, step 06. Step 02's `src/api.rs` carries these fields untyped (`more`); this file
+//! gives them their types. Stages 04 and 05 never read them, and their status writes keep them.
 
 use std::time::{Duration, SystemTime};
 
@@ -20,7 +20,7 @@ use crate::postgres::api::{field, set_field};
 /// `kubectl annotate pgc NAME workshop.example.com/backup-now="$(date +%s)" --overwrite`.
 pub const BACKUP_NOW_ANNOTATION: &str = "workshop.example.com/backup-now";
 
-/// Step 05's part of the spec: `spec.backup` and `spec.bootstrap`, both optional.
+/// Step 06's part of the spec: `spec.backup` and `spec.bootstrap`, both optional.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct BackupsSpec {
     /// Base backups and WAL archiving to a PersistentVolumeClaim.
@@ -30,7 +30,7 @@ pub struct BackupsSpec {
 }
 
 impl BackupsSpec {
-    /// Step 05's fields of `spec`. The CRD's schema gives them their shape on the server; one
+    /// Step 06's fields of `spec`. The CRD's schema gives them their shape on the server; one
     /// of another shape (an old CRD, or someone else's) is said and read as absent.
     pub fn read(spec: &PostgresClusterSpec) -> BackupsSpec {
         fn or_absent<T>(name: &str, read: Result<Option<T>, serde_json::Error>) -> Option<T> {
@@ -116,7 +116,7 @@ pub struct FromBackup {
     pub target_time: Option<String>,
 }
 
-/// Step 05's part of the status. The layer reads it at the start of a round, changes it as it
+/// Step 06's part of the status. The layer reads it at the start of a round, changes it as it
 /// acts, and puts it back into the status step 04 computed, which keeps it otherwise.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct BackupStatus {
@@ -130,7 +130,7 @@ pub struct BackupStatus {
 }
 
 impl BackupStatus {
-    /// Step 05's fields of `status`. Only this operator writes them, so one of another shape is
+    /// Step 06's fields of `status`. Only this operator writes them, so one of another shape is
     /// read as absent.
     pub fn read(status: &PostgresClusterStatus) -> BackupStatus {
         BackupStatus {
@@ -174,7 +174,7 @@ impl LastBackup {
         Some(now.duration_since(time).unwrap_or_default())
     }
 
-    /// `status.lastBackup` alone, without the rest of step 05's status.
+    /// `status.lastBackup` alone, without the rest of step 06's status.
     pub fn read(status: &PostgresClusterStatus) -> Option<LastBackup> {
         field(&status.more, "lastBackup").ok().flatten()
     }
@@ -230,7 +230,7 @@ mod tests {
         assert_eq!(BackupsSpec::read(&spec).backup, None);
     }
 
-    /// Writing step 05's part of a status leaves step 04's (and every other field) as it was,
+    /// Writing step 06's part of a status leaves step 04's (and every other field) as it was,
     /// and an absent field is removed.
     #[test]
     fn writing_the_status_part_keeps_the_other_fields() {

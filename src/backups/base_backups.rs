@@ -1,5 +1,5 @@
 //! The base backups' rounds: a backup pod started when one is due (or asked for by the
-//! backup-now annotation), its report read when it finishes. WORKSHOP.md, step 05 ("What goes
+//! backup-now annotation), its report read when it finishes. WORKSHOP.md, step 06 ("What goes
 //! where": base backups).
 
 use std::sync::Arc;
@@ -18,7 +18,7 @@ use super::manifests::{self, BackupReport, BACKUP_CONTAINER};
 use super::plan::{
     next_backup, BackupObserved, BackupPod, BackupSource, BackupStep, BACKUP_RETRY_AFTER,
 };
-use super::restore::last_line;
+use super::termination::last_line;
 use super::Backups;
 
 /// One backup step: collect a finished backup pod, or start one when due. `pods`: the

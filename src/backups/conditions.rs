@@ -2,7 +2,7 @@
 //! failed restore, and the conditions that say why. Support: a learner may skip it on first read —
 //! `restore.rs` is the restore itself; this file words it for `kubectl get pgc` and `kubectl wait`.
 //!
-//! WORKSHOP.md, step 05 ("What goes where": disaster recovery).
+//! WORKSHOP.md, step 06 ("What goes where": disaster recovery).
 
 use crate::api::PostgresClusterStatus;
 use crate::postgres::conditions::{all_members_lost, condition, set_condition, PHASE_FAILED};
@@ -117,7 +117,7 @@ mod tests {
         action: Action,
         planned: Planned<BackupAction>,
     ) -> PostgresClusterStatus {
-        // Step 04's status keeps `status.restore` (step 05's, carried in `more`).
+        // Step 04's status keeps `status.restore` (step 06's, carried in `more`).
         let mut next = next_status(cluster, observed, None, &action, &VersionChange::None, "T2");
         let previous = cluster.status.clone().unwrap_or_default();
         phase_and_conditions(&mut next, &previous, &planned, "T2");

@@ -1,8 +1,8 @@
 //! Support: skip it on first read — what `/metrics` shows of backups; nothing in the restore
 //! depends on it.
 //!
-//! Step 05's figures for `/metrics`, beside step 04's (`src/postgres/figures.rs`) and asked of
-//! each primary in the same `pods/exec`:
+//! Step 06's figures for `/metrics`, beside step 04's (`src/postgres/figures.rs`) and step 05's
+//! (`src/failover/figures.rs`), and asked of each primary in the same `pods/exec`:
 //!
 //! | family | from |
 //! |---|---|
@@ -18,7 +18,7 @@ use crate::postgres::figures::{cluster_labels, stats_rows};
 
 use super::api::LastBackup;
 
-/// The row step 05 adds to step 04's query: `archiver||<failed_count>`.
+/// The row step 06 adds to step 04's query: `archiver||<failed_count>`.
 pub const STATS_SQL: &str = " UNION ALL SELECT 'archiver', '', failed_count FROM pg_stat_archiver";
 
 /// The families, from each cluster's status and what its primary said (see

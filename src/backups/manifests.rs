@@ -1,10 +1,10 @@
-//! Step 05's objects: the claim backups live on, the settings that archive every WAL segment to
+//! Step 06's objects: the claim backups live on, the settings that archive every WAL segment to
 //! it, the backup pod that takes a base backup, and the init container that restores one. Support:
 //! a learner may skip it on first read — it is JSON around the shell of `scripts.rs`, which is
 //! where the work is done. Pure functions, like `manifests.rs`: nothing here talks to the API
 //! server.
 //!
-//! WORKSHOP.md, step 05. For a cluster `db` with `spec.backup`:
+//! WORKSHOP.md, step 06. For a cluster `db` with `spec.backup`:
 //!
 //! ```text
 //!   PersistentVolumeClaim db-backups           (owned by db; storageSize)
@@ -153,7 +153,7 @@ pub fn recovery_target_time(rfc3339_utc: &str) -> String {
     format!("{}+00", time.replacen('T', " ", 1))
 }
 
-/// What stage 05 adds to a member pod; [`PodBackups::default`] adds nothing (stage 04's pod).
+/// What stage 06 adds to a member pod; [`PodBackups::default`] adds nothing (stage 05's pod).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PodBackups {
     /// Archive WAL into the cluster's claim `<name>-backups` (mounted at `/backups`).
@@ -162,7 +162,8 @@ pub struct PodBackups {
     pub restore: Option<RestoreSource>,
 }
 
-/// Stage 04's pod ([`manifests::pod`]) with stage 05's additions ([`dress_member`]).
+/// Stage 04's pod ([`manifests::pod`]) with stage 05's additions (`failover::manifests::dress`)
+/// and stage 06's ([`dress_member`]).
 pub fn member_pod(
     cluster: &PostgresCluster,
     role: Role,

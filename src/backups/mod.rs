@@ -1,23 +1,26 @@
-//! Step 05: backups and disaster recovery, as a layer over step 04's cluster task. Stage 05 is
-//! stage 04 with this layer plugged in ([`Backups`]); nothing of step 04 names it.
+//! Step 06: backups and disaster recovery, as a layer over step 05's ([`Backups`] holds a
+//! [`Failover`] and calls its hooks first). Stage 06 is stage 05's one call with this layer in
+//! place of `Failover`; nothing of step 04 or 05 names it.
 //!
-//! WORKSHOP.md, step 05. The lesson, in WORKSHOP.md's order:
+//! WORKSHOP.md, step 06. The lesson, in WORKSHOP.md's order:
 //!
 //! | file | what it holds |
 //! |---|---|
-//! | `mod.rs` | the layer: which of step 04's hooks it fills, and what it keeps per cluster |
+//! | `mod.rs` | the layer: which `ClusterLayer` hooks it fills, each after step 05's, and what it keeps per cluster |
 //! | `plan.rs` | the decisions: a seed that restores in place of the disaster, members started before `spec.backup` replaced, and when a base backup is due |
 //! | `restore.rs` | a seed restored from a backup, followed to its promotion; `status.restore` |
 //! | `base_backups.rs` | the base backups' rounds: start a backup pod when due, collect its report |
 //! | `scripts.rs` | the shell: `archive_command`, `restore_command`, the backup and restore scripts |
 //!
-//! Support, to skip on first read: `api.rs` (step 05's own fields: `spec.backup`,
+//! Support, to skip on first read: `api.rs` (step 06's own fields: `spec.backup`,
 //! `spec.bootstrap`, the backup-now annotation, `status.lastBackup`, `backupRequested` and
 //! `restore`), `manifests.rs` (the claim, the archive settings, the backup pod, the restore init
-//! container), `conditions.rs` (phase Recovering or Failed, and the conditions) and `figures.rs`
-//! (the last backup's age and the archiver's failures, for `/metrics`).
+//! container), `conditions.rs` (phase Recovering or Failed, and the conditions), `figures.rs`
+//! (the last backup's age and the archiver's failures, for `/metrics`), `termination.rs` (what a
+//! finished container reports) and `source_credentials.rs` (the passwords of the cluster a new
+//! one is bootstrapped from).
 //!
-//! A cluster without `spec.backup` or `spec.bootstrap` runs exactly as in stage 04.
+//! A cluster without `spec.backup` or `spec.bootstrap` runs exactly as in stage 05.
 
 pub mod api;
 pub mod base_backups;
@@ -27,6 +30,8 @@ pub mod manifests;
 pub mod plan;
 pub mod restore;
 pub mod scripts;
+pub mod source_credentials;
+pub mod termination;
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -111,7 +116,7 @@ impl ClusterLayer for Backups {
     /// live in the database): its Secret must hold the same ones.
     async fn credentials(task: &PostgresTask<Self>) -> Result<Option<Credentials>, OwnedError> {
         match restore::bootstrap_source(task.cluster()) {
-            Some(_) => restore::source_credentials(task).await.map(Some),
+            Some(_) => source_credentials::source_credentials(task).await.map(Some),
             None => Ok(None),
         }
     }

@@ -1,8 +1,8 @@
-//! Step 05's decisions, pure like step 04's `plan.rs`, and made after it: what the members' plan
+//! Step 06's decisions, pure like step 04's `plan.rs`, and made after step 05's: what the members' plan
 //! becomes when backups exist (a seed that restores in place of the disaster, members that do
 //! not archive replaced), and when to take a base backup.
 //!
-//! WORKSHOP.md, step 05. The rules [`plan_restore`] adds to step 04's, in order:
+//! WORKSHOP.md, step 06. The rules [`plan_restore`] adds to step 05's (and so step 04's), in order:
 //!
 //! 0. **A restore that failed is not retried**: it would fail the same way, and the pod's log and
 //!    the reason are what the user needs to look at. The seed goes; the cluster is Failed.
@@ -26,7 +26,7 @@ use crate::postgres::manifests::Role;
 use crate::postgres::plan::{Action, DeleteReason, Observed, Phase};
 use crate::postgres::Planned;
 
-/// Step 05's actions, carried out by the layer in place of step 04's.
+/// Step 06's actions, carried out by the layer, and step 05's kept (`Failover`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum BackupAction {
     /// Create the seed primary restoring from the claim `from` (disaster recovery, or a new

@@ -1,36 +1,26 @@
 //! Restoring a seed from a backup — disaster recovery, or a new cluster bootstrapped from
 //! another's backups — and following it to its promotion; what that means for `status`.
-//! WORKSHOP.md, step 05 ("What goes where": disaster recovery).
+//! WORKSHOP.md, step 06 ("What goes where": disaster recovery).
 
 use std::sync::Arc;
 
 use crate::api::PostgresCluster;
-use crate::config::SecretString;
 use crate::controller::pods::Pod;
 use crate::events::EventType;
 use crate::postgres::conditions::PHASE_FAILED;
-use crate::postgres::manifests::{
-    self as pg, Credentials, Role, POSTGRES_CONTAINER, REPLICATION_PASSWORD_KEY,
-    SUPERUSER_PASSWORD_KEY,
-};
+use crate::postgres::manifests::{self as pg, Role};
 use crate::postgres::plan::{Member, Observed, Phase};
-use crate::postgres::{OwnedError, PostgresTask};
+use crate::postgres::PostgresTask;
 
 use super::api::{BackupStatus, BackupsSpec, RestoreStatus};
 pub use super::conditions::{
     PHASE_RECOVERING, RESTORE_FAILED, RESTORE_RESTORED, RESTORE_RESTORING,
 };
-use super::manifests::{self, PodBackups, RestoreSource, RESTORE_CONTAINER};
+use super::manifests::{self, PodBackups, RestoreSource};
 use super::plan::RestoreObserved;
+pub use super::source_credentials::SourceSecretError;
+use super::termination::restore_failure;
 use super::Backups;
-
-/// Why the source cluster's passwords could not be taken.
-#[derive(Debug, thiserror::Error)]
-#[error("{path}: key {key} is missing or not base64 text; the source cluster's Secret is needed to log in to its restored database")]
-pub struct SourceSecretError {
-    path: String,
-    key: String,
-}
 
 /// `spec.bootstrap.fromBackup`, as a restore source.
 pub fn bootstrap_source(cluster: &PostgresCluster) -> Option<RestoreSource> {
@@ -255,43 +245,6 @@ async fn follow_restore(
     Some((member.name.clone(), why))
 }
 
-/// Why the restoring seed `pod` failed, if it did: the `restore` init container exited
-/// non-zero, or the postgres container stopped during recovery. The reason is the container's
-/// termination message: what the script wrote to /dev/termination-log, or
-/// (`terminationMessagePolicy: FallbackToLogsOnError`) the kubelet's copy of its last log
-/// lines, so no `pods/log` request is needed.
-async fn restore_failure(task: &PostgresTask<Backups>, pod: &str) -> Option<String> {
-    let path = format!("/api/v1/namespaces/{}/pods/{pod}", task.namespace());
-    let pod_json = task.client().get::<serde_json::Value>(&path).await.ok()?;
-    let statuses = [
-        ("initContainerStatuses", RESTORE_CONTAINER),
-        ("containerStatuses", POSTGRES_CONTAINER),
-    ];
-    for (list, container) in statuses {
-        let status = pod_json["status"][list]
-            .as_array()
-            .and_then(|all| all.iter().find(|c| c["name"] == container))?
-            .clone();
-        // A failed instance is `state` until the kubelet restarts it, `lastState` after.
-        let failed = [
-            &status["state"]["terminated"],
-            &status["lastState"]["terminated"],
-        ]
-        .into_iter()
-        .find(|t| t["exitCode"].as_i64().is_some_and(|c| c != 0));
-        let Some(terminated) = failed else {
-            continue;
-        };
-        let reason = last_line(terminated["message"].as_str().unwrap_or_default())
-            .unwrap_or("(no termination message, and nothing in its log)");
-        let exit = terminated["exitCode"].as_i64().unwrap_or_default();
-        return Some(format!(
-            "container {container} exited with {exit}: {reason}"
-        ));
-    }
-    None
-}
-
 /// Is the cluster still there, the same one, and not being deleted? After `kubectl delete pgc`
 /// the garbage collector may remove the pods before this task hears of the deletion, which
 /// looks exactly like the loss of every member: without this check a restore would start for a
@@ -315,48 +268,4 @@ async fn still_wanted(task: &PostgresTask<Backups>) -> bool {
             }),
         Err(_) => false,
     }
-}
-
-/// The source cluster's passwords (`spec.bootstrap.fromBackup.cluster`'s Secret).
-pub(super) async fn source_credentials(
-    task: &PostgresTask<Backups>,
-) -> Result<Credentials, OwnedError> {
-    let source = BackupsSpec::read(&task.cluster().spec)
-        .from_backup()
-        .map(|f| f.cluster.clone())
-        .unwrap_or_default();
-    let path = format!(
-        "/api/v1/namespaces/{}/secrets/{}",
-        task.namespace(),
-        pg::credentials_secret_name(&source)
-    );
-    let secret: serde_json::Value = task.client().get(&path).await?;
-    let key = |key: &str| -> Result<SecretString, OwnedError> {
-        let missing = || {
-            OwnedError::Layer(Box::new(SourceSecretError {
-                path: path.clone(),
-                key: key.to_string(),
-            }))
-        };
-        let encoded = secret["data"][key].as_str().unwrap_or_default();
-        let bytes = base64::Engine::decode(&base64::engine::general_purpose::STANDARD, encoded)
-            .map_err(|_| missing())?;
-        String::from_utf8(bytes)
-            .map(SecretString::new)
-            .map_err(|_| missing())
-    };
-    Ok(Credentials {
-        superuser_password: key(SUPERUSER_PASSWORD_KEY)?,
-        replication_password: key(REPLICATION_PASSWORD_KEY)?,
-    })
-}
-
-/// The last non-empty line of a termination message: under `FallbackToLogsOnError` it can be
-/// up to 80 log lines, of which the last says what went wrong.
-pub(super) fn last_line(message: &str) -> Option<&str> {
-    message
-        .lines()
-        .map(str::trim)
-        .rev()
-        .find(|line| !line.is_empty())
 }

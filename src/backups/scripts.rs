@@ -1,10 +1,10 @@
-//! The shell a learner reads in step 05: the `archive_command` PostgreSQL runs for every finished
+//! The shell a learner reads in step 06: the `archive_command` PostgreSQL runs for every finished
 //! WAL segment, the `restore_command` that fetches one back, the backup pod's script
 //! (`pg_basebackup` into the claim, the oldest pruned) and the restore container's (the newest
 //! base backup unpacked into an empty PGDATA). They run in the official postgres image, with its
 //! tools and nothing else.
 //!
-//! WORKSHOP.md, step 05 ("What goes where").
+//! WORKSHOP.md, step 06 ("What goes where").
 
 /// `archive_command`, run by the primary's archiver (with `sh -c`) for each finished segment
 /// `%p` (its path, relative to PGDATA) named `%f`. Archiving must be atomic and must never

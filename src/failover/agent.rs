@@ -1,6 +1,6 @@
 //! Support: skip it on first read — the readiness agent beside each postgres server.
 //!
-//! WORKSHOP.md, step 04 ("What fast detection costs while idle"). Ready decides which pods the
+//! WORKSHOP.md, step 05 ("Probes that cost nothing"). Ready decides which pods the
 //! Services send traffic to, and a primary that stays unready is failed over: the readiness
 //! probe is the operator's detector of a hung primary (its processes stopped: TCP still accepts,
 //! only a query notices), so it runs every 2 s. An `exec` probe of `pg_isready` would start a

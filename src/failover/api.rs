@@ -78,7 +78,8 @@ impl ReplicationSpec {
     }
 }
 
-/// Why stage 04 does not act on a spec: step 02's checks, or its own on `spec.replication`.
+/// Why stage 05 does not act on a spec that passed step 04's checks: its own on
+/// `spec.replication`.
 /// The CRD's schema enforces the same rules on the server.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum SpecError {
@@ -89,7 +90,7 @@ pub enum SpecError {
     SynchronousNumber { number: i64, size: i64 },
 }
 
-/// Step 02's checks ([`crate::api::validate_spec`]), then synchronous replication's: at least one
+/// Synchronous replication's checks, after step 04's (`postgres::api::validate_spec`): at least one
 /// standby, and fewer than `spec.size` (the primary is not its own standby).
 pub fn validate_spec(spec: &PostgresClusterSpec) -> Result<(), SpecError> {
     if let Some(synchronous) = ReplicationSpec::read(spec)?.synchronous {
@@ -156,7 +157,7 @@ mod tests {
     }
 
     /// A task refuses a synchronous `number` below 1 or not below `spec.size`, naming the rule;
-    /// step 02's checks are step 04's, before this.
+    /// step 02's checks are step 04's, made before this.
     #[test]
     fn synchronous_replication_needs_one_to_size_less_one_standbys() {
         assert_eq!(validate_spec(&synchronous(3, 1)), Ok(()));

@@ -30,7 +30,7 @@ pub const DEFAULT_AGENT_IMAGE: &str = "postgres-operator:latest";
 /// and promotes a standby without waiting for the old one to stop
 /// (`plan::fencing_first_is_safe`). Started as a primary again, the old server would take
 /// writes beside the new one until the fence's delete stops it. So only the operator makes a
-/// primary. A standby has `standby.signal` and a restore (step 05) `recovery.signal`; otherwise
+/// primary. A standby has `standby.signal` and a restore (step 06) `recovery.signal`; otherwise
 /// the control file says how the server last stopped: `shut down` after a clean stop, and still
 /// `in production` for a primary that did not stop cleanly (a fresh base backup's copy says so
 /// too, which is why the signal files are asked first). That one starts as a standby of

@@ -15,8 +15,8 @@
 //! switchover annotation, `status.synchronous` and `status.switchover`), `lines.rs` (the story
 //! lines of its deletions), `fence.rs` (how a fence is put up), `streaming.rs` (which replicas
 //! the primary streams to), `synchronous.rs` (synchronous replication, opt-in), `status.rs`
-//! (its part of `status`) and `agent.rs` (`pg-ready`, the agent that answers every member pod's
-//! probes).
+//! (its part of `status`), `figures.rs` (the synchronous standbys, for `/metrics`) and `agent.rs`
+//! (`pg-ready`, the agent that answers every member pod's probes).
 
 pub mod act;
 pub mod agent;

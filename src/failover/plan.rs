@@ -103,23 +103,12 @@ pub struct Failing {
     pub quorum: Option<Quorum>,
 }
 
-/// `synchronous_standby_names = ANY number (standbys)` as last set on the primary.
+/// `synchronous_standby_names = ANY number (standbys)` as last set on the primary. Which
+/// promotions it allows (`Quorum::allows`) is synchronous replication's: `synchronous.rs`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Quorum {
     pub number: usize,
     pub standbys: Vec<String>,
-}
-
-#[cfg(test)]
-impl Failing {
-    /// For the tests: `cluster`, with no switchover asked for and asynchronous replication.
-    pub(crate) fn of(cluster: Observed<Facts>) -> Failing {
-        Failing {
-            cluster,
-            switchover_to: None,
-            quorum: None,
-        }
-    }
 }
 
 /// How long to give the primary, and a replica that streams nothing, before acting.
@@ -423,34 +412,6 @@ fn is_lost(member: &Seen, delays: &FailoverDelays) -> bool {
 /// deleted, and the failover waits until it has stopped (at most the stop timeout).
 pub fn fencing_first_is_safe(failing: &Failing) -> bool {
     failing.quorum.is_some()
-}
-
-impl Quorum {
-    /// Whether promoting the most advanced of `ready` loses no acknowledged commit. Each such
-    /// commit reached `number` of the `standbys` (M of them), so it is on at least one of any
-    /// M − number + 1 of them: that many must answer. (CloudNativePG's failover quorum.)
-    pub fn allows(&self, ready: &[String]) -> Result<(), String> {
-        let answering: Vec<&String> = self
-            .standbys
-            .iter()
-            .filter(|name| ready.contains(name))
-            .collect();
-        let needed = (self.standbys.len() + 1).saturating_sub(self.number).max(1);
-        if answering.len() >= needed {
-            return Ok(());
-        }
-        Err(format!(
-            "promoting could lose acknowledged commits: each reached {} of the synchronous standbys [{}], and only {} of them [{}] can answer ({needed} needed)",
-            self.number,
-            self.standbys.join(", "),
-            answering.len(),
-            answering
-                .iter()
-                .map(|name| name.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        ))
-    }
 }
 
 /// The replica to promote, `preferred` (a planned switchover's) when it has everything the most

@@ -1,8 +1,8 @@
 //! Support: skip it on first read — a check the probes cannot make, asked of the primary only when
 //! the answer may have changed.
 //!
-//! Replicas that are Ready but follow nothing. The readiness probe (`pg_isready`) asks whether
-//! a server accepts connections, and a hot standby does whether or not it streams: one left on
+//! Replicas that are Ready but follow nothing. The readiness probe asks whether a server
+//! answers a query, and a hot standby does whether or not it streams: one left on
 //! an old timeline (it received WAL past the point where the promoted replica's timeline forked,
 //! so it can never follow it) or still pointing at a primary that is gone stays Ready for ever.
 //! The primary knows better: a standby that streams from it has a row in its

@@ -246,6 +246,34 @@ pub(super) fn set_status(
     }
 }
 
+impl Quorum {
+    /// Whether promoting the most advanced of `ready` loses no acknowledged commit. Each such
+    /// commit reached `number` of the `standbys` (M of them), so it is on at least one of any
+    /// M − number + 1 of them: that many must answer. (CloudNativePG's failover quorum.)
+    pub fn allows(&self, ready: &[String]) -> Result<(), String> {
+        let answering: Vec<&String> = self
+            .standbys
+            .iter()
+            .filter(|name| ready.contains(name))
+            .collect();
+        let needed = (self.standbys.len() + 1).saturating_sub(self.number).max(1);
+        if answering.len() >= needed {
+            return Ok(());
+        }
+        Err(format!(
+            "promoting could lose acknowledged commits: each reached {} of the synchronous standbys [{}], and only {} of them [{}] can answer ({needed} needed)",
+            self.number,
+            self.standbys.join(", "),
+            answering.len(),
+            answering
+                .iter()
+                .map(|name| name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -12,7 +12,7 @@
 //! The outage per fault (the longest stretch with no acknowledged write) and each replica's
 //! catch-up time are printed.
 //!
-//! WORKSHOP.md, step 05 ("Failover under faults"). Needs PostgreSQL and bubblewrap.
+//! WORKSHOP.md, step 05 ("Putting it to the test"). Needs PostgreSQL and bubblewrap.
 //! The operator runs with the defaults a user gets (`PostgresOptions::default()`, which the
 //! flags' defaults match: a round every 8 s; a failover delay of 2 s, a stop timeout of 20 s,
 //! a replica not streaming replaced after 30 s, an unready one after 60 s: `Delays::default`).

@@ -2,7 +2,7 @@
 //! psql in a real PostgreSQL pod, exit codes, stderr, stdin, and the refusals (no such pod, no
 //! such command, a simulated pod) as kubectl shows them.
 //!
-//! WORKSHOP.md, "Inside step 04: one `pods/exec`, byte by byte". Needs PostgreSQL and bubblewrap
+//! WORKSHOP.md, step 05 ("One `pods/exec`, byte by byte"). Needs PostgreSQL and bubblewrap
 //! for the process runtime (the test fails, saying what is missing, without them) and kubectl.
 //! Run: `cargo test -p postgres-operator --test exec against_sandbox::`.
 

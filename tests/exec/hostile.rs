@@ -3,7 +3,7 @@
 //! unknown stream, a forged handshake. Also what a well-behaved server sees of us: the request
 //! line and headers, the stdin bytes, and v4 chosen instead of v5.
 //!
-//! WORKSHOP.md, "Inside step 04: one `pods/exec`, byte by byte". Plain HTTP on 127.0.0.1:0; the
+//! WORKSHOP.md, step 05 ("One `pods/exec`, byte by byte"). Plain HTTP on 127.0.0.1:0; the
 //! server reads the request head off the TCP socket and writes the 101 by hand, so a test can
 //! also write raw frame bytes. Run: `cargo test -p postgres-operator --test exec hostile::`.
 

@@ -1,5 +1,5 @@
 //! `pods/exec` (`src/exec.rs`), one test binary: against hostile fake servers, and against the
-//! sandbox with real PostgreSQL pods. WORKSHOP.md, "Inside step 04: one `pods/exec`, byte by byte".
+//! sandbox with real PostgreSQL pods. WORKSHOP.md, step 05 ("One `pods/exec`, byte by byte").
 //!
 //! Run one part: `cargo test --test exec hostile::`.
 

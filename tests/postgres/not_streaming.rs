@@ -4,7 +4,7 @@
 //! primary's `pg_stat_replication` tells. The operator deletes it after the not-streaming delay
 //! (10 s in the tests) with a `ReplicaNotStreaming` Event, and a fresh clone streams.
 //!
-//! WORKSHOP.md, step 05 ("Failover under faults"). Needs PostgreSQL and bubblewrap:
+//! WORKSHOP.md, step 05 ("Every replica back"). Needs PostgreSQL and bubblewrap:
 //! `cargo test --test postgres not_streaming:: -- --nocapture`.
 
 use std::time::{Duration, Instant};

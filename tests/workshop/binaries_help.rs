@@ -29,18 +29,18 @@ struct Binary {
     /// What the first line must say: the binary's name and its place in the workshop.
     step: &'static str,
     own_flags: &'static [&'static str],
+    /// Flags it must not have: a later step's, which a layer adds, never a flag of an earlier stage.
+    absent_flags: &'static [&'static str],
     /// Its flags that take a duration in seconds.
     duration_flags: &'static [&'static str],
     takes_connection_flags: bool,
 }
 
-/// Stage 04's (and stage 05's and 06's) own flags: the cluster task's timings and leader election.
+/// Stage 04's own flags (stage 05 and 06 have them too): the cluster task's timings and leader
+/// election.
 const STAGE04_FLAGS: &[&str] = &[
     "--reconcile-interval <SECS>",
-    "--failover-after <SECS>",
     "--member-lost-after <SECS>",
-    "--stop-timeout <SECS>",
-    "--not-streaming-after <SECS>",
     "--watch-timeout <SECS>",
     "--metrics-address <IP:PORT>",
     "--leader-elect[=<BOOL>]",
@@ -51,14 +51,47 @@ const STAGE04_FLAGS: &[&str] = &[
 ];
 const STAGE04_DURATION_FLAGS: &[&str] = &[
     "--reconcile-interval",
-    "--failover-after",
     "--member-lost-after",
-    "--stop-timeout",
-    "--not-streaming-after",
     "--watch-timeout",
     "--lease-duration",
     "--renew-deadline",
     "--retry-period",
+];
+
+/// The flags step 05's failover layer adds (`FailoverFlags`): stage 05's and stage 06's only.
+const FAILOVER_FLAGS: &[&str] = &[
+    "--failover-after <SECS>",
+    "--stop-timeout <SECS>",
+    "--not-streaming-after <SECS>",
+    "--agent-image <IMAGE>",
+];
+
+/// Stage 05's flags, and stage 06's: stage 04's and the failover layer's.
+const STAGE05_FLAGS: &[&str] = &[
+    "--reconcile-interval <SECS>",
+    "--member-lost-after <SECS>",
+    "--watch-timeout <SECS>",
+    "--metrics-address <IP:PORT>",
+    "--leader-elect[=<BOOL>]",
+    "--lease-name <NAME>",
+    "--lease-duration <SECS>",
+    "--renew-deadline <SECS>",
+    "--retry-period <SECS>",
+    "--failover-after <SECS>",
+    "--stop-timeout <SECS>",
+    "--not-streaming-after <SECS>",
+    "--agent-image <IMAGE>",
+];
+const STAGE05_DURATION_FLAGS: &[&str] = &[
+    "--reconcile-interval",
+    "--member-lost-after",
+    "--watch-timeout",
+    "--lease-duration",
+    "--renew-deadline",
+    "--retry-period",
+    "--failover-after",
+    "--stop-timeout",
+    "--not-streaming-after",
 ];
 
 const BINARIES: &[Binary] = &[
@@ -67,6 +100,7 @@ const BINARIES: &[Binary] = &[
         path: env!("CARGO_BIN_EXE_stage01"),
         step: "workshop step 01",
         own_flags: &["--established-timeout <SECS>"],
+        absent_flags: FAILOVER_FLAGS,
         duration_flags: &["--established-timeout"],
         takes_connection_flags: true,
     },
@@ -75,6 +109,7 @@ const BINARIES: &[Binary] = &[
         path: env!("CARGO_BIN_EXE_stage02"),
         step: "workshop step 02",
         own_flags: &[],
+        absent_flags: FAILOVER_FLAGS,
         duration_flags: &[],
         takes_connection_flags: true,
     },
@@ -83,6 +118,7 @@ const BINARIES: &[Binary] = &[
         path: env!("CARGO_BIN_EXE_stage03"),
         step: "workshop step 03",
         own_flags: &["--reconcile-interval <SECS>"],
+        absent_flags: FAILOVER_FLAGS,
         duration_flags: &["--reconcile-interval"],
         takes_connection_flags: true,
     },
@@ -91,6 +127,7 @@ const BINARIES: &[Binary] = &[
         path: env!("CARGO_BIN_EXE_stage04"),
         step: "workshop step 04",
         own_flags: STAGE04_FLAGS,
+        absent_flags: FAILOVER_FLAGS,
         duration_flags: STAGE04_DURATION_FLAGS,
         takes_connection_flags: true,
     },
@@ -98,18 +135,20 @@ const BINARIES: &[Binary] = &[
         name: "stage05",
         path: env!("CARGO_BIN_EXE_stage05"),
         step: "workshop step 05",
-        // Stage 04's flags: stage 05 is the same operator with failover on.
-        own_flags: STAGE04_FLAGS,
-        duration_flags: STAGE04_DURATION_FLAGS,
+        // Stage 04's flags and the failover layer's (`FailoverFlags`).
+        own_flags: STAGE05_FLAGS,
+        absent_flags: &[],
+        duration_flags: STAGE05_DURATION_FLAGS,
         takes_connection_flags: true,
     },
     Binary {
         name: "stage06",
         path: env!("CARGO_BIN_EXE_stage06"),
         step: "workshop step 06",
-        // Stage 04's flags: stage 06 is the same operator with failover and backups on.
-        own_flags: STAGE04_FLAGS,
-        duration_flags: STAGE04_DURATION_FLAGS,
+        // Stage 05's flags: the backup layer adds none of its own.
+        own_flags: STAGE05_FLAGS,
+        absent_flags: &[],
+        duration_flags: STAGE05_DURATION_FLAGS,
         takes_connection_flags: true,
     },
     Binary {
@@ -117,6 +156,7 @@ const BINARIES: &[Binary] = &[
         path: env!("CARGO_BIN_EXE_tour"),
         step: "the whole workshop",
         own_flags: &["--real-cluster", "--reconcile-interval <SECS>"],
+        absent_flags: &[],
         duration_flags: &["--reconcile-interval"],
         takes_connection_flags: true,
     },
@@ -131,6 +171,7 @@ const BINARIES: &[Binary] = &[
             "--writers <W>",
             "--replay <N>",
         ],
+        absent_flags: &[],
         duration_flags: &[],
         takes_connection_flags: false,
     },
@@ -183,6 +224,14 @@ fn help_lists_every_flag_and_exits_0() {
             assert!(
                 stdout.contains(flag),
                 "{} lacks {flag}: {stdout}",
+                binary.name
+            );
+        }
+        for flag in binary.absent_flags {
+            let name = flag.split_whitespace().next().unwrap_or(flag);
+            assert!(
+                !stdout.contains(name),
+                "{} has {name}, a later step's flag: {stdout}",
                 binary.name
             );
         }

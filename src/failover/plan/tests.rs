@@ -3,6 +3,18 @@
 
 use super::*;
 
+impl Failing {
+    /// For the tests (these, `fence.rs`'s, step 06's): `cluster`, with no switchover asked for
+    /// and asynchronous replication.
+    pub(crate) fn of(cluster: Observed<Facts>) -> Failing {
+        Failing {
+            cluster,
+            switchover_to: None,
+            quorum: None,
+        }
+    }
+}
+
 fn member(name: &str, role: Role, phase: Phase, ready: bool) -> Seen {
     Member {
         phase,
