@@ -25,8 +25,13 @@ use serde_json::{json, Value};
 use crate::api::PostgresCluster;
 use crate::controller::pods::{owner_reference, pod_labels};
 
+mod names;
 mod owned;
+mod pieces;
 mod sql;
+
+pub use names::*;
+pub use pieces::{from_secret, role_patch, shell_probe};
 
 pub use owned::{
     credentials_secret, credentials_secret_name, init_config_map_name, init_scripts,
@@ -37,41 +42,6 @@ pub use sql::{
     parse_bool, parse_lsn, psql_argv, restart_wal_receiver_argv, PsqlOutputError, ReplicaLsns,
     CURRENT_WAL_LSN_SQL, IS_IN_RECOVERY_SQL, PROMOTE_SQL, REPLICA_LSNS_SQL,
 };
-
-/// A pod's place in its cluster: `primary` or `replica`. The Services select on it, so moving
-/// this label is how a failover moves the traffic.
-pub const ROLE_LABEL: &str = "workshop.example.com/role";
-/// The Secret's keys.
-pub const SUPERUSER_PASSWORD_KEY: &str = "superuser-password";
-pub const REPLICATION_PASSWORD_KEY: &str = "replication-password";
-/// The ConfigMap key, and so the file name in `/docker-entrypoint-initdb.d`: the entrypoint
-/// runs `*.sh` and `*.sql` there in sorted order.
-pub const INIT_SCRIPT_KEY: &str = "10-replication.sh";
-/// The name of the postgres container in every pod (what `pods/exec` asks for).
-pub const POSTGRES_CONTAINER: &str = "postgres";
-/// The name of a replica's init container.
-pub const CLONE_CONTAINER: &str = "clone";
-/// The readiness agent's container, beside postgres (`agent.rs`), and the init container that
-/// copies it in from the operator's image.
-pub const READY_CONTAINER: &str = "ready";
-pub const AGENT_INSTALL_CONTAINER: &str = "agent";
-/// The operator's image as `kube/deployment.yaml` names it: where the agent comes from unless
-/// `--agent-image` says otherwise.
-pub const DEFAULT_AGENT_IMAGE: &str = "postgres-operator:latest";
-pub const POSTGRES_PORT: u16 = 5432;
-/// The container port's and the Services' port's name.
-pub const PORT_NAME: &str = "postgres";
-/// The official image's postgres user and group (created with fixed ids in its Dockerfile).
-pub const POSTGRES_UID: u32 = 999;
-/// Where the emptyDir is mounted: the image's `VOLUME` up to PG 17.
-pub const DATA_MOUNT: &str = "/var/lib/postgresql/data";
-/// PGDATA, a subdirectory of the mount, as the image's docs recommend: a mount point may hold
-/// files of its own (`lost+found` on a fresh ext4 volume) and initdb refuses a non-empty
-/// directory. Setting it explicitly also keeps PG 18 images (default PGDATA moved to
-/// `/var/lib/postgresql/18/docker`) on our volume.
-pub const PGDATA: &str = "/var/lib/postgresql/data/pgdata";
-/// Where the official entrypoint looks for init scripts.
-pub const INITDB_DIR: &str = "/docker-entrypoint-initdb.d";
 
 /// A replica's init container: copy the primary, reached through the `<name>-primary` Service,
 /// into PGDATA. `-R` writes `standby.signal` and `primary_conninfo` (host = the Service name,
@@ -124,29 +94,6 @@ impl Role {
             Role::Replica => "replica",
         }
     }
-}
-
-/// An env var read from one key of the cluster's credentials Secret.
-pub fn from_secret(cluster: &PostgresCluster, variable: &str, key: &str) -> Value {
-    json!({
-        "name": variable,
-        "valueFrom": {"secretKeyRef": {
-            "name": credentials_secret_name(&cluster.metadata.name),
-            "key": key,
-        }},
-    })
-}
-
-/// An exec probe running `script` with `sh -c`.
-pub fn shell_probe(script: &str, period_seconds: u32, failure_threshold: u32) -> Value {
-    json!({
-        "exec": {"command": ["sh", "-c", script]},
-        "periodSeconds": period_seconds,
-        // pg_isready gives up after 3 s (its -t default); the kubelet must wait longer than that
-        // or a slow answer counts as a failure (exec probe timeouts are enforced since 1.20).
-        "timeoutSeconds": 5,
-        "failureThreshold": failure_threshold,
-    })
 }
 
 /// The postgres container, the same for both roles: a pod's spec cannot change after it is
@@ -269,12 +216,6 @@ pub fn pod(cluster: &PostgresCluster, role: Role) -> Value {
         },
         "spec": spec,
     })
-}
-
-/// A JSON merge patch (`application/merge-patch+json`) that sets a pod's role label to `role`
-/// and leaves its other labels alone: a merge patch merges maps key by key.
-pub fn role_patch(role: &str) -> Value {
-    json!({"metadata": {"labels": {ROLE_LABEL: role}}})
 }
 
 #[cfg(test)]
