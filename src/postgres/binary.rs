@@ -1,4 +1,4 @@
-//! A stage binary's `main` for steps 04 and 05: read the flags (`binary/flags.rs`), serve
+//! A stage binary's `main` for steps 04 to 06: read the flags (`binary/flags.rs`), serve
 //! `/metrics`, and run the operator (`operator.rs`'s `run_postgres_operator`) under leader
 //! election, its story on stdout, until SIGTERM or Ctrl-C.
 //!

@@ -1,6 +1,6 @@
-//! The objects a `PostgresCluster` owns, as JSON bodies to POST, and the `psql` commands the
-//! reconcile loop runs inside its pods through `pods/exec`. Pure functions: nothing here talks to
-//! the API server.
+//! The objects a `PostgresCluster` owns, as JSON bodies to POST (and, in `sql.rs`, the `psql`
+//! commands run inside its pods through `pods/exec`). Pure functions: nothing here talks to the
+//! API server.
 //!
 //! WORKSHOP.md, step 04. For a cluster `db`:
 //!
@@ -46,10 +46,10 @@ pub use sql::{
 /// A replica's init container: copy the primary, reached through the `<name>-primary` Service,
 /// into PGDATA. `-R` writes `standby.signal` and `primary_conninfo` (host = the Service name,
 /// password included), so the main container's entrypoint skips initdb and starts a hot
-/// standby, and after a failover the standby reconnects to whichever pod the Service then selects.
+/// standby, which reconnects to whichever pod the Service selects when it reconnects.
 const CLONE_SCRIPT: &str = r#"set -eu
 # Init containers run again when a pod restarts, and the emptyDir survives that: a database
-# already here is this replica's own (possibly promoted since). Keep it.
+# already here is this replica's own (a later step may have promoted it since). Keep it.
 if [ -s "$PGDATA/PG_VERSION" ]; then
   echo "clone: $PGDATA already holds a database; keeping it"
   exit 0
@@ -145,8 +145,8 @@ fn clone_container(cluster: &PostgresCluster, image: &str) -> Value {
         "command": ["sh", "-c", CLONE_SCRIPT],
         "env": [
             {"name": "PGDATA", "value": PGDATA},
-            // The Service, never a pod's address: the Service follows the primary label, so
-            // replicas made (or reconnecting) after a failover reach the new primary.
+            // The Service, never a pod's address: the Service follows the primary label, so a
+            // replica made (or reconnecting) later reaches whichever pod is primary then.
             {"name": "PRIMARY_HOST", "value": primary_service_name(&cluster.metadata.name)},
             // libpq reads PGPASSWORD; -R then writes it into primary_conninfo, which is how the
             // running standby (whose environment has no such variable) logs in.
@@ -189,14 +189,14 @@ pub fn pod(cluster: &PostgresCluster, role: Role) -> Value {
         "restartPolicy": "Always",
         // The official image's STOPSIGNAL is SIGINT: a fast shutdown, which disconnects the
         // clients, writes a shutdown checkpoint, and (on a primary) waits until the walsenders
-        // have shipped all WAL to the connected replicas, so they all stop at the same LSN and
-        // any of them can be promoted with the others following. The kubelet's SIGKILL when
-        // the grace period ends skips all of that; 60 s covers a busy server's checkpoint.
+        // have shipped all WAL to the connected replicas, so none is left behind its last
+        // write. The kubelet's SIGKILL when the grace period ends skips all of that; 60 s
+        // covers a busy server's checkpoint.
         "terminationGracePeriodSeconds": 60,
         "containers": [postgres_container(cluster, &image)],
         "volumes": [
-            // Data lives as long as the pod, as in etcd-operator: a lost pod is replaced by a
-            // new replica cloned from the primary. Container restarts keep it.
+            // Data lives as long as the pod, as in etcd-operator: a lost replica is replaced by
+            // a new one cloned from the primary. Container restarts keep it.
             {"name": "data", "emptyDir": {}},
             {"name": "init", "configMap": {"name": init_config_map_name(name)}},
         ],

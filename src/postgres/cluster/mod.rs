@@ -126,8 +126,8 @@ impl<L: ClusterLayer> ClusterReconciler for PostgresTask<L> {
     }
 
     /// A newer object from the watch (`take_newer`: a changed spec is said, an invalid one
-    /// refused), and a round at once, whatever changed: an annotation may ask for a switchover
-    /// or a backup. A new spec also has the owned objects checked again.
+    /// refused), and a round at once, whatever changed: a later step's annotation may ask for
+    /// a switchover or a backup. A new spec also has the owned objects checked again.
     fn take(&mut self, newer: PostgresCluster) -> bool {
         let (reporter, key) = (&self.worker.reporter, &self.key);
         let say = |line| reporter.report(key, line);
