@@ -5,6 +5,9 @@
 //! WORKSHOP.md, step 04 ("The reconcile loop").
 
 use super::*;
+use crate::api::PostgresClusterStatus;
+use crate::client::Client;
+use crate::events;
 
 impl<L: ClusterLayer> PostgresTask<L> {
     /// A story line about this cluster.

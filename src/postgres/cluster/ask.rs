@@ -6,6 +6,9 @@
 //! WORKSHOP.md, step 04 ("Inside step 04: watching the operator").
 
 use super::*;
+use crate::client::Client;
+use crate::exec::{exec, ExecLimits};
+use crate::postgres::manifests::POSTGRES_CONTAINER;
 
 impl<L: ClusterLayer> PostgresTask<L> {
     /// Run one SQL statement in `pod`'s postgres container; its stdout.

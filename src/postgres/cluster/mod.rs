@@ -23,26 +23,22 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::time::Duration;
+use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use std::sync::Arc;
-
-use crate::api::{PostgresCluster, PostgresClusterStatus};
-use crate::client::{Client, ClientError, Patch};
+use crate::api::PostgresCluster;
 use crate::controller::cluster::{
     introduction, run_task_loop, take_newer, ClusterReconciler, TaskEnd,
 };
 use crate::controller::pods::Pod;
 use crate::controller::ClusterInbox;
-use crate::events::{self, parse_utc, rfc3339, EventType};
-use crate::exec::{exec, ExecLimits};
+use crate::events::{rfc3339, EventType};
 
 use super::api::{validate_spec, SpecError};
 use super::conditions::{next_status, PHASE_FAILED, PHASE_RUNNING};
-use super::manifests::{self, Credentials, Role, POSTGRES_CONTAINER, ROLE_LABEL};
-use super::plan::{next_action, version_change, Action, Member, Observed, Phase, VersionChange};
+use super::manifests::{self, Role};
+use super::plan::{next_action, version_change, Action, Observed, Phase, VersionChange};
 
 mod access;
 mod act;

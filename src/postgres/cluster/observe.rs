@@ -5,7 +5,12 @@
 //!
 //! WORKSHOP.md, step 04 ("One action per tick").
 
+use std::time::Duration;
+
 use super::*;
+use crate::events::parse_utc;
+use crate::postgres::manifests::{POSTGRES_CONTAINER, ROLE_LABEL};
+use crate::postgres::plan::Member;
 
 impl<L: ClusterLayer> PostgresTask<L> {
     /// The cluster's pods in the store now: in its namespace and owned by its uid, shared with

@@ -5,6 +5,7 @@
 //! WORKSHOP.md, step 04 ("The reconcile loop").
 
 use super::*;
+use crate::client::{ClientError, Patch};
 
 impl<L: ClusterLayer> PostgresTask<L> {
     /// POST `body`, a pod for `role`; its name. The task then waits for the pod watch to show
