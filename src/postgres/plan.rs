@@ -13,7 +13,8 @@
 //! 1. **The primary is gone: wait.** Replicas follow the primary; with none, nothing is cloned
 //!    and nothing is promoted here. Step 05 adds the failover that promotes a replica.
 //! 2. **Lost members go.** A member Failed or Succeeded, or a replica unready for longer than
-//!    the lost-member delay (a lost node, a crash loop), is deleted; rule 4 replaces it.
+//!    the lost-member delay (a lost node, a crash loop), is deleted; rule 4 clones a replica in
+//!    its place (a primary gets here only once no replica is left: rule 1 comes first).
 //! 3. **Wait while anything moves**: a pod pending (a replica's base backup runs in its init
 //!    container), starting, or terminating.
 //! 4. **Count.** No pods: a new cluster gets its seed primary; a cluster that ran is a disaster

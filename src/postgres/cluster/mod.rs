@@ -3,7 +3,7 @@
 //!
 //! WORKSHOP.md, step 04 ("The reconcile loop"). Where stage 03's task said `PLACEHOLDER`, this
 //! one acts: it creates the Secret, ConfigMap and Services the pods need, launches the seed,
-//! grows and shrinks the cluster one replica at a time, replaces lost members, and tells the
+//! grows and shrinks the cluster one replica at a time, replaces lost replicas, and tells the
 //! story in log lines, Events and `status`.
 //!
 //! ```text
