@@ -35,10 +35,9 @@ use postgres_operator::postgres::run_postgres_binary;
 
 /// What `stage04 --help` says first.
 const ABOUT: &str =
-    "stage04: workshop step 04. The operator that runs Postgres clusters: it creates each \
-    cluster's Secret, Services and pods (the official postgres image): the seed, then replicas \
-    until spec.size run; it replaces lost replicas, waits for a lost primary (stage 05 fails \
-    over), and reports in status and Events. \
+    "stage04: workshop step 04. The operator that runs Postgres clusters: each cluster's Secret, \
+    Services and pods (the official postgres image), the seed, then replicas until spec.size run; \
+    lost replicas replaced, a lost primary waited for (stage 05 fails over); status and Events. \
     Lines about one cluster start with [namespace/name]. It acts only while it holds the Lease, \
     so a second copy waits as a standby.";
 
