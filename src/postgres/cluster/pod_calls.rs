@@ -1,6 +1,7 @@
 //! Support: skip it on first read — the pod requests a round makes: POST a pod, DELETE one (404:
-//! gone already is fine), merge-patch its role label; each failure said, and each success
-//! recorded as what the task expects the pod watch to show next (`expectations.rs`).
+//! gone already is fine), and, for a later step, merge-patch its role label. A failed POST or
+//! DELETE is said; a done one is recorded as what the task expects the pod watch to show next
+//! (`expectations.rs`).
 //!
 //! WORKSHOP.md, step 04 ("The reconcile loop").
 
