@@ -31,13 +31,12 @@ mod pieces;
 mod sql;
 
 pub use names::*;
-pub use pieces::{from_secret, role_patch, shell_probe};
-
 pub use owned::{
     credentials_secret, credentials_secret_name, init_config_map_name, init_scripts,
     primary_service, primary_service_name, replicas_service, replicas_service_name, Credentials,
     CredentialsError, RANDOM_SOURCE,
 };
+pub use pieces::{from_secret, role_patch, shell_probe};
 pub use sql::{
     parse_bool, parse_lsn, psql_argv, restart_wal_receiver_argv, PsqlOutputError, ReplicaLsns,
     CURRENT_WAL_LSN_SQL, IS_IN_RECOVERY_SQL, PROMOTE_SQL, REPLICA_LSNS_SQL,
@@ -46,7 +45,7 @@ pub use sql::{
 /// A replica's init container: copy the primary, reached through the `<name>-primary` Service,
 /// into PGDATA. `-R` writes `standby.signal` and `primary_conninfo` (host = the Service name,
 /// password included), so the main container's entrypoint skips initdb and starts a hot
-/// standby, which reconnects to whichever pod the Service selects when it reconnects.
+/// standby that streams from whichever pod the Service selects.
 const CLONE_SCRIPT: &str = r#"set -eu
 # Init containers run again when a pod restarts, and the emptyDir survives that: a database
 # already here is this replica's own (a later step may have promoted it since). Keep it.
