@@ -145,7 +145,7 @@ impl<L: ClusterLayer> ClusterReconciler for PostgresTask<L> {
 
     /// Re-check the owned objects on the timer only, and only once `owned_recheck` has passed:
     /// a burst of pod events must not turn into a burst of GETs, and an idle cluster should cost
-    /// the API server next to nothing (four GETs every round was ~30 requests a minute each).
+    /// the API server next to nothing (WORKSHOP.md, "Design notes: What an idle cluster asks").
     async fn tick(&mut self) {
         let recheck = self.worker.options.owned_recheck;
         if self.owned_checked.is_some_and(|at| at.elapsed() >= recheck) {
