@@ -1,4 +1,4 @@
-//! A stage binary's `main` for steps 04 and 05: read the flags (`binary/flags.rs`), serve
+//! A stage binary's `main` for steps 04 to 06: read the flags (`binary/flags.rs`), serve
 //! `/metrics`, and run the operator (`operator.rs`'s `run_postgres_operator`) under leader
 //! election, its story on stdout, until SIGTERM or Ctrl-C.
 //!
@@ -66,7 +66,7 @@ pub async fn run_postgres_binary<L: ClusterLayer>(
     let metrics = Arc::clone(&options.metrics);
     let address = flags.operator.metrics_address;
     if let Err(error) = serve(address, metrics, bounds, shutdown.clone()).await {
-        // Not fatal: a second copy on one machine (the standby of step 04's terminal 4) finds
+        // Not fatal: a second copy on one machine (terminal 4 of `stages/stage04.rs`) finds
         // the port taken. In a pod the liveness probe then fails, and says so.
         tracing::warn!(%address, %error, "not serving /metrics, /healthz and /readyz (pick another --metrics-address)");
     }

@@ -25,7 +25,7 @@ pub const PHASE_RUNNING: &str = "Running";
 pub const PHASE_FAILED: &str = "Failed";
 
 /// The status for `cluster` after this observation. `primary`: the pod labelled primary now (or
-/// just promoted); `version`: what a `spec.version` change means; `now`: RFC 3339, used only
+/// the one the action just made primary: the seed, or a layer's promotion); `version`: what a `spec.version` change means; `now`: RFC 3339, used only
 /// for conditions whose status flips. Fields this step does not write (a later step's, in
 /// `more`) are carried over from `cluster.status`.
 pub fn next_status(

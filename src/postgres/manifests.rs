@@ -1,6 +1,6 @@
-//! The objects a `PostgresCluster` owns, as JSON bodies to POST, and the `psql` commands the
-//! reconcile loop runs inside its pods through `pods/exec`. Pure functions: nothing here talks to
-//! the API server.
+//! The objects a `PostgresCluster` owns, as JSON bodies to POST (and, in `sql.rs`, the `psql`
+//! commands run inside its pods through `pods/exec`). Pure functions: nothing here talks to the
+//! API server.
 //!
 //! WORKSHOP.md, step 04. For a cluster `db`:
 //!
@@ -25,61 +25,30 @@ use serde_json::{json, Value};
 use crate::api::PostgresCluster;
 use crate::controller::pods::{owner_reference, pod_labels};
 
+mod names;
 mod owned;
+mod pieces;
 mod sql;
 
+pub use names::*;
 pub use owned::{
     credentials_secret, credentials_secret_name, init_config_map_name, init_scripts,
     primary_service, primary_service_name, replicas_service, replicas_service_name, Credentials,
     CredentialsError, RANDOM_SOURCE,
 };
+pub use pieces::{from_secret, role_patch, shell_probe};
 pub use sql::{
     parse_bool, parse_lsn, psql_argv, restart_wal_receiver_argv, PsqlOutputError, ReplicaLsns,
     CURRENT_WAL_LSN_SQL, IS_IN_RECOVERY_SQL, PROMOTE_SQL, REPLICA_LSNS_SQL,
 };
 
-/// A pod's place in its cluster: `primary` or `replica`. The Services select on it, so moving
-/// this label is how a failover moves the traffic.
-pub const ROLE_LABEL: &str = "workshop.example.com/role";
-/// The Secret's keys.
-pub const SUPERUSER_PASSWORD_KEY: &str = "superuser-password";
-pub const REPLICATION_PASSWORD_KEY: &str = "replication-password";
-/// The ConfigMap key, and so the file name in `/docker-entrypoint-initdb.d`: the entrypoint
-/// runs `*.sh` and `*.sql` there in sorted order.
-pub const INIT_SCRIPT_KEY: &str = "10-replication.sh";
-/// The name of the postgres container in every pod (what `pods/exec` asks for).
-pub const POSTGRES_CONTAINER: &str = "postgres";
-/// The name of a replica's init container.
-pub const CLONE_CONTAINER: &str = "clone";
-/// The readiness agent's container, beside postgres (`agent.rs`), and the init container that
-/// copies it in from the operator's image.
-pub const READY_CONTAINER: &str = "ready";
-pub const AGENT_INSTALL_CONTAINER: &str = "agent";
-/// The operator's image as `kube/deployment.yaml` names it: where the agent comes from unless
-/// `--agent-image` says otherwise.
-pub const DEFAULT_AGENT_IMAGE: &str = "postgres-operator:latest";
-pub const POSTGRES_PORT: u16 = 5432;
-/// The container port's and the Services' port's name.
-pub const PORT_NAME: &str = "postgres";
-/// The official image's postgres user and group (created with fixed ids in its Dockerfile).
-pub const POSTGRES_UID: u32 = 999;
-/// Where the emptyDir is mounted: the image's `VOLUME` up to PG 17.
-pub const DATA_MOUNT: &str = "/var/lib/postgresql/data";
-/// PGDATA, a subdirectory of the mount, as the image's docs recommend: a mount point may hold
-/// files of its own (`lost+found` on a fresh ext4 volume) and initdb refuses a non-empty
-/// directory. Setting it explicitly also keeps PG 18 images (default PGDATA moved to
-/// `/var/lib/postgresql/18/docker`) on our volume.
-pub const PGDATA: &str = "/var/lib/postgresql/data/pgdata";
-/// Where the official entrypoint looks for init scripts.
-pub const INITDB_DIR: &str = "/docker-entrypoint-initdb.d";
-
 /// A replica's init container: copy the primary, reached through the `<name>-primary` Service,
 /// into PGDATA. `-R` writes `standby.signal` and `primary_conninfo` (host = the Service name,
 /// password included), so the main container's entrypoint skips initdb and starts a hot
-/// standby, and after a failover the standby reconnects to whichever pod the Service then selects.
+/// standby that streams from whichever pod the Service selects.
 const CLONE_SCRIPT: &str = r#"set -eu
 # Init containers run again when a pod restarts, and the emptyDir survives that: a database
-# already here is this replica's own (possibly promoted since). Keep it.
+# already here is this replica's own (a later step may have promoted it since). Keep it.
 if [ -s "$PGDATA/PG_VERSION" ]; then
   echo "clone: $PGDATA already holds a database; keeping it"
   exit 0
@@ -124,29 +93,6 @@ impl Role {
             Role::Replica => "replica",
         }
     }
-}
-
-/// An env var read from one key of the cluster's credentials Secret.
-pub fn from_secret(cluster: &PostgresCluster, variable: &str, key: &str) -> Value {
-    json!({
-        "name": variable,
-        "valueFrom": {"secretKeyRef": {
-            "name": credentials_secret_name(&cluster.metadata.name),
-            "key": key,
-        }},
-    })
-}
-
-/// An exec probe running `script` with `sh -c`.
-pub fn shell_probe(script: &str, period_seconds: u32, failure_threshold: u32) -> Value {
-    json!({
-        "exec": {"command": ["sh", "-c", script]},
-        "periodSeconds": period_seconds,
-        // pg_isready gives up after 3 s (its -t default); the kubelet must wait longer than that
-        // or a slow answer counts as a failure (exec probe timeouts are enforced since 1.20).
-        "timeoutSeconds": 5,
-        "failureThreshold": failure_threshold,
-    })
 }
 
 /// The postgres container, the same for both roles: a pod's spec cannot change after it is
@@ -198,8 +144,8 @@ fn clone_container(cluster: &PostgresCluster, image: &str) -> Value {
         "command": ["sh", "-c", CLONE_SCRIPT],
         "env": [
             {"name": "PGDATA", "value": PGDATA},
-            // The Service, never a pod's address: the Service follows the primary label, so
-            // replicas made (or reconnecting) after a failover reach the new primary.
+            // The Service, never a pod's address: the Service follows the primary label, so a
+            // replica made (or reconnecting) later reaches whichever pod is primary then.
             {"name": "PRIMARY_HOST", "value": primary_service_name(&cluster.metadata.name)},
             // libpq reads PGPASSWORD; -R then writes it into primary_conninfo, which is how the
             // running standby (whose environment has no such variable) logs in.
@@ -242,14 +188,14 @@ pub fn pod(cluster: &PostgresCluster, role: Role) -> Value {
         "restartPolicy": "Always",
         // The official image's STOPSIGNAL is SIGINT: a fast shutdown, which disconnects the
         // clients, writes a shutdown checkpoint, and (on a primary) waits until the walsenders
-        // have shipped all WAL to the connected replicas, so they all stop at the same LSN and
-        // any of them can be promoted with the others following. The kubelet's SIGKILL when
-        // the grace period ends skips all of that; 60 s covers a busy server's checkpoint.
+        // have shipped all WAL to the connected replicas, so none is left behind its last
+        // write. The kubelet's SIGKILL when the grace period ends skips all of that; 60 s
+        // covers a busy server's checkpoint.
         "terminationGracePeriodSeconds": 60,
         "containers": [postgres_container(cluster, &image)],
         "volumes": [
-            // Data lives as long as the pod, as in etcd-operator: a lost pod is replaced by a
-            // new replica cloned from the primary. Container restarts keep it.
+            // Data lives as long as the pod, as in etcd-operator: a lost replica is replaced by
+            // a new one cloned from the primary. Container restarts keep it.
             {"name": "data", "emptyDir": {}},
             {"name": "init", "configMap": {"name": init_config_map_name(name)}},
         ],
@@ -269,12 +215,6 @@ pub fn pod(cluster: &PostgresCluster, role: Role) -> Value {
         },
         "spec": spec,
     })
-}
-
-/// A JSON merge patch (`application/merge-patch+json`) that sets a pod's role label to `role`
-/// and leaves its other labels alone: a merge patch merges maps key by key.
-pub fn role_patch(role: &str) -> Value {
-    json!({"metadata": {"labels": {ROLE_LABEL: role}}})
 }
 
 #[cfg(test)]

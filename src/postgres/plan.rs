@@ -13,7 +13,8 @@
 //! 1. **The primary is gone: wait.** Replicas follow the primary; with none, nothing is cloned
 //!    and nothing is promoted here. Step 05 adds the failover that promotes a replica.
 //! 2. **Lost members go.** A member Failed or Succeeded, or a replica unready for longer than
-//!    the lost-member delay (a lost node, a crash loop), is deleted; rule 4 replaces it.
+//!    the lost-member delay (a lost node, a crash loop), is deleted; rule 4 clones a replica in
+//!    its place (a primary gets here only once no replica is left: rule 1 comes first).
 //! 3. **Wait while anything moves**: a pod pending (a replica's base backup runs in its init
 //!    container), starting, or terminating.
 //! 4. **Count.** No pods: a new cluster gets its seed primary; a cluster that ran is a disaster
@@ -23,9 +24,12 @@
 
 use std::time::Duration;
 
-use crate::api::PostgresVersion;
-
 use super::manifests::Role;
+
+mod version;
+mod with_more;
+
+pub use version::{version_change, VersionChange};
 
 /// Where a pod is in its life, from `status.phase` and `deletionTimestamp`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,30 +69,6 @@ pub struct Member<X = ()> {
 impl<X> Member<X> {
     pub fn is(&self, role: Role) -> bool {
         self.role == Some(role)
-    }
-
-    /// This member with a later step's observation `more`.
-    pub fn with<Y>(self, more: Y) -> Member<Y> {
-        let Member {
-            name,
-            role,
-            phase,
-            ready,
-            unready_for,
-            version,
-            created,
-            more: _,
-        } = self;
-        Member {
-            name,
-            role,
-            phase,
-            ready,
-            unready_for,
-            version,
-            created,
-            more,
-        }
     }
 }
 
@@ -154,53 +134,6 @@ pub enum Action {
     },
     /// Every member of a cluster that ran is gone.
     Disaster,
-}
-
-/// What a change of `spec.version` means.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum VersionChange {
-    /// The pods run what the spec asks (or the cluster has no pods yet).
-    None,
-    /// Same major version: a rolling replacement, one pod at a time.
-    Minor,
-    /// A different major version: PostgreSQL's data directory format changes between majors
-    /// (`pg_upgrade` or a dump and restore); an image swap would not start. Refused.
-    Major { from: u32, to: u32 },
-    /// A minor change of a one-member cluster: replacing its only pod loses its data (the data
-    /// directory is an emptyDir). Refused until the cluster has a replica to switch over to.
-    NeedsReplica,
-    /// The spec's version does not parse; the CRD's pattern stops this unless it was bypassed.
-    Invalid(String),
-}
-
-/// What changing the pods from `running` (the primary's version, or the version last recorded)
-/// to `wanted` would take.
-pub fn version_change(running: Option<&str>, wanted: &str, size: usize) -> VersionChange {
-    let Some(running) = running else {
-        return VersionChange::None;
-    };
-    if running == wanted {
-        return VersionChange::None;
-    }
-    let (from, to) = match (
-        running.parse::<PostgresVersion>(),
-        wanted.parse::<PostgresVersion>(),
-    ) {
-        (Ok(from), Ok(to)) => (from, to),
-        (_, Err(error)) => return VersionChange::Invalid(error.to_string()),
-        // A pod on an odd tag: nothing to compare with, treat it as "different, same major".
-        (Err(_), Ok(_)) => return VersionChange::Minor,
-    };
-    if from.major != to.major {
-        VersionChange::Major {
-            from: from.major,
-            to: to.major,
-        }
-    } else if size < 2 {
-        VersionChange::NeedsReplica
-    } else {
-        VersionChange::Minor
-    }
 }
 
 /// One rule of the plan: the action it calls for, or `None` to leave the choice to the next.

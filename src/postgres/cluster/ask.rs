@@ -1,10 +1,14 @@
 //! Asking Postgres in a member through `pods/exec`, as `kubectl exec` would: run `psql`, read its
-//! answer. Support: a learner may skip it on first
-//! read — the round only needs the answers; how a command reaches a pod is `src/exec.rs`'s.
+//! answer. Support: a learner may skip it on first read — stage 04's rounds ask Postgres
+//! nothing; `/metrics` (`figures.rs`) and a later step's layer ask through here, and how a
+//! command reaches a pod is `src/exec.rs`'s.
 //!
-//! WORKSHOP.md, step 05 ("One `pods/exec`, byte by byte").
+//! WORKSHOP.md, step 04 ("Inside step 04: watching the operator").
 
 use super::*;
+use crate::client::Client;
+use crate::exec::{exec, ExecLimits};
+use crate::postgres::manifests::POSTGRES_CONTAINER;
 
 impl<L: ClusterLayer> PostgresTask<L> {
     /// Run one SQL statement in `pod`'s postgres container; its stdout.

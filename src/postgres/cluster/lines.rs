@@ -5,7 +5,7 @@
 //! WORKSHOP.md, step 04 ("Telling the user").
 
 use super::*;
-use crate::postgres::plan::DeleteReason;
+use crate::postgres::plan::{DeleteReason, Member};
 
 impl<L: ClusterLayer> PostgresTask<L> {
     /// `Running: [db-x (primary), db-y], pending: [db-z]`, when it changed since last said.

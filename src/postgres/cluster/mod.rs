@@ -3,7 +3,7 @@
 //!
 //! WORKSHOP.md, step 04 ("The reconcile loop"). Where stage 03's task said `PLACEHOLDER`, this
 //! one acts: it creates the Secret, ConfigMap and Services the pods need, launches the seed,
-//! grows and shrinks the cluster one replica at a time, replaces lost members, and tells the
+//! grows and shrinks the cluster one replica at a time, replaces lost replicas, and tells the
 //! story in log lines, Events and `status`.
 //!
 //! ```text
@@ -23,33 +23,33 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::time::Duration;
+use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use std::sync::Arc;
-
-use crate::api::{PostgresCluster, PostgresClusterStatus};
-use crate::client::{Client, ClientError, Patch};
+use crate::api::PostgresCluster;
 use crate::controller::cluster::{
     introduction, run_task_loop, take_newer, ClusterReconciler, TaskEnd,
 };
 use crate::controller::pods::Pod;
 use crate::controller::ClusterInbox;
-use crate::events::{self, parse_utc, rfc3339, EventType};
-use crate::exec::{exec, ExecLimits};
+use crate::events::{rfc3339, EventType};
 
 use super::api::{validate_spec, SpecError};
 use super::conditions::{next_status, PHASE_FAILED, PHASE_RUNNING};
-use super::manifests::{self, Credentials, Role, POSTGRES_CONTAINER, ROLE_LABEL};
-use super::plan::{next_action, version_change, Action, Member, Observed, Phase, VersionChange};
+use super::manifests::{self, Role};
+use super::plan::{next_action, version_change, Action, Observed, Phase, VersionChange};
 
+mod access;
 mod act;
 mod ask;
 mod expectations;
 mod layer;
 mod lines;
+mod observe;
+mod options;
 mod owned;
+mod pod_calls;
 mod status;
 mod wakers;
 mod worker;
@@ -57,10 +57,12 @@ mod worker;
 pub use ask::psql_in_pod;
 use expectations::Expect;
 pub use layer::{ClusterLayer, NoFlags, Planned};
+pub use observe::{since_recorded, unready_recorded};
+pub use options::PostgresOptions;
 pub use owned::OwnedError;
 use wakers::Registered;
 pub use wakers::Wakers;
-pub use worker::{PostgresOptions, PostgresWorker};
+pub use worker::PostgresWorker;
 
 /// One cluster's task: the cluster as last seen, and what the task remembers between rounds.
 /// Its `pub` methods are what a [`ClusterLayer`] may use.
@@ -120,8 +122,8 @@ impl<L: ClusterLayer> ClusterReconciler for PostgresTask<L> {
     }
 
     /// A newer object from the watch (`take_newer`: a changed spec is said, an invalid one
-    /// refused), and a round at once, whatever changed: an annotation may ask for a switchover
-    /// or a backup. A new spec also has the owned objects checked again.
+    /// refused), and a round at once, whatever changed: a later step's annotation may ask for
+    /// a switchover or a backup. A new spec also has the owned objects checked again.
     fn take(&mut self, newer: PostgresCluster) -> bool {
         let (reporter, key) = (&self.worker.reporter, &self.key);
         let say = |line| reporter.report(key, line);
@@ -143,7 +145,7 @@ impl<L: ClusterLayer> ClusterReconciler for PostgresTask<L> {
 
     /// Re-check the owned objects on the timer only, and only once `owned_recheck` has passed:
     /// a burst of pod events must not turn into a burst of GETs, and an idle cluster should cost
-    /// the API server next to nothing (four GETs every round was ~30 requests a minute each).
+    /// the API server next to nothing (WORKSHOP.md, "Design notes: What an idle cluster asks").
     async fn tick(&mut self) {
         let recheck = self.worker.options.owned_recheck;
         if self.owned_checked.is_some_and(|at| at.elapsed() >= recheck) {
@@ -162,45 +164,6 @@ impl<L: ClusterLayer> ClusterReconciler for PostgresTask<L> {
 }
 
 impl<L: ClusterLayer> PostgresTask<L> {
-    /// A story line about this cluster.
-    pub fn say(&self, line: impl Into<String>) {
-        self.worker.reporter.report(&self.key, line);
-    }
-
-    /// The cluster as last seen (its spec, metadata, and the status last written).
-    pub fn cluster(&self) -> &PostgresCluster {
-        &self.cluster
-    }
-
-    pub fn client(&self) -> &Client {
-        &self.worker.client
-    }
-
-    pub fn namespace(&self) -> &str {
-        &self.cluster.metadata.namespace
-    }
-
-    /// The status as the cluster object holds it: last written by this task, or by an earlier
-    /// run (empty for a new cluster).
-    pub fn status(&self) -> PostgresClusterStatus {
-        self.cluster.status.clone().unwrap_or_default()
-    }
-
-    /// Count this round as failed in `/metrics`; the story has said why.
-    pub fn fail_round(&mut self) {
-        self.round_failed = true;
-    }
-
-    /// The options every task shares.
-    pub fn options(&self) -> &PostgresOptions {
-        &self.worker.options
-    }
-
-    /// What wakes this task for a round: a layer that needs one before the tick notifies it.
-    pub fn nudge(&self) -> Arc<tokio::sync::Notify> {
-        Arc::clone(&self.registered.notify)
-    }
-
     /// One round. Never fails: what goes wrong is said, and the next round tries again.
     async fn round(&mut self) {
         if let Err(error) = valid::<L>(&self.cluster.spec) {
@@ -305,153 +268,10 @@ impl<L: ClusterLayer> PostgresTask<L> {
         self.write_status(next).await;
         // ANCHOR_END: round
     }
-
-    /// The cluster's pods in the store now: in its namespace and owned by its uid, shared with
-    /// the store (no copy per round).
-    pub fn snapshot(&self) -> Vec<Arc<Pod>> {
-        let namespace = &self.cluster.metadata.namespace;
-        let uid = &self.cluster.metadata.uid;
-        self.worker
-            .pods
-            .list(|pod: &Pod| &pod.metadata.namespace == namespace && pod.is_owned_by(uid))
-    }
-
-    /// The cluster's pods, reduced to what the plan reads.
-    fn observe(&mut self, pods: &[Arc<Pod>]) -> Vec<Member> {
-        let now = Instant::now();
-        let member_lost_after = self.worker.options.delays.member_lost_after;
-        let exists = |name: &String| pods.iter().any(|p| &p.metadata.name == name);
-        self.unready_since.retain(|name, _| exists(name));
-        pods.iter()
-            .map(|pod| {
-                let phase = if pod.is_terminating() {
-                    Phase::Terminating
-                } else {
-                    match pod.phase() {
-                        "Running" => Phase::Running,
-                        "Succeeded" | "Failed" => Phase::Done,
-                        // Unknown: the node stopped reporting. It may still run; treat it as a
-                        // running pod that is not ready, which the delays then judge.
-                        "Unknown" => Phase::Running,
-                        _ => Phase::Pending,
-                    }
-                };
-                let ready = phase == Phase::Running && pod.is_ready();
-                let unready_for = if phase == Phase::Running && !ready {
-                    let since = *self
-                        .unready_since
-                        .entry(pod.metadata.name.clone())
-                        .or_insert_with(|| {
-                            since_recorded(unready_recorded(pod), now, member_lost_after / 2)
-                        });
-                    now - since
-                } else {
-                    self.unready_since.remove(&pod.metadata.name);
-                    Duration::ZERO
-                };
-                Member {
-                    name: pod.metadata.name.clone(),
-                    role: match pod.metadata.labels.get(ROLE_LABEL).map(String::as_str) {
-                        Some("primary") => Some(Role::Primary),
-                        Some("replica") => Some(Role::Replica),
-                        _ => None,
-                    },
-                    phase,
-                    ready,
-                    unready_for,
-                    version: image_tag(pod),
-                    created: pod.metadata.creation_timestamp.clone().unwrap_or_default(),
-                    more: (),
-                }
-            })
-            .collect()
-    }
-
-    /// An Event about the cluster, what `kubectl describe pgc` shows.
-    pub async fn event(&self, kind: EventType, reason: &str, message: &str) {
-        let client = &self.worker.client;
-        events::record(client, &self.cluster, kind, reason, message).await;
-    }
 }
 
 /// The spec is valid for step 04 and for the layer.
 fn valid<L: ClusterLayer>(spec: &crate::api::PostgresClusterSpec) -> Result<(), SpecError> {
     validate_spec(spec)?;
     L::validate(spec).map_err(SpecError::Layer)
-}
-
-/// When the kubelet recorded `pod` going unready: its Ready condition's `lastTransitionTime`.
-pub fn unready_recorded(pod: &Pod) -> Option<&str> {
-    pod.status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "Ready" && c.status != "True")
-        .and_then(|c| c.last_transition_time.as_deref())
-}
-
-/// A time `recorded` in the pod's object, as an instant on this task's clock, for a task that
-/// first sees the pod `now`: a task that starts mid-failover (a new operator, a new leader) does
-/// not start the failover delay or the stop timeout again. The record is in whole seconds, so
-/// up to a second early: a second is taken off. It comes from another clock (the node's, the
-/// API server's): at most `at_most` is credited, so a skewed clock cannot make a task act the
-/// moment it first sees the pod.
-pub fn since_recorded(recorded: Option<&str>, now: Instant, at_most: Duration) -> Instant {
-    let elapsed = recorded
-        .and_then(parse_utc)
-        .and_then(|at| std::time::SystemTime::now().duration_since(at).ok())
-        .unwrap_or_default();
-    let credited = elapsed.saturating_sub(Duration::from_secs(1)).min(at_most);
-    now.checked_sub(credited).unwrap_or(now)
-}
-
-/// The tag of the pod's postgres container image: `postgres:16.4` → `16.4`.
-fn image_tag(pod: &Pod) -> String {
-    let image = pod
-        .spec
-        .containers
-        .iter()
-        .find(|c| c.name == POSTGRES_CONTAINER)
-        .or(pod.spec.containers.first())
-        .map_or("", |c| c.image.as_str());
-    // A registry with a port (`host:5000/postgres`) has a ':' before the last '/'.
-    let name_and_tag = image.rsplit('/').next().unwrap_or(image);
-    name_and_tag
-        .split_once(':')
-        .map_or(String::new(), |(_, tag)| tag.to_string())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::controller::pods::PodCondition;
-    use std::time::SystemTime;
-
-    fn unready_since(seconds_ago: u64) -> Pod {
-        let mut pod = Pod::default();
-        pod.status.conditions.push(PodCondition {
-            type_: "Ready".into(),
-            status: "False".into(),
-            last_transition_time: Some(rfc3339(
-                SystemTime::now() - Duration::from_secs(seconds_ago),
-            )),
-        });
-        pod
-    }
-
-    /// A task that first sees a pod unready credits what the kubelet recorded, less a second
-    /// (whole-second timestamps), and never more than it is allowed (here half the delay).
-    #[test]
-    fn the_kubelets_record_of_unready_counts_toward_the_failover_delay() {
-        let now = Instant::now();
-        let delay = Duration::from_secs(6);
-        let credited = |pod: &Pod| now - since_recorded(unready_recorded(pod), now, delay / 2);
-        assert_eq!(credited(&unready_since(0)), Duration::ZERO);
-        let two = credited(&unready_since(2));
-        assert!(
-            two > Duration::ZERO && two <= Duration::from_secs(2),
-            "{two:?}"
-        );
-        assert_eq!(credited(&unready_since(600)), Duration::from_secs(3));
-        assert_eq!(credited(&Pod::default()), Duration::ZERO);
-    }
 }

@@ -6,6 +6,8 @@
 //! cluster. WORKSHOP.md, step 04 ("The objects a cluster owns").
 
 use super::*;
+use crate::client::ClientError;
+use crate::postgres::manifests::Credentials;
 
 impl<L: ClusterLayer> PostgresTask<L> {
     /// Create the Secret, ConfigMap and Services the pods need, those that do not exist. The

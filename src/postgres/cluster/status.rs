@@ -48,7 +48,7 @@ impl<L: ClusterLayer> PostgresTask<L> {
 
 /// `next` as the body of a merge patch over `previous`: a field `next` no longer has is sent as
 /// `null`. In a JSON merge patch (RFC 7386) a field left out is left as it is on the server, so
-/// without this a cleared field (`status.switchover` once the annotation is removed,
+/// without this a cleared field (a later step's `status.switchover` once its annotation is removed,
 /// or any optional field set back to none) would stay there, differ from `next` at every round,
 /// and be written again at every round.
 pub(super) fn with_removals(

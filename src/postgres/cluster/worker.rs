@@ -7,50 +7,15 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
-use super::{run, ClusterLayer, Wakers};
+use super::{run, ClusterLayer, PostgresOptions, Wakers};
 use crate::api::PostgresCluster;
 use crate::client::Client;
 use crate::controller::cluster::TaskEnd;
 use crate::controller::pods::Pod;
 use crate::controller::{ClusterInbox, ClusterWorker};
-use crate::metrics::Metrics;
-use crate::postgres::plan::Delays;
 use crate::story::Reporter;
-use crate::watch::{Store, WatchOptions};
-
-/// Tuning for the stage-04 tasks. `Default` is what a real operator should use.
-#[derive(Clone, Debug)]
-pub struct PostgresOptions {
-    /// Time between two rounds when nothing happens (pod events wake the task sooner).
-    pub reconcile_interval: Duration,
-    pub delays: Delays,
-    /// How long to wait for the pod watch to show an action's effect before planning anyway.
-    pub expectation_timeout: Duration,
-    /// How often the Secret, ConfigMap and Services are checked again (with a GET each) after
-    /// the task's first round and each spec change. One that was deleted is re-created then.
-    /// (Step 05 asks the primary which replicas stream from it as often, at most.)
-    pub owned_recheck: Duration,
-    /// The pod and cluster watches' tuning (and so the bound `/healthz` gives them).
-    pub watch: WatchOptions,
-    /// Where the rounds are counted and timed (`src/metrics/`): by default a `Metrics` nobody
-    /// serves; `run_postgres_binary` serves it.
-    pub metrics: Arc<Metrics>,
-}
-
-impl Default for PostgresOptions {
-    fn default() -> Self {
-        PostgresOptions {
-            reconcile_interval: Duration::from_secs(8),
-            delays: Delays::default(),
-            expectation_timeout: Duration::from_secs(30),
-            owned_recheck: Duration::from_secs(300),
-            watch: WatchOptions::default(),
-            metrics: Arc::new(Metrics::new()),
-        }
-    }
-}
+use crate::watch::Store;
 
 /// Stage 04's [`ClusterWorker`]: what every cluster task shares. `L`: the layer over each
 /// round (`()` in stage 04, see [`ClusterLayer`]).

@@ -1,8 +1,9 @@
-//! The `psql` commands the round runs in a member through `pods/exec`, and the answers read back:
-//! recovery or not, WAL positions, a promotion. Support: a learner may skip it on first read —
-//! the plan only needs the answers; how they are asked is `exec.rs`'s lesson of its own.
+//! The `psql` command line run in a member through `pods/exec`, and the SQL a later step's
+//! failover sends and reads back: recovery or not, WAL positions, a promotion. Support: a learner
+//! may skip it on first read — stage 04 runs `psql` only for `/metrics` (`figures.rs`), and how a
+//! command reaches a pod is `src/exec.rs`'s.
 //!
-//! WORKSHOP.md, step 04 ("Inside step 04: one `pods/exec`, byte by byte").
+//! WORKSHOP.md, step 04 ("Inside step 04: watching the operator").
 
 /// `psql` as `pods/exec` runs it in the postgres container: over the Unix socket (no `-h`), as
 /// the superuser `postgres`, which the image's pg_hba.conf trusts on local connections, so no
