@@ -413,7 +413,7 @@ mod tests {
     use crate::api::PostgresClusterSpec;
     use crate::backups::api::{BackupSpec, BackupsSpec};
     use crate::events::rfc3339;
-    use crate::postgres::manifests::{AGENT_INSTALL_CONTAINER, DEFAULT_AGENT_IMAGE};
+    use crate::failover::manifests::{AGENT_INSTALL_CONTAINER, DEFAULT_AGENT_IMAGE};
 
     /// `prod/db` with `size` members of Postgres 16 and `spec.backup` at its defaults.
     fn with_backups(size: i64) -> PostgresCluster {

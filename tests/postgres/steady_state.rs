@@ -1,8 +1,8 @@
 //! An idle cluster costs the API server next to nothing: once its members are ready, the
 //! operator learns everything from its watches and sends no request per round. (The owned
 //! Secret, ConfigMap and Services are checked again every `owned_recheck`, five minutes by
-//! default: four GETs, under one request per idle cluster per minute.) WORKSHOP.md, step 04
-//! ("What an idle cluster costs").
+//! default: four GETs, under one request per idle cluster per minute.) WORKSHOP.md, "Design
+//! notes: What an idle cluster asks".
 
 use std::time::Duration;
 

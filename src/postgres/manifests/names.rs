@@ -16,12 +16,6 @@ pub const INIT_SCRIPT_KEY: &str = "10-replication.sh";
 pub const POSTGRES_CONTAINER: &str = "postgres";
 /// The name of a replica's init container.
 pub const CLONE_CONTAINER: &str = "clone";
-/// Step 05's readiness agent's container and the init container that copies it in, and the
-/// image it comes from (as `kube/deployment.yaml` names the operator's) unless `--agent-image`
-/// says otherwise. Stage 04's pods have neither; step 06's tests name them from here.
-pub const READY_CONTAINER: &str = "ready";
-pub const AGENT_INSTALL_CONTAINER: &str = "agent";
-pub const DEFAULT_AGENT_IMAGE: &str = "postgres-operator:latest";
 pub const POSTGRES_PORT: u16 = 5432;
 /// The container port's and the Services' port's name.
 pub const PORT_NAME: &str = "postgres";
