@@ -4,7 +4,7 @@
 //! WORKSHOP.md, step 02, where the operator first reads PostgresClusters. The CRD registered in
 //! step 01 declares every field of every step; the fields of steps 05 and 06 (synchronous
 //! replication, backups) are carried here untyped, in `more`, and typed in those steps' own
-//! `api.rs` (`src/postgres/api.rs`, `src/backups/api.rs`).
+//! `api.rs` (`src/failover/api.rs`, `src/backups/api.rs`).
 //! The names the CRD itself holds (group, version, the CRD's name) are step 01's, in
 //! `crate::crd`; they are re-exported here, so one `use crate::api::...` names all of ours.
 

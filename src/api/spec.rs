@@ -125,7 +125,8 @@ pub enum SpecError {
 }
 
 /// The checks a cluster task runs on a spec before acting (and that a spec update must pass to
-/// be accepted). Step 05 adds its own on `spec.replication` (`postgres::api::validate_spec`).
+/// be accepted). Step 05 adds its own on `spec.replication` (`failover::api::validate_spec`,
+/// through `ClusterLayer::validate`).
 pub fn validate_spec(spec: &PostgresClusterSpec) -> Result<(), SpecError> {
     if !(1..=MAX_SIZE).contains(&spec.size) {
         return Err(SpecError::SizeOutOfRange { size: spec.size });
