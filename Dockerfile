@@ -1,6 +1,7 @@
 # The operator image: every stage binary, built in release mode, on a distroless base
 # with no shell, running as the non-root user 65532 (kube/deployment.yaml picks the stage),
-# and /pg-ready, the readiness agent every postgres pod copies out of it (src/postgres/agent.rs).
+# and /pg-ready, the readiness agent every postgres pod of stages 05 and 06 copies out of it
+# (src/failover/agent.rs).
 #
 #   docker build -t postgres-operator:latest .
 #   kind load docker-image postgres-operator:latest    # or push to your registry
@@ -8,10 +9,9 @@
 #
 # Expected size: about 61 MB. distroless cc is ~23 MB; each stage binary is a
 # stripped, thin-LTO release build with one TLS provider (ring), measured with
-# `cargo build --release --locked -p postgres-operator --bins` (November 2026, before
-# src/failover/ existed, so stage05 was stage04's code under another name):
-# stage01 4.9 MB, stage02 5.3, stage03 5.5, stage04 6.9, stage05 6.9, stage06 7.0,
-# pg-ready 2.1; 38.4 MB together.
+# `cargo build --release --locked -p postgres-operator --bins` (2026-11-29, commit 4a0da58):
+# stage01 4.9 MB, stage02 5.2, stage03 5.5, stage04 6.5, stage05 6.9, stage06 7.0,
+# pg-ready 2.1; 38.1 MB together.
 
 FROM rust:1-bookworm AS build
 WORKDIR /src
