@@ -169,9 +169,8 @@ mod tests {
 
     use super::*;
     use crate::api::PostgresClusterSpec;
-    use crate::controller::pods::{APP_LABEL, CLUSTER_LABEL};
     use crate::failover::agent::DEFAULT_DEADLINE;
-    use crate::postgres::manifests::{ALIVE_CHECK, DATA_MOUNT, PGDATA, ROLE_LABEL};
+    use crate::postgres::manifests::ALIVE_CHECK;
 
     fn cluster() -> PostgresCluster {
         let spec = PostgresClusterSpec::new(3, "16.4");
@@ -198,34 +197,15 @@ mod tests {
         })
     }
 
-    /// A primary pod: generateName, the three labels, the image from spec.version, secrets by
-    /// reference, PGDATA under the emptyDir, uid 999, started through the crash guard, and the
-    /// agent's copy its only init container.
+    /// Step 04's primary pod (its own tests hold the image's contract), dressed: started through
+    /// the crash guard with `restart_after_crash=off`, the agent's copy its only init container,
+    /// and the agent's volume.
     #[test]
-    fn primary_pod_runs_the_official_image_contract() {
+    fn a_primary_starts_through_the_crash_guard_with_the_agent() {
         let pod = member_pod(&cluster(), Role::Primary, DEFAULT_AGENT_IMAGE);
-        assert_eq!(pod["metadata"]["ownerReferences"][0]["uid"], "uid-db");
-        // The API server appends 5 random characters; `name` must be absent for that.
-        assert_eq!(pod["metadata"]["generateName"], "db-");
-        assert!(pod["metadata"]["name"].is_null());
-        assert_eq!(
-            pod["metadata"]["labels"],
-            json!({APP_LABEL: "postgres", CLUSTER_LABEL: "db", ROLE_LABEL: "primary"})
-        );
-        // The only init container of a primary copies the readiness agent in.
         assert_eq!(pod["spec"]["initContainers"], json!([agent_install()]));
-        let security = &pod["spec"]["securityContext"];
-        assert_eq!(
-            (
-                &security["runAsUser"],
-                &security["runAsGroup"],
-                &security["fsGroup"]
-            ),
-            (&json!(999), &json!(999), &json!(999))
-        );
         let container = &pod["spec"]["containers"][0];
         assert_eq!(container["name"], "postgres");
-        assert_eq!(container["image"], "postgres:16.4");
         // The image's docker-entrypoint.sh must run, or nothing initialises PGDATA: the start
         // script ends in it, with the arguments.
         assert_eq!(
@@ -241,28 +221,10 @@ mod tests {
         assert!(args
             .windows(2)
             .any(|pair| pair == [json!("-c"), json!("restart_after_crash=off")]));
-        assert_eq!(env(container, "PGDATA")["value"], PGDATA);
-        assert!(PGDATA.starts_with(&format!("{DATA_MOUNT}/")));
         assert_eq!(
-            env(container, "POSTGRES_PASSWORD")["valueFrom"]["secretKeyRef"],
-            json!({"name": "db-credentials", "key": "superuser-password"})
+            pod["spec"]["volumes"][2],
+            json!({"name": "agent", "emptyDir": {}})
         );
-        assert_eq!(
-            container["volumeMounts"],
-            json!([
-                {"name": "data", "mountPath": DATA_MOUNT},
-                {"name": "init", "mountPath": "/docker-entrypoint-initdb.d", "readOnly": true},
-            ])
-        );
-        assert_eq!(
-            pod["spec"]["volumes"],
-            json!([
-                {"name": "data", "emptyDir": {}},
-                {"name": "init", "configMap": {"name": "db-init"}},
-                {"name": "agent", "emptyDir": {}},
-            ])
-        );
-        assert!(pod["spec"]["terminationGracePeriodSeconds"].as_u64() > Some(30));
     }
 
     /// Readiness asks the agent beside postgres, which asks the server over TCP at localhost
