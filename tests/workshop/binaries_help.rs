@@ -28,11 +28,12 @@ struct Binary {
     path: &'static str,
     /// What the first line must say: the binary's name and its place in the workshop.
     step: &'static str,
-    own_flags: &'static [&'static str],
+    /// Its flags, in groups: a stage's, then a layer's.
+    own_flags: &'static [&'static [&'static str]],
     /// Flags it must not have: a later step's, which a layer adds, never a flag of an earlier stage.
     absent_flags: &'static [&'static str],
     /// Its flags that take a duration in seconds.
-    duration_flags: &'static [&'static str],
+    duration_flags: &'static [&'static [&'static str]],
     takes_connection_flags: bool,
 }
 
@@ -66,29 +67,8 @@ const FAILOVER_FLAGS: &[&str] = &[
     "--agent-image <IMAGE>",
 ];
 
-/// Stage 05's flags, and stage 06's: stage 04's and the failover layer's.
-const STAGE05_FLAGS: &[&str] = &[
-    "--reconcile-interval <SECS>",
-    "--member-lost-after <SECS>",
-    "--watch-timeout <SECS>",
-    "--metrics-address <IP:PORT>",
-    "--leader-elect[=<BOOL>]",
-    "--lease-name <NAME>",
-    "--lease-duration <SECS>",
-    "--renew-deadline <SECS>",
-    "--retry-period <SECS>",
-    "--failover-after <SECS>",
-    "--stop-timeout <SECS>",
-    "--not-streaming-after <SECS>",
-    "--agent-image <IMAGE>",
-];
-const STAGE05_DURATION_FLAGS: &[&str] = &[
-    "--reconcile-interval",
-    "--member-lost-after",
-    "--watch-timeout",
-    "--lease-duration",
-    "--renew-deadline",
-    "--retry-period",
+/// The failover layer's flags that take a duration in seconds.
+const FAILOVER_DURATION_FLAGS: &[&str] = &[
     "--failover-after",
     "--stop-timeout",
     "--not-streaming-after",
@@ -99,9 +79,9 @@ const BINARIES: &[Binary] = &[
         name: "stage01",
         path: env!("CARGO_BIN_EXE_stage01"),
         step: "workshop step 01",
-        own_flags: &["--established-timeout <SECS>"],
+        own_flags: &[&["--established-timeout <SECS>"]],
         absent_flags: FAILOVER_FLAGS,
-        duration_flags: &["--established-timeout"],
+        duration_flags: &[&["--established-timeout"]],
         takes_connection_flags: true,
     },
     Binary {
@@ -117,18 +97,18 @@ const BINARIES: &[Binary] = &[
         name: "stage03",
         path: env!("CARGO_BIN_EXE_stage03"),
         step: "workshop step 03",
-        own_flags: &["--reconcile-interval <SECS>"],
+        own_flags: &[&["--reconcile-interval <SECS>"]],
         absent_flags: FAILOVER_FLAGS,
-        duration_flags: &["--reconcile-interval"],
+        duration_flags: &[&["--reconcile-interval"]],
         takes_connection_flags: true,
     },
     Binary {
         name: "stage04",
         path: env!("CARGO_BIN_EXE_stage04"),
         step: "workshop step 04",
-        own_flags: STAGE04_FLAGS,
+        own_flags: &[STAGE04_FLAGS],
         absent_flags: FAILOVER_FLAGS,
-        duration_flags: STAGE04_DURATION_FLAGS,
+        duration_flags: &[STAGE04_DURATION_FLAGS],
         takes_connection_flags: true,
     },
     Binary {
@@ -136,9 +116,9 @@ const BINARIES: &[Binary] = &[
         path: env!("CARGO_BIN_EXE_stage05"),
         step: "workshop step 05",
         // Stage 04's flags and the failover layer's (`FailoverFlags`).
-        own_flags: STAGE05_FLAGS,
+        own_flags: &[STAGE04_FLAGS, FAILOVER_FLAGS],
         absent_flags: &[],
-        duration_flags: STAGE05_DURATION_FLAGS,
+        duration_flags: &[STAGE04_DURATION_FLAGS, FAILOVER_DURATION_FLAGS],
         takes_connection_flags: true,
     },
     Binary {
@@ -146,31 +126,31 @@ const BINARIES: &[Binary] = &[
         path: env!("CARGO_BIN_EXE_stage06"),
         step: "workshop step 06",
         // Stage 05's flags: the backup layer adds none of its own.
-        own_flags: STAGE05_FLAGS,
+        own_flags: &[STAGE04_FLAGS, FAILOVER_FLAGS],
         absent_flags: &[],
-        duration_flags: STAGE05_DURATION_FLAGS,
+        duration_flags: &[STAGE04_DURATION_FLAGS, FAILOVER_DURATION_FLAGS],
         takes_connection_flags: true,
     },
     Binary {
         name: "tour",
         path: env!("CARGO_BIN_EXE_tour"),
         step: "the whole workshop",
-        own_flags: &["--real-cluster", "--reconcile-interval <SECS>"],
+        own_flags: &[&["--real-cluster", "--reconcile-interval <SECS>"]],
         absent_flags: &[],
-        duration_flags: &["--reconcile-interval"],
+        duration_flags: &[&["--reconcile-interval"]],
         takes_connection_flags: true,
     },
     Binary {
         name: "watch-bench",
         path: env!("CARGO_BIN_EXE_watch-bench"),
         step: "workshop step 02",
-        own_flags: &[
+        own_flags: &[&[
             "--server <URL>",
             "--expect <N>",
             "--feed <N>",
             "--writers <W>",
             "--replay <N>",
-        ],
+        ]],
         absent_flags: &[],
         duration_flags: &[],
         takes_connection_flags: false,
@@ -220,7 +200,13 @@ fn help_lists_every_flag_and_exits_0() {
             "{}: {stdout}",
             binary.name
         );
-        for flag in binary.own_flags.iter().chain(["-h, --help"].iter()) {
+        for flag in binary
+            .own_flags
+            .iter()
+            .copied()
+            .flatten()
+            .chain(["-h, --help"].iter())
+        {
             assert!(
                 stdout.contains(flag),
                 "{} lacks {flag}: {stdout}",
@@ -318,7 +304,7 @@ fn unknown_flag_exits_2_and_points_at_help() {
 #[test]
 fn bad_durations_exit_2_naming_the_flag() {
     for binary in BINARIES {
-        for flag in binary.duration_flags {
+        for flag in binary.duration_flags.iter().copied().flatten() {
             for value in ["1e30", "-1", "abc", "1e-12", "inf", "NaN", "0"] {
                 for args in [
                     vec![flag.to_string(), value.to_string()],
