@@ -168,16 +168,9 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::api::PostgresClusterSpec;
     use crate::failover::agent::DEFAULT_DEADLINE;
+    use crate::postgres::manifests::tests::cluster;
     use crate::postgres::manifests::ALIVE_CHECK;
-
-    fn cluster() -> PostgresCluster {
-        let spec = PostgresClusterSpec::new(3, "16.4");
-        let mut cluster = PostgresCluster::new("prod", "db", spec);
-        cluster.metadata.uid = "uid-db".into();
-        cluster
-    }
 
     fn env<'a>(container: &'a Value, name: &str) -> &'a Value {
         container["env"]

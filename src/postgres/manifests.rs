@@ -218,7 +218,7 @@ pub fn pod(cluster: &PostgresCluster, role: Role) -> Value {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::path::Path;
 
     use super::*;
@@ -226,7 +226,8 @@ mod tests {
     use crate::config::SecretString;
     use crate::controller::pods::{APP_LABEL, CLUSTER_LABEL};
 
-    fn cluster() -> PostgresCluster {
+    /// The cluster `prod/db` (uid `uid-db`) of 3 members on 16.4; step 05's pod tests use it too.
+    pub(crate) fn cluster() -> PostgresCluster {
         let spec = PostgresClusterSpec::new(3, "16.4");
         let mut cluster = PostgresCluster::new("prod", "db", spec);
         cluster.metadata.uid = "uid-db".into();
