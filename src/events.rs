@@ -15,10 +15,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::json;
 
-use crate::api::{PostgresCluster, API_VERSION, KIND};
 use crate::client::Client;
+use crate::resource::Resource;
 
-/// Who the events say wrote them (`kubectl describe`'s "From" column).
+/// Who the events about a PostgresCluster say wrote them (`kubectl describe`'s "From" column):
+/// [`Resource::OPERATOR`] of each kind.
 pub const COMPONENT: &str = "postgres-operator";
 
 /// `Normal` for what the operator did as planned, `Warning` for what a user should look at.
@@ -39,14 +40,14 @@ impl EventType {
 
 /// Record one event about `cluster`. `reason` is a short UpperCamelCase word (`Promoted`);
 /// `message` a sentence for humans.
-pub async fn record(
+pub async fn record<K: Resource>(
     client: &Client,
-    cluster: &PostgresCluster,
+    cluster: &K,
     kind: EventType,
     reason: &str,
     message: &str,
 ) {
-    let namespace = &cluster.metadata.namespace;
+    let namespace = &cluster.metadata().namespace;
     let event = event_object(cluster, kind, reason, message, &rfc3339(SystemTime::now()));
     let path = format!("/api/v1/namespaces/{namespace}/events");
     if let Err(error) = client.create::<_, serde_json::Value>(&path, &event).await {
@@ -57,32 +58,33 @@ pub async fn record(
 /// The Event object. `generateName` from the cluster's name, as client-go's recorder names them
 /// `<object>.<random>`; `firstTimestamp`/`lastTimestamp` and `count` are what `kubectl describe`
 /// reads for its "Age" column.
-pub fn event_object(
-    cluster: &PostgresCluster,
+pub fn event_object<K: Resource>(
+    cluster: &K,
     kind: EventType,
     reason: &str,
     message: &str,
     now: &str,
 ) -> serde_json::Value {
+    let metadata = cluster.metadata();
     json!({
         "apiVersion": "v1",
         "kind": "Event",
         "metadata": {
-            "generateName": format!("{}.", cluster.metadata.name),
-            "namespace": cluster.metadata.namespace,
+            "generateName": format!("{}.", metadata.name),
+            "namespace": metadata.namespace,
         },
         "involvedObject": {
-            "apiVersion": API_VERSION,
-            "kind": KIND,
-            "name": cluster.metadata.name,
-            "namespace": cluster.metadata.namespace,
-            "uid": cluster.metadata.uid,
+            "apiVersion": K::API_VERSION,
+            "kind": K::KIND,
+            "name": metadata.name,
+            "namespace": metadata.namespace,
+            "uid": metadata.uid,
         },
         "type": kind.as_str(),
         "reason": reason,
         "message": message,
-        "source": {"component": COMPONENT},
-        "reportingComponent": COMPONENT,
+        "source": {"component": K::OPERATOR},
+        "reportingComponent": K::OPERATOR,
         "firstTimestamp": now,
         "lastTimestamp": now,
         "count": 1,
@@ -165,6 +167,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::api::PostgresCluster;
 
     /// Known instants format as Kubernetes writes them, leap days included.
     #[test]

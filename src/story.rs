@@ -12,7 +12,7 @@
 
 use tokio::sync::mpsc;
 
-use crate::api::PostgresCluster;
+use crate::resource::Resource;
 use crate::watch::{Event, WatchNotice};
 
 /// Step 02's lines for one event. A change is one line,
@@ -20,14 +20,15 @@ use crate::watch::{Event, WatchNotice};
 /// `Watch version: 4566` and `Controller initialised` once the first list's first page is in
 /// (before its objects' ADDED lines), `Starting at watchVersion 4566` for the first watch, one line
 /// per resume, relist or retry.
-pub fn event_lines(event: &Event<PostgresCluster>, first_watch: &mut bool) -> Vec<String> {
+pub fn event_lines<K: Resource>(event: &Event<K>, first_watch: &mut bool) -> Vec<String> {
     let notice = match event {
-        Event::Added(cluster) | Event::Modified(cluster) | Event::Deleted(cluster) => {
+        Event::Added(object) | Event::Modified(object) | Event::Deleted(object) => {
             return vec![format!(
-                "PostgresCluster event: {} {} {}",
+                "{} event: {} {} {}",
+                K::KIND,
                 event.type_name(),
-                cluster.key(),
-                cluster.spec
+                object.key(),
+                object.spec()
             )];
         }
         Event::Notice(notice) => notice,
@@ -164,7 +165,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::api::PostgresClusterSpec;
+    use crate::api::{PostgresCluster, PostgresClusterSpec};
 
     fn cluster(size: i64) -> PostgresCluster {
         let spec = PostgresClusterSpec::new(size, "16");
@@ -186,16 +187,26 @@ mod tests {
             resource_version: "12".into(),
         };
         assert_eq!(
-            event_lines(&Event::Notice(watching.clone()), &mut first_watch),
+            event_lines(
+                &Event::<PostgresCluster>::Notice(watching.clone()),
+                &mut first_watch
+            ),
             vec!["Starting at watchVersion 12".to_string()]
         );
-        assert!(event_lines(&Event::Notice(watching.clone()), &mut first_watch).is_empty());
+        assert!(event_lines(
+            &Event::<PostgresCluster>::Notice(watching.clone()),
+            &mut first_watch
+        )
+        .is_empty());
         let retrying = WatchNotice::Retrying {
             after: Duration::from_millis(900),
             error: "InternalError (500): boom".into(),
         };
         assert_eq!(
-            event_lines(&Event::Notice(retrying), &mut first_watch),
+            event_lines(
+                &Event::<PostgresCluster>::Notice(retrying),
+                &mut first_watch
+            ),
             vec!["Watch failed, retrying in 0.9s: InternalError (500): boom".to_string()]
         );
     }

@@ -22,9 +22,9 @@ use crate::story::Reporter;
 /// holds one value: a newer `Wanted` replaces an unread older one (see the module docs of
 /// `controller` for why that is right here).
 #[derive(Clone, Debug)]
-pub enum Wanted {
+pub enum Wanted<K = PostgresCluster> {
     /// The latest object from the API server (spec and metadata), as the watch handed it over.
-    Object(Arc<PostgresCluster>),
+    Object(Arc<K>),
     /// The user deleted the cluster. Nothing can follow this, so it may replace any pending object.
     Deleted,
 }
@@ -52,13 +52,13 @@ struct ClusterTask<P> {
 /// What a cluster task does when it is woken. [`run_task_loop`] does the waking, the same for
 /// every step (as kube-rs's `Controller::run` takes only the reconcile): stage 03's placeholder
 /// below is one reconciler, stage 04's Postgres task another.
-pub trait ClusterReconciler: Send {
+pub trait ClusterReconciler<K = PostgresCluster>: Send {
     /// A story line about this cluster.
     fn say(&self, line: &str);
     /// A newer object from the watch (a spec change, a label or status change; from step 04 on,
     /// the task's own status write coming back).
     /// `true`: reconcile now; `false`: wait for the timer.
-    fn take(&mut self, newer: PostgresCluster) -> bool;
+    fn take(&mut self, newer: K) -> bool;
     /// One reconcile round.
     fn reconcile(&mut self) -> impl Future<Output = ()> + Send;
     /// The timer fired: by default a round like any other.
@@ -78,9 +78,9 @@ pub trait ClusterReconciler: Send {
 /// a newer object, the task's own wake-up (`woken`), or the reconcile timer, and hand each to
 /// `task`. The first tick comes one interval after the start, as the original's 8 s
 /// timer did.
-pub async fn run_task_loop<R: ClusterReconciler>(
+pub async fn run_task_loop<K: Clone, R: ClusterReconciler<K>>(
     task: &mut R,
-    inbox: ClusterInbox,
+    inbox: ClusterInbox<K>,
     interval: Duration,
 ) -> TaskEnd {
     // ANCHOR: task_loop
@@ -205,6 +205,7 @@ impl<P: PodApi> Controller<PlaceholderTask<P>> {
 }
 
 impl<P: PodApi> ClusterWorker for PlaceholderTask<P> {
+    type Object = PostgresCluster;
     /// The task body: set up, then [`run_task_loop`] until the cluster is deleted or
     /// `inbox.stop` is cancelled. A failed setup does not end it: it waits for a corrected spec.
     fn run_cluster(

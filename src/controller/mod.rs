@@ -53,7 +53,8 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::api::PostgresCluster;
+use crate::api::{HasMetadata, PostgresCluster};
+use crate::resource::Resource;
 use crate::story::{event_lines, Reporter};
 use crate::watch::Event;
 pub use cluster::PlaceholderTask;
@@ -82,21 +83,21 @@ impl Default for ControllerOptions {
 }
 
 /// What reaches one cluster task from the controller.
-pub struct ClusterInbox {
+pub struct ClusterInbox<K = PostgresCluster> {
     /// The newest object (or Deleted): one slot, the newest wins.
-    pub wanted: watch::Receiver<Wanted>,
+    pub wanted: watch::Receiver<Wanted<K>>,
     /// Cancelled when the operator stops (a child of the controller's one token): end the task.
     pub stop: CancellationToken,
 }
 
 /// The controller's hold on one cluster task.
-struct ClusterHandle {
+struct ClusterHandle<K> {
     /// A cluster deleted and re-created under the same name is a new cluster: new uid.
     uid: String,
     /// The last object sent (or started with); used to skip restarting a task that panicked for
     /// an unchanged spec.
-    last_sent: Arc<PostgresCluster>,
-    wanted: watch::Sender<Wanted>,
+    last_sent: Arc<K>,
+    wanted: watch::Sender<Wanted<K>>,
 }
 
 /// Routes watch events to per-cluster tasks. See the module docs for the picture.
@@ -104,7 +105,7 @@ pub struct Controller<W: ClusterWorker> {
     worker: W,
     options: ControllerOptions,
     reporter: Reporter,
-    clusters: HashMap<String, ClusterHandle>,
+    clusters: HashMap<String, ClusterHandle<W::Object>>,
     tasks: JoinSet<(String, TaskEnd)>,
     /// Cancelled by [`Controller::shutdown`]; every cluster task holds a child of it.
     stop: CancellationToken,
@@ -131,7 +132,7 @@ impl<W: ClusterWorker> Controller<W> {
     /// every cluster task and wait for them.
     pub async fn run(
         mut self,
-        mut events: mpsc::Receiver<Event<PostgresCluster>>,
+        mut events: mpsc::Receiver<Event<W::Object>>,
         shutdown: CancellationToken,
     ) -> ControllerStopped {
         tracing::debug!("controller running");
@@ -163,7 +164,7 @@ impl<W: ClusterWorker> Controller<W> {
 
     /// Route one event: a change goes to its cluster's task, which is started for a cluster not
     /// yet known. Never blocks: every send is `watch::Sender::send_replace`.
-    pub fn handle_event(&mut self, event: Event<PostgresCluster>) {
+    pub fn handle_event(&mut self, event: Event<W::Object>) {
         // The object is the watch's `Arc`, shared with its store; the task's channel carries it on.
         let cluster = match event {
             // Our watch's relist says Modified for a known cluster, but a source without memory (a
@@ -202,7 +203,7 @@ impl<W: ClusterWorker> Controller<W> {
         let Some(handle) = self.clusters.get_mut(&key) else {
             return self.start(cluster);
         };
-        if handle.uid != cluster.metadata.uid {
+        if handle.uid != cluster.metadata().uid {
             // Same name, new uid: the old cluster was deleted and a new one created while we were
             // not watching. Our watch's relist sends Deleted for the old one first; a source that
             // only lists shows just the new one. End the old task, start the new one.
@@ -218,7 +219,7 @@ impl<W: ClusterWorker> Controller<W> {
         if handle.wanted.is_closed() {
             // The task is gone: it panicked (a failed setup waits instead of ending). Start a
             // fresh one only if the spec changed; the same spec would likely fail the same way.
-            if handle.last_sent.spec == cluster.spec {
+            if handle.last_sent.spec() == cluster.spec() {
                 tracing::debug!(cluster = %key, "spec unchanged since the task ended; not restarting");
                 handle.last_sent = cluster;
                 return;
@@ -240,7 +241,7 @@ impl<W: ClusterWorker> Controller<W> {
 
     /// A task for a cluster not yet known, on a channel of its own: `worker`'s `run_cluster` (stage
     /// 03's is `PlaceholderTask`, in `cluster.rs`).
-    fn start(&mut self, cluster: Arc<PostgresCluster>) {
+    fn start(&mut self, cluster: Arc<W::Object>) {
         let key = cluster.key();
         let (wanted, wanted_receiver) = watch::channel(Wanted::Object(Arc::clone(&cluster)));
         let span = tracing::info_span!("cluster", cluster = %key);
@@ -248,16 +249,14 @@ impl<W: ClusterWorker> Controller<W> {
             wanted: wanted_receiver,
             stop: self.stop.child_token(),
         };
-        let task = self
-            .worker
-            .run_cluster(PostgresCluster::clone(&cluster), inbox);
+        let task = self.worker.run_cluster(W::Object::clone(&cluster), inbox);
         let task_key = key.clone();
         self.tasks
             .spawn(async move { (task_key, task.await) }.instrument(span));
         self.clusters.insert(
             key,
             ClusterHandle {
-                uid: cluster.metadata.uid.clone(),
+                uid: cluster.metadata().uid.clone(),
                 last_sent: cluster,
                 wanted,
             },

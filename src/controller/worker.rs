@@ -8,17 +8,19 @@
 use std::future::Future;
 
 use super::{ClusterInbox, TaskEnd};
-use crate::api::PostgresCluster;
+use crate::resource::Resource;
 
 /// What runs as each cluster's task. Stage 03's is `cluster::PlaceholderTask` (it tells what it
 /// would do); stage 04's acts on real pods (`crate::postgres`). The controller around it,
 /// routing and all, is the same.
 pub trait ClusterWorker: Clone + Send + Sync + 'static {
+    /// The kind of object it runs a task for: `PostgresCluster`, or the Deployer's `Deployer`.
+    type Object: Resource;
     /// The task body for one cluster: return when the cluster is deleted or `inbox.stop` is
     /// cancelled.
     fn run_cluster(
         &self,
-        cluster: PostgresCluster,
-        inbox: ClusterInbox,
+        cluster: Self::Object,
+        inbox: ClusterInbox<Self::Object>,
     ) -> impl Future<Output = TaskEnd> + Send + 'static;
 }

@@ -217,24 +217,27 @@ impl Registration {
     }
 }
 
-impl std::fmt::Display for Registration {
-    /// The workshop's log line for each outcome.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "CustomResourceDefinition {CRD_NAME} ")?;
+impl Registration {
+    /// What was done, after the CRD's name: `created`, `already up to date`, ...
+    pub fn outcome(&self) -> String {
         match self {
-            Registration::Created => f.write_str("created"),
-            Registration::UpToDate => f.write_str("already up to date"),
-            Registration::Updated => f.write_str("updated: an older schema was replaced"),
-            Registration::Differs(differences) => write!(
-                f,
+            Registration::Created => "created".into(),
+            Registration::UpToDate => "already up to date".into(),
+            Registration::Updated => "updated: an older schema was replaced".into(),
+            Registration::Differs(differences) => format!(
                 "found, not as this build defines it ({} {}); left as it is: stage 01 registers the type",
                 differences.len(),
                 if differences.len() == 1 { "difference" } else { "differences" }
             ),
-            Registration::Newer(_) => f.write_str(
-                "found, newer than this build's (it serves versions or fields this build does not know); left as it is"
-            ),
+            Registration::Newer(_) => "found, newer than this build's (it serves versions or fields this build does not know); left as it is".into(),
         }
+    }
+}
+
+impl std::fmt::Display for Registration {
+    /// The workshop's log line for each outcome.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CustomResourceDefinition {CRD_NAME} {}", self.outcome())
     }
 }
 

@@ -44,13 +44,24 @@ pub fn group_version_path() -> String {
 /// kubectl reads it) with whole-line `#` comments, which JSON lacks: they are dropped here. No
 /// line of JSON starts with `#`, since a JSON string cannot span lines.
 pub fn postgres_cluster_crd() -> Value {
-    const MANIFEST: &str = include_str!("../../kube/crd.yaml");
-    let json: String = MANIFEST
+    // Compiled in, not read at run time: the unit tests below parse it in every build.
+    from_manifest(include_str!("../../kube/crd.yaml"))
+        .expect("kube/crd.yaml is JSON with # comment lines")
+}
+
+/// A CRD manifest of `kube/` (JSON with whole-line `#` comments) as JSON.
+pub fn from_manifest(manifest: &str) -> Result<Value, serde_json::Error> {
+    let json: String = manifest
         .lines()
         .filter(|line| !line.trim_start().starts_with('#'))
         .collect();
-    // Compiled in, not read at run time: the unit tests below parse it in every build.
-    serde_json::from_str(&json).expect("kube/crd.yaml is JSON with # comment lines")
+    serde_json::from_str(&json)
+}
+
+/// A CRD's own path, from its `metadata.name`.
+fn path_of(crd: &Value) -> String {
+    let name = crd["metadata"]["name"].as_str().unwrap_or_default();
+    format!("{CRDS_PATH}/{name}")
 }
 
 /// Where CRDs are created (cluster-scoped: no namespace in the path).
@@ -85,21 +96,25 @@ pub const OWNED_SPEC_FIELDS: [&str; 4] = ["group", "names", "scope", "versions"]
 /// `ENSURE_ATTEMPTS` attempts in all.
 // ANCHOR: register
 pub async fn ensure(client: &Client) -> Result<Registration, CrdError> {
-    let ours = postgres_cluster_crd();
+    ensure_crd(client, &postgres_cluster_crd()).await
+}
+
+/// [`ensure`] for any CRD: ours, or another operator's (the Deployer's, `src/deployer/`).
+pub async fn ensure_crd(client: &Client, ours: &Value) -> Result<Registration, CrdError> {
     let mut attempt = 1;
     loop {
-        let conflict = match read_or_create(client, &ours).await? {
+        let conflict = match read_or_create(client, ours).await? {
             Read::Created => return Ok(Registration::Created),
             Read::Conflict(error) => error,
             Read::Found(current) => {
-                let found = Registration::from_differences(differences(&current, &ours)?);
+                let found = Registration::from_differences(differences(&current, ours)?);
                 if !matches!(found, Registration::Differs(_)) {
                     found.report_differences();
                     return Ok(found);
                 }
                 tracing::info!("replacing the CRD's schema with ours");
                 match client
-                    .replace::<_, Value>(&crd_path(), &replacement(current, &ours))
+                    .replace::<_, Value>(&path_of(ours), &replacement(current, ours))
                     .await
                 {
                     Ok(_) => return Ok(Registration::Updated),
@@ -124,7 +139,7 @@ pub(crate) enum Read {
 }
 
 pub(crate) async fn read_or_create(client: &Client, ours: &Value) -> Result<Read, CrdError> {
-    match client.get::<Value>(&crd_path()).await {
+    match client.get::<Value>(&path_of(ours)).await {
         Ok(current) => Ok(Read::Found(current)),
         Err(error) if error.status_code() == Some(404) => {
             match client.create::<_, Value>(CRDS_PATH, ours).await {
@@ -153,10 +168,19 @@ pub(crate) fn read_again(attempt: &mut u32, conflict: ClientError) -> Result<(),
 /// Poll the CRD until its `Established` condition is `True`: only then does the API server serve
 /// `/apis/workshop.example.com/v1/...`. Bounded by `timeout`.
 pub async fn wait_established(client: &Client, timeout: Duration) -> Result<(), CrdError> {
+    wait_crd_established(client, CRD_NAME, timeout).await
+}
+
+/// [`wait_established`] for the CRD called `name`.
+pub async fn wait_crd_established(
+    client: &Client,
+    name: &str,
+    timeout: Duration,
+) -> Result<(), CrdError> {
     let started = tokio::time::Instant::now();
     let deadline = started + timeout;
     let mut last_conditions = "no answer yet".to_string();
-    let path = crd_path();
+    let path = format!("{CRDS_PATH}/{name}");
     loop {
         // Each GET is bounded by what is left of the wait, not by the client's 30 s default.
         let get = client.get::<Value>(&path);

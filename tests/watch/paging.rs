@@ -9,6 +9,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use postgres_operator::api::PostgresCluster;
 use postgres_operator::client::Client;
 use postgres_operator::story::event_lines;
 use postgres_operator::watch::{Event, RelistReason, WatchNotice};
@@ -322,7 +323,12 @@ async fn a_first_list_that_fails_halfway_is_finished_by_a_relist() {
     let mut first_watch = true;
     let story: Vec<String> = notices
         .iter()
-        .flat_map(|n| event_lines(&Event::Notice(n.clone()), &mut first_watch))
+        .flat_map(|n| {
+            event_lines(
+                &Event::<PostgresCluster>::Notice(n.clone()),
+                &mut first_watch,
+            )
+        })
         .collect();
     assert_eq!(
         story

@@ -64,6 +64,7 @@ impl<L: ClusterLayer> PostgresWorker<L> {
 }
 
 impl<L: ClusterLayer> ClusterWorker for PostgresWorker<L> {
+    type Object = PostgresCluster;
     fn run_cluster(
         &self,
         cluster: PostgresCluster,
