@@ -761,6 +761,49 @@ pub(crate) fn running_pod_status(pod: &Value, random: &mut Xorshift) -> Value {
     })
 }
 
+/// Whether a container of `pod` runs one of `images` (`nginx:1.7.9`, as its spec says).
+pub(crate) fn runs_image(pod: &Value, images: &std::collections::BTreeSet<String>) -> bool {
+    pod["spec"]["containers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| {
+            c["image"]
+                .as_str()
+                .is_some_and(|image| images.contains(image))
+        })
+}
+
+/// A running pod's `status` with readiness set to `ready`: its Ready and ContainersReady
+/// conditions and each container's `ready`, as a failing (or passing again) readiness probe
+/// leaves them. The ReplicaSet counts a pod available only while it is Ready.
+pub(crate) fn with_readiness(mut status: Value, ready: bool) -> Value {
+    let now = timefmt::now_rfc3339();
+    let word = if ready { "True" } else { "False" };
+    for condition in status["conditions"].as_array_mut().into_iter().flatten() {
+        if condition["type"] != "Ready" && condition["type"] != "ContainersReady" {
+            continue;
+        }
+        if condition["status"] != word {
+            condition["status"] = json!(word);
+            condition["lastTransitionTime"] = json!(now);
+        }
+        condition["reason"] = if ready {
+            Value::Null
+        } else {
+            json!("ContainersNotReady")
+        };
+    }
+    for container in status["containerStatuses"]
+        .as_array_mut()
+        .into_iter()
+        .flatten()
+    {
+        container["ready"] = json!(ready);
+    }
+    status
+}
+
 /// A crashed pod's status: Failed, not Ready, every container terminated (SIGKILL, 137).
 pub(crate) fn failed_pod_status(pod: &Value) -> Value {
     let now = timefmt::now_rfc3339();

@@ -163,6 +163,10 @@ fn start_pod(shared: &Shared, namespace: &str, name: &str, uid: &str) {
     }
     let mut running = (*pod).clone();
     running["status"] = builtins::running_pod_status(&pod, &mut lock(&shared.random));
+    // The readiness fault: pods of an image it names run, but never pass readiness.
+    if builtins::runs_image(&pod, &lock(&shared.faults).unready_images) {
+        running["status"] = builtins::with_readiness(running["status"].take(), false);
+    }
     state.commit_modified("/pods", running);
     tracing::debug!(namespace, name, "simulated kubelet: pod Running");
     if shared.options.pod_events {

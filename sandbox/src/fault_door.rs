@@ -9,6 +9,10 @@
 //! | `lose-node` | its node stops reporting (`runtime/lost_node.rs`) | `processes=frozen\|killed`, `graceSeconds=N` |
 //! | `crash` | one container's process killed, as if it crashed; the kubelet restarts it | `container=NAME` |
 //!
+//! and one fault for every pod of an image, `POST /sandbox/faults/images/FAULT?image=IMAGE`:
+//! `fail-readiness` (its pods turn, and start, not Ready: a version whose probe never passes)
+//! and `pass-readiness` (lifted).
+//!
 //! WORKSHOP.md, "Set-up: the sandbox". The path is a non-resource URL, so RBAC decides who may
 //! POST it: the sandbox's admin may (`nonResourceURLs: ["*"]`), a service account may not, and
 //! no operator under test can break its own node.
@@ -33,6 +37,9 @@ pub(crate) fn answer(
 ) -> Result<serde_json::Value, ApiError> {
     if *method != Method::POST {
         return Err(ApiError::method_not_allowed());
+    }
+    if let ["images", fault] = rest {
+        return image_fault(faults, fault, query);
     }
     let ["namespaces", namespace, "pods", name, fault] = rest else {
         return Err(ApiError::bad_request(
@@ -84,6 +91,38 @@ pub(crate) fn answer(
         "status": "Success",
         "code": 200,
         "message": format!("pod {namespace}/{name} {what}"),
+    }))
+}
+
+/// `POST /sandbox/faults/images/fail-readiness?image=nginx:1.7.9` (or `pass-readiness`).
+fn image_fault(
+    faults: &Faults,
+    fault: &str,
+    query: &HashMap<String, String>,
+) -> Result<serde_json::Value, ApiError> {
+    let fail = match fault {
+        "fail-readiness" => true,
+        "pass-readiness" => false,
+        other => {
+            return Err(ApiError::bad_request(format!(
+                "no image fault {other:?}: one of fail-readiness, pass-readiness"
+            )))
+        }
+    };
+    let Some(image) = query.get("image").filter(|image| !image.is_empty()) else {
+        return Err(ApiError::bad_request(
+            "an image fault needs ?image=IMAGE, as the pods' container spec names it (nginx:1.7.9)",
+        ));
+    };
+    let marked = faults.fail_readiness(image, fail);
+    let what = if fail { "fail" } else { "pass" };
+    Ok(json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Success",
+        "code": 200,
+        "message": format!("pods of image {image} {what} readiness ({} running now)", marked.len()),
     }))
 }
 

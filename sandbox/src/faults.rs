@@ -220,6 +220,44 @@ impl Faults {
         failed
     }
 
+    /// Make every pod of `image` (as its container spec names it, `nginx:1.7.9`) fail
+    /// readiness (`fail: false` lifts it): the Running ones turn not Ready now, and new ones
+    /// start Running but not Ready, so their ReplicaSet never counts them available — one
+    /// version of a Deployment whose readiness probe never passes. Pods whose process runtime
+    /// reports their status itself are marked once, now. Returns the pods marked.
+    pub fn fail_readiness(&self, image: &str, fail: bool) -> Vec<String> {
+        {
+            let mut faults = lock(&self.shared.faults);
+            if fail {
+                faults.unready_images.insert(image.to_string());
+            } else {
+                faults.unready_images.remove(image);
+            }
+        }
+        let images = std::collections::BTreeSet::from([image.to_string()]);
+        let mut state = self.shared.store.lock();
+        let mut marked = Vec::new();
+        for pod in state.list("/pods", None) {
+            if pod["status"]["phase"] != "Running" || !builtins::runs_image(&pod, &images) {
+                continue;
+            }
+            let mut next = (*pod).clone();
+            next["status"] = builtins::with_readiness(pod["status"].clone(), !fail);
+            if next["status"] == pod["status"] {
+                continue;
+            }
+            marked.push(
+                pod["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            );
+            state.commit_modified("/pods", next);
+        }
+        tracing::info!(image, fail, pods = marked.len(), "fault: readiness");
+        marked
+    }
+
     /// Wedge every watch (`refuse: false` lifts it): the open ones end now, and each new one,
     /// whoever sends it, is answered `500 InternalError` until lifted, so a client's watches make
     /// no progress at all while its lists, reads and writes are answered as ever. What a client

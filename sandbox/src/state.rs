@@ -189,6 +189,8 @@ pub(crate) struct FaultSettings {
     pub(crate) watch_chunk_size: Option<usize>,
     pub(crate) watch_events_per_chunk: Option<usize>,
     pub(crate) pending_failures: Vec<PendingFailure>,
+    /// Images (`nginx:1.7.9`) whose pods never pass readiness (`Faults::fail_readiness`).
+    pub(crate) unready_images: std::collections::BTreeSet<String>,
 }
 
 #[derive(Clone, Debug)]

@@ -1,0 +1,321 @@
+//! The Deployer (`src/deployer/`, WORKSHOP.md "Your own operator: the Deployer") against the
+//! in-process sandbox, driven with the real kubectl as a learner would: the demo's rollout step
+//! by step, a rollback when the canary's pods fail readiness, and each bad input refused with a
+//! condition and nothing created.
+
+use std::time::Duration;
+
+use postgres_operator::controller::ControllerOptions;
+use postgres_operator::deployer::run_deployer;
+use postgres_operator::story::{LogLine, Reporter};
+use sandbox::{Sandbox, SandboxOptions};
+use serde_json::Value;
+use test_support::{eventually, plain_client, start_sandbox_with, Kubectl};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+const WITHIN: Duration = Duration::from_secs(30);
+
+/// A sandbox whose pods start after 200 ms, the Deployer running on it, and kubectl.
+struct Running {
+    sandbox: Sandbox,
+    kubectl: Kubectl,
+    stop: CancellationToken,
+    operator: JoinHandle<()>,
+    lines: mpsc::UnboundedReceiver<LogLine>,
+}
+
+async fn start() -> Running {
+    let options = SandboxOptions {
+        kubelet_delay: Duration::from_millis(200),
+        ..SandboxOptions::default()
+    };
+    let sandbox = start_sandbox_with(options).await;
+    let kubectl = Kubectl::new(&sandbox.url());
+    let client = plain_client(&sandbox.url());
+    let (reporter, lines) = Reporter::channel();
+    let stop = CancellationToken::new();
+    let options = ControllerOptions {
+        reconcile_interval: Duration::from_millis(200),
+        ..ControllerOptions::default()
+    };
+    let operator = tokio::spawn({
+        let stop = stop.clone();
+        async move {
+            run_deployer(client, options, reporter, stop)
+                .await
+                .expect("the Deployer starts");
+        }
+    });
+    Running {
+        sandbox,
+        kubectl,
+        stop,
+        operator,
+        lines,
+    }
+}
+
+impl Running {
+    async fn stop(self) -> Vec<String> {
+        self.stop.cancel();
+        let _ = self.operator.await;
+        let mut lines = self.lines;
+        let mut said = Vec::new();
+        while let Ok(line) = lines.try_recv() {
+            said.push(line.to_string());
+        }
+        drop(self.sandbox);
+        said
+    }
+
+    /// `spec.replicas` and `status.availableReplicas` of a Deployment, None when it is absent.
+    async fn replicas(&self, name: &str) -> Option<(i64, i64)> {
+        let found = self
+            .kubectl
+            .get_json(&["get", "deployment", name, "-o", "json"])
+            .await?;
+        let count = |v: &Value| v.as_i64().unwrap_or(0);
+        Some((
+            count(&found["spec"]["replicas"]),
+            count(&found["status"]["availableReplicas"]),
+        ))
+    }
+
+    async fn deployer(&self, name: &str) -> Option<Value> {
+        self.kubectl
+            .get_json(&["get", "dep", name, "-o", "json"])
+            .await
+    }
+
+    async fn condition(&self, name: &str, type_: &str) -> Option<Value> {
+        let deployer = self.deployer(name).await?;
+        deployer["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == type_)
+            .cloned()
+    }
+}
+
+/// The demo's manifest, with sleeps of a second and the given version and deadline.
+fn manifest(version: &str, deadline: u64) -> String {
+    format!(
+        r#"apiVersion: workshop.example.com/v1
+kind: Deployer
+metadata: {{name: nginx}}
+spec:
+  type: canary
+  deployment: {{name: nginx, namespace: default, image: nginx, version: "{version}",
+               labels: {{app: nginx, operator: deployer}}, replicas: 10}}
+  steps: [{{percent: 10, sleep: 1}}, {{percent: 30, sleep: 1}}, {{percent: 60, sleep: 1}}, {{percent: 100}}]
+  deadlineSeconds: {deadline}
+"#
+    )
+}
+
+async fn set_version(kubectl: &Kubectl, version: &str) {
+    let patch = format!(r#"{{"spec":{{"deployment":{{"version":"{version}"}}}}}}"#);
+    kubectl
+        .ok(&["patch", "dep", "nginx", "--type", "merge", "-p", &patch])
+        .await;
+}
+
+/// The demo's transcript: the first version runs all 10; on 1.7.8 the steps trade replicas
+/// 1/9, 3/7, 6/4, 10/0, `kubectl describe` shows the Progress lines, and the old Deployment is
+/// deleted at the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demos_rollout_walks_its_steps_and_deletes_the_old_version() {
+    let running = start().await;
+    let kubectl = &running.kubectl;
+    kubectl
+        .create_when_served(&manifest("1.7.7", 20), WITHIN)
+        .await;
+    eventually(WITHIN, "nginx-1.7.7 with 10 available", || async {
+        (running.replicas("nginx-1.7.7").await == Some((10, 10))).then_some(())
+    })
+    .await;
+    kubectl
+        .ok_saying(
+            &["get", "service", "nginx", "-o", "json"],
+            "\"operator\": \"deployer\"",
+        )
+        .await;
+
+    set_version(kubectl, "1.7.8").await;
+    // Each step, in order, as `kubectl get deploy` shows the two trading replicas.
+    let mut seen_describe = false;
+    for (new, old) in [(1, 9), (3, 7), (6, 4)] {
+        eventually(WITHIN, &format!("{new} new / {old} old"), || async {
+            let pair = (
+                running.replicas("nginx-1.7.8").await?,
+                running.replicas("nginx-1.7.7").await?,
+            );
+            (pair.0 .0 == new && pair.1 .0 == old).then_some(())
+        })
+        .await;
+        if new == 6 {
+            let described = eventually(WITHIN, "describe to show step 3's wait", || async {
+                let out = kubectl.ok(&["describe", "dep", "nginx"]).await;
+                out.contains("till next step").then_some(out)
+            })
+            .await;
+            for line in [
+                "Percentage:  60% has been deployed",
+                "Step:        no. 3",
+                "Wait:",
+            ] {
+                assert!(described.contains(line), "no {line:?} in:\n{described}");
+            }
+            seen_describe = true;
+        }
+    }
+    assert!(seen_describe);
+    eventually(
+        WITHIN,
+        "nginx-1.7.8 with all 10 and nginx-1.7.7 deleted",
+        || async {
+            let done = running.replicas("nginx-1.7.8").await == Some((10, 10))
+                && running.replicas("nginx-1.7.7").await.is_none();
+            done.then_some(())
+        },
+    )
+    .await;
+    let deployer = running.deployer("nginx").await.expect("the Deployer");
+    assert_eq!(deployer["status"]["currentVersion"], "1.7.8");
+    assert_eq!(
+        deployer["status"]["progress"]["percentage"],
+        "100% has been deployed"
+    );
+    let described = kubectl.ok(&["describe", "dep", "nginx"]).await;
+    assert!(
+        described.contains("RolledOut"),
+        "no RolledOut event:\n{described}"
+    );
+    let said = running.stop().await;
+    for line in [
+        "[default/nginx] first version 1.7.7: nginx-1.7.7 with 10 replicas",
+        "[default/nginx] rolling out 1.7.8 over 1.7.7 in 4 steps",
+        "[default/nginx] step 1 of 4: 1 new (nginx-1.7.8), 9 old (nginx-1.7.7)",
+        "[default/nginx] step 4 of 4: 10 new (nginx-1.7.8), 0 old (nginx-1.7.7)",
+        "[default/nginx] 1.7.8 rolled out: 10 replicas; deleted nginx-1.7.7",
+    ] {
+        assert!(
+            said.iter().any(|s| s == line),
+            "never said {line:?}: {said:#?}"
+        );
+    }
+}
+
+/// A canary whose pods never pass readiness (the sandbox's readiness fault on `nginx:1.7.9`)
+/// is rolled back within its deadline + 2 s: the old version back at 10, the new Deployment
+/// deleted, a `RolledBack` condition and a Warning Event saying why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_canary_that_fails_readiness_is_rolled_back_within_its_deadline() {
+    const DEADLINE: u64 = 3;
+    let running = start().await;
+    let kubectl = &running.kubectl;
+    kubectl
+        .create_when_served(&manifest("1.7.7", DEADLINE), WITHIN)
+        .await;
+    eventually(WITHIN, "nginx-1.7.7 with 10 available", || async {
+        (running.replicas("nginx-1.7.7").await == Some((10, 10))).then_some(())
+    })
+    .await;
+    running.sandbox.faults().fail_readiness("nginx:1.7.9", true);
+    let changed = Instant::now();
+    set_version(kubectl, "1.7.9").await;
+    let rolled_back = eventually(WITHIN, "the RolledBack condition", || async {
+        running.condition("nginx", "RolledBack").await
+    })
+    .await;
+    let took = changed.elapsed();
+    println!("rollback: {:.1}s from the version change to the RolledBack condition (deadline {DEADLINE}s)", took.as_secs_f64());
+    assert!(took <= Duration::from_secs(DEADLINE + 2), "took {took:?}");
+    assert_eq!(rolled_back["reason"], "CanaryNotAvailable");
+    let message = rolled_back["message"].as_str().unwrap_or_default();
+    assert!(message.contains("rolled back 1.7.9 to 1.7.7"), "{message}");
+    eventually(WITHIN, "nginx-1.7.7 at 10, nginx-1.7.9 gone", || async {
+        let back = running.replicas("nginx-1.7.7").await.map(|r| r.0) == Some(10)
+            && running.replicas("nginx-1.7.9").await.is_none();
+        back.then_some(())
+    })
+    .await;
+    let described = kubectl.ok(&["describe", "dep", "nginx"]).await;
+    assert!(
+        described.contains("Warning  CanaryNotAvailable"),
+        "no Warning event:\n{described}"
+    );
+    // Rolled back, not retried: the version stays refused until the spec names another.
+    assert_eq!(
+        running.deployer("nginx").await.expect("it")["status"]["rolledBackVersion"],
+        "1.7.9"
+    );
+    running.stop().await;
+}
+
+/// Each bad input is a `Valid=False` condition naming it, and nothing is created: steps that do
+/// not increase, a percent over 100, no `deployment`; and a version change during a rollout is
+/// held (no Deployment for it) with its own reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_a_condition_and_nothing_is_half_rolled() {
+    let running = start().await;
+    let kubectl = &running.kubectl;
+    let bad = [
+        ("steps", "{type: canary, deployment: {name: a, image: nginx, version: '1', replicas: 2}, steps: [{percent: 50}, {percent: 20}]}", "StepsNotIncreasing"),
+        ("percent", "{type: canary, deployment: {name: b, image: nginx, version: '1', replicas: 2}, steps: [{percent: 150}]}", "PercentOutOfRange"),
+        ("missing", "{type: canary, steps: [{percent: 100}]}", "MissingDeployment"),
+    ];
+    for (name, spec, reason) in bad {
+        let manifest = format!("apiVersion: workshop.example.com/v1\nkind: Deployer\nmetadata: {{name: {name}}}\nspec: {spec}\n");
+        kubectl.create_when_served(&manifest, WITHIN).await;
+        let valid = eventually(WITHIN, &format!("{name}'s Valid condition"), || async {
+            running.condition(name, "Valid").await
+        })
+        .await;
+        assert_eq!(
+            (valid["status"].as_str(), valid["reason"].as_str()),
+            (Some("False"), Some(reason)),
+            "{valid}"
+        );
+        println!("{name}: {}", valid["message"]);
+    }
+    let deployments = kubectl.json(&["get", "deployments"]).await;
+    assert_eq!(
+        deployments["items"],
+        serde_json::json!([]),
+        "nothing is created for a bad spec"
+    );
+
+    // A rollout held at step 1 by a canary that never gets ready, then a third version.
+    let mut slow = manifest("1.7.7", 600);
+    slow = slow.replace("sleep: 1}", "sleep: 600}");
+    kubectl.ok_manifest("create", &slow).await;
+    eventually(WITHIN, "nginx-1.7.7 with 10 available", || async {
+        (running.replicas("nginx-1.7.7").await == Some((10, 10))).then_some(())
+    })
+    .await;
+    set_version(kubectl, "1.7.8").await;
+    eventually(WITHIN, "step 1 sleeping", || async {
+        let deployer = running.deployer("nginx").await?;
+        let wait = deployer["status"]["progress"]["wait"].as_str()?.to_string();
+        wait.ends_with("till next step").then_some(())
+    })
+    .await;
+    set_version(kubectl, "1.7.9").await;
+    let valid = eventually(WITHIN, "the held version's condition", || async {
+        let valid = running.condition("nginx", "Valid").await?;
+        (valid["status"] == "False").then_some(valid)
+    })
+    .await;
+    assert_eq!(valid["reason"], "VersionChangedDuringRollout");
+    assert_eq!(
+        running.replicas("nginx-1.7.9").await,
+        None,
+        "no Deployment for the held version"
+    );
+    assert_eq!(running.replicas("nginx-1.7.8").await.map(|r| r.0), Some(1));
+    running.stop().await;
+}
