@@ -15,12 +15,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::json;
 
+use crate::api::PostgresCluster;
 use crate::client::Client;
 use crate::resource::Resource;
 
 /// Who the events about a PostgresCluster say wrote them (`kubectl describe`'s "From" column):
-/// [`Resource::OPERATOR`] of each kind.
-pub const COMPONENT: &str = "postgres-operator";
+/// each kind's [`Resource::OPERATOR`].
+pub const COMPONENT: &str = <PostgresCluster as Resource>::OPERATOR;
 
 /// `Normal` for what the operator did as planned, `Warning` for what a user should look at.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -167,7 +168,6 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::api::PostgresCluster;
 
     /// Known instants format as Kubernetes writes them, leap days included.
     #[test]

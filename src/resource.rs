@@ -5,7 +5,6 @@
 //! WORKSHOP.md, "Your own operator: the Deployer" (what of steps 01–03 carries over).
 
 use crate::api::{PostgresCluster, PostgresClusterSpec, API_VERSION, KIND};
-use crate::events::COMPONENT;
 use crate::watch::WatchedObject;
 
 /// A kind an operator watches and runs one task per object of.
@@ -29,7 +28,7 @@ pub trait Resource: WatchedObject + Clone {
 impl Resource for PostgresCluster {
     const KIND: &'static str = KIND;
     const API_VERSION: &'static str = API_VERSION;
-    const OPERATOR: &'static str = COMPONENT;
+    const OPERATOR: &'static str = "postgres-operator";
     type Spec = PostgresClusterSpec;
     fn spec(&self) -> &PostgresClusterSpec {
         &self.spec

@@ -17,11 +17,14 @@ use crate::client::{Client, ClientError};
 
 mod compare;
 mod error;
+mod manifest;
 
 use compare::replacement;
 pub use compare::{differences, Difference, Registration};
 use error::summarize_conditions;
 pub use error::CrdError;
+pub use manifest::from_manifest;
+use manifest::path_of;
 
 /// The API group our CustomResourceDefinition adds (the 2017 workshop's TPR used `lukeb0nd.com`).
 pub const GROUP: &str = "workshop.example.com";
@@ -41,27 +44,11 @@ pub fn group_version_path() -> String {
 }
 
 /// Our CRD as `kubectl apply -f kube/crd.yaml` sends it. The file is JSON (which is YAML too, so
-/// kubectl reads it) with whole-line `#` comments, which JSON lacks: they are dropped here. No
-/// line of JSON starts with `#`, since a JSON string cannot span lines.
+/// kubectl reads it) with whole-line `#` comments, which JSON lacks: `from_manifest` drops them.
 pub fn postgres_cluster_crd() -> Value {
     // Compiled in, not read at run time: the unit tests below parse it in every build.
     from_manifest(include_str!("../../kube/crd.yaml"))
         .expect("kube/crd.yaml is JSON with # comment lines")
-}
-
-/// A CRD manifest of `kube/` (JSON with whole-line `#` comments) as JSON.
-pub fn from_manifest(manifest: &str) -> Result<Value, serde_json::Error> {
-    let json: String = manifest
-        .lines()
-        .filter(|line| !line.trim_start().starts_with('#'))
-        .collect();
-    serde_json::from_str(&json)
-}
-
-/// A CRD's own path, from its `metadata.name`.
-fn path_of(crd: &Value) -> String {
-    let name = crd["metadata"]["name"].as_str().unwrap_or_default();
-    format!("{CRDS_PATH}/{name}")
 }
 
 /// Where CRDs are created (cluster-scoped: no namespace in the path).
@@ -94,12 +81,12 @@ pub const OWNED_SPEC_FIELDS: [&str; 4] = ["group", "names", "scope", "versions"]
 /// 409 on either write means someone else wrote in between (the POST lost a race with another
 /// creator, or the PUT's resourceVersion is stale): read again and decide again, within
 /// `ENSURE_ATTEMPTS` attempts in all.
-// ANCHOR: register
 pub async fn ensure(client: &Client) -> Result<Registration, CrdError> {
     ensure_crd(client, &postgres_cluster_crd()).await
 }
 
 /// [`ensure`] for any CRD: ours, or another operator's (the Deployer's, `src/deployer/`).
+// ANCHOR: register
 pub async fn ensure_crd(client: &Client, ours: &Value) -> Result<Registration, CrdError> {
     let mut attempt = 1;
     loop {

@@ -1,7 +1,7 @@
 //! Support: skip it on first read — the `Deployer` kind as Rust sees it (spec, status, the
 //! checks a spec must pass), the same shape as `src/api.rs` is for `PostgresCluster`.
 //!
-//! WORKSHOP.md, "Your own operator: the Deployer". The CRD (`kube/deployer-crd.yaml`) types
+//! WORKSHOP.md, "Your own operator: the Deployer". The CRD (`kube/deployer/crd.yaml`) types
 //! every field but requires none and bounds none: a bad spec must still be stored, so that the
 //! operator can say what is wrong with it as a condition on the object.
 

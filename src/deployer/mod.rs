@@ -10,6 +10,7 @@
 pub mod api;
 mod objects;
 pub mod plan;
+mod status;
 
 use std::future::Future;
 use std::time::Duration;
@@ -18,32 +19,29 @@ use serde_json::Value;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::api::Condition;
 use crate::client::{Client, ClientError};
 use crate::controller::cluster::{run_task_loop, ClusterReconciler};
 use crate::controller::{
     ClusterInbox, ClusterWorker, Controller, ControllerOptions, ControllerStopped, TaskEnd,
 };
 use crate::crd::{self, CrdError, DEFAULT_ESTABLISHED_TIMEOUT};
-use crate::events::{self, rfc3339, EventType};
+use crate::events::{self, EventType};
 use crate::story::Reporter;
 use crate::watch::{list_then_watch, WatchOptions};
-use api::{
-    validate, Deployer, DeploymentSpec, Progress, RolloutStatus, Step, DEFAULT_DEADLINE_SECONDS,
-};
+use api::{validate, Deployer, DeploymentSpec, Step, DEFAULT_DEADLINE_SECONDS};
 use plan::{next, split, Action, Phase, Rollout, Seen};
 
 /// `deployers.workshop.example.com`: `<plural>.<group>`, as every CRD's name.
 pub const CRD_NAME: &str = "deployers.workshop.example.com";
 
-/// The Deployer's CRD, `kube/deployer-crd.yaml`, compiled in as stage 01's is.
+/// The Deployer's CRD, `kube/deployer/crd.yaml`, compiled in as stage 01's is.
 pub fn deployer_crd() -> Value {
-    crd::from_manifest(include_str!("../../kube/deployer-crd.yaml"))
-        .expect("kube/deployer-crd.yaml is JSON with # comment lines")
+    crd::from_manifest(include_str!("../../kube/deployer/crd.yaml"))
+        .expect("kube/deployer/crd.yaml is JSON with # comment lines")
 }
 
-// ANCHOR: run_deployer
 /// The whole operator: stage 03's `run_operator`, for another kind.
+// ANCHOR: run_deployer
 pub async fn run_deployer(
     client: Client,
     options: ControllerOptions,
@@ -165,7 +163,6 @@ impl ClusterReconciler<Deployer> for DeployerTask {
         changed
     }
 
-    // ANCHOR: reconcile
     /// One round: check the spec, observe the new version's pods, ask the plan, act, say it in
     /// the status.
     async fn reconcile(&mut self) {
@@ -185,7 +182,6 @@ impl ClusterReconciler<Deployer> for DeployerTask {
         }
         self.write_status().await;
     }
-    // ANCHOR_END: reconcile
 
     async fn deleted(&mut self) {
         self.say("deployer deleted: its Deployments and Service go with it (ownerReferences)");
@@ -374,147 +370,5 @@ impl DeployerTask {
             "step {step} of {count}: {new} new ({new_name}), {old} old ({old_name})"
         ));
         Ok(())
-    }
-
-    /// The status from what the task remembers; written only when it changed.
-    async fn write_status(&mut self) {
-        let now = Instant::now();
-        let steps = plan::steps(&self.deployer.spec.steps);
-        let mut next = self.deployer.status.clone();
-        next.current_version = self.current.clone();
-        next.rolled_back_version = self.rolled_back.clone();
-        next.rollout = self.rollout.as_ref().map(|r| RolloutStatus {
-            from: r.from.clone(),
-            to: r.to.clone(),
-            step: r.step + 1,
-        });
-        next.progress = Some(self.progress(&steps, now));
-        let (valid, reason, message) = match &self.refused {
-            Some((reason, message)) => ("False", *reason, message.clone()),
-            None => (
-                "True",
-                "SpecAccepted",
-                "the spec passed every check".to_string(),
-            ),
-        };
-        let progressing = match (&self.rollout, &self.last_rollback) {
-            (Some(r), _) => (
-                "True",
-                "RollingOut",
-                format!(
-                    "{} over {}: step {} of {}",
-                    r.to,
-                    r.from,
-                    r.step + 1,
-                    steps.len()
-                ),
-            ),
-            (None, Some((reason, message))) => ("False", *reason, message.clone()),
-            (None, None) => (
-                "False",
-                "Complete",
-                format!(
-                    "{} runs every replica",
-                    self.current.clone().unwrap_or_default()
-                ),
-            ),
-        };
-        let mut conditions = vec![condition(
-            &next.conditions,
-            "Valid",
-            valid,
-            reason,
-            &message,
-        )];
-        let (status, reason, message) = progressing;
-        conditions.push(condition(
-            &next.conditions,
-            "Progressing",
-            status,
-            reason,
-            &message,
-        ));
-        if let Some((reason, message)) = &self.last_rollback {
-            conditions.push(condition(
-                &next.conditions,
-                "RolledBack",
-                "True",
-                reason,
-                message,
-            ));
-        }
-        next.conditions = conditions;
-        if next == self.deployer.status {
-            return;
-        }
-        self.deployer.status = next;
-        match objects::write_status(&self.client, &self.deployer).await {
-            Ok(written) => self.deployer.status = written.status,
-            Err(error) => tracing::warn!(%error, "could not write the Deployer's status"),
-        }
-    }
-
-    /// `kubectl describe`'s Progress: `60% has been deployed`, `no. 3`, `30s till next step`.
-    fn progress(&self, steps: &[Step], now: Instant) -> Progress {
-        let paused = self.deployer.spec.paused;
-        let Some(rollout) = &self.rollout else {
-            let done = if self.last_rollback.is_some() {
-                "0% (rolled back)"
-            } else {
-                "100% has been deployed"
-            };
-            let wait = if paused { "paused" } else { "none" };
-            return Progress {
-                percentage: done.into(),
-                step: "done".into(),
-                wait: wait.into(),
-            };
-        };
-        let percent = steps[rollout.step].percent;
-        let wait = match rollout.phase {
-            _ if paused => "paused".to_string(),
-            Phase::Sleeping { until } => {
-                format!(
-                    "{}s till next step",
-                    until.saturating_duration_since(now).as_secs_f64().ceil()
-                )
-            }
-            Phase::Scaling { .. } => {
-                let (new, _) = self
-                    .deployer
-                    .spec
-                    .deployment
-                    .as_ref()
-                    .map_or((0, 0), |d| split(d.replicas, percent));
-                format!("for {new} new pods to be available")
-            }
-        };
-        Progress {
-            percentage: format!("{percent}% has been deployed"),
-            step: format!("no. {}", rollout.step + 1),
-            wait,
-        }
-    }
-}
-
-/// A condition, keeping its `lastTransitionTime` while its status stays the same.
-fn condition(
-    old: &[Condition],
-    type_: &str,
-    status: &str,
-    reason: &str,
-    message: &str,
-) -> Condition {
-    let since = old
-        .iter()
-        .find(|c| c.type_ == type_ && c.status == status)
-        .map(|c| c.last_transition_time.clone());
-    Condition {
-        type_: type_.into(),
-        status: status.into(),
-        reason: reason.into(),
-        message: message.into(),
-        last_transition_time: since.unwrap_or_else(|| rfc3339(std::time::SystemTime::now())),
-        observed_generation: None,
     }
 }

@@ -132,6 +132,15 @@ const BINARIES: &[Binary] = &[
         takes_connection_flags: true,
     },
     Binary {
+        name: "deployer",
+        path: env!("CARGO_BIN_EXE_deployer"),
+        step: "the workshop's second operator",
+        own_flags: &[&["--reconcile-interval <SECS>"]],
+        absent_flags: FAILOVER_FLAGS,
+        duration_flags: &[&["--reconcile-interval"]],
+        takes_connection_flags: true,
+    },
+    Binary {
         name: "tour",
         path: env!("CARGO_BIN_EXE_tour"),
         step: "the whole workshop",

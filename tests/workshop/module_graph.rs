@@ -346,8 +346,12 @@ fn list_after(section: &str, marker: &str) -> Vec<String> {
 
 /// The reading lists of WORKSHOP.md's step `number`.
 fn reading_lists(workshop: &str, number: usize) -> ReadingLists {
-    let heading = format!("## Step {number:02}:");
-    let Some(start) = workshop.find(&heading) else {
+    reading_lists_under(workshop, &format!("## Step {number:02}:"))
+}
+
+/// The reading lists of the WORKSHOP.md section whose heading starts with `heading`.
+fn reading_lists_under(workshop: &str, heading: &str) -> ReadingLists {
+    let Some(start) = workshop.find(heading) else {
         panic!("WORKSHOP.md has no {heading} section");
     };
     let section = &workshop[start + heading.len()..];
@@ -369,6 +373,31 @@ fn says_it_may_be_skipped(text: &str) -> bool {
     paragraph.join(" ").contains("first read")
 }
 
+/// The chapters whose lists are checked, in order: each step with its stage, then the Deployer's
+/// chapter with its binary; and each one's cap on its lesson's lines of code, where it has one.
+fn chapters() -> Vec<(String, String, Option<usize>)> {
+    let caps = [Some(400), Some(800), Some(550), None, None, None];
+    let mut chapters: Vec<_> = (1..=6)
+        .map(|number| {
+            let heading = format!("## Step {number:02}:");
+            (
+                heading,
+                format!("stages/stage{number:02}.rs"),
+                caps[number - 1],
+            )
+        })
+        .collect();
+    chapters.push((
+        DEPLOYER_CHAPTER.to_string(),
+        "src/bin/deployer.rs".to_string(),
+        Some(600),
+    ));
+    chapters
+}
+
+/// The chapter after the six steps: a second operator on steps 01–03's library.
+const DEPLOYER_CHAPTER: &str = "## Your own operator: the Deployer";
+
 /// Each step of WORKSHOP.md opens with two lists — the Lesson, read in order, and the Support,
 /// skipped on first read — and together they are exactly the stage's binary and the files of
 /// `src/` it reaches that the earlier stages did not, each file on one list only: the text cannot
@@ -386,8 +415,12 @@ fn each_steps_reading_lists_are_what_its_stage_newly_reaches() {
     let mut seen = BTreeSet::new();
     let (mut total, mut lesson_total) = (0, 0);
     let mut problems = Vec::new();
-    for number in 1..=6 {
-        let stage = format!("stages/stage{number:02}.rs");
+    for (heading, stage, cap) in chapters() {
+        // `step 01`, as the counts have always been printed; `the Deployer` for its chapter.
+        let number = match heading.strip_prefix("## Step ") {
+            Some(rest) => format!("step {}", &rest[..2]),
+            None => "the Deployer".to_string(),
+        };
         let reached = reached_by(&stage, &known);
         let mut new: BTreeSet<String> = reached
             .difference(&seen)
@@ -395,7 +428,7 @@ fn each_steps_reading_lists_are_what_its_stage_newly_reaches() {
             .collect();
         new.insert(stage.clone());
         seen.extend(reached);
-        let lists = reading_lists(&workshop, number);
+        let lists = reading_lists_under(&workshop, &heading);
         let lines: usize = new.iter().map(lines_of).sum();
         let lesson_lines: usize = lists
             .lesson
@@ -406,28 +439,31 @@ fn each_steps_reading_lists_are_what_its_stage_newly_reaches() {
         total += lines;
         lesson_total += lesson_lines;
         println!(
-            "step {number:02}: {} files, {lines} lines of code; lesson {} files, {lesson_lines} lines: {}",
+            "{number}: {} files, {lines} lines of code; lesson {} files, {lesson_lines} lines: {}",
             new.len(),
             lists.lesson.len(),
             lists.lesson.join(", ")
         );
+        if let Some(cap) = cap.filter(|cap| lesson_lines > *cap) {
+            problems.push(format!(
+                "{number}: its lesson is {lesson_lines} lines of code, over its cap of {cap}"
+            ));
+        }
         let lesson: BTreeSet<String> = lists.lesson.iter().cloned().collect();
         let support: BTreeSet<String> = lists.support.iter().cloned().collect();
         if lesson.len() < lists.lesson.len() || support.len() < lists.support.len() {
-            problems.push(format!(
-                "step {number:02}: a file is listed twice on one list"
-            ));
+            problems.push(format!("{number}: a file is listed twice on one list"));
         }
         let both: Vec<_> = lesson.intersection(&support).collect();
         if !both.is_empty() {
             problems.push(format!(
-                "step {number:02}: on both the Lesson and the Support list: {both:?}"
+                "{number}: on both the Lesson and the Support list: {both:?}"
             ));
         }
         let listed: BTreeSet<String> = lesson.union(&support).cloned().collect();
         if listed != new {
             problems.push(format!(
-                "step {number:02}: listed but not reached: {:?}; reached but not listed: {:?}",
+                "{number}: listed but not reached: {:?}; reached but not listed: {:?}",
                 listed.difference(&new).collect::<Vec<_>>(),
                 new.difference(&listed).collect::<Vec<_>>()
             ));
@@ -436,7 +472,7 @@ fn each_steps_reading_lists_are_what_its_stage_newly_reaches() {
             let text = std::fs::read_to_string(repo.join(file)).expect("readable");
             if !says_it_may_be_skipped(&text) {
                 problems.push(format!(
-                    "step {number:02}: support file {file}: its `//!` header's first paragraph does not say why it may be skipped on first read"
+                    "{number}: support file {file}: its `//!` header's first paragraph does not say why it may be skipped on first read"
                 ));
             }
         }

@@ -99,7 +99,9 @@ fn runs_until_stopped(command: &str) -> bool {
         ["cargo", "run", "--release", "--bin", binary, ..] => binary,
         _ => return false,
     };
-    *binary == "sandbox" || (binary.starts_with("stage") && *binary != "stage01")
+    *binary == "sandbox"
+        || *binary == "deployer"
+        || (binary.starts_with("stage") && *binary != "stage01")
 }
 
 fn parse_transcripts(markdown: &str) -> Vec<Transcript> {
