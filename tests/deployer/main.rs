@@ -319,3 +319,77 @@ async fn bad_input_is_a_condition_and_nothing_is_half_rolled() {
     assert_eq!(running.replicas("nginx-1.7.8").await.map(|r| r.0), Some(1));
     running.stop().await;
 }
+
+/// A canary that loses its pods during a step's sleep (readiness fails on the running ones) is
+/// rolled back with reason `LostAvailability`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_canary_that_loses_its_pods_during_a_sleep_is_rolled_back() {
+    let running = start().await;
+    let kubectl = &running.kubectl;
+    let slow = manifest("1.7.7", 600).replace("sleep: 1}", "sleep: 600}");
+    kubectl.create_when_served(&slow, WITHIN).await;
+    eventually(WITHIN, "nginx-1.7.7 with 10 available", || async {
+        (running.replicas("nginx-1.7.7").await == Some((10, 10))).then_some(())
+    })
+    .await;
+    set_version(kubectl, "1.7.8").await;
+    eventually(WITHIN, "step 1 sleeping", || async {
+        let deployer = running.deployer("nginx").await?;
+        let wait = deployer["status"]["progress"]["wait"].as_str()?.to_string();
+        wait.ends_with("till next step").then_some(())
+    })
+    .await;
+    let marked = running.sandbox.faults().fail_readiness("nginx:1.7.8", true);
+    assert_eq!(marked.len(), 1, "step 1's one canary pod: {marked:?}");
+    let rolled_back = eventually(WITHIN, "the RolledBack condition", || async {
+        running.condition("nginx", "RolledBack").await
+    })
+    .await;
+    assert_eq!(rolled_back["reason"], "LostAvailability");
+    eventually(
+        WITHIN,
+        "nginx-1.7.7 back at 10, nginx-1.7.8 gone",
+        || async {
+            let back = running.replicas("nginx-1.7.7").await.map(|r| r.0) == Some(10)
+                && running.replicas("nginx-1.7.8").await.is_none();
+            back.then_some(())
+        },
+    )
+    .await;
+    running.stop().await;
+}
+
+/// `spec.paused`: a version change made while paused starts nothing; unpaused, the rollout starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_deployer_starts_no_rollout_until_unpaused() {
+    let running = start().await;
+    let kubectl = &running.kubectl;
+    kubectl
+        .create_when_served(&manifest("1.7.7", 20), WITHIN)
+        .await;
+    eventually(WITHIN, "nginx-1.7.7 with 10 available", || async {
+        (running.replicas("nginx-1.7.7").await == Some((10, 10))).then_some(())
+    })
+    .await;
+    let both = r#"{"spec":{"paused":true,"deployment":{"version":"1.7.8"}}}"#;
+    kubectl
+        .ok(&["patch", "dep", "nginx", "--type", "merge", "-p", both])
+        .await;
+    // The round that saw the change wrote "paused": it decided, and it created nothing.
+    eventually(WITHIN, "the paused wait", || async {
+        let deployer = running.deployer("nginx").await?;
+        (deployer["status"]["progress"]["wait"] == "paused").then_some(())
+    })
+    .await;
+    assert_eq!(running.replicas("nginx-1.7.8").await, None);
+    assert_eq!(running.replicas("nginx-1.7.7").await.map(|r| r.0), Some(10));
+    let unpause = r#"{"spec":{"paused":false}}"#;
+    kubectl
+        .ok(&["patch", "dep", "nginx", "--type", "merge", "-p", unpause])
+        .await;
+    eventually(WITHIN, "the rollout to start", || async {
+        running.replicas("nginx-1.7.8").await.map(|_| ())
+    })
+    .await;
+    running.stop().await;
+}
