@@ -43,7 +43,7 @@ pub(crate) fn answer(
     }
     let ["namespaces", namespace, "pods", name, fault] = rest else {
         return Err(ApiError::bad_request(
-            "expected /sandbox/faults/namespaces/NAMESPACE/pods/NAME/FAULT, FAULT one of hang, resume, lose-node, crash",
+            "expected /sandbox/faults/namespaces/NAMESPACE/pods/NAME/FAULT, FAULT one of hang, resume, lose-node, crash; or /sandbox/faults/images/FAULT?image=IMAGE, FAULT one of fail-readiness, pass-readiness",
         ));
     };
     let (done, what) = match *fault {

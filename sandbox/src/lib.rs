@@ -33,7 +33,7 @@
 //! | `authn.rs` | who is asking (admin, service-account token, impersonation) and whether RBAC lets them; owner-reference admission | 4 answers |
 //! | `metrics.rs` | `kubectl top`: the metrics.k8s.io API (PodMetrics, NodeMetrics) from the pods' processes; zero for simulated pods | 4 answers |
 //! | `faults.rs` | the [`Faults`] handle tests use to break things on purpose | 4 answers |
-//! | `fault_door.rs` | the node faults over HTTP: `POST /sandbox/faults/namespaces/NS/pods/NAME/FAULT` (`kubectl create --raw`), admin only | 4 answers |
+//! | `fault_door.rs` | the node faults over HTTP: `POST /sandbox/faults/namespaces/NS/pods/NAME/FAULT` and `/sandbox/faults/images/FAULT?image=IMAGE` (`kubectl create --raw`), admin only | 4 answers |
 //! | `state.rs` | `Shared`: the store, options, fault switches, request log, process runtime and shutdown token everyone holds | 3 state |
 //! | `runtime.rs` | the process runtime: pods as jailed processes, real postgres, probes, restarts, logs (its own files in `runtime/`) | 3 state |
 //! | `tls.rs` | the generated CA and serving certificate (always), the admin's bearer token (with a credentials directory: the `sandbox` binary's default) | 3 state |

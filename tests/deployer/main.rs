@@ -209,7 +209,7 @@ async fn the_demos_rollout_walks_its_steps_and_deletes_the_old_version() {
     }
 }
 
-/// A canary whose pods never pass readiness (the sandbox's readiness fault on `nginx:1.7.9`)
+/// A canary whose pods never pass readiness (the sandbox's fault door on `nginx:1.7.9`)
 /// is rolled back within its deadline + 2 s: the old version back at 10, the new Deployment
 /// deleted, a `RolledBack` condition and a Warning Event saying why.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -224,7 +224,14 @@ async fn a_canary_that_fails_readiness_is_rolled_back_within_its_deadline() {
         (running.replicas("nginx-1.7.7").await == Some((10, 10))).then_some(())
     })
     .await;
-    running.sandbox.faults().fail_readiness("nginx:1.7.9", true);
+    // The fault door, as a learner sends it (tests elsewhere call `Faults::fail_readiness`).
+    let door = "/sandbox/faults/images/fail-readiness?image=nginx:1.7.9";
+    kubectl
+        .ok_saying(
+            &["create", "--raw", door, "-f", "/dev/null"],
+            "pods of image nginx:1.7.9 fail readiness",
+        )
+        .await;
     let changed = Instant::now();
     set_version(kubectl, "1.7.9").await;
     let rolled_back = eventually(WITHIN, "the RolledBack condition", || async {
