@@ -400,3 +400,125 @@ async fn a_paused_deployer_starts_no_rollout_until_unpaused() {
     .await;
     running.stop().await;
 }
+
+/// `kube/deployer/rbac.yaml` is enough: the `deployer` binary, run with that service account's
+/// token against a sandbox that enforces RBAC, registers its CRD, rolls a version out and rolls
+/// one back, and not one of its requests is refused (403).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_rbac_grants_every_request_the_deployer_makes() {
+    let options = SandboxOptions {
+        kubelet_delay: Duration::from_millis(200),
+        ..SandboxOptions::default()
+    };
+    let (sandbox, credentials) = test_support::start_tls_sandbox(options).await;
+    let ca = credentials.path().join("ca.crt");
+    let admin = sandbox.token().expect("a TLS sandbox has an admin token");
+    let kubectl = Kubectl::new(&sandbox.url()).with_ca_and_token(&ca, &admin);
+    let rbac = concat!(env!("CARGO_MANIFEST_DIR"), "/kube/deployer/rbac.yaml");
+    kubectl.ok(&["apply", "-f", rbac]).await;
+    let token = kubectl
+        .ok(&["create", "token", "deployer", "--duration=24h"])
+        .await;
+    let token_file = credentials.path().join("deployer-token");
+    std::fs::write(&token_file, token.trim()).expect("token written");
+    let mut deployer = tokio::process::Command::new(env!("CARGO_BIN_EXE_deployer"));
+    deployer
+        .args(["--server", &sandbox.url(), "--namespace", "default"])
+        .arg("--certificate-authority")
+        .arg(&ca)
+        .arg("--token-file")
+        .arg(&token_file)
+        .args(["--reconcile-interval", "0.2"])
+        .env("KUBECONFIG", "/dev/null")
+        .env_remove("KUBE_SERVER")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .stdout(std::process::Stdio::null())
+        .kill_on_drop(true);
+    let mut child = deployer.spawn().expect("the deployer starts");
+
+    let replicas = |name: &'static str| {
+        let kubectl = &kubectl;
+        async move {
+            let found = kubectl
+                .get_json(&["get", "deployment", name, "-o", "json"])
+                .await?;
+            Some(found["spec"]["replicas"].as_i64().unwrap_or(0))
+        }
+    };
+    kubectl
+        .create_when_served(&manifest("1.7.7", 3), WITHIN)
+        .await;
+    let user = "system:serviceaccount:default:deployer";
+    let failed = || {
+        let failed: Vec<String> = sandbox
+            .requests()
+            .into_iter()
+            .filter(|r| r.user == user && r.code >= 400)
+            .map(|r| {
+                format!(
+                    "{} {} {} {}/{}",
+                    r.code, r.verb, r.resource, r.subresource, r.name
+                )
+            })
+            .collect();
+        failed
+    };
+    if test_support::within(WITHIN, || async { replicas("nginx-1.7.7").await })
+        .await
+        .is_none()
+    {
+        panic!(
+            "no nginx-1.7.7; the deployer's failed requests: {:#?}",
+            failed()
+        );
+    }
+    set_version(&kubectl, "1.7.8").await;
+    eventually(WITHIN, "1.7.8 rolled out, 1.7.7 deleted", || async {
+        let done =
+            replicas("nginx-1.7.8").await == Some(10) && replicas("nginx-1.7.7").await.is_none();
+        done.then_some(())
+    })
+    .await;
+    sandbox.faults().fail_readiness("nginx:1.7.9", true);
+    set_version(&kubectl, "1.7.9").await;
+    eventually(WITHIN, "1.7.9 rolled back", || async {
+        let deployer = kubectl
+            .get_json(&["get", "dep", "nginx", "-o", "json"])
+            .await?;
+        (deployer["status"]["rolledBackVersion"] == "1.7.9").then_some(())
+    })
+    .await;
+    let _ = child.start_kill();
+    let _ = child.wait().await;
+
+    let requests: Vec<_> = sandbox
+        .requests()
+        .into_iter()
+        .filter(|r| r.user == user)
+        .collect();
+    let refused: Vec<String> = requests
+        .iter()
+        .filter(|r| r.code == 403)
+        .map(|r| format!("{} {} {}/{}", r.verb, r.resource, r.subresource, r.name))
+        .collect();
+    println!("the deployer made {} requests as {user}", requests.len());
+    assert!(
+        refused.is_empty(),
+        "refused by kube/deployer/rbac.yaml: {refused:#?}"
+    );
+    for (verb, resource) in [
+        ("create", "customresourcedefinitions"),
+        ("watch", "deployers"),
+        ("patch", "deployers"),
+        ("create", "deployments"),
+        ("delete", "deployments"),
+        ("create", "events"),
+    ] {
+        assert!(
+            requests
+                .iter()
+                .any(|r| r.verb == verb && r.resource == resource),
+            "the deployer never made a {verb} of {resource}"
+        );
+    }
+}
