@@ -761,6 +761,11 @@ pub(crate) fn running_pod_status(pod: &Value, random: &mut Xorshift) -> Value {
     })
 }
 
+/// Images whose pods never pass readiness (`Faults::fail_readiness`): shared by the fault
+/// switches, the simulated kubelet and the process runtime, which each consult it.
+pub(crate) type UnreadyImages =
+    std::sync::Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>;
+
 /// Whether a container of `pod` runs one of `images` (`nginx:1.7.9`, as its spec says).
 pub(crate) fn runs_image(pod: &Value, images: &std::collections::BTreeSet<String>) -> bool {
     pod["spec"]["containers"]

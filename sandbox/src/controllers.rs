@@ -164,7 +164,7 @@ fn start_pod(shared: &Shared, namespace: &str, name: &str, uid: &str) {
     let mut running = (*pod).clone();
     running["status"] = builtins::running_pod_status(&pod, &mut lock(&shared.random));
     // The readiness fault: pods of an image it names run, but never pass readiness.
-    if builtins::runs_image(&pod, &lock(&shared.faults).unready_images) {
+    if builtins::runs_image(&pod, &lock(&shared.unready_images)) {
         running["status"] = builtins::with_readiness(running["status"].take(), false);
     }
     state.commit_modified("/pods", running);

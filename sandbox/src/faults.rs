@@ -223,15 +223,15 @@ impl Faults {
     /// Make every pod of `image` (as its container spec names it, `nginx:1.7.9`) fail
     /// readiness (`fail: false` lifts it): the Running ones turn not Ready now, and new ones
     /// start Running but not Ready, so their ReplicaSet never counts them available — one
-    /// version of a Deployment whose readiness probe never passes. Pods whose process runtime
-    /// reports their status itself are marked once, now. Returns the pods marked.
+    /// version of a Deployment whose readiness probe never passes. The simulated kubelet and
+    /// the process runtime alike. Returns the Running pods marked now.
     pub fn fail_readiness(&self, image: &str, fail: bool) -> Vec<String> {
         {
-            let mut faults = lock(&self.shared.faults);
+            let mut unready = lock(&self.shared.unready_images);
             if fail {
-                faults.unready_images.insert(image.to_string());
+                unready.insert(image.to_string());
             } else {
-                faults.unready_images.remove(image);
+                unready.remove(image);
             }
         }
         let images = std::collections::BTreeSet::from([image.to_string()]);

@@ -314,6 +314,8 @@ pub(crate) struct Node {
     usage: Mutex<usage::Samples>,
     tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     random: Mutex<Xorshift>,
+    /// The readiness fault: pods of these images are reported not Ready, whatever runs.
+    unready_images: builtins::UnreadyImages,
     shutdown: CancellationToken,
     /// Whether the sandbox runs as root (then pods run as their runAsUser, never as root).
     is_root: bool,
@@ -325,6 +327,7 @@ impl Node {
         config: ProcessRuntime,
         store: Arc<Store>,
         tokens: Arc<Tokens>,
+        unready_images: builtins::UnreadyImages,
         shutdown: CancellationToken,
     ) -> Arc<Node> {
         let mut random = Xorshift::from_entropy();
@@ -357,6 +360,7 @@ impl Node {
             usage: Mutex::new(usage::Samples::default()),
             tasks: Mutex::new(vec![services]),
             random: Mutex::new(random),
+            unready_images,
             shutdown,
             is_root: own_ids.0 == 0,
             own_ids,

@@ -39,6 +39,8 @@ pub(crate) struct Shared {
     /// Service-account tokens issued (TokenRequest and the kubelet's projected tokens).
     pub(crate) tokens: Arc<Tokens>,
     pub(crate) faults: Mutex<FaultSettings>,
+    /// Images (`nginx:1.7.9`) whose pods never pass readiness (`Faults::fail_readiness`).
+    pub(crate) unready_images: builtins::UnreadyImages,
     pub(crate) requests: Mutex<Vec<RequestRecord>>,
     /// Starts as `options.established_delay`; `Faults::set_established_delay` changes it, for
     /// the CRDs already waiting too.
@@ -94,12 +96,14 @@ impl Shared {
             }
         }
         let tokens = Arc::new(Tokens::new());
+        let unready_images = builtins::UnreadyImages::default();
         let node = match runtime {
             Runtime::Simulated => None,
             Runtime::Processes(config) => Some(Node::new(
                 config,
                 store.clone(),
                 tokens.clone(),
+                unready_images.clone(),
                 shutdown.clone(),
             )),
         };
@@ -114,6 +118,7 @@ impl Shared {
             certificates,
             tokens,
             faults: Mutex::new(FaultSettings::default()),
+            unready_images,
             requests: Mutex::new(Vec::new()),
             random: Mutex::new(random),
             watch_epoch: watch::channel(0).0,
@@ -189,8 +194,6 @@ pub(crate) struct FaultSettings {
     pub(crate) watch_chunk_size: Option<usize>,
     pub(crate) watch_events_per_chunk: Option<usize>,
     pub(crate) pending_failures: Vec<PendingFailure>,
-    /// Images (`nginx:1.7.9`) whose pods never pass readiness (`Faults::fail_readiness`).
-    pub(crate) unready_images: std::collections::BTreeSet<String>,
 }
 
 #[derive(Clone, Debug)]

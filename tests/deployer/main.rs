@@ -32,7 +32,11 @@ async fn start() -> Running {
         kubelet_delay: Duration::from_millis(200),
         ..SandboxOptions::default()
     };
-    let sandbox = start_sandbox_with(options).await;
+    start_on(start_sandbox_with(options).await)
+}
+
+/// The Deployer running on `sandbox`, and kubectl.
+fn start_on(sandbox: Sandbox) -> Running {
     let kubectl = Kubectl::new(&sandbox.url());
     let client = plain_client(&sandbox.url());
     let (reporter, lines) = Reporter::channel();
@@ -214,8 +218,19 @@ async fn the_demos_rollout_walks_its_steps_and_deletes_the_old_version() {
 /// deleted, a `RolledBack` condition and a Warning Event saying why.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_canary_that_fails_readiness_is_rolled_back_within_its_deadline() {
+    rolled_back_within_its_deadline(start().await).await;
+}
+
+/// The same with pods run by the process runtime (the `sandbox` binary's default where
+/// PostgreSQL and bubblewrap are found): nginx runs nothing there, and the fault holds all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_canary_that_fails_readiness_is_rolled_back_with_pods_as_processes() {
+    let sandbox = test_support::start_process_sandbox(SandboxOptions::default()).await;
+    rolled_back_within_its_deadline(start_on(sandbox)).await;
+}
+
+async fn rolled_back_within_its_deadline(running: Running) {
     const DEADLINE: u64 = 3;
-    let running = start().await;
     let kubectl = &running.kubectl;
     kubectl
         .create_when_served(&manifest("1.7.7", DEADLINE), WITHIN)

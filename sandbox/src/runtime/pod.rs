@@ -16,6 +16,7 @@ use super::container::{self, Kind};
 use super::image::Image;
 use super::worker::{PodWorker, StoreLookup};
 use super::{services, volumes, Node};
+use crate::builtins;
 use crate::sync::lock;
 use crate::timefmt;
 
@@ -274,7 +275,11 @@ fn publish(node: &Node, worker: &PodWorker) {
     if pod["metadata"]["uid"].as_str() != Some(worker.uid.as_str()) {
         return;
     }
-    let status = record.to_status(&pod["status"], &timefmt::now_rfc3339());
+    let mut status = record.to_status(&pod["status"], &timefmt::now_rfc3339());
+    // The readiness fault (`Faults::fail_readiness`): running, but never Ready.
+    if builtins::runs_image(&pod, &lock(&node.unready_images)) {
+        status = builtins::with_readiness(status, false);
+    }
     if status == pod["status"] {
         return;
     }
