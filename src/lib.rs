@@ -15,7 +15,7 @@
 //! | 04 | [`postgres`] (the operator plus a pod watch, the round, the plan, the actions, the pods, the status) | [`postgres`]'s own fields, owned objects, the layer seam, figures; [`exec`] (`pods/exec` over a WebSocket); [`events`] (Kubernetes Events); [`leader`] (one operator acts at a time); [`metrics`] (`/metrics`, `/healthz`, `/readyz`) |
 //! | 05 | [`failover`] (a layer over step 04's round: what it observes, its rules, its actions, what a member pod gets) | its fields, the fence, streaming checks, synchronous replication, its status, its figures, the readiness agent |
 //! | 06 | [`backups`] (a layer over step 05's: its plan, the restore, base backups, the shell scripts) | its fields, its objects, its status, its figures, termination messages, a bootstrap source's passwords |
-//! | Deployer | [`deployer`] (a second operator on steps 01–03's library: a canary rollout over two Deployments, with rollback) | its kind, its Kubernetes objects |
+//! | Deployer | [`deployer`] (a second operator on steps 01–03's library: a canary rollout over two Deployments, with rollback) | its kind (`api.rs`), its Kubernetes objects (`objects.rs`), its status (`status.rs`) |
 //!
 //! The binaries in `stages/` are the workshop's steps; each is a short `main` over this library.
 //! `src/bin/` holds the rest: `deployer` (the chapter after step 06), `tour` (`cargo run`: the whole workshop on a sandbox it starts as a
