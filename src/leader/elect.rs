@@ -91,7 +91,12 @@ where
                     Ok(Err(Renewal::Taken(holder))) => {
                         return Err(candidate.lose(&acting, format!("held by {holder} now")));
                     }
-                    Err(_elapsed) => {} // the gate closes by the clock, and says so
+                    // The gate closed by the clock meanwhile: read the Lease at once, so that a
+                    // server answering again finds that read waiting.
+                    Err(_elapsed) => {
+                        next_renewal = Instant::now();
+                        continue;
+                    }
                 }
                 next_renewal = Instant::now() + candidate.election.retry_period;
             }
