@@ -99,7 +99,7 @@ impl LeaderElection {
         let invalid = |reason: String| Err(LeaderError::InvalidTimings { reason });
         if self.renew_deadline >= self.lease_duration {
             return invalid(format!(
-                "--renew-deadline ({:?}) must be shorter than --lease-duration ({:?}): the leader must stop acting before a standby may take over",
+                "--renew-deadline ({:?}) must be shorter than --lease-duration ({:?}): the leader must stop writing before a standby may take over",
                 self.renew_deadline, self.lease_duration
             ));
         }
@@ -130,7 +130,7 @@ pub struct LeaderElectionArgs {
     /// How long a standby waits, after it last saw the leader renew, before taking over, in seconds
     #[arg(long, value_name = "SECS", default_value = "15", value_parser = parse_seconds, allow_negative_numbers = true)]
     pub lease_duration: Duration,
-    /// How long the leader keeps acting without a successful renewal, in seconds
+    /// How long the leader keeps writing without a successful renewal, in seconds
     #[arg(long, value_name = "SECS", default_value = "10", value_parser = parse_seconds, allow_negative_numbers = true)]
     pub renew_deadline: Duration,
     /// How often candidates try for the Lease and the leader renews it, in seconds
