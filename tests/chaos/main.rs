@@ -1052,7 +1052,10 @@ impl Chaos {
         let led = self.said_after(said_before, "[op-b]", "leading as").await;
         let led_after = paused.elapsed();
         let written = self.writes_resume(1, "writes after the pause").await;
-        let failed_over = self.ledger.first_after(paused).unwrap_or(written) - paused;
+        // The first write after the standby led: nothing is promoted before, and a commit
+        // acknowledged between the pause and the kill must not count.
+        let failed_over = self.ledger.first_after(paused + led_after);
+        let failed_over = failed_over.unwrap_or(written) - paused;
         tokio::time::sleep_until((paused + PAUSE).into()).await;
         let woken = SystemTime::now();
         self.processes[0].signal("CONT").await;
