@@ -286,4 +286,16 @@ impl Faults {
             self.end_all_watches_now();
         }
     }
+
+    /// Freeze the API server and the kubelet (`frozen: false` thaws them), as a SIGSTOP of
+    /// the `sandbox` process would: every request, new or held, waits unanswered and open
+    /// watches send nothing; the kubelet restarts no container and reports no status. The pods'
+    /// processes run on, as containers do while their node's kubelet is stopped. The objects
+    /// and open connections survive; what was held is answered once thawed.
+    pub fn freeze(&self, frozen: bool) {
+        self.shared.frozen.send_replace(frozen);
+        if let Some(node) = &self.shared.node {
+            node.freeze(frozen);
+        }
+    }
 }

@@ -320,6 +320,8 @@ pub(crate) struct Node {
     /// Whether the sandbox runs as root (then pods run as their runAsUser, never as root).
     is_root: bool,
     own_ids: (u32, u32),
+    /// True while the kubelet is frozen (`Faults::freeze`): no restart, no status written.
+    pub(crate) frozen: tokio::sync::watch::Sender<bool>,
 }
 
 impl Node {
@@ -364,7 +366,19 @@ impl Node {
             shutdown,
             is_root: own_ids.0 == 0,
             own_ids,
+            frozen: tokio::sync::watch::channel(false).0,
         })
+    }
+
+    /// Stop (or start again) the kubelet's work: restarts wait and statuses go unwritten; once
+    /// thawed, every pod's status is written again as it now is.
+    pub(crate) fn freeze(&self, frozen: bool) {
+        self.frozen.send_replace(frozen);
+        if !frozen {
+            for worker in lock(&self.pods).values() {
+                worker.changed.notify_one();
+            }
+        }
     }
 
     /// The token the kubelet writes into the pod's service-account volume: bound to the pod,

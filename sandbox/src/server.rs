@@ -239,7 +239,13 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Res
             .to_string(),
         user: String::new(),
         pod: String::new(),
+        received: std::time::SystemTime::now(),
     };
+    // A frozen server (`Faults::freeze`) answers nothing until it runs again.
+    tokio::select! {
+        () = crate::sync::thawed(&shared.frozen) => {}
+        () = shared.shutdown.cancelled() => {}
+    }
     let response = match answer(&shared, request, &mut record).await {
         Ok(response) => response,
         Err(error) => error_response(&error),

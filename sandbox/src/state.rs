@@ -8,7 +8,7 @@
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -57,6 +57,8 @@ pub(crate) struct Shared {
     pub(crate) outage: watch::Sender<(u64, Duration)>,
     /// Some: pods run as processes (`Runtime::Processes`); None: the simulated kubelet.
     pub(crate) node: Option<Arc<Node>>,
+    /// True while `Faults::freeze` holds every request, as a stopped API server would.
+    pub(crate) frozen: watch::Sender<bool>,
 }
 
 impl Shared {
@@ -124,6 +126,7 @@ impl Shared {
             watch_epoch: watch::channel(0).0,
             shutdown,
             outage: watch::channel((0, Duration::ZERO)).0,
+            frozen: watch::channel(false).0,
         })
     }
 
@@ -164,6 +167,9 @@ pub struct RequestRecord {
     pub user: String,
     /// The pod a bound service-account token was issued for (the caller's pod); empty otherwise.
     pub pod: String,
+    /// When its head arrived (before any freeze held it), by the wall clock, as an audit log
+    /// stamps it: a test orders one client's requests by it.
+    pub received: SystemTime,
 }
 
 /// A failure to answer instead of the real response.

@@ -127,6 +127,8 @@ async fn stall(shared: Arc<Shared>, body_sender: mpsc::Sender<Bytes>) {
 
 struct Output {
     sender: mpsc::Sender<Bytes>,
+    /// `Shared::frozen`: a frozen server sends nothing on its open watches either.
+    frozen: tokio::sync::watch::Receiver<bool>,
     chunk_size: Option<usize>,
     resource: ResourceType,
     table: Option<IncludeObject>,
@@ -177,6 +179,7 @@ impl Output {
 
     /// Send one rendered event, in pieces if a fault asks for it. False: the client is gone.
     async fn send(&self, line: Bytes) -> bool {
+        let _ = self.frozen.clone().wait_for(|frozen| !*frozen).await;
         match self.chunk_size {
             None => self.sender.send(line).await.is_ok(),
             Some(size) => {
@@ -226,6 +229,7 @@ async fn pump(
     let mut epoch = shared.watch_epoch.subscribe();
     let mut output = Output {
         sender: body_sender,
+        frozen: shared.frozen.subscribe(),
         chunk_size: settings.watch_chunk_size,
         resource: params.resource.clone(),
         table: params.table,

@@ -30,6 +30,7 @@ impl Client {
         let mut retries = Retries::default();
         loop {
             let started = Instant::now();
+            self.pass_gate(request)?;
             // Every attempt sends the request as its caller asked for it (with the token of the
             // moment).
             let sent = self.send(request);
@@ -73,6 +74,23 @@ impl Client {
                 }
                 None => return Err(error_from_answer(method, path, &answer)),
             }
+        }
+    }
+
+    /// Ask the gate ([`Client::gated_by`]) about a request that may change something, at each
+    /// attempt and just before it: a pause since the last attempt may have cost the Lease.
+    fn pass_gate(&self, request: &Outgoing<'_>) -> Result<(), ClientError> {
+        let reads = matches!(request.method, Method::GET | Method::HEAD)
+            && !request.headers.contains_key(header::UPGRADE);
+        match &self.gate {
+            Some(gate) if !reads => gate().map_err(|why| {
+                ClientError::request(
+                    &request.method,
+                    request.path,
+                    RequestError::HeldBack { why },
+                )
+            }),
+            _ => Ok(()),
         }
     }
 

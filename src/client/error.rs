@@ -102,6 +102,12 @@ pub enum RequestError {
     /// The request body could not be serialized.
     #[error("cannot encode the request body: {0}")]
     Encode(#[source] serde_json::Error),
+    /// Not sent: the client's gate ([`Client::gated_by`]) held back a request that may change
+    /// something, and said why (a leader whose Lease is not known to be its own any more).
+    ///
+    /// [`Client::gated_by`]: super::Client::gated_by
+    #[error("not sent: {why}")]
+    HeldBack { why: String },
 }
 
 impl ClientError {

@@ -19,7 +19,7 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use super::answer::DEFAULT_MAX_RESPONSE_BODY;
 use super::tls::tls_client_config;
 use super::token::TokenState;
-use super::ClientError;
+use super::{ClientError, USER_AGENT};
 use crate::config::Config;
 
 type HyperClient = hyper_util::client::legacy::Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
@@ -41,11 +41,21 @@ pub struct Client {
     pub(super) max_response_body: usize,
     /// Told of every attempt's answer; see [`Client::observed_by`].
     pub(super) observer: Option<RequestObserver>,
+    /// Asked before every attempt that may change something; see [`Client::gated_by`].
+    pub(super) gate: Option<RequestGate>,
+    /// Sent as `User-Agent`: [`USER_AGENT`], or what [`Client::with_user_agent`] says.
+    pub(super) user_agent: Arc<str>,
 }
 
 /// Called once per attempt with its method and the answer's status, `None` when none came (a
 /// refused connection, a timeout): what `/metrics` counts requests by (`src/metrics/`).
 pub type RequestObserver = Arc<dyn Fn(&Method, Option<StatusCode>) + Send + Sync>;
+
+/// Asked just before each attempt of a request that may change something (every method but
+/// GET and HEAD, and every connection upgrade: `pods/exec`): `Err(why)` and it is not sent,
+/// [`super::RequestError::HeldBack`]. What keeps a leader that lost its Lease from writing
+/// (`src/leader/gate.rs`).
+pub type RequestGate = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
 
 impl fmt::Debug for Client {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -56,6 +66,8 @@ impl fmt::Debug for Client {
             .field("request_timeout", &self.inner.request_timeout)
             .field("max_response_body", &self.max_response_body)
             .field("observed", &self.observer.is_some())
+            .field("gated", &self.gate.is_some())
+            .field("user_agent", &self.user_agent)
             .finish()
     }
 }
@@ -89,6 +101,8 @@ impl Client {
             }),
             max_response_body: DEFAULT_MAX_RESPONSE_BODY,
             observer: None,
+            gate: None,
+            user_agent: USER_AGENT.into(),
         })
     }
 
@@ -96,6 +110,20 @@ impl Client {
     /// clones made from it afterwards tell it too. Replaces an earlier observer.
     pub fn observed_by(mut self, observer: RequestObserver) -> Client {
         self.observer = Some(observer);
+        self
+    }
+
+    /// The same client (same connection pool) asking `gate` before every attempt that may
+    /// change something; clones made from it afterwards ask it too. Replaces an earlier gate.
+    pub fn gated_by(mut self, gate: RequestGate) -> Client {
+        self.gate = Some(gate);
+        self
+    }
+
+    /// The same client sending `agent` as its `User-Agent`, so that an audit log tells two
+    /// copies of one program apart (client-go's `rest.Config.UserAgent`).
+    pub fn with_user_agent(mut self, agent: &str) -> Client {
+        self.user_agent = agent.into();
         self
     }
 

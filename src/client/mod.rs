@@ -37,7 +37,7 @@ pub use answer::{
 pub(crate) use error::error_chain;
 use error::snippet;
 pub use error::{ClientError, RequestError};
-pub use handle::{Client, RequestObserver};
+pub use handle::{Client, RequestGate, RequestObserver};
 pub use token::TOKEN_REREAD_INTERVAL;
 
 /// Sent with every request, so API server audit logs say who called.
@@ -79,7 +79,7 @@ impl Client {
             // A path that makes no valid URI fails at `body` below, as `InvalidPath`.
             .uri(format!("{}{path}", self.inner.base))
             .header(header::ACCEPT, "application/json")
-            .header(header::USER_AGENT, USER_AGENT);
+            .header(header::USER_AGENT, &*self.user_agent);
         for (name, value) in &request.headers {
             builder = builder.header(name, value);
         }

@@ -1,7 +1,8 @@
 //! Support: skip it on first read — part of leader election, which one replica never needs.
 //!
-//! The election loop: acquire the Lease, run the work while renewing it, stop the work at once
-//! when a renewal is late, and release the Lease after the work has stopped on shutdown.
+//! The election loop: acquire the Lease, run the work while renewing it, hold the work's writes
+//! back while a renewal is late, stop it when another holds the Lease, and release the Lease
+//! after the work has stopped on shutdown.
 
 use std::future::Future;
 use std::time::SystemTime;
@@ -9,21 +10,25 @@ use std::time::SystemTime;
 use tokio::time::{sleep, sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
 
+use super::gate::LeaseGate;
 use super::lease::{judge, lease_path, leases_path, released, renewed, taken, Lease, LeaseSpec};
 use super::{LeaderElection, LeaderError, Verdict};
-use crate::client::{Client, ClientError};
+use crate::client::{Client, ClientError, USER_AGENT};
 use crate::story::Reporter;
 
-/// Wait until this process holds the Lease, then run `work` with a token that is cancelled on
-/// `shutdown`, renewing the Lease meanwhile. Until then nothing but the Lease is read or written.
+/// Wait until this process holds the Lease, then run `work` with a client and a token that is
+/// cancelled on `shutdown`, renewing the Lease meanwhile. Until then nothing but the Lease is
+/// read or written. The work's client sends a request that may change something only while
+/// the Lease is ours by the clock ([`LeaseGate`]): from the renew deadline after the last
+/// renewal on, it holds them back, and the work, its watches and caches run on; once the Lease
+/// is read again and still names us, it is renewed and the writes go out again.
 ///
 /// - `Ok(None)`: `shutdown` came before we led; `work` never ran.
 /// - `Ok(Some(output))`: `work` ended (on `shutdown`, or on its own); *then* the Lease was
 ///   released, so our last write precedes the next leader's first.
-/// - `Err(Lost)`: no renewal succeeded within the renew deadline, or another holder is in the
-///   Lease. `work` was dropped at once, without waiting for it, because from now on a standby
-///   may act; a binary exits non-zero, and the kubelet restarts it as a standby
-///   (client-go's `OnStoppedLeading`).
+/// - `Err(Lost)`: another holder is in the Lease. `work` was dropped at once, without waiting
+///   for it, because from now on a standby may act; a binary exits non-zero, and the kubelet
+///   restarts it as a standby (client-go's `OnStoppedLeading`).
 pub async fn run_when_leading<F, Fut, T>(
     client: Client,
     election: LeaderElection,
@@ -32,42 +37,66 @@ pub async fn run_when_leading<F, Fut, T>(
     work: F,
 ) -> Result<Option<T>, LeaderError>
 where
-    F: FnOnce(CancellationToken) -> Fut,
+    F: FnOnce(Client, CancellationToken) -> Fut,
     Fut: Future<Output = T>,
 {
     election.validate()?;
+    // Two copies of the operator are two users of one service account: an audit log tells them
+    // apart by this.
+    let client = client.with_user_agent(&format!("{USER_AGENT} ({})", election.identity));
     let mut candidate = Candidate::new(client, election, reporter);
     let Some(mut lease) = candidate.acquire(&shutdown).await? else {
         return Ok(None);
     };
     let acting = CancellationToken::new();
-    let work = work(acting.clone());
+    let gated = candidate.client.clone();
+    let work = work(
+        gated.gated_by(candidate.gate.request_gate()),
+        acting.clone(),
+    );
     tokio::pin!(work);
+    let deadline = candidate.election.renew_deadline;
     let mut next_renewal = Instant::now() + candidate.election.retry_period;
+    let mut holding_back = false;
     let output = loop {
         // The renewal that keeps us leader must have been *sent* within the deadline: the
         // standby's clock starts when it sees that write, which is after we sent it.
-        let give_up_at = candidate.renewed_at + candidate.election.renew_deadline;
+        let closes_at = candidate.gate.closes_at().unwrap_or_else(Instant::now);
         tokio::select! {
             biased;
-            () = sleep_until(give_up_at) => {
-                let why = format!("not renewed within {:?}", candidate.election.renew_deadline);
-                return Err(candidate.lose(&acting, why));
+            () = sleep_until(closes_at), if !holding_back => {
+                holding_back = true;
+                candidate.reporter.report_operator(holding_back_line(&candidate.key, deadline));
             }
             output = &mut work => break output,
             () = shutdown.cancelled(), if !acting.is_cancelled() => acting.cancel(),
             () = sleep_until(next_renewal) => {
-                // Bounded by the deadline: a request hanging past it must not keep us "leader".
-                let renewal = tokio::time::timeout_at(give_up_at, candidate.renew(&lease)).await;
+                // Late already (a pause, a server that did not answer): read the Lease before
+                // writing it. Bounded: a request hanging must not hold up the next try.
+                let renewal = if Instant::now() >= closes_at {
+                    tokio::time::timeout(deadline, candidate.rejoin()).await
+                } else {
+                    tokio::time::timeout_at(closes_at, candidate.renew(&lease)).await
+                };
                 match renewal {
-                    Ok(Ok(ours)) => lease = ours,
+                    Ok(Ok(ours)) => {
+                        lease = ours;
+                        if std::mem::take(&mut holding_back) {
+                            candidate.reporter.report_operator(renewed_again_line(&candidate.key));
+                        }
+                    }
                     Ok(Err(Renewal::Failed(error))) => {
                         tracing::warn!(lease = %candidate.key, %error, "renewing the lease failed; retrying");
                     }
                     Ok(Err(Renewal::Taken(holder))) => {
                         return Err(candidate.lose(&acting, format!("held by {holder} now")));
                     }
-                    Err(_elapsed) => {} // the deadline branch says it, next time round
+                    // The gate closed by the clock meanwhile: read the Lease at once, so that a
+                    // server answering again finds that read waiting.
+                    Err(_elapsed) => {
+                        next_renewal = Instant::now();
+                        continue;
+                    }
                 }
                 next_renewal = Instant::now() + candidate.election.retry_period;
             }
@@ -100,8 +129,8 @@ struct Candidate {
     observed: Option<(LeaseSpec, Instant)>,
     /// The holder we last announced waiting for, so the line comes once per holder.
     announced: Option<String>,
-    /// When our last successful write of the Lease was sent.
-    renewed_at: Instant,
+    /// When our last successful write of the Lease was sent: what the work's writes pass.
+    gate: LeaseGate,
 }
 
 impl Candidate {
@@ -109,12 +138,12 @@ impl Candidate {
         Candidate {
             key: election.lease_key(),
             path: lease_path(&election.namespace, &election.lease_name),
+            gate: LeaseGate::new(&election.lease_key(), election.renew_deadline),
             client,
             election,
             reporter,
             observed: None,
             announced: None,
-            renewed_at: Instant::now(),
         }
     }
 
@@ -202,7 +231,7 @@ impl Candidate {
 
     /// We hold it: note when, and say so.
     fn lead(&mut self, written: Lease, sent_at: Instant, how: &Takeover) -> Lease {
-        self.renewed_at = sent_at;
+        self.gate.renewed(sent_at);
         self.observe(&written.spec, Instant::now());
         self.reporter
             .report_operator(leading_line(&self.election.identity, &self.key, how));
@@ -223,7 +252,7 @@ impl Candidate {
         let renewal = renewed(ours, SystemTime::now());
         match self.client.replace::<_, Lease>(&self.path, &renewal).await {
             Ok(written) => {
-                self.renewed_at = sent_at;
+                self.gate.renewed(sent_at);
                 return Ok(written);
             }
             Err(error) if error.status_code() == Some(409) => {}
@@ -237,6 +266,19 @@ impl Candidate {
         match current.spec.holder() {
             // Still ours (someone edited a label, say): renew from this version next round.
             Some(holder) if holder == self.election.identity => Ok(current),
+            Some(holder) => Err(Renewal::Taken(holder.to_string())),
+            None => Err(Renewal::Taken("nobody (released by someone else)".into())),
+        }
+    }
+
+    /// After the renew deadline: read the Lease before writing it. Our name still in it (no
+    /// other candidate wrote it since, or it would name them): renew it from what we read, a
+    /// PUT the server refuses if anyone wrote in between. Another name: taken.
+    async fn rejoin(&mut self) -> Result<Lease, Renewal> {
+        let current = self.client.get::<Lease>(&self.path).await;
+        let current = current.map_err(Renewal::Failed)?;
+        match current.spec.holder() {
+            Some(holder) if holder == self.election.identity => self.renew(&current).await,
             Some(holder) => Err(Renewal::Taken(holder.to_string())),
             None => Err(Renewal::Taken("nobody (released by someone else)".into())),
         }
@@ -312,6 +354,16 @@ pub fn leading_line(identity: &str, lease: &str, how: &Takeover) -> String {
 /// `lost lease ops/postgres-operator: not renewed within 10s: stopping`.
 pub fn lost_line(lease: &str, why: &str) -> String {
     format!("lost lease {lease}: {why}: stopping")
+}
+
+/// `lease ops/postgres-operator not renewed within 10s: holding writes back until it is`.
+pub fn holding_back_line(lease: &str, deadline: std::time::Duration) -> String {
+    format!("lease {lease} not renewed within {deadline:?}: holding writes back until it is")
+}
+
+/// `lease ops/postgres-operator still ours, renewed: writing again`.
+pub fn renewed_again_line(lease: &str) -> String {
+    format!("lease {lease} still ours, renewed: writing again")
 }
 
 /// `released lease ops/postgres-operator`: the next candidate may lead at once.

@@ -12,24 +12,32 @@
 //! | file | what it holds |
 //! |---|---|
 //! | `lease.rs` | the Lease as data: the decision "may I take it?" from a Lease, when we saw it change and now; the bodies to write |
-//! | `elect.rs` | the loop: acquire, act while renewing, stop at once when a renewal is late, release on shutdown |
+//! | `elect.rs` | the loop: acquire, act while renewing, hold writes back while a renewal is late, stop when another holds it, release on shutdown |
+//! | `gate.rs` | what every write of the work passes: the last renewal younger than the renew deadline, by the monotonic clock |
 //!
 //! ```text
 //! GET lease ── 404 ──▶ POST (ours) ─────────────────────────┐
 //!    │ held by another, seen changing < leaseDuration ago:  │
 //!    │    wait retryPeriod, GET again                        ▼
-//!    └ free / expired ──▶ PUT with its resourceVersion ──▶ leading: work(acting token)
+//!    └ free / expired ──▶ PUT with its resourceVersion ──▶ leading: work(gated client, token)
 //!          (409: another candidate won; wait)                 │ PUT renewTime every retryPeriod
 //!                                                            │ none succeeded for renewDeadline:
-//!                                                            │   stop acting at once, Err(Lost)
+//!                                                            │   the gate holds writes back; GET
+//!                                                            │   first: still ours ─▶ PUT, go on
+//!                                                            │ another holder: stop, Err(Lost)
 //!                                          shutdown ──▶ cancel the work, wait for it, then
 //!                                                       PUT holder "" (released), Ok
 //! ```
 
 mod elect;
+mod gate;
 mod lease;
 
-pub use elect::{leading_line, lost_line, released_line, run_when_leading, waiting_line, Takeover};
+pub use elect::{
+    holding_back_line, leading_line, lost_line, released_line, renewed_again_line,
+    run_when_leading, waiting_line, Takeover,
+};
+pub use gate::LeaseGate;
 pub use lease::{
     judge, lease_path, leases_path, micro_time, released, renewed, taken, Lease, LeaseSpec,
     Verdict, LEASE_API_VERSION,
@@ -44,8 +52,8 @@ use crate::process::parse_seconds;
 /// controller-runtime's `LeaderElectionID` usually is).
 pub const DEFAULT_LEASE_NAME: &str = "postgres-operator";
 /// client-go's and controller-runtime's defaults: a standby waits 15 s after the holder's last
-/// renewal it saw; the holder gives up after 10 s without a successful renewal (so it has
-/// stopped 5 s before anyone may take over); every candidate retries every 2 s.
+/// renewal it saw; the holder holds its writes back after 10 s without a successful renewal
+/// (so it has stopped 5 s before anyone may take over); every candidate retries every 2 s.
 pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(15);
 pub const DEFAULT_RENEW_DEADLINE: Duration = Duration::from_secs(10);
 pub const DEFAULT_RETRY_PERIOD: Duration = Duration::from_secs(2);
@@ -61,7 +69,7 @@ pub struct LeaderElection {
     pub identity: String,
     /// How long a standby waits, after it last saw the Lease change, before taking over.
     pub lease_duration: Duration,
-    /// How long the leader keeps acting without a successful renewal.
+    /// How long the leader keeps writing without a successful renewal.
     pub renew_deadline: Duration,
     /// How often every candidate reads (and the leader renews) the Lease.
     pub retry_period: Duration,
@@ -91,7 +99,7 @@ impl LeaderElection {
         let invalid = |reason: String| Err(LeaderError::InvalidTimings { reason });
         if self.renew_deadline >= self.lease_duration {
             return invalid(format!(
-                "--renew-deadline ({:?}) must be shorter than --lease-duration ({:?}): the leader must stop acting before a standby may take over",
+                "--renew-deadline ({:?}) must be shorter than --lease-duration ({:?}): the leader must stop writing before a standby may take over",
                 self.renew_deadline, self.lease_duration
             ));
         }
@@ -122,7 +130,7 @@ pub struct LeaderElectionArgs {
     /// How long a standby waits, after it last saw the leader renew, before taking over, in seconds
     #[arg(long, value_name = "SECS", default_value = "15", value_parser = parse_seconds, allow_negative_numbers = true)]
     pub lease_duration: Duration,
-    /// How long the leader keeps acting without a successful renewal, in seconds
+    /// How long the leader keeps writing without a successful renewal, in seconds
     #[arg(long, value_name = "SECS", default_value = "10", value_parser = parse_seconds, allow_negative_numbers = true)]
     pub renew_deadline: Duration,
     /// How often candidates try for the Lease and the leader renews it, in seconds
@@ -196,7 +204,7 @@ pub enum LeaderError {
         #[source]
         source: Box<ClientError>,
     },
-    /// We led, and then could not renew in time, or found another holder: we stopped acting.
+    /// We led, and then found another holder in the Lease: we stopped acting.
     #[error("lost lease {lease}: {why}")]
     Lost { lease: String, why: String },
 }

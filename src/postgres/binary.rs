@@ -103,14 +103,15 @@ pub async fn run_postgres_operator_when_leading<L: ClusterLayer>(
     let client = client.observed_by(options.metrics.request_observer());
     let metrics = Arc::clone(&options.metrics);
     let operator = {
-        let (client, reporter) = (client.clone(), reporter.clone());
-        move |acting| run_postgres_operator(client, options, layer, reporter, acting)
+        let reporter = reporter.clone();
+        // Leading, `client` writes only while the Lease is ours (`src/leader/gate.rs`).
+        move |client, acting| run_postgres_operator(client, options, layer, reporter, acting)
     };
     match election {
         Some(election) => {
             metrics.standing_by();
             run_when_leading(client, election, reporter, shutdown, operator).await
         }
-        None => Ok(Some(operator(shutdown).await)),
+        None => Ok(Some(operator(client, shutdown).await)),
     }
 }

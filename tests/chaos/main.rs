@@ -21,6 +21,11 @@
 //! `CHAOS_ROUNDS=20 cargo test --test chaos -- --nocapture`. One fault, or a few, to study
 //! them: `CHAOS_ONLY=KillOperatorMidPromotion,HangPrimary` (the names of [`Fault`]). A lost
 //! node's grace period (5 s): `CHAOS_NODE_GRACE=40`.
+//! The last two faults run the operator as two stage05 processes on their default flags,
+//! under leader election, in place of the one in this process: the leader paused (SIGSTOP)
+//! for 25 s while the primary's postmaster is killed, and the API server and kubelet frozen
+//! for 10 s right after it is; the sandbox's request log shows what the paused one sent after
+//! it woke.
 //! The same faults under the end-to-end tests' short timings (a round every second, a replica
 //! not streaming replaced after 10 s, an unready one after 30 s), to compare:
 //! `cargo test --test chaos -- --ignored --nocapture with_the_tests_short_timings`.
@@ -31,7 +36,7 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use base64::Engine;
 use postgres_operator::api::{collection_path, object_path, PostgresCluster, PostgresClusterSpec};
@@ -52,6 +57,13 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 const CLUSTER: &str = "chaos";
+const STAGE05: &str = env!("CARGO_BIN_EXE_stage05");
+/// How long the leader stays paused (`Fault::PauseLeader`): past its Lease's 15 s.
+const PAUSE: Duration = Duration::from_secs(25);
+/// How long the API server and kubelet stay frozen (`Fault::FreezeApiServer`).
+const FREEZE: Duration = Duration::from_secs(10);
+/// Leader election's default lease duration, which the standby waits out.
+const LEASE_DURATION: Duration = Duration::from_secs(15);
 const SIZE: u64 = 3;
 /// How long one fault may take to converge: generous, the machine has 2 cores.
 const FAULT_DEADLINE: Duration = Duration::from_secs(180);
@@ -131,11 +143,20 @@ enum Fault {
     /// the other standby's WAL receiver as the fencing operator would have: it may have
     /// connected to the frozen primary, and would stream nothing for 30 s.
     KillOperatorAtLostNodeFence,
+    /// Two stage05 processes under leader election; the leader stopped with SIGSTOP for 25 s
+    /// while the primary's postmaster is killed; the standby takes the Lease and fails over;
+    /// woken, the old leader must send nothing that changes anything before it has read the
+    /// Lease again (the sandbox's request log), and stop.
+    PauseLeader,
+    /// Two stage05 processes under leader election; the primary's postmaster killed, then the
+    /// API server and the kubelet frozen for 10 s (`Faults::freeze`): the leader keeps its
+    /// place and writes again once the server answers.
+    FreezeApiServer,
 }
 
 /// The faults of one round; the switchover before the lost nodes, which leave a pod
 /// Terminating for ever.
-const FAULTS: [Fault; 10] = [
+const FAULTS: [Fault; 12] = [
     Fault::DeletePrimaryPod,
     Fault::KillPrimaryPostmaster,
     Fault::KillPrimaryBackend,
@@ -146,6 +167,8 @@ const FAULTS: [Fault; 10] = [
     Fault::Switchover,
     Fault::LosePrimaryNode,
     Fault::KillOperatorAtLostNodeFence,
+    Fault::PauseLeader,
+    Fault::FreezeApiServer,
 ];
 
 impl Fault {
@@ -167,8 +190,94 @@ impl Fault {
             Fault::KillOperatorAtLostNodeFence => {
                 "the primary's node lost (frozen, node grace), the operator killed at the fence"
             }
+            Fault::PauseLeader => {
+                "two operators, the leader paused 25 s (SIGSTOP) as the primary's postmaster is killed"
+            }
+            Fault::FreezeApiServer => {
+                "two operators, the primary's postmaster killed, the API server and kubelet frozen 10 s"
+            }
         }
     }
+
+    /// The goal for the fault's own figure ([`Measured::figure`]), and the bound the run
+    /// holds it to. The paused leader's standby writes again within the lease duration + 3 s
+    /// of the pause. After a freeze, the goal is writes back within 3 s of the server's
+    /// answering again, a failover's 2 s delay included, counted from then since the kubelet
+    /// reported the crash only then: printed, not held on a loaded machine; the bound is the
+    /// lease duration, sooner than any standby could have taken over.
+    fn figure_goal(self) -> Option<(Duration, Duration)> {
+        let pause = LEASE_DURATION + Duration::from_secs(3);
+        match self {
+            Fault::PauseLeader => Some((pause, pause)),
+            Fault::FreezeApiServer => Some((Duration::from_secs(3), LEASE_DURATION)),
+            _ => None,
+        }
+    }
+
+    /// Whether the fault needs the operator as two processes under leader election.
+    fn needs_two_operators(self) -> bool {
+        matches!(self, Fault::PauseLeader | Fault::FreezeApiServer)
+    }
+}
+
+/// A stage05 process as a learner starts it (`--server`, default flags but a free metrics
+/// port), `HOSTNAME=name`; its stdout lines go into the story as `[name] line`.
+struct OperatorProcess {
+    name: &'static str,
+    child: tokio::process::Child,
+}
+
+impl OperatorProcess {
+    fn start(name: &'static str, server: &str, reporter: &Reporter) -> OperatorProcess {
+        use tokio::io::{AsyncBufReadExt, BufReader};
+        let mut child = test_support::operator_command(STAGE05, server)
+            .args(["--metrics-address", "127.0.0.1:0"])
+            .env("HOSTNAME", name)
+            .spawn()
+            .expect("stage05 starts");
+        let pipe = child.stdout.take().expect("stdout piped");
+        let reporter = reporter.clone();
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(pipe).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                reporter.report_operator(format!("[{name}] {line}"));
+            }
+        });
+        OperatorProcess { name, child }
+    }
+
+    /// `kill -SIGNAL pid`.
+    async fn signal(&self, signal: &str) {
+        let pid = self.child.id().expect("still running").to_string();
+        let sent = tokio::process::Command::new("kill")
+            .args([&format!("-{signal}"), &pid])
+            .status()
+            .await
+            .expect("kill runs");
+        assert!(sent.success(), "kill -{signal} {pid}");
+    }
+
+    /// Its exit status, within 60 s.
+    async fn exited(&mut self) -> std::process::ExitStatus {
+        tokio::time::timeout(Duration::from_secs(60), self.child.wait())
+            .await
+            .unwrap_or_else(|_| panic!("{} exits within 60 s", self.name))
+            .expect("wait works")
+    }
+
+    /// SIGTERM (a leader releases its Lease) and its exit, if it still runs.
+    async fn terminate(mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            self.signal("TERM").await;
+            let status = self.exited().await;
+            println!("chaos: {} stopped: {status}", self.name);
+        }
+    }
+}
+
+/// Whether a request in the sandbox's log may change something: a write, or a command in a pod.
+fn changes_something(request: &sandbox::RequestRecord) -> bool {
+    (request.method != "GET" && request.method != "HEAD") || request.subresource == "exec"
 }
 
 /// How a primary's node is lost: frozen, its pod left Ready for the node lifecycle
@@ -211,6 +320,12 @@ impl Ledger {
         let times = self.times.lock().expect("ledger");
         let at = times.last().copied().unwrap_or_else(Instant::now);
         (self.last.load(Ordering::SeqCst), at)
+    }
+
+    /// When the first write after `at` was acknowledged, if one was.
+    fn first_after(&self, at: Instant) -> Option<Instant> {
+        let times = self.times.lock().expect("ledger");
+        times.iter().find(|t| **t > at).copied()
     }
 
     /// The longest stretch without an acknowledged write from the last one before `from` to
@@ -516,6 +631,11 @@ struct Chaos {
     operator_kills: usize,
     /// The operator's story lines, each with when this test first saw it.
     timeline: Arc<Mutex<Vec<(Instant, String)>>>,
+    /// The operator as stage05 processes, leader first, while a fault needs two.
+    processes: Vec<OperatorProcess>,
+    /// What the last fault measured of its own (the paused leader's failover, the writes'
+    /// return after a freeze).
+    figure: Option<Duration>,
 }
 
 /// The cluster as converged: its primary (and that primary's IP).
@@ -860,6 +980,123 @@ impl Chaos {
                 println!("chaos: killing the operator at the fence: {fenced}");
                 self.restart_operator().await;
             }
+            Fault::PauseLeader => self.pause_leader(primary).await,
+            Fault::FreezeApiServer => {
+                let said_before = self.story.count();
+                assert!(faults.crash_container(&namespace, primary, POSTGRES_CONTAINER));
+                faults.freeze(true);
+                self.mark("the API server and kubelet frozen");
+                tokio::time::sleep(FREEZE).await;
+                faults.freeze(false);
+                self.mark("the API server and kubelet thawed");
+                let thawed = Instant::now();
+                let back = self.writes_resume(1, "writes after the thaw").await;
+                let back = self.ledger.first_after(thawed).unwrap_or(back) - thawed;
+                // The leader kept its place (renewed, if its gate closed): the standby never led.
+                let renewed = self.story.first_after(said_before, |line| {
+                    line.contains("[op-a]") && line.contains("still ours, renewed")
+                });
+                let taken = self.story.first_after(said_before, |line| {
+                    line.contains("[op-b]") && line.contains("leading as")
+                });
+                println!(
+                    "chaos: frozen API server: writes back {:.1} s after it answered again; op-a said {renewed:?}",
+                    back.as_secs_f64()
+                );
+                let running = matches!(self.processes[0].child.try_wait(), Ok(None));
+                assert!(
+                    running && taken.is_none(),
+                    "op-a ended, or op-b led: {taken:?}"
+                );
+                self.figure = Some(back);
+            }
+        }
+    }
+
+    /// The operator as two stage05 processes under leader election, in place of the one in
+    /// this process: `op-a` leads, `op-b` waits.
+    async fn start_two_operators(&mut self) {
+        if let Some(operator) = self.operator.take() {
+            operator.stop().await;
+        }
+        let said_before = self.story.count();
+        let url = self.sandbox.url();
+        self.processes
+            .push(OperatorProcess::start("op-a", &url, &self.reporter));
+        self.said_after(said_before, "[op-a]", "leading as").await;
+        self.processes
+            .push(OperatorProcess::start("op-b", &url, &self.reporter));
+        self.said_after(said_before, "[op-b]", "waiting for lease")
+            .await;
+    }
+
+    /// Back to the one operator in this process, the processes stopped.
+    async fn back_to_one_operator(&mut self) {
+        for process in std::mem::take(&mut self.processes) {
+            process.terminate().await;
+        }
+        self.operator = Some(Operator::start(&self.client, &self.reporter, self.timings));
+    }
+
+    /// The leader (`op-a`) paused for [`PAUSE`] as the primary's postmaster is killed: the
+    /// standby must have written again within the lease duration + 3 s of the pause, and the
+    /// woken leader send nothing that changes anything before reading the Lease, then stop.
+    async fn pause_leader(&mut self, primary: &str) {
+        let said_before = self.story.count();
+        self.processes[0].signal("STOP").await;
+        let paused = Instant::now();
+        self.mark("the leader op-a paused (SIGSTOP)");
+        let namespace = self.namespace().to_string();
+        let faults = self.sandbox.faults();
+        assert!(faults.crash_container(&namespace, primary, POSTGRES_CONTAINER));
+        let led = self.said_after(said_before, "[op-b]", "leading as").await;
+        let led_after = paused.elapsed();
+        let written = self.writes_resume(1, "writes after the pause").await;
+        // The first write after the standby led: nothing is promoted before, and a commit
+        // acknowledged between the pause and the kill must not count.
+        let failed_over = self.ledger.first_after(paused + led_after);
+        let failed_over = failed_over.unwrap_or(written) - paused;
+        tokio::time::sleep_until((paused + PAUSE).into()).await;
+        let woken = SystemTime::now();
+        self.processes[0].signal("CONT").await;
+        self.mark("the leader op-a resumed (SIGCONT)");
+        let status = self.processes[0].exited().await;
+        let lost = self
+            .story
+            .first_after(said_before, |line| {
+                line.contains("[op-a]") && line.contains("lost lease")
+            })
+            .unwrap_or_default();
+        // Its requests since it woke, in the order they reached the server.
+        let mut sent: Vec<_> = self
+            .sandbox
+            .requests()
+            .into_iter()
+            .filter(|r| r.user_agent.contains("(op-a_") && r.received >= woken)
+            .collect();
+        sent.sort_by_key(|r| r.received);
+        let read_lease = sent
+            .iter()
+            .position(|r| r.verb == "get" && r.resource == "leases");
+        let first_change = sent.iter().position(changes_something);
+        let listed: Vec<String> = sent
+            .iter()
+            .map(|r| format!("{} {} {}", r.method, r.path, r.code))
+            .collect();
+        println!(
+            "chaos: paused leader: the standby led {:.1} s after the pause ({led}), writes back {:.1} s after it; woken, op-a {status}, said {lost:?}, and sent {} request(s): {listed:?}",
+            led_after.as_secs_f64(),
+            failed_over.as_secs_f64(),
+            sent.len()
+        );
+        self.figure = Some(failed_over);
+        assert_eq!(status.code(), Some(1), "the woken leader stops: {lost}");
+        assert!(lost.contains("held by op-b"), "{lost:?}");
+        if let Some(change) = first_change {
+            assert!(
+                read_lease.is_some_and(|read| read < change),
+                "woken, op-a changed something before reading the Lease: {listed:?}"
+            );
         }
     }
 
@@ -879,6 +1116,10 @@ impl Chaos {
     /// measured, and the cluster as it converged.
     async fn run_fault(&mut self, fault: Fault) -> (Measured, Converged) {
         let caption = fault.caption();
+        self.figure = None;
+        if fault.needs_two_operators() {
+            self.start_two_operators().await;
+        }
         let before = self.converged(&format!("before {caption}")).await;
         self.writes_resume(5, &format!("writes before {caption}"))
             .await;
@@ -945,6 +1186,12 @@ impl Chaos {
         if fault != Fault::LoseReplica {
             self.print_timeline(injected);
         }
+        if let (Some(figure), Some((_, bound))) = (self.figure, fault.figure_goal()) {
+            assert!(
+                figure <= bound,
+                "{caption}: writes back after {figure:?}, over {bound:?}"
+            );
+        }
         assert!(
             acknowledging.is_empty(),
             "{caption}: two members able to acknowledge a commit at once: {acknowledging:?}"
@@ -955,7 +1202,11 @@ impl Chaos {
             lost,
             two_writable: !writable.is_empty(),
             slowest_catch_up: slowest.unwrap_or_default(),
+            figure: self.figure,
         };
+        if fault.needs_two_operators() {
+            self.back_to_one_operator().await;
+        }
         (measured, after)
     }
 
@@ -987,6 +1238,9 @@ struct Measured {
     two_writable: bool,
     /// The slowest replica's time to hold every acknowledged row.
     slowest_catch_up: Duration,
+    /// The fault's own figure: the paused leader's pause to writes back, the frozen API
+    /// server's thaw to writes back.
+    figure: Option<Duration>,
 }
 
 fn seconds(d: Duration) -> String {
@@ -1133,6 +1387,8 @@ async fn run_chaos(timings: Timings) {
         lost: 0,
         operator_kills: 0,
         timeline,
+        processes: Vec::new(),
+        figure: None,
     };
     chaos.converged("the first start").await;
     test_support::eventually(FAULT_DEADLINE, "the ledger table", || async {
@@ -1220,6 +1476,11 @@ async fn run_chaos(timings: Timings) {
         "chaos: | fault | outage, s (min / median / max) | acknowledged rows lost (per round) | slowest replica's catch-up, s (per round) | rounds with two members not in recovery at once |"
     );
     println!("chaos: |---|---|---|---|---|");
+    let measured_figures: Vec<(Fault, Vec<Duration>)> = measured
+        .iter()
+        .map(|(f, per_round)| (*f, per_round.iter().filter_map(|m| m.figure).collect()))
+        .filter(|(_, figures): &(Fault, Vec<Duration>)| !figures.is_empty())
+        .collect();
     for (fault, per_round) in measured {
         let mut outages: Vec<Duration> = per_round.iter().map(|m| m.outage).collect();
         let lost: Vec<i64> = per_round.iter().map(|m| m.lost).collect();
@@ -1244,6 +1505,24 @@ async fn run_chaos(timings: Timings) {
             lost.join(", "),
             catch_ups.join(", "),
             per_round.len()
+        );
+    }
+    for (fault, per_round) in measured_figures {
+        let mut figures = per_round;
+        figures.sort();
+        let listed: Vec<String> = figures.iter().map(|f| seconds(*f)).collect();
+        let goal = fault.figure_goal().map_or(Duration::MAX, |(goal, _)| goal);
+        println!(
+            "chaos: {}: writes back after the {}, s: {} (min / median / max {} / {} / {}); within the goal of {} s in {} of {}",
+            fault.caption(),
+            if fault == Fault::PauseLeader { "pause" } else { "API server answered again" },
+            listed.join(", "),
+            seconds(figures[0]),
+            seconds(figures[figures.len() / 2]),
+            seconds(figures[figures.len() - 1]),
+            seconds(goal),
+            figures.iter().filter(|f| **f <= goal).count(),
+            figures.len()
         );
     }
     if let Some(operator) = chaos.operator.take() {

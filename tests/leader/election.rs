@@ -1,7 +1,8 @@
 //! Leader election (`src/leader/`) against the sandbox: candidates in this process, each with
 //! its own story, racing for one Lease over real HTTP. One leads and renews, the other waits;
 //! a release hands over at once, a vanished leader only after its lease expired; a leader that
-//! cannot renew, or finds another name in the Lease, stops acting. Short durations (a 4 s lease,
+//! cannot renew holds its writes back and goes on once it can; one that finds another name in
+//! the Lease stops acting. Short durations (a 4 s lease,
 //! 3 s to renew) so the test need not wait 15 s; the logic is the same. Not shorter: a leader
 //! whose renewals a busy machine holds up for longer than the renew deadline really does lose,
 //! and no verdict here may hang on a window under 2 s.
@@ -14,8 +15,8 @@ use std::time::Duration;
 
 use postgres_operator::client::Client;
 use postgres_operator::leader::{
-    leading_line, lease_path, lost_line, released_line, run_when_leading, waiting_line,
-    LeaderElection, LeaderError, Lease, Takeover,
+    holding_back_line, leading_line, lease_path, released_line, renewed_again_line,
+    run_when_leading, waiting_line, LeaderElection, LeaderError, Lease, Takeover,
 };
 use postgres_operator::story::Reporter;
 use sandbox::{InjectedFault, Sandbox, SandboxOptions};
@@ -44,12 +45,13 @@ fn election(identity: &str) -> LeaderElection {
 }
 
 /// One candidate running `run_when_leading`; its work notes in the timeline when it starts
-/// acting and when it stops (on its token), and keeps its token for the test to look at.
+/// acting and when it stops (on its token), and keeps its token and its client for the test to
+/// look at and write with.
 struct Candidate {
     identity: String,
     lines: Arc<Mutex<Vec<String>>>,
     stop: CancellationToken,
-    acting: Arc<Mutex<Option<CancellationToken>>>,
+    acting: Arc<Mutex<Option<(CancellationToken, Client)>>>,
     task: tokio::task::JoinHandle<Result<Option<()>, LeaderError>>,
 }
 
@@ -66,9 +68,9 @@ impl Candidate {
         let stop = CancellationToken::new();
         let acting = Arc::new(Mutex::new(None));
         let (name, timeline, slot) = (identity.to_string(), timeline.clone(), acting.clone());
-        let work = move |token: CancellationToken| async move {
+        let work = move |client: Client, token: CancellationToken| async move {
             timeline.lock().unwrap().push(format!("{name} acting"));
-            *slot.lock().unwrap() = Some(token.clone());
+            *slot.lock().unwrap() = Some((token.clone(), client));
             token.cancelled().await;
             timeline.lock().unwrap().push(format!("{name} stopped"));
         };
@@ -234,38 +236,62 @@ async fn a_vanished_leader_is_replaced_after_its_lease_expired() {
     b.stop_cleanly().await;
 }
 
-/// A leader whose renewals all fail (500s on the Lease) stops acting when the renew deadline
-/// passes: its work's token is cancelled and it ends with `Lost`, saying so.
+/// A leader whose API server stops answering (frozen: every request held) holds its work's
+/// writes back once the renew deadline passed, without sending them, while its work runs on;
+/// when the server answers again and the Lease still names it, it renews and writes again, the
+/// same work (no new start), the Lease never changed hands.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_leader_that_cannot_renew_stops_acting() {
-    let (sandbox, _timeline, a) = Candidate::first_leader("a_1").await;
-    let fault = InjectedFault::Status {
-        code: 500,
-        reason: "InternalError".into(),
-        retry_after_seconds: None,
-    };
-    sandbox
-        .faults()
-        .fail_next(1000, "/leases/postgres-operator", fault);
-    let acting = a.acting.clone();
-    let lines = a.lines.clone();
-    match a.ended().await {
-        Err(LeaderError::Lost { lease, why }) => {
-            assert_eq!(lease, LEASE_KEY);
-            assert_eq!(why, "not renewed within 3s");
-        }
-        other => panic!("expected Lost, got {other:?}"),
-    }
-    let token = acting.lock().unwrap().clone().expect("the work ran");
-    assert!(token.is_cancelled(), "the work was told to stop");
-    test_support::eventually(DEADLINE, "the lost line", || async {
-        let said = lines
-            .lock()
-            .unwrap()
-            .contains(&lost_line(LEASE_KEY, "not renewed within 3s"));
-        said.then_some(())
-    })
-    .await;
+async fn a_leader_that_cannot_renew_holds_writes_back_and_goes_on_when_it_can() {
+    let (sandbox, timeline, a) = Candidate::first_leader("a_1").await;
+    let (token, client) = a.acting.lock().unwrap().clone().expect("the work ran");
+    let config_map = |name: &str| serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}});
+    let config_maps = "/api/v1/namespaces/default/configmaps";
+    let _: serde_json::Value = client
+        .create(config_maps, &config_map("before"))
+        .await
+        .expect("a write while leading");
+
+    sandbox.faults().freeze(true);
+    a.said(&holding_back_line(LEASE_KEY, Duration::from_secs(3)))
+        .await;
+    // Refused here, not sent: a request the frozen server held would hang.
+    let held = tokio::time::timeout(
+        Duration::from_secs(5),
+        client.create::<_, serde_json::Value>(config_maps, &config_map("held")),
+    )
+    .await
+    .expect("refused at once, not sent")
+    .expect_err("no write past the renew deadline");
+    assert!(
+        held.to_string()
+            .contains("not sent: lease default/postgres-operator not renewed within 3s"),
+        "{held}"
+    );
+    assert!(!token.is_cancelled(), "the work runs on");
+
+    sandbox.faults().freeze(false);
+    a.said(&renewed_again_line(LEASE_KEY)).await;
+    let _: serde_json::Value = client
+        .create(config_maps, &config_map("after"))
+        .await
+        .expect("a write once renewed");
+    assert!(!token.is_cancelled());
+    assert_eq!(
+        *timeline.lock().unwrap(),
+        ["a_1 acting"],
+        "one start of the work"
+    );
+    let api = self::client(&sandbox);
+    let after = lease(&api).await;
+    assert_eq!(after.spec.holder(), Some("a_1"));
+    assert_eq!(after.spec.lease_transitions, Some(0));
+    // The server saw the two writes made while the Lease was ours, and not the held one.
+    let posts = sandbox.requests();
+    let posts = posts
+        .iter()
+        .filter(|r| r.verb == "create" && r.resource == "configmaps");
+    assert_eq!(posts.count(), 2);
+    a.stop_cleanly().await;
 }
 
 /// Someone else's name written into the Lease ends our leadership at the next renewal (409,

@@ -274,10 +274,12 @@ async fn forward(
 
 /// Whose request this is: the tag the proxy added, for the operator's requests only.
 fn writer(record: &RequestRecord) -> Option<&'static str> {
+    // `postgres-operator/0.1.0 (operator-a_1234567890) (via operator-a)`: the Lease identity,
+    // then the proxy's tag.
     let rest = record.user_agent.strip_prefix(USER_AGENT)?;
     ["operator-a", "operator-b"]
         .into_iter()
-        .find(|tag| rest == format!(" (via {tag})"))
+        .find(|tag| rest.ends_with(&format!(" (via {tag})")))
 }
 
 /// A request that changes something: a write, or a command run in a pod.

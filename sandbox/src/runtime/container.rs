@@ -233,6 +233,12 @@ async fn back_off(
         );
         worker.sleep(wait).await
     };
+    // A frozen kubelet restarts nothing until thawed (`Node::freeze`).
+    let waited = waited
+        && tokio::select! {
+            () = crate::sync::thawed(&node.frozen) => true,
+            () = worker.stop.cancelled() => false,
+        };
     if waited {
         update(worker, kind, index, |c| c.restart_count += 1);
     }

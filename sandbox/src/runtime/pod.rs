@@ -267,6 +267,10 @@ fn publish(node: &Node, worker: &PodWorker) {
     if worker.lost.is_cancelled() || worker.silent.is_cancelled() {
         return;
     }
+    // A frozen kubelet reports nothing until thawed (`Node::freeze` then publishes).
+    if *node.frozen.borrow() {
+        return;
+    }
     let record = lock(&worker.record).clone();
     let mut state = node.store.lock();
     let Some(pod) = state.get("/pods", &worker.namespace, &worker.name) else {

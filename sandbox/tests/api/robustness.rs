@@ -517,3 +517,28 @@ async fn garbage_on_the_wire_only_costs_that_connection() {
     assert_eq!(http.get("/version").await.status, 200);
     assert_eq!(http.post(PODS, &pod("after", json!({}))).await.status, 201);
 }
+
+/// `Faults::freeze`, as a SIGSTOP of the sandbox: a request sent while frozen is held, not
+/// refused, and answered once thawed; the request log stamps when it arrived, not when it was
+/// answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_server_holds_requests_until_thawed() {
+    let (sandbox, http) = sandbox_with_crd().await;
+    sandbox.faults().freeze(true);
+    let sent = std::time::SystemTime::now();
+    let mut held = tokio::spawn(async move { http.get(&format!("{PODS}?frozen=1")).await });
+    let early = tokio::time::timeout(std::time::Duration::from_secs(1), &mut held).await;
+    assert!(early.is_err(), "answered while frozen: {early:?}");
+    let thawed = std::time::SystemTime::now();
+    sandbox.faults().freeze(false);
+    assert_eq!(held.await.expect("the request task").status, 200);
+    let log = sandbox.requests();
+    let record = log
+        .iter()
+        .find(|r| r.path.ends_with("?frozen=1"))
+        .expect("logged once answered");
+    assert!(
+        sent <= record.received && record.received <= thawed,
+        "{record:?}"
+    );
+}
