@@ -1,7 +1,7 @@
 //! What the watch keeps of each object, and in what form. Support: a learner may skip it on first
 //! read — `api.rs` says which fields the operator reads; this file makes keeping them cheap.
 //!
-//! WORKSHOP.md, step 02 ("What is kept"). The store holds every object for as long as it exists,
+//! WORKSHOP.md, step 02 ("Decoding an event"). The store holds every object for as long as it exists,
 //! so a field kept that nobody reads costs memory per object, and a map kept as a `BTreeMap`
 //! costs a node of eleven slots however few entries it has. So a `PostgresCluster` is decoded
 //! without:
