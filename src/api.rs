@@ -16,8 +16,10 @@ use serde_json::{Map, Value};
 
 pub use crate::crd::{crd_path, group_version_path, CRD_NAME, GROUP, VERSION};
 
+mod kept;
 mod spec;
 
+pub use kept::{StringMap, LAST_APPLIED_ANNOTATION};
 pub use spec::{
     describe_status, validate_spec, PostgresVersion, SpecError, VersionError, MAX_SIZE,
     OLDEST_MAJOR,
@@ -62,8 +64,11 @@ pub struct ObjectMeta {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
     /// Free-form notes on the object; steps 05 and 06 read requests here (a switchover, a backup).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub annotations: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "StringMap::is_empty")]
+    pub annotations: StringMap,
+    /// Kept so that a type written back whole (a `PUT`, as the leader's Lease is) keeps them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub finalizers: Vec<String>,
     /// Who owns this object; the garbage collector deletes it once every owner is gone.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub owner_references: Vec<OwnerReference>,
@@ -121,7 +126,7 @@ pub struct ListMeta {
 
 /// What the user asks for. The schema in `kube/crd.yaml` enforces the same rules on the server side.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", from = "kept::SpecFields")]
 pub struct PostgresClusterSpec {
     /// Number of Postgres pods, 1 to 7: one primary, the rest streaming replicas.
     pub size: i64,
@@ -140,7 +145,7 @@ pub struct PostgresClusterSpec {
 
 /// What the operator last observed. Written through the `/status` subresource only.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", from = "kept::StatusFields")]
 pub struct PostgresClusterStatus {
     /// `Creating`, `Running` or `Failed` (step 04); `Recovering` (step 06).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -202,7 +207,9 @@ pub struct PostgresCluster {
     pub api_version: String,
     #[serde(default)]
     pub kind: String,
-    #[serde(default)]
+    /// Without what no step reads (`kept.rs`: labels, finalizers, kubectl's last-applied
+    /// annotation): the operator never writes a cluster back whole.
+    #[serde(default, deserialize_with = "kept::watched_metadata")]
     pub metadata: ObjectMeta,
     pub spec: PostgresClusterSpec,
     #[serde(default, skip_serializing_if = "Option::is_none")]

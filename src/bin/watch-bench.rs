@@ -19,6 +19,9 @@
 //! # the client alone, not bounded by a server's write rate: an in-process replay server sends
 //! # N recorded ~2 KB events in 16 KB chunks as fast as the watch takes them:
 //! cargo run --release --bin watch-bench -- --replay 50000
+//! # the floor: no HTTP, no watch; decode each line of a file of watch lines (split before the
+//! # clock starts), as benches/peers' kube-peer --decode-file does:
+//! cargo run --release --bin watch-bench -- --decode-file /tmp/watch-feed-events.ndjson
 //! ```
 //!
 //! `max_rss_kb` is the process's peak resident set (VmHWM in /proc/self/status); with `--replay`
@@ -43,6 +46,7 @@ use postgres_operator::client::Client;
 use postgres_operator::config::{parse_server, Config};
 use postgres_operator::crd_check;
 use postgres_operator::process::{cancel_on_signal, exit_error, init_logging};
+use postgres_operator::watch::event::decode_line;
 use postgres_operator::watch::{list_then_watch, Event, WatchNotice, WatchOptions};
 use tokio::time::Instant;
 
@@ -51,10 +55,10 @@ use tokio::time::Instant;
 /// watch-bench events=N seconds=S events_per_s=R max_rss_kb=K first_event_s=F rss_per_object_b=B
 #[derive(Parser)]
 #[command(after_help = EXAMPLES)]
-#[command(group(clap::ArgGroup::new("count").required(true).multiple(true).args(["expect", "feed", "replay"])))]
+#[command(group(clap::ArgGroup::new("count").required(true).multiple(true).args(["expect", "feed", "replay", "decode_file"])))]
 struct Flags {
-    /// A plain-http API server (kubectl proxy, the sandbox); needed unless --replay
-    #[arg(long, value_name = "URL", value_parser = parse_server, required_unless_present = "replay")]
+    /// A plain-http API server (kubectl proxy, the sandbox); needed unless --replay or --decode-file
+    #[arg(long, value_name = "URL", value_parser = parse_server, required_unless_present_any = ["replay", "decode_file"])]
     server: Option<String>,
     /// Stop after N events reached the consumer (default: --feed or --replay)
     #[arg(long, value_name = "N", value_parser = at_least_one)]
@@ -69,6 +73,9 @@ struct Flags {
     /// watch takes them (the client alone)
     #[arg(long, value_name = "N", value_parser = at_least_one)]
     replay: Option<usize>,
+    /// No HTTP: decode every line of FILE (watch events, one per line), the decoding floor
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["server", "replay", "feed", "expect"])]
+    decode_file: Option<std::path::PathBuf>,
     /// 1: tokio's current-thread runtime; N > 1: the multi-thread runtime with N workers
     #[arg(long, value_name = "N", default_value = "1", value_parser = at_least_one)]
     threads: usize,
@@ -169,6 +176,9 @@ async fn feed(client: Client, count: usize, writers: usize) -> usize {
 fn main() -> ExitCode {
     let flags = Flags::parse();
     init_logging();
+    if let Some(file) = &flags.decode_file {
+        return decode_file(file);
+    }
     let runtime = if flags.threads == 1 {
         tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -259,6 +269,37 @@ async fn bench(flags: Flags) -> ExitCode {
         max_rss_kb(),
         first_event.unwrap_or_default().as_secs_f64(),
         rss_growth_kb * 1024 / objects.max(1) as u64,
+    );
+    ExitCode::SUCCESS
+}
+
+/// The decoding floor: every line of `file` through `decode_line`, the lines split before the
+/// clock starts. Prints `watch-bench-decode events=N seconds=S events_per_s=R max_rss_kb=K`.
+fn decode_file(file: &std::path::Path) -> ExitCode {
+    let text = match std::fs::read(file) {
+        Ok(text) => text,
+        Err(error) => return exit_error(&format!("reading {}: {error}", file.display()), None),
+    };
+    let lines: Vec<&[u8]> = text
+        .split(|byte| *byte == b'\n')
+        .filter(|line| !line.is_empty())
+        .collect();
+    let started = Instant::now();
+    let mut events = 0usize;
+    for line in &lines {
+        match decode_line::<PostgresCluster>(line) {
+            Ok(line) => {
+                std::hint::black_box(&line);
+                events += 1;
+            }
+            Err(error) => return exit_error(&format!("line {}: {error}", events + 1), None),
+        }
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    println!(
+        "watch-bench-decode events={events} seconds={seconds:.3} events_per_s={:.0} max_rss_kb={}",
+        events as f64 / seconds,
+        max_rss_kb(),
     );
     ExitCode::SUCCESS
 }

@@ -104,7 +104,13 @@ enum Wire<T> {
 /// A line that is a bare `Status` (no `type`) also counts as an error: some proxies and old
 /// servers end a watch that way.
 pub fn decode_line<T: DeserializeOwned>(line: &[u8]) -> Result<Line<T>, DecodeError> {
-    let wire = match serde_json::from_slice::<Wire<T>>(line) {
+    // One UTF-8 check of the whole line, then no check per string (`from_str` skips them); a
+    // line that is not UTF-8 takes `from_slice`, whose error says where.
+    let decoded = match std::str::from_utf8(line) {
+        Ok(text) => serde_json::from_str::<Wire<T>>(text),
+        Err(_) => serde_json::from_slice::<Wire<T>>(line),
+    };
+    let wire = match decoded {
         Ok(wire) => wire,
         Err(source) => return not_a_plain_event(line, source).map(Line::Error),
     };

@@ -10,6 +10,7 @@ mod support;
 mod byte_level;
 mod errors;
 mod framing;
+mod kept;
 mod paging;
 mod relist;
 mod resume;

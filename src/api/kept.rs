@@ -1,0 +1,427 @@
+//! What the watch keeps of each object, and in what form. Support: a learner may skip it on first
+//! read — `api.rs` says which fields the operator reads; this file makes keeping them cheap.
+//!
+//! WORKSHOP.md, step 02 ("Decoding an event"). The store holds every object for as long as it exists,
+//! so a field kept that nobody reads costs memory per object, and a map kept as a `BTreeMap`
+//! costs a node of eleven slots however few entries it has. So a `PostgresCluster` is decoded
+//! without:
+//!
+//! - the `kubectl.kubernetes.io/last-applied-configuration` annotation (kubectl's copy of the
+//!   whole object, as escaped JSON), skipped unread: only `kubectl apply` reads it;
+//! - `metadata.managedFields`, `finalizers` and `labels`, which no step reads of a cluster (the
+//!   API server selects by labels; a cluster's pods carry labels of their own);
+//! - spec and status fields the CRD does not declare (another controller's): the API server
+//!   prunes them under our CRD's schema anyway; the declared ones later steps read are named
+//!   here, so no field is buffered before it is decoded (serde's `flatten` buffers them all).
+//!
+//! Annotations live in a [`StringMap`], one sorted vector sized to its entries.
+//!
+//! It is safe because the operator never writes a `PostgresCluster` back whole: its writes are
+//! merge patches (`{"status": ...}`, an annotation), which leave every field they do not name as
+//! it is. A type that *is* written back whole (the leader's `Lease`, a `PUT` with its
+//! resourceVersion) decodes [`ObjectMeta`] in full, annotations and finalizers included.
+
+use std::borrow::Borrow;
+use std::fmt;
+
+use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde::ser::{SerializeMap, Serializer};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use super::{Condition, ObjectMeta, OwnerReference, PostgresClusterSpec, PostgresClusterStatus};
+
+/// kubectl's record of the object it last applied: read by `kubectl apply` alone.
+pub const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// A watched object's `metadata`: [`ObjectMeta`] without what only kubectl and the API server
+/// read (the last-applied annotation, labels, finalizers, managedFields).
+pub fn watched_metadata<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<ObjectMeta, D::Error> {
+    let fields = MetaFields::deserialize(deserializer)?;
+    Ok(ObjectMeta {
+        name: fields.name,
+        namespace: fields.namespace,
+        uid: fields.uid,
+        resource_version: fields.resource_version,
+        generation: fields.generation,
+        creation_timestamp: fields.creation_timestamp,
+        deletion_timestamp: fields.deletion_timestamp,
+        labels: Default::default(),
+        annotations: fields.annotations,
+        finalizers: Vec::new(),
+        owner_references: fields.owner_references,
+    })
+}
+
+/// [`ObjectMeta`]'s fields as a watched object's are decoded.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct MetaFields {
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    namespace: String,
+    #[serde(default)]
+    uid: String,
+    #[serde(default)]
+    resource_version: String,
+    generation: Option<i64>,
+    creation_timestamp: Option<String>,
+    deletion_timestamp: Option<String>,
+    #[serde(default, deserialize_with = "annotations_but_last_applied")]
+    annotations: StringMap,
+    #[serde(default)]
+    owner_references: Vec<OwnerReference>,
+}
+
+/// The annotations, [`LAST_APPLIED_ANNOTATION`]'s value skipped without being built.
+fn annotations_but_last_applied<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<StringMap, D::Error> {
+    deserializer.deserialize_map(Entries {
+        skip: Some(LAST_APPLIED_ANNOTATION),
+    })
+}
+
+/// The spec fields later steps read, by the names the CRD declares (a test holds them to it).
+pub const LATER_SPEC_FIELDS: [&str; 3] = ["backup", "bootstrap", "replication"];
+/// The status fields later steps read and write, likewise.
+pub const LATER_STATUS_FIELDS: [&str; 5] = [
+    "backupRequested",
+    "lastBackup",
+    "restore",
+    "switchover",
+    "synchronous",
+];
+
+/// [`PostgresClusterSpec`] as decoded: the typed fields, then [`LATER_SPEC_FIELDS`] by name.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct SpecFields {
+    size: i64,
+    version: String,
+    #[serde(default)]
+    paused: bool,
+    backup: Option<Value>,
+    bootstrap: Option<Value>,
+    replication: Option<Value>,
+}
+
+impl From<SpecFields> for PostgresClusterSpec {
+    fn from(fields: SpecFields) -> PostgresClusterSpec {
+        let later = [fields.backup, fields.bootstrap, fields.replication];
+        PostgresClusterSpec {
+            size: fields.size,
+            version: fields.version,
+            paused: fields.paused,
+            more: named(LATER_SPEC_FIELDS, later),
+        }
+    }
+}
+
+/// [`PostgresClusterStatus`] as decoded: the typed fields, then [`LATER_STATUS_FIELDS`].
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct StatusFields {
+    phase: Option<String>,
+    primary: Option<String>,
+    size: Option<i64>,
+    ready_instances: Option<i64>,
+    current_version: Option<String>,
+    selector: Option<String>,
+    observed_generation: Option<i64>,
+    #[serde(default)]
+    conditions: Vec<Condition>,
+    backup_requested: Option<Value>,
+    last_backup: Option<Value>,
+    restore: Option<Value>,
+    switchover: Option<Value>,
+    synchronous: Option<Value>,
+}
+
+impl From<StatusFields> for PostgresClusterStatus {
+    fn from(mut fields: StatusFields) -> PostgresClusterStatus {
+        // A decoded list grows by doubling; the store keeps it for the object's lifetime.
+        fields.conditions.shrink_to_fit();
+        let later = [
+            fields.backup_requested,
+            fields.last_backup,
+            fields.restore,
+            fields.switchover,
+            fields.synchronous,
+        ];
+        PostgresClusterStatus {
+            phase: fields.phase,
+            primary: fields.primary,
+            size: fields.size,
+            ready_instances: fields.ready_instances,
+            current_version: fields.current_version,
+            selector: fields.selector,
+            observed_generation: fields.observed_generation,
+            conditions: fields.conditions,
+            more: named(LATER_STATUS_FIELDS, later),
+        }
+    }
+}
+
+/// The later steps' fields that were present (a `null` is as good as absent in a merge patch).
+fn named<const N: usize>(names: [&str; N], values: [Option<Value>; N]) -> Map<String, Value> {
+    names
+        .into_iter()
+        .zip(values)
+        .filter_map(|(name, value)| Some((name.to_string(), value?)))
+        .collect()
+}
+
+/// String keys to string values (labels, annotations), sorted by key: a `BTreeMap`'s reads
+/// (`get`, `iter` in key order) in one allocation the size of its entries.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct StringMap {
+    entries: Vec<(String, String)>,
+}
+
+impl StringMap {
+    pub fn new() -> StringMap {
+        StringMap::default()
+    }
+
+    fn find<Q: Ord + ?Sized>(&self, key: &Q) -> Result<usize, usize>
+    where
+        String: Borrow<Q>,
+    {
+        self.entries
+            .binary_search_by(|(entry, _)| Borrow::<Q>::borrow(entry).cmp(key))
+    }
+
+    pub fn get<Q: Ord + ?Sized>(&self, key: &Q) -> Option<&String>
+    where
+        String: Borrow<Q>,
+    {
+        self.find(key).ok().map(|at| &self.entries[at].1)
+    }
+
+    pub fn contains_key<Q: Ord + ?Sized>(&self, key: &Q) -> bool
+    where
+        String: Borrow<Q>,
+    {
+        self.find(key).is_ok()
+    }
+
+    /// Set `key` to `value`; returns the value it replaced.
+    pub fn insert(&mut self, key: String, value: String) -> Option<String> {
+        match self.find(key.as_str()) {
+            Ok(at) => Some(std::mem::replace(&mut self.entries[at].1, value)),
+            Err(at) => {
+                self.entries.insert(at, (key, value));
+                None
+            }
+        }
+    }
+
+    pub fn remove<Q: Ord + ?Sized>(&mut self, key: &Q) -> Option<String>
+    where
+        String: Borrow<Q>,
+    {
+        let at = self.find(key).ok()?;
+        Some(self.entries.remove(at).1)
+    }
+
+    pub fn clear(&mut self) {
+        self.entries.clear();
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Entries in key order.
+    pub fn iter(&self) -> impl Iterator<Item = (&String, &String)> {
+        self.entries.iter().map(|(key, value)| (key, value))
+    }
+}
+
+impl fmt::Debug for StringMap {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map().entries(self.iter()).finish()
+    }
+}
+
+impl<K: Into<String>, V: Into<String>> FromIterator<(K, V)> for StringMap {
+    fn from_iter<I: IntoIterator<Item = (K, V)>>(entries: I) -> StringMap {
+        let mut map = StringMap::new();
+        for (key, value) in entries {
+            map.insert(key.into(), value.into());
+        }
+        map
+    }
+}
+
+impl<K: Into<String>, V: Into<String>, const N: usize> From<[(K, V); N]> for StringMap {
+    fn from(entries: [(K, V); N]) -> StringMap {
+        entries.into_iter().collect()
+    }
+}
+
+impl<'a> IntoIterator for &'a StringMap {
+    type Item = (&'a String, &'a String);
+    type IntoIter = std::iter::Map<
+        std::slice::Iter<'a, (String, String)>,
+        fn(&'a (String, String)) -> (&'a String, &'a String),
+    >;
+    fn into_iter(self) -> Self::IntoIter {
+        self.entries.iter().map(|(key, value)| (key, value))
+    }
+}
+
+impl Serialize for StringMap {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(self.len()))?;
+        for (key, value) in self {
+            map.serialize_entry(key, value)?;
+        }
+        map.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for StringMap {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<StringMap, D::Error> {
+        deserializer.deserialize_map(Entries { skip: None })
+    }
+}
+
+/// Reads a JSON object of strings into a [`StringMap`], leaving out the key `skip`.
+struct Entries {
+    skip: Option<&'static str>,
+}
+
+impl<'de> Visitor<'de> for Entries {
+    type Value = StringMap;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a map of strings to strings")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut access: A) -> Result<StringMap, A::Error> {
+        let mut entries: Vec<(String, String)> = Vec::new();
+        while let Some(key) = access.next_key::<String>()? {
+            if Some(key.as_str()) == self.skip {
+                access.next_value::<IgnoredAny>()?;
+                continue;
+            }
+            entries.push((key, access.next_value()?));
+        }
+        // The API server sends keys sorted (Go's encoding/json sorts map keys); sort anyway, and
+        // a repeated key keeps its last value, as a map would.
+        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        entries.reverse();
+        entries.dedup_by(|later, earlier| later.0 == earlier.0);
+        entries.reverse();
+        entries.shrink_to_fit();
+        Ok(StringMap { entries })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::PostgresCluster;
+
+    /// The later steps' fields named here are the ones the CRD declares beyond the typed ones:
+    /// a field added to `kube/crd.yaml` and not here would be dropped at decode.
+    #[test]
+    fn the_later_fields_are_what_the_crd_declares_beyond_the_typed_ones() {
+        let crd = crate::crd::postgres_cluster_crd();
+        let schema = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"];
+        let declared = |part: &str| -> Vec<String> {
+            let properties = schema[part]["properties"].as_object().expect("properties");
+            properties.keys().cloned().collect()
+        };
+        let typed_spec = serde_json::to_value(PostgresClusterSpec::new(1, "16")).unwrap();
+        let typed_status = [
+            "phase",
+            "primary",
+            "size",
+            "readyInstances",
+            "currentVersion",
+        ]
+        .into_iter()
+        .chain(["selector", "observedGeneration", "conditions"]);
+        let later_spec: Vec<String> = declared("spec")
+            .into_iter()
+            .filter(|field| typed_spec.get(field).is_none())
+            .collect();
+        assert_eq!(later_spec, LATER_SPEC_FIELDS);
+        let typed_status: Vec<&str> = typed_status.collect();
+        let later_status: Vec<String> = declared("status")
+            .into_iter()
+            .filter(|field| !typed_status.contains(&field.as_str()))
+            .collect();
+        assert_eq!(later_status, LATER_STATUS_FIELDS);
+    }
+
+    /// A watched cluster keeps what the steps read and drops the rest; plain `ObjectMeta` (what a
+    /// PUT sends back) keeps the annotation, the labels and the finalizers.
+    #[test]
+    fn a_watched_cluster_drops_what_no_step_reads() {
+        let json = serde_json::json!({
+            "metadata": {
+                "name": "db", "namespace": "default", "uid": "u1", "resourceVersion": "7",
+                "labels": {"team": "a"}, "finalizers": ["example.com/cleanup"],
+                "managedFields": [{"manager": "kubectl"}],
+                "annotations": {LAST_APPLIED_ANNOTATION: "{\"spec\":{}}", "workshop.example.com/switchover": "db-1"},
+            },
+            "spec": {"size": 3, "version": "16", "backup": {"keep": 2}, "theirs": 1},
+            "status": {"phase": "Running", "switchover": "db-1", "readyReplicas": 3,
+                       "conditions": [{"type": "Available", "status": "True", "reason": "Up",
+                                       "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]},
+        });
+        let cluster: PostgresCluster = serde_json::from_value(json.clone()).unwrap();
+        let kept = serde_json::to_value(&cluster.metadata).unwrap();
+        assert_eq!(
+            kept,
+            serde_json::json!({"name": "db", "namespace": "default", "uid": "u1", "resourceVersion": "7",
+                               "annotations": {"workshop.example.com/switchover": "db-1"}})
+        );
+        assert_eq!(
+            serde_json::to_value(&cluster.spec.more).unwrap(),
+            serde_json::json!({"backup": {"keep": 2}})
+        );
+        let status = cluster.status.expect("status");
+        assert_eq!(
+            serde_json::to_value(&status.more).unwrap(),
+            serde_json::json!({"switchover": "db-1"})
+        );
+        assert_eq!(status.conditions.len(), 1);
+
+        let whole: ObjectMeta = serde_json::from_value(json["metadata"].clone()).unwrap();
+        assert!(whole.annotations.contains_key(LAST_APPLIED_ANNOTATION));
+        assert_eq!(whole.finalizers, ["example.com/cleanup"]);
+        assert_eq!(whole.labels.get("team").map(String::as_str), Some("a"));
+    }
+
+    /// Reads like a `BTreeMap`: lookups by key, iteration in key order, one value per key.
+    #[test]
+    fn a_string_map_reads_like_a_sorted_map() {
+        let mut map: StringMap = serde_json::from_str(r#"{"b":"2","a":"1","c":"3"}"#).unwrap();
+        assert_eq!(map.get("a").map(String::as_str), Some("1"));
+        assert_eq!(map.get("z"), None);
+        assert_eq!(map.insert("b".into(), "two".into()), Some("2".into()));
+        assert_eq!(map.insert("0".into(), "zero".into()), None);
+        assert_eq!(map.remove("c"), Some("3".into()));
+        let keys: Vec<&str> = map.iter().map(|(key, _)| key.as_str()).collect();
+        assert_eq!(keys, ["0", "a", "b"]);
+        assert_eq!(
+            serde_json::to_string(&map).unwrap(),
+            r#"{"0":"zero","a":"1","b":"two"}"#
+        );
+        let repeated: StringMap = serde_json::from_str(r#"{"k":"first","k":"last"}"#).unwrap();
+        assert_eq!(repeated.len(), 1);
+        assert_eq!(repeated.get("k").map(String::as_str), Some("last"));
+    }
+}
