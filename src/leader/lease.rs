@@ -59,6 +59,10 @@ pub struct LeaseSpec {
     /// How many times the lease changed hands.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease_transitions: Option<i64>,
+    /// Spec fields this election does not model (`strategy`, `preferredHolder`, ...): every write
+    /// is a PUT of the whole Lease, which would otherwise erase them.
+    #[serde(flatten)]
+    pub more: serde_json::Map<String, serde_json::Value>,
 }
 
 impl LeaseSpec {

@@ -11,7 +11,8 @@ use sandbox::SandboxOptions;
 use serde_json::{json, Value};
 
 /// A Lease read as the leader reads it and PUT back (a renewal) keeps its finalizer, its
-/// labels and kubectl's last-applied annotation: `ObjectMeta` carries them.
+/// labels and kubectl's last-applied annotation (`ObjectMeta` carries them), and a spec field
+/// the election does not model (`LeaseSpec::more`).
 #[tokio::test]
 async fn a_put_of_a_lease_keeps_its_finalizers_labels_and_annotations() {
     let (_sandbox, client) = test_support::sandbox_with_crd(SandboxOptions::default()).await;
@@ -23,7 +24,7 @@ async fn a_put_of_a_lease_keeps_its_finalizers_labels_and_annotations() {
             "finalizers": ["example.com/keep"],
             "annotations": {LAST_APPLIED_ANNOTATION: "{\"kind\":\"Lease\"}"},
         },
-        "spec": {"holderIdentity": "a", "leaseDurationSeconds": 15},
+        "spec": {"holderIdentity": "a", "leaseDurationSeconds": 15, "preferredHolder": "c"},
     });
     let _: Value = client
         .create(&leases_path("default"), &lease)
@@ -36,6 +37,10 @@ async fn a_put_of_a_lease_keeps_its_finalizers_labels_and_annotations() {
 
     let stored: Value = client.get(&path).await.expect("lease read back");
     assert_eq!(stored["spec"]["holderIdentity"], "b", "the PUT took effect");
+    assert_eq!(
+        stored["spec"]["preferredHolder"], "c",
+        "a spec field LeaseSpec does not name"
+    );
     let metadata = &stored["metadata"];
     assert_eq!(metadata["finalizers"], json!(["example.com/keep"]));
     assert_eq!(metadata["labels"], json!({"team": "db"}));
