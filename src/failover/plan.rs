@@ -10,8 +10,10 @@
 //!    synchronous replication `required`, the fence comes first and the promotion does not wait
 //!    for the stop (see [`FailoverAction::Failover`]'s `fence`). A primary whose pod failed has
 //!    stopped already: the failover is at once, and rule 2 removes the pod afterwards. A primary
-//!    that crashed and was restarted in place before anyone took over comes back in recovery
-//!    and Ready: it is promoted where it is ([`FailoverAction::PromoteInPlace`]).
+//!    whose container started again before anyone took over (a crash restarted in place, a
+//!    node back from a power cut) comes back in recovery and Ready: every member is asked, and
+//!    the one with the most WAL promoted, itself unless another has more
+//!    ([`FailoverAction::PromoteInPlace`]).
 //! 2. **Lost members go**: one left fenced, then step 04's rule 2; and a replica Ready but not
 //!    streaming from the primary for longer than the not-streaming delay: it answers queries,
 //!    but follows nothing (an old timeline it cannot leave, a primary that is gone).
@@ -82,9 +84,10 @@ pub struct Facts {
     /// How long this task has seen the pod Ready but missing from the ready primary's
     /// `pg_stat_replication` (zero when it streams, or when no primary was asked).
     pub not_streaming_for: Duration,
-    /// Its postgres container was restarted in place since this task last asked the server
-    /// whether it is in recovery. A primary that crashed comes back in recovery (the start
-    /// script, `manifests.rs`) and waits for the operator.
+    /// Its postgres container started again (its restart count or `startedAt` moved) since
+    /// this task last asked the server whether it is in recovery. A primary that crashed, or
+    /// whose node lost its power, comes back in recovery (the start script, `manifests.rs`) and
+    /// waits for the operator.
     pub restarted: bool,
 }
 
@@ -179,10 +182,10 @@ pub enum FailoverAction {
         /// synchronous replication `required` (see `fencing_first_is_safe`).
         fence: Option<String>,
     },
-    /// The primary's container was restarted in place and it is Ready again: ask whether it
-    /// came back in recovery (a crash, see the start script) and if so promote it where it is.
-    /// No replica took over (one would be labelled primary in its place), so nothing newer
-    /// exists anywhere.
+    /// The primary's container started again and it is Ready: ask every member whether it is
+    /// in recovery and how far it got; the primary in recovery (a crash, a power cut: see the
+    /// start script), promote the member with the most WAL once every one that may still answer
+    /// has (`in_place.rs`). No replica took over (one would be labelled primary in its place).
     PromoteInPlace {
         pod: String,
     },

@@ -1,0 +1,247 @@
+//! Support: a learner may skip it on first read — a primary that came back in recovery, and
+//! what `status` says meanwhile.
+//!
+//! WORKSHOP.md, step 05 ("The crash guard", "When the whole node loses power"). A primary whose
+//! container started again (a crash restarted in place, or every container of a node that lost
+//! its power) comes back in recovery (the start script, `manifests.rs`). The plan asks it once
+//! per start ([`FailoverAction::PromoteInPlace`](super::plan::FailoverAction)); this file asks
+//! every member side by side and promotes the one with the most WAL, the primary itself unless a
+//! replica has more. A start is `restartCount` and `startedAt` together: a rebooted node starts
+//! its containers anew and may count from 0 again, so neither count alone can be trusted.
+
+use std::collections::HashMap;
+
+use futures_util::future::join_all;
+
+use crate::api::PostgresClusterStatus;
+use crate::controller::pods::Pod;
+use crate::events::EventType;
+use crate::postgres::conditions::{condition, set_condition};
+use crate::postgres::manifests::{Role, POSTGRES_CONTAINER};
+use crate::postgres::plan::{alive, Phase};
+use crate::postgres::PostgresTask;
+
+use super::lines::lsn_text;
+use super::plan::{choose, Failing, Position};
+use super::WithFailover;
+
+/// One start of a member's postgres container: its restart count and `startedAt`.
+pub type Start = (u32, Option<String>);
+
+/// The phase of a cluster whose primary is in recovery and takes no writes: what step 06 also
+/// says while a restored seed replays its WAL.
+pub const PHASE_RECOVERING: &str = "Recovering";
+/// The reason `Available` gives for it; a new task that reads it asks the primary again.
+pub const IN_RECOVERY_REASON: &str = "PrimaryInRecovery";
+
+/// `pod`'s postgres container start.
+pub fn start(pod: &Pod) -> Start {
+    let started_at = pod.started_at(POSTGRES_CONTAINER).map(str::to_string);
+    (pod.restarts(POSTGRES_CONTAINER), started_at)
+}
+
+/// Whether `pod`'s postgres container started since this task last asked about it (or first
+/// saw it: then only if it was ever restarted, or `status` said the primary is in recovery).
+pub fn restarted(asked: &mut HashMap<String, Start>, pod: &Pod, said_in_recovery: bool) -> bool {
+    let now = start(pod);
+    let unsure = now.0 > 0 || said_in_recovery;
+    let first = || {
+        if unsure {
+            Start::default()
+        } else {
+            now.clone()
+        }
+    };
+    *asked.entry(pod.metadata.name.clone()).or_insert_with(first) != now
+}
+
+/// `status` says its primary was found in recovery.
+pub fn said_in_recovery(status: &PostgresClusterStatus) -> bool {
+    status
+        .condition("Available")
+        .is_some_and(|c| c.reason == IN_RECOVERY_REASON)
+}
+
+/// Over what step 04 computed: a primary found in recovery is not Running, and not Available.
+pub fn set_status<L: WithFailover>(
+    task: &PostgresTask<L>,
+    next: &mut PostgresClusterStatus,
+    previous: &PostgresClusterStatus,
+    now: &str,
+) {
+    let Some(pod) = &task.failover_state().in_recovery else {
+        return;
+    };
+    if next.primary.as_ref() != Some(pod) {
+        return;
+    }
+    next.phase = Some(PHASE_RECOVERING.into());
+    let message = format!("{pod} came back in recovery and takes no writes; the member with the most WAL is promoted once every member that can answer has");
+    let available = condition("Available", false, IN_RECOVERY_REASON, message);
+    set_condition(next, previous, available, now);
+}
+
+impl<L: WithFailover> PostgresTask<L> {
+    /// The primary `pod` started again and is Ready: ask every running member how far it got.
+    /// The primary out of recovery: nothing to do (a clean stop and start). In recovery: once
+    /// every member that may still answer has (a Pending one, an unready one within the
+    /// replacement delay), promote the one with the most WAL, `pod` when none has more, and
+    /// label it primary (rule 1a then removes `pod`). Returns the primary it made.
+    pub(super) async fn promote_in_place(
+        &mut self,
+        pod: &str,
+        failing: &Failing,
+    ) -> Option<String> {
+        let running: Vec<String> = alive(&failing.cluster)
+            .filter(|m| m.phase == Phase::Running)
+            .map(|m| m.name.clone())
+            .collect();
+        let answers = join_all(running.iter().map(|name| self.position(name))).await;
+        let mut positions = Vec::new();
+        for (name, answer) in running.iter().zip(answers) {
+            match answer {
+                Ok(position) => positions.push(position),
+                Err(error) if name == pod => {
+                    self.say(format!(
+                        "cannot tell whether {pod} is in recovery: {error}; asking again next round"
+                    ));
+                    self.fail_round();
+                    return None;
+                }
+                Err(error) => self.say(format!("cannot ask {name} for its WAL position: {error}")),
+            }
+        }
+        let in_recovery = positions.iter().any(|p| p.pod == pod && p.in_recovery);
+        if !in_recovery {
+            self.asked(&positions);
+            return None;
+        }
+        // A member that may still answer could hold more WAL than any that did: wait for it.
+        let lost_after = self.options().delays.member_lost_after;
+        let waiting: Vec<&str> = alive(&failing.cluster)
+            .filter(|m| !positions.iter().any(|p| p.pod == m.name))
+            .filter(|m| {
+                m.phase == Phase::Pending
+                    || (m.phase == Phase::Running && (m.ready || m.unready_for < lost_after))
+            })
+            .map(|m| m.name.as_str())
+            .collect();
+        if !waiting.is_empty() {
+            if !said_in_recovery(&self.status()) {
+                self.say(format!("Primary {pod} came back in recovery; waiting for {} to answer before promoting the member with the most WAL", waiting.join(", ")));
+            }
+            self.failover_state_mut().in_recovery = Some(pod.to_string());
+            return None;
+        }
+        let chosen = choose(&positions, Some(pod))?.clone();
+        if chosen.pod == pod {
+            self.say(format!("Primary {pod} was restarted in place and came back in recovery; no member has more WAL, so promoting it where it is"));
+        } else {
+            self.say(format!(
+                "Primary {pod} came back in recovery; {} has more WAL (received up to {}, replayed up to {}), so promoting it in its place",
+                chosen.pod,
+                lsn_text(chosen.received),
+                lsn_text(chosen.replayed)
+            ));
+        }
+        if chosen.in_recovery {
+            if let Err(why) = self.promote(&chosen.pod).await {
+                let pod = &chosen.pod;
+                self.say(format!(
+                    "promoting {pod} in place failed: {why}; trying again next round"
+                ));
+                self.failover_state_mut().in_recovery = Some(pod.to_string());
+                self.fail_round();
+                return None;
+            }
+        }
+        if chosen.pod != pod {
+            let label = Role::Primary.label_value();
+            if let Err(error) = self.relabel(&chosen.pod, label).await {
+                self.say(format!(
+                    "labelling {} primary failed: {error}; trying again next round",
+                    chosen.pod
+                ));
+                self.fail_round();
+                return None;
+            }
+            self.expect_labelled(&chosen.pod, Role::Primary);
+        }
+        let line = format!(
+            "promoted {} in place: {pod} had come back in recovery",
+            chosen.pod
+        );
+        self.event(EventType::Normal, "PromotedInPlace", &line)
+            .await;
+        self.asked(&positions);
+        Some(chosen.pod)
+    }
+
+    /// Remember the start of each member that answered; none is in recovery as primary now.
+    fn asked(&mut self, positions: &[Position]) {
+        let snapshot = self.snapshot();
+        let state = self.failover_state_mut();
+        for position in positions {
+            if let Some(pod) = snapshot.iter().find(|p| p.metadata.name == position.pod) {
+                state.starts_asked.insert(position.pod.clone(), start(pod));
+            }
+        }
+        state.in_recovery = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::pods::{ContainerRunning, ContainerStatus};
+
+    fn pod(restarts: u32, started_at: &str) -> Pod {
+        let mut pod = Pod::default();
+        pod.metadata.name = "db-0".into();
+        let mut container = ContainerStatus {
+            name: POSTGRES_CONTAINER.into(),
+            restart_count: restarts,
+            ..ContainerStatus::default()
+        };
+        container.state.running = Some(ContainerRunning {
+            started_at: Some(started_at.into()),
+        });
+        pod.status.container_statuses.push(container);
+        pod
+    }
+
+    /// A node back from a power cut starts the container anew with its restart count as it was
+    /// (or at 0 again): the start moved all the same. First seen, a container never restarted
+    /// is taken as it is, one restarted (or a primary `status` said in recovery) is asked once.
+    #[test]
+    fn a_start_is_seen_whatever_the_restart_count() {
+        let mut asked = HashMap::new();
+        assert!(!restarted(&mut asked, &pod(0, "T1"), false));
+        assert!(!restarted(&mut asked, &pod(0, "T1"), false));
+        assert!(restarted(&mut asked, &pod(0, "T2"), false));
+        assert!(restarted(&mut asked, &pod(1, "T1"), false));
+        assert!(restarted(&mut HashMap::new(), &pod(2, "T1"), false));
+        assert!(restarted(&mut HashMap::new(), &pod(0, "T1"), true));
+    }
+
+    /// The primary stays the choice unless a replica has more WAL; an equal one loses nothing.
+    #[test]
+    fn the_primary_is_promoted_unless_a_member_has_more_wal() {
+        let at = |pod: &str, replayed| Position {
+            pod: pod.into(),
+            in_recovery: true,
+            received: 0,
+            replayed,
+        };
+        let even = [at("db-1", 50), at("db-0", 50)];
+        assert_eq!(
+            choose(&even, Some("db-0")).map(|p| p.pod.as_str()),
+            Some("db-0")
+        );
+        let ahead = [at("db-1", 60), at("db-0", 50)];
+        assert_eq!(
+            choose(&ahead, Some("db-0")).map(|p| p.pod.as_str()),
+            Some("db-1")
+        );
+    }
+}
