@@ -22,7 +22,7 @@ use crate::postgres::plan::{alive, Phase};
 use crate::postgres::PostgresTask;
 
 use super::lines::lsn_text;
-use super::plan::{choose, Failing, Position};
+use super::plan::{choose, Failing};
 use super::WithFailover;
 
 /// One start of a member's postgres container: its restart count and `startedAt`.
@@ -31,7 +31,7 @@ pub type Start = (u32, Option<String>);
 /// The phase of a cluster whose primary is in recovery and takes no writes: what step 06 also
 /// says while a restored seed replays its WAL.
 pub const PHASE_RECOVERING: &str = "Recovering";
-/// The reason `Available` gives for it; a new task that reads it asks the primary again.
+/// The reason `Available` gives for it; read back, the cluster is one that ran (`has_run`).
 pub const IN_RECOVERY_REASON: &str = "PrimaryInRecovery";
 
 /// `pod`'s postgres container start.
@@ -40,19 +40,10 @@ pub fn start(pod: &Pod) -> Start {
     (pod.restarts(POSTGRES_CONTAINER), started_at)
 }
 
-/// Whether `pod`'s postgres container started since this task last asked about it (or first
-/// saw it: then only if it was ever restarted, or `status` said the primary is in recovery).
-pub fn restarted(asked: &mut HashMap<String, Start>, pod: &Pod, said_in_recovery: bool) -> bool {
-    let now = start(pod);
-    let unsure = now.0 > 0 || said_in_recovery;
-    let first = || {
-        if unsure {
-            Start::default()
-        } else {
-            now.clone()
-        }
-    };
-    *asked.entry(pod.metadata.name.clone()).or_insert_with(first) != now
+/// Whether `pod`'s postgres container started since this task last asked about it, or was
+/// never asked: a task asks each primary it first sees once.
+pub fn restarted(asked: &HashMap<String, Start>, pod: &Pod) -> bool {
+    asked.get(&pod.metadata.name) != Some(&start(pod))
 }
 
 /// `status` says its primary was found in recovery.
@@ -92,29 +83,37 @@ impl<L: WithFailover> PostgresTask<L> {
         pod: &str,
         failing: &Failing,
     ) -> Option<String> {
-        let running: Vec<String> = alive(&failing.cluster)
-            .filter(|m| m.phase == Phase::Running)
+        let primary = match self.position(pod).await {
+            Ok(primary) => primary,
+            // First seen never restarted: asked once, on the chance a rebooted node started it
+            // (a pod that runs nothing, as the simulated sandbox's, is not asked again).
+            Err(_) if self.first_sight_of_a_start(pod) => {
+                self.asked(&[pod.to_string()]);
+                return None;
+            }
+            Err(error) => {
+                self.say(format!(
+                    "cannot tell whether {pod} is in recovery: {error}; asking again next round"
+                ));
+                self.fail_round();
+                return None;
+            }
+        };
+        if !primary.in_recovery {
+            self.asked(&[pod.to_string()]);
+            return None;
+        }
+        let others: Vec<String> = alive(&failing.cluster)
+            .filter(|m| m.phase == Phase::Running && m.name != pod)
             .map(|m| m.name.clone())
             .collect();
-        let answers = join_all(running.iter().map(|name| self.position(name))).await;
-        let mut positions = Vec::new();
-        for (name, answer) in running.iter().zip(answers) {
+        let answers = join_all(others.iter().map(|name| self.position(name))).await;
+        let mut positions = vec![primary];
+        for (name, answer) in others.iter().zip(answers) {
             match answer {
                 Ok(position) => positions.push(position),
-                Err(error) if name == pod => {
-                    self.say(format!(
-                        "cannot tell whether {pod} is in recovery: {error}; asking again next round"
-                    ));
-                    self.fail_round();
-                    return None;
-                }
                 Err(error) => self.say(format!("cannot ask {name} for its WAL position: {error}")),
             }
-        }
-        let in_recovery = positions.iter().any(|p| p.pod == pod && p.in_recovery);
-        if !in_recovery {
-            self.asked(&positions);
-            return None;
         }
         // A member that may still answer could hold more WAL than any that did: wait for it.
         let lost_after = self.options().delays.member_lost_after;
@@ -173,20 +172,31 @@ impl<L: WithFailover> PostgresTask<L> {
         );
         self.event(EventType::Normal, "PromotedInPlace", &line)
             .await;
-        self.asked(&positions);
+        let answered: Vec<String> = positions.into_iter().map(|p| p.pod).collect();
+        self.asked(&answered);
         Some(chosen.pod)
     }
 
-    /// Remember the start of each member that answered; none is in recovery as primary now.
-    fn asked(&mut self, positions: &[Position]) {
+    /// Remember the start of each of `pods` (they answered); no primary is in recovery now.
+    fn asked(&mut self, pods: &[String]) {
         let snapshot = self.snapshot();
         let state = self.failover_state_mut();
-        for position in positions {
-            if let Some(pod) = snapshot.iter().find(|p| p.metadata.name == position.pod) {
-                state.starts_asked.insert(position.pod.clone(), start(pod));
+        for name in pods {
+            if let Some(pod) = snapshot.iter().find(|p| &p.metadata.name == name) {
+                state.starts_asked.insert(name.clone(), start(pod));
             }
         }
         state.in_recovery = None;
+    }
+
+    /// `pod` was never asked by this task, and never restarted.
+    fn first_sight_of_a_start(&self, pod: &str) -> bool {
+        let restarts = self
+            .snapshot()
+            .iter()
+            .find(|p| p.metadata.name == pod)
+            .map(|p| start(p).0);
+        !self.failover_state().starts_asked.contains_key(pod) && restarts == Some(0)
     }
 }
 
@@ -194,6 +204,7 @@ impl<L: WithFailover> PostgresTask<L> {
 mod tests {
     use super::*;
     use crate::controller::pods::{ContainerRunning, ContainerStatus};
+    use crate::failover::plan::Position;
 
     fn pod(restarts: u32, started_at: &str) -> Pod {
         let mut pod = Pod::default();
@@ -211,17 +222,15 @@ mod tests {
     }
 
     /// A node back from a power cut starts the container anew with its restart count as it was
-    /// (or at 0 again): the start moved all the same. First seen, a container never restarted
-    /// is taken as it is, one restarted (or a primary `status` said in recovery) is asked once.
+    /// (or at 0 again): the start moved all the same. A container never asked about is asked.
     #[test]
     fn a_start_is_seen_whatever_the_restart_count() {
         let mut asked = HashMap::new();
-        assert!(!restarted(&mut asked, &pod(0, "T1"), false));
-        assert!(!restarted(&mut asked, &pod(0, "T1"), false));
-        assert!(restarted(&mut asked, &pod(0, "T2"), false));
-        assert!(restarted(&mut asked, &pod(1, "T1"), false));
-        assert!(restarted(&mut HashMap::new(), &pod(2, "T1"), false));
-        assert!(restarted(&mut HashMap::new(), &pod(0, "T1"), true));
+        assert!(restarted(&asked, &pod(0, "T1")));
+        asked.insert("db-0".to_string(), start(&pod(0, "T1")));
+        assert!(!restarted(&asked, &pod(0, "T1")));
+        assert!(restarted(&asked, &pod(0, "T2")));
+        assert!(restarted(&asked, &pod(1, "T1")));
     }
 
     /// The primary stays the choice unless a replica has more WAL; an equal one loses nothing.

@@ -115,9 +115,8 @@ pub struct FailoverState {
     /// When this task first saw each pod terminating.
     terminating_since: HashMap<String, Instant>,
     /// Each pod's postgres container start (restart count, `startedAt`) when this task last
-    /// asked whether it is in recovery (`FailoverAction::PromoteInPlace`), or first saw it; a
-    /// start other than it is a restart since. A new task asks a primary that was ever
-    /// restarted, or that `status` says is in recovery, once.
+    /// asked whether it is in recovery (`FailoverAction::PromoteInPlace`); a start other than
+    /// it is a restart since. A new task asks each primary it sees once.
     starts_asked: HashMap<String, in_place::Start>,
     /// The primary found in recovery and not promoted yet: `status` says so (`in_place.rs`).
     in_recovery: Option<String>,

@@ -71,7 +71,7 @@ pub async fn observe<L: WithFailover>(
         } else {
             Duration::ZERO
         };
-        let restarted = in_place::restarted(&mut state.starts_asked, pod, said_in_recovery);
+        let restarted = in_place::restarted(&state.starts_asked, pod);
         let facts = Facts {
             fenced: pod.metadata.labels.get(ROLE_LABEL).map(String::as_str) == Some(FENCED),
             down: (!member.ready).then(|| node_lost(pod)).flatten(),

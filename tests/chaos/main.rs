@@ -131,11 +131,21 @@ enum Fault {
     /// the other standby's WAL receiver as the fencing operator would have: it may have
     /// connected to the frozen primary, and would stream nothing for 30 s.
     KillOperatorAtLostNodeFence,
+    /// The whole node's power cut for [`POWER_DOWNTIME`] (`Faults::power_cut`): the API server
+    /// gone, every pod's processes killed at once, the operator with them (it ran there); then
+    /// the node boots and runs the pods again, restart counts from 0, every member in recovery,
+    /// and a new operator starts once they are all Ready (as after a restart of the sandbox).
+    PowerLoss,
 }
+
+/// How long the node stays without power in [`Fault::PowerLoss`].
+const POWER_DOWNTIME: Duration = Duration::from_secs(5);
+/// How soon after the node's return the cluster must take writes again.
+const WRITABLE_AFTER_RETURN: Duration = Duration::from_secs(30);
 
 /// The faults of one round; the switchover before the lost nodes, which leave a pod
 /// Terminating for ever.
-const FAULTS: [Fault; 10] = [
+const FAULTS: [Fault; 11] = [
     Fault::DeletePrimaryPod,
     Fault::KillPrimaryPostmaster,
     Fault::KillPrimaryBackend,
@@ -146,6 +156,7 @@ const FAULTS: [Fault; 10] = [
     Fault::Switchover,
     Fault::LosePrimaryNode,
     Fault::KillOperatorAtLostNodeFence,
+    Fault::PowerLoss,
 ];
 
 impl Fault {
@@ -166,6 +177,9 @@ impl Fault {
             Fault::LosePrimaryNode => "the primary's node lost (frozen, node grace)",
             Fault::KillOperatorAtLostNodeFence => {
                 "the primary's node lost (frozen, node grace), the operator killed at the fence"
+            }
+            Fault::PowerLoss => {
+                "the whole node's power cut for 5 s (every pod, the API server, the operator)"
             }
         }
     }
@@ -204,6 +218,12 @@ impl Ledger {
 
     fn last(&self) -> i64 {
         self.last.load(Ordering::SeqCst)
+    }
+
+    /// When the first write after `from` was acknowledged.
+    fn first_after(&self, from: Instant) -> Option<Instant> {
+        let times = self.times.lock().expect("ledger");
+        times.iter().find(|t| **t > from).copied()
     }
 
     /// The highest acknowledged row and when it was acknowledged (now, before any).
@@ -369,6 +389,21 @@ async fn members(client: &Client) -> Vec<Value> {
             Vec::new()
         }
     }
+}
+
+/// Each pod's postgres container's `state.running.startedAt`, by pod name.
+fn started_at(pods: &[Value]) -> BTreeMap<String, String> {
+    pods.iter()
+        .filter_map(|pod| {
+            let name = pod["metadata"]["name"].as_str()?;
+            let container = pod["status"]["containerStatuses"]
+                .as_array()?
+                .iter()
+                .find(|c| c["name"] == POSTGRES_CONTAINER)?;
+            let at = container["state"]["running"]["startedAt"].as_str()?;
+            Some((name.to_string(), at.to_string()))
+        })
+        .collect()
 }
 
 fn pod_ip(pods: &[Value], name: &str) -> Option<String> {
@@ -784,8 +819,9 @@ impl Chaos {
         }
     }
 
-    /// Inject `fault` against the converged cluster `before`.
-    async fn inject(&mut self, fault: Fault, before: &Converged) {
+    /// Inject `fault` against the converged cluster `before`. For a power cut: when the node is
+    /// back (at the latest).
+    async fn inject(&mut self, fault: Fault, before: &Converged) -> Option<Instant> {
         let namespace = self.namespace().to_string();
         let primary = before.primary.as_str();
         let faults = self.sandbox.faults();
@@ -860,7 +896,44 @@ impl Chaos {
                 println!("chaos: killing the operator at the fence: {fenced}");
                 self.restart_operator().await;
             }
+            Fault::PowerLoss => {
+                let started_before = started_at(&members(&self.client).await);
+                let cut_at = Instant::now();
+                if let Some(operator) = self.operator.take() {
+                    operator.kill().await;
+                }
+                let cut = faults.power_cut(POWER_DOWNTIME).await;
+                assert!(cut >= SIZE as usize, "{cut} pods lost their power");
+                let back = cut_at + POWER_DOWNTIME;
+                tokio::time::sleep_until(back.into()).await;
+                self.all_ready_again(&started_before).await;
+                self.restart_operator().await;
+                return Some(back);
+            }
         }
+        None
+    }
+
+    /// Wait until every member pod is Ready in a postgres container started since `before`
+    /// (each member's `startedAt` then): the node back, each started again.
+    async fn all_ready_again(&self, before: &BTreeMap<String, String>) {
+        let client = &self.client;
+        test_support::eventually(FAULT_DEADLINE, "every member Ready again", || async {
+            let pods = members(client).await;
+            let now = started_at(&pods);
+            let ready = pods.iter().filter(|pod| {
+                let name = pod["metadata"]["name"].as_str().unwrap_or_default();
+                let conditions = pod["status"]["conditions"].as_array();
+                now.get(name).is_some_and(|at| before.get(name) != Some(at))
+                    && conditions
+                        .into_iter()
+                        .flatten()
+                        .any(|c| c["type"] == "Ready" && c["status"] == "True")
+            });
+            (ready.count() as u64 == SIZE && pods.len() as u64 == SIZE).then_some(())
+        })
+        .await;
+        self.mark("every member Ready again");
     }
 
     /// Kill the operator and start a new one in its place.
@@ -887,7 +960,7 @@ impl Chaos {
         let injected = Instant::now();
         let said_before = self.story.count();
         self.mark("injecting the fault");
-        self.inject(fault, &before).await;
+        let back = self.inject(fault, &before).await;
         if fault == Fault::Switchover {
             // Until the operator acts on the annotation, the cluster still looks converged,
             // around the old primary.
@@ -921,6 +994,17 @@ impl Chaos {
             .writes_resume(5, &format!("writes after {caption}"))
             .await;
         let outage = self.ledger.longest_gap(injected, resumed);
+        // A power cut: the first write the cluster took after the node's return.
+        let writable_after = back.map(|back| {
+            let first = self.ledger.first_after(back).unwrap_or(resumed);
+            first.saturating_duration_since(back)
+        });
+        if let Some(took) = writable_after {
+            assert!(
+                took <= WRITABLE_AFTER_RETURN,
+                "{caption}: writable again {took:?} after the node's return"
+            );
+        }
         let after = if fault == Fault::HangPrimary {
             self.converged(caption).await
         } else {
@@ -930,8 +1014,16 @@ impl Chaos {
         let caught_up = self.replicas_caught_up(&after, caption, injected).await;
         let (writable, acknowledging) = self.writable.at_once();
         let polls = self.writable.polls.load(Ordering::SeqCst);
+        let since_return = writable_after
+            .map(|took| {
+                format!(
+                    " (writable {:.1} s after the node's return)",
+                    took.as_secs_f64()
+                )
+            })
+            .unwrap_or_default();
         println!(
-            "chaos: {caption} ({}): outage {:.1} s, new primary {}, {last} rows acknowledged, {lost} of them lost here, every replica held them after {}; in {polls} polls, two members {}",
+            "chaos: {caption} ({}): outage {:.1} s{since_return}, new primary {}, {last} rows acknowledged, {lost} of them lost here, every replica held them after {}; in {polls} polls, two members {}",
             self.timings.label(),
             outage.as_secs_f64(),
             after.primary,
@@ -955,6 +1047,7 @@ impl Chaos {
             lost,
             two_writable: !writable.is_empty(),
             slowest_catch_up: slowest.unwrap_or_default(),
+            writable_after,
         };
         (measured, after)
     }
@@ -987,6 +1080,8 @@ struct Measured {
     two_writable: bool,
     /// The slowest replica's time to hold every acknowledged row.
     slowest_catch_up: Duration,
+    /// A power cut: from the node's return to the first acknowledged write.
+    writable_after: Option<Duration>,
 }
 
 fn seconds(d: Duration) -> String {
@@ -1235,6 +1330,19 @@ async fn run_chaos(timings: Timings) {
         );
         let lost: Vec<String> = lost.iter().map(i64::to_string).collect();
         let two_writable = per_round.iter().filter(|m| m.two_writable).count();
+        let mut writable_after: Vec<Duration> =
+            per_round.iter().filter_map(|m| m.writable_after).collect();
+        writable_after.sort();
+        if let (Some(min), Some(max)) = (writable_after.first(), writable_after.last()) {
+            let median = writable_after[writable_after.len() / 2];
+            println!(
+                "chaos: {}: writable after the node's return, s (min / median / max): {} / {} / {}",
+                fault.caption(),
+                seconds(*min),
+                seconds(median),
+                seconds(*max)
+            );
+        }
         println!(
             "chaos: | {} | {} / {} / {} | {} | {} | {two_writable} of {} |",
             fault.caption(),
