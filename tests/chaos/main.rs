@@ -132,9 +132,10 @@ enum Fault {
     /// connected to the frozen primary, and would stream nothing for 30 s.
     KillOperatorAtLostNodeFence,
     /// The whole node's power cut for [`POWER_DOWNTIME`] (`Faults::power_cut`): the API server
-    /// gone, every pod's processes killed at once, the operator with them (it ran there); then
-    /// the node boots and runs the pods again, restart counts from 0, every member in recovery,
-    /// and a new operator starts once they are all Ready (as after a restart of the sandbox).
+    /// gone, every pod's processes killed at once; then the node boots and runs the pods again,
+    /// restart counts from 0, every member in recovery. In turn: the operator dies with the
+    /// node (it ran there) and a new one starts once every member is Ready again (as after a
+    /// restart of the sandbox), or it runs elsewhere and lives through it.
     PowerLoss,
 }
 
@@ -179,7 +180,7 @@ impl Fault {
                 "the primary's node lost (frozen, node grace), the operator killed at the fence"
             }
             Fault::PowerLoss => {
-                "the whole node's power cut for 5 s (every pod, the API server, the operator)"
+                "the whole node's power cut for 5 s (in turn: the operator with it, elsewhere)"
             }
         }
     }
@@ -549,6 +550,8 @@ struct Chaos {
     lost: i64,
     /// How many times the operator was killed mid-failover (which moment is chosen in turn).
     operator_kills: usize,
+    /// How many power cuts so far (whether the operator dies with the node is chosen in turn).
+    power_cuts: usize,
     /// The operator's story lines, each with when this test first saw it.
     timeline: Arc<Mutex<Vec<(Instant, String)>>>,
 }
@@ -898,16 +901,23 @@ impl Chaos {
             }
             Fault::PowerLoss => {
                 let started_before = started_at(&members(&self.client).await);
+                self.power_cuts += 1;
+                let with_the_operator = self.power_cuts % 2 == 1;
                 let cut_at = Instant::now();
-                if let Some(operator) = self.operator.take() {
-                    operator.kill().await;
+                if with_the_operator {
+                    if let Some(operator) = self.operator.take() {
+                        operator.kill().await;
+                    }
+                    println!("chaos: the operator dies with the node");
                 }
                 let cut = faults.power_cut(POWER_DOWNTIME).await;
                 assert!(cut >= SIZE as usize, "{cut} pods lost their power");
                 let back = cut_at + POWER_DOWNTIME;
-                tokio::time::sleep_until(back.into()).await;
-                self.all_ready_again(&started_before).await;
-                self.restart_operator().await;
+                if with_the_operator {
+                    tokio::time::sleep_until(back.into()).await;
+                    self.all_ready_again(&started_before).await;
+                    self.restart_operator().await;
+                }
                 return Some(back);
             }
         }
@@ -1227,6 +1237,7 @@ async fn run_chaos(timings: Timings) {
         timings,
         lost: 0,
         operator_kills: 0,
+        power_cuts: 0,
         timeline,
     };
     chaos.converged("the first start").await;
