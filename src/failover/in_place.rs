@@ -85,12 +85,6 @@ impl<L: WithFailover> PostgresTask<L> {
     ) -> Option<String> {
         let primary = match self.position(pod).await {
             Ok(primary) => primary,
-            // First seen never restarted: asked once, on the chance a rebooted node started it
-            // (a pod that runs nothing, as the simulated sandbox's, is not asked again).
-            Err(_) if self.first_sight_of_a_start(pod) => {
-                self.asked(&[pod.to_string()]);
-                return None;
-            }
             Err(error) => {
                 self.say(format!(
                     "cannot tell whether {pod} is in recovery: {error}; asking again next round"
@@ -189,14 +183,32 @@ impl<L: WithFailover> PostgresTask<L> {
         state.in_recovery = None;
     }
 
-    /// `pod` was never asked by this task, and never restarted.
-    fn first_sight_of_a_start(&self, pod: &str) -> bool {
-        let restarts = self
-            .snapshot()
-            .iter()
-            .find(|p| p.metadata.name == pod)
-            .map(|p| start(p).0);
-        !self.failover_state().starts_asked.contains_key(pod) && restarts == Some(0)
+    /// A Ready primary this task has never asked about, never restarted: asked now, in the
+    /// round's observation, whether it is in recovery (a node that rebooted before this task
+    /// began). Out of recovery, or unable to answer (a pod that runs nothing, as the simulated
+    /// sandbox's), it is taken as it is; in recovery, it stays `restarted` for the plan.
+    pub(super) async fn ask_first_seen_primary(&mut self, failing: &mut Failing) {
+        let asked = &self.failover_state().starts_asked;
+        let snapshot = self.snapshot();
+        let Some(member) = failing.cluster.members.iter_mut().find(|m| {
+            m.is(Role::Primary)
+                && m.ready
+                && !asked.contains_key(&m.name)
+                && snapshot
+                    .iter()
+                    .any(|p| p.metadata.name == m.name && start(p).0 == 0)
+        }) else {
+            return;
+        };
+        let in_recovery = self
+            .position(&member.name)
+            .await
+            .is_ok_and(|p| p.in_recovery);
+        if !in_recovery {
+            member.more.restarted = false;
+            let name = member.name.clone();
+            self.asked(&[name]);
+        }
     }
 }
 

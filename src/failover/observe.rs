@@ -100,6 +100,7 @@ pub async fn observe<L: WithFailover>(
     };
     if planning {
         task.weigh_unready_primary(&mut failing).await;
+        task.ask_first_seen_primary(&mut failing).await;
         task.observe_streaming(&mut failing).await;
     }
     wake_when_a_delay_ends(task, &failing);
