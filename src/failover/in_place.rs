@@ -73,8 +73,8 @@ pub fn set_status<L: WithFailover>(
 }
 
 impl<L: WithFailover> PostgresTask<L> {
-    /// The primary `pod` started again and is Ready: ask every running member how far it got.
-    /// The primary out of recovery: nothing to do (a clean stop and start). In recovery: once
+    /// The primary `pod` started again and is Ready: ask it how far it got. Out of recovery:
+    /// nothing to do (a clean stop and start). In recovery: ask every other running member; once
     /// every member that may still answer has (a Pending one, an unready one within the
     /// replacement delay), promote the one with the most WAL, `pod` when none has more, and
     /// label it primary (rule 1a then removes `pod`). Returns the primary it made.

@@ -72,6 +72,7 @@ pub async fn observe<L: WithFailover>(
             Duration::ZERO
         };
         let restarted = in_place::restarted(&state.starts_asked, pod);
+        let started_anew = restarted && state.starts_asked.contains_key(name);
         let facts = Facts {
             fenced: pod.metadata.labels.get(ROLE_LABEL).map(String::as_str) == Some(FENCED),
             down: (!member.ready).then(|| node_lost(pod)).flatten(),
@@ -83,6 +84,7 @@ pub async fn observe<L: WithFailover>(
                 && matches!(pod.phase(), "Succeeded" | "Failed"),
             not_streaming_for: Duration::ZERO,
             restarted,
+            started_anew,
         };
         members.push(member.clone().with(facts));
     }

@@ -89,6 +89,10 @@ pub struct Facts {
     /// whose node lost its power, comes back in recovery (the start script, `manifests.rs`) and
     /// waits for the operator.
     pub restarted: bool,
+    /// Its container started anew since this task last asked (not merely never asked), with
+    /// nothing saying it crashed: a node back from a power cut. Unready, it may be replaying its
+    /// WAL, and could be the member with the most: it gets the replacement delay, as a replica.
+    pub started_anew: bool,
 }
 
 /// A member as step 05 sees it.
@@ -252,7 +256,7 @@ fn second_primary(failing: &Failing, _: &Delays, _: &FailoverDelays) -> Option<S
 
 /// Rule 1b: The primary first: wait for one on its way out, fence a lost one, promote a replica when
 /// there is none, or promote a restarted one where it is.
-fn primary_first(failing: &Failing, _: &Delays, delays: &FailoverDelays) -> Option<Step> {
+fn primary_first(failing: &Failing, core: &Delays, delays: &FailoverDelays) -> Option<Step> {
     let observed = &failing.cluster;
     let primaries = primaries(observed);
     // A primary on its way out is waited for, not failed over at once: stopping cleanly, it
@@ -290,7 +294,7 @@ fn primary_first(failing: &Failing, _: &Delays, delays: &FailoverDelays) -> Opti
         None => ready_replicas,
     };
     match primaries.first().copied() {
-        Some(primary) if is_lost(primary, delays) && !ready_replicas.is_empty() => {
+        Some(primary) if is_lost(primary, core, delays) && !ready_replicas.is_empty() => {
             let allowed = failing
                 .quorum
                 .as_ref()
@@ -391,11 +395,21 @@ fn minor_upgrades(failing: &Failing, _: &Delays, _: &FailoverDelays) -> Option<S
 }
 
 /// The primary `member` is lost: Running but not Ready, and either down for certain or unready
-/// past the failover delay.
-fn is_lost(member: &Seen, delays: &FailoverDelays) -> bool {
+/// past its delay ([`unready_allowance`]).
+fn is_lost(member: &Seen, core: &Delays, delays: &FailoverDelays) -> bool {
     !member.ready
         && member.phase == Phase::Running
-        && (member.more.down.is_some() || member.more.unready_for >= delays.failover_after)
+        && (member.more.down.is_some()
+            || member.more.unready_for >= unready_allowance(member, core, delays))
+}
+
+/// How long an unready primary is given: the failover delay, or the replacement delay when its
+/// container started anew ([`Facts::started_anew`]).
+fn unready_allowance(member: &Seen, core: &Delays, delays: &FailoverDelays) -> Duration {
+    match member.more.started_anew {
+        true => core.member_lost_after,
+        false => delays.failover_after,
+    }
 }
 
 /// Whether a lost primary may be fenced and a standby promoted without waiting for it to stop:
@@ -450,7 +464,7 @@ pub fn next_deadline(
                     return None
                 }
                 (Phase::Running, false) if m.is(Role::Primary) => {
-                    (ours.failover_after, m.more.unready_for)
+                    (unready_allowance(m, delays, ours), m.more.unready_for)
                 }
                 (Phase::Running, false) => (delays.member_lost_after, m.unready_for),
                 (Phase::Running, true) if m.more.not_streaming_for > Duration::ZERO => {
