@@ -1,7 +1,7 @@
 //! Carrying out step 05's actions: a failover (fence, ask each ready replica how far it got
 //! through `pods/exec`, promote the most advanced, relabel it), a promotion in place
-//! (`in_place.rs`), its own deletions, each with its story line and Event. WORKSHOP.md, step 05 ("Promote the most
-//! advanced").
+//! (`in_place.rs`), its own deletions, each with its story line and Event. WORKSHOP.md, step
+//! 05 ("Promote the most advanced").
 
 use crate::events::EventType;
 use crate::postgres::manifests::{self, Role};

@@ -4,9 +4,9 @@
 //! WORKSHOP.md, step 05 ("The crash guard", "When the whole node loses power"). A primary whose
 //! container started again (a crash restarted in place, or every container of a node that lost
 //! its power) comes back in recovery (the start script, `manifests.rs`). The plan asks it once
-//! per start ([`FailoverAction::PromoteInPlace`](super::plan::FailoverAction)); this file asks
-//! every member side by side and promotes the one with the most WAL, the primary itself unless a
-//! replica has more. A start is `restartCount` and `startedAt` together: a rebooted node starts
+//! per start ([`FailoverAction::PromoteInPlace`](super::plan::FailoverAction)) and a task once
+//! when it first sees it; this file asks it, then (in recovery) every other member side by side,
+//! and promotes the one with the most WAL, the primary itself unless a replica has more. A start is `restartCount` and `startedAt` together: a rebooted node starts
 //! its containers anew and may count from 0 again, so neither count alone can be trusted.
 
 use std::collections::HashMap;
