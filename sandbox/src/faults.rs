@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::builtins;
+use crate::controllers;
 use crate::objects::{self, DeleteOptions};
 use crate::random::Xorshift;
 use crate::runtime::LostNode;
@@ -171,6 +172,32 @@ impl Faults {
             .node
             .as_ref()
             .is_some_and(|node| node.lose_node(namespace, name, how))
+    }
+
+    /// With the process runtime: cut the power of the whole node for `downtime`, as a restart
+    /// of the sandbox process on its `--data-dir` does (`kill -9`, then start it again): the
+    /// API server closes its port and every connection, every pod's processes are killed at
+    /// once, and nothing is reported. After `downtime` the server listens again and the node
+    /// boots: the pods that were Running run again, on the data they left (containers started
+    /// anew, restart counts from 0, maybe other pod IPs), and pods that were terminating are
+    /// removed. Unlike a restart, the objects' watchers may resume and the tokens stay valid.
+    /// Returns how many pods lost their processes (0 when pods are simulated).
+    pub async fn power_cut(&self, downtime: Duration) -> usize {
+        let Some(node) = self.shared.node.clone() else {
+            return 0;
+        };
+        self.go_offline(downtime);
+        let began = tokio::time::Instant::now();
+        let cut = node.power_cut().await;
+        let shared = self.shared.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep_until(began + downtime).await;
+            if !shared.shutdown.is_cancelled() {
+                tracing::info!("fault: the node's power is back");
+                controllers::resume(&shared);
+            }
+        });
+        cut
     }
 
     /// With the process runtime: hang pod `namespace/name`: every process of its containers

@@ -197,7 +197,7 @@ impl Sandbox {
             addr: options.listen,
             source,
         })?;
-        let certificates = tls::Certificates::generate(addr.ip())?;
+        let certificates = tls::Certificates::generate(addr.ip(), options.data_dir.as_deref())?;
         if let Runtime::Processes(config) = &mut runtime {
             // What pods are told about the API server (`KUBERNETES_SERVICE_HOST`/`PORT`): this
             // listener, reached from a pod at the same address (pods share the machine's
@@ -212,7 +212,11 @@ impl Sandbox {
             });
         }
         let security = match &options.credentials_dir {
-            Some(dir) => Some(tls::Security::generate(dir, &certificates)?),
+            Some(dir) => Some(tls::Security::generate(
+                dir,
+                &certificates,
+                options.data_dir.as_deref(),
+            )?),
             None => None,
         };
         // A child token: cancelling `stop` stops the sandbox, while `shutdown` (or dropping the

@@ -99,6 +99,11 @@ pub enum SandboxError {
         path: PathBuf,
         source: std::io::Error,
     },
+    /// A CA key, CA certificate or admin token kept in the data directory could not be read.
+    ReadKept {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     /// The operating system's random number generator, where tokens come from, failed.
     Randomness,
     /// The store file in the data directory could not be opened or read.
@@ -116,6 +121,11 @@ impl std::fmt::Display for SandboxError {
             SandboxError::WriteCredentials { path, source } => {
                 write!(f, "cannot write {}: {source}", path.display())
             }
+            SandboxError::ReadKept { path, source } => write!(
+                f,
+                "cannot read {}: {source} (the sandbox keeps its CA and admin token in its data directory)",
+                path.display()
+            ),
             SandboxError::Randomness => write!(
                 f,
                 "the operating system's random number generator failed (is getrandom(2) or /dev/urandom available?)"
@@ -128,9 +138,9 @@ impl std::fmt::Display for SandboxError {
 impl std::error::Error for SandboxError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            SandboxError::Bind { source, .. } | SandboxError::WriteCredentials { source, .. } => {
-                Some(source)
-            }
+            SandboxError::Bind { source, .. }
+            | SandboxError::WriteCredentials { source, .. }
+            | SandboxError::ReadKept { source, .. } => Some(source),
             SandboxError::Certificates(e) => Some(e),
             SandboxError::TlsConfig(e) => Some(e),
             SandboxError::StoreFile(e) => Some(e),

@@ -46,7 +46,8 @@
 //!   until a grace period ends, then Ready False; its deletion is never confirmed. Nothing brings
 //!   the node back. `Faults::lose_node_for_pod` is the older, quicker form: processes killed
 //!   and the pod marked as the node lifecycle controller marks it (Ready False, the rest as last
-//!   reported) at once, deletions still completed.
+//!   reported) at once, deletions still completed. `Faults::power_cut` takes the whole node
+//!   (API server and kubelet) down and brings it back, as a restart on the data directory does.
 //! - Hanging a pod (`Faults::hang_pod`) stops every process of its containers with SIGSTOP; the
 //!   kubelet carries on (probes time out, a failed liveness probe restarts the container). An
 //!   `exec` runs beside the stopped processes, not among them, as on a node.
@@ -638,6 +639,32 @@ impl Node {
         tasks.retain(|t| !t.is_finished());
         tasks.push(node_controller);
         true
+    }
+
+    /// Cut the node's power: every process of every pod killed at once (SIGKILL), with no
+    /// status written, probe run or container restarted, and each pod's worker ended as at a
+    /// sandbox shutdown (files, claims and the pods' last status kept). Returns the pods cut
+    /// once every worker has ended; `controllers::resume` runs them again, as a node that
+    /// boots does (new containers, restart counts from 0).
+    pub(crate) async fn power_cut(&self) -> usize {
+        let workers: Vec<Arc<worker::PodWorker>> = lock(&self.pods).values().cloned().collect();
+        for worker in &workers {
+            worker.silent.cancel();
+        }
+        for worker in &workers {
+            Node::signal_containers(worker, process::SIGKILL);
+            worker.lost.cancel();
+        }
+        for worker in &workers {
+            worker.power_cut.cancel();
+        }
+        while workers
+            .iter()
+            .any(|w| lock(&self.pods).contains_key(&w.uid))
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        workers.len()
     }
 
     fn forget(&self, uid: &str) {

@@ -4,7 +4,10 @@
 //! `ca.crt`, `token` and `namespace` exactly as a pod's service-account directory
 //! (`/var/run/secrets/kubernetes.io/serviceaccount/`), so the in-cluster code path can be tested.
 //!
-//! WORKSHOP.md, "Set-up: the sandbox" (and "How a binary finds its API server").
+//! WORKSHOP.md, "Set-up: the sandbox" (and "How a binary finds its API server"). With a data
+//! directory, the CA's key and certificate and the admin token are kept there (`ca.key`,
+//! `ca.crt`, `admin-token`, 0600): a sandbox restarted on it (after a `kill -9`, a power cut)
+//! comes back as the same server, and a client that trusted it and held its token goes on.
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -27,10 +30,36 @@ pub(crate) struct Certificates {
     pub(crate) ca_pem: String,
 }
 
+/// In a data directory: the CA's private key, its certificate, and the admin's token.
+const CA_KEY_FILE: &str = "ca.key";
+const CA_CERT_FILE: &str = "ca.crt";
+const ADMIN_TOKEN_FILE: &str = "admin-token";
+
+/// `dir/name`'s text, if the file is there.
+fn read_kept(dir: &Path, name: &str) -> Result<Option<String>, SandboxError> {
+    let path = dir.join(name);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => Ok(Some(text)),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(SandboxError::ReadKept { path, source }),
+    }
+}
+
 impl Certificates {
-    /// A new CA and a serving certificate for `listen` and every name a client may use.
-    pub(crate) fn generate(listen: IpAddr) -> Result<Certificates, SandboxError> {
-        let ca_key = KeyPair::generate().map_err(SandboxError::Certificates)?;
+    /// A serving certificate for `listen` and every name a client may use, signed by the CA
+    /// kept in `data_dir` (made and kept there the first time), or by a new one.
+    pub(crate) fn generate(
+        listen: IpAddr,
+        data_dir: Option<&Path>,
+    ) -> Result<Certificates, SandboxError> {
+        let kept = match data_dir {
+            Some(dir) => read_kept(dir, CA_KEY_FILE)?.zip(read_kept(dir, CA_CERT_FILE)?),
+            None => None,
+        };
+        let ca_key = match &kept {
+            Some((key, _)) => KeyPair::from_pem(key).map_err(SandboxError::Certificates)?,
+            None => KeyPair::generate().map_err(SandboxError::Certificates)?,
+        };
         let mut ca_params =
             CertificateParams::new(Vec::<String>::new()).map_err(SandboxError::Certificates)?;
         ca_params
@@ -42,9 +71,28 @@ impl Certificates {
             KeyUsagePurpose::CrlSign,
             KeyUsagePurpose::DigitalSignature,
         ];
-        let ca_cert = ca_params
-            .self_signed(&ca_key)
-            .map_err(SandboxError::Certificates)?;
+        // A kept CA signs as it did: same name, same key, so its kept certificate verifies
+        // what it signs now.
+        let ca_pem = match kept {
+            Some((_, cert)) => cert,
+            None => {
+                let cert = ca_params
+                    .self_signed(&ca_key)
+                    .map_err(SandboxError::Certificates)?
+                    .pem();
+                if let Some(dir) = data_dir {
+                    std::fs::create_dir_all(dir).map_err(|source| {
+                        SandboxError::WriteCredentials {
+                            path: dir.to_path_buf(),
+                            source,
+                        }
+                    })?;
+                    write_atomically(&dir.join(CA_KEY_FILE), ca_key.serialize_pem().as_bytes())?;
+                    write_atomically(&dir.join(CA_CERT_FILE), cert.as_bytes())?;
+                }
+                cert
+            }
+        };
         let issuer = Issuer::new(ca_params, ca_key);
 
         // Clients connect to https://127.0.0.1:PORT, so the certificate needs an IP address SAN;
@@ -89,7 +137,7 @@ impl Certificates {
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         Ok(Certificates {
             tls_config: Arc::new(config),
-            ca_pem: ca_cert.pem(),
+            ca_pem,
         })
     }
 }
@@ -98,25 +146,43 @@ impl Certificates {
 pub(crate) struct Security {
     token: Mutex<String>,
     dir: PathBuf,
+    /// Where the token is kept across restarts: `admin-token` in the data directory.
+    kept: Option<PathBuf>,
 }
 
 impl Security {
-    /// Generate the first token, and write `ca.crt`, `token` and `namespace` into `dir`.
+    /// Generate the first token (or take the one kept in `data_dir`, keeping a new one there),
+    /// and write `ca.crt`, `token` and `namespace` into `dir`.
     pub(crate) fn generate(
         dir: &Path,
         certificates: &Certificates,
+        data_dir: Option<&Path>,
     ) -> Result<Security, SandboxError> {
         create_private_dir(dir).map_err(|source| SandboxError::WriteCredentials {
             path: dir.to_path_buf(),
             source,
         })?;
-        let token = admin_token()?;
+        let kept = match data_dir {
+            Some(data_dir) => read_kept(data_dir, ADMIN_TOKEN_FILE)?,
+            None => None,
+        };
+        let token = match kept.map(|t| t.trim().to_string()).filter(|t| !t.is_empty()) {
+            Some(token) => token,
+            None => {
+                let token = admin_token()?;
+                if let Some(data_dir) = data_dir {
+                    write_atomically(&data_dir.join(ADMIN_TOKEN_FILE), token.as_bytes())?;
+                }
+                token
+            }
+        };
         write_atomically(&dir.join("ca.crt"), certificates.ca_pem.as_bytes())?;
         write_atomically(&dir.join("namespace"), b"default")?;
         write_atomically(&dir.join("token"), token.as_bytes())?;
         Ok(Security {
             token: Mutex::new(token),
             dir: dir.to_path_buf(),
+            kept: data_dir.map(|d| d.join(ADMIN_TOKEN_FILE)),
         })
     }
 
@@ -148,8 +214,11 @@ impl Security {
             }
         };
         *lock(&self.token) = token.clone();
-        if let Err(error) = write_atomically(&self.dir.join("token"), token.as_bytes()) {
-            tracing::warn!(%error, "could not rewrite the token file");
+        let files = std::iter::once(self.dir.join("token")).chain(self.kept.clone());
+        for file in files {
+            if let Err(error) = write_atomically(&file, token.as_bytes()) {
+                tracing::warn!(%error, "could not rewrite the token file");
+            }
         }
         token
     }

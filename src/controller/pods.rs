@@ -114,6 +114,25 @@ pub struct ContainerStatus {
     /// whether it is still one).
     #[serde(default)]
     pub restart_count: u32,
+    /// Its state now; step 05 reads only when a running one started.
+    #[serde(default)]
+    pub state: ContainerState,
+}
+
+/// A container's `state`, of which only `running` is kept.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ContainerState {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running: Option<ContainerRunning>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContainerRunning {
+    /// When it started (RFC 3339, whole seconds). A node that rebooted starts its containers
+    /// anew and may keep their `restartCount` (or count from 0 again): this moves all the same.
+    #[serde(default)]
+    pub started_at: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -169,6 +188,15 @@ impl Pod {
             .iter()
             .find(|c| c.name == container)
             .map_or(0, |c| c.restart_count)
+    }
+
+    /// When `container` last started (`state.running.startedAt`), if it runs.
+    pub fn started_at(&self, container: &str) -> Option<&str> {
+        self.status
+            .container_statuses
+            .iter()
+            .find(|c| c.name == container)
+            .and_then(|c| c.state.running.as_ref()?.started_at.as_deref())
     }
 
     /// A delete was accepted (`deletionTimestamp` set): the pod is on its way out, even while its

@@ -1,10 +1,10 @@
 //! Carrying out step 05's actions: a failover (fence, ask each ready replica how far it got
-//! through `pods/exec`, promote the most advanced, relabel it), a promotion in place, its own
-//! deletions, each with its story line and Event. WORKSHOP.md, step 05 ("Promote the most
-//! advanced").
+//! through `pods/exec`, promote the most advanced, relabel it), a promotion in place
+//! (`in_place.rs`), its own deletions, each with its story line and Event. WORKSHOP.md, step
+//! 05 ("Promote the most advanced").
 
 use crate::events::EventType;
-use crate::postgres::manifests::{self, Role, POSTGRES_CONTAINER};
+use crate::postgres::manifests::{self, Role};
 use crate::postgres::PostgresTask;
 
 use super::api::SWITCHOVER_ANNOTATION;
@@ -68,57 +68,12 @@ impl<L: WithFailover> PostgresTask<L> {
                 }
                 Some(promoted)
             }
-            FailoverAction::PromoteInPlace { pod } => self.promote_in_place(pod).await,
+            FailoverAction::PromoteInPlace { pod } => self.promote_in_place(pod, &failing).await,
         }
     }
 
-    /// The primary `pod` was restarted in place and is Ready: ask whether it came back in
-    /// recovery (it crashed: the manifests' start script) and if so promote it. Each restart is
-    /// asked about once, so an idle cluster asks nothing. Returns `pod` when it promoted it.
-    async fn promote_in_place(&mut self, pod: &str) -> Option<String> {
-        let restarts = self
-            .snapshot()
-            .iter()
-            .find(|p| p.metadata.name == pod)
-            .map(|p| p.restarts(POSTGRES_CONTAINER))?;
-        let in_recovery = self
-            .psql(pod, manifests::IS_IN_RECOVERY_SQL)
-            .await
-            .and_then(|out| manifests::parse_bool(&out).map_err(|e| e.to_string()));
-        let promoted = match in_recovery {
-            // A clean stop and start: it is the primary still.
-            Ok(false) => None,
-            Ok(true) => {
-                self.say(format!("Primary {pod} was restarted in place and came back in recovery; no replica took over, so promoting it where it is"));
-                if let Err(why) = self.promote(pod).await {
-                    self.say(format!(
-                        "promoting {pod} in place failed: {why}; trying again next round"
-                    ));
-                    self.fail_round();
-                    return None;
-                }
-                let line =
-                    format!("promoted {pod} in place: it had crashed and came back in recovery");
-                self.event(EventType::Normal, "PromotedInPlace", &line)
-                    .await;
-                Some(pod.to_string())
-            }
-            Err(error) => {
-                self.say(format!(
-                    "cannot tell whether {pod} is in recovery: {error}; asking again next round"
-                ));
-                self.fail_round();
-                return None;
-            }
-        };
-        self.failover_state_mut()
-            .restarts_asked
-            .insert(pod.to_string(), restarts);
-        promoted
-    }
-
     /// `SELECT pg_promote()` in `pod`; it returns once the promotion is done, or says why not.
-    async fn promote(&self, pod: &str) -> Result<(), String> {
+    pub(super) async fn promote(&self, pod: &str) -> Result<(), String> {
         match self.psql(pod, manifests::PROMOTE_SQL).await? {
             out if out.trim() == "t" => Ok(()),
             out => Err(format!(
@@ -200,7 +155,7 @@ impl<L: WithFailover> PostgresTask<L> {
     }
 
     /// How far `pod` got: whether it is still a standby, and the WAL it received and replayed.
-    async fn position(&self, pod: &str) -> Result<Position, String> {
+    pub(super) async fn position(&self, pod: &str) -> Result<Position, String> {
         let sql = "SELECT pg_is_in_recovery(), pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn()";
         let out = self.psql(pod, sql).await?;
         let (in_recovery, lsns) = out

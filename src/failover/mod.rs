@@ -13,7 +13,8 @@
 //!
 //! Support, to skip on first read: `api.rs` (step 05's own fields: `spec.replication`, the
 //! switchover annotation, `status.synchronous` and `status.switchover`), `lines.rs` (the story
-//! lines of its deletions), `fence.rs` (how a fence is put up), `streaming.rs` (which replicas
+//! lines of its deletions), `fence.rs` (how a fence is put up), `in_place.rs` (a primary back in
+//! recovery: every member asked, the one with the most WAL promoted), `streaming.rs` (which replicas
 //! the primary streams to), `synchronous.rs` (synchronous replication, opt-in), `status.rs`
 //! (its part of `status`), `figures.rs` (the synchronous standbys, for `/metrics`) and `agent.rs`
 //! (`pg-ready`, the agent that answers every member pod's probes).
@@ -23,6 +24,7 @@ pub mod agent;
 pub mod api;
 mod fence;
 pub mod figures;
+pub mod in_place;
 pub mod lines;
 pub mod manifests;
 pub mod observe;
@@ -112,10 +114,12 @@ pub struct FailoverState {
     unready_since: HashMap<String, Instant>,
     /// When this task first saw each pod terminating.
     terminating_since: HashMap<String, Instant>,
-    /// Each pod's postgres container restart count when this task last asked its server
-    /// whether it is in recovery (`FailoverAction::PromoteInPlace`); a count above it is a
-    /// restart since. A new task asks a primary that was ever restarted once.
-    restarts_asked: HashMap<String, u32>,
+    /// Each pod's postgres container start (restart count, `startedAt`) when this task last
+    /// asked whether it is in recovery (`FailoverAction::PromoteInPlace`); a start other than
+    /// it is a restart since. A new task asks each primary it sees once.
+    starts_asked: HashMap<String, in_place::Start>,
+    /// The primary found in recovery and not promoted yet: `status` says so (`in_place.rs`).
+    in_recovery: Option<String>,
     /// The pod this task last set `synchronous_standby_names` on, and to what; `None` in the
     /// value: asynchronous (`synchronous.rs`).
     synchronous_set: Option<(String, Option<SynchronousStatus>)>,
@@ -137,7 +141,8 @@ impl Failover {
             agent_image: self.agent_image.clone(),
             unready_since: HashMap::new(),
             terminating_since: HashMap::new(),
-            restarts_asked: HashMap::new(),
+            starts_asked: HashMap::new(),
+            in_recovery: None,
             synchronous_set: None,
             streaming: StreamingWatch::default(),
             wake_up: None,

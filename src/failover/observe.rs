@@ -21,7 +21,7 @@ use crate::postgres::PostgresTask;
 use super::api::{switchover, SWITCHOVER_ANNOTATION};
 use super::plan::{next_deadline, Down, Facts, Failing};
 use super::synchronous::quorum;
-use super::{WithFailover, FENCED};
+use super::{in_place, WithFailover, FENCED};
 
 /// Make this round's view ([`Failing`]) from step 04's `observed` and the `pods` it came from:
 /// each member's [`Facts`], the switchover asked for, the quorum. When the round plans, also
@@ -34,13 +34,14 @@ pub async fn observe<L: WithFailover>(
     planning: bool,
 ) {
     let now = Instant::now();
+    let said_in_recovery = in_place::said_in_recovery(&task.status());
     let state = task.failover_state_mut();
     state.synchronous = None;
     let delays = state.delays;
     let exists = |name: &String| pods.iter().any(|p| &p.metadata.name == name);
     state.unready_since.retain(|name, _| exists(name));
     state.terminating_since.retain(|name, _| exists(name));
-    state.restarts_asked.retain(|name, _| exists(name));
+    state.starts_asked.retain(|name, _| exists(name));
     let mut members = Vec::with_capacity(observed.members.len());
     for member in &observed.members {
         let Some(pod) = pods.iter().find(|p| p.metadata.name == member.name) else {
@@ -70,7 +71,8 @@ pub async fn observe<L: WithFailover>(
         } else {
             Duration::ZERO
         };
-        let asked = state.restarts_asked.get(name).copied().unwrap_or(0);
+        let restarted = in_place::restarted(&state.starts_asked, pod);
+        let started_anew = restarted && state.starts_asked.contains_key(name);
         let facts = Facts {
             fenced: pod.metadata.labels.get(ROLE_LABEL).map(String::as_str) == Some(FENCED),
             down: (!member.ready).then(|| node_lost(pod)).flatten(),
@@ -81,7 +83,8 @@ pub async fn observe<L: WithFailover>(
             stopped: member.phase == Phase::Terminating
                 && matches!(pod.phase(), "Succeeded" | "Failed"),
             not_streaming_for: Duration::ZERO,
-            restarted: pod.restarts(POSTGRES_CONTAINER) > asked,
+            restarted,
+            started_anew,
         };
         members.push(member.clone().with(facts));
     }
@@ -90,7 +93,7 @@ pub async fn observe<L: WithFailover>(
         cluster: Observed {
             members,
             recorded_primary: observed.recorded_primary.clone(),
-            has_run: observed.has_run,
+            has_run: observed.has_run || said_in_recovery,
             size: observed.size,
             wanted_version: observed.wanted_version.clone(),
         },
@@ -99,6 +102,7 @@ pub async fn observe<L: WithFailover>(
     };
     if planning {
         task.weigh_unready_primary(&mut failing).await;
+        task.ask_first_seen_primary(&mut failing).await;
         task.observe_streaming(&mut failing).await;
     }
     wake_when_a_delay_ends(task, &failing);

@@ -10,8 +10,10 @@
 //!    synchronous replication `required`, the fence comes first and the promotion does not wait
 //!    for the stop (see [`FailoverAction::Failover`]'s `fence`). A primary whose pod failed has
 //!    stopped already: the failover is at once, and rule 2 removes the pod afterwards. A primary
-//!    that crashed and was restarted in place before anyone took over comes back in recovery
-//!    and Ready: it is promoted where it is ([`FailoverAction::PromoteInPlace`]).
+//!    whose container started again before anyone took over (a crash restarted in place, a
+//!    node back from a power cut) comes back in recovery and Ready: every member is asked, and
+//!    the one with the most WAL promoted, itself unless another has more
+//!    ([`FailoverAction::PromoteInPlace`]).
 //! 2. **Lost members go**: one left fenced, then step 04's rule 2; and a replica Ready but not
 //!    streaming from the primary for longer than the not-streaming delay: it answers queries,
 //!    but follows nothing (an old timeline it cannot leave, a primary that is gone).
@@ -82,10 +84,15 @@ pub struct Facts {
     /// How long this task has seen the pod Ready but missing from the ready primary's
     /// `pg_stat_replication` (zero when it streams, or when no primary was asked).
     pub not_streaming_for: Duration,
-    /// Its postgres container was restarted in place since this task last asked the server
-    /// whether it is in recovery. A primary that crashed comes back in recovery (the start
-    /// script, `manifests.rs`) and waits for the operator.
+    /// Its postgres container started again (its restart count or `startedAt` moved) since
+    /// this task last asked the server whether it is in recovery. A primary that crashed, or
+    /// whose node lost its power, comes back in recovery (the start script, `manifests.rs`) and
+    /// waits for the operator.
     pub restarted: bool,
+    /// Its container started anew since this task last asked (not merely never asked), with
+    /// nothing saying it crashed: a node back from a power cut. Unready, it may be replaying its
+    /// WAL, and could be the member with the most: it gets the replacement delay, as a replica.
+    pub started_anew: bool,
 }
 
 /// A member as step 05 sees it.
@@ -179,10 +186,10 @@ pub enum FailoverAction {
         /// synchronous replication `required` (see `fencing_first_is_safe`).
         fence: Option<String>,
     },
-    /// The primary's container was restarted in place and it is Ready again: ask whether it
-    /// came back in recovery (a crash, see the start script) and if so promote it where it is.
-    /// No replica took over (one would be labelled primary in its place), so nothing newer
-    /// exists anywhere.
+    /// The primary's container started again and it is Ready: ask every member whether it is
+    /// in recovery and how far it got; the primary in recovery (a crash, a power cut: see the
+    /// start script), promote the member with the most WAL once every one that may still answer
+    /// has (`in_place.rs`). No replica took over (one would be labelled primary in its place).
     PromoteInPlace {
         pod: String,
     },
@@ -249,7 +256,7 @@ fn second_primary(failing: &Failing, _: &Delays, _: &FailoverDelays) -> Option<S
 
 /// Rule 1b: The primary first: wait for one on its way out, fence a lost one, promote a replica when
 /// there is none, or promote a restarted one where it is.
-fn primary_first(failing: &Failing, _: &Delays, delays: &FailoverDelays) -> Option<Step> {
+fn primary_first(failing: &Failing, core: &Delays, delays: &FailoverDelays) -> Option<Step> {
     let observed = &failing.cluster;
     let primaries = primaries(observed);
     // A primary on its way out is waited for, not failed over at once: stopping cleanly, it
@@ -287,7 +294,7 @@ fn primary_first(failing: &Failing, _: &Delays, delays: &FailoverDelays) -> Opti
         None => ready_replicas,
     };
     match primaries.first().copied() {
-        Some(primary) if is_lost(primary, delays) && !ready_replicas.is_empty() => {
+        Some(primary) if is_lost(primary, core, delays) && !ready_replicas.is_empty() => {
             let allowed = failing
                 .quorum
                 .as_ref()
@@ -388,11 +395,21 @@ fn minor_upgrades(failing: &Failing, _: &Delays, _: &FailoverDelays) -> Option<S
 }
 
 /// The primary `member` is lost: Running but not Ready, and either down for certain or unready
-/// past the failover delay.
-fn is_lost(member: &Seen, delays: &FailoverDelays) -> bool {
+/// past its delay ([`unready_allowance`]).
+fn is_lost(member: &Seen, core: &Delays, delays: &FailoverDelays) -> bool {
     !member.ready
         && member.phase == Phase::Running
-        && (member.more.down.is_some() || member.more.unready_for >= delays.failover_after)
+        && (member.more.down.is_some()
+            || member.more.unready_for >= unready_allowance(member, core, delays))
+}
+
+/// How long an unready primary is given: the failover delay, or the replacement delay when its
+/// container started anew ([`Facts::started_anew`]).
+fn unready_allowance(member: &Seen, core: &Delays, delays: &FailoverDelays) -> Duration {
+    match member.more.started_anew {
+        true => core.member_lost_after,
+        false => delays.failover_after,
+    }
 }
 
 /// Whether a lost primary may be fenced and a standby promoted without waiting for it to stop:
@@ -447,7 +464,7 @@ pub fn next_deadline(
                     return None
                 }
                 (Phase::Running, false) if m.is(Role::Primary) => {
-                    (ours.failover_after, m.more.unready_for)
+                    (unready_allowance(m, delays, ours), m.more.unready_for)
                 }
                 (Phase::Running, false) => (delays.member_lost_after, m.unready_for),
                 (Phase::Running, true) if m.more.not_streaming_for > Duration::ZERO => {

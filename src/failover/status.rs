@@ -1,5 +1,6 @@
 //! Support: a learner may skip it on first read — step 05's part of `status`: the Progressing
-//! condition of its own actions, the switchover acted on, and synchronous replication's
+//! condition of its own actions, a primary in recovery (`in_place.rs`), the switchover acted on,
+//! and synchronous replication's
 //! `status.synchronous` and condition. Written over what step 04's `next_status` made.
 //!
 //! WORKSHOP.md, step 05.
@@ -9,6 +10,7 @@ use crate::postgres::conditions::{condition, set_condition};
 use crate::postgres::PostgresTask;
 
 use super::api::{set_switchover, switchover, SWITCHOVER_ANNOTATION};
+use super::in_place;
 use super::plan::{FailReason, FailoverAction};
 use super::synchronous::{self, SYNCHRONOUS_CONDITION};
 use super::WithFailover;
@@ -41,6 +43,7 @@ pub fn status<L: WithFailover>(
         switched_to(annotation, primary.as_deref(), own, &previous).as_ref(),
         next,
     );
+    in_place::set_status(task, next, &previous, now);
     match &task.failover_state().synchronous {
         Some(round) => synchronous::set_status(next, &previous, round.clone(), now),
         // Not set this round (the cluster is paused): as it was.
@@ -63,7 +66,7 @@ fn progressing(action: &FailoverAction) -> (bool, &'static str, String) {
         FailoverAction::PromoteInPlace { pod } => (
             true,
             "PromotingInPlace",
-            format!("{pod} was restarted in place; promoting it if it came back in recovery"),
+            format!("{pod} started again; promoting the member with the most WAL if it came back in recovery"),
         ),
         FailoverAction::Failover { lost, .. } => {
             let lost = lost.as_deref().unwrap_or("the lost primary");

@@ -152,11 +152,22 @@ enum Fault {
     /// API server and the kubelet frozen for 10 s (`Faults::freeze`): the leader keeps its
     /// place and writes again once the server answers.
     FreezeApiServer,
+    /// The whole node's power cut for [`POWER_DOWNTIME`] (`Faults::power_cut`): the API server
+    /// gone, every pod's processes killed at once; then the node boots and runs the pods again,
+    /// restart counts from 0, every member in recovery. In turn: the operator dies with the
+    /// node (it ran there) and a new one starts once every member is Ready again (as after a
+    /// restart of the sandbox), or it runs elsewhere and lives through it.
+    PowerLoss,
 }
+
+/// How long the node stays without power in [`Fault::PowerLoss`].
+const POWER_DOWNTIME: Duration = Duration::from_secs(5);
+/// How soon after the node's return the cluster must take writes again.
+const WRITABLE_AFTER_RETURN: Duration = Duration::from_secs(30);
 
 /// The faults of one round; the switchover before the lost nodes, which leave a pod
 /// Terminating for ever.
-const FAULTS: [Fault; 12] = [
+const FAULTS: [Fault; 13] = [
     Fault::DeletePrimaryPod,
     Fault::KillPrimaryPostmaster,
     Fault::KillPrimaryBackend,
@@ -169,6 +180,7 @@ const FAULTS: [Fault; 12] = [
     Fault::KillOperatorAtLostNodeFence,
     Fault::PauseLeader,
     Fault::FreezeApiServer,
+    Fault::PowerLoss,
 ];
 
 impl Fault {
@@ -196,6 +208,9 @@ impl Fault {
             Fault::FreezeApiServer => {
                 "two operators, the primary's postmaster killed, the API server and kubelet frozen 10 s"
             }
+            Fault::PowerLoss => {
+                "the whole node's power cut for 5 s (in turn: the operator with it, elsewhere)"
+            }
         }
     }
 
@@ -204,12 +219,14 @@ impl Fault {
     /// of the pause. After a freeze, the goal is writes back within 3 s of the server's
     /// answering again, a failover's 2 s delay included, counted from then since the kubelet
     /// reported the crash only then: printed, not held on a loaded machine; the bound is the
-    /// lease duration, sooner than any standby could have taken over.
+    /// lease duration, sooner than any standby could have taken over. After a power cut: writes
+    /// back within 30 s of the node's return.
     fn figure_goal(self) -> Option<(Duration, Duration)> {
         let pause = LEASE_DURATION + Duration::from_secs(3);
         match self {
             Fault::PauseLeader => Some((pause, pause)),
             Fault::FreezeApiServer => Some((Duration::from_secs(3), LEASE_DURATION)),
+            Fault::PowerLoss => Some((WRITABLE_AFTER_RETURN, WRITABLE_AFTER_RETURN)),
             _ => None,
         }
     }
@@ -486,6 +503,21 @@ async fn members(client: &Client) -> Vec<Value> {
     }
 }
 
+/// Each pod's postgres container's `state.running.startedAt`, by pod name.
+fn started_at(pods: &[Value]) -> BTreeMap<String, String> {
+    pods.iter()
+        .filter_map(|pod| {
+            let name = pod["metadata"]["name"].as_str()?;
+            let container = pod["status"]["containerStatuses"]
+                .as_array()?
+                .iter()
+                .find(|c| c["name"] == POSTGRES_CONTAINER)?;
+            let at = container["state"]["running"]["startedAt"].as_str()?;
+            Some((name.to_string(), at.to_string()))
+        })
+        .collect()
+}
+
 fn pod_ip(pods: &[Value], name: &str) -> Option<String> {
     pods.iter()
         .find(|p| p["metadata"]["name"] == name)
@@ -629,12 +661,16 @@ struct Chaos {
     lost: i64,
     /// How many times the operator was killed mid-failover (which moment is chosen in turn).
     operator_kills: usize,
+    /// How many power cuts so far (whether the operator dies with the node is chosen in turn).
+    power_cuts: usize,
+    /// A power cut's: when the node came back.
+    node_back: Option<Instant>,
     /// The operator's story lines, each with when this test first saw it.
     timeline: Arc<Mutex<Vec<(Instant, String)>>>,
     /// The operator as stage05 processes, leader first, while a fault needs two.
     processes: Vec<OperatorProcess>,
     /// What the last fault measured of its own (the paused leader's failover, the writes'
-    /// return after a freeze).
+    /// return after a freeze or after the node's return from a power cut).
     figure: Option<Duration>,
 }
 
@@ -1010,7 +1046,50 @@ impl Chaos {
                 );
                 self.figure = Some(back);
             }
+            Fault::PowerLoss => {
+                let started_before = started_at(&members(&self.client).await);
+                self.power_cuts += 1;
+                let with_the_operator = self.power_cuts % 2 == 1;
+                let cut_at = Instant::now();
+                if with_the_operator {
+                    if let Some(operator) = self.operator.take() {
+                        operator.kill().await;
+                    }
+                    println!("chaos: the operator dies with the node");
+                }
+                let cut = faults.power_cut(POWER_DOWNTIME).await;
+                assert!(cut >= SIZE as usize, "{cut} pods lost their power");
+                let back = cut_at + POWER_DOWNTIME;
+                self.node_back = Some(back);
+                if with_the_operator {
+                    tokio::time::sleep_until(back.into()).await;
+                    self.all_ready_again(&started_before).await;
+                    self.restart_operator().await;
+                }
+            }
         }
+    }
+
+    /// Wait until every member pod is Ready in a postgres container started since `before`
+    /// (each member's `startedAt` then): the node back, each started again.
+    async fn all_ready_again(&self, before: &BTreeMap<String, String>) {
+        let client = &self.client;
+        test_support::eventually(FAULT_DEADLINE, "every member Ready again", || async {
+            let pods = members(client).await;
+            let now = started_at(&pods);
+            let ready = pods.iter().filter(|pod| {
+                let name = pod["metadata"]["name"].as_str().unwrap_or_default();
+                let conditions = pod["status"]["conditions"].as_array();
+                now.get(name).is_some_and(|at| before.get(name) != Some(at))
+                    && conditions
+                        .into_iter()
+                        .flatten()
+                        .any(|c| c["type"] == "Ready" && c["status"] == "True")
+            });
+            (ready.count() as u64 == SIZE && pods.len() as u64 == SIZE).then_some(())
+        })
+        .await;
+        self.mark("every member Ready again");
     }
 
     /// The operator as two stage05 processes under leader election, in place of the one in
@@ -1162,6 +1241,11 @@ impl Chaos {
             .writes_resume(5, &format!("writes after {caption}"))
             .await;
         let outage = self.ledger.longest_gap(injected, resumed);
+        // A power cut's figure: the first write the cluster took after the node's return.
+        if let Some(back) = self.node_back.take() {
+            let first = self.ledger.first_after(back).unwrap_or(resumed);
+            self.figure = Some(first.saturating_duration_since(back));
+        }
         let after = if fault == Fault::HangPrimary {
             self.converged(caption).await
         } else {
@@ -1239,7 +1323,7 @@ struct Measured {
     /// The slowest replica's time to hold every acknowledged row.
     slowest_catch_up: Duration,
     /// The fault's own figure: the paused leader's pause to writes back, the frozen API
-    /// server's thaw to writes back.
+    /// server's thaw to writes back, a power cut's node return to writes back.
     figure: Option<Duration>,
 }
 
@@ -1386,6 +1470,8 @@ async fn run_chaos(timings: Timings) {
         timings,
         lost: 0,
         operator_kills: 0,
+        power_cuts: 0,
+        node_back: None,
         timeline,
         processes: Vec::new(),
         figure: None,
@@ -1515,7 +1601,11 @@ async fn run_chaos(timings: Timings) {
         println!(
             "chaos: {}: writes back after the {}, s: {} (min / median / max {} / {} / {}); within the goal of {} s in {} of {}",
             fault.caption(),
-            if fault == Fault::PauseLeader { "pause" } else { "API server answered again" },
+            match fault {
+                Fault::PauseLeader => "pause",
+                Fault::PowerLoss => "node's return",
+                _ => "API server answered again",
+            },
             listed.join(", "),
             seconds(figures[0]),
             seconds(figures[figures.len() / 2]),

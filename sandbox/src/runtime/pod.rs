@@ -74,6 +74,8 @@ pub(crate) async fn run(node: Arc<Node>, worker: Arc<PodWorker>) {
                 looked = Some(revision);
             }
             _ = node.shutdown.cancelled() => break (node.config.shutdown_grace, false, true),
+            // Its processes were killed with the node: nothing to wait for, nothing to report.
+            _ = worker.power_cut.cancelled() => break (Duration::ZERO, false, true),
         }
         match look_at_pod(&node, &worker) {
             Seen::Present if worker.silent.is_cancelled() => {}

@@ -54,6 +54,10 @@ pub(crate) struct PodWorker {
     /// written, no probe runs, nothing restarts, a deletion is never confirmed and no exec
     /// reaches the pod; its processes are frozen or gone, as the fault said.
     pub(crate) silent: CancellationToken,
+    /// Cancelled when the node's power is cut (`Node::power_cut`): the worker ends as at a
+    /// sandbox shutdown, its files and its pod's status left as they were, to run again when
+    /// the node is back.
+    pub(crate) power_cut: CancellationToken,
     /// One per main container: bwrap's PID while an instance runs (the root of its process
     /// tree, for the freezing faults).
     pub(crate) running: Mutex<Vec<Option<u32>>>,
@@ -139,6 +143,7 @@ impl PodWorker {
                 .collect(),
             lost: CancellationToken::new(),
             silent: CancellationToken::new(),
+            power_cut: CancellationToken::new(),
             running: Mutex::new(vec![
                 None;
                 pod["spec"]["containers"].as_array().map_or(0, Vec::len)

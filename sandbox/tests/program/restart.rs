@@ -3,7 +3,8 @@
 //! ConfigMaps, CRDs and custom objects, with the same uids; resourceVersions keep rising, and a
 //! watch from before the restart gets 410 Expired. A damaged store file stops the start. With
 //! the process runtime, a postgres pod runs again after the restart, on its data: a row written
-//! before is there after (that test needs PostgreSQL and bubblewrap, as `runtime_*.rs` do).
+//! before is there after (that test needs PostgreSQL and bubblewrap, as `runtime_*.rs` do). Its
+//! CA and admin token are kept there too, so its clients trust it and are known to it again.
 //!
 //! WORKSHOP.md, "Set-up: the sandbox". Run: `cargo test -p sandbox --test program restart::`.
 
@@ -196,6 +197,42 @@ async fn objects_survive_sigterm_and_sigkill() {
         .await;
     assert_eq!(clusters.trim(), "postgrescluster.workshop.example.com/db");
     let status = signal(&mut third, "TERM").await;
+    assert!(status.success(), "{status:?}");
+}
+
+/// Killed and started again on its data directory, the sandbox is the same server to its
+/// clients: the CA the first start made still signs what it serves, and its admin token is
+/// still the token, so a client that kept the first start's `ca.crt` and token goes on.
+#[tokio::test]
+async fn a_restarted_sandbox_keeps_its_ca_and_admin_token() {
+    let temporary = tempfile::tempdir().expect("a temporary directory");
+    let data_dir = temporary.path().join("data");
+    let tls_dir = temporary.path().join("tls");
+    let tls = tls_dir.to_str().expect("a UTF-8 path");
+    let start_with_tls = |run| {
+        let log = std::fs::File::create(temporary.path().join(format!("sandbox-{run}.log")));
+        let mut command = Command::new(BINARY);
+        command
+            .args(["--listen", "127.0.0.1:0", "--tls-dir", tls, "--data-dir"])
+            .arg(&data_dir)
+            .env("RUST_LOG", "warn")
+            .stderr(log.expect("a log file"));
+        command
+    };
+    let (mut first, url) = test_support::spawn_sandbox_binary(&mut start_with_tls(1), WAIT).await;
+    let kept_ca = temporary.path().join("first-ca.crt");
+    std::fs::copy(tls_dir.join("ca.crt"), &kept_ca).expect("ca.crt copied");
+    let token = std::fs::read_to_string(tls_dir.join("token")).expect("the token");
+    let kubectl = Kubectl::new(&url).with_ca_and_token(&kept_ca, token.trim());
+    kubectl.ok(&["get", "namespaces", "-o", "name"]).await;
+    let status = signal(&mut first, "KILL").await;
+    assert!(!status.success());
+
+    let (mut second, url) = test_support::spawn_sandbox_binary(&mut start_with_tls(2), WAIT).await;
+    let kubectl = Kubectl::new(&url).with_ca_and_token(&kept_ca, token.trim());
+    let namespaces = kubectl.ok(&["get", "namespaces", "-o", "name"]).await;
+    assert!(namespaces.contains("namespace/default"), "{namespaces}");
+    let status = signal(&mut second, "TERM").await;
     assert!(status.success(), "{status:?}");
 }
 

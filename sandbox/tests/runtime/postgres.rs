@@ -606,6 +606,48 @@ async fn a_crashed_container_is_restarted_with_exit_code_137() {
         .crash_container("default", "victim", "main"));
 }
 
+/// `Faults::power_cut` takes the whole node down: the API server refuses connections and every
+/// pod's processes are gone at once; when the power is back the pod runs again in a container
+/// started anew (a new `startedAt`, the restart count from 0, as a rebooted node's kubelet
+/// counts). Simulated sandboxes cut nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_power_cut_kills_every_pod_and_the_node_boots_them_again() {
+    let spec = "  containers:\n  - {name: main, image: busybox, command: [sleep, \"4207\"]}\n";
+    let (sandbox, kubectl, _) = start_with(&pod_manifest("powered", spec)).await;
+    wait_ready(&kubectl, "powered").await;
+    assert!(sandbox
+        .faults()
+        .crash_container("default", "powered", "main"));
+    let before = eventually(Duration::from_secs(30), "a restart", || async {
+        let pod = pod_json(&kubectl, "powered").await?;
+        let status = &pod["status"]["containerStatuses"][0];
+        (status["restartCount"] == 1 && status["state"]["running"].is_object())
+            .then(|| status["state"]["running"]["startedAt"].clone())
+    })
+    .await;
+    let cut = sandbox.faults().power_cut(Duration::from_secs(2)).await;
+    assert_eq!(cut, 1);
+    assert!(processes_matching("sleep 4207").is_empty());
+    let address = sandbox.url().replace("http://", "");
+    let refused = tokio::net::TcpStream::connect(&address).await;
+    assert!(
+        refused.is_err(),
+        "the API server answered during the power cut"
+    );
+    let after = eventually(Duration::from_secs(30), "the pod running again", || async {
+        let pod = pod_json(&kubectl, "powered").await?;
+        let status = &pod["status"]["containerStatuses"][0];
+        let started = &status["state"]["running"]["startedAt"];
+        (started.is_string() && *started != before && status["ready"] == true).then(|| pod.clone())
+    })
+    .await;
+    let container = &after["status"]["containerStatuses"][0];
+    assert_eq!(container["restartCount"], 0, "{container}");
+    assert!(!processes_matching("sleep 4207").is_empty());
+    let simulated = test_support::start_sandbox().await;
+    assert_eq!(simulated.faults().power_cut(Duration::ZERO).await, 0);
+}
+
 /// Losing a pod's node kills its processes (the postmaster is gone from the process table and
 /// its address refuses psql) but leaves the pod Running with Ready False and no restart, as
 /// the node lifecycle controller marks a pod on a node whose kubelet stopped reporting: its

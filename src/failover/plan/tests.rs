@@ -151,6 +151,24 @@ fn an_unready_primary_is_fenced_only_after_the_failover_delay() {
     assert_eq!(plan(&failing), deletes("db-p", FailReason::FencePrimary));
 }
 
+/// A primary whose container started anew (a node back from a power cut) may be replaying the
+/// most WAL of all: it is given the replacement delay, not the failover delay, to answer.
+#[test]
+fn a_primary_started_anew_is_given_the_replacement_delay() {
+    let mut primary = member("db-p", Role::Primary, Phase::Running, false);
+    primary.more.started_anew = true;
+    primary.more.unready_for = Duration::from_secs(10);
+    let mut failing = observed(vec![primary, ready("db-b", Role::Replica)], 2);
+    assert_eq!(plan(&failing), waits("waiting for db-p to settle"));
+    let lost_after = Delays::default().member_lost_after;
+    assert_eq!(
+        deadline(&failing),
+        Some(lost_after - Duration::from_secs(10))
+    );
+    failing.cluster.members[0].more.unready_for = lost_after;
+    assert_eq!(plan(&failing), deletes("db-p", FailReason::FencePrimary));
+}
+
 /// Certain evidence (the container exited, the node lost) is acted on at once; a failed
 /// probe alone waits the failover delay, and no timer runs for what is acted on now.
 #[test]
