@@ -147,7 +147,8 @@ pub struct PostgresClusterSpec {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", from = "kept::StatusFields")]
 pub struct PostgresClusterStatus {
-    /// `Creating`, `Running` or `Failed` (step 04); `Recovering` (step 06).
+    /// `Creating`, `Running` or `Failed` (step 04); `Recovering` (step 05: the primary found in
+    /// recovery after a restart, until promoted in place; step 06: restoring a backup).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<String>,
     /// The pod name of the current primary.
