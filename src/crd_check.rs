@@ -13,8 +13,8 @@ use serde_json::Value;
 
 use crate::client::Client;
 use crate::crd::{
-    differences, established, postgres_cluster_crd, read_again, read_or_create, wait_established,
-    CrdError, Read, Registration, DEFAULT_ESTABLISHED_TIMEOUT, VERSION,
+    established, postgres_cluster_crd, read_again, read_or_create, wait_established, CrdError,
+    Read, Registration, CRD_NAME, DEFAULT_ESTABLISHED_TIMEOUT, VERSION,
 };
 use crate::story::Reporter;
 
@@ -35,13 +35,15 @@ pub async fn check(
         match read_or_create(client, &ours).await? {
             Read::Created => break None,
             Read::Found(current) => break Some(current),
-            Read::Conflict(error) => read_again(&mut attempt, error)?,
+            Read::Conflict(error) => read_again(&mut attempt, error, CRD_NAME)?,
         }
     };
     let registration = match &current {
-        None => Registration::Created,
+        None => Registration::Created {
+            crd: CRD_NAME.into(),
+        },
         Some(current) => {
-            let registration = Registration::from_differences(differences(current, &ours)?);
+            let registration = Registration::found(current, &ours)?;
             serves_our_version(current)?;
             registration
         }
@@ -71,7 +73,10 @@ fn serves_our_version(current: &Value) -> Result<(), CrdError> {
     if served.iter().any(|name| name == VERSION) {
         Ok(())
     } else {
-        Err(CrdError::NotServed { served })
+        Err(CrdError::NotServed {
+            crd: CRD_NAME.into(),
+            served,
+        })
     }
 }
 
@@ -90,7 +95,6 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::crd::CRD_NAME;
 
     /// Only a served `v1` will do.
     #[test]

@@ -7,7 +7,8 @@
 
 use serde_json::{json, Value};
 
-use super::{CrdError, CRD_NAME, OWNED_SPEC_FIELDS};
+use super::manifest::name_of;
+use super::{CrdError, OWNED_SPEC_FIELDS};
 
 /// One place where the CRD on the server differs from ours, named by its path in the CRD's
 /// `spec` (`versions[v1]: spec.backup` is the field `spec.backup` of version v1's schema).
@@ -38,7 +39,10 @@ impl std::fmt::Display for Difference {
 /// `omitempty` writes them. Versions and printer columns are matched by name. An error when the
 /// answer is not a CRD at all.
 pub fn differences(current: &Value, ours: &Value) -> Result<Vec<Difference>, CrdError> {
-    let malformed = |what: &str| CrdError::Malformed { what: what.into() };
+    let malformed = |what: &str| CrdError::Malformed {
+        crd: name_of(ours),
+        what: what.into(),
+    };
     let spec = current
         .get("spec")
         .ok_or_else(|| malformed("it has no spec"))?;
@@ -158,42 +162,63 @@ fn is_zero(value: &Value) -> bool {
 }
 
 /// What [`super::ensure`] (stage 01) or [`crate::crd_check::check`] (every later stage) found, and what
-/// it did.
+/// it did, to the CRD called `crd`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Registration {
     /// There was no CRD of our name: we created it (201).
-    Created,
+    Created { crd: String },
     /// The CRD was there as this build defines it (server defaults aside): nothing was written.
-    UpToDate,
+    UpToDate { crd: String },
     /// Stage 01 only: the CRD was there with an older schema (stage 01's from before the status
     /// and scale subresources, say): we replaced it with a PUT (200).
-    Updated,
+    Updated { crd: String },
     /// A later stage found the CRD different from this build's, and left it as it is: the type
     /// is stage 01's (or the administrator's) to change, not every operator's.
-    Differs(Vec<Difference>),
+    Differs {
+        crd: String,
+        differences: Vec<Difference>,
+    },
     /// The CRD serves versions or fields this build does not know (a newer release installed
     /// it): left as it is by every stage, stage 01 too, which would otherwise downgrade it.
-    Newer(Vec<Difference>),
+    Newer {
+        crd: String,
+        differences: Vec<Difference>,
+    },
 }
 
 impl Registration {
-    /// What a found CRD's differences from ours make of it.
-    pub(crate) fn from_differences(differences: Vec<Difference>) -> Registration {
-        if differences.is_empty() {
-            Registration::UpToDate
+    /// What the CRD `ours` found on the server as `current` makes of it.
+    pub(crate) fn found(current: &Value, ours: &Value) -> Result<Registration, CrdError> {
+        let differences = differences(current, ours)?;
+        let crd = name_of(ours);
+        Ok(if differences.is_empty() {
+            Registration::UpToDate { crd }
         } else if differences
             .iter()
             .any(|difference| matches!(difference, Difference::Unknown(_)))
         {
-            Registration::Newer(differences)
+            Registration::Newer { crd, differences }
         } else {
-            Registration::Differs(differences)
+            Registration::Differs { crd, differences }
+        })
+    }
+
+    /// The CRD it is about.
+    pub fn crd(&self) -> &str {
+        match self {
+            Registration::Created { crd }
+            | Registration::UpToDate { crd }
+            | Registration::Updated { crd }
+            | Registration::Differs { crd, .. }
+            | Registration::Newer { crd, .. } => crd,
         }
     }
 
     /// Say once, at info level, each place where the CRD differs and how to update it.
     pub(crate) fn report_differences(&self) {
-        let (Registration::Differs(differences) | Registration::Newer(differences)) = self else {
+        let (Registration::Differs { differences, .. } | Registration::Newer { differences, .. }) =
+            self
+        else {
             return;
         };
         const SHOWN: usize = 8;
@@ -207,7 +232,7 @@ impl Registration {
         }
         let how = match self {
             // `ensure` leaves a newer release's CRD alone: replacing it would drop its fields.
-            Registration::Newer(_) => "it is a newer release's, which this build leaves alone",
+            Registration::Newer { .. } => "it is a newer release's, which this build leaves alone",
             _ => "to update it: `cargo run --bin stage01`, or `kubectl apply -f kube/crd.yaml`",
         };
         tracing::info!(
@@ -221,15 +246,15 @@ impl Registration {
     /// What was done, after the CRD's name: `created`, `already up to date`, ...
     pub fn outcome(&self) -> String {
         match self {
-            Registration::Created => "created".into(),
-            Registration::UpToDate => "already up to date".into(),
-            Registration::Updated => "updated: an older schema was replaced".into(),
-            Registration::Differs(differences) => format!(
+            Registration::Created { .. } => "created".into(),
+            Registration::UpToDate { .. } => "already up to date".into(),
+            Registration::Updated { .. } => "updated: an older schema was replaced".into(),
+            Registration::Differs { differences, .. } => format!(
                 "found, not as this build defines it ({} {}); left as it is: stage 01 registers the type",
                 differences.len(),
                 if differences.len() == 1 { "difference" } else { "differences" }
             ),
-            Registration::Newer(_) => "found, newer than this build's (it serves versions or fields this build does not know); left as it is".into(),
+            Registration::Newer { .. } => "found, newer than this build's (it serves versions or fields this build does not know); left as it is".into(),
         }
     }
 }
@@ -237,7 +262,12 @@ impl Registration {
 impl std::fmt::Display for Registration {
     /// The workshop's log line for each outcome.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "CustomResourceDefinition {CRD_NAME} {}", self.outcome())
+        write!(
+            f,
+            "CustomResourceDefinition {} {}",
+            self.crd(),
+            self.outcome()
+        )
     }
 }
 

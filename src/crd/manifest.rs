@@ -19,6 +19,13 @@ pub fn from_manifest(manifest: &str) -> Result<Value, serde_json::Error> {
 
 /// A CRD's own path, from its `metadata.name`.
 pub(super) fn path_of(crd: &Value) -> String {
-    let name = crd["metadata"]["name"].as_str().unwrap_or_default();
-    format!("{CRDS_PATH}/{name}")
+    format!("{CRDS_PATH}/{}", name_of(crd))
+}
+
+/// A CRD's `metadata.name`: what its errors and its `Registration` call it.
+pub(super) fn name_of(crd: &Value) -> String {
+    crd["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
 }

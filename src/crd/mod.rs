@@ -24,7 +24,7 @@ pub use compare::{differences, Difference, Registration};
 use error::summarize_conditions;
 pub use error::CrdError;
 pub use manifest::from_manifest;
-use manifest::path_of;
+use manifest::{name_of, path_of};
 
 /// The API group our CustomResourceDefinition adds (the 2017 workshop's TPR used `lukeb0nd.com`).
 pub const GROUP: &str = "workshop.example.com";
@@ -91,11 +91,11 @@ pub async fn ensure_crd(client: &Client, ours: &Value) -> Result<Registration, C
     let mut attempt = 1;
     loop {
         let conflict = match read_or_create(client, ours).await? {
-            Read::Created => return Ok(Registration::Created),
+            Read::Created => return Ok(Registration::Created { crd: name_of(ours) }),
             Read::Conflict(error) => error,
             Read::Found(current) => {
-                let found = Registration::from_differences(differences(&current, ours)?);
-                if !matches!(found, Registration::Differs(_)) {
+                let found = Registration::found(&current, ours)?;
+                if !matches!(found, Registration::Differs { .. }) {
                     found.report_differences();
                     return Ok(found);
                 }
@@ -104,13 +104,13 @@ pub async fn ensure_crd(client: &Client, ours: &Value) -> Result<Registration, C
                     .replace::<_, Value>(&path_of(ours), &replacement(current, ours))
                     .await
                 {
-                    Ok(_) => return Ok(Registration::Updated),
+                    Ok(_) => return Ok(Registration::Updated { crd: name_of(ours) }),
                     Err(error) if error.status_code() == Some(409) => error,
-                    Err(error) => return Err(CrdError::Update(error)),
+                    Err(error) => return Err(CrdError::Update(name_of(ours), error)),
                 }
             }
         };
-        read_again(&mut attempt, conflict)?;
+        read_again(&mut attempt, conflict, &name_of(ours))?;
     }
 }
 
@@ -132,22 +132,23 @@ pub(crate) async fn read_or_create(client: &Client, ours: &Value) -> Result<Read
             match client.create::<_, Value>(CRDS_PATH, ours).await {
                 Ok(_) => Ok(Read::Created),
                 Err(error) if error.status_code() == Some(409) => Ok(Read::Conflict(error)),
-                Err(error) => Err(CrdError::Create(error)),
+                Err(error) => Err(CrdError::Create(name_of(ours), error)),
             }
         }
-        Err(error) => Err(CrdError::Read(error)),
+        Err(error) => Err(CrdError::Read(name_of(ours), error)),
     }
 }
 
 /// After a 409: count the attempt, and give up with the last answer after `ENSURE_ATTEMPTS`.
-pub(crate) fn read_again(attempt: &mut u32, conflict: ClientError) -> Result<(), CrdError> {
+pub(crate) fn read_again(attempt: &mut u32, last: ClientError, crd: &str) -> Result<(), CrdError> {
     if *attempt == ENSURE_ATTEMPTS {
         return Err(CrdError::KeptChanging {
+            crd: crd.into(),
             attempts: *attempt,
-            last: conflict,
+            last,
         });
     }
-    tracing::debug!(attempt = *attempt, error = %conflict, "the CRD changed under us; reading it again");
+    tracing::debug!(attempt = *attempt, error = %last, "the CRD changed under us; reading it again");
     *attempt += 1;
     Ok(())
 }
@@ -182,6 +183,7 @@ pub async fn wait_crd_established(
                 let names = condition(&crd, "NamesAccepted");
                 if let Some(names) = names.filter(|names| names["status"] == "False") {
                     return Err(CrdError::NamesNotAccepted {
+                        crd: name.into(),
                         message: names["message"].as_str().unwrap_or_default().to_string(),
                     });
                 }
@@ -194,7 +196,7 @@ pub async fn wait_crd_established(
             Err(error) if error.status_code() == Some(404) => {
                 last_conditions = "CRD not found yet".into();
             }
-            Err(error) => return Err(CrdError::WaitEstablished(error)),
+            Err(error) => return Err(CrdError::WaitEstablished(name.into(), error)),
         }
         if tokio::time::Instant::now() + ESTABLISHED_POLL_INTERVAL > deadline {
             break;
@@ -202,6 +204,7 @@ pub async fn wait_crd_established(
         tokio::time::sleep(ESTABLISHED_POLL_INTERVAL).await;
     }
     Err(CrdError::NotEstablished {
+        crd: name.into(),
         waited: started.elapsed(),
         conditions: last_conditions,
     })
@@ -426,8 +429,8 @@ mod tests {
             ]
         );
         assert!(matches!(
-            Registration::from_differences(differences(&served, &ours).unwrap()),
-            Registration::Differs(_)
+            Registration::found(&served, &ours).unwrap(),
+            Registration::Differs { .. }
         ));
 
         let body = replacement(served, &ours);
@@ -456,8 +459,8 @@ mod tests {
             ]
         );
         assert!(matches!(
-            Registration::from_differences(found),
-            Registration::Newer(_)
+            Registration::found(&newer, &ours).unwrap(),
+            Registration::Newer { .. }
         ));
     }
 
@@ -476,7 +479,9 @@ mod tests {
             ),
         ] {
             match differences(&answer, &ours) {
-                Err(CrdError::Malformed { what: said }) => assert_eq!(said, what),
+                Err(CrdError::Malformed { crd, what: said }) => {
+                    assert_eq!((crd.as_str(), said.as_str()), (CRD_NAME, what))
+                }
                 other => panic!("{answer}: {other:?}"),
             }
         }

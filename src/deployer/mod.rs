@@ -55,10 +55,7 @@ pub async fn run_deployer(
         Ok::<_, CrdError>(registration)
     };
     tokio::select! {
-        registered = register => {
-            let outcome = registered?.outcome();
-            reporter.report_operator(format!("CustomResourceDefinition {CRD_NAME} {outcome}"));
-        }
+        registered = register => reporter.report_operator(registered?.to_string()),
         () = shutdown.cancelled() => return Ok(ControllerStopped::default()),
     }
     // Step 02: list, then watch, the Deployers of our namespace.

@@ -10,7 +10,7 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
-use postgres_operator::crd::{self, CrdError, Difference, Registration};
+use postgres_operator::crd::{self, CrdError, Difference, Registration, CRD_NAME};
 use postgres_operator::crd_check;
 use serde_json::{json, Value};
 use test_support::plain_client;
@@ -101,7 +101,7 @@ async fn a_differing_crd_is_checked_never_put() {
         let found = crd_check::check(&client, WAIT, |_| {})
             .await
             .expect("check goes on");
-        let Registration::Differs(differences) = &found else {
+        let Registration::Differs { differences, .. } = &found else {
             panic!("PUT {put_code}: {found:?}");
         };
         assert!(differences.contains(&Difference::Missing("versions[v1]: properties".into())));
@@ -112,7 +112,7 @@ async fn a_differing_crd_is_checked_never_put() {
         assert_eq!(writes(&server), Vec::<String>::new(), "PUT {put_code}");
 
         let error = crd::ensure(&client).await.unwrap_err();
-        assert!(matches!(error, CrdError::Update(_)), "{error}");
+        assert!(matches!(error, CrdError::Update(..)), "{error}");
         let hint = error.hint().unwrap_or_default();
         match put_code {
             403 => assert!(
@@ -137,9 +137,16 @@ async fn server_defaults_are_no_difference() {
     let client = plain_client(&server.url);
     assert_eq!(
         crd_check::check(&client, WAIT, |_| {}).await.unwrap(),
-        Registration::UpToDate
+        Registration::UpToDate {
+            crd: CRD_NAME.into()
+        }
     );
-    assert_eq!(crd::ensure(&client).await.unwrap(), Registration::UpToDate);
+    assert_eq!(
+        crd::ensure(&client).await.unwrap(),
+        Registration::UpToDate {
+            crd: CRD_NAME.into()
+        }
+    );
     assert_eq!(server.requests().len(), 2);
     assert_eq!(writes(&server), Vec::<String>::new());
 }
@@ -154,7 +161,7 @@ async fn a_newer_crd_is_never_replaced() {
         crd_check::check(&client, WAIT, |_| {}).await.unwrap(),
         crd::ensure(&client).await.unwrap(),
     ] {
-        let Registration::Newer(differences) = &found else {
+        let Registration::Newer { differences, .. } = &found else {
             panic!("{found:?}");
         };
         assert!(differences.contains(&Difference::Unknown("versions[v2]".into())));
@@ -200,7 +207,9 @@ async fn any_409_on_create_reads_the_winner() {
         let client = plain_client(&server.url);
         assert_eq!(
             crd_check::check(&client, WAIT, |_| {}).await.unwrap(),
-            Registration::UpToDate
+            Registration::UpToDate {
+                crd: CRD_NAME.into()
+            }
         );
         let calls: Vec<String> = server
             .requests()
@@ -228,7 +237,7 @@ async fn an_absent_crd_that_cannot_be_created_is_a_clear_error() {
         let error = crd_check::check(&plain_client(&server.url), WAIT, |_| {})
             .await
             .unwrap_err();
-        assert!(matches!(error, CrdError::Create(_)), "{error}");
+        assert!(matches!(error, CrdError::Create(..)), "{error}");
         assert!(error
             .to_string()
             .starts_with("creating CustomResourceDefinition"));

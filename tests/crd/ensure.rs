@@ -9,7 +9,7 @@ use postgres_operator::api::{
     collection_path, crd_path, object_path, PostgresCluster, PostgresClusterSpec, PostgresVersion,
 };
 use postgres_operator::client::Client;
-use postgres_operator::crd::{self, Registration, CRDS_PATH};
+use postgres_operator::crd::{self, Registration, CRDS_PATH, CRD_NAME};
 use sandbox::{Sandbox, SandboxOptions};
 use serde_json::{json, Value};
 use test_support::start_sandbox_with;
@@ -56,7 +56,12 @@ async fn register_as_is(client: &Client, crd: &Value) {
 /// our CRD it made.
 async fn updated_by_ensure(sandbox: &Sandbox, client: &Client) -> Vec<String> {
     let writes_before = crd_writes(sandbox).len();
-    assert_eq!(crd::ensure(client).await.unwrap(), Registration::Updated);
+    assert_eq!(
+        crd::ensure(client).await.unwrap(),
+        Registration::Updated {
+            crd: CRD_NAME.into()
+        }
+    );
     crd::wait_established(client, Duration::from_secs(10))
         .await
         .unwrap();
@@ -120,7 +125,12 @@ async fn an_older_crd_is_updated_in_place() {
 #[tokio::test]
 async fn a_current_crd_is_left_alone() {
     let (sandbox, client) = sandbox_and_client().await;
-    assert_eq!(crd::ensure(&client).await.unwrap(), Registration::Created);
+    assert_eq!(
+        crd::ensure(&client).await.unwrap(),
+        Registration::Created {
+            crd: CRD_NAME.into()
+        }
+    );
     crd::wait_established(&client, Duration::from_secs(10))
         .await
         .unwrap();
@@ -128,8 +138,18 @@ async fn a_current_crd_is_left_alone() {
     assert_eq!(writes_before, [format!("create {CRDS_PATH} 201")]);
     let before: Value = client.get(&crd_path()).await.unwrap();
 
-    assert_eq!(crd::ensure(&client).await.unwrap(), Registration::UpToDate);
-    assert_eq!(crd::ensure(&client).await.unwrap(), Registration::UpToDate);
+    assert_eq!(
+        crd::ensure(&client).await.unwrap(),
+        Registration::UpToDate {
+            crd: CRD_NAME.into()
+        }
+    );
+    assert_eq!(
+        crd::ensure(&client).await.unwrap(),
+        Registration::UpToDate {
+            crd: CRD_NAME.into()
+        }
+    );
 
     assert_eq!(
         crd_writes(&sandbox),
@@ -172,7 +192,12 @@ async fn a_crd_of_our_name_with_someone_elses_schema_is_updated() {
     assert_eq!(after["metadata"]["labels"]["owner"], "someone-else");
     let kept: PostgresCluster = client.get(&object_path("default", "theirs")).await.unwrap();
     assert_eq!(kept.spec.version, "16");
-    assert_eq!(crd::ensure(&client).await.unwrap(), Registration::UpToDate);
+    assert_eq!(
+        crd::ensure(&client).await.unwrap(),
+        Registration::UpToDate {
+            crd: CRD_NAME.into()
+        }
+    );
 }
 
 /// The server's `spec.version` pattern and `PostgresVersion::from_str` accept exactly the same

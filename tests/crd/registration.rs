@@ -7,7 +7,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use postgres_operator::crd::{self, CrdError, Registration, ENSURE_ATTEMPTS};
+use postgres_operator::crd::{self, CrdError, Registration, CRD_NAME, ENSURE_ATTEMPTS};
 use serde_json::json;
 use test_support::plain_client;
 use test_support::scripted_server::{json, ready, status, ScriptedServer};
@@ -47,7 +47,12 @@ async fn an_absent_crd_is_created() {
     })
     .await;
     let client = plain_client(&server.url);
-    assert_eq!(crd::ensure(&client).await.unwrap(), Registration::Created);
+    assert_eq!(
+        crd::ensure(&client).await.unwrap(),
+        Registration::Created {
+            crd: CRD_NAME.into()
+        }
+    );
     let requests = server.requests();
     let calls: Vec<(&str, &str)> = requests
         .iter()
@@ -65,7 +70,12 @@ async fn an_up_to_date_crd_is_left_alone() {
     let server =
         ScriptedServer::always(|| json(200, served(crd::postgres_cluster_crd(), "17"))).await;
     let registration = crd::ensure(&plain_client(&server.url)).await.unwrap();
-    assert_eq!(registration, Registration::UpToDate);
+    assert_eq!(
+        registration,
+        Registration::UpToDate {
+            crd: CRD_NAME.into()
+        }
+    );
     assert_eq!(
         registration.to_string(),
         "CustomResourceDefinition postgresclusters.workshop.example.com already up to date"
@@ -89,7 +99,12 @@ async fn an_outdated_crd_is_replaced_with_the_resource_version_read() {
     })
     .await;
     let registration = crd::ensure(&plain_client(&server.url)).await.unwrap();
-    assert_eq!(registration, Registration::Updated);
+    assert_eq!(
+        registration,
+        Registration::Updated {
+            crd: CRD_NAME.into()
+        }
+    );
     assert_eq!(
         registration.to_string(),
         "CustomResourceDefinition postgresclusters.workshop.example.com updated: an older schema was replaced"
@@ -125,7 +140,9 @@ async fn a_conflicting_update_reads_again_and_retries() {
     .await;
     assert_eq!(
         crd::ensure(&plain_client(&server.url)).await.unwrap(),
-        Registration::Updated
+        Registration::Updated {
+            crd: CRD_NAME.into()
+        }
     );
     let requests = server.requests();
     let methods: Vec<&str> = requests.iter().map(|r| r.method.as_str()).collect();
@@ -146,7 +163,9 @@ async fn losing_the_create_race_reads_the_winner() {
     .await;
     assert_eq!(
         crd::ensure(&plain_client(&server.url)).await.unwrap(),
-        Registration::UpToDate
+        Registration::UpToDate {
+            crd: CRD_NAME.into()
+        }
     );
     let methods: Vec<String> = server.requests().into_iter().map(|r| r.method).collect();
     assert_eq!(methods, ["GET", "POST", "GET"]);
@@ -164,7 +183,12 @@ async fn endless_conflicts_end_in_an_error() {
     .await;
     let error = crd::ensure(&plain_client(&server.url)).await.unwrap_err();
     match &error {
-        CrdError::KeptChanging { attempts, last } => {
+        CrdError::KeptChanging {
+            crd,
+            attempts,
+            last,
+        } => {
+            assert_eq!(crd, CRD_NAME);
             assert_eq!(*attempts, ENSURE_ATTEMPTS);
             assert_eq!(last.reason(), Some("Object Already Exists"));
         }
@@ -183,7 +207,7 @@ async fn forbidden_read_hints_at_the_missing_rbac_rule() {
     let message = "customresourcedefinitions.apiextensions.k8s.io \"postgresclusters.workshop.example.com\" is forbidden: User \"system:serviceaccount:default:postgres-operator\" cannot get resource \"customresourcedefinitions\" in API group \"apiextensions.k8s.io\" at the cluster scope";
     let server = ScriptedServer::always(move || status(403, "Forbidden", message)).await;
     let error = crd::ensure(&plain_client(&server.url)).await.unwrap_err();
-    assert!(matches!(error, CrdError::Read(_)), "{error:?}");
+    assert!(matches!(error, CrdError::Read(..)), "{error:?}");
     assert!(error.to_string().starts_with("reading CustomResourceDefinition postgresclusters.workshop.example.com: GET /apis/apiextensions.k8s.io/v1/customresourcedefinitions/postgresclusters.workshop.example.com: Forbidden (403)"), "{error}");
     let hint = error.hint().expect("a hint for 403");
     assert!(
@@ -202,7 +226,7 @@ async fn forbidden_writes_hint_at_create_and_update() {
     })
     .await;
     let error = crd::ensure(&plain_client(&server.url)).await.unwrap_err();
-    assert!(matches!(error, CrdError::Create(_)), "{error:?}");
+    assert!(matches!(error, CrdError::Create(..)), "{error:?}");
     assert!(error
         .hint()
         .unwrap()
@@ -214,7 +238,7 @@ async fn forbidden_writes_hint_at_create_and_update() {
     })
     .await;
     let error = crd::ensure(&plain_client(&server.url)).await.unwrap_err();
-    assert!(matches!(error, CrdError::Update(_)), "{error:?}");
+    assert!(matches!(error, CrdError::Update(..)), "{error:?}");
     assert!(error.to_string().starts_with("updating CustomResourceDefinition postgresclusters.workshop.example.com to our schema: PUT "), "{error}");
     assert!(error
         .hint()
@@ -331,7 +355,7 @@ async fn forbidden_wait_hints_at_get() {
     let error = crd::wait_established(&plain_client(&server.url), Duration::from_secs(30))
         .await
         .unwrap_err();
-    assert!(matches!(error, CrdError::WaitEstablished(_)));
+    assert!(matches!(error, CrdError::WaitEstablished(..)));
     assert!(error
         .hint()
         .unwrap()

@@ -537,3 +537,67 @@ async fn kube_rbac_grants_every_request_the_deployer_makes() {
         );
     }
 }
+
+/// A registration the API server refuses names the Deployer's CRD, in the error and in its hint
+/// (not step 01's PostgresCluster): a 403 on the POST from `run_deployer`, then a 403 on the GET
+/// of the wait for Established.
+#[tokio::test]
+async fn a_refused_registration_names_the_deployers_crd() {
+    use postgres_operator::crd::{self, CrdError};
+    use postgres_operator::deployer::CRD_NAME;
+    use test_support::scripted_server::{ready, status, ScriptedServer};
+
+    let server = ScriptedServer::http(|request, _| match request.method.as_str() {
+        "GET" => ready(status(404, "NotFound", "not found")),
+        _ => ready(status(403, "Forbidden", "cannot create")),
+    })
+    .await;
+    let (reporter, _lines) = Reporter::channel();
+    let options = ControllerOptions::default();
+    let error = run_deployer(
+        plain_client(&server.url),
+        options,
+        reporter,
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(error, CrdError::Create(..)), "{error:?}");
+    assert!(
+        error
+            .to_string()
+            .starts_with("creating CustomResourceDefinition deployers.workshop.example.com: POST "),
+        "{error}"
+    );
+    let hint = error.hint().expect("a hint for 403");
+    let mut said = vec![error.to_string(), hint.clone()];
+    assert_eq!(
+        hint,
+        "the type deployers.workshop.example.com is not registered and this account may not \
+         create customresourcedefinitions.apiextensions.k8s.io: have the type registered once by \
+         someone who may (`kubectl apply -f` its CRD manifest), or grant create in a ClusterRole \
+         (see its operator's RBAC manifest)"
+    );
+
+    let server = ScriptedServer::always(|| status(403, "Forbidden", "cannot get")).await;
+    let client = plain_client(&server.url);
+    let error = crd::wait_crd_established(&client, CRD_NAME, WITHIN)
+        .await
+        .unwrap_err();
+    assert!(
+        error.to_string().starts_with(
+            "waiting for CustomResourceDefinition deployers.workshop.example.com to be Established: "
+        ),
+        "{error}"
+    );
+    let hint = error.hint().expect("a hint for 403");
+    assert!(
+        hint.contains("may not get customresourcedefinitions"),
+        "{hint}"
+    );
+    said.extend([error.to_string(), hint]);
+    for said in said {
+        assert!(!said.contains("postgres"), "{said}");
+        assert!(!said.contains("PostgresCluster"), "{said}");
+    }
+}
