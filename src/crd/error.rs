@@ -110,8 +110,10 @@ impl CrdError {
             CrdError::NamesNotAccepted { .. } => return Some(format!(
                 "another CustomResourceDefinition already uses one of our names; see `kubectl get crd {crd} -o yaml`"
             )),
+            // Only the stages have --established-timeout; the Deployer waits the default.
             CrdError::NotEstablished { .. } => return Some(format!(
-                "the API server has not started serving the resource; see `kubectl describe crd {crd}`, or pass a longer --established-timeout"
+                "the API server has not started serving the resource; see `kubectl describe crd {crd}`{}",
+                if crd == CRD_NAME { ", or pass a longer --established-timeout" } else { "" }
             )),
         };
         let register_elsewhere =
