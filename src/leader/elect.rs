@@ -81,7 +81,8 @@ where
                 match renewal {
                     Ok(Ok(ours)) => {
                         lease = ours;
-                        if std::mem::take(&mut holding_back) {
+                        // Open again only once a write of the Lease succeeded (not a 409 read).
+                        if candidate.gate.check().is_ok() && std::mem::take(&mut holding_back) {
                             candidate.reporter.report_operator(renewed_again_line(&candidate.key));
                         }
                     }
@@ -246,29 +247,36 @@ impl Candidate {
     }
 
     /// One renewal: PUT our Lease with a new renewTime and the resourceVersion of our last
-    /// write. 409 means someone wrote it since: read it to see whether it still names us.
+    /// write. 409 means someone wrote it since: read it to see whether it still names us, and if
+    /// so PUT once more from what it holds (a write of ours the server held while frozen, then
+    /// answered, makes exactly that 409). The gate opens only on a write that succeeded.
     async fn renew(&mut self, ours: &Lease) -> Result<Lease, Renewal> {
-        let sent_at = Instant::now();
-        let renewal = renewed(ours, SystemTime::now());
-        match self.client.replace::<_, Lease>(&self.path, &renewal).await {
-            Ok(written) => {
-                self.gate.renewed(sent_at);
-                return Ok(written);
+        let mut ours = ours.clone();
+        for _attempt in 0..2 {
+            let sent_at = Instant::now();
+            let renewal = renewed(&ours, SystemTime::now());
+            match self.client.replace::<_, Lease>(&self.path, &renewal).await {
+                Ok(written) => {
+                    self.gate.renewed(sent_at);
+                    return Ok(written);
+                }
+                Err(error) if error.status_code() == Some(409) => {}
+                Err(error) => return Err(Renewal::Failed(error)),
             }
-            Err(error) if error.status_code() == Some(409) => {}
-            Err(error) => return Err(Renewal::Failed(error)),
+            let current = self
+                .client
+                .get::<Lease>(&self.path)
+                .await
+                .map_err(Renewal::Failed)?;
+            match current.spec.holder() {
+                // Still ours (someone edited a label, say): renew from this version.
+                Some(holder) if holder == self.election.identity => ours = current,
+                Some(holder) => return Err(Renewal::Taken(holder.to_string())),
+                None => return Err(Renewal::Taken("nobody (released by someone else)".into())),
+            }
         }
-        let current = self
-            .client
-            .get::<Lease>(&self.path)
-            .await
-            .map_err(Renewal::Failed)?;
-        match current.spec.holder() {
-            // Still ours (someone edited a label, say): renew from this version next round.
-            Some(holder) if holder == self.election.identity => Ok(current),
-            Some(holder) => Err(Renewal::Taken(holder.to_string())),
-            None => Err(Renewal::Taken("nobody (released by someone else)".into())),
-        }
+        // Still ours but not written: the next round renews from this version.
+        Ok(ours)
     }
 
     /// After the renew deadline: read the Lease before writing it. Our name still in it (no
