@@ -14,15 +14,19 @@
 //!   prunes them under our CRD's schema anyway; the declared ones later steps read are named
 //!   here, so no field is buffered before it is decoded (serde's `flatten` buffers them all).
 //!
-//! Annotations live in a [`StringMap`], one sorted vector sized to its entries.
+//! Annotations live in a [`StringMap`], one sorted vector sized to its entries; a condition's
+//! type, status and reason, and the apiVersion and kind, are [`Word`]s, shared by every object.
 //!
 //! It is safe because the operator never writes a `PostgresCluster` back whole: its writes are
 //! merge patches (`{"status": ...}`, an annotation), which leave every field they do not name as
 //! it is. A type that *is* written back whole (the leader's `Lease`, a `PUT` with its
 //! resourceVersion) decodes [`ObjectMeta`] in full, annotations and finalizers included.
 
-use std::borrow::Borrow;
+use std::borrow::{Borrow, Cow};
+use std::collections::BTreeSet;
 use std::fmt;
+use std::ops::Deref;
+use std::sync::{Mutex, PoisonError};
 
 use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::ser::{SerializeMap, Serializer};
@@ -324,6 +328,141 @@ impl<'de> Visitor<'de> for Entries {
         entries.reverse();
         entries.shrink_to_fit();
         Ok(StringMap { entries })
+    }
+}
+
+/// A short string from a small vocabulary: a condition's type (`Available`), status (`True`) and
+/// reason (one CamelCase word), an object's apiVersion and kind. The first object to carry a word
+/// keeps it for the life of the process and every later one shares it, so a kept object holds no
+/// copy of its own: three allocations fewer per condition (a heap chunk is 32 B for "True").
+#[derive(Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Word(Cow<'static, str>);
+
+/// Longer strings are not words: each object keeps its own.
+const WORD_MAX_BYTES: usize = 64;
+/// The vocabulary's bound (64 KiB at most): a word past it is kept per object, as a `String` is.
+const WORDS_MAX: usize = 1024;
+static WORDS: Mutex<BTreeSet<&'static str>> = Mutex::new(BTreeSet::new());
+
+impl Word {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The shared copy of `word`, made on first sight while the vocabulary has room.
+    fn shared(word: &str) -> Option<&'static str> {
+        if word.len() > WORD_MAX_BYTES {
+            return None;
+        }
+        // A panic while holding the lock leaves a whole set (each insert is one word).
+        let mut words = WORDS.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(known) = words.get(word) {
+            return Some(known);
+        }
+        if words.len() >= WORDS_MAX {
+            return None;
+        }
+        let kept: &'static str = Box::leak(Box::from(word));
+        words.insert(kept);
+        Some(kept)
+    }
+}
+
+impl From<&str> for Word {
+    fn from(word: &str) -> Word {
+        match Word::shared(word) {
+            Some(shared) => Word(Cow::Borrowed(shared)),
+            None => Word(Cow::Owned(word.to_string())),
+        }
+    }
+}
+
+impl From<String> for Word {
+    fn from(word: String) -> Word {
+        match Word::shared(&word) {
+            Some(shared) => Word(Cow::Borrowed(shared)),
+            None => Word(Cow::Owned(word)),
+        }
+    }
+}
+
+impl Deref for Word {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl AsRef<str> for Word {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Word {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+impl fmt::Display for Word {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self)
+    }
+}
+
+impl PartialEq<str> for Word {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for Word {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl PartialEq<String> for Word {
+    fn eq(&self, other: &String) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<Word> for &str {
+    fn eq(&self, other: &Word) -> bool {
+        *self == other.as_str()
+    }
+}
+
+impl PartialEq<Word> for str {
+    fn eq(&self, other: &Word) -> bool {
+        self == other.as_str()
+    }
+}
+
+impl Serialize for Word {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Word {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Word, D::Error> {
+        struct Words;
+        impl Visitor<'_> for Words {
+            type Value = Word;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_str<E: serde::de::Error>(self, word: &str) -> Result<Word, E> {
+                Ok(Word::from(word))
+            }
+            fn visit_string<E: serde::de::Error>(self, word: String) -> Result<Word, E> {
+                Ok(Word::from(word))
+            }
+        }
+        deserializer.deserialize_str(Words)
     }
 }
 
