@@ -28,7 +28,7 @@ use std::fmt;
 use std::ops::Deref;
 use std::sync::{Mutex, PoisonError};
 
-use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde::de::{Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::ser::{SerializeMap, Serializer};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -136,7 +136,7 @@ pub(super) struct StatusFields {
     current_version: Option<String>,
     selector: Option<String>,
     observed_generation: Option<i64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "exact_conditions")]
     conditions: Vec<Condition>,
     backup_requested: Option<Value>,
     last_backup: Option<Value>,
@@ -146,9 +146,7 @@ pub(super) struct StatusFields {
 }
 
 impl From<StatusFields> for PostgresClusterStatus {
-    fn from(mut fields: StatusFields) -> PostgresClusterStatus {
-        // A decoded list grows by doubling; the store keeps it for the object's lifetime.
-        fields.conditions.shrink_to_fit();
+    fn from(fields: StatusFields) -> PostgresClusterStatus {
         let later = [
             fields.backup_requested,
             fields.last_backup,
@@ -168,6 +166,46 @@ impl From<StatusFields> for PostgresClusterStatus {
             more: named(LATER_STATUS_FIELDS, later),
         }
     }
+}
+
+thread_local! {
+    /// One event's conditions as they are decoded, reused from event to event.
+    static CONDITIONS: std::cell::Cell<Vec<Condition>> = const { std::cell::Cell::new(Vec::new()) };
+    /// One object's annotations as they are decoded, likewise.
+    static ENTRIES: std::cell::Cell<Vec<(String, String)>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// `buffer` copied into a vector of its exact length, the buffer left empty to be reused. A list
+/// decoded straight into the kept vector grows by doubling and then shrinks, leaving the
+/// allocator a hole per object (the store keeps the list as long as the object).
+fn exact<T>(buffer: &mut Vec<T>) -> Vec<T> {
+    let mut kept = Vec::with_capacity(buffer.len());
+    kept.append(buffer);
+    kept
+}
+
+/// The conditions, decoded through [`CONDITIONS`] into a vector of their exact length.
+fn exact_conditions<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Vec<Condition>, D::Error> {
+    struct Conditions;
+    impl<'de> Visitor<'de> for Conditions {
+        type Value = Vec<Condition>;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a list of conditions")
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut access: A) -> Result<Vec<Condition>, A::Error> {
+            let mut buffer = CONDITIONS.take();
+            buffer.clear();
+            while let Some(condition) = access.next_element()? {
+                buffer.push(condition);
+            }
+            let kept = exact(&mut buffer);
+            CONDITIONS.set(buffer);
+            Ok(kept)
+        }
+    }
+    deserializer.deserialize_seq(Conditions)
 }
 
 /// The later steps' fields that were present (a `null` is as good as absent in a merge patch).
@@ -312,7 +350,8 @@ impl<'de> Visitor<'de> for Entries {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut access: A) -> Result<StringMap, A::Error> {
-        let mut entries: Vec<(String, String)> = Vec::new();
+        let mut entries = ENTRIES.take();
+        entries.clear();
         while let Some(key) = access.next_key::<String>()? {
             if Some(key.as_str()) == self.skip {
                 access.next_value::<IgnoredAny>()?;
@@ -326,8 +365,9 @@ impl<'de> Visitor<'de> for Entries {
         entries.reverse();
         entries.dedup_by(|later, earlier| later.0 == earlier.0);
         entries.reverse();
-        entries.shrink_to_fit();
-        Ok(StringMap { entries })
+        let kept = exact(&mut entries);
+        ENTRIES.set(entries);
+        Ok(StringMap { entries: kept })
     }
 }
 
