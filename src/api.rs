@@ -149,7 +149,7 @@ pub struct PostgresClusterSpec {
 pub struct PostgresClusterStatus {
     /// `Creating`, `Running` or `Failed` (step 04); `Recovering` (step 06).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub phase: Option<String>,
+    pub phase: Option<Word>,
     /// The pod name of the current primary.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub primary: Option<String>,

@@ -22,7 +22,7 @@
 //! it is. A type that *is* written back whole (the leader's `Lease`, a `PUT` with its
 //! resourceVersion) decodes [`ObjectMeta`] in full, annotations and finalizers included.
 
-use std::borrow::{Borrow, Cow};
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 use std::fmt;
 use std::ops::Deref;
@@ -129,7 +129,7 @@ impl From<SpecFields> for PostgresClusterSpec {
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(super) struct StatusFields {
-    phase: Option<String>,
+    phase: Option<Word>,
     primary: Option<String>,
     size: Option<i64>,
     ready_instances: Option<i64>,
@@ -172,7 +172,7 @@ thread_local! {
     /// One event's conditions as they are decoded, reused from event to event.
     static CONDITIONS: std::cell::Cell<Vec<Condition>> = const { std::cell::Cell::new(Vec::new()) };
     /// One object's annotations as they are decoded, likewise.
-    static ENTRIES: std::cell::Cell<Vec<(String, String)>> = const { std::cell::Cell::new(Vec::new()) };
+    static ENTRIES: std::cell::Cell<Vec<(Word, String)>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
 /// `buffer` copied into a vector of its exact length, the buffer left empty to be reused. A list
@@ -217,11 +217,12 @@ fn named<const N: usize>(names: [&str; N], values: [Option<Value>; N]) -> Map<St
         .collect()
 }
 
-/// String keys to string values (labels, annotations), sorted by key: a `BTreeMap`'s reads
-/// (`get`, `iter` in key order) in one allocation the size of its entries.
+/// String keys to string values (annotations), sorted by key: a `BTreeMap`'s reads (`get`,
+/// `iter` in key order) in one allocation the size of its entries. The keys are [`Word`]s: a
+/// cluster's annotations use a few keys over and over.
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct StringMap {
-    entries: Vec<(String, String)>,
+    entries: Vec<(Word, String)>,
 }
 
 impl StringMap {
@@ -229,31 +230,23 @@ impl StringMap {
         StringMap::default()
     }
 
-    fn find<Q: Ord + ?Sized>(&self, key: &Q) -> Result<usize, usize>
-    where
-        String: Borrow<Q>,
-    {
+    fn find(&self, key: &str) -> Result<usize, usize> {
         self.entries
-            .binary_search_by(|(entry, _)| Borrow::<Q>::borrow(entry).cmp(key))
+            .binary_search_by(|(entry, _)| entry.as_str().cmp(key))
     }
 
-    pub fn get<Q: Ord + ?Sized>(&self, key: &Q) -> Option<&String>
-    where
-        String: Borrow<Q>,
-    {
+    pub fn get(&self, key: &str) -> Option<&String> {
         self.find(key).ok().map(|at| &self.entries[at].1)
     }
 
-    pub fn contains_key<Q: Ord + ?Sized>(&self, key: &Q) -> bool
-    where
-        String: Borrow<Q>,
-    {
+    pub fn contains_key(&self, key: &str) -> bool {
         self.find(key).is_ok()
     }
 
     /// Set `key` to `value`; returns the value it replaced.
-    pub fn insert(&mut self, key: String, value: String) -> Option<String> {
-        match self.find(key.as_str()) {
+    pub fn insert(&mut self, key: impl Into<Word>, value: String) -> Option<String> {
+        let key = key.into();
+        match self.find(&key) {
             Ok(at) => Some(std::mem::replace(&mut self.entries[at].1, value)),
             Err(at) => {
                 self.entries.insert(at, (key, value));
@@ -262,10 +255,7 @@ impl StringMap {
         }
     }
 
-    pub fn remove<Q: Ord + ?Sized>(&mut self, key: &Q) -> Option<String>
-    where
-        String: Borrow<Q>,
-    {
+    pub fn remove(&mut self, key: &str) -> Option<String> {
         let at = self.find(key).ok()?;
         Some(self.entries.remove(at).1)
     }
@@ -283,8 +273,10 @@ impl StringMap {
     }
 
     /// Entries in key order.
-    pub fn iter(&self) -> impl Iterator<Item = (&String, &String)> {
-        self.entries.iter().map(|(key, value)| (key, value))
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &String)> {
+        self.entries
+            .iter()
+            .map(|(key, value)| (key.as_str(), value))
     }
 }
 
@@ -294,37 +286,26 @@ impl fmt::Debug for StringMap {
     }
 }
 
-impl<K: Into<String>, V: Into<String>> FromIterator<(K, V)> for StringMap {
+impl<K: Into<Word>, V: Into<String>> FromIterator<(K, V)> for StringMap {
     fn from_iter<I: IntoIterator<Item = (K, V)>>(entries: I) -> StringMap {
         let mut map = StringMap::new();
         for (key, value) in entries {
-            map.insert(key.into(), value.into());
+            map.insert(key, value.into());
         }
         map
     }
 }
 
-impl<K: Into<String>, V: Into<String>, const N: usize> From<[(K, V); N]> for StringMap {
+impl<K: Into<Word>, V: Into<String>, const N: usize> From<[(K, V); N]> for StringMap {
     fn from(entries: [(K, V); N]) -> StringMap {
         entries.into_iter().collect()
-    }
-}
-
-impl<'a> IntoIterator for &'a StringMap {
-    type Item = (&'a String, &'a String);
-    type IntoIter = std::iter::Map<
-        std::slice::Iter<'a, (String, String)>,
-        fn(&'a (String, String)) -> (&'a String, &'a String),
-    >;
-    fn into_iter(self) -> Self::IntoIter {
-        self.entries.iter().map(|(key, value)| (key, value))
     }
 }
 
 impl Serialize for StringMap {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let mut map = serializer.serialize_map(Some(self.len()))?;
-        for (key, value) in self {
+        for (key, value) in self.iter() {
             map.serialize_entry(key, value)?;
         }
         map.end()
@@ -352,7 +333,7 @@ impl<'de> Visitor<'de> for Entries {
     fn visit_map<A: MapAccess<'de>>(self, mut access: A) -> Result<StringMap, A::Error> {
         let mut entries = ENTRIES.take();
         entries.clear();
-        while let Some(key) = access.next_key::<String>()? {
+        while let Some(key) = access.next_key::<Word>()? {
             if Some(key.as_str()) == self.skip {
                 access.next_value::<IgnoredAny>()?;
                 continue;
@@ -590,10 +571,10 @@ mod tests {
         let mut map: StringMap = serde_json::from_str(r#"{"b":"2","a":"1","c":"3"}"#).unwrap();
         assert_eq!(map.get("a").map(String::as_str), Some("1"));
         assert_eq!(map.get("z"), None);
-        assert_eq!(map.insert("b".into(), "two".into()), Some("2".into()));
-        assert_eq!(map.insert("0".into(), "zero".into()), None);
+        assert_eq!(map.insert("b", "two".into()), Some("2".into()));
+        assert_eq!(map.insert("0", "zero".into()), None);
         assert_eq!(map.remove("c"), Some("3".into()));
-        let keys: Vec<&str> = map.iter().map(|(key, _)| key.as_str()).collect();
+        let keys: Vec<&str> = map.iter().map(|(key, _)| key).collect();
         assert_eq!(keys, ["0", "a", "b"]);
         assert_eq!(
             serde_json::to_string(&map).unwrap(),

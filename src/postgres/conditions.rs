@@ -115,7 +115,7 @@ pub fn next_status(
     };
 
     let mut next = PostgresClusterStatus {
-        phase: Some(phase.to_string()),
+        phase: Some(phase.into()),
         primary: primary.map(str::to_string).or(previous.primary.clone()),
         size: Some(i64::try_from(alive.len()).unwrap_or(i64::MAX)),
         ready_instances: Some(ready_count),
