@@ -47,8 +47,8 @@ pub fn object_path(namespace: &str, name: &str) -> String {
 pub struct ObjectMeta {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub name: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub namespace: String,
+    #[serde(default, skip_serializing_if = "Word::is_empty")]
+    pub namespace: Word,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub uid: String,
     /// Opaque: compare for equality only, never parse or order it.
@@ -224,7 +224,7 @@ impl PostgresCluster {
             kind: KIND.into(),
             metadata: ObjectMeta {
                 name: name.to_string(),
-                namespace: namespace.to_string(),
+                namespace: namespace.into(),
                 ..ObjectMeta::default()
             },
             spec,

@@ -66,7 +66,7 @@ struct MetaFields {
     #[serde(default)]
     name: String,
     #[serde(default)]
-    namespace: String,
+    namespace: Word,
     #[serde(default)]
     uid: String,
     #[serde(default)]
@@ -368,6 +368,10 @@ static WORDS: Mutex<BTreeSet<&'static str>> = Mutex::new(BTreeSet::new());
 impl Word {
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
     }
 
     /// The shared copy of `word`, made on first sight while the vocabulary has room.
