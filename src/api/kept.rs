@@ -569,6 +569,29 @@ mod tests {
         assert_eq!(whole.labels.get("team").map(String::as_str), Some("a"));
     }
 
+    /// Every object's conditions share one copy of each word; a string past the word limit stays
+    /// each object's own; a decoded list is exactly as long as it has entries (not doubled).
+    #[test]
+    fn words_are_shared_and_lists_kept_at_their_length() {
+        let json = serde_json::json!({"conditions": [
+            {"type": "Available", "status": "True", "reason": "Up", "message": "", "lastTransitionTime": "t"},
+            {"type": "Progressing", "status": "True", "reason": "Up", "message": "", "lastTransitionTime": "t"},
+            {"type": "Degraded", "status": "False", "reason": "Up", "message": "", "lastTransitionTime": "t"},
+        ]});
+        let first: PostgresClusterStatus = serde_json::from_value(json.clone()).unwrap();
+        let second: PostgresClusterStatus = serde_json::from_value(json.clone()).unwrap();
+        let (a, b) = (&first.conditions[0], &second.conditions[1]);
+        assert!(std::ptr::eq(a.status.as_str(), b.status.as_str()));
+        assert!(std::ptr::eq(a.reason.as_str(), b.reason.as_str()));
+        assert_eq!(first.conditions.capacity(), 3);
+        assert_eq!(serde_json::to_value(&first).unwrap(), json);
+
+        let long = "x".repeat(WORD_MAX_BYTES + 1);
+        let (c, d) = (Word::from(long.as_str()), Word::from(long.clone()));
+        assert_eq!(c, d);
+        assert!(!std::ptr::eq(c.as_str(), d.as_str()));
+    }
+
     /// Reads like a `BTreeMap`: lookups by key, iteration in key order, one value per key.
     #[test]
     fn a_string_map_reads_like_a_sorted_map() {
