@@ -15,7 +15,8 @@
 //!   here, so no field is buffered before it is decoded (serde's `flatten` buffers them all).
 //!
 //! Annotations live in a [`StringMap`], one sorted vector sized to its entries; a condition's
-//! type, status and reason, and the apiVersion and kind, are [`Word`]s, shared by every object.
+//! type, status and reason, the apiVersion, kind, namespace and phase, and annotation keys are
+//! [`Word`]s, one copy shared by every object.
 //!
 //! It is safe because the operator never writes a `PostgresCluster` back whole: its writes are
 //! merge patches (`{"status": ...}`, an annotation), which leave every field they do not name as
@@ -353,7 +354,7 @@ impl<'de> Visitor<'de> for Entries {
 }
 
 /// A short string from a small vocabulary: a condition's type (`Available`), status (`True`) and
-/// reason (one CamelCase word), an object's apiVersion and kind. The first object to carry a word
+/// reason (one CamelCase word); an object's apiVersion, kind, namespace and phase. The first object to carry a word
 /// keeps it for the life of the process and every later one shares it, so a kept object holds no
 /// copy of its own: three allocations fewer per condition (a heap chunk is 32 B for "True").
 #[derive(Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
