@@ -19,7 +19,7 @@ pub use crate::crd::{crd_path, group_version_path, CRD_NAME, GROUP, VERSION};
 mod kept;
 mod spec;
 
-pub use kept::{StringMap, LAST_APPLIED_ANNOTATION};
+pub use kept::{StringMap, Word, LAST_APPLIED_ANNOTATION};
 pub use spec::{
     describe_status, validate_spec, PostgresVersion, SpecError, VersionError, MAX_SIZE,
     OLDEST_MAJOR,
@@ -47,8 +47,8 @@ pub fn object_path(namespace: &str, name: &str) -> String {
 pub struct ObjectMeta {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub name: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub namespace: String,
+    #[serde(default, skip_serializing_if = "Word::is_empty")]
+    pub namespace: Word,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub uid: String,
     /// Opaque: compare for equality only, never parse or order it.
@@ -150,7 +150,7 @@ pub struct PostgresClusterStatus {
     /// `Creating`, `Running` or `Failed` (step 04); `Recovering` (step 05: the primary found in
     /// recovery after a restart, until promoted in place; step 06: restoring a backup).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub phase: Option<String>,
+    pub phase: Option<Word>,
     /// The pod name of the current primary.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub primary: Option<String>,
@@ -188,11 +188,11 @@ pub struct PostgresClusterStatus {
 #[serde(rename_all = "camelCase")]
 pub struct Condition {
     #[serde(rename = "type")]
-    pub type_: String,
+    pub type_: Word,
     /// `"True"`, `"False"` or `"Unknown"`: a string, not a bool, because "we do not know" is a state.
-    pub status: String,
+    pub status: Word,
     /// One CamelCase word; the CRD schema refuses an empty one, as metav1.Condition does.
-    pub reason: String,
+    pub reason: Word,
     pub message: String,
     /// RFC 3339. Moves only when `status` flips, not on every write.
     pub last_transition_time: String,
@@ -205,9 +205,9 @@ pub struct Condition {
 #[serde(rename_all = "camelCase")]
 pub struct PostgresCluster {
     #[serde(default)]
-    pub api_version: String,
+    pub api_version: Word,
     #[serde(default)]
-    pub kind: String,
+    pub kind: Word,
     /// Without what no step reads (`kept.rs`: labels, finalizers, kubectl's last-applied
     /// annotation): the operator never writes a cluster back whole.
     #[serde(default, deserialize_with = "kept::watched_metadata")]
@@ -221,11 +221,11 @@ impl PostgresCluster {
     /// A new object to create (a POST body): the server fills in uid, resourceVersion and the rest.
     pub fn new(namespace: &str, name: &str, spec: PostgresClusterSpec) -> PostgresCluster {
         PostgresCluster {
-            api_version: API_VERSION.to_string(),
-            kind: KIND.to_string(),
+            api_version: API_VERSION.into(),
+            kind: KIND.into(),
             metadata: ObjectMeta {
                 name: name.to_string(),
-                namespace: namespace.to_string(),
+                namespace: namespace.into(),
                 ..ObjectMeta::default()
             },
             spec,

@@ -133,7 +133,7 @@ pub fn taken(current: Option<&Lease>, election: &LeaderElection, now: SystemTime
         kind: "Lease".into(),
         metadata: ObjectMeta {
             name: election.lease_name.clone(),
-            namespace: election.namespace.clone(),
+            namespace: election.namespace.as_str().into(),
             ..ObjectMeta::default()
         },
         spec: LeaseSpec::default(),

@@ -115,7 +115,7 @@ pub fn next_status(
     };
 
     let mut next = PostgresClusterStatus {
-        phase: Some(phase.to_string()),
+        phase: Some(phase.into()),
         primary: primary.map(str::to_string).or(previous.primary.clone()),
         size: Some(i64::try_from(alive.len()).unwrap_or(i64::MAX)),
         ready_instances: Some(ready_count),
@@ -168,9 +168,9 @@ pub fn all_members_lost() -> Condition {
 /// A condition with no times yet ([`set_condition`] sets them).
 pub fn condition(type_: &str, status: bool, reason: &str, message: String) -> Condition {
     Condition {
-        type_: type_.to_string(),
-        status: if status { "True" } else { "False" }.to_string(),
-        reason: reason.to_string(),
+        type_: type_.into(),
+        status: if status { "True" } else { "False" }.into(),
+        reason: reason.into(),
         message,
         last_transition_time: String::new(),
         observed_generation: None,

@@ -122,7 +122,7 @@ pub fn stats_rows(out: &str) -> impl Iterator<Item = (&str, &str, u64)> {
 /// The labels every figure of `cluster` carries.
 pub fn cluster_labels(cluster: &PostgresCluster) -> Vec<(&'static str, String)> {
     vec![
-        ("namespace", cluster.metadata.namespace.clone()),
+        ("namespace", cluster.metadata.namespace.to_string()),
         ("cluster", cluster.metadata.name.clone()),
     ]
 }
