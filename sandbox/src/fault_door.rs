@@ -84,14 +84,19 @@ pub(crate) fn answer(
             format!("no running process of pod {namespace}/{name} to act on (pods are simulated, or it does not run on this node)"),
         )));
     }
-    Ok(json!({
+    Ok(success(format!("pod {namespace}/{name} {what}")))
+}
+
+/// The `Status` a fault door call answers with once it has done what it was asked.
+fn success(message: String) -> serde_json::Value {
+    json!({
         "kind": "Status",
         "apiVersion": "v1",
         "metadata": {},
         "status": "Success",
         "code": 200,
-        "message": format!("pod {namespace}/{name} {what}"),
-    }))
+        "message": message,
+    })
 }
 
 /// `POST /sandbox/faults/images/fail-readiness?image=nginx:1.7.9` (or `pass-readiness`).
@@ -116,14 +121,10 @@ fn image_fault(
     };
     let marked = faults.fail_readiness(image, fail);
     let what = if fail { "fail" } else { "pass" };
-    Ok(json!({
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Success",
-        "code": 200,
-        "message": format!("pods of image {image} {what} readiness ({} running now)", marked.len()),
-    }))
+    Ok(success(format!(
+        "pods of image {image} {what} readiness ({} running now)",
+        marked.len()
+    )))
 }
 
 /// `?processes=frozen|killed&graceSeconds=N`, each defaulting to [`LostNode::default`]'s.

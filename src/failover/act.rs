@@ -130,17 +130,7 @@ impl<L: WithFailover> PostgresTask<L> {
                 return None;
             }
         }
-        // The label is what the `<name>-primary` Service selects: relabelled, the Service sends
-        // clients (and the other replicas, which stream from it) to the new primary.
-        if let Err(error) = self.relabel(&chosen.pod, Role::Primary.label_value()).await {
-            self.say(format!(
-                "labelling {} primary failed: {error}; trying again next round",
-                chosen.pod
-            ));
-            self.fail_round();
-            return None;
-        }
-        self.expect_labelled(&chosen.pod, Role::Primary);
+        self.label_primary(&chosen.pod).await?;
         self.event(
             EventType::Normal,
             "Promoted",
@@ -170,5 +160,22 @@ impl<L: WithFailover> PostgresTask<L> {
             received: lsns.received.unwrap_or(0),
             replayed: lsns.replayed.unwrap_or(0),
         })
+    }
+}
+
+impl<L: WithFailover> PostgresTask<L> {
+    /// Label `pod` the primary. The label is what the `<name>-primary` Service selects:
+    /// relabelled, the Service sends clients (and the other replicas, which stream from it) to
+    /// the new primary. `None` (the round failed, said why) when the API server refused.
+    pub(super) async fn label_primary(&mut self, pod: &str) -> Option<()> {
+        if let Err(error) = self.relabel(pod, Role::Primary.label_value()).await {
+            self.say(format!(
+                "labelling {pod} primary failed: {error}; trying again next round"
+            ));
+            self.fail_round();
+            return None;
+        }
+        self.expect_labelled(pod, Role::Primary);
+        Some(())
     }
 }

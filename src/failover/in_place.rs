@@ -149,16 +149,7 @@ impl<L: WithFailover> PostgresTask<L> {
             }
         }
         if chosen.pod != pod {
-            let label = Role::Primary.label_value();
-            if let Err(error) = self.relabel(&chosen.pod, label).await {
-                self.say(format!(
-                    "labelling {} primary failed: {error}; trying again next round",
-                    chosen.pod
-                ));
-                self.fail_round();
-                return None;
-            }
-            self.expect_labelled(&chosen.pod, Role::Primary);
+            self.label_primary(&chosen.pod).await?;
         }
         let line = format!(
             "promoted {} in place: {pod} had come back in recovery",
