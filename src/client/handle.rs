@@ -45,6 +45,8 @@ pub struct Client {
     pub(super) gate: Option<RequestGate>,
     /// Sent as `User-Agent`: [`USER_AGENT`], or what [`Client::with_user_agent`] says.
     pub(super) user_agent: Arc<str>,
+    /// The leader's term, which every command run in a member passes; see [`Client::with_term`].
+    pub(super) term: Option<u64>,
 }
 
 /// Called once per attempt with its method and the answer's status, `None` when none came (a
@@ -68,6 +70,7 @@ impl fmt::Debug for Client {
             .field("observed", &self.observer.is_some())
             .field("gated", &self.gate.is_some())
             .field("user_agent", &self.user_agent)
+            .field("term", &self.term)
             .finish()
     }
 }
@@ -103,6 +106,7 @@ impl Client {
             observer: None,
             gate: None,
             user_agent: USER_AGENT.into(),
+            term: None,
         })
     }
 
@@ -125,6 +129,18 @@ impl Client {
     pub fn with_user_agent(mut self, agent: &str) -> Client {
         self.user_agent = agent.into();
         self
+    }
+
+    /// The same client, for a leader of term `term`: a command it runs in a member passes the
+    /// member's fence (`src/leader/term.rs`), which refuses it once a later term has been there.
+    pub fn with_term(mut self, term: u64) -> Client {
+        self.term = Some(term);
+        self
+    }
+
+    /// The leader's term this client acts in, `None` when not elected.
+    pub fn term(&self) -> Option<u64> {
+        self.term
     }
 
     /// The same client (same connection pool) with another cap on response bodies, in bytes.

@@ -50,8 +50,12 @@ where
     };
     let acting = CancellationToken::new();
     let gated = candidate.client.clone();
+    // Fixed for this leadership: a rejoin after a frozen server finds the same Lease.
+    let term = super::term::term(&lease);
     let work = work(
-        gated.gated_by(candidate.gate.request_gate()),
+        gated
+            .gated_by(candidate.gate.request_gate())
+            .with_term(term),
         acting.clone(),
     );
     tokio::pin!(work);

@@ -14,6 +14,7 @@
 //! | `lease.rs` | the Lease as data: the decision "may I take it?" from a Lease, when we saw it change and now; the bodies to write |
 //! | `elect.rs` | the loop: acquire, act while renewing, hold writes back while a renewal is late, stop when another holds it, release on shutdown |
 //! | `gate.rs` | what every write of the work passes: the last renewal younger than the renew deadline, by the monotonic clock |
+//! | `term.rs` | the leader's term, and the fence in each member that refuses a command of an earlier term |
 //!
 //! ```text
 //! GET lease ── 404 ──▶ POST (ours) ─────────────────────────┐
@@ -32,6 +33,7 @@
 mod elect;
 mod gate;
 mod lease;
+mod term;
 
 pub use elect::{
     holding_back_line, leading_line, lost_line, released_line, renewed_again_line,
@@ -42,6 +44,7 @@ pub use lease::{
     judge, lease_path, leases_path, micro_time, released, renewed, taken, Lease, LeaseSpec,
     Verdict, LEASE_API_VERSION,
 };
+pub use term::{fenced_argv, term, FENCED_EXIT, TERM_FILE};
 
 use std::time::Duration;
 

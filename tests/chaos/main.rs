@@ -1140,12 +1140,8 @@ impl Chaos {
         self.processes[0].signal("CONT").await;
         self.mark("the leader op-a resumed (SIGCONT)");
         let status = self.processes[0].exited().await;
-        let lost = self
-            .story
-            .first_after(said_before, |line| {
-                line.contains("[op-a]") && line.contains("lost lease")
-            })
-            .unwrap_or_default();
+        // Its last lines may still be in the pipe when its exit is seen.
+        let lost = self.said_after(said_before, "[op-a]", "lost lease").await;
         // Its requests since it woke, in the order they reached the server.
         let mut sent: Vec<_> = self
             .sandbox

@@ -11,6 +11,8 @@ use std::time::Duration;
 use postgres_operator::client::Client;
 use postgres_operator::config::Config;
 use postgres_operator::exec::{exec, ExecError, ExecLimits};
+use postgres_operator::postgres::cluster::psql_in_pod;
+use postgres_operator::postgres::manifests::psql_argv;
 use sandbox::{ProcessRuntime, Runtime, Sandbox, SandboxOptions};
 use serde_json::{json, Value};
 use test_support::Kubectl;
@@ -248,4 +250,35 @@ async fn exec_into_a_missing_or_simulated_pod_is_refused_with_the_status() {
     .expect_err("nothing runs in a simulated pod");
     assert_eq!(error.status_code(), Some(400), "{error:?}");
     assert!(error.to_string().contains("is simulated"), "{error}");
+}
+
+/// The fence a leader's commands pass (`src/leader/term.rs`), in a real PostgreSQL pod: a
+/// command of term 7 raises the member's term; one of term 6 arriving after it is refused
+/// before psql starts (its CREATE TABLE never runs), and says why; term 7 goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_refuses_a_command_of_an_earlier_leader_term() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_sandbox, client, _kubectl) = start(process_runtime(), &dir).await;
+    running_trusting_postgres(&client, "pg").await;
+    let (new_leader, old_leader) = (client.clone().with_term(7), client.with_term(6));
+
+    let sql = |sql: &str| psql_argv(sql);
+    let answer = psql_in_pod(&new_leader, "default", "pg", &sql("SELECT 1"))
+        .await
+        .expect("the later term passes");
+    assert_eq!(answer.trim(), "1");
+
+    let refused = psql_in_pod(&old_leader, "default", "pg", &sql("CREATE TABLE stale()"))
+        .await
+        .expect_err("the earlier term is refused");
+    assert!(
+        refused.contains("refused by pg's fence")
+            && refused.contains("seen leader term 7, later than ours (6)"),
+        "{refused}"
+    );
+    let tables = "SELECT count(*) FROM pg_tables WHERE tablename = 'stale'";
+    let count = psql_in_pod(&new_leader, "default", "pg", &sql(tables))
+        .await
+        .expect("term 7 still passes");
+    assert_eq!(count.trim(), "0", "the refused command never ran");
 }

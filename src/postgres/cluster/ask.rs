@@ -8,6 +8,7 @@
 use super::*;
 use crate::client::Client;
 use crate::exec::{exec, ExecLimits};
+use crate::leader::{fenced_argv, FENCED_EXIT};
 use crate::postgres::manifests::POSTGRES_CONTAINER;
 
 impl<L: ClusterLayer> PostgresTask<L> {
@@ -25,13 +26,22 @@ impl<L: ClusterLayer> PostgresTask<L> {
 
 /// Run `argv` (a `psql` command line, see [`manifests::psql_argv`]) in `pod`'s postgres
 /// container through `pods/exec`, as `kubectl exec` would: its stdout, or psql's stderr when it
-/// exits non-zero.
+/// exits non-zero. A leader's client runs it behind the member's fence (`src/leader/term.rs`).
 pub async fn psql_in_pod(
     client: &Client,
     namespace: &str,
     pod: &str,
     argv: &[String],
 ) -> Result<String, String> {
+    let fenced;
+    let argv = match client.term() {
+        // On the data volume: the fence outlives a restart of the container.
+        Some(term) => {
+            fenced = fenced_argv(term, manifests::DATA_MOUNT, argv);
+            &fenced
+        }
+        None => argv,
+    };
     let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
     let output = exec(
         client,
@@ -44,6 +54,12 @@ pub async fn psql_in_pod(
     )
     .await
     .map_err(|e| e.to_string())?;
+    if client.term().is_some() && output.exit_code == FENCED_EXIT {
+        return Err(format!(
+            "refused by {pod}'s fence: {}",
+            output.stderr_text().trim()
+        ));
+    }
     if output.exit_code != 0 {
         return Err(format!(
             "psql exited with {}: {}",
