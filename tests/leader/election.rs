@@ -16,7 +16,7 @@ use std::time::Duration;
 use postgres_operator::client::Client;
 use postgres_operator::leader::{
     holding_back_line, leading_line, lease_path, released_line, renewed_again_line,
-    run_when_leading, waiting_line, LeaderElection, LeaderError, Lease, Takeover,
+    run_when_leading, term, waiting_line, LeaderElection, LeaderError, Lease, Takeover,
 };
 use postgres_operator::story::Reporter;
 use sandbox::{InjectedFault, Sandbox, SandboxOptions};
@@ -179,6 +179,13 @@ async fn one_leads_the_other_waits_and_a_release_hands_over() {
     let times = standby.lines().iter().filter(|l| **l == waiting).count();
     assert_eq!(times, 1, "{:?}", standby.lines());
 
+    let term_of = |candidate: &Candidate| {
+        let acting = candidate.acting.lock().unwrap();
+        acting.as_ref().and_then(|(_, client)| client.term())
+    };
+    let first_term = term_of(&leader).expect("the work's client carries the leader's term");
+    assert_eq!(first_term, term(&first));
+
     // Stop the leader: its work stops, then it releases, then the standby acts.
     leader.stop.cancel();
     let leader_identity = leader.identity.clone();
@@ -210,6 +217,9 @@ async fn one_leads_the_other_waits_and_a_release_hands_over() {
     let after = lease(&api).await;
     assert_eq!(after.spec.holder(), Some(standby.identity.as_str()));
     assert_eq!(after.spec.lease_transitions, Some(1), "one change of hands");
+    // The next leader's term outranks the first's: a member's fence refuses the first's now.
+    let next_term = term_of(&standby).expect("a term");
+    assert_eq!((next_term, next_term > first_term), (term(&after), true));
     standby.stop_cleanly().await;
 }
 
