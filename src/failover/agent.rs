@@ -53,6 +53,8 @@ pub const AGENT_BINARY: &str = "/agent/pg-ready";
 /// How long one probe's query may take. Under the kubelet's one-second `timeoutSeconds`, so a
 /// server that does not answer is this agent's `503` with the reason, not a probe timed out.
 pub const DEFAULT_DEADLINE: Duration = Duration::from_millis(800);
+/// How long a session that ended waits before it starts again within one probe's deadline.
+pub const RECONNECT_PAUSE: Duration = Duration::from_millis(100);
 /// How long a request's head may take to arrive, and its most bytes: the kubelet sends ~150.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
 pub const MAX_REQUEST_BYTES: usize = 4096;
@@ -105,15 +107,26 @@ impl Session {
         }
     }
 
-    /// Ask the server once: Ok when it answered within the deadline, else why not. A session
-    /// that failed is ended (killed and reaped); the next probe starts another.
+    /// Ask the server: Ok when it answered within the deadline, else why not. A session that
+    /// failed is ended (killed and reaped). One that ended (no server yet, a server restarting)
+    /// is started again every [`RECONNECT_PAUSE`] while the deadline allows: the kubelet probes
+    /// a restarted container at once and then every 2 s, so a postmaster that comes up 0.3 s
+    /// after its container is ready then, not at the next probe.
     pub fn ask(&mut self) -> Result<(), String> {
         self.asked += 1;
         let until = Instant::now() + self.deadline;
-        let outcome = match &mut self.open {
-            Some(psql) => psql.ask(self.asked, until),
-            open => {
-                Psql::start(&self.program).and_then(|psql| open.insert(psql).ask(self.asked, until))
+        let outcome = loop {
+            let outcome = match &mut self.open {
+                Some(psql) => psql.ask(self.asked, until),
+                open => Psql::start(&self.program)
+                    .and_then(|psql| open.insert(psql).ask(self.asked, until)),
+            };
+            match outcome {
+                Err(Why::Said(_)) if Instant::now() + RECONNECT_PAUSE < until => {
+                    self.open = None;
+                    std::thread::sleep(RECONNECT_PAUSE);
+                }
+                outcome => break outcome,
             }
         };
         let outcome = outcome.map_err(|why| match why {
@@ -417,6 +430,21 @@ mod tests {
         assert_eq!(starts(dir.path()), 2);
     }
 
+    /// A server that comes up while a probe waits (a restarted container's postmaster, after
+    /// refusing the first two sessions) answers that probe: one probe, three starts.
+    #[test]
+    fn a_server_that_comes_up_within_the_deadline_answers_that_probe() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let starts_file = dir.path().join("starts");
+        let body = format!(
+            "if [ $(wc -l < '{}') -lt 3 ]; then echo 'psql: error: the database system is starting up' >&2; exit 2; fi; {ANSWERS}",
+            starts_file.display()
+        );
+        let mut session = stand_in(&starts_file, &body, Duration::from_secs(10));
+        assert_eq!(session.ask(), Ok(()));
+        assert_eq!(starts(dir.path()), 3);
+    }
+
     /// A session that ends (the server went away) says why, in psql's own last message without
     /// its indented hints, and the next probe starts another.
     #[test]
@@ -424,14 +452,20 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let body = "echo 'psql: error: connection to server failed: Connection refused' >&2; \
                     printf '\\tIs the server running?\\n' >&2; exit 2";
-        let mut session = stand_in(&dir.path().join("starts"), body, Duration::from_secs(10));
+        let deadline = RECONNECT_PAUSE * 3;
+        let mut session = stand_in(&dir.path().join("starts"), body, deadline);
+        let started = Instant::now();
         let failed = session.ask().expect_err("it ended");
         assert_eq!(
             failed,
             "psql: error: connection to server failed: Connection refused"
         );
+        assert!(started.elapsed() < deadline + RECONNECT_PAUSE);
+        // Started again within the one probe's deadline, while it allowed.
+        let within_one = starts(dir.path());
+        assert!(within_one >= 2, "{within_one} starts");
         let _ = session.ask();
-        assert_eq!(starts(dir.path()), 2);
+        assert!(starts(dir.path()) > within_one);
         let mut missing = Session::of(vec!["/nonexistent/psql".into()], Duration::from_secs(1));
         let failed = missing.ask().expect_err("nothing to run");
         assert!(
