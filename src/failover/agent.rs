@@ -122,7 +122,9 @@ impl Session {
                     .and_then(|psql| open.insert(psql).ask(self.asked, until)),
             };
             match outcome {
-                Err(Why::Said(_)) if Instant::now() + RECONNECT_PAUSE < until => {
+                // A pause, and as long again for the next psql to start and be refused: the
+                // kubelet gives up on the whole answer after 1 s.
+                Err(Why::Said(_)) if Instant::now() + 2 * RECONNECT_PAUSE < until => {
                     self.open = None;
                     std::thread::sleep(RECONNECT_PAUSE);
                 }

@@ -1238,9 +1238,11 @@ impl Chaos {
             .await;
         let outage = self.ledger.longest_gap(injected, resumed);
         // A power cut's figure: the first write the cluster took after the node's return.
+        let mut writable_at = None;
         if let Some(back) = self.node_back.take() {
             let first = self.ledger.first_after(back).unwrap_or(resumed);
             self.figure = Some(first.saturating_duration_since(back));
+            writable_at = Some(first);
         }
         let after = if fault == Fault::HangPrimary {
             self.converged(caption).await
@@ -1249,6 +1251,20 @@ impl Chaos {
         };
         let (last, lost) = self.acknowledged_rows_lost(&after.primary, caption).await;
         let caught_up = self.replicas_caught_up(&after, caption, injected).await;
+        // After a power cut, every row acknowledged before it is on every member within
+        // CATCH_UP_DEADLINE of the first write taken again: by the time the check above
+        // returned at the latest (an upper bound, convergence included).
+        if let Some(writable_at) = writable_at {
+            let held = writable_at.elapsed();
+            println!(
+                "chaos: {caption}: every acknowledged row on every member at most {:.1} s after the first write taken again",
+                held.as_secs_f64()
+            );
+            assert!(
+                held <= CATCH_UP_DEADLINE,
+                "{caption}: every row on every member only {held:?} after writable"
+            );
+        }
         let (writable, acknowledging) = self.writable.at_once();
         let polls = self.writable.polls.load(Ordering::SeqCst);
         println!(
