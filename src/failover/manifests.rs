@@ -170,7 +170,7 @@ mod tests {
     use super::*;
     use crate::failover::agent::DEFAULT_DEADLINE;
     use crate::postgres::manifests::tests::cluster;
-    use crate::postgres::manifests::ALIVE_CHECK;
+    use crate::postgres::manifests::{ALIVE_CHECK, STARTED_CHECK};
 
     fn env<'a>(container: &'a Value, name: &str) -> &'a Value {
         container["env"]
@@ -267,7 +267,10 @@ mod tests {
             json!([{"name": "agent", "mountPath": "/agent", "readOnly": true}])
         );
         let startup = &container["startupProbe"];
-        assert_eq!(startup["exec"]["command"], json!(["sh", "-c", ALIVE_CHECK]));
+        assert_eq!(
+            startup["exec"]["command"],
+            json!(["sh", "-c", STARTED_CHECK])
+        );
         // Longer than pg_isready's own 3 s connect timeout.
         assert!(startup["timeoutSeconds"].as_u64() > Some(3));
         assert!(ALIVE_CHECK.contains("-h 127.0.0.1") && ALIVE_CHECK.ends_with("[ $? -le 1 ]"));

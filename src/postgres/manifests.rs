@@ -36,7 +36,7 @@ pub use owned::{
     primary_service, primary_service_name, replicas_service, replicas_service_name, Credentials,
     CredentialsError, RANDOM_SOURCE,
 };
-pub use pieces::{from_secret, role_patch, shell_probe};
+pub use pieces::{from_secret, role_patch, shell_probe, STARTED_CHECK};
 pub use sql::{
     parse_bool, parse_lsn, psql_argv, restart_wal_receiver_argv, PsqlOutputError, ReplicaLsns,
     CURRENT_WAL_LSN_SQL, IS_IN_RECOVERY_SQL, PROMOTE_SQL, REPLICA_LSNS_SQL,
@@ -118,8 +118,8 @@ fn postgres_container(cluster: &PostgresCluster, image: &str) -> Value {
             {"name": "init", "mountPath": INITDB_DIR, "readOnly": true},
         ],
         // Holds readiness and liveness back until postgres listens on TCP (after initdb on the
-        // seed's first start); each second, as a restart takes ~0.1 s. 1 s × 600 = 10 minutes.
-        "startupProbe": shell_probe(ALIVE_CHECK, 1, 600),
+        // seed's first start); each probe waits up to 2 s for it. 2 s × 300 = 10 minutes.
+        "startupProbe": shell_probe(STARTED_CHECK, 2, 300),
         // Ready decides which pods the Services send traffic to.
         // ANCHOR: readiness_probe
         "readinessProbe": shell_probe(READY_CHECK, 2, 2),
@@ -408,10 +408,13 @@ pub(crate) mod tests {
             json!(["sh", "-c", READY_CHECK])
         );
         assert!(READY_CHECK.contains("-h 127.0.0.1"));
-        for probe in ["startupProbe", "livenessProbe"] {
+        for (probe, check) in [
+            ("startupProbe", STARTED_CHECK),
+            ("livenessProbe", ALIVE_CHECK),
+        ] {
             assert_eq!(
                 container[probe]["exec"]["command"],
-                json!(["sh", "-c", ALIVE_CHECK])
+                json!(["sh", "-c", check])
             );
             // Longer than pg_isready's own 3 s connect timeout.
             assert!(container[probe]["timeoutSeconds"].as_u64() > Some(3));

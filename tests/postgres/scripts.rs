@@ -95,7 +95,8 @@ fn run_clone(clone: &[String], tools: &Path, pgdata: &Path) -> Output {
 }
 
 /// The startup probe counts exit 0 (accepting) and 1 (rejecting: replaying WAL, starting,
-/// stopping) as alive, and 2 (no response) and 3 (no attempt) as dead; it asks 127.0.0.1:5432.
+/// stopping) as alive at once, and 2 (no response) and 3 (no attempt) as dead once it has asked
+/// for 2 s (20 times, 0.1 s apart); it asks 127.0.0.1:5432.
 /// (Liveness is the agent's `/livez`, which reads pg_isready the same way:
 /// `agent::tests::the_kubelet_reads_200_or_503_with_the_reason`.)
 #[test]
@@ -113,8 +114,28 @@ fn startup_counts_rejecting_connections_as_alive() {
             "with pg_isready exiting {code}: {output:?}"
         );
         let calls = std::fs::read_to_string(tools.path().join("calls")).expect("called");
-        assert_eq!(calls.trim(), "-q -h 127.0.0.1 -p 5432");
+        let asked: Vec<&str> = calls.lines().collect();
+        assert_eq!(asked.len(), if alive { 1 } else { 20 }, "{calls}");
+        assert!(asked.iter().all(|a| *a == "-q -h 127.0.0.1 -p 5432"), "{calls}");
     }
+}
+
+/// A postmaster that listens while the startup probe waits (no answer twice, then accepting)
+/// passes that one probe: a restarted container is started as soon as postgres is there.
+#[test]
+fn startup_passes_as_soon_as_the_postmaster_listens() {
+    let pod = replica_pod();
+    let command = argv(&pod["spec"]["containers"][0]["startupProbe"]["exec"]["command"]);
+    let tools = tempfile::tempdir().expect("tempdir");
+    write_tool(
+        tools.path(),
+        "pg_isready",
+        "calls=\"$(dirname \"$0\")/calls\"; echo x >> \"$calls\"; [ $(wc -l < \"$calls\") -ge 3 ] || exit 2",
+    );
+    let output = run(&command, tools.path(), &[]);
+    assert!(output.status.success(), "{output:?}");
+    let calls = std::fs::read_to_string(tools.path().join("calls")).expect("called");
+    assert_eq!(calls.lines().count(), 3);
 }
 
 /// A clone init container that finds a database in PGDATA (the pod restarted, its emptyDir

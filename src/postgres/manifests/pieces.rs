@@ -19,6 +19,11 @@ pub fn from_secret(cluster: &PostgresCluster, variable: &str, key: &str) -> Valu
     })
 }
 
+/// The startup probe's check: `pg_isready` exiting 0 or 1 (the postmaster is there), asked
+/// every 0.1 s for up to 2 s before it gives up, so a postmaster that listens 0.3 s after its
+/// container started passes then, not at the next probe (the kubelet asks once per period).
+pub const STARTED_CHECK: &str = "i=0; until pg_isready -q -h 127.0.0.1 -p 5432 || [ $? -eq 1 ]; do i=$((i+1)); [ $i -lt 20 ] || exit 1; sleep 0.1; done";
+
 /// An exec probe running `script` with `sh -c`.
 pub fn shell_probe(script: &str, period_seconds: u32, failure_threshold: u32) -> Value {
     json!({
