@@ -116,7 +116,10 @@ fn startup_counts_rejecting_connections_as_alive() {
         let calls = std::fs::read_to_string(tools.path().join("calls")).expect("called");
         let asked: Vec<&str> = calls.lines().collect();
         assert_eq!(asked.len(), if alive { 1 } else { 20 }, "{calls}");
-        assert!(asked.iter().all(|a| *a == "-q -h 127.0.0.1 -p 5432"), "{calls}");
+        assert!(
+            asked.iter().all(|a| *a == "-q -h 127.0.0.1 -p 5432"),
+            "{calls}"
+        );
     }
 }
 
