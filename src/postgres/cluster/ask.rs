@@ -33,15 +33,11 @@ pub async fn psql_in_pod(
     pod: &str,
     argv: &[String],
 ) -> Result<String, String> {
-    let fenced;
-    let argv = match client.term() {
-        // On the data volume: the fence outlives a restart of the container.
-        Some(term) => {
-            fenced = fenced_argv(term, manifests::DATA_MOUNT, argv);
-            &fenced
-        }
-        None => argv,
-    };
+    // On the data volume: the fence outlives a restart of the container.
+    let fenced = client
+        .term()
+        .map(|term| fenced_argv(term, manifests::DATA_MOUNT, argv));
+    let argv = fenced.as_deref().unwrap_or(argv);
     let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
     let output = exec(
         client,
