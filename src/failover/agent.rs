@@ -109,9 +109,9 @@ impl Session {
 
     /// Ask the server: Ok when it answered within the deadline, else why not. A session that
     /// failed is ended (killed and reaped). One that ended (no server yet, a server restarting)
-    /// is started again every [`RECONNECT_PAUSE`] while the deadline allows: the kubelet probes
-    /// a restarted container at once and then every 2 s, so a postmaster that comes up 0.3 s
-    /// after its container is ready then, not at the next probe.
+    /// is started again every [`RECONNECT_PAUSE`] while the deadline allows: the kubelet asks
+    /// once the startup probe passed, then every 2 s, so a postmaster still refusing sessions
+    /// then (replaying WAL up to a consistent state) is Ready within that probe, not 2 s later.
     pub fn ask(&mut self) -> Result<(), String> {
         self.asked += 1;
         let until = Instant::now() + self.deadline;
