@@ -66,7 +66,7 @@ fn print_memory(label: &str) {
 fn cluster(index: usize) -> PostgresCluster {
     let spec = PostgresClusterSpec::new(3, "16");
     let mut cluster = PostgresCluster::new("default", &format!("db-{index:04}"), spec);
-    cluster.metadata.uid = format!("uid-{index}");
+    cluster.metadata.uid = format!("uid-{index}").into();
     cluster
 }
 

@@ -19,7 +19,7 @@ pub use crate::crd::{crd_path, group_version_path, CRD_NAME, GROUP, VERSION};
 mod kept;
 mod spec;
 
-pub use kept::{StringMap, Word, LAST_APPLIED_ANNOTATION};
+pub use kept::{InlineStr, StringMap, Text, Uid, Word, LAST_APPLIED_ANNOTATION};
 pub use spec::{
     describe_status, validate_spec, PostgresVersion, SpecError, VersionError, MAX_SIZE,
     OLDEST_MAJOR,
@@ -49,8 +49,8 @@ pub struct ObjectMeta {
     pub name: String,
     #[serde(default, skip_serializing_if = "Word::is_empty")]
     pub namespace: Word,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub uid: String,
+    #[serde(default, skip_serializing_if = "Uid::is_empty")]
+    pub uid: Uid,
     /// Opaque: compare for equality only, never parse or order it.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub resource_version: String,
@@ -82,7 +82,7 @@ pub struct OwnerReference {
     pub api_version: String,
     pub kind: String,
     pub name: String,
-    pub uid: String,
+    pub uid: Uid,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub controller: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

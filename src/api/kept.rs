@@ -14,17 +14,17 @@
 //!   prunes them under our CRD's schema anyway; the declared ones later steps read are named
 //!   here, so no field is buffered before it is decoded (serde's `flatten` buffers them all).
 //!
-//! Annotations live in a [`StringMap`], one sorted vector sized to its entries; a condition's
+//! Annotations live in a [`StringMap`], one sorted slice sized to its entries; a condition's
 //! type, status and reason, the apiVersion, kind, namespace and phase, and annotation keys are
-//! [`Word`]s, one copy shared by every object.
+//! [`Word`]s, one copy shared by every object. A uid, and the watch store's `namespace/name` key,
+//! are [`InlineStr`]s: short enough to live inside the value, with no allocation of their own.
 //!
 //! It is safe because the operator never writes a `PostgresCluster` back whole: its writes are
 //! merge patches (`{"status": ...}`, an annotation), which leave every field they do not name as
 //! it is. A type that *is* written back whole (the leader's `Lease`, a `PUT` with its
 //! resourceVersion) decodes [`ObjectMeta`] in full, annotations and finalizers included.
 
-use std::borrow::Cow;
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::fmt;
 use std::ops::Deref;
 use std::sync::{Mutex, PoisonError};
@@ -69,7 +69,7 @@ struct MetaFields {
     #[serde(default)]
     namespace: Word,
     #[serde(default)]
-    uid: String,
+    uid: Uid,
     #[serde(default)]
     resource_version: String,
     generation: Option<i64>,
@@ -223,12 +223,20 @@ fn named<const N: usize>(names: [&str; N], values: [Option<Value>; N]) -> Map<St
 /// cluster's annotations use a few keys over and over.
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct StringMap {
-    entries: Vec<(Word, String)>,
+    /// A boxed slice, not a `Vec`: 16 bytes in the object, not 24 (a change rebuilds it).
+    entries: Box<[(Word, String)]>,
 }
 
 impl StringMap {
     pub fn new() -> StringMap {
         StringMap::default()
+    }
+
+    /// The entries changed by `change`, boxed again at their exact length.
+    fn rebuild(&mut self, change: impl FnOnce(&mut Vec<(Word, String)>)) {
+        let mut entries = std::mem::take(&mut self.entries).into_vec();
+        change(&mut entries);
+        self.entries = entries.into_boxed_slice();
     }
 
     fn find(&self, key: &str) -> Result<usize, usize> {
@@ -250,7 +258,7 @@ impl StringMap {
         match self.find(&key) {
             Ok(at) => Some(std::mem::replace(&mut self.entries[at].1, value)),
             Err(at) => {
-                self.entries.insert(at, (key, value));
+                self.rebuild(|entries| entries.insert(at, (key, value)));
                 None
             }
         }
@@ -258,11 +266,13 @@ impl StringMap {
 
     pub fn remove(&mut self, key: &str) -> Option<String> {
         let at = self.find(key).ok()?;
-        Some(self.entries.remove(at).1)
+        let mut removed = None;
+        self.rebuild(|entries| removed = Some(entries.remove(at).1));
+        removed
     }
 
     pub fn clear(&mut self) {
-        self.entries.clear();
+        self.entries = Box::default();
     }
 
     pub fn len(&self) -> usize {
@@ -349,7 +359,9 @@ impl<'de> Visitor<'de> for Entries {
         entries.reverse();
         let kept = exact(&mut entries);
         ENTRIES.set(entries);
-        Ok(StringMap { entries: kept })
+        Ok(StringMap {
+            entries: kept.into_boxed_slice(),
+        })
     }
 }
 
@@ -357,48 +369,67 @@ impl<'de> Visitor<'de> for Entries {
 /// reason (one CamelCase word); an object's apiVersion, kind, namespace and phase. The first object to carry a word
 /// keeps it for the life of the process and every later one shares it, so a kept object holds no
 /// copy of its own: three allocations fewer per condition (a heap chunk is 32 B for "True").
-#[derive(Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Word(Cow<'static, str>);
+#[derive(Clone)]
+pub struct Word(Spelling);
+
+/// 16 bytes where a `Cow<'static, str>` takes 24, and an `Option<Word>` 16 too: each variant is
+/// one thin pointer, to the shared copy or to a word of its own (rare: past the vocabulary's
+/// bounds). A kept condition holds three words, a kept object four more.
+#[derive(Clone)]
+enum Spelling {
+    Shared(&'static &'static str),
+    Own(Box<Box<str>>),
+}
 
 /// Longer strings are not words: each object keeps its own.
 const WORD_MAX_BYTES: usize = 64;
 /// The vocabulary's bound (64 KiB at most): a word past it is kept per object, as a `String` is.
 const WORDS_MAX: usize = 1024;
-static WORDS: Mutex<BTreeSet<&'static str>> = Mutex::new(BTreeSet::new());
+static WORDS: Mutex<BTreeMap<&'static str, &'static &'static str>> = Mutex::new(BTreeMap::new());
 
 impl Word {
     pub fn as_str(&self) -> &str {
-        &self.0
+        match &self.0 {
+            Spelling::Shared(word) => word,
+            Spelling::Own(word) => word,
+        }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.as_str().is_empty()
     }
 
     /// The shared copy of `word`, made on first sight while the vocabulary has room.
-    fn shared(word: &str) -> Option<&'static str> {
+    fn shared(word: &str) -> Option<&'static &'static str> {
         if word.len() > WORD_MAX_BYTES {
             return None;
         }
         // A panic while holding the lock leaves a whole set (each insert is one word).
         let mut words = WORDS.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(known) = words.get(word) {
-            return Some(known);
+            return Some(*known);
         }
         if words.len() >= WORDS_MAX {
             return None;
         }
-        let kept: &'static str = Box::leak(Box::from(word));
-        words.insert(kept);
+        let spelled: &'static str = Box::leak(Box::<str>::from(word));
+        let kept: &'static &'static str = Box::leak(Box::new(spelled));
+        words.insert(kept, kept);
         Some(kept)
+    }
+}
+
+impl Default for Word {
+    fn default() -> Word {
+        Word(Spelling::Shared(&""))
     }
 }
 
 impl From<&str> for Word {
     fn from(word: &str) -> Word {
         match Word::shared(word) {
-            Some(shared) => Word(Cow::Borrowed(shared)),
-            None => Word(Cow::Owned(word.to_string())),
+            Some(shared) => Word(Spelling::Shared(shared)),
+            None => Word(Spelling::Own(Box::new(Box::from(word)))),
         }
     }
 }
@@ -406,22 +437,48 @@ impl From<&str> for Word {
 impl From<String> for Word {
     fn from(word: String) -> Word {
         match Word::shared(&word) {
-            Some(shared) => Word(Cow::Borrowed(shared)),
-            None => Word(Cow::Owned(word)),
+            Some(shared) => Word(Spelling::Shared(shared)),
+            None => Word(Spelling::Own(Box::new(word.into_boxed_str()))),
         }
+    }
+}
+
+impl PartialEq for Word {
+    fn eq(&self, other: &Word) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for Word {}
+
+impl PartialOrd for Word {
+    fn partial_cmp(&self, other: &Word) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Word {
+    fn cmp(&self, other: &Word) -> std::cmp::Ordering {
+        self.as_str().cmp(other.as_str())
+    }
+}
+
+impl std::hash::Hash for Word {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_str().hash(state);
     }
 }
 
 impl Deref for Word {
     type Target = str;
     fn deref(&self) -> &str {
-        &self.0
+        self.as_str()
     }
 }
 
 impl AsRef<str> for Word {
     fn as_ref(&self) -> &str {
-        &self.0
+        self.as_str()
     }
 }
 
@@ -489,6 +546,217 @@ impl<'de> Deserialize<'de> for Word {
             }
         }
         deserializer.deserialize_str(Words)
+    }
+}
+
+/// A string an object carries one of, kept at its exact size: up to `N` bytes live inside the
+/// value (no allocation), a longer one in a box of its exact length. Read as a `&str`
+/// (`Deref`, `as_str`), compared with one (`==`), and written back as it came: nothing is
+/// parsed, which a resourceVersion requires (Kubernetes: opaque to clients, even when it
+/// looks like a number).
+#[derive(Clone)]
+pub struct InlineStr<const N: usize>(Stored<N>);
+
+#[derive(Clone)]
+enum Stored<const N: usize> {
+    Inline { len: u8, bytes: [u8; N] },
+    Boxed(Box<str>),
+}
+
+/// 22 bytes inside, 24 in all (a `String`'s size, without its allocation): an object's
+/// resourceVersion (a decimal in every API server so far), a store's `namespace/name` key.
+pub type Text = InlineStr<22>;
+/// 38 bytes inside, 40 in all: a uid's 36 characters (a UUID as the API server writes it).
+pub type Uid = InlineStr<38>;
+
+impl<const N: usize> InlineStr<N> {
+    /// The length byte counts at most 255.
+    const FITS: () = assert!(N <= u8::MAX as usize);
+
+    pub fn as_str(&self) -> &str {
+        match &self.0 {
+            // Cut from a `&str` at its own length, so always whole characters.
+            Stored::Inline { len, bytes } => std::str::from_utf8(&bytes[..usize::from(*len)])
+                .expect("an inline string is copied from a str"),
+            Stored::Boxed(text) => text,
+        }
+    }
+
+    /// The bytes, unchecked: what comparisons and ordering read.
+    fn as_bytes(&self) -> &[u8] {
+        match &self.0 {
+            Stored::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            Stored::Boxed(text) => text.as_bytes(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.as_bytes().is_empty()
+    }
+
+    /// `text` inside the value, if it fits.
+    fn inline(text: &str) -> Option<InlineStr<N>> {
+        let () = Self::FITS;
+        let len = u8::try_from(text.len()).ok().filter(|_| text.len() <= N)?;
+        let mut bytes = [0; N];
+        bytes[..text.len()].copy_from_slice(text.as_bytes());
+        Some(InlineStr(Stored::Inline { len, bytes }))
+    }
+}
+
+impl<const N: usize> Default for InlineStr<N> {
+    fn default() -> InlineStr<N> {
+        InlineStr::from("")
+    }
+}
+
+impl<const N: usize> From<&str> for InlineStr<N> {
+    fn from(text: &str) -> InlineStr<N> {
+        InlineStr::inline(text).unwrap_or_else(|| InlineStr(Stored::Boxed(Box::from(text))))
+    }
+}
+
+impl<const N: usize> From<&String> for InlineStr<N> {
+    fn from(text: &String) -> InlineStr<N> {
+        InlineStr::from(text.as_str())
+    }
+}
+
+impl<const N: usize> From<String> for InlineStr<N> {
+    fn from(text: String) -> InlineStr<N> {
+        match InlineStr::inline(&text) {
+            Some(inline) => inline,
+            None => InlineStr(Stored::Boxed(text.into_boxed_str())),
+        }
+    }
+}
+
+impl<const N: usize> From<InlineStr<N>> for String {
+    fn from(text: InlineStr<N>) -> String {
+        match text.0 {
+            Stored::Boxed(text) => text.into(),
+            Stored::Inline { .. } => text.as_str().to_string(),
+        }
+    }
+}
+
+impl<const N: usize> Deref for InlineStr<N> {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl<const N: usize> AsRef<str> for InlineStr<N> {
+    fn as_ref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl<const N: usize> std::borrow::Borrow<str> for InlineStr<N> {
+    fn borrow(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl<const N: usize> fmt::Debug for InlineStr<N> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+impl<const N: usize> fmt::Display for InlineStr<N> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self)
+    }
+}
+
+// Equal, ordered and hashed as the `str` it holds (byte order is `str`'s order), so a map keyed
+// by it is read with a `&str` (`Borrow`).
+impl<const N: usize> PartialEq for InlineStr<N> {
+    fn eq(&self, other: &InlineStr<N>) -> bool {
+        self.as_bytes() == other.as_bytes()
+    }
+}
+
+impl<const N: usize> Eq for InlineStr<N> {}
+
+impl<const N: usize> PartialOrd for InlineStr<N> {
+    fn partial_cmp(&self, other: &InlineStr<N>) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl<const N: usize> Ord for InlineStr<N> {
+    fn cmp(&self, other: &InlineStr<N>) -> std::cmp::Ordering {
+        self.as_bytes().cmp(other.as_bytes())
+    }
+}
+
+impl<const N: usize> std::hash::Hash for InlineStr<N> {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_str().hash(state);
+    }
+}
+
+impl<const N: usize> PartialEq<str> for InlineStr<N> {
+    fn eq(&self, other: &str) -> bool {
+        self.as_bytes() == other.as_bytes()
+    }
+}
+
+impl<const N: usize> PartialEq<&str> for InlineStr<N> {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_bytes() == other.as_bytes()
+    }
+}
+
+impl<const N: usize> PartialEq<String> for InlineStr<N> {
+    fn eq(&self, other: &String) -> bool {
+        self.as_bytes() == other.as_bytes()
+    }
+}
+
+impl<const N: usize> PartialEq<InlineStr<N>> for str {
+    fn eq(&self, other: &InlineStr<N>) -> bool {
+        other == self
+    }
+}
+
+impl<const N: usize> PartialEq<InlineStr<N>> for &str {
+    fn eq(&self, other: &InlineStr<N>) -> bool {
+        other == self
+    }
+}
+
+impl<const N: usize> PartialEq<InlineStr<N>> for String {
+    fn eq(&self, other: &InlineStr<N>) -> bool {
+        other == self
+    }
+}
+
+impl<const N: usize> Serialize for InlineStr<N> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self)
+    }
+}
+
+impl<'de, const N: usize> Deserialize<'de> for InlineStr<N> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<InlineStr<N>, D::Error> {
+        struct Strings<const N: usize>;
+        impl<const N: usize> Visitor<'_> for Strings<N> {
+            type Value = InlineStr<N>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<InlineStr<N>, E> {
+                Ok(InlineStr::from(text))
+            }
+            fn visit_string<E: serde::de::Error>(self, text: String) -> Result<InlineStr<N>, E> {
+                Ok(InlineStr::from(text))
+            }
+        }
+        deserializer.deserialize_str(Strings::<N>)
     }
 }
 
@@ -611,5 +879,83 @@ mod tests {
         let repeated: StringMap = serde_json::from_str(r#"{"k":"first","k":"last"}"#).unwrap();
         assert_eq!(repeated.len(), 1);
         assert_eq!(repeated.get("k").map(String::as_str), Some("last"));
+    }
+
+    /// Up to its bound a string lives inside the value, past it in a box of its own length;
+    /// either way it reads, compares, orders, hashes and serializes as the `str` it came from
+    /// (a resourceVersion-like decimal and a non-decimal alike: nothing is parsed).
+    #[test]
+    fn inline_strings_read_back_as_they_came() {
+        let cases = [
+            "",
+            "7",
+            "18446744073709551616",
+            "not-a-number/π",
+            "e220a839-7b1d-4daf-9adf-b90f68c9eb9b",
+            "namespace-of-thirty-chars-long/and-a-name",
+        ];
+        for text in cases {
+            let short = Text::from(text);
+            let uid = Uid::from(text.to_string());
+            assert_eq!(short.as_str(), text);
+            assert_eq!(uid, text);
+            assert_eq!(short.is_empty(), text.is_empty());
+            let owned = text.to_string();
+            assert_eq!(short, owned);
+            assert_eq!(owned, short);
+            assert_eq!(text, short);
+            assert_eq!(*text, *short);
+            assert_eq!(String::from(uid.clone()), text);
+            assert_eq!(format!("{short}|{short:?}"), format!("{text}|{text:?}"));
+            let json = serde_json::to_string(&short).unwrap();
+            assert_eq!(json, serde_json::to_string(text).unwrap());
+            assert_eq!(serde_json::from_str::<Uid>(&json).unwrap(), uid);
+            assert_eq!(
+                matches!(short.0, Stored::Inline { .. }),
+                text.len() <= 22,
+                "{text:?}"
+            );
+            assert_eq!(
+                matches!(uid.0, Stored::Inline { .. }),
+                text.len() <= 38,
+                "{text:?}"
+            );
+        }
+        // 22 bytes fit, 23 do not; a multi-byte character is never cut.
+        assert!(matches!(
+            Text::from("x".repeat(22)).0,
+            Stored::Inline { .. }
+        ));
+        assert!(matches!(Text::from("x".repeat(23)).0, Stored::Boxed(_)));
+        assert_eq!(
+            Text::from(format!("{}é", "x".repeat(21))),
+            format!("{}é", "x".repeat(21))
+        );
+
+        // Ordered as `str` is, so a map keyed by them is read with a `&str`.
+        let mut sorted: Vec<Text> = cases.iter().map(|&text| text.into()).collect();
+        sorted.sort();
+        let mut expected = cases.to_vec();
+        expected.sort();
+        assert_eq!(sorted, expected);
+        let map: std::collections::BTreeMap<Text, usize> = sorted.into_iter().zip(0..).collect();
+        assert_eq!(
+            map.get("7"),
+            Some(&expected.iter().position(|t| *t == "7").unwrap())
+        );
+    }
+
+    /// What the kept forms cost inside an object: a word, an absent one and the annotations 16
+    /// bytes each (a `String` is 24), a `Text` a `String`'s 24 and a `Uid` 40, neither with an
+    /// allocation while the string fits.
+    #[test]
+    fn the_kept_forms_are_their_documented_sizes() {
+        use std::mem::size_of;
+        assert_eq!(size_of::<Word>(), 16);
+        assert_eq!(size_of::<Option<Word>>(), 16);
+        assert_eq!(size_of::<StringMap>(), 16);
+        assert_eq!(size_of::<Text>(), size_of::<String>());
+        assert_eq!(size_of::<Option<Text>>(), size_of::<String>());
+        assert_eq!(size_of::<Uid>(), 40);
     }
 }

@@ -93,7 +93,7 @@ pub struct ClusterInbox<K = PostgresCluster> {
 /// The controller's hold on one cluster task.
 struct ClusterHandle<K> {
     /// A cluster deleted and re-created under the same name is a new cluster: new uid.
-    uid: String,
+    uid: crate::api::Uid,
     /// The last object sent (or started with); used to skip restarting a task that panicked for
     /// an unchanged spec.
     last_sent: Arc<K>,

@@ -93,7 +93,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::api::{HasMetadata, ObjectMeta};
+use crate::api::{HasMetadata, ObjectMeta, Text};
 use crate::client::{Client, ClientError};
 use crate::status::Status;
 
@@ -221,8 +221,8 @@ struct ListWatch<T> {
     continue_expired: bool,
 }
 
-fn key_of(meta: &ObjectMeta) -> String {
-    format!("{}/{}", meta.namespace, meta.name)
+fn key_of(meta: &ObjectMeta) -> Text {
+    format!("{}/{}", meta.namespace, meta.name).into()
 }
 
 impl<T: WatchedObject> ListWatch<T> {

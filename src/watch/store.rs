@@ -13,6 +13,8 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use crate::api::Text;
+
 /// One object as the consumer last saw it.
 pub(crate) struct Known<T> {
     /// The very `Arc` the consumer was handed: storing it copies no object, reading it decodes
@@ -31,7 +33,7 @@ pub(crate) struct Known<T> {
 /// reader keeps what it read for as long as it likes, the watch never waits on it, and it never
 /// sees an object half-written.
 pub struct Store<T> {
-    entries: Arc<Mutex<BTreeMap<String, Known<T>>>>,
+    entries: Arc<Mutex<BTreeMap<Text, Known<T>>>>,
 }
 
 impl<T> Clone for Store<T> {
@@ -50,7 +52,7 @@ impl<T> Store<T> {
     }
 
     /// The entries, for the watch loop. Held only between two awaits, never across one.
-    pub(crate) fn lock(&self) -> MutexGuard<'_, BTreeMap<String, Known<T>>> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, BTreeMap<Text, Known<T>>> {
         // A panic while holding the lock leaves whole entries (each write replaces one entry):
         // the map is still usable.
         self.entries.lock().unwrap_or_else(PoisonError::into_inner)
@@ -97,14 +99,14 @@ mod tests {
             cluster.metadata = ObjectMeta {
                 name: name.into(),
                 namespace: "ns".into(),
-                uid: format!("uid-{name}"),
+                uid: format!("uid-{name}").into(),
                 ..Default::default()
             };
             let known = Known {
                 object: Arc::new(cluster),
                 seen_by_list: 1,
             };
-            store.lock().insert(format!("ns/{name}"), known);
+            store.lock().insert(format!("ns/{name}").into(), known);
         }
         assert_eq!(store.len(), 2);
         assert_eq!(store.get("ns/b").map(|c| c.spec.size), Some(3));

@@ -14,7 +14,7 @@ use tokio::sync::mpsc;
 
 pub fn cluster(namespace: &str, name: &str, size: i64) -> PostgresCluster {
     let mut cluster = PostgresCluster::new(namespace, name, test_support::cluster_spec(size));
-    cluster.metadata.uid = format!("uid-{namespace}-{name}");
+    cluster.metadata.uid = format!("uid-{namespace}-{name}").into();
     cluster
 }
 
@@ -30,7 +30,7 @@ pub fn owned_pod(owner: &PostgresCluster, name: &str, phase: &str) -> Pod {
         metadata: ObjectMeta {
             name: name.into(),
             namespace: owner.metadata.namespace.clone(),
-            uid: format!("pod-uid-{name}"),
+            uid: format!("pod-uid-{name}").into(),
             labels: pod_labels(&owner.metadata.name),
             owner_references: vec![owner_reference(owner)],
             ..ObjectMeta::default()

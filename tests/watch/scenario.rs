@@ -33,7 +33,7 @@ type Beliefs = BTreeMap<String, (String, String, i64)>;
 fn belief(object: &PostgresCluster) -> (String, String, i64) {
     let meta = &object.metadata;
     (
-        meta.uid.clone(),
+        meta.uid.to_string(),
         meta.resource_version.clone(),
         object.spec.size,
     )
