@@ -552,8 +552,7 @@ impl<'de> Deserialize<'de> for Word {
 /// A string an object carries one of, kept at its exact size: up to `N` bytes live inside the
 /// value (no allocation), a longer one in a box of its exact length. Read as a `&str`
 /// (`Deref`, `as_str`), compared with one (`==`), and written back as it came: nothing is
-/// parsed, which a resourceVersion requires (Kubernetes: opaque to clients, even when it
-/// looks like a number).
+/// parsed, so an opaque value (a uid, a key) comes back byte for byte.
 #[derive(Clone)]
 pub struct InlineStr<const N: usize>(Stored<N>);
 
@@ -563,8 +562,8 @@ enum Stored<const N: usize> {
     Boxed(Box<str>),
 }
 
-/// 22 bytes inside, 24 in all (a `String`'s size, without its allocation): an object's
-/// resourceVersion (a decimal in every API server so far), a store's `namespace/name` key.
+/// 22 bytes inside, 24 in all (a `String`'s size, without its allocation): a store's
+/// `namespace/name` key.
 pub type Text = InlineStr<22>;
 /// 38 bytes inside, 40 in all: a uid's 36 characters (a UUID as the API server writes it).
 pub type Uid = InlineStr<38>;
