@@ -185,6 +185,9 @@ async fn one_leads_the_other_waits_and_a_release_hands_over() {
     };
     let first_term = term_of(&leader).expect("the work's client carries the leader's term");
     assert_eq!(first_term, term(&first));
+    // The Lease's creation second leads it (the sandbox stamps creationTimestamp, as the API
+    // server does), so a Lease created again outranks this one whatever its count.
+    assert!(first_term / 1_000_000 > 1_700_000_000, "{first_term}");
 
     // Stop the leader: its work stops, then it releases, then the standby acts.
     leader.stop.cancel();
