@@ -10,7 +10,8 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
-use postgres_operator::crd::{self, CrdError, Difference, Registration, CRD_NAME};
+use crate::support::up_to_date;
+use postgres_operator::crd::{self, CrdError, Difference, Registration};
 use postgres_operator::crd_check;
 use serde_json::{json, Value};
 use test_support::plain_client;
@@ -137,16 +138,9 @@ async fn server_defaults_are_no_difference() {
     let client = plain_client(&server.url);
     assert_eq!(
         crd_check::check(&client, WAIT, |_| {}).await.unwrap(),
-        Registration::UpToDate {
-            crd: CRD_NAME.into()
-        }
+        up_to_date()
     );
-    assert_eq!(
-        crd::ensure(&client).await.unwrap(),
-        Registration::UpToDate {
-            crd: CRD_NAME.into()
-        }
-    );
+    assert_eq!(crd::ensure(&client).await.unwrap(), up_to_date());
     assert_eq!(server.requests().len(), 2);
     assert_eq!(writes(&server), Vec::<String>::new());
 }
@@ -207,9 +201,7 @@ async fn any_409_on_create_reads_the_winner() {
         let client = plain_client(&server.url);
         assert_eq!(
             crd_check::check(&client, WAIT, |_| {}).await.unwrap(),
-            Registration::UpToDate {
-                crd: CRD_NAME.into()
-            }
+            up_to_date()
         );
         let calls: Vec<String> = server
             .requests()

@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use crate::support::up_to_date;
 use postgres_operator::api::{
     collection_path, crd_path, object_path, PostgresCluster, PostgresClusterSpec, PostgresVersion,
 };
@@ -138,18 +139,8 @@ async fn a_current_crd_is_left_alone() {
     assert_eq!(writes_before, [format!("create {CRDS_PATH} 201")]);
     let before: Value = client.get(&crd_path()).await.unwrap();
 
-    assert_eq!(
-        crd::ensure(&client).await.unwrap(),
-        Registration::UpToDate {
-            crd: CRD_NAME.into()
-        }
-    );
-    assert_eq!(
-        crd::ensure(&client).await.unwrap(),
-        Registration::UpToDate {
-            crd: CRD_NAME.into()
-        }
-    );
+    assert_eq!(crd::ensure(&client).await.unwrap(), up_to_date());
+    assert_eq!(crd::ensure(&client).await.unwrap(), up_to_date());
 
     assert_eq!(
         crd_writes(&sandbox),
@@ -192,12 +183,7 @@ async fn a_crd_of_our_name_with_someone_elses_schema_is_updated() {
     assert_eq!(after["metadata"]["labels"]["owner"], "someone-else");
     let kept: PostgresCluster = client.get(&object_path("default", "theirs")).await.unwrap();
     assert_eq!(kept.spec.version, "16");
-    assert_eq!(
-        crd::ensure(&client).await.unwrap(),
-        Registration::UpToDate {
-            crd: CRD_NAME.into()
-        }
-    );
+    assert_eq!(crd::ensure(&client).await.unwrap(), up_to_date());
 }
 
 /// The server's `spec.version` pattern and `PostgresVersion::from_str` accept exactly the same

@@ -7,6 +7,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::support::up_to_date;
 use postgres_operator::crd::{self, CrdError, Registration, CRD_NAME, ENSURE_ATTEMPTS};
 use serde_json::json;
 use test_support::plain_client;
@@ -70,12 +71,7 @@ async fn an_up_to_date_crd_is_left_alone() {
     let server =
         ScriptedServer::always(|| json(200, served(crd::postgres_cluster_crd(), "17"))).await;
     let registration = crd::ensure(&plain_client(&server.url)).await.unwrap();
-    assert_eq!(
-        registration,
-        Registration::UpToDate {
-            crd: CRD_NAME.into()
-        }
-    );
+    assert_eq!(registration, up_to_date());
     assert_eq!(
         registration.to_string(),
         "CustomResourceDefinition postgresclusters.workshop.example.com already up to date"
@@ -163,9 +159,7 @@ async fn losing_the_create_race_reads_the_winner() {
     .await;
     assert_eq!(
         crd::ensure(&plain_client(&server.url)).await.unwrap(),
-        Registration::UpToDate {
-            crd: CRD_NAME.into()
-        }
+        up_to_date()
     );
     let methods: Vec<String> = server.requests().into_iter().map(|r| r.method).collect();
     assert_eq!(methods, ["GET", "POST", "GET"]);

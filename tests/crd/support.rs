@@ -1,5 +1,6 @@
 //! Shared by the CRD tests: a CRD of our name that someone else wrote.
 
+use postgres_operator::crd::{Registration, CRD_NAME};
 use serde_json::{json, Value};
 
 /// The CRD of a server nobody here wrote (the side-by-side benchmark's feed has one like it):
@@ -24,4 +25,11 @@ pub fn foreign_crd() -> Value {
             }],
         },
     })
+}
+
+/// What registering our CRD says when the server's copy already matches.
+pub fn up_to_date() -> Registration {
+    Registration::UpToDate {
+        crd: CRD_NAME.into(),
+    }
 }
