@@ -15,6 +15,8 @@ use http_body_util::Full;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 
 use super::answer::DEFAULT_MAX_RESPONSE_BODY;
 use super::tls::tls_client_config;
@@ -163,5 +165,17 @@ impl Client {
     /// How long one attempt may wait for its answer.
     pub(crate) fn request_timeout(&self) -> Duration {
         self.inner.request_timeout
+    }
+
+    /// DELETE an object with a `DeleteOptions` body: `preconditions` (the API server deletes
+    /// only the version named), `propagationPolicy`, `gracePeriodSeconds`. `mod.rs`'s `delete`
+    /// is the same without a body.
+    pub async fn delete_with<B: Serialize, T: DeserializeOwned>(
+        &self,
+        path: &str,
+        options: &B,
+    ) -> Result<T, ClientError> {
+        self.json_body(Method::DELETE, path, options, "application/json")
+            .await
     }
 }

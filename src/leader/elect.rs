@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::gate::LeaseGate;
 use super::lease::{judge, lease_path, leases_path, released, renewed, taken, Lease, LeaseSpec};
+use super::stamp::stamp_pods;
 use super::{LeaderElection, LeaderError, Verdict};
 use crate::client::{Client, ClientError, USER_AGENT};
 use crate::story::Reporter;
@@ -52,12 +53,20 @@ where
     let gated = candidate.client.clone();
     // Fixed for this leadership: a rejoin after a frozen server finds the same Lease.
     let term = super::term::term(&lease);
-    let work = work(
-        gated
-            .gated_by(candidate.gate.request_gate())
-            .with_term(term),
-        acting.clone(),
-    );
+    let gated = gated
+        .gated_by(candidate.gate.request_gate())
+        .with_term(term);
+    let (namespace, acts) = (candidate.election.namespace.clone(), acting.clone());
+    let work = async move {
+        // Our term on every pod before we act: from then on the API server refuses a label or
+        // a deletion our paused predecessor may still send (`stamp.rs`).
+        let (stamped, failed) = stamp_pods(&gated, &namespace).await;
+        tracing::info!(term, stamped, "stamped our leader term on the pods");
+        for failure in failed {
+            tracing::warn!(term, %failure, "not stamped: the gate alone fences this pod until we write it");
+        }
+        work(gated, acts).await
+    };
     tokio::pin!(work);
     let deadline = candidate.election.renew_deadline;
     let mut next_renewal = Instant::now() + candidate.election.retry_period;

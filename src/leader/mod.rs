@@ -15,6 +15,7 @@
 //! | `elect.rs` | the loop: acquire, act while renewing, hold writes back while a renewal is late, stop when another holds it, release on shutdown |
 //! | `gate.rs` | what every write of the work passes: the last renewal younger than the renew deadline, by the monotonic clock |
 //! | `term.rs` | the leader's term, and the fence in each member that refuses a command of an earlier term |
+//! | `stamp.rs` | the term stamped on every pod, and the label or deletion the API server refuses once a later one is |
 //!
 //! ```text
 //! GET lease ── 404 ──▶ POST (ours) ─────────────────────────┐
@@ -33,6 +34,7 @@
 mod elect;
 mod gate;
 mod lease;
+mod stamp;
 mod term;
 
 pub use elect::{
@@ -43,6 +45,9 @@ pub use gate::LeaseGate;
 pub use lease::{
     judge, lease_path, leases_path, micro_time, released, renewed, taken, Lease, LeaseSpec,
     Verdict, LEASE_API_VERSION,
+};
+pub use stamp::{
+    conditional_patch, delete_in_term, patch_in_term, stamp_pods, stamped_term, TERM_ANNOTATION,
 };
 pub use term::{fenced_argv, term, FENCED_EXIT, TERM_FILE};
 

@@ -14,12 +14,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use postgres_operator::client::Client;
+use postgres_operator::client::{Patch, RequestError};
 use postgres_operator::leader::{
-    holding_back_line, leading_line, lease_path, released_line, renewed_again_line,
-    run_when_leading, term, waiting_line, LeaderElection, LeaderError, Lease, Takeover,
+    conditional_patch, delete_in_term, holding_back_line, leading_line, lease_path, patch_in_term,
+    released_line, renewed_again_line, run_when_leading, stamp_pods, stamped_term, term,
+    waiting_line, LeaderElection, LeaderError, Lease, Takeover,
 };
 use postgres_operator::story::Reporter;
 use sandbox::{InjectedFault, Sandbox, SandboxOptions};
+use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 const NAMESPACE: &str = "default";
@@ -126,6 +129,29 @@ impl Candidate {
     }
 }
 
+/// A pod of ours (the label the operator watches), with the sandbox's simulated runtime.
+async fn member(client: &Client, name: &str) -> String {
+    let pod = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "postgres", "role": "replica"}},
+        "spec": {"containers": [{"name": "postgres", "image": "postgres:16"}]},
+    });
+    let created: Value = client
+        .create(&format!("/api/v1/namespaces/{NAMESPACE}/pods"), &pod)
+        .await
+        .expect("pod created");
+    assert_eq!(
+        stamped_term(&created),
+        0,
+        "no term before a leader writes it"
+    );
+    format!("/api/v1/namespaces/{NAMESPACE}/pods/{name}")
+}
+
+async fn pod(client: &Client, path: &str) -> Value {
+    client.get(path).await.expect("the pod")
+}
+
 async fn lease(client: &Client) -> Lease {
     client
         .get(&lease_path(NAMESPACE, "postgres-operator"))
@@ -138,10 +164,11 @@ async fn lease(client: &Client) -> Lease {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_leads_the_other_waits_and_a_release_hands_over() {
     let sandbox = test_support::start_sandbox_with(SandboxOptions::default()).await;
+    let api = client(&sandbox);
+    let member = member(&api, "member-0").await;
     let timeline = Timeline::default();
     let a = Candidate::start(&sandbox, "a_1", &timeline);
     let b = Candidate::start(&sandbox, "b_2", &timeline);
-    let api = client(&sandbox);
 
     let first = test_support::eventually(DEADLINE, "a leader", || async {
         timeline.lock().unwrap().first().cloned()
@@ -188,6 +215,8 @@ async fn one_leads_the_other_waits_and_a_release_hands_over() {
     // The Lease's creation second leads it (the sandbox stamps creationTimestamp, as the API
     // server does), so a Lease created again outranks this one whatever its count.
     assert!(first_term / 1_000_000 > 1_700_000_000, "{first_term}");
+    // Before it acted, the leader stamped its term on our pods (`src/leader/stamp.rs`).
+    assert_eq!(stamped_term(&pod(&api, &member).await), first_term);
 
     // Stop the leader: its work stops, then it releases, then the standby acts.
     leader.stop.cancel();
@@ -223,7 +252,80 @@ async fn one_leads_the_other_waits_and_a_release_hands_over() {
     // The next leader's term outranks the first's: a member's fence refuses the first's now.
     let next_term = term_of(&standby).expect("a term");
     assert_eq!((next_term, next_term > first_term), (term(&after), true));
+    assert_eq!(stamped_term(&pod(&api, &member).await), next_term);
     standby.stop_cleanly().await;
+}
+
+/// The API server's half of the fence (`src/leader/stamp.rs`): once a later leader stamped a
+/// pod, the earlier leader's label or deletion of it is refused by the server (a write it
+/// prepared before the stamp: 409 on the version it read) or not sent (one read after it), and
+/// the pod is as the later leader left it. A client that is not a leader writes as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_later_leaders_stamp_makes_the_earlier_leaders_pod_writes_fail() {
+    let sandbox = test_support::start_sandbox_with(SandboxOptions::default()).await;
+    let api = client(&sandbox);
+    let path = member(&api, "member-0").await;
+    let (old, new) = (api.clone().with_term(6), api.clone().with_term(7));
+    let primary = json!({"metadata": {"labels": {"role": "primary"}}});
+
+    // The old leader reads the pod for a relabel and a deletion, then pauses; the new one
+    // stamps every pod as it takes over.
+    let read = pod(&old, &path).await;
+    let version = read["metadata"]["resourceVersion"]
+        .as_str()
+        .expect("a version");
+    assert_eq!(stamp_pods(&new, NAMESPACE).await, (1, Vec::new()));
+    assert_eq!(stamped_term(&pod(&api, &path).await), 7);
+    // Woken, it sends what it prepared: the server refuses both.
+    let late = Patch::Merge(conditional_patch(&primary, version, 6));
+    let refused = old.patch::<Value>(&path, &late).await.unwrap_err();
+    assert_eq!(refused.status_code(), Some(409), "{refused}");
+    let options = json!({"preconditions": {"resourceVersion": version}});
+    let refused = old
+        .delete_with::<_, Value>(&path, &options)
+        .await
+        .unwrap_err();
+    assert_eq!(refused.status_code(), Some(409), "{refused}");
+    // What it sends after reading again is not sent at all.
+    for refused in [
+        patch_in_term(&old, &path, &primary).await.unwrap_err(),
+        delete_in_term(&old, &path, Some(5)).await.unwrap_err(),
+    ] {
+        assert!(
+            matches!(refused.kind(), Some(RequestError::HeldBack { why }) if why.contains("leader term 7, later than ours (6)")),
+            "{refused}"
+        );
+    }
+    // Nor does its own stamp lower the new leader's.
+    let (stamped, failed) = stamp_pods(&old, NAMESPACE).await;
+    assert_eq!((stamped, failed.len()), (0, 1), "{failed:?}");
+    let now = pod(&api, &path).await;
+    assert_eq!(
+        (stamped_term(&now), &now["metadata"]["labels"]["role"]),
+        (7, &json!("replica"))
+    );
+    assert!(now["metadata"]["deletionTimestamp"].is_null(), "{now}");
+
+    // The new leader's own writes go through, and keep its stamp.
+    patch_in_term(&new, &path, &primary)
+        .await
+        .expect("relabelled");
+    let now = pod(&api, &path).await;
+    assert_eq!(
+        (stamped_term(&now), &now["metadata"]["labels"]["role"]),
+        (7, &json!("primary"))
+    );
+    // Without a term (no election), a write is the plain one.
+    let replica = json!({"metadata": {"labels": {"role": "replica"}}});
+    patch_in_term(&api, &path, &replica)
+        .await
+        .expect("relabelled");
+    delete_in_term(&new, &path, Some(0)).await.expect("deleted");
+    test_support::eventually(DEADLINE, "the pod gone", || async {
+        let gone = api.get::<Value>(&path).await.err()?.status_code() == Some(404);
+        gone.then_some(())
+    })
+    .await;
 }
 
 /// A leader that vanishes without releasing (its task aborted, as `kill -9` would) is replaced

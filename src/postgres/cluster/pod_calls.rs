@@ -6,7 +6,8 @@
 //! WORKSHOP.md, step 04 ("The reconcile loop").
 
 use super::*;
-use crate::client::{ClientError, Patch};
+use crate::client::ClientError;
+use crate::leader::{delete_in_term, patch_in_term};
 
 impl<L: ClusterLayer> PostgresTask<L> {
     /// POST `body`, a pod for `role`; its name. The task then waits for the pod watch to show
@@ -37,11 +38,9 @@ impl<L: ClusterLayer> PostgresTask<L> {
     /// DELETE a pod with `grace` seconds for its processes to stop in place of its own
     /// `terminationGracePeriodSeconds` (`kubectl delete --grace-period`).
     pub async fn delete_pod_within(&mut self, name: &str, grace: Option<u32>) -> bool {
-        let mut path = format!("/api/v1/namespaces/{}/pods/{name}", self.namespace());
-        if let Some(seconds) = grace {
-            path.push_str(&format!("?gracePeriodSeconds={seconds}"));
-        }
-        match self.worker.client.delete::<serde_json::Value>(&path).await {
+        let path = format!("/api/v1/namespaces/{}/pods/{name}", self.namespace());
+        // A leader's deletion is conditional on the pod's version and term (`src/leader/stamp.rs`).
+        match delete_in_term(&self.worker.client, &path, grace).await {
             // 404: gone already, which is what we wanted.
             Ok(_) => {}
             Err(error) if error.status_code() == Some(404) => {}
@@ -57,14 +56,10 @@ impl<L: ClusterLayer> PostgresTask<L> {
         true
     }
 
-    /// Set `pod`'s role label to `role` (a merge patch leaves its other labels alone).
+    /// Set `pod`'s role label to `role` (a merge patch leaves its other labels alone); a
+    /// leader's, conditional on the pod's version and term (`src/leader/stamp.rs`).
     pub async fn relabel(&self, pod: &str, role: &str) -> Result<(), ClientError> {
         let path = format!("/api/v1/namespaces/{}/pods/{pod}", self.namespace());
-        let patch = Patch::Merge(manifests::role_patch(role));
-        self.worker
-            .client
-            .patch::<serde_json::Value>(&path, &patch)
-            .await
-            .map(|_| ())
+        patch_in_term(&self.worker.client, &path, &manifests::role_patch(role)).await
     }
 }
