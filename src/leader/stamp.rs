@@ -10,8 +10,9 @@
 //! leader's write prepared before the stamp names a version the stamp replaced: 409. One prepared
 //! after it reads the later term and is not sent. A relabel raises the stamp to ours as it goes.
 //!
-//! Left to the gate alone: creates (there is no object to be conditional on; a pod's name is
-//! still taken once), the cluster's status (a report the next round writes again) and Events.
+//! Left to the gate alone: creates (there is no object yet to be conditional on; a replica
+//! created late makes one more than asked for, and the count rule removes the newest), the
+//! cluster's status (a report the next round writes again) and Events.
 //!
 //! WORKSHOP.md, step 05 ("Two operators, one pause").
 
